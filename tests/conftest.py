@@ -1,0 +1,24 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m hpcqa ...` as a user would, in a fresh interpreter."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PMI_", "OMPI_", "SUBMITIT_"))}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        full_env.pop(k, None)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "hpcqa", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd or ROOT, timeout=600)
+
+
+@pytest.fixture
+def cli():
+    return run_cli

@@ -1,0 +1,124 @@
+import pytest
+
+from hpcqa import config
+from hpcqa.errors import ConfigError, UsageError
+from tests.conftest import CONFIGS, ROOT
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_validates(path):
+    cfg = config.load(path)
+    assert cfg.world_size >= 1
+
+
+def test_configs_dir_is_not_empty():
+    names = {p.name for p in CONFIGS}
+    assert {"squad_spr.toml", "quickstart.toml"} <= names
+
+
+def test_defaults_fill_missing_sections():
+    cfg = config.from_dict({})
+    assert cfg.cluster.nodes == 1 and cfg.train.learning_rate == 3e-5 and cfg.train.ddp_backend == "auto"
+
+
+def test_unknown_key_suggests_near_miss():
+    with pytest.raises(ConfigError) as e:
+        config.from_dict({"train": {"learnig_rate": 1e-4}})
+    assert e.value.key == "train.learnig_rate"
+    assert "did you mean 'learning_rate'" in e.value.render()
+
+
+def test_unknown_section_suggests_near_miss():
+    with pytest.raises(ConfigError) as e:
+        config.from_dict({"clustr": {}})
+    assert "did you mean 'cluster'" in e.value.render()
+
+
+@pytest.mark.parametrize("raw,key,words", [
+    ({"cluster": {"nodes": 0}}, "cluster.nodes", "below the minimum"),
+    ({"cluster": {"nodes": "2"}}, "cluster.nodes", "expected an integer"),
+    ({"cluster": {"nodes": True}}, "cluster.nodes", "expected an integer"),
+    ({"cluster": {"exclusive": "yes"}}, "cluster.exclusive", "true or false"),
+    ({"train": {"learning_rate": "fast"}}, "train.learning_rate", "expected a number"),
+    ({"train": {"ddp_backend": "mpi"}}, "train.ddp_backend", "not one of"),
+    ({"cluster": {"executor": "slurn"}}, "cluster.executor", "did you mean 'slurm'"),
+    ({"cluster": {"cores_per_socket": 4}, "launch": {"ccl_workers": 4}}, "launch.ccl_workers", "no compute core"),
+    ({"train": {"max_seq_length": 128, "doc_stride": 128}}, "train.doc_stride", "smaller than"),
+    ({"cluster": {"executor": "local", "nodes": 2}}, "cluster.nodes", "one node"),
+    ({"cluster": {"partition": "a b"}}, "cluster.partition", "characters"),
+    ({"job": {"name": "x'; rm -rf /"}}, "job.name", "characters"),
+    ({"cluster": {"sbatch_extra": ["-p x"]}}, "cluster.sbatch_extra[0]", "long sbatch option"),
+    ({"launch": {"env": {"1BAD": "x"}}}, "launch.env.1BAD", "environment variable"),
+    ({"data": {"dataset": ""}}, "data.dataset", "no data"),
+])
+def test_bad_values_name_the_key(raw, key, words):
+    with pytest.raises(ConfigError) as e:
+        config.from_dict(raw, source="x.toml")
+    assert e.value.key == key
+    assert words in e.value.render()
+    assert "fix:" in e.value.render()
+    assert e.value.exit_code == 2
+
+
+def test_int_is_accepted_for_float():
+    assert config.from_dict({"train": {"num_train_epochs": 3}}).train.num_train_epochs == 3.0
+
+
+@pytest.mark.parametrize("text,key,value", [
+    ("train.learning_rate=5e-5", "train.learning_rate", 5e-5),
+    ("cluster.nodes=4", "cluster.nodes", 4),
+    ("cluster.exclusive=false", "cluster.exclusive", False),
+    ("train.ddp_backend=ccl", "train.ddp_backend", "ccl"),
+    ('job.name="a=b"', "job.name", "a=b"),
+    ("cluster.sbatch_extra=['--reservation=x']", "cluster.sbatch_extra", ["--reservation=x"]),
+    ("model.name_or_path=/models/bert base", "model.name_or_path", "/models/bert base"),
+])
+def test_override_values_are_toml_else_string(text, key, value):
+    assert config.parse_override(text) == (key, value)
+
+
+def test_override_applies_and_is_validated(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[cluster]\nnodes = 2\n")
+    cfg = config.load(p, ["cluster.nodes=3", "train.learning_rate=1e-4", "launch.env.FOO=bar"])
+    assert cfg.cluster.nodes == 3 and cfg.train.learning_rate == 1e-4 and cfg.launch.env == {"FOO": "bar"}
+    with pytest.raises(ConfigError) as e:
+        config.load(p, ["cluster.nodes=0"])
+    assert e.value.source.startswith("--set") and e.value.key == "cluster.nodes"
+
+
+@pytest.mark.parametrize("bad", ["nodes", "=3", "nodes=3", "cluster.=3"])
+def test_malformed_override_is_usage_error(bad):
+    with pytest.raises(UsageError):
+        config.parse_override(bad)
+
+
+def test_toml_syntax_error_names_line(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[cluster]\nnodes = 2\npartition = spr\n")
+    with pytest.raises(ConfigError) as e:
+        config.load(p)
+    assert "line 3" in e.value.render() and str(p) in e.value.render()
+
+
+def test_missing_file():
+    with pytest.raises(UsageError) as e:
+        config.load("/nonexistent/x.toml")
+    assert "not found" in e.value.render()
+
+
+def test_snapshot_round_trips():
+    cfg = config.load(ROOT / "configs" / "squad_spr.toml", ['launch.env.X="a\\nb \\"q\\""'])
+    again = config.from_dict(config.tomllib.loads(config.to_toml(cfg)))
+    assert again.to_dict() == cfg.to_dict()
+
+
+def test_reference_covers_every_key_and_readme_lists_them():
+    rows = config.reference_rows()
+    keys = {r[0] for r in rows}
+    for fixed in ("cluster.nodes", "cluster.sockets_per_node", "cluster.cores_per_socket",
+                  "cluster.threads_per_core", "launch.ccl_workers", "train.ddp_backend"):
+        assert fixed in keys
+    readme = (ROOT / "README.md").read_text()
+    missing = [k for k in keys if f"`{k}`" not in readme]
+    assert not missing, f"README config reference lacks {missing}: run python -m hpcqa.docs"

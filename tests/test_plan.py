@@ -1,0 +1,110 @@
+import json
+
+import pytest
+
+from hpcqa import config, plan
+from hpcqa.errors import ConfigError
+from tests.conftest import ROOT
+
+SPR = ROOT / "configs" / "squad_spr.toml"
+HOST = plan.HostProbe(has_sbatch=True, ccl_bindings=False,
+                      libraries={"tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"}, python="python3")
+
+
+def spr(*overrides, host=HOST, launcher=None):
+    return plan.build_plan(config.load(SPR, list(overrides)), host, launcher=launcher)
+
+
+def test_spr_has_eight_ranks_one_per_socket():
+    lp = spr()
+    assert lp.world_size == 8 and len(lp.ranks) == 8
+    assert [(r.rank, r.node_rank, r.local_rank) for r in lp.ranks][:3] == [(0, 0, 0), (1, 0, 1), (2, 1, 0)]
+    assert lp.cpus_per_task == 112  # 56 cores x 2 threads: Slurm allocates the whole socket
+
+
+def test_spr_ccl_matches_the_intel_launcher():
+    lp = spr("cluster.threads_per_core=2", "launch.ccl_workers=4", "train.ddp_backend=ccl")
+    r0, r1 = lp.ranks[0].env, lp.ranks[1].env
+    for r in (r0, r1):
+        assert r["CCL_WORKER_AFFINITY"] == "0,1,2,3,56,57,58,59"
+        assert r["I_MPI_PIN_DOMAIN"] == "[0xfffffffffffff0,0xfffffffffffff000000000000000]"
+        assert r["OMP_NUM_THREADS"] == "52" and r["CCL_WORKER_COUNT"] == "4"
+    assert r0["KMP_AFFINITY"] == "granularity=fine,proclist=[" + ",".join(map(str, range(4, 56))) + "],explicit"
+    assert lp.ranks[1].cpus == tuple(range(56, 112))
+    assert any("NOT importable" in w for w in lp.warnings)
+
+
+def test_gloo_gives_the_ccl_cores_back():
+    lp = spr("launch.ccl_workers=4", "train.ddp_backend=gloo")
+    env = lp.ranks[0].env
+    assert env["OMP_NUM_THREADS"] == "56" and "CCL_WORKER_COUNT" not in env and "I_MPI_PIN_DOMAIN" not in env
+    assert any("not reserved" in w for w in lp.warnings)
+
+
+def test_auto_backend_picks_ccl_when_bindings_exist():
+    host = plan.HostProbe(has_sbatch=True, ccl_bindings=True)
+    lp = spr(host=host)
+    assert lp.backend.resolved == "ccl" and lp.ranks[0].env["CCL_WORKER_COUNT"] == "4"
+    assert spr().backend.resolved == "gloo"
+
+
+def test_mpirun_launcher_exports_pin_domain():
+    lp = spr("train.ddp_backend=gloo", launcher="mpirun")
+    assert lp.ranks[0].env["I_MPI_PIN_DOMAIN"].startswith("[0x")
+
+
+def test_iomp_vs_gomp_variables():
+    iomp = spr().ranks[0].env
+    assert "KMP_AFFINITY" in iomp and "OMP_PLACES" not in iomp and iomp["KMP_HW_SUBSET"] == "1T"
+    gomp = spr("launch.openmp=gomp").ranks[0].env
+    assert gomp["OMP_PLACES"].startswith("{0},{1}") and gomp["OMP_PROC_BIND"] == "close"
+    assert "KMP_AFFINITY" not in gomp
+
+
+def test_preload_only_what_was_found():
+    lp = spr()
+    assert lp.ranks[0].env["LD_PRELOAD"] == "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"
+    assert any("iomp not found" in w for w in lp.warnings)
+    lp = spr(host=plan.HostProbe(has_sbatch=True))
+    assert "LD_PRELOAD" not in lp.ranks[0].env
+
+
+def test_unbound_plan_sets_no_threads():
+    lp = spr("launch.bind=false")
+    assert lp.ranks[0].cpus == () and "OMP_NUM_THREADS" not in lp.ranks[0].env
+
+
+def test_executor_auto_and_local_limits():
+
+
+    with pytest.raises(ConfigError):
+        spr("cluster.executor=auto", host=plan.HostProbe(has_sbatch=False))  # 4 nodes, no Slurm
+    lp = spr("cluster.executor=auto", "cluster.nodes=1", host=plan.HostProbe(has_sbatch=False))
+    assert lp.executor == "local" and lp.deferred_env["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_slurm_parameters():
+    p = spr("cluster.mem_gb=200", "cluster.account=ml", "cluster.sbatch_extra=['--reservation=r1','--requeue']") \
+        .slurm_parameters()
+    assert p["nodes"] == 4 and p["ntasks_per_node"] == 2 and p["cpus_per_task"] == 112
+    assert "--cpus-per-task=112" in p["srun_args"] and "--cpu-bind=none" in p["srun_args"]
+    assert p["mem"] == "200GB" and p["account"] == "ml" and p["exclusive"] is True
+    assert p["additional_parameters"] == {"reservation": "r1", "requeue": True}
+
+
+def test_plan_json_shape():
+    d = json.loads(spr().dumps())
+    assert d["world_size"] == 8 and d["hosts"] is None
+    assert {"rank", "node_rank", "local_rank", "cpus", "env"} <= set(d["ranks"][0])
+    assert "unknown until allocation" in d["deferred_env"]["MASTER_ADDR"]
+
+
+def test_plan_is_frozen():
+    lp = spr()
+    with pytest.raises(Exception):
+        lp.world_size = 3  # type: ignore[misc]
+
+
+def test_find_library():
+    assert plan.find_library(("libx.so",), ["/a", "/b"], exists=lambda p: p == "/b/libx.so") == "/b/libx.so"
+    assert plan.find_library(("libx.so",), ["/a"], exists=lambda p: False) is None

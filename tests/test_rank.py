@@ -1,0 +1,85 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hpcqa import config, plan, rank
+from hpcqa.errors import HpcqaError
+from hpcqa.topology import Cpu
+from tests.conftest import ROOT
+
+TWO = [Cpu(0, 0, 0), Cpu(1, 0, 1)]
+
+
+def quick_plan(*overrides):
+    cfg = config.load(ROOT / "configs/quickstart.toml", list(overrides))
+    return json.loads(plan.build_plan(cfg, plan.HostProbe()).dumps())
+
+
+def local_env(rank_, n=2, job="4321"):
+    return {"SUBMITIT_LOCAL_GLOBALID": str(rank_), "SUBMITIT_LOCAL_LOCALID": str(rank_),
+            "SUBMITIT_LOCAL_NTASKS": str(n), "SUBMITIT_LOCAL_JOB_ID": job, "PATH": "/usr/bin"}
+
+
+def test_maps_env_and_binds_as_planned():
+    p = quick_plan()
+    env, cpus, warnings = rank.rank_environment(p, local_env(1), TWO, "lap")
+    assert cpus == [1] and not warnings
+    assert env["RANK"] == "1" and env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2"
+    assert env["MASTER_ADDR"] == "127.0.0.1" and env["OMP_NUM_THREADS"] == "1" and env["OMP_PLACES"] == "{1}"
+    assert env["HPCQA_BOUND_CPUS"] == "1" and env["PATH"] == "/usr/bin"
+
+
+def test_adjusts_when_the_node_lacks_the_planned_cpus():
+    p = quick_plan("cluster.cores_per_socket=4")  # plan wants 8 cores, the node has 2
+    env, cpus, warnings = rank.rank_environment(p, local_env(0), TWO, "lap")
+    assert cpus == [0] and env["OMP_NUM_THREADS"] == "1"
+    assert warnings and "ADJUSTED" in warnings[0]
+
+
+def test_world_size_mismatch_is_refused():
+    with pytest.raises(HpcqaError) as e:
+        rank.rank_environment(quick_plan(), local_env(0, n=3), TWO, "lap")
+    assert "plan has 2" in e.value.render()
+
+
+def test_missing_preload_is_dropped(tmp_path):
+    p = quick_plan()
+    p["local_ranks"][0]["env"]["LD_PRELOAD"] = f"/nonexistent/libx.so:{sys.executable}"
+    env, _, warnings = rank.rank_environment(p, local_env(0), TWO, "lap")
+    assert env["LD_PRELOAD"] == sys.executable and "not found" in warnings[0]
+
+
+def test_fixed_master_port():
+    env, _, _ = rank.rank_environment(quick_plan("launch.master_port=23456"), local_env(0), TWO, "lap")
+    assert env["MASTER_PORT"] == "23456"
+
+
+def test_parse_cpu_list():
+    assert rank.parse_cpu_list("0-2,5,7-8\n") == [0, 1, 2, 5, 7, 8]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to see a binding")
+def test_real_exec_binds_and_exports(tmp_path):
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(quick_plan()))
+    probe = ("import os, json; print(json.dumps({'cpus': sorted(os.sched_getaffinity(0)), "
+             "'omp': os.environ['OMP_NUM_THREADS'], 'rank': os.environ['RANK'], "
+             "'port': os.environ['MASTER_PORT']}))")
+    out = []
+    for r in (0, 1):
+        env = {**os.environ, **local_env(r)}
+        res = subprocess.run([sys.executable, "-m", "hpcqa.rank", "--plan", str(p), "--",
+                              sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=ROOT)
+        assert res.returncode == 0, res.stderr
+        out.append(json.loads(res.stdout))
+    assert out[0]["cpus"] == [0] and out[1]["cpus"] == [1]
+    assert out[0]["omp"] == "1" and out[1]["rank"] == "1" and out[0]["port"] == out[1]["port"]
+
+
+def test_wrapper_bad_plan_exits_2(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "hpcqa.rank", "--plan", str(tmp_path / "none.json"), "--", "true"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 2 and "cannot read plan" in res.stderr and "Traceback" not in res.stderr

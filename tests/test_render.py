@@ -1,0 +1,126 @@
+"""Golden files for rendered scripts, and hostile config text executed through them.
+
+Regenerate the golden files after an intended change:  HPCQA_REGEN_GOLDEN=1 pytest tests/test_render.py
+"""
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hpcqa import config, plan, render
+from hpcqa.errors import ConfigError
+from tests.conftest import ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+HOST = plan.HostProbe(has_sbatch=True, ccl_bindings=False,
+                      libraries={"tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"}, python="python3")
+
+
+def rendered(launcher, *overrides):
+    cfg = config.load("configs/squad_spr.toml" if Path("configs").exists() else ROOT / "configs/squad_spr.toml",
+                      list(overrides))
+    return render.standalone(plan.build_plan(cfg, HOST, launcher=launcher), launcher)
+
+
+@pytest.mark.parametrize("launcher,overrides", [
+    ("srun", []),
+    ("mpirun", ["cluster.threads_per_core=2", "launch.ccl_workers=4", "train.ddp_backend=ccl"]),
+])
+def test_golden(launcher, overrides, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    text = rendered(launcher, *overrides)
+    path = GOLDEN / f"squad_spr.{launcher}.sbatch"
+    if os.environ.get("HPCQA_REGEN_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"rendered script changed; if intended: HPCQA_REGEN_GOLDEN=1 pytest {__file__}"
+
+
+def test_mpirun_script_follows_the_seed_recipe(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    text = rendered("mpirun", "cluster.threads_per_core=2", "launch.ccl_workers=4", "train.ddp_backend=ccl")
+    assert 'mpirun -f "$hostfile" -n 8 -ppn 2' in text
+    assert "-genv I_MPI_PIN_DOMAIN '[0xfffffffffffff0,0xfffffffffffff000000000000000]'" in text
+    assert "-genv OMP_NUM_THREADS 52" in text
+    assert "-genv CCL_WORKER_AFFINITY 0,1,2,3,56,57,58,59" in text
+
+
+def test_scripts_are_valid_bash(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    for launcher in ("srun", "mpirun"):
+        r = subprocess.run(["bash", "-n"], input=rendered(launcher), text=True, capture_output=True)
+        assert r.returncode == 0, r.stderr
+
+
+HOSTILE = [
+    "it's",
+    'say "hi"',
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "a\nb; touch PWNED",
+    "x'; touch PWNED; echo '",
+    "HPCQA_PLAN_EOF",
+    "$HOME ${PATH} \\ ; | & > < * ? ~ # !",
+]
+
+
+def _fake_bin(tmp_path: Path) -> Path:
+    """srun / mpirun / python3 stand-ins that record their argv: the script's own logic runs for real."""
+    b = tmp_path / "bin"
+    b.mkdir()
+    for name in ("srun", "mpirun"):
+        (b / name).write_text('#!/bin/bash\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$FAKE_LOG"\n')
+    # `python3 -m hpcqa hosts` must work: use the real interpreter for that call only
+    (b / "python3").write_text(f'#!/bin/bash\nexec {shlex.quote(__import__("sys").executable)} "$@"\n')
+    for f in b.iterdir():
+        f.chmod(f.stat().st_mode | stat.S_IEXEC)
+    return b
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_hostile_text_survives_the_script(tmp_path, text, launcher):
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = config.load(ROOT / "configs/squad_spr.toml",
+                      [f"job.output_dir={json.dumps(str(work / text))}",
+                       f"model.name_or_path={json.dumps(text)}",
+                       f"launch.env.HOSTILE={json.dumps(text)}"])
+    script = render.standalone(plan.build_plan(cfg, HOST, launcher=launcher), launcher)
+    (tmp_path / "job.sbatch").write_text(script)
+    log = tmp_path / "argv"
+    env = {"PATH": f"{_fake_bin(tmp_path)}:/usr/bin:/bin", "SLURM_JOB_ID": "31", "FAKE_LOG": str(log),
+           "SLURM_JOB_NODELIST": "cn[1-4]", "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(["bash", str(tmp_path / "job.sbatch")], cwd=work, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert not list(tmp_path.rglob("PWNED")), "config text was executed"
+    job_dir = work / text / "squad-spr" / "31"
+    written = json.loads((job_dir / "plan.json").read_text())
+    assert written["config"]["model"]["name_or_path"] == text
+    assert written["local_ranks"][0]["env"]["HOSTILE"] == text
+    argv = log.read_text().split("\0")[:-1]
+    assert str(job_dir / "plan.json") in argv
+    if launcher == "mpirun":
+        assert (job_dir / "hostfile").read_text().split() == ["cn1", "cn2", "cn3", "cn4"]
+        assert argv[argv.index("MASTER_ADDR") + 1] == "cn1"
+
+
+@pytest.mark.parametrize("key", ["job.name", "cluster.partition", "cluster.account", "cluster.qos",
+                                 "cluster.constraint"])
+@pytest.mark.parametrize("text", ["a b", "a'b", "a\nb", "$(x)", 'a"b'])
+def test_sbatch_line_values_are_restricted(key, text):
+    with pytest.raises(ConfigError) as e:
+        config.load(ROOT / "configs/squad_spr.toml", [f"{key}={json.dumps(text)}"])
+    assert e.value.key == key
+
+
+def test_submitit_sbatch_uses_the_rank_wrapper():
+    lp = plan.build_plan(config.load(ROOT / "configs/squad_spr.toml"), HOST)
+    text = render.submitit_sbatch(lp, "/shared/it's/plan.json", "/shared/logs/%j")
+    assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=2" in text
+    assert "--cpus-per-task=112" in text.split("srun", 1)[1]
+    assert "-m hpcqa.rank --plan '/shared/it'\"'\"'s/plan.json' -- python3 -u -m submitit.core._submit" in text

@@ -1,0 +1,67 @@
+import pytest
+
+from hpcqa import topology
+from hpcqa.errors import PlanError
+from hpcqa.topology import Cpu
+
+
+def test_spr_example_from_the_intel_launcher():
+    cpus = topology.declared_cpus(2, 56, 2)
+    pools = topology.socket_pools(cpus, 2, 56, 4)
+    assert topology.ccl_worker_affinity(pools) == "0,1,2,3,56,57,58,59"
+    assert topology.i_mpi_pin_domain(pools) == "[0xfffffffffffff0,0xfffffffffffff000000000000000]"
+    assert [len(p.compute) for p in pools] == [52, 52]
+    assert pools[1].siblings == tuple(range(168, 224))
+    assert pools[0].cpus == tuple(range(0, 56))
+
+
+def test_ice_lake_example_mask():
+    pools = topology.socket_pools(topology.declared_cpus(2, 32, 1), 2, 32, 4)
+    assert topology.i_mpi_pin_domain(pools).startswith("[0xfffffff0,")
+    assert topology.ccl_worker_affinity(pools) == "0,1,2,3,32,33,34,35"
+
+
+def test_cpu_id_is_not_core_id():
+    # siblings interleaved (cpu 0/1 = core 0), socket 1 first in id order
+    cpus = [Cpu(0, 1, 0), Cpu(1, 1, 0), Cpu(2, 1, 1), Cpu(3, 1, 1),
+            Cpu(4, 0, 0), Cpu(5, 0, 0), Cpu(6, 0, 1), Cpu(7, 0, 1)]
+    pools = topology.socket_pools(cpus, 2, 2, 1)
+    assert pools[0].physical == (4, 6) and pools[0].siblings == (5, 7)
+    assert pools[1].physical == (0, 2) and pools[1].ccl == (0,) and pools[1].compute == (2,)
+
+
+def test_virtual_sockets_on_a_one_socket_machine():
+    cpus = [Cpu(0, 0, 0), Cpu(1, 0, 1)]
+    pools = topology.socket_pools(cpus, 2, 1, 0)
+    assert [p.cpus for p in pools] == [(0,), (1,)]
+
+
+def test_not_enough_cores_is_a_plan_error():
+    with pytest.raises(PlanError) as e:
+        topology.socket_pools([Cpu(0, 0, 0), Cpu(1, 0, 1)], 2, 2, 0)
+    assert "4 physical cores needed" in e.value.render() and "0-1" in e.value.render()
+
+
+def test_read_sysfs_of_this_machine_is_consistent():
+    cpus = topology.read_sysfs()
+    assert cpus and len({c.cpu for c in cpus}) == len(cpus)
+
+
+def test_read_sysfs_fake_tree(tmp_path):
+    for cpu, (pkg, core) in {0: (0, 0), 1: (0, 0), 2: (0, 4)}.items():
+        d = tmp_path / f"cpu{cpu}" / "topology"
+        d.mkdir(parents=True)
+        (d / "physical_package_id").write_text(f"{pkg}\n")
+        (d / "core_id").write_text(f"{core}\n")
+    cpus = topology.read_sysfs(str(tmp_path), allowed=[0, 1, 2])
+    assert topology.physical_cores(cpus) == [(0, [1]), (2, [])]
+
+
+@pytest.mark.parametrize("cpus,text", [([0, 1, 2, 5, 7, 8], "0-2,5,7-8"), ([3], "3"), ([], "none")])
+def test_cpu_list(cpus, text):
+    assert topology.cpu_list(cpus) == text
+
+
+def test_env_helpers():
+    assert topology.kmp_affinity([2, 3]) == "granularity=fine,proclist=[2,3],explicit"
+    assert topology.omp_places([2, 3]) == "{2},{3}"
