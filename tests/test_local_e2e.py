@@ -1,0 +1,77 @@
+"""End to end: `hpcqa submit` of a 2-rank local DDP fine-tune of the tiny model, as a user runs it."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+TINY = ["--set", "model.name_or_path=builtin:tiny-bert", "--set", "data.synthetic_train_examples=240",
+        "--set", "data.synthetic_eval_examples=60", "--set", "train.num_train_epochs=1",
+        "--set", "train.save_steps=4", "--set", "train.logging_steps=2", "--set", "train.bf16=false"]
+
+
+def job_dirs(out: Path) -> list[Path]:
+    return sorted(p for p in (out / "quickstart").iterdir() if p.is_dir() and p.name.isdigit())
+
+
+@pytest.fixture
+def cache_env(tmp_path_factory):
+    return {"HPCQA_CACHE": str(tmp_path_factory.getbasetemp() / "hpcqa-cache")}
+
+
+def test_two_rank_local_ddp(cli, tmp_path, cache_env):
+    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(tmp_path))}", *TINY,
+            env=cache_env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "COMPLETED" in r.stdout and "EM " in r.stdout
+    (job,) = job_dirs(tmp_path)
+    reports = [json.loads((job / "ranks" / f"rank-{k}.json").read_text()) for k in (0, 1)]
+    cpus = [set(rep["cpus"]) for rep in reports]
+    assert cpus[0] and cpus[1] and not cpus[0] & cpus[1], "ranks must run on disjoint CPU sets"
+    for rep in reports:
+        assert rep["torch_threads"] == int(rep["omp_num_threads"]) == len(rep["cpus"])
+        assert rep["world_size"] == 2 and rep["backend"] == "gloo" and not rep["warnings"]
+    # DDP synchronised the gradients: both ranks end with bit-identical weights
+    assert reports[0]["weights_digest"] == reports[1]["weights_digest"]
+    res = json.loads((job / "results.json").read_text())
+    assert res["world_size"] == 2 and res["backend"] == "gloo"
+    assert 0 <= res["exact_match"] <= 100 and 0 <= res["f1"] <= 100 and res["train_samples_per_second"] > 0
+    assert res["weights_digest"] == reports[0]["weights_digest"]
+    assert (job / f"{job.name}_0_log.err").exists() and (job / f"{job.name}_1_log.err").exists()
+
+
+def test_failing_rank_fails_the_job(cli, tmp_path, cache_env):
+    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(tmp_path))}", *TINY,
+            "--set", "train.fail_at_step=2", env=cache_env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAILED" in r.stderr and "rank 1" in r.stderr and "fail_at_step" in r.stderr
+    assert "Traceback" not in r.stderr
+    (job,) = job_dirs(tmp_path)
+    assert not (job / "results.json").exists()
+
+
+def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
+    """A rank restarted in the same job folder picks up the last checkpoint (what a requeue does)."""
+    import subprocess
+    import sys
+    from hpcqa import config, plan
+    cfg = config.load(ROOT / "configs/quickstart.toml", [a for a in TINY if a != "--set"] +
+                      [f"job.output_dir={json.dumps(str(tmp_path))}", "cluster.sockets_per_node=1",
+                       "train.max_steps=6", "train.save_steps=3"])
+    lp = plan.build_plan(cfg, plan.probe_host())
+    p = plan.write_plan(lp, tmp_path)
+    job = tmp_path / "job"
+    env = {**os.environ, **cache_env, "HPCQA_JOB_DIR": str(job)}
+    cmd = [sys.executable, "-m", "hpcqa.rank", "--plan", str(p), "--", sys.executable, "-m", "hpcqa.train", "--plan", str(p)]
+    assert subprocess.run(cmd, env=env, capture_output=True, cwd=ROOT).returncode == 0
+    first = json.loads((job / "results.json").read_text())
+    assert first["resumed_from"] is None and first["global_steps"] == 6
+    env["HPCQA_JOB_DIR"] = str(job)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    again = json.loads((job / "results.json").read_text())
+    assert again["resumed_from"].endswith("checkpoint-6")
