@@ -58,6 +58,30 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("hosts", help="expand a Slurm nodelist, one host per line")
     p.add_argument("nodelist", nargs="?", help="default: $SLURM_JOB_NODELIST")
 
+    p = sub.add_parser("status", help="jobs: state, nodes, elapsed, progress, EM/F1 (no torch import)")
+    p.add_argument("jobs", nargs="*", help="job ids (default: the 20 most recent)")
+    p.add_argument("--all", action="store_true", help="every job in the registry")
+    p.add_argument("--json", action="store_true", help="a JSON list of job objects")
+    p.add_argument("--watch", action="store_true", help="refresh every few seconds until all are finished")
+    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
+
+    p = sub.add_parser("logs", help="a rank's log (stderr; --stdout for stdout)")
+    p.add_argument("job")
+    p.add_argument("--rank", type=int, default=None, help="default: the first rank that failed, else 0")
+    p.add_argument("--stdout", action="store_true")
+    p.add_argument("-n", "--lines", type=int, default=0, help="only the last N lines")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.add_argument("--registry")
+
+    p = sub.add_parser("cancel", help="cancel a job (scancel; local: stop every rank)")
+    p.add_argument("jobs", nargs="+")
+    p.add_argument("--registry")
+
+    p = sub.add_parser("doctor", help="check Slurm, accounting, node topology, libraries, torch, backend")
+    p.add_argument("config", nargs="?", help="also check this config against the partition's nodes")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("validate", help="check configs; exit 2 on the first bad one")
     p.add_argument("configs", nargs="+")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -170,8 +194,137 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from hpcqa import registry, status
+    reg = registry.Registry(args.registry, create=False)
+    while True:
+        views, source = status.collect(reg, args.jobs, args.all) if reg.exists else ([], "none")
+        if args.jobs and not views:
+            from hpcqa.errors import UsageError
+            raise UsageError(f"no job {' '.join(args.jobs)} in {reg.path}", "`hpcqa status --all` lists the jobs")
+        if args.json:
+            print(json.dumps([v.to_json() for v in views], indent=2, default=str))
+        else:
+            _print_status(views, source, reg.path)
+        if not args.watch or all(status.is_final(v.state) for v in views):
+            return 0
+        import time
+        time.sleep(5)
+
+
+def _print_status(views, source: str, path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from hpcqa import status
+    con = Console()
+    if not views:
+        con.print(f"no jobs in {path}")
+        return
+    t = Table(title=f"jobs ({path}; states from {source})")
+    for col in ("id", "name", "executor", "state", "nodes", "ranks", "elapsed", "progress / result", "exit"):
+        t.add_column(col, overflow="fold")
+    colour = {"ok": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "pending": "blue"}
+    for v in views:
+        c = colour.get(status.outcome(v.state), "white")
+        t.add_row(v.id, v.name, v.executor, f"[{c}]{v.state}[/]", str(v.nodes), str(v.world_size), v.elapsed,
+                  status.progress_text(v), v.exit_code or "")
+    con.print(t)
+
+
+def _find_job(reg_path, job_id: str):
+    from hpcqa import registry
+    from hpcqa.errors import UsageError
+    reg = registry.Registry(reg_path, create=False)
+    rows = [r for r in reg.jobs([job_id]) if r.id == job_id] if reg.exists else []
+    if not rows:
+        raise UsageError(f"no job {job_id!r} in {reg.path}", "`hpcqa status --all` lists the jobs")
+    return reg, rows[0]
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    import time
+    from hpcqa import status
+    from hpcqa.errors import UsageError
+    reg, row = _find_job(args.registry, args.job)
+    folder = Path(row.folder)
+    rank = args.rank
+    if rank is None:
+        failed = sorted(folder.glob("ranks/rank-*.failed"))
+        rank = int(failed[0].stem.split("-")[1]) if failed else 0
+    if not 0 <= rank < row.world_size:
+        raise UsageError(f"job {row.id} has ranks 0-{row.world_size - 1}, not {rank}", "pass --rank N in that range")
+    suffix = "out" if args.stdout else "err"
+    matches = sorted(folder.glob(f"*_{rank}_log.{suffix}")) + sorted(folder.glob(f"rank-{rank}.log"))
+    if not matches and not args.follow:
+        raise UsageError(f"no log for rank {rank} in {folder} yet", "the job may still be pending; try -f")
+    pos = 0
+    while True:
+        matches = matches or sorted(folder.glob(f"*_{rank}_log.{suffix}"))
+        if matches:
+            text = matches[0].read_text(errors="replace")
+            chunk = text[pos:]
+            if pos == 0 and args.lines:
+                chunk = "\n".join(chunk.splitlines()[-args.lines:]) + "\n"
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+            pos = len(text)
+        if not args.follow:
+            return 0
+        views, _ = status.collect(reg, [row.id])
+        if views and status.is_final(views[0].state):
+            return 0
+        time.sleep(1)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    import signal
+    from hpcqa import status
+    from hpcqa.errors import SubmitError
+    rc = 0
+    for job_id in args.jobs:
+        reg, row = _find_job(args.registry, job_id)
+        folder = Path(row.folder)
+        if row.final:
+            print(f"job {row.id} already ended ({row.state})")
+            continue
+        if row.executor == "slurm":
+            proc = status.run(["scancel", row.id])
+            if proc.returncode != 0:
+                raise SubmitError(f"scancel {row.id} failed: {proc.stderr.strip()}", "check the id with hpcqa status")
+        else:
+            try:
+                os.kill(int(row.id), signal.SIGTERM)  # the controller forwards it to every rank
+            except ProcessLookupError:
+                print(f"job {row.id} is not running")
+                continue
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "cancelled").write_text("cancelled by hpcqa cancel\n")
+        print(f"cancelled {row.executor} job {row.id}")
+    return rc
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from hpcqa import doctor
+    cfg = None
+    if args.config:
+        from hpcqa import config
+        cfg = config.load(args.config, args.overrides)
+    checks = doctor.run_checks(cfg)
+    if args.json:
+        print(json.dumps([c.__dict__ for c in checks], indent=2))
+    else:
+        mark = {"ok": "[green]ok[/]     ", "warning": "[yellow]warning[/]", "error": "[red]error[/]  "}
+        from rich.console import Console
+        con = Console()
+        for c in checks:
+            con.print(f"{mark[c.level]} {c.name}: {c.message}" + (f"\n          fix: {c.fix}" if c.fix else ""),
+                      highlight=False)
+    return 1 if any(c.level == "error" for c in checks) else 0
+
+
 COMMANDS = {"submit": cmd_submit, "render": cmd_render, "env": cmd_env, "hosts": cmd_hosts,
-            "validate": cmd_validate}
+            "validate": cmd_validate, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
+            "doctor": cmd_doctor}
 
 
 # ------------------------------------------------------------------------------------------ output

@@ -45,6 +45,7 @@ class JobConfig:
                     pattern=r"[A-Za-z0-9._+-]+")
     output_dir: str = opt("logs", "Where job folders (per-rank logs, plan, results.json) are created; "
                                   "relative paths are relative to the current directory.")
+    registry: str = opt("", "Job registry (SQLite). Empty: $HPCQA_REGISTRY, else logs/registry.sqlite.")
 
 
 @dataclass(frozen=True)

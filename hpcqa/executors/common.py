@@ -23,6 +23,35 @@ def prepare(plan: LaunchPlan) -> tuple[Path, str]:
     return path, render.submitit_python(plan.python, str(path))
 
 
+def register(plan: LaunchPlan, job_id: str, folder: Path, **extra) -> None:
+    from hpcqa.registry import Registry
+    Registry(plan.config.job.registry or None).add(
+        id=str(job_id), name=plan.config.job.name, executor=plan.executor, folder=str(folder),
+        config=plan.config.to_dict(), source=plan.config.source, nodes=plan.nodes, world_size=plan.world_size,
+        **extra)
+
+
+def report(job_id: str, folder: Path, state: str, plan: LaunchPlan) -> int:
+    """Print the outcome; raise JobFailed (exit 1) with the failing ranks' errors when it failed."""
+    from hpcqa.errors import JobFailed
+    results = read_json(folder / "results.json")
+    failed = failed_ranks(folder)
+    if results and not failed and state in ("COMPLETED", "FINISHED", "DONE"):
+        print(f"job {job_id} COMPLETED  ({folder})")
+        for line in summary_lines(results):
+            print("  " + line)
+        return 0
+    lines = [f"job {job_id} {'FAILED' if state in ('COMPLETED', 'FINISHED', 'DONE') else state}"]
+    for f in failed:
+        lines.append(f"rank {f['rank']} on {f['host']}: {f['error']}")
+    if not failed:
+        for r in range(plan.world_size):
+            t = [x for x in tail(next(iter(sorted(folder.glob(f"*_{r}_log.err"))), folder / "none"), 6)]
+            if t:
+                lines.append(f"rank {r} stderr tail:\n    " + "\n    ".join(t))
+    raise JobFailed("\n  ".join(lines), f"logs: hpcqa logs {job_id} [--rank N]  (files in {folder})")
+
+
 def tidy(plan: LaunchPlan) -> None:
     """submitit leaves an empty '%j' staging folder behind; remove it if empty."""
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hpcqa.errors import JobFailed
 from hpcqa.executors import common
 from hpcqa.plan import LaunchPlan
 
@@ -33,6 +32,7 @@ def submit(plan: LaunchPlan):
 
 def run(plan: LaunchPlan) -> int:
     job, folder = submit(plan)
+    common.register(plan, job.job_id, folder)
     err = sys.stderr
     print(f"local job {job.job_id}: {plan.world_size} ranks, folder {folder}", file=err)
     for r, lr in zip(range(plan.world_size), plan.local_ranks):
@@ -44,24 +44,7 @@ def run(plan: LaunchPlan) -> int:
         job.cancel()
         print(f"\ninterrupted: local job {job.job_id} cancelled (all ranks stopped)", file=err)
         return 130
-    return report(job, folder, plan)
+    state = "FAILED" if common.failed_ranks(folder) else ("COMPLETED" if job.state == "FINISHED" else job.state)
+    return common.report(job.job_id, folder, state, plan)
 
 
-def report(job, folder: Path, plan: LaunchPlan) -> int:
-    results = common.read_json(folder / "results.json")
-    failed = common.failed_ranks(folder)
-    state = job.state
-    if results and not failed and state not in ("FAILED", "INTERRUPTED"):
-        print(f"job {job.job_id} COMPLETED  ({folder})")
-        for line in common.summary_lines(results):
-            print("  " + line)
-        return 0
-    lines = [f"job {job.job_id} FAILED (state {state})"]
-    for f in failed:
-        lines.append(f"rank {f['rank']} on {f['host']}: {f['error']}")
-    if not failed:
-        for r in range(plan.world_size):
-            t = common.tail(folder / f"{job.job_id}_{r}_log.err", 8)
-            if t:
-                lines.append(f"rank {r} stderr tail:\n    " + "\n    ".join(t))
-    raise JobFailed("\n  ".join(lines), f"per-rank logs: {folder}/{job.job_id}_<rank>_log.err")

@@ -29,18 +29,30 @@ def submit(plan: LaunchPlan):
 
 
 def run(plan: LaunchPlan, wait: bool = True) -> int:
-    from hpcqa.executors.local import report
+    from hpcqa import status
 
     job, folder = submit(plan)
+    common.register(plan, job.job_id, folder)
     print(f"submitted Slurm job {job.job_id}: {plan.world_size} ranks on {plan.nodes} node(s); folder {folder}",
           file=sys.stderr)
     print(f"  logs: {folder}/{job.job_id}_<rank>_log.out|err", file=sys.stderr)
     if not wait:
         print(job.job_id)
         return 0
+    last: dict = {}
+
+    def done() -> bool:
+        recs, _ = status.query_slurm([job.job_id])
+        rec = recs.get(job.job_id)
+        if rec is None:  # neither sacct nor squeue knows it any more: it ended
+            last["state"] = status.state_from_files(folder) or "FAILED"
+            return True
+        last["state"] = rec.state
+        return status.is_final(rec.state)
+
     try:
-        common.watch(folder, job.done, f"job {job.job_id}", poll_s=2.0)
+        common.watch(folder, done, f"job {job.job_id}", poll_s=2.0)
     except KeyboardInterrupt:
-        print(f"\nstopped watching; job {job.job_id} keeps running (cancel: scancel {job.job_id})", file=sys.stderr)
+        print(f"\nstopped watching; job {job.job_id} keeps running (hpcqa cancel {job.job_id})", file=sys.stderr)
         return 130
-    return report(job, folder, plan)
+    return common.report(job.job_id, folder, last.get("state", "UNKNOWN"), plan)

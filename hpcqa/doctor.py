@@ -1,0 +1,128 @@
+"""`hpcqa doctor`: what to check before submitting. Each check: ok / warning / error, with the fix.
+
+Scheduler facts come through status.run (the one door); versions through importlib.metadata, so the
+doctor doesn't pay torch's import either.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import re
+import shutil
+from dataclasses import dataclass
+from typing import Mapping
+
+from hpcqa import plan, status
+
+
+@dataclass
+class Check:
+    name: str
+    level: str  # ok | warning | error
+    message: str
+    fix: str = ""
+
+
+def parse_nodes(text: str) -> list[dict[str, str]]:
+    """`scontrol show node -o` -> one dict per node (NodeName, Sockets, CoresPerSocket, ...)."""
+    nodes = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", line))
+        if "NodeName" in fields:
+            nodes.append(fields)
+    return nodes
+
+
+def topology_checks(cfg, nodes: list[Mapping[str, str]]) -> list[Check]:
+    c = cfg.cluster
+    part = c.partition
+    pool = [n for n in nodes if not part or part in n.get("Partitions", "").split(",")]
+    if not pool:
+        return [Check("partition", "error", f"no nodes in partition {part!r}",
+                      "set cluster.partition to one `sinfo -s` lists")]
+    out = []
+    if len(pool) < c.nodes:
+        out.append(Check("nodes", "error", f"config asks for {c.nodes} nodes, partition has {len(pool)}",
+                         f"set cluster.nodes <= {len(pool)}"))
+    shapes = {(int(n.get("Sockets", 0)), int(n.get("CoresPerSocket", 0)), int(n.get("ThreadsPerCore", 0)))
+              for n in pool}
+    for s, cps, tpc in sorted(shapes):
+        names = [n["NodeName"] for n in pool if (int(n.get("Sockets", 0)), int(n.get("CoresPerSocket", 0)),
+                                                  int(n.get("ThreadsPerCore", 0))) == (s, cps, tpc)]
+        desc = f"{len(names)} node(s) ({', '.join(names[:4])}{'...' if len(names) > 4 else ''}): {s} sockets x {cps} cores x {tpc} threads"
+        problems = []
+        if c.sockets_per_node > s:
+            problems.append(f"config asks for {c.sockets_per_node} sockets (ranks) per node, nodes have {s}")
+        if c.cores_per_socket > cps:
+            problems.append(f"config asks for {c.cores_per_socket} cores per socket, nodes have {cps}")
+        if c.threads_per_core > tpc:
+            problems.append(f"config asks for {c.threads_per_core} threads per core, nodes have {tpc}")
+        if problems:
+            out.append(Check("topology", "error", desc + "; " + "; ".join(problems),
+                             f"set cluster.sockets_per_node={s}, cluster.cores_per_socket={cps}, "
+                             f"cluster.threads_per_core={tpc}"))
+        elif (c.sockets_per_node, c.cores_per_socket, c.threads_per_core) != (s, cps, tpc):
+            out.append(Check("topology", "warning", desc + f"; config uses {c.sockets_per_node}x{c.cores_per_socket}x"
+                             f"{c.threads_per_core}: part of each node stays idle",
+                             "match cluster.* to the nodes to use them fully"))
+        else:
+            out.append(Check("topology", "ok", desc + " (matches the config)"))
+    return out
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def run_checks(cfg=None) -> list[Check]:
+    checks: list[Check] = []
+    if shutil.which("sbatch"):
+        v = status.run(["sinfo", "--version"])
+        checks.append(Check("slurm", "ok" if v.returncode == 0 else "error",
+                            v.stdout.strip() or v.stderr.strip(),
+                            "" if v.returncode == 0 else "is SLURM_CONF set and slurmctld reachable?"))
+        acct = status.run(["sacct", "-n", "-X", "-S", "now", "-o", "JobID"])
+        if acct.returncode == 0:
+            checks.append(Check("accounting", "ok", "on (sacct answers): states come from sacct"))
+        else:
+            checks.append(Check("accounting", "warning", f"off ({(acct.stderr or acct.stdout).strip()[:100]})",
+                                "status falls back to squeue + the jobs' own files; ask your admins about slurmdbd"))
+        nodes = status.run(["scontrol", "show", "node", "-o"])
+        parsed = parse_nodes(nodes.stdout) if nodes.returncode == 0 else []
+        if parsed:
+            shapes = sorted({f"{n.get('Sockets')}x{n.get('CoresPerSocket')}x{n.get('ThreadsPerCore')}" for n in parsed})
+            checks.append(Check("nodes", "ok", f"{len(parsed)} node(s), sockets x cores x threads: {', '.join(shapes)}"))
+            if cfg is not None:
+                checks += topology_checks(cfg, parsed)
+        else:
+            checks.append(Check("nodes", "error", f"scontrol show node failed: {nodes.stderr.strip()}",
+                                "check SLURM_CONF / the controller"))
+    else:
+        checks.append(Check("slurm", "warning", "sbatch not found: jobs run on the local executor",
+                            "run on a Slurm login node to submit to a cluster"))
+    dirs = plan.library_dirs()
+    for name, files in plan.LIBRARIES.items():
+        p = plan.find_library(files, dirs)
+        checks.append(Check(name, "ok" if p else "warning", p or "not found",
+                            "" if p else f"install: {plan.LIB_PACKAGES[name]}"))
+    for dist in ("torch", "transformers", "accelerate", "datasets", "submitit"):
+        v = _version(dist)
+        checks.append(Check(dist, "ok" if v else "error", v or "not installed", "" if v else f"pip install {dist}"))
+    ccl = importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None
+    checks.append(Check("ccl bindings", "ok" if ccl else "warning",
+                        f"oneccl_bindings_for_pytorch {'found' if ccl else 'not installed'}",
+                        "" if ccl else "DDP runs over gloo; oneccl_bind_pt is on Intel's wheel index, not PyPI"))
+    backend = plan.resolve_backend(cfg.train.ddp_backend if cfg else "auto", ccl)
+    checks.append(Check("ddp backend", "ok" if not (backend.resolved == "ccl" and not ccl) else "error",
+                        f"{backend.resolved} ({backend.reason})",
+                        "" if not (backend.resolved == "ccl" and not ccl) else "set train.ddp_backend = \"gloo\""))
+    ipex = _version("intel-extension-for-pytorch")
+    checks.append(Check("ipex", "ok" if ipex else "warning", ipex or "not installed (optional)",
+                        "" if ipex else "optional; IPEX's last release (2.8) needs torch 2.8"))
+    return checks

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""A real, throw-away Slurm cluster on this machine, for the integration tests and for contributors.
+
+    python scripts/devcluster.py up   --dir /tmp/hq-slurm [--nodes 2] [--accounting] [--max-array-size N]
+    eval "$(python scripts/devcluster.py env --dir /tmp/hq-slurm)"     # SLURM_CONF for your shell
+    python scripts/devcluster.py down --dir /tmp/hq-slurm
+
+Debian's Slurm 22.05 (slurmctld, slurmd, slurm-client, munge; slurmdbd + mariadb-server for
+accounting), everything under --dir. One node: slurmd on 127.0.0.1 as node "c1". N > 1 nodes: one
+network namespace per node ("hq-nodeK", 10.77.0.1K on bridge hq-br0 10.77.0.1), each slurmd with its
+own hostname and /etc/hosts, so ranks on node2 really talk to node1 over a network. Every node
+declares 2 sockets x 1 core (this machine's 2 CPUs). Needs root. `down` stops only the daemons `up`
+started (by their pid files) and removes the namespaces, veths and bridge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BRIDGE, NET = "hq-br0", "10.77.0"
+DB_PORT, DBD_PORT, CTLD_PORT, SLURMD_PORT = 3317, 6819, 6817, 6818
+CLUSTER = "hqtest"
+
+
+def sh(*cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
+
+
+def wait_port(host: str, port: int, timeout: float = 30.0) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"nothing listening on {host}:{port} after {timeout}s")
+
+
+def node_names(n: int) -> list[str]:
+    return ["c1"] if n == 1 else [f"node{i}" for i in range(1, n + 1)]
+
+
+def write_conf(d: Path, nodes: int, accounting: bool, max_array: int) -> Path:
+    names = node_names(nodes)
+    multi = nodes > 1
+    lines = [
+        f"ClusterName={CLUSTER}",
+        f"SlurmctldHost=localhost({NET}.1)" if multi else "SlurmctldHost=localhost",
+        "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", "CredType=cred/munge",
+        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/affinity",
+        "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
+        "SlurmdParameters=config_overrides", "ReturnToService=2", "MailProg=/bin/true",
+        f"SlurmctldPort={CTLD_PORT}", f"SlurmdPort={SLURMD_PORT}",
+        f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool/%n",
+        f"SlurmctldPidFile={d}/slurmctld.pid", f"SlurmdPidFile={d}/slurmd.%n.pid",
+        f"SlurmctldLogFile={d}/slurmctld.log", f"SlurmdLogFile={d}/slurmd.%n.log",
+        "SlurmctldDebug=info", "SlurmdDebug=info", f"MaxArraySize={max_array}",
+        "SchedulerType=sched/backfill", "SchedulerParameters=sched_interval=1",
+        "JobAcctGatherType=jobacct_gather/none", "MinJobAge=300", "KillWait=5",
+        "InactiveLimit=0", "Waittime=0", "MessageTimeout=20",
+    ]
+    if accounting:
+        lines += ["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
+                  f"AccountingStoragePort={DBD_PORT}"]
+    else:
+        lines += ["AccountingStorageType=accounting_storage/none"]
+    for i, name in enumerate(names, start=1):
+        addr = f"{NET}.1{i}" if multi else "127.0.0.1"
+        lines.append(f"NodeName={name} NodeAddr={addr} Sockets=2 CoresPerSocket=1 ThreadsPerCore=1 "
+                     f"RealMemory=4000 State=UNKNOWN")
+    lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP "
+                 f"OverSubscribe=NO")
+    conf = d / "slurm.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    return conf
+
+
+def start_munge(d: Path) -> None:
+    if Path("/run/munge/munge.socket.2").exists() and sh("munge", "-n", check=False).returncode == 0:
+        return  # a munged is already running (not ours: leave it alone)
+    os.makedirs("/run/munge", exist_ok=True)
+    shutil.chown("/run/munge", "munge", "munge")
+    pidfile = d / "munged.pid"
+    sh("runuser", "-u", "munge", "--", "munged", f"--pid-file={pidfile}", "--force")
+    for _ in range(50):
+        if sh("munge", "-n", check=False).returncode == 0:
+            return
+        time.sleep(0.1)
+    raise RuntimeError("munged did not come up")
+
+
+def start_db(d: Path, env: dict) -> None:
+    db = d / "mysql"
+    sock = d / "mysqld.sock"
+    if not db.exists():
+        sh("mariadb-install-db", f"--datadir={db}", "--user=root", "--auth-root-authentication-method=normal",
+           "--skip-test-db")
+    subprocess.Popen(["mariadbd", f"--datadir={db}", "--user=root", f"--socket={sock}", f"--port={DB_PORT}",
+                      "--bind-address=127.0.0.1", f"--pid-file={d}/mariadb.pid", f"--log-error={d}/mariadb.log",
+                      "--skip-grant-tables=0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
+    wait_port("127.0.0.1", DB_PORT)
+    sql = ("CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'hqpw';"
+           "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;")
+    sh("mariadb", f"--socket={sock}", "-uroot", "-e", sql)
+    conf = d / "slurmdbd.conf"
+    conf.write_text("\n".join([
+        "AuthType=auth/munge", "DbdHost=localhost", f"DbdPort={DBD_PORT}", "SlurmUser=root",
+        f"PidFile={d}/slurmdbd.pid", f"LogFile={d}/slurmdbd.log", "StorageType=accounting_storage/mysql",
+        "StorageHost=127.0.0.1", f"StoragePort={DB_PORT}", "StorageUser=slurm", "StoragePass=hqpw",
+        "StorageLoc=slurm_acct_db"]) + "\n")
+    conf.chmod(0o600)
+    sh("slurmdbd", env=env)
+    wait_port("127.0.0.1", DBD_PORT)
+    for _ in range(30):
+        r = sh("sacctmgr", "-i", "add", "cluster", CLUSTER, env=env, check=False)
+        if r.returncode == 0 or "already exists" in (r.stdout + r.stderr):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"sacctmgr add cluster failed: {r.stderr}")
+
+
+def setup_network(d: Path, nodes: int) -> None:
+    sh("ip", "link", "add", BRIDGE, "type", "bridge", check=False)
+    sh("ip", "addr", "add", f"{NET}.1/24", "dev", BRIDGE, check=False)
+    sh("ip", "link", "set", BRIDGE, "up")
+    hosts = ["127.0.0.1 localhost", f"{NET}.1 ctl"] + [f"{NET}.1{i} node{i}" for i in range(1, nodes + 1)]
+    (d / "hosts").write_text("\n".join(hosts) + "\n")
+    for i in range(1, nodes + 1):
+        ns, veth = f"hq-node{i}", f"hq-v{i}"
+        sh("ip", "netns", "add", ns, check=False)
+        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", f"{veth}p", check=False)
+        sh("ip", "link", "set", f"{veth}p", "netns", ns, check=False)
+        sh("ip", "link", "set", veth, "master", BRIDGE)
+        sh("ip", "link", "set", veth, "up")
+        sh("ip", "-n", ns, "addr", "add", f"{NET}.1{i}/24", "dev", f"{veth}p", check=False)
+        sh("ip", "-n", ns, "link", "set", f"{veth}p", "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+
+
+def up(a: argparse.Namespace) -> int:
+    d = Path(a.dir).absolute()
+    for sub in ("state", "spool"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    conf = write_conf(d, a.nodes, a.accounting, a.max_array_size)
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    start_munge(d)
+    if a.accounting:
+        start_db(d, env)
+    if a.nodes > 1:
+        setup_network(d, a.nodes)
+    sh("slurmctld", env=env)
+    wait_port("127.0.0.1", CTLD_PORT)
+    for i, name in enumerate(node_names(a.nodes), start=1):
+        (d / "spool" / name).mkdir(exist_ok=True)
+        if a.nodes == 1:
+            sh("slurmd", "-N", name, env=env)
+        else:
+            # not `ip netns exec`: it remounts /sys and slurmd then finds no cgroup filesystem
+            inner = f"mount --bind {d}/hosts /etc/hosts && hostname {name} && exec slurmd -N {name}"
+            sh("nsenter", f"--net=/run/netns/hq-node{i}", "--", "unshare", "--mount", "--uts", "--",
+               "sh", "-c", inner, env=env)
+    end = time.time() + 60
+    while time.time() < end:
+        r = sh("sinfo", "-h", "-o", "%T", env=env, check=False)
+        states = r.stdout.split()
+        if states and all(s.startswith("idle") for s in states):
+            print(f"export SLURM_CONF={conf}")
+            return 0
+        time.sleep(0.5)
+    print(f"devcluster: nodes not idle after 60 s: {r.stdout} {r.stderr}", file=sys.stderr)
+    return 1
+
+
+def _kill_pidfile(p: Path, wait_s: float = 10.0) -> None:
+    try:
+        pid = int(p.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        p.unlink(missing_ok=True)
+        return
+    end = time.time() + wait_s
+    while time.time() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.unlink(missing_ok=True)
+
+
+def down(a: argparse.Namespace) -> int:
+    d = Path(a.dir).absolute()
+    for p in sorted(d.glob("slurmd.*.pid")):
+        _kill_pidfile(p)
+    for name in ("slurmctld.pid", "slurmdbd.pid", "mariadb.pid", "munged.pid"):
+        _kill_pidfile(d / name)
+    r = sh("ip", "-o", "link", "show", check=False)
+    for line in r.stdout.splitlines():
+        dev = line.split(":")[1].strip().split("@")[0]
+        if dev.startswith("hq-v") and not dev.endswith("p"):
+            sh("ip", "link", "del", dev, check=False)
+    for ns in sh("ip", "netns", "list", check=False).stdout.split("\n"):
+        if ns.startswith("hq-node"):
+            sh("ip", "netns", "del", ns.split()[0], check=False)
+    sh("ip", "link", "del", BRIDGE, check=False)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("up")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--accounting", action="store_true")
+    p.add_argument("--max-array-size", type=int, default=1001)
+    p = sub.add_parser("down")
+    p.add_argument("--dir", required=True)
+    p = sub.add_parser("env")
+    p.add_argument("--dir", required=True)
+    a = ap.parse_args(argv)
+    if a.cmd == "env":
+        print(f"export SLURM_CONF={Path(a.dir).absolute() / 'slurm.conf'}")
+        return 0
+    return up(a) if a.cmd == "up" else down(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
