@@ -249,8 +249,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     folder = Path(row.folder)
     rank = args.rank
     if rank is None:
-        failed = sorted(folder.glob("ranks/rank-*.failed"))
-        rank = int(failed[0].stem.split("-")[1]) if failed else 0
+        from hpcqa.executors.common import failed_ranks
+        failed = failed_ranks(folder)
+        rank = int(failed[0]["rank"]) if failed else 0
     if not 0 <= rank < row.world_size:
         raise UsageError(f"job {row.id} has ranks 0-{row.world_size - 1}, not {rank}", "pass --rank N in that range")
     suffix = "out" if args.stdout else "err"

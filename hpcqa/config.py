@@ -148,6 +148,8 @@ class TrainConfig:
         "auto", "auto: ccl when oneccl_bindings_for_pytorch imports and transformers accepts it, "
                 "else gloo. ccl unavailable -> error before training.")
     seed: int = opt(42, "Random seed.", min=0)
+    ddp_timeout_s: int = opt(1800, "Timeout of the rendezvous and of every collective: a rank that can't "
+                                   "reach MASTER_ADDR or a peer fails after this long.", min=10)
     do_eval: bool = opt(True, "Evaluate (EM/F1) after training.")
     logging_steps: int = opt(10, "Log loss every N steps.", min=1)
     save_steps: int = opt(200, "Checkpoint every N steps (resume picks up the last one).", min=1)

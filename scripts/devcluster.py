@@ -46,7 +46,8 @@ def wait_port(host: str, port: int, timeout: float = 30.0) -> None:
 
 
 def node_names(n: int) -> list[str]:
-    return ["c1"] if n == 1 else [f"node{i}" for i in range(1, n + 1)]
+    # one node: named after this machine, so the nodelist's first host (MASTER_ADDR) resolves
+    return [socket.gethostname()] if n == 1 else [f"node{i}" for i in range(1, n + 1)]
 
 
 def write_conf(d: Path, nodes: int, accounting: bool, max_array: int) -> Path:
@@ -89,8 +90,10 @@ def start_munge(d: Path) -> None:
         return  # a munged is already running (not ours: leave it alone)
     os.makedirs("/run/munge", exist_ok=True)
     shutil.chown("/run/munge", "munge", "munge")
-    pidfile = d / "munged.pid"
+    # munged runs as munge and can't write into our root-owned dir: keep its pid file in /run/munge
+    pidfile = Path("/run/munge/hq-munged.pid")
     sh("runuser", "-u", "munge", "--", "munged", f"--pid-file={pidfile}", "--force")
+    (d / "munged.pidfile").write_text(str(pidfile))
     for _ in range(50):
         if sh("munge", "-n", check=False).returncode == 0:
             return
@@ -210,8 +213,11 @@ def down(a: argparse.Namespace) -> int:
     d = Path(a.dir).absolute()
     for p in sorted(d.glob("slurmd.*.pid")):
         _kill_pidfile(p)
-    for name in ("slurmctld.pid", "slurmdbd.pid", "mariadb.pid", "munged.pid"):
+    for name in ("slurmctld.pid", "slurmdbd.pid", "mariadb.pid"):
         _kill_pidfile(d / name)
+    if (d / "munged.pidfile").exists():
+        _kill_pidfile(Path((d / "munged.pidfile").read_text().strip()))
+        (d / "munged.pidfile").unlink()
     r = sh("ip", "-o", "link", "show", check=False)
     for line in r.stdout.splitlines():
         dev = line.split(":")[1].strip().split("@")[0]

@@ -1,6 +1,16 @@
 #!/bin/bash
 # Install everything the tests need on a fresh machine, then run them. `.ci/run` calls this.
+# As root it also installs Debian's Slurm, munge and MariaDB: the integration tests start a real
+# throw-away cluster (scripts/devcluster.py) and stop it again. Without root those tests skip,
+# except under CI (CI=true), where a missing cluster is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "$(id -u)" = 0 ] && ! command -v slurmctld >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        slurmctld slurmd slurm-client slurmdbd munge mariadb-server iproute2 \
+        libgoogle-perftools4 libjemalloc2 >/dev/null
+fi
 bash scripts/install.sh
+if [ "${CI:-}" = true ]; then export HPCQA_REQUIRE_SLURM=1; fi
 python3 -m pytest -q -ra tests "$@"

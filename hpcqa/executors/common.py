@@ -42,8 +42,9 @@ def report(job_id: str, folder: Path, state: str, plan: LaunchPlan) -> int:
             print("  " + line)
         return 0
     lines = [f"job {job_id} {'FAILED' if state in ('COMPLETED', 'FINISHED', 'DONE') else state}"]
-    for f in failed:
-        lines.append(f"rank {f['rank']} on {f['host']}: {f['error']}")
+    for i, f in enumerate(failed):
+        lines.append(f"rank {f['rank']} on {f['host']}: {f['error']}" + ("  <- first failure" if i == 0 and
+                                                                          len(failed) > 1 else ""))
     if not failed:
         for r in range(plan.world_size):
             t = [x for x in tail(next(iter(sorted(folder.glob(f"*_{r}_log.err"))), folder / "none"), 6)]
@@ -68,12 +69,13 @@ def read_json(path: Path) -> Any:
 
 
 def failed_ranks(folder: Path) -> list[dict]:
+    """The ranks that failed, earliest first: the first is the cause, the others usually lost their peer."""
     out = []
-    for p in sorted((folder / "ranks").glob("rank-*.failed")):
+    for p in (folder / "ranks").glob("rank-*.failed"):
         d = read_json(p)
         if d:
             out.append(d)
-    return out
+    return sorted(out, key=lambda d: (d.get("time", 0), d.get("rank", 0)))
 
 
 def tail(path: Path, n: int = 15) -> list[str]:

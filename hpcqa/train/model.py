@@ -17,9 +17,20 @@ from pathlib import Path
 TINY_VERSION = "1"
 
 
+TINY_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+
+def _complete(d: Path) -> bool:
+    return all((d / f).exists() for f in TINY_FILES)
+
+
 def build_tiny_bert(directory: Path) -> Path:
-    """Write a tiny random BERT + a trained WordPiece tokenizer to `directory` (atomically)."""
-    if (directory / "config.json").exists():
+    """Write a tiny random BERT + a trained WordPiece tokenizer to `directory`, atomically and complete.
+
+    The files are written directly, not with model.save_pretrained: under torch.distributed that only
+    writes on global rank 0, and a rank on another node would publish a directory without weights.
+    """
+    if _complete(directory):
         return directory
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
@@ -42,14 +53,25 @@ def build_tiny_bert(directory: Path) -> Path:
     import torch
     torch.manual_seed(0)
     model = BertForQuestionAnswering(cfg)
-    tmp = directory.with_name(f"{directory.name}.tmp{os.getpid()}")
+    from safetensors.torch import save_file
+    import shutil
+    import socket
+
+    tmp = directory.with_name(f"{directory.name}.tmp-{socket.gethostname()}-{os.getpid()}")
     fast.save_pretrained(tmp)
-    model.save_pretrained(tmp)
+    cfg.architectures = ["BertForQuestionAnswering"]
+    cfg.to_json_file(str(tmp / "config.json"))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+    if not _complete(tmp):
+        raise RuntimeError(f"building the tiny model left {tmp} incomplete")
     try:
         os.replace(tmp, directory)
-    except OSError:  # another process won the race
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        if _complete(directory):  # another process won the race
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:  # an incomplete leftover: move it aside, publish ours
+            os.replace(directory, directory.with_name(f"{directory.name}.broken-{os.getpid()}"))
+            os.replace(tmp, directory)
     return directory
 
 

@@ -170,7 +170,9 @@ def _run(plan: dict, job_dir: Path, report_path: Path) -> dict:
     if world > 1 and ddp_backend is None:
         # Newer transformers dropped "ccl": set the process group up ourselves; accelerate adopts it.
         import torch.distributed as dist
-        dist.init_process_group(backend=backend, rank=rank, world_size=world)
+        import datetime
+        dist.init_process_group(backend=backend, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=tc["ddp_timeout_s"]))
 
     ckpt_dir = job_dir / "checkpoints"
     args = TrainingArguments(
@@ -183,6 +185,7 @@ def _run(plan: dict, job_dir: Path, report_path: Path) -> dict:
         save_strategy="steps", save_steps=tc["save_steps"], save_total_limit=tc["save_total_limit"],
         dataloader_num_workers=tc["dataloader_num_workers"], report_to=[], disable_tqdm=True,
         ddp_find_unused_parameters=False, log_level="warning", eval_strategy="no",
+        ddp_timeout=tc["ddp_timeout_s"],
         # transformers 5 folded warmup_ratio into warmup_steps (a float < 1 is a ratio)
         **({"warmup_ratio": tc["warmup_ratio"]} if "warmup_ratio" in TrainingArguments.__dataclass_fields__
            else {"warmup_steps": tc["warmup_ratio"]}),
@@ -192,7 +195,8 @@ def _run(plan: dict, job_dir: Path, report_path: Path) -> dict:
                            f"world_size={args.world_size}, expected {world}): every rank would train alone")
 
     croot = cache_root(plan)
-    with args.main_process_first(desc="model and data"):
+    # global rank 0 first: the cache is usually on a shared filesystem; the writes are atomic anyway
+    with args.main_process_first(local=False, desc="model and data"):
         model_path, kwargs = resolve(mc, croot)
         tokenizer = AutoTokenizer.from_pretrained(model_path, **kwargs)
         raw = qa_data.load_raw(dc, tc["seed"], croot, mc["allow_download"])

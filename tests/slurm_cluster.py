@@ -1,0 +1,39 @@
+"""Bring a real dev Slurm cluster (scripts/devcluster.py) up for a test module and down afterwards."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def available() -> str:
+    if os.geteuid() != 0:
+        return "needs root"
+    for tool in ("slurmctld", "slurmd", "sbatch", "munged"):
+        if not shutil.which(tool):
+            return f"{tool} not installed (scripts/test.sh installs Debian's Slurm as root)"
+    return ""
+
+
+def cluster(tmp_path_factory, nodes: int, accounting: bool):
+    why = available()
+    if why:
+        if os.environ.get("HPCQA_REQUIRE_SLURM"):
+            pytest.fail(f"real Slurm required but unavailable: {why}")
+        pytest.skip(why)
+    d = tmp_path_factory.mktemp(f"slurm{nodes}{'a' if accounting else ''}")
+    cmd = [sys.executable, str(ROOT / "scripts/devcluster.py"), "up", "--dir", str(d), "--nodes", str(nodes)]
+    if accounting:
+        cmd.append("--accounting")
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stderr
+        yield {"SLURM_CONF": str(d / "slurm.conf"), "HPCQA_REGISTRY": str(d / "registry.sqlite"),
+               "HPCQA_CACHE": str(tmp_path_factory.getbasetemp() / "hpcqa-cache")}
+    finally:
+        subprocess.run([sys.executable, str(ROOT / "scripts/devcluster.py"), "down", "--dir", str(d)],
+                       capture_output=True, text=True, timeout=120)

@@ -1,0 +1,111 @@
+"""On a real Slurm 22.05: 2 emulated nodes (network namespaces) with accounting (slurmdbd + MariaDB)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import slurm_cluster
+from tests.conftest import ROOT, run_cli
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+TINY = ["--set", "cluster.executor=slurm", "--set", "model.name_or_path=builtin:tiny-bert",
+        "--set", "data.synthetic_train_examples=240", "--set", "data.synthetic_eval_examples=60",
+        "--set", "train.num_train_epochs=1", "--set", "cluster.time_limit_min=10", "--set", "train.ddp_timeout_s=120",
+        "--set", "train.bf16=false"]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    yield from slurm_cluster.cluster(tmp_path_factory, nodes=2, accounting=True)
+
+
+def submit(env, out, *extra, wait=True):
+    args = ["submit", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(out))}", *extra]
+    return run_cli(*args, *([] if wait else ["--no-wait"]), env=env)
+
+
+def status(env, *ids):
+    r = run_cli("status", "--json", *ids, env=env)
+    assert r.returncode == 0, r.stderr
+    return {j["id"]: j for j in json.loads(r.stdout)}
+
+
+def wait_state(env, job_id, want, timeout=120):
+    end = time.time() + timeout
+    while time.time() < end:
+        j = status(env, job_id).get(job_id)
+        if j and j["state"] in want:
+            return j
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} never reached {want}: {j}")
+
+
+def test_two_nodes_two_tasks_each(slurm, tmp_path):
+    r = submit(slurm, tmp_path, "--set", "cluster.nodes=2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "COMPLETED" in r.stdout
+    job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
+    folder = tmp_path / "quickstart" / job_id
+    reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
+    assert [rep["host"] for rep in reports] == ["node1", "node1", "node2", "node2"]
+    assert {rep["master_addr"] for rep in reports} == {"node1"}
+    assert [rep["node_rank"] for rep in reports] == [0, 0, 1, 1] and {rep["env_source"] for rep in reports} == {"slurm"}
+    assert len({rep["weights_digest"] for rep in reports}) == 1   # gloo DDP across the namespaces
+    res = json.loads((folder / "results.json").read_text())
+    assert res["world_size"] == 4 and res["nodes"] == 2 and "f1" in res
+    j = wait_state(slurm, job_id, {"COMPLETED"})
+    assert j["results"]["f1"] == res["f1"] and j["executor"] == "slurm" and j["nodes"] == 2
+
+
+def test_cancelled_job_shows_cancelled(slurm, tmp_path):
+    r = submit(slurm, tmp_path, "--set", "train.max_steps=100000", wait=False)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip()
+    wait_state(slurm, job_id, {"RUNNING"})
+    c = run_cli("cancel", job_id, env=slurm)
+    assert c.returncode == 0, c.stderr
+    j = wait_state(slurm, job_id, {"CANCELLED"}, timeout=60)
+    assert j["state"] == "CANCELLED"
+
+
+def test_failing_job_shows_failed_with_the_error(slurm, tmp_path):
+    r = submit(slurm, tmp_path, "--set", "train.fail_at_step=2")
+    assert r.returncode == 1 and "FAILED" in r.stderr and "Traceback" not in r.stderr
+    job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
+    wait_state(slurm, job_id, {"FAILED"})
+    logs = run_cli("logs", job_id, env=slurm)       # defaults to the rank that failed
+    assert logs.returncode == 0 and "fail_at_step" in logs.stdout and "RuntimeError" in logs.stdout
+    assert run_cli("logs", job_id, "--rank", "9", env=slurm).returncode == 2
+
+
+def test_doctor_reports_topology_and_flags_too_many_sockets(slurm):
+    ok = run_cli("doctor", env=slurm)
+    assert "2 node(s), sockets x cores x threads: 2x1x1" in ok.stdout and "accounting: on" in ok.stdout
+    bad = run_cli("doctor", "configs/quickstart.toml", "--set", "cluster.sockets_per_node=4", env=slurm)
+    assert bad.returncode == 1 and "asks for 4 sockets" in bad.stdout and "fix: set cluster.sockets_per_node=2" in bad.stdout
+
+
+def test_status_of_1000_jobs_makes_one_sacct_call(slurm, tmp_path):
+    code = f"""
+import os, sys, time
+from hpcqa import registry, status
+reg = registry.Registry({str(tmp_path / 'r.sqlite')!r})
+reg.add_many(dict(id=str(500000 + i), name='n', executor='slurm', folder='/nonexistent', config={{}},
+                  source='x', nodes=1, world_size=2) for i in range(1000))
+calls = []
+real = status.RUNNER[0]
+status.RUNNER[0] = lambda argv: (calls.append(argv[0]), real(argv))[1]
+t = time.time()
+views, source = status.collect(reg, all_jobs=True)
+dt = time.time() - t
+print(len(views), calls.count('sacct'), source, 'torch' in sys.modules, round(dt, 3))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, **slurm}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    n, sacct_calls, source, torch_loaded, _ = r.stdout.split()
+    assert (n, sacct_calls, source, torch_loaded) == ("1000", "1", "sacct", "False")
