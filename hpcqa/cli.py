@@ -278,7 +278,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    import signal
     from hpcqa import status
     from hpcqa.errors import SubmitError
     rc = 0
@@ -293,9 +292,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             if proc.returncode != 0:
                 raise SubmitError(f"scancel {row.id} failed: {proc.stderr.strip()}", "check the id with hpcqa status")
         else:
-            try:
-                os.kill(int(row.id), signal.SIGTERM)  # the controller forwards it to every rank
-            except ProcessLookupError:
+            from hpcqa.executors.local import cancel as cancel_local
+            if not cancel_local(int(row.id)):
                 print(f"job {row.id} is not running")
                 continue
         folder.mkdir(parents=True, exist_ok=True)

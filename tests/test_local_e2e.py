@@ -75,3 +75,41 @@ def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
     assert r.returncode == 0, r.stderr
     again = json.loads((job / "results.json").read_text())
     assert again["resumed_from"].endswith("checkpoint-6")
+
+
+def test_local_job_in_registry_status_and_cancel(tmp_path, cache_env):
+    import subprocess
+    import sys
+    import time
+    env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
+    out, err = tmp_path / "submit.out", tmp_path / "submit.err"
+    with open(out, "w") as f, open(err, "w") as e:  # the background controller inherits them: no pipes
+        r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
+                            "--set", "train.max_steps=100000", "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
+                            "--no-wait"], stdout=f, stderr=e, env=env, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, err.read_text()
+    job_id = out.read_text().strip()
+
+    def state():
+        s = subprocess.run([sys.executable, "-m", "hpcqa", "status", "--json", job_id], capture_output=True,
+                           text=True, env=env, cwd=ROOT)
+        return json.loads(s.stdout)[0]
+
+    end = time.time() + 60
+    while state()["state"] != "RUNNING" and time.time() < end:
+        time.sleep(1)
+    assert state()["state"] == "RUNNING" and state()["executor"] == "local"
+    c = subprocess.run([sys.executable, "-m", "hpcqa", "cancel", job_id], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert c.returncode == 0, c.stderr
+    end = time.time() + 30
+    while time.time() < end:
+        try:
+            os.kill(int(job_id), 0)
+            time.sleep(0.5)
+        except ProcessLookupError:
+            break
+    else:
+        raise AssertionError("the local controller survived hpcqa cancel")
+    assert state()["state"] == "CANCELLED"
+    ranks = subprocess.run(["pgrep", "-f", f"submitit.core._submit {tmp_path}"], capture_output=True, text=True)
+    assert ranks.stdout.strip() == "", "rank processes survived the cancel"

@@ -8,6 +8,6 @@ from hpcqa.plan import LaunchPlan
 def run_plan(plan: LaunchPlan, wait: bool = True) -> int:
     if plan.executor == "local":
         from hpcqa.executors.local import run
-        return run(plan)
+        return run(plan, wait=wait)
     from hpcqa.executors.slurm import run
     return run(plan, wait=wait)

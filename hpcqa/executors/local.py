@@ -16,6 +16,44 @@ from hpcqa.executors import common
 from hpcqa.plan import LaunchPlan
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def cancel(controller_pid: int, grace_s: float = 10.0) -> bool:
+    """Stop a local job: SIGINT to submitit's controller, which stops its ranks (SIGINT, then SIGKILL).
+    SIGTERM would not do: submitit's job processes bypass it (on Slurm it precedes preemption).
+    Whatever is left after the grace period is killed. False if the job wasn't running."""
+    import os
+    import signal
+    import time
+    ranks = _children(controller_pid)
+    try:
+        os.kill(controller_pid, signal.SIGINT)
+    except ProcessLookupError:
+        return False
+    end = time.time() + grace_s
+    while time.time() < end:
+        alive = [p for p in [controller_pid, *ranks] if Path(f"/proc/{p}").exists()]
+        if not alive:
+            return True
+        time.sleep(0.2)
+    for p in [*ranks, controller_pid]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return True
+
+
 def submit(plan: LaunchPlan):
     import submitit
 
@@ -30,7 +68,7 @@ def submit(plan: LaunchPlan):
     return job, Path(job.paths.folder)
 
 
-def run(plan: LaunchPlan) -> int:
+def run(plan: LaunchPlan, wait: bool = True) -> int:
     job, folder = submit(plan)
     common.register(plan, job.job_id, folder)
     err = sys.stderr
@@ -38,6 +76,11 @@ def run(plan: LaunchPlan) -> int:
     for r, lr in zip(range(plan.world_size), plan.local_ranks):
         print(f"  rank {r}: CPUs {','.join(map(str, lr.cpus)) or 'unbound'}  "
               f"log {folder / f'{job.job_id}_{r}_log.err'}", file=err)
+    if not wait:
+        print(f"  runs on in the background: hpcqa status {job.job_id} / hpcqa logs {job.job_id} -f / "
+              f"hpcqa cancel {job.job_id}", file=err)
+        print(job.job_id)
+        return 0
     try:
         common.watch(folder, job.done, f"job {job.job_id}", fail_fast=job.cancel)
     except KeyboardInterrupt:

@@ -1,0 +1,152 @@
+"""Pure parts of status: Slurm text -> states, the state table, local jobs, the registry under concurrency."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcqa import registry, status
+from tests.conftest import ROOT
+
+# recorded from the dev cluster (Slurm 22.05.8), `sacct -X -n -P --format JobID,State,ExitCode,Elapsed,NNodes,NodeList`
+SACCT = """\
+1|CANCELLED by 0|0:0|00:05:11|1|vm
+2|COMPLETED|0:0|00:00:08|1|vm
+3|FAILED|1:0|00:00:09|1|node2
+12_1|RUNNING|0:0|00:00:03|1|node1
+12_[2-5%2]|PENDING|0:0|00:00:00|1|None assigned
+14|PREEMPTED|0:0|00:01:00|2|node[1-2]
+14|PENDING|0:0|00:00:00|2|None assigned
+"""
+SQUEUE = "7|RUNNING|0:12|2|node[1-2]\n8_3|PENDING|0:00|1|\n9|COMPLETING|1:02|1|vm\n"
+
+ALL_STATES = ["PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+              "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED", "BOOT_FAIL",
+              "DEADLINE"]
+
+
+def test_parse_sacct():
+    recs = status.parse_sacct(SACCT)
+    assert recs["1"].state == "CANCELLED" and recs["2"].state == "COMPLETED" and recs["3"].exit_code == "1:0"
+    assert recs["12_1"].state == "RUNNING"
+    assert [recs[f"12_{i}"].state for i in range(2, 6)] == ["PENDING"] * 4
+    assert recs["14"].state == "PENDING"      # requeued after preemption: the last line wins
+
+
+def test_parse_squeue():
+    recs = status.parse_squeue(SQUEUE)
+    assert recs["7"].state == "RUNNING" and recs["7"].nodes == "2" and recs["8_3"].state == "PENDING"
+
+
+@pytest.mark.parametrize("state", ALL_STATES)
+def test_every_slurm_state_is_mapped(state):
+    assert state in status.SLURM_STATES
+    assert status.outcome(state) in {"pending", "running", "ok", "failed", "cancelled"}
+
+
+def test_finished_states_are_final():
+    final = {s for s in ALL_STATES if status.is_final(s)}
+    assert final == {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
+                     "BOOT_FAIL", "DEADLINE"}
+    assert not status.is_final("RUNNING") and not status.is_final("WHATEVER")
+
+
+@pytest.mark.parametrize("raw,norm", [("CANCELLED by 1000", "CANCELLED"), ("RUNNING", "RUNNING"),
+                                      ("COMPLETED+", "COMPLETED"), ("", "UNKNOWN")])
+def test_normalise_state(raw, norm):
+    assert status.normalise_state(raw) == norm
+
+
+class FakeRunner:
+    """Stands in for the scheduler in pure tests: answers from recorded text, counts calls."""
+
+    def __init__(self, answers):
+        self.answers, self.calls = answers, []
+
+    def __call__(self, argv):
+        self.calls.append(list(argv))
+        rc, out, err = self.answers[argv[0]]
+        return subprocess.CompletedProcess(argv, rc, out, err)
+
+
+@pytest.fixture
+def fake():
+    saved = status.RUNNER[0]
+
+    def install(answers):
+        f = FakeRunner(answers)
+        status.RUNNER[0] = f
+        return f
+    yield install
+    status.RUNNER[0] = saved
+
+
+def _reg(tmp_path, ids, folder_of=lambda i: "/nonexistent"):
+    reg = registry.Registry(tmp_path / "r.sqlite")
+    reg.add_many(dict(id=i, name="n", executor="slurm", folder=folder_of(i), config={}, source="x", nodes=1,
+                      world_size=2) for i in ids)
+    return reg
+
+
+def test_one_sacct_call_and_final_states_are_cached(tmp_path, fake):
+    f = fake({"sacct": (0, SACCT, ""), "squeue": (0, "", "")})
+    reg = _reg(tmp_path, ["1", "2", "3", "12_1"])
+    views, source = status.collect(reg, all_jobs=True)
+    assert source == "sacct" and [c[0] for c in f.calls] == ["sacct"]
+    assert {v.id: v.state for v in views} == {"1": "CANCELLED", "2": "COMPLETED", "3": "FAILED", "12_1": "RUNNING"}
+    f.calls.clear()
+    status.collect(reg, all_jobs=True)
+    assert f.calls[0][-1] == "12_1"   # only the unfinished job is asked about again
+
+
+def test_without_accounting_squeue_and_files_decide(tmp_path, fake):
+    done = tmp_path / "done"
+    (done).mkdir()
+    (done / "results.json").write_text(json.dumps({"exact_match": 50.0, "f1": 60.0}))
+    failed = tmp_path / "failed"
+    (failed / "ranks").mkdir(parents=True)
+    (failed / "ranks" / "rank-1.failed").write_text("{}")
+    folders = {"7": str(tmp_path / "running"), "20": str(done), "21": str(failed), "22": str(tmp_path / "gone")}
+    f = fake({"sacct": (1, "", "sacct: error: Slurm accounting storage is disabled\n"), "squeue": (0, SQUEUE, "")})
+    reg = _reg(tmp_path, list(folders), folders.get)
+    views, source = status.collect(reg, all_jobs=True)
+    assert source == "squeue" and [c[0] for c in f.calls] == ["sacct", "squeue"]
+    states = {v.id: v.state for v in views}
+    assert states == {"7": "RUNNING", "20": "COMPLETED", "21": "FAILED", "22": "FAILED"}
+    assert status.progress_text(next(v for v in views if v.id == "20")) == "EM 50.0 F1 60.0"
+
+
+def test_local_job_states(tmp_path):
+    d = tmp_path / "j"
+    (d / "ranks").mkdir(parents=True)
+    assert status.local_state("123", d, pid_alive=lambda p: True) == "RUNNING"
+    assert status.local_state("123", d, pid_alive=lambda p: False) == "FAILED"
+    (d / "results.json").write_text("{}")
+    assert status.local_state("123", d, pid_alive=lambda p: False) == "COMPLETED"
+    (d / "cancelled").write_text("")
+    assert status.local_state("123", d, pid_alive=lambda p: True) == "CANCELLED"
+
+
+def test_progress_text_while_running():
+    v = status.JobView(id="1", name="n", executor="slurm", state="RUNNING", nodes=1, world_size=2,
+                       progress={"step": 30, "total_steps": 120, "loss": 1.23456, "eta_s": 95})
+    assert status.progress_text(v) == "30/120 loss 1.235 ETA 1:35"
+
+
+def test_concurrent_submits_all_land(tmp_path):
+    code = ("import sys; from hpcqa import registry; r = registry.Registry(sys.argv[1]); "
+            "[r.add(id=f'{sys.argv[2]}-{i}', name='n', executor='local', folder='/x', config={}, source='s', "
+            "nodes=1, world_size=1) for i in range(50)]")
+    db = tmp_path / "r.sqlite"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(db), str(k)], cwd=ROOT) for k in range(6)]
+    assert all(p.wait(timeout=60) == 0 for p in procs)
+    assert len(registry.Registry(db).jobs()) == 300
+
+
+def test_status_cli_on_missing_registry_and_unknown_job(cli, tmp_path):
+    r = cli("status", "--registry", str(tmp_path / "none.sqlite"))
+    assert r.returncode == 0 and "no jobs" in r.stdout
+    r = cli("logs", "42", "--registry", str(tmp_path / "none.sqlite"))
+    assert r.returncode == 2 and "no job '42'" in r.stderr
