@@ -73,8 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.add_argument("--registry")
 
-    p = sub.add_parser("cancel", help="cancel a job (scancel; local: stop every rank)")
+    p = sub.add_parser("cancel", help="cancel a job or a sweep (scancel; local: stop every rank)")
     p.add_argument("jobs", nargs="+")
+    p.add_argument("--task", type=int, help="with a sweep id: only this variant")
+    p.add_argument("--registry")
+
+    p = sub.add_parser("results", help="a sweep's variants with their metrics, best marked")
+    p.add_argument("sweep")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument("--csv", action="store_true")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the metric against the swept parameter(s)")
+    p.add_argument("--metric", default="f1", help="f1 (default), exact_match, train_samples_per_second, ...")
     p.add_argument("--registry")
 
     p = sub.add_parser("doctor", help="check Slurm, accounting, node topology, libraries, torch, backend")
@@ -117,6 +127,10 @@ def _plan(args: argparse.Namespace, launcher: str | None = None):
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    from hpcqa import config
+    raw = config.load_raw(args.config, args.overrides)
+    if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
+        return _submit_sweep(args, raw)
     lp = _plan(args)
     if args.dry_run:
         from hpcqa import render
@@ -133,6 +147,56 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 0
     from hpcqa.executors import run_plan
     return run_plan(lp, wait=not args.no_wait)
+
+
+def _submit_sweep(args: argparse.Namespace, raw: dict) -> int:
+    from hpcqa import plan as planmod
+    from hpcqa.executors import sweeps
+    sp = sweeps.build(raw, args.config, planmod.probe_host())
+    if args.dry_run:
+        if args.json:
+            out = sp.plans[0].to_json()
+            out["sweep"] = sp.to_json()
+            print(json.dumps(out, indent=2, sort_keys=True))
+        else:
+            _print_sweep(sp)
+        return 0
+    if sp.executor == "local":
+        return sweeps.run_local(sp)
+    sweeps.submit_slurm(sp)
+    return 0
+
+
+def _print_sweep(sp) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from hpcqa import sweep
+    con = Console()
+    keys = sweep.swept_keys(list(sp.variants))
+    t = Table(title=f"sweep: {len(sp.variants)} variants, {len(sp.arrays)} array(s) "
+                    f"(MaxArraySize {sp.max_array_size}, parallelism {sp.parallelism or 'unlimited'}) "
+                    f"-- dry run, nothing submitted")
+    for col in ["#", *keys, "ranks", "array"]:
+        t.add_column(col)
+    where = {v.index: (i, line) for i, (a, line) in enumerate(zip(sp.arrays, sp.array_lines())) for v in a.variants}
+    shown = list(zip(sp.variants, sp.plans))
+    def value(cfg, key):
+        section, _, name = key.partition(".")
+        return cfg.to_dict().get(section, {}).get(name, "-")
+
+    for v, p in shown[:50]:
+        arr, line = where[v.index]
+        t.add_row(str(v.index), *[repr(value(v.config, k)) for k in keys], str(p.world_size),
+                  "local, one after another" if sp.executor == "local" else f"{arr}: {line}")
+    con.print(t)
+    if len(shown) > 50:
+        con.print(f"... and {len(shown) - 50} more variants (--json lists them all)")
+    if sp.executor == "local":
+        con.print(f"local executor: the {len(sp.variants)} variants run one after another")
+        return
+    for i, (a, line) in enumerate(zip(sp.arrays, sp.array_lines())):
+        dep = " --dependency=afterany:<previous array>" if i else ""
+        con.print(f"array {i}: {len(a.variants)} task(s) {line}{dep}")
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -205,14 +269,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps([v.to_json() for v in views], indent=2, default=str))
         else:
-            _print_status(views, source, reg.path)
+            _print_status(views, source, reg.path, expand=bool(args.jobs))
         if not args.watch or all(status.is_final(v.state) for v in views):
             return 0
         import time
         time.sleep(5)
 
 
-def _print_status(views, source: str, path) -> None:
+def _print_status(views, source: str, path, expand: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
     from hpcqa import status
@@ -224,7 +288,26 @@ def _print_status(views, source: str, path) -> None:
     for col in ("id", "name", "executor", "state", "nodes", "ranks", "elapsed", "progress / result", "exit"):
         t.add_column(col, overflow="fold")
     colour = {"ok": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "pending": "blue"}
+    seen = set()
     for v in views:
+        if v.sweep_id and v.sweep_id not in seen:
+            seen.add(v.sweep_id)
+            tasks = [x for x in views if x.sweep_id == v.sweep_id]
+            counts: dict[str, int] = {}
+            for x in tasks:
+                counts[x.state] = counts.get(x.state, 0) + 1
+            best = max((x.results["f1"] for x in tasks if x.results and "f1" in x.results), default=None)
+            t.add_row(f"[bold]{v.sweep_id}[/]", v.name, f"sweep of {len(tasks)}",
+                      ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), "", "", "",
+                      f"best F1 {best:.1f}" if best is not None else "", "")
+            if not expand:
+                continue
+            for x in sorted(tasks, key=lambda x: x.task_index or 0):
+                c = colour.get(status.outcome(x.state), "white")
+                t.add_row(f"  {x.id}", f"  variant {x.task_index}", x.executor, f"[{c}]{x.state}[/]", str(x.nodes),
+                          str(x.world_size), x.elapsed, status.progress_text(x), x.exit_code or "")
+        if v.sweep_id:
+            continue
         c = colour.get(status.outcome(v.state), "white")
         t.add_row(v.id, v.name, v.executor, f"[{c}]{v.state}[/]", str(v.nodes), str(v.world_size), v.elapsed,
                   status.progress_text(v), v.exit_code or "")
@@ -281,25 +364,91 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from hpcqa import status
     from hpcqa.errors import SubmitError
     rc = 0
+    from hpcqa import registry
+    targets = []
     for job_id in args.jobs:
-        reg, row = _find_job(args.registry, job_id)
-        folder = Path(row.folder)
-        if row.final:
-            print(f"job {row.id} already ended ({row.state})")
-            continue
-        if row.executor == "slurm":
-            proc = status.run(["scancel", row.id])
-            if proc.returncode != 0:
-                raise SubmitError(f"scancel {row.id} failed: {proc.stderr.strip()}", "check the id with hpcqa status")
+        reg = registry.Registry(args.registry, create=False)
+        sweep_rows = reg.jobs(sweep_id=job_id) if reg.exists else []
+        if sweep_rows:
+            chosen = [r for r in sweep_rows if args.task is None or r.task_index == args.task]
+            if not chosen:
+                from hpcqa.errors import UsageError
+                raise UsageError(f"sweep {job_id} has no task {args.task}",
+                                 f"tasks are 0-{max(r.task_index for r in sweep_rows)}")
+            targets += chosen
         else:
+            targets.append(_find_job(args.registry, job_id)[1])
+    live = [r for r in targets if not r.final]
+    for r in targets:
+        if r.final:
+            print(f"job {r.id} already ended ({r.state})")
+    slurm_rows = [r for r in live if r.executor == "slurm"]
+    if slurm_rows:
+        whole = [r for r in slurm_rows if r.sweep_id and args.task is None]
+        ids = sorted({r.id.split("_")[0] for r in whole}) + [r.id for r in slurm_rows if r not in whole]
+        proc = status.run(["scancel", *ids])  # one call for the lot
+        if proc.returncode != 0:
+            raise SubmitError(f"scancel {' '.join(ids)} failed: {proc.stderr.strip()}",
+                              "check the ids with hpcqa status")
+    for row in live:
+        if row.executor != "slurm":
             from hpcqa.executors.local import cancel as cancel_local
             if not cancel_local(int(row.id)):
                 print(f"job {row.id} is not running")
                 continue
+        folder = Path(row.folder)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "cancelled").write_text("cancelled by hpcqa cancel\n")
         print(f"cancelled {row.executor} job {row.id}")
     return rc
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from hpcqa import registry, results, status, sweep
+    from hpcqa.errors import UsageError
+    reg = registry.Registry(args.registry, create=False)
+    if not reg.exists or not reg.jobs(sweep_id=args.sweep):
+        raise UsageError(f"no sweep {args.sweep!r} in {reg.path}", "`hpcqa status --all` lists jobs and sweeps")
+    views, _ = status.collect(reg, [args.sweep])
+    views = [v for v in views if v.sweep_id == args.sweep]
+    keys = []
+    for v in views:
+        keys += [k for k in (v.variant or {}) if k not in keys]
+    table = results.rows(views, args.metric)
+    if args.metric not in results.NUMERIC and not any(isinstance(r.get(args.metric), (int, float)) for r in table):
+        raise UsageError(f"no variant has a metric {args.metric!r}",
+                         f"use one of: {', '.join(results.NUMERIC)}")
+    sc = results.scaling(table)
+    if args.plot:
+        results.plot(table, keys, args.metric, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"sweep": args.sweep, "metric": args.metric, "variants": table, "scaling": sc}, indent=2))
+        return 0
+    if args.csv:
+        sys.stdout.write(results.to_csv(table, keys, args.metric))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    con = Console()
+    t = Table(title=f"sweep {args.sweep}: {len(table)} variants, sorted by {args.metric}")
+    for col in ["", "task", *keys, "state", "EM", "F1", "train samples/s", "wall s"]:
+        t.add_column(col)
+    f = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"  # noqa: E731
+    for r in table:
+        t.add_row("[bold green]best[/]" if r["best"] else "", str(r["task"]), *[repr(r["params"].get(k)) for k in keys],
+                  r["state"], f(r["exact_match"]), f(r["f1"]), f(r["train_samples_per_second"]),
+                  f(r["wall_time_s"], 0))
+    con.print(t)
+    if sc:
+        s2 = Table(title="scaling vs 1 node")
+        for col in ("nodes", "train samples/s", "speedup", "efficiency"):
+            s2.add_column(col)
+        for r in sc:
+            s2.add_row(str(r["nodes"]), f"{r['train_samples_per_second']:.2f}", f"{r['speedup']:.2f}x",
+                       f"{100 * r['efficiency']:.0f} %")
+        con.print(s2)
+    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -323,7 +472,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 COMMANDS = {"submit": cmd_submit, "render": cmd_render, "env": cmd_env, "hosts": cmd_hosts,
             "validate": cmd_validate, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
-            "doctor": cmd_doctor}
+            "doctor": cmd_doctor, "results": cmd_results}
 
 
 # ------------------------------------------------------------------------------------------ output

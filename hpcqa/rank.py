@@ -140,6 +140,8 @@ def main(argv: list[str]) -> int:
         return 2
     sep = argv.index("--")
     plan_path, command = argv[1], argv[sep + 1:]
+    # sweeps: one plan per array task (a sweep group of one is a plain job: task 0)
+    plan_path = plan_path.replace("{array_task_id}", os.environ.get("SLURM_ARRAY_TASK_ID") or "0")
     try:
         plan = json.loads(Path(plan_path).read_text())
         host = socket.gethostname()

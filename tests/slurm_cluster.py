@@ -19,14 +19,15 @@ def available() -> str:
     return ""
 
 
-def cluster(tmp_path_factory, nodes: int, accounting: bool):
+def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int = 1001):
     why = available()
     if why:
         if os.environ.get("HPCQA_REQUIRE_SLURM"):
             pytest.fail(f"real Slurm required but unavailable: {why}")
         pytest.skip(why)
     d = tmp_path_factory.mktemp(f"slurm{nodes}{'a' if accounting else ''}")
-    cmd = [sys.executable, str(ROOT / "scripts/devcluster.py"), "up", "--dir", str(d), "--nodes", str(nodes)]
+    cmd = [sys.executable, str(ROOT / "scripts/devcluster.py"), "up", "--dir", str(d), "--nodes", str(nodes),
+           "--max-array-size", str(max_array_size)]
     if accounting:
         cmd.append("--accounting")
     try:

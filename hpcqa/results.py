@@ -1,0 +1,114 @@
+"""A sweep's variants with their metrics: rows (pure), the scaling table, CSV, and the plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any, Sequence
+
+NUMERIC = ("exact_match", "f1", "train_samples_per_second", "wall_time_s", "train_runtime_s")
+
+
+def rows(views: Sequence[Any], metric: str) -> list[dict[str, Any]]:
+    """One row per task: index, params, state, metrics; sorted by metric (best first, failed last)."""
+    out = []
+    for v in views:
+        r = v.results or {}
+        row = {"task": v.task_index, "id": v.id, "state": v.state, "params": dict(v.variant or {}),
+               "nodes": v.nodes, "world_size": v.world_size}
+        for k in NUMERIC:
+            row[k] = r.get(k)
+        row[metric] = r.get(metric)
+        out.append(row)
+    good = [x for x in out if isinstance(x.get(metric), (int, float))]
+    best = max(good, key=lambda x: x[metric]) if good else None
+    lower_is_better = metric in ("wall_time_s", "train_runtime_s")
+    if good and lower_is_better:
+        best = min(good, key=lambda x: x[metric])
+    for x in out:
+        x["best"] = x is best
+    key = (lambda x: (x[metric] is None, x[metric] if lower_is_better else -(x[metric] or 0), x["task"] or 0))
+    return sorted(out, key=key)
+
+
+def scaling(table: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Speedup and efficiency against the 1-node run, when cluster.nodes is what the sweep varies."""
+    if not table or set().union(*(r["params"].keys() for r in table)) != {"cluster.nodes"}:
+        return None
+    done = {r["params"]["cluster.nodes"]: r for r in table if r.get("train_samples_per_second")}
+    if 1 not in done:
+        return None
+    base = done[1]["train_samples_per_second"]
+    out = []
+    for n in sorted(done):
+        sp = done[n]["train_samples_per_second"] / base
+        out.append({"nodes": n, "train_samples_per_second": done[n]["train_samples_per_second"],
+                    "speedup": sp, "efficiency": sp / n})
+    return out
+
+
+def to_csv(table: list[dict[str, Any]], keys: list[str], metric: str) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    cols = ["task", "id", "state", *keys, "exact_match", "f1", "train_samples_per_second", "wall_time_s", "best"]
+    if metric not in cols:
+        cols.insert(-1, metric)
+    w.writerow(cols)
+    for r in table:
+        w.writerow([r["params"].get(c) if c in keys else r.get(c) for c in cols])
+    return buf.getvalue()
+
+
+def plot(table: list[dict[str, Any]], keys: list[str], metric: str, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    sc = scaling(table)
+    if sc:
+        n = [r["nodes"] for r in sc]
+        ax.plot(n, [r["speedup"] for r in sc], "o-", label="measured")
+        ax.plot(n, n, "--", color="grey", label="linear (ideal)")
+        ax.set_xlabel("nodes")
+        ax.set_ylabel("speedup vs 1 node (train samples/s)")
+        ax.set_title("scaling")
+    else:
+        done = [r for r in table if isinstance(r.get(metric), (int, float))]
+        x_key = keys[0] if keys else None
+        other = keys[1:]
+        groups: dict[tuple, list] = {}
+        for r in done:
+            groups.setdefault(tuple(r["params"].get(k) for k in other), []).append(r)
+        for g, rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+            rs = sorted(rs, key=lambda r: _num(r["params"].get(x_key)))
+            xs = [_num(r["params"].get(x_key)) for r in rs]
+            label = ", ".join(f"{k}={v}" for k, v in zip(other, g)) or None
+            ax.plot(xs, [r[metric] for r in rs], "o-", label=label)
+        best = next((r for r in done if r["best"]), None)
+        if best:
+            ax.plot([_num(best["params"].get(x_key))], [best[metric]], "*", markersize=16, color="gold",
+                    markeredgecolor="black", label="best")
+        ax.set_xlabel(x_key or "variant")
+        ax.set_ylabel(metric)
+        if x_key and all(isinstance(_num(r["params"].get(x_key)), float) and _num(r["params"].get(x_key)) > 0
+                         for r in done) and len(done) > 1:
+            vals = [_num(r["params"].get(x_key)) for r in done]
+            if max(vals) / min(vals) >= 10:
+                ax.set_xscale("log")
+        failed = [r for r in table if r not in done]
+        ax.set_title(f"{metric} per variant" + (f" ({len(failed)} without result)" if failed else ""))
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _num(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan

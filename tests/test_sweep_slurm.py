@@ -1,0 +1,90 @@
+"""Sweeps as real Slurm job arrays: 2 emulated nodes, accounting, MaxArraySize = 6."""
+
+import json
+import time
+
+import pytest
+
+from tests import slurm_cluster
+from tests.conftest import run_cli
+from tests.test_slurm import TINY
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    yield from slurm_cluster.cluster(tmp_path_factory, nodes=2, accounting=True, max_array_size=6)
+
+
+def sweep(env, out, *sets):
+    args = ["submit", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(out))}",
+            "--set", "cluster.exclusive=false", "--set", "train.max_steps=6", "--set", "train.do_eval=true"]
+    for s in sets:
+        args += ["--set", s]
+    r = run_cli(*args, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.strip(), r.stderr
+
+
+def wait_sweep(env, sweep_id, n, timeout=300):
+    end = time.time() + timeout
+    while time.time() < end:
+        r = run_cli("status", "--json", sweep_id, env=env)
+        jobs = json.loads(r.stdout)
+        if len(jobs) == n and all(j["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") for j in jobs):
+            return jobs
+        time.sleep(2)
+    raise AssertionError(f"sweep {sweep_id} did not finish: {[(j['id'], j['state']) for j in jobs]}")
+
+
+def test_six_variants_one_array_throttled_to_two(slurm, tmp_path):
+    sweep_id, err = sweep(slurm, tmp_path, "sweep.parallelism=2", "sweep.train.learning_rate=[1e-4, 3e-4, 1e-3]",
+                          "sweep.train.per_device_train_batch_size=[4, 8]")
+    assert len([x for x in err.splitlines() if x.startswith("array ")]) == 1 and "6 variants in 1 array(s)" in err
+    jobs = wait_sweep(slurm, sweep_id, 6)
+    assert {j["state"] for j in jobs} == {"COMPLETED"}
+    assert {j["id"].split("_")[0] for j in jobs} == {sweep_id} and sorted(j["task_index"] for j in jobs) == list(range(6))
+    # from the tasks' own clocks: start of rank 0, end = results written
+    spans = []
+    for j in jobs:
+        start = json.loads(open(f"{j['folder']}/ranks/rank-0.json").read())["started"]
+        end = json.loads(open(f"{j['folder']}/results.json").read())["finished_at"]
+        spans.append((start, end))
+    peak = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert peak <= 2, f"{peak} tasks ran at once with parallelism 2"
+    res = run_cli("results", sweep_id, "--json", "--plot", str(tmp_path / "sweep.png"), env=slurm)
+    assert res.returncode == 0, res.stderr
+    table = json.loads(res.stdout)["variants"]
+    assert len(table) == 6 and all(r["f1"] is not None for r in table) and sum(r["best"] for r in table) == 1
+    assert table[0]["f1"] == max(r["f1"] for r in table)
+    assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sweep_id in run_cli("status", env=slurm).stdout   # the sweep is one row of the overview
+
+
+def test_sweep_larger_than_max_array_size_is_split_and_a_failure_stays_visible(slurm, tmp_path):
+    # 7 grid variants + 1 explicit failing one = 8 > MaxArraySize 6: two arrays, each variant once
+    sweep_id, err = sweep(slurm, tmp_path, "sweep.parallelism=3", "sweep.train.seed=[1, 2, 3, 4, 5, 6, 7]",
+                          "sweep.variants=[{train = {fail_at_step = 1, seed = 8}}]")
+    assert "8 variants in 2 array(s)" in err
+    jobs = wait_sweep(slurm, sweep_id, 8)
+    assert len({j["id"].split("_")[0] for j in jobs}) == 2
+    assert sorted(j["task_index"] for j in jobs) == list(range(8))
+    seeds = sorted(json.load(open(f"{j['folder']}/ranks/rank-0.json"))["rank"] * 0 + j["variant"]["train.seed"]
+                   for j in jobs)
+    assert seeds == list(range(1, 9))  # each variant ran exactly once, as itself
+    states = {j["task_index"]: j["state"] for j in jobs}
+    assert states.pop(7) == "FAILED" and set(states.values()) == {"COMPLETED"}
+    res = json.loads(run_cli("results", sweep_id, "--json", env=slurm).stdout)["variants"]
+    assert len(res) == 8 and res[-1]["state"] == "FAILED" and res[-1]["f1"] is None
+
+
+def test_cancel_a_sweep_task_and_the_sweep(slurm, tmp_path):
+    sweep_id, _ = sweep(slurm, tmp_path, "sweep.parallelism=1", "sweep.train.seed=[1, 2, 3]",
+                        "train.max_steps=100000")
+    r = run_cli("cancel", sweep_id, "--task", "2", env=slurm)
+    assert r.returncode == 0 and f"{sweep_id}_2" in r.stdout, r.stderr
+    r = run_cli("cancel", sweep_id, env=slurm)
+    assert r.returncode == 0, r.stderr
+    jobs = wait_sweep(slurm, sweep_id, 3, timeout=60)
+    assert {j["state"] for j in jobs} == {"CANCELLED"}
