@@ -16,6 +16,8 @@ HEAVY = ("torch", "transformers", "datasets", "accelerate")
     ["render", "configs/squad_spr.toml"],
     ["render", "configs/squad_spr.toml", "--launcher", "mpirun"],
     ["env", "--json"],
+    ["status", "--json", "--registry", "/nonexistent-dir/none.sqlite"],
+    ["submit", "configs/sweep_quickstart.toml", "--dry-run", "--json"],
 ])
 def test_light_commands_do_not_import_torch(argv):
     code = (
