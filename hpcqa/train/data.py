@@ -99,16 +99,22 @@ def load_raw(data_cfg: dict, seed: int, cache_root: Path, allow_download: bool):
     return load_local(files, cache_dir)
 
 
-def prepare_train(batch: dict[str, list], tokenizer, max_len: int, stride: int) -> dict[str, list]:
+def _tokenize(batch: dict[str, list], tokenizer, max_len: int, stride: int):
+    """Question + context windows (context truncated, overflowing windows `stride` tokens apart).
+    -> (encoding, which sequence id is the context)."""
     pad_right = tokenizer.padding_side == "right"
     questions = [q.lstrip() for q in batch["question"]]
     enc = tokenizer(questions if pad_right else batch["context"], batch["context"] if pad_right else questions,
                     truncation="only_second" if pad_right else "only_first", max_length=max_len, stride=stride,
                     return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length")
+    return enc, 1 if pad_right else 0
+
+
+def prepare_train(batch: dict[str, list], tokenizer, max_len: int, stride: int) -> dict[str, list]:
+    enc, context_id = _tokenize(batch, tokenizer, max_len, stride)
     sample_map = enc.pop("overflow_to_sample_mapping")
     offsets_all = enc.pop("offset_mapping")
     starts, ends = [], []
-    context_id = 1 if pad_right else 0
     for i, offsets in enumerate(offsets_all):
         ids = enc["input_ids"][i]
         cls = ids.index(tokenizer.cls_token_id) if tokenizer.cls_token_id in ids else 0
@@ -134,13 +140,8 @@ def prepare_train(batch: dict[str, list], tokenizer, max_len: int, stride: int) 
 
 
 def prepare_eval(batch: dict[str, list], tokenizer, max_len: int, stride: int) -> dict[str, list]:
-    pad_right = tokenizer.padding_side == "right"
-    questions = [q.lstrip() for q in batch["question"]]
-    enc = tokenizer(questions if pad_right else batch["context"], batch["context"] if pad_right else questions,
-                    truncation="only_second" if pad_right else "only_first", max_length=max_len, stride=stride,
-                    return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length")
+    enc, context_id = _tokenize(batch, tokenizer, max_len, stride)
     sample_map = enc.pop("overflow_to_sample_mapping")
-    context_id = 1 if pad_right else 0
     enc["example_id"] = []
     for i in range(len(enc["input_ids"])):
         seq = enc.sequence_ids(i)
