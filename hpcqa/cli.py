@@ -120,10 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # ------------------------------------------------------------------------------------------ verbs
 
-def _plan(args: argparse.Namespace, launcher: str | None = None):
+def _plan(args: argparse.Namespace, raw: dict | None = None):
     from hpcqa import config, plan
-    cfg = config.load(args.config, args.overrides)
-    return plan.build_plan(cfg, plan.probe_host(), launcher=launcher)
+    cfg = config.validate(raw, args.config, args.overrides) if raw is not None else config.load(args.config, args.overrides)
+    return plan.build_plan(cfg, plan.probe_host())
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -131,7 +131,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     raw = config.load_raw(args.config, args.overrides)
     if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
         return _submit_sweep(args, raw)
-    lp = _plan(args)
+    lp = _plan(args, raw)
     if args.dry_run:
         from hpcqa import render
         root = os.path.join(lp.config.job.output_dir, lp.config.job.name)
@@ -200,20 +200,18 @@ def _print_sweep(sp) -> None:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from hpcqa import render
-    lp = _plan(args, launcher=None)
-    launcher = args.launcher or lp.config.launch.launcher
-    if lp.launcher != launcher or lp.executor != "slurm":
-        from hpcqa import plan as planmod
-        from dataclasses import replace
-        cfg = replace(lp.config, cluster=replace(lp.config.cluster, executor="slurm"))
-        lp = planmod.build_plan(cfg, planmod.probe_host(), launcher=launcher)
+    from dataclasses import replace
+    from hpcqa import config, render
+    from hpcqa import plan as planmod
+    cfg = config.load(args.config, args.overrides)
+    launcher = args.launcher or cfg.launch.launcher
+    # a standalone script is always for Slurm, whatever executor the config names
+    cfg = replace(cfg, cluster=replace(cfg.cluster, executor="slurm"))
+    lp = planmod.build_plan(cfg, planmod.probe_host(), launcher=launcher)
     text = render.standalone(lp, launcher, python=args.python)
     if args.output:
-        tmp = Path(args.output + ".tmp")
-        tmp.write_text(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, args.output)
+        from hpcqa.fsutil import atomic_write_text
+        atomic_write_text(args.output, text, mode=0o755)
         print(f"wrote {args.output} ({launcher}, {lp.world_size} ranks on {lp.nodes} node(s)); "
               f"submit with: sbatch {args.output}", file=sys.stderr)
     else:
@@ -314,10 +312,10 @@ def _print_status(views, source: str, path, expand: bool = False) -> None:
     con.print(t)
 
 
-def _find_job(reg_path, job_id: str):
+def _find_job(reg_path, job_id: str, reg=None):
     from hpcqa import registry
     from hpcqa.errors import UsageError
-    reg = registry.Registry(reg_path, create=False)
+    reg = reg or registry.Registry(reg_path, create=False)
     rows = [r for r in reg.jobs([job_id]) if r.id == job_id] if reg.exists else []
     if not rows:
         raise UsageError(f"no job {job_id!r} in {reg.path}", "`hpcqa status --all` lists the jobs")
@@ -363,11 +361,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from hpcqa import status
     from hpcqa.errors import SubmitError
-    rc = 0
     from hpcqa import registry
+    reg = registry.Registry(args.registry, create=False)
     targets = []
     for job_id in args.jobs:
-        reg = registry.Registry(args.registry, create=False)
         sweep_rows = reg.jobs(sweep_id=job_id) if reg.exists else []
         if sweep_rows:
             chosen = [r for r in sweep_rows if args.task is None or r.task_index == args.task]
@@ -377,7 +374,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
                                  f"tasks are 0-{max(r.task_index for r in sweep_rows)}")
             targets += chosen
         else:
-            targets.append(_find_job(args.registry, job_id)[1])
+            targets.append(_find_job(args.registry, job_id, reg)[1])
     live = [r for r in targets if not r.final]
     for r in targets:
         if r.final:
@@ -400,11 +397,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "cancelled").write_text("cancelled by hpcqa cancel\n")
         print(f"cancelled {row.executor} job {row.id}")
-    return rc
+    return 0
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from hpcqa import registry, results, status, sweep
+    from hpcqa import registry, results, status
     from hpcqa.errors import UsageError
     reg = registry.Registry(args.registry, create=False)
     if not reg.exists or not reg.jobs(sweep_id=args.sweep):

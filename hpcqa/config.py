@@ -394,7 +394,11 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 def load(path: str | Path, overrides: list[str] | None = None) -> Config:
     overrides = list(overrides or [])
-    raw = apply_overrides(read_toml(path), overrides)
+    return validate(apply_overrides(read_toml(path), overrides), path, overrides)
+
+
+def validate(raw: Mapping[str, Any], path: str | Path, overrides: list[str]) -> Config:
+    """from_dict for a document read from `path` with `overrides` applied; errors say which of the two."""
     try:
         return from_dict(raw, source=str(path))
     except ConfigError as e:

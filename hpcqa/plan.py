@@ -284,11 +284,8 @@ def write_plan(plan: LaunchPlan, directory: str | Path) -> Path:
     """Write the plan where every rank can read it, content-addressed, atomically."""
     import hashlib
     text = plan.dumps()
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"plan-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    from hpcqa.fsutil import atomic_write_text
+    path = Path(directory) / f"plan-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
     if not path.exists():
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        atomic_write_text(path, text)
     return path.resolve()

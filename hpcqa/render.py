@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
-from importlib import resources
 from pathlib import Path
 
 from hpcqa.plan import LaunchPlan

@@ -22,10 +22,8 @@ def rows(views: Sequence[Any], metric: str) -> list[dict[str, Any]]:
         row[metric] = r.get(metric)
         out.append(row)
     good = [x for x in out if isinstance(x.get(metric), (int, float))]
-    best = max(good, key=lambda x: x[metric]) if good else None
     lower_is_better = metric in ("wall_time_s", "train_runtime_s")
-    if good and lower_is_better:
-        best = min(good, key=lambda x: x[metric])
+    best = (min if lower_is_better else max)(good, key=lambda x: x[metric]) if good else None
     for x in out:
         x["best"] = x is best
     key = (lambda x: (x[metric] is None, x[metric] if lower_is_better else -(x[metric] or 0), x["task"] or 0))

@@ -9,9 +9,9 @@ marker, a cancel marker).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
@@ -164,7 +164,6 @@ def query_slurm(ids: Sequence[str]) -> tuple[dict[str, SchedRecord], str]:
 # ------------------------------------------------------------------------------------ job folders
 
 def read_json(path: Path):
-    import json
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -287,16 +286,3 @@ def progress_text(v: JobView, now: float | None = None) -> str:
 def _dur(s: float) -> str:
     s = int(s)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-
-
-def wait_final(job_id: str, poll_s: float = 2.0, timeout_s: float | None = None) -> SchedRecord | None:
-    """Poll one Slurm job until it is finished (our runner, not submitit's sacct-only watcher)."""
-    end = None if timeout_s is None else time.time() + timeout_s
-    while True:
-        recs, _ = query_slurm([job_id])
-        rec = recs.get(job_id)
-        if rec and is_final(rec.state):
-            return rec
-        if end and time.time() > end:
-            return rec
-        time.sleep(poll_s)

@@ -1,11 +1,9 @@
 """On a real Slurm without accounting: sacct refuses, status falls back to squeue + the jobs' files."""
 
-import json
-
 import pytest
 
 from tests import slurm_cluster
-from tests.test_slurm import TINY, status, submit, wait_state
+from tests.test_slurm import status, submit, wait_state
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from hpcqa import render
 from hpcqa.plan import LaunchPlan, write_plan
+from hpcqa.status import read_json
 
 
 def job_root(plan: LaunchPlan) -> Path:
@@ -47,7 +46,8 @@ def report(job_id: str, folder: Path, state: str, plan: LaunchPlan) -> int:
                                                                           len(failed) > 1 else ""))
     if not failed:
         for r in range(plan.world_size):
-            t = [x for x in tail(next(iter(sorted(folder.glob(f"*_{r}_log.err"))), folder / "none"), 6)]
+            logs = sorted(folder.glob(f"*_{r}_log.err"))
+            t = tail(logs[0], 6) if logs else []
             if t:
                 lines.append(f"rank {r} stderr tail:\n    " + "\n    ".join(t))
     raise JobFailed("\n  ".join(lines), f"logs: hpcqa logs {job_id} [--rank N]  (files in {folder})")
@@ -59,13 +59,6 @@ def tidy(plan: LaunchPlan) -> None:
         (job_root(plan) / "%j").rmdir()
     except OSError:
         pass
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def failed_ranks(folder: Path) -> list[dict]:
@@ -128,6 +121,3 @@ def summary_lines(results: dict) -> list[str]:
                      f"{results.get('wall_time_s', 0):.0f} s")
     return lines
 
-
-def env_note() -> str:
-    return os.environ.get("HPCQA_CACHE", "")

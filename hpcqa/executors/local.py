@@ -81,11 +81,17 @@ def run(plan: LaunchPlan, wait: bool = True) -> int:
               f"hpcqa cancel {job.job_id}", file=err)
         print(job.job_id)
         return 0
+    return finish(job, folder, plan, f"job {job.job_id}",
+                  f"interrupted: local job {job.job_id} cancelled (all ranks stopped)")
+
+
+def finish(job, folder: Path, plan: LaunchPlan, title: str, interrupted: str) -> int:
+    """Watch a local job to its end and report it (JobFailed if it failed); 130 after Ctrl-C."""
     try:
-        common.watch(folder, job.done, f"job {job.job_id}", fail_fast=job.cancel)
+        common.watch(folder, job.done, title, fail_fast=job.cancel)
     except KeyboardInterrupt:
         job.cancel()
-        print(f"\ninterrupted: local job {job.job_id} cancelled (all ranks stopped)", file=err)
+        print(f"\n{interrupted}", file=sys.stderr)
         return 130
     state = "FAILED" if common.failed_ranks(folder) else ("COMPLETED" if job.state == "FINISHED" else job.state)
     return common.report(job.job_id, folder, state, plan)

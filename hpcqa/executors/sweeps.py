@@ -80,7 +80,7 @@ def submit_slurm(sp: SweepPlan) -> str:
 
     sweep_id, previous = None, None
     keys = sweep.swept_keys(list(sp.variants))
-    for a in sp.arrays:
+    for n, a in enumerate(sp.arrays):
         d, plans = _task_plans(sp, a)
         first = plans[0]
         q = shlex.quote
@@ -98,7 +98,7 @@ def submit_slurm(sp: SweepPlan) -> str:
             with ex.batch():
                 jobs = [ex.submit(RankJob(p.dumps())) for p in plans]
         except Exception as e:
-            raise SubmitError(f"sbatch refused sweep array {len(sp.arrays) and sp.arrays.index(a)}: {e}",
+            raise SubmitError(f"sbatch refused sweep array {n}: {e}",
                               "check partition/account/qos with `hpcqa doctor`") from None
         array_id = jobs[0].job_id.split("_")[0]
         sweep_id = sweep_id or array_id
@@ -132,14 +132,9 @@ def run_local(sp: SweepPlan) -> int:
                         variant={k: v.params.get(k) for k in keys})
         print(f"sweep {sweep_id}: variant {v.index} {dict(v.params)} -> local job {job.job_id}", file=sys.stderr)
         try:
-            common.watch(folder, job.done, f"variant {v.index}", fail_fast=job.cancel)
-        except KeyboardInterrupt:
-            job.cancel()
-            print(f"\ninterrupted: sweep {sweep_id} stopped at variant {v.index}", file=sys.stderr)
-            return 130
-        state = "FAILED" if common.failed_ranks(folder) else ("COMPLETED" if job.state == "FINISHED" else job.state)
-        try:
-            common.report(job.job_id, folder, state, p)
+            if local.finish(job, folder, p, f"variant {v.index}",
+                            f"interrupted: sweep {sweep_id} stopped at variant {v.index}") == 130:
+                return 130
         except JobFailed as e:
             failed += 1
             print(e.render(), file=sys.stderr)

@@ -19,7 +19,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from hpcqa import plan as planmod
 from hpcqa import topology
+from hpcqa.fsutil import atomic_write_text
 
 
 def cache_root(plan: dict) -> Path:
@@ -30,10 +32,7 @@ def cache_root(plan: dict) -> Path:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
 def _cpu_flags() -> set[str]:
@@ -62,14 +61,15 @@ def resolve_backend(requested: str) -> tuple[str, str, str | None]:
         ccl_ok, why = True, "oneccl_bindings_for_pytorch imported"
     except Exception as e:  # ImportError, or an ABI mismatch with this torch
         ccl_ok, why = False, f"oneccl_bindings_for_pytorch does not import ({type(e).__name__}: {e})"
+    backend = planmod.resolve_backend(requested, ccl_ok).resolved  # the same decision the plan made
     if requested == "gloo":
-        return "gloo", "requested", None
+        return backend, "requested", None
     if requested == "ccl":
         if not ccl_ok:
-            return "ccl", why, (f"train.ddp_backend = \"ccl\" but {why}. fix: install oneccl_bind_pt built for "
-                                f"this torch, or set train.ddp_backend = \"gloo\" (or \"auto\")")
-        return "ccl", "requested; " + why, None
-    return ("ccl", "auto: " + why, None) if ccl_ok else ("gloo", "auto: " + why + "; using gloo", None)
+            return backend, why, (f"train.ddp_backend = \"ccl\" but {why}. fix: install oneccl_bind_pt built for "
+                                  f"this torch, or set train.ddp_backend = \"gloo\" (or \"auto\")")
+        return backend, "requested; " + why, None
+    return backend, f"auto: {why}" + ("" if ccl_ok else "; using gloo"), None
 
 
 def startup_report(plan: dict, job_dir: Path) -> dict:

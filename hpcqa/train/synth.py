@@ -12,7 +12,6 @@ It is synthetic: numbers on it show that the pipeline learns, not SQuAD quality.
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 
@@ -87,14 +86,11 @@ def squad_json(n: int, seed: int, negatives: bool = False, title: str = "synthet
 
 def write(path: str | Path, n: int, seed: int, negatives: bool = False) -> Path:
     """Write atomically (several ranks or jobs may race for the same cache file)."""
+    from hpcqa.fsutil import atomic_write_text
     p = Path(path)
     if p.exists():
         return p
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f"{p.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(squad_json(n, seed, negatives)))
-    os.replace(tmp, p)
-    return p
+    return atomic_write_text(p, json.dumps(squad_json(n, seed, negatives)))
 
 
 def corpus(n: int = 400, seed: int = 7) -> list[str]:

@@ -1,0 +1,20 @@
+"""File writes that readers on other ranks or nodes may race with: write aside, then rename."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+
+def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> Path:
+    """Write `text` to `path` so that readers see the old file or the whole new one, never a part.
+    The temporary name carries host and pid: ranks on several nodes may write the same shared path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    tmp.write_text(text)
+    if mode is not None:
+        os.chmod(tmp, mode)
+    os.replace(tmp, p)
+    return p
