@@ -14,7 +14,7 @@ batch step's SLURM_* and its own PMI_*; the launcher closest to the process wins
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Mapping
 
 from hpcqa.errors import DistEnvError
@@ -289,6 +289,3 @@ def detect(env: Mapping[str, str], hostname: str = "localhost") -> DistEnv:
                    local_world_size=local_world, node_rank=node, master_addr=addr, master_port=port,
                    hosts=tuple(hosts), job_id=job_id)
 
-
-def as_dict(d: DistEnv) -> dict:
-    return asdict(d)
