@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hpcqa import registry, status  # noqa: E402
+from hpcqa import registry, status
+from hpcqa.slurmcli import Slurm, run_command  # noqa: E402
 
 
 def main() -> int:
@@ -29,12 +30,10 @@ def main() -> int:
         reg.add_many(dict(id=str(900000 + i), name="bench", executor="slurm", folder=f"{tmp}/{i}", config={},
                           source="bench", nodes=1, world_size=2) for i in range(a.jobs))
         calls = []
-        real = status.RUNNER[0]
-        status.RUNNER[0] = lambda argv: (calls.append(argv[0]), real(argv))[1]
+        counting = Slurm(lambda argv: (calls.append(argv[0]), run_command(argv))[1])
         t = time.perf_counter()
-        views, source = status.collect(reg, all_jobs=True)
+        views, source = status.collect(reg, counting, all_jobs=True)
         dt = time.perf_counter() - t
-        status.RUNNER[0] = real
         print(f"collect: {len(views)} jobs in {dt * 1000:.0f} ms; scheduler calls: "
               f"{', '.join(f'{c} x{calls.count(c)}' for c in sorted(set(calls)))}; source {source}")
         t = time.perf_counter()

@@ -120,54 +120,42 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # ------------------------------------------------------------------------------------------ verbs
 
-def _plan(args: argparse.Namespace, raw: dict | None = None):
-    from hpcqa import config, plan
-    cfg = config.validate(raw, args.config, args.overrides) if raw is not None else config.load(args.config, args.overrides)
-    return plan.build_plan(cfg, plan.probe_host())
+def _submission(args: argparse.Namespace):
+    """The config (and its [sweep], if any) -> the SweepPlan that `submit` runs (a job is a sweep of one)."""
+    from hpcqa import config, sweep
+    from hpcqa import plan as planmod
+    raw = config.load_raw(args.config, args.overrides)
+    host = planmod.probe_host()
+    if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
+        from hpcqa.slurmcli import Slurm
+        return sweep.build(raw, args.config, host,
+                           lambda: Slurm().max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE))
+    return sweep.single(planmod.build_plan(config.validate(raw, args.config, args.overrides), host))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from hpcqa import config
-    raw = config.load_raw(args.config, args.overrides)
-    if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
-        return _submit_sweep(args, raw)
-    lp = _plan(args, raw)
+    sp = _submission(args)
     if args.dry_run:
-        from hpcqa import render
-        root = os.path.join(lp.config.job.output_dir, lp.config.job.name)
-        plan_path = os.path.join(os.path.abspath(root), "plans", "plan-<hash>.json")
-        sbatch = render.submitit_sbatch(lp, plan_path, os.path.abspath(lp.job_dir_pattern)) \
-            if lp.executor == "slurm" else None
-        if args.json:
-            out = lp.to_json()
-            out["sbatch"] = sbatch
-            print(json.dumps(out, indent=2, sort_keys=True))
-        else:
-            _print_plan(lp, sbatch)
-        return 0
-    from hpcqa.executors import run_plan
-    return run_plan(lp, wait=not args.no_wait)
-
-
-def _submit_sweep(args: argparse.Namespace, raw: dict) -> int:
-    from hpcqa import plan as planmod
-    from hpcqa.executors import sweeps
-    sp = sweeps.build(raw, args.config, planmod.probe_host())
-    if args.dry_run:
+        sbatch = None
+        if sp.executor == "slurm":
+            from hpcqa.executors.slurm import sbatch_preview
+            sbatch = sbatch_preview(sp)
         if args.json:
             out = sp.plans[0].to_json()
-            out["sweep"] = sp.to_json()
+            out["sbatch"] = sbatch[0] if sbatch and not sp.is_sweep else sbatch
+            if sp.is_sweep:
+                out["sweep"] = sp.to_json()
             print(json.dumps(out, indent=2, sort_keys=True))
+        elif sp.is_sweep:
+            _print_sweep(sp, sbatch)
         else:
-            _print_sweep(sp)
+            _print_plan(sp.plans[0], sbatch[0] if sbatch else None)
         return 0
-    if sp.executor == "local":
-        return sweeps.run_local(sp)
-    sweeps.submit_slurm(sp)
-    return 0
+    from hpcqa.executors import submit
+    return submit(sp, wait=not args.no_wait)
 
 
-def _print_sweep(sp) -> None:
+def _print_sweep(sp, sbatch: list[str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
     from hpcqa import sweep
@@ -197,6 +185,11 @@ def _print_sweep(sp) -> None:
     for i, (a, line) in enumerate(zip(sp.arrays, sp.array_lines())):
         dep = " --dependency=afterany:<previous array>" if i else ""
         con.print(f"array {i}: {len(a.variants)} task(s) {line}{dep}")
+    if sbatch:
+        from rich.panel import Panel
+        from rich.syntax import Syntax
+        con.print(Panel(Syntax(sbatch[0], "bash", word_wrap=True),
+                        title="sbatch script of array 0 (as submitit will submit it)"))
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -258,9 +251,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from hpcqa import registry, status
-    reg = registry.Registry(args.registry, create=False)
+    from hpcqa.slurmcli import Slurm
+    reg, slurm = registry.Registry(args.registry, create=False), Slurm()
     while True:
-        views, source = status.collect(reg, args.jobs, args.all) if reg.exists else ([], "none")
+        views, source = status.collect(reg, slurm, args.jobs, args.all) if reg.exists else ([], "none")
         if args.jobs and not views:
             from hpcqa.errors import UsageError
             raise UsageError(f"no job {' '.join(args.jobs)} in {reg.path}", "`hpcqa status --all` lists the jobs")
@@ -312,38 +306,35 @@ def _print_status(views, source: str, path, expand: bool = False) -> None:
     con.print(t)
 
 
-def _find_job(reg_path, job_id: str, reg=None):
+def _find_job(reg_path, job_id: str):
     from hpcqa import registry
-    from hpcqa.errors import UsageError
-    reg = reg or registry.Registry(reg_path, create=False)
-    rows = [r for r in reg.jobs([job_id]) if r.id == job_id] if reg.exists else []
-    if not rows:
-        raise UsageError(f"no job {job_id!r} in {reg.path}", "`hpcqa status --all` lists the jobs")
-    return reg, rows[0]
+    from hpcqa.executors.cancel import targets
+    reg = registry.Registry(reg_path, create=False)
+    return reg, targets(reg, [job_id], None)[0]
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
     import time
     from hpcqa import status
     from hpcqa.errors import UsageError
+    from hpcqa.jobdir import JobDir
+    from hpcqa.slurmcli import Slurm
     reg, row = _find_job(args.registry, args.job)
-    folder = Path(row.folder)
+    jd = JobDir(Path(row.folder))
     rank = args.rank
     if rank is None:
-        from hpcqa.executors.common import failed_ranks
-        failed = failed_ranks(folder)
+        failed = jd.failed_ranks()
         rank = int(failed[0]["rank"]) if failed else 0
     if not 0 <= rank < row.world_size:
         raise UsageError(f"job {row.id} has ranks 0-{row.world_size - 1}, not {rank}", "pass --rank N in that range")
-    suffix = "out" if args.stdout else "err"
-    matches = sorted(folder.glob(f"*_{rank}_log.{suffix}")) + sorted(folder.glob(f"rank-{rank}.log"))
-    if not matches and not args.follow:
-        raise UsageError(f"no log for rank {rank} in {folder} yet", "the job may still be pending; try -f")
-    pos = 0
+    stream = "out" if args.stdout else "err"
+    if jd.log(rank, stream) is None and not args.follow:
+        raise UsageError(f"no log for rank {rank} in {jd.path} yet", "the job may still be pending; try -f")
+    pos, slurm = 0, Slurm()
     while True:
-        matches = matches or sorted(folder.glob(f"*_{rank}_log.{suffix}"))
-        if matches:
-            text = matches[0].read_text(errors="replace")
+        path = jd.log(rank, stream)
+        if path:
+            text = path.read_text(errors="replace")
             chunk = text[pos:]
             if pos == 0 and args.lines:
                 chunk = "\n".join(chunk.splitlines()[-args.lines:]) + "\n"
@@ -352,51 +343,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
             pos = len(text)
         if not args.follow:
             return 0
-        views, _ = status.collect(reg, [row.id])
+        views, _ = status.collect(reg, slurm, [row.id])
         if views and status.is_final(views[0].state):
             return 0
         time.sleep(1)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from hpcqa import status
-    from hpcqa.errors import SubmitError
     from hpcqa import registry
+    from hpcqa.executors import cancel
+    from hpcqa.slurmcli import Slurm
     reg = registry.Registry(args.registry, create=False)
-    targets = []
-    for job_id in args.jobs:
-        sweep_rows = reg.jobs(sweep_id=job_id) if reg.exists else []
-        if sweep_rows:
-            chosen = [r for r in sweep_rows if args.task is None or r.task_index == args.task]
-            if not chosen:
-                from hpcqa.errors import UsageError
-                raise UsageError(f"sweep {job_id} has no task {args.task}",
-                                 f"tasks are 0-{max(r.task_index for r in sweep_rows)}")
-            targets += chosen
-        else:
-            targets.append(_find_job(args.registry, job_id, reg)[1])
-    live = [r for r in targets if not r.final]
-    for r in targets:
-        if r.final:
-            print(f"job {r.id} already ended ({r.state})")
-    slurm_rows = [r for r in live if r.executor == "slurm"]
-    if slurm_rows:
-        whole = [r for r in slurm_rows if r.sweep_id and args.task is None]
-        ids = sorted({r.id.split("_")[0] for r in whole}) + [r.id for r in slurm_rows if r not in whole]
-        proc = status.run(["scancel", *ids])  # one call for the lot
-        if proc.returncode != 0:
-            raise SubmitError(f"scancel {' '.join(ids)} failed: {proc.stderr.strip()}",
-                              "check the ids with hpcqa status")
-    for row in live:
-        if row.executor != "slurm":
-            from hpcqa.executors.local import cancel as cancel_local
-            if not cancel_local(int(row.id)):
-                print(f"job {row.id} is not running")
-                continue
-        folder = Path(row.folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "cancelled").write_text("cancelled by hpcqa cancel\n")
-        print(f"cancelled {row.executor} job {row.id}")
+    for line in cancel.cancel(cancel.targets(reg, args.jobs, args.task), args.task is None, Slurm()):
+        print(line)
     return 0
 
 
@@ -406,7 +365,8 @@ def cmd_results(args: argparse.Namespace) -> int:
     reg = registry.Registry(args.registry, create=False)
     if not reg.exists or not reg.jobs(sweep_id=args.sweep):
         raise UsageError(f"no sweep {args.sweep!r} in {reg.path}", "`hpcqa status --all` lists jobs and sweeps")
-    views, _ = status.collect(reg, [args.sweep])
+    from hpcqa.slurmcli import Slurm
+    views, _ = status.collect(reg, Slurm(), [args.sweep])
     views = [v for v in views if v.sweep_id == args.sweep]
     keys = []
     for v in views:

@@ -7,6 +7,7 @@ mean"; every error names the dotted key path and says how to fix it.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import difflib
 import json
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from hpcqa.errors import ConfigError, UsageError
+from hpcqa.frozen import FrozenDict
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -69,7 +71,7 @@ class ClusterConfig:
     signal_delay_s: int = opt(90, "Seconds before the time limit at which ranks get SIGUSR2 to "
                                   "checkpoint (--signal=USR2@N).", min=0, max=3600)
     max_requeues: int = opt(3, "How often a preempted or timed-out job is requeued.", min=0, max=100)
-    sbatch_extra: list[str] = opt(list, "Extra sbatch flags, e.g. [\"--reservation=ml\"]; each must "
+    sbatch_extra: tuple[str, ...] = opt(tuple, "Extra sbatch flags, e.g. [\"--reservation=ml\"]; each must "
                                         "start with '--'.", factory=True)
 
 
@@ -92,7 +94,7 @@ class LaunchConfig:
                                   "rank's socket).", min=0, max=4096)
     master_port: int = opt(0, "Fixed MASTER_PORT (0: derived from the job id, below the ephemeral "
                               "range).", min=0, max=65535)
-    env: dict[str, str] = opt(dict, "Extra environment variables for every rank.", factory=True)
+    env: Mapping[str, str] = opt(FrozenDict, "Extra environment variables for every rank.", factory=True)
 
 
 @dataclass(frozen=True)
@@ -205,9 +207,9 @@ def _type_name(tp: Any) -> str:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if origin is list:
+    if origin is tuple:
         return "a list of strings"
-    if origin is dict:
+    if origin is collections.abc.Mapping:
         return "a table of string values"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
 
@@ -231,15 +233,15 @@ def _coerce(key: str, value: Any, tp: Any, source: str) -> Any:
             except ConfigError:
                 continue
         raise bad
-    if origin is list:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise bad
-        return list(value)
-    if origin is dict:
+        return tuple(value)
+    if origin is collections.abc.Mapping:
         if not isinstance(value, dict) or not all(isinstance(v, (str, int, float, bool))
                                                   and not isinstance(v, dict) for v in value.values()):
             raise bad
-        return {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
+        return FrozenDict((str(k), (str(v).lower() if isinstance(v, bool) else str(v))) for k, v in value.items())
     if tp is bool:
         if not isinstance(value, bool):
             raise bad
@@ -429,7 +431,7 @@ def _toml_value(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, str):
         return json.dumps(v, ensure_ascii=False)  # a JSON string is a valid TOML basic string
-    if isinstance(v, list):
+    if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"

@@ -1,6 +1,6 @@
 """`hpcqa doctor`: what to check before submitting. Each check: ok / warning / error, with the fix.
 
-Scheduler facts come through status.run (the one door); versions through importlib.metadata, so the
+Scheduler facts come through slurmcli.Slurm (the one door); versions through importlib.metadata, so the
 doctor doesn't pay torch's import either.
 """
 
@@ -13,7 +13,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Mapping
 
-from hpcqa import plan, status
+from hpcqa import plan
+from hpcqa.slurmcli import Slurm
 
 
 @dataclass
@@ -22,18 +23,6 @@ class Check:
     level: str  # ok | warning | error
     message: str
     fix: str = ""
-
-
-def parse_nodes(text: str) -> list[dict[str, str]]:
-    """`scontrol show node -o` -> one dict per node (NodeName, Sockets, CoresPerSocket, ...)."""
-    nodes = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        fields = dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", line))
-        if "NodeName" in fields:
-            nodes.append(fields)
-    return nodes
 
 
 def topology_checks(cfg, nodes: list[Mapping[str, str]]) -> list[Check]:
@@ -80,32 +69,39 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def run_checks(cfg=None) -> list[Check]:
+def run_checks(cfg=None, slurm: Slurm | None = None) -> list[Check]:
     checks: list[Check] = []
     if shutil.which("sbatch"):
-        v = status.run(["sinfo", "--version"])
-        checks.append(Check("slurm", "ok" if v.returncode == 0 else "error",
-                            v.stdout.strip() or v.stderr.strip(),
-                            "" if v.returncode == 0 else "is SLURM_CONF set and slurmctld reachable?"))
-        acct = status.run(["sacct", "-n", "-X", "-S", "now", "-o", "JobID"])
-        if acct.returncode == 0:
-            checks.append(Check("accounting", "ok", "on (sacct answers): states come from sacct"))
-        else:
-            checks.append(Check("accounting", "warning", f"off ({(acct.stderr or acct.stdout).strip()[:100]})",
-                                "status falls back to squeue + the jobs' own files; ask your admins about slurmdbd"))
-        nodes = status.run(["scontrol", "show", "node", "-o"])
-        parsed = parse_nodes(nodes.stdout) if nodes.returncode == 0 else []
-        if parsed:
-            shapes = sorted({f"{n.get('Sockets')}x{n.get('CoresPerSocket')}x{n.get('ThreadsPerCore')}" for n in parsed})
-            checks.append(Check("nodes", "ok", f"{len(parsed)} node(s), sockets x cores x threads: {', '.join(shapes)}"))
-            if cfg is not None:
-                checks += topology_checks(cfg, parsed)
-        else:
-            checks.append(Check("nodes", "error", f"scontrol show node failed: {nodes.stderr.strip()}",
-                                "check SLURM_CONF / the controller"))
+        checks += slurm_checks(cfg, slurm or Slurm())
     else:
         checks.append(Check("slurm", "warning", "sbatch not found: jobs run on the local executor",
                             "run on a Slurm login node to submit to a cluster"))
+    return checks + host_checks(cfg)
+
+
+def slurm_checks(cfg, slurm: Slurm) -> list[Check]:
+    ok, version = slurm.version()
+    checks = [Check("slurm", "ok" if ok else "error", version,
+                    "" if ok else "is SLURM_CONF set and slurmctld reachable?")]
+    acct_ok, acct_text = slurm.accounting()
+    if acct_ok:
+        checks.append(Check("accounting", "ok", "on (sacct answers): states come from sacct"))
+    else:
+        checks.append(Check("accounting", "warning", f"off ({acct_text[:100]})",
+                            "status falls back to squeue + the jobs' own files; ask your admins about slurmdbd"))
+    parsed, err = slurm.nodes()
+    if parsed:
+        shapes = sorted({f"{n.get('Sockets')}x{n.get('CoresPerSocket')}x{n.get('ThreadsPerCore')}" for n in parsed})
+        checks.append(Check("nodes", "ok", f"{len(parsed)} node(s), sockets x cores x threads: {', '.join(shapes)}"))
+        if cfg is not None:
+            checks += topology_checks(cfg, parsed)
+    else:
+        checks.append(Check("nodes", "error", f"scontrol show node failed: {err}", "check SLURM_CONF / the controller"))
+    return checks
+
+
+def host_checks(cfg) -> list[Check]:
+    checks: list[Check] = []
     dirs = plan.library_dirs()
     for name, files in plan.LIBRARIES.items():
         p = plan.find_library(files, dirs)

@@ -61,3 +61,9 @@ class JobFailed(HpcqaError):
     """A job ran and failed."""
 
     exit_code = 1
+
+
+class RankError(HpcqaError):
+    """A rank cannot run the plan it was given (backend missing on this node, plan mismatch)."""
+
+    exit_code = 2

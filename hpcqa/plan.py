@@ -1,22 +1,26 @@
 """build_plan(config, host) -> LaunchPlan: what every rank will get. Pure.
 
 The plan is computed once; `--dry-run` prints it, `render` turns it into scripts, the executors and
-the rank wrapper (`hpcqa.rank`) consume it. Nothing downstream recomputes what it decided.
+the rank wrapper (`hpcqa.rank`) consume it. Nothing downstream recomputes what it decided: the plan
+crosses into the ranks as one JSON file (`LaunchPlan.from_json` gives the same typed, deep-frozen
+value back) and every rank records the plan's digest in its report.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 from hpcqa import topology
-from hpcqa.config import Config
+from hpcqa.config import Config, from_dict
 from hpcqa.errors import ConfigError
+from hpcqa.frozen import FrozenDict, freeze
+from hpcqa.jobdir import JOB_ID
 
 LIBRARIES = {
     "tcmalloc": ("libtcmalloc.so", "libtcmalloc.so.4", "libtcmalloc_minimal.so.4"),
@@ -36,7 +40,7 @@ class HostProbe:
 
     has_sbatch: bool = False
     ccl_bindings: bool = False
-    libraries: Mapping[str, str] = field(default_factory=dict)  # name -> path, only those found
+    libraries: Mapping[str, str] = field(default_factory=FrozenDict)  # name -> path, only those found
     python: str = sys.executable
 
 
@@ -83,6 +87,8 @@ class LaunchPlan:
     job_dir_pattern: str              # %j = job id
     warnings: tuple[str, ...]
     python: str
+    variant: Mapping[str, Any] = field(default_factory=FrozenDict)  # a sweep task's swept keys -> values
+    variant_index: int = 0
 
     def slurm_parameters(self) -> dict[str, Any]:
         """Keyword arguments for submitit's SlurmExecutor (also used for the dry-run sbatch)."""
@@ -133,10 +139,42 @@ class LaunchPlan:
             "ranks": [{"rank": r.rank, "node_rank": r.node_rank, "local_rank": r.local_rank,
                        "cpus": list(r.cpus), "env": dict(r.env)} for r in self.ranks],
             "config": self.config.to_dict(),
+            "source": self.config.source,
+            "python": self.python,
+            "variant": dict(self.variant),
+            "variant_index": self.variant_index,
         }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "LaunchPlan":
+        """The typed plan back from `to_json()` output (the config is validated again on the way)."""
+        return cls(
+            config=from_dict(d["config"], source=d.get("source", "")), executor=d["executor"],
+            launcher=d["launcher"], backend=Backend(**d["backend"]), nodes=d["nodes"],
+            ranks_per_node=d["ranks_per_node"], world_size=d["world_size"], cpus_per_task=d["cpus_per_task"],
+            local_ranks=tuple(LocalRankPlan(lr["local_rank"], tuple(lr["cpus"]), tuple(lr["compute"]),
+                                            tuple(lr["ccl"]), FrozenDict(lr["env"])) for lr in d["local_ranks"]),
+            ranks=tuple(RankPlan(r["rank"], r["node_rank"], r["local_rank"], tuple(r["cpus"]), FrozenDict(r["env"]))
+                        for r in d["ranks"]),
+            deferred_env=FrozenDict(d["deferred_env"]), job_dir_pattern=d["job_dir"],
+            warnings=tuple(d["warnings"]), python=d["python"], variant=freeze(d.get("variant") or {}),
+            variant_index=d.get("variant_index", 0))
+
+    @classmethod
+    def loads(cls, text: str) -> "LaunchPlan":
+        return cls.from_json(json.loads(text))
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True)
+
+    @property
+    def digest(self) -> str:
+        """Content hash of the plan: names its file, and every rank's report records it."""
+        return hashlib.sha256(self.dumps().encode()).hexdigest()[:16]
+
+    def with_variant(self, index: int, params: Mapping[str, Any]) -> "LaunchPlan":
+        from dataclasses import replace
+        return replace(self, variant=freeze(dict(params)), variant_index=index)
 
 
 def resolve_backend(requested: str, ccl_bindings: bool) -> Backend:
@@ -176,7 +214,6 @@ def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool]
     preload = [libraries[n] for n in (la.malloc, "iomp" if la.openmp == "iomp" else "") if n in libraries]
     if preload:
         env["LD_PRELOAD"] = ":".join(preload)
-    env["HPCQA_DDP_BACKEND"] = backend
     env.update(la.env)
     return env
 
@@ -197,54 +234,66 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None) -> Lau
                           cfg.source)
     launcher = launcher or (la.launcher if executor == "slurm" else "local")
     backend = resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
-    warnings = []
-    if backend.resolved == "ccl" and not host.ccl_bindings:
-        warnings.append(f"ddp backend ccl: {backend.reason}")
     workers = la.ccl_workers if backend.resolved == "ccl" else 0
-    if la.ccl_workers and backend.resolved != "ccl":
-        warnings.append(f"launch.ccl_workers={la.ccl_workers} not reserved: backend is "
-                        f"{backend.resolved}, no CCL worker threads run, all cores compute")
     cpus = topology.declared_cpus(c.sockets_per_node, c.cores_per_socket, c.threads_per_core)
     pools = topology.socket_pools(cpus, c.sockets_per_node, c.cores_per_socket, workers)
-    for name in (la.malloc, "iomp" if la.openmp == "iomp" else ""):
-        if name and name != "default" and name not in host.libraries:
-            warnings.append(f"{name} not found on this host: LD_PRELOAD left without it "
-                            f"(install: {LIB_PACKAGES[name]})")
-    if not la.bind:
-        warnings.append("launch.bind = false: ranks are not pinned; expect oversubscription")
-    if la.omp_num_threads and la.omp_num_threads > len(pools[0].compute):
-        warnings.append(f"launch.omp_num_threads={la.omp_num_threads} exceeds the "
-                        f"{len(pools[0].compute)} compute cores per rank: oversubscribed")
-
     local_ranks = tuple(
         LocalRankPlan(local_rank=p.local_rank, cpus=p.cpus if la.bind else (),
                       compute=p.compute, ccl=p.ccl,
-                      env=rank_static_env(cfg, p, pools, backend.resolved, launcher, host.libraries))
+                      env=FrozenDict(rank_static_env(cfg, p, pools, backend.resolved, launcher, host.libraries)))
         for p in pools)
-    S = c.sockets_per_node
-    world = c.nodes * S
-    ranks = []
-    for node in range(c.nodes):
-        for lr in local_ranks:
-            env = {"RANK": str(node * S + lr.local_rank), "WORLD_SIZE": str(world),
-                   "LOCAL_RANK": str(lr.local_rank), "LOCAL_WORLD_SIZE": str(S),
-                   "NODE_RANK": str(node), **lr.env}
-            ranks.append(RankPlan(rank=node * S + lr.local_rank, node_rank=node,
-                                  local_rank=lr.local_rank, cpus=lr.cpus, env=env))
-    if executor == "local":
-        deferred = {"MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": str(la.master_port) if la.master_port else
-                    "derived from the local job id at start (10000-32767)"}
-    else:
-        deferred = {"MASTER_ADDR": "first host of SLURM_JOB_NODELIST (unknown until allocation)",
-                    "MASTER_PORT": str(la.master_port) if la.master_port else
-                    "derived from SLURM_JOB_ID at start (10000-32767, distinct per array task)"}
-    job_dir = os.path.join(cfg.job.output_dir, cfg.job.name, "%j")
+    world = c.nodes * c.sockets_per_node
     return LaunchPlan(config=cfg, executor=executor, launcher=launcher, backend=backend,
-                      nodes=c.nodes, ranks_per_node=S, world_size=world,
+                      nodes=c.nodes, ranks_per_node=c.sockets_per_node, world_size=world,
                       cpus_per_task=c.cores_per_socket * c.threads_per_core,
-                      local_ranks=local_ranks, ranks=tuple(ranks), deferred_env=deferred,
-                      job_dir_pattern=job_dir, warnings=tuple(warnings), python=host.python)
+                      local_ranks=local_ranks, ranks=_global_ranks(c.nodes, local_ranks),
+                      deferred_env=FrozenDict(_deferred_env(executor, la.master_port)),
+                      job_dir_pattern=os.path.join(cfg.job.output_dir, cfg.job.name, JOB_ID),
+                      warnings=_warnings(cfg, host, backend, pools), python=host.python)
+
+
+def _global_ranks(nodes: int, local_ranks: tuple[LocalRankPlan, ...]) -> tuple[RankPlan, ...]:
+    per_node, world = len(local_ranks), nodes * len(local_ranks)
+    ranks = []
+    for node in range(nodes):
+        for lr in local_ranks:
+            rank = node * per_node + lr.local_rank
+            env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(lr.local_rank),
+                   "LOCAL_WORLD_SIZE": str(per_node), "NODE_RANK": str(node), **lr.env}
+            ranks.append(RankPlan(rank=rank, node_rank=node, local_rank=lr.local_rank, cpus=lr.cpus,
+                                  env=FrozenDict(env)))
+    return tuple(ranks)
+
+
+def _deferred_env(executor: str, fixed_port: int) -> dict[str, str]:
+    """What is decided at run time, and by what."""
+    if executor == "local":
+        return {"MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(fixed_port) if fixed_port else
+                "derived from the local job id at start (10000-32767)"}
+    return {"MASTER_ADDR": "first host of SLURM_JOB_NODELIST (unknown until allocation)",
+            "MASTER_PORT": str(fixed_port) if fixed_port else
+            "derived from SLURM_JOB_ID at start (10000-32767, distinct per array task)"}
+
+
+def _warnings(cfg: Config, host: HostProbe, backend: Backend, pools: list[topology.Pool]) -> tuple[str, ...]:
+    la = cfg.launch
+    out = []
+    if backend.resolved == "ccl" and not host.ccl_bindings:
+        out.append(f"ddp backend ccl: {backend.reason}")
+    if la.ccl_workers and backend.resolved != "ccl":
+        out.append(f"launch.ccl_workers={la.ccl_workers} not reserved: backend is "
+                   f"{backend.resolved}, no CCL worker threads run, all cores compute")
+    for name in (la.malloc, "iomp" if la.openmp == "iomp" else ""):
+        if name and name != "default" and name not in host.libraries:
+            out.append(f"{name} not found on this host: LD_PRELOAD left without it "
+                       f"(install: {LIB_PACKAGES[name]})")
+    if not la.bind:
+        out.append("launch.bind = false: ranks are not pinned; expect oversubscription")
+    if la.omp_num_threads and la.omp_num_threads > len(pools[0].compute):
+        out.append(f"launch.omp_num_threads={la.omp_num_threads} exceeds the "
+                   f"{len(pools[0].compute)} compute cores per rank: oversubscribed")
+    return tuple(out)
 
 
 def find_library(names: tuple[str, ...], dirs: list[str], exists=os.path.exists) -> str | None:
@@ -277,15 +326,21 @@ def probe_host() -> HostProbe:
             libs[name] = p
     return HostProbe(has_sbatch=shutil.which("sbatch") is not None,
                      ccl_bindings=importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None,
-                     libraries=libs, python=sys.executable)
+                     libraries=FrozenDict(libs), python=sys.executable)
 
 
-def write_plan(plan: LaunchPlan, directory: str | Path) -> Path:
-    """Write the plan where every rank can read it, content-addressed, atomically."""
-    import hashlib
-    text = plan.dumps()
-    from hpcqa.fsutil import atomic_write_text
-    path = Path(directory) / f"plan-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
-    if not path.exists():
-        atomic_write_text(path, text)
-    return path.resolve()
+def load(path: str | os.PathLike) -> LaunchPlan:
+    """A plan file written by `write_plans` or a rendered script, typed and checked."""
+    from pathlib import Path
+
+    from hpcqa.errors import PlanError
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise PlanError(f"cannot read plan {str(path)!r}: {e.strerror or e}",
+                        "submit through hpcqa (it writes the plan before any rank starts)") from None
+    try:
+        return LaunchPlan.loads(text)
+    except (ValueError, KeyError, TypeError) as e:
+        raise PlanError(f"cannot read plan {str(path)!r}: not a launch plan of this hpcqa version "
+                        f"({type(e).__name__}: {e})", "re-submit, or re-render the script") from None

@@ -13,7 +13,6 @@ rank never silently runs with more threads than cores.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -21,9 +20,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hpcqa import distenv, topology
+from hpcqa import plan as planmod
 from hpcqa.errors import HpcqaError
+from hpcqa.jobdir import TASK_ID
+from hpcqa.plan import LaunchPlan
 
-THREAD_KEYS = ("OMP_NUM_THREADS", "KMP_AFFINITY", "OMP_PLACES", "CCL_WORKER_AFFINITY", "I_MPI_PIN_DOMAIN")
 
 
 def node_cpus(allowed: Sequence[int] | None = None) -> list[topology.Cpu]:
@@ -54,84 +55,84 @@ def parse_cpu_list(text: str) -> list[int]:
     return out
 
 
-def choose_binding(plan: Mapping[str, Any], local_rank: int, cpus: Sequence[topology.Cpu]) -> dict[str, Any]:
+def choose_binding(plan: LaunchPlan, local_rank: int, cpus: Sequence[topology.Cpu]) -> dict[str, Any]:
     """Pure: the CPUs and thread variables this local rank gets on a node with `cpus`."""
-    lr = plan["local_ranks"][local_rank]
-    planned = list(lr["cpus"])
+    lr = plan.local_ranks[local_rank]
     available = {c.cpu for c in cpus}
-    if not planned:  # launch.bind = false
+    if not lr.cpus:  # launch.bind = false
         return {"cpus": [], "env": {}, "note": "not bound (launch.bind = false)"}
-    if set(planned) <= available:
-        return {"cpus": planned, "env": {}, "note": "as planned"}
-    cfg = plan["config"]
-    sockets, per_socket = plan["ranks_per_node"], cfg["cluster"]["cores_per_socket"]
-    workers = len(lr["ccl"])
-    try:
-        pools = topology.socket_pools(cpus, sockets, per_socket, workers)
-        how = "plan's CPUs missing here; same rule applied to this node's CPUs"
-    except HpcqaError:
-        cores = [c for c, _ in topology.physical_cores(cpus)]
-        share = max(len(cores) // sockets, 1)
-        workers = min(workers, share - 1) if share > 1 else 0
-        pools = []
-        for k in range(sockets):
-            chunk = tuple(cores[k * share:(k + 1) * share]) or tuple(cores[k % len(cores):][:1])
-            pools.append(topology.Pool(k, chunk, (), chunk[:workers], chunk[workers:]))
-        how = (f"node has {len(cores)} cores, plan wants {sockets}x{per_socket}: "
-               f"each rank gets {share} core(s)")
+    if set(lr.cpus) <= available:
+        return {"cpus": list(lr.cpus), "env": {}, "note": "as planned"}
+    pools, how = _pools_on_this_node(plan, cpus, len(lr.ccl))
     pool = pools[local_rank]
     env = {"OMP_NUM_THREADS": str(len(pool.compute))}
-    old = lr["env"]
-    if "KMP_AFFINITY" in old:
+    if "KMP_AFFINITY" in lr.env:
         env["KMP_AFFINITY"] = topology.kmp_affinity(pool.compute)
-    if "OMP_PLACES" in old:
+    if "OMP_PLACES" in lr.env:
         env["OMP_PLACES"] = topology.omp_places(pool.compute)
-    if "CCL_WORKER_AFFINITY" in old:
+    if "CCL_WORKER_AFFINITY" in lr.env:
         env["CCL_WORKER_AFFINITY"] = topology.ccl_worker_affinity(pools)
-    if "I_MPI_PIN_DOMAIN" in old:
+    if "I_MPI_PIN_DOMAIN" in lr.env:
         env["I_MPI_PIN_DOMAIN"] = topology.i_mpi_pin_domain(pools)
     return {"cpus": list(pool.cpus), "env": env, "note": f"ADJUSTED: {how}"}
 
 
-def rank_environment(plan: Mapping[str, Any], env: Mapping[str, str], cpus: Sequence[topology.Cpu],
+def _pools_on_this_node(plan: LaunchPlan, cpus: Sequence[topology.Cpu], workers: int) -> tuple[list, str]:
+    """The plan's pool rule applied to the CPUs this node has; smaller shares when they don't suffice."""
+    sockets, per_socket = plan.ranks_per_node, plan.config.cluster.cores_per_socket
+    try:
+        pools = topology.socket_pools(cpus, sockets, per_socket, workers)
+        return pools, "plan's CPUs missing here; same rule applied to this node's CPUs"
+    except HpcqaError:
+        pass
+    cores = [c for c, _ in topology.physical_cores(cpus)]
+    share = max(len(cores) // sockets, 1)
+    workers = min(workers, share - 1) if share > 1 else 0
+    pools = []
+    for k in range(sockets):
+        chunk = tuple(cores[k * share:(k + 1) * share]) or tuple(cores[k % len(cores):][:1])
+        pools.append(topology.Pool(k, chunk, (), chunk[:workers], chunk[workers:]))
+    return pools, (f"node has {len(cores)} cores, plan wants {sockets}x{per_socket}: "
+                   f"each rank gets {share} core(s)")
+
+
+def rank_environment(plan: LaunchPlan, env: Mapping[str, str], cpus: Sequence[topology.Cpu],
                      hostname: str) -> tuple[dict[str, str], list[int], list[str]]:
     """Pure: (environment for the exec, CPUs to bind, warnings)."""
     env = dict(env)
-    if plan["config"]["launch"]["master_port"] and not env.get("MASTER_PORT"):
-        env["MASTER_PORT"] = str(plan["config"]["launch"]["master_port"])
+    if plan.config.launch.master_port and not env.get("MASTER_PORT"):
+        env["MASTER_PORT"] = str(plan.config.launch.master_port)
     d = distenv.detect(env, hostname)
-    warnings: list[str] = []
-    if d.world_size != plan["world_size"]:
+    if d.world_size != plan.world_size:
         raise HpcqaError(f"the launcher started {d.world_size} ranks ({d.source}), the plan has "
-                         f"{plan['world_size']}", "submit through hpcqa, or match -n/--ntasks to the plan")
-    if d.local_world_size != plan["ranks_per_node"] or d.local_rank >= len(plan["local_ranks"]):
+                         f"{plan.world_size}", "submit through hpcqa, or match -n/--ntasks to the plan")
+    if d.local_world_size != plan.ranks_per_node or d.local_rank >= len(plan.local_ranks):
         raise HpcqaError(f"{d.local_world_size} ranks on this node ({d.source}), the plan has "
-                         f"{plan['ranks_per_node']} (one per socket)",
+                         f"{plan.ranks_per_node} (one per socket)",
                          "launch with --ntasks-per-node / -ppn equal to cluster.sockets_per_node")
-    lr = plan["local_ranks"][d.local_rank]
+    lr = plan.local_ranks[d.local_rank]
     binding = choose_binding(plan, d.local_rank, cpus)
-    out = dict(env)
-    out.update(lr["env"])
-    out.update(binding["env"])
-    out.update(d.torch_env())
-    preload = [p for p in out.get("LD_PRELOAD", "").split(":") if p]
-    kept = [p for p in preload if os.path.exists(p)]
-    for p in preload:
-        if p not in kept:
-            warnings.append(f"LD_PRELOAD: {p} not found on {hostname}; left out")
-    if kept:
-        out["LD_PRELOAD"] = ":".join(kept)
-    else:
-        out.pop("LD_PRELOAD", None)
+    out = {**env, **lr.env, **binding["env"], **d.torch_env()}
+    warnings = _keep_existing_preloads(out, hostname)
     if binding["note"] != "as planned":
         warnings.append(f"rank {d.rank}: {binding['note']}; planned CPUs "
-                        f"{topology.cpu_list(lr['cpus'])}, bound to {topology.cpu_list(binding['cpus'])}")
-    out["HPCQA_PLANNED_CPUS"] = topology.cpu_list(lr["cpus"]) if lr["cpus"] else ""
-    out["HPCQA_BOUND_CPUS"] = topology.cpu_list(binding["cpus"]) if binding["cpus"] else ""
-    out["HPCQA_BIND_NOTE"] = binding["note"]
-    out["HPCQA_ENV_SOURCE"] = d.source
-    out["HPCQA_HOSTS"] = ",".join(d.hosts)
+                        f"{topology.cpu_list(lr.cpus)}, bound to {topology.cpu_list(binding['cpus'])}")
+    out.update(HPCQA_PLANNED_CPUS=topology.cpu_list(lr.cpus) if lr.cpus else "",
+               HPCQA_BOUND_CPUS=topology.cpu_list(binding["cpus"]) if binding["cpus"] else "",
+               HPCQA_BIND_NOTE=binding["note"], HPCQA_ENV_SOURCE=d.source, HPCQA_HOSTS=",".join(d.hosts),
+               HPCQA_PLAN_DIGEST=plan.digest)
     return out, list(binding["cpus"]), warnings
+
+
+def _keep_existing_preloads(env: dict[str, str], hostname: str) -> list[str]:
+    """Drop LD_PRELOAD entries missing on this node (a missing preload makes every exec warn)."""
+    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
+    kept = [p for p in preload if os.path.exists(p)]
+    if kept:
+        env["LD_PRELOAD"] = ":".join(kept)
+    else:
+        env.pop("LD_PRELOAD", None)
+    return [f"LD_PRELOAD: {p} not found on {hostname}; left out" for p in preload if p not in kept]
 
 
 def main(argv: list[str]) -> int:
@@ -139,19 +140,16 @@ def main(argv: list[str]) -> int:
         print("usage: python -m hpcqa.rank --plan PLAN.json -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     sep = argv.index("--")
-    plan_path, command = argv[1], argv[sep + 1:]
-    # sweeps: one plan per array task (a sweep group of one is a plain job: task 0)
-    plan_path = plan_path.replace("{array_task_id}", os.environ.get("SLURM_ARRAY_TASK_ID") or "0")
+    command = argv[sep + 1:]
+    # an array's tasks each read their own plan (a plain job is task 0)
+    plan_path = argv[1].replace(TASK_ID, os.environ.get("SLURM_ARRAY_TASK_ID") or "0")
     try:
-        plan = json.loads(Path(plan_path).read_text())
-        host = socket.gethostname()
-        env, cpus, warnings = rank_environment(plan, os.environ, node_cpus(), host)
-    except (OSError, ValueError) as e:
-        print(f"hpcqa.rank: error: cannot read plan {plan_path!r}: {e}", file=sys.stderr)
-        return 2
+        plan = planmod.load(plan_path)
+        env, cpus, warnings = rank_environment(plan, os.environ, node_cpus(), socket.gethostname())
     except HpcqaError as e:
         print(f"hpcqa.rank: {e.render()}", file=sys.stderr)
         return 2
+    env["HPCQA_PLAN"] = str(Path(plan_path).resolve())
     for w in warnings:
         print(f"hpcqa.rank: WARNING: {w}", file=sys.stderr)
     if cpus:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 from pathlib import Path
 
+from hpcqa import jobdir
 from hpcqa.plan import LaunchPlan
 
 ENV_FOR_GENV = ("OMP_NUM_THREADS", "CCL_WORKER_COUNT", "CCL_WORKER_AFFINITY", "I_MPI_PIN_DOMAIN",
@@ -28,10 +30,8 @@ def template_dir() -> Path:
 
 
 def _fill(template: str, values: dict[str, str]) -> str:
-    out = template
-    for k, v in values.items():
-        out = out.replace(f"@@{k}@@", v)
-    return out
+    """One pass over the template: text from the config is never scanned for placeholders again."""
+    return re.sub(r"@@([A-Z_]+)@@", lambda m: values.get(m.group(1), m.group(0)), template)
 
 
 def sbatch_directives(plan: LaunchPlan) -> list[str]:
@@ -76,8 +76,18 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str = "pyt
         "NTASKS": str(plan.world_size),
         "PPN": str(plan.ranks_per_node),
         "GENV": "\n".join(f"    -genv {k} {shlex.quote(v)} \\" for k, v in _node_wide_env(plan)),
+        # job-folder names: hpcqa's own constants, inside the template's double quotes
+        "PLAN_FILE": _plain(jobdir.SCRIPT_PLAN),
+        "HOSTFILE": _plain(jobdir.SCRIPT_HOSTFILE),
+        "RANK_LOG": _plain(jobdir.SRUN_LOG if launcher == "srun" else jobdir.MPIRUN_LOG),
     }
     return _fill(template, values)
+
+
+def _plain(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._%-]+", name):
+        raise ValueError(f"not a plain file name: {name!r}")
+    return name
 
 
 def _node_wide_env(plan: LaunchPlan) -> list[tuple[str, str]]:
@@ -89,19 +99,3 @@ def _node_wide_env(plan: LaunchPlan) -> list[tuple[str, str]]:
         if len(vals) == 1 and None not in vals:
             out.append((k, vals.pop()))
     return out
-
-
-def submitit_python(python: str, plan_path: str) -> str:
-    """The interpreter string given to submitit: our rank wrapper in front of the real python."""
-    q = shlex.quote
-    return f"{q(python)} -m hpcqa.rank --plan {q(plan_path)} -- {q(python)}"
-
-
-def submitit_sbatch(plan: LaunchPlan, plan_path: str, folder: str) -> str:
-    """The exact sbatch text submitit will submit for this plan."""
-    from submitit.slurm.slurm import _make_sbatch_string  # light (no torch); the text submitit uses
-
-    params = plan.slurm_parameters()
-    command = " ".join([submitit_python(plan.python, plan_path), "-u -m submitit.core._submit",
-                        shlex.quote(folder)])
-    return _make_sbatch_string(command=command, folder=folder, **params)

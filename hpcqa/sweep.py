@@ -24,18 +24,21 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from hpcqa import config as configmod
+from hpcqa import plan as planmod
 from hpcqa.errors import ConfigError
+from hpcqa.frozen import freeze
 
 RESERVED = {"parallelism", "variants"}
+DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default
 
 
 @dataclass(frozen=True)
 class Variant:
     index: int
-    params: Mapping[str, Any]      # the swept keys -> this variant's values
+    params: Mapping[str, Any]      # the swept keys -> this variant's values (read-only)
     config: configmod.Config
 
 
@@ -115,7 +118,7 @@ def expand(raw: Mapping[str, Any], source: str = "") -> tuple[list[Variant], int
         except ConfigError as e:
             where = ", ".join(f"{k}={v!r}" for k, v in params.items())
             raise ConfigError(e.key, f"in sweep variant {i} ({where}): {e.detail}", e.hint, source) from None
-        variants.append(Variant(index=i, params=params, config=cfg))
+        variants.append(Variant(index=i, params=freeze(params), config=cfg))
     return variants, par
 
 
@@ -143,18 +146,6 @@ def n_arrays(n_variants: int, max_array_size: int) -> int:
     return math.ceil(n_variants / max_array_size)
 
 
-def parse_max_array_size(scontrol_config: str) -> int | None:
-    """`scontrol show config` -> MaxArraySize."""
-    for line in scontrol_config.splitlines():
-        k, _, v = line.partition("=")
-        if k.strip() == "MaxArraySize":
-            try:
-                return int(v.strip())
-            except ValueError:
-                return None
-    return None
-
-
 def swept_keys(variants: list[Variant]) -> list[str]:
     keys: list[str] = []
     for v in variants:
@@ -162,3 +153,54 @@ def swept_keys(variants: list[Variant]) -> list[str]:
             if k not in keys:
                 keys.append(k)
     return keys
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What one `hpcqa submit` submits: the variants, their launch plans and how they are grouped
+    into Slurm arrays. A plain job is a sweep of one variant (one array of one: a plain sbatch job),
+    so single jobs and sweeps share one submission path."""
+
+    variants: tuple[Variant, ...]
+    plans: tuple[planmod.LaunchPlan, ...]
+    arrays: tuple[ArrayPlan, ...]
+    parallelism: int
+    max_array_size: int
+    executor: str
+    is_sweep: bool = True
+
+    def plans_of(self, array: ArrayPlan) -> list[planmod.LaunchPlan]:
+        by_index = {p.variant_index: p for p in self.plans}
+        return [by_index[v.index] for v in array.variants]
+
+    def throttle(self, array: ArrayPlan) -> int:
+        return min(self.parallelism or len(array.variants), len(array.variants))
+
+    def array_lines(self) -> list[str]:
+        return [f"--array=0-{len(a.variants) - 1}%{self.throttle(a)}" if len(a.variants) > 1 else "(a single job)"
+                for a in self.arrays]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"executor": self.executor, "parallelism": self.parallelism, "max_array_size": self.max_array_size,
+                "variants": [{"index": v.index, "params": dict(v.params), "world_size": p.world_size,
+                              "plan_digest": p.digest} for v, p in zip(self.variants, self.plans)],
+                "arrays": [{"size": len(a.variants), "variants": [v.index for v in a.variants], "sbatch_array": line,
+                            "after_previous": i > 0}
+                           for i, (a, line) in enumerate(zip(self.arrays, self.array_lines()))]}
+
+
+def single(plan: planmod.LaunchPlan) -> SweepPlan:
+    v = Variant(index=0, params=freeze({}), config=plan.config)
+    return SweepPlan((v,), (plan,), (ArrayPlan((v,), slurm_key(plan)),), 0, DEFAULT_MAX_ARRAY_SIZE,
+                     plan.executor, is_sweep=False)
+
+
+def build(raw: Mapping[str, Any], source: str, host: planmod.HostProbe,
+          max_array_size: Callable[[], int] | None = None) -> SweepPlan:
+    """Variants -> validated plans -> arrays. `max_array_size` is asked only for Slurm sweeps."""
+    variants, par = expand(raw, source)
+    plans = [planmod.build_plan(v.config, host).with_variant(v.index, v.params) for v in variants]
+    executor = plans[0].executor
+    mas = (max_array_size() if executor == "slurm" and max_array_size else None) or DEFAULT_MAX_ARRAY_SIZE
+    arrays = group(list(zip(variants, plans)), mas)
+    return SweepPlan(tuple(variants), tuple(plans), tuple(arrays), par, mas, executor)

@@ -1,4 +1,5 @@
 from hpcqa import config, doctor
+from hpcqa.slurmcli import parse_nodes
 from tests.conftest import ROOT
 
 # recorded `scontrol show node -o` (Slurm 22.05.8), trimmed
@@ -9,12 +10,12 @@ NODES = ("NodeName=node1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=2 Socket
 
 
 def test_parse_nodes():
-    nodes = doctor.parse_nodes(NODES)
+    nodes = parse_nodes(NODES)
     assert [n["NodeName"] for n in nodes] == ["node1", "node2"] and nodes[0]["Sockets"] == "2"
 
 
 def test_topology_checks():
-    nodes = doctor.parse_nodes(NODES)
+    nodes = parse_nodes(NODES)
     ok = doctor.topology_checks(config.load(ROOT / "configs/quickstart.toml"), nodes)
     assert [c.level for c in ok] == ["ok"]
     bad = doctor.topology_checks(config.load(ROOT / "configs/squad_spr.toml", ["cluster.partition=debug"]), nodes)

@@ -63,7 +63,8 @@ def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
                       [f"job.output_dir={json.dumps(str(tmp_path))}", "cluster.sockets_per_node=1",
                        "train.max_steps=6", "train.save_steps=3"])
     lp = plan.build_plan(cfg, plan.probe_host())
-    p = plan.write_plan(lp, tmp_path)
+    from hpcqa.executors.common import write_plans
+    (p,) = write_plans([lp])
     job = tmp_path / "job"
     env = {**os.environ, **cache_env, "HPCQA_JOB_DIR": str(job)}
     cmd = [sys.executable, "-m", "hpcqa.rank", "--plan", str(p), "--", sys.executable, "-m", "hpcqa.train", "--plan", str(p)]

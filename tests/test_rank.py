@@ -15,7 +15,7 @@ TWO = [Cpu(0, 0, 0), Cpu(1, 0, 1)]
 
 def quick_plan(*overrides):
     cfg = config.load(ROOT / "configs/quickstart.toml", list(overrides))
-    return json.loads(plan.build_plan(cfg, plan.HostProbe()).dumps())
+    return plan.build_plan(cfg, plan.HostProbe())
 
 
 def local_env(rank_, n=2, job="4321"):
@@ -46,8 +46,7 @@ def test_world_size_mismatch_is_refused():
 
 
 def test_missing_preload_is_dropped(tmp_path):
-    p = quick_plan()
-    p["local_ranks"][0]["env"]["LD_PRELOAD"] = f"/nonexistent/libx.so:{sys.executable}"
+    p = quick_plan("launch.env.LD_PRELOAD=" + json.dumps(f"/nonexistent/libx.so:{sys.executable}"))
     env, _, warnings = rank.rank_environment(p, local_env(0), TWO, "lap")
     assert env["LD_PRELOAD"] == sys.executable and "not found" in warnings[0]
 
@@ -64,10 +63,11 @@ def test_parse_cpu_list():
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to see a binding")
 def test_real_exec_binds_and_exports(tmp_path):
     p = tmp_path / "plan.json"
-    p.write_text(json.dumps(quick_plan()))
+    p.write_text(quick_plan().dumps())
     probe = ("import os, json; print(json.dumps({'cpus': sorted(os.sched_getaffinity(0)), "
              "'omp': os.environ['OMP_NUM_THREADS'], 'rank': os.environ['RANK'], "
-             "'port': os.environ['MASTER_PORT']}))")
+             "'port': os.environ['MASTER_PORT'], 'digest': os.environ['HPCQA_PLAN_DIGEST'], "
+             "'plan': os.environ['HPCQA_PLAN']}))")
     out = []
     for r in (0, 1):
         env = {**os.environ, **local_env(r)}
@@ -77,6 +77,17 @@ def test_real_exec_binds_and_exports(tmp_path):
         out.append(json.loads(res.stdout))
     assert out[0]["cpus"] == [0] and out[1]["cpus"] == [1]
     assert out[0]["omp"] == "1" and out[1]["rank"] == "1" and out[0]["port"] == out[1]["port"]
+    assert out[0]["digest"] == out[1]["digest"] == quick_plan().digest and out[0]["plan"] == str(p)
+
+
+def test_plan_round_trips_typed_and_deep_frozen():
+    p = quick_plan("launch.env.X=\"1\"")
+    back = plan.LaunchPlan.loads(p.dumps())
+    assert back == p and back.digest == p.digest and back.config.launch.env["X"] == "1"
+    for mapping in (back.ranks[0].env, back.local_ranks[0].env, back.config.launch.env, back.deferred_env):
+        with pytest.raises(TypeError):
+            mapping["X"] = "2"
+    assert isinstance(back.config.cluster.sbatch_extra, tuple)
 
 
 def test_wrapper_bad_plan_exits_2(tmp_path):

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcqa import config, plan, render
+from hpcqa import config, plan, render, sweep
+from hpcqa.executors import common
+from hpcqa.executors.slurm import sbatch_preview
 from hpcqa.errors import ConfigError
 from tests.conftest import ROOT
 
@@ -118,9 +120,22 @@ def test_sbatch_line_values_are_restricted(key, text):
     assert e.value.key == key
 
 
-def test_submitit_sbatch_uses_the_rank_wrapper():
-    lp = plan.build_plan(config.load(ROOT / "configs/squad_spr.toml"), HOST)
-    text = render.submitit_sbatch(lp, "/shared/it's/plan.json", "/shared/logs/%j")
-    assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=2" in text
+def test_sbatch_preview_is_the_submission_with_the_real_plan_path(tmp_path):
+    out = tmp_path / "it's"
+    cfg = config.load(ROOT / "configs/squad_spr.toml", [f"job.output_dir={json.dumps(str(out))}"])
+    lp = plan.build_plan(cfg, HOST)
+    (text,) = sbatch_preview(sweep.single(lp))
+    assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=2" in text and "--array" not in text
     assert "--cpus-per-task=112" in text.split("srun", 1)[1]
-    assert "-m hpcqa.rank --plan '/shared/it'\"'\"'s/plan.json' -- python3 -u -m submitit.core._submit" in text
+    (path,) = common.plan_paths([lp])
+    assert path.name == "task-0.json" and path.parent.name == lp.digest
+    assert f"-m hpcqa.rank --plan {shlex.quote(str(path))} -- python3 -u -m submitit.core._submit" in text
+    assert not out.exists()  # a dry run writes nothing
+
+
+def test_sbatch_preview_of_a_sweep_is_an_array_reading_its_task_plans():
+    raw = config.read_toml(ROOT / "configs/sweep_quickstart.toml")
+    raw["cluster"]["executor"] = "slurm"
+    sp = sweep.build(raw, "x", HOST, lambda: 1001)
+    (text,) = sbatch_preview(sp)
+    assert "#SBATCH --array=0-4%2" in text and "task-{array_task_id}.json" in text

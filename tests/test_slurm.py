@@ -93,14 +93,13 @@ def test_status_of_1000_jobs_makes_one_sacct_call(slurm, tmp_path):
     code = f"""
 import os, sys, time
 from hpcqa import registry, status
+from hpcqa.slurmcli import Slurm, run_command
 reg = registry.Registry({str(tmp_path / 'r.sqlite')!r})
 reg.add_many(dict(id=str(500000 + i), name='n', executor='slurm', folder='/nonexistent', config={{}},
                   source='x', nodes=1, world_size=2) for i in range(1000))
 calls = []
-real = status.RUNNER[0]
-status.RUNNER[0] = lambda argv: (calls.append(argv[0]), real(argv))[1]
 t = time.time()
-views, source = status.collect(reg, all_jobs=True)
+views, source = status.collect(reg, Slurm(lambda argv: (calls.append(argv[0]), run_command(argv))[1]), all_jobs=True)
 dt = time.time() - t
 print(len(views), calls.count('sacct'), source, 'torch' in sys.modules, round(dt, 3))
 """

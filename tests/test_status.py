@@ -6,7 +6,10 @@ import sys
 
 import pytest
 
-from hpcqa import registry, status
+from hpcqa import registry, slurmcli, status
+from hpcqa.executors import local
+from hpcqa.jobdir import JobDir
+from hpcqa.slurmcli import Slurm
 from tests.conftest import ROOT
 
 # recorded from the dev cluster (Slurm 22.05.8), `sacct -X -n -P --format JobID,State,ExitCode,Elapsed,NNodes,NodeList`
@@ -27,7 +30,7 @@ ALL_STATES = ["PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "COMPLETED", "F
 
 
 def test_parse_sacct():
-    recs = status.parse_sacct(SACCT)
+    recs = slurmcli.parse_sacct(SACCT)
     assert recs["1"].state == "CANCELLED" and recs["2"].state == "COMPLETED" and recs["3"].exit_code == "1:0"
     assert recs["12_1"].state == "RUNNING"
     assert [recs[f"12_{i}"].state for i in range(2, 6)] == ["PENDING"] * 4
@@ -35,7 +38,7 @@ def test_parse_sacct():
 
 
 def test_parse_squeue():
-    recs = status.parse_squeue(SQUEUE)
+    recs = slurmcli.parse_squeue(SQUEUE)
     assert recs["7"].state == "RUNNING" and recs["7"].nodes == "2" and recs["8_3"].state == "PENDING"
 
 
@@ -55,7 +58,7 @@ def test_finished_states_are_final():
 @pytest.mark.parametrize("raw,norm", [("CANCELLED by 1000", "CANCELLED"), ("RUNNING", "RUNNING"),
                                       ("COMPLETED+", "COMPLETED"), ("", "UNKNOWN")])
 def test_normalise_state(raw, norm):
-    assert status.normalise_state(raw) == norm
+    assert slurmcli.normalise_state(raw) == norm
 
 
 class FakeRunner:
@@ -72,14 +75,7 @@ class FakeRunner:
 
 @pytest.fixture
 def fake():
-    saved = status.RUNNER[0]
-
-    def install(answers):
-        f = FakeRunner(answers)
-        status.RUNNER[0] = f
-        return f
-    yield install
-    status.RUNNER[0] = saved
+    return FakeRunner
 
 
 def _reg(tmp_path, ids, folder_of=lambda i: "/nonexistent"):
@@ -92,11 +88,11 @@ def _reg(tmp_path, ids, folder_of=lambda i: "/nonexistent"):
 def test_one_sacct_call_and_final_states_are_cached(tmp_path, fake):
     f = fake({"sacct": (0, SACCT, ""), "squeue": (0, "", "")})
     reg = _reg(tmp_path, ["1", "2", "3", "12_1"])
-    views, source = status.collect(reg, all_jobs=True)
+    views, source = status.collect(reg, Slurm(f), all_jobs=True)
     assert source == "sacct" and [c[0] for c in f.calls] == ["sacct"]
     assert {v.id: v.state for v in views} == {"1": "CANCELLED", "2": "COMPLETED", "3": "FAILED", "12_1": "RUNNING"}
     f.calls.clear()
-    status.collect(reg, all_jobs=True)
+    status.collect(reg, Slurm(f), all_jobs=True)
     assert f.calls[0][-1] == "12_1"   # only the unfinished job is asked about again
 
 
@@ -110,7 +106,7 @@ def test_without_accounting_squeue_and_files_decide(tmp_path, fake):
     folders = {"7": str(tmp_path / "running"), "20": str(done), "21": str(failed), "22": str(tmp_path / "gone")}
     f = fake({"sacct": (1, "", "sacct: error: Slurm accounting storage is disabled\n"), "squeue": (0, SQUEUE, "")})
     reg = _reg(tmp_path, list(folders), folders.get)
-    views, source = status.collect(reg, all_jobs=True)
+    views, source = status.collect(reg, Slurm(f), all_jobs=True)
     assert source == "squeue" and [c[0] for c in f.calls] == ["sacct", "squeue"]
     states = {v.id: v.state for v in views}
     assert states == {"7": "RUNNING", "20": "COMPLETED", "21": "FAILED", "22": "FAILED"}
@@ -120,12 +116,13 @@ def test_without_accounting_squeue_and_files_decide(tmp_path, fake):
 def test_local_job_states(tmp_path):
     d = tmp_path / "j"
     (d / "ranks").mkdir(parents=True)
-    assert status.local_state("123", d, pid_alive=lambda p: True) == "RUNNING"
-    assert status.local_state("123", d, pid_alive=lambda p: False) == "FAILED"
+    local_state = lambda jid, d, pid_alive: local.local_state(jid, JobDir(d), pid_alive)  # noqa: E731
+    assert local_state("123", d, pid_alive=lambda p: True) == "RUNNING"
+    assert local_state("123", d, pid_alive=lambda p: False) == "FAILED"
     (d / "results.json").write_text("{}")
-    assert status.local_state("123", d, pid_alive=lambda p: False) == "COMPLETED"
+    assert local_state("123", d, pid_alive=lambda p: False) == "COMPLETED"
     (d / "cancelled").write_text("")
-    assert status.local_state("123", d, pid_alive=lambda p: True) == "CANCELLED"
+    assert local_state("123", d, pid_alive=lambda p: True) == "CANCELLED"
 
 
 def test_progress_text_while_running():

@@ -7,7 +7,7 @@ import pytest
 
 from hpcqa import config, plan, results, status, sweep
 from hpcqa.errors import ConfigError
-from hpcqa.executors import sweeps
+from hpcqa.slurmcli import parse_max_array_size
 from tests.conftest import ROOT
 
 HOST = plan.HostProbe(has_sbatch=True, python="python3")
@@ -51,10 +51,10 @@ def test_bad_sweep_tables(bad, key):
 
 
 def test_one_array_for_uniform_resources_and_one_per_node_count():
-    sp = sweeps.build(raw({"parallelism": 2, "train": {"learning_rate": [1e-5, 2e-5, 3e-5],
-                                                       "per_device_train_batch_size": [8, 16]}}), "x", HOST, mas=1001)
+    sp = sweep.build(raw({"parallelism": 2, "train": {"learning_rate": [1e-5, 2e-5, 3e-5],
+                                                       "per_device_train_batch_size": [8, 16]}}), "x", HOST, lambda: 1001)
     assert len(sp.arrays) == 1 and sp.array_lines() == ["--array=0-5%2"]
-    scaling = sweeps.build(config.read_toml(ROOT / "configs/scaling_spr.toml"), "x", HOST, mas=1001)
+    scaling = sweep.build(config.read_toml(ROOT / "configs/scaling_spr.toml"), "x", HOST, lambda: 1001)
     assert [len(a.variants) for a in scaling.arrays] == [1, 1, 1]
     assert [p.nodes for p in scaling.plans] == [1, 2, 4]
 
@@ -62,7 +62,7 @@ def test_one_array_for_uniform_resources_and_one_per_node_count():
 def test_large_sweep_is_split_by_max_array_size_and_dry_run_is_fast():
     grid = {"train": {"seed": list(range(1000))}}
     t = time.perf_counter()
-    sp = sweeps.build(raw(grid), "x", HOST, mas=300)
+    sp = sweep.build(raw(grid), "x", HOST, lambda: 300)
     elapsed = time.perf_counter() - t
     assert [len(a.variants) for a in sp.arrays] == [300, 300, 300, 100]
     assert len(sp.arrays) == sweep.n_arrays(1000, 300) == 4
@@ -80,8 +80,8 @@ def test_dry_run_json_lists_variants_and_arrays(cli):
 
 
 def test_max_array_size_from_scontrol():
-    assert sweep.parse_max_array_size("ClusterName = x\nMaxArraySize            = 6\nMaxJobCount = 10000\n") == 6
-    assert sweep.parse_max_array_size("nothing") is None
+    assert parse_max_array_size("ClusterName = x\nMaxArraySize            = 6\nMaxJobCount = 10000\n") == 6
+    assert parse_max_array_size("nothing") is None
 
 
 def view(task, params, state, res=None):
@@ -127,10 +127,12 @@ def test_wrapper_picks_the_array_tasks_plan(tmp_path, monkeypatch):
     import subprocess
     import sys
     from tests.test_rank import quick_plan
-    (tmp_path / "task-3.json").write_text(json.dumps(quick_plan("launch.master_port=23001")))
+    (tmp_path / "task-0.json").write_text(quick_plan().dumps())
+    (tmp_path / "task-3.json").write_text(quick_plan("launch.master_port=23001").dumps())
     env = {"SUBMITIT_LOCAL_GLOBALID": "0", "SUBMITIT_LOCAL_LOCALID": "0", "SUBMITIT_LOCAL_NTASKS": "2",
            "SLURM_ARRAY_TASK_ID": "3", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-m", "hpcqa.rank", "--plan", str(tmp_path / "task-{array_task_id}.json"),
-                        "--", sys.executable, "-c", "import os; print(os.environ['MASTER_PORT'])"],
+                        "--", sys.executable, "-c", "import os; print(os.environ['MASTER_PORT'], os.environ['HPCQA_PLAN_DIGEST'])"],
                        env=env, capture_output=True, text=True)
-    assert r.returncode == 0 and r.stdout.strip() == "23001", r.stderr
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["23001", quick_plan("launch.master_port=23001").digest]

@@ -1,13 +1,17 @@
-"""Executors consume a LaunchPlan; they decide nothing the plan already decided."""
+"""Executors consume plans; they decide nothing the plan already decided.
+
+    submit(sweep plan)      local.run or slurm.run (a single job is a sweep of one)
+    cancel(...)             scancel for Slurm jobs, the controller's process group for local ones
+"""
 
 from __future__ import annotations
 
-from hpcqa.plan import LaunchPlan
+from hpcqa.sweep import SweepPlan
 
 
-def run_plan(plan: LaunchPlan, wait: bool = True) -> int:
-    if plan.executor == "local":
+def submit(sp: SweepPlan, wait: bool = True) -> int:
+    if sp.executor == "local":
         from hpcqa.executors.local import run
-        return run(plan, wait=wait)
+        return run(sp, wait=wait)
     from hpcqa.executors.slurm import run
-    return run(plan, wait=wait)
+    return run(sp, wait=wait)

@@ -1,42 +1,78 @@
-"""What both executors share: submitting through submitit with the rank wrapper, watching a job folder."""
+"""What both executors share: the plan files and the rank wrapper in front of every rank, the
+registry rows, watching a job folder and reporting how a job ended."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
-from hpcqa import render
-from hpcqa.plan import LaunchPlan, write_plan
-from hpcqa.status import read_json
-
-
-def job_root(plan: LaunchPlan) -> Path:
-    return Path(plan.config.job.output_dir, plan.config.job.name).absolute()
+from hpcqa import sweep
+from hpcqa.jobdir import TASK_ID, JobDir, JobRoot, atomic_write_text
+from hpcqa.plan import LaunchPlan
 
 
-def prepare(plan: LaunchPlan) -> tuple[Path, str]:
-    """Write the plan where the ranks can read it; return (plan path, submitit python= string)."""
-    path = write_plan(plan, job_root(plan) / "plans")
-    return path, render.submitit_python(plan.python, str(path))
+def job_root(plan: LaunchPlan) -> JobRoot:
+    return JobRoot.of(plan.config.job.output_dir, plan.config.job.name)
 
 
-def register(plan: LaunchPlan, job_id: str, folder: Path, **extra) -> None:
+def plan_paths(plans: Sequence[LaunchPlan]) -> list[Path]:
+    """Where each plan's file goes: plans/<group digest>/task-<i>.json (i = array task). Content-
+    addressed, so the dry run can name the very paths a submission will use."""
+    import hashlib
+    root = job_root(plans[0])
+    digest = plans[0].digest if len(plans) == 1 else \
+        hashlib.sha256(",".join(p.digest for p in plans).encode()).hexdigest()[:16]
+    return [root.task_plan(root.plan_group(digest), i) for i in range(len(plans))]
+
+
+def write_plans(plans: Sequence[LaunchPlan]) -> list[Path]:
+    """Each plan once, as the file its ranks read (the plan crosses into the ranks only this way)."""
+    paths = plan_paths(plans)
+    for path, p in zip(paths, plans):
+        if not path.exists():
+            atomic_write_text(path, p.dumps())
+    return paths
+
+
+def plan_argument(paths: Sequence[Path]) -> str:
+    """What the rank wrapper gets as --plan: the file itself, or, for an array, the per-task pattern."""
+    if len(paths) == 1:
+        return str(paths[0])
+    return str(JobRoot.task_plan(paths[0].parent, TASK_ID))
+
+
+def wrapper_python(python: str, plan_arg: str) -> str:
+    """The interpreter string given to submitit: our rank wrapper in front of the real python."""
+    q = shlex.quote
+    return f"{q(python)} -m hpcqa.rank --plan {q(plan_arg)} -- {q(python)}"
+
+
+def registry_row(sp: sweep.SweepPlan, plan: LaunchPlan, job_id: str, folder: Path, sweep_id: str | None) -> dict:
+    keys = sweep.swept_keys(list(sp.variants))
+    row = dict(id=str(job_id), name=plan.config.job.name, executor=plan.executor, folder=str(folder),
+               config=plan.config.to_dict(), source=plan.config.source, nodes=plan.nodes,
+               world_size=plan.world_size)
+    if sp.is_sweep:
+        row.update(array_size=len(sp.variants), sweep_id=sweep_id, task_index=plan.variant_index,
+                   variant={k: plan.variant.get(k) for k in keys})
+    return row
+
+
+def register(plan: LaunchPlan, rows: list[dict]) -> None:
     from hpcqa.registry import Registry
-    Registry(plan.config.job.registry or None).add(
-        id=str(job_id), name=plan.config.job.name, executor=plan.executor, folder=str(folder),
-        config=plan.config.to_dict(), source=plan.config.source, nodes=plan.nodes, world_size=plan.world_size,
-        **extra)
+    Registry(plan.config.job.registry or None).add_many(rows)
 
 
-def report(job_id: str, folder: Path, state: str, plan: LaunchPlan) -> int:
+def report(job_id: str, jd: JobDir, state: str, plan: LaunchPlan) -> int:
     """Print the outcome; raise JobFailed (exit 1) with the failing ranks' errors when it failed."""
     from hpcqa.errors import JobFailed
-    results = read_json(folder / "results.json")
-    failed = failed_ranks(folder)
+    results = jd.read_results()
+    failed = jd.failed_ranks()
     if results and not failed and state in ("COMPLETED", "FINISHED", "DONE"):
-        print(f"job {job_id} COMPLETED  ({folder})")
+        print(f"job {job_id} COMPLETED  ({jd.path})")
         for line in summary_lines(results):
             print("  " + line)
         return 0
@@ -46,56 +82,29 @@ def report(job_id: str, folder: Path, state: str, plan: LaunchPlan) -> int:
                                                                           len(failed) > 1 else ""))
     if not failed:
         for r in range(plan.world_size):
-            logs = sorted(folder.glob(f"*_{r}_log.err"))
-            t = tail(logs[0], 6) if logs else []
+            t = jd.tail(r, 6)
             if t:
                 lines.append(f"rank {r} stderr tail:\n    " + "\n    ".join(t))
-    raise JobFailed("\n  ".join(lines), f"logs: hpcqa logs {job_id} [--rank N]  (files in {folder})")
+    raise JobFailed("\n  ".join(lines), f"logs: hpcqa logs {job_id} [--rank N]  (files in {jd.path})")
 
 
-def tidy(plan: LaunchPlan) -> None:
-    """submitit leaves an empty '%j' staging folder behind; remove it if empty."""
-    try:
-        (job_root(plan) / "%j").rmdir()
-    except OSError:
-        pass
-
-
-def failed_ranks(folder: Path) -> list[dict]:
-    """The ranks that failed, earliest first: the first is the cause, the others usually lost their peer."""
-    out = []
-    for p in (folder / "ranks").glob("rank-*.failed"):
-        d = read_json(p)
-        if d:
-            out.append(d)
-    return sorted(out, key=lambda d: (d.get("time", 0), d.get("rank", 0)))
-
-
-def tail(path: Path, n: int = 15) -> list[str]:
-    try:
-        return path.read_text(errors="replace").splitlines()[-n:]
-    except OSError:
-        return []
-
-
-def watch(folder: Path, is_done: Callable[[], bool], title: str, fail_fast: Callable[[], None] | None = None,
+def watch(jd: JobDir, is_done: Callable[[], bool], title: str, fail_fast: Callable[[], None] | None = None,
           poll_s: float = 1.0) -> None:
-    """Show rank 0's progress.json as a rich progress bar until is_done()."""
+    """Show rank 0's progress as a rich progress bar until is_done()."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
                TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]
     failed_at = None
-    with Progress(*columns, transient=False, disable=not sys.stderr.isatty(),
-                  console=None) as bar:
+    with Progress(*columns, transient=False, disable=not sys.stderr.isatty(), console=None) as bar:
         task = bar.add_task(title, total=None, loss="-")
         while not is_done():
-            p = read_json(folder / "progress.json")
+            p = jd.read_progress()
             if p:
                 bar.update(task, completed=p.get("step", 0), total=p.get("total_steps") or None,
                            loss=f"{p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else "-",
                            description=f"{title} [{p.get('phase', '')}]")
-            if fail_fast and failed_ranks(folder):
+            if fail_fast and jd.failed_ranks():
                 failed_at = failed_at or time.time()
                 if time.time() - failed_at > 10:  # let the other ranks fail on their own first
                     fail_fast()
@@ -120,4 +129,3 @@ def summary_lines(results: dict) -> list[str]:
         lines.append(f"eval {results['eval_samples_per_second']:.1f} features/s; wall time "
                      f"{results.get('wall_time_s', 0):.0f} s")
     return lines
-

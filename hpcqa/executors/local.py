@@ -4,16 +4,119 @@ submitit starts `ranks_per_node` tasks with SUBMITIT_LOCAL_* set; its `python=` 
 wrapper in front of each, which maps those variables to torch's, applies the plan's per-socket
 environment and binding, and execs the interpreter. All ranks share this terminal's process group, so
 Ctrl-C reaches every one of them; a rank that fails makes the others stop (gloo notices the closed
-peer; if it doesn't within 10 s, the job is cancelled).
+peer; if it doesn't within 10 s, the job is cancelled). A sweep's variants run one after another.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
+from hpcqa import sweep
 from hpcqa.executors import common
+from hpcqa.jobdir import JobDir
 from hpcqa.plan import LaunchPlan
+
+
+def submit(plan: LaunchPlan):
+    import submitit
+
+    from hpcqa.train.job import RankJob
+
+    (path,) = common.write_plans([plan])
+    root = common.job_root(plan)
+    ex = submitit.LocalExecutor(folder=str(root.folder_pattern),
+                                python=common.wrapper_python(plan.python, str(path)))
+    ex.update_parameters(tasks_per_node=plan.ranks_per_node, timeout_min=plan.config.cluster.time_limit_min,
+                         signal_delay_s=min(plan.config.cluster.signal_delay_s, 60))
+    job = ex.submit(RankJob(str(path), plan.digest))
+    root.tidy()
+    return job, JobDir(Path(job.paths.folder))
+
+
+def run(sp: sweep.SweepPlan, wait: bool = True) -> int:
+    if sp.is_sweep:
+        return _run_sweep(sp)
+    plan = sp.plans[0]
+    job, jd = submit(plan)
+    common.register(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)])
+    err = sys.stderr
+    print(f"local job {job.job_id}: {plan.world_size} ranks, folder {jd.path}", file=err)
+    for r, lr in zip(range(plan.world_size), plan.local_ranks):
+        print(f"  rank {r}: CPUs {','.join(map(str, lr.cpus)) or 'unbound'}  "
+              f"log {jd.submitit_log(job.job_id, r)}", file=err)
+    if not wait:
+        print(f"  runs on in the background: hpcqa status {job.job_id} / hpcqa logs {job.job_id} -f / "
+              f"hpcqa cancel {job.job_id}", file=err)
+        print(job.job_id)
+        return 0
+    return finish(job, jd, plan, f"job {job.job_id}",
+                  f"interrupted: local job {job.job_id} cancelled (all ranks stopped)")
+
+
+def _run_sweep(sp: sweep.SweepPlan) -> int:
+    """Variants one after another on this machine (each uses every core the plan gives it)."""
+    from hpcqa.errors import JobFailed
+
+    sweep_id, failed = None, 0
+    for p in sp.plans:
+        job, jd = submit(p)
+        sweep_id = sweep_id or f"local-{job.job_id}"
+        common.register(p, [common.registry_row(sp, p, job.job_id, jd.path, sweep_id)])
+        print(f"sweep {sweep_id}: variant {p.variant_index} {dict(p.variant)} -> local job {job.job_id}",
+              file=sys.stderr)
+        try:
+            if finish(job, jd, p, f"variant {p.variant_index}",
+                      f"interrupted: sweep {sweep_id} stopped at variant {p.variant_index}") == 130:
+                return 130
+        except JobFailed as e:
+            failed += 1
+            print(e.render(), file=sys.stderr)
+    print(f"sweep {sweep_id}: {len(sp.variants) - failed} of {len(sp.variants)} variants completed; "
+          f"hpcqa results {sweep_id}")
+    return 1 if failed else 0
+
+
+def finish(job, jd: JobDir, plan: LaunchPlan, title: str, interrupted: str) -> int:
+    """Watch a local job to its end and report it (JobFailed if it failed); 130 after Ctrl-C."""
+    try:
+        common.watch(jd, job.done, title, fail_fast=job.cancel)
+    except KeyboardInterrupt:
+        job.cancel()
+        print(f"\n{interrupted}", file=sys.stderr)
+        return 130
+    state = "FAILED" if jd.failed_ranks() else ("COMPLETED" if job.state == "FINISHED" else job.state)
+    return common.report(job.job_id, jd, state, plan)
+
+
+# ------------------------------------------------------------------------------------ state and cancel
+
+def local_state(job_id: str, jd: JobDir, pid_alive: Callable[[int], bool] | None = None) -> str:
+    """A local job's state: its controller process (the job id is its pid) and its folder."""
+    alive = (pid_alive or _pid_alive)(int(job_id)) if job_id.isdigit() else False
+    from_files = jd.state_from_files()
+    if from_files == "CANCELLED":
+        return from_files
+    if alive:
+        return "RUNNING" if jd.has_started() else "PENDING"
+    return from_files or "FAILED"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a recycled pid isn't our controller
+        return b"submitit" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
 
 
 def _children(pid: int) -> list[int]:
@@ -32,9 +135,6 @@ def cancel(controller_pid: int, grace_s: float = 10.0) -> bool:
     """Stop a local job: SIGINT to submitit's controller, which stops its ranks (SIGINT, then SIGKILL).
     SIGTERM would not do: submitit's job processes bypass it (on Slurm it precedes preemption).
     Whatever is left after the grace period is killed. False if the job wasn't running."""
-    import os
-    import signal
-    import time
     ranks = _children(controller_pid)
     try:
         os.kill(controller_pid, signal.SIGINT)
@@ -42,8 +142,7 @@ def cancel(controller_pid: int, grace_s: float = 10.0) -> bool:
         return False
     end = time.time() + grace_s
     while time.time() < end:
-        alive = [p for p in [controller_pid, *ranks] if Path(f"/proc/{p}").exists()]
-        if not alive:
+        if not [p for p in [controller_pid, *ranks] if Path(f"/proc/{p}").exists()]:
             return True
         time.sleep(0.2)
     for p in [*ranks, controller_pid]:
@@ -52,48 +151,3 @@ def cancel(controller_pid: int, grace_s: float = 10.0) -> bool:
         except ProcessLookupError:
             pass
     return True
-
-
-def submit(plan: LaunchPlan):
-    import submitit
-
-    from hpcqa.train.job import RankJob
-
-    _, python = common.prepare(plan)
-    ex = submitit.LocalExecutor(folder=str(common.job_root(plan) / "%j"), python=python)
-    ex.update_parameters(tasks_per_node=plan.ranks_per_node, timeout_min=plan.config.cluster.time_limit_min,
-                         signal_delay_s=min(plan.config.cluster.signal_delay_s, 60))
-    job = ex.submit(RankJob(plan.dumps()))
-    common.tidy(plan)
-    return job, Path(job.paths.folder)
-
-
-def run(plan: LaunchPlan, wait: bool = True) -> int:
-    job, folder = submit(plan)
-    common.register(plan, job.job_id, folder)
-    err = sys.stderr
-    print(f"local job {job.job_id}: {plan.world_size} ranks, folder {folder}", file=err)
-    for r, lr in zip(range(plan.world_size), plan.local_ranks):
-        print(f"  rank {r}: CPUs {','.join(map(str, lr.cpus)) or 'unbound'}  "
-              f"log {folder / f'{job.job_id}_{r}_log.err'}", file=err)
-    if not wait:
-        print(f"  runs on in the background: hpcqa status {job.job_id} / hpcqa logs {job.job_id} -f / "
-              f"hpcqa cancel {job.job_id}", file=err)
-        print(job.job_id)
-        return 0
-    return finish(job, folder, plan, f"job {job.job_id}",
-                  f"interrupted: local job {job.job_id} cancelled (all ranks stopped)")
-
-
-def finish(job, folder: Path, plan: LaunchPlan, title: str, interrupted: str) -> int:
-    """Watch a local job to its end and report it (JobFailed if it failed); 130 after Ctrl-C."""
-    try:
-        common.watch(folder, job.done, title, fail_fast=job.cancel)
-    except KeyboardInterrupt:
-        job.cancel()
-        print(f"\n{interrupted}", file=sys.stderr)
-        return 130
-    state = "FAILED" if common.failed_ranks(folder) else ("COMPLETED" if job.state == "FINISHED" else job.state)
-    return common.report(job.job_id, folder, state, plan)
-
-

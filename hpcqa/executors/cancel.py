@@ -1,0 +1,57 @@
+"""`hpcqa cancel`: which registry rows a list of job / sweep ids means, and stopping them.
+
+Slurm jobs: one scancel for the lot (a whole sweep by its array ids). Local jobs: the controller is
+stopped with its ranks. Each cancelled job's folder gets a cancel marker, so its state stays right
+even where no scheduler can be asked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from hpcqa.errors import SubmitError, UsageError
+from hpcqa.jobdir import JobDir
+from hpcqa.slurmcli import Slurm
+
+
+def targets(reg, ids: Sequence[str], task: int | None) -> list:
+    """Registry rows for job ids and sweep ids (a sweep: all its tasks, or only `task`)."""
+    rows = []
+    for job_id in ids:
+        sweep_rows = reg.jobs(sweep_id=job_id) if reg.exists else []
+        if sweep_rows:
+            chosen = [r for r in sweep_rows if task is None or r.task_index == task]
+            if not chosen:
+                raise UsageError(f"sweep {job_id} has no task {task}",
+                                 f"tasks are 0-{max(r.task_index for r in sweep_rows)}")
+            rows += chosen
+            continue
+        found = [r for r in reg.jobs([job_id]) if r.id == job_id] if reg.exists else []
+        if not found:
+            raise UsageError(f"no job {job_id!r} in {reg.path}", "`hpcqa status --all` lists the jobs")
+        rows.append(found[0])
+    return rows
+
+
+def cancel(rows: Sequence, whole_sweeps: bool, slurm: Slurm) -> list[str]:
+    """Stop every row that can still run; -> one message per job."""
+    from hpcqa.executors.local import cancel as cancel_local
+
+    messages = [f"job {r.id} already ended ({r.state})" for r in rows if r.final]
+    live = [r for r in rows if not r.final]
+    slurm_rows = [r for r in live if r.executor == "slurm"]
+    if slurm_rows:
+        whole = [r for r in slurm_rows if r.sweep_id and whole_sweeps]
+        ids = sorted({r.id.split("_")[0] for r in whole}) + [r.id for r in slurm_rows if r not in whole]
+        proc = slurm.cancel(ids)
+        if proc.returncode != 0:
+            raise SubmitError(f"scancel {' '.join(ids)} failed: {proc.stderr.strip()}",
+                              "check the ids with hpcqa status")
+    for row in live:
+        if row.executor != "slurm" and not cancel_local(int(row.id)):
+            messages.append(f"job {row.id} is not running")
+            continue
+        JobDir(Path(row.folder)).mark_cancelled("cancelled by hpcqa cancel")
+        messages.append(f"cancelled {row.executor} job {row.id}")
+    return messages

@@ -1,0 +1,166 @@
+"""The job folder: the one owner of every path in it and of reading and writing its files.
+
+    <job.output_dir>/<job.name>/                 JobRoot
+        plans/<digest>/task-<i>.json             the launch plans, content-addressed (one per array task)
+        <job id>/                                JobDir (submitit's folder, or a rendered script's)
+            <job id>_<rank>_log.out|err          per-rank logs (submitit)
+            rank-<rank>.log                      per-rank logs (rendered srun/mpirun scripts)
+            plan.json, hostfile                  written by rendered scripts
+            ranks/rank-<rank>.json               what each rank got (host, CPUs, backend, plan digest ...)
+            ranks/rank-<rank>.failed             the error of a rank that failed
+            progress.json, results.json          rank 0's progress and final metrics
+            predictions.json, checkpoints/       rank 0's predictions, the Trainer's checkpoints
+            cancelled                            written by `hpcqa cancel`
+
+The submit side, the ranks and `status` all go through these classes; no other module spells a
+file name of the job folder. Writes are atomic (write aside, rename): other ranks, other nodes and
+`hpcqa status` may read at any moment.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcqa.fsutil import atomic_write_text
+
+JOB_ID = "%j"                        # submitit's placeholder for the job id in a folder path
+TASK_ID = "{array_task_id}"          # the rank wrapper's placeholder for SLURM_ARRAY_TASK_ID
+# Per-rank log names that launchers expand themselves: srun --output (%t) and mpirun (%r).
+SRUN_LOG = "rank-%t.log"
+MPIRUN_LOG = "rank-%r.log"
+SCRIPT_PLAN = "plan.json"
+SCRIPT_HOSTFILE = "hostfile"
+
+
+def read_json(path: Path) -> Any:
+    """The parsed file, or None when it is missing, half-written by someone else, or not JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: Path, obj: Any) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+@dataclass(frozen=True)
+class JobRoot:
+    """<output_dir>/<name>: where a config's job folders and launch plans live."""
+
+    path: Path
+
+    @classmethod
+    def of(cls, output_dir: str, name: str) -> "JobRoot":
+        return cls(Path(output_dir, name).absolute())
+
+    @property
+    def folder_pattern(self) -> Path:
+        """submitit's folder argument: one folder per job id."""
+        return self.path / JOB_ID
+
+    def job(self, job_id: str) -> "JobDir":
+        return JobDir(self.path / str(job_id))
+
+    def plan_group(self, digest: str) -> Path:
+        return self.path / "plans" / digest
+
+    @staticmethod
+    def task_plan(group: Path, index: int | str) -> Path:
+        return group / f"task-{index}.json"
+
+    def tidy(self) -> None:
+        """submitit leaves an empty '%j' staging folder behind; remove it if empty."""
+        try:
+            self.folder_pattern.rmdir()
+        except OSError:
+            pass
+
+
+@dataclass(frozen=True)
+class JobDir:
+    """One job's folder (one array task's, for a sweep)."""
+
+    path: Path
+
+    # ---------------------------------------------------------------- paths
+    @property
+    def ranks(self) -> Path:
+        return self.path / "ranks"
+
+    def rank_report(self, rank: int) -> Path:
+        return self.ranks / f"rank-{rank}.json"
+
+    def rank_failed(self, rank: int) -> Path:
+        return self.ranks / f"rank-{rank}.failed"
+
+    @property
+    def progress(self) -> Path:
+        return self.path / "progress.json"
+
+    @property
+    def results(self) -> Path:
+        return self.path / "results.json"
+
+    @property
+    def predictions(self) -> Path:
+        return self.path / "predictions.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def cancel_marker(self) -> Path:
+        return self.path / "cancelled"
+
+    def submitit_log(self, job_id: str, rank: int, stream: str = "err") -> Path:
+        return self.path / f"{job_id}_{rank}_log.{stream}"
+
+    def log(self, rank: int, stream: str = "err") -> Path | None:
+        """The rank's log: submitit's (stderr or stdout), else a rendered script's (both streams)."""
+        found = sorted(self.path.glob(f"*_{rank}_log.{stream}")) + sorted(self.path.glob(f"rank-{rank}.log"))
+        return found[0] if found else None
+
+    # ---------------------------------------------------------------- contents
+    def read_results(self) -> dict | None:
+        return read_json(self.results)
+
+    def read_progress(self) -> dict | None:
+        return read_json(self.progress)
+
+    def read_report(self, rank: int) -> dict | None:
+        return read_json(self.rank_report(rank))
+
+    def failed_ranks(self) -> list[dict]:
+        """The ranks that failed, earliest first: the first is the cause, the others usually lost their peer."""
+        if not self.ranks.is_dir():
+            return []
+        found = [read_json(p) for p in self.ranks.glob("rank-*.failed")]
+        return sorted((d for d in found if d), key=lambda d: (d.get("time", 0), d.get("rank", 0)))
+
+    def has_started(self) -> bool:
+        return self.ranks.is_dir() or self.progress.exists()
+
+    def state_from_files(self) -> str | None:
+        """How a job that the scheduler no longer lists ended, from its own files."""
+        if self.cancel_marker.exists():
+            return "CANCELLED"
+        if self.ranks.is_dir() and any(self.ranks.glob("rank-*.failed")):
+            return "FAILED"
+        if self.results.exists():
+            return "COMPLETED"
+        return None
+
+    def mark_cancelled(self, why: str) -> None:
+        atomic_write_text(self.cancel_marker, why + "\n")
+
+    def tail(self, rank: int, n: int = 15) -> list[str]:
+        path = self.log(rank)
+        try:
+            return path.read_text(errors="replace").splitlines()[-n:] if path else []
+        except OSError:
+            return []

@@ -1,0 +1,191 @@
+"""Slurm's commands: argv builders, parsers of their text (pure), and `Slurm`, which runs them.
+
+Every sacct, squeue, scancel, scontrol and sinfo call of hpcqa goes through a `Slurm` object and
+its runner (`run_command` by default). Tests that count or fake calls pass their own runner; the
+real-cluster tests use the real one. sbatch itself is run by submitit (executors/slurm.py).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+def run_command(argv: Sequence[str], timeout_s: float = 60) -> "subprocess.CompletedProcess[str]":
+    """Run one scheduler command; a missing binary or a hang becomes a failed result, not an exception."""
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(list(argv), 127, "", f"{argv[0]}: command not found")
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(list(argv), 124, "", f"{argv[0]}: timed out after {timeout_s:g} s")
+
+
+@dataclass(frozen=True)
+class SchedRecord:
+    job_id: str
+    state: str
+    exit_code: str = ""
+    elapsed: str = ""
+    nodes: str = ""
+    nodelist: str = ""
+
+
+# ------------------------------------------------------------------------------------ argv
+
+SACCT_FORMAT = "JobID,State,ExitCode,Elapsed,NNodes,NodeList"
+SQUEUE_FORMAT = "%i|%T|%M|%D|%N"
+
+
+def sacct_argv(ids: Iterable[str]) -> list[str]:
+    return ["sacct", "-X", "-n", "-P", "--format", SACCT_FORMAT, "-j", ",".join(ids)]
+
+
+def squeue_argv() -> list[str]:
+    return ["squeue", "-h", "-a", "-r", "-o", SQUEUE_FORMAT]
+
+
+def scancel_argv(ids: Iterable[str]) -> list[str]:
+    return ["scancel", *ids]
+
+
+SHOW_CONFIG = ["scontrol", "show", "config"]
+SHOW_NODES = ["scontrol", "show", "node", "-o"]
+SINFO_VERSION = ["sinfo", "--version"]
+SACCT_PROBE = ["sacct", "-n", "-X", "-S", "now", "-o", "JobID"]
+
+
+# ------------------------------------------------------------------------------------ parsers
+
+def normalise_state(raw: str) -> str:
+    """'CANCELLED by 0' -> CANCELLED; 'RUNNING+' ... -> RUNNING."""
+    s = raw.strip().split(" ")[0].rstrip("+").upper()
+    return s or "UNKNOWN"
+
+
+def expand_array_id(jid: str) -> list[str]:
+    """A pending array's unstarted tasks `123_[2-5%2]` -> 123_2 ... 123_5; other ids unchanged."""
+    if "_[" not in jid:
+        return [jid]
+    base, spec = jid.split("_[", 1)
+    spec = spec.rstrip("]").split("%")[0]
+    ids = []
+    for part in spec.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            ids += [f"{base}_{i}" for i in range(int(a), int(b) + 1)]
+        elif part:
+            ids.append(f"{base}_{part}")
+    return ids
+
+
+def _records(text: str, width: int, make: Callable[[str, str, list[str]], SchedRecord]) -> dict[str, SchedRecord]:
+    out: dict[str, SchedRecord] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 2 or not parts[0]:
+            continue
+        rest = parts[2:] + [""] * (width - len(parts[2:]))
+        for one in expand_array_id(parts[0]):
+            out[one] = make(one, normalise_state(parts[1]), rest)
+    return out
+
+
+def parse_sacct(text: str) -> dict[str, SchedRecord]:
+    """`sacct -X -n -P --format JobID,State,ExitCode,Elapsed,NNodes,NodeList` -> id -> record.
+    Array tasks appear as `<array>_<task>`; a requeued job can appear more than once: the last line wins."""
+    return _records(text, 4, lambda jid, st, r: SchedRecord(jid, st, r[0], r[1], r[2], r[3]))
+
+
+def parse_squeue(text: str) -> dict[str, SchedRecord]:
+    """`squeue -h -a -r -o '%i|%T|%M|%D|%N'` -> id -> record (-r: one line per array task)."""
+    return _records(text, 3, lambda jid, st, r: SchedRecord(jid, st, "", r[0], r[1], r[2]))
+
+
+def accounting_disabled(proc: "subprocess.CompletedProcess[str]") -> bool:
+    text = (proc.stderr + proc.stdout).lower()
+    return proc.returncode != 0 and ("accounting storage is disabled" in text or "slurmdbd" in text
+                                    or "not running a supported accounting_storage plugin" in text)
+
+
+def parse_max_array_size(scontrol_config: str) -> int | None:
+    """`scontrol show config` -> MaxArraySize."""
+    for line in scontrol_config.splitlines():
+        k, _, v = line.partition("=")
+        if k.strip() == "MaxArraySize":
+            try:
+                return int(v.strip())
+            except ValueError:
+                return None
+    return None
+
+
+def parse_nodes(text: str) -> list[dict[str, str]]:
+    """`scontrol show node -o` -> one dict per node (NodeName, Sockets, CoresPerSocket, ...)."""
+    nodes = []
+    for line in text.splitlines():
+        fields = dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", line))
+        if "NodeName" in fields:
+            nodes.append(fields)
+    return nodes
+
+
+# ------------------------------------------------------------------------------------ Slurm
+
+class Slurm:
+    """The scheduler as hpcqa asks it. One instance per command; the runner is passed in."""
+
+    def __init__(self, runner: Runner = run_command) -> None:
+        self.runner = runner
+
+    def run(self, argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
+        return self.runner(argv)
+
+    def query(self, ids: Sequence[str]) -> tuple[dict[str, SchedRecord], str]:
+        """States of these jobs: one sacct call (+ one squeue call for ids accounting hasn't recorded
+        yet); one squeue call when accounting is off. -> (records, source or error text)"""
+        if not ids:
+            return {}, "none"
+        proc = self.run(sacct_argv(ids))
+        if proc.returncode == 0:
+            recs = parse_sacct(proc.stdout)
+            missing = [i for i in ids if i not in recs]
+            if missing:  # just submitted: accounting hasn't recorded it yet; squeue knows it
+                sq = self.run(squeue_argv())
+                if sq.returncode == 0:
+                    live = parse_squeue(sq.stdout)
+                    recs.update({i: live[i] for i in missing if i in live})
+            return recs, "sacct"
+        if accounting_disabled(proc):
+            sq = self.run(squeue_argv())
+            if sq.returncode != 0:
+                return {}, f"squeue failed: {sq.stderr.strip()}"
+            return parse_squeue(sq.stdout), "squeue"
+        return {}, f"sacct failed: {proc.stderr.strip() or proc.stdout.strip()}"
+
+    def cancel(self, ids: Sequence[str]) -> "subprocess.CompletedProcess[str]":
+        return self.run(scancel_argv(ids))
+
+    def max_array_size(self, default: int) -> int:
+        proc = self.run(SHOW_CONFIG)
+        found = parse_max_array_size(proc.stdout) if proc.returncode == 0 else None
+        return found or default
+
+    def nodes(self) -> tuple[list[dict[str, str]], str]:
+        """(nodes, error text)"""
+        proc = self.run(SHOW_NODES)
+        if proc.returncode != 0:
+            return [], proc.stderr.strip() or proc.stdout.strip()
+        return parse_nodes(proc.stdout), ""
+
+    def version(self) -> tuple[bool, str]:
+        proc = self.run(SINFO_VERSION)
+        return proc.returncode == 0, proc.stdout.strip() or proc.stderr.strip()
+
+    def accounting(self) -> tuple[bool, str]:
+        proc = self.run(SACCT_PROBE)
+        return proc.returncode == 0, (proc.stderr or proc.stdout).strip()
