@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("hosts", help="expand a Slurm nodelist, one host per line")
     p.add_argument("nodelist", nargs="?", help="default: $SLURM_JOB_NODELIST")
 
+    _add_job_verbs(sub)
+    return parser
+
+
+def _add_job_verbs(sub) -> None:
+    """Verbs about submitted jobs and sweeps, and the checks."""
     p = sub.add_parser("status", help="jobs: state, nodes, elapsed, progress, EM/F1 (no torch import)")
     p.add_argument("jobs", nargs="*", help="job ids (default: the 20 most recent)")
     p.add_argument("--all", action="store_true", help="every job in the registry")
@@ -95,8 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check configs; exit 2 on the first bad one")
     p.add_argument("configs", nargs="+")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -142,6 +146,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             sbatch = sbatch_preview(sp)
         if args.json:
             out = sp.plans[0].to_json()
+            out["plan_digest"] = sp.plans[0].digest
             out["sbatch"] = sbatch[0] if sbatch and not sp.is_sweep else sbatch
             if sp.is_sweep:
                 out["sweep"] = sp.to_json()

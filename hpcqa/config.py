@@ -45,7 +45,7 @@ SLURM_CONSTRAINT = r"[A-Za-z0-9._&|\[\]*()!,:-]*"
 class JobConfig:
     name: str = opt("hpcqa-qa", "Job name (Slurm --job-name, registry, folder names).",
                     pattern=r"[A-Za-z0-9._+-]+")
-    output_dir: str = opt("logs", "Where job folders (per-rank logs, plan, results.json) are created; "
+    output_dir: str = opt("logs", "Where job folders (per-rank logs, plans, results) are created; "
                                   "relative paths are relative to the current directory.")
     registry: str = opt("", "Job registry (SQLite). Empty: $HPCQA_REGISTRY, else logs/registry.sqlite.")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 from hpcqa.errors import DistEnvError
 
@@ -218,74 +218,102 @@ def _check(source: str, rank: int, world: int, local: int, local_world: int, nod
                            "the launcher's variables disagree")
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where a process sits, as one launcher's variables say."""
+
+    rank: int
+    world: int
+    local: int
+    local_world: int
+    node: int
+    nnodes: int = 0                   # 0: the launcher doesn't say
+    hosts: tuple[str, ...] | None = None  # None: keep the Slurm nodelist's
+    addr: str | None = None           # rendezvous address when nothing else names one
+
+
+def _opt(env: Mapping[str, str], name: str, default: int) -> int:
+    return _int(env, name) if env.get(name) else default
+
+
+def _torchrun(env: Mapping[str, str], hosts: list[str], hostname: str) -> Layout:
+    rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
+    local_world = _opt(env, "LOCAL_WORLD_SIZE", world)
+    node = _opt(env, "NODE_RANK", _opt(env, "GROUP_RANK", rank // max(local_world, 1)))
+    return Layout(rank, world, _opt(env, "LOCAL_RANK", rank), local_world, node)
+
+
+def _mpi(rank_var: str, world_var: str, local_var: str, local_world_var: str):
+    """Intel MPI (PMI_*) and Open MPI (OMPI_COMM_WORLD_*): ranks placed in blocks per node (-ppn)."""
+    def read(env: Mapping[str, str], hosts: list[str], hostname: str) -> Layout:
+        rank, world, local_world = _int(env, rank_var), _int(env, world_var), _opt(env, local_world_var, 1)
+        return Layout(rank, world, _opt(env, local_var, 0), local_world, rank // local_world)
+    return read
+
+
+def _slurm(env: Mapping[str, str], hosts: list[str], hostname: str) -> Layout:
+    rank = _int(env, "SLURM_PROCID")
+    world = _int(env, "SLURM_NTASKS" if env.get("SLURM_NTASKS") else "SLURM_NPROCS")
+    node = _opt(env, "SLURM_NODEID", 0)
+    tpn_text = _first(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+    if not tpn_text:
+        return Layout(rank, world, _opt(env, "SLURM_LOCALID", 0), world // max(len(hosts), 1), node, len(hosts))
+    tpn = parse_tasks_per_node(tpn_text, len(hosts) or None)
+    if sum(tpn) != world:
+        raise DistEnvError(f"SLURM_TASKS_PER_NODE={tpn_text!r} adds up to {sum(tpn)} tasks, SLURM_NTASKS is {world}",
+                           "the batch script's variables describe the job, not this step; run inside srun")
+    if node >= len(tpn):
+        raise DistEnvError(f"SLURM_NODEID={node} but SLURM_TASKS_PER_NODE={tpn_text!r} lists {len(tpn)} nodes",
+                           "the allocation's variables disagree")
+    return Layout(rank, world, _opt(env, "SLURM_LOCALID", 0), tpn[node], node, len(hosts))
+
+
+def _submitit_local(env: Mapping[str, str], hosts: list[str], hostname: str) -> Layout:
+    rank, world = _int(env, "SUBMITIT_LOCAL_GLOBALID"), _int(env, "SUBMITIT_LOCAL_NTASKS")
+    return Layout(rank, world, _opt(env, "SUBMITIT_LOCAL_LOCALID", rank), world, 0, 1,
+                  tuple(hosts) or (hostname,), "127.0.0.1")
+
+
+@dataclass(frozen=True)
+class Launcher:
+    name: str
+    needs: tuple[tuple[str, ...], ...]   # every group must have one variable set
+    read: Callable[[Mapping[str, str], list[str], str], Layout]
+
+    def present(self, env: Mapping[str, str]) -> bool:
+        return all(any(env.get(v) for v in group) for group in self.needs)
+
+
+# Most specific first: the launcher closest to the process wins.
+LAUNCHERS: tuple[Launcher, ...] = (
+    Launcher("torchrun", (("RANK",), ("WORLD_SIZE",)), _torchrun),
+    Launcher("intel-mpi", (("PMI_RANK",), ("PMI_SIZE",)),
+             _mpi("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")),
+    Launcher("open-mpi", (("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",)),
+             _mpi("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                  "OMPI_COMM_WORLD_LOCAL_SIZE")),
+    Launcher("slurm", (("SLURM_PROCID",), ("SLURM_NTASKS", "SLURM_NPROCS")), _slurm),
+    Launcher("submitit-local", (("SUBMITIT_LOCAL_GLOBALID",), ("SUBMITIT_LOCAL_NTASKS",)), _submitit_local),
+)
+SINGLE = Layout(0, 1, 0, 1, 0, 1, None, "127.0.0.1")
+
+
 def detect(env: Mapping[str, str], hostname: str = "localhost") -> DistEnv:
     """Map a process environment to ranks, hosts and rendezvous address."""
     hosts = _slurm_hosts(env)
     job_id = _first(env, "SLURM_JOB_ID", "SLURM_JOBID", "HPCQA_JOB_ID", "SUBMITIT_LOCAL_JOB_ID", "PMI_JOBID") or ""
     port = _job_port(env)
-    explicit_addr = env.get("MASTER_ADDR") or None
-
-    if env.get("RANK") and env.get("WORLD_SIZE"):
-        source = "torchrun"
-        rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
-        local = _int(env, "LOCAL_RANK") if env.get("LOCAL_RANK") else rank
-        local_world = _int(env, "LOCAL_WORLD_SIZE") if env.get("LOCAL_WORLD_SIZE") else world
-        node = _int(env, "NODE_RANK") if env.get("NODE_RANK") else (
-            _int(env, "GROUP_RANK") if env.get("GROUP_RANK") else rank // max(local_world, 1))
-        nnodes = 0
-    elif env.get("PMI_RANK") and env.get("PMI_SIZE"):
-        source = "intel-mpi"
-        rank, world = _int(env, "PMI_RANK"), _int(env, "PMI_SIZE")
-        local = _int(env, "MPI_LOCALRANKID") if env.get("MPI_LOCALRANKID") else 0
-        local_world = _int(env, "MPI_LOCALNRANKS") if env.get("MPI_LOCALNRANKS") else 1
-        node, nnodes = rank // local_world, 0  # hydra places ranks in blocks (-ppn)
-    elif env.get("OMPI_COMM_WORLD_RANK") and env.get("OMPI_COMM_WORLD_SIZE"):
-        source = "open-mpi"
-        rank, world = _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE")
-        local = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK") if env.get("OMPI_COMM_WORLD_LOCAL_RANK") else 0
-        local_world = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE") if env.get("OMPI_COMM_WORLD_LOCAL_SIZE") else 1
-        node, nnodes = rank // local_world, 0
-    elif env.get("SLURM_PROCID") and (env.get("SLURM_NTASKS") or env.get("SLURM_NPROCS")):
-        source = "slurm"
-        rank = _int(env, "SLURM_PROCID")
-        world = _int(env, "SLURM_NTASKS" if env.get("SLURM_NTASKS") else "SLURM_NPROCS")
-        local = _int(env, "SLURM_LOCALID") if env.get("SLURM_LOCALID") else 0
-        node = _int(env, "SLURM_NODEID") if env.get("SLURM_NODEID") else 0
-        tpn_text = _first(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
-        nnodes = len(hosts)
-        if tpn_text:
-            tpn = parse_tasks_per_node(tpn_text, nnodes or None)
-            if sum(tpn) != world:
-                raise DistEnvError(f"SLURM_TASKS_PER_NODE={tpn_text!r} adds up to {sum(tpn)} tasks, "
-                                   f"SLURM_NTASKS is {world}",
-                                   "the batch script's variables describe the job, not this step; "
-                                   "run inside srun")
-            if node >= len(tpn):
-                raise DistEnvError(f"SLURM_NODEID={node} but SLURM_TASKS_PER_NODE={tpn_text!r} lists "
-                                   f"{len(tpn)} nodes", "the allocation's variables disagree")
-            local_world = tpn[node]
-        else:
-            local_world = world // max(nnodes, 1)
-    elif env.get("SUBMITIT_LOCAL_GLOBALID") and env.get("SUBMITIT_LOCAL_NTASKS"):
-        source = "submitit-local"
-        rank, world = _int(env, "SUBMITIT_LOCAL_GLOBALID"), _int(env, "SUBMITIT_LOCAL_NTASKS")
-        local = _int(env, "SUBMITIT_LOCAL_LOCALID") if env.get("SUBMITIT_LOCAL_LOCALID") else rank
-        local_world, node, nnodes = world, 0, 1
-        hosts = hosts or [hostname]
-        explicit_addr = explicit_addr or "127.0.0.1"
-    else:
-        source = "single"
-        rank, world, local, local_world, node, nnodes = 0, 1, 0, 1, 0, 1
-        explicit_addr = explicit_addr or "127.0.0.1"
-
-    _check(source, rank, world, local, local_world, node, nnodes)
-    addr = explicit_addr or (hosts[0] if hosts else None)
+    launcher = next((la for la in LAUNCHERS if la.present(env)), None)
+    source = launcher.name if launcher else "single"
+    lay = launcher.read(env, hosts, hostname) if launcher else SINGLE
+    _check(source, lay.rank, lay.world, lay.local, lay.local_world, lay.node, lay.nnodes)
+    hosts = list(lay.hosts) if lay.hosts is not None else hosts
+    addr = env.get("MASTER_ADDR") or (hosts[0] if hosts and not lay.addr else None) or lay.addr
     if addr is None:
-        if world > local_world:
-            raise DistEnvError(f"{source}: {world} ranks span several nodes but no MASTER_ADDR and no "
+        if lay.world > lay.local_world:
+            raise DistEnvError(f"{source}: {lay.world} ranks span several nodes but no MASTER_ADDR and no "
                                "Slurm nodelist is set", "export MASTER_ADDR=<first host> for every rank")
         addr = "127.0.0.1"
-    return DistEnv(source=source, rank=rank, world_size=world, local_rank=local,
-                   local_world_size=local_world, node_rank=node, master_addr=addr, master_port=port,
+    return DistEnv(source=source, rank=lay.rank, world_size=lay.world, local_rank=lay.local,
+                   local_world_size=lay.local_world, node_rank=lay.node, master_addr=addr, master_port=port,
                    hosts=tuple(hosts), job_id=job_id)
-

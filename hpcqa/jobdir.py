@@ -117,7 +117,7 @@ class JobDir:
     def cancel_marker(self) -> Path:
         return self.path / "cancelled"
 
-    def submitit_log(self, job_id: str, rank: int, stream: str = "err") -> Path:
+    def submitit_log(self, job_id: str, rank: int | str, stream: str = "err") -> Path:
         return self.path / f"{job_id}_{rank}_log.{stream}"
 
     def log(self, rank: int, stream: str = "err") -> Path | None:

@@ -88,7 +88,7 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
         v.progress = jd.read_progress()
         v.results = jd.read_results()
         if state == "COMPLETED" and not v.results:
-            v.notes.append("no results.json")
+            v.notes.append("no results file")
         views.append(v)
     if updates:
         reg.update_states(updates)

@@ -84,8 +84,13 @@ def test_bf16_choice():
     assert not bf16_choice("auto", {"avx2"})[0] and not bf16_choice("false", {"amx_bf16"})[0]
 
 
-def test_ccl_requested_without_bindings_is_a_clear_error():
-    from hpcqa.train.run import resolve_backend
-    backend, reason, err = resolve_backend("ccl")
-    assert err and "oneccl_bindings_for_pytorch" in err and "gloo" in err
-    assert resolve_backend("auto")[0] == "gloo" and "using gloo" in resolve_backend("auto")[1]
+def test_ccl_planned_without_bindings_is_a_clear_error():
+    """On this machine (no oneccl_bind_pt on PyPI) a plan that says ccl stops the rank, with the fix."""
+    import pytest
+    from hpcqa import plan
+    from hpcqa.errors import RankError
+    from hpcqa.train.run import verify_backend
+    with pytest.raises(RankError) as e:
+        verify_backend(plan.resolve_backend("ccl", ccl_bindings=False))
+    assert "oneccl_bindings_for_pytorch" in e.value.message and "gloo" in e.value.hint
+    assert verify_backend(plan.resolve_backend("auto", ccl_bindings=False)).startswith("gloo as planned")

@@ -94,3 +94,31 @@ def test_wrapper_bad_plan_exits_2(tmp_path):
     res = subprocess.run([sys.executable, "-m", "hpcqa.rank", "--plan", str(tmp_path / "none.json"), "--", "true"],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 2 and "cannot read plan" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_rank_honours_the_planned_backend_and_never_redecides():
+    from hpcqa.errors import RankError
+    from hpcqa.train.run import verify_backend
+
+    def no_ccl(name):
+        raise ImportError(f"No module named {name!r}")
+
+    gloo = plan.resolve_backend("auto", ccl_bindings=False)
+    assert verify_backend(gloo, importer=no_ccl).startswith("gloo as planned")
+    # the plan chose gloo where the submit host had no ccl: a compute node with ccl still runs gloo
+    assert verify_backend(gloo, importer=lambda name: object()).startswith("gloo as planned")
+    ccl = plan.resolve_backend("auto", ccl_bindings=True)
+    assert "imported" in verify_backend(ccl, importer=lambda name: object())
+    with pytest.raises(RankError) as e:
+        verify_backend(ccl, importer=no_ccl)
+    assert e.value.exit_code == 2 and "does not import" in e.value.message and "ddp_backend" in e.value.hint
+
+
+def test_trainer_refuses_a_plan_other_than_the_one_the_wrapper_applied():
+    from hpcqa.errors import RankError
+    from hpcqa.train.run import verify_plan
+    p = quick_plan()
+    verify_plan(p, {"HPCQA_PLAN_DIGEST": p.digest})
+    verify_plan(p, {})  # started without the wrapper (tests, by hand): nothing to compare
+    with pytest.raises(RankError):
+        verify_plan(p, {"HPCQA_PLAN_DIGEST": quick_plan("train.seed=7").digest})

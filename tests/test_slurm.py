@@ -45,12 +45,17 @@ def wait_state(env, job_id, want, timeout=120):
 
 
 def test_two_nodes_two_tasks_each(slurm, tmp_path):
+    dry = submit(slurm, tmp_path, "--set", "cluster.nodes=2", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
     r = submit(slurm, tmp_path, "--set", "cluster.nodes=2")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "COMPLETED" in r.stdout
     job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
     folder = tmp_path / "quickstart" / job_id
+    # the dry run showed what was submitted: submitit keeps the sbatch file it ran
+    assert json.loads(dry.stdout)["sbatch"] == (folder / f"{job_id}_submission.sh").read_text()
     reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
+    assert {rep["plan_digest"] for rep in reports} == {json.loads(dry.stdout)["plan_digest"]}
     assert [rep["host"] for rep in reports] == ["node1", "node1", "node2", "node2"]
     assert {rep["master_addr"] for rep in reports} == {"node1"}
     assert [rep["node_rank"] for rep in reports] == [0, 0, 1, 1] and {rep["env_source"] for rep in reports} == {"slurm"}
@@ -108,3 +113,33 @@ print(len(views), calls.count('sacct'), source, 'torch' in sys.modules, round(dt
     assert r.returncode == 0, r.stderr
     n, sacct_calls, source, torch_loaded, _ = r.stdout.split()
     assert (n, sacct_calls, source, torch_loaded) == ("1000", "1", "sacct", "False")
+
+
+def test_rendered_srun_script_runs_under_plain_sbatch(slurm, tmp_path):
+    """`hpcqa render` output, submitted by hand: 4 ranks on 2 nodes, bound as planned, one result."""
+    script = tmp_path / "job.sbatch"
+    r = run_cli("render", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
+                "--set", "cluster.nodes=2", "--python", sys.executable, "-o", str(script), env=slurm)
+    assert r.returncode == 0, r.stderr
+    sub = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, **slurm}, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip().split(";")[0]
+    folder = tmp_path / "quickstart" / job_id
+    end = time.time() + 240
+    while time.time() < end and not (folder / "results.json").exists() and not list(folder.glob("ranks/*.failed")):
+        time.sleep(2)
+    logs = "\n".join(p.read_text(errors="replace")[-2000:] for p in sorted(folder.glob("rank-*.log")))
+    assert (folder / "results.json").exists(), logs
+    from hpcqa import plan as planmod
+    planned = planmod.load(folder / "plan.json")
+    reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
+    assert [rep["host"] for rep in reports] == ["node1", "node1", "node2", "node2"]
+    for k, rep in enumerate(reports):
+        assert rep["plan_digest"] == planned.digest and rep["env_source"] == "slurm"
+        assert rep["cpus"] == list(planned.ranks[k].cpus) and rep["bind_note"] == "as planned"
+        assert rep["torch_threads"] == int(rep["omp_num_threads"]) == len(rep["cpus"])
+    assert len({rep["weights_digest"] for rep in reports}) == 1
+    res = json.loads((folder / "results.json").read_text())
+    assert res["world_size"] == 4 and res["nodes"] == 2 and "f1" in res and res["plan_digest"] == planned.digest
+    assert sorted(p.name for p in folder.glob("rank-*.log")) == [f"rank-{k}.log" for k in range(4)]

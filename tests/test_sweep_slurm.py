@@ -17,14 +17,25 @@ def slurm(tmp_path_factory):
     yield from slurm_cluster.cluster(tmp_path_factory, nodes=2, accounting=True, max_array_size=6)
 
 
-def sweep(env, out, *sets):
+def sweep_args(out, *sets):
     args = ["submit", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(out))}",
             "--set", "cluster.exclusive=false", "--set", "train.max_steps=6", "--set", "train.do_eval=true"]
     for s in sets:
         args += ["--set", s]
-    r = run_cli(*args, env=env)
+    return args
+
+
+def sweep(env, out, *sets):
+    r = run_cli(*sweep_args(out, *sets), env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout.strip(), r.stderr
+
+
+def planned_digests(env, out, *sets):
+    """variant index -> plan digest, from the dry run of the very same submission."""
+    r = run_cli(*sweep_args(out, *sets), "--dry-run", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    return {v["index"]: v["plan_digest"] for v in json.loads(r.stdout)["sweep"]["variants"]}
 
 
 def wait_sweep(env, sweep_id, n, timeout=300):
@@ -64,15 +75,23 @@ def test_six_variants_one_array_throttled_to_two(slurm, tmp_path):
 
 def test_sweep_larger_than_max_array_size_is_split_and_a_failure_stays_visible(slurm, tmp_path):
     # 7 grid variants + 1 explicit failing one = 8 > MaxArraySize 6: two arrays, each variant once
-    sweep_id, err = sweep(slurm, tmp_path, "sweep.parallelism=3", "sweep.train.seed=[1, 2, 3, 4, 5, 6, 7]",
-                          "sweep.variants=[{train = {fail_at_step = 1, seed = 8}}]")
+    sets = ("sweep.parallelism=3", "sweep.train.seed=[1, 2, 3, 4, 5, 6, 7]",
+            "sweep.variants=[{train = {fail_at_step = 1, seed = 8}}]")
+    planned = planned_digests(slurm, tmp_path, *sets)
+    assert len(set(planned.values())) == 8
+    sweep_id, err = sweep(slurm, tmp_path, *sets)
     assert "8 variants in 2 array(s)" in err
     jobs = wait_sweep(slurm, sweep_id, 8)
     assert len({j["id"].split("_")[0] for j in jobs}) == 2
     assert sorted(j["task_index"] for j in jobs) == list(range(8))
-    seeds = sorted(json.load(open(f"{j['folder']}/ranks/rank-0.json"))["rank"] * 0 + j["variant"]["train.seed"]
-                   for j in jobs)
-    assert seeds == list(range(1, 9))  # each variant ran exactly once, as itself
+    ran = []
+    for j in jobs:  # from each task's own rank reports: which plan (and so which variant) it ran
+        reports = [json.load(open(f"{j['folder']}/ranks/rank-{r}.json")) for r in range(2)]
+        assert {rep["plan_digest"] for rep in reports} == {planned[j["task_index"]]}
+        assert {rep["variant_index"] for rep in reports} == {j["task_index"]}
+        assert {rep["variant"]["train.seed"] for rep in reports} == {j["variant"]["train.seed"]}
+        ran.append(reports[0]["plan_digest"])
+    assert sorted(ran) == sorted(planned.values())  # each variant ran exactly once, as itself
     states = {j["task_index"]: j["state"] for j in jobs}
     assert states.pop(7) == "FAILED" and set(states.values()) == {"COMPLETED"}
     res = json.loads(run_cli("results", sweep_id, "--json", env=slurm).stdout)["variants"]

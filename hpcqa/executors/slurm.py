@@ -93,7 +93,7 @@ def run(sp: sweep.SweepPlan, wait: bool = True) -> int:
     jd = JobDir(Path(str(job.paths.folder)))
     print(f"submitted Slurm job {job.job_id}: {plan.world_size} ranks on {plan.nodes} node(s); folder {jd.path}",
           file=sys.stderr)
-    print(f"  logs: {jd.path}/{job.job_id}_<rank>_log.out|err", file=sys.stderr)
+    print(f"  logs: {jd.submitit_log(job.job_id, '<rank>', 'out|err')}", file=sys.stderr)
     if not wait:
         print(job.job_id)
         return 0
