@@ -52,6 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launcher", choices=["srun", "mpirun"], help="default: launch.launcher")
     p.add_argument("--python", default="python3", help="interpreter on the nodes (default: python3)")
 
+    p = sub.add_parser("topology", help="this node's sockets, NUMA nodes and cores; with CONFIG, each rank's pool")
+    p.add_argument("config", nargs="?", help="also show the CPU pool and environment of each local rank")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--sysfs", metavar="DIR", help="read a saved tree laid out like /sys/devices/system")
+    p.add_argument("--allowed", metavar="LIST", help="CPUs this process may use, e.g. 4-11,36-43 "
+                                                       "(default: its affinity mask)")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("env", help="what this process's launcher environment maps to")
     p.add_argument("--json", action="store_true", help="one JSON object")
 
@@ -215,6 +223,65 @@ def cmd_render(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    from hpcqa import topology
+    from hpcqa.errors import UsageError
+    if args.sysfs and not Path(args.sysfs, "cpu").is_dir():
+        raise UsageError(f"--sysfs {args.sysfs!r}: no cpu/ folder in it",
+                         "pass a folder laid out like /sys/devices/system (cpu/cpuN/topology, node/nodeK)")
+    allowed = topology.parse_cpu_list(args.allowed) if args.allowed else None
+    node = topology.read_node(args.sysfs or "/sys/devices/system", allowed,
+                              None if args.sysfs else "/proc/cpuinfo")
+    if not node.cpus:
+        raise UsageError("no usable CPU: --allowed names none of the node's online CPUs", "check --allowed")
+    view: dict[str, Any] = {"node": node.to_json()}
+    if args.config:
+        from hpcqa import config, plan, rank
+        cfg = config.load(args.config, args.overrides)
+        view = rank.node_view(plan.build_plan(cfg, plan.probe_host()), node)
+    if args.json:
+        print(json.dumps(view, indent=2))
+        return 0
+    _print_topology(view)
+    return 0
+
+
+def _print_topology(view: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    con, n = Console(), view["node"]
+    con.print(f"this node: {len(n['sockets'])} socket(s), {len(n['numa_nodes'])} NUMA node(s), {n['cores']} cores, "
+              f"{n['threads_per_core']} thread(s) per core", highlight=False)
+    t = Table()
+    for col in ("socket", "cores", "CPUs"):
+        t.add_column(col)
+    for s in n["sockets"]:
+        t.add_row(str(s["socket"]), str(s["cores"]), s["cpus"])
+    con.print(t)
+    numa = "; ".join(f"node {x['node']}: {x['cpus']}" for x in n["numa_nodes"])
+    con.print(f"NUMA: {numa}", highlight=False)
+    con.print(f"allowed CPUs: {n['allowed']} (online {n['online']}); ISA: {', '.join(n['isa']) or 'none of note'}",
+              highlight=False)
+    if "ranks" not in view:
+        return
+    for note in view["notes"]:
+        con.print(f"[yellow]note:[/] {note}")
+    r = Table(title=f"local ranks (backend {view['backend']})")
+    for col in ("rank", "socket", "NUMA", "CPUs", "CCL", "planned", "OMP_NUM_THREADS", "memory"):
+        r.add_column(col)
+    for x in view["ranks"]:
+        r.add_row(str(x["local_rank"]), ",".join(map(str, x["socket"])), ",".join(map(str, x["numa"])),
+                  topology_list(x["cpus"]), topology_list(x["ccl"]),
+                  "same" if x["as_planned"] else topology_list(x["planned_cpus"]),
+                  x["env"].get("OMP_NUM_THREADS", "-"), x["membind"])
+    con.print(r)
+
+
+def topology_list(cpus) -> str:
+    from hpcqa.topology import cpu_list
+    return cpu_list(cpus) if cpus else "-"
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -432,7 +499,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if any(c.level == "error" for c in checks) else 0
 
 
-COMMANDS = {"submit": cmd_submit, "render": cmd_render, "env": cmd_env, "hosts": cmd_hosts,
+COMMANDS = {"submit": cmd_submit, "render": cmd_render, "env": cmd_env, "topology": cmd_topology, "hosts": cmd_hosts,
             "validate": cmd_validate, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
             "doctor": cmd_doctor, "results": cmd_results}
 

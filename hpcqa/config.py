@@ -58,6 +58,8 @@ class ClusterConfig:
     sockets_per_node: int = opt(2, "CPU sockets per node; one rank runs per socket.", min=1, max=64)
     cores_per_socket: int = opt(56, "Physical cores per socket.", min=1, max=4096)
     threads_per_core: int = opt(1, "Hardware threads per core (2 with hyper-threading on).", min=1, max=8)
+    numa_per_socket: int = opt(1, "NUMA nodes per socket (2 or 4 with sub-NUMA clustering SNC2/SNC4, AMD NPS); "
+                                  "used with launch.rank_domain = \"numa\".", min=1, max=16)
     partition: str = opt("", "Slurm partition (empty: the cluster default).", pattern=SLURM_NAME)
     account: str = opt("", "Slurm account (empty: your default).", pattern=SLURM_NAME)
     qos: str = opt("", "Slurm QOS (empty: the default).", pattern=SLURM_NAME)
@@ -79,6 +81,11 @@ class ClusterConfig:
 class LaunchConfig:
     launcher: Literal["srun", "mpirun"] = opt(
         "srun", "How ranks start in rendered scripts: srun (Slurm) or mpirun (Intel MPI hydra).")
+    rank_domain: Literal["socket", "numa"] = opt(
+        "socket", "What one rank owns: a socket, or a NUMA node (sub-NUMA clustering: one rank per NUMA node, "
+                  "cluster.numa_per_socket ranks per socket). Ranks never straddle their domain.")
+    bind_memory: bool = opt(True, "Bind each rank's memory to the NUMA node(s) of its CPUs (set_mempolicy) "
+                                  "when the node has more than one NUMA node.")
     ccl_workers: int = opt(
         1, "Cores per socket reserved for oneCCL worker threads (CCL_WORKER_COUNT). Only used "
            "when the backend resolves to ccl; with gloo all cores compute.", min=0, max=64)
@@ -179,11 +186,18 @@ class Config:
 
     @property
     def ranks_per_node(self) -> int:
-        return self.cluster.sockets_per_node
+        per_socket = self.cluster.numa_per_socket if self.launch.rank_domain == "numa" else 1
+        return self.cluster.sockets_per_node * per_socket
+
+    @property
+    def cores_per_rank(self) -> int:
+        """Physical cores of one rank's domain (a socket, or a NUMA node of it)."""
+        per_socket = self.cluster.numa_per_socket if self.launch.rank_domain == "numa" else 1
+        return self.cluster.cores_per_socket // per_socket
 
     @property
     def world_size(self) -> int:
-        return self.cluster.nodes * self.cluster.sockets_per_node
+        return self.cluster.nodes * self.ranks_per_node
 
 
 SECTIONS: dict[str, type] = {
@@ -304,6 +318,13 @@ def _check_cross(cfg: Config) -> None:
                           f"{c.cores_per_socket}-core socket",
                           f"set launch.ccl_workers below cluster.cores_per_socket "
                           f"({c.cores_per_socket}); 1-4 is usual", src)
+    if c.cores_per_socket % c.numa_per_socket:
+        raise ConfigError("cluster.numa_per_socket",
+                          f"{c.cores_per_socket} cores per socket don't split into {c.numa_per_socket} NUMA nodes",
+                          "set cluster.numa_per_socket to a divisor of cluster.cores_per_socket", src)
+    if la.ccl_workers >= cfg.cores_per_rank:
+        raise ConfigError("launch.ccl_workers", f"{la.ccl_workers} CCL workers leave no compute core on a "
+                          f"{cfg.cores_per_rank}-core NUMA node", "lower launch.ccl_workers", src)
     if t.doc_stride >= t.max_seq_length:
         raise ConfigError("train.doc_stride",
                           f"doc_stride {t.doc_stride} must be smaller than max_seq_length "

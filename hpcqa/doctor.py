@@ -100,8 +100,24 @@ def slurm_checks(cfg, slurm: Slurm) -> list[Check]:
     return checks
 
 
+def node_check(cfg) -> Check:
+    """The config's rank pools on this node (`hpcqa topology CONFIG`): as planned, or re-derived."""
+    from hpcqa import rank, topology
+    p = plan.build_plan(cfg, plan.probe_host())
+    view = rank.node_view(p, topology.read_node())
+    n = view["node"]
+    where = "this node" if p.executor == "local" else \
+        "this host (compute nodes may differ: `srun -N1 hpcqa topology CONFIG` asks one)"
+    desc = f"{where}: {len(n['sockets'])} socket(s), {n['cores']} cores, allowed CPUs {n['allowed']}"
+    pools = "; ".join(f"r{r['local_rank']} {topology.cpu_list(r['cpus'])}" for r in view["ranks"])
+    if all(r["as_planned"] for r in view["ranks"]) and not view["notes"]:
+        return Check("topology here", "ok", f"{desc}; ranks bind as planned ({pools})")
+    return Check("topology here", "warning", f"{desc}; ranks would bind {pools}" +
+                 "".join(f"; {x}" for x in view["notes"]), "`hpcqa topology CONFIG` shows each rank's pool")
+
+
 def host_checks(cfg) -> list[Check]:
-    checks: list[Check] = []
+    checks: list[Check] = [node_check(cfg)] if cfg is not None else []
     dirs = plan.library_dirs()
     for name, files in plan.LIBRARIES.items():
         p = plan.find_library(files, dirs)

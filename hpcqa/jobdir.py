@@ -20,6 +20,7 @@ file name of the job folder. Writes are atomic (write aside, rename): other rank
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,12 @@ def write_json(path: Path, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
+def root_path(output_dir: str, name: str) -> str:
+    """<output_dir>/<name> as the config says it (relative paths stay relative: a rendered script
+    resolves them where sbatch runs it)."""
+    return os.path.join(output_dir, name)
+
+
 @dataclass(frozen=True)
 class JobRoot:
     """<output_dir>/<name>: where a config's job folders and launch plans live."""
@@ -55,7 +62,7 @@ class JobRoot:
 
     @classmethod
     def of(cls, output_dir: str, name: str) -> "JobRoot":
-        return cls(Path(output_dir, name).absolute())
+        return cls(Path(root_path(output_dir, name)).absolute())
 
     @property
     def folder_pattern(self) -> Path:

@@ -20,7 +20,7 @@ from hpcqa import topology
 from hpcqa.config import Config, from_dict
 from hpcqa.errors import ConfigError
 from hpcqa.frozen import FrozenDict, freeze
-from hpcqa.jobdir import JOB_ID
+from hpcqa.jobdir import JOB_ID, root_path
 
 LIBRARIES = {
     "tcmalloc": ("libtcmalloc.so", "libtcmalloc.so.4", "libtcmalloc_minimal.so.4"),
@@ -235,20 +235,19 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None) -> Lau
     launcher = launcher or (la.launcher if executor == "slurm" else "local")
     backend = resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
     workers = la.ccl_workers if backend.resolved == "ccl" else 0
-    cpus = topology.declared_cpus(c.sockets_per_node, c.cores_per_socket, c.threads_per_core)
-    pools = topology.socket_pools(cpus, c.sockets_per_node, c.cores_per_socket, workers)
+    node = topology.declared_node(c.sockets_per_node, c.cores_per_socket, c.threads_per_core, c.numa_per_socket)
+    pools = list(topology.layout(node, cfg.ranks_per_node, cfg.cores_per_rank, workers, la.rank_domain).pools)
     local_ranks = tuple(
         LocalRankPlan(local_rank=p.local_rank, cpus=p.cpus if la.bind else (),
                       compute=p.compute, ccl=p.ccl,
                       env=FrozenDict(rank_static_env(cfg, p, pools, backend.resolved, launcher, host.libraries)))
         for p in pools)
-    world = c.nodes * c.sockets_per_node
     return LaunchPlan(config=cfg, executor=executor, launcher=launcher, backend=backend,
-                      nodes=c.nodes, ranks_per_node=c.sockets_per_node, world_size=world,
-                      cpus_per_task=c.cores_per_socket * c.threads_per_core,
+                      nodes=c.nodes, ranks_per_node=cfg.ranks_per_node, world_size=cfg.world_size,
+                      cpus_per_task=cfg.cores_per_rank * c.threads_per_core,
                       local_ranks=local_ranks, ranks=_global_ranks(c.nodes, local_ranks),
                       deferred_env=FrozenDict(_deferred_env(executor, la.master_port)),
-                      job_dir_pattern=os.path.join(cfg.job.output_dir, cfg.job.name, JOB_ID),
+                      job_dir_pattern=os.path.join(root_path(cfg.job.output_dir, cfg.job.name), JOB_ID),
                       warnings=_warnings(cfg, host, backend, pools), python=host.python)
 
 

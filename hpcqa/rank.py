@@ -6,9 +6,12 @@ submitit local, ...) to RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, expo
 environment from the plan, binds itself to the plan's CPUs and execs COMMAND, which inherits all of
 it. Standard library only: importing torch here would defeat the purpose.
 
-If the node doesn't have the CPUs the plan names (a config written for bigger nodes), the same
-pool rule is applied to the CPUs the node does have and the difference is reported loudly, so a
-rank never silently runs with more threads than cores.
+Every rank derives its CPU pool from the node it runs on (sysfs topology and its own allowed CPU
+set, `topology.read_node`), by the same rule and function the plan applied to the declared node. The
+plan's CPUs are the prediction: when the node differs (CPU numbering, a cgroup subset, fewer sockets)
+the rank binds what the rule gives on this node, local rank 0 warns once with both layouts, and the
+rank records what it really bound (sockets and NUMA nodes included). Memory is bound to the rank's
+NUMA node(s) when the node has several.
 """
 
 from __future__ import annotations
@@ -27,76 +30,107 @@ from hpcqa.plan import LaunchPlan
 
 
 
-def node_cpus(allowed: Sequence[int] | None = None) -> list[topology.Cpu]:
-    """CPUs usable on this node: the cgroup's cpuset when there is one, else this process's mask."""
-    cpus = allowed
-    if cpus is None:
-        for f in ("/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"):
-            try:
-                text = Path(f).read_text().strip()
-            except OSError:
-                continue
-            if text:
-                cpus = parse_cpu_list(text)
-                break
-    if cpus is None:
-        cpus = sorted(os.sched_getaffinity(0))
-    return topology.read_sysfs(allowed=cpus)
-
-
-def parse_cpu_list(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        if "-" in part:
-            a, b = part.split("-")
-            out.extend(range(int(a), int(b) + 1))
-        elif part.strip():
-            out.append(int(part))
-    return out
-
-
-def choose_binding(plan: LaunchPlan, local_rank: int, cpus: Sequence[topology.Cpu]) -> dict[str, Any]:
-    """Pure: the CPUs and thread variables this local rank gets on a node with `cpus`."""
-    lr = plan.local_ranks[local_rank]
-    available = {c.cpu for c in cpus}
-    if not lr.cpus:  # launch.bind = false
-        return {"cpus": [], "env": {}, "note": "not bound (launch.bind = false)"}
-    if set(lr.cpus) <= available:
-        return {"cpus": list(lr.cpus), "env": {}, "note": "as planned"}
-    pools, how = _pools_on_this_node(plan, cpus, len(lr.ccl))
-    pool = pools[local_rank]
-    env = {"OMP_NUM_THREADS": str(len(pool.compute))}
-    if "KMP_AFFINITY" in lr.env:
-        env["KMP_AFFINITY"] = topology.kmp_affinity(pool.compute)
-    if "OMP_PLACES" in lr.env:
-        env["OMP_PLACES"] = topology.omp_places(pool.compute)
-    if "CCL_WORKER_AFFINITY" in lr.env:
-        env["CCL_WORKER_AFFINITY"] = topology.ccl_worker_affinity(pools)
-    if "I_MPI_PIN_DOMAIN" in lr.env:
-        env["I_MPI_PIN_DOMAIN"] = topology.i_mpi_pin_domain(pools)
-    return {"cpus": list(pool.cpus), "env": env, "note": f"ADJUSTED: {how}"}
-
-
-def _pools_on_this_node(plan: LaunchPlan, cpus: Sequence[topology.Cpu], workers: int) -> tuple[list, str]:
-    """The plan's pool rule applied to the CPUs this node has; smaller shares when they don't suffice."""
-    sockets, per_socket = plan.ranks_per_node, plan.config.cluster.cores_per_socket
+def node_layout(plan: LaunchPlan, node: topology.Node | Sequence[topology.Cpu]) -> topology.Layout:
+    """Every local rank's pool on this node, by the same rule (and function) the plan used for the
+    declared node. `hpcqa topology CONFIG` shows exactly this."""
+    cfg = plan.config
+    workers = cfg.launch.ccl_workers if plan.backend.resolved == "ccl" else 0
     try:
-        pools = topology.socket_pools(cpus, sockets, per_socket, workers)
-        return pools, "plan's CPUs missing here; same rule applied to this node's CPUs"
+        return topology.layout(node, plan.ranks_per_node, cfg.cores_per_rank, workers, cfg.launch.rank_domain)
     except HpcqaError:
-        pass
-    cores = [c for c, _ in topology.physical_cores(cpus)]
-    share = max(len(cores) // sockets, 1)
-    workers = min(workers, share - 1) if share > 1 else 0
-    pools = []
-    for k in range(sockets):
-        chunk = tuple(cores[k * share:(k + 1) * share]) or tuple(cores[k % len(cores):][:1])
-        pools.append(topology.Pool(k, chunk, (), chunk[:workers], chunk[workers:]))
-    return pools, (f"node has {len(cores)} cores, plan wants {sockets}x{per_socket}: "
-                   f"each rank gets {share} core(s)")
+        # fewer cores than ranks: share them round-robin rather than refuse to start, and say so loudly
+        cpus = node.cpus if isinstance(node, topology.Node) else node
+        cores = [c for c, _ in topology.physical_cores(cpus)]
+        pools = tuple(topology.Pool(k, (cores[k % len(cores)],), (), (), (cores[k % len(cores)],))
+                      for k in range(plan.ranks_per_node))
+        return topology.Layout(pools, True, (f"OVERSUBSCRIBED: {plan.ranks_per_node} ranks share this node's "
+                                             f"{len(cores)} core(s)",))
 
 
-def rank_environment(plan: LaunchPlan, env: Mapping[str, str], cpus: Sequence[topology.Cpu],
+def thread_env(lr_env: Mapping[str, str], pool: topology.Pool, pools: Sequence[topology.Pool]) -> dict[str, str]:
+    """The thread and affinity variables of one pool, for the variables the plan's rank uses."""
+    env = {"OMP_NUM_THREADS": str(len(pool.compute))}
+    if "KMP_AFFINITY" in lr_env:
+        env["KMP_AFFINITY"] = topology.kmp_affinity(pool.compute)
+    if "OMP_PLACES" in lr_env:
+        env["OMP_PLACES"] = topology.omp_places(pool.compute)
+    if "CCL_WORKER_AFFINITY" in lr_env:
+        env["CCL_WORKER_AFFINITY"] = topology.ccl_worker_affinity(pools)
+    if "I_MPI_PIN_DOMAIN" in lr_env:
+        env["I_MPI_PIN_DOMAIN"] = topology.i_mpi_pin_domain(pools)
+    return env
+
+
+def choose_binding(plan: LaunchPlan, local_rank: int, node: topology.Node | Sequence[topology.Cpu]) -> dict[str, Any]:
+    """Pure: the pool, CPUs and thread variables this local rank gets on `node`, and how that
+    compares with the plan's prediction."""
+    lr = plan.local_ranks[local_rank]
+    if not lr.cpus:  # launch.bind = false
+        return {"cpus": [], "env": {}, "note": "not bound (launch.bind = false)", "pool": None, "layout": None}
+    lay = node_layout(plan, node)
+    pool = lay.pools[local_rank]
+    env = thread_env(lr.env, pool, lay.pools)
+    if plan.config.launch.omp_num_threads:
+        env["OMP_NUM_THREADS"] = str(plan.config.launch.omp_num_threads)
+    same = pool.cpus == lr.cpus
+    return {"cpus": list(pool.cpus), "env": env, "pool": pool, "layout": lay,
+            "note": "as planned" if same else "re-derived from this node's topology (differs from the plan)"}
+
+
+MPOL_BIND = 2
+SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237, "ppc64le": 261}
+
+
+def memory_nodes(plan: LaunchPlan, pool: topology.Pool | None, node: topology.Node | Sequence[topology.Cpu]) -> str:
+    """Which NUMA nodes to bind this rank's memory to ("" = leave the kernel's default), and why not."""
+    cpus = node.cpus if isinstance(node, topology.Node) else node
+    if pool is None or not plan.config.launch.bind_memory:
+        return ""
+    if len({c.numa_node for c in cpus}) < 2:
+        return ""  # one NUMA node: nothing to choose
+    return ",".join(map(str, pool.numa))
+
+
+def bind_memory(nodes: Sequence[int]) -> str:
+    """set_mempolicy(MPOL_BIND, nodes) for this process; inherited across exec. -> what happened"""
+    import ctypes
+    import platform
+    number = SYS_SET_MEMPOLICY.get(platform.machine())
+    if number is None:
+        return f"not bound: set_mempolicy number unknown on {platform.machine()}"
+    mask = sum(1 << n for n in nodes)
+    words = (ctypes.c_ulong * 16)(*[(mask >> (64 * i)) & (2**64 - 1) for i in range(16)])
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(number, MPOL_BIND, words, ctypes.c_ulong(16 * 64 + 1)) != 0:
+        return f"not bound: set_mempolicy failed ({os.strerror(ctypes.get_errno())})"
+    return "bound to NUMA node(s) " + ",".join(map(str, nodes))
+
+
+def node_view(plan: LaunchPlan, node: topology.Node) -> dict[str, Any]:
+    """`hpcqa topology CONFIG`: what each local rank would bind on `node` -- choose_binding, the
+    function every rank runs, so what this shows is what a rank does."""
+    ranks, notes = [], ()
+    for k, lr in enumerate(plan.local_ranks):
+        b = choose_binding(plan, k, node)
+        pool = b["pool"]
+        notes = b["layout"].notes if b["layout"] else notes
+        ranks.append({"local_rank": k, "socket": list(pool.sockets) if pool else [],
+                      "numa": list(pool.numa) if pool else [], "cpus": b["cpus"],
+                      "compute": list(pool.compute) if pool else [], "ccl": list(pool.ccl) if pool else [],
+                      "planned_cpus": list(lr.cpus), "as_planned": b["note"] == "as planned",
+                      "membind": memory_nodes(plan, pool, node) or "none",
+                      "env": {**dict(lr.env), **b["env"]}})
+    return {"node": node.to_json(), "ranks": ranks, "notes": list(notes), "backend": plan.backend.resolved}
+
+
+def layouts_text(planned: Sequence, found: Sequence[topology.Pool]) -> str:
+    fmt = lambda cpus: topology.cpu_list(cpus)  # noqa: E731
+    return ("planned " + "; ".join(f"r{k} {fmt(lr.cpus)}" for k, lr in enumerate(planned)) +
+            " | this node " + "; ".join(f"r{p.local_rank} {fmt(p.cpus)} (socket {','.join(map(str, p.sockets))})"
+                                       for p in found))
+
+
+def rank_environment(plan: LaunchPlan, env: Mapping[str, str], node: topology.Node | Sequence[topology.Cpu],
                      hostname: str) -> tuple[dict[str, str], list[int], list[str]]:
     """Pure: (environment for the exec, CPUs to bind, warnings)."""
     env = dict(env)
@@ -111,12 +145,17 @@ def rank_environment(plan: LaunchPlan, env: Mapping[str, str], cpus: Sequence[to
                          f"{plan.ranks_per_node} (one per socket)",
                          "launch with --ntasks-per-node / -ppn equal to cluster.sockets_per_node")
     lr = plan.local_ranks[d.local_rank]
-    binding = choose_binding(plan, d.local_rank, cpus)
+    binding = choose_binding(plan, d.local_rank, node)
     out = {**env, **lr.env, **binding["env"], **d.torch_env()}
     warnings = _keep_existing_preloads(out, hostname)
-    if binding["note"] != "as planned":
-        warnings.append(f"rank {d.rank}: {binding['note']}; planned CPUs "
-                        f"{topology.cpu_list(lr.cpus)}, bound to {topology.cpu_list(binding['cpus'])}")
+    lay, pool = binding["layout"], binding["pool"]
+    if lay is not None and d.local_rank == 0 and (lay.notes or any(
+            p.cpus != q.cpus for p, q in zip(lay.pools, plan.local_ranks))):  # once per node
+        warnings.append(f"{hostname}: " + "; ".join(lay.notes + (binding["note"],)) + "; "
+                        + layouts_text(plan.local_ranks, lay.pools))
+    if pool is not None:
+        out.update(HPCQA_SOCKETS=",".join(map(str, pool.sockets)), HPCQA_NUMA=",".join(map(str, pool.numa)),
+                   HPCQA_MEMBIND_NODES=memory_nodes(plan, pool, node))
     out.update(HPCQA_PLANNED_CPUS=topology.cpu_list(lr.cpus) if lr.cpus else "",
                HPCQA_BOUND_CPUS=topology.cpu_list(binding["cpus"]) if binding["cpus"] else "",
                HPCQA_BIND_NOTE=binding["note"], HPCQA_ENV_SOURCE=d.source, HPCQA_HOSTS=",".join(d.hosts),
@@ -145,7 +184,8 @@ def main(argv: list[str]) -> int:
     plan_path = argv[1].replace(TASK_ID, os.environ.get("SLURM_ARRAY_TASK_ID") or "0")
     try:
         plan = planmod.load(plan_path)
-        env, cpus, warnings = rank_environment(plan, os.environ, node_cpus(), socket.gethostname())
+        node = topology.read_node()
+        env, cpus, warnings = rank_environment(plan, os.environ, node, socket.gethostname())
     except HpcqaError as e:
         print(f"hpcqa.rank: {e.render()}", file=sys.stderr)
         return 2
@@ -154,6 +194,9 @@ def main(argv: list[str]) -> int:
         print(f"hpcqa.rank: WARNING: {w}", file=sys.stderr)
     if cpus:
         os.sched_setaffinity(0, cpus)
+    mems = env.pop("HPCQA_MEMBIND_NODES", "")
+    env["HPCQA_MEMBIND"] = bind_memory([int(n) for n in mems.split(",")]) if mems else \
+        "not bound (one NUMA node, or launch.bind_memory = false)"
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvpe(command[0], command, env)

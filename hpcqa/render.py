@@ -8,7 +8,6 @@ as paths never goes there.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shlex
 from pathlib import Path
@@ -64,7 +63,7 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str = "pyt
         raise ValueError(launcher)
     template = (template_dir() / f"{launcher}.sbatch").read_text()
     plan_json = plan.dumps()
-    root = os.path.join(plan.config.job.output_dir, plan.config.job.name)
+    root = jobdir.root_path(plan.config.job.output_dir, plan.config.job.name)
     values = {
         "SOURCE": plan.config.source.replace("\n", " ") or "a config",
         "SBATCH": "\n".join(sbatch_directives(plan)),

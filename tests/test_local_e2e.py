@@ -35,6 +35,12 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
     for rep in reports:
         assert rep["torch_threads"] == int(rep["omp_num_threads"]) == len(rep["cpus"])
         assert rep["world_size"] == 2 and rep["backend"] == "gloo" and not rep["warnings"]
+    # `hpcqa topology` shows what the ranks really bound (the same function, on the same node)
+    topo = cli("topology", "configs/quickstart.toml", "--json")
+    assert topo.returncode == 0, topo.stderr
+    for rep, view in zip(reports, json.loads(topo.stdout)["ranks"]):
+        assert rep["cpus"] == view["cpus"] and rep["sockets"] == view["socket"] and rep["numa"] == view["numa"]
+        assert rep["membind"].startswith("not bound") and rep["plan_digest"]
     # DDP synchronised the gradients: both ranks end with bit-identical weights
     assert reports[0]["weights_digest"] == reports[1]["weights_digest"]
     res = json.loads((job / "results.json").read_text())

@@ -143,3 +143,11 @@ def test_rendered_srun_script_runs_under_plain_sbatch(slurm, tmp_path):
     res = json.loads((folder / "results.json").read_text())
     assert res["world_size"] == 4 and res["nodes"] == 2 and "f1" in res and res["plan_digest"] == planned.digest
     assert sorted(p.name for p in folder.glob("rank-*.log")) == [f"rank-{k}.log" for k in range(4)]
+    # inside a job on node2, `hpcqa topology` shows what node2's ranks really bound
+    topo = subprocess.run(["srun", "-N1", "-n1", "-w", "node2", "--cpus-per-task=2", "--cpu-bind=none",
+                           sys.executable, "-m", "hpcqa", "topology", "configs/quickstart.toml", *TINY, "--json"],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, **slurm}, timeout=120)
+    assert topo.returncode == 0, topo.stderr
+    views = json.loads(topo.stdout)["ranks"]
+    assert [v["cpus"] for v in views] == [reports[2]["cpus"], reports[3]["cpus"]]
+    assert [v["socket"] for v in views] == [reports[2]["sockets"], reports[3]["sockets"]]

@@ -42,21 +42,6 @@ def test_not_enough_cores_is_a_plan_error():
     assert "4 physical cores needed" in e.value.render() and "0-1" in e.value.render()
 
 
-def test_read_sysfs_of_this_machine_is_consistent():
-    cpus = topology.read_sysfs()
-    assert cpus and len({c.cpu for c in cpus}) == len(cpus)
-
-
-def test_read_sysfs_fake_tree(tmp_path):
-    for cpu, (pkg, core) in {0: (0, 0), 1: (0, 0), 2: (0, 4)}.items():
-        d = tmp_path / f"cpu{cpu}" / "topology"
-        d.mkdir(parents=True)
-        (d / "physical_package_id").write_text(f"{pkg}\n")
-        (d / "core_id").write_text(f"{core}\n")
-    cpus = topology.read_sysfs(str(tmp_path), allowed=[0, 1, 2])
-    assert topology.physical_cores(cpus) == [(0, [1]), (2, [])]
-
-
 @pytest.mark.parametrize("cpus,text", [([0, 1, 2, 5, 7, 8], "0-2,5,7-8"), ([3], "3"), ([], "none")])
 def test_cpu_list(cpus, text):
     assert topology.cpu_list(cpus) == text
@@ -65,3 +50,9 @@ def test_cpu_list(cpus, text):
 def test_env_helpers():
     assert topology.kmp_affinity([2, 3]) == "granularity=fine,proclist=[2,3],explicit"
     assert topology.omp_places([2, 3]) == "{2},{3}"
+
+
+def test_parse_cpu_list():
+    assert topology.parse_cpu_list("0-2,5,7-8\n") == [0, 1, 2, 5, 7, 8]
+    with pytest.raises(PlanError):
+        topology.parse_cpu_list("0-x")

@@ -140,12 +140,17 @@ def startup_report(plan: LaunchPlan, jd: JobDir) -> dict:
         "world_size": int(e.get("WORLD_SIZE", "1")), "local_world_size": int(e.get("LOCAL_WORLD_SIZE", "1")),
         "master_addr": e.get("MASTER_ADDR"), "master_port": e.get("MASTER_PORT"),
         "env_source": e.get("HPCQA_ENV_SOURCE"), "planned_cpus": e.get("HPCQA_PLANNED_CPUS"),
+        "sockets": _ints(e.get("HPCQA_SOCKETS")), "numa": _ints(e.get("HPCQA_NUMA")), "membind": e.get("HPCQA_MEMBIND"),
         "cpus": sorted(os.sched_getaffinity(0)), "bind_note": e.get("HPCQA_BIND_NOTE"),
         "omp_num_threads": e.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads(),
         "ld_preload": e.get("LD_PRELOAD", ""), "versions": _versions(torch), "warnings": _binding_warnings(torch),
         "started": time.time(), "job_dir": str(jd.path), "plan_digest": plan.digest,
         "variant": dict(plan.variant), "variant_index": plan.variant_index,
     }
+
+
+def _ints(text: str | None) -> list[int]:
+    return [int(x) for x in text.split(",") if x] if text else []
 
 
 def weights_digest(model) -> str:
