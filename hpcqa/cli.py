@@ -52,6 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launcher", choices=["srun", "mpirun"], help="default: launch.launcher")
     p.add_argument("--python", default="python3", help="interpreter on the nodes (default: python3)")
 
+    p = sub.add_parser("tune", help="time each ranks-per-socket layout for a few steps; \"auto\" then uses the fastest")
+    _add_config(p)
+    p.add_argument("--steps", type=int, default=10, help="timed optimizer steps per layout (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="steps before timing starts (default 3)")
+    p.add_argument("--candidates", metavar="LIST", help="ranks per socket to try, e.g. 1,2,4 (default: 1, "
+                                                          "powers of two, one per core)")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("topology", help="this node's sockets, NUMA nodes and cores; with CONFIG, each rank's pool")
     p.add_argument("config", nargs="?", help="also show the CPU pool and environment of each local rank")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -222,6 +230,38 @@ def cmd_render(args: argparse.Namespace) -> int:
               f"submit with: sbatch {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from hpcqa import config, tune
+    from hpcqa.errors import UsageError
+    from hpcqa.executors import tune as tuner
+    if args.steps < 1 or args.warmup < 0:
+        raise UsageError("--steps must be >= 1 and --warmup >= 0", "e.g. --steps 10 --warmup 3")
+    base = config.load(args.config, args.overrides)
+    cands = tune.parse_candidates(args.candidates, base.cores_per_domain) if args.candidates else None
+    from rich.console import Console
+    con = Console(stderr=True)
+
+    def show(measured, cores, done):
+        con.print(f"  measured {done}/{len(measured)}: " + ", ".join(
+            f"{k}x{cores // k} " + ("-" if v is None else f"{v:.2f}") for k, v in sorted(measured.items()))
+            + " samples/s", highlight=False)
+
+    out = tuner.run(args.config, args.overrides, args.steps, args.warmup, cands, show)
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    from rich.table import Table
+    t = Table(title=f"ranks x threads per socket, steady train samples/s ({args.steps} steps after {args.warmup})")
+    for col in ("layout", "samples/s", ""):
+        t.add_column(col)
+    for row in tune.table_rows(out["measured"], out["cores_per_domain"]):
+        t.add_row(*row)
+    Console().print(t)
+    print(f"stored in {out['store']}: launch.ranks_per_socket = \"auto\" now uses "
+          f"{out['entry']['ranks_per_socket']} for this model, data shape, batch and node shape")
     return 0
 
 
@@ -499,7 +539,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if any(c.level == "error" for c in checks) else 0
 
 
-COMMANDS = {"submit": cmd_submit, "render": cmd_render, "env": cmd_env, "topology": cmd_topology, "hosts": cmd_hosts,
+COMMANDS = {"submit": cmd_submit, "render": cmd_render, "env": cmd_env, "topology": cmd_topology, "tune": cmd_tune, "hosts": cmd_hosts,
             "validate": cmd_validate, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
             "doctor": cmd_doctor, "results": cmd_results}
 
@@ -518,7 +558,10 @@ def _print_plan(lp: Any, sbatch: str | None) -> None:
     res = Table.grid(padding=(0, 2))
     res.add_row("config", lp.config.source)
     res.add_row("executor", f"{lp.executor}" + (f" (cluster.executor = {c.executor})" if c.executor == "auto" else ""))
-    res.add_row("ranks", f"{lp.world_size} = {lp.nodes} node(s) x {lp.ranks_per_node} (one per socket)")
+    dom = lp.config.launch.rank_domain
+    res.add_row("ranks", f"{lp.world_size} = {lp.nodes} node(s) x {lp.config.domains_per_node} {dom}(s) x "
+                         f"{lp.ranks_per_domain} rank(s) per {dom}")
+    res.add_row("layout", lp.layout_source)
     res.add_row("per rank", f"{lp.cpus_per_task} CPUs allocated, {len(lp.local_ranks[0].compute)} compute "
                             f"cores, {len(lp.local_ranks[0].ccl)} CCL cores")
     res.add_row("ddp backend", f"{lp.backend.resolved} ({lp.backend.reason})")

@@ -84,6 +84,11 @@ class LaunchConfig:
     rank_domain: Literal["socket", "numa"] = opt(
         "socket", "What one rank owns: a socket, or a NUMA node (sub-NUMA clustering: one rank per NUMA node, "
                   "cluster.numa_per_socket ranks per socket). Ranks never straddle their domain.")
+    ranks_per_socket: Literal["auto"] | int = opt(
+        "auto", "Ranks per socket (per NUMA node with rank_domain = \"numa\"), each pinned to an equal slice of "
+                "its cores. 1 is the seeds' recipe (one rank per socket); \"auto\" uses the layout `hpcqa tune` "
+                "measured fastest for this model/data/batch and node shape, else one rank per 4 cores "
+                "(sockets under 8 cores: one rank per core).", min=1, max=4096)
     bind_memory: bool = opt(True, "Bind each rank's memory to the NUMA node(s) of its CPUs (set_mempolicy) "
                                   "when the node has more than one NUMA node.")
     ccl_workers: int = opt(
@@ -163,6 +168,10 @@ class TrainConfig:
     logging_steps: int = opt(10, "Log loss every N steps.", min=1)
     save_steps: int = opt(200, "Checkpoint every N steps (resume picks up the last one).", min=1)
     save_total_limit: int = opt(2, "Checkpoints kept.", min=1)
+    save_final_checkpoint: bool = opt(False, "Also save a full checkpoint at the last step when it isn't a multiple "
+                                             "of save_steps (the Trainer's default; off: the run is over).")
+    timing_warmup_steps: int = opt(2, "Steps left out of the steady train samples/s (start-up, first "
+                                      "allocations).", min=0)
     dataloader_num_workers: int = opt(0, "DataLoader worker processes per rank (they share the "
                                          "rank's cores).", min=0, max=64)
     fail_at_step: int = opt(0, "Testing aid: raise at this step (0: never). Used by the failure "
@@ -185,19 +194,16 @@ class Config:
         return d
 
     @property
-    def ranks_per_node(self) -> int:
+    def domains_per_node(self) -> int:
+        """Rank domains per node: sockets, or NUMA nodes with launch.rank_domain = "numa"."""
         per_socket = self.cluster.numa_per_socket if self.launch.rank_domain == "numa" else 1
         return self.cluster.sockets_per_node * per_socket
 
     @property
-    def cores_per_rank(self) -> int:
-        """Physical cores of one rank's domain (a socket, or a NUMA node of it)."""
+    def cores_per_domain(self) -> int:
+        """Physical cores of one rank domain (a socket, or a NUMA node of it)."""
         per_socket = self.cluster.numa_per_socket if self.launch.rank_domain == "numa" else 1
         return self.cluster.cores_per_socket // per_socket
-
-    @property
-    def world_size(self) -> int:
-        return self.cluster.nodes * self.ranks_per_node
 
 
 SECTIONS: dict[str, type] = {
@@ -322,9 +328,14 @@ def _check_cross(cfg: Config) -> None:
         raise ConfigError("cluster.numa_per_socket",
                           f"{c.cores_per_socket} cores per socket don't split into {c.numa_per_socket} NUMA nodes",
                           "set cluster.numa_per_socket to a divisor of cluster.cores_per_socket", src)
-    if la.ccl_workers >= cfg.cores_per_rank:
+    if la.ccl_workers >= cfg.cores_per_domain:
         raise ConfigError("launch.ccl_workers", f"{la.ccl_workers} CCL workers leave no compute core on a "
-                          f"{cfg.cores_per_rank}-core NUMA node", "lower launch.ccl_workers", src)
+                          f"{cfg.cores_per_domain}-core NUMA node", "lower launch.ccl_workers", src)
+    rps = la.ranks_per_socket
+    if rps != "auto" and rps > cfg.cores_per_domain:
+        raise ConfigError("launch.ranks_per_socket", f"{rps} ranks can't each have a core of a "
+                          f"{cfg.cores_per_domain}-core {la.rank_domain}",
+                          f"set launch.ranks_per_socket <= {cfg.cores_per_domain}, or \"auto\"", src)
     if t.doc_stride >= t.max_seq_length:
         raise ConfigError("train.doc_stride",
                           f"doc_stride {t.doc_stride} must be smaller than max_seq_length "

@@ -36,7 +36,8 @@ def node_layout(plan: LaunchPlan, node: topology.Node | Sequence[topology.Cpu]) 
     cfg = plan.config
     workers = cfg.launch.ccl_workers if plan.backend.resolved == "ccl" else 0
     try:
-        return topology.layout(node, plan.ranks_per_node, cfg.cores_per_rank, workers, cfg.launch.rank_domain)
+        return topology.layout(node, plan.ranks_per_node, cfg.cores_per_domain, workers, cfg.launch.rank_domain,
+                               plan.ranks_per_domain)
     except HpcqaError:
         # fewer cores than ranks: share them round-robin rather than refuse to start, and say so loudly
         cpus = node.cpus if isinstance(node, topology.Node) else node
@@ -142,8 +143,8 @@ def rank_environment(plan: LaunchPlan, env: Mapping[str, str], node: topology.No
                          f"{plan.world_size}", "submit through hpcqa, or match -n/--ntasks to the plan")
     if d.local_world_size != plan.ranks_per_node or d.local_rank >= len(plan.local_ranks):
         raise HpcqaError(f"{d.local_world_size} ranks on this node ({d.source}), the plan has "
-                         f"{plan.ranks_per_node} (one per socket)",
-                         "launch with --ntasks-per-node / -ppn equal to cluster.sockets_per_node")
+                         f"{plan.ranks_per_node} ({plan.ranks_per_domain} per {plan.config.launch.rank_domain})",
+                         f"launch with --ntasks-per-node / -ppn {plan.ranks_per_node}, as the plan's sbatch does")
     lr = plan.local_ranks[d.local_rank]
     binding = choose_binding(plan, d.local_rank, node)
     out = {**env, **lr.env, **binding["env"], **d.torch_env()}

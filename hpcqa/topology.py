@@ -211,31 +211,37 @@ def _pool(k: int, cores: list[tuple[int, list[Cpu]]], workers: int) -> Pool:
 
 
 def layout(node: Node | Sequence[Cpu], ranks: int, cores_per_socket: int, ccl_workers: int,
-           by: str = "socket") -> Layout:
-    """One Pool per local rank on `node`, by the module's rule."""
+           by: str = "socket", per_domain: int = 1) -> Layout:
+    """One Pool per local rank on `node`, by the module's rule: `ranks` = domains used x `per_domain`
+    ranks in each, every rank an equal slice of its domain's first `cores_per_socket` cores."""
     cpus = node.cpus if isinstance(node, Node) else tuple(node)
     doms = [(d, _cores_by_key(cs)) for d, cs in domains(cpus, by)]
     total = sum(len(cores) for _, cores in doms)
     if total < ranks:
         raise PlanError(f"{ranks} ranks need at least {ranks} physical cores, this node offers {total} "
                         f"({cpu_list(c.cpu for c in cpus)})", "run fewer ranks per node, or on a bigger node")
-    if len(doms) >= ranks:
-        return _one_domain_each(doms, ranks, cores_per_socket, ccl_workers, by)
-    return _virtual(doms, ranks, cores_per_socket, ccl_workers, by)
+    wanted = max(ranks // per_domain, 1)
+    if len(doms) >= wanted and all(len(cores) >= per_domain for _, cores in doms[:wanted]):
+        return _domains_each(doms, wanted, per_domain, cores_per_socket, ccl_workers, by)
+    return _virtual(doms, ranks, cores_per_socket // per_domain, ccl_workers, by)
 
 
-def _one_domain_each(doms, ranks: int, per: int, workers: int, by: str) -> Layout:
-    pools, notes = [], []
-    for k, (d, cores) in enumerate(doms[:ranks]):
+def _domains_each(doms, wanted: int, per_domain: int, per: int, workers: int, by: str) -> Layout:
+    pools: list[Pool] = []
+    notes = []
+    for d, cores in doms[:wanted]:
         take = cores[:per]
-        if len(take) <= workers:
-            raise PlanError(f"{by} {d} has {len(take)} usable core(s): {workers} CCL worker(s) leave no compute core",
-                            "lower launch.ccl_workers, or ask for whole nodes (cluster.exclusive)")
+        share = len(take) // per_domain
+        if share <= workers:
+            raise PlanError(f"{by} {d}: {len(take)} usable core(s) for {per_domain} rank(s): {workers} CCL worker(s) "
+                            "leave no compute core", "lower launch.ccl_workers or launch.ranks_per_socket, "
+                                                     "or ask for whole nodes (cluster.exclusive)")
         if len(cores) < per:
-            notes.append(f"{by} {d}: {len(cores)} usable core(s), config says {per}; local rank {k} uses {len(cores)}")
-        pools.append(_pool(k, take, workers))
-    if len(doms) > ranks:
-        notes.append(f"{len(doms) - ranks} {by}(s) left idle: {len(doms)} on this node, {ranks} rank(s) per node")
+            notes.append(f"{by} {d}: {len(cores)} usable core(s), config says {per}; its rank(s) use {share} each")
+        for i in range(per_domain):
+            pools.append(_pool(len(pools), take[i * share:(i + 1) * share], workers))
+    if len(doms) > wanted:
+        notes.append(f"{len(doms) - wanted} {by}(s) left idle: {len(doms)} on this node, {wanted} used")
     return Layout(tuple(pools), False, tuple(notes))
 
 

@@ -74,15 +74,27 @@ def write_conf(d: Path, nodes: int, accounting: bool, max_array: int) -> Path:
                   f"AccountingStoragePort={DBD_PORT}"]
     else:
         lines += ["AccountingStorageType=accounting_storage/none"]
+    sockets, cores, threads = machine_shape()
     for i, name in enumerate(names, start=1):
         addr = f"{NET}.1{i}" if multi else "127.0.0.1"
-        lines.append(f"NodeName={name} NodeAddr={addr} Sockets=2 CoresPerSocket=1 ThreadsPerCore=1 "
-                     f"RealMemory=4000 State=UNKNOWN")
+        lines.append(f"NodeName={name} NodeAddr={addr} Sockets={sockets} CoresPerSocket={cores} "
+                     f"ThreadsPerCore={threads} RealMemory=4000 State=UNKNOWN")
     lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP "
                  f"OverSubscribe=NO")
     conf = d / "slurm.conf"
     conf.write_text("\n".join(lines) + "\n")
     return conf
+
+
+def machine_shape() -> tuple[int, int, int]:
+    """Every emulated node declares what this machine's sysfs says (declaring more CPUs than there
+    are breaks task/affinity; declaring another shape would test a fiction)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from hpcqa import topology
+    node = topology.read_node(allowed=range(4096))
+    shape = node.to_json()
+    sockets = len(shape["sockets"])
+    return sockets, max(shape["cores"] // sockets, 1), max(shape["threads_per_core"], 1)
 
 
 def start_munge(d: Path) -> None:

@@ -1,12 +1,15 @@
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
+# `hpcqa tune` results change what ranks_per_socket = "auto" means: tests never see a user's store.
+os.environ["HPCQA_TUNE_STORE"] = os.path.join(tempfile.mkdtemp(prefix="hpcqa-tests-"), "tuned.json")
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:

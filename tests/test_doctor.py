@@ -16,7 +16,8 @@ def test_parse_nodes():
 
 def test_topology_checks():
     nodes = parse_nodes(NODES)
-    ok = doctor.topology_checks(config.load(ROOT / "configs/quickstart.toml"), nodes)
+    ok = doctor.topology_checks(config.load(ROOT / "configs/quickstart.toml", [
+        "cluster.sockets_per_node=2", "cluster.cores_per_socket=1", "launch.ranks_per_socket=1"]), nodes)
     assert [c.level for c in ok] == ["ok"]
     bad = doctor.topology_checks(config.load(ROOT / "configs/squad_spr.toml", ["cluster.partition=debug"]), nodes)
     levels = {c.name: c.level for c in bad}

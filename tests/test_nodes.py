@@ -84,7 +84,7 @@ def spr(*overrides, backend="gloo"):
 def test_pools_on_real_layouts(tmp_path, name, backend):
     cpus, numa, allowed, overrides, expected = LAYOUTS[name]
     node = topology.read_node(write_tree(tmp_path, cpus, numa), allowed=allowed or list(cpus), cpuinfo=None)
-    p = spr(*overrides, "launch.ccl_workers=1", backend=backend)
+    p = spr(*overrides, backend=backend)
     by_cpu = {c.cpu: c for c in node.cpus}
     domain = (lambda c: c.numa_node) if p.config.launch.rank_domain == "numa" else (lambda c: c.socket)
     views = rank.node_view(p, node)["ranks"]
@@ -95,7 +95,7 @@ def test_pools_on_real_layouts(tmp_path, name, backend):
         assert len({by_cpu[c].core_key for c in v["cpus"]}) == len(v["cpus"]), "two threads of one core"
         assert set(v["cpus"]) <= set(node.allowed) and not seen & set(v["cpus"])
         seen |= set(v["cpus"])
-        assert len(v["cpus"]) <= p.config.cores_per_rank
+        assert len(v["cpus"]) <= p.config.cores_per_domain // p.ranks_per_domain
         env = v["env"]
         assert env["OMP_NUM_THREADS"] == str(len(v["compute"]))
         assert env["KMP_AFFINITY"] == topology.kmp_affinity(v["compute"])  # squad_spr preloads iomp
@@ -197,3 +197,35 @@ def test_topology_cli_on_a_saved_tree_and_an_allowed_subset(tmp_path, cli):
     assert bad.returncode == 2 and "no cpu/ folder" in bad.stderr and "Traceback" not in bad.stderr
     bad = cli("topology", "--allowed", "1-x")
     assert bad.returncode == 2 and "not a CPU list" in bad.stderr
+
+
+@pytest.mark.parametrize("sockets", [1, 2, 4])
+@pytest.mark.parametrize("per_socket", [1, 2, 4])
+@pytest.mark.parametrize("numbering", ["socket-major", "round-robin"])
+def test_several_ranks_per_socket_never_straddle(tmp_path, sockets, per_socket, numbering):
+    cpus = socket_major(sockets, 8, 1) if numbering == "socket-major" else round_robin(sockets, 8)
+    node = topology.read_node(write_tree(tmp_path, cpus), allowed=list(cpus), cpuinfo=None)
+    p = spr(f"cluster.sockets_per_node={sockets}", "cluster.cores_per_socket=8", "cluster.threads_per_core=1",
+            f"launch.ranks_per_socket={per_socket}", "launch.launcher=\"mpirun\"")
+    assert p.ranks_per_node == sockets * per_socket and p.world_size == 4 * sockets * per_socket
+    assert p.slurm_parameters()["ntasks_per_node"] == sockets * per_socket
+    assert p.cpus_per_task == 8 // per_socket
+    views = rank.node_view(p, node)["ranks"]
+    assert len(views) == sockets * per_socket and all(v["as_planned"] or numbering == "round-robin" for v in views)
+    seen: set[int] = set()
+    for v in views:
+        assert len(v["socket"]) == 1 and len(v["cpus"]) == 8 // per_socket
+        assert {cpus[c][0] for c in v["cpus"]} == set(v["socket"])  # sysfs says: one socket
+        assert not seen & set(v["cpus"])
+        seen |= set(v["cpus"])
+    assert views[0]["env"]["I_MPI_PIN_DOMAIN"].count("0x") == sockets * per_socket  # one mask per local rank
+
+
+def test_ranks_per_socket_is_checked():
+    from hpcqa.errors import ConfigError
+    with pytest.raises(ConfigError) as e:
+        spr("cluster.cores_per_socket=4", "launch.ranks_per_socket=8")
+    assert e.value.key == "launch.ranks_per_socket"
+    with pytest.raises(ConfigError) as e:
+        spr("cluster.cores_per_socket=8", "launch.ranks_per_socket=4", "launch.ccl_workers=2", backend="ccl")
+    assert e.value.key == "launch.ccl_workers"

@@ -33,7 +33,7 @@ def test_maps_env_and_binds_as_planned():
 
 
 def test_adjusts_when_the_node_lacks_the_planned_cpus():
-    p = quick_plan("cluster.cores_per_socket=4")  # plan wants 8 cores, the node has 2
+    p = quick_plan("cluster.cores_per_socket=8", "launch.ranks_per_socket=2")  # 2 ranks of 4 cores; the node has 2
     env, cpus, warnings = rank.rank_environment(p, local_env(0), TWO, "lap")
     assert cpus == [0] and env["OMP_NUM_THREADS"] == "1"
     assert warnings and "re-derived" in warnings[0] and "planned r0 0-3; r1 4-7 | this node r0 0" in warnings[0]

@@ -101,6 +101,16 @@ def run(sp: sweep.SweepPlan, wait: bool = True) -> int:
 
 
 def _wait(job_id: str, jd: JobDir, plan: LaunchPlan) -> int:
+    try:
+        state = wait_state(job_id, jd, f"job {job_id}")
+    except KeyboardInterrupt:
+        print(f"\nstopped watching; job {job_id} keeps running (hpcqa cancel {job_id})", file=sys.stderr)
+        return 130
+    return common.report(job_id, jd, state, plan)
+
+
+def wait_state(job_id: str, jd: JobDir, title: str) -> str:
+    """Watch a Slurm job (progress bar) until Slurm says it is final; -> its state."""
     from hpcqa import status
     slurm, last = Slurm(), {}
 
@@ -113,9 +123,5 @@ def _wait(job_id: str, jd: JobDir, plan: LaunchPlan) -> int:
         last["state"] = rec.state
         return status.is_final(rec.state)
 
-    try:
-        common.watch(jd, done, f"job {job_id}", poll_s=2.0)
-    except KeyboardInterrupt:
-        print(f"\nstopped watching; job {job_id} keeps running (hpcqa cancel {job_id})", file=sys.stderr)
-        return 130
-    return common.report(job_id, jd, last.get("state", "UNKNOWN"), plan)
+    common.watch(jd, done, title, poll_s=2.0)
+    return last.get("state", "UNKNOWN")

@@ -129,6 +129,24 @@ def _binding_warnings(torch) -> list[str]:
     return warnings
 
 
+def widen_main_thread() -> str:
+    """OpenMP (OMP_PLACES + OMP_PROC_BIND, or KMP_AFFINITY) binds the thread that starts it to the
+    first place, and every thread or process started later inherits that one core: gloo's threads,
+    the TCP store, DataLoader workers. Start OpenMP now, then give this thread the rank's whole pool
+    back: the OpenMP workers stay one per core, everything started from here on gets the pool."""
+    import torch
+
+    bound = os.environ.get("HPCQA_BOUND_CPUS", "")
+    if not bound:
+        return "not bound"
+    torch.ones(1 << 20).sum()                       # a parallel region: OpenMP binds its threads now
+    torch.ones(64, 64) @ torch.ones(64, 64)
+    before = topology.cpu_list(os.sched_getaffinity(0))
+    pool = topology.parse_cpu_list(bound)
+    os.sched_setaffinity(0, pool)
+    return f"OpenMP had it on {before}; widened to the rank's pool {topology.cpu_list(pool)}"
+
+
 def startup_report(plan: LaunchPlan, jd: JobDir) -> dict:
     """What this rank actually got vs what the plan said; warnings for mismatches."""
     import torch
@@ -185,17 +203,22 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     model, ipex_used, optimizers = build_model(r, data["model_path"], data["model_kwargs"], bf16)
     trainer = build_trainer(r, args, model, data, optimizers)
     train_out, resumed_from, train_time = train(r, trainer, jd)
+    cfg = plan.config.train
+    timing = trainer.hpcqa_timer.summary(cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * r.world)
+    timing.update(train_runtime_s=train_time, trainer_samples_per_second=train_out.metrics.get("train_samples_per_second"))
     digest = weights_digest(trainer.model.module if hasattr(trainer.model, "module") else trainer.model)
     r.save_report(weights_digest=digest, finished=time.time(), status="trained")
     result = evaluate(r, trainer, data) if data["eval_features"] is not None else {}
     if r.rank == 0:
-        write_results(r, result, data, train_out, train_time, resumed_from, digest, bf16, ipex_used)
+        write_results(r, result, data, train_out, timing, resumed_from, digest, bf16, ipex_used)
     return {"rank": r.rank, "weights_digest": digest, **({"results": result} if r.rank == 0 else {})}
 
 
 def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     """Report what this rank got; check the plan and the backend before any heavy work."""
+    main_thread = widen_main_thread()  # before anything reads the binding or starts a thread
     report = startup_report(plan, jd)
+    report["main_thread"] = main_thread
     r = Rank(plan, jd, report, _logger(report["rank"]))
     for w in report["warnings"]:
         r.log(f"WARNING: {w}")
@@ -279,7 +302,10 @@ def build_model(r: Rank, model_path: str, kwargs: dict, bf16: bool):
     import torch
     from transformers import AutoModelForQuestionAnswering
 
+    from transformers import set_seed
+
     tc = r.plan.config.train
+    set_seed(tc.seed)  # before the model: the new QA head's initial weights follow train.seed
     model = AutoModelForQuestionAnswering.from_pretrained(model_path, **kwargs)
     if not tc.ipex:
         return model, None, (None, None)
@@ -297,11 +323,16 @@ def build_trainer(r: Rank, args, model, data: dict, optimizers: tuple):
     from transformers import Trainer, TrainerCallback
 
     tc = r.plan.config.train
-    callbacks = [_ProgressCallback(r.jd.progress, r.t_start, TrainerCallback)] if r.rank == 0 else []
+    timer = _StepTimer(TrainerCallback, tc.timing_warmup_steps, r)
+    callbacks = [timer, _FinalSave(tc.save_final_checkpoint, TrainerCallback)]
+    if r.rank == 0:
+        callbacks.append(_ProgressCallback(r.jd.progress, r.t_start, TrainerCallback))
     if tc.fail_at_step:
         callbacks.append(_FailAt(tc.fail_at_step, r.rank == r.world - 1, TrainerCallback))
-    return Trainer(model=model, args=args, train_dataset=data["train_features"], processing_class=data["tokenizer"],
-                   callbacks=callbacks, optimizers=optimizers)
+    trainer = Trainer(model=model, args=args, train_dataset=data["train_features"], processing_class=data["tokenizer"],
+                      callbacks=callbacks, optimizers=optimizers)
+    trainer.hpcqa_timer = timer
+    return trainer
 
 
 def train(r: Rank, trainer, jd: JobDir):
@@ -348,16 +379,16 @@ def evaluate(r: Rank, trainer, data: dict) -> dict:
     return result
 
 
-def write_results(r: Rank, result: dict, data: dict, train_out, train_time: float, resumed_from: str | None,
+def write_results(r: Rank, result: dict, data: dict, train_out, timing: dict, resumed_from: str | None,
                   digest: str, bf16: bool, ipex_used: str | None) -> None:
     cfg, rep, m = r.plan.config, r.report, train_out.metrics
+    result.update(timing)
     result.update(
         status="COMPLETED", job_dir=str(r.jd.path), world_size=r.world, nodes=r.world // rep["local_world_size"],
         backend=r.plan.backend.resolved, backend_reason=r.plan.backend.reason, bf16=bf16,
         bf16_reason=rep.get("bf16_reason"), ipex=ipex_used, model=cfg.model.name_or_path,
         dataset=cfg.data.dataset or cfg.data.train_file, train_examples=len(data["train_raw"]),
-        train_features=len(data["train_features"]), train_samples_per_second=m.get("train_samples_per_second"),
-        train_runtime_s=train_time, train_loss=m.get("train_loss"), global_steps=train_out.global_step,
+        train_features=len(data["train_features"]), train_loss=m.get("train_loss"), global_steps=train_out.global_step,
         resumed_from=resumed_from, wall_time_s=time.time() - r.t_start, threads_per_rank=rep["torch_threads"],
         versions=rep["versions"], weights_digest=digest, finished_at=time.time(), plan_digest=r.plan.digest,
         variant=dict(r.plan.variant))
@@ -409,6 +440,70 @@ def _ProgressCallback(path: Path, t0: float, base):
                                      "loss": self.loss, "eta_s": eta, "updated": now, "started": t0})
 
     return ProgressCallback()
+
+
+def _StepTimer(base, warmup: int, r: Rank):
+    class StepTimer(base):
+        """Times optimizer steps only (not start-up, evaluation or checkpoint saving, which happen
+        outside on_step_begin..on_step_end); records the rank's threads once, mid-run."""
+
+        def __init__(self) -> None:
+            self.durations: list[float] = []
+            self.t0 = 0.0
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.durations.append(time.perf_counter() - self.t0)
+            if len(self.durations) == min(2, state.max_steps or 2):
+                r.save_report(threads=thread_census())
+
+        def summary(self, samples_per_step: int) -> dict:
+            d, steady = self.durations, self.durations[warmup:]
+            return {"train_samples_per_second": samples_per_step * len(d) / sum(d) if d else None,
+                    "steady_samples_per_second": samples_per_step * len(steady) / sum(steady) if steady else None,
+                    "timed_steps": len(d), "timing_warmup_steps": warmup,
+                    "step_time_s": sum(steady) / len(steady) if steady else None}
+
+    return StepTimer()
+
+
+def _FinalSave(wanted: bool, base):
+    class FinalSave(base):
+        """The Trainer saves a full checkpoint at the last step even when save_steps doesn't fall
+        there; unless train.save_final_checkpoint, skip that one (the run is over)."""
+
+        def on_step_end(self, args, state, control, **kw):
+            last = state.max_steps and state.global_step >= state.max_steps
+            if last and not wanted and state.global_step % args.save_steps:
+                control.should_save = False
+
+    return FinalSave()
+
+
+def thread_census(pid: int | None = None) -> list[dict]:
+    """Every thread of this process and of its children (DataLoader workers): name and CPU mask."""
+    pid = pid or os.getpid()
+    procs = [pid] + [int(p.name) for p in Path("/proc").glob("[0-9]*") if _ppid(p) == pid]
+    out = []
+    for proc in procs:
+        for task in sorted(Path(f"/proc/{proc}/task").glob("[0-9]*")):
+            try:
+                mask = next(x.split()[1] for x in (task / "status").read_text().splitlines()
+                            if x.startswith("Cpus_allowed_list"))
+                name = (task / "comm").read_text().strip()
+            except (OSError, StopIteration):
+                continue
+            out.append({"pid": proc, "tid": int(task.name), "name": name, "cpus": mask, "main": int(task.name) == proc})
+    return out
+
+
+def _ppid(proc: Path) -> int:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
 
 
 def _FailAt(step: int, this_rank: bool, base):

@@ -1,0 +1,68 @@
+"""`hpcqa tune`: run each candidate layout for a few optimizer steps on one node through the normal
+executors (a local job, or a one-node Slurm job), time the steps after a warm-up, store the winner.
+
+Each candidate is an ordinary job (registered, logs per rank, `hpcqa status` shows it) of the config
+with launch.ranks_per_socket set, a short max_steps, no evaluation and no checkpoints.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from hpcqa import config, sweep, tune
+from hpcqa import plan as planmod
+from hpcqa.executors import common
+from hpcqa.jobdir import JobDir
+
+
+def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates: Sequence[int] | None,
+        show: Callable[[dict[int, float | None], int, int], None] | None = None) -> dict:
+    """-> {"key", "entry", "measured", "jobs"}; raises JobFailed when no candidate ran."""
+    from hpcqa.errors import JobFailed
+
+    base = config.load(path, list(overrides))
+    cands = list(candidates or tune.default_candidates(base.cores_per_domain))
+    host = planmod.probe_host()
+    measured: dict[int, float | None] = {k: None for k in cands}
+    jobs = {}
+    for i, rps in enumerate(cands):
+        cfg = config.load(path, [*overrides, *tune.tune_overrides(rps, steps, warmup),
+                                 f"job.name={base.job.name}-tune"])
+        p = planmod.build_plan(cfg, host)
+        job_id, jd, state = _run_one(p, f"tune {rps}x{base.cores_per_domain // rps} ({i + 1}/{len(cands)})")
+        res = jd.read_results() or {}
+        measured[rps] = res.get("steady_samples_per_second") if state == "COMPLETED" else None
+        jobs[rps] = {"id": job_id, "state": state, "folder": str(jd.path)}
+        if show:
+            show(measured, base.cores_per_domain, i + 1)
+    done = {k: v for k, v in measured.items() if v}
+    if not done:
+        raise JobFailed("no candidate layout completed: " + ", ".join(f"{k}: {j['state']}" for k, j in jobs.items()),
+                        "hpcqa logs <job id> shows why; the ids are in hpcqa status")
+    entry = tune.record(base, done, socket.gethostname(), time.time())
+    return {"key": tune.shape_key(base), "entry": entry, "measured": measured, "jobs": jobs,
+            "cores_per_domain": base.cores_per_domain, "store": str(tune.store_path())}
+
+
+def _run_one(p: planmod.LaunchPlan, title: str) -> tuple[str, JobDir, str]:
+    sp = sweep.single(p)
+    if p.executor == "local":
+        from hpcqa.executors import local
+        job, jd = local.submit(p)
+        common.register(p, [common.registry_row(sp, p, job.job_id, jd.path, None)])
+        try:
+            common.watch(jd, job.done, title, fail_fast=job.cancel)
+        except KeyboardInterrupt:
+            job.cancel()
+            raise
+        state = "FAILED" if jd.failed_ranks() else ("COMPLETED" if job.state == "FINISHED" else job.state)
+        return job.job_id, jd, state
+    from hpcqa.executors import slurm
+    ((_, ((job, plan),)),) = slurm.submit(sp)
+    jd = JobDir(Path(str(job.paths.folder)))
+    print(f"{title}: Slurm job {job.job_id}", file=sys.stderr)
+    return job.job_id, jd, slurm.wait_state(job.job_id, jd, title)
