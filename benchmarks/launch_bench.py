@@ -24,12 +24,13 @@ def variants(ncores: int) -> list[tuple[str, list[str]]]:
     half = max(ncores // 2, 1)
     return [
         (f"2 ranks pinned, {half} thread(s) each (hpcqa)",
-         ["cluster.sockets_per_node=2", f"cluster.cores_per_socket={half}"]),
+         ["cluster.sockets_per_node=2", f"cluster.cores_per_socket={half}", "launch.ranks_per_socket=1"]),
         (f"2 ranks unpinned, {ncores} threads each (torch default: oversubscribed)",
-         ["cluster.sockets_per_node=2", f"cluster.cores_per_socket={half}", "launch.bind=false",
+         ["cluster.sockets_per_node=2", f"cluster.cores_per_socket={half}", "launch.ranks_per_socket=1",
+          "launch.bind=false",
           f"launch.omp_num_threads={ncores}"]),
         (f"1 rank, {ncores} threads (all cores)",
-         ["cluster.sockets_per_node=1", f"cluster.cores_per_socket={ncores}"]),
+         ["cluster.sockets_per_node=1", f"cluster.cores_per_socket={ncores}", "launch.ranks_per_socket=1"]),
     ]
 
 

@@ -114,6 +114,10 @@ def _add_job_verbs(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("registry", help="check the job registry, or recover a damaged one")
+    p.add_argument("action", choices=["check", "recover"])
+    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
+
     p = sub.add_parser("validate", help="check configs; exit 2 on the first bad one")
     p.add_argument("configs", nargs="+")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -172,7 +176,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
         else:
             _print_plan(sp.plans[0], sbatch[0] if sbatch else None)
         return 0
+    from hpcqa import preflight, registry
     from hpcqa.executors import submit
+    seen = set()
+    for p in sp.plans:  # before anything is queued: what every rank would otherwise find after the wait
+        key = (p.config.job, p.config.data, p.config.model)
+        if key not in seen:
+            seen.add(key)
+            for note in preflight.check(p.config):
+                print(f"warning: {note}", file=sys.stderr)
+    # a damaged registry stops us before anything runs (a missing one is created at registration)
+    registry.Registry(sp.plans[0].config.job.registry or None, create=False)
     return submit(sp, wait=not args.no_wait)
 
 
@@ -471,6 +485,29 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_registry(args: argparse.Namespace) -> int:
+    from hpcqa import registry
+    if args.action == "recover":
+        path = registry.resolve_path(args.registry)
+        try:
+            registry.Registry(path, create=False)
+            print(f"{path}: readable, nothing to recover")
+            return 0
+        except HpcqaError:
+            pass
+        new, aside, n = registry.recover(path)
+        print(f"{new}: fresh registry with {n} job(s) read back; the damaged file is kept as {aside}")
+        return 0
+    reg = registry.Registry(args.registry, create=False)
+    jobs, verdict = reg.check()
+    if verdict not in ("ok", "no registry yet"):
+        from hpcqa.errors import RegistryError
+        raise RegistryError(f"job registry {reg.path}: SQLite integrity check: {verdict}",
+                            f"hpcqa registry recover --registry {reg.path}")
+    print(f"{reg.path}: {verdict}, {jobs} job(s)")
+    return 0
+
+
 def cmd_results(args: argparse.Namespace) -> int:
     from hpcqa import registry, results, status
     from hpcqa.errors import UsageError
@@ -539,7 +576,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if any(c.level == "error" for c in checks) else 0
 
 
-COMMANDS = {"submit": cmd_submit, "render": cmd_render, "env": cmd_env, "topology": cmd_topology, "tune": cmd_tune, "hosts": cmd_hosts,
+COMMANDS = {"submit": cmd_submit, "render": cmd_render, "env": cmd_env, "topology": cmd_topology, "tune": cmd_tune, "registry": cmd_registry, "hosts": cmd_hosts,
             "validate": cmd_validate, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
             "doctor": cmd_doctor, "results": cmd_results}
 

@@ -135,6 +135,8 @@ class DataConfig:
     max_train_samples: int = opt(0, "Truncate the train set (0: all).", min=0)
     max_eval_samples: int = opt(0, "Truncate the eval set (0: all).", min=0)
     cache_dir: str = opt("", "Shared datasets cache (HF_DATASETS_CACHE). Empty: the HF default.")
+    max_misaligned_answers: float = opt(0.01, "Fraction of answers whose answer_start may miss their text before "
+                                              "submit refuses the data (checked on the submit host).", min=0.0, max=1.0)
 
 
 @dataclass(frozen=True)
@@ -172,8 +174,8 @@ class TrainConfig:
                                              "of save_steps (the Trainer's default; off: the run is over).")
     timing_warmup_steps: int = opt(2, "Steps left out of the steady train samples/s (start-up, first "
                                       "allocations).", min=0)
-    dataloader_num_workers: int = opt(0, "DataLoader worker processes per rank (they share the "
-                                         "rank's cores).", min=0, max=64)
+    dataloader_num_workers: int = opt(0, "DataLoader worker processes per rank (they run on the "
+                                         "rank's whole pool).", min=0, max=64)
     fail_at_step: int = opt(0, "Testing aid: raise at this step (0: never). Used by the failure "
                                "tests.", min=0)
 

@@ -67,3 +67,9 @@ class RankError(HpcqaError):
     """A rank cannot run the plan it was given (backend missing on this node, plan mismatch)."""
 
     exit_code = 2
+
+
+class RegistryError(HpcqaError):
+    """The job registry file is missing its place, damaged, or not a registry."""
+
+    exit_code = 2

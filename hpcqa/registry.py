@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from hpcqa.errors import RegistryError
+
 DEFAULT_PATH = os.path.join("logs", "registry.sqlite")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -67,20 +69,47 @@ def resolve_path(path: str | None = None) -> Path:
     return Path(path or os.environ.get("HPCQA_REGISTRY") or DEFAULT_PATH)
 
 
+def _damaged(path: Path, what: str) -> RegistryError:
+    return RegistryError(f"job registry {path}: {what}",
+                         f"`hpcqa registry check --registry {path}` says more; `hpcqa registry recover --registry "
+                         f"{path}` keeps the damaged file aside and saves what can be read")
+
+
 class Registry:
+    """Opening checks the file: a directory, an empty file or one that isn't a job registry is an
+    error naming the file and the fix (RegistryError, exit 2), never a traceback or "no jobs"."""
+
     def __init__(self, path: str | Path | None = None, create: bool = True) -> None:
         self.path = resolve_path(str(path) if path else None)
-        if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_dir():
+            raise RegistryError(f"job registry {self.path} is a directory",
+                                "point job.registry / $HPCQA_REGISTRY at a file, or move the directory away")
         self.exists = self.path.exists()
+        if self.exists and self.path.stat().st_size == 0:
+            raise _damaged(self.path, "the file is empty (0 bytes): truncated, or not made by hpcqa")
         if not self.exists and not create:
             self.db = None
             return
-        self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
-        self.db.execute("PRAGMA busy_timeout = 30000")
-        self.db.execute("PRAGMA journal_mode = WAL")
-        self.db.executescript(SCHEMA)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+            self.db.execute("PRAGMA busy_timeout = 30000")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.executescript(SCHEMA)
+            self.db.execute("SELECT id, name, executor, folder, state FROM jobs LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as e:
+            raise _damaged(self.path, f"not a readable job registry ({e})") from None
+        except OSError as e:
+            raise RegistryError(f"cannot create the job registry {self.path}: {e.strerror or e}",
+                                "make its folder writable, or set job.registry / $HPCQA_REGISTRY") from None
         self.exists = True
+
+    def check(self) -> tuple[int, str]:
+        """(jobs, SQLite's integrity verdict)"""
+        if self.db is None:
+            return 0, "no registry yet"
+        verdict = self.db.execute("PRAGMA integrity_check").fetchone()[0]
+        return self.db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0], verdict
 
     def add(self, *, id: str, name: str, executor: str, folder: str, config: dict, source: str,
             nodes: int, world_size: int, array_size: int = 0, sweep_id: str | None = None,
@@ -141,3 +170,43 @@ class Registry:
                       sweep_id=d["sweep_id"], task_index=d["task_index"],
                       variant=json.loads(d["variant"]) if d["variant"] else None, state=d["state"],
                       final=bool(d["final"]), exit_code=d["exit_code"], elapsed=d["elapsed"])
+
+
+def recover(path: str | Path | None = None) -> tuple[Path, Path, int]:
+    """Move a damaged registry aside (kept, never deleted) and copy every job row that can still be
+    read into a fresh one. -> (new registry, damaged copy, rows saved)"""
+    import shutil
+    src = resolve_path(str(path) if path else None)
+    aside = src.with_name(f"{src.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+    shutil.move(str(src), str(aside))
+    for suffix in ("-wal", "-shm"):
+        if Path(f"{src}{suffix}").exists():
+            shutil.move(f"{src}{suffix}", f"{aside}{suffix}")
+    rows = _salvage(aside)
+    fresh = Registry(src)
+    if rows:
+        with fresh.db:
+            fresh.db.execute("BEGIN IMMEDIATE")
+            cols = list(rows[0])
+            fresh.db.executemany(f"INSERT OR REPLACE INTO jobs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+                                 [tuple(r[c] for c in cols) for r in rows])
+    return src, aside, len(rows)
+
+
+def _salvage(path: Path) -> list[dict]:
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        cur = db.execute("SELECT * FROM jobs")
+        cols = [c[0] for c in cur.description]
+        out = []
+        while True:
+            try:
+                row = cur.fetchone()
+            except sqlite3.DatabaseError:
+                break
+            if row is None:
+                break
+            out.append(dict(zip(cols, row)))
+        return out
+    except sqlite3.DatabaseError:
+        return []

@@ -139,6 +139,8 @@ def widen_main_thread() -> str:
     bound = os.environ.get("HPCQA_BOUND_CPUS", "")
     if not bound:
         return "not bound"
+    if os.environ.get("HPCQA_KEEP_OPENMP_BINDING") == "1":  # benchmarks/layout_bench.py: the old behaviour
+        return "left as OpenMP bound it (HPCQA_KEEP_OPENMP_BINDING=1)"
     torch.ones(1 << 20).sum()                       # a parallel region: OpenMP binds its threads now
     torch.ones(64, 64) @ torch.ones(64, 64)
     before = topology.cpu_list(os.sched_getaffinity(0))

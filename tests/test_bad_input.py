@@ -1,0 +1,173 @@
+"""Bad input, as users meet it: each case exits 2 with one line naming what and where plus a fix,
+no traceback, nothing queued or started, and the registry untouched."""
+
+import json
+import sqlite3
+
+import pytest
+
+from hpcqa import registry
+
+OK_ROW = dict(id="7", name="n", executor="local", folder="/x", config={}, source="s", nodes=1, world_size=2)
+
+
+def assert_clean_error(r, *needles):
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert lines[0].startswith("error: ") and any(x.strip().startswith("fix: ") for x in lines[1:]), r.stderr
+    assert "Traceback" not in r.stderr
+    for n in needles:
+        assert n in r.stderr, (n, r.stderr)
+
+
+def damaged(tmp_path, kind):
+    path = tmp_path / "registry.sqlite"
+    if kind == "garbage":
+        path.write_bytes(b"\x00not sqlite at all\xff" * 200)
+    elif kind == "truncated":
+        reg = registry.Registry(path)
+        reg.add_many([{**OK_ROW, "id": str(i)} for i in range(300)])
+        reg.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        reg.db.close()
+        data = path.read_bytes()
+        path.write_bytes(data[:100])
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "directory":
+        path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("kind", ["garbage", "truncated", "empty", "directory"])
+@pytest.mark.parametrize("verb", [["status"], ["logs", "7"], ["cancel", "7"], ["results", "7"], ["registry", "check"]])
+def test_damaged_registry_is_one_clear_line(cli, tmp_path, kind, verb):
+    path = damaged(tmp_path, kind)
+    before = path.read_bytes() if path.is_file() else None
+    r = cli(*verb, "--registry", str(path))
+    assert_clean_error(r, str(path))
+    assert (path.read_bytes() if path.is_file() else None) == before
+
+
+@pytest.mark.parametrize("kind", ["garbage", "empty", "directory"])
+def test_submit_with_a_damaged_registry_starts_nothing(cli, tmp_path, kind):
+    path = damaged(tmp_path, kind)
+    out = tmp_path / "out"
+    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(out))}",
+            "--set", "model.name_or_path=\"builtin:tiny-bert\"", env={"HPCQA_REGISTRY": str(path)})
+    assert_clean_error(r, str(path))
+    assert not out.exists()
+
+
+def test_recover_keeps_the_damaged_file_and_saves_the_rows(cli, tmp_path):
+    path = tmp_path / "registry.sqlite"
+    reg = registry.Registry(path)
+    reg.add_many([{**OK_ROW, "id": str(i)} for i in range(3)])
+    reg.db.close()  # (an open connection's WAL would still hold readable pages)
+    r = cli("registry", "recover", "--registry", str(path))
+    assert r.returncode == 0 and "nothing to recover" in r.stdout
+    path.write_bytes(b"garbage" * 100)
+    r = cli("registry", "recover", "--registry", str(path))
+    assert r.returncode == 0, r.stderr
+    kept = list(tmp_path.glob("registry.sqlite.damaged-*"))
+    assert len(kept) == 1 and kept[0].read_bytes() == b"garbage" * 100
+    assert cli("registry", "check", "--registry", str(path)).stdout.strip().endswith("ok, 0 job(s)")
+
+
+def test_recover_reads_back_what_it_can(tmp_path):
+    path = tmp_path / "registry.sqlite"
+    reg = registry.Registry(path)
+    reg.add_many([{**OK_ROW, "id": str(i)} for i in range(5)])
+    reg.db.close()
+    new, aside, n = registry.recover(path)
+    assert n == 5 and aside.exists() and len(registry.Registry(new).jobs()) == 5
+    assert sqlite3.connect(aside).execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 5
+
+
+# ------------------------------------------------------------------------------------ pre-flight
+
+def squad(tmp_path, name, qas, context="The cat sat on the mat."):
+    doc = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}
+    p = tmp_path / name
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def good_qa(i=0, start=4):
+    return {"id": f"q{i}", "question": "Who sat?", "answers": [{"text": "cat", "answer_start": start}]}
+
+
+def submit_files(cli, tmp_path, train, *extra):
+    out = tmp_path / "out"
+    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(out))}",
+            "--set", "data.dataset=\"\"", "--set", f"data.train_file={json.dumps(str(train))}",
+            "--set", "model.name_or_path=\"builtin:tiny-bert\"", *extra,
+            env={"HPCQA_REGISTRY": str(tmp_path / "registry.sqlite")})
+    return r, out
+
+
+def bad_json(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text('{"data": [\n  {"title": "t",\n   "paragraphs": [}\n]}\n')
+    return p
+
+
+def jsonl_with_bad_line(tmp_path):
+    p = tmp_path / "train.jsonl"
+    good = {"id": "a", "context": "The cat sat.", "question": "Who?", "answers": {"text": ["cat"], "answer_start": [4]}}
+    p.write_text(json.dumps(good) + "\n" + json.dumps(good) + "\n{oops\n")
+    return p
+
+
+CASES = {
+    "missing file": (lambda t: t / "nope.json", ["data.train_file", "nope.json", "not found"]),
+    "malformed JSON": (bad_json, ["data.train_file", "bad.json", "line 3"]),
+    "bad JSON line": (jsonl_with_bad_line, ["train.jsonl", "line 3"]),
+    "no examples": (lambda t: squad(t, "empty.json", []), ["no examples"]),
+    "empty file": (lambda t: (t / "zero.json").write_text("") and t / "zero.json" or t / "zero.json", ["zero.json"]),
+    "answer_start off": (lambda t: squad(t, "off.json", [good_qa(i, start=5) for i in range(20)]),
+                         ["20 of 20 answers", "'q0' (answer 'cat' at 5)", "max_misaligned_answers"]),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_data_is_refused_before_anything_starts(cli, tmp_path, case):
+    make, needles = CASES[case]
+    r, out = submit_files(cli, tmp_path, make(tmp_path))
+    assert_clean_error(r, *needles)
+    assert not list(out.glob("*/[0-9]*")) and not (tmp_path / "registry.sqlite").exists()
+
+
+def test_a_few_misaligned_answers_pass_within_the_tolerance(tmp_path):
+    from hpcqa import config, preflight
+    path = squad(tmp_path, "ok.json", [good_qa(i) for i in range(99)] + [good_qa(99, start=0)])
+    cfg = config.load("configs/quickstart.toml", ["data.dataset=\"\"", f"data.train_file={json.dumps(str(path))}",
+                                                  f"job.output_dir={json.dumps(str(tmp_path))}"])
+    notes = preflight.check(cfg)
+    assert len(notes) == 1 and "1 of 100 answers misaligned" in notes[0]
+
+
+@pytest.mark.parametrize("name,needles", [
+    ("builtin:nosuch", ["unknown built-in"]),
+    ("./models/missing", ["model directory './models/missing' not found"]),
+    ("some-org/not-cached-model", ["not-cached-model", "cache", "allow_download"]),
+])
+def test_unloadable_model_is_refused(cli, tmp_path, name, needles):
+    r, out = submit_files(cli, tmp_path, squad(tmp_path, "ok.json", [good_qa()]),
+                          "--set", f"model.name_or_path={json.dumps(name)}")
+    assert_clean_error(r, "model.name_or_path", *needles)
+
+
+def test_directory_without_a_model_is_refused(cli, tmp_path):
+    (tmp_path / "m").mkdir()
+    r, _ = submit_files(cli, tmp_path, squad(tmp_path, "ok.json", [good_qa()]),
+                        "--set", f"model.name_or_path={json.dumps(str(tmp_path / 'm'))}")
+    assert_clean_error(r, "without config.json")
+
+
+def test_output_folder_not_writable(cli, tmp_path):
+    blocker = tmp_path / "file-in-the-way"
+    blocker.write_text("")
+    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(blocker))}",
+            env={"HPCQA_REGISTRY": str(tmp_path / "registry.sqlite")})
+    assert_clean_error(r, "job.output_dir", "file-in-the-way")
+    assert not (tmp_path / "registry.sqlite").exists()
