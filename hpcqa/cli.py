@@ -93,6 +93,7 @@ def _add_job_verbs(sub) -> None:
     p.add_argument("--stdout", action="store_true")
     p.add_argument("-n", "--lines", type=int, default=0, help="only the last N lines")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.add_argument("--all-attempts", action="store_true", help="the whole log, not only the current attempt's")
     p.add_argument("--registry")
 
     p = sub.add_parser("cancel", help="cancel a job or a sweep (scancel; local: stop every rank)")
@@ -462,6 +463,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if path:
             text = path.read_text(errors="replace")
             chunk = text[pos:]
+            if pos == 0 and not args.all_attempts:  # from the current attempt's start (logs append)
+                chunk = chunk[_attempt_start(chunk):]
             if pos == 0 and args.lines:
                 chunk = "\n".join(chunk.splitlines()[-args.lines:]) + "\n"
             sys.stdout.write(chunk)
@@ -473,6 +476,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if views and status.is_final(views[0].state):
             return 0
         time.sleep(1)
+
+
+def _attempt_start(text: str) -> int:
+    import re
+    starts = [m.start() for m in re.finditer(r"^.*\] attempt \d+ starts$", text, re.M)]
+    return starts[-1] if len(starts) > 1 else 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

@@ -73,6 +73,8 @@ class ClusterConfig:
     signal_delay_s: int = opt(90, "Seconds before the time limit at which ranks get SIGUSR2 to "
                                   "checkpoint (--signal=USR2@N).", min=0, max=3600)
     max_requeues: int = opt(3, "How often a preempted or timed-out job is requeued.", min=0, max=100)
+    requeue_on_node_fail: bool = opt(True, "Ask Slurm to requeue the job when one of its nodes fails "
+                                           "(sbatch --requeue; --no-requeue when false).")
     sbatch_extra: tuple[str, ...] = opt(tuple, "Extra sbatch flags, e.g. [\"--reservation=ml\"]; each must "
                                         "start with '--'.", factory=True)
 

@@ -2,7 +2,7 @@
 
     <job.output_dir>/<job.name>/                 JobRoot
         plans/<digest>/task-<i>.json             the launch plans, content-addressed (one per array task)
-        <job id>/                                JobDir (submitit's folder, or a rendered script's)
+        <job id>-<submission>/                   JobDir (submitit's; a rendered script's: <cluster>-<job id>)
             <job id>_<rank>_log.out|err          per-rank logs (submitit)
             rank-<rank>.log                      per-rank logs (rendered srun/mpirun scripts)
             plan.json, hostfile                  written by rendered scripts
@@ -28,6 +28,7 @@ from typing import Any
 from hpcqa.fsutil import atomic_write_text
 
 JOB_ID = "%j"                        # submitit's placeholder for the job id in a folder path
+SUBMISSION = "<submission>"          # a dry run's stand-in for the token a submission picks
 TASK_ID = "{array_task_id}"          # the rank wrapper's placeholder for SLURM_ARRAY_TASK_ID
 # Per-rank log names that launchers expand themselves: srun --output (%t) and mpirun (%r).
 SRUN_LOG = "rank-%t.log"
@@ -64,10 +65,15 @@ class JobRoot:
     def of(cls, output_dir: str, name: str) -> "JobRoot":
         return cls(Path(root_path(output_dir, name)).absolute())
 
-    @property
-    def folder_pattern(self) -> Path:
-        """submitit's folder argument: one folder per job id."""
-        return self.path / JOB_ID
+    def folder_pattern(self, submission: str) -> Path:
+        """submitit's folder argument: <job id>-<submission>. Job ids repeat (a reset controller,
+        several clusters on one filesystem); the submission token, picked per `submit`, does not."""
+        return self.path / f"{JOB_ID}-{submission}"
+
+    @staticmethod
+    def new_submission() -> str:
+        import secrets
+        return secrets.token_hex(3)
 
     def job(self, job_id: str) -> "JobDir":
         return JobDir(self.path / str(job_id))
@@ -79,10 +85,10 @@ class JobRoot:
     def task_plan(group: Path, index: int | str) -> Path:
         return group / f"task-{index}.json"
 
-    def tidy(self) -> None:
-        """submitit leaves an empty '%j' staging folder behind; remove it if empty."""
+    def tidy(self, submission: str) -> None:
+        """submitit leaves an empty '%j-...' staging folder behind; remove it if empty."""
         try:
-            self.folder_pattern.rmdir()
+            self.folder_pattern(submission).rmdir()
         except OSError:
             pass
 
@@ -161,6 +167,26 @@ class JobDir:
         if self.results.exists():
             return "COMPLETED"
         return None
+
+    def attempt_dir(self, attempt: int) -> Path:
+        return self.ranks / f"attempt-{attempt}"
+
+    def begin_attempt(self, rank: int, attempt: int) -> None:
+        """A (re)started rank moves its files of an earlier attempt aside (each rank its own: no race),
+        so markers of an attempt that was preempted or lost a node never speak for this one."""
+        old = read_json(self.rank_report(rank))
+        previous = old.get("attempt", 0) if isinstance(old, dict) else None
+        if previous is None or previous >= attempt:
+            return
+        keep = self.attempt_dir(previous)
+        keep.mkdir(parents=True, exist_ok=True)
+        for path in (self.rank_report(rank), self.rank_failed(rank)):
+            if path.exists():
+                os.replace(path, keep / path.name)
+
+    def attempts(self) -> list[int]:
+        """Earlier attempts whose files were kept."""
+        return sorted(int(p.name.split("-")[1]) for p in self.ranks.glob("attempt-*")) if self.ranks.is_dir() else []
 
     def mark_cancelled(self, why: str) -> None:
         atomic_write_text(self.cancel_marker, why + "\n")

@@ -20,7 +20,7 @@ from hpcqa import topology
 from hpcqa.config import Config, from_dict
 from hpcqa.errors import ConfigError
 from hpcqa.frozen import FrozenDict, freeze
-from hpcqa.jobdir import JOB_ID, root_path
+from hpcqa.jobdir import JOB_ID, SUBMISSION, root_path
 
 LIBRARIES = {
     "tcmalloc": ("libtcmalloc.so", "libtcmalloc.so.4", "libtcmalloc_minimal.so.4"),
@@ -116,7 +116,7 @@ class LaunchPlan:
             params["mem"] = f"{c.mem_gb}GB"
         if c.exclusive:
             params["exclusive"] = True
-        extra = {}
+        extra: dict[str, Any] = {"requeue" if c.requeue_on_node_fail else "no_requeue": True}
         for flag in c.sbatch_extra:
             k, eq, v = flag[2:].partition("=")
             extra[k.replace("-", "_")] = v if eq else True
@@ -259,7 +259,7 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None) -> Lau
                       cpus_per_task=cfg.cores_per_domain // rpd * c.threads_per_core,
                       local_ranks=local_ranks, ranks=_global_ranks(c.nodes, local_ranks),
                       deferred_env=FrozenDict(_deferred_env(executor, la.master_port)),
-                      job_dir_pattern=os.path.join(root_path(cfg.job.output_dir, cfg.job.name), JOB_ID),
+                      job_dir_pattern=os.path.join(root_path(cfg.job.output_dir, cfg.job.name), f"{JOB_ID}-{SUBMISSION}"),
                       warnings=_warnings(cfg, host, backend, pools), python=host.python,
                       ranks_per_domain=rpd, layout_source=layout_source)
 

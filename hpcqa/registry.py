@@ -91,7 +91,8 @@ class Registry:
             self.db = None
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.exists:
+                _create(self.path)
             self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
             self.db.execute("PRAGMA busy_timeout = 30000")
             self.db.execute("PRAGMA journal_mode = WAL")
@@ -170,6 +171,23 @@ class Registry:
                       sweep_id=d["sweep_id"], task_index=d["task_index"],
                       variant=json.loads(d["variant"]) if d["variant"] else None, state=d["state"],
                       final=bool(d["final"]), exit_code=d["exit_code"], elapsed=d["elapsed"])
+
+
+def _create(path: Path) -> None:
+    """A new registry appears whole: built aside, then published with link(), which never replaces a
+    registry another process published first (so nobody ever sees a half-made, 0-byte file)."""
+    import socket
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.new-{socket.gethostname()}-{os.getpid()}")
+    db = sqlite3.connect(str(tmp))
+    db.executescript(SCHEMA)
+    db.close()
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
 
 
 def recover(path: str | Path | None = None) -> tuple[Path, Path, int]:

@@ -53,6 +53,10 @@ def scancel_argv(ids: Iterable[str]) -> list[str]:
     return ["scancel", *ids]
 
 
+# States after which Slurm may requeue the job under the same id (requeue allowed): final only when
+# the scheduler no longer has the job.
+REQUEUABLE = ("NODE_FAIL", "PREEMPTED")
+
 SHOW_CONFIG = ["scontrol", "show", "config"]
 SHOW_NODES = ["scontrol", "show", "node", "-o"]
 SINFO_VERSION = ["sinfo", "--version"]
@@ -147,18 +151,20 @@ class Slurm:
 
     def query(self, ids: Sequence[str]) -> tuple[dict[str, SchedRecord], str]:
         """States of these jobs: one sacct call (+ one squeue call for ids accounting hasn't recorded
-        yet); one squeue call when accounting is off. -> (records, source or error text)"""
+        yet, or recorded NODE_FAIL/PREEMPTED: while squeue lists them Slurm has requeued them);
+        one squeue call when accounting is off. -> (records, source or error text)"""
         if not ids:
             return {}, "none"
         proc = self.run(sacct_argv(ids))
         if proc.returncode == 0:
             recs = parse_sacct(proc.stdout)
-            missing = [i for i in ids if i not in recs]
-            if missing:  # just submitted: accounting hasn't recorded it yet; squeue knows it
+            # not recorded yet (just submitted), or maybe requeued: squeue knows what Slurm still has
+            ask = [i for i in ids if i not in recs or recs[i].state in REQUEUABLE]
+            if ask:
                 sq = self.run(squeue_argv())
                 if sq.returncode == 0:
                     live = parse_squeue(sq.stdout)
-                    recs.update({i: live[i] for i in missing if i in live})
+                    recs.update({i: live[i] for i in ask if i in live})
             return recs, "sacct"
         if accounting_disabled(proc):
             sq = self.run(squeue_argv())

@@ -27,8 +27,9 @@ SLURM_STATES: Mapping[str, tuple[bool, str]] = {
     "OUT_OF_MEMORY": (True, "failed"), "BOOT_FAIL": (True, "failed"), "DEADLINE": (True, "failed"),
     "PREEMPTED": (True, "failed"), "REVOKED": (True, "cancelled"), "CANCELLED": (True, "cancelled"),
 }
-# sacct writes a preempted job that submitit/Slurm requeues as PREEMPTED then PENDING again; a job
-# left PREEMPTED without requeue is over. squeue never shows finished states except COMPLETING.
+# NODE_FAIL and PREEMPTED are final only when Slurm no longer has the job: Slurm.query replaces them
+# with squeue's live state (PENDING, RUNNING ...) while the job is requeued under the same id.
+# squeue never shows finished states except COMPLETING.
 
 def is_final(state: str) -> bool:
     return SLURM_STATES.get(state, (False, ""))[0]
@@ -57,9 +58,11 @@ class JobView:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in ("id", "name", "state", "executor", "nodes", "world_size", "elapsed",
-                                               "exit_code", "folder", "progress", "results", "sweep_id",
-                                               "task_index", "variant")}
+        out = {k: getattr(self, k) for k in ("id", "name", "state", "executor", "nodes", "world_size", "elapsed",
+                                              "exit_code", "folder", "progress", "results", "sweep_id",
+                                              "task_index", "variant")}
+        out["attempts"] = attempt_text(self)
+        return out
 
 
 def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
@@ -115,9 +118,21 @@ def _slurm_state(job_id: str, jd: JobDir, recs: Mapping, source: str,
     return known
 
 
+def attempt_text(v: JobView) -> str:
+    """"requeued N times, resumed from step S" when the job was restarted."""
+    r, p = v.results or {}, v.progress or {}
+    n = r.get("requeues", p.get("attempt", 0)) or 0
+    if not n:
+        return ""
+    step = r.get("resumed_from_step")
+    return f"requeued {n}x" + (f", resumed from step {step}" if step else "")
+
+
 def progress_text(v: JobView, now: float | None = None) -> str:
+    again = attempt_text(v)
+    again = f" ({again})" if again else ""
     if v.results and "f1" in v.results:
-        return f"EM {v.results['exact_match']:.1f} F1 {v.results['f1']:.1f}"
+        return f"EM {v.results['exact_match']:.1f} F1 {v.results['f1']:.1f}{again}"
     p = v.progress
     if not p or is_final(v.state):
         return ""
@@ -126,7 +141,7 @@ def progress_text(v: JobView, now: float | None = None) -> str:
         text += f" loss {p['loss']:.3f}"
     if p.get("eta_s") and v.state == "RUNNING":
         text += f" ETA {_dur(p['eta_s'])}"
-    return text
+    return text + again
 
 
 def _dur(s: float) -> str:

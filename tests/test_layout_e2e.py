@@ -3,6 +3,7 @@ seeded runs repeat exactly; the rank's threads are placed as documented."""
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +29,7 @@ def test_tune_compares_layouts_and_auto_uses_the_winner(cli, tmp_path, env):
     winner = max(measured, key=measured.get)
     assert res["entry"]["ranks_per_socket"] == winner
     for rps, job in res["jobs"].items():    # each candidate ran as an ordinary job with its own layout
-        rep = json.loads((tmp_path / "quickstart-tune" / job["id"] / "ranks" / "rank-0.json").read_text())
+        rep = json.loads((Path(job["folder"]) / "ranks" / "rank-0.json").read_text())
         assert rep["torch_threads"] == 2 // int(rps) and rep["local_world_size"] == int(rps)
     dry = cli("submit", "configs/quickstart.toml", *TINY, *out, "--dry-run", "--json", env=env)
     plan = json.loads(dry.stdout)

@@ -15,7 +15,7 @@ TINY = ["--set", "model.name_or_path=builtin:tiny-bert", "--set", "data.syntheti
 
 
 def job_dirs(out: Path) -> list[Path]:
-    return sorted(p for p in (out / "quickstart").iterdir() if p.is_dir() and p.name.isdigit())
+    return sorted(p for p in (out / "quickstart").iterdir() if p.is_dir() and p.name.split("-")[0].isdigit())
 
 
 @pytest.fixture
@@ -47,7 +47,9 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
     assert res["world_size"] == 2 and res["backend"] == "gloo"
     assert 0 <= res["exact_match"] <= 100 and 0 <= res["f1"] <= 100 and res["train_samples_per_second"] > 0
     assert res["weights_digest"] == reports[0]["weights_digest"]
-    assert (job / f"{job.name}_0_log.err").exists() and (job / f"{job.name}_1_log.err").exists()
+    job_id, submission = job.name.split("-")
+    assert len(submission) == 6 and int(submission, 16) >= 0   # <job id>-<submission>: ids may repeat, this doesn't
+    assert (job / f"{job_id}_0_log.err").exists() and (job / f"{job_id}_1_log.err").exists()
 
 
 def test_failing_rank_fails_the_job(cli, tmp_path, cache_env):

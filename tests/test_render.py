@@ -100,7 +100,7 @@ def test_hostile_text_survives_the_script(tmp_path, text, launcher):
     r = subprocess.run(["bash", str(tmp_path / "job.sbatch")], cwd=work, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert not list(tmp_path.rglob("PWNED")), "config text was executed"
-    job_dir = work / text / "squad-spr" / "31"
+    job_dir = work / text / "squad-spr" / "slurm-31"
     written = json.loads((job_dir / "plan.json").read_text())
     assert written["config"]["model"]["name_or_path"] == text
     assert written["local_ranks"][0]["env"]["HOSTILE"] == text

@@ -51,9 +51,10 @@ def test_two_nodes_two_tasks_each(slurm, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "COMPLETED" in r.stdout
     job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
-    folder = tmp_path / "quickstart" / job_id
-    # the dry run showed what was submitted: submitit keeps the sbatch file it ran
-    assert json.loads(dry.stdout)["sbatch"] == (folder / f"{job_id}_submission.sh").read_text()
+    (folder,) = (tmp_path / "quickstart").glob(f"{job_id}-*")
+    # the dry run showed what was submitted (but for the submission token it can't know yet)
+    submitted = (folder / f"{job_id}_submission.sh").read_text()
+    assert json.loads(dry.stdout)["sbatch"].replace("<submission>", folder.name.split("-", 1)[1]) == submitted
     reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
     assert {rep["plan_digest"] for rep in reports} == {json.loads(dry.stdout)["plan_digest"]}
     assert [rep["host"] for rep in reports] == ["node1", "node1", "node2", "node2"]
@@ -131,7 +132,7 @@ def test_rendered_srun_script_runs_under_plain_sbatch(slurm, tmp_path):
                          env={**os.environ, **slurm}, timeout=60)
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip().split(";")[0]
-    folder = tmp_path / "quickstart" / job_id
+    folder = tmp_path / "quickstart" / f"hqtest-{job_id}"   # <cluster>-<job id> (devcluster's ClusterName)
     end = time.time() + 240
     while time.time() < end and not (folder / "results.json").exists() and not list(folder.glob("ranks/*.failed")):
         time.sleep(2)
@@ -157,3 +158,54 @@ def test_rendered_srun_script_runs_under_plain_sbatch(slurm, tmp_path):
     views = json.loads(topo.stdout)["ranks"]
     assert [v["cpus"] for v in views] == [reports[2]["cpus"], reports[3]["cpus"]]
     assert [v["socket"] for v in views] == [reports[2]["sockets"], reports[3]["sockets"]]
+
+
+def test_usr2_checkpoints_requeues_and_resumes_where_it_stopped(slurm, tmp_path):
+    """Preemption as Slurm delivers it: USR2 to every rank at step k; all ranks stop after the same
+    step, save one checkpoint, the job is requeued and resumes from it; the waiting submit follows
+    the job through REQUEUED/PENDING to its real end."""
+    steps = 40
+    log = open(tmp_path / "submit.out", "w")
+    args = [sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
+            "--set", f"job.output_dir={json.dumps(str(tmp_path))}", "--set", "cluster.nodes=2",
+            "--set", f"train.max_steps={steps}", "--set", "train.save_steps=1000"]
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **slurm})
+    try:
+        end, folder = time.time() + 180, None
+        while time.time() < end:
+            found = list((tmp_path / "quickstart").glob("*-*/progress.json"))
+            if found and (json.loads(found[0].read_text() or "{}").get("step") or 0) >= 8:
+                folder = found[0].parent
+                break
+            time.sleep(0.5)
+        assert folder is not None, (tmp_path / "submit.out").read_text()
+        job_id = folder.name.split("-")[0]
+        sig = subprocess.run(["scancel", "--signal=USR2", job_id], capture_output=True, text=True,
+                             env={**os.environ, **slurm})
+        assert sig.returncode == 0, sig.stderr
+        # a requeued job waits for its begin time; let it start again now
+        end = time.time() + 120
+        while time.time() < end:
+            q = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
+                               env={**os.environ, **slurm}).stdout.strip()
+            if q == "PENDING":
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
+                               capture_output=True, env={**os.environ, **slurm})
+                break
+            time.sleep(0.5)
+        rc = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    out = (tmp_path / "submit.out").read_text()
+    assert rc == 0 and f"job {job_id} COMPLETED" in out, out
+    res = json.loads((folder / "results.json").read_text())
+    stopped = json.loads((folder / "ranks" / "attempt-0" / "rank-0.json").read_text())["stopped_at_step"]
+    assert res["global_steps"] == steps and res["requeues"] == 1
+    assert res["resumed_from_step"] == stopped and 8 <= stopped < steps   # at most the current step lost
+    reports = [json.loads((folder / "ranks" / "attempt-0" / f"rank-{k}.json").read_text()) for k in range(4)]
+    assert {rep["stopped_at_step"] for rep in reports} == {stopped}     # every rank stopped after the same step
+    assert not list(folder.glob("ranks/*.failed")) and not list(folder.glob("ranks/attempt-0/*.failed"))
+    j = wait_state(slurm, job_id, {"COMPLETED"})
+    assert j["attempts"] == f"requeued 1x, resumed from step {stopped}"

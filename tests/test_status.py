@@ -146,3 +146,39 @@ def test_status_cli_on_missing_registry_and_unknown_job(cli, tmp_path):
     assert r.returncode == 0 and "no jobs" in r.stdout
     r = cli("logs", "42", "--registry", str(tmp_path / "none.sqlite"))
     assert r.returncode == 2 and "no job '42'" in r.stderr
+
+
+def test_node_fail_and_preemption_are_final_only_when_slurm_no_longer_has_the_job():
+    sacct = "40|NODE_FAIL|0:0|00:01:00|2|node[1-2]\n41|NODE_FAIL|0:0|00:01:00|2|node[1-2]\n42|PREEMPTED|0:0|00:00:30|1|node1\n"
+    f = FakeRunner({"sacct": (0, sacct, ""), "squeue": (0, "40|PENDING|0:00|2|\n42|RUNNING|0:03|1|node1\n", "")})
+    recs, source = Slurm(f).query(["40", "41", "42"])
+    assert {i: r.state for i, r in recs.items()} == {"40": "PENDING", "41": "NODE_FAIL", "42": "RUNNING"}
+    assert [c[0] for c in f.calls] == ["sacct", "squeue"]           # one extra call for the lot
+    assert not status.is_final(recs["40"].state) and status.is_final(recs["41"].state)
+
+
+def test_submissions_never_share_a_folder_even_when_job_ids_repeat(tmp_path):
+    from hpcqa.jobdir import JobRoot
+    root = JobRoot.of(str(tmp_path), "quickstart")
+    a, b = (str(root.folder_pattern(root.new_submission())).replace("%j", "1") for _ in range(2))
+    assert a != b and a.startswith(str(tmp_path / "quickstart" / "1-"))
+
+
+def test_a_restarted_rank_moves_its_earlier_attempt_aside(tmp_path):
+    jd = JobDir(tmp_path)
+    jd.ranks.mkdir()
+    jd.rank_report(1).write_text(json.dumps({"attempt": 0}))
+    jd.rank_failed(1).write_text(json.dumps({"rank": 1, "error": "lost its peer"}))
+    assert jd.state_from_files() == "FAILED"
+    jd.begin_attempt(1, 0)                      # same attempt: nothing moves
+    assert jd.rank_failed(1).exists()
+    jd.begin_attempt(1, 1)
+    assert not jd.rank_failed(1).exists() and (jd.attempt_dir(0) / "rank-1.failed").exists()
+    assert jd.state_from_files() is None and jd.attempts() == [0] and jd.failed_ranks() == []
+
+
+def test_logs_start_at_the_current_attempt():
+    from hpcqa.cli import _attempt_start
+    text = "[hpcqa rank 0] attempt 0 starts\nold\n[hpcqa rank 0] attempt 1 starts\nnew\n"
+    assert text[_attempt_start(text):] == "[hpcqa rank 0] attempt 1 starts\nnew\n"
+    assert _attempt_start("[hpcqa rank 0] attempt 0 starts\nonly\n") == 0

@@ -29,12 +29,13 @@ def submit(plan: LaunchPlan):
 
     (path,) = common.write_plans([plan])
     root = common.job_root(plan)
-    ex = submitit.LocalExecutor(folder=str(root.folder_pattern),
+    submission = root.new_submission()
+    ex = submitit.LocalExecutor(folder=str(root.folder_pattern(submission)),
                                 python=common.wrapper_python(plan.python, str(path)))
     ex.update_parameters(tasks_per_node=plan.ranks_per_node, timeout_min=plan.config.cluster.time_limit_min,
                          signal_delay_s=min(plan.config.cluster.signal_delay_s, 60))
     job = ex.submit(RankJob(str(path), plan.digest))
-    root.tidy()
+    root.tidy(submission)
     return job, JobDir(Path(job.paths.folder))
 
 

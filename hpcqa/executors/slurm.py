@@ -12,7 +12,7 @@ from pathlib import Path
 from hpcqa import sweep
 from hpcqa.errors import SubmitError
 from hpcqa.executors import common
-from hpcqa.jobdir import JobDir
+from hpcqa.jobdir import SUBMISSION, JobDir, JobRoot
 from hpcqa.plan import LaunchPlan
 from hpcqa.slurmcli import Slurm
 
@@ -26,9 +26,9 @@ def _parameters(sp: sweep.SweepPlan, array: sweep.ArrayPlan, previous: str | Non
     return params
 
 
-def _executor(plan: LaunchPlan, python: str, params: dict):
+def _executor(plan: LaunchPlan, python: str, params: dict, submission: str):
     import submitit
-    ex = submitit.SlurmExecutor(folder=str(common.job_root(plan).folder_pattern), python=python,
+    ex = submitit.SlurmExecutor(folder=str(common.job_root(plan).folder_pattern(submission)), python=python,
                                 max_num_timeout=plan.config.cluster.max_requeues)
     ex.update_parameters(**params)
     return ex
@@ -44,7 +44,8 @@ def sbatch_preview(sp: sweep.SweepPlan) -> list[str]:
         plans = sp.plans_of(array)
         paths = common.plan_paths(plans)
         params = _parameters(sp, array, previous and "<previous array>")
-        ex = _executor(plans[0], common.wrapper_python(plans[0].python, common.plan_argument(paths)), params)
+        ex = _executor(plans[0], common.wrapper_python(plans[0].python, common.plan_argument(paths)), params,
+                       SUBMISSION)
         params = {**ex.parameters, **({"map_count": len(plans)} if len(plans) > 1 else {})}
         texts.append(_make_sbatch_string(command=ex._submitit_command_str, folder=ex.folder, **params))
         previous = f"array {n}"
@@ -56,11 +57,12 @@ def submit(sp: sweep.SweepPlan) -> list[tuple[str, list]]:
     from hpcqa.train.job import RankJob
 
     out, sweep_id, previous = [], None, None
+    submission = JobRoot.new_submission()
     for n, array in enumerate(sp.arrays):
         plans = sp.plans_of(array)
         paths = common.write_plans(plans)
         ex = _executor(plans[0], common.wrapper_python(plans[0].python, common.plan_argument(paths)),
-                       _parameters(sp, array, previous))
+                       _parameters(sp, array, previous), submission)
         try:
             with ex.batch():
                 jobs = [ex.submit(RankJob(str(path), p.digest)) for path, p in zip(paths, plans)]
@@ -72,7 +74,7 @@ def submit(sp: sweep.SweepPlan) -> list[tuple[str, list]]:
         sweep_id, previous = sweep_id or array_id, array_id
         common.register(plans[0], [common.registry_row(sp, p, j.job_id, Path(str(j.paths.folder)), sweep_id)
                                    for j, p in zip(jobs, plans)])
-        common.job_root(plans[0]).tidy()
+        common.job_root(plans[0]).tidy(submission)
         out.append((array_id, list(zip(jobs, plans))))
     return out
 

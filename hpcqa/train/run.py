@@ -129,6 +129,63 @@ def _binding_warnings(torch) -> list[str]:
     return warnings
 
 
+def attempt() -> int:
+    """This (re)start of the job: Slurm counts requeues in SLURM_RESTART_COUNT."""
+    try:
+        return int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    except ValueError:
+        return 0
+
+
+class _Stop:
+    """SIGUSR2 (preemption or the time limit coming: --signal=USR2@N) only raises a flag; every rank
+    checks it at each step boundary through one collective, so all stop after the same step, save one
+    checkpoint together, and no rank waits in an all-reduce for a peer that left."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.previous: Any = None
+        self.agreed_at: int | None = None
+
+    def install(self) -> None:
+        import signal
+        self.previous = signal.getsignal(signal.SIGUSR2)  # submitit's checkpoint-and-requeue, if any
+        signal.signal(signal.SIGUSR2, self._raise_flag)
+
+    def _raise_flag(self, signum, frame) -> None:
+        self.signum = signum
+
+    def agreed(self, world: int) -> bool:
+        flag = 1 if self.signum is not None else 0
+        if world > 1:
+            import torch
+            import torch.distributed as dist
+            t = torch.tensor([flag], dtype=torch.int32)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            flag = int(t.item())
+        return bool(flag)
+
+
+STOP = _Stop()
+
+
+def requeue_after_checkpoint(r: Rank, step: int) -> dict:
+    """The checkpoint of `step` is saved on every rank: hand over to submitit's handler (global rank 0
+    requeues the job; the rerun resumes from that checkpoint). Other ranks wait to be stopped."""
+    import signal
+    r.save_report(status="checkpointed for requeue", stopped_at_step=step, stopped_at=time.time())
+    r.log(f"signal received: checkpoint of step {step} saved; requeueing")
+    if callable(STOP.previous):
+        STOP.previous(STOP.signum or signal.SIGUSR2, None)  # rank 0: checkpoint pickle, scontrol requeue, exit
+    if r.rank != 0:
+        time.sleep(300)  # the requeue ends this step; a rank 0 that couldn't requeue ends it too
+    raise RankStopped(f"stopped at step {step} on a signal; checkpoint saved (no scheduler to requeue it)")
+
+
+class RankStopped(Exception):
+    """The run stopped on a signal after saving a checkpoint, and nothing requeued it."""
+
+
 def widen_main_thread() -> str:
     """OpenMP (OMP_PLACES + OMP_PROC_BIND, or KMP_AFFINITY) binds the thread that starts it to the
     first place, and every thread or process started later inherits that one core: gloo's threads,
@@ -187,13 +244,22 @@ def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
     rank = int(os.environ.get("RANK", "0"))
     try:
         return _run(plan, jd)
-    except BaseException as e:
-        error = f"{type(e).__name__}: {e.message} (fix: {e.hint})" if isinstance(e, HpcqaError) and e.hint \
-            else f"{type(e).__name__}: {e}"
-        write_json(jd.rank_failed(rank), {"rank": rank, "host": socket.gethostname(), "error": error,
-                                          "traceback": traceback.format_exc().splitlines()[-30:],
-                                          "time": time.time()})
+    except SystemExit:
+        if STOP.agreed_at is not None:  # submitit's requeue exits this process: not a failure
+            raise
+        _write_failed(jd, rank, sys.exc_info()[1])
         raise
+    except BaseException as e:
+        _write_failed(jd, rank, e)
+        raise
+
+
+def _write_failed(jd: JobDir, rank: int, e: BaseException | None) -> None:
+    error = f"{type(e).__name__}: {e.message} (fix: {e.hint})" if isinstance(e, HpcqaError) and e.hint \
+        else f"{type(e).__name__}: {e}"
+    write_json(jd.rank_failed(rank), {"rank": rank, "host": socket.gethostname(), "error": error,
+                                      "traceback": traceback.format_exc().splitlines()[-30:],
+                                      "time": time.time(), "attempt": attempt()})
 
 
 def _run(plan: LaunchPlan, jd: JobDir) -> dict:
@@ -205,6 +271,8 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     model, ipex_used, optimizers = build_model(r, data["model_path"], data["model_kwargs"], bf16)
     trainer = build_trainer(r, args, model, data, optimizers)
     train_out, resumed_from, train_time = train(r, trainer, jd)
+    if STOP.agreed_at is not None:
+        return requeue_after_checkpoint(r, trainer.state.global_step)
     cfg = plan.config.train
     timing = trainer.hpcqa_timer.summary(cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * r.world)
     timing.update(train_runtime_s=train_time, trainer_samples_per_second=train_out.metrics.get("train_samples_per_second"))
@@ -221,9 +289,13 @@ def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     main_thread = widen_main_thread()  # before anything reads the binding or starts a thread
     report = startup_report(plan, jd)
     report["main_thread"] = main_thread
+    report["attempt"] = attempt()
+    jd.begin_attempt(report["rank"], report["attempt"])
+    STOP.install()
     r = Rank(plan, jd, report, _logger(report["rank"]))
     for w in report["warnings"]:
         r.log(f"WARNING: {w}")
+    r.log(f"attempt {report['attempt']} starts")  # `hpcqa logs` shows a log from its attempt's start
     r.log(f"rank {r.rank}/{r.world} on {report['host']}: CPUs {topology.cpu_list(report['cpus'])}, "
           f"{report['torch_threads']} threads ({report['bind_note']}); plan {plan.digest}")
     r.save_report(backend=plan.backend.resolved, backend_reason=plan.backend.reason)
@@ -326,7 +398,7 @@ def build_trainer(r: Rank, args, model, data: dict, optimizers: tuple):
 
     tc = r.plan.config.train
     timer = _StepTimer(TrainerCallback, tc.timing_warmup_steps, r)
-    callbacks = [timer, _FinalSave(tc.save_final_checkpoint, TrainerCallback)]
+    callbacks = [timer, _FinalSave(tc.save_final_checkpoint, TrainerCallback), _StopOnSignal(TrainerCallback, r)]
     if r.rank == 0:
         callbacks.append(_ProgressCallback(r.jd.progress, r.t_start, TrainerCallback))
     if tc.fail_at_step:
@@ -393,7 +465,8 @@ def write_results(r: Rank, result: dict, data: dict, train_out, timing: dict, re
         train_features=len(data["train_features"]), train_loss=m.get("train_loss"), global_steps=train_out.global_step,
         resumed_from=resumed_from, wall_time_s=time.time() - r.t_start, threads_per_rank=rep["torch_threads"],
         versions=rep["versions"], weights_digest=digest, finished_at=time.time(), plan_digest=r.plan.digest,
-        variant=dict(r.plan.variant))
+        variant=dict(r.plan.variant), attempt=rep["attempt"], requeues=rep["attempt"],
+        resumed_from_step=int(resumed_from.rsplit("-", 1)[1]) if resumed_from else None)
     write_json(r.jd.results, result)
     r.log(f"done: EM {result.get('exact_match', float('nan')):.2f}  F1 {result.get('f1', float('nan')):.2f}  "
           f"train {result['train_samples_per_second']:.1f} samples/s")
@@ -439,9 +512,23 @@ def _ProgressCallback(path: Path, t0: float, base):
             elapsed = now - (self.t_begin or now)
             eta = elapsed / done * (total - done) if done and total else None
             write_json(path, {"phase": phase, "step": done, "total_steps": total, "epoch": state.epoch,
-                                     "loss": self.loss, "eta_s": eta, "updated": now, "started": t0})
+                              "loss": self.loss, "eta_s": eta, "updated": now, "started": t0, "attempt": attempt()})
 
     return ProgressCallback()
+
+
+def _StopOnSignal(base, r: Rank):
+    class StopOnSignal(base):
+        """After each optimizer step, all ranks agree whether a stop signal arrived anywhere; if so,
+        the Trainer saves a checkpoint of this step and stops (at most the current step is lost)."""
+
+        def on_step_end(self, args, state, control, **kw):
+            if STOP.agreed(r.world):
+                STOP.agreed_at = state.global_step
+                control.should_save = True
+                control.should_training_stop = True
+
+    return StopOnSignal()
 
 
 def _StepTimer(base, warmup: int, r: Rank):
