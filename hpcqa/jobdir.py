@@ -70,6 +70,10 @@ class JobRoot:
         several clusters on one filesystem); the submission token, picked per `submit`, does not."""
         return self.path / f"{JOB_ID}-{submission}"
 
+    def controller_log(self, submission: str) -> Path:
+        """Where a local job's controller writes until its job folder exists."""
+        return self.path / f".controller-{submission}.log"
+
     @staticmethod
     def new_submission() -> str:
         import secrets
@@ -84,6 +88,14 @@ class JobRoot:
     @staticmethod
     def task_plan(group: Path, index: int | str) -> Path:
         return group / f"task-{index}.json"
+
+    def tidy_all(self) -> None:
+        """Every empty staging folder submitit re-created (it does, when a local job is polled)."""
+        for d in self.path.glob(f"{JOB_ID}-*"):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
 
     def tidy(self, submission: str) -> None:
         """submitit leaves an empty '%j-...' staging folder behind; remove it if empty."""
@@ -125,6 +137,11 @@ class JobDir:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    @property
+    def controller_log(self) -> Path:
+        """The local executor's controller (submitit's), kept off the user's terminal."""
+        return self.path / "controller.log"
 
     @property
     def cancel_marker(self) -> Path:

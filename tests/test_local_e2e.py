@@ -122,3 +122,33 @@ def test_local_job_in_registry_status_and_cancel(tmp_path, cache_env):
     assert state()["state"] == "CANCELLED"
     ranks = subprocess.run(["pgrep", "-f", f"submitit.core._submit {tmp_path}"], capture_output=True, text=True)
     assert ranks.stdout.strip() == "", "rank processes survived the cancel"
+
+
+def test_ctrl_c_stops_every_rank_cleanly(tmp_path, cache_env):
+    """Ctrl-C as a terminal sends it: SIGINT to the foreground process group (ours, made for the test)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
+    p = subprocess.Popen([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
+                          "--set", "train.max_steps=100000", "--set", f"job.output_dir={json.dumps(str(tmp_path))}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                         start_new_session=True)
+    end = time.time() + 120
+    while time.time() < end and not list(tmp_path.glob("quickstart/*/progress.json")):
+        time.sleep(0.5)
+    os.killpg(p.pid, signal.SIGINT)
+    t0 = time.time()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and time.time() - t0 < 15, err
+    assert "Traceback" not in err and "cancelled" in err
+    (job,) = job_dirs(tmp_path)
+    assert sorted(d.name for d in (tmp_path / "quickstart").iterdir()) == sorted(["plans", job.name])
+    st = subprocess.run([sys.executable, "-m", "hpcqa", "status", "--json"], capture_output=True, text=True,
+                        env=env, cwd=ROOT)
+    assert [j["state"] for j in json.loads(st.stdout)] == ["CANCELLED"]
+    end = time.time() + 15
+    while time.time() < end and os.path.exists(f"/proc/{job.name.split('-')[0]}"):
+        time.sleep(0.5)
+    assert not os.path.exists(f"/proc/{job.name.split('-')[0]}"), "the local controller survived Ctrl-C"

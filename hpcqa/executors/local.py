@@ -9,6 +9,7 @@ peer; if it doesn't within 10 s, the job is cancelled). A sweep's variants run o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -34,9 +35,32 @@ def submit(plan: LaunchPlan):
                                 python=common.wrapper_python(plan.python, str(path)))
     ex.update_parameters(tasks_per_node=plan.ranks_per_node, timeout_min=plan.config.cluster.time_limit_min,
                          signal_delay_s=min(plan.config.cluster.signal_delay_s, 60))
-    job = ex.submit(RankJob(str(path), plan.digest))
+    log = root.controller_log(submission)
+    with _stdio_to(log):  # the controller inherits our stdio: keep its messages off the terminal
+        job = ex.submit(RankJob(str(path), plan.digest))
+    jd = JobDir(Path(job.paths.folder))
+    jd.path.mkdir(parents=True, exist_ok=True)
+    os.replace(log, jd.controller_log)  # the controller keeps writing through its open descriptor
     root.tidy(submission)
-    return job, JobDir(Path(job.paths.folder))
+    return job, jd
+
+
+@contextlib.contextmanager
+def _stdio_to(path: Path):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
 
 
 def run(sp: sweep.SweepPlan, wait: bool = True) -> int:
@@ -88,8 +112,11 @@ def finish(job, jd: JobDir, plan: LaunchPlan, title: str, interrupted: str) -> i
         common.watch(jd, job.done, title, fail_fast=job.cancel)
     except KeyboardInterrupt:
         job.cancel()
+        jd.mark_cancelled("interrupted (Ctrl-C)")  # status: CANCELLED, not FAILED
+        common.job_root(plan).tidy_all()
         print(f"\n{interrupted}", file=sys.stderr)
         return 130
+    common.job_root(plan).tidy_all()
     state = "FAILED" if jd.failed_ranks() else ("COMPLETED" if job.state == "FINISHED" else job.state)
     return common.report(job.job_id, jd, state, plan)
 
