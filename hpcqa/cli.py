@@ -452,6 +452,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if rank is None:
         failed = jd.failed_ranks()
         rank = int(failed[0]["rank"]) if failed else 0
+        if failed:
+            print(f"first failure: rank {rank} on {failed[0].get('host')}: {failed[0].get('error')}", file=sys.stderr)
     if not 0 <= rank < row.world_size:
         raise UsageError(f"job {row.id} has ranks 0-{row.world_size - 1}, not {rank}", "pass --rank N in that range")
     stream = "out" if args.stdout else "err"

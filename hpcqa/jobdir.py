@@ -23,7 +23,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from hpcqa.fsutil import atomic_write_text
 
@@ -35,6 +35,18 @@ SRUN_LOG = "rank-%t.log"
 MPIRUN_LOG = "rank-%r.log"
 SCRIPT_PLAN = "plan.json"
 SCRIPT_HOSTFILE = "hostfile"
+
+
+def folder_from_env(pattern: str, env: Mapping[str, str]) -> Path | None:
+    """A job's folder where its ranks run: $HPCQA_JOB_DIR (rendered scripts), else submitit's
+    folder pattern with %j as submitit expands it (<array>_<task> for array tasks)."""
+    if env.get("HPCQA_JOB_DIR"):
+        return Path(env["HPCQA_JOB_DIR"])
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    else:
+        job = env.get("SLURM_JOB_ID") or env.get("SUBMITIT_LOCAL_JOB_ID") or ""
+    return Path(pattern.replace(JOB_ID, job)) if pattern and job else None
 
 
 def read_json(path: Path) -> Any:
@@ -122,6 +134,10 @@ class JobDir:
     def rank_failed(self, rank: int) -> Path:
         return self.ranks / f"rank-{rank}.failed"
 
+    def rank_exit(self, rank: int) -> Path:
+        """Written by the rank wrapper when its rank ended badly (a signal, a non-zero exit)."""
+        return self.ranks / f"rank-{rank}.exit"
+
     @property
     def progress(self) -> Path:
         return self.path / "progress.json"
@@ -169,8 +185,15 @@ class JobDir:
         """The ranks that failed, earliest first: the first is the cause, the others usually lost their peer."""
         if not self.ranks.is_dir():
             return []
-        found = [read_json(p) for p in self.ranks.glob("rank-*.failed")]
-        return sorted((d for d in found if d), key=lambda d: (d.get("time", 0), d.get("rank", 0)))
+        by_rank: dict[int, dict] = {}
+        for p in sorted(self.ranks.glob("rank-*.exit")) + sorted(self.ranks.glob("rank-*.failed")):
+            d = read_json(p)
+            if not d:
+                continue
+            seen = by_rank.get(d.get("rank", -1))
+            # the rank's own error text when it wrote one; the earliest time says who failed first
+            by_rank[d.get("rank", -1)] = {**(seen or {}), **d, "time": min(d.get("time", 0), (seen or d).get("time", 0))}
+        return sorted(by_rank.values(), key=lambda d: (d.get("time", 0), d.get("rank", 0)))
 
     def has_started(self) -> bool:
         return self.ranks.is_dir() or self.progress.exists()
@@ -179,7 +202,7 @@ class JobDir:
         """How a job that the scheduler no longer lists ended, from its own files."""
         if self.cancel_marker.exists():
             return "CANCELLED"
-        if self.ranks.is_dir() and any(self.ranks.glob("rank-*.failed")):
+        if self.ranks.is_dir() and (any(self.ranks.glob("rank-*.failed")) or any(self.ranks.glob("rank-*.exit"))):
             return "FAILED"
         if self.results.exists():
             return "COMPLETED"
@@ -197,7 +220,7 @@ class JobDir:
             return
         keep = self.attempt_dir(previous)
         keep.mkdir(parents=True, exist_ok=True)
-        for path in (self.rank_report(rank), self.rank_failed(rank)):
+        for path in (self.rank_report(rank), self.rank_failed(rank), self.rank_exit(rank)):
             if path.exists():
                 os.replace(path, keep / path.name)
 

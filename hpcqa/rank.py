@@ -3,8 +3,10 @@
 Runs in front of every rank, before the real interpreter and its OpenMP runtime start (they read
 LD_PRELOAD, OMP_* and KMP_* once, at start-up). It maps the launcher's variables (Slurm, PMI,
 submitit local, ...) to RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, exports its local rank's
-environment from the plan, binds itself to the plan's CPUs and execs COMMAND, which inherits all of
-it. Standard library only: importing torch here would defeat the purpose.
+environment from the plan, binds itself to its CPUs and starts COMMAND as its child, which inherits all
+of it; it stays as the rank's supervisor: forwards the scheduler's signals and records how the rank
+ended (`ranks/rank-N.exit`) when it died of a signal or a non-zero exit. Standard library only:
+importing torch here would defeat the purpose.
 
 Every rank derives its CPU pool from the node it runs on (sysfs topology and its own allowed CPU
 set, `topology.read_node`), by the same rule and function the plan applied to the declared node. The
@@ -17,15 +19,18 @@ NUMA node(s) when the node has several.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hpcqa import distenv, topology
 from hpcqa import plan as planmod
 from hpcqa.errors import HpcqaError
-from hpcqa.jobdir import TASK_ID
+from hpcqa import jobdir
+from hpcqa.jobdir import TASK_ID, JobDir
 from hpcqa.plan import LaunchPlan
 
 
@@ -175,14 +180,31 @@ def _keep_existing_preloads(env: dict[str, str], hostname: str) -> list[str]:
     return [f"LD_PRELOAD: {p} not found on {hostname}; left out" for p in preload if p not in kept]
 
 
+USAGE = "usage: python -m hpcqa.rank --plan PLAN.json [--job-dir DIR] -- COMMAND [ARGS...]"
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGCONT)
+
+
+def _options(argv: list[str]) -> dict[str, str] | None:
+    if "--" not in argv:
+        return None
+    opts, head = {}, argv[:argv.index("--")]
+    if len(head) % 2 or not argv[argv.index("--") + 1:]:
+        return None
+    for k, v in zip(head[::2], head[1::2]):
+        if k not in ("--plan", "--job-dir"):
+            return None
+        opts[k[2:]] = v
+    return opts if "plan" in opts else None
+
+
 def main(argv: list[str]) -> int:
-    if "--" not in argv or len(argv) < 4 or argv[0] != "--plan":
-        print("usage: python -m hpcqa.rank --plan PLAN.json -- COMMAND [ARGS...]", file=sys.stderr)
+    opts = _options(argv)
+    if opts is None:
+        print(USAGE, file=sys.stderr)
         return 2
-    sep = argv.index("--")
-    command = argv[sep + 1:]
+    command = argv[argv.index("--") + 1:]
     # an array's tasks each read their own plan (a plain job is task 0)
-    plan_path = argv[1].replace(TASK_ID, os.environ.get("SLURM_ARRAY_TASK_ID") or "0")
+    plan_path = opts["plan"].replace(TASK_ID, os.environ.get("SLURM_ARRAY_TASK_ID") or "0")
     try:
         plan = planmod.load(plan_path)
         node = topology.read_node()
@@ -200,8 +222,44 @@ def main(argv: list[str]) -> int:
         "not bound (one NUMA node, or launch.bind_memory = false)"
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execvpe(command[0], command, env)
-    return 0  # pragma: no cover
+    folder = jobdir.folder_from_env(opts.get("job-dir", ""), env)
+    return supervise(command, env, int(env["RANK"]), JobDir(folder) if folder else None)
+
+
+def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | None) -> int:
+    """Run the rank as a child (it inherits the binding, memory policy and environment set here),
+    forward the scheduler's signals to it, and record how it ended when it ended badly: a rank
+    killed by a signal writes nothing itself, and the first failure must still be named."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - replaced by exec
+        try:
+            os.execvpe(command[0], command, env)
+        finally:
+            os._exit(127)
+    for sig in FORWARDED:
+        signal.signal(sig, lambda signum, frame: _forward(pid, signum))
+    status = os.waitpid(pid, 0)[1]
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0 and jd is not None:
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        try:
+            jobdir.write_json(jd.rank_exit(rank), {
+                "rank": rank, "host": socket.gethostname(), "pid": pid, "exit_code": code,
+                "error": f"rank process {how}", "time": time.time(),
+                "attempt": int(env.get("SLURM_RESTART_COUNT") or 0)})
+        except OSError as e:
+            print(f"hpcqa.rank: could not record the exit of rank {rank}: {e}", file=sys.stderr)
+    if code < 0:  # die the same way, so srun / the local controller see what the rank saw
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+def _forward(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
     import sys
     from hpcqa import config, plan
     cfg = config.load(ROOT / "configs/quickstart.toml", [a for a in TINY if a != "--set"] +
-                      [f"job.output_dir={json.dumps(str(tmp_path))}", "cluster.sockets_per_node=1",
+                      [f"job.output_dir={json.dumps(str(tmp_path))}", "cluster.sockets_per_node=1", "launch.ranks_per_socket=1",
                        "train.max_steps=6", "train.save_steps=3"])
     lp = plan.build_plan(cfg, plan.probe_host())
     from hpcqa.executors.common import write_plans
@@ -152,3 +152,30 @@ def test_ctrl_c_stops_every_rank_cleanly(tmp_path, cache_env):
     while time.time() < end and os.path.exists(f"/proc/{job.name.split('-')[0]}"):
         time.sleep(0.5)
     assert not os.path.exists(f"/proc/{job.name.split('-')[0]}"), "the local controller survived Ctrl-C"
+
+
+def test_a_killed_rank_is_named_with_its_signal(tmp_path, cache_env):
+    """kill -9 of one rank: it writes nothing itself; its wrapper records it, the job fails within
+    seconds, and the report and `hpcqa logs` name that rank and the signal, not the survivor's error."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
+    p = subprocess.Popen([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
+                          "--set", "train.max_steps=100000", "--set", f"job.output_dir={json.dumps(str(tmp_path))}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    end = time.time() + 120
+    while time.time() < end and not list(tmp_path.glob("quickstart/*/progress.json")):
+        time.sleep(0.5)
+    (job,) = job_dirs(tmp_path)
+    victim = json.loads((job / "ranks" / "rank-1.json").read_text())["pid"]   # the training process of rank 1
+    os.kill(victim, signal.SIGKILL)
+    t0 = time.time()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1 and time.time() - t0 < 10, err
+    first = err.split("FAILED", 1)[1].splitlines()[1]
+    assert "rank 1" in first and "SIGKILL" in first, err
+    logs = subprocess.run([sys.executable, "-m", "hpcqa", "logs", job.name.split("-")[0]], capture_output=True,
+                          text=True, env=env, cwd=ROOT)
+    assert logs.returncode == 0 and "first failure: rank 1" in logs.stderr and "SIGKILL" in logs.stderr

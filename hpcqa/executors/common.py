@@ -44,10 +44,11 @@ def plan_argument(paths: Sequence[Path]) -> str:
     return str(JobRoot.task_plan(paths[0].parent, TASK_ID))
 
 
-def wrapper_python(python: str, plan_arg: str) -> str:
-    """The interpreter string given to submitit: our rank wrapper in front of the real python."""
+def wrapper_python(python: str, plan_arg: str, folder: str) -> str:
+    """The interpreter string given to submitit: our rank wrapper in front of the real python. The
+    wrapper gets submitit's folder pattern (%j) to record there how its rank ended."""
     q = shlex.quote
-    return f"{q(python)} -m hpcqa.rank --plan {q(plan_arg)} -- {q(python)}"
+    return f"{q(python)} -m hpcqa.rank --plan {q(plan_arg)} --job-dir {q(folder)} -- {q(python)}"
 
 
 def registry_row(sp: sweep.SweepPlan, plan: LaunchPlan, job_id: str, folder: Path, sweep_id: str | None) -> dict:

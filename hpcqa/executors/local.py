@@ -31,8 +31,8 @@ def submit(plan: LaunchPlan):
     (path,) = common.write_plans([plan])
     root = common.job_root(plan)
     submission = root.new_submission()
-    ex = submitit.LocalExecutor(folder=str(root.folder_pattern(submission)),
-                                python=common.wrapper_python(plan.python, str(path)))
+    folder = str(root.folder_pattern(submission))
+    ex = submitit.LocalExecutor(folder=folder, python=common.wrapper_python(plan.python, str(path), folder))
     ex.update_parameters(tasks_per_node=plan.ranks_per_node, timeout_min=plan.config.cluster.time_limit_min,
                          signal_delay_s=min(plan.config.cluster.signal_delay_s, 60))
     log = root.controller_log(submission)
@@ -147,15 +147,19 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def _children(pid: int) -> list[int]:
-    out = []
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (the ranks' wrappers and the ranks under them), deepest last."""
+    parent_of = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            parent_of[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
+    out, frontier = [], [pid]
+    while frontier:
+        kids = [c for c, p in parent_of.items() if p in frontier]
+        out += kids
+        frontier = kids
     return out
 
 
@@ -163,7 +167,7 @@ def cancel(controller_pid: int, grace_s: float = 10.0) -> bool:
     """Stop a local job: SIGINT to submitit's controller, which stops its ranks (SIGINT, then SIGKILL).
     SIGTERM would not do: submitit's job processes bypass it (on Slurm it precedes preemption).
     Whatever is left after the grace period is killed. False if the job wasn't running."""
-    ranks = _children(controller_pid)
+    ranks = _descendants(controller_pid)
     try:
         os.kill(controller_pid, signal.SIGINT)
     except ProcessLookupError:
@@ -173,7 +177,7 @@ def cancel(controller_pid: int, grace_s: float = 10.0) -> bool:
         if not [p for p in [controller_pid, *ranks] if Path(f"/proc/{p}").exists()]:
             return True
         time.sleep(0.2)
-    for p in [*ranks, controller_pid]:
+    for p in [*reversed(ranks), controller_pid]:
         try:
             os.kill(p, signal.SIGKILL)
         except ProcessLookupError:

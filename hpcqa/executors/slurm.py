@@ -26,9 +26,10 @@ def _parameters(sp: sweep.SweepPlan, array: sweep.ArrayPlan, previous: str | Non
     return params
 
 
-def _executor(plan: LaunchPlan, python: str, params: dict, submission: str):
+def _executor(plan: LaunchPlan, plan_arg: str, params: dict, submission: str):
     import submitit
-    ex = submitit.SlurmExecutor(folder=str(common.job_root(plan).folder_pattern(submission)), python=python,
+    folder = str(common.job_root(plan).folder_pattern(submission))
+    ex = submitit.SlurmExecutor(folder=folder, python=common.wrapper_python(plan.python, plan_arg, folder),
                                 max_num_timeout=plan.config.cluster.max_requeues)
     ex.update_parameters(**params)
     return ex
@@ -44,8 +45,7 @@ def sbatch_preview(sp: sweep.SweepPlan) -> list[str]:
         plans = sp.plans_of(array)
         paths = common.plan_paths(plans)
         params = _parameters(sp, array, previous and "<previous array>")
-        ex = _executor(plans[0], common.wrapper_python(plans[0].python, common.plan_argument(paths)), params,
-                       SUBMISSION)
+        ex = _executor(plans[0], common.plan_argument(paths), params, SUBMISSION)
         params = {**ex.parameters, **({"map_count": len(plans)} if len(plans) > 1 else {})}
         texts.append(_make_sbatch_string(command=ex._submitit_command_str, folder=ex.folder, **params))
         previous = f"array {n}"
@@ -61,8 +61,7 @@ def submit(sp: sweep.SweepPlan) -> list[tuple[str, list]]:
     for n, array in enumerate(sp.arrays):
         plans = sp.plans_of(array)
         paths = common.write_plans(plans)
-        ex = _executor(plans[0], common.wrapper_python(plans[0].python, common.plan_argument(paths)),
-                       _parameters(sp, array, previous), submission)
+        ex = _executor(plans[0], common.plan_argument(paths), _parameters(sp, array, previous), submission)
         try:
             with ex.batch():
                 jobs = [ex.submit(RankJob(str(path), p.digest)) for path, p in zip(paths, plans)]
