@@ -625,6 +625,10 @@ def _print_plan(lp: Any, sbatch: str | None) -> None:
     con.print(Panel(res, title="hpcqa plan (dry run: nothing submitted)", expand=False))
     for w in lp.warnings:
         con.print(f"[yellow]warning:[/] {w}")
+    if lp.executor == "local":
+        from hpcqa.executors.local import preview
+        for w in preview(lp):
+            con.print(f"[yellow]warning (this node):[/] {w}", highlight=False)
 
     common = dict(lp.ranks[0].env)
     for r in lp.ranks[1:]:

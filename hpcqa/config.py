@@ -91,6 +91,10 @@ class LaunchConfig:
                 "its cores. 1 is the seeds' recipe (one rank per socket); \"auto\" uses the layout `hpcqa tune` "
                 "measured fastest for this model/data/batch and node shape, else one rank per 4 cores "
                 "(sockets under 8 cores: one rank per core).", min=1, max=4096)
+    on_busy_cores: Literal["other-cores", "wait", "refuse", "share"] = opt(
+        "other-cores", "Local executor, when a running local job of the registry already has ranks pinned "
+                       "to this job's cores: run on the free cores (if each rank still gets one), wait for "
+                       "them, refuse, or share them (oversubscribed, said loudly).")
     bind_memory: bool = opt(True, "Bind each rank's memory to the NUMA node(s) of its CPUs (set_mempolicy) "
                                   "when the node has more than one NUMA node.")
     ccl_workers: int = opt(

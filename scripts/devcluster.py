@@ -50,7 +50,7 @@ def node_names(n: int) -> list[str]:
     return [socket.gethostname()] if n == 1 else [f"node{i}" for i in range(1, n + 1)]
 
 
-def write_conf(d: Path, nodes: int, accounting: bool, max_array: int) -> Path:
+def write_conf(d: Path, nodes: int, accounting: bool, max_array: int, slurmd_timeout: int = 300) -> Path:
     names = node_names(nodes)
     multi = nodes > 1
     lines = [
@@ -67,7 +67,7 @@ def write_conf(d: Path, nodes: int, accounting: bool, max_array: int) -> Path:
         "SlurmctldDebug=info", "SlurmdDebug=info", f"MaxArraySize={max_array}",
         "SchedulerType=sched/backfill", "SchedulerParameters=sched_interval=1",
         "JobAcctGatherType=jobacct_gather/none", "MinJobAge=300", "KillWait=5",
-        "InactiveLimit=0", "Waittime=0", "MessageTimeout=20",
+        "InactiveLimit=0", "Waittime=0", "MessageTimeout=20", f"SlurmdTimeout={slurmd_timeout}",
     ]
     if accounting:
         lines += ["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
@@ -166,7 +166,7 @@ def up(a: argparse.Namespace) -> int:
     d = Path(a.dir).absolute()
     for sub in ("state", "spool"):
         (d / sub).mkdir(parents=True, exist_ok=True)
-    conf = write_conf(d, a.nodes, a.accounting, a.max_array_size)
+    conf = write_conf(d, a.nodes, a.accounting, a.max_array_size, a.slurmd_timeout)
     env = {**os.environ, "SLURM_CONF": str(conf)}
     start_munge(d)
     if a.accounting:
@@ -250,6 +250,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--accounting", action="store_true")
     p.add_argument("--max-array-size", type=int, default=1001)
+    p.add_argument("--slurmd-timeout", type=int, default=300,
+                   help="seconds before an unresponsive node is DOWN (fault tests: 10)")
     p = sub.add_parser("down")
     p.add_argument("--dir", required=True)
     p = sub.add_parser("env")

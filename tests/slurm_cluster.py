@@ -19,7 +19,7 @@ def available() -> str:
     return ""
 
 
-def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int = 1001):
+def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int = 1001, slurmd_timeout: int = 300):
     why = available()
     if why:
         if os.environ.get("HPCQA_REQUIRE_SLURM"):
@@ -27,7 +27,7 @@ def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int 
         pytest.skip(why)
     d = tmp_path_factory.mktemp(f"slurm{nodes}{'a' if accounting else ''}")
     cmd = [sys.executable, str(ROOT / "scripts/devcluster.py"), "up", "--dir", str(d), "--nodes", str(nodes),
-           "--max-array-size", str(max_array_size)]
+           "--max-array-size", str(max_array_size), "--slurmd-timeout", str(slurmd_timeout)]
     if accounting:
         cmd.append("--accounting")
     try:

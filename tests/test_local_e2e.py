@@ -179,3 +179,36 @@ def test_a_killed_rank_is_named_with_its_signal(tmp_path, cache_env):
     logs = subprocess.run([sys.executable, "-m", "hpcqa", "logs", job.name.split("-")[0]], capture_output=True,
                           text=True, env=env, cwd=ROOT)
     assert logs.returncode == 0 and "first failure: rank 1" in logs.stderr and "SIGKILL" in logs.stderr
+
+
+def test_a_second_local_job_avoids_or_refuses_busy_cores(tmp_path, cache_env):
+    import subprocess
+    import sys
+    import time
+    env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
+    one_core = ["--set", "cluster.cores_per_socket=1", "--set", "launch.ranks_per_socket=1"]
+
+    def submit(out, *extra, wait=True):
+        args = [sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY, *one_core,
+                "--set", f"job.output_dir={json.dumps(str(out))}", *extra, *([] if wait else ["--no-wait"])]
+        with open(tmp_path / "a.out", "w") as o, open(tmp_path / "a.err", "w") as e:
+            if not wait:  # the background controller inherits them: files, not pipes
+                return subprocess.run(args, stdout=o, stderr=e, env=env, cwd=ROOT, timeout=120)
+        return subprocess.run(args, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+
+    a = submit(tmp_path / "a", "--set", "train.max_steps=100000", wait=False)
+    assert a.returncode == 0, (tmp_path / "a.err").read_text()
+    a_id = (tmp_path / "a.out").read_text().strip()
+    try:
+        end = time.time() + 60
+        while time.time() < end and not list((tmp_path / "a").glob("quickstart/*/ranks/rank-0.json")):
+            time.sleep(0.5)
+        refused = submit(tmp_path / "b", "--set", "launch.on_busy_cores=\"refuse\"")
+        assert refused.returncode == 2 and f"pinned by job {a_id} on 0" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+        moved = submit(tmp_path / "c", "--set", "train.max_steps=3", "--set", "train.do_eval=false")
+        assert moved.returncode == 0 and "runs on the free CPUs 1" in moved.stderr, moved.stderr
+        (job,) = job_dirs(tmp_path / "c")
+        assert json.loads((job / "ranks" / "rank-0.json").read_text())["cpus"] == [1]
+    finally:
+        subprocess.run([sys.executable, "-m", "hpcqa", "cancel", a_id], env=env, cwd=ROOT, capture_output=True)

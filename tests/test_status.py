@@ -182,3 +182,19 @@ def test_logs_start_at_the_current_attempt():
     text = "[hpcqa rank 0] attempt 0 starts\nold\n[hpcqa rank 0] attempt 1 starts\nnew\n"
     assert text[_attempt_start(text):] == "[hpcqa rank 0] attempt 1 starts\nnew\n"
     assert _attempt_start("[hpcqa rank 0] attempt 0 starts\nonly\n") == 0
+
+
+def test_busy_cores_policy():
+    from hpcqa.errors import PlanError
+    busy = {"111": {0, 1}}
+    assert local.choose_cpus({2, 3}, set(range(8)), busy, 2, "refuse") == (None, "")       # no clash
+    cpus, msg = local.choose_cpus({0, 1}, set(range(8)), busy, 2, "other-cores")
+    assert cpus == set(range(2, 8)) and "job 111 on 0-1" in msg
+    assert local.choose_cpus({0, 1}, set(range(8)), busy, 2, "wait") == (None, "wait")
+    assert "OVERSUBSCRIBED" in local.choose_cpus({0, 1}, set(range(8)), busy, 2, "share")[1]
+    with pytest.raises(PlanError) as e:
+        local.choose_cpus({0, 1}, set(range(8)), busy, 2, "refuse")
+    assert "job 111" in e.value.message and "on_busy_cores" in e.value.hint
+    with pytest.raises(PlanError) as e:
+        local.choose_cpus({0, 1}, {0, 1, 2}, busy, 2, "other-cores")            # 1 free CPU for 2 ranks
+    assert "can't give 2 ranks" in e.value.message

@@ -17,13 +17,16 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hpcqa import sweep
+from hpcqa import sweep, topology
 from hpcqa.executors import common
 from hpcqa.jobdir import JobDir
+from hpcqa.errors import HpcqaError
 from hpcqa.plan import LaunchPlan
 
 
-def submit(plan: LaunchPlan):
+def submit(plan: LaunchPlan, cpus: set[int] | None = None):
+    """Start the job's controller (and so its ranks) -- on `cpus` when given: the ranks derive their
+    pools from the CPUs they may use."""
     import submitit
 
     from hpcqa.train.job import RankJob
@@ -36,8 +39,14 @@ def submit(plan: LaunchPlan):
     ex.update_parameters(tasks_per_node=plan.ranks_per_node, timeout_min=plan.config.cluster.time_limit_min,
                          signal_delay_s=min(plan.config.cluster.signal_delay_s, 60))
     log = root.controller_log(submission)
-    with _stdio_to(log):  # the controller inherits our stdio: keep its messages off the terminal
-        job = ex.submit(RankJob(str(path), plan.digest))
+    mine = os.sched_getaffinity(0)
+    try:
+        if cpus:
+            os.sched_setaffinity(0, cpus)  # inherited by the controller and its ranks
+        with _stdio_to(log):  # the controller inherits our stdio: keep its messages off the terminal
+            job = ex.submit(RankJob(str(path), plan.digest))
+    finally:
+        os.sched_setaffinity(0, mine)
     jd = JobDir(Path(job.paths.folder))
     jd.path.mkdir(parents=True, exist_ok=True)
     os.replace(log, jd.controller_log)  # the controller keeps writing through its open descriptor
@@ -67,7 +76,7 @@ def run(sp: sweep.SweepPlan, wait: bool = True) -> int:
     if sp.is_sweep:
         return _run_sweep(sp)
     plan = sp.plans[0]
-    job, jd = submit(plan)
+    job, jd = submit(plan, cpus_for(plan))
     common.register(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)])
     err = sys.stderr
     print(f"local job {job.job_id}: {plan.world_size} ranks, folder {jd.path}", file=err)
@@ -89,7 +98,7 @@ def _run_sweep(sp: sweep.SweepPlan) -> int:
 
     sweep_id, failed = None, 0
     for p in sp.plans:
-        job, jd = submit(p)
+        job, jd = submit(p, cpus_for(p))
         sweep_id = sweep_id or f"local-{job.job_id}"
         common.register(p, [common.registry_row(sp, p, job.job_id, jd.path, sweep_id)])
         print(f"sweep {sweep_id}: variant {p.variant_index} {dict(p.variant)} -> local job {job.job_id}",
@@ -104,6 +113,54 @@ def _run_sweep(sp: sweep.SweepPlan) -> int:
     print(f"sweep {sweep_id}: {len(sp.variants) - failed} of {len(sp.variants)} variants completed; "
           f"hpcqa results {sweep_id}")
     return 1 if failed else 0
+
+
+def cpus_for(plan: LaunchPlan, poll_s: float = 5.0) -> set[int] | None:
+    """Where this local job may run, given the other running local jobs of the registry (and say so)."""
+    from hpcqa import rank
+    from hpcqa.registry import Registry
+    reg = Registry(plan.config.job.registry or None, create=False)
+    node = topology.read_node()
+    lay = rank.node_layout(plan, node)
+    for note in lay.notes:
+        if "OVERSUBSCRIBED" in note:
+            print(f"warning: {note}", file=sys.stderr)
+    wanted = {c for p in lay.pools for c in p.cpus}
+    said = False
+    while True:
+        cpus, message = choose_cpus(wanted, set(node.allowed), busy_cpus(reg), plan.ranks_per_node,
+                                    plan.config.launch.on_busy_cores)
+        if message != "wait":
+            if message:
+                print(f"warning: {message}" if "OVERSUB" in message else message, file=sys.stderr)
+            return cpus
+        if not said:
+            print("waiting: this job's CPUs are pinned by a running local job (launch.on_busy_cores = \"wait\")",
+                  file=sys.stderr)
+            said = True
+        time.sleep(poll_s)
+
+
+def preview(plan: LaunchPlan) -> list[str]:
+    """For the dry run: would this local job's ranks share cores (too few, or pinned by a running job)?"""
+    from hpcqa import rank
+    from hpcqa.errors import PlanError
+    from hpcqa.registry import Registry
+    node = topology.read_node()
+    lay = rank.node_layout(plan, node)
+    notes = [n for n in lay.notes if "OVERSUBSCRIBED" in n]
+    wanted = {c for p in lay.pools for c in p.cpus}
+    try:
+        busy = busy_cpus(Registry(plan.config.job.registry or None, create=False))
+        _, message = choose_cpus(wanted, set(node.allowed), busy, plan.ranks_per_node,
+                                 plan.config.launch.on_busy_cores)
+        if message == "wait":
+            message = "this job's CPUs are pinned by a running local job: submit would wait for it"
+    except PlanError as e:
+        message = f"submit would refuse: {e.message}"
+    except HpcqaError as e:  # a damaged registry: submit says so
+        message = e.message
+    return notes + ([message] if message else [])
 
 
 def finish(job, jd: JobDir, plan: LaunchPlan, title: str, interrupted: str) -> int:
@@ -183,3 +240,44 @@ def cancel(controller_pid: int, grace_s: float = 10.0) -> bool:
         except ProcessLookupError:
             pass
     return True
+
+
+# ------------------------------------------------------------------------------------ busy cores
+
+def busy_cpus(reg, pid_alive: Callable[[int], bool] | None = None) -> dict[str, set[int]]:
+    """CPUs that running local jobs of the registry have pinned ranks on: job id -> CPUs."""
+    out: dict[str, set[int]] = {}
+    for row in reg.jobs() if reg.db is not None else []:
+        if row.executor != "local" or row.final or not row.id.isdigit():
+            continue
+        if not (pid_alive or _pid_alive)(int(row.id)):
+            continue
+        jd = JobDir(Path(row.folder))
+        cpus = {c for r in range(row.world_size) for c in ((jd.read_report(r) or {}).get("cpus") or [])}
+        if cpus:
+            out[row.id] = cpus
+    return out
+
+
+def choose_cpus(wanted: set[int], allowed: set[int], busy: dict[str, set[int]], ranks: int,
+                policy: str) -> tuple[set[int] | None, str]:
+    """Pure: (CPUs to run on, or None to keep this process's; what to tell the user).
+    Raises PlanError for "refuse", and for "other-cores" when the free CPUs can't give every rank one."""
+    from hpcqa.errors import PlanError
+    taken = set().union(*busy.values()) if busy else set()
+    clash = wanted & taken
+    if not clash:
+        return None, ""
+    who = ", ".join(f"job {j} on {topology.cpu_list(c)}" for j, c in busy.items() if c & wanted)
+    free = allowed - taken
+    if policy == "share":
+        return None, f"OVERSUBSCRIBED: CPUs {topology.cpu_list(clash)} are already pinned by {who}; sharing them " \
+                     "(launch.on_busy_cores = \"share\")"
+    if policy == "wait":
+        return None, "wait"
+    if policy == "other-cores" and len(free) >= ranks:
+        return free, f"CPUs {topology.cpu_list(clash)} are pinned by {who}: this job runs on the free CPUs " \
+                     f"{topology.cpu_list(free)} (launch.on_busy_cores = \"other-cores\")"
+    raise PlanError(f"this job's CPUs {topology.cpu_list(clash)} are already pinned by {who}"
+                    + (f"; {len(free)} free CPU(s) can't give {ranks} ranks one each" if policy == "other-cores" else ""),
+                    "wait for it (hpcqa status), cancel it, or set launch.on_busy_cores = \"wait\" (or \"share\")")

@@ -1,0 +1,65 @@
+"""A node fails mid-job, on a real 2-node Slurm (SlurmdTimeout 10 s so the test doesn't wait 5 min)."""
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import slurm_cluster
+from tests.conftest import run_cli
+from tests.test_slurm import status, submit, wait_state
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    yield from slurm_cluster.cluster(tmp_path_factory, nodes=2, accounting=True, slurmd_timeout=10)
+
+
+def _stop(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_node_failure_is_followed_and_the_job_can_be_cancelled(slurm, tmp_path):
+    r = submit(slurm, tmp_path, "--set", "cluster.nodes=2", "--set", "train.max_steps=100000", wait=False)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip()
+    folder = Path(wait_state(slurm, job_id, {"RUNNING"})["folder"])
+    end = time.time() + 120
+    while time.time() < end and not (folder / "progress.json").exists():
+        time.sleep(0.5)
+    node2 = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in (2, 3)]
+    assert {rep["host"] for rep in node2} == {"node2"}
+    slurmd = int((Path(slurm["SLURM_CONF"]).parent / "slurmd.node2.pid").read_text())
+    try:
+        os.kill(slurmd, signal.SIGKILL)             # the node stops answering; its ranks run on
+        seen, end = [], time.time() + 120
+        while time.time() < end:
+            state = status(slurm, job_id)[job_id]["state"]
+            if not seen or seen[-1] != state:
+                seen.append(state)
+            if state in ("PENDING", "REQUEUED") and len(seen) > 1:
+                break
+            time.sleep(1)
+        assert seen[0] == "RUNNING" and seen[-1] in ("PENDING", "REQUEUED"), seen   # requeued, not "over"
+        assert not set(seen) & {"COMPLETED", "FAILED", "CANCELLED"}
+        c = run_cli("cancel", job_id, env=slurm)
+        assert c.returncode == 0 and f"cancelled slurm job {job_id}" in c.stdout, c.stdout + c.stderr
+        assert wait_state(slurm, job_id, {"CANCELLED"}, timeout=60)["state"] == "CANCELLED"
+    finally:
+        # node2's slurmd is gone, so nothing stops node2's ranks for us: end them (and their wrappers)
+        for rep in node2:
+            try:
+                parent = int(Path(f"/proc/{rep['pid']}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                parent = None
+            _stop(rep["pid"])
+            if parent:
+                _stop(parent)
