@@ -27,6 +27,24 @@ def _stop(pid: int) -> None:
         pass
 
 
+def test_a_killed_rank_fails_the_job_fast_and_is_named(slurm, tmp_path):
+    r = submit(slurm, tmp_path, "--set", "cluster.nodes=2", "--set", "train.max_steps=100000", wait=False)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip()
+    folder = Path(wait_state(slurm, job_id, {"RUNNING"})["folder"])
+    end = time.time() + 120
+    while time.time() < end and not (folder / "progress.json").exists():
+        time.sleep(0.5)
+    victim = json.loads((folder / "ranks" / "rank-3.json").read_text())
+    assert victim["host"] == "node2"
+    os.kill(victim["pid"], signal.SIGKILL)          # rank 3's training process, on node2
+    t0 = time.time()
+    j = wait_state(slurm, job_id, {"FAILED", "CANCELLED", "COMPLETED"}, timeout=60)
+    assert j["state"] == "FAILED" and time.time() - t0 < 15, j
+    logs = run_cli("logs", job_id, env=slurm)
+    assert logs.returncode == 0 and "first failure: rank 3 on node2: rank process killed by SIGKILL" in logs.stderr
+
+
 def test_node_failure_is_followed_and_the_job_can_be_cancelled(slurm, tmp_path):
     r = submit(slurm, tmp_path, "--set", "cluster.nodes=2", "--set", "train.max_steps=100000", wait=False)
     assert r.returncode == 0, r.stderr
