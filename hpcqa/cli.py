@@ -269,7 +269,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2, default=str))
         return 0
     from rich.table import Table
-    t = Table(title=f"ranks x threads per socket, steady train samples/s ({args.steps} steps after {args.warmup})")
+    t = Table(title="ranks x threads per socket", caption=f"steady train samples/s: {args.steps} steps after {args.warmup}")
     for col in ("layout", "samples/s", ""):
         t.add_column(col)
     for row in tune.table_rows(out["measured"], out["cores_per_domain"]):

@@ -95,6 +95,8 @@ class LaunchConfig:
         "other-cores", "Local executor, when a running local job of the registry already has ranks pinned "
                        "to this job's cores: run on the free cores (if each rank still gets one), wait for "
                        "them, refuse, or share them (oversubscribed, said loudly).")
+    use_siblings: bool = opt(False, "Also run compute threads on the cores' hyper-thread siblings (default: "
+                                    "one thread per physical core, siblings idle, KMP_HW_SUBSET=1T).")
     bind_memory: bool = opt(True, "Bind each rank's memory to the NUMA node(s) of its CPUs (set_mempolicy) "
                                   "when the node has more than one NUMA node.")
     ccl_workers: int = opt(

@@ -208,7 +208,8 @@ def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool]
         if la.openmp == "iomp":
             env["KMP_AFFINITY"] = topology.kmp_affinity(pool.compute)
             env["KMP_BLOCKTIME"] = str(la.kmp_blocktime_ms)
-            env["KMP_HW_SUBSET"] = "1T"  # one thread per core: siblings stay idle
+            if not la.use_siblings:
+                env["KMP_HW_SUBSET"] = "1T"  # one thread per core: siblings stay idle
         else:
             env["OMP_PLACES"] = topology.omp_places(pool.compute)
             env["OMP_PROC_BIND"] = "close"
@@ -248,7 +249,8 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None) -> Lau
                           f"{cfg.cores_per_domain}-core {la.rank_domain}",
                           "lower launch.ccl_workers or launch.ranks_per_socket", cfg.source)
     node = topology.declared_node(c.sockets_per_node, c.cores_per_socket, c.threads_per_core, c.numa_per_socket)
-    pools = list(topology.layout(node, ranks_per_node, cfg.cores_per_domain, workers, la.rank_domain, rpd).pools)
+    lay = topology.layout(node, ranks_per_node, cfg.cores_per_domain, workers, la.rank_domain, rpd)
+    pools = list((topology.with_siblings(lay) if la.use_siblings else lay).pools)
     local_ranks = tuple(
         LocalRankPlan(local_rank=p.local_rank, cpus=p.cpus if la.bind else (),
                       compute=p.compute, ccl=p.ccl,

@@ -41,8 +41,9 @@ def node_layout(plan: LaunchPlan, node: topology.Node | Sequence[topology.Cpu]) 
     cfg = plan.config
     workers = cfg.launch.ccl_workers if plan.backend.resolved == "ccl" else 0
     try:
-        return topology.layout(node, plan.ranks_per_node, cfg.cores_per_domain, workers, cfg.launch.rank_domain,
-                               plan.ranks_per_domain)
+        lay = topology.layout(node, plan.ranks_per_node, cfg.cores_per_domain, workers, cfg.launch.rank_domain,
+                              plan.ranks_per_domain)
+        return topology.with_siblings(lay) if cfg.launch.use_siblings else lay
     except HpcqaError:
         # fewer cores than ranks: share them round-robin rather than refuse to start, and say so loudly
         cpus = node.cpus if isinstance(node, topology.Node) else node

@@ -264,6 +264,12 @@ def _virtual(doms, ranks: int, per: int, workers: int, by: str) -> Layout:
     return Layout(pools, True, (note + (f"; local rank(s) {straddle} straddle {by}s" if straddle else ""),))
 
 
+def with_siblings(lay: Layout) -> Layout:
+    """The ranks' hyper-thread siblings join their compute threads (launch.use_siblings)."""
+    from dataclasses import replace
+    return replace(lay, pools=tuple(replace(p, compute=tuple(sorted(p.compute + p.siblings))) for p in lay.pools))
+
+
 def _workers(workers: int, share: int) -> int:
     return min(workers, share - 1) if share > 1 else 0
 

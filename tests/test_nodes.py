@@ -229,3 +229,15 @@ def test_ranks_per_socket_is_checked():
     with pytest.raises(ConfigError) as e:
         spr("cluster.cores_per_socket=8", "launch.ranks_per_socket=4", "launch.ccl_workers=2", backend="ccl")
     assert e.value.key == "launch.ccl_workers"
+
+
+def test_siblings_join_the_compute_threads_when_asked(tmp_path):
+    node = topology.read_node(write_tree(tmp_path, adjacent_siblings(2, 4)), allowed=range(16), cpuinfo=None)
+    base = ("cluster.cores_per_socket=4", "cluster.threads_per_core=2", "launch.ranks_per_socket=1")
+    off = rank.node_view(spr(*base), node)["ranks"]
+    on_plan = spr(*base, "launch.use_siblings=true")
+    on = rank.node_view(on_plan, node)["ranks"]
+    assert off[0]["cpus"] == [0, 2, 4, 6] and off[0]["env"]["OMP_NUM_THREADS"] == "4"
+    assert off[0]["env"]["KMP_HW_SUBSET"] == "1T"
+    assert on[1]["cpus"] == list(range(8, 16)) and on[1]["env"]["OMP_NUM_THREADS"] == "8"
+    assert "KMP_HW_SUBSET" not in on[1]["env"] and on_plan.local_ranks[0].cpus == (0, 1, 2, 3, 8, 9, 10, 11)
