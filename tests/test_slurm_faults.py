@@ -27,7 +27,8 @@ def _stop(pid: int) -> None:
         pass
 
 
-def test_a_killed_rank_fails_the_job_fast_and_is_named(slurm, tmp_path):
+def training_on_two_nodes(slurm, tmp_path) -> tuple[str, Path]:
+    """A long 2-node job, submitted and training. -> (job id, folder)"""
     r = submit(slurm, tmp_path, "--set", "cluster.nodes=2", "--set", "train.max_steps=100000", wait=False)
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip()
@@ -35,6 +36,11 @@ def test_a_killed_rank_fails_the_job_fast_and_is_named(slurm, tmp_path):
     end = time.time() + 120
     while time.time() < end and not (folder / "progress.json").exists():
         time.sleep(0.5)
+    return job_id, folder
+
+
+def test_a_killed_rank_fails_the_job_fast_and_is_named(slurm, tmp_path):
+    job_id, folder = training_on_two_nodes(slurm, tmp_path)
     victim = json.loads((folder / "ranks" / "rank-3.json").read_text())
     assert victim["host"] == "node2"
     os.kill(victim["pid"], signal.SIGKILL)          # rank 3's training process, on node2
@@ -46,13 +52,7 @@ def test_a_killed_rank_fails_the_job_fast_and_is_named(slurm, tmp_path):
 
 
 def test_node_failure_is_followed_and_the_job_can_be_cancelled(slurm, tmp_path):
-    r = submit(slurm, tmp_path, "--set", "cluster.nodes=2", "--set", "train.max_steps=100000", wait=False)
-    assert r.returncode == 0, r.stderr
-    job_id = r.stdout.strip()
-    folder = Path(wait_state(slurm, job_id, {"RUNNING"})["folder"])
-    end = time.time() + 120
-    while time.time() < end and not (folder / "progress.json").exists():
-        time.sleep(0.5)
+    job_id, folder = training_on_two_nodes(slurm, tmp_path)
     node2 = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in (2, 3)]
     assert {rep["host"] for rep in node2} == {"node2"}
     slurmd = int((Path(slurm["SLURM_CONF"]).parent / "slurmd.node2.pid").read_text())
