@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from hpcqa.fsutil import atomic_write_text
 
 JOB_ID = "%j"                        # submitit's placeholder for the job id in a folder path
-SUBMISSION = "<submission>"          # a dry run's stand-in for the token a submission picks
+SUBMISSION = "SUBMISSION"            # a dry run's stand-in for the token a submission picks (plain: unquoted in scripts)
 TASK_ID = "{array_task_id}"          # the rank wrapper's placeholder for SLURM_ARRAY_TASK_ID
 # Per-rank log names that launchers expand themselves: srun --output (%t) and mpirun (%r).
 SRUN_LOG = "rank-%t.log"

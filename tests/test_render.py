@@ -129,7 +129,7 @@ def test_sbatch_preview_is_the_submission_with_the_real_plan_path(tmp_path):
     assert "--cpus-per-task=112" in text.split("srun", 1)[1]
     (path,) = common.plan_paths([lp])
     assert path.name == "task-0.json" and path.parent.name == lp.digest
-    folder = shlex.quote(str(out / "squad-spr" / "%j-<submission>"))
+    folder = shlex.quote(str(out / "squad-spr" / "%j-SUBMISSION"))
     assert f"-m hpcqa.rank --plan {shlex.quote(str(path))} --job-dir {folder} -- python3 -u -m submitit.core._submit" \
         in text
     assert not out.exists()  # a dry run writes nothing

@@ -54,7 +54,7 @@ def test_two_nodes_two_tasks_each(slurm, tmp_path):
     (folder,) = (tmp_path / "quickstart").glob(f"{job_id}-*")
     # the dry run showed what was submitted (but for the submission token it can't know yet)
     submitted = (folder / f"{job_id}_submission.sh").read_text()
-    assert json.loads(dry.stdout)["sbatch"].replace("<submission>", folder.name.split("-", 1)[1]) == submitted
+    assert json.loads(dry.stdout)["sbatch"].replace("SUBMISSION", folder.name.split("-", 1)[1]) == submitted
     reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
     assert {rep["plan_digest"] for rep in reports} == {json.loads(dry.stdout)["plan_digest"]}
     assert [rep["host"] for rep in reports] == ["node1", "node1", "node2", "node2"]
