@@ -618,7 +618,7 @@ def _print_plan(lp: Any, sbatch: str | None) -> None:
         res.add_row("hosts", "unknown until Slurm allocates the job")
     for k, v in lp.deferred_env.items():
         res.add_row(k, v)
-    res.add_row("job folder", lp.job_dir_pattern + "  (%j = job id)")
+    res.add_row("job folder", lp.job_dir_pattern + "  (%j = job id; SUBMISSION = a token picked at submit)")
     m = lp.config.model.name_or_path
     d = lp.config.data.dataset or lp.config.data.train_file
     res.add_row("job", f"{m} on {d}")

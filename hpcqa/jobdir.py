@@ -49,6 +49,20 @@ def folder_from_env(pattern: str, env: Mapping[str, str]) -> Path | None:
     return Path(pattern.replace(JOB_ID, job)) if pattern and job else None
 
 
+# A rank that lost a peer fails too, often within the same millisecond: causes sort before consequences.
+HARD_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE")
+PEER_LOST = ("connection closed by peer", "connection reset by peer", "remote worker", "broken pipe",
+             "timed out", "gloo/transport")
+
+
+def _consequence(record: dict) -> int:
+    """0: died of a hard signal (the OOM killer, kill -9, a crash); 1: its own error; 2: lost a peer."""
+    error = str(record.get("error", ""))
+    if any(f"killed by {s}" in error for s in HARD_SIGNALS):
+        return 0
+    return 2 if any(p in error.lower() for p in PEER_LOST) else 1
+
+
 def read_json(path: Path) -> Any:
     """The parsed file, or None when it is missing, half-written by someone else, or not JSON."""
     try:
@@ -191,9 +205,11 @@ class JobDir:
             if not d:
                 continue
             seen = by_rank.get(d.get("rank", -1))
-            # the rank's own error text when it wrote one; the earliest time says who failed first
-            by_rank[d.get("rank", -1)] = {**(seen or {}), **d, "time": min(d.get("time", 0), (seen or d).get("time", 0))}
-        return sorted(by_rank.values(), key=lambda d: (d.get("time", 0), d.get("rank", 0)))
+            merged = {**(seen or {}), **d, "time": min(d.get("time", 0), (seen or d).get("time", 0))}
+            if seen and "killed by" in str(seen.get("error", "")):  # a signal outranks what the rank wrote
+                merged["error"] = seen["error"]
+            by_rank[d.get("rank", -1)] = merged
+        return sorted(by_rank.values(), key=lambda d: (_consequence(d), d.get("time", 0), d.get("rank", 0)))
 
     def has_started(self) -> bool:
         return self.ranks.is_dir() or self.progress.exists()

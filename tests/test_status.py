@@ -198,3 +198,14 @@ def test_busy_cores_policy():
     with pytest.raises(PlanError) as e:
         local.choose_cpus({0, 1}, {0, 1, 2}, busy, 2, "other-cores")            # 1 free CPU for 2 ranks
     assert "can't give 2 ranks" in e.value.message
+
+
+def test_the_cause_is_named_before_its_consequences(tmp_path):
+    jd = JobDir(tmp_path)
+    jd.ranks.mkdir()
+    jd.rank_failed(2).write_text(json.dumps({"rank": 2, "host": "n2", "time": 10.0,
+                                             "error": "RuntimeError: [gloo/pair.cc] Connection closed by peer"}))
+    jd.rank_exit(3).write_text(json.dumps({"rank": 3, "host": "n2", "time": 10.001, "exit_code": -9,
+                                           "error": "rank process killed by SIGKILL"}))
+    jd.rank_failed(0).write_text(json.dumps({"rank": 0, "host": "n1", "time": 10.5, "error": "ValueError: bad"}))
+    assert [f["rank"] for f in jd.failed_ranks()] == [3, 0, 2]
