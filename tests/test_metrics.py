@@ -18,11 +18,13 @@ def test_normalize(text, norm):
 
 def test_f1_hand_computed():
     # gold [cat, sat], pred [cat, sat, on, mat]: P = 2/4, R = 2/2 -> F1 = 2/3
-    assert metrics.f1("the cat sat", "cat sat on mat") == pytest.approx(2 / 3)
-    assert metrics.f1("a b c", "x y") == 0.0
-    assert metrics.f1("", "") == 1.0 and metrics.f1("x", "") == 0.0
-    # repeated tokens count once each: gold [a, a, b], pred [a, b, b]: common a:1 b:1 -> P=R=2/3
-    assert metrics.f1("a a b", "a b b") == pytest.approx(2 / 3)
+    for f1 in (metrics.f1_v1, metrics.f1_v2):
+        assert f1("the cat sat", "cat sat on mat") == pytest.approx(2 / 3)
+        assert f1("a b c", "x y") == 0.0
+        # repeated tokens count once each: gold [a, a, b], pred [a, b, b]: common a:1 b:1 -> P=R=2/3
+        assert f1("a a b", "a b b") == pytest.approx(2 / 3)
+    assert metrics.f1_v2("", "") == 1.0 and metrics.f1_v2("x", "") == 0.0
+    assert metrics.f1_v1("", "") == 0.0 and metrics.f1_v1(".", ".") == 0.0   # v1.1: no shared token -> 0
 
 
 def test_squad_v1_scores():
@@ -31,17 +33,35 @@ def test_squad_v1_scores():
     s = metrics.squad_scores(golds, preds)
     assert s["exact_match"] == pytest.approx(100 / 3)
     assert s["f1"] == pytest.approx(100 * (1 + 2 / 3 + 0) / 3)
-    assert s["count"] == 3 and "HasAns_exact" not in s
+    assert s["count"] == 3 and "HasAns_exact" not in s and s["rules"] == "squad-v1.1"
+
+
+def test_the_issue_cases_v1_rules_on_v1_data():
+    # gold ["cat", "the"], prediction "": v1.1 EM 100 ("the" normalises to "" == "")
+    assert metrics.squad_scores({"q": ["cat", "the"]}, {"q": ""})["exact_match"] == 100.0
+    # gold ["."], prediction ".": v1.1 F1 0 (no token shared), EM 100
+    s = metrics.squad_scores({"q": ["."]}, {"q": "."})
+    assert (s["exact_match"], s["f1"]) == (100.0, 0.0)
+    # the same under v2.0's rules: the golds normalising to '' are dropped -> gold ''
+    s = metrics.squad_scores({"q": ["."]}, {"q": "."}, version_2=True)
+    assert (s["exact_match"], s["f1"]) == (100.0, 100.0)
+
+
+def test_v2_has_answer_from_the_raw_list_and_splits_always_reported():
+    # {q1: ["the"]} is a HasAns question for v2.0 (its raw answer list is not empty)
+    s = metrics.squad_scores({"q1": ["the"], "q2": ["cat"]}, {"q1": "", "q2": "cat"}, version_2=True)
+    assert (s["HasAns_total"], "NoAns_total" in s) == (2, False)
+    assert s["HasAns_exact"] == 100.0 and s["rules"] == "squad-v2.0"
 
 
 def test_squad_v2_scores_split_has_and_no_answer():
     golds = {"a": ["x y"], "b": [], "c": [""], "d": ["z"]}
     preds = {"a": "", "b": "", "c": "something", "d": "z"}
-    s = metrics.squad_scores(golds, preds)
-    # a: 0/0, b: 1/1, c: 0/0, d: 1/1
+    s = metrics.squad_scores(golds, preds, version_2=True)
+    # a: 0/0, b: 1/1, c: 0/0 (HasAns: its raw list [""] is not empty), d: 1/1
     assert s["exact_match"] == 50.0 and s["f1"] == 50.0
-    assert (s["HasAns_exact"], s["HasAns_total"]) == (50.0, 2)
-    assert (s["NoAns_exact"], s["NoAns_total"]) == (50.0, 2)
+    assert (s["HasAns_exact"], s["HasAns_total"]) == (pytest.approx(100 / 3), 3)
+    assert (s["NoAns_exact"], s["NoAns_total"]) == (100.0, 1)
 
 
 CTX = "Paris is the capital of France"
@@ -102,3 +122,30 @@ def test_mismatched_rows_are_an_error():
     with pytest.raises(ValueError):
         postprocess.best_answers([], [{"example_id": "e", "offset_mapping": OFFSETS}], np.zeros((2, 10)),
                                  np.zeros((2, 10)))
+
+
+def test_nbest_lists_and_null_odds_as_run_qa_writes_them():
+    f = [{"example_id": "e", "offset_mapping": OFFSETS}]
+    s, e = logits({0: 4, 8: 3, 3: 1}), logits({0: 4, 8: 3, 6: 1})   # null 8; France 6; Paris..capital 2
+    ex = [{"id": "e", "context": CTX}]
+    out = postprocess.postprocess(ex, f, np.array([s]), np.array([e]), n_best_size=3, version_2_with_negative=True)
+    nbest = out.nbest["e"]
+    assert [p["text"] for p in nbest][:2] == ["", "France"]      # the null answer competes in the list
+    assert abs(sum(p["probability"] for p in nbest) - 1) < 1e-9
+    assert [p["probability"] for p in nbest] == sorted((p["probability"] for p in nbest), reverse=True)
+    assert out.null_odds["e"] == 8.0 - 6.0 and out.answers["e"] == ""
+    assert set(nbest[0]) == {"text", "probability", "start_logit", "end_logit"}
+    v1 = postprocess.postprocess(ex, f, np.array([s]), np.array([e]), n_best_size=3)
+    assert v1.answers["e"] == "France" and v1.null_odds == {} and "" not in [p["text"] for p in v1.nbest["e"]]
+
+
+def test_no_valid_span_lists_runqa_placeholder_but_answers_nothing():
+    only_question = [None] * 10
+    f = [{"example_id": "e", "offset_mapping": only_question}]
+    ex = [{"id": "e", "context": CTX}]
+    s, e = logits({0: 2}), logits({0: 1})
+    v1 = postprocess.postprocess(ex, f, np.array([s]), np.array([e]))
+    assert v1.answers["e"] == "" and v1.nbest["e"][0]["text"] == postprocess.EMPTY
+    v2 = postprocess.postprocess(ex, f, np.array([s]), np.array([e]), version_2_with_negative=True,
+                                 null_score_diff_threshold=10.0)
+    assert v2.answers["e"] == "" and v2.null_odds["e"] == 3.0    # run_qa's odds: null score - 0
