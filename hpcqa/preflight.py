@@ -12,8 +12,9 @@ import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from hpcqa import squadfile
 from hpcqa.config import Config
 from hpcqa.errors import ConfigError
 from hpcqa.jobdir import JobRoot
@@ -27,7 +28,8 @@ def check(cfg: Config) -> list[str]:
     notes = []
     d = cfg.data
     if not d.dataset:
-        for key, path in (("data.train_file", d.train_file), ("data.validation_file", d.validation_file)):
+        for key, path in (("data.train_file", d.train_file), ("data.validation_file", d.validation_file),
+                          ("data.test_file", d.test_file)):
             if path:
                 notes += data_file(cfg, key, path)
     model(cfg)
@@ -59,43 +61,6 @@ def output_writable(cfg: Config) -> None:
 
 # ------------------------------------------------------------------------------------ data
 
-def read_examples(path: str) -> tuple[str, list[dict[str, Any]]]:
-    """(format, flat examples) of a SQuAD-format file, decided by parsing: nested SQuAD JSON
-    ({"data": [{"paragraphs": ...}]}), flat {"data": [{id, context, question, answers}]}, or JSON lines.
-    Raises ValueError with the line number for text that is none of them."""
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as whole:
-        lines = [ln for ln in text.splitlines()]
-        rows = []
-        for i, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                err = whole if i == 1 else e
-                raise ValueError(f"line {err.lineno if i == 1 else i}, column {err.colno}: {err.msg}") from None
-        return "jsonl", [r for r in rows if isinstance(r, dict)]
-    if isinstance(doc, dict) and isinstance(doc.get("data"), list):
-        items = doc["data"]
-        if items and isinstance(items[0], dict) and "paragraphs" in items[0]:
-            return "squad", list(_flatten(items))
-        return "flat", [x for x in items if isinstance(x, dict)]
-    if isinstance(doc, dict):
-        return "jsonl", [doc]
-    raise ValueError('expected {"data": [...]} (SQuAD JSON) or one JSON object per line')
-
-
-def _flatten(articles: list) -> Iterator[dict[str, Any]]:
-    for a in articles:
-        for p in a.get("paragraphs", []) if isinstance(a, dict) else []:
-            for q in p.get("qas", []):
-                yield {"id": q.get("id"), "context": p.get("context", ""), "question": q.get("question"),
-                       "answers": q.get("answers", [])}
-
-
 def misaligned(examples: list[dict[str, Any]]) -> tuple[int, int, list[str]]:
     """(answers checked, answers whose answer_start doesn't index their text, first offenders)."""
     total, bad, first = 0, 0, []
@@ -120,15 +85,17 @@ def data_file(cfg: Config, key: str, path: str) -> list[str]:
         raise ConfigError(key, f"{path!r} not found" + (" (a directory)" if os.path.isdir(path) else ""),
                           f"point {key} at a SQuAD JSON or JSON-lines file", src)
     try:
-        fmt, examples = read_examples(path)
+        fmt, examples = squadfile.read(path)
     except (ValueError, UnicodeDecodeError) as e:
         raise ConfigError(key, f"{path}: not SQuAD JSON or JSON lines: {e}", "fix the file at that line", src) from None
     if not examples:
         raise ConfigError(key, f"{path}: no examples ({fmt})", "point it at a file with questions", src)
-    missing = [i for i, ex in enumerate(examples) if not ex.get("context") or not ex.get("question")]
-    if missing:
-        raise ConfigError(key, f"{path}: {len(missing)} example(s) without context or question (first: #{missing[0]})",
-                          "every example needs id, context, question and answers", src)
+    bad_rows = squadfile.problems(examples)
+    if bad_rows:
+        raise ConfigError(key, f"{path} ({fmt}): {'; '.join(bad_rows)}",
+                          "every example needs a unique id, a context and a question", src)
+    if key == "data.test_file":
+        return []  # predictions only: answers, if any, are not used
     total, bad, first = misaligned(examples)
     allowed = cfg.data.max_misaligned_answers
     if bad and bad > allowed * total:

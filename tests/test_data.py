@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from hpcqa import squadfile
 from hpcqa.train import data, model, synth
 
 pytestmark = pytest.mark.slow
@@ -94,3 +95,140 @@ def test_ccl_planned_without_bindings_is_a_clear_error():
         verify_backend(plan.resolve_backend("ccl", ccl_bindings=False))
     assert "oneccl_bindings_for_pytorch" in e.value.message and "gloo" in e.value.hint
     assert verify_backend(plan.resolve_backend("auto", ccl_bindings=False)).startswith("gloo as planned")
+
+
+# ------------------------------------------------------------------ formats, decided by parsing
+
+ROWS = [  # v2: q3 has no answer
+    {"id": "q1", "title": "Paris", "context": "Paris is the capital of France.", "question": "Capital of France?",
+     "answers": {"text": ["Paris"], "answer_start": [0]}},
+    {"id": "q2", "title": "Paris", "context": "Paris is the capital of France.", "question": "Which country?",
+     "answers": {"text": ["France", "France."], "answer_start": [24, 24]}},
+    {"id": "q3", "title": "Rome", "context": "Rome is old.", "question": "Who founded it?",
+     "answers": {"text": [], "answer_start": []}},
+]
+
+
+def as_list(a):
+    return [{"text": t, "answer_start": s} for t, s in zip(a["text"], a["answer_start"])]
+
+
+def write_formats(tmp_path, titles: bool):
+    """The same questions as nested SQuAD (v2 is_impossible), flat `data` (columnar answers, as
+    transformers' sample), and JSON lines (answer lists) -- with or without titles."""
+    def t(r):
+        return {"title": r["title"]} if titles else {}
+    arts = {}
+    for r in ROWS:
+        art = arts.setdefault(r["title"], {**t(r), "paragraphs": []})
+        qa = {"id": r["id"], "question": r["question"], "answers": as_list(r["answers"])}
+        if not r["answers"]["text"]:
+            qa["is_impossible"] = True
+        art["paragraphs"].append({"context": r["context"], "qas": [qa]})
+    paths = {"squad": tmp_path / "nested.json", "flat": tmp_path / "flat.json", "jsonl": tmp_path / "rows.jsonl"}
+    paths["squad"].write_text(json.dumps({"version": "v2.0", "data": list(arts.values())}))
+    flat = [{k: v for k, v in r.items() if titles or k != "title"} for r in ROWS]
+    paths["flat"].write_text(json.dumps({"version": "0.1.0", "data": flat}))
+    paths["jsonl"].write_text("\n".join(json.dumps({**{k: v for k, v in r.items() if titles or k != "title"},
+                                                    "answers": as_list(r["answers"])}) for r in ROWS) + "\n")
+    return paths
+
+
+@pytest.mark.parametrize("titles", [True, False])
+def test_every_format_loads_the_same_rows(tmp_path, titles):
+    paths = write_formats(tmp_path, titles)
+    for fmt, path in paths.items():
+        got_fmt, rows = squadfile.read(path)
+        assert got_fmt == fmt
+        ds = data.load_file(str(path), "train")
+        assert list(ds["id"]) == ["q1", "q2", "q3"]
+        assert list(ds["answers"]) == [r["answers"] for r in ROWS]
+        assert list(ds["title"]) == ([r["title"] for r in ROWS] if titles else ["", "", ""])
+        assert list(ds["context"]) == [r["context"] for r in ROWS]
+
+
+def test_the_fingerprint_follows_the_content_not_the_path(tmp_path):
+    paths = write_formats(tmp_path, True)
+    copy = tmp_path / "elsewhere.json"
+    copy.write_bytes(paths["squad"].read_bytes())
+    a, b = data.load_file(str(paths["squad"]), "train"), data.load_file(str(copy), "train")
+    assert a._fingerprint == b._fingerprint
+    assert data.load_file(str(paths["flat"]), "train")._fingerprint != a._fingerprint
+
+
+def test_one_line_json_with_a_brace_at_byte_4096_is_still_squad(tmp_path):
+    # the old loader sniffed the first 4 KiB and took a one-line file whose byte 4096 is '}' for JSON lines
+    body = {"data": [{"title": "t", "paragraphs": [{"context": "Paris is here.", "qas": [
+        {"id": "a", "question": "Where?", "answers": [{"text": "Paris", "answer_start": 0}]}]}]}], "note": ""}
+    body["note"] = "z" * (4096 - len(json.dumps(body)))
+    line = json.dumps(body)
+    assert len(line) == 4096 and line[4095] == "}" and "\n" not in line
+    path = tmp_path / "one-line.json"
+    path.write_text(line)
+    assert squadfile.read(path)[0] == "squad"
+    assert list(data.load_file(str(path), "train")["id"]) == ["a"]
+
+
+@pytest.mark.parametrize("n", list(range(1, 11)) + [37])
+def test_synthetic_data_loads_for_small_sizes_and_many_seeds(tmp_path, n):
+    for seed in range(0, 60, 3):
+        path = synth.write(tmp_path / f"s-{n}-{seed}.json", n, seed, negatives=bool(seed % 2))
+        ds = data.load_file(str(path), "train")
+        assert len(ds) == n and len(set(ds["id"])) == n
+
+
+def test_synthetic_seed_36_at_the_default_size(tmp_path):
+    ds = data.load_file(str(synth.write(tmp_path / "s.json", 2000, 36)), "train")
+    assert len(ds) == 2000 and all(ds["id"])
+
+
+def test_bad_rows_are_named(tmp_path):
+    p = tmp_path / "dup.jsonl"
+    p.write_text('{"id": "a", "context": "c", "question": "q", "answers": []}\n' * 2)
+    with pytest.raises(ValueError, match="repeated id"):
+        data.load_file(str(p), "train")
+    p.write_text('{"id": "a", "context": "c", "question": "q"}\n{"id": "b", oops}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        data.load_file(str(p), "train")
+
+
+def test_max_seq_length_is_capped_at_what_the_model_takes(tokenizer):
+    limit = tokenizer.model_max_length
+    assert data.capped_length(limit, tokenizer) == (limit, None)
+    length, warning = data.capped_length(limit + 100, tokenizer)
+    assert length == limit and "train.max_seq_length" in warning and str(limit) in warning
+
+
+def test_dynamic_padding_leaves_features_unpadded(tmp_path, tokenizer):
+    ds = data.load_file(str(synth.write(tmp_path / "d.json", 10, seed=4)), "train")
+    padded = data.prepare_train(ds[:10], tokenizer, max_len=128, stride=32)
+    dynamic = data.prepare_train(ds[:10], tokenizer, max_len=128, stride=32, pad=False)
+    assert {len(x) for x in padded["input_ids"]} == {128}
+    assert max(len(x) for x in dynamic["input_ids"]) <= 128 and min(len(x) for x in dynamic["input_ids"]) < 128
+    assert padded["start_positions"] == dynamic["start_positions"]
+
+
+def test_hub_path_with_a_dataset_config_name(tmp_path):
+    """The hub code path (load_dataset(name, config)) on a dataset repository laid out as on the hub: a
+    folder whose README declares two configurations; rows without titles get the common columns."""
+    from hpcqa.config import DataConfig
+    repo = tmp_path / "my-squad"
+    for config, rows in (("plain_text", ROWS[:2]), ("with_negatives", ROWS)):
+        for split in ("train", "validation"):
+            d = repo / config
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{split}.jsonl").write_text("\n".join(json.dumps({k: v for k, v in r.items() if k != "title"})
+                                                        for r in rows) + "\n")
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n"
+        "- config_name: plain_text\n  default: true\n  data_files:\n"
+        "  - split: train\n    path: plain_text/train.jsonl\n  - split: validation\n    path: plain_text/validation.jsonl\n"
+        "- config_name: with_negatives\n  data_files:\n"
+        "  - split: train\n    path: with_negatives/train.jsonl\n"
+        "  - split: validation\n    path: with_negatives/validation.jsonl\n---\n")
+    for config, n in (("", 2), ("plain_text", 2), ("with_negatives", 3)):
+        cfg = DataConfig(dataset=str(repo), dataset_config_name=config, cache_dir=str(tmp_path / "hf"))
+        ds = data.load_raw(cfg, 0, tmp_path / "hpcqa", allow_download=False)
+        assert len(ds["train"]) == n and set(ds) == {"train", "validation"}
+        assert list(ds["train"]["title"]) == [""] * n and list(ds["validation"]["first_fact"]) == [""] * n
+        assert list(ds["train"]["answers"]) == [r["answers"] for r in ROWS[:n]]

@@ -3,12 +3,13 @@
 Sources (one documented rule, see README): `data.dataset` is
   - `builtin:synthetic-squad`: generated SQuAD JSON (hpcqa.train.synth), written to the cache and then
     read through the same local-file path as user data;
-  - a hub dataset name (`squad`, `squad_v2`, ...): `load_dataset(name, cache_dir=data.cache_dir)`,
-    offline unless model.allow_download;
-  - empty: `data.train_file` / `data.validation_file`, official nested SQuAD JSON (`{"data": [...]}`)
-    or JSON lines (`.jsonl`: one flat record per line: id, title, context, question, answers).
-Tokenised features are cached under a key of (data fingerprint, tokenizer, lengths); rank 0 builds
-them first, the other ranks load them.
+  - a hub dataset name (`squad`, `squad_v2`, ...) with `data.dataset_config_name`:
+    `load_dataset(name, config, cache_dir=data.cache_dir)`, offline unless model.allow_download;
+  - empty: `data.train_file` / `validation_file` / `test_file`, read by hpcqa.squadfile (official nested
+    JSON, flat {"data": [...]} records or JSON lines, decided by parsing; title optional).
+Every split has the columns id, title, context, question, answers, first_fact. Tokenised features are
+cached under a key of (the data's identity, tokenizer, lengths, padding); rank 0 builds them first, the
+other ranks load them.
 """
 
 from __future__ import annotations
@@ -18,68 +19,64 @@ import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
-from typing import Any
+
+from hpcqa import squadfile
 
 if TYPE_CHECKING:
     from hpcqa.config import DataConfig
 
-FEATURES_VERSION = "1"
+FEATURES_VERSION = "2"
+SPLITS = ("train", "validation", "test")
 
 
-def _flatten_nested(batch: dict[str, list]) -> dict[str, list]:
-    out: dict[str, list] = {k: [] for k in ("id", "title", "context", "question", "answers", "first_fact")}
-    for title, paragraphs in zip(batch["title"], batch["paragraphs"]):
-        for para in paragraphs:
-            for qa in para["qas"]:
-                answers = qa.get("answers") or []
-                if qa.get("is_impossible"):
-                    answers = []
-                out["id"].append(str(qa["id"]))
-                out["title"].append(title or "")
-                out["context"].append(para["context"])
-                out["question"].append(qa["question"])
-                out["answers"].append({"text": [a["text"] for a in answers],
-                                       "answer_start": [int(a["answer_start"]) for a in answers]})
-                out["first_fact"].append(qa.get("first_fact") or "")
-    return out
+def _features():
+    from datasets import Features, Sequence, Value
+    return Features({"id": Value("string"), "title": Value("string"), "context": Value("string"),
+                     "question": Value("string"),
+                     "answers": {"text": Sequence(Value("string")), "answer_start": Sequence(Value("int32"))},
+                     "first_fact": Value("string")})
 
 
-def _normalise_flat(row: dict[str, Any]) -> dict[str, Any]:
-    a = row.get("answers") or {"text": [], "answer_start": []}
-    if isinstance(a, list):  # [{"text", "answer_start"}, ...]
-        a = {"text": [x["text"] for x in a], "answer_start": [int(x["answer_start"]) for x in a]}
-    return {"id": str(row["id"]), "title": row.get("title") or "", "context": row["context"],
-            "question": row["question"], "answers": a, "first_fact": row.get("first_fact") or ""}
-
-
-def _is_nested(path: str) -> bool:
-    if path.endswith(".jsonl"):
-        return False
+def _file_digest(path: str) -> str:
+    h = hashlib.sha256()
     with open(path, "rb") as f:
-        head = f.read(4096).lstrip()
-    return head.startswith(b"{") and b'"data"' in head[:4096] and not head.split(b"\n", 1)[0].rstrip().endswith(b"}")
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
-def load_local(files: dict[str, str], cache_dir: str | None):
-    from datasets import DatasetDict, load_dataset
+def load_file(path: str, split: str):
+    """One local SQuAD-format file -> Dataset. Its fingerprint is the file's content digest (and the
+    reader's version), so the feature cache follows the data, not the path or the day."""
+    from datasets import Dataset
 
-    out = {}
-    for split, path in files.items():
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"data file for {split} not found: {path}")
-        if _is_nested(path):
-            raw = load_dataset("json", data_files={split: path}, field="data", cache_dir=cache_dir)[split]
-            ds = raw.map(_flatten_nested, batched=True, remove_columns=raw.column_names,
-                         desc=f"flatten {split}")
-        else:
-            raw = load_dataset("json", data_files={split: path}, cache_dir=cache_dir)[split]
-            ds = raw.map(_normalise_flat, remove_columns=raw.column_names, desc=f"normalise {split}")
-        out[split] = ds
-    return DatasetDict(out)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"data file for {split} not found: {path}")
+    try:
+        fmt, rows = squadfile.read(path)
+    except ValueError as e:
+        raise ValueError(f"{path}: not SQuAD JSON or JSON lines: {e}") from None
+    bad = squadfile.problems(rows)
+    if bad:
+        raise ValueError(f"{path} ({fmt}): {'; '.join(bad)}")
+    ds = Dataset.from_list(rows, features=_features(), split=split)
+    identity = hashlib.sha256(f"{_file_digest(path)}/{squadfile.READER_VERSION}".encode()).hexdigest()[:32]
+    return Dataset(ds.data, info=ds.info, split=ds.split, fingerprint=identity)
+
+
+def load_local(files: dict[str, str], cache_dir: str | None = None):
+    """{split: path} -> DatasetDict. (cache_dir is unused: local files are read whole, not cached.)"""
+    from datasets import DatasetDict
+
+    return DatasetDict({split: load_file(path, split) for split, path in files.items()})
+
+
+def _hub_columns(row: dict) -> dict:
+    return {"title": row.get("title") or "", "first_fact": row.get("first_fact") or ""}
 
 
 def load_raw(data_cfg: "DataConfig", seed: int, cache_root: Path, allow_download: bool):
-    """-> DatasetDict with train/validation, columns id, title, context, question, answers, first_fact."""
+    """-> DatasetDict with the splits that exist among train/validation/test."""
     from datasets import load_dataset
 
     cache_dir = data_cfg.cache_dir or None
@@ -89,33 +86,38 @@ def load_raw(data_cfg: "DataConfig", seed: int, cache_root: Path, allow_download
         neg = data_cfg.version_2_with_negative
         files = {}
         for split, n, s in (("train", data_cfg.synthetic_train_examples, seed),
-                            ("validation", data_cfg.synthetic_eval_examples, seed + 100003)):
+                            ("validation", data_cfg.synthetic_eval_examples, seed + 100003),
+                            ("test", data_cfg.synthetic_eval_examples, seed + 200003)):
             path = cache_root / "data" / f"synthetic-{'v2' if neg else 'v1'}-{split}-{n}-{s}.json"
             files[split] = str(synth.write(path, n, s, neg))
-        return load_local(files, cache_dir)
+        return load_local(files)
     if name:
         if not allow_download:
             os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-        ds = load_dataset(name, cache_dir=cache_dir)
-        ds = ds.map(lambda r: {"first_fact": ""}) if "first_fact" not in ds["train"].column_names else ds
+        ds = load_dataset(name, data_cfg.dataset_config_name or None, cache_dir=cache_dir)
+        for split in list(ds):
+            missing = {"title", "first_fact"} - set(ds[split].column_names)
+            if missing:
+                ds[split] = ds[split].map(_hub_columns, desc=f"columns {split}")
         return ds
-    files = {k: v for k, v in (("train", data_cfg.train_file), ("validation", data_cfg.validation_file)) if v}
-    return load_local(files, cache_dir)
+    files = {k: v for k, v in zip(SPLITS, (data_cfg.train_file, data_cfg.validation_file, data_cfg.test_file)) if v}
+    return load_local(files)
 
 
-def _tokenize(batch: dict[str, list], tokenizer, max_len: int, stride: int):
-    """Question + context windows (context truncated, overflowing windows `stride` tokens apart).
+def _tokenize(batch: dict[str, list], tokenizer, max_len: int, stride: int, pad: bool = True):
+    """Question + context windows (context truncated, overflowing windows `stride` tokens apart), padded
+    to max_len or (pad false) not at all: the data collator pads each batch.
     -> (encoding, which sequence id is the context)."""
     pad_right = tokenizer.padding_side == "right"
     questions = [q.lstrip() for q in batch["question"]]
     enc = tokenizer(questions if pad_right else batch["context"], batch["context"] if pad_right else questions,
                     truncation="only_second" if pad_right else "only_first", max_length=max_len, stride=stride,
-                    return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length")
+                    return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length" if pad else False)
     return enc, 1 if pad_right else 0
 
 
-def prepare_train(batch: dict[str, list], tokenizer, max_len: int, stride: int) -> dict[str, list]:
-    enc, context_id = _tokenize(batch, tokenizer, max_len, stride)
+def prepare_train(batch: dict[str, list], tokenizer, max_len: int, stride: int, pad: bool = True) -> dict[str, list]:
+    enc, context_id = _tokenize(batch, tokenizer, max_len, stride, pad)
     sample_map = enc.pop("overflow_to_sample_mapping")
     offsets_all = enc.pop("offset_mapping")
     starts, ends = [], []
@@ -143,8 +145,8 @@ def prepare_train(batch: dict[str, list], tokenizer, max_len: int, stride: int) 
     return enc
 
 
-def prepare_eval(batch: dict[str, list], tokenizer, max_len: int, stride: int) -> dict[str, list]:
-    enc, context_id = _tokenize(batch, tokenizer, max_len, stride)
+def prepare_eval(batch: dict[str, list], tokenizer, max_len: int, stride: int, pad: bool = True) -> dict[str, list]:
+    enc, context_id = _tokenize(batch, tokenizer, max_len, stride, pad)
     sample_map = enc.pop("overflow_to_sample_mapping")
     enc["example_id"] = []
     for i in range(len(enc["input_ids"])):
@@ -154,18 +156,32 @@ def prepare_eval(batch: dict[str, list], tokenizer, max_len: int, stride: int) -
     return enc
 
 
-def feature_cache_key(ds, tokenizer, split: str, max_len: int, stride: int) -> str:
+def feature_cache_key(ds, tokenizer, split: str, max_len: int, stride: int, pad: bool = True) -> str:
     key = json.dumps({"data": ds._fingerprint, "tok": tokenizer.name_or_path, "cls": type(tokenizer).__name__,
                       "vocab": len(tokenizer), "side": tokenizer.padding_side, "split": split,
-                      "max_len": max_len, "stride": stride, "v": FEATURES_VERSION}, sort_keys=True)
+                      "max_len": max_len, "stride": stride, "pad": pad, "v": FEATURES_VERSION}, sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
-def featurize(ds, tokenizer, split: str, max_len: int, stride: int, cache_root: Path):
+def featurize(ds, tokenizer, split: str, max_len: int, stride: int, cache_root: Path, pad: bool = True,
+              num_proc: int | None = None):
+    """Tokenised features of one split (train: with answer positions; others: with example ids and context
+    offsets), through the feature cache. num_proc: datasets' worker processes (run_qa's
+    preprocessing_num_workers)."""
     fn = prepare_train if split == "train" else prepare_eval
-    key = feature_cache_key(ds, tokenizer, split, max_len, stride)
+    key = feature_cache_key(ds, tokenizer, "train" if split == "train" else "eval", max_len, stride, pad)
     path = cache_root / "features" / f"{split}-{key}.arrow"
     path.parent.mkdir(parents=True, exist_ok=True)
     return ds.map(fn, batched=True, remove_columns=ds.column_names, cache_file_name=str(path),
-                  load_from_cache_file=True, fn_kwargs={"tokenizer": tokenizer, "max_len": max_len, "stride": stride},
+                  load_from_cache_file=True, num_proc=num_proc or None,
+                  fn_kwargs={"tokenizer": tokenizer, "max_len": max_len, "stride": stride, "pad": pad},
                   desc=f"tokenize {split}")
+
+
+def capped_length(wanted: int, tokenizer) -> tuple[int, str | None]:
+    """run_qa.py: max_seq_length is capped at what the model takes. -> (length, warning or None)."""
+    limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(limit, int) and 0 < limit < wanted:
+        return limit, (f"train.max_seq_length = {wanted} is longer than the model takes ({limit}, the tokenizer's "
+                       f"model_max_length): using {limit}")
+    return wanted, None

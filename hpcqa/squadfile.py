@@ -1,0 +1,109 @@
+"""SQuAD-format files, read by parsing (never by sniffing bytes). Standard library only.
+
+One reader for the submit host's checks (preflight) and the ranks' loader (train/data.py). A file is:
+- `squad`: the official nested JSON, {"data": [{"title"?, "paragraphs": [{"context", "qas": [...]}]}]};
+  `is_impossible` questions have no answers (v2);
+- `flat`: {"data": [{"id", "title"?, "context", "question", "answers"}, ...]}, what run_qa.py reads
+  with `field="data"` (transformers' own SQuAD sample);
+- `jsonl`: one flat record per line.
+The whole text is parsed as one JSON document first; only when that fails is it read line by line.
+`answers` may be a list of {"text", "answer_start"} or HF's columnar {"text": [...], "answer_start": [...]};
+`title` is optional everywhere. Every row comes out as
+{id, title, context, question, answers: {"text": [...], "answer_start": [...]}, first_fact}.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+READER_VERSION = "2"  # part of the feature-cache key: bump when rows would come out differently
+
+
+def parse(text: str) -> tuple[str, list[dict[str, Any]]]:
+    """-> (format, raw records: nested ones flattened, no other change). ValueError with the line."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as whole:
+        return "jsonl", _json_lines(text, whole)
+    if isinstance(doc, dict) and isinstance(doc.get("data"), list):
+        items = [x for x in doc["data"] if isinstance(x, dict)]
+        if any("paragraphs" in x for x in items):
+            return "squad", list(_flatten(items))
+        return "flat", items
+    if isinstance(doc, dict):
+        return "jsonl", [doc]  # a JSON-lines file of one record
+    raise ValueError('expected {"data": [...]} (SQuAD JSON) or one JSON object per line')
+
+
+def _json_lines(text: str, whole: json.JSONDecodeError) -> list[dict[str, Any]]:
+    rows = []
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            err = whole if i == 1 else e
+            raise ValueError(f"line {err.lineno if i == 1 else i}, column {err.colno}: {err.msg}") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"line {i}: a JSON {type(row).__name__}, not an object with id, context, question")
+        rows.append(row)
+    return rows
+
+
+def _flatten(articles: list[dict]) -> Iterator[dict[str, Any]]:
+    for a in articles:
+        for p in a.get("paragraphs") or []:
+            for q in p.get("qas") or []:
+                answers = [] if q.get("is_impossible") else q.get("answers") or []
+                yield {"id": q.get("id"), "title": a.get("title"), "context": p.get("context"),
+                       "question": q.get("question"), "answers": answers, "first_fact": q.get("first_fact")}
+
+
+def columnar(answers: Any) -> dict[str, list]:
+    """A list of {text, answer_start} or HF's columnar dict -> {"text": [...], "answer_start": [...]}."""
+    if isinstance(answers, dict):
+        texts = list(answers.get("text") or [])
+        starts = list(answers.get("answer_start") or [])
+    else:
+        answers = [a for a in answers or [] if isinstance(a, dict)]
+        texts = [a.get("text", "") for a in answers]
+        starts = [a.get("answer_start", -1) for a in answers]
+    return {"text": [str(t) for t in texts], "answer_start": [_int(s) for s in starts]}
+
+
+def _int(x: Any) -> int:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return -1
+
+
+def normalise(row: dict[str, Any]) -> dict[str, Any]:
+    return {"id": "" if row.get("id") is None else str(row["id"]), "title": str(row.get("title") or ""),
+            "context": str(row.get("context") or ""), "question": str(row.get("question") or ""),
+            "answers": columnar(row.get("answers")), "first_fact": str(row.get("first_fact") or "")}
+
+
+def read(path: str | Path) -> tuple[str, list[dict[str, Any]]]:
+    """-> (format, normalised rows). OSError, UnicodeDecodeError or ValueError (with the line)."""
+    fmt, rows = parse(Path(path).read_text(encoding="utf-8"))
+    return fmt, [normalise(r) for r in rows]
+
+
+def problems(rows: list[dict[str, Any]]) -> list[str]:
+    """What makes rows unusable (empty when fine): missing fields, repeated ids."""
+    out = []
+    no_id = [i for i, r in enumerate(rows) if not r["id"]]
+    if no_id:
+        out.append(f"{len(no_id)} example(s) without an id (first: #{no_id[0]})")
+    missing = [i for i, r in enumerate(rows) if not r["context"] or not r["question"]]
+    if missing:
+        out.append(f"{len(missing)} example(s) without context or question (first: #{missing[0]})")
+    seen: set[str] = set()
+    dup = [r["id"] for r in rows if r["id"] and (r["id"] in seen or seen.add(r["id"]))]
+    if dup:
+        out.append(f"{len(dup)} repeated id(s) (first: {dup[0]!r}); answers are matched to questions by id")
+    return out
