@@ -431,6 +431,13 @@ def _print_status(views, source: str, path, expand: bool = False) -> None:
         t.add_row(v.id, v.name, v.executor, f"[{c}]{v.state}[/]", str(v.nodes), str(v.world_size), v.elapsed,
                   status.progress_text(v), v.exit_code or "")
     con.print(t)
+    for v in views:
+        if v.outputs:
+            con.print(f"[bold]{v.id}[/] " + "\n  ".join(f"{label}: {path}" for label, path in v.outputs),
+                      highlight=False, soft_wrap=True)
+        tb = dict(v.outputs).get("TensorBoard")
+        if tb:
+            con.print(f"  view the curves: tensorboard --logdir {tb}", highlight=False, soft_wrap=True)
 
 
 def _find_job(reg_path, job_id: str):

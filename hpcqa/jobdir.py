@@ -9,7 +9,9 @@
             ranks/rank-<rank>.json               what each rank got (host, CPUs, backend, plan digest ...)
             ranks/rank-<rank>.failed             the error of a rank that failed
             progress.json, results.json          rank 0's progress and final metrics
-            predictions.json, checkpoints/       rank 0's predictions, the Trainer's checkpoints
+            eval_predictions.json, eval_nbest_predictions.json, eval_null_odds.json
+            predict_predictions.json, ...        rank 0's post-processed answers (run_qa.py's names)
+            tensorboard/, checkpoints/           training curves (rank 0), the Trainer's checkpoints
             cancelled                            written by `hpcqa cancel`
 
 The submit side, the ranks and `status` all go through these classes; no other module spells a
@@ -160,9 +162,27 @@ class JobDir:
     def results(self) -> Path:
         return self.path / "results.json"
 
+    def predictions(self, stage: str = "eval", kind: str = "predictions") -> Path:
+        """run_qa.py's names: <stage>_predictions.json, <stage>_nbest_predictions.json, <stage>_null_odds.json
+        (stage: eval or predict)."""
+        if stage not in ("eval", "predict") or kind not in ("predictions", "nbest_predictions", "null_odds"):
+            raise ValueError(f"no prediction file {stage}/{kind}")
+        return self.path / f"{stage}_{kind}.json"
+
+    def outputs(self) -> list[tuple[str, Path]]:
+        """What a finished (or running) job has written, for `hpcqa status JOB`: label, path (existing ones)."""
+        found = [("folder", self.path), ("results", self.results), ("TensorBoard", self.tensorboard)]
+        found += [(f"{stage} {kind.replace('_', ' ')}", self.predictions(stage, kind))
+                  for stage in ("eval", "predict") for kind in ("predictions", "nbest_predictions", "null_odds")]
+        best = (self.read_results() or {}).get("best_checkpoint")
+        if best:
+            found.append(("best checkpoint", Path(best)))
+        return [(label, p) for label, p in found if p.exists()]
+
     @property
-    def predictions(self) -> Path:
-        return self.path / "predictions.json"
+    def tensorboard(self) -> Path:
+        """TensorBoard event files (rank 0's SummaryWriter); `tensorboard --logdir` this folder."""
+        return self.path / "tensorboard"
 
     @property
     def checkpoints(self) -> Path:

@@ -56,11 +56,13 @@ class JobView:
     task_index: int | None = None
     variant: dict | None = None
     notes: list[str] = field(default_factory=list)
+    outputs: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "name", "state", "executor", "nodes", "world_size", "elapsed",
                                               "exit_code", "folder", "progress", "results", "sweep_id",
                                               "task_index", "variant")}
+        out["outputs"] = dict(self.outputs)
         out["attempts"] = attempt_text(self)
         return out
 
@@ -90,6 +92,8 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
                     variant=r.variant)
         v.progress = jd.read_progress()
         v.results = jd.read_results()
+        if ids:
+            v.outputs = [(label, str(p)) for label, p in jd.outputs()]
         if state == "COMPLETED" and not v.results:
             v.notes.append("no results file")
         views.append(v)

@@ -51,6 +51,16 @@ def test_unknown_section_suggests_near_miss():
     ({"cluster": {"sbatch_extra": ["-p x"]}}, "cluster.sbatch_extra[0]", "long sbatch option"),
     ({"launch": {"env": {"1BAD": "x"}}}, "launch.env.1BAD", "environment variable"),
     ({"data": {"dataset": ""}}, "data.dataset", "no data"),
+    ({"data": {"dataset": "", "train_file": "t.json"}, "train": {"eval_strategy": "steps"}}, "train.eval_strategy",
+     "no validation data"),
+    ({"train": {"load_best_model_at_end": True}}, "train.load_best_model_at_end", "eval_strategy is \"no\""),
+    ({"train": {"load_best_model_at_end": True, "eval_strategy": "steps", "eval_steps": 30, "save_steps": 100}},
+     "train.save_steps", "not a multiple"),
+    ({"data": {"dataset": "", "train_file": "t.json"}, "train": {"do_predict": True}}, "train.do_predict",
+     "no test data"),
+    ({"train": {"eval_strategy": "sometimes"}}, "train.eval_strategy", "not one of"),
+    ({"train": {"metric_for_best_model": "loss"}}, "train.metric_for_best_model", "not one of"),
+    ({"data": {"dataset_config_name": "x; y"}}, "data.dataset_config_name", "characters"),
 ])
 def test_bad_values_name_the_key(raw, key, words):
     with pytest.raises(ConfigError) as e:

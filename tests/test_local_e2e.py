@@ -62,6 +62,65 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
     job_id, submission = job.name.split("-")
     assert len(submission) == 6 and int(submission, 16) >= 0   # <job id>-<submission>: ids may repeat, this doesn't
     assert (job / f"{job_id}_0_log.err").exists() and (job / f"{job_id}_1_log.err").exists()
+    # run_qa.py's evaluation outputs (v1 data: no null odds), and TensorBoard curves in the job folder
+    answers = json.loads((job / "eval_predictions.json").read_text())
+    nbest = json.loads((job / "eval_nbest_predictions.json").read_text())
+    assert len(answers) == res["eval_examples"] == 60 and set(nbest) == set(answers)
+    assert not (job / "eval_null_odds.json").exists() and res["rules"] == "squad-v1.1"
+    assert res["tensorboard"] == str(job / "tensorboard") and f"tensorboard --logdir {job / 'tensorboard'}" in r.stdout
+    assert "train/loss" in tensorboard_scalars(job / "tensorboard")
+
+
+def tensorboard_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    assert list(logdir.glob("events.out.tfevents.*")), f"no event file in {logdir}"
+    ea = EventAccumulator(str(logdir))
+    ea.Reload()
+    return {tag: [(e.step, e.value) for e in ea.Scalars(tag)] for tag in ea.Tags()["scalars"]}
+
+
+def test_v2_test_split_predictions_and_best_checkpoint(cli, tmp_path, cache_env):
+    """run_qa.py's options: SQuAD v2, a test split (do_predict), evaluation during training keeping the best
+    checkpoint, dynamic padding, tokenising in worker processes. The written files rescore, through the
+    official v2.0 rules (tests/squad_reference.py), to exactly the scores in results.json."""
+    from hpcqa.train import synth
+    from tests import squad_reference as ref
+
+    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(tmp_path))}", *TINY,
+            "--set", "data.version_2_with_negative=true", "--set", "train.do_predict=true",
+            "--set", "train.eval_strategy=steps", "--set", "train.eval_steps=4", "--set", "train.save_total_limit=1",
+            "--set", "train.load_best_model_at_end=true", "--set", "data.pad_to_max_length=false",
+            "--set", "data.preprocessing_num_workers=2", env=cache_env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (job,) = job_dirs(tmp_path)
+    res = json.loads((job / "results.json").read_text())
+    seed = 42  # train.seed: the synthetic splits are generated from it
+    test = synth.squad_json(60, seed + 200003, True)["data"]
+    test_ids = {q["id"] for a in test for p in a["paragraphs"] for q in p["qas"]}
+    predicted = json.loads((job / "predict_predictions.json").read_text())
+    assert set(predicted) == test_ids and res["predict"]["examples"] == 60
+    assert set(json.loads((job / "predict_nbest_predictions.json").read_text())) == test_ids
+    assert set(json.loads((job / "predict_null_odds.json").read_text())) == test_ids
+    # evaluation: rescore the written predictions and null odds with the official v2.0 rules
+    dev = synth.squad_json(60, seed + 100003, True)["data"]
+    preds = json.loads((job / "eval_predictions.json").read_text())
+    odds = json.loads((job / "eval_null_odds.json").read_text())
+    want, _ = ref.v2_evaluate(dev, preds, odds, na_prob_thresh=0.0)   # train.null_score_diff_threshold
+    got = {"exact": res["exact_match"], "f1": res["f1"], "total": res["count"],
+           **{k: res[k] for k in want if k not in ("exact", "f1", "total")}}
+    assert got == dict(want) and res["rules"] == "squad-v2.0" and "HasAns_total" in res and "NoAns_total" in res
+    # evaluated at steps 4 and 8; the best by eval f1 was kept (save_total_limit=1 keeps it) and ended with
+    curves = tensorboard_scalars(job / "tensorboard")
+    evals = dict(curves["eval/f1"])
+    assert sorted(evals) == [4, 8]
+    best_step = max(evals, key=lambda s: (evals[s], -s))
+    assert res["best_checkpoint"].endswith(f"checkpoint-{best_step}") and Path(res["best_checkpoint"]).is_dir()
+    assert abs(res["best_metric"] - evals[best_step]) < 1e-4
+    # `hpcqa status JOB` says where the curves and the files are
+    st = cli("status", job.name.split("-")[0], env=cache_env)
+    assert st.returncode == 0, st.stderr
+    assert f"tensorboard --logdir {job / 'tensorboard'}" in st.stdout
+    assert f"predict null odds: {job / 'predict_null_odds.json'}" in st.stdout
 
 
 def test_failing_rank_fails_the_job(cli, tmp_path, cache_env):

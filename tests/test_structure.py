@@ -7,7 +7,7 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "hpcqa"
 # Every file name of the job folder (see hpcqa/jobdir.py); only jobdir.py may spell them.
-JOB_FOLDER_NAMES = ("results.json", "progress.json", "predictions.json", "plan.json", "rank-", "task-", "_log.",
+JOB_FOLDER_NAMES = ("results.json", "progress.json", "predictions.json", "null_odds.json", "plan.json", "rank-", "task-", "_log.",
                     ".failed")
 JOB_FOLDER_DIRS = {"plans", "checkpoints", "hostfile"}   # as whole strings (they are also English words)
 SUBPROCESS_OWNERS = {"slurmcli.py"}

@@ -129,4 +129,12 @@ def summary_lines(results: dict) -> list[str]:
     if results.get("eval_samples_per_second"):
         lines.append(f"eval {results['eval_samples_per_second']:.1f} features/s; wall time "
                      f"{results.get('wall_time_s', 0):.0f} s")
+    if results.get("best_checkpoint"):
+        lines.append(f"best checkpoint {results['best_checkpoint']} ({results.get('best_metric')})")
+    for stage in ("files", "predict"):
+        files = (results.get(stage) or {}).get("files") if stage == "predict" else results.get("files")
+        if files:
+            lines.append(f"{'test' if stage == 'predict' else 'eval'} predictions: {files.get('predictions')}")
+    if results.get("tensorboard"):
+        lines.append(f"TensorBoard: tensorboard --logdir {results['tensorboard']}")
     return lines

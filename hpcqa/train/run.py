@@ -275,10 +275,13 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
         return requeue_after_checkpoint(r, trainer.state.global_step)
     cfg = plan.config.train
     timing = trainer.hpcqa_timer.summary(cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * r.world)
-    timing.update(train_runtime_s=train_time, trainer_samples_per_second=train_out.metrics.get("train_samples_per_second"))
+    timing.update(train_runtime_s=train_time, trainer_samples_per_second=train_out.metrics.get("train_samples_per_second"),
+                  best_checkpoint=trainer.state.best_model_checkpoint, best_metric=trainer.state.best_metric)
     digest = weights_digest(trainer.model.module if hasattr(trainer.model, "module") else trainer.model)
     r.save_report(weights_digest=digest, finished=time.time(), status="trained")
-    result = evaluate(r, trainer, data) if data["eval_features"] is not None else {}
+    result = evaluate(r, trainer, data) if data["eval_features"] is not None and cfg.do_eval else {}
+    if data["test_features"] is not None:
+        result["predict"] = predict(r, trainer, data)
     if r.rank == 0:
         write_results(r, result, data, train_out, timing, resumed_from, digest, bf16, ipex_used)
     return {"rank": r.rank, "weights_digest": digest, **({"results": result} if r.rank == 0 else {})}
@@ -329,20 +332,32 @@ def training_arguments(r: Rank):
     warmup = ({"warmup_ratio": tc.warmup_ratio} if "warmup_ratio" in TrainingArguments.__dataclass_fields__
               else {"warmup_steps": tc.warmup_ratio})
     args = TrainingArguments(
-        output_dir=str(r.jd.checkpoints), use_cpu=True, ddp_backend=ddp_backend, bf16=bf16,
+        output_dir=str(r.jd.checkpoints), use_cpu=True, ddp_backend=ddp_backend, bf16=bf16, **_eval_arguments(tc),
         learning_rate=tc.learning_rate, num_train_epochs=tc.num_train_epochs, max_steps=tc.max_steps,
         per_device_train_batch_size=tc.per_device_train_batch_size,
         per_device_eval_batch_size=tc.per_device_eval_batch_size,
         gradient_accumulation_steps=tc.gradient_accumulation_steps, weight_decay=tc.weight_decay,
         seed=tc.seed, logging_steps=tc.logging_steps,
-        save_strategy="steps", save_steps=tc.save_steps, save_total_limit=tc.save_total_limit,
-        dataloader_num_workers=tc.dataloader_num_workers, report_to=[], disable_tqdm=True,
-        ddp_find_unused_parameters=False, log_level="warning", eval_strategy="no",
-        ddp_timeout=tc.ddp_timeout_s, **warmup)
+        save_total_limit=tc.save_total_limit, dataloader_num_workers=tc.dataloader_num_workers,
+        report_to=[], disable_tqdm=True,  # TensorBoard: rank 0's own callback (build_trainer), into the job folder
+        ddp_find_unused_parameters=False, log_level="warning", ddp_timeout=tc.ddp_timeout_s, **warmup)
     if r.world > 1 and (args.parallel_mode != ParallelMode.DISTRIBUTED or args.world_size != r.world):
         raise RuntimeError(f"the Trainer did not set up DDP (parallel_mode={args.parallel_mode}, "
                            f"world_size={args.world_size}, expected {r.world}): every rank would train alone")
     return args, bf16
+
+
+def _eval_arguments(tc) -> dict:
+    """Evaluation during training and the best checkpoint (run_qa.py's --eval_strategy, --eval_steps,
+    --load_best_model_at_end); checkpoints follow the evaluations when the best one is kept."""
+    out: dict[str, Any] = {"eval_strategy": tc.eval_strategy, "save_strategy": "steps", "save_steps": tc.save_steps}
+    if tc.eval_strategy == "steps":
+        out["eval_steps"] = tc.eval_steps or tc.logging_steps
+    if tc.load_best_model_at_end:
+        out.update(load_best_model_at_end=True, metric_for_best_model=tc.metric_for_best_model, greater_is_better=True)
+        if tc.eval_strategy == "epoch":
+            out["save_strategy"] = "epoch"
+    return out
 
 
 def load_data(r: Rank) -> dict:
@@ -357,14 +372,34 @@ def load_data(r: Rank) -> dict:
     croot = cache_root(r.plan)
     model_path, kwargs = resolve(cfg.model, croot)
     tokenizer = AutoTokenizer.from_pretrained(model_path, **kwargs)
+    max_len, warning = qa_data.capped_length(tc.max_seq_length, tokenizer)
+    if warning:
+        r.log(f"WARNING: {warning}")
+        r.report["warnings"].append(warning)
+    if tc.doc_stride >= max_len:
+        raise RankError(f"train.doc_stride {tc.doc_stride} is not below the usable max_seq_length {max_len}",
+                        f"set train.doc_stride below {max_len}")
     raw = qa_data.load_raw(dc, tc.seed, croot, cfg.model.allow_download)
     train_raw = _first(raw["train"], dc.max_train_samples)
-    eval_raw = _first(raw["validation"], dc.max_eval_samples) if "validation" in raw and tc.do_eval else None
-    featurize = lambda ds, split: qa_data.featurize(ds, tokenizer, split, tc.max_seq_length,  # noqa: E731
-                                                    tc.doc_stride, croot)
-    return {"model_path": model_path, "model_kwargs": kwargs, "tokenizer": tokenizer,
-            "train_raw": train_raw, "eval_raw": eval_raw, "train_features": featurize(train_raw, "train"),
-            "eval_features": featurize(eval_raw, "validation") if eval_raw is not None else None}
+    need_eval = tc.do_eval or tc.eval_strategy != "no"
+    eval_raw = _first(raw["validation"], dc.max_eval_samples) if "validation" in raw and need_eval else None
+    if tc.eval_strategy != "no" and eval_raw is None:
+        raise RankError(f"train.eval_strategy = \"{tc.eval_strategy}\", but the data has no validation split",
+                        "set data.validation_file, or train.eval_strategy = \"no\"")
+    test_raw = _first(raw["test"], dc.max_predict_samples) if "test" in raw and tc.do_predict else None
+    if tc.do_predict and test_raw is None:
+        raise RankError(f"train.do_predict = true, but the data has no test split (splits: {', '.join(raw)})",
+                        "set data.test_file, or train.do_predict = false")
+
+    def featurize(ds, split):
+        if ds is None:
+            return None
+        return qa_data.featurize(ds, tokenizer, split, max_len, tc.doc_stride, croot, pad=dc.pad_to_max_length,
+                                 num_proc=dc.preprocessing_num_workers)
+    return {"model_path": model_path, "model_kwargs": kwargs, "tokenizer": tokenizer, "max_seq_length": max_len,
+            "train_raw": train_raw, "eval_raw": eval_raw, "test_raw": test_raw,
+            "train_features": featurize(train_raw, "train"), "eval_features": featurize(eval_raw, "validation"),
+            "test_features": featurize(test_raw, "test")}
 
 
 def _first(ds, n: int):
@@ -394,19 +429,76 @@ def build_model(r: Rank, model_path: str, kwargs: dict, bf16: bool):
 
 
 def build_trainer(r: Rank, args, model, data: dict, optimizers: tuple):
-    from transformers import Trainer, TrainerCallback
+    from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, default_data_collator
 
     tc = r.plan.config.train
     timer = _StepTimer(TrainerCallback, tc.timing_warmup_steps, r)
     callbacks = [timer, _FinalSave(tc.save_final_checkpoint, TrainerCallback), _StopOnSignal(TrainerCallback, r)]
     if r.rank == 0:
         callbacks.append(_ProgressCallback(r.jd.progress, r.t_start, TrainerCallback))
+        board = tensorboard_callback(r)
+        if board is not None:
+            callbacks.append(board)
     if tc.fail_at_step:
         callbacks.append(_FailAt(tc.fail_at_step, r.rank == r.world - 1, TrainerCallback))
-    trainer = Trainer(model=model, args=args, train_dataset=data["train_features"], processing_class=data["tokenizer"],
-                      callbacks=callbacks, optimizers=optimizers)
+    collator = default_data_collator if r.plan.config.data.pad_to_max_length else \
+        DataCollatorWithPadding(data["tokenizer"])
+    cls = _QATrainer(Trainer, r, data) if tc.eval_strategy != "no" else Trainer
+    trainer = cls(model=model, args=args, train_dataset=data["train_features"], processing_class=data["tokenizer"],
+                  eval_dataset=data["eval_features"] if tc.eval_strategy != "no" else None,
+                  data_collator=collator, callbacks=callbacks, optimizers=optimizers)
     trainer.hpcqa_timer = timer
     return trainer
+
+
+def tensorboard_callback(r: Rank):
+    """Rank 0's TensorBoard writer into the job folder. A resumed run purges the steps it redoes, so the
+    curves don't double back. None (with a warning) when train.report_to = "none" or tensorboard is missing."""
+    if r.plan.config.train.report_to != "tensorboard":
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+        from transformers.integrations import TensorBoardCallback
+    except ImportError as e:
+        r.log(f"WARNING: no TensorBoard curves: {e} (pip install tensorboard, or train.report_to = \"none\")")
+        r.report["warnings"].append("tensorboard not installed: no training curves")
+        return None
+    logdir = r.jd.tensorboard
+
+    class Board(TensorBoardCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            if self.tb_writer is None:
+                self.tb_writer = SummaryWriter(log_dir=str(logdir), purge_step=state.global_step or None)
+            super().on_train_begin(args, state, control, **kw)
+
+        def on_train_end(self, args, state, control, **kw):
+            if self.tb_writer is not None:
+                self.tb_writer.flush()
+            super().on_train_end(args, state, control, **kw)
+
+    r.save_report(tensorboard=str(logdir))
+    return Board()
+
+
+def _QATrainer(base, r: Rank, data: dict):
+    class QATrainer(base):
+        """Evaluation during training scores EM/F1 (post-processing the logits as the final evaluation does),
+        so eval_f1 can choose the best checkpoint. Every rank scores: all must agree on the best one."""
+
+        def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+            t0 = time.time()
+            loop = self.evaluation_loop(self.get_eval_dataloader(data["eval_features"]), description="Evaluation",
+                                        prediction_loss_only=False, ignore_keys=ignore_keys,
+                                        metric_key_prefix=metric_key_prefix)
+            scores, _ = score(r, data["eval_raw"], data["eval_features"], loop.predictions)
+            metrics = {f"{metric_key_prefix}_{k}": v for k, v in scores.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            metrics[f"{metric_key_prefix}_runtime"] = time.time() - t0
+            self.log(metrics)
+            self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+            return metrics
+
+    return QATrainer
 
 
 def train(r: Rank, trainer, jd: JobDir):
@@ -421,36 +513,68 @@ def train(r: Rank, trainer, jd: JobDir):
     return out, last, time.time() - t0
 
 
-def evaluate(r: Rank, trainer, data: dict) -> dict:
-    """Predict on every rank (DDP gathers); rank 0 post-processes and scores."""
+def score(r: Rank, raw, features, predictions, with_golds: bool = True):
+    """Logits -> (scores by the official rules of the data's version, postprocess.Predictions)."""
     from hpcqa.train import metrics, postprocess
 
     cfg = r.plan.config
-    eval_raw, eval_features = data["eval_raw"], data["eval_features"]
+    v2 = cfg.data.version_2_with_negative
+    start_logits, end_logits = predictions[:2]
+    examples = [{"id": i, "context": c} for i, c in zip(raw["id"], raw["context"])]
+    feats = [{"example_id": e, "offset_mapping": o} for e, o in zip(features["example_id"], features["offset_mapping"])]
+    out = postprocess.postprocess(
+        examples, feats, start_logits, end_logits, n_best_size=cfg.train.n_best_size,
+        max_answer_length=cfg.train.max_answer_length, version_2_with_negative=v2,
+        null_score_diff_threshold=cfg.train.null_score_diff_threshold)
+    if not with_golds:
+        return {}, out
+    golds = {i: a["text"] for i, a in zip(raw["id"], raw["answers"])}
+    # v2: the official script fed our null odds and our threshold (--na-prob-file, --na-prob-thresh)
+    result: dict[str, Any] = dict(metrics.squad_scores(golds, out.answers, v2, out.null_odds if v2 else None,
+                                                       cfg.train.null_score_diff_threshold))
+    firsts = raw["first_fact"] if "first_fact" in raw.column_names else []
+    if any(firsts):
+        base = metrics.squad_scores(golds, dict(zip(raw["id"], firsts)), v2)
+        result["baseline"] = {"name": "first_fact (answer with the context's first fact)",
+                              "exact_match": base["exact_match"], "f1": base["f1"]}
+    return result, out
+
+
+def _write_predictions(r: Rank, stage: str, out) -> dict:
+    files = {"predictions": out.answers, "nbest_predictions": out.nbest}
+    if r.plan.config.data.version_2_with_negative:
+        files["null_odds"] = out.null_odds
+    paths = {}
+    for kind, content in files.items():
+        path = r.jd.predictions(stage, kind)
+        write_json(path, content)
+        paths[kind] = str(path)
+    return paths
+
+
+def evaluate(r: Rank, trainer, data: dict) -> dict:
+    """Predict on every rank (DDP gathers); rank 0 post-processes, scores and writes run_qa's files."""
     t0 = time.time()
-    pred = trainer.predict(eval_features)
+    pred = trainer.predict(data["eval_features"])
     eval_time = time.time() - t0
     if r.rank != 0:
         return {}
-    start_logits, end_logits = pred.predictions[:2]
-    examples = [{"id": i, "context": c} for i, c in zip(eval_raw["id"], eval_raw["context"])]
-    feats = [{"example_id": e, "offset_mapping": o}
-             for e, o in zip(eval_features["example_id"], eval_features["offset_mapping"])]
-    preds = postprocess.best_answers(
-        examples, feats, start_logits, end_logits, n_best_size=cfg.train.n_best_size,
-        max_answer_length=cfg.train.max_answer_length, version_2_with_negative=cfg.data.version_2_with_negative,
-        null_score_diff_threshold=cfg.train.null_score_diff_threshold)
-    golds = {i: a["text"] for i, a in zip(eval_raw["id"], eval_raw["answers"])}
-    result: dict[str, Any] = dict(metrics.squad_scores(golds, preds))
-    firsts = eval_raw["first_fact"] if "first_fact" in eval_raw.column_names else []
-    if any(firsts):
-        base = metrics.squad_scores(golds, dict(zip(eval_raw["id"], firsts)))
-        result["baseline"] = {"name": "first_fact (answer with the context's first fact)",
-                              "exact_match": base["exact_match"], "f1": base["f1"]}
-    write_json(r.jd.predictions, preds)
-    result.update(eval_runtime_s=eval_time, eval_samples_per_second=len(eval_features) / eval_time,
-                  eval_examples=len(eval_raw), eval_features=len(eval_features))
+    result, out = score(r, data["eval_raw"], data["eval_features"], pred.predictions)
+    result["files"] = _write_predictions(r, "eval", out)
+    result.update(eval_runtime_s=eval_time, eval_samples_per_second=len(data["eval_features"]) / eval_time,
+                  eval_examples=len(data["eval_raw"]), eval_features=len(data["eval_features"]))
     return result
+
+
+def predict(r: Rank, trainer, data: dict) -> dict:
+    """The test split (train.do_predict): answers without scores, in predict_*.json."""
+    t0 = time.time()
+    pred = trainer.predict(data["test_features"])
+    if r.rank != 0:
+        return {}
+    _, out = score(r, data["test_raw"], data["test_features"], pred.predictions, with_golds=False)
+    return {"files": _write_predictions(r, "predict", out), "examples": len(data["test_raw"]),
+            "features": len(data["test_features"]), "runtime_s": time.time() - t0}
 
 
 def write_results(r: Rank, result: dict, data: dict, train_out, timing: dict, resumed_from: str | None,
@@ -466,7 +590,8 @@ def write_results(r: Rank, result: dict, data: dict, train_out, timing: dict, re
         resumed_from=resumed_from, wall_time_s=time.time() - r.t_start, threads_per_rank=rep["torch_threads"],
         versions=rep["versions"], weights_digest=digest, finished_at=time.time(), plan_digest=r.plan.digest,
         variant=dict(r.plan.variant), attempt=rep["attempt"], requeues=rep["attempt"],
-        resumed_from_step=int(resumed_from.rsplit("-", 1)[1]) if resumed_from else None)
+        resumed_from_step=int(resumed_from.rsplit("-", 1)[1]) if resumed_from else None,
+        max_seq_length=data["max_seq_length"], tensorboard=rep.get("tensorboard"), warnings=rep["warnings"])
     write_json(r.jd.results, result)
     r.log(f"done: EM {result.get('exact_match', float('nan')):.2f}  F1 {result.get('f1', float('nan')):.2f}  "
           f"train {result['train_samples_per_second']:.1f} samples/s")
