@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p)
     p.add_argument("-o", "--output", help="write the script here (default: stdout)")
     p.add_argument("--launcher", choices=["srun", "mpirun"], help="default: launch.launcher")
-    p.add_argument("--python", default="python3", help="interpreter on the nodes (default: python3)")
+    p.add_argument("--python", default=None, help="interpreter on the nodes (default: cluster.python, else python3)")
 
     p = sub.add_parser("tune", help="time each ranks-per-socket layout for a few steps; \"auto\" then uses the fastest")
     _add_config(p)
@@ -603,6 +603,7 @@ COMMANDS = {"submit": cmd_submit, "render": cmd_render, "env": cmd_env, "topolog
 
 def _print_plan(lp: Any, sbatch: str | None) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.panel import Panel
     from rich.syntax import Syntax
     from rich.table import Table
@@ -620,6 +621,11 @@ def _print_plan(lp: Any, sbatch: str | None) -> None:
     res.add_row("per rank", f"{lp.cpus_per_task} CPUs allocated, {len(lp.local_ranks[0].compute)} compute "
                             f"cores, {len(lp.local_ranks[0].ccl)} CCL cores")
     res.add_row("ddp backend", f"{lp.backend.resolved} ({lp.backend.reason})")
+    res.add_row("python", escape(lp.python))
+    if c.setup:
+        res.add_row("setup", escape("\n".join(c.setup)) + ("" if lp.executor == "slurm" else
+                                                   "\n(Slurm jobs and rendered scripts only: the local "
+                                                   "executor runs in this shell's environment)"))
     if lp.executor == "slurm":
         res.add_row("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default"))
         res.add_row("hosts", "unknown until Slurm allocates the job")

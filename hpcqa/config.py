@@ -77,6 +77,11 @@ class ClusterConfig:
                                            "(sbatch --requeue; --no-requeue when false).")
     sbatch_extra: tuple[str, ...] = opt(tuple, "Extra sbatch flags, e.g. [\"--reservation=ml\"]; each must "
                                         "start with '--'.", factory=True)
+    setup: tuple[str, ...] = opt(tuple, "Shell commands run, in order, in the job script before the ranks start "
+                                 "(module load, venv/conda activation, oneCCL's setvars.sh), one command per "
+                                 "entry; Slurm jobs and rendered scripts.", factory=True)
+    python: str = opt("", "Interpreter of the ranks on the nodes (e.g. a venv's bin/python). Empty: `submit` uses "
+                          "its own interpreter, `render` python3.")
 
 
 @dataclass(frozen=True)
@@ -381,6 +386,12 @@ def _check_cross(cfg: Config) -> None:
             raise ConfigError(f"cluster.sbatch_extra[{i}]",
                               f"{flag!r} is not a single long sbatch option",
                               "write each entry as \"--option=value\" on one line", src)
+    for i, line in enumerate(c.setup):
+        if any(ch in line for ch in "\n\r\0") or not line.strip():
+            raise ConfigError(f"cluster.setup[{i}]", f"{line!r} is not one non-empty line",
+                              "write one shell command per entry (several entries for several lines)", src)
+    if any(ch in c.python for ch in "\n\r\0"):
+        raise ConfigError("cluster.python", "a path on one line is expected", "set it to the nodes' python", src)
     for k, v in la.env.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
             raise ConfigError(f"launch.env.{k}", "not a valid environment variable name",

@@ -109,6 +109,8 @@ class LaunchPlan:
                           "--kill-on-bad-exit=1"],
             "stderr_to_stdout": False,
         }
+        if c.setup:
+            params["setup"] = list(c.setup)
         for key in ("partition", "account", "qos", "constraint"):
             if getattr(c, key):
                 params[key] = getattr(c, key)
@@ -262,7 +264,7 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None) -> Lau
                       local_ranks=local_ranks, ranks=_global_ranks(c.nodes, local_ranks),
                       deferred_env=FrozenDict(_deferred_env(executor, la.master_port)),
                       job_dir_pattern=os.path.join(root_path(cfg.job.output_dir, cfg.job.name), f"{JOB_ID}-{SUBMISSION}"),
-                      warnings=_warnings(cfg, host, backend, pools), python=host.python,
+                      warnings=_warnings(cfg, host, backend, pools), python=c.python or host.python,
                       ranks_per_domain=rpd, layout_source=layout_source)
 
 

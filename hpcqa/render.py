@@ -57,8 +57,9 @@ def _heredoc_delim(text: str) -> str:
     return tag
 
 
-def standalone(plan: LaunchPlan, launcher: str | None = None, python: str = "python3") -> str:
+def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None = None) -> str:
     launcher = launcher or plan.config.launch.launcher
+    python = python or plan.config.cluster.python or "python3"
     if launcher not in ("srun", "mpirun"):
         raise ValueError(launcher)
     template = (template_dir() / f"{launcher}.sbatch").read_text()
@@ -67,6 +68,7 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str = "pyt
     values = {
         "SOURCE": plan.config.source.replace("\n", " ") or "a config",
         "SBATCH": "\n".join(sbatch_directives(plan)),
+        "SETUP": setup_block(plan.config.cluster.setup),
         "JOB_ROOT": shlex.quote(root),
         "PLAN": plan_json,
         "EOF": _heredoc_delim(plan_json),
@@ -81,6 +83,17 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str = "pyt
         "RANK_LOG": _plain(jobdir.SRUN_LOG if launcher == "srun" else jobdir.MPIRUN_LOG),
     }
     return _fill(template, values)
+
+
+def setup_block(lines: tuple[str, ...]) -> str:
+    """cluster.setup: the user's commands, each on its own line (validation refuses line breaks, so an
+    entry can neither end the script's heredoc nor start a second command). They are run as written:
+    they are commands. `set -u` is relaxed around them (activate scripts read unset variables)."""
+    if not lines:
+        return "# cluster.setup: none"
+    if any(ch in line for line in lines for ch in "\n\r\0"):
+        raise ValueError("a cluster.setup entry spans lines")
+    return "\n".join(["# cluster.setup, in order, before anything else runs", "set +u", *lines, "set -u"])
 
 
 def _plain(name: str) -> str:

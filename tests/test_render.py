@@ -141,3 +141,52 @@ def test_sbatch_preview_of_a_sweep_is_an_array_reading_its_task_plans():
     sp = sweep.build(raw, "x", HOST, lambda: 1001)
     (text,) = sbatch_preview(sp)
     assert "#SBATCH --array=0-4%2" in text and "task-{array_task_id}.json" in text
+
+
+SETUP_TEXTS = [t for t in HOSTILE if "\n" not in t]
+
+
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_setup_lines_run_first_as_written_and_nothing_else(tmp_path, launcher):
+    """cluster.setup entries are commands: each runs exactly as written, before the ranks, in order; the
+    text inside them (quoted by the user as in any shell line) stays text; no entry can add a line."""
+    work = tmp_path / "work"
+    work.mkdir()
+    setup = [f"printf '%s\\n' {shlex.quote(t)} >> setup.log" for t in SETUP_TEXTS]
+    setup += ["export SETUP_MARK=\"$UNSET_IN_ACTIVATE_SCRIPTS\"ok", ": HPCQA_PLAN_EOF @@PLAN@@ @@SBATCH@@",
+              "printenv SETUP_MARK >> setup.log"]
+    cfg = config.load(ROOT / "configs/squad_spr.toml",
+                      [f"job.output_dir={json.dumps(str(work))}", f"cluster.setup={json.dumps(setup)}"])
+    lp = plan.build_plan(cfg, HOST, launcher=launcher)
+    (tmp_path / "job.sbatch").write_text(render.standalone(lp, launcher))
+    log = tmp_path / "argv"
+    env = {"PATH": f"{_fake_bin(tmp_path)}:/usr/bin:/bin", "SLURM_JOB_ID": "31", "FAKE_LOG": str(log),
+           "SLURM_JOB_NODELIST": "cn[1-4]", "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(["bash", str(tmp_path / "job.sbatch")], cwd=work, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (work / "setup.log").read_text().splitlines() == SETUP_TEXTS + ["ok"]
+    assert not list(tmp_path.rglob("PWNED")) and log.exists()   # the launcher ran after the setup
+    # the submitit path carries the same lines in its sbatch script, and the dry run shows them
+    (text,) = sbatch_preview(sweep.single(plan.build_plan(cfg, HOST)))
+    body = text.splitlines()
+    assert all(line in body for line in setup) and body.index(setup[-1]) < [i for i, x in enumerate(body)
+                                                                            if x.startswith("srun")][0]
+
+
+@pytest.mark.parametrize("entry", ["module load x\ntouch PWNED", "a\rb", "   ", ""])
+def test_setup_entries_must_be_one_line(entry):
+    with pytest.raises(ConfigError) as e:
+        config.load(ROOT / "configs/squad_spr.toml", [f"cluster.setup={json.dumps([entry])}"])
+    assert e.value.key == "cluster.setup[0]"
+
+
+def test_cluster_python_is_the_ranks_interpreter_quoted(tmp_path):
+    py = "/opt/my env/bin/python3 it's"
+    cfg = config.load(ROOT / "configs/squad_spr.toml", [f"cluster.python={json.dumps(py)}"])
+    lp = plan.build_plan(cfg, HOST)
+    assert lp.python == py
+    (text,) = sbatch_preview(sweep.single(lp))
+    assert f"{shlex.quote(py)} -m hpcqa.rank" in text
+    script = render.standalone(lp, "srun")
+    assert f"{shlex.quote(py)} -m hpcqa.rank" in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
