@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 BRIDGE, NET = "hq-br0", "10.77.0"
+NODE_IFACE = "hq0"  # each emulated node's network interface (the same name on every node)
 DB_PORT, DBD_PORT, CTLD_PORT, SLURMD_PORT = 3317, 6819, 6817, 6818
 CLUSTER = "hqtest"
 
@@ -155,10 +156,12 @@ def setup_network(d: Path, nodes: int) -> None:
         sh("ip", "netns", "add", ns, check=False)
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", f"{veth}p", check=False)
         sh("ip", "link", "set", f"{veth}p", "netns", ns, check=False)
+        # the same interface name on every node, as on a real cluster (ib0, eth0): launch.master_interface
+        sh("ip", "-n", ns, "link", "set", f"{veth}p", "name", NODE_IFACE, check=False)
         sh("ip", "link", "set", veth, "master", BRIDGE)
         sh("ip", "link", "set", veth, "up")
-        sh("ip", "-n", ns, "addr", "add", f"{NET}.1{i}/24", "dev", f"{veth}p", check=False)
-        sh("ip", "-n", ns, "link", "set", f"{veth}p", "up")
+        sh("ip", "-n", ns, "addr", "add", f"{NET}.1{i}/24", "dev", NODE_IFACE, check=False)
+        sh("ip", "-n", ns, "link", "set", NODE_IFACE, "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
 
 
@@ -221,10 +224,42 @@ def _kill_pidfile(p: Path, wait_s: float = 10.0) -> None:
     p.unlink(missing_ok=True)
 
 
+def _step_daemons(d: Path) -> list[int]:
+    """slurmstepd processes of this cluster (their working directory is its folder) and their tasks: a
+    node whose slurmd a fault test killed leaves them behind. Found by PID, owned by this folder only."""
+    procs: dict[int, tuple[int, str]] = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            procs[int(proc.name)] = (ppid, os.readlink(proc / "cwd"))
+        except (OSError, ValueError, IndexError):
+            continue
+    mine = {pid for pid, (_, cwd) in procs.items()
+            if cwd.removesuffix(" (deleted)").startswith(str(d)) and _comm(pid) == "slurmstepd"}
+    grew = True
+    while grew:
+        more = {pid for pid, (ppid, _) in procs.items() if ppid in mine} - mine
+        mine |= more
+        grew = bool(more)
+    return sorted(mine)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def down(a: argparse.Namespace) -> int:
     d = Path(a.dir).absolute()
     for p in sorted(d.glob("slurmd.*.pid")):
         _kill_pidfile(p)
+    for pid in _step_daemons(d):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     for name in ("slurmctld.pid", "slurmdbd.pid", "mariadb.pid"):
         _kill_pidfile(d / name)
     if (d / "munged.pidfile").exists():
