@@ -37,6 +37,7 @@ SRUN_LOG = "rank-%t.log"
 MPIRUN_LOG = "rank-%r.log"
 SCRIPT_PLAN = "plan.json"
 SCRIPT_HOSTFILE = "hostfile"
+REQUEUE_REQUEST = "requeue-requested"   # + ".<attempt>": rank 0 asks a rendered script to requeue the job
 
 
 def folder_from_env(pattern: str, env: Mapping[str, str]) -> Path | None:
@@ -243,6 +244,15 @@ class JobDir:
         if self.results.exists():
             return "COMPLETED"
         return None
+
+    def requeue_request(self, attempt: int) -> Path:
+        """Written by rank 0 of a rendered script's job after the checkpoint a stop signal asked for."""
+        return self.path / f"{REQUEUE_REQUEST}.{attempt}"
+
+    def master_address(self, attempt: int) -> Path:
+        """launch.master_interface: the first host's address, published by its local rank 0 per attempt
+        (a requeued job may start on other nodes)."""
+        return self.path / f"master-address.{attempt}.json"
 
     def attempt_dir(self, attempt: int) -> Path:
         return self.ranks / f"attempt-{attempt}"

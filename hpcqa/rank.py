@@ -24,9 +24,9 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from hpcqa import distenv, topology
+from hpcqa import distenv, netif, topology
 from hpcqa import plan as planmod
 from hpcqa.errors import HpcqaError
 from hpcqa import jobdir
@@ -224,7 +224,48 @@ def main(argv: list[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     folder = jobdir.folder_from_env(opts.get("job-dir", ""), env)
-    return supervise(command, env, int(env["RANK"]), JobDir(folder) if folder else None)
+    jd = JobDir(folder) if folder else None
+    try:
+        addr = master_address(plan, env, jd, socket.gethostname())
+    except HpcqaError as e:
+        print(f"hpcqa.rank: {e.render()}", file=sys.stderr)
+        return 2
+    if addr:
+        env["MASTER_ADDR"] = addr
+    return supervise(command, env, int(env["RANK"]), jd)
+
+
+def master_address(plan: LaunchPlan, env: Mapping[str, str], jd: JobDir | None, hostname: str,
+                   lookup: Callable[[str], str | None] = netif.ipv4, wait_s: float | None = None) -> str | None:
+    """launch.master_interface: the IPv4 address of that interface on the first host, or None (unset).
+    Every rank checks its own node has the interface; ranks on the first node read it there; local rank 0
+    of the first node publishes it in the job folder; the other nodes' ranks wait for it."""
+    iface = plan.config.launch.master_interface
+    if not iface:
+        return None
+    own = lookup(iface)
+    if own is None:
+        raise HpcqaError(f"launch.master_interface = {iface!r}: no such interface with an IPv4 address on "
+                         f"{hostname} (it has: {', '.join(netif.names())})",
+                         "set launch.master_interface to an interface every node has, or leave it empty "
+                         "(MASTER_ADDR = the first host's name)")
+    attempt = int(env.get("SLURM_RESTART_COUNT") or 0)
+    if env.get("NODE_RANK", "0") == "0":
+        if env.get("LOCAL_RANK", "0") == "0" and jd is not None:
+            jobdir.write_json(jd.master_address(attempt), {"address": own, "host": hostname, "interface": iface})
+        return own
+    if jd is None:
+        raise HpcqaError("launch.master_interface across nodes needs the job folder (shared by the nodes) to "
+                         "pass the first host's address", "launch through hpcqa submit or a rendered script")
+    deadline = time.time() + (wait_s if wait_s is not None else plan.config.train.ddp_timeout_s)
+    while True:
+        got = jobdir.read_json(jd.master_address(attempt))
+        if isinstance(got, dict) and got.get("address"):
+            return str(got["address"])
+        if time.time() > deadline:
+            raise HpcqaError(f"the first host did not publish the address of {iface!r} in {jd.path} in time",
+                             "check the first node's log: its interface may be missing")
+        time.sleep(0.2)
 
 
 def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | None) -> int:

@@ -118,3 +118,33 @@ def test_trainer_refuses_a_plan_other_than_the_one_the_wrapper_applied():
     verify_plan(p, {})  # started without the wrapper (tests, by hand): nothing to compare
     with pytest.raises(RankError):
         verify_plan(p, {"HPCQA_PLAN_DIGEST": quick_plan("train.seed=7").digest})
+
+
+def test_master_interface_first_node_publishes_other_nodes_read(tmp_path):
+    from hpcqa.jobdir import JobDir
+    p = quick_plan("launch.master_interface=ib0")
+    jd = JobDir(tmp_path)
+    addrs = {"node1": "10.0.0.1", "node2": "10.0.0.2"}
+    first = rank.master_address(p, {"NODE_RANK": "0", "LOCAL_RANK": "0"}, jd, "node1", lambda i: addrs["node1"])
+    other = rank.master_address(p, {"NODE_RANK": "1", "LOCAL_RANK": "0"}, jd, "node2", lambda i: addrs["node2"])
+    assert first == other == "10.0.0.1"
+    # a requeued attempt never reads the address of an earlier one
+    with pytest.raises(HpcqaError, match="did not publish"):
+        rank.master_address(p, {"NODE_RANK": "1", "SLURM_RESTART_COUNT": "1"}, jd, "node2", lambda i: "10.0.0.2",
+                            wait_s=0.3)
+
+
+def test_master_interface_missing_on_a_node_names_it():
+    p = quick_plan("launch.master_interface=ib0")
+    with pytest.raises(HpcqaError) as e:
+        rank.master_address(p, {"NODE_RANK": "1"}, None, "node7", lambda i: None)
+    text = e.value.render()
+    assert "'ib0'" in text and "node7" in text and "launch.master_interface" in text
+    assert rank.master_address(quick_plan(), {}, None, "x") is None   # unset: the first host's name stays
+
+
+def test_master_interface_reads_a_real_interface():
+    from hpcqa import netif
+    assert netif.ipv4("lo") == "127.0.0.1" and "lo" in netif.names() and netif.ipv4("no-such-if0") is None
+    p = quick_plan("launch.master_interface=lo")
+    assert rank.master_address(p, {"NODE_RANK": "0", "LOCAL_RANK": "1"}, None, "here") == "127.0.0.1"
