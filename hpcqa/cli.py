@@ -607,7 +607,6 @@ def _print_plan(lp: Any, sbatch: str | None) -> None:
     from rich.panel import Panel
     from rich.syntax import Syntax
     from rich.table import Table
-    from hpcqa.topology import cpu_list
 
     con = Console()
     c = lp.config.cluster
@@ -642,6 +641,14 @@ def _print_plan(lp: Any, sbatch: str | None) -> None:
         from hpcqa.executors.local import preview
         for w in preview(lp):
             con.print(f"[yellow]warning (this node):[/] {w}", highlight=False)
+    _print_ranks(con, lp)
+    if sbatch:
+        con.print(Panel(Syntax(sbatch, "bash", word_wrap=True), title="sbatch script (as submitit will submit it)"))
+
+
+def _print_ranks(con: Any, lp: Any) -> None:
+    from rich.table import Table
+    from hpcqa.topology import cpu_list
 
     common = dict(lp.ranks[0].env)
     for r in lp.ranks[1:]:
@@ -661,5 +668,3 @@ def _print_plan(lp: Any, sbatch: str | None) -> None:
         own = "\n".join(f"{k}={v}" for k, v in r.env.items() if k not in common)
         t.add_row(str(r.rank), str(r.node_rank), str(r.local_rank), cpu_list(r.cpus) if r.cpus else "unbound", own)
     con.print(t)
-    if sbatch:
-        con.print(Panel(Syntax(sbatch, "bash", word_wrap=True), title="sbatch script (as submitit will submit it)"))

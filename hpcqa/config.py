@@ -119,6 +119,9 @@ class LaunchConfig:
                                   "rank's socket).", min=0, max=4096)
     master_port: int = opt(0, "Fixed MASTER_PORT (0: derived from the job id, below the ephemeral "
                               "range).", min=0, max=65535)
+    master_interface: str = opt("", "Network interface whose IPv4 address on the first host becomes MASTER_ADDR "
+                                    "(e.g. ib0, eth0); empty: the first host's name. Every rank checks that its "
+                                    "node has it.", pattern=r"[A-Za-z0-9._:@-]*")
     env: Mapping[str, str] = opt(FrozenDict, "Extra environment variables for every rank.", factory=True)
 
 

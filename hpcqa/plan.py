@@ -241,7 +241,9 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None) -> Lau
         raise ConfigError("cluster.nodes", f"the local executor runs on one node, not {c.nodes}",
                           "set cluster.nodes = 1 for a local run, or run where Slurm is installed",
                           cfg.source)
-    launcher = launcher or (la.launcher if executor == "slurm" else "local")
+    # submit starts ranks through submitit: srun under Slurm. launch.launcher picks the rendered script's launcher.
+    submitted_by_hpcqa = launcher is None
+    launcher = launcher or ("srun" if executor == "slurm" else "local")
     backend = resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
     workers = la.ccl_workers if backend.resolved == "ccl" else 0
     rpd, layout_source = ranks_per_domain(cfg, host.tuned)
@@ -264,7 +266,8 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None) -> Lau
                       local_ranks=local_ranks, ranks=_global_ranks(c.nodes, local_ranks),
                       deferred_env=FrozenDict(_deferred_env(executor, la.master_port)),
                       job_dir_pattern=os.path.join(root_path(cfg.job.output_dir, cfg.job.name), f"{JOB_ID}-{SUBMISSION}"),
-                      warnings=_warnings(cfg, host, backend, pools), python=c.python or host.python,
+                      warnings=_warnings(cfg, host, backend, pools) + _launcher_warning(cfg, submitted_by_hpcqa),
+                      python=c.python or host.python,
                       ranks_per_domain=rpd, layout_source=layout_source)
 
 
@@ -317,6 +320,14 @@ def _deferred_env(executor: str, fixed_port: int) -> dict[str, str]:
     return {"MASTER_ADDR": "first host of SLURM_JOB_NODELIST (unknown until allocation)",
             "MASTER_PORT": str(fixed_port) if fixed_port else
             "derived from SLURM_JOB_ID at start (10000-32767, distinct per array task)"}
+
+
+def _launcher_warning(cfg: Config, submitted: bool) -> tuple[str, ...]:
+    if submitted and cfg.launch.launcher == "mpirun":
+        return ("launch.launcher = \"mpirun\" applies to `hpcqa render --launcher mpirun` scripts; `submit` starts "
+                "the ranks through submitit with srun (hydra's own srun, nested in a step that already holds "
+                "every CPU, would wait for CPUs that never free up); this plan is what submit runs",)
+    return ()
 
 
 def _warnings(cfg: Config, host: HostProbe, backend: Backend, pools: list[topology.Pool]) -> tuple[str, ...]:

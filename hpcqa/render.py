@@ -15,8 +15,11 @@ from pathlib import Path
 from hpcqa import jobdir
 from hpcqa.plan import LaunchPlan
 
-ENV_FOR_GENV = ("OMP_NUM_THREADS", "CCL_WORKER_COUNT", "CCL_WORKER_AFFINITY", "I_MPI_PIN_DOMAIN",
-                "KMP_BLOCKTIME", "KMP_HW_SUBSET", "LD_PRELOAD")
+# Not I_MPI_PIN_DOMAIN: seen with Intel MPI 2021.18 under Slurm, hydra pins every rank to an explicit
+# I_MPI_PIN_DOMAIN even with I_MPI_PIN=0 or off (as -genv or exported), and the rank's wrapper would then see
+# one core. The wrapper binds instead (see mpirun.sbatch); the plan still gives each rank the variable.
+ENV_FOR_GENV = ("OMP_NUM_THREADS", "CCL_WORKER_COUNT", "CCL_WORKER_AFFINITY", "KMP_BLOCKTIME", "KMP_HW_SUBSET",
+                "LD_PRELOAD")
 
 
 def template_dir() -> Path:
@@ -76,10 +79,13 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None
         "SRUN_ARGS": " ".join(shlex.quote(a) for a in plan.slurm_parameters()["srun_args"]),
         "NTASKS": str(plan.world_size),
         "PPN": str(plan.ranks_per_node),
+        "NODE_CPUS": str(plan.cpus_per_task * plan.ranks_per_node),
         "GENV": "\n".join(f"    -genv {k} {shlex.quote(v)} \\" for k, v in _node_wide_env(plan)),
         # job-folder names: hpcqa's own constants, inside the template's double quotes
         "PLAN_FILE": _plain(jobdir.SCRIPT_PLAN),
         "HOSTFILE": _plain(jobdir.SCRIPT_HOSTFILE),
+        "REQUEUE_FILE": _plain(jobdir.REQUEUE_REQUEST),
+        "MAX_REQUEUES": str(plan.config.cluster.max_requeues),
         "RANK_LOG": _plain(jobdir.SRUN_LOG if launcher == "srun" else jobdir.MPIRUN_LOG),
     }
     return _fill(template, values)

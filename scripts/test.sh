@@ -12,5 +12,7 @@ if [ "$(id -u)" = 0 ] && ! command -v slurmctld >/dev/null; then
         libgoogle-perftools4 libjemalloc2 >/dev/null
 fi
 bash scripts/install.sh
+# Intel MPI's runtime (mpirun / hydra) from PyPI: the mpirun launch path is tested for real, not stubbed
+python3 -m pip install -q --disable-pip-version-check impi-rt
 if [ "${CI:-}" = true ]; then export HPCQA_REQUIRE_SLURM=1; fi
 python3 -m pytest -q -ra tests "$@"

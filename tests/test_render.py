@@ -42,11 +42,14 @@ def test_golden(launcher, overrides, monkeypatch):
     assert text == path.read_text(), f"rendered script changed; if intended: HPCQA_REGEN_GOLDEN=1 pytest {__file__}"
 
 
-def test_mpirun_script_follows_the_seed_recipe(monkeypatch):
+def test_mpirun_script_follows_the_seed_recipe_but_leaves_pinning_to_the_wrapper(monkeypatch):
     monkeypatch.chdir(ROOT)
     text = rendered("mpirun", "cluster.threads_per_core=2", "launch.ccl_workers=4", "train.ddp_backend=ccl")
     assert 'mpirun -f "$hostfile" -n 8 -ppn 2' in text
-    assert "-genv I_MPI_PIN_DOMAIN '[0xfffffffffffff0,0xfffffffffffff000000000000000]'" in text
+    # hydra pins to an explicit I_MPI_PIN_DOMAIN even with I_MPI_PIN=0: the domain stays in the plan (each
+    # rank's environment), not on mpirun's command line
+    assert "-genv I_MPI_PIN 0" in text and "-genv I_MPI_PIN_DOMAIN" not in text
+    assert '"I_MPI_PIN_DOMAIN": "[0xfffffffffffff0,0xfffffffffffff000000000000000]"' in text
     assert "-genv OMP_NUM_THREADS 52" in text
     assert "-genv CCL_WORKER_AFFINITY 0,1,2,3,56,57,58,59" in text
 

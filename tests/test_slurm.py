@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -122,11 +123,18 @@ print(len(views), calls.count('sacct'), source, 'torch' in sys.modules, round(dt
     assert (n, sacct_calls, source, torch_loaded) == ("1000", "1", "sacct", "False")
 
 
-def test_rendered_srun_script_runs_under_plain_sbatch(slurm, tmp_path):
-    """`hpcqa render` output, submitted by hand: 4 ranks on 2 nodes, bound as planned, one result."""
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_rendered_script_runs_under_plain_sbatch(slurm, tmp_path, launcher):
+    """`hpcqa render` output, submitted by hand: 4 ranks on 2 nodes, bound as planned, one result. mpirun is
+    Intel MPI's real hydra (impi-rt), started under Slurm (its slurm bootstrap), with its pinning off: every
+    rank's real CPU mask is the plan's pool, bound by hpcqa's wrapper as under srun."""
+    if launcher == "mpirun":
+        assert shutil.which("mpirun"), "Intel MPI (pip install impi-rt) is needed for the real mpirun test"
     script = tmp_path / "job.sbatch"
     r = run_cli("render", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
-                "--set", "cluster.nodes=2", "--python", sys.executable, "-o", str(script), env=slurm)
+                "--set", "cluster.nodes=2", "--set", f"launch.launcher={launcher}",
+                "--set", f"cluster.setup={json.dumps(['touch setup-ran.marker'])}",
+                "--python", sys.executable, "-o", str(script), env=slurm)
     assert r.returncode == 0, r.stderr
     sub = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path,
                          env={**os.environ, **slurm}, timeout=60)
@@ -143,13 +151,16 @@ def test_rendered_srun_script_runs_under_plain_sbatch(slurm, tmp_path):
     reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
     assert [rep["host"] for rep in reports] == ["node1", "node1", "node2", "node2"]
     for k, rep in enumerate(reports):
-        assert rep["plan_digest"] == planned.digest and rep["env_source"] == "slurm"
+        assert rep["plan_digest"] == planned.digest
+        assert rep["env_source"] == ("slurm" if launcher == "srun" else "intel-mpi")
+        assert not rep["warnings"], rep["warnings"]   # the wrapper saw the node's whole allocation
         assert rep["cpus"] == list(planned.ranks[k].cpus) and rep["bind_note"] == "as planned"
         assert rep["torch_threads"] == int(rep["omp_num_threads"]) == len(rep["cpus"])
     assert len({rep["weights_digest"] for rep in reports}) == 1
     res = json.loads((folder / "results.json").read_text())
     assert res["world_size"] == 4 and res["nodes"] == 2 and "f1" in res and res["plan_digest"] == planned.digest
     assert sorted(p.name for p in folder.glob("rank-*.log")) == [f"rank-{k}.log" for k in range(4)]
+    assert (tmp_path / "setup-ran.marker").exists()   # cluster.setup ran in the job script
     # inside a job on node2, `hpcqa topology` shows what node2's ranks really bound
     topo = subprocess.run(["srun", "-N1", "-n1", "-w", "node2", "--cpus-per-task=2", "--cpu-bind=none",
                            sys.executable, "-m", "hpcqa", "topology", "configs/quickstart.toml", *TINY, "--json"],
@@ -209,3 +220,83 @@ def test_usr2_checkpoints_requeues_and_resumes_where_it_stopped(slurm, tmp_path)
     assert not list(folder.glob("ranks/*.failed")) and not list(folder.glob("ranks/attempt-0/*.failed"))
     j = wait_state(slurm, job_id, {"COMPLETED"})
     assert j["attempts"] == f"requeued 1x, resumed from step {stopped}"
+
+
+def _start_requeued_now(slurm, job_id: str, timeout: float = 120) -> None:
+    """A requeued job waits for its begin time (PENDING, reason BeginTime); let it start again now. Repeated
+    until Slurm takes it: an update sent while the requeue is still being processed doesn't stick."""
+    end, requeued = time.time() + timeout, False
+    while time.time() < end:
+        q = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True,
+                           env={**os.environ, **slurm}).stdout.split()
+        if q[:1] == ["PENDING"]:
+            requeued = True
+            if q[1:] == ["BeginTime"]:
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
+                               capture_output=True, env={**os.environ, **slurm})
+        elif requeued:
+            return
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} was not requeued and restarted")
+
+
+def test_rendered_script_checkpoints_and_requeues_itself_on_usr2(slurm, tmp_path):
+    """A script from `hpcqa render`, submitted by hand, preempted (USR2 to the ranks, as --signal sends it):
+    the ranks stop after the same step and save one checkpoint, the script requeues the job, and the rerun
+    resumes from that step and completes."""
+    steps = 40
+    script = tmp_path / "job.sbatch"
+    r = run_cli("render", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
+                "--set", "cluster.nodes=2", "--set", f"train.max_steps={steps}", "--set", "train.save_steps=1000",
+                "--python", sys.executable, "-o", str(script), env=slurm)
+    assert r.returncode == 0, r.stderr
+    env = {**os.environ, **slurm}
+    sub = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip().split(";")[0]
+    folder = tmp_path / "quickstart" / f"hqtest-{job_id}"
+    end = time.time() + 180
+    while time.time() < end:
+        p = jobdir_progress(folder)
+        if p >= 8:
+            break
+        time.sleep(0.5)
+    assert jobdir_progress(folder) >= 8, list(folder.glob("*"))
+    sig = subprocess.run(["scancel", "--signal=USR2", job_id], capture_output=True, text=True, env=env)
+    assert sig.returncode == 0, sig.stderr
+    _start_requeued_now(slurm, job_id)
+    end = time.time() + 240
+    while time.time() < end and not (folder / "results.json").exists():
+        time.sleep(1)
+    logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in sorted(folder.glob("rank-*.log")))
+    assert (folder / "results.json").exists(), logs
+    res = json.loads((folder / "results.json").read_text())
+    reports = [json.loads((folder / "ranks" / "attempt-0" / f"rank-{k}.json").read_text()) for k in range(4)]
+    stopped = {rep["stopped_at_step"] for rep in reports}
+    assert len(stopped) == 1 and 8 <= min(stopped) < steps
+    assert res["global_steps"] == steps and res["requeues"] == 1 and res["resumed_from_step"] == min(stopped)
+    assert (folder / "requeue-requested.0").exists() and not list(folder.glob("ranks/**/*.failed"))
+
+
+def jobdir_progress(folder) -> int:
+    try:
+        return int(json.loads((folder / "progress.json").read_text() or "{}").get("step") or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def test_master_interface_gives_the_first_hosts_address(slurm, tmp_path):
+    """launch.master_interface on 2 nodes: every rank rendezvouses at node1's address on that interface; an
+    interface a node lacks stops the job with that node's name and what it has."""
+    r = submit(slurm, tmp_path, "--set", "cluster.nodes=2", "--set", "launch.master_interface=hq0",
+               "--set", "train.max_steps=2", "--set", "train.do_eval=false")
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
+    (folder,) = (tmp_path / "quickstart").glob(f"{job_id}-*")
+    reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
+    assert {rep["master_addr"] for rep in reports} == {"10.77.0.11"}      # node1's hq0 (scripts/devcluster.py)
+    assert json.loads((folder / "master-address.0.json").read_text())["host"] == "node1"
+    bad = submit(slurm, tmp_path / "bad", "--set", "cluster.nodes=2", "--set", "launch.master_interface=ib0",
+                 "--set", "train.max_steps=2")
+    assert bad.returncode != 0
+    assert "'ib0'" in bad.stdout + bad.stderr and "hq0" in bad.stdout + bad.stderr, bad.stdout + bad.stderr

@@ -175,6 +175,10 @@ def requeue_after_checkpoint(r: Rank, step: int) -> dict:
     import signal
     r.save_report(status="checkpointed for requeue", stopped_at_step=step, stopped_at=time.time())
     r.log(f"signal received: checkpoint of step {step} saved; requeueing")
+    if os.environ.get("HPCQA_REQUEUE") == "script":  # a rendered job script requeues once every rank is done
+        if r.rank == 0:
+            write_json(r.jd.requeue_request(attempt()), {"step": step, "time": time.time()})
+        return {"rank": r.rank, "stopped_at_step": step, "requeue": "asked of the job script"}
     if callable(STOP.previous):
         STOP.previous(STOP.signum or signal.SIGUSR2, None)  # rank 0: checkpoint pickle, scontrol requeue, exit
     if r.rank != 0:
