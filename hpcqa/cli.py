@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -51,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the script here (default: stdout)")
     p.add_argument("--launcher", choices=["srun", "mpirun"], help="default: launch.launcher")
     p.add_argument("--python", default=None, help="interpreter on the nodes (default: cluster.python, else python3)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--hosts", metavar="NODELIST", help="plain machines, no Slurm: a script for mpirun over ssh on "
+                                                            "these hosts (Slurm nodelist syntax, e.g. 'n[1-2]')")
+    where.add_argument("--hostfile", metavar="FILE", help="like --hosts, one host per line")
+    p.add_argument("--submit", action="store_true", help="sbatch the script and register the job: status, logs "
+                                                         "and cancel then work as for `submit`")
 
     p = sub.add_parser("tune", help="time each ranks-per-socket layout for a few steps; \"auto\" then uses the fastest")
     _add_config(p)
@@ -155,7 +162,7 @@ def _submission(args: argparse.Namespace):
         from hpcqa.slurmcli import Slurm
         return sweep.build(raw, args.config, host,
                            lambda: Slurm().max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE))
-    return sweep.single(planmod.build_plan(config.validate(raw, args.config, args.overrides), host))
+    return sweep.single(planmod.build_plan(config.validate(raw, args.config, args.overrides), host, submitted=True))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -234,18 +241,75 @@ def cmd_render(args: argparse.Namespace) -> int:
     from hpcqa import plan as planmod
     cfg = config.load(args.config, args.overrides)
     launcher = args.launcher or cfg.launch.launcher
-    # a standalone script is always for Slurm, whatever executor the config names
+    hosts = _render_hosts(args, cfg, launcher)
+    # a standalone script is for Slurm (or plain machines with --hosts), whatever executor the config names
     cfg = replace(cfg, cluster=replace(cfg.cluster, executor="slurm"))
     lp = planmod.build_plan(cfg, planmod.probe_host(), launcher=launcher)
-    text = render.standalone(lp, launcher, python=args.python)
+    text = render.standalone(lp, launcher, python=args.python, hosts=hosts)
+    if args.submit:
+        return _submit_rendered(args, lp, launcher, text, hosts)
     if args.output:
         from hpcqa.fsutil import atomic_write_text
         atomic_write_text(args.output, text, mode=0o755)
-        print(f"wrote {args.output} ({launcher}, {lp.world_size} ranks on {lp.nodes} node(s)); "
-              f"submit with: sbatch {args.output}", file=sys.stderr)
+        how = f"run it on {hosts[0]}: bash {args.output}" if hosts else f"submit with: sbatch {args.output}"
+        print(f"wrote {args.output} ({launcher}, {lp.world_size} ranks on {lp.nodes} node(s)); {how}",
+              file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _submit_rendered(args: argparse.Namespace, lp: Any, launcher: str, text: str, hosts: tuple[str, ...]) -> int:
+    """render --submit: write the script, sbatch it, register the job (folder <cluster>-<job id>)."""
+    from hpcqa import sweep
+    from hpcqa.errors import UsageError
+    from hpcqa.executors import common
+    from hpcqa.fsutil import atomic_write_text
+    from hpcqa.jobdir import JobRoot
+    from hpcqa.slurmcli import Slurm
+    if hosts:
+        raise UsageError("--submit sends the script to Slurm; a --hosts script runs on plain machines",
+                         "drop --submit and run the script on the first host")
+    from hpcqa import preflight, registry
+    for note in preflight.check(lp.config):  # as `submit`: what the ranks would find after the queue wait
+        print(f"warning: {note}", file=sys.stderr)
+    registry.Registry(lp.config.job.registry or None, create=False)  # damaged: stop before anything is queued
+    root = JobRoot.of(lp.config.job.output_dir, lp.config.job.name)
+    path = Path(args.output) if args.output else root.rendered_script(lp.digest, launcher)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text, mode=0o755)
+    job_id, cluster = Slurm().submit_script(str(path), str(root.script_output()))
+    jd = root.script_job(cluster, job_id)
+    common.register(lp, [common.registry_row(sweep.single(lp), lp, job_id, jd.path, None)])
+    print(f"submitted Slurm job {job_id} ({launcher} script {path}): folder {jd.path}; `hpcqa status {job_id}`",
+          file=sys.stderr)
+    return 0
+
+
+def _render_hosts(args: argparse.Namespace, cfg: Any, launcher: str) -> tuple[str, ...]:
+    """--hosts / --hostfile -> the hosts of a plain-machine script (checked against the config)."""
+    from hpcqa import distenv
+    from hpcqa.errors import UsageError
+    if not (args.hosts or args.hostfile):
+        return ()
+    if launcher != "mpirun":
+        raise UsageError("--hosts/--hostfile make a script for plain machines, started with mpirun over ssh",
+                         "add --launcher mpirun")
+    try:
+        if args.hostfile:
+            with open(args.hostfile, encoding="utf-8") as f:
+                hosts = tuple(h.split()[0].split(":")[0] for h in f if h.strip() and not h.lstrip().startswith("#"))
+        else:
+            hosts = tuple(distenv.expand_nodelist(args.hosts))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"can't read the hosts: {e}", "give --hosts 'n[1-2]' or a hostfile with one host per "
+                                                       "line") from None
+    if not hosts or len(set(hosts)) != len(hosts) or any(not re.fullmatch(r"[A-Za-z0-9._-]+", h) for h in hosts):
+        raise UsageError(f"hosts {list(hosts)!r}: expected distinct host names", "e.g. --hosts 'n[1-2]'")
+    if len(hosts) != cfg.cluster.nodes:
+        raise UsageError(f"{len(hosts)} host(s) given, the config plans cluster.nodes = {cfg.cluster.nodes}",
+                         f"add --set cluster.nodes={len(hosts)}, or list {cfg.cluster.nodes} hosts")
+    return hosts
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

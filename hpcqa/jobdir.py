@@ -111,6 +111,18 @@ class JobRoot:
     def job(self, job_id: str) -> "JobDir":
         return JobDir(self.path / str(job_id))
 
+    def rendered_script(self, digest: str, launcher: str) -> Path:
+        """Where `render --submit` keeps the script it submitted (content-addressed, like the plans)."""
+        return self.path / "scripts" / f"{digest}.{launcher}.sbatch"
+
+    def script_output(self) -> Path:
+        """The batch shell's own output of `render --submit` jobs (%j: sbatch puts the job id in)."""
+        return self.path / "scripts" / "slurm-%j.out"
+
+    def script_job(self, cluster: str, job_id: str) -> "JobDir":
+        """A rendered script's job folder: <cluster>-<job id> (the script computes the same)."""
+        return JobDir(self.path / f"{cluster}-{job_id}")
+
     def plan_group(self, digest: str) -> Path:
         return self.path / "plans" / digest
 

@@ -234,16 +234,17 @@ def _resolve_executor(cfg: Config, host: HostProbe) -> str:
     return ex
 
 
-def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None) -> LaunchPlan:
+def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, submitted: bool = False) -> LaunchPlan:
+    """The frozen plan. `launcher`: a rendered script's (default: launch.launcher); `submitted`: the plan of
+    `hpcqa submit`, whose ranks submitit starts with srun under Slurm whatever launch.launcher says."""
     c, la = cfg.cluster, cfg.launch
     executor = _resolve_executor(cfg, host)
     if executor == "local" and c.nodes > 1:
         raise ConfigError("cluster.nodes", f"the local executor runs on one node, not {c.nodes}",
                           "set cluster.nodes = 1 for a local run, or run where Slurm is installed",
                           cfg.source)
-    # submit starts ranks through submitit: srun under Slurm. launch.launcher picks the rendered script's launcher.
-    submitted_by_hpcqa = launcher is None
-    launcher = launcher or ("srun" if executor == "slurm" else "local")
+    if not launcher:
+        launcher = "local" if executor == "local" else "srun" if submitted else la.launcher
     backend = resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
     workers = la.ccl_workers if backend.resolved == "ccl" else 0
     rpd, layout_source = ranks_per_domain(cfg, host.tuned)
@@ -266,7 +267,8 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None) -> Lau
                       local_ranks=local_ranks, ranks=_global_ranks(c.nodes, local_ranks),
                       deferred_env=FrozenDict(_deferred_env(executor, la.master_port)),
                       job_dir_pattern=os.path.join(root_path(cfg.job.output_dir, cfg.job.name), f"{JOB_ID}-{SUBMISSION}"),
-                      warnings=_warnings(cfg, host, backend, pools) + _launcher_warning(cfg, submitted_by_hpcqa),
+                      warnings=(_warnings(cfg, host, backend, pools)
+                                + _launcher_warning(cfg, submitted and executor == "slurm")),
                       python=c.python or host.python,
                       ranks_per_domain=rpd, layout_source=layout_source)
 

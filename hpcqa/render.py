@@ -60,12 +60,16 @@ def _heredoc_delim(text: str) -> str:
     return tag
 
 
-def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None = None) -> str:
+def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None = None,
+               hosts: tuple[str, ...] = ()) -> str:
+    """The sbatch script (srun or mpirun), or with `hosts` a script for plain machines (mpirun over ssh)."""
     launcher = launcher or plan.config.launch.launcher
     python = python or plan.config.cluster.python or "python3"
-    if launcher not in ("srun", "mpirun"):
+    if launcher not in ("srun", "mpirun") or (hosts and launcher != "mpirun"):
         raise ValueError(launcher)
-    template = (template_dir() / f"{launcher}.sbatch").read_text()
+    if hosts and len(hosts) != plan.nodes:
+        raise ValueError(f"{len(hosts)} hosts for a plan of {plan.nodes} nodes")
+    template = (template_dir() / ("mpirun-hosts.sh" if hosts else f"{launcher}.sbatch")).read_text()
     plan_json = plan.dumps()
     root = jobdir.root_path(plan.config.job.output_dir, plan.config.job.name)
     values = {
@@ -86,6 +90,10 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None
         "HOSTFILE": _plain(jobdir.SCRIPT_HOSTFILE),
         "REQUEUE_FILE": _plain(jobdir.REQUEUE_REQUEST),
         "MAX_REQUEUES": str(plan.config.cluster.max_requeues),
+        "HOSTS": " ".join(shlex.quote(h) for h in hosts),
+        "IFACE": (f"export I_MPI_HYDRA_IFACE={shlex.quote(plan.config.launch.master_interface)}  "
+                  "# launch.master_interface: hydra's own traffic on that network too"
+                  if plan.config.launch.master_interface else "# launch.master_interface: not set"),
         "RANK_LOG": _plain(jobdir.SRUN_LOG if launcher == "srun" else jobdir.MPIRUN_LOG),
     }
     return _fill(template, values)

@@ -116,6 +116,24 @@ def accounting_disabled(proc: "subprocess.CompletedProcess[str]") -> bool:
                                     or "not running a supported accounting_storage plugin" in text)
 
 
+def config_value(scontrol_config: str, key: str) -> str | None:
+    """One value of `scontrol show config`."""
+    for line in scontrol_config.splitlines():
+        k, _, v = line.partition("=")
+        if k.strip() == key:
+            return v.strip()
+    return None
+
+
+def parse_sbatch_parsable(text: str) -> tuple[str, str | None]:
+    """`sbatch --parsable` -> (job id, cluster or None): it prints "<id>" or "<id>;<cluster>"."""
+    first = text.strip().splitlines()[-1] if text.strip() else ""
+    job, _, cluster = first.partition(";")
+    if not job.strip().isdigit():
+        raise ValueError(f"sbatch printed {text.strip()!r}, not a job id")
+    return job.strip(), cluster.strip() or None
+
+
 def parse_max_array_size(scontrol_config: str) -> int | None:
     """`scontrol show config` -> MaxArraySize."""
     for line in scontrol_config.splitlines():
@@ -172,6 +190,20 @@ class Slurm:
                 return {}, f"squeue failed: {sq.stderr.strip()}"
             return parse_squeue(sq.stdout), "squeue"
         return {}, f"sacct failed: {proc.stderr.strip() or proc.stdout.strip()}"
+
+    def submit_script(self, path: str, output: str) -> tuple[str, str]:
+        """sbatch a rendered script (the batch shell's own output to `output`, %j = job id) -> (job id,
+        cluster name: the job folder is <cluster>-<job id>). SubmitError with sbatch's words when it refuses."""
+        from hpcqa.errors import SubmitError
+        proc = self.run(["sbatch", "--parsable", f"--output={output}", path])
+        if proc.returncode != 0:
+            raise SubmitError(f"sbatch refused {path}: {(proc.stderr or proc.stdout).strip()}",
+                              "check partition/account/qos and the node shape with `hpcqa doctor`")
+        job, cluster = parse_sbatch_parsable(proc.stdout)
+        if cluster is None:
+            conf = self.run(SHOW_CONFIG)
+            cluster = (config_value(conf.stdout, "ClusterName") if conf.returncode == 0 else None) or "slurm"
+        return job, cluster
 
     def cancel(self, ids: Sequence[str]) -> "subprocess.CompletedProcess[str]":
         return self.run(scancel_argv(ids))

@@ -1,15 +1,22 @@
 #!/bin/bash
 # Install everything the tests need on a fresh machine, then run them. `.ci/run` calls this.
-# As root it also installs Debian's Slurm, munge and MariaDB: the integration tests start a real
+# As root it also installs Debian's Slurm, munge, MariaDB and OpenSSH (the bare-node mpirun test): the integration tests start a real
 # throw-away cluster (scripts/devcluster.py) and stop it again. Without root those tests skip,
 # except under CI (CI=true), where a missing cluster is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "$(id -u)" = 0 ] && ! command -v slurmctld >/dev/null; then
+if [ "$(id -u)" = 0 ] && { ! command -v slurmctld || ! command -v sshd; } >/dev/null; then
+    # the packages' daemons are started by the tests themselves, never by the package scripts
+    policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        policy=/usr/sbin/policy-rc.d
+        printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
+    fi
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        slurmctld slurmd slurm-client slurmdbd munge mariadb-server iproute2 \
+        slurmctld slurmd slurm-client slurmdbd munge mariadb-server iproute2 openssh-server openssh-client \
         libgoogle-perftools4 libjemalloc2 >/dev/null
+    if [ -n "$policy" ]; then rm -f "$policy"; fi
 fi
 bash scripts/install.sh
 # Intel MPI's runtime (mpirun / hydra) from PyPI: the mpirun launch path is tested for real, not stubbed

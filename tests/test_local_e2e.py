@@ -282,3 +282,27 @@ def test_a_second_local_job_avoids_or_refuses_busy_cores(tmp_path, cache_env):
         assert json.loads((job / "ranks" / "rank-0.json").read_text())["cpus"] == [1]
     finally:
         subprocess.run([sys.executable, "-m", "hpcqa", "cancel", a_id], env=env, cwd=ROOT, capture_output=True)
+
+
+def test_one_node_mpirun_script_runs_here(cli, tmp_path, cache_env):
+    """The plain-machine mpirun script on this one host: Intel MPI's hydra starts 2 ranks (no ssh for the
+    local host), each bound by the wrapper to its own core, and the job completes."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    assert shutil.which("mpirun"), "Intel MPI (pip install impi-rt) is needed: scripts/test.sh installs it"
+    script = tmp_path / "run.sh"
+    r = cli("render", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(tmp_path))}", *TINY,
+            "--set", "cluster.executor=slurm", "--launcher", "mpirun", "--hosts", socket.gethostname(),
+            "--python", sys.executable, "-o", str(script), env=cache_env)
+    assert r.returncode == 0, r.stderr
+    run = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                         env={**os.environ, **cache_env})
+    (folder,) = [p for p in (tmp_path / "quickstart").iterdir() if p.name.startswith(socket.gethostname().split(".")[0])]
+    assert run.returncode == 0, run.stderr[-2000:]
+    reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in (0, 1)]
+    assert [rep["env_source"] for rep in reports] == ["intel-mpi", "intel-mpi"]
+    assert reports[0]["cpus"] != reports[1]["cpus"] and all(rep["bind_note"] == "as planned" for rep in reports)
+    assert not any(rep["warnings"] for rep in reports)
+    assert json.loads((folder / "results.json").read_text())["world_size"] == 2

@@ -193,3 +193,30 @@ def test_cluster_python_is_the_ranks_interpreter_quoted(tmp_path):
     script = render.standalone(lp, "srun")
     assert f"{shlex.quote(py)} -m hpcqa.rank" in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_plain_machine_script_and_its_errors(tmp_path):
+    from hpcqa.slurmcli import parse_sbatch_parsable
+    from tests.conftest import run_cli
+    q = ["--set", "cluster.executor=slurm", "--set", "cluster.nodes=2"]
+    out = tmp_path / "run.sh"
+    r = run_cli("render", "configs/quickstart.toml", *q, "--launcher", "mpirun", "--hosts", "n[1-2]", "-o", str(out))
+    assert r.returncode == 0 and "run it on n1" in r.stderr, r.stderr
+    text = out.read_text()
+    assert "#SBATCH" not in text and "printf '%s\\n' n1 n2 >" in text
+    assert not [line for line in text.splitlines() if line.lstrip().startswith("srun")]
+    assert "I_MPI_HYDRA_BOOTSTRAP=ssh" in text and "-genv I_MPI_PIN 0" in text
+    assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
+    hf = tmp_path / "hosts"
+    hf.write_text("# the nodes\nn7:2\nn9 slots=2\n")
+    r = run_cli("render", "configs/quickstart.toml", *q, "--launcher", "mpirun", "--hostfile", str(hf))
+    assert r.returncode == 0 and "printf '%s\\n' n7 n9 >" in r.stdout
+    for bad, words in ((["--launcher", "mpirun", "--hosts", "n[1-3]"], "cluster.nodes = 2"),
+                       (["--hosts", "n[1-2]", "--launcher", "srun"], "--launcher mpirun"),
+                       (["--launcher", "mpirun", "--hosts", "n1,n1"], "distinct"),
+                       (["--launcher", "mpirun", "--hosts", "n[1-2]", "--submit"], "plain machines")):
+        r = run_cli("render", "configs/quickstart.toml", *q, *bad)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert parse_sbatch_parsable("42\n") == ("42", None) and parse_sbatch_parsable("7;hq\n") == ("7", "hq")
+    with pytest.raises(ValueError):
+        parse_sbatch_parsable("sbatch: error: invalid partition")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -194,16 +195,7 @@ def test_usr2_checkpoints_requeues_and_resumes_where_it_stopped(slurm, tmp_path)
         sig = subprocess.run(["scancel", "--signal=USR2", job_id], capture_output=True, text=True,
                              env={**os.environ, **slurm})
         assert sig.returncode == 0, sig.stderr
-        # a requeued job waits for its begin time; let it start again now
-        end = time.time() + 120
-        while time.time() < end:
-            q = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
-                               env={**os.environ, **slurm}).stdout.strip()
-            if q == "PENDING":
-                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
-                               capture_output=True, env={**os.environ, **slurm})
-                break
-            time.sleep(0.5)
+        _start_requeued_now(slurm, job_id)
         rc = proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
@@ -231,7 +223,12 @@ def _start_requeued_now(slurm, job_id: str, timeout: float = 120) -> None:
                            env={**os.environ, **slurm}).stdout.split()
         if q[:1] == ["PENDING"]:
             requeued = True
-            if q[1:] == ["BeginTime"]:
+            # only once the nodes are idle: started while a node still cleans up the last attempt, the job
+            # dies at once ("Job credential revoked") -- the reason Slurm delays requeued jobs
+            nodes = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True,
+                                   env={**os.environ, **slurm}).stdout.split()
+            if q[1:] == ["BeginTime"] and nodes and all(n.startswith("idle") for n in nodes):
+                time.sleep(2)
                 subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
                                capture_output=True, env={**os.environ, **slurm})
         elif requeued:
@@ -245,16 +242,15 @@ def test_rendered_script_checkpoints_and_requeues_itself_on_usr2(slurm, tmp_path
     the ranks stop after the same step and save one checkpoint, the script requeues the job, and the rerun
     resumes from that step and completes."""
     steps = 40
-    script = tmp_path / "job.sbatch"
+    # `render --submit`: sbatch the script and register the job, so status/logs/cancel know it
     r = run_cli("render", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
                 "--set", "cluster.nodes=2", "--set", f"train.max_steps={steps}", "--set", "train.save_steps=1000",
-                "--python", sys.executable, "-o", str(script), env=slurm)
+                "--python", sys.executable, "--submit", env=slurm)
     assert r.returncode == 0, r.stderr
     env = {**os.environ, **slurm}
-    sub = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert sub.returncode == 0, sub.stderr
-    job_id = sub.stdout.strip().split(";")[0]
+    job_id = r.stderr.split("submitted Slurm job ")[1].split()[0]
     folder = tmp_path / "quickstart" / f"hqtest-{job_id}"
+    assert list((tmp_path / "quickstart" / "scripts").glob("*.srun.sbatch"))
     end = time.time() + 180
     while time.time() < end:
         p = jobdir_progress(folder)
@@ -276,6 +272,10 @@ def test_rendered_script_checkpoints_and_requeues_itself_on_usr2(slurm, tmp_path
     assert len(stopped) == 1 and 8 <= min(stopped) < steps
     assert res["global_steps"] == steps and res["requeues"] == 1 and res["resumed_from_step"] == min(stopped)
     assert (folder / "requeue-requested.0").exists() and not list(folder.glob("ranks/**/*.failed"))
+    j = wait_state(slurm, job_id, {"COMPLETED"})
+    assert j["folder"] == str(folder) and j["attempts"] == f"requeued 1x, resumed from step {min(stopped)}"
+    logs = run_cli("logs", job_id, "--rank", "2", env=slurm)
+    assert logs.returncode == 0 and "rank 2/4 on node2" in logs.stdout, logs.stdout + logs.stderr
 
 
 def jobdir_progress(folder) -> int:
@@ -300,3 +300,40 @@ def test_master_interface_gives_the_first_hosts_address(slurm, tmp_path):
                  "--set", "train.max_steps=2")
     assert bad.returncode != 0
     assert "'ib0'" in bad.stdout + bad.stderr and "hq0" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+
+
+def test_bare_nodes_mpirun_over_ssh(slurm, tmp_path):
+    """`render --hosts` for plain machines: no Slurm in the launch, hydra over ssh (an sshd in each emulated
+    node's network namespace, a throw-away key): 4 ranks on 2 nodes, bound as planned, one result, and
+    launch.master_interface giving node1's address on hq0."""
+    from pathlib import Path
+    from tests import ssh_nodes
+    assert shutil.which("mpirun"), "Intel MPI (pip install impi-rt) is needed for the bare-node test"
+    cluster_dir = Path(slurm["SLURM_CONF"]).parent
+    script = tmp_path / "run.sh"
+    r = run_cli("render", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
+                "--set", "cluster.nodes=2", "--set", "launch.master_interface=hq0", "--launcher", "mpirun",
+                "--hosts", "node[1-2]", "--python", sys.executable, "-o", str(script), env=slurm)
+    assert r.returncode == 0, r.stderr
+    assert "run it on node1" in r.stderr and "#SBATCH" not in script.read_text()
+    with ssh_nodes.sshd_on_nodes(cluster_dir, tmp_path / "ssh") as ssh_config:
+        keep = {k: v for k, v in os.environ.items() if k == "PATH" or k.startswith(("HPCQA_", "HF_"))}
+        keep["I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS"] = f"-F {ssh_config}"
+        remote = f"cd {shlex.quote(str(tmp_path))} && env " + " ".join(
+            shlex.quote(f"{k}={v}") for k, v in keep.items()) + f" bash {shlex.quote(str(script))}"
+        run = subprocess.run(["ssh", "-F", str(ssh_config), "node1", remote], capture_output=True, text=True,
+                             timeout=300)
+    (folder,) = (tmp_path / "quickstart").glob("node1-*")
+    logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in sorted(folder.glob("rank-*.log")))
+    assert run.returncode == 0, run.stderr[-3000:] + logs
+    from hpcqa import plan as planmod
+    planned = planmod.load(folder / "plan.json")
+    reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
+    assert [rep["host"] for rep in reports] == ["node1", "node1", "node2", "node2"]
+    for k, rep in enumerate(reports):
+        assert rep["env_source"] == "intel-mpi" and rep["plan_digest"] == planned.digest
+        assert rep["cpus"] == list(planned.ranks[k].cpus) and rep["bind_note"] == "as planned"
+        assert not rep["warnings"] and rep["master_addr"] == "10.77.0.11"
+    assert len({rep["weights_digest"] for rep in reports}) == 1
+    res = json.loads((folder / "results.json").read_text())
+    assert res["world_size"] == 4 and res["nodes"] == 2 and "f1" in res
