@@ -162,14 +162,21 @@ def _submission(args: argparse.Namespace):
         from hpcqa.slurmcli import Slurm
         return sweep.build(raw, args.config, host,
                            lambda: Slurm().max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE))
-    return sweep.single(planmod.build_plan(config.validate(raw, args.config, args.overrides), host, submitted=True))
+    cfg = config.validate(raw, args.config, args.overrides)
+    lp = planmod.build_plan(cfg, host, submitted=True)
+    if lp.executor == "slurm" and cfg.launch.launcher == "mpirun":  # a single job: the rendered mpirun script
+        lp = planmod.build_plan(cfg, host, launcher="mpirun")
+    return sweep.single(lp)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     sp = _submission(args)
     if args.dry_run:
         sbatch = None
-        if sp.executor == "slurm":
+        if sp.executor == "slurm" and sp.plans[0].launcher == "mpirun":
+            from hpcqa import render
+            sbatch = [render.standalone(sp.plans[0], "mpirun", python=sp.plans[0].python)]
+        elif sp.executor == "slurm":
             from hpcqa.executors.slurm import sbatch_preview
             sbatch = sbatch_preview(sp)
         if args.json:
@@ -195,6 +202,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 print(f"warning: {note}", file=sys.stderr)
     # a damaged registry stops us before anything runs (a missing one is created at registration)
     registry.Registry(sp.plans[0].config.job.registry or None, create=False)
+    if sp.executor == "slurm" and sp.plans[0].launcher == "mpirun":
+        from hpcqa import render
+        from hpcqa.executors.slurm import run_script
+        lp = sp.plans[0]
+        return run_script(lp, render.standalone(lp, "mpirun", python=lp.python), wait=not args.no_wait)
     return submit(sp, wait=not args.no_wait)
 
 
@@ -261,29 +273,19 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def _submit_rendered(args: argparse.Namespace, lp: Any, launcher: str, text: str, hosts: tuple[str, ...]) -> int:
     """render --submit: write the script, sbatch it, register the job (folder <cluster>-<job id>)."""
-    from hpcqa import sweep
+    from hpcqa import preflight, registry
     from hpcqa.errors import UsageError
-    from hpcqa.executors import common
-    from hpcqa.fsutil import atomic_write_text
-    from hpcqa.jobdir import JobRoot
-    from hpcqa.slurmcli import Slurm
+    from hpcqa.executors.slurm import run_script
     if hosts:
         raise UsageError("--submit sends the script to Slurm; a --hosts script runs on plain machines",
                          "drop --submit and run the script on the first host")
-    from hpcqa import preflight, registry
+    if args.output:
+        from hpcqa.fsutil import atomic_write_text
+        atomic_write_text(args.output, text, mode=0o755)
     for note in preflight.check(lp.config):  # as `submit`: what the ranks would find after the queue wait
         print(f"warning: {note}", file=sys.stderr)
     registry.Registry(lp.config.job.registry or None, create=False)  # damaged: stop before anything is queued
-    root = JobRoot.of(lp.config.job.output_dir, lp.config.job.name)
-    path = Path(args.output) if args.output else root.rendered_script(lp.digest, launcher)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, text, mode=0o755)
-    job_id, cluster = Slurm().submit_script(str(path), str(root.script_output()))
-    jd = root.script_job(cluster, job_id)
-    common.register(lp, [common.registry_row(sweep.single(lp), lp, job_id, jd.path, None)])
-    print(f"submitted Slurm job {job_id} ({launcher} script {path}): folder {jd.path}; `hpcqa status {job_id}`",
-          file=sys.stderr)
-    return 0
+    return run_script(lp, text, wait=False)
 
 
 def _render_hosts(args: argparse.Namespace, cfg: Any, launcher: str) -> tuple[str, ...]:

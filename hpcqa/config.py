@@ -87,7 +87,8 @@ class ClusterConfig:
 @dataclass(frozen=True)
 class LaunchConfig:
     launcher: Literal["srun", "mpirun"] = opt(
-        "srun", "How ranks start in rendered scripts: srun (Slurm) or mpirun (Intel MPI hydra).")
+        "srun", "How ranks start: srun (Slurm), or mpirun (Intel MPI hydra: rendered scripts, and a single `submit` "
+                "job runs the rendered mpirun script; sweeps use srun).")
     rank_domain: Literal["socket", "numa"] = opt(
         "socket", "What one rank owns: a socket, or a NUMA node (sub-NUMA clustering: one rank per NUMA node, "
                   "cluster.numa_per_socket ranks per socket). Ranks never straddle their domain.")

@@ -326,9 +326,9 @@ def _deferred_env(executor: str, fixed_port: int) -> dict[str, str]:
 
 def _launcher_warning(cfg: Config, submitted: bool) -> tuple[str, ...]:
     if submitted and cfg.launch.launcher == "mpirun":
-        return ("launch.launcher = \"mpirun\" applies to `hpcqa render --launcher mpirun` scripts; `submit` starts "
-                "the ranks through submitit with srun (hydra's own srun, nested in a step that already holds "
-                "every CPU, would wait for CPUs that never free up); this plan is what submit runs",)
+        return ("launch.launcher = \"mpirun\": a sweep's arrays start their ranks through submitit with srun (hydra's "
+                "own srun, nested in a step that already holds every CPU, would wait for CPUs that never free up); "
+                "a single job runs the rendered mpirun script",)
     return ()
 
 

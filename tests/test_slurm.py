@@ -248,7 +248,7 @@ def test_rendered_script_checkpoints_and_requeues_itself_on_usr2(slurm, tmp_path
                 "--python", sys.executable, "--submit", env=slurm)
     assert r.returncode == 0, r.stderr
     env = {**os.environ, **slurm}
-    job_id = r.stderr.split("submitted Slurm job ")[1].split()[0]
+    job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
     folder = tmp_path / "quickstart" / f"hqtest-{job_id}"
     assert list((tmp_path / "quickstart" / "scripts").glob("*.srun.sbatch"))
     end = time.time() + 180
@@ -337,3 +337,23 @@ def test_bare_nodes_mpirun_over_ssh(slurm, tmp_path):
     assert len({rep["weights_digest"] for rep in reports}) == 1
     res = json.loads((folder / "results.json").read_text())
     assert res["world_size"] == 4 and res["nodes"] == 2 and "f1" in res
+
+
+def test_submit_with_the_mpirun_launcher(slurm, tmp_path):
+    """`submit` with launch.launcher = "mpirun": the dry run shows the mpirun script, the job runs it (hydra
+    in the batch shell), waits, reports COMPLETED, and status/logs know the job."""
+    extra = ["--set", "cluster.nodes=2", "--set", "launch.launcher=mpirun", "--set", "train.max_steps=3",
+             "--set", "train.do_eval=false"]
+    dry = submit(slurm, tmp_path, *extra, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert 'mpirun -f "$hostfile" -n 4 -ppn 2' in json.loads(dry.stdout)["sbatch"]
+    r = submit(slurm, tmp_path, *extra)
+    assert r.returncode == 0 and "COMPLETED" in r.stdout, r.stdout + r.stderr
+    job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
+    folder = tmp_path / "quickstart" / f"hqtest-{job_id}"
+    reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
+    assert {rep["env_source"] for rep in reports} == {"intel-mpi"}
+    assert [rep["host"] for rep in reports] == ["node1", "node1", "node2", "node2"]
+    assert status(slurm, job_id)[job_id]["state"] == "COMPLETED"
+    logs = run_cli("logs", job_id, "--rank", "3", env=slurm)
+    assert logs.returncode == 0 and "rank 3/4 on node2" in logs.stdout, logs.stdout + logs.stderr

@@ -101,6 +101,27 @@ def run(sp: sweep.SweepPlan, wait: bool = True) -> int:
     return _wait(job.job_id, jd, plan)
 
 
+def run_script(plan: LaunchPlan, text: str, wait: bool = True) -> int:
+    """A rendered script (`render --submit`, or `submit` with launch.launcher = "mpirun"): written next to the
+    plans, sbatched, registered (folder <cluster>-<job id>), then watched like any job. mpirun runs in the
+    batch shell, where hydra's slurm bootstrap can start its per-node proxies with srun; inside a submitit
+    step (which already holds every CPU) that srun would wait for CPUs forever."""
+    from hpcqa.fsutil import atomic_write_text
+    root = common.job_root(plan)
+    path = root.rendered_script(plan.digest, plan.launcher)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text, mode=0o755)
+    job_id, cluster = Slurm().submit_script(str(path), str(root.script_output()))
+    jd = root.script_job(cluster, job_id)
+    common.register(plan, [common.registry_row(sweep.single(plan), plan, job_id, jd.path, None)])
+    print(f"submitted Slurm job {job_id}: {plan.world_size} ranks on {plan.nodes} node(s) by {plan.launcher} "
+          f"({path}); folder {jd.path}", file=sys.stderr)
+    if not wait:
+        print(job_id)
+        return 0
+    return _wait(job_id, jd, plan)
+
+
 def _wait(job_id: str, jd: JobDir, plan: LaunchPlan) -> int:
     try:
         state = wait_state(job_id, jd, f"job {job_id}")
