@@ -10,14 +10,13 @@ the number is the Trainer's train_samples_per_second (all ranks together). Print
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _submit import markdown, submit  # noqa: E402
 
 
 def variants(ncores: int) -> list[tuple[str, list[str]]]:
@@ -32,17 +31,6 @@ def variants(ncores: int) -> list[tuple[str, list[str]]]:
         (f"1 rank, {ncores} threads (all cores)",
          ["cluster.sockets_per_node=1", f"cluster.cores_per_socket={ncores}", "launch.ranks_per_socket=1"]),
     ]
-
-
-def run(config: str, overrides: list[str], out: Path) -> dict:
-    args = [sys.executable, "-m", "hpcqa", "submit", config]
-    for o in overrides + [f"job.output_dir={json.dumps(str(out))}"]:
-        args += ["--set", o]
-    r = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
-    if r.returncode != 0:
-        return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:]}
-    (res,) = out.glob("*/*/results.json")
-    return json.loads(res.read_text())
 
 
 def main() -> int:
@@ -60,17 +48,14 @@ def main() -> int:
     rows = []
     for precision in ("false", "true"):
         for name, ov in variants(ncores):
-            with tempfile.TemporaryDirectory() as tmp:
-                res = run(a.config, base + ov + [f"train.bf16={precision}"], Path(tmp))
+            res = submit(a.config, base + ov + [f"train.bf16={precision}"])
             sps = res.get("train_samples_per_second")
             rows.append((name, "bf16" if precision == "true" else "fp32", sps, res.get("error")))
             print(f"{name:<62} {rows[-1][1]:<5} " + (f"{sps:8.2f} samples/s" if sps else f"FAILED {res.get('error')}"),
                   flush=True)
     if a.markdown:
-        print(f"\n| layout ({ncores} cores, {a.model}, seq {a.seq}, batch 8/rank, {a.steps} steps) | precision | train samples/s |")
-        print("|---|---|---|")
-        for name, prec, sps, _ in rows:
-            print(f"| {name} | {prec} | {sps:.2f} |" if sps else f"| {name} | {prec} | failed |")
+        markdown(f"layout ({ncores} cores, {a.model}, seq {a.seq}, batch 8/rank, {a.steps} steps)", "train samples/s",
+                 rows)
     return 0
 
 

@@ -15,25 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _submit import markdown, submit  # noqa: E402
 
 
 def run(overrides: list[str], env: dict[str, str] | None = None) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        args = [sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml"]
-        for o in overrides + [f"job.output_dir={json.dumps(tmp)}"]:
-            args += ["--set", o]
-        r = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})})
-        if r.returncode != 0:
-            return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:]}
-        (res,) = Path(tmp).glob("*/*/results.json")
-        return json.loads(res.read_text())
+    return submit("configs/quickstart.toml", overrides, env)
 
 
 def main() -> int:
@@ -65,11 +57,8 @@ def main() -> int:
         rows.append((name, "fp32", res.get("steady_samples_per_second"), res.get("error")))
         print(rows[-1], flush=True)
     if a.markdown:
-        print(f"\n| layout ({cores} cores, {a.model}, seq {a.seq}, batch 8/rank, {a.steps} timed steps) "
-              f"| precision | steady train samples/s |")
-        print("|---|---|---|")
-        for name, prec, sps, _ in rows:
-            print(f"| {name} | {prec} | {sps:.2f} |" if sps else f"| {name} | {prec} | failed |")
+        markdown(f"layout ({cores} cores, {a.model}, seq {a.seq}, batch 8/rank, {a.steps} timed steps)",
+                 "steady train samples/s", rows)
     return 0
 
 

@@ -163,10 +163,8 @@ def _submission(args: argparse.Namespace):
         return sweep.build(raw, args.config, host,
                            lambda: Slurm().max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE))
     cfg = config.validate(raw, args.config, args.overrides)
-    lp = planmod.build_plan(cfg, host, submitted=True)
-    if lp.executor == "slurm" and cfg.launch.launcher == "mpirun":  # a single job: the rendered mpirun script
-        lp = planmod.build_plan(cfg, host, launcher="mpirun")
-    return sweep.single(lp)
+    # a single mpirun job runs the rendered mpirun script (executors.slurm.run_script), not submitit's srun
+    return sweep.single(planmod.build_plan(cfg, host, via_submitit=cfg.launch.launcher != "mpirun"))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -191,23 +189,28 @@ def cmd_submit(args: argparse.Namespace) -> int:
         else:
             _print_plan(sp.plans[0], sbatch[0] if sbatch else None)
         return 0
-    from hpcqa import preflight, registry
     from hpcqa.executors import submit
-    seen = set()
-    for p in sp.plans:  # before anything is queued: what every rank would otherwise find after the wait
-        key = (p.config.job, p.config.data, p.config.model)
-        if key not in seen:
-            seen.add(key)
-            for note in preflight.check(p.config):
-                print(f"warning: {note}", file=sys.stderr)
-    # a damaged registry stops us before anything runs (a missing one is created at registration)
-    registry.Registry(sp.plans[0].config.job.registry or None, create=False)
+    _before_queueing(sp.plans)
     if sp.executor == "slurm" and sp.plans[0].launcher == "mpirun":
         from hpcqa import render
         from hpcqa.executors.slurm import run_script
         lp = sp.plans[0]
         return run_script(lp, render.standalone(lp, "mpirun", python=lp.python), wait=not args.no_wait)
     return submit(sp, wait=not args.no_wait)
+
+
+def _before_queueing(plans: Sequence[Any]) -> None:
+    """What every rank would otherwise find after the queue wait (preflight), and a damaged registry (a
+    missing one is created at registration): both stop us before anything is queued or started."""
+    from hpcqa import preflight, registry
+    seen = set()
+    for p in plans:
+        key = (p.config.job, p.config.data, p.config.model)
+        if key not in seen:
+            seen.add(key)
+            for note in preflight.check(p.config):
+                print(f"warning: {note}", file=sys.stderr)
+    registry.Registry(plans[0].config.job.registry or None, create=False)
 
 
 def _print_sweep(sp, sbatch: list[str] | None = None) -> None:
@@ -273,7 +276,6 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def _submit_rendered(args: argparse.Namespace, lp: Any, launcher: str, text: str, hosts: tuple[str, ...]) -> int:
     """render --submit: write the script, sbatch it, register the job (folder <cluster>-<job id>)."""
-    from hpcqa import preflight, registry
     from hpcqa.errors import UsageError
     from hpcqa.executors.slurm import run_script
     if hosts:
@@ -282,9 +284,7 @@ def _submit_rendered(args: argparse.Namespace, lp: Any, launcher: str, text: str
     if args.output:
         from hpcqa.fsutil import atomic_write_text
         atomic_write_text(args.output, text, mode=0o755)
-    for note in preflight.check(lp.config):  # as `submit`: what the ranks would find after the queue wait
-        print(f"warning: {note}", file=sys.stderr)
-    registry.Registry(lp.config.job.registry or None, create=False)  # damaged: stop before anything is queued
+    _before_queueing([lp])
     return run_script(lp, text, wait=False)
 
 

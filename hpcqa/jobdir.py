@@ -182,12 +182,13 @@ class JobDir:
             raise ValueError(f"no prediction file {stage}/{kind}")
         return self.path / f"{stage}_{kind}.json"
 
-    def outputs(self) -> list[tuple[str, Path]]:
-        """What a finished (or running) job has written, for `hpcqa status JOB`: label, path (existing ones)."""
+    def outputs(self, results: Mapping[str, Any] | None = None) -> list[tuple[str, Path]]:
+        """What a finished (or running) job has written, for `hpcqa status JOB`: label, path (existing ones).
+        `results`: its results.json when the caller has read it already."""
         found = [("folder", self.path), ("results", self.results), ("TensorBoard", self.tensorboard)]
         found += [(f"{stage} {kind.replace('_', ' ')}", self.predictions(stage, kind))
                   for stage in ("eval", "predict") for kind in ("predictions", "nbest_predictions", "null_odds")]
-        best = (self.read_results() or {}).get("best_checkpoint")
+        best = ((self.read_results() if results is None else results) or {}).get("best_checkpoint")
         if best:
             found.append(("best checkpoint", Path(best)))
         return [(label, p) for label, p in found if p.exists()]

@@ -234,9 +234,9 @@ def _resolve_executor(cfg: Config, host: HostProbe) -> str:
     return ex
 
 
-def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, submitted: bool = False) -> LaunchPlan:
-    """The frozen plan. `launcher`: a rendered script's (default: launch.launcher); `submitted`: the plan of
-    `hpcqa submit`, whose ranks submitit starts with srun under Slurm whatever launch.launcher says."""
+def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_submitit: bool = False) -> LaunchPlan:
+    """The frozen plan. `launcher`: a rendered script's (default: launch.launcher); `via_submitit`: submitit
+    starts the ranks (a sweep's arrays, or any srun job of `submit`), which under Slurm means srun."""
     c, la = cfg.cluster, cfg.launch
     executor = _resolve_executor(cfg, host)
     if executor == "local" and c.nodes > 1:
@@ -244,7 +244,7 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, submit
                           "set cluster.nodes = 1 for a local run, or run where Slurm is installed",
                           cfg.source)
     if not launcher:
-        launcher = "local" if executor == "local" else "srun" if submitted else la.launcher
+        launcher = "local" if executor == "local" else "srun" if via_submitit else la.launcher
     backend = resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
     workers = la.ccl_workers if backend.resolved == "ccl" else 0
     rpd, layout_source = ranks_per_domain(cfg, host.tuned)
@@ -268,7 +268,7 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, submit
                       deferred_env=FrozenDict(_deferred_env(executor, la.master_port)),
                       job_dir_pattern=os.path.join(root_path(cfg.job.output_dir, cfg.job.name), f"{JOB_ID}-{SUBMISSION}"),
                       warnings=(_warnings(cfg, host, backend, pools)
-                                + _launcher_warning(cfg, submitted and executor == "slurm")),
+                                + _launcher_warning(cfg, via_submitit and executor == "slurm")),
                       python=c.python or host.python,
                       ranks_per_domain=rpd, layout_source=layout_source)
 
@@ -324,8 +324,8 @@ def _deferred_env(executor: str, fixed_port: int) -> dict[str, str]:
             "derived from SLURM_JOB_ID at start (10000-32767, distinct per array task)"}
 
 
-def _launcher_warning(cfg: Config, submitted: bool) -> tuple[str, ...]:
-    if submitted and cfg.launch.launcher == "mpirun":
+def _launcher_warning(cfg: Config, via_submitit: bool) -> tuple[str, ...]:
+    if via_submitit and cfg.launch.launcher == "mpirun":
         return ("launch.launcher = \"mpirun\": a sweep's arrays start their ranks through submitit with srun (hydra's "
                 "own srun, nested in a step that already holds every CPU, would wait for CPUs that never free up); "
                 "a single job runs the rendered mpirun script",)

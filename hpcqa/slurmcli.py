@@ -136,14 +136,11 @@ def parse_sbatch_parsable(text: str) -> tuple[str, str | None]:
 
 def parse_max_array_size(scontrol_config: str) -> int | None:
     """`scontrol show config` -> MaxArraySize."""
-    for line in scontrol_config.splitlines():
-        k, _, v = line.partition("=")
-        if k.strip() == "MaxArraySize":
-            try:
-                return int(v.strip())
-            except ValueError:
-                return None
-    return None
+    value = config_value(scontrol_config, "MaxArraySize")
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def parse_nodes(text: str) -> list[dict[str, str]]:

@@ -93,7 +93,7 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
         v.progress = jd.read_progress()
         v.results = jd.read_results()
         if ids:
-            v.outputs = [(label, str(p)) for label, p in jd.outputs()]
+            v.outputs = [(label, str(p)) for label, p in jd.outputs(v.results)]
         if state == "COMPLETED" and not v.results:
             v.notes.append("no results file")
         views.append(v)

@@ -199,7 +199,7 @@ def build(raw: Mapping[str, Any], source: str, host: planmod.HostProbe,
           max_array_size: Callable[[], int] | None = None) -> SweepPlan:
     """Variants -> validated plans -> arrays. `max_array_size` is asked only for Slurm sweeps."""
     variants, par = expand(raw, source)
-    plans = [planmod.build_plan(v.config, host, submitted=True).with_variant(v.index, v.params) for v in variants]
+    plans = [planmod.build_plan(v.config, host, via_submitit=True).with_variant(v.index, v.params) for v in variants]
     executor = plans[0].executor
     mas = (max_array_size() if executor == "slurm" and max_array_size else None) or DEFAULT_MAX_ARRAY_SIZE
     arrays = group(list(zip(variants, plans)), mas)

@@ -494,7 +494,7 @@ def _QATrainer(base, r: Rank, data: dict):
             loop = self.evaluation_loop(self.get_eval_dataloader(data["eval_features"]), description="Evaluation",
                                         prediction_loss_only=False, ignore_keys=ignore_keys,
                                         metric_key_prefix=metric_key_prefix)
-            scores, _ = score(r, data["eval_raw"], data["eval_features"], loop.predictions)
+            scores, _ = score(r, data, "eval", loop.predictions)
             metrics = {f"{metric_key_prefix}_{k}": v for k, v in scores.items()
                        if isinstance(v, (int, float)) and not isinstance(v, bool)}
             metrics[f"{metric_key_prefix}_runtime"] = time.time() - t0
@@ -517,28 +517,42 @@ def train(r: Rank, trainer, jd: JobDir):
     return out, last, time.time() - t0
 
 
-def score(r: Rank, raw, features, predictions, with_golds: bool = True):
-    """Logits -> (scores by the official rules of the data's version, postprocess.Predictions)."""
+def _split_index(data: dict, split: str) -> dict:
+    """What post-processing and scoring read of a split (examples, feature offsets, golds), taken from the
+    datasets once per split, not at every evaluation during training."""
+    key = f"{split}_index"
+    if key not in data:
+        raw, features = data[f"{split}_raw"], data[f"{split}_features"]
+        data[key] = {
+            "examples": [{"id": i, "context": c} for i, c in zip(raw["id"], raw["context"])],
+            "features": [{"example_id": e, "offset_mapping": o}
+                         for e, o in zip(features["example_id"], features["offset_mapping"])],
+            "golds": {i: a["text"] for i, a in zip(raw["id"], raw["answers"])},
+            "first_facts": dict(zip(raw["id"], raw["first_fact"])) if "first_fact" in raw.column_names else {}}
+    return data[key]
+
+
+def score(r: Rank, data: dict, split: str, predictions, with_golds: bool = True):
+    """Logits of a split ("eval" or "test") -> (scores by the official rules of the data's version,
+    postprocess.Predictions)."""
     from hpcqa.train import metrics, postprocess
 
     cfg = r.plan.config
     v2 = cfg.data.version_2_with_negative
+    index = _split_index(data, split)
     start_logits, end_logits = predictions[:2]
-    examples = [{"id": i, "context": c} for i, c in zip(raw["id"], raw["context"])]
-    feats = [{"example_id": e, "offset_mapping": o} for e, o in zip(features["example_id"], features["offset_mapping"])]
     out = postprocess.postprocess(
-        examples, feats, start_logits, end_logits, n_best_size=cfg.train.n_best_size,
+        index["examples"], index["features"], start_logits, end_logits, n_best_size=cfg.train.n_best_size,
         max_answer_length=cfg.train.max_answer_length, version_2_with_negative=v2,
         null_score_diff_threshold=cfg.train.null_score_diff_threshold)
     if not with_golds:
         return {}, out
-    golds = {i: a["text"] for i, a in zip(raw["id"], raw["answers"])}
+    golds = index["golds"]
     # v2: the official script fed our null odds and our threshold (--na-prob-file, --na-prob-thresh)
     result: dict[str, Any] = dict(metrics.squad_scores(golds, out.answers, v2, out.null_odds if v2 else None,
                                                        cfg.train.null_score_diff_threshold))
-    firsts = raw["first_fact"] if "first_fact" in raw.column_names else []
-    if any(firsts):
-        base = metrics.squad_scores(golds, dict(zip(raw["id"], firsts)), v2)
+    if any(index["first_facts"].values()):
+        base = metrics.squad_scores(golds, index["first_facts"], v2)
         result["baseline"] = {"name": "first_fact (answer with the context's first fact)",
                               "exact_match": base["exact_match"], "f1": base["f1"]}
     return result, out
@@ -563,7 +577,7 @@ def evaluate(r: Rank, trainer, data: dict) -> dict:
     eval_time = time.time() - t0
     if r.rank != 0:
         return {}
-    result, out = score(r, data["eval_raw"], data["eval_features"], pred.predictions)
+    result, out = score(r, data, "eval", pred.predictions)
     result["files"] = _write_predictions(r, "eval", out)
     result.update(eval_runtime_s=eval_time, eval_samples_per_second=len(data["eval_features"]) / eval_time,
                   eval_examples=len(data["eval_raw"]), eval_features=len(data["eval_features"]))
@@ -576,7 +590,7 @@ def predict(r: Rank, trainer, data: dict) -> dict:
     pred = trainer.predict(data["test_features"])
     if r.rank != 0:
         return {}
-    _, out = score(r, data["test_raw"], data["test_features"], pred.predictions, with_golds=False)
+    _, out = score(r, data, "test", pred.predictions, with_golds=False)
     return {"files": _write_predictions(r, "predict", out), "examples": len(data["test_raw"]),
             "features": len(data["test_features"]), "runtime_s": time.time() - t0}
 

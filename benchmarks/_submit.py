@@ -1,0 +1,34 @@
+"""What the throughput benchmarks share: a real `hpcqa submit` on the local executor, read back from the
+results.json rank 0 wrote, and the markdown table for BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def submit(config: str, overrides: list[str], env: dict[str, str] | None = None) -> dict:
+    """-> the job's results.json, or {"error": [last line]} when the submission failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [sys.executable, "-m", "hpcqa", "submit", config]
+        for o in overrides + [f"job.output_dir={json.dumps(tmp)}"]:
+            args += ["--set", o]
+        r = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})})
+        if r.returncode != 0:
+            return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:]}
+        (res,) = Path(tmp).glob("*/*/results.json")
+        return json.loads(res.read_text())
+
+
+def markdown(title: str, metric: str, rows: list[tuple[str, str, float | None, object]]) -> None:
+    """rows: (layout, precision, samples/s or None, error)."""
+    print(f"\n| {title} | precision | {metric} |")
+    print("|---|---|---|")
+    for name, prec, sps, _ in rows:
+        print(f"| {name} | {prec} | {sps:.2f} |" if sps else f"| {name} | {prec} | failed |")
