@@ -47,9 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="with --dry-run: the plan as one JSON object")
     p.add_argument("--no-wait", action="store_true", help="Slurm: return after submission")
 
-    p = sub.add_parser("render", help="write a standalone sbatch script (srun or mpirun launcher)")
+    p = sub.add_parser("render", help="write a standalone sbatch script (srun or mpirun), a Kubernetes PyTorchJob "
+                                      "or its Dockerfile")
     _add_config(p)
     p.add_argument("-o", "--output", help="write the script here (default: stdout)")
+    p.add_argument("--target", choices=["script", "pytorchjob", "dockerfile"], default="script",
+                   help="script (default): sbatch/mpirun; pytorchjob: a Kubeflow PyTorchJob and its ConfigMap (YAML, "
+                        "kubectl apply -f); dockerfile: the image that PyTorchJob runs")
     p.add_argument("--launcher", choices=["srun", "mpirun"], help="default: launch.launcher")
     p.add_argument("--python", default=None, help="interpreter on the nodes (default: cluster.python, else python3)")
     where = p.add_mutually_exclusive_group()
@@ -59,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--submit", action="store_true", help="sbatch the script and register the job: status, logs "
                                                          "and cancel then work as for `submit`")
 
+    _add_stage(sub)
     p = sub.add_parser("tune", help="time each ranks-per-socket layout for a few steps; \"auto\" then uses the fastest")
     _add_config(p)
     p.add_argument("--steps", type=int, default=10, help="timed optimizer steps per layout (default 10)")
@@ -83,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_job_verbs(sub)
     return parser
+
+
+def _add_stage(sub) -> None:
+    p = sub.add_parser("stage", help="on a machine with network: model, dataset and tokenised features into the shared "
+                                     "caches, with a manifest that submit checks (compute nodes then run offline)")
+    _add_config(p)
+    p.add_argument("--k8s", action="store_true", help="stage for the PyTorchJob: the pods' paths (k8s.mount_path); run "
+                                                      "it where the PVC is mounted there")
+    p.add_argument("--json", action="store_true", help="print the manifest")
 
 
 def _add_job_verbs(sub) -> None:
@@ -202,12 +216,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _before_queueing(plans: Sequence[Any]) -> None:
     """What every rank would otherwise find after the queue wait (preflight), and a damaged registry (a
     missing one is created at registration): both stop us before anything is queued or started."""
-    from hpcqa import preflight, registry
+    from hpcqa import preflight, registry, stage
     seen = set()
     for p in plans:
-        key = (p.config.job, p.config.data, p.config.model)
+        key = (p.config.job, p.config.data, p.config.model, p.config.train)
         if key not in seen:
             seen.add(key)
+            stage.require(p.config)
             for note in preflight.check(p.config):
                 print(f"warning: {note}", file=sys.stderr)
     registry.Registry(plans[0].config.job.registry or None, create=False)
@@ -255,6 +270,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     from hpcqa import config, render
     from hpcqa import plan as planmod
     cfg = config.load(args.config, args.overrides)
+    if args.target != "script":
+        return _render_k8s(args, cfg)
     launcher = args.launcher or cfg.launch.launcher
     hosts = _render_hosts(args, cfg, launcher)
     # a standalone script is for Slurm (or plain machines with --hosts), whatever executor the config names
@@ -269,6 +286,34 @@ def cmd_render(args: argparse.Namespace) -> int:
         how = f"run it on {hosts[0]}: bash {args.output}" if hosts else f"submit with: sbatch {args.output}"
         print(f"wrote {args.output} ({launcher}, {lp.world_size} ranks on {lp.nodes} node(s)); {how}",
               file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _render_k8s(args: argparse.Namespace, cfg: Any) -> int:
+    """render --target pytorchjob|dockerfile."""
+    from hpcqa import k8s
+    from hpcqa import plan as planmod
+    from hpcqa.errors import UsageError
+    if args.submit or args.hosts or args.hostfile or args.launcher:
+        raise UsageError(f"--target {args.target} takes none of --submit, --hosts, --hostfile, --launcher",
+                         f"apply the YAML with kubectl apply -f; drop those options")
+    if args.target == "dockerfile":
+        text, what = k8s.dockerfile(cfg), "Dockerfile"
+    else:
+        lp = planmod.build_plan(k8s.pod_config(cfg), k8s.image_host(planmod.probe_host(), cfg), launcher="pytorchjob")
+        text = k8s.to_yaml(k8s.objects(lp))
+        what = (f"PyTorchJob {k8s.job_name(lp)} + ConfigMap: {lp.nodes} pod(s) x {lp.ranks_per_node} rank(s), "
+                f"{k8s.pod_cpus(lp)} CPUs / {k8s.pod_memory(lp.config)} each")
+        for w in lp.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+    if args.output:
+        from hpcqa.fsutil import atomic_write_text
+        atomic_write_text(args.output, text)
+        how = "kubectl apply -f " + args.output if args.target == "pytorchjob" else \
+            f"docker build -f {args.output} -t <registry>/hpcqa:<tag> <hpcqa checkout>"
+        print(f"wrote {args.output} ({what}); {how}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
@@ -312,6 +357,27 @@ def _render_hosts(args: argparse.Namespace, cfg: Any, launcher: str) -> tuple[st
         raise UsageError(f"{len(hosts)} host(s) given, the config plans cluster.nodes = {cfg.cluster.nodes}",
                          f"add --set cluster.nodes={len(hosts)}, or list {cfg.cluster.nodes} hosts")
     return hosts
+
+
+def cmd_stage(args: argparse.Namespace) -> int:
+    from hpcqa import config, stage
+    cfg = config.load(args.config, args.overrides)
+    if args.k8s:
+        from hpcqa import k8s
+        cfg = k8s.pod_config(cfg)
+    manifest = stage.stage(cfg, log=lambda m: print(f"stage: {m}", file=sys.stderr))
+    if args.json:
+        print(json.dumps(manifest, indent=2, sort_keys=True))
+        return 0
+    model = manifest["model"]
+    print(f"model     {model['name']} ({model['kind']}" + (f", revision {model['revision']}" if model.get("revision")
+                                                          else "") + f"): {len(model['files'])} files, "
+          f"{sum(f['size'] for f in model['files']) / 1e6:.1f} MB in {model['path']}")
+    for s in manifest["dataset"]["splits"]:
+        print(f"data      {s['split']}: {s['rows']} examples; features: {s['features']['rows']} "
+              f"({sum(f['size'] for f in s['features']['files']) / 1e6:.1f} MB)")
+    print(f"manifest  {manifest['path']}  ({manifest['seconds']} s)")
+    return 0
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -660,7 +726,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if any(c.level == "error" for c in checks) else 0
 
 
-COMMANDS = {"submit": cmd_submit, "render": cmd_render, "env": cmd_env, "topology": cmd_topology, "tune": cmd_tune, "registry": cmd_registry, "hosts": cmd_hosts,
+COMMANDS = {"submit": cmd_submit, "render": cmd_render, "stage": cmd_stage, "env": cmd_env, "topology": cmd_topology, "tune": cmd_tune, "registry": cmd_registry, "hosts": cmd_hosts,
             "validate": cmd_validate, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
             "doctor": cmd_doctor, "results": cmd_results}
 
@@ -700,6 +766,14 @@ def _print_plan(lp: Any, sbatch: str | None) -> None:
     m = lp.config.model.name_or_path
     d = lp.config.data.dataset or lp.config.data.train_file
     res.add_row("job", f"{m} on {d}")
+    from hpcqa import stage
+    staged = stage.check(lp.config)
+    if staged["manifest"]:
+        res.add_row("staged", "\n".join(f"{k}: {state} ({escape(detail)})" for k, (state, detail) in
+                                         staged["items"].items()) + "\nchecked again by submit before queueing")
+    else:
+        res.add_row("staged", f"nothing: no manifest {escape(str(stage.manifest_path(lp.config)))} (`hpcqa stage CONFIG` "
+                              "puts model, data and features in the shared caches for offline nodes)")
     con.print(Panel(res, title="hpcqa plan (dry run: nothing submitted)", expand=False))
     for w in lp.warnings:
         con.print(f"[yellow]warning:[/] {w}")

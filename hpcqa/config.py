@@ -220,6 +220,40 @@ class TrainConfig:
                                "tests.", min=0)
 
 
+DNS_LABEL = r"([a-z0-9]([-a-z0-9]*[a-z0-9])?)?"
+K8S_QUANTITY = r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?"
+
+
+@dataclass(frozen=True)
+class K8sConfig:
+    namespace: str = opt("default", "Kubernetes namespace of the PyTorchJob and its ConfigMap.", pattern=DNS_LABEL)
+    image: str = opt("", "Container image with hpcqa installed (build it from `hpcqa render CONFIG --target "
+                         "dockerfile`); needed by --target pytorchjob.", pattern=r"[A-Za-z0-9._/:@-]*")
+    pvc: str = opt("hpcqa-data", "PersistentVolumeClaim (ReadWriteMany) with the caches and the job folders, "
+                                 "mounted in every pod.", pattern=DNS_LABEL)
+    mount_path: str = opt("/mnt/hpcqa", "Where the PVC is mounted in the pods.", pattern=r"/[A-Za-z0-9._/-]*")
+    output_path: str = opt("output", "job.output_dir in the pods, relative to mount_path.",
+                           pattern=r"[A-Za-z0-9._-][A-Za-z0-9._/-]*")
+    model_cache_path: str = opt("hub", "model.cache_dir (HF_HUB_CACHE) in the pods, relative to mount_path.",
+                                pattern=r"[A-Za-z0-9._-][A-Za-z0-9._/-]*")
+    data_cache_path: str = opt("datasets", "data.cache_dir (HF_DATASETS_CACHE; hpcqa's feature cache under it) in "
+                                           "the pods, relative to mount_path.", pattern=r"[A-Za-z0-9._-][A-Za-z0-9._/-]*")
+    cpus: int = opt(0, "CPUs requested (= limit) per pod, whole CPUs (0: every CPU of the declared node, sockets x "
+                       "cores x threads; set the node's allocatable when the kubelet reserves CPUs). One pod per "
+                       "node; its ranks split the cpuset the pod gets.", min=0, max=65536)
+    memory: str = opt("", "Memory request (= limit) per pod, e.g. \"192Gi\". Empty: cluster.mem_gb.", pattern=r"(" +
+                      K8S_QUANTITY + r")?")
+    shm_size: str = opt("8Gi", "Size of the in-memory /dev/shm volume (DataLoader workers, oneCCL).",
+                        pattern=K8S_QUANTITY)
+    max_restarts: int = opt(3, "Pod restarts before the job fails (runPolicy.backoffLimit); each restart resumes "
+                               "from the last checkpoint on the PVC.", min=0, max=1000)
+    offline: bool = opt(True, "Pods run with HF_HUB_OFFLINE/HF_DATASETS_OFFLINE=1: everything comes from the "
+                              "staged caches (`hpcqa stage`).")
+    service_account: str = opt("", "Service account of the pods (empty: the namespace's default).", pattern=DNS_LABEL)
+    node_selector: Mapping[str, str] = opt(FrozenDict, "Node labels the pods require, e.g. "
+                                                       "{\"node.kubernetes.io/instance-type\" = \"spr\"}.", factory=True)
+
+
 @dataclass(frozen=True)
 class Config:
     job: JobConfig = field(default_factory=JobConfig)
@@ -228,6 +262,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    k8s: K8sConfig = field(default_factory=K8sConfig)
     source: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -250,7 +285,7 @@ class Config:
 
 SECTIONS: dict[str, type] = {
     "job": JobConfig, "cluster": ClusterConfig, "launch": LaunchConfig,
-    "model": ModelConfig, "data": DataConfig, "train": TrainConfig,
+    "model": ModelConfig, "data": DataConfig, "train": TrainConfig, "k8s": K8sConfig,
 }
 
 
@@ -396,6 +431,7 @@ def _check_cross(cfg: Config) -> None:
                               "write one shell command per entry (several entries for several lines)", src)
     if any(ch in c.python for ch in "\n\r\0"):
         raise ConfigError("cluster.python", "a path on one line is expected", "set it to the nodes' python", src)
+    _check_k8s(cfg)
     for k, v in la.env.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
             raise ConfigError(f"launch.env.{k}", "not a valid environment variable name",
@@ -408,6 +444,21 @@ def _check_cross(cfg: Config) -> None:
     if t.max_steps == 0:
         raise ConfigError("train.max_steps", "0 steps would train nothing",
                           "use -1 (epochs decide) or a positive number", src)
+
+
+def _check_k8s(cfg: Config) -> None:
+    k, src = cfg.k8s, cfg.source
+    for key in ("output_path", "model_cache_path", "data_cache_path"):
+        if ".." in getattr(k, key).split("/"):
+            raise ConfigError(f"k8s.{key}", "'..' would leave the volume", "give a path inside k8s.mount_path", src)
+    for name, value in k.node_selector.items():
+        if not re.fullmatch(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", name) \
+                or len(name) > 316:
+            raise ConfigError(f"k8s.node_selector.{name}", "not a Kubernetes label key",
+                              "use [prefix/]name with letters, digits, '-', '_', '.'", src)
+        if not re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?", value) or len(value) > 63:
+            raise ConfigError(f"k8s.node_selector.{name}", f"{value!r} is not a Kubernetes label value",
+                              "up to 63 letters, digits, '-', '_', '.'", src)
 
 
 def _check_eval(cfg: Config) -> None:

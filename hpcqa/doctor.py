@@ -116,8 +116,24 @@ def node_check(cfg) -> Check:
                  "".join(f"; {x}" for x in view["notes"]), "`hpcqa topology CONFIG` shows each rank's pool")
 
 
+def staged_checks(cfg) -> list[Check]:
+    """Model, data and features: staged (manifest), missing (a staged file is gone), or not staged."""
+    from hpcqa import stage
+    got = stage.check(cfg)
+    if not got["manifest"]:
+        return [Check("staged", "warning", f"nothing staged for this config (no {stage.manifest_path(cfg)})",
+                      f"compute nodes without network: `hpcqa stage {cfg.source}` on a machine with network")]
+    out = []
+    for item, (state, detail) in got["items"].items():
+        level = {"staged": "ok", "missing": "error"}.get(state, "warning")
+        fix = {"staged": "", "missing": f"run `hpcqa stage {cfg.source}` again"}.get(
+            state, f"compute nodes without network: `hpcqa stage {cfg.source}` on a machine with network")
+        out.append(Check(f"staged {item}", level, f"{state}: {detail}", fix))
+    return out
+
+
 def host_checks(cfg) -> list[Check]:
-    checks: list[Check] = [node_check(cfg)] if cfg is not None else []
+    checks: list[Check] = [node_check(cfg), *staged_checks(cfg)] if cfg is not None else []
     dirs = plan.library_dirs()
     for name, files in plan.LIBRARIES.items():
         p = plan.find_library(files, dirs)

@@ -13,6 +13,7 @@
             predict_predictions.json, ...        rank 0's post-processed answers (run_qa.py's names)
             tensorboard/, checkpoints/           training curves (rank 0), the Trainer's checkpoints
             cancelled                            written by `hpcqa cancel`
+            attempts/node-<n>.<attempt>          a PyTorchJob pod's starts (k8s-<namespace>-<job> folders)
 
 The submit side, the ranks and `status` all go through these classes; no other module spells a
 file name of the job folder. Writes are atomic (write aside, rename): other ranks, other nodes and
@@ -50,6 +51,18 @@ def folder_from_env(pattern: str, env: Mapping[str, str]) -> Path | None:
     else:
         job = env.get("SLURM_JOB_ID") or env.get("SUBMITIT_LOCAL_JOB_ID") or ""
     return Path(pattern.replace(JOB_ID, job)) if pattern and job else None
+
+
+def attempt_from_env(env: Mapping[str, str]) -> int:
+    """This (re)start of the job: Slurm counts requeues in SLURM_RESTART_COUNT; a PyTorchJob's pod script
+    counts its own starts in HPCQA_ATTEMPT."""
+    for name in ("HPCQA_ATTEMPT", "SLURM_RESTART_COUNT"):
+        try:
+            if env.get(name):
+                return int(env[name])
+        except ValueError:
+            pass
+    return 0
 
 
 # A rank that lost a peer fails too, often within the same millisecond: causes sort before consequences.

@@ -75,8 +75,8 @@ class Backend:
 @dataclass(frozen=True)
 class LaunchPlan:
     config: Config
-    executor: str                 # slurm | local
-    launcher: str                 # srun | mpirun | local
+    executor: str                 # slurm | local | k8s
+    launcher: str                 # srun | mpirun | local | pytorchjob
     backend: Backend
     nodes: int
     ranks_per_node: int
@@ -238,7 +238,7 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_su
     """The frozen plan. `launcher`: a rendered script's (default: launch.launcher); `via_submitit`: submitit
     starts the ranks (a sweep's arrays, or any srun job of `submit`), which under Slurm means srun."""
     c, la = cfg.cluster, cfg.launch
-    executor = _resolve_executor(cfg, host)
+    executor = "k8s" if launcher == "pytorchjob" else _resolve_executor(cfg, host)
     if executor == "local" and c.nodes > 1:
         raise ConfigError("cluster.nodes", f"the local executor runs on one node, not {c.nodes}",
                           "set cluster.nodes = 1 for a local run, or run where Slurm is installed",
@@ -315,6 +315,9 @@ def _global_ranks(nodes: int, local_ranks: tuple[LocalRankPlan, ...]) -> tuple[R
 
 def _deferred_env(executor: str, fixed_port: int) -> dict[str, str]:
     """What is decided at run time, and by what."""
+    if executor == "k8s":
+        return {"MASTER_ADDR": "the training operator's service of the Master pod (<job>-master-0)",
+                "MASTER_PORT": "the operator's port (container port pytorchjob-port)"}
     if executor == "local":
         return {"MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(fixed_port) if fixed_port else

@@ -143,5 +143,6 @@ def model(cfg: Config) -> str:
         return "hub id in the cache"
     where = ", ".join(str(d) for d in hub_cache_dirs(cfg))
     raise ConfigError(key, f"{name!r} is neither a local directory, a built-in, nor a hub id in the cache ({where})",
-                      "download it into model.cache_dir on a machine with network, or set model.allow_download = true",
+                      "`hpcqa stage CONFIG` on a machine with network fills model.cache_dir (and the data and "
+                      "features); or set model.allow_download = true",
                       src)

@@ -249,7 +249,7 @@ def master_address(plan: LaunchPlan, env: Mapping[str, str], jd: JobDir | None, 
                          f"{hostname} (it has: {', '.join(netif.names())})",
                          "set launch.master_interface to an interface every node has, or leave it empty "
                          "(MASTER_ADDR = the first host's name)")
-    attempt = int(env.get("SLURM_RESTART_COUNT") or 0)
+    attempt = jobdir.attempt_from_env(env)
     if env.get("NODE_RANK", "0") == "0":
         if env.get("LOCAL_RANK", "0") == "0" and jd is not None:
             jobdir.write_json(jd.master_address(attempt), {"address": own, "host": hostname, "interface": iface})
@@ -282,13 +282,14 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
         signal.signal(sig, lambda signum, frame: _forward(pid, signum))
     status = os.waitpid(pid, 0)[1]
     code = os.waitstatus_to_exitcode(status)
-    if code != 0 and jd is not None:
+    stopped = code == 143 and env.get("HPCQA_REQUEUE") == "pod"  # checkpointed on a signal: hpcqa.train's own exit
+    if code != 0 and jd is not None and not stopped:
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         try:
             jobdir.write_json(jd.rank_exit(rank), {
                 "rank": rank, "host": socket.gethostname(), "pid": pid, "exit_code": code,
                 "error": f"rank process {how}", "time": time.time(),
-                "attempt": int(env.get("SLURM_RESTART_COUNT") or 0)})
+                "attempt": jobdir.attempt_from_env(env)})
         except OSError as e:
             print(f"hpcqa.rank: could not record the exit of rank {rank}: {e}", file=sys.stderr)
     if code < 0:  # die the same way, so srun / the local controller see what the rank saw

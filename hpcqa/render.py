@@ -31,7 +31,7 @@ def template_dir() -> Path:
     raise FileNotFoundError("sbatch_templates/ not found next to the hpcqa package")
 
 
-def _fill(template: str, values: dict[str, str]) -> str:
+def fill(template: str, values: dict[str, str]) -> str:
     """One pass over the template: text from the config is never scanned for placeholders again."""
     return re.sub(r"@@([A-Z_]+)@@", lambda m: values.get(m.group(1), m.group(0)), template)
 
@@ -86,17 +86,17 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None
         "NODE_CPUS": str(plan.cpus_per_task * plan.ranks_per_node),
         "GENV": "\n".join(f"    -genv {k} {shlex.quote(v)} \\" for k, v in _node_wide_env(plan)),
         # job-folder names: hpcqa's own constants, inside the template's double quotes
-        "PLAN_FILE": _plain(jobdir.SCRIPT_PLAN),
-        "HOSTFILE": _plain(jobdir.SCRIPT_HOSTFILE),
-        "REQUEUE_FILE": _plain(jobdir.REQUEUE_REQUEST),
+        "PLAN_FILE": plain(jobdir.SCRIPT_PLAN),
+        "HOSTFILE": plain(jobdir.SCRIPT_HOSTFILE),
+        "REQUEUE_FILE": plain(jobdir.REQUEUE_REQUEST),
         "MAX_REQUEUES": str(plan.config.cluster.max_requeues),
         "HOSTS": " ".join(shlex.quote(h) for h in hosts),
         "IFACE": (f"export I_MPI_HYDRA_IFACE={shlex.quote(plan.config.launch.master_interface)}  "
                   "# launch.master_interface: hydra's own traffic on that network too"
                   if plan.config.launch.master_interface else "# launch.master_interface: not set"),
-        "RANK_LOG": _plain(jobdir.SRUN_LOG if launcher == "srun" else jobdir.MPIRUN_LOG),
+        "RANK_LOG": plain(jobdir.SRUN_LOG if launcher == "srun" else jobdir.MPIRUN_LOG),
     }
-    return _fill(template, values)
+    return fill(template, values)
 
 
 def setup_block(lines: tuple[str, ...]) -> str:
@@ -110,7 +110,7 @@ def setup_block(lines: tuple[str, ...]) -> str:
     return "\n".join(["# cluster.setup, in order, before anything else runs", "set +u", *lines, "set -u"])
 
 
-def _plain(name: str) -> str:
+def plain(name: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9._%-]+", name):
         raise ValueError(f"not a plain file name: {name!r}")
     return name

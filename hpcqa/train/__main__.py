@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+STOPPED_EXIT = 143  # 128 + SIGTERM: how a pod stopped by Kubernetes ends
+
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "--plan":
@@ -18,10 +20,13 @@ def main(argv: list[str]) -> int:
     from hpcqa.train.run import run_rank
     try:
         plan = planmod.load(argv[1])
-        run_rank(plan, JobDir(Path(os.environ.get("HPCQA_JOB_DIR") or Path(argv[1]).parent)))
+        out = run_rank(plan, JobDir(Path(os.environ.get("HPCQA_JOB_DIR") or Path(argv[1]).parent)))
     except HpcqaError as e:
         print(f"hpcqa.train: {e.render()}", file=sys.stderr)
         return e.exit_code
+    # a PyTorchJob pod stopped after its checkpoint: not done, so the operator must restart it (every node's)
+    if isinstance(out, dict) and out.get("requeue") and os.environ.get("HPCQA_REQUEUE") == "pod":
+        return STOPPED_EXIT
     return 0
 
 

@@ -53,10 +53,8 @@ class Rank:
 
 
 def cache_root(plan: LaunchPlan) -> Path:
-    data_cache = plan.config.data.cache_dir
-    root = os.environ.get("HPCQA_CACHE") or (
-        os.path.join(data_cache, "hpcqa") if data_cache else os.path.join(os.path.expanduser("~"), ".cache", "hpcqa"))
-    return Path(root)
+    from hpcqa.stage import cache_root as root
+    return root(plan.config)
 
 
 def _cpu_flags() -> set[str]:
@@ -130,11 +128,9 @@ def _binding_warnings(torch) -> list[str]:
 
 
 def attempt() -> int:
-    """This (re)start of the job: Slurm counts requeues in SLURM_RESTART_COUNT."""
-    try:
-        return int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-    except ValueError:
-        return 0
+    """This (re)start of the job (Slurm's SLURM_RESTART_COUNT, a pod script's HPCQA_ATTEMPT)."""
+    from hpcqa.jobdir import attempt_from_env
+    return attempt_from_env(os.environ)
 
 
 class _Stop:
@@ -175,7 +171,7 @@ def requeue_after_checkpoint(r: Rank, step: int) -> dict:
     import signal
     r.save_report(status="checkpointed for requeue", stopped_at_step=step, stopped_at=time.time())
     r.log(f"signal received: checkpoint of step {step} saved; requeueing")
-    if os.environ.get("HPCQA_REQUEUE") == "script":  # a rendered job script requeues once every rank is done
+    if os.environ.get("HPCQA_REQUEUE") in ("script", "pod"):  # the job script requeues (a pod: is restarted)
         if r.rank == 0:
             write_json(r.jd.requeue_request(attempt()), {"step": step, "time": time.time()})
         return {"rank": r.rank, "stopped_at_step": step, "requeue": "asked of the job script"}
@@ -366,24 +362,32 @@ def _eval_arguments(tc) -> dict:
 
 def load_data(r: Rank) -> dict:
     """Tokenizer, raw splits (truncated as configured) and tokenised features."""
+    out, warnings = prepare_data(r.plan.config, cache_root(r.plan))
+    for warning in warnings:
+        r.log(f"WARNING: {warning}")
+        r.report["warnings"].append(warning)
+    return out
+
+
+def prepare_data(cfg, croot: Path, allow_download: bool | None = None) -> tuple[dict, list[str]]:
+    """What load_data gives a rank, and what `hpcqa stage` puts in the caches beforehand (same code, same
+    cache keys). allow_download None: model.allow_download decides."""
     from transformers import AutoTokenizer
 
     from hpcqa.train import data as qa_data
     from hpcqa.train.model import resolve
 
-    cfg = r.plan.config
     tc, dc = cfg.train, cfg.data
-    croot = cache_root(r.plan)
+    download = cfg.model.allow_download if allow_download is None else allow_download
     model_path, kwargs = resolve(cfg.model, croot)
+    if download and "local_files_only" in kwargs:
+        kwargs["local_files_only"] = False
     tokenizer = AutoTokenizer.from_pretrained(model_path, **kwargs)
     max_len, warning = qa_data.capped_length(tc.max_seq_length, tokenizer)
-    if warning:
-        r.log(f"WARNING: {warning}")
-        r.report["warnings"].append(warning)
     if tc.doc_stride >= max_len:
         raise RankError(f"train.doc_stride {tc.doc_stride} is not below the usable max_seq_length {max_len}",
                         f"set train.doc_stride below {max_len}")
-    raw = qa_data.load_raw(dc, tc.seed, croot, cfg.model.allow_download)
+    raw = qa_data.load_raw(dc, tc.seed, croot, download)
     train_raw = _first(raw["train"], dc.max_train_samples)
     need_eval = tc.do_eval or tc.eval_strategy != "no"
     eval_raw = _first(raw["validation"], dc.max_eval_samples) if "validation" in raw and need_eval else None
@@ -403,7 +407,7 @@ def load_data(r: Rank) -> dict:
     return {"model_path": model_path, "model_kwargs": kwargs, "tokenizer": tokenizer, "max_seq_length": max_len,
             "train_raw": train_raw, "eval_raw": eval_raw, "test_raw": test_raw,
             "train_features": featurize(train_raw, "train"), "eval_features": featurize(eval_raw, "validation"),
-            "test_features": featurize(test_raw, "test")}
+            "test_features": featurize(test_raw, "test")}, [warning] if warning else []
 
 
 def _first(ds, n: int):
