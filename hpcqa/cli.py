@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the launch plan; run nothing")
     p.add_argument("--json", action="store_true", help="with --dry-run: the plan as one JSON object")
     p.add_argument("--no-wait", action="store_true", help="Slurm: return after submission")
+    p.add_argument("--check", action="store_true", help="Slurm: ask sbatch --test-only whether it would accept the exact "
+                                                        "request (partition, account, QOS, time, nodes); queue nothing")
 
     p = sub.add_parser("render", help="write a standalone sbatch script (srun or mpirun), a Kubernetes PyTorchJob "
                                       "or its Dockerfile")
@@ -101,11 +103,13 @@ def _add_stage(sub) -> None:
 
 def _add_job_verbs(sub) -> None:
     """Verbs about submitted jobs and sweeps, and the checks."""
-    p = sub.add_parser("status", help="jobs: state, nodes, elapsed, progress, EM/F1 (no torch import)")
-    p.add_argument("jobs", nargs="*", help="job ids (default: the 20 most recent)")
+    p = sub.add_parser("status", help="jobs: state, why pending, progress, EM/F1; JOB: attempts, ranks, resource use "
+                                      "(no torch import)")
+    p.add_argument("jobs", nargs="*", help="job ids: the detail view (default: a list of the 20 most recent)")
     p.add_argument("--all", action="store_true", help="every job in the registry")
     p.add_argument("--json", action="store_true", help="a JSON list of job objects")
     p.add_argument("--watch", action="store_true", help="refresh every few seconds until all are finished")
+    p.add_argument("--wide", action="store_true", help="every column, nothing shortened (default: fits the terminal)")
     p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
 
     p = sub.add_parser("logs", help="a rank's log (stderr; --stdout for stdout)")
@@ -168,29 +172,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _submission(args: argparse.Namespace):
     """The config (and its [sweep], if any) -> the SweepPlan that `submit` runs (a job is a sweep of one)."""
-    from hpcqa import config, sweep
-    from hpcqa import plan as planmod
-    raw = config.load_raw(args.config, args.overrides)
-    host = planmod.probe_host()
-    if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
-        from hpcqa.slurmcli import Slurm
-        return sweep.build(raw, args.config, host,
-                           lambda: Slurm().max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE))
-    cfg = config.validate(raw, args.config, args.overrides)
-    # a single mpirun job runs the rendered mpirun script (executors.slurm.run_script), not submitit's srun
-    return sweep.single(planmod.build_plan(cfg, host, via_submitit=cfg.launch.launcher != "mpirun"))
+    from hpcqa import api
+    return api.submission(args.config, args.overrides)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     sp = _submission(args)
+    if args.check:
+        from hpcqa.executors.slurm import check_request
+        ok, answer = check_request(sp)
+        if not ok:
+            from hpcqa.errors import UsageError
+            raise UsageError(f"Slurm would refuse this request: {answer}",
+                             "fix the key it names (cluster.partition, account, qos, time_limit_min, nodes ...); "
+                             "nothing was queued")
+        print(f"Slurm would accept it: {answer}" if sp.executor == "slurm" else answer)
+        return 0
     if args.dry_run:
-        sbatch = None
-        if sp.executor == "slurm" and sp.plans[0].launcher == "mpirun":
-            from hpcqa import render
-            sbatch = [render.standalone(sp.plans[0], "mpirun", python=sp.plans[0].python)]
-        elif sp.executor == "slurm":
-            from hpcqa.executors.slurm import sbatch_preview
-            sbatch = sbatch_preview(sp)
+        from hpcqa.executors.slurm import batch_texts
+        sbatch = batch_texts(sp)
         if args.json:
             out = sp.plans[0].to_json()
             out["plan_digest"] = sp.plans[0].digest
@@ -214,18 +214,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _before_queueing(plans: Sequence[Any]) -> None:
-    """What every rank would otherwise find after the queue wait (preflight), and a damaged registry (a
-    missing one is created at registration): both stop us before anything is queued or started."""
-    from hpcqa import preflight, registry, stage
-    seen = set()
-    for p in plans:
-        key = (p.config.job, p.config.data, p.config.model, p.config.train)
-        if key not in seen:
-            seen.add(key)
-            stage.require(p.config)
-            for note in preflight.check(p.config):
-                print(f"warning: {note}", file=sys.stderr)
-    registry.Registry(plans[0].config.job.registry or None, create=False)
+    """Staged items, data, output and registry: checked before anything is queued or started (api)."""
+    from hpcqa import api
+    api.before_queueing(plans, warn=lambda note: print(f"warning: {note}", file=sys.stderr))
 
 
 def _print_sweep(sp, sbatch: list[str] | None = None) -> None:
@@ -520,56 +511,21 @@ def cmd_status(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps([v.to_json() for v in views], indent=2, default=str))
         else:
-            _print_status(views, source, reg.path, expand=bool(args.jobs))
+            _print_status(views, source, reg.path, expand=bool(args.jobs), wide=args.wide)
         if not args.watch or all(status.is_final(v.state) for v in views):
             return 0
         import time
         time.sleep(5)
 
 
-def _print_status(views, source: str, path, expand: bool = False) -> None:
+def _print_status(views, source: str, path, expand: bool = False, wide: bool = False) -> None:
     from rich.console import Console
-    from rich.table import Table
-    from hpcqa import status
+    from hpcqa import statusview
     con = Console()
-    if not views:
-        con.print(f"no jobs in {path}")
-        return
-    t = Table(title=f"jobs ({path}; states from {source})")
-    for col in ("id", "name", "executor", "state", "nodes", "ranks", "elapsed", "progress / result", "exit"):
-        t.add_column(col, overflow="fold")
-    colour = {"ok": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "pending": "blue"}
-    seen = set()
-    for v in views:
-        if v.sweep_id and v.sweep_id not in seen:
-            seen.add(v.sweep_id)
-            tasks = [x for x in views if x.sweep_id == v.sweep_id]
-            counts: dict[str, int] = {}
-            for x in tasks:
-                counts[x.state] = counts.get(x.state, 0) + 1
-            best = max((x.results["f1"] for x in tasks if x.results and "f1" in x.results), default=None)
-            t.add_row(f"[bold]{v.sweep_id}[/]", v.name, f"sweep of {len(tasks)}",
-                      ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), "", "", "",
-                      f"best F1 {best:.1f}" if best is not None else "", "")
-            if not expand:
-                continue
-            for x in sorted(tasks, key=lambda x: x.task_index or 0):
-                c = colour.get(status.outcome(x.state), "white")
-                t.add_row(f"  {x.id}", f"  variant {x.task_index}", x.executor, f"[{c}]{x.state}[/]", str(x.nodes),
-                          str(x.world_size), x.elapsed, status.progress_text(x), x.exit_code or "")
-        if v.sweep_id:
-            continue
-        c = colour.get(status.outcome(v.state), "white")
-        t.add_row(v.id, v.name, v.executor, f"[{c}]{v.state}[/]", str(v.nodes), str(v.world_size), v.elapsed,
-                  status.progress_text(v), v.exit_code or "")
-    con.print(t)
-    for v in views:
-        if v.outputs:
-            con.print(f"[bold]{v.id}[/] " + "\n  ".join(f"{label}: {path}" for label, path in v.outputs),
-                      highlight=False, soft_wrap=True)
-        tb = dict(v.outputs).get("TensorBoard")
-        if tb:
-            con.print(f"  view the curves: tensorboard --logdir {tb}", highlight=False, soft_wrap=True)
+    if expand and views and not any(v.sweep_id for v in views):
+        statusview.print_detail(con, views, source)
+    else:
+        statusview.print_list(con, views, source, path, expand=expand, wide=wide)
 
 
 def _find_job(reg_path, job_id: str):

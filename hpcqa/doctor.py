@@ -70,13 +70,30 @@ def _version(dist: str) -> str | None:
 
 
 def run_checks(cfg=None, slurm: Slurm | None = None) -> list[Check]:
+    """Checks that follow the config's executor: a local config gets no Slurm errors."""
     checks: list[Check] = []
-    if shutil.which("sbatch"):
+    executor = plan._resolve_executor(cfg, plan.probe_host()) if cfg is not None else None
+    if executor == "local":
+        checks.append(Check("executor", "ok", "local (this machine): Slurm is not needed for this config",
+                            "" if cfg.cluster.executor == "local" else "cluster.executor = \"auto\" and no sbatch here"))
+    elif shutil.which("sbatch"):
         checks += slurm_checks(cfg, slurm or Slurm())
+        if cfg is not None:
+            checks.append(request_check(cfg))
     else:
         checks.append(Check("slurm", "warning", "sbatch not found: jobs run on the local executor",
                             "run on a Slurm login node to submit to a cluster"))
     return checks + host_checks(cfg)
+
+
+def request_check(cfg) -> Check:
+    """`sbatch --test-only` of the request `submit` would make for this config."""
+    from hpcqa import sweep
+    from hpcqa.executors.slurm import check_request
+    sp = sweep.single(plan.build_plan(cfg, plan.probe_host(), via_submitit=cfg.launch.launcher != "mpirun"))
+    ok, answer = check_request(sp)
+    return Check("request", "ok" if ok else "error", f"sbatch --test-only: {answer}",
+                 "" if ok else "fix the partition/account/qos/time/nodes it names")
 
 
 def slurm_checks(cfg, slurm: Slurm) -> list[Check]:

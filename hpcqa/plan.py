@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sys
+import types
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -404,3 +405,15 @@ def load(path: str | os.PathLike) -> LaunchPlan:
     except (ValueError, KeyError, TypeError) as e:
         raise PlanError(f"cannot read plan {str(path)!r}: not a launch plan of this hpcqa version "
                         f"({type(e).__name__}: {e})", "re-submit, or re-render the script") from None
+
+
+class _CallablePlanModule(types.ModuleType):
+    """`hpcqa.plan(cfg)` is the Python API's plan function (hpcqa.api.plan), and `hpcqa.plan` is also this
+    module's name: calling the module gives the API's answer, whichever of the two the name resolves to."""
+
+    def __call__(self, cfg: Config) -> LaunchPlan:
+        from hpcqa.api import plan as api_plan
+        return api_plan(cfg)
+
+
+sys.modules[__name__].__class__ = _CallablePlanModule

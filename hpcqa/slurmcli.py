@@ -33,16 +33,43 @@ class SchedRecord:
     elapsed: str = ""
     nodes: str = ""
     nodelist: str = ""
+    reason: str = ""          # squeue's %r: why a PENDING job waits (Priority, Resources, Dependency, ...)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a finished job used (sacct): CPU seconds of all its steps, the largest step's peak RSS."""
+    job_id: str
+    total_cpu_s: float
+    elapsed_s: float
+    alloc_cpus: int
+    max_rss_bytes: int | None
+
+    @property
+    def cpu_efficiency(self) -> float | None:
+        """seff's: CPU time used / (elapsed x allocated CPUs)."""
+        core_s = self.elapsed_s * self.alloc_cpus
+        return self.total_cpu_s / core_s if core_s > 0 else None
 
 
 # ------------------------------------------------------------------------------------ argv
 
 SACCT_FORMAT = "JobID,State,ExitCode,Elapsed,NNodes,NodeList"
-SQUEUE_FORMAT = "%i|%T|%M|%D|%N"
+SQUEUE_FORMAT = "%i|%T|%M|%D|%N|%r"
+USAGE_FORMAT = "JobID,TotalCPU,Elapsed,AllocCPUS,MaxRSS"
 
 
 def sacct_argv(ids: Iterable[str]) -> list[str]:
     return ["sacct", "-X", "-n", "-P", "--format", SACCT_FORMAT, "-j", ",".join(ids)]
+
+
+def usage_argv(ids: Iterable[str]) -> list[str]:
+    """Not -X: the steps' lines carry MaxRSS (the allocation's line has the total CPU)."""
+    return ["sacct", "-n", "-P", "--format", USAGE_FORMAT, "-j", ",".join(ids)]
+
+
+def test_only_argv(script_path: str) -> list[str]:
+    return ["sbatch", "--test-only", script_path]
 
 
 def squeue_argv() -> list[str]:
@@ -106,14 +133,65 @@ def parse_sacct(text: str) -> dict[str, SchedRecord]:
 
 
 def parse_squeue(text: str) -> dict[str, SchedRecord]:
-    """`squeue -h -a -r -o '%i|%T|%M|%D|%N'` -> id -> record (-r: one line per array task)."""
-    return _records(text, 3, lambda jid, st, r: SchedRecord(jid, st, "", r[0], r[1], r[2]))
+    """`squeue -h -a -r -o '%i|%T|%M|%D|%N|%r'` -> id -> record (-r: one line per array task)."""
+    def make(jid: str, st: str, r: list[str]) -> SchedRecord:
+        reason = r[3].strip()
+        return SchedRecord(jid, st, "", r[0], r[1], r[2], "" if reason in ("None", "(null)") else reason)
+    return _records(text, 4, make)
+
+
+def duration_s(text: str) -> float:
+    """sacct's [D-]HH:MM:SS[.mmm] or MM:SS.mmm -> seconds."""
+    text = text.strip()
+    if not text or text in ("INVALID", "UNLIMITED"):
+        return 0.0
+    days, _, rest = text.rpartition("-")
+    parts = [float(p) for p in rest.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    return (int(days) if days else 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def size_bytes(text: str) -> int | None:
+    """sacct's MaxRSS (1234K, 5.5M, 2G; bare numbers are bytes) -> bytes."""
+    m = re.fullmatch(r"([0-9.]+)([KMGTP]?)", text.strip())
+    if not m:
+        return None
+    return int(float(m.group(1)) * 1024 ** "_KMGTP".index(m.group(2) or "_"))
+
+
+def parse_usage(text: str) -> dict[str, Usage]:
+    """`sacct -n -P --format JobID,TotalCPU,Elapsed,AllocCPUS,MaxRSS` -> job id -> Usage. The job's own line
+    (no '.') has TotalCPU summed over its steps, Elapsed and AllocCPUS; MaxRSS is the largest of its steps'."""
+    jobs: dict[str, dict] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 5 or not parts[0]:
+            continue
+        jid, step = parts[0].split(".", 1)[0], "." in parts[0]
+        j = jobs.setdefault(jid, {"cpu": 0.0, "elapsed": 0.0, "cpus": 0, "rss": None})
+        rss = size_bytes(parts[4])
+        if rss is not None:
+            j["rss"] = max(j["rss"] or 0, rss)
+        if not step:
+            j.update(cpu=duration_s(parts[1]), elapsed=duration_s(parts[2]),
+                     cpus=int(parts[3]) if parts[3].strip().isdigit() else 0)
+    return {k: Usage(k, v["cpu"], v["elapsed"], v["cpus"], v["rss"]) for k, v in jobs.items()}
 
 
 def accounting_disabled(proc: "subprocess.CompletedProcess[str]") -> bool:
     text = (proc.stderr + proc.stdout).lower()
     return proc.returncode != 0 and ("accounting storage is disabled" in text or "slurmdbd" in text
                                     or "not running a supported accounting_storage plugin" in text)
+
+
+def first_line(text: str) -> str:
+    """The line of a scheduler's error that says what went wrong (they often take four)."""
+    lines = [x.strip() for x in text.strip().splitlines() if x.strip()]
+    for x in lines:
+        if "error" in x.lower():
+            return x
+    return lines[0] if lines else ""
 
 
 def config_value(scontrol_config: str, key: str) -> str | None:
@@ -174,7 +252,8 @@ class Slurm:
         if proc.returncode == 0:
             recs = parse_sacct(proc.stdout)
             # not recorded yet (just submitted), or maybe requeued: squeue knows what Slurm still has
-            ask = [i for i in ids if i not in recs or recs[i].state in REQUEUABLE]
+            # (and pending ones: squeue says why they wait)
+            ask = [i for i in ids if i not in recs or recs[i].state in REQUEUABLE + ("PENDING",)]
             if ask:
                 sq = self.run(squeue_argv())
                 if sq.returncode == 0:
@@ -184,9 +263,24 @@ class Slurm:
         if accounting_disabled(proc):
             sq = self.run(squeue_argv())
             if sq.returncode != 0:
-                return {}, f"squeue failed: {sq.stderr.strip()}"
+                return {}, f"squeue failed: {first_line(sq.stderr)}"
             return parse_squeue(sq.stdout), "squeue"
-        return {}, f"sacct failed: {proc.stderr.strip() or proc.stdout.strip()}"
+        return {}, f"sacct failed: {first_line(proc.stderr or proc.stdout)}"
+
+    def usage(self, ids: Sequence[str]) -> tuple[dict[str, Usage], str]:
+        """What these finished jobs used: one sacct call. -> (usage by id, "" or the error)."""
+        if not ids:
+            return {}, ""
+        proc = self.run(usage_argv(ids))
+        if proc.returncode != 0:
+            return {}, first_line(proc.stderr or proc.stdout)
+        return parse_usage(proc.stdout), ""
+
+    def test_only(self, script_path: str) -> tuple[bool, str]:
+        """`sbatch --test-only`: would Slurm accept this request, and when/where would it start?"""
+        proc = self.run(test_only_argv(script_path))
+        text = (proc.stderr + proc.stdout).strip()
+        return proc.returncode == 0, text
 
     def submit_script(self, path: str, output: str) -> tuple[str, str]:
         """sbatch a rendered script (the batch shell's own output to `output`, %j = job id) -> (job id,

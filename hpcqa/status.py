@@ -57,11 +57,15 @@ class JobView:
     variant: dict | None = None
     notes: list[str] = field(default_factory=list)
     outputs: list[tuple[str, str]] = field(default_factory=list)
+    reason: str = ""                  # why a PENDING job waits (squeue %r)
+    nodelist: str = ""
+    ranks: list[dict] = field(default_factory=list)   # detail view: each rank's report (host, CPUs, usage)
+    usage: dict | None = None         # detail view: CPU efficiency and peak memory (sacct, or the ranks' own)
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "name", "state", "executor", "nodes", "world_size", "elapsed",
                                               "exit_code", "folder", "progress", "results", "sweep_id",
-                                              "task_index", "variant")}
+                                              "task_index", "variant", "reason", "nodelist", "usage")}
         out["outputs"] = dict(self.outputs)
         out["attempts"] = attempt_text(self)
         return out
@@ -92,14 +96,51 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
                     variant=r.variant)
         v.progress = jd.read_progress()
         v.results = jd.read_results()
+        rec = recs.get(r.id)
+        if rec is not None:
+            v.reason = rec.reason if state == "PENDING" else ""
+            v.nodelist = rec.nodelist
         if ids:
             v.outputs = [(label, str(p)) for label, p in jd.outputs(v.results)]
+            v.ranks = [rep for k in range(r.world_size) if (rep := jd.read_report(k))]
         if state == "COMPLETED" and not v.results:
             v.notes.append("no results file")
         views.append(v)
     if updates:
         reg.update_states(updates)
+    if ids:
+        add_usage(views, slurm)
     return views, source
+
+
+LOW_EFFICIENCY = 0.6  # below this, the ranks' cores mostly waited: pinning, oversubscription, or I/O
+
+
+def add_usage(views: Sequence[JobView], slurm: Slurm) -> None:
+    """Finished jobs: CPU efficiency and peak memory. Slurm jobs from one batched sacct call (seff's numbers:
+    TotalCPU / (Elapsed x AllocCPUS), the largest step MaxRSS); local jobs from their ranks' own measurements."""
+    done = [v for v in views if is_final(v.state)]
+    slurm_ids = [v.id for v in done if v.executor == "slurm"]
+    got, err = slurm.usage(slurm_ids) if slurm_ids else ({}, "")
+    for v in done:
+        if v.executor == "slurm" and v.id in got:
+            u = got[v.id]
+            v.usage = {"source": "sacct", "cpu_efficiency": u.cpu_efficiency, "max_rss_bytes": u.max_rss_bytes,
+                       "cpu_s": u.total_cpu_s, "elapsed_s": u.elapsed_s, "cpus": u.alloc_cpus}
+        elif v.executor == "slurm" and err:
+            v.usage = {"source": "sacct", "error": err}
+        else:
+            per_rank = [(rep["rank"], rep["usage"]) for rep in v.ranks if isinstance(rep.get("usage"), dict)]
+            if per_rank:
+                effs = {k: u["cpu_s"] / (u["wall_s"] * u["cpus"]) for k, u in per_rank if u["wall_s"] and u["cpus"]}
+                v.usage = {"source": "ranks", "per_rank": {k: {**u, "cpu_efficiency": effs.get(k)}
+                                                           for k, u in per_rank},
+                           "cpu_efficiency": min(effs.values()) if effs else None,
+                           "max_rss_bytes": max(u["max_rss_bytes"] for _, u in per_rank)}
+        eff = (v.usage or {}).get("cpu_efficiency")
+        if eff is not None and eff < LOW_EFFICIENCY:
+            v.notes.append(f"CPU efficiency {eff:.0%} (< {LOW_EFFICIENCY:.0%}): the ranks' cores mostly waited; check "
+                           "the pinning (`hpcqa topology CONFIG`), oversubscription, or data loading")
 
 
 def _slurm_state(job_id: str, jd: JobDir, recs: Mapping, source: str,
@@ -111,6 +152,9 @@ def _slurm_state(job_id: str, jd: JobDir, recs: Mapping, source: str,
         if source == "squeue" and state == "COMPLETING":
             state = jd.state_from_files() or state
         return state, rec.exit_code, rec.elapsed
+    if source not in ("sacct", "squeue", "none"):
+        # the scheduler could not be asked: what the job's own files say beats the last state we knew
+        return jd.state_from_files() or known[0], known[1], known[2]
     if source in ("sacct", "squeue"):
         # the scheduler doesn't list it (any more): it ended, and its files say how. Without
         # accounting and without files there is nothing to tell success from failure.

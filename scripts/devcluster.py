@@ -67,7 +67,7 @@ def write_conf(d: Path, nodes: int, accounting: bool, max_array: int, slurmd_tim
         f"SlurmctldLogFile={d}/slurmctld.log", f"SlurmdLogFile={d}/slurmd.%n.log",
         "SlurmctldDebug=info", "SlurmdDebug=info", f"MaxArraySize={max_array}",
         "SchedulerType=sched/backfill", "SchedulerParameters=sched_interval=1",
-        "JobAcctGatherType=jobacct_gather/none", "MinJobAge=300", "KillWait=5",
+        "JobAcctGatherType=jobacct_gather/linux", "JobAcctGatherFrequency=task=2", "MinJobAge=300", "KillWait=5",
         "InactiveLimit=0", "Waittime=0", "MessageTimeout=20", f"SlurmdTimeout={slurmd_timeout}",
     ]
     if accounting:

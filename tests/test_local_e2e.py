@@ -1,6 +1,7 @@
 """End to end: `hpcqa submit` of a 2-rank local DDP fine-tune of the tiny model, as a user runs it."""
 
 import json
+import re
 import os
 from pathlib import Path
 
@@ -120,7 +121,10 @@ def test_v2_test_split_predictions_and_best_checkpoint(cli, tmp_path, cache_env)
     st = cli("status", job.name.split("-")[0], env=cache_env)
     assert st.returncode == 0, st.stderr
     assert f"tensorboard --logdir {job / 'tensorboard'}" in st.stdout
-    assert f"predict null odds: {job / 'predict_null_odds.json'}" in st.stdout
+    js = json.loads(cli("status", job.name.split("-")[0], "--json", env=cache_env).stdout)[0]
+    assert js["outputs"]["predict null odds"] == str(job / "predict_null_odds.json")
+    # the detail view names the folder once, and the files in it by name
+    assert re.search(r"predict null odds +predict_null_odds\.json", st.stdout), st.stdout
 
 
 def test_failing_rank_fails_the_job(cli, tmp_path, cache_env):

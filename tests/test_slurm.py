@@ -357,3 +357,57 @@ def test_submit_with_the_mpirun_launcher(slurm, tmp_path):
     assert status(slurm, job_id)[job_id]["state"] == "COMPLETED"
     logs = run_cli("logs", job_id, "--rank", "3", env=slurm)
     assert logs.returncode == 0 and "rank 3/4 on node2" in logs.stdout, logs.stdout + logs.stderr
+
+
+def _queued(env) -> list[str]:
+    r = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env={**os.environ, **env})
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_submit_check_asks_slurm_and_queues_nothing(slurm, tmp_path):
+    before = _queued(slurm)
+    ok = submit(slurm, tmp_path, "--check")
+    assert ok.returncode == 0 and "Slurm would accept it" in ok.stdout and "to start at" in ok.stdout, ok.stderr
+    bad = submit(slurm, tmp_path, "--set", "cluster.partition=bogus", "--check")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "invalid partition" in bad.stderr.lower() and "nothing was queued" in bad.stderr, bad.stderr
+    assert _queued(slurm) == before and not (tmp_path / "quickstart").exists()
+    doc = run_cli("doctor", "configs/quickstart.toml", *TINY, "--json", env=slurm)
+    checks = {c["name"]: c for c in json.loads(doc.stdout)}
+    assert checks["request"]["level"] == "ok" and "sbatch --test-only" in checks["request"]["message"]
+    local = run_cli("doctor", "configs/quickstart.toml", "--json", env=slurm)
+    names = {c["name"]: c["level"] for c in json.loads(local.stdout)}
+    assert names["executor"] == "ok" and "slurm" not in names and "request" not in names  # a local config
+
+
+def test_api_pending_reason_cancel_results_and_usage(slurm, tmp_path, monkeypatch):
+    """The Python API against the real cluster: a held job pends with its reason and is cancelled; a job runs
+    to the end, its results and logs are read, and the detail view shows what it used (sacct)."""
+    import hpcqa
+    for k, v in slurm.items():
+        monkeypatch.setenv(k, v)
+    overrides = [a for a in TINY if a != "--set"] + [f"job.output_dir={json.dumps(str(tmp_path))}",
+                                                      "train.max_steps=6"]
+    held = hpcqa.submit(hpcqa.load_config("configs/quickstart.toml", overrides + ['cluster.sbatch_extra=["--hold"]']))
+    deadline = time.time() + 60
+    while (held.view().reason != "JobHeldUser") and time.time() < deadline:
+        time.sleep(1)
+    v = held.view()
+    assert v.state == "PENDING" and v.reason == "JobHeldUser", (v.state, v.reason)
+    shown = run_cli("status", held.id, env=slurm)
+    assert "waiting: JobHeldUser" in shown.stdout, shown.stdout
+    assert "waiting: JobHeldUser" in run_cli("status", env=slurm).stdout
+    held.cancel()
+    assert held.wait(timeout=60) == "CANCELLED"
+
+    job = hpcqa.submit(hpcqa.load_config("configs/quickstart.toml", overrides))
+    assert isinstance(job, hpcqa.Job) and not job.done() or job.state() == "COMPLETED"
+    assert job.wait(timeout=300) == "COMPLETED"
+    res = job.results()
+    assert res["world_size"] == 2 and 0 <= res["f1"] <= 100
+    assert "rank 0/2" in job.logs(0) and "rank 1/2" in job.logs(1)
+    usage = job.view().usage
+    assert usage["source"] == "sacct" and 0 < usage["cpu_efficiency"] <= 1.5 and usage["max_rss_bytes"] > 2 ** 20, usage
+    detail = run_cli("status", job.id, env=slurm)
+    assert "CPU efficiency" in detail.stdout and "peak memory" in detail.stdout and "MiB" in detail.stdout, detail.stdout

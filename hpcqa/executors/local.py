@@ -92,7 +92,21 @@ def run(sp: sweep.SweepPlan, wait: bool = True) -> int:
                   f"interrupted: local job {job.job_id} cancelled (all ranks stopped)")
 
 
-def _run_sweep(sp: sweep.SweepPlan) -> int:
+def start(sp: sweep.SweepPlan) -> tuple[list[str], str | None]:
+    """Start without waiting or printing (the Python API). A sweep's variants run one after another on this
+    machine, so a local sweep returns when the last has ended. -> (job ids, sweep id or None)."""
+    if sp.is_sweep:
+        ids: list[str] = []
+        sweep_id = [None]
+        _run_sweep(sp, ids, sweep_id)
+        return ids, sweep_id[0]
+    plan = sp.plans[0]
+    job, jd = submit(plan, cpus_for(plan))
+    common.register(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)])
+    return [str(job.job_id)], None
+
+
+def _run_sweep(sp: sweep.SweepPlan, ids: list | None = None, out_id: list | None = None) -> int:
     """Variants one after another on this machine (each uses every core the plan gives it)."""
     from hpcqa.errors import JobFailed
 
@@ -100,6 +114,9 @@ def _run_sweep(sp: sweep.SweepPlan) -> int:
     for p in sp.plans:
         job, jd = submit(p, cpus_for(p))
         sweep_id = sweep_id or f"local-{job.job_id}"
+        if ids is not None and out_id is not None:
+            ids.append(str(job.job_id))
+            out_id[:] = [sweep_id]
         common.register(p, [common.registry_row(sp, p, job.job_id, jd.path, sweep_id)])
         print(f"sweep {sweep_id}: variant {p.variant_index} {dict(p.variant)} -> local job {job.job_id}",
               file=sys.stderr)

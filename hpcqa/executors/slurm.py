@@ -52,6 +52,29 @@ def sbatch_preview(sp: sweep.SweepPlan) -> list[str]:
     return texts
 
 
+def batch_texts(sp: sweep.SweepPlan) -> list[str] | None:
+    """The exact batch script(s) submit would hand to sbatch (None: the local executor)."""
+    if sp.executor == "slurm" and sp.plans[0].launcher == "mpirun":
+        from hpcqa import render
+        return [render.standalone(sp.plans[0], "mpirun", python=sp.plans[0].python)]
+    if sp.executor == "slurm":
+        return sbatch_preview(sp)
+    return None
+
+
+def check_request(sp: sweep.SweepPlan) -> tuple[bool, str]:
+    """sbatch --test-only of the request submit would make. -> (accepted, Slurm's answer)."""
+    import tempfile
+    from hpcqa.slurmcli import Slurm
+    texts = batch_texts(sp)
+    if texts is None:
+        return True, "local executor: nothing to ask Slurm"
+    with tempfile.NamedTemporaryFile("w", suffix=".sbatch", prefix="hpcqa-check-") as f:
+        f.write(texts[0])
+        f.flush()
+        return Slurm().test_only(f.name)
+
+
 def submit(sp: sweep.SweepPlan) -> list[tuple[str, list]]:
     """Submit every array of the plan; register each task. -> [(array or job id, [(job, plan)])]"""
     from hpcqa.train.job import RankJob
@@ -106,6 +129,17 @@ def run_script(plan: LaunchPlan, text: str, wait: bool = True) -> int:
     plans, sbatched, registered (folder <cluster>-<job id>), then watched like any job. mpirun runs in the
     batch shell, where hydra's slurm bootstrap can start its per-node proxies with srun; inside a submitit
     step (which already holds every CPU) that srun would wait for CPUs forever."""
+    job_id, jd, path = submit_script(plan, text)
+    print(f"submitted Slurm job {job_id}: {plan.world_size} ranks on {plan.nodes} node(s) by {plan.launcher} "
+          f"({path}); folder {jd.path}", file=sys.stderr)
+    if not wait:
+        print(job_id)
+        return 0
+    return _wait(job_id, jd, plan)
+
+
+def submit_script(plan: LaunchPlan, text: str) -> tuple[str, JobDir, Path]:
+    """Write the rendered script next to the plans, sbatch it, register it. -> (job id, folder, script)."""
     from hpcqa.fsutil import atomic_write_text
     root = common.job_root(plan)
     path = root.rendered_script(plan.digest, plan.launcher)
@@ -114,12 +148,18 @@ def run_script(plan: LaunchPlan, text: str, wait: bool = True) -> int:
     job_id, cluster = Slurm().submit_script(str(path), str(root.script_output()))
     jd = root.script_job(cluster, job_id)
     common.register(plan, [common.registry_row(sweep.single(plan), plan, job_id, jd.path, None)])
-    print(f"submitted Slurm job {job_id}: {plan.world_size} ranks on {plan.nodes} node(s) by {plan.launcher} "
-          f"({path}); folder {jd.path}", file=sys.stderr)
-    if not wait:
-        print(job_id)
-        return 0
-    return _wait(job_id, jd, plan)
+    return job_id, jd, path
+
+
+def start(sp: sweep.SweepPlan) -> tuple[list[str], str | None]:
+    """Submit without waiting or printing (the Python API). -> (job ids, sweep id or None)."""
+    if not sp.is_sweep and sp.plans[0].launcher == "mpirun":
+        from hpcqa import render
+        lp = sp.plans[0]
+        return [submit_script(lp, render.standalone(lp, "mpirun", python=lp.python))[0]], None
+    submitted = submit(sp)
+    ids = [str(job.job_id) for _, jobs in submitted for job, _ in jobs]
+    return ids, (str(submitted[0][0]) if sp.is_sweep else None)
 
 
 def _wait(job_id: str, jd: JobDir, plan: LaunchPlan) -> int:

@@ -282,9 +282,30 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     result = evaluate(r, trainer, data) if data["eval_features"] is not None and cfg.do_eval else {}
     if data["test_features"] is not None:
         result["predict"] = predict(r, trainer, data)
+    r.save_report(usage=own_usage(r))
     if r.rank == 0:
         write_results(r, result, data, train_out, timing, resumed_from, digest, bf16, ipex_used)
+    leave_process_group()
     return {"rank": r.rank, "weights_digest": digest, **({"results": result} if r.rank == 0 else {})}
+
+
+def leave_process_group() -> None:
+    """Every rank waits for the others (rank 0 writing the results), then the process group is torn down
+    here, not by the interpreter's exit: a gloo pair whose peer had already exited aborted a finished rank
+    ("terminate called without an active exception", seen once on the test cluster)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def own_usage(r: Rank) -> dict:
+    """What this rank used, measured by itself (seff's numbers for local jobs): CPU seconds of the process and
+    its waited-for children (tokenising/DataLoader workers), wall seconds, its CPUs, peak RSS."""
+    import resource
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, "wall_s": time.time() - r.t_start,
+            "cpus": len(r.report.get("cpus") or []) or os.cpu_count() or 1, "max_rss_bytes": me.ru_maxrss * 1024}
 
 
 def startup(plan: LaunchPlan, jd: JobDir) -> Rank:

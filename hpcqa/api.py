@@ -1,0 +1,183 @@
+"""The Python API: what `hpcqa submit/status/cancel/logs` do, as values and handles (for notebooks and scripts).
+
+    import hpcqa
+    cfg = hpcqa.load_config("configs/quickstart.toml", ["train.max_steps=20"])
+    print(hpcqa.plan(cfg).world_size)
+    job = hpcqa.submit(cfg)             # returns once queued (Slurm) or started (local)
+    job.wait()                          # -> final state: COMPLETED, FAILED, CANCELLED, ...
+    job.results()                       # results.json as a dict; JobFailed names the first failing rank
+    job.logs(rank=0)                    # that rank's log text
+    job.cancel()
+
+A config with a [sweep] table gives a `Sweep` over its tasks' `Job`s. The CLI builds its submissions and its
+pre-queue checks with these same functions. Nothing here imports torch: the ranks do.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from hpcqa.config import Config
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
+    """Read and validate a TOML config; overrides are `--set` texts: "train.learning_rate=5e-5"."""
+    from hpcqa import config
+    return config.load(path, list(overrides))
+
+
+def plan(cfg: Config):
+    """The frozen launch plan `submit` would run (what `hpcqa submit --dry-run` prints)."""
+    from hpcqa import plan as planmod
+    return planmod.build_plan(cfg, planmod.probe_host(), via_submitit=cfg.launch.launcher != "mpirun")
+
+
+def submission(path: str | Path, overrides: Sequence[str] = ()):
+    """Config file (and its [sweep], if any) -> the SweepPlan submit runs (a job is a sweep of one)."""
+    from hpcqa import config, sweep
+    from hpcqa import plan as planmod
+    raw = config.load_raw(path, list(overrides))
+    host = planmod.probe_host()
+    if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
+        from hpcqa.slurmcli import Slurm
+        return sweep.build(raw, str(path), host, lambda: Slurm().max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE))
+    cfg = config.validate(raw, path, list(overrides))
+    return sweep.single(planmod.build_plan(cfg, host, via_submitit=cfg.launch.launcher != "mpirun"))
+
+
+def before_queueing(plans: Sequence[Any], warn=None) -> None:
+    """What every rank would otherwise find after the queue wait: staged items gone (stage.require), bad data
+    or output (preflight), a damaged registry. Raises before anything is queued or started."""
+    from hpcqa import preflight, registry, stage
+    seen = set()
+    for p in plans:
+        key = (p.config.job, p.config.data, p.config.model, p.config.train)
+        if key not in seen:
+            seen.add(key)
+            stage.require(p.config)
+            for note in preflight.check(p.config):
+                if warn:
+                    warn(note)
+    registry.Registry(plans[0].config.job.registry or None, create=False)
+
+
+def submit(config: Config | str | Path, overrides: Sequence[str] = ()) -> "Job | Sweep":
+    """Queue (Slurm) or start (local executor) a job; returns without waiting. A local sweep runs its variants
+    one after another and returns when the last has ended."""
+    from hpcqa import executors, sweep
+    if isinstance(config, Config):
+        sp = sweep.single(plan(config))
+    else:
+        sp = submission(config, overrides)
+    before_queueing(sp.plans)
+    ids, sweep_id = executors.start(sp)
+    reg = sp.plans[0].config.job.registry or None
+    jobs = [Job(i, reg) for i in ids]
+    return Sweep(sweep_id, jobs) if sweep_id else jobs[0]
+
+
+class Job:
+    """A submitted job, by id, as the registry and the scheduler know it."""
+
+    def __init__(self, job_id: str, registry: str | None = None) -> None:
+        self.id = str(job_id)
+        self.registry = registry
+
+    def __repr__(self) -> str:
+        return f"Job({self.id!r})"
+
+    def view(self):
+        """The status view (state, progress, results, pending reason, usage once finished)."""
+        from hpcqa import registry, status
+        from hpcqa.errors import UsageError
+        from hpcqa.slurmcli import Slurm
+        views, _ = status.collect(registry.Registry(self.registry, create=False), Slurm(), [self.id])
+        if not views:
+            raise UsageError(f"no job {self.id} in the registry", "check the id (hpcqa status --all)")
+        return views[0]
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.view().folder)
+
+    def state(self) -> str:
+        return self.view().state
+
+    def done(self) -> bool:
+        from hpcqa import status
+        return status.is_final(self.state())
+
+    def wait(self, timeout: float | None = None, poll_s: float = 2.0) -> str:
+        """Block until the job is final; -> its state. TimeoutError after `timeout` seconds."""
+        from hpcqa import status
+        deadline = None if timeout is None else time.time() + timeout
+        while True:
+            state = self.state()
+            if status.is_final(state):
+                return state
+            if deadline is not None and time.time() > deadline:
+                raise TimeoutError(f"job {self.id} still {state} after {timeout} s")
+            time.sleep(poll_s)
+
+    def results(self, wait: bool = True) -> dict | None:
+        """results.json of a completed job (waits for it by default); JobFailed when it did not complete."""
+        from hpcqa.errors import JobFailed
+        from hpcqa.jobdir import JobDir
+        state = self.wait() if wait else self.state()
+        v = self.view()
+        if state != "COMPLETED" or not v.results:
+            if not wait and state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+                return None
+            failed = JobDir(Path(v.folder)).failed_ranks()
+            first = f": rank {failed[0]['rank']}: {failed[0]['error']}" if failed else ""
+            raise JobFailed(f"job {self.id} ended {state}{first}", f"hpcqa logs {self.id}")
+        return v.results
+
+    def cancel(self) -> list[str]:
+        from hpcqa import registry
+        from hpcqa.executors.cancel import cancel, targets
+        from hpcqa.slurmcli import Slurm
+        reg = registry.Registry(self.registry, create=False)
+        return cancel(targets(reg, [self.id], None), False, Slurm())
+
+    def logs(self, rank: int = 0, stream: str = "err") -> str:
+        """A rank's log ("err": stderr, where hpcqa and the Trainer write; "out": stdout)."""
+        from hpcqa.jobdir import JobDir
+        path = JobDir(self.folder).log(rank, stream)
+        return path.read_text(errors="replace") if path else ""
+
+
+class Sweep:
+    """A sweep's tasks (one Job per variant)."""
+
+    def __init__(self, sweep_id: str, jobs: list[Job]) -> None:
+        self.id, self.jobs = sweep_id, jobs
+
+    def __repr__(self) -> str:
+        return f"Sweep({self.id!r}, {len(self.jobs)} tasks)"
+
+    def states(self) -> dict[str, str]:
+        return {j.id: j.state() for j in self.jobs}
+
+    def wait(self, timeout: float | None = None, poll_s: float = 2.0) -> dict[str, str]:
+        deadline = None if timeout is None else time.time() + timeout
+        for j in self.jobs:
+            left = None if deadline is None else max(deadline - time.time(), 0)
+            j.wait(left, poll_s)
+        return self.states()
+
+    def results(self) -> list[dict | None]:
+        """Each task's results (None for a task that did not complete)."""
+        from hpcqa.errors import JobFailed
+        out = []
+        for j in self.jobs:
+            try:
+                out.append(j.results())
+            except JobFailed:
+                out.append(None)
+        return out
+
+    def cancel(self) -> list[str]:
+        return [m for j in self.jobs for m in j.cancel()]

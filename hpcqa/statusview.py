@@ -1,0 +1,209 @@
+"""`hpcqa status` on a terminal: the job list (fits 80 columns; --wide shows everything) and the detail view of
+`hpcqa status JOB`. Rendering only: the views come from status.collect. Never imports torch."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from hpcqa import status
+from hpcqa.jobdir import JobDir
+from hpcqa.status import JobView
+
+COLOUR = {"ok": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "pending": "blue"}
+
+
+def _state(v: JobView) -> str:
+    return f"[{COLOUR.get(status.outcome(v.state), 'white')}]{v.state}[/]"
+
+
+def _progress(v: JobView) -> str:
+    if v.state == "PENDING" and v.reason:
+        return f"waiting: {v.reason}"
+    return status.progress_text(v)
+
+
+def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
+    """id, name, executor, state, nodes, ranks, elapsed, progress, exit -- sweeps folded into one row."""
+    rows, seen = [], set()
+    for v in views:
+        if v.sweep_id:
+            if v.sweep_id in seen:
+                continue
+            seen.add(v.sweep_id)
+            tasks = [x for x in views if x.sweep_id == v.sweep_id]
+            counts: dict[str, int] = {}
+            for x in tasks:
+                counts[x.state] = counts.get(x.state, 0) + 1
+            best = max((x.results["f1"] for x in tasks if x.results and "f1" in x.results), default=None)
+            rows.append([f"[bold]{v.sweep_id}[/]", f"{v.name} (sweep of {len(tasks)})", v.executor,
+                         ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), "", "", "",
+                         f"best F1 {best:.1f}" if best is not None else "", ""])
+            if expand:
+                rows += [[f" {x.id}", f" variant {x.task_index}", x.executor, _state(x), str(x.nodes),
+                          str(x.world_size), x.elapsed, _progress(x), x.exit_code or ""]
+                         for x in sorted(tasks, key=lambda x: x.task_index or 0)]
+            continue
+        rows.append([v.id, v.name, v.executor, _state(v), str(v.nodes), str(v.world_size), v.elapsed, _progress(v),
+                     v.exit_code or ""])
+    return rows
+
+
+COLUMNS = ("id", "name", "executor", "state", "nodes", "ranks", "elapsed", "progress / result", "exit")
+# never cut: these are short and a cut one would mislead ("OUT_OF_MEM..." or half a job id)
+WHOLE = ("id", "executor", "state", "nodes", "ranks", "elapsed", "exit")
+
+
+def job_table(views: Sequence[JobView], expand: bool = False, wide: bool = False, width: int = 80):
+    """A rich Table. Narrow (default), for a terminal of `width` columns: no empty column, no executor column
+    (the title counts them), names cut with an ellipsis to what is left; ids, states and numbers are never cut,
+    and the progress column wraps between words only. Wide: every column, nothing cut."""
+    from rich import box
+    from rich.markup import render as markup
+    from rich.table import Table
+    rows = _rows(views, expand)
+    keep = list(range(len(COLUMNS)))
+    if not wide:
+        keep = [i for i in keep if COLUMNS[i] in ("id", "name", "state") or any(r[i] for r in rows)]
+        keep.remove(2)
+        if 4 in keep:  # nodes folded into ranks: "8 on 4"
+            keep.remove(4)
+            rows = [[*r[:5], f"{r[5]} on {r[4]}" if r[4] not in ("1", "") else r[5], *r[6:]] for r in rows]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r[2]] = counts.get(r[2], 0) + 1
+    plain = [[markup(c).plain for c in r] for r in rows]
+    need = {i: max(len(x) for x in [COLUMNS[i], *(r[i] for r in plain)]) for i in keep}
+    fixed = {i: need[i] for i in keep if COLUMNS[i] in WHOLE}
+    spare = width - sum(fixed.values()) - 2 * (len(keep) - 1) - 3  # name + progress share the rest
+    widths = dict(fixed)
+    if not wide:
+        progress = max(min(need.get(7, 0), spare - 10), 12) if 7 in keep else 0
+        widths[1] = max(min(need[1], spare - progress), 8)
+        if 7 in keep:
+            widths[7] = max(spare - widths[1], 12)
+    t = Table(title=None if wide else f"{len(rows)} job(s): " + ", ".join(f"{n} {e}" for e, n in sorted(counts.items())),
+              title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
+              expand=False)
+    for i in keep:
+        opts: dict[str, Any] = {"overflow": "ellipsis", "no_wrap": i != 7}
+        if not wide:
+            opts["width"] = widths[i]
+        t.add_column(COLUMNS[i], **opts)
+    for r in rows:
+        t.add_row(*[r[i] for i in keep])
+    return t
+
+
+def print_list(con, views: Sequence[JobView], source: str, path: Path | str, expand: bool = False,
+               wide: bool = False) -> None:
+    if not views:
+        con.print(f"no jobs in {path}", highlight=False)
+        return
+    con.print(job_table(views, expand, wide, con.width))
+    if source not in ("sacct", "squeue", "none"):
+        con.print(f"[yellow]warning:[/] Slurm could not be asked ({_one_line(source)}); states are the last known, "
+                  "or what the jobs' own files say. Fix: hpcqa doctor", highlight=False)
+    for v in views:
+        if v.notes:
+            con.print(f"[bold]{v.id}[/]: " + "; ".join(v.notes), highlight=False)
+
+
+def _one_line(text: str, limit: int = 120) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def _bar(p: dict, width: int = 30) -> str:
+    total, step = p.get("total_steps") or 0, p.get("step", 0)
+    if not total:
+        return f"step {step}"
+    done = min(int(width * step / total), width)
+    return f"[{'#' * done}{'.' * (width - done)}] {step}/{total} steps ({100 * step / total:.0f} %)"
+
+
+def _mb(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2 ** 20:.0f} MiB" if n < 2 ** 30 else f"{n / 2 ** 30:.1f} GiB"
+
+
+def _eff(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f} %"
+
+
+def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
+    """(label, text) rows of `hpcqa status JOB`."""
+    now = now or time.time()
+    jd = JobDir(Path(v.folder))
+    rows = [("state", v.state + (f" -- waiting: {v.reason}" if v.reason else "") +
+             (f" (exit {v.exit_code})" if v.exit_code and v.exit_code != "0:0" else "")),
+            ("job", f"{v.name} ({v.executor}), {v.world_size} rank(s) on {v.nodes} node(s)"
+             + (f": {v.nodelist}" if v.nodelist else "")),
+            ("elapsed", v.elapsed or "-")]
+    attempts = jd.attempts()
+    again = status.attempt_text(v)
+    if len(attempts) > 1 or again:
+        rows.append(("attempts", f"{max(len(attempts), 1)}" + (f" ({again})" if again else "")))
+    p = v.progress or {}
+    if p and not v.results:
+        text = _bar(p)
+        if isinstance(p.get("loss"), (int, float)):
+            text += f", last loss {p['loss']:.4f}"
+        if p.get("eta_s") and v.state == "RUNNING":
+            text += f", ETA {status._dur(p['eta_s'])}"
+        if p.get("updated"):
+            text += f" (updated {int(now - p['updated'])} s ago)"
+        rows.append(("progress", text))
+    failed = jd.failed_ranks()
+    if failed:
+        f = failed[0]
+        rows.append(("first failure", f"rank {f['rank']} on {f.get('host', '?')}: {f['error']}"))
+    if v.results and "f1" in v.results:
+        rows.append(("results", f"EM {v.results['exact_match']:.2f}  F1 {v.results['f1']:.2f}"))
+    rows += _usage_rows(v)
+    for rep in v.ranks:
+        u = ((v.usage or {}).get("per_rank") or {}).get(rep.get("rank"), {})
+        from hpcqa.topology import cpu_list
+        rows.append((f"rank {rep.get('rank')}", f"{rep.get('host', '?')}, CPUs {cpu_list(rep.get('cpus') or []) or '-'}"
+                     + (f", CPU efficiency {_eff(u.get('cpu_efficiency'))}, peak {_mb(u.get('max_rss_bytes'))}"
+                        if u else "")))
+    folder = dict(v.outputs).get("folder", v.folder)
+    for label, path in v.outputs:
+        inside = label != "folder" and path.startswith(folder.rstrip("/") + "/")
+        rows.append((label, path[len(folder.rstrip("/")) + 1:] if inside else path))
+    return rows
+
+
+def _usage_rows(v: JobView) -> list[tuple[str, str]]:
+    u = v.usage
+    if not u:
+        return []
+    if u.get("error"):
+        return [("resource use", f"sacct could not say ({u['error']})")]
+    if u["source"] == "sacct":
+        return [("resource use", f"CPU efficiency {_eff(u.get('cpu_efficiency'))} ({u['cpu_s']:.0f} CPU-s of "
+                                 f"{u['elapsed_s']:.0f} s x {u['cpus']} CPUs), peak memory {_mb(u.get('max_rss_bytes'))}"
+                                 " (largest step, sacct MaxRSS)")]
+    return [("resource use", f"CPU efficiency {_eff(u.get('cpu_efficiency'))} (lowest rank), peak memory "
+                             f"{_mb(u.get('max_rss_bytes'))} (largest rank); measured by the ranks")]
+
+
+def print_detail(con, views: Sequence[JobView], source: str) -> None:
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.table import Table
+    for v in views:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        for label, text in detail_lines(v):
+            grid.add_row(label, escape(text))
+        con.print(Panel(grid, title=f"job {v.id}", expand=False))
+        for note in v.notes:
+            con.print(f"[yellow]warning:[/] {escape(note)}", highlight=False)
+        tb = dict(v.outputs).get("TensorBoard")
+        if tb:
+            con.print(f"view the curves: tensorboard --logdir {escape(tb)}", highlight=False, soft_wrap=True)
+    if source not in ("sacct", "squeue", "none"):
+        con.print(f"[yellow]warning:[/] Slurm could not be asked ({escape(_one_line(source))}). Fix: hpcqa doctor",
+                  highlight=False)

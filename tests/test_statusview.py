@@ -1,0 +1,129 @@
+"""`hpcqa status` as a user sees it on an 80-column terminal, and what it says when Slurm can't be asked."""
+
+import io
+import json
+import re
+
+import pytest
+from rich.console import Console
+
+from hpcqa import registry, slurmcli, status, statusview
+from hpcqa.jobdir import write_json
+from hpcqa.slurmcli import Slurm
+from hpcqa.status import JobView
+from tests.test_status import ALL_STATES, FakeRunner, _reg
+
+LONG = "an-uncommonly-long-job-name-for-the-quickstart-sweep-of-learning-rates"
+
+
+def render(views, width=80, source="sacct", **kw) -> str:
+    con = Console(width=width, file=io.StringIO(), record=True, color_system=None)
+    statusview.print_list(con, views, source, "/some/registry.sqlite", **kw)
+    return con.export_text()
+
+
+def views():
+    out = []
+    for i, state in enumerate(ALL_STATES):
+        v = JobView(id=str(1000 + i), name=LONG if i % 2 else "quickstart", executor="slurm" if i % 3 else "local",
+                    state=state, nodes=2, world_size=4, elapsed="01:02:03")
+        if state == "PENDING":
+            v.reason = "QOSMaxJobsPerUserLimit"
+        if state == "RUNNING":
+            v.progress = {"step": 120, "total_steps": 400, "loss": 1.23456, "eta_s": 3600}
+        if state == "COMPLETED":
+            v.results = {"exact_match": 71.25, "f1": 80.5}
+        out.append(v)
+    return out
+
+
+def test_fits_80_columns_and_never_splits_a_word():
+    text = render(views())
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80, text
+    words = set(re.findall(r"[A-Za-z_]{3,}", text))
+    for state in ALL_STATES:  # every state whole, never "SUBMITT/ED"
+        assert state in words, (state, text)
+    for part in ("quickstart", "executor", "waiting", "QOSMaxJobsPerUserLimit"):
+        assert part in text or part == "executor", (part, text)
+    assert "…" in text and LONG not in text  # the long name is cut with an ellipsis, not wrapped
+    fragments = [w for w in words if w not in LONG and any(w in s and w != s for s in ALL_STATES) and len(w) > 3]
+    assert not fragments, fragments
+    assert "EM 71.2 F1 80.5" in text and "120/400" in text
+
+
+def test_empty_columns_are_hidden_and_wide_shows_everything():
+    v = JobView(id="7", name=LONG, executor="local", state="FAILED", nodes=1, world_size=2)
+    narrow = render([v])
+    assert "exit" not in narrow and "elapsed" not in narrow and "1 job(s): 1 local" in narrow
+    wide = render([v], width=200, wide=True)
+    assert LONG in wide and "elapsed" in wide and "exit" in wide
+
+
+def test_an_unreachable_controller_is_one_line_with_the_fix():
+    error = ("sacct failed: sacct: error: Problem talking to the database: Connection refused\n"
+             "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection\n"
+             "sacct: error: Sending PersistInit msg: Connection refused\nsacct: error: ...")
+    text = render([JobView(id="7", name="q", executor="slurm", state="RUNNING", nodes=1, world_size=2)],
+                  source=slurmcli.first_line(error))
+    warning = [line for line in text.splitlines() if "could not be asked" in line or "doctor" in line]
+    assert any("hpcqa doctor" in line for line in warning) and "title" not in text
+    assert "slurm_persist_conn_open" not in text  # one line: the first error, not all four
+
+
+def test_the_jobs_own_files_decide_when_the_scheduler_cannot_be_asked(tmp_path):
+    done, failed = tmp_path / "done", tmp_path / "failed"
+    write_json(done / "results.json", {"exact_match": 50.0, "f1": 60.0})
+    (failed / "ranks").mkdir(parents=True)
+    write_json(failed / "ranks" / "rank-1.failed", {"rank": 1, "error": "boom", "host": "n1"})
+    reg = _reg(tmp_path, ["1", "2", "3"], folder_of=lambda i: str({"1": done, "2": failed}.get(i, tmp_path / "x")))
+    f = FakeRunner({"sacct": (1, "", "sacct: error: Problem talking to the database: Connection refused\nmore\n")})
+    got, source = status.collect(reg, Slurm(f), all_jobs=True)
+    assert source.startswith("sacct failed") and "\n" not in source
+    assert {v.id: v.state for v in got} == {"1": "COMPLETED", "2": "FAILED", "3": "SUBMITTED"}
+
+
+def test_pending_reason_comes_from_squeue(tmp_path):
+    sacct = "5|PENDING|0:0|00:00:00|1|None assigned\n"
+    f = FakeRunner({"sacct": (0, sacct, ""), "squeue": (0, "5|PENDING|0:00|1||Dependency\n", "")})
+    got, _ = status.collect(_reg(tmp_path, ["5"]), Slurm(f), all_jobs=True)
+    assert got[0].state == "PENDING" and got[0].reason == "Dependency"
+    assert "waiting: Dependency" in render(got)
+
+
+def test_usage_parsing_and_low_efficiency_warning(tmp_path):
+    text = "9|00:00:30|00:01:00|4|\n9.batch|00:00:00.500|00:01:00|4|2000K\n9.0|00:00:29.500|00:00:59|4|150M\n"
+    u = slurmcli.parse_usage(text)["9"]
+    assert u.total_cpu_s == 30 and u.alloc_cpus == 4 and u.max_rss_bytes == 150 * 2 ** 20
+    assert u.cpu_efficiency == pytest.approx(30 / 240)
+    done = tmp_path / "done"
+    write_json(done / "results.json", {"exact_match": 1.0, "f1": 2.0})
+    f = FakeRunner({"sacct": (0, "9|COMPLETED|0:0|00:01:00|1|n1\n" if False else text, "")})
+    reg = _reg(tmp_path, ["9"], folder_of=lambda i: str(done))
+    reg.update_states([("9", "COMPLETED", True, "0:0", "00:01:00")])
+    got, _ = status.collect(reg, Slurm(f), ids=["9"])
+    assert got[0].usage["cpu_efficiency"] == pytest.approx(0.125)
+    assert any("CPU efficiency 12%" in n for n in got[0].notes)
+    lines = dict(statusview.detail_lines(got[0]))
+    assert "CPU efficiency 12 %" in lines["resource use"] and "150 MiB" in lines["resource use"]
+
+
+def test_local_usage_from_the_ranks_own_measurements(tmp_path):
+    folder = tmp_path / "job"
+    for k, cpu_s in ((0, 90.0), (1, 30.0)):
+        write_json(folder / "ranks" / f"rank-{k}.json", {"rank": k, "host": "vm", "cpus": [k], "usage": {
+            "cpu_s": cpu_s, "wall_s": 100.0, "cpus": 1, "max_rss_bytes": (k + 1) * 2 ** 30}})
+    write_json(folder / "results.json", {"exact_match": 1.0, "f1": 2.0})
+    reg = registry.Registry(tmp_path / "r.sqlite")
+    reg.add_many([dict(id="4", name="n", executor="local", folder=str(folder), config={}, source="x", nodes=1,
+                       world_size=2)])
+    reg.update_states([("4", "COMPLETED", True, "0:0", "")])
+    f = FakeRunner({})
+    got, _ = status.collect(reg, Slurm(f), ids=["4"])
+    assert f.calls == []  # local jobs: nothing asked of Slurm
+    u = got[0].usage
+    assert u["source"] == "ranks" and u["cpu_efficiency"] == pytest.approx(0.3) and u["max_rss_bytes"] == 2 ** 31
+    lines = dict(statusview.detail_lines(got[0]))
+    assert "CPU efficiency 30 %" in lines["rank 1"] and "CPU efficiency 90 %" in lines["rank 0"]
+    assert any("30%" in n for n in got[0].notes)
+    assert json.dumps(got[0].to_json())  # the JSON view carries it too
