@@ -260,7 +260,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     from dataclasses import replace
     from hpcqa import config, render
     from hpcqa import plan as planmod
-    cfg = config.load(args.config, args.overrides)
+    # a rendered script (or PyTorchJob) is not run by the local executor, whatever the config names: a local
+    # config with cluster.nodes > 1 is a valid thing to render
+    raw = config.load_raw(args.config, args.overrides)
+    if raw.get("cluster", {}).get("executor") == "local":
+        raw["cluster"]["executor"] = "slurm"
+    cfg = config.validate(raw, args.config, args.overrides)
     if args.target != "script":
         return _render_k8s(args, cfg)
     launcher = args.launcher or cfg.launch.launcher

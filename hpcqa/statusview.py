@@ -139,7 +139,8 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
              (f" (exit {v.exit_code})" if v.exit_code and v.exit_code != "0:0" else "")),
             ("job", f"{v.name} ({v.executor}), {v.world_size} rank(s) on {v.nodes} node(s)"
              + (f": {v.nodelist}" if v.nodelist else "")),
-            ("elapsed", v.elapsed or "-")]
+            ("elapsed", v.elapsed or (status._dur((v.results or {})["wall_time_s"]) + " (the ranks' wall time)"
+                                      if (v.results or {}).get("wall_time_s") else "-"))]
     attempts = jd.attempts()
     again = status.attempt_text(v)
     if len(attempts) > 1 or again:
@@ -167,6 +168,9 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
         rows.append((f"rank {rep.get('rank')}", f"{rep.get('host', '?')}, CPUs {cpu_list(rep.get('cpus') or []) or '-'}"
                      + (f", CPU efficiency {_eff(u.get('cpu_efficiency'))}, peak {_mb(u.get('max_rss_bytes'))}"
                         if u else "")))
+    logs = [p for k in range(v.world_size) if (p := jd.log(k)) is not None]
+    if logs:
+        rows.append(("logs", f"{len(logs)} rank log(s), e.g. {logs[0].name}: hpcqa logs {v.id} [--rank N]"))
     folder = dict(v.outputs).get("folder", v.folder)
     for label, path in v.outputs:
         inside = label != "folder" and path.startswith(folder.rstrip("/") + "/")

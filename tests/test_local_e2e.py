@@ -310,3 +310,18 @@ def test_one_node_mpirun_script_runs_here(cli, tmp_path, cache_env):
     assert reports[0]["cpus"] != reports[1]["cpus"] and all(rep["bind_note"] == "as planned" for rep in reports)
     assert not any(rep["warnings"] for rep in reports)
     assert json.loads((folder / "results.json").read_text())["world_size"] == 2
+
+
+def test_the_api_example_runs(tmp_path, cache_env):
+    """examples/api_quickstart.py as a user runs it (from a directory with the configs): a job watched to the end
+    through the API, then a 5-variant local sweep."""
+    import subprocess
+    import sys
+    (tmp_path / "configs").symlink_to(ROOT / "configs")
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "api_quickstart.py")], cwd=tmp_path, text=True,
+                       capture_output=True, timeout=900,
+                       env={**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "registry.sqlite")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "2 ranks on 1 node(s), executor local" in r.stdout and '"f1"' in r.stdout
+    assert re.search(r"Sweep\('local-\d+', 5 tasks\) \{('\d+': 'COMPLETED'(, )?){5}\}", r.stdout), r.stdout[-2000:]
+    assert len(list((tmp_path / "logs" / "sweep-quickstart").glob("*/results.json"))) == 5

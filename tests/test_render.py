@@ -220,3 +220,11 @@ def test_plain_machine_script_and_its_errors(tmp_path):
     assert parse_sbatch_parsable("42\n") == ("42", None) and parse_sbatch_parsable("7;hq\n") == ("7", "hq")
     with pytest.raises(ValueError):
         parse_sbatch_parsable("sbatch: error: invalid partition")
+
+
+def test_a_local_config_renders_for_several_nodes(cli):
+    """executor = "local" can't run 2 nodes, but a rendered script is not run by it."""
+    r = cli("render", "configs/quickstart.toml", "--set", "cluster.nodes=2")
+    assert r.returncode == 0 and "#SBATCH --nodes=2" in r.stdout, r.stderr
+    bad = cli("submit", "configs/quickstart.toml", "--set", "cluster.nodes=2", "--dry-run")
+    assert bad.returncode == 2 and "cluster.nodes" in bad.stderr

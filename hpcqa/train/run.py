@@ -290,13 +290,13 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
 
 
 def leave_process_group() -> None:
-    """Every rank waits for the others (rank 0 writing the results), then the process group is torn down
-    here, not by the interpreter's exit: a gloo pair whose peer had already exited aborted a finished rank
-    ("terminate called without an active exception", seen once on the test cluster)."""
+    """Every rank waits here for the others (rank 0 writing the results) before it exits, so no rank leaves
+    while its peers still run collectives: a rank whose peer had gone aborted at exit once on the test cluster
+    ("terminate called without an active exception"). The group is not destroyed: destroy_process_group hung
+    one rank of a 2-node gloo job in its shutdown after everyone had passed this barrier."""
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
-        dist.destroy_process_group()
 
 
 def own_usage(r: Rank) -> dict:
