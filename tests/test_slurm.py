@@ -98,7 +98,8 @@ def test_doctor_reports_topology_and_flags_too_many_sockets(slurm):
     sockets = len(shape["sockets"])
     assert f"2 node(s), sockets x cores x threads: {sockets}x{shape['cores'] // sockets}x{shape['threads_per_core']}" in ok.stdout
     assert "accounting: on" in ok.stdout
-    bad = run_cli("doctor", "configs/quickstart.toml", "--set", "cluster.sockets_per_node=4", env=slurm)
+    bad = run_cli("doctor", "configs/quickstart.toml", "--set", "cluster.executor=slurm", "--set",
+                  "cluster.sockets_per_node=4", env=slurm)  # doctor checks Slurm for Slurm configs only
     assert bad.returncode == 1 and "asks for 4 sockets" in bad.stdout
     assert f"fix: set cluster.sockets_per_node={sockets}" in bad.stdout
 
