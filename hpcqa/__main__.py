@@ -7,11 +7,9 @@ def _venv_python() -> str | None:
     """On an externally managed system Python (PEP 668) scripts/install.sh installs into a venv ($HPCQA_VENV,
     default .venv of the checkout). `python3 -m hpcqa` from the checkout, with that python3 lacking hpcqa's
     dependencies, runs in that venv's interpreter instead. None when there is nothing to switch to."""
-    try:
-        import submitit  # noqa: F401  - hpcqa's dependencies are importable here: stay
+    import importlib.util
+    if importlib.util.find_spec("submitit") is not None:  # hpcqa's dependencies are here: stay
         return None
-    except ModuleNotFoundError:
-        pass
     venv = Path(os.environ.get("HPCQA_VENV") or Path(__file__).resolve().parent.parent / ".venv")
     python = venv / "bin" / "python"
     if python.is_file() and Path(sys.prefix).resolve() != venv.resolve():

@@ -88,9 +88,9 @@ def run_checks(cfg=None, slurm: Slurm | None = None) -> list[Check]:
 
 def request_check(cfg) -> Check:
     """`sbatch --test-only` of the request `submit` would make for this config."""
-    from hpcqa import sweep
+    from hpcqa import api, sweep
     from hpcqa.executors.slurm import check_request
-    sp = sweep.single(plan.build_plan(cfg, plan.probe_host(), via_submitit=cfg.launch.launcher != "mpirun"))
+    sp = sweep.single(api.plan(cfg))
     ok, answer = check_request(sp)
     return Check("request", "ok" if ok else "error", f"sbatch --test-only: {answer}",
                  "" if ok else "fix the partition/account/qos/time/nodes it names")

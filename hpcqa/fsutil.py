@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from pathlib import Path
+
+
+def file_sha256(path: str | Path) -> str:
+    """The hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> Path:

@@ -38,6 +38,7 @@ SRUN_LOG = "rank-%t.log"
 MPIRUN_LOG = "rank-%r.log"
 SCRIPT_PLAN = "plan.json"
 SCRIPT_HOSTFILE = "hostfile"
+POD_STOPPED_EXIT = 143                  # a PyTorchJob rank that checkpointed on a signal (128 + SIGTERM)
 REQUEUE_REQUEST = "requeue-requested"   # + ".<attempt>": rank 0 asks a rendered script to requeue the job
 
 

@@ -102,7 +102,7 @@ def node_script(plan: LaunchPlan, name: str) -> str:
         "SETUP": render.setup_block(cfg.cluster.setup),
         "NODES": str(plan.nodes), "PPN": str(plan.ranks_per_node), "PYTHON": python, "NAME": name,
         "JOB_ROOT": shlex.quote(jobdir.root_path(cfg.job.output_dir, cfg.job.name)),
-        "PLAN_FILE": render.plain(jobdir.SCRIPT_PLAN),
+        "PLAN_FILE": render.plain(jobdir.SCRIPT_PLAN), "STOPPED_EXIT": str(jobdir.POD_STOPPED_EXIT),
     }
     return render.fill((render.template_dir() / "pytorchjob-node.sh").read_text(), values)
 

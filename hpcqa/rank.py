@@ -282,7 +282,7 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
         signal.signal(sig, lambda signum, frame: _forward(pid, signum))
     status = os.waitpid(pid, 0)[1]
     code = os.waitstatus_to_exitcode(status)
-    stopped = code == 143 and env.get("HPCQA_REQUEUE") == "pod"  # checkpointed on a signal: hpcqa.train's own exit
+    stopped = code == jobdir.POD_STOPPED_EXIT and env.get("HPCQA_REQUEUE") == "pod"  # checkpointed on a signal: hpcqa.train's own exit
     if code != 0 and jd is not None and not stopped:
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         try:

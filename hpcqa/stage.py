@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from hpcqa.config import Config
 from hpcqa.errors import HpcqaError
-from hpcqa.fsutil import atomic_write_text
+from hpcqa.fsutil import atomic_write_text, file_sha256
 
 MANIFEST_VERSION = 1
 # What a QA fine-tune loads from a hub repository; other frameworks' weights stay behind.
@@ -64,11 +64,7 @@ def describe_files(paths: list[Path]) -> list[dict[str, Any]]:
         size = real.stat().st_size
         entry: dict[str, Any] = {"path": str(p), "size": size}
         if size <= DIGEST_LIMIT:
-            h = hashlib.sha256()
-            with open(real, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-            entry["sha256"] = h.hexdigest()
+            entry["sha256"] = file_sha256(real)
         out.append(entry)
     return out
 

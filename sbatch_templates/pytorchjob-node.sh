@@ -57,11 +57,11 @@ for pid in "${pids[@]}"; do
     while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done
     code=0
     wait "$pid" || code=$?
-    if [ "$status" = 0 ] || [ "$code" = 143 ]; then status=$code; fi
+    if [ "$status" = 0 ] || [ "$code" = @@STOPPED_EXIT@@ ]; then status=$code; fi
 done
 sleep 1
 kill "$follower" 2>/dev/null || true
-if [ "$status" = 143 ]; then
+if [ "$status" = @@STOPPED_EXIT@@ ]; then
     echo "hpcqa: stopped on a signal after a checkpoint; the operator restarts the pod, which resumes there" >&2
 fi
 exit "$status"

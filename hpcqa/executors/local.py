@@ -74,7 +74,7 @@ def _stdio_to(path: Path):
 
 def run(sp: sweep.SweepPlan, wait: bool = True) -> int:
     if sp.is_sweep:
-        return _run_sweep(sp)
+        return _run_sweep(sp)[0]
     plan = sp.plans[0]
     job, jd = submit(plan, cpus_for(plan))
     common.register(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)])
@@ -96,40 +96,37 @@ def start(sp: sweep.SweepPlan) -> tuple[list[str], str | None]:
     """Start without waiting or printing (the Python API). A sweep's variants run one after another on this
     machine, so a local sweep returns when the last has ended. -> (job ids, sweep id or None)."""
     if sp.is_sweep:
-        ids: list[str] = []
-        sweep_id = [None]
-        _run_sweep(sp, ids, sweep_id)
-        return ids, sweep_id[0]
+        _, sweep_id, ids = _run_sweep(sp)
+        return ids, sweep_id
     plan = sp.plans[0]
     job, jd = submit(plan, cpus_for(plan))
     common.register(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)])
     return [str(job.job_id)], None
 
 
-def _run_sweep(sp: sweep.SweepPlan, ids: list | None = None, out_id: list | None = None) -> int:
-    """Variants one after another on this machine (each uses every core the plan gives it)."""
+def _run_sweep(sp: sweep.SweepPlan) -> tuple[int, str | None, list[str]]:
+    """Variants one after another on this machine (each uses every core the plan gives it).
+    -> (exit code, sweep id, job ids)"""
     from hpcqa.errors import JobFailed
 
-    sweep_id, failed = None, 0
+    sweep_id, failed, ids = None, 0, []
     for p in sp.plans:
         job, jd = submit(p, cpus_for(p))
         sweep_id = sweep_id or f"local-{job.job_id}"
-        if ids is not None and out_id is not None:
-            ids.append(str(job.job_id))
-            out_id[:] = [sweep_id]
+        ids.append(str(job.job_id))
         common.register(p, [common.registry_row(sp, p, job.job_id, jd.path, sweep_id)])
         print(f"sweep {sweep_id}: variant {p.variant_index} {dict(p.variant)} -> local job {job.job_id}",
               file=sys.stderr)
         try:
             if finish(job, jd, p, f"variant {p.variant_index}",
                       f"interrupted: sweep {sweep_id} stopped at variant {p.variant_index}") == 130:
-                return 130
+                return 130, sweep_id, ids
         except JobFailed as e:
             failed += 1
             print(e.render(), file=sys.stderr)
     print(f"sweep {sweep_id}: {len(sp.variants) - failed} of {len(sp.variants)} variants completed; "
           f"hpcqa results {sweep_id}")
-    return 1 if failed else 0
+    return (1 if failed else 0), sweep_id, ids
 
 
 def cpus_for(plan: LaunchPlan, poll_s: float = 5.0) -> set[int] | None:

@@ -7,8 +7,6 @@ import os
 import sys
 from pathlib import Path
 
-STOPPED_EXIT = 143  # 128 + SIGTERM: how a pod stopped by Kubernetes ends
-
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "--plan":
@@ -26,7 +24,8 @@ def main(argv: list[str]) -> int:
         return e.exit_code
     # a PyTorchJob pod stopped after its checkpoint: not done, so the operator must restart it (every node's)
     if isinstance(out, dict) and out.get("requeue") and os.environ.get("HPCQA_REQUEUE") == "pod":
-        return STOPPED_EXIT
+        from hpcqa.jobdir import POD_STOPPED_EXIT
+        return POD_STOPPED_EXIT
     return 0
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcqa import squadfile
+from hpcqa.fsutil import file_sha256
 
 if TYPE_CHECKING:
     from hpcqa.config import DataConfig
@@ -35,14 +36,6 @@ def _features():
                      "question": Value("string"),
                      "answers": {"text": Sequence(Value("string")), "answer_start": Sequence(Value("int32"))},
                      "first_fact": Value("string")})
-
-
-def _file_digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def load_file(path: str, split: str):
@@ -60,7 +53,7 @@ def load_file(path: str, split: str):
     if bad:
         raise ValueError(f"{path} ({fmt}): {'; '.join(bad)}")
     ds = Dataset.from_list(rows, features=_features(), split=split)
-    identity = hashlib.sha256(f"{_file_digest(path)}/{squadfile.READER_VERSION}".encode()).hexdigest()[:32]
+    identity = hashlib.sha256(f"{file_sha256(path)}/{squadfile.READER_VERSION}".encode()).hexdigest()[:32]
     return Dataset(ds.data, info=ds.info, split=ds.split, fingerprint=identity)
 
 
