@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hpcqa import registry, status
-from hpcqa.slurmcli import Slurm, run_command  # noqa: E402
+from hpcqa.record import registry, status
+from hpcqa.executors.slurmcli import Slurm, run_command  # noqa: E402
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """hpcqa: distributed question-answering fine-tuning on Xeon CPU clusters.
 
-Importing this package is cheap: torch and transformers are only imported by ``hpcqa.train``.
+Importing this package is cheap: torch and transformers are only imported by ``hpcqa.rank.train``.
 
 The Python API (hpcqa.api): ``load_config(path, overrides)``, ``plan(cfg)``, ``submit(cfg) -> Job | Sweep``.
 """
@@ -14,7 +14,7 @@ def __getattr__(name: str):
     if name in _API:
         from hpcqa import api
         return getattr(api, name)
-    if name == "plan":  # the module hpcqa.plan, callable as the API's plan(cfg)
+    if name == "plan":  # the module hpcqa.core.plan, callable as the API's plan(cfg)
         import importlib
-        return importlib.import_module("hpcqa.plan")
+        return importlib.import_module("hpcqa.core.plan")
     raise AttributeError(f"module 'hpcqa' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
     import hpcqa
     cfg = hpcqa.load_config("configs/quickstart.toml", ["train.max_steps=20"])
-    print(hpcqa.plan(cfg).world_size)
+    print(hpcqa.core.plan(cfg).world_size)
     job = hpcqa.submit(cfg)             # returns once queued (Slurm) or started (local)
     job.wait()                          # -> final state: COMPLETED, FAILED, CANCELLED, ...
     job.results()                       # results.json as a dict; JobFailed names the first failing rank
@@ -19,29 +19,29 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from hpcqa.config import Config
+from hpcqa.core.config import Config
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     """Read and validate a TOML config; overrides are `--set` texts: "train.learning_rate=5e-5"."""
-    from hpcqa import config
+    from hpcqa.core import config
     return config.load(path, list(overrides))
 
 
 def plan(cfg: Config):
     """The frozen launch plan `submit` would run (what `hpcqa submit --dry-run` prints)."""
-    from hpcqa import plan as planmod
+    from hpcqa.core import plan as planmod
     return planmod.build_plan(cfg, planmod.probe_host(), via_submitit=cfg.launch.launcher != "mpirun")
 
 
 def submission(path: str | Path, overrides: Sequence[str] = ()):
     """Config file (and its [sweep], if any) -> the SweepPlan submit runs (a job is a sweep of one)."""
-    from hpcqa import config, sweep
-    from hpcqa import plan as planmod
+    from hpcqa.core import config, sweep
+    from hpcqa.core import plan as planmod
     raw = config.load_raw(path, list(overrides))
     host = planmod.probe_host()
     if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
-        from hpcqa.slurmcli import Slurm
+        from hpcqa.executors.slurmcli import Slurm
         return sweep.build(raw, str(path), host, lambda: Slurm().max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE))
     cfg = config.validate(raw, path, list(overrides))
     return sweep.single(planmod.build_plan(cfg, host, via_submitit=cfg.launch.launcher != "mpirun"))
@@ -50,7 +50,8 @@ def submission(path: str | Path, overrides: Sequence[str] = ()):
 def before_queueing(plans: Sequence[Any], warn=None) -> None:
     """What every rank would otherwise find after the queue wait: staged items gone (stage.require), bad data
     or output (preflight), a damaged registry. Raises before anything is queued or started."""
-    from hpcqa import preflight, registry, stage
+    from hpcqa import preflight, stage
+    from hpcqa.record import registry
     seen = set()
     for p in plans:
         key = (p.config.job, p.config.data, p.config.model, p.config.train)
@@ -66,7 +67,8 @@ def before_queueing(plans: Sequence[Any], warn=None) -> None:
 def submit(config: Config | str | Path, overrides: Sequence[str] = ()) -> "Job | Sweep":
     """Queue (Slurm) or start (local executor) a job; returns without waiting. A local sweep runs its variants
     one after another and returns when the last has ended."""
-    from hpcqa import executors, sweep
+    from hpcqa import executors
+    from hpcqa.core import sweep
     if isinstance(config, Config):
         sp = sweep.single(plan(config))
     else:
@@ -90,9 +92,9 @@ class Job:
 
     def view(self):
         """The status view (state, progress, results, pending reason, usage once finished)."""
-        from hpcqa import registry, status
+        from hpcqa.record import registry, status
         from hpcqa.errors import UsageError
-        from hpcqa.slurmcli import Slurm
+        from hpcqa.executors.slurmcli import Slurm
         views, _ = status.collect(registry.Registry(self.registry, create=False), Slurm(), [self.id])
         if not views:
             raise UsageError(f"no job {self.id} in the registry", "check the id (hpcqa status --all)")
@@ -106,12 +108,12 @@ class Job:
         return self.view().state
 
     def done(self) -> bool:
-        from hpcqa import status
+        from hpcqa.record import status
         return status.is_final(self.state())
 
     def wait(self, timeout: float | None = None, poll_s: float = 2.0) -> str:
         """Block until the job is final; -> its state. TimeoutError after `timeout` seconds."""
-        from hpcqa import status
+        from hpcqa.record import status
         deadline = None if timeout is None else time.time() + timeout
         while True:
             state = self.state()
@@ -124,7 +126,7 @@ class Job:
     def results(self, wait: bool = True) -> dict | None:
         """results.json of a completed job (waits for it by default); JobFailed when it did not complete."""
         from hpcqa.errors import JobFailed
-        from hpcqa.jobdir import JobDir
+        from hpcqa.record.jobdir import JobDir
         state = self.wait() if wait else self.state()
         v = self.view()
         if state != "COMPLETED" or not v.results:
@@ -136,15 +138,15 @@ class Job:
         return v.results
 
     def cancel(self) -> list[str]:
-        from hpcqa import registry
+        from hpcqa.record import registry
         from hpcqa.executors.cancel import cancel, targets
-        from hpcqa.slurmcli import Slurm
+        from hpcqa.executors.slurmcli import Slurm
         reg = registry.Registry(self.registry, create=False)
         return cancel(targets(reg, [self.id], None), False, Slurm())
 
     def logs(self, rank: int = 0, stream: str = "err") -> str:
         """A rank's log ("err": stderr, where hpcqa and the Trainer write; "out": stdout)."""
-        from hpcqa.jobdir import JobDir
+        from hpcqa.record.jobdir import JobDir
         path = JobDir(self.folder).log(rank, stream)
         return path.read_text(errors="replace") if path else ""
 

@@ -206,7 +206,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from hpcqa.executors import submit
     _before_queueing(sp.plans)
     if sp.executor == "slurm" and sp.plans[0].launcher == "mpirun":
-        from hpcqa import render
+        from hpcqa.executors import render
         from hpcqa.executors.slurm import run_script
         lp = sp.plans[0]
         return run_script(lp, render.standalone(lp, "mpirun", python=lp.python), wait=not args.no_wait)
@@ -222,7 +222,7 @@ def _before_queueing(plans: Sequence[Any]) -> None:
 def _print_sweep(sp, sbatch: list[str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
-    from hpcqa import sweep
+    from hpcqa.core import sweep
     con = Console()
     keys = sweep.swept_keys(list(sp.variants))
     t = Table(title=f"sweep: {len(sp.variants)} variants, {len(sp.arrays)} array(s) "
@@ -258,8 +258,9 @@ def _print_sweep(sp, sbatch: list[str] | None = None) -> None:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from dataclasses import replace
-    from hpcqa import config, render
-    from hpcqa import plan as planmod
+    from hpcqa.core import config
+    from hpcqa.executors import render
+    from hpcqa.core import plan as planmod
     # a rendered script (or PyTorchJob) is not run by the local executor, whatever the config names: a local
     # config with cluster.nodes > 1 is a valid thing to render
     raw = config.load_raw(args.config, args.overrides)
@@ -289,8 +290,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def _render_k8s(args: argparse.Namespace, cfg: Any) -> int:
     """render --target pytorchjob|dockerfile."""
-    from hpcqa import k8s
-    from hpcqa import plan as planmod
+    from hpcqa.executors import k8s
+    from hpcqa.core import plan as planmod
     from hpcqa.errors import UsageError
     if args.submit or args.hosts or args.hostfile or args.launcher:
         raise UsageError(f"--target {args.target} takes none of --submit, --hosts, --hostfile, --launcher",
@@ -331,7 +332,7 @@ def _submit_rendered(args: argparse.Namespace, lp: Any, launcher: str, text: str
 
 def _render_hosts(args: argparse.Namespace, cfg: Any, launcher: str) -> tuple[str, ...]:
     """--hosts / --hostfile -> the hosts of a plain-machine script (checked against the config)."""
-    from hpcqa import distenv
+    from hpcqa.core import distenv
     from hpcqa.errors import UsageError
     if not (args.hosts or args.hostfile):
         return ()
@@ -356,10 +357,11 @@ def _render_hosts(args: argparse.Namespace, cfg: Any, launcher: str) -> tuple[st
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    from hpcqa import config, stage
+    from hpcqa.core import config
+    from hpcqa import stage
     cfg = config.load(args.config, args.overrides)
     if args.k8s:
-        from hpcqa import k8s
+        from hpcqa.executors import k8s
         cfg = k8s.pod_config(cfg)
     manifest = stage.stage(cfg, log=lambda m: print(f"stage: {m}", file=sys.stderr))
     if args.json:
@@ -377,7 +379,8 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from hpcqa import config, tune
+    from hpcqa.core import config
+    from hpcqa import tune
     from hpcqa.errors import UsageError
     from hpcqa.executors import tune as tuner
     if args.steps < 1 or args.warmup < 0:
@@ -409,7 +412,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_topology(args: argparse.Namespace) -> int:
-    from hpcqa import topology
+    from hpcqa.core import topology
     from hpcqa.errors import UsageError
     if args.sysfs and not Path(args.sysfs, "cpu").is_dir():
         raise UsageError(f"--sysfs {args.sysfs!r}: no cpu/ folder in it",
@@ -421,7 +424,8 @@ def cmd_topology(args: argparse.Namespace) -> int:
         raise UsageError("no usable CPU: --allowed names none of the node's online CPUs", "check --allowed")
     view: dict[str, Any] = {"node": node.to_json()}
     if args.config:
-        from hpcqa import config, plan, rank
+        from hpcqa.core import config, plan
+        from hpcqa.rank import wrapper as rank
         cfg = config.load(args.config, args.overrides)
         view = rank.node_view(plan.build_plan(cfg, plan.probe_host()), node)
     if args.json:
@@ -463,13 +467,13 @@ def _print_topology(view: dict) -> None:
 
 
 def topology_list(cpus) -> str:
-    from hpcqa.topology import cpu_list
+    from hpcqa.core.topology import cpu_list
     return cpu_list(cpus) if cpus else "-"
 
 
 def cmd_env(args: argparse.Namespace) -> int:
     import socket
-    from hpcqa import distenv
+    from hpcqa.core import distenv
     d = distenv.detect(os.environ, socket.gethostname())
     if args.json:
         print(json.dumps(d.to_json(), indent=2))
@@ -484,7 +488,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:
-    from hpcqa import distenv
+    from hpcqa.core import distenv
     from hpcqa.errors import UsageError
     text = args.nodelist or os.environ.get("SLURM_JOB_NODELIST", "")
     if not text:
@@ -495,7 +499,7 @@ def cmd_hosts(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from hpcqa import config, plan
+    from hpcqa.core import config, plan
     for path in args.configs:
         cfg = config.load(path, args.overrides)
         lp = plan.build_plan(cfg, plan.HostProbe(has_sbatch=True))
@@ -505,8 +509,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from hpcqa import registry, status
-    from hpcqa.slurmcli import Slurm
+    from hpcqa.record import registry, status
+    from hpcqa.executors.slurmcli import Slurm
     reg, slurm = registry.Registry(args.registry, create=False), Slurm()
     while True:
         views, source = status.collect(reg, slurm, args.jobs, args.all) if reg.exists else ([], "none")
@@ -525,7 +529,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _print_status(views, source: str, path, expand: bool = False, wide: bool = False) -> None:
     from rich.console import Console
-    from hpcqa import statusview
+    from hpcqa.record import statusview
     con = Console()
     if expand and views and not any(v.sweep_id for v in views):
         statusview.print_detail(con, views, source)
@@ -534,7 +538,7 @@ def _print_status(views, source: str, path, expand: bool = False, wide: bool = F
 
 
 def _find_job(reg_path, job_id: str):
-    from hpcqa import registry
+    from hpcqa.record import registry
     from hpcqa.executors.cancel import targets
     reg = registry.Registry(reg_path, create=False)
     return reg, targets(reg, [job_id], None)[0]
@@ -542,10 +546,10 @@ def _find_job(reg_path, job_id: str):
 
 def cmd_logs(args: argparse.Namespace) -> int:
     import time
-    from hpcqa import status
+    from hpcqa.record import status
     from hpcqa.errors import UsageError
-    from hpcqa.jobdir import JobDir
-    from hpcqa.slurmcli import Slurm
+    from hpcqa.record.jobdir import JobDir
+    from hpcqa.executors.slurmcli import Slurm
     reg, row = _find_job(args.registry, args.job)
     jd = JobDir(Path(row.folder))
     rank = args.rank
@@ -587,9 +591,9 @@ def _attempt_start(text: str) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from hpcqa import registry
+    from hpcqa.record import registry
     from hpcqa.executors import cancel
-    from hpcqa.slurmcli import Slurm
+    from hpcqa.executors.slurmcli import Slurm
     reg = registry.Registry(args.registry, create=False)
     for line in cancel.cancel(cancel.targets(reg, args.jobs, args.task), args.task is None, Slurm()):
         print(line)
@@ -597,7 +601,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_registry(args: argparse.Namespace) -> int:
-    from hpcqa import registry
+    from hpcqa.record import registry
     if args.action == "recover":
         path = registry.resolve_path(args.registry)
         try:
@@ -620,12 +624,12 @@ def cmd_registry(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from hpcqa import registry, results, status
+    from hpcqa.record import registry, results, status
     from hpcqa.errors import UsageError
     reg = registry.Registry(args.registry, create=False)
     if not reg.exists or not reg.jobs(sweep_id=args.sweep):
         raise UsageError(f"no sweep {args.sweep!r} in {reg.path}", "`hpcqa status --all` lists jobs and sweeps")
-    from hpcqa.slurmcli import Slurm
+    from hpcqa.executors.slurmcli import Slurm
     views, _ = status.collect(reg, Slurm(), [args.sweep])
     views = [v for v in views if v.sweep_id == args.sweep]
     keys = []
@@ -672,7 +676,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from hpcqa import doctor
     cfg = None
     if args.config:
-        from hpcqa import config
+        from hpcqa.core import config
         cfg = config.load(args.config, args.overrides)
     checks = doctor.run_checks(cfg)
     if args.json:
@@ -749,7 +753,7 @@ def _print_plan(lp: Any, sbatch: str | None) -> None:
 
 def _print_ranks(con: Any, lp: Any) -> None:
     from rich.table import Table
-    from hpcqa.topology import cpu_list
+    from hpcqa.core.topology import cpu_list
 
     common = dict(lp.ranks[0].env)
     for r in lp.ranks[1:]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hpcqa.config import reference_rows
+from hpcqa.core.config import reference_rows
 
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 

@@ -13,8 +13,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Mapping
 
-from hpcqa import plan
-from hpcqa.slurmcli import Slurm
+from hpcqa.core import plan
+from hpcqa.executors.slurmcli import Slurm
 
 
 @dataclass
@@ -88,7 +88,8 @@ def run_checks(cfg=None, slurm: Slurm | None = None) -> list[Check]:
 
 def request_check(cfg) -> Check:
     """`sbatch --test-only` of the request `submit` would make for this config."""
-    from hpcqa import api, sweep
+    from hpcqa import api
+    from hpcqa.core import sweep
     from hpcqa.executors.slurm import check_request
     sp = sweep.single(api.plan(cfg))
     ok, answer = check_request(sp)
@@ -119,7 +120,8 @@ def slurm_checks(cfg, slurm: Slurm) -> list[Check]:
 
 def node_check(cfg) -> Check:
     """The config's rank pools on this node (`hpcqa topology CONFIG`): as planned, or re-derived."""
-    from hpcqa import rank, topology
+    from hpcqa.rank import wrapper as rank
+    from hpcqa.core import topology
     p = plan.build_plan(cfg, plan.probe_host())
     view = rank.node_view(p, topology.read_node())
     n = view["node"]

@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hpcqa import squadfile
-from hpcqa.config import Config
+from hpcqa.core import squadfile
+from hpcqa.core.config import Config
 from hpcqa.errors import ConfigError
-from hpcqa.jobdir import JobRoot
+from hpcqa.record.jobdir import JobRoot
 
 SHOW = 3  # offenders named in a message
 

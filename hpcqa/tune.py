@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hpcqa.config import Config
+from hpcqa.core.config import Config
 from hpcqa.fsutil import atomic_write_text
 
 

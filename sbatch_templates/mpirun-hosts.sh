@@ -29,5 +29,5 @@ mpirun -f "$hostfile" -n @@NTASKS@@ -ppn @@PPN@@ \
 @@GENV@@
     -genv MASTER_ADDR "$master_addr" \
     -outfile-pattern "$job_dir/@@RANK_LOG@@" -errfile-pattern "$job_dir/@@RANK_LOG@@" \
-    @@PYTHON@@ -m hpcqa.rank --plan "$plan" -- @@PYTHON@@ -m hpcqa.train --plan "$plan"
+    @@PYTHON@@ -m hpcqa.rank --plan "$plan" -- @@PYTHON@@ -m hpcqa.rank.train --plan "$plan"
 echo "hpcqa: job folder $job_dir" >&2

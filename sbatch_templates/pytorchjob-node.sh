@@ -42,7 +42,7 @@ for ((local_rank = 0; local_rank < ppn; local_rank++)); do
     rank=$((node_rank * ppn + local_rank))
     logs+=("$job_dir/rank-$rank.log")
     echo "hpcqa: attempt $attempt: rank $rank (local $local_rank) of $((nodes * ppn)) on $(hostname)" >> "$job_dir/rank-$rank.log"
-    RANK="$rank" LOCAL_RANK="$local_rank" @@PYTHON@@ -m hpcqa.rank --plan "$plan" -- @@PYTHON@@ -m hpcqa.train \
+    RANK="$rank" LOCAL_RANK="$local_rank" @@PYTHON@@ -m hpcqa.rank --plan "$plan" -- @@PYTHON@@ -m hpcqa.rank.train \
         --plan "$plan" >> "$job_dir/rank-$rank.log" 2>&1 &
     pids+=("$!")
 done

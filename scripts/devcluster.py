@@ -91,7 +91,7 @@ def machine_shape() -> tuple[int, int, int]:
     """Every emulated node declares what this machine's sysfs says (declaring more CPUs than there
     are breaks task/affinity; declaring another shape would test a fiction)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from hpcqa import topology
+    from hpcqa.core import topology
     node = topology.read_node(allowed=range(4096))
     shape = node.to_json()
     sockets = len(shape["sockets"])

@@ -2,7 +2,7 @@
 published behaviour (evaluate-v1.1.py, evaluate-v2.0.py), over the official nested data layout.
 
 Deliberately written the way the scripts are (nested loops over articles/paragraphs/qas, booleans summed,
-`max` over golds), not the way hpcqa.train.metrics is, so that the two can disagree.
+`max` over golds), not the way hpcqa.rank.train.metrics is, so that the two can disagree.
 """
 
 import collections

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from hpcqa import registry
+from hpcqa.record import registry
 
 OK_ROW = dict(id="7", name="n", executor="local", folder="/x", config={}, source="s", nodes=1, world_size=2)
 
@@ -138,7 +138,8 @@ def test_bad_data_is_refused_before_anything_starts(cli, tmp_path, case):
 
 
 def test_a_few_misaligned_answers_pass_within_the_tolerance(tmp_path):
-    from hpcqa import config, preflight
+    from hpcqa.core import config
+    from hpcqa import preflight
     path = squad(tmp_path, "ok.json", [good_qa(i) for i in range(99)] + [good_qa(99, start=0)])
     cfg = config.load("configs/quickstart.toml", ["data.dataset=\"\"", f"data.train_file={json.dumps(str(path))}",
                                                   f"job.output_dir={json.dumps(str(tmp_path))}"])

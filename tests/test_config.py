@@ -1,13 +1,13 @@
 import pytest
 
-from hpcqa import config
+from hpcqa.core import config
 from hpcqa.errors import ConfigError, UsageError
 from tests.conftest import CONFIGS, ROOT
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_every_shipped_config_validates(path):
-    from hpcqa import plan
+    from hpcqa.core import plan
     cfg = config.load(path)
     assert plan.build_plan(cfg, plan.HostProbe(has_sbatch=True)).world_size >= 1
 

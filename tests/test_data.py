@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from hpcqa import squadfile
-from hpcqa.train import data, model, synth
+from hpcqa.core import squadfile
+from hpcqa.rank.train import data, model, synth
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ def test_features_are_cached_by_key(tmp_path, tokenizer):
 
 
 def test_bf16_choice():
-    from hpcqa.train.run import bf16_choice
+    from hpcqa.rank.train.run import bf16_choice
     assert bf16_choice("auto", {"amx_bf16"})[0] and bf16_choice("auto", {"avx512_bf16"})[0]
     assert not bf16_choice("auto", {"avx2"})[0] and not bf16_choice("false", {"amx_bf16"})[0]
 
@@ -88,9 +88,9 @@ def test_bf16_choice():
 def test_ccl_planned_without_bindings_is_a_clear_error():
     """On this machine (no oneccl_bind_pt on PyPI) a plan that says ccl stops the rank, with the fix."""
     import pytest
-    from hpcqa import plan
+    from hpcqa.core import plan
     from hpcqa.errors import RankError
-    from hpcqa.train.run import verify_backend
+    from hpcqa.rank.train.run import verify_backend
     with pytest.raises(RankError) as e:
         verify_backend(plan.resolve_backend("ccl", ccl_bindings=False))
     assert "oneccl_bindings_for_pytorch" in e.value.message and "gloo" in e.value.hint
@@ -211,7 +211,7 @@ def test_dynamic_padding_leaves_features_unpadded(tmp_path, tokenizer):
 def test_hub_path_with_a_dataset_config_name(tmp_path):
     """The hub code path (load_dataset(name, config)) on a dataset repository laid out as on the hub: a
     folder whose README declares two configurations; rows without titles get the common columns."""
-    from hpcqa.config import DataConfig
+    from hpcqa.core.config import DataConfig
     repo = tmp_path / "my-squad"
     for config, rows in (("plain_text", ROWS[:2]), ("with_negatives", ROWS)):
         for split in ("train", "validation"):

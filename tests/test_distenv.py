@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from hpcqa import distenv
+from hpcqa.core import distenv
 from hpcqa.errors import DistEnvError
 
 

@@ -1,5 +1,6 @@
-from hpcqa import config, doctor
-from hpcqa.slurmcli import parse_nodes
+from hpcqa.core import config
+from hpcqa import doctor
+from hpcqa.executors.slurmcli import parse_nodes
 from tests.conftest import ROOT
 
 # recorded `scontrol show node -o` (Slurm 22.05.8), trimmed

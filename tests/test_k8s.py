@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcqa import k8s
-from hpcqa.plan import LaunchPlan
+from hpcqa.executors import k8s
+from hpcqa.core.plan import LaunchPlan
 from tests.conftest import ROOT
 
 IMAGE = ["--set", "k8s.image=registry.example.com/hpcqa:1"]

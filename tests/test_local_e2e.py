@@ -84,7 +84,7 @@ def test_v2_test_split_predictions_and_best_checkpoint(cli, tmp_path, cache_env)
     """run_qa.py's options: SQuAD v2, a test split (do_predict), evaluation during training keeping the best
     checkpoint, dynamic padding, tokenising in worker processes. The written files rescore, through the
     official v2.0 rules (tests/squad_reference.py), to exactly the scores in results.json."""
-    from hpcqa.train import synth
+    from hpcqa.rank.train import synth
     from tests import squad_reference as ref
 
     r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(tmp_path))}", *TINY,
@@ -141,7 +141,7 @@ def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
     """A rank restarted in the same job folder picks up the last checkpoint (what a requeue does)."""
     import subprocess
     import sys
-    from hpcqa import config, plan
+    from hpcqa.core import config, plan
     cfg = config.load(ROOT / "configs/quickstart.toml", [a for a in TINY if a != "--set"] +
                       [f"job.output_dir={json.dumps(str(tmp_path))}", "cluster.sockets_per_node=1", "launch.ranks_per_socket=1",
                        "train.max_steps=6", "train.save_steps=3"])
@@ -150,7 +150,7 @@ def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
     (p,) = write_plans([lp])
     job = tmp_path / "job"
     env = {**os.environ, **cache_env, "HPCQA_JOB_DIR": str(job)}
-    cmd = [sys.executable, "-m", "hpcqa.rank", "--plan", str(p), "--", sys.executable, "-m", "hpcqa.train", "--plan", str(p)]
+    cmd = [sys.executable, "-m", "hpcqa.rank", "--plan", str(p), "--", sys.executable, "-m", "hpcqa.rank.train", "--plan", str(p)]
     assert subprocess.run(cmd, env=env, capture_output=True, cwd=ROOT).returncode == 0
     first = json.loads((job / "results.json").read_text())
     assert first["resumed_from"] is None and first["global_steps"] == 6

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hpcqa.train import metrics, postprocess
+from hpcqa.rank.train import metrics, postprocess
 
 
 @pytest.mark.parametrize("text,norm", [

@@ -6,7 +6,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcqa.train import metrics
+from hpcqa.rank.train import metrics
 from tests import squad_reference as ref
 
 # Pieces chosen to hit every rule: articles in all cases and inside words, ASCII punctuation (dropped),

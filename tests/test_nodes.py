@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcqa import config, plan, rank, topology
+from hpcqa.core import config, plan, topology
+from hpcqa.rank import wrapper as rank
 from tests.conftest import ROOT
 
 
@@ -170,7 +171,7 @@ def test_set_mempolicy_really_binds(tmp_path):
     """The ctypes call on this machine: bind to NUMA node 0 and read the policy back from the kernel."""
     import subprocess
     import sys
-    code = ("from hpcqa import rank; print(rank.bind_memory([0])); "
+    code = ("from hpcqa.rank import wrapper as rank; print(rank.bind_memory([0])); "
             "print(open('/proc/self/numa_maps').read().split(chr(10))[0])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr

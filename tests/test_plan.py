@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from hpcqa import config, plan
+from hpcqa.core import config, plan
 from hpcqa.errors import ConfigError
 from tests.conftest import ROOT
 

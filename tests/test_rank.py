@@ -5,9 +5,10 @@ import sys
 
 import pytest
 
-from hpcqa import config, plan, rank
+from hpcqa.core import config, plan
+from hpcqa.rank import wrapper as rank
 from hpcqa.errors import HpcqaError
-from hpcqa.topology import Cpu
+from hpcqa.core.topology import Cpu
 from tests.conftest import ROOT
 
 TWO = [Cpu(0, 0, 0), Cpu(1, 0, 1)]
@@ -94,7 +95,7 @@ def test_wrapper_bad_plan_exits_2(tmp_path):
 
 def test_a_rank_honours_the_planned_backend_and_never_redecides():
     from hpcqa.errors import RankError
-    from hpcqa.train.run import verify_backend
+    from hpcqa.rank.train.run import verify_backend
 
     def no_ccl(name):
         raise ImportError(f"No module named {name!r}")
@@ -112,7 +113,7 @@ def test_a_rank_honours_the_planned_backend_and_never_redecides():
 
 def test_trainer_refuses_a_plan_other_than_the_one_the_wrapper_applied():
     from hpcqa.errors import RankError
-    from hpcqa.train.run import verify_plan
+    from hpcqa.rank.train.run import verify_plan
     p = quick_plan()
     verify_plan(p, {"HPCQA_PLAN_DIGEST": p.digest})
     verify_plan(p, {})  # started without the wrapper (tests, by hand): nothing to compare
@@ -121,7 +122,7 @@ def test_trainer_refuses_a_plan_other_than_the_one_the_wrapper_applied():
 
 
 def test_master_interface_first_node_publishes_other_nodes_read(tmp_path):
-    from hpcqa.jobdir import JobDir
+    from hpcqa.record.jobdir import JobDir
     p = quick_plan("launch.master_interface=ib0")
     jd = JobDir(tmp_path)
     addrs = {"node1": "10.0.0.1", "node2": "10.0.0.2"}
@@ -144,7 +145,7 @@ def test_master_interface_missing_on_a_node_names_it():
 
 
 def test_master_interface_reads_a_real_interface():
-    from hpcqa import netif
+    from hpcqa.rank import netif
     assert netif.ipv4("lo") == "127.0.0.1" and "lo" in netif.names() and netif.ipv4("no-such-if0") is None
     p = quick_plan("launch.master_interface=lo")
     assert rank.master_address(p, {"NODE_RANK": "0", "LOCAL_RANK": "1"}, None, "here") == "127.0.0.1"

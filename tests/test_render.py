@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcqa import config, plan, render, sweep
+from hpcqa.core import config, plan, sweep
+from hpcqa.executors import render
 from hpcqa.executors import common
 from hpcqa.executors.slurm import sbatch_preview
 from hpcqa.errors import ConfigError
@@ -196,7 +197,7 @@ def test_cluster_python_is_the_ranks_interpreter_quoted(tmp_path):
 
 
 def test_plain_machine_script_and_its_errors(tmp_path):
-    from hpcqa.slurmcli import parse_sbatch_parsable
+    from hpcqa.executors.slurmcli import parse_sbatch_parsable
     from tests.conftest import run_cli
     q = ["--set", "cluster.executor=slurm", "--set", "cluster.nodes=2"]
     out = tmp_path / "run.sh"

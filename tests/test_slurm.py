@@ -93,7 +93,7 @@ def test_failing_job_shows_failed_with_the_error(slurm, tmp_path):
 def test_doctor_reports_topology_and_flags_too_many_sockets(slurm):
     ok = run_cli("doctor", env=slurm)
     # the emulated nodes declare this machine's real shape (scripts/devcluster.py reads sysfs)
-    from hpcqa import topology
+    from hpcqa.core import topology
     shape = topology.read_node(allowed=range(4096)).to_json()
     sockets = len(shape["sockets"])
     assert f"2 node(s), sockets x cores x threads: {sockets}x{shape['cores'] // sockets}x{shape['threads_per_core']}" in ok.stdout
@@ -107,8 +107,8 @@ def test_doctor_reports_topology_and_flags_too_many_sockets(slurm):
 def test_status_of_1000_jobs_makes_one_sacct_call(slurm, tmp_path):
     code = f"""
 import os, sys, time
-from hpcqa import registry, status
-from hpcqa.slurmcli import Slurm, run_command
+from hpcqa.record import registry, status
+from hpcqa.executors.slurmcli import Slurm, run_command
 reg = registry.Registry({str(tmp_path / 'r.sqlite')!r})
 reg.add_many(dict(id=str(500000 + i), name='n', executor='slurm', folder='/nonexistent', config={{}},
                   source='x', nodes=1, world_size=2) for i in range(1000))
@@ -148,7 +148,7 @@ def test_rendered_script_runs_under_plain_sbatch(slurm, tmp_path, launcher):
         time.sleep(2)
     logs = "\n".join(p.read_text(errors="replace")[-2000:] for p in sorted(folder.glob("rank-*.log")))
     assert (folder / "results.json").exists(), logs
-    from hpcqa import plan as planmod
+    from hpcqa.core import plan as planmod
     planned = planmod.load(folder / "plan.json")
     reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
     assert [rep["host"] for rep in reports] == ["node1", "node1", "node2", "node2"]
@@ -327,7 +327,7 @@ def test_bare_nodes_mpirun_over_ssh(slurm, tmp_path):
     (folder,) = (tmp_path / "quickstart").glob("node1-*")
     logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in sorted(folder.glob("rank-*.log")))
     assert run.returncode == 0, run.stderr[-3000:] + logs
-    from hpcqa import plan as planmod
+    from hpcqa.core import plan as planmod
     planned = planmod.load(folder / "plan.json")
     reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
     assert [rep["host"] for rep in reports] == ["node1", "node1", "node2", "node2"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcqa.train import model as models
+from hpcqa.rank.train import model as models
 from tests.test_data import ROWS
 
 pytestmark = pytest.mark.slow

@@ -6,10 +6,11 @@ import sys
 
 import pytest
 
-from hpcqa import registry, slurmcli, status
+from hpcqa.record import registry, status
+from hpcqa.executors import slurmcli
 from hpcqa.executors import local
-from hpcqa.jobdir import JobDir
-from hpcqa.slurmcli import Slurm
+from hpcqa.record.jobdir import JobDir
+from hpcqa.executors.slurmcli import Slurm
 from tests.conftest import ROOT
 
 # recorded from the dev cluster (Slurm 22.05.8), `sacct -X -n -P --format JobID,State,ExitCode,Elapsed,NNodes,NodeList`
@@ -132,7 +133,7 @@ def test_progress_text_while_running():
 
 
 def test_concurrent_submits_all_land(tmp_path):
-    code = ("import sys; from hpcqa import registry; r = registry.Registry(sys.argv[1]); "
+    code = ("import sys; from hpcqa.record import registry; r = registry.Registry(sys.argv[1]); "
             "[r.add(id=f'{sys.argv[2]}-{i}', name='n', executor='local', folder='/x', config={}, source='s', "
             "nodes=1, world_size=1) for i in range(50)]")
     db = tmp_path / "r.sqlite"
@@ -158,7 +159,7 @@ def test_node_fail_and_preemption_are_final_only_when_slurm_no_longer_has_the_jo
 
 
 def test_submissions_never_share_a_folder_even_when_job_ids_repeat(tmp_path):
-    from hpcqa.jobdir import JobRoot
+    from hpcqa.record.jobdir import JobRoot
     root = JobRoot.of(str(tmp_path), "quickstart")
     a, b = (str(root.folder_pattern(root.new_submission())).replace("%j", "1") for _ in range(2))
     assert a != b and a.startswith(str(tmp_path / "quickstart" / "1-"))

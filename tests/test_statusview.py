@@ -7,10 +7,11 @@ import re
 import pytest
 from rich.console import Console
 
-from hpcqa import registry, slurmcli, status, statusview
-from hpcqa.jobdir import write_json
-from hpcqa.slurmcli import Slurm
-from hpcqa.status import JobView
+from hpcqa.record import registry, status, statusview
+from hpcqa.executors import slurmcli
+from hpcqa.record.jobdir import write_json
+from hpcqa.executors.slurmcli import Slurm
+from hpcqa.record.status import JobView
 from tests.test_status import ALL_STATES, FakeRunner, _reg
 
 LONG = "an-uncommonly-long-job-name-for-the-quickstart-sweep-of-learning-rates"

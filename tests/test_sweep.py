@@ -5,9 +5,10 @@ import time
 
 import pytest
 
-from hpcqa import config, plan, results, status, sweep
+from hpcqa.core import config, plan, sweep
+from hpcqa.record import results, status
 from hpcqa.errors import ConfigError
-from hpcqa.slurmcli import parse_max_array_size
+from hpcqa.executors.slurmcli import parse_max_array_size
 from tests.conftest import ROOT
 
 HOST = plan.HostProbe(has_sbatch=True, python="python3")

@@ -1,4 +1,4 @@
-from hpcqa.train import synth
+from hpcqa.rank.train import synth
 
 
 def test_deterministic_and_spans_are_real():

@@ -1,8 +1,8 @@
 import pytest
 
-from hpcqa import topology
+from hpcqa.core import topology
 from hpcqa.errors import PlanError
-from hpcqa.topology import Cpu
+from hpcqa.core.topology import Cpu
 
 
 def test_spr_example_from_the_intel_launcher():

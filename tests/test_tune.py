@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from hpcqa import config, plan, tune
+from hpcqa.core import config, plan
+from hpcqa import tune
 from hpcqa.errors import UsageError
 from tests.conftest import ROOT
 

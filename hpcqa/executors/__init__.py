@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from hpcqa.sweep import SweepPlan
+from hpcqa.core.sweep import SweepPlan
 
 
 def submit(sp: SweepPlan, wait: bool = True) -> int:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Sequence
 
 from hpcqa.errors import SubmitError, UsageError
-from hpcqa.jobdir import JobDir
-from hpcqa.slurmcli import Slurm
+from hpcqa.record.jobdir import JobDir
+from hpcqa.executors.slurmcli import Slurm
 
 
 def targets(reg, ids: Sequence[str], task: int | None) -> list:

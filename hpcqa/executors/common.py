@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from hpcqa import sweep
-from hpcqa.jobdir import TASK_ID, JobDir, JobRoot, atomic_write_text
-from hpcqa.plan import LaunchPlan
+from hpcqa.core import sweep
+from hpcqa.record.jobdir import TASK_ID, JobDir, JobRoot, atomic_write_text
+from hpcqa.core.plan import LaunchPlan
 
 
 def job_root(plan: LaunchPlan) -> JobRoot:
@@ -63,7 +63,7 @@ def registry_row(sp: sweep.SweepPlan, plan: LaunchPlan, job_id: str, folder: Pat
 
 
 def register(plan: LaunchPlan, rows: list[dict]) -> None:
-    from hpcqa.registry import Registry
+    from hpcqa.record.registry import Registry
     Registry(plan.config.job.registry or None).add_many(rows)
 
 

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hpcqa import sweep, topology
+from hpcqa.core import sweep, topology
 from hpcqa.executors import common
-from hpcqa.jobdir import JobDir
+from hpcqa.record.jobdir import JobDir
 from hpcqa.errors import HpcqaError
-from hpcqa.plan import LaunchPlan
+from hpcqa.core.plan import LaunchPlan
 
 
 def submit(plan: LaunchPlan, cpus: set[int] | None = None):
@@ -29,7 +29,7 @@ def submit(plan: LaunchPlan, cpus: set[int] | None = None):
     pools from the CPUs they may use."""
     import submitit
 
-    from hpcqa.train.job import RankJob
+    from hpcqa.rank.train.job import RankJob
 
     (path,) = common.write_plans([plan])
     root = common.job_root(plan)
@@ -131,8 +131,8 @@ def _run_sweep(sp: sweep.SweepPlan) -> tuple[int, str | None, list[str]]:
 
 def cpus_for(plan: LaunchPlan, poll_s: float = 5.0) -> set[int] | None:
     """Where this local job may run, given the other running local jobs of the registry (and say so)."""
-    from hpcqa import rank
-    from hpcqa.registry import Registry
+    from hpcqa.rank import wrapper as rank
+    from hpcqa.record.registry import Registry
     reg = Registry(plan.config.job.registry or None, create=False)
     node = topology.read_node()
     lay = rank.node_layout(plan, node)
@@ -157,9 +157,9 @@ def cpus_for(plan: LaunchPlan, poll_s: float = 5.0) -> set[int] | None:
 
 def preview(plan: LaunchPlan) -> list[str]:
     """For the dry run: would this local job's ranks share cores (too few, or pinned by a running job)?"""
-    from hpcqa import rank
+    from hpcqa.rank import wrapper as rank
     from hpcqa.errors import PlanError
-    from hpcqa.registry import Registry
+    from hpcqa.record.registry import Registry
     node = topology.read_node()
     lay = rank.node_layout(plan, node)
     notes = [n for n in lay.notes if "OVERSUBSCRIBED" in n]

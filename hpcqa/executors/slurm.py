@@ -9,12 +9,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hpcqa import sweep
+from hpcqa.core import sweep
 from hpcqa.errors import SubmitError
 from hpcqa.executors import common
-from hpcqa.jobdir import SUBMISSION, JobDir, JobRoot
-from hpcqa.plan import LaunchPlan
-from hpcqa.slurmcli import Slurm
+from hpcqa.record.jobdir import SUBMISSION, JobDir, JobRoot
+from hpcqa.core.plan import LaunchPlan
+from hpcqa.executors.slurmcli import Slurm
 
 
 def _parameters(sp: sweep.SweepPlan, array: sweep.ArrayPlan, previous: str | None) -> dict:
@@ -55,7 +55,7 @@ def sbatch_preview(sp: sweep.SweepPlan) -> list[str]:
 def batch_texts(sp: sweep.SweepPlan) -> list[str] | None:
     """The exact batch script(s) submit would hand to sbatch (None: the local executor)."""
     if sp.executor == "slurm" and sp.plans[0].launcher == "mpirun":
-        from hpcqa import render
+        from hpcqa.executors import render
         return [render.standalone(sp.plans[0], "mpirun", python=sp.plans[0].python)]
     if sp.executor == "slurm":
         return sbatch_preview(sp)
@@ -65,7 +65,7 @@ def batch_texts(sp: sweep.SweepPlan) -> list[str] | None:
 def check_request(sp: sweep.SweepPlan) -> tuple[bool, str]:
     """sbatch --test-only of the request submit would make. -> (accepted, Slurm's answer)."""
     import tempfile
-    from hpcqa.slurmcli import Slurm
+    from hpcqa.executors.slurmcli import Slurm
     texts = batch_texts(sp)
     if texts is None:
         return True, "local executor: nothing to ask Slurm"
@@ -77,7 +77,7 @@ def check_request(sp: sweep.SweepPlan) -> tuple[bool, str]:
 
 def submit(sp: sweep.SweepPlan) -> list[tuple[str, list]]:
     """Submit every array of the plan; register each task. -> [(array or job id, [(job, plan)])]"""
-    from hpcqa.train.job import RankJob
+    from hpcqa.rank.train.job import RankJob
 
     out, sweep_id, previous = [], None, None
     submission = JobRoot.new_submission()
@@ -154,7 +154,7 @@ def submit_script(plan: LaunchPlan, text: str) -> tuple[str, JobDir, Path]:
 def start(sp: sweep.SweepPlan) -> tuple[list[str], str | None]:
     """Submit without waiting or printing (the Python API). -> (job ids, sweep id or None)."""
     if not sp.is_sweep and sp.plans[0].launcher == "mpirun":
-        from hpcqa import render
+        from hpcqa.executors import render
         lp = sp.plans[0]
         return [submit_script(lp, render.standalone(lp, "mpirun", python=lp.python))[0]], None
     submitted = submit(sp)
@@ -173,7 +173,7 @@ def _wait(job_id: str, jd: JobDir, plan: LaunchPlan) -> int:
 
 def wait_state(job_id: str, jd: JobDir, title: str) -> str:
     """Watch a Slurm job (progress bar) until Slurm says it is final; -> its state."""
-    from hpcqa import status
+    from hpcqa.record import status
     slurm, last = Slurm(), {}
 
     def done() -> bool:

@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from hpcqa import config, sweep, tune
-from hpcqa import plan as planmod
+from hpcqa.core import config, sweep
+from hpcqa import tune
+from hpcqa.core import plan as planmod
 from hpcqa.executors import common
-from hpcqa.jobdir import JobDir
+from hpcqa.record.jobdir import JobDir
 
 
 def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates: Sequence[int] | None,

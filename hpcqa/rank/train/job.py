@@ -18,10 +18,10 @@ class RankJob(submitit.helpers.Checkpointable):
         self.plan_digest = plan_digest
 
     def __call__(self) -> dict:
-        from hpcqa import plan as planmod
+        from hpcqa.core import plan as planmod
         from hpcqa.errors import RankError
-        from hpcqa.jobdir import JobDir
-        from hpcqa.train.run import run_rank
+        from hpcqa.record.jobdir import JobDir
+        from hpcqa.rank.train.run import run_rank
 
         plan = planmod.load(self.plan_path)
         if plan.digest != self.plan_digest:

@@ -26,10 +26,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from hpcqa import config as configmod
-from hpcqa import plan as planmod
+from hpcqa.core import config as configmod
+from hpcqa.core import plan as planmod
 from hpcqa.errors import ConfigError
-from hpcqa.frozen import freeze
+from hpcqa.core.frozen import freeze
 
 RESERVED = {"parallelism", "variants"}
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default

@@ -17,11 +17,11 @@ import types
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from hpcqa import topology
-from hpcqa.config import Config, from_dict
+from hpcqa.core import topology
+from hpcqa.core.config import Config, from_dict
 from hpcqa.errors import ConfigError
-from hpcqa.frozen import FrozenDict, freeze
-from hpcqa.jobdir import JOB_ID, SUBMISSION, root_path
+from hpcqa.core.frozen import FrozenDict, freeze
+from hpcqa.record.jobdir import JOB_ID, SUBMISSION, root_path
 
 LIBRARIES = {
     "tcmalloc": ("libtcmalloc.so", "libtcmalloc.so.4", "libtcmalloc_minimal.so.4"),
@@ -408,7 +408,7 @@ def load(path: str | os.PathLike) -> LaunchPlan:
 
 
 class _CallablePlanModule(types.ModuleType):
-    """`hpcqa.plan(cfg)` is the Python API's plan function (hpcqa.api.plan), and `hpcqa.plan` is also this
+    """`hpcqa.core.plan(cfg)` is the Python API's plan function (hpcqa.api.plan), and `hpcqa.core.plan` is also this
     module's name: calling the module gives the API's answer, whichever of the two the name resolves to."""
 
     def __call__(self, cfg: Config) -> LaunchPlan:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from hpcqa.errors import ConfigError, UsageError
-from hpcqa.frozen import FrozenDict
+from hpcqa.core.frozen import FrozenDict
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -1,4 +1,4 @@
-"""`python -m hpcqa.train --plan PLAN.json`: one rank, as started by a rendered sbatch script.
+"""`python -m hpcqa.rank.train --plan PLAN.json`: one rank, as started by a rendered sbatch script.
 
 Runs behind the rank wrapper (python -m hpcqa.rank); the job folder comes from HPCQA_JOB_DIR.
 """
@@ -10,21 +10,21 @@ from pathlib import Path
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "--plan":
-        print("usage: python -m hpcqa.train --plan PLAN.json", file=sys.stderr)
+        print("usage: python -m hpcqa.rank.train --plan PLAN.json", file=sys.stderr)
         return 2
-    from hpcqa import plan as planmod
+    from hpcqa.core import plan as planmod
     from hpcqa.errors import HpcqaError
-    from hpcqa.jobdir import JobDir
-    from hpcqa.train.run import run_rank
+    from hpcqa.record.jobdir import JobDir
+    from hpcqa.rank.train.run import run_rank
     try:
         plan = planmod.load(argv[1])
         out = run_rank(plan, JobDir(Path(os.environ.get("HPCQA_JOB_DIR") or Path(argv[1]).parent)))
     except HpcqaError as e:
-        print(f"hpcqa.train: {e.render()}", file=sys.stderr)
+        print(f"hpcqa.rank.train: {e.render()}", file=sys.stderr)
         return e.exit_code
     # a PyTorchJob pod stopped after its checkpoint: not done, so the operator must restart it (every node's)
     if isinstance(out, dict) and out.get("requeue") and os.environ.get("HPCQA_REQUEUE") == "pod":
-        from hpcqa.jobdir import POD_STOPPED_EXIT
+        from hpcqa.record.jobdir import POD_STOPPED_EXIT
         return POD_STOPPED_EXIT
     return 0
 

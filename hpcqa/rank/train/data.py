@@ -1,11 +1,11 @@
 """SQuAD-format data -> model features, as run_qa.py does it.
 
 Sources (one documented rule, see README): `data.dataset` is
-  - `builtin:synthetic-squad`: generated SQuAD JSON (hpcqa.train.synth), written to the cache and then
+  - `builtin:synthetic-squad`: generated SQuAD JSON (hpcqa.rank.train.synth), written to the cache and then
     read through the same local-file path as user data;
   - a hub dataset name (`squad`, `squad_v2`, ...) with `data.dataset_config_name`:
     `load_dataset(name, config, cache_dir=data.cache_dir)`, offline unless model.allow_download;
-  - empty: `data.train_file` / `validation_file` / `test_file`, read by hpcqa.squadfile (official nested
+  - empty: `data.train_file` / `validation_file` / `test_file`, read by hpcqa.core.squadfile (official nested
     JSON, flat {"data": [...]} records or JSON lines, decided by parsing; title optional).
 Every split has the columns id, title, context, question, answers, first_fact. Tokenised features are
 cached under a key of (the data's identity, tokenizer, lengths, padding); rank 0 builds them first, the
@@ -20,11 +20,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcqa import squadfile
+from hpcqa.core import squadfile
 from hpcqa.fsutil import file_sha256
 
 if TYPE_CHECKING:
-    from hpcqa.config import DataConfig
+    from hpcqa.core.config import DataConfig
 
 FEATURES_VERSION = "2"
 SPLITS = ("train", "validation", "test")
@@ -75,7 +75,7 @@ def load_raw(data_cfg: "DataConfig", seed: int, cache_root: Path, allow_download
     cache_dir = data_cfg.cache_dir or None
     name = data_cfg.dataset
     if name == "builtin:synthetic-squad":
-        from hpcqa.train import synth
+        from hpcqa.rank.train import synth
         neg = data_cfg.version_2_with_negative
         files = {}
         for split, n, s in (("train", data_cfg.synthetic_train_examples, seed),

@@ -26,12 +26,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from hpcqa import distenv, netif, topology
-from hpcqa import plan as planmod
+from hpcqa.core import distenv, topology
+from hpcqa.rank import netif
+from hpcqa.core import plan as planmod
 from hpcqa.errors import HpcqaError
-from hpcqa import jobdir
-from hpcqa.jobdir import TASK_ID, JobDir
-from hpcqa.plan import LaunchPlan
+from hpcqa.record import jobdir
+from hpcqa.record.jobdir import TASK_ID, JobDir
+from hpcqa.core.plan import LaunchPlan
 
 
 
@@ -282,7 +283,7 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
         signal.signal(sig, lambda signum, frame: _forward(pid, signum))
     status = os.waitpid(pid, 0)[1]
     code = os.waitstatus_to_exitcode(status)
-    stopped = code == jobdir.POD_STOPPED_EXIT and env.get("HPCQA_REQUEUE") == "pod"  # checkpointed on a signal: hpcqa.train's own exit
+    stopped = code == jobdir.POD_STOPPED_EXIT and env.get("HPCQA_REQUEUE") == "pod"  # checkpointed on a signal: hpcqa.rank.train's own exit
     if code != 0 and jd is not None and not stopped:
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         try:
@@ -304,6 +305,3 @@ def _forward(pid: int, signum: int) -> None:
     except ProcessLookupError:
         pass
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hpcqa.config import ModelConfig
+    from hpcqa.core.config import ModelConfig
 
 TINY_VERSION = "1"
 
@@ -39,7 +39,7 @@ def build_tiny_bert(directory: Path) -> Path:
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
 
-    from hpcqa.train import synth
+    from hpcqa.rank.train import synth
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)

@@ -25,12 +25,12 @@ import re
 import shlex
 from typing import Any
 
-from hpcqa import config as configmod
-from hpcqa import jobdir
-from hpcqa.config import Config
+from hpcqa.core import config as configmod
+from hpcqa.record import jobdir
+from hpcqa.core.config import Config
 from hpcqa.errors import ConfigError
-from hpcqa.frozen import FrozenDict
-from hpcqa.plan import HostProbe, LaunchPlan
+from hpcqa.core.frozen import FrozenDict
+from hpcqa.core.plan import HostProbe, LaunchPlan
 
 CONTAINER = "pytorch"            # the operator looks up the port on the container of this name
 PORT_NAME = "pytorchjob-port"
@@ -94,7 +94,7 @@ def check(cfg: Config) -> None:
 
 
 def node_script(plan: LaunchPlan, name: str) -> str:
-    from hpcqa import render
+    from hpcqa.executors import render
     cfg = plan.config
     python = shlex.quote(cfg.cluster.python or "python3")
     values = {

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from hpcqa.jobdir import JobDir
-from hpcqa.slurmcli import Slurm
+from hpcqa.record.jobdir import JobDir
+from hpcqa.executors.slurmcli import Slurm
 
 # Slurm state -> (finished?, outcome). Outcome groups: pending, running, ok, failed, cancelled.
 SLURM_STATES: Mapping[str, tuple[bool, str]] = {

@@ -12,8 +12,8 @@ import re
 import shlex
 from pathlib import Path
 
-from hpcqa import jobdir
-from hpcqa.plan import LaunchPlan
+from hpcqa.record import jobdir
+from hpcqa.core.plan import LaunchPlan
 
 # Not I_MPI_PIN_DOMAIN: seen with Intel MPI 2021.18 under Slurm, hydra pins every rank to an explicit
 # I_MPI_PIN_DOMAIN even with I_MPI_PIN=0 or off (as -genv or exported), and the rank's wrapper would then see
@@ -24,8 +24,8 @@ ENV_FOR_GENV = ("OMP_NUM_THREADS", "CCL_WORKER_COUNT", "CCL_WORKER_AFFINITY", "K
 
 def template_dir() -> Path:
     """sbatch_templates/ of the checkout, or the copy installed with the package."""
-    here = Path(__file__).resolve().parent
-    for cand in (here.parent / "sbatch_templates", here / "sbatch_templates"):
+    package = Path(__file__).resolve().parent.parent
+    for cand in (package.parent / "sbatch_templates", package / "sbatch_templates"):
         if cand.is_dir():
             return cand
     raise FileNotFoundError("sbatch_templates/ not found next to the hpcqa package")

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from hpcqa import status
-from hpcqa.jobdir import JobDir
-from hpcqa.status import JobView
+from hpcqa.record import status
+from hpcqa.record.jobdir import JobDir
+from hpcqa.record.status import JobView
 
 COLOUR = {"ok": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "pending": "blue"}
 
@@ -164,7 +164,7 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     rows += _usage_rows(v)
     for rep in v.ranks:
         u = ((v.usage or {}).get("per_rank") or {}).get(rep.get("rank"), {})
-        from hpcqa.topology import cpu_list
+        from hpcqa.core.topology import cpu_list
         rows.append((f"rank {rep.get('rank')}", f"{rep.get('host', '?')}, CPUs {cpu_list(rep.get('cpus') or []) or '-'}"
                      + (f", CPU efficiency {_eff(u.get('cpu_efficiency'))}, peak {_mb(u.get('max_rss_bytes'))}"
                         if u else "")))

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from hpcqa import topology
+from hpcqa.core import topology
 from hpcqa.errors import HpcqaError, RankError
-from hpcqa.jobdir import JobDir, write_json
-from hpcqa.plan import Backend, LaunchPlan
+from hpcqa.record.jobdir import JobDir, write_json
+from hpcqa.core.plan import Backend, LaunchPlan
 
 
 @dataclass
@@ -129,7 +129,7 @@ def _binding_warnings(torch) -> list[str]:
 
 def attempt() -> int:
     """This (re)start of the job (Slurm's SLURM_RESTART_COUNT, a pod script's HPCQA_ATTEMPT)."""
-    from hpcqa.jobdir import attempt_from_env
+    from hpcqa.record.jobdir import attempt_from_env
     return attempt_from_env(os.environ)
 
 
@@ -395,8 +395,8 @@ def prepare_data(cfg, croot: Path, allow_download: bool | None = None) -> tuple[
     cache keys). allow_download None: model.allow_download decides."""
     from transformers import AutoTokenizer
 
-    from hpcqa.train import data as qa_data
-    from hpcqa.train.model import resolve
+    from hpcqa.rank.train import data as qa_data
+    from hpcqa.rank.train.model import resolve
 
     tc, dc = cfg.train, cfg.data
     download = cfg.model.allow_download if allow_download is None else allow_download
@@ -560,7 +560,7 @@ def _split_index(data: dict, split: str) -> dict:
 def score(r: Rank, data: dict, split: str, predictions, with_golds: bool = True):
     """Logits of a split ("eval" or "test") -> (scores by the official rules of the data's version,
     postprocess.Predictions)."""
-    from hpcqa.train import metrics, postprocess
+    from hpcqa.rank.train import metrics, postprocess
 
     cfg = r.plan.config
     v2 = cfg.data.version_2_with_negative
