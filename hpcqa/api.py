@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hpcqa.core.config import Config
+from hpcqa.core import states
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
@@ -109,7 +110,7 @@ class Job:
 
     def done(self) -> bool:
         from hpcqa.record import status
-        return status.is_final(self.state())
+        return states.is_final(self.state())
 
     def wait(self, timeout: float | None = None, poll_s: float = 2.0) -> str:
         """Block until the job is final; -> its state. TimeoutError after `timeout` seconds."""
@@ -117,7 +118,7 @@ class Job:
         deadline = None if timeout is None else time.time() + timeout
         while True:
             state = self.state()
-            if status.is_final(state):
+            if states.is_final(state):
                 return state
             if deadline is not None and time.time() > deadline:
                 raise TimeoutError(f"job {self.id} still {state} after {timeout} s")
@@ -129,8 +130,8 @@ class Job:
         from hpcqa.record.jobdir import JobDir
         state = self.wait() if wait else self.state()
         v = self.view()
-        if state != "COMPLETED" or not v.results:
-            if not wait and state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+        if not states.succeeded(state) or not v.results:
+            if not wait and not states.is_final(state):
                 return None
             failed = JobDir(Path(v.folder)).failed_ranks()
             first = f": rank {failed[0]['rank']}: {failed[0]['error']}" if failed else ""

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from hpcqa import __version__
 from hpcqa.errors import HpcqaError
+from hpcqa.core import states
 
 EPILOG = """examples:
   hpcqa submit configs/quickstart.toml                 train on this machine (local executor)
@@ -521,7 +522,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(json.dumps([v.to_json() for v in views], indent=2, default=str))
         else:
             _print_status(views, source, reg.path, expand=bool(args.jobs), wide=args.wide)
-        if not args.watch or all(status.is_final(v.state) for v in views):
+        if not args.watch or all(states.is_final(v.state) for v in views):
             return 0
         import time
         time.sleep(5)
@@ -579,7 +580,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if not args.follow:
             return 0
         views, _ = status.collect(reg, slurm, [row.id])
-        if views and status.is_final(views[0].state):
+        if views and states.is_final(views[0].state):
             return 0
         time.sleep(1)
 

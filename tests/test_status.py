@@ -12,6 +12,7 @@ from hpcqa.executors import local
 from hpcqa.record.jobdir import JobDir
 from hpcqa.executors.slurmcli import Slurm
 from tests.conftest import ROOT
+from hpcqa.core import states
 
 # recorded from the dev cluster (Slurm 22.05.8), `sacct -X -n -P --format JobID,State,ExitCode,Elapsed,NNodes,NodeList`
 SACCT = """\
@@ -45,15 +46,15 @@ def test_parse_squeue():
 
 @pytest.mark.parametrize("state", ALL_STATES)
 def test_every_slurm_state_is_mapped(state):
-    assert state in status.SLURM_STATES
-    assert status.outcome(state) in {"pending", "running", "ok", "failed", "cancelled"}
+    assert state in states.STATES
+    assert states.outcome(state) in {"pending", "running", "ok", "failed", "cancelled"}
 
 
 def test_finished_states_are_final():
-    final = {s for s in ALL_STATES if status.is_final(s)}
+    final = {s for s in ALL_STATES if states.is_final(s)}
     assert final == {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                      "BOOT_FAIL", "DEADLINE"}
-    assert not status.is_final("RUNNING") and not status.is_final("WHATEVER")
+    assert not states.is_final("RUNNING") and not states.is_final("WHATEVER")
 
 
 @pytest.mark.parametrize("raw,norm", [("CANCELLED by 1000", "CANCELLED"), ("RUNNING", "RUNNING"),
@@ -155,7 +156,7 @@ def test_node_fail_and_preemption_are_final_only_when_slurm_no_longer_has_the_jo
     recs, source = Slurm(f).query(["40", "41", "42"])
     assert {i: r.state for i, r in recs.items()} == {"40": "PENDING", "41": "NODE_FAIL", "42": "RUNNING"}
     assert [c[0] for c in f.calls] == ["sacct", "squeue"]           # one extra call for the lot
-    assert not status.is_final(recs["40"].state) and status.is_final(recs["41"].state)
+    assert not states.is_final(recs["40"].state) and states.is_final(recs["41"].state)
 
 
 def test_submissions_never_share_a_folder_even_when_job_ids_repeat(tmp_path):

@@ -17,7 +17,7 @@ import types
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from hpcqa.core import topology
+from hpcqa.core import threadenv, topology
 from hpcqa.core.config import Config, from_dict
 from hpcqa.errors import ConfigError
 from hpcqa.core.frozen import FrozenDict, freeze
@@ -204,23 +204,7 @@ def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool]
                     launcher: str, libraries: Mapping[str, str]) -> dict[str, str]:
     """Environment of one local rank that does not depend on the allocation."""
     la = cfg.launch
-    env: dict[str, str] = {}
-    if la.bind or la.omp_num_threads:
-        env["OMP_NUM_THREADS"] = str(la.omp_num_threads or len(pool.compute))
-    if la.bind:
-        if la.openmp == "iomp":
-            env["KMP_AFFINITY"] = topology.kmp_affinity(pool.compute)
-            env["KMP_BLOCKTIME"] = str(la.kmp_blocktime_ms)
-            if not la.use_siblings:
-                env["KMP_HW_SUBSET"] = "1T"  # one thread per core: siblings stay idle
-        else:
-            env["OMP_PLACES"] = topology.omp_places(pool.compute)
-            env["OMP_PROC_BIND"] = "close"
-    if backend == "ccl":
-        env["CCL_WORKER_COUNT"] = str(la.ccl_workers)
-        env["CCL_WORKER_AFFINITY"] = topology.ccl_worker_affinity(pools)
-    if backend == "ccl" or launcher == "mpirun":
-        env["I_MPI_PIN_DOMAIN"] = topology.i_mpi_pin_domain(pools)
+    env = threadenv.pool_env(la, pool, pools, backend, launcher)
     preload = [libraries[n] for n in (la.malloc, "iomp" if la.openmp == "iomp" else "") if n in libraries]
     if preload:
         env["LD_PRELOAD"] = ":".join(preload)

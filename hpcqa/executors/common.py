@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 from hpcqa.core import sweep
 from hpcqa.record.jobdir import TASK_ID, JobDir, JobRoot, atomic_write_text
 from hpcqa.core.plan import LaunchPlan
+from hpcqa.core import states
 
 
 def job_root(plan: LaunchPlan) -> JobRoot:
@@ -72,12 +73,12 @@ def report(job_id: str, jd: JobDir, state: str, plan: LaunchPlan) -> int:
     from hpcqa.errors import JobFailed
     results = jd.read_results()
     failed = jd.failed_ranks()
-    if results and not failed and state in ("COMPLETED", "FINISHED", "DONE"):
+    if results and not failed and states.succeeded(state):
         print(f"job {job_id} COMPLETED  ({jd.path})")
         for line in summary_lines(results):
             print("  " + line)
         return 0
-    lines = [f"job {job_id} {'FAILED' if state in ('COMPLETED', 'FINISHED', 'DONE') else state}"]
+    lines = [f"job {job_id} {'FAILED' if states.succeeded(state) else state}"]
     for i, f in enumerate(failed):
         lines.append(f"rank {f['rank']} on {f['host']}: {f['error']}" + ("  <- first failure" if i == 0 and
                                                                           len(failed) > 1 else ""))

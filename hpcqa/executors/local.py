@@ -22,6 +22,7 @@ from hpcqa.executors import common
 from hpcqa.record.jobdir import JobDir
 from hpcqa.errors import HpcqaError
 from hpcqa.core.plan import LaunchPlan
+from hpcqa.core import states
 
 
 def submit(plan: LaunchPlan, cpus: set[int] | None = None):
@@ -188,7 +189,7 @@ def finish(job, jd: JobDir, plan: LaunchPlan, title: str, interrupted: str) -> i
         print(f"\n{interrupted}", file=sys.stderr)
         return 130
     common.job_root(plan).tidy_all()
-    state = "FAILED" if jd.failed_ranks() else ("COMPLETED" if job.state == "FINISHED" else job.state)
+    state = "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
     return common.report(job.job_id, jd, state, plan)
 
 

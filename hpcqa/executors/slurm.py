@@ -15,6 +15,7 @@ from hpcqa.executors import common
 from hpcqa.record.jobdir import SUBMISSION, JobDir, JobRoot
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.executors.slurmcli import Slurm
+from hpcqa.core import states
 
 
 def _parameters(sp: sweep.SweepPlan, array: sweep.ArrayPlan, previous: str | None) -> dict:
@@ -183,7 +184,7 @@ def wait_state(job_id: str, jd: JobDir, title: str) -> str:
             last["state"] = jd.state_from_files() or "FAILED"
             return True
         last["state"] = rec.state
-        return status.is_final(rec.state)
+        return states.is_final(rec.state)
 
     common.watch(jd, done, title, poll_s=2.0)
     return last.get("state", "UNKNOWN")

@@ -12,6 +12,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from hpcqa.core import states
+
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 
@@ -80,9 +82,6 @@ def scancel_argv(ids: Iterable[str]) -> list[str]:
     return ["scancel", *ids]
 
 
-# States after which Slurm may requeue the job under the same id (requeue allowed): final only when
-# the scheduler no longer has the job.
-REQUEUABLE = ("NODE_FAIL", "PREEMPTED")
 
 SHOW_CONFIG = ["scontrol", "show", "config"]
 SHOW_NODES = ["scontrol", "show", "node", "-o"]
@@ -253,7 +252,7 @@ class Slurm:
             recs = parse_sacct(proc.stdout)
             # not recorded yet (just submitted), or maybe requeued: squeue knows what Slurm still has
             # (and pending ones: squeue says why they wait)
-            ask = [i for i in ids if i not in recs or recs[i].state in REQUEUABLE + ("PENDING",)]
+            ask = [i for i in ids if i not in recs or recs[i].state in states.REQUEUABLE + ("PENDING",)]
             if ask:
                 sq = self.run(squeue_argv())
                 if sq.returncode == 0:

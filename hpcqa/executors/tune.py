@@ -18,6 +18,7 @@ from hpcqa import tune
 from hpcqa.core import plan as planmod
 from hpcqa.executors import common
 from hpcqa.record.jobdir import JobDir
+from hpcqa.core import states
 
 
 def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates: Sequence[int] | None,
@@ -36,7 +37,7 @@ def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates
         p = planmod.build_plan(cfg, host)
         job_id, jd, state = _run_one(p, f"tune {rps}x{base.cores_per_domain // rps} ({i + 1}/{len(cands)})")
         res = jd.read_results() or {}
-        measured[rps] = res.get("steady_samples_per_second") if state == "COMPLETED" else None
+        measured[rps] = res.get("steady_samples_per_second") if states.succeeded(state) else None
         jobs[rps] = {"id": job_id, "state": state, "folder": str(jd.path)}
         if show:
             show(measured, base.cores_per_domain, i + 1)
@@ -60,7 +61,7 @@ def _run_one(p: planmod.LaunchPlan, title: str) -> tuple[str, JobDir, str]:
         except KeyboardInterrupt:
             job.cancel()
             raise
-        state = "FAILED" if jd.failed_ranks() else ("COMPLETED" if job.state == "FINISHED" else job.state)
+        state = "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
         return job.job_id, jd, state
     from hpcqa.executors import slurm
     ((_, ((job, plan),)),) = slurm.submit(sp)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from hpcqa.core import distenv, topology
+from hpcqa.core import distenv, threadenv, topology
 from hpcqa.rank import netif
 from hpcqa.core import plan as planmod
 from hpcqa.errors import HpcqaError
@@ -55,20 +55,6 @@ def node_layout(plan: LaunchPlan, node: topology.Node | Sequence[topology.Cpu]) 
                                              f"{len(cores)} core(s)",))
 
 
-def thread_env(lr_env: Mapping[str, str], pool: topology.Pool, pools: Sequence[topology.Pool]) -> dict[str, str]:
-    """The thread and affinity variables of one pool, for the variables the plan's rank uses."""
-    env = {"OMP_NUM_THREADS": str(len(pool.compute))}
-    if "KMP_AFFINITY" in lr_env:
-        env["KMP_AFFINITY"] = topology.kmp_affinity(pool.compute)
-    if "OMP_PLACES" in lr_env:
-        env["OMP_PLACES"] = topology.omp_places(pool.compute)
-    if "CCL_WORKER_AFFINITY" in lr_env:
-        env["CCL_WORKER_AFFINITY"] = topology.ccl_worker_affinity(pools)
-    if "I_MPI_PIN_DOMAIN" in lr_env:
-        env["I_MPI_PIN_DOMAIN"] = topology.i_mpi_pin_domain(pools)
-    return env
-
-
 def choose_binding(plan: LaunchPlan, local_rank: int, node: topology.Node | Sequence[topology.Cpu]) -> dict[str, Any]:
     """Pure: the pool, CPUs and thread variables this local rank gets on `node`, and how that
     compares with the plan's prediction."""
@@ -77,9 +63,7 @@ def choose_binding(plan: LaunchPlan, local_rank: int, node: topology.Node | Sequ
         return {"cpus": [], "env": {}, "note": "not bound (launch.bind = false)", "pool": None, "layout": None}
     lay = node_layout(plan, node)
     pool = lay.pools[local_rank]
-    env = thread_env(lr.env, pool, lay.pools)
-    if plan.config.launch.omp_num_threads:
-        env["OMP_NUM_THREADS"] = str(plan.config.launch.omp_num_threads)
+    env = threadenv.pool_env(plan.config.launch, pool, lay.pools, plan.backend.resolved, plan.launcher)
     same = pool.cpus == lr.cpus
     return {"cpus": list(pool.cpus), "env": env, "pool": pool, "layout": lay,
             "note": "as planned" if same else "re-derived from this node's topology (differs from the plan)"}

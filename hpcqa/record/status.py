@@ -12,32 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from hpcqa.core import states
 from hpcqa.record.jobdir import JobDir
 from hpcqa.executors.slurmcli import Slurm
-
-# Slurm state -> (finished?, outcome). Outcome groups: pending, running, ok, failed, cancelled.
-SLURM_STATES: Mapping[str, tuple[bool, str]] = {
-    "PENDING": (False, "pending"), "CONFIGURING": (False, "pending"), "REQUEUED": (False, "pending"),
-    "REQUEUE_FED": (False, "pending"), "REQUEUE_HOLD": (False, "pending"), "RESV_DEL_HOLD": (False, "pending"),
-    "SPECIAL_EXIT": (False, "pending"), "RESIZING": (False, "running"), "SIGNALING": (False, "running"),
-    "STAGE_OUT": (False, "running"), "STOPPED": (False, "running"), "SUSPENDED": (False, "running"),
-    "RUNNING": (False, "running"), "COMPLETING": (False, "running"),
-    "COMPLETED": (True, "ok"),
-    "FAILED": (True, "failed"), "TIMEOUT": (True, "failed"), "NODE_FAIL": (True, "failed"),
-    "OUT_OF_MEMORY": (True, "failed"), "BOOT_FAIL": (True, "failed"), "DEADLINE": (True, "failed"),
-    "PREEMPTED": (True, "failed"), "REVOKED": (True, "cancelled"), "CANCELLED": (True, "cancelled"),
-}
-# NODE_FAIL and PREEMPTED are final only when Slurm no longer has the job: Slurm.query replaces them
-# with squeue's live state (PENDING, RUNNING ...) while the job is requeued under the same id.
-# squeue never shows finished states except COMPLETING.
-
-def is_final(state: str) -> bool:
-    return SLURM_STATES.get(state, (False, ""))[0]
-
-
-def outcome(state: str) -> str:
-    return SLURM_STATES.get(state, (False, "unknown"))[1]
-
 
 @dataclass
 class JobView:
@@ -88,7 +65,7 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
                 state = local_state(r.id, jd)
             else:
                 state, code, elapsed = _slurm_state(r.id, jd, recs, source, (state, code, elapsed))
-            final = is_final(state)
+            final = states.is_final(state)
             if final or state != r.state:
                 updates.append((r.id, state, final, code or None, elapsed or None))
         v = JobView(id=r.id, name=r.name, executor=r.executor, state=state, nodes=r.nodes, world_size=r.world_size,
@@ -119,7 +96,7 @@ LOW_EFFICIENCY = 0.6  # below this, the ranks' cores mostly waited: pinning, ove
 def add_usage(views: Sequence[JobView], slurm: Slurm) -> None:
     """Finished jobs: CPU efficiency and peak memory. Slurm jobs from one batched sacct call (seff's numbers:
     TotalCPU / (Elapsed x AllocCPUS), the largest step MaxRSS); local jobs from their ranks' own measurements."""
-    done = [v for v in views if is_final(v.state)]
+    done = [v for v in views if states.is_final(v.state)]
     slurm_ids = [v.id for v in done if v.executor == "slurm"]
     got, err = slurm.usage(slurm_ids) if slurm_ids else ({}, "")
     for v in done:
@@ -182,7 +159,7 @@ def progress_text(v: JobView, now: float | None = None) -> str:
     if v.results and "f1" in v.results:
         return f"EM {v.results['exact_match']:.1f} F1 {v.results['f1']:.1f}{again}"
     p = v.progress
-    if not p or is_final(v.state):
+    if not p or states.is_final(v.state):
         return ""
     text = f"{p.get('step', 0)}/{p.get('total_steps') or '?'}"
     if isinstance(p.get("loss"), (int, float)):

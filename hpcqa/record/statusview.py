@@ -10,12 +10,13 @@ from typing import Any, Sequence
 from hpcqa.record import status
 from hpcqa.record.jobdir import JobDir
 from hpcqa.record.status import JobView
+from hpcqa.core import states
 
 COLOUR = {"ok": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "pending": "blue"}
 
 
 def _state(v: JobView) -> str:
-    return f"[{COLOUR.get(status.outcome(v.state), 'white')}]{v.state}[/]"
+    return f"[{COLOUR.get(states.outcome(v.state), 'white')}]{v.state}[/]"
 
 
 def _progress(v: JobView) -> str:
