@@ -7,14 +7,11 @@ The Python API (hpcqa.api): ``load_config(path, overrides)``, ``plan(cfg)``, ``s
 
 __version__ = "0.1.0"
 
-_API = ("load_config", "submit", "submission", "Job", "Sweep")
+_API = ("load_config", "plan", "submit", "submission", "Job", "Sweep")
 
 
 def __getattr__(name: str):
     if name in _API:
         from hpcqa import api
         return getattr(api, name)
-    if name == "plan":  # the module hpcqa.core.plan, callable as the API's plan(cfg)
-        import importlib
-        return importlib.import_module("hpcqa.core.plan")
     raise AttributeError(f"module 'hpcqa' has no attribute {name!r}")

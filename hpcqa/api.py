@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from hpcqa.core.config import Config
 from hpcqa.core import states
+from hpcqa import hostprobe
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
@@ -32,7 +33,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
 def plan(cfg: Config):
     """The frozen launch plan `submit` would run (what `hpcqa submit --dry-run` prints)."""
     from hpcqa.core import plan as planmod
-    return planmod.build_plan(cfg, planmod.probe_host(), via_submitit=cfg.launch.launcher != "mpirun")
+    return planmod.build_plan(cfg, hostprobe.probe_host(), via_submitit=cfg.launch.launcher != "mpirun")
 
 
 def submission(path: str | Path, overrides: Sequence[str] = ()):
@@ -40,7 +41,7 @@ def submission(path: str | Path, overrides: Sequence[str] = ()):
     from hpcqa.core import config, sweep
     from hpcqa.core import plan as planmod
     raw = config.load_raw(path, list(overrides))
-    host = planmod.probe_host()
+    host = hostprobe.probe_host()
     if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
         from hpcqa.executors.slurmcli import Slurm
         return sweep.build(raw, str(path), host, lambda: Slurm().max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE))

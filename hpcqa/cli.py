@@ -17,6 +17,7 @@ from typing import Any, Sequence
 from hpcqa import __version__
 from hpcqa.errors import HpcqaError
 from hpcqa.core import states
+from hpcqa import hostprobe
 
 EPILOG = """examples:
   hpcqa submit configs/quickstart.toml                 train on this machine (local executor)
@@ -274,7 +275,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     hosts = _render_hosts(args, cfg, launcher)
     # a standalone script is for Slurm (or plain machines with --hosts), whatever executor the config names
     cfg = replace(cfg, cluster=replace(cfg.cluster, executor="slurm"))
-    lp = planmod.build_plan(cfg, planmod.probe_host(), launcher=launcher)
+    lp = planmod.build_plan(cfg, hostprobe.probe_host(), launcher=launcher)
     text = render.standalone(lp, launcher, python=args.python, hosts=hosts)
     if args.submit:
         return _submit_rendered(args, lp, launcher, text, hosts)
@@ -300,7 +301,7 @@ def _render_k8s(args: argparse.Namespace, cfg: Any) -> int:
     if args.target == "dockerfile":
         text, what = k8s.dockerfile(cfg), "Dockerfile"
     else:
-        lp = planmod.build_plan(k8s.pod_config(cfg), k8s.image_host(planmod.probe_host(), cfg), launcher="pytorchjob")
+        lp = planmod.build_plan(k8s.pod_config(cfg), k8s.image_host(hostprobe.probe_host(), cfg), launcher="pytorchjob")
         text = k8s.to_yaml(k8s.objects(lp))
         what = (f"PyTorchJob {k8s.job_name(lp)} + ConfigMap: {lp.nodes} pod(s) x {lp.ranks_per_node} rank(s), "
                 f"{k8s.pod_cpus(lp)} CPUs / {k8s.pod_memory(lp.config)} each")
@@ -428,7 +429,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
         from hpcqa.core import config, plan
         from hpcqa.rank import wrapper as rank
         cfg = config.load(args.config, args.overrides)
-        view = rank.node_view(plan.build_plan(cfg, plan.probe_host()), node)
+        view = rank.node_view(plan.build_plan(cfg, hostprobe.probe_host()), node)
     if args.json:
         print(json.dumps(view, indent=2))
         return 0

@@ -15,6 +15,7 @@ from typing import Mapping
 
 from hpcqa.core import plan
 from hpcqa.executors.slurmcli import Slurm
+from hpcqa import hostprobe
 
 
 @dataclass
@@ -72,7 +73,7 @@ def _version(dist: str) -> str | None:
 def run_checks(cfg=None, slurm: Slurm | None = None) -> list[Check]:
     """Checks that follow the config's executor: a local config gets no Slurm errors."""
     checks: list[Check] = []
-    executor = plan._resolve_executor(cfg, plan.probe_host()) if cfg is not None else None
+    executor = plan._resolve_executor(cfg, hostprobe.probe_host()) if cfg is not None else None
     if executor == "local":
         checks.append(Check("executor", "ok", "local (this machine): Slurm is not needed for this config",
                             "" if cfg.cluster.executor == "local" else "cluster.executor = \"auto\" and no sbatch here"))
@@ -122,7 +123,7 @@ def node_check(cfg) -> Check:
     """The config's rank pools on this node (`hpcqa topology CONFIG`): as planned, or re-derived."""
     from hpcqa.rank import wrapper as rank
     from hpcqa.core import topology
-    p = plan.build_plan(cfg, plan.probe_host())
+    p = plan.build_plan(cfg, hostprobe.probe_host())
     view = rank.node_view(p, topology.read_node())
     n = view["node"]
     where = "this node" if p.executor == "local" else \
@@ -153,9 +154,9 @@ def staged_checks(cfg) -> list[Check]:
 
 def host_checks(cfg) -> list[Check]:
     checks: list[Check] = [node_check(cfg), *staged_checks(cfg)] if cfg is not None else []
-    dirs = plan.library_dirs()
-    for name, files in plan.LIBRARIES.items():
-        p = plan.find_library(files, dirs)
+    dirs = hostprobe.library_dirs()
+    for name, files in hostprobe.LIBRARIES.items():
+        p = hostprobe.find_library(files, dirs)
         checks.append(Check(name, "ok" if p else "warning", p or "not found",
                             "" if p else f"install: {plan.LIB_PACKAGES[name]}"))
     for dist in ("torch", "transformers", "accelerate", "datasets", "submitit"):

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from hpcqa.core.config import Config
 from hpcqa.errors import HpcqaError
 from hpcqa.fsutil import atomic_write_text, file_sha256
+from hpcqa.record.caches import Caches
 
 MANIFEST_VERSION = 1
 # What a QA fine-tune loads from a hub repository; other frameworks' weights stay behind.
@@ -35,11 +36,8 @@ class StageError(HpcqaError):
     exit_code = 2
 
 
-def cache_root(cfg: Config) -> Path:
-    data_cache = cfg.data.cache_dir
-    root = os.environ.get("HPCQA_CACHE") or (
-        os.path.join(data_cache, "hpcqa") if data_cache else os.path.join(os.path.expanduser("~"), ".cache", "hpcqa"))
-    return Path(root)
+def caches(cfg: Config) -> Caches:
+    return Caches.for_data_cache(cfg.data.cache_dir)
 
 
 def identity(cfg: Config) -> dict[str, Any]:
@@ -54,7 +52,7 @@ def identity(cfg: Config) -> dict[str, Any]:
 
 def manifest_path(cfg: Config) -> Path:
     key = hashlib.sha256(json.dumps(identity(cfg), sort_keys=True).encode()).hexdigest()[:16]
-    return cache_root(cfg) / "manifests" / f"{key}.json"
+    return caches(cfg).manifest(key)
 
 
 def describe_files(paths: list[Path]) -> list[dict[str, Any]]:
@@ -73,7 +71,7 @@ def _tree(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and ".no_exist" not in p.parts)
 
 
-def stage_model(cfg: Config, croot: Path, offline: bool) -> dict[str, Any]:
+def stage_model(cfg: Config, croot: Caches, offline: bool) -> dict[str, Any]:
     """The model into model.cache_dir (hub ids) -> its manifest entry."""
     from hpcqa.rank.train.model import resolve
     name = cfg.model.name_or_path
@@ -105,11 +103,11 @@ def _dataset_entry(cfg: Config, split: str, raw, features) -> dict[str, Any]:
 def stage(cfg: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Stage everything; write and return the manifest. Heavy: imports transformers and datasets."""
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
-    croot = cache_root(cfg)
+    croot = caches(cfg)
     t0 = time.time()
     log(f"model {cfg.model.name_or_path} -> {cfg.model.cache_dir or 'the HF default cache'}")
     model = stage_model(cfg, croot, offline)
-    log(f"data and features -> {croot}")
+    log(f"data and features -> {croot.root}")
     from hpcqa.rank.train.run import prepare_data
     data, warnings = prepare_data(cfg, croot, allow_download=not offline)
     splits = [_dataset_entry(cfg, name, data[f"{name}_raw"], data[f"{name}_features"])
@@ -119,7 +117,7 @@ def stage(cfg: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
     import transformers
     manifest = {
         "version": MANIFEST_VERSION, "identity": identity(cfg), "config": cfg.source, "staged_at": time.time(),
-        "seconds": round(time.time() - t0, 1), "cache_root": str(croot), "warnings": warnings,
+        "seconds": round(time.time() - t0, 1), "cache_root": str(croot.root), "warnings": warnings,
         "versions": {"transformers": transformers.__version__, "datasets": datasets.__version__,
                      "huggingface_hub": huggingface_hub.__version__},
         "model": model, "dataset": {"name": cfg.data.dataset or "files", "config": cfg.data.dataset_config_name,

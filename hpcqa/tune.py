@@ -16,23 +16,12 @@ from typing import Any, Mapping, Sequence
 
 from hpcqa.core.config import Config
 from hpcqa.fsutil import atomic_write_text
-
-
-def shape_key(cfg: Config) -> str:
-    """What a layout measurement depends on: model, data shape, batch, precision, node shape."""
-    c, t = cfg.cluster, cfg.train
-    shape = {"model": cfg.model.name_or_path, "max_seq_length": t.max_seq_length, "doc_stride": t.doc_stride,
-             "batch": t.per_device_train_batch_size, "accumulation": t.gradient_accumulation_steps,
-             "bf16": t.bf16, "node": [c.sockets_per_node, c.cores_per_socket, c.threads_per_core,
-                                      c.numa_per_socket, cfg.launch.rank_domain]}
-    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+from hpcqa.record import caches
+from hpcqa.core import plan
 
 
 def store_path() -> Path:
-    if os.environ.get("HPCQA_TUNE_STORE"):
-        return Path(os.environ["HPCQA_TUNE_STORE"])
-    cache = os.environ.get("HPCQA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hpcqa")
-    return Path(cache) / "tuned.json"
+    return caches.tune_store()
 
 
 def load_store(path: Path | None = None) -> dict[str, Any]:
@@ -54,7 +43,7 @@ def record(cfg: Config, measured: Mapping[int, float], host: str, when: float, p
                  f"{k}x{per // k} {v:.2f}" for k, v in sorted(measured.items())) + " samples/s"}
     p = path or store_path()
     data = load_store(p)
-    data[shape_key(cfg)] = entry
+    data[plan.shape_key(cfg)] = entry
     atomic_write_text(p, json.dumps(data, indent=2, sort_keys=True))
     return entry
 

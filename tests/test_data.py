@@ -6,6 +6,7 @@ import pytest
 
 from hpcqa.core import squadfile
 from hpcqa.rank.train import data, model, synth
+from hpcqa.record.caches import Caches
 
 pytestmark = pytest.mark.slow
 
@@ -71,11 +72,11 @@ def test_eval_features_keep_ids_and_context_offsets(tmp_path, tokenizer):
 
 def test_features_are_cached_by_key(tmp_path, tokenizer):
     ds = data.load_local({"train": str(synth.write(tmp_path / "d.json", 30, seed=1))}, str(tmp_path / "c"))["train"]
-    a = data.featurize(ds, tokenizer, "train", 64, 16, tmp_path)
+    a = data.featurize(ds, tokenizer, "train", 64, 16, Caches(tmp_path))
     files = sorted((tmp_path / "features").iterdir())
-    b = data.featurize(ds, tokenizer, "train", 64, 16, tmp_path)
+    b = data.featurize(ds, tokenizer, "train", 64, 16, Caches(tmp_path))
     assert sorted((tmp_path / "features").iterdir()) == files and len(a) == len(b)
-    data.featurize(ds, tokenizer, "train", 96, 16, tmp_path)   # other length: another cache entry
+    data.featurize(ds, tokenizer, "train", 96, 16, Caches(tmp_path))   # other length: another cache entry
     assert len(list((tmp_path / "features").glob("train-*.arrow"))) == 2
 
 
@@ -228,7 +229,7 @@ def test_hub_path_with_a_dataset_config_name(tmp_path):
         "  - split: validation\n    path: with_negatives/validation.jsonl\n---\n")
     for config, n in (("", 2), ("plain_text", 2), ("with_negatives", 3)):
         cfg = DataConfig(dataset=str(repo), dataset_config_name=config, cache_dir=str(tmp_path / "hf"))
-        ds = data.load_raw(cfg, 0, tmp_path / "hpcqa", allow_download=False)
+        ds = data.load_raw(cfg, 0, Caches(tmp_path / "hpcqa"), allow_download=False)
         assert len(ds["train"]) == n and set(ds) == {"train", "validation"}
         assert list(ds["train"]["title"]) == [""] * n and list(ds["validation"]["first_fact"]) == [""] * n
         assert list(ds["train"]["answers"]) == [r["answers"] for r in ROWS[:n]]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from hpcqa import hostprobe
 
 pytestmark = pytest.mark.slow
 TINY = ["--set", "model.name_or_path=builtin:tiny-bert", "--set", "data.synthetic_train_examples=240",
@@ -145,7 +146,7 @@ def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
     cfg = config.load(ROOT / "configs/quickstart.toml", [a for a in TINY if a != "--set"] +
                       [f"job.output_dir={json.dumps(str(tmp_path))}", "cluster.sockets_per_node=1", "launch.ranks_per_socket=1",
                        "train.max_steps=6", "train.save_steps=3"])
-    lp = plan.build_plan(cfg, plan.probe_host())
+    lp = plan.build_plan(cfg, hostprobe.probe_host())
     from hpcqa.executors.common import write_plans
     (p,) = write_plans([lp])
     job = tmp_path / "job"

@@ -5,6 +5,7 @@ import pytest
 from hpcqa.core import config, plan
 from hpcqa.errors import ConfigError
 from tests.conftest import ROOT
+from hpcqa import hostprobe
 
 SPR = ROOT / "configs" / "squad_spr.toml"
 HOST = plan.HostProbe(has_sbatch=True, ccl_bindings=False,
@@ -106,5 +107,5 @@ def test_plan_is_frozen():
 
 
 def test_find_library():
-    assert plan.find_library(("libx.so",), ["/a", "/b"], exists=lambda p: p == "/b/libx.so") == "/b/libx.so"
-    assert plan.find_library(("libx.so",), ["/a"], exists=lambda p: False) is None
+    assert hostprobe.find_library(("libx.so",), ["/a", "/b"], exists=lambda p: p == "/b/libx.so") == "/b/libx.so"
+    assert hostprobe.find_library(("libx.so",), ["/a"], exists=lambda p: False) is None

@@ -11,9 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
-import types
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -23,11 +21,6 @@ from hpcqa.errors import ConfigError
 from hpcqa.core.frozen import FrozenDict, freeze
 from hpcqa.record.jobdir import JOB_ID, SUBMISSION, root_path
 
-LIBRARIES = {
-    "tcmalloc": ("libtcmalloc.so", "libtcmalloc.so.4", "libtcmalloc_minimal.so.4"),
-    "jemalloc": ("libjemalloc.so", "libjemalloc.so.2"),
-    "iomp": ("libiomp5.so",),
-}
 LIB_PACKAGES = {
     "tcmalloc": "apt-get install libgoogle-perftools4 (or conda install gperftools)",
     "jemalloc": "apt-get install libjemalloc2",
@@ -258,6 +251,16 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_su
                       ranks_per_domain=rpd, layout_source=layout_source)
 
 
+def shape_key(cfg: Config) -> str:
+    """What a layout measurement depends on: model, data shape, batch, precision, node shape."""
+    c, t = cfg.cluster, cfg.train
+    shape = {"model": cfg.model.name_or_path, "max_seq_length": t.max_seq_length, "doc_stride": t.doc_stride,
+             "batch": t.per_device_train_batch_size, "accumulation": t.gradient_accumulation_steps,
+             "bf16": t.bf16, "node": [c.sockets_per_node, c.cores_per_socket, c.threads_per_core,
+                                      c.numa_per_socket, cfg.launch.rank_domain]}
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
 # One rank per 4 cores was the fastest layout measured on a 16-core Xeon for a MiniLM-size model (4x4:
 # 2.1x one rank per socket); on sockets under 8 cores one rank per core won (2 cores: 2x1 over 1x2).
 HEURISTIC_CORES_PER_RANK = 4
@@ -275,7 +278,6 @@ def ranks_per_domain(cfg: Config, tuned: Mapping[str, Any]) -> tuple[int, str]:
     value = cfg.launch.ranks_per_socket
     if value != "auto":
         return value, f"launch.ranks_per_socket = {value}"
-    from hpcqa.tune import shape_key
     hit = tuned.get(shape_key(cfg))
     if hit and hit.get("ranks_per_socket", 0) <= cfg.cores_per_domain:
         return hit["ranks_per_socket"], f"auto: `hpcqa tune` ({hit.get('summary', 'measured')})"
@@ -340,40 +342,6 @@ def _warnings(cfg: Config, host: HostProbe, backend: Backend, pools: list[topolo
     return tuple(out)
 
 
-def find_library(names: tuple[str, ...], dirs: list[str], exists=os.path.exists) -> str | None:
-    for d in dirs:
-        for n in names:
-            p = os.path.join(d, n)
-            if exists(p):
-                return p
-    return None
-
-
-def library_dirs(env: Mapping[str, str] | None = None) -> list[str]:
-    env = os.environ if env is None else env
-    dirs = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
-    if env.get("CONDA_PREFIX"):
-        dirs.append(os.path.join(env["CONDA_PREFIX"], "lib"))
-    dirs += [os.path.join(sys.prefix, "lib"), "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
-             "/usr/lib64", "/usr/lib", "/usr/local/lib"]
-    return dirs
-
-
-def probe_host() -> HostProbe:
-    """Look at this host: sbatch on PATH, ccl bindings importable, libraries to preload. No torch import."""
-    import importlib.util
-    dirs = library_dirs()
-    libs = {}
-    for name, files in LIBRARIES.items():
-        p = find_library(files, dirs)
-        if p:
-            libs[name] = p
-    from hpcqa.tune import load_store
-    return HostProbe(has_sbatch=shutil.which("sbatch") is not None,
-                     ccl_bindings=importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None,
-                     libraries=FrozenDict(libs), python=sys.executable, tuned=freeze(load_store()))
-
-
 def load(path: str | os.PathLike) -> LaunchPlan:
     """A plan file written by `write_plans` or a rendered script, typed and checked."""
     from pathlib import Path
@@ -389,15 +357,3 @@ def load(path: str | os.PathLike) -> LaunchPlan:
     except (ValueError, KeyError, TypeError) as e:
         raise PlanError(f"cannot read plan {str(path)!r}: not a launch plan of this hpcqa version "
                         f"({type(e).__name__}: {e})", "re-submit, or re-render the script") from None
-
-
-class _CallablePlanModule(types.ModuleType):
-    """`hpcqa.core.plan(cfg)` is the Python API's plan function (hpcqa.api.plan), and `hpcqa.core.plan` is also this
-    module's name: calling the module gives the API's answer, whichever of the two the name resolves to."""
-
-    def __call__(self, cfg: Config) -> LaunchPlan:
-        from hpcqa.api import plan as api_plan
-        return api_plan(cfg)
-
-
-sys.modules[__name__].__class__ = _CallablePlanModule

@@ -19,6 +19,7 @@ from hpcqa.core import plan as planmod
 from hpcqa.executors import common
 from hpcqa.record.jobdir import JobDir
 from hpcqa.core import states
+from hpcqa import hostprobe
 
 
 def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates: Sequence[int] | None,
@@ -28,7 +29,7 @@ def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates
 
     base = config.load(path, list(overrides))
     cands = list(candidates or tune.default_candidates(base.cores_per_domain))
-    host = planmod.probe_host()
+    host = hostprobe.probe_host()
     measured: dict[int, float | None] = {k: None for k in cands}
     jobs = {}
     for i, rps in enumerate(cands):
@@ -46,7 +47,7 @@ def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates
         raise JobFailed("no candidate layout completed: " + ", ".join(f"{k}: {j['state']}" for k, j in jobs.items()),
                         "hpcqa logs <job id> shows why; the ids are in hpcqa status")
     entry = tune.record(base, done, socket.gethostname(), time.time())
-    return {"key": tune.shape_key(base), "entry": entry, "measured": measured, "jobs": jobs,
+    return {"key": planmod.shape_key(base), "entry": entry, "measured": measured, "jobs": jobs,
             "cores_per_domain": base.cores_per_domain, "store": str(tune.store_path())}
 
 

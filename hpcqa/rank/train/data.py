@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from hpcqa.core import squadfile
 from hpcqa.fsutil import file_sha256
+from hpcqa.record.caches import Caches
 
 if TYPE_CHECKING:
     from hpcqa.core.config import DataConfig
@@ -68,7 +69,7 @@ def _hub_columns(row: dict) -> dict:
     return {"title": row.get("title") or "", "first_fact": row.get("first_fact") or ""}
 
 
-def load_raw(data_cfg: "DataConfig", seed: int, cache_root: Path, allow_download: bool):
+def load_raw(data_cfg: "DataConfig", seed: int, caches: Caches, allow_download: bool):
     """-> DatasetDict with the splits that exist among train/validation/test."""
     from datasets import load_dataset
 
@@ -81,7 +82,7 @@ def load_raw(data_cfg: "DataConfig", seed: int, cache_root: Path, allow_download
         for split, n, s in (("train", data_cfg.synthetic_train_examples, seed),
                             ("validation", data_cfg.synthetic_eval_examples, seed + 100003),
                             ("test", data_cfg.synthetic_eval_examples, seed + 200003)):
-            path = cache_root / "data" / f"synthetic-{'v2' if neg else 'v1'}-{split}-{n}-{s}.json"
+            path = caches.synthetic_data(neg, split, n, s)
             files[split] = str(synth.write(path, n, s, neg))
         return load_local(files)
     if name:
@@ -156,14 +157,14 @@ def feature_cache_key(ds, tokenizer, split: str, max_len: int, stride: int, pad:
     return hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
-def featurize(ds, tokenizer, split: str, max_len: int, stride: int, cache_root: Path, pad: bool = True,
+def featurize(ds, tokenizer, split: str, max_len: int, stride: int, caches: Caches, pad: bool = True,
               num_proc: int | None = None):
     """Tokenised features of one split (train: with answer positions; others: with example ids and context
     offsets), through the feature cache. num_proc: datasets' worker processes (run_qa's
     preprocessing_num_workers)."""
     fn = prepare_train if split == "train" else prepare_eval
     key = feature_cache_key(ds, tokenizer, "train" if split == "train" else "eval", max_len, stride, pad)
-    path = cache_root / "features" / f"{split}-{key}.arrow"
+    path = caches.features(split, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     return ds.map(fn, batched=True, remove_columns=ds.column_names, cache_file_name=str(path),
                   load_from_cache_file=True, num_proc=num_proc or None,

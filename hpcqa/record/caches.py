@@ -1,0 +1,55 @@
+"""The cache layout: every name under the cache root, and the root itself. The only owner, as jobdir owns the
+job folder: staging, the ranks and `tune` ask here and spell no folder name of their own.
+
+    <root>/models/tiny-bert-v<N>/                   builtin:tiny-bert, built on first use
+    <root>/data/synthetic-<v1|v2>-<split>-<n>-<seed>.json   builtin:synthetic-squad, written on first use
+    <root>/features/<split>-<key>.arrow             tokenised features (key: data, tokenizer, lengths)
+    <root>/manifests/<key>.json                     what `hpcqa stage` put in place (key: what decides it)
+
+The root is the ranks' own: $HPCQA_CACHE, else <data.cache_dir>/hpcqa, else ~/.cache/hpcqa. The tuned-layout
+store (`hpcqa tune`) is per user, not per data set: $HPCQA_TUNE_STORE, else $HPCQA_CACHE/tuned.json, else
+~/.cache/hpcqa/tuned.json. Hugging Face's own caches (model.cache_dir, data.cache_dir) are Hugging Face's.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+
+def _home_cache(env: Mapping[str, str]) -> Path:
+    return Path(env.get("HPCQA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hpcqa"))
+
+
+@dataclass(frozen=True)
+class Caches:
+    root: Path
+
+    @classmethod
+    def for_data_cache(cls, data_cache_dir: str, env: Mapping[str, str] | None = None) -> "Caches":
+        """The ranks' cache root for a config whose data.cache_dir is `data_cache_dir` ("" = unset)."""
+        env = os.environ if env is None else env
+        if env.get("HPCQA_CACHE"):
+            return cls(Path(env["HPCQA_CACHE"]))
+        return cls(Path(data_cache_dir) / "hpcqa" if data_cache_dir else _home_cache(env))
+
+    def tiny_model(self, version: int) -> Path:
+        return self.root / "models" / f"tiny-bert-v{version}"
+
+    def synthetic_data(self, negatives: bool, split: str, examples: int, seed: int) -> Path:
+        return self.root / "data" / f"synthetic-{'v2' if negatives else 'v1'}-{split}-{examples}-{seed}.json"
+
+    def features(self, split: str, key: str) -> Path:
+        return self.root / "features" / f"{split}-{key}.arrow"
+
+    def manifest(self, key: str) -> Path:
+        return self.root / "manifests" / f"{key}.json"
+
+
+def tune_store(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("HPCQA_TUNE_STORE"):
+        return Path(env["HPCQA_TUNE_STORE"])
+    return _home_cache(env) / "tuned.json"
