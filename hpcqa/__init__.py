@@ -5,7 +5,7 @@ Importing this package is cheap: torch and transformers are only imported by ``h
 The Python API (hpcqa.api): ``load_config(path, overrides)``, ``plan(cfg)``, ``submit(cfg) -> Job | Sweep``.
 """
 
-__version__ = "0.1.0"
+from hpcqa.version import __version__  # noqa: F401  (hpcqa.__version__)
 
 _API = ("load_config", "plan", "submit", "submission", "Job", "Sweep")
 

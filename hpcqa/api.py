@@ -2,7 +2,7 @@
 
     import hpcqa
     cfg = hpcqa.load_config("configs/quickstart.toml", ["train.max_steps=20"])
-    print(hpcqa.core.plan(cfg).world_size)
+    print(hpcqa.plan(cfg).world_size)
     job = hpcqa.submit(cfg)             # returns once queued (Slurm) or started (local)
     job.wait()                          # -> final state: COMPLETED, FAILED, CANCELLED, ...
     job.results()                       # results.json as a dict; JobFailed names the first failing rank
@@ -19,41 +19,50 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from hpcqa import hostprobe, preflight, stage
+from hpcqa.core import config as configmod
+from hpcqa.core import plan as planmod
+from hpcqa.core import states, sweep
 from hpcqa.core.config import Config
-from hpcqa.core import states
-from hpcqa import hostprobe
+from hpcqa.errors import JobFailed, UsageError
+from hpcqa.executors import cancel as canceller
+from hpcqa.executors import table
+from hpcqa.executors.interface import Executor, Request, Say, Submitted, silent
+from hpcqa.executors.slurmcli import Slurm
+from hpcqa.record import registry, status
+from hpcqa.record.jobdir import JobDir
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
-    """Read and validate a TOML config; overrides are `--set` texts: "train.learning_rate=5e-5"."""
-    from hpcqa.core import config
-    return config.load(path, list(overrides))
+    """Read and validate a TOML config; overrides are `--set` texts: "train.learning_rate=5e-5". A config with a
+    [sweep] table is validated whole (every variant); this returns the base config (`submission` keeps the sweep)."""
+    return configmod.load(path, list(overrides))
 
 
-def plan(cfg: Config):
+def plan(cfg: Config) -> planmod.LaunchPlan:
     """The frozen launch plan `submit` would run (what `hpcqa submit --dry-run` prints)."""
-    from hpcqa.core import plan as planmod
-    return planmod.build_plan(cfg, hostprobe.probe_host(), via_submitit=cfg.launch.launcher != "mpirun")
+    return planmod.build_plan(cfg, hostprobe.probe_host())
 
 
-def submission(path: str | Path, overrides: Sequence[str] = ()):
+def submission(path: str | Path, overrides: Sequence[str] = ()) -> sweep.SweepPlan:
     """Config file (and its [sweep], if any) -> the SweepPlan submit runs (a job is a sweep of one)."""
-    from hpcqa.core import config, sweep
-    from hpcqa.core import plan as planmod
-    raw = config.load_raw(path, list(overrides))
+    raw = configmod.load_raw(path, list(overrides))
     host = hostprobe.probe_host()
     if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
-        from hpcqa.executors.slurmcli import Slurm
-        return sweep.build(raw, str(path), host, lambda: Slurm().max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE))
-    cfg = config.validate(raw, path, list(overrides))
-    return sweep.single(planmod.build_plan(cfg, host, via_submitit=cfg.launch.launcher != "mpirun"))
+        return sweep.build(raw, str(path), host, table.max_array_size)
+    cfg = configmod.validate(raw, path, list(overrides))
+    return sweep.single(planmod.build_plan(cfg, host))
+
+
+def dry_run(sp: sweep.SweepPlan) -> tuple[Executor, Request]:
+    """The executor that runs this sweep plan, and the request it would submit (nothing is written)."""
+    ex = table.for_sweep(sp)
+    return ex, ex.dry_run(sp)
 
 
 def before_queueing(plans: Sequence[Any], warn=None) -> None:
     """What every rank would otherwise find after the queue wait: staged items gone (stage.require), bad data
     or output (preflight), a damaged registry. Raises before anything is queued or started."""
-    from hpcqa import preflight, stage
-    from hpcqa.record import registry
     seen = set()
     for p in plans:
         key = (p.config.job, p.config.data, p.config.model, p.config.train)
@@ -66,20 +75,20 @@ def before_queueing(plans: Sequence[Any], warn=None) -> None:
     registry.Registry(plans[0].config.job.registry or None, create=False)
 
 
+def submit_request(ex: Executor, request: Request, say: Say = silent, warn=None) -> Submitted:
+    """The checks before queueing, then `ex.submit(request)`: the very request the dry run showed."""
+    before_queueing(request.sweep.plans, warn)
+    return ex.submit(request, say)
+
+
 def submit(config: Config | str | Path, overrides: Sequence[str] = ()) -> "Job | Sweep":
     """Queue (Slurm) or start (local executor) a job; returns without waiting. A local sweep runs its variants
     one after another and returns when the last has ended."""
-    from hpcqa import executors
-    from hpcqa.core import sweep
-    if isinstance(config, Config):
-        sp = sweep.single(plan(config))
-    else:
-        sp = submission(config, overrides)
-    before_queueing(sp.plans)
-    ids, sweep_id = executors.start(sp)
+    sp = sweep.single(plan(config)) if isinstance(config, Config) else submission(config, overrides)
+    done = submit_request(*dry_run(sp))
     reg = sp.plans[0].config.job.registry or None
-    jobs = [Job(i, reg) for i in ids]
-    return Sweep(sweep_id, jobs) if sweep_id else jobs[0]
+    jobs = [Job(i, reg) for i in done.ids]
+    return Sweep(done.sweep_id, jobs) if done.sweep_id else jobs[0]
 
 
 class Job:
@@ -94,9 +103,6 @@ class Job:
 
     def view(self):
         """The status view (state, progress, results, pending reason, usage once finished)."""
-        from hpcqa.record import registry, status
-        from hpcqa.errors import UsageError
-        from hpcqa.executors.slurmcli import Slurm
         views, _ = status.collect(registry.Registry(self.registry, create=False), Slurm(), [self.id])
         if not views:
             raise UsageError(f"no job {self.id} in the registry", "check the id (hpcqa status --all)")
@@ -110,12 +116,10 @@ class Job:
         return self.view().state
 
     def done(self) -> bool:
-        from hpcqa.record import status
         return states.is_final(self.state())
 
     def wait(self, timeout: float | None = None, poll_s: float = 2.0) -> str:
         """Block until the job is final; -> its state. TimeoutError after `timeout` seconds."""
-        from hpcqa.record import status
         deadline = None if timeout is None else time.time() + timeout
         while True:
             state = self.state()
@@ -127,8 +131,6 @@ class Job:
 
     def results(self, wait: bool = True) -> dict | None:
         """results.json of a completed job (waits for it by default); JobFailed when it did not complete."""
-        from hpcqa.errors import JobFailed
-        from hpcqa.record.jobdir import JobDir
         state = self.wait() if wait else self.state()
         v = self.view()
         if not states.succeeded(state) or not v.results:
@@ -140,15 +142,11 @@ class Job:
         return v.results
 
     def cancel(self) -> list[str]:
-        from hpcqa.record import registry
-        from hpcqa.executors.cancel import cancel, targets
-        from hpcqa.executors.slurmcli import Slurm
         reg = registry.Registry(self.registry, create=False)
-        return cancel(targets(reg, [self.id], None), False, Slurm())
+        return canceller.cancel(canceller.targets(reg, [self.id], None), False, Slurm())
 
     def logs(self, rank: int = 0, stream: str = "err") -> str:
         """A rank's log ("err": stderr, where hpcqa and the Trainer write; "out": stdout)."""
-        from hpcqa.record.jobdir import JobDir
         path = JobDir(self.folder).log(rank, stream)
         return path.read_text(errors="replace") if path else ""
 
@@ -174,7 +172,6 @@ class Sweep:
 
     def results(self) -> list[dict | None]:
         """Each task's results (None for a task that did not complete)."""
-        from hpcqa.errors import JobFailed
         out = []
         for j in self.jobs:
             try:

@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from hpcqa import __version__
-from hpcqa.errors import HpcqaError
-from hpcqa.core import states
+from hpcqa.version import __version__
 from hpcqa import hostprobe
+from hpcqa.core import states
+from hpcqa.errors import HpcqaError, UsageError
+from hpcqa.record.jobdir import SUBMISSION
 
 EPILOG = """examples:
   hpcqa submit configs/quickstart.toml                 train on this machine (local executor)
@@ -172,59 +173,67 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # ------------------------------------------------------------------------------------------ verbs
 
-def _submission(args: argparse.Namespace):
-    """The config (and its [sweep], if any) -> the SweepPlan that `submit` runs (a job is a sweep of one)."""
-    from hpcqa import api
-    return api.submission(args.config, args.overrides)
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _warn(note: str) -> None:
+    print(f"warning: {note}", file=sys.stderr)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    sp = _submission(args)
+    from hpcqa import api
+    sp = api.submission(args.config, args.overrides)
+    ex, request = api.dry_run(sp)
     if args.check:
-        from hpcqa.executors.slurm import check_request
-        ok, answer = check_request(sp)
+        ok, answer = ex.check(request)
         if not ok:
-            from hpcqa.errors import UsageError
             raise UsageError(f"Slurm would refuse this request: {answer}",
                              "fix the key it names (cluster.partition, account, qos, time_limit_min, nodes ...); "
                              "nothing was queued")
-        print(f"Slurm would accept it: {answer}" if sp.executor == "slurm" else answer)
+        print(f"Slurm would accept it: {answer}" if ex.asks_slurm else answer)
         return 0
     if args.dry_run:
-        from hpcqa.executors.slurm import batch_texts
-        sbatch = batch_texts(sp)
-        if args.json:
-            out = sp.plans[0].to_json()
-            out["plan_digest"] = sp.plans[0].digest
-            out["sbatch"] = sbatch[0] if sbatch and not sp.is_sweep else sbatch
-            if sp.is_sweep:
-                out["sweep"] = sp.to_json()
-            print(json.dumps(out, indent=2, sort_keys=True))
-        elif sp.is_sweep:
-            _print_sweep(sp, sbatch)
-        else:
-            _print_plan(sp.plans[0], sbatch[0] if sbatch else None)
+        _print_request(ex, request, args.json)
         return 0
-    from hpcqa.executors import submit
-    _before_queueing(sp.plans)
-    if sp.executor == "slurm" and sp.plans[0].launcher == "mpirun":
-        from hpcqa.executors import render
-        from hpcqa.executors.slurm import run_script
-        lp = sp.plans[0]
-        return run_script(lp, render.standalone(lp, "mpirun", python=lp.python), wait=not args.no_wait)
-    return submit(sp, wait=not args.no_wait)
+    done = api.submit_request(ex, request, say=_say, warn=_warn)
+    if done.sweep_id:
+        if not ex.runs_here:
+            print(done.sweep_id)
+        return done.exit_code
+    if args.no_wait:
+        if ex.runs_here:
+            _say(f"  runs on in the background: hpcqa status {done.ids[0]} / hpcqa logs {done.ids[0]} -f / "
+                 f"hpcqa cancel {done.ids[0]}")
+        print(done.ids[0])
+        return 0
+    return ex.wait(done, _say)
 
 
-def _before_queueing(plans: Sequence[Any]) -> None:
-    """Staged items, data, output and registry: checked before anything is queued or started (api)."""
-    from hpcqa import api
-    api.before_queueing(plans, warn=lambda note: print(f"warning: {note}", file=sys.stderr))
+def _print_request(ex: Any, request: Any, as_json: bool) -> None:
+    """`submit --dry-run`: the request `submit` would be given (plan, files, scripts, commands), nothing run."""
+    sp = request.sweep
+    if as_json:
+        out = sp.plans[0].to_json()
+        out["plan_digest"] = sp.plans[0].digest
+        scripts = list(request.scripts) or None
+        out["sbatch"] = scripts[0] if scripts and not sp.is_sweep else scripts
+        out["request"] = request.to_json()
+        out["submission"] = request.submission
+        if sp.is_sweep:
+            out["sweep"] = sp.to_json()
+        print(json.dumps(out, indent=2, sort_keys=True))
+    elif sp.is_sweep:
+        _print_sweep(ex, request)
+    else:
+        _print_plan(ex, request)
 
 
-def _print_sweep(sp, sbatch: list[str] | None = None) -> None:
+def _print_sweep(ex: Any, request: Any) -> None:
     from rich.console import Console
     from rich.table import Table
     from hpcqa.core import sweep
+    sp = request.sweep
     con = Console()
     keys = sweep.swept_keys(list(sp.variants))
     t = Table(title=f"sweep: {len(sp.variants)} variants, {len(sp.arrays)} array(s) "
@@ -232,113 +241,98 @@ def _print_sweep(sp, sbatch: list[str] | None = None) -> None:
                     f"-- dry run, nothing submitted")
     for col in ["#", *keys, "ranks", "array"]:
         t.add_column(col)
-    where = {v.index: (i, line) for i, (a, line) in enumerate(zip(sp.arrays, sp.array_lines())) for v in a.variants}
-    shown = list(zip(sp.variants, sp.plans))
+
     def value(cfg, key):
         section, _, name = key.partition(".")
         return cfg.to_dict().get(section, {}).get(name, "-")
 
-    for v, p in shown[:50]:
-        arr, line = where[v.index]
-        t.add_row(str(v.index), *[repr(value(v.config, k)) for k in keys], str(p.world_size),
-                  "local, one after another" if sp.executor == "local" else f"{arr}: {line}")
+    for v, p, where in list(zip(sp.variants, sp.plans, request.placement))[:50]:
+        t.add_row(str(v.index), *[repr(value(v.config, k)) for k in keys], str(p.world_size), where)
     con.print(t)
-    if len(shown) > 50:
-        con.print(f"... and {len(shown) - 50} more variants (--json lists them all)")
-    if sp.executor == "local":
+    if len(sp.variants) > 50:
+        con.print(f"... and {len(sp.variants) - 50} more variants (--json lists them all)")
+    if ex.runs_here:
         con.print(f"local executor: the {len(sp.variants)} variants run one after another")
         return
-    for i, (a, line) in enumerate(zip(sp.arrays, sp.array_lines())):
-        dep = " --dependency=afterany:<previous array>" if i else ""
-        con.print(f"array {i}: {len(a.variants)} task(s) {line}{dep}")
-    if sbatch:
+    for i, (a, command) in enumerate(zip(sp.arrays, request.commands)):
+        con.print(f"array {i}: {len(a.variants)} task(s): {' '.join(command)}", highlight=False)
+    if request.scripts:
         from rich.panel import Panel
         from rich.syntax import Syntax
-        con.print(Panel(Syntax(sbatch[0], "bash", word_wrap=True),
-                        title="sbatch script of array 0 (as submitit will submit it)"))
+        con.print(Panel(Syntax(request.scripts[0], "bash", word_wrap=True),
+                        title="sbatch script of array 0 (as it will be submitted)"))
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     from dataclasses import replace
     from hpcqa.core import config
-    from hpcqa.executors import render
     from hpcqa.core import plan as planmod
+    from hpcqa.executors import k8s
     # a rendered script (or PyTorchJob) is not run by the local executor, whatever the config names: a local
     # config with cluster.nodes > 1 is a valid thing to render
     raw = config.load_raw(args.config, args.overrides)
     if raw.get("cluster", {}).get("executor") == "local":
         raw["cluster"]["executor"] = "slurm"
     cfg = config.validate(raw, args.config, args.overrides)
-    if args.target != "script":
-        return _render_k8s(args, cfg)
+    if args.target == "dockerfile":
+        _no_script_options(args)
+        return _write_rendered(args, k8s.dockerfile(cfg), "Dockerfile",
+                               f"docker build -f {args.output} -t <registry>/hpcqa:<tag> <hpcqa checkout>")
+    if args.target == "pytorchjob":
+        _no_script_options(args)
+        lp = planmod.build_plan(k8s.pod_config(cfg), k8s.image_host(hostprobe.probe_host(), cfg), launcher="pytorchjob")
+        return _render_request(args, lp, "script", {}, f"kubectl apply -f {args.output}")
     launcher = args.launcher or cfg.launch.launcher
     hosts = _render_hosts(args, cfg, launcher)
     # a standalone script is for Slurm (or plain machines with --hosts), whatever executor the config names
     cfg = replace(cfg, cluster=replace(cfg.cluster, executor="slurm"))
     lp = planmod.build_plan(cfg, hostprobe.probe_host(), launcher=launcher)
-    text = render.standalone(lp, launcher, python=args.python, hosts=hosts)
-    if args.submit:
-        return _submit_rendered(args, lp, launcher, text, hosts)
-    if args.output:
-        from hpcqa.fsutil import atomic_write_text
-        atomic_write_text(args.output, text, mode=0o755)
-        how = f"run it on {hosts[0]}: bash {args.output}" if hosts else f"submit with: sbatch {args.output}"
-        print(f"wrote {args.output} ({launcher}, {lp.world_size} ranks on {lp.nodes} node(s)); {how}",
-              file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return 0
+    how = f"run it on {hosts[0]}: bash {args.output}" if hosts else f"submit with: sbatch {args.output}"
+    return _render_request(args, lp, "hosts" if hosts else "script", {"hosts": hosts, "python": args.python}, how)
 
 
-def _render_k8s(args: argparse.Namespace, cfg: Any) -> int:
-    """render --target pytorchjob|dockerfile."""
-    from hpcqa.executors import k8s
-    from hpcqa.core import plan as planmod
-    from hpcqa.errors import UsageError
+def _no_script_options(args: argparse.Namespace) -> None:
     if args.submit or args.hosts or args.hostfile or args.launcher:
         raise UsageError(f"--target {args.target} takes none of --submit, --hosts, --hostfile, --launcher",
-                         f"apply the YAML with kubectl apply -f; drop those options")
-    if args.target == "dockerfile":
-        text, what = k8s.dockerfile(cfg), "Dockerfile"
-    else:
-        lp = planmod.build_plan(k8s.pod_config(cfg), k8s.image_host(hostprobe.probe_host(), cfg), launcher="pytorchjob")
-        text = k8s.to_yaml(k8s.objects(lp))
-        what = (f"PyTorchJob {k8s.job_name(lp)} + ConfigMap: {lp.nodes} pod(s) x {lp.ranks_per_node} rank(s), "
-                f"{k8s.pod_cpus(lp)} CPUs / {k8s.pod_memory(lp.config)} each")
-        for w in lp.warnings:
-            print(f"warning: {w}", file=sys.stderr)
-    if args.output:
-        from hpcqa.fsutil import atomic_write_text
-        atomic_write_text(args.output, text)
-        how = "kubectl apply -f " + args.output if args.target == "pytorchjob" else \
-            f"docker build -f {args.output} -t <registry>/hpcqa:<tag> <hpcqa checkout>"
-        print(f"wrote {args.output} ({what}); {how}", file=sys.stderr)
-    else:
+                         "apply the YAML with kubectl apply -f; drop those options")
+
+
+def _render_request(args: argparse.Namespace, lp: Any, mode: str, options: dict, how: str) -> int:
+    """The rendering executor's request for this plan: its script is what render writes, and what --submit sends."""
+    from hpcqa import api
+    from hpcqa.core import sweep
+    from hpcqa.executors import table
+    ex = table.choose(lp, mode, **options)
+    request = ex.dry_run(sweep.single(lp))
+    for w in lp.warnings:
+        _warn(w)
+    if args.submit:
+        if args.output:
+            from hpcqa.fsutil import atomic_write_text
+            atomic_write_text(args.output, request.scripts[0], mode=0o755)
+        done = api.submit_request(ex, request, say=_say, warn=_warn)
+        print(done.ids[0])
+        return 0
+    return _write_rendered(args, request.scripts[0], request.summary, how)
+
+
+def _write_rendered(args: argparse.Namespace, text: str, what: str, how: str) -> int:
+    if not args.output:
         sys.stdout.write(text)
+        return 0
+    from hpcqa.fsutil import atomic_write_text
+    atomic_write_text(args.output, text, mode=0o755)
+    print(f"wrote {args.output} ({what}); {how}", file=sys.stderr)
     return 0
-
-
-def _submit_rendered(args: argparse.Namespace, lp: Any, launcher: str, text: str, hosts: tuple[str, ...]) -> int:
-    """render --submit: write the script, sbatch it, register the job (folder <cluster>-<job id>)."""
-    from hpcqa.errors import UsageError
-    from hpcqa.executors.slurm import run_script
-    if hosts:
-        raise UsageError("--submit sends the script to Slurm; a --hosts script runs on plain machines",
-                         "drop --submit and run the script on the first host")
-    if args.output:
-        from hpcqa.fsutil import atomic_write_text
-        atomic_write_text(args.output, text, mode=0o755)
-    _before_queueing([lp])
-    return run_script(lp, text, wait=False)
 
 
 def _render_hosts(args: argparse.Namespace, cfg: Any, launcher: str) -> tuple[str, ...]:
     """--hosts / --hostfile -> the hosts of a plain-machine script (checked against the config)."""
     from hpcqa.core import distenv
-    from hpcqa.errors import UsageError
+    from hpcqa.executors import table
     if not (args.hosts or args.hostfile):
         return ()
-    if launcher != "mpirun":
+    if not table.supports("slurm", launcher, "hosts"):
         raise UsageError("--hosts/--hostfile make a script for plain machines, started with mpirun over ssh",
                          "add --launcher mpirun")
     try:
@@ -700,7 +694,7 @@ COMMANDS = {"submit": cmd_submit, "render": cmd_render, "stage": cmd_stage, "env
 
 # ------------------------------------------------------------------------------------------ output
 
-def _print_plan(lp: Any, sbatch: str | None) -> None:
+def _print_plan(ex: Any, request: Any) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.panel import Panel
@@ -708,10 +702,12 @@ def _print_plan(lp: Any, sbatch: str | None) -> None:
     from rich.table import Table
 
     con = Console()
+    lp = request.sweep.plans[0]
     c = lp.config.cluster
     res = Table.grid(padding=(0, 2))
     res.add_row("config", lp.config.source)
-    res.add_row("executor", f"{lp.executor}" + (f" (cluster.executor = {c.executor})" if c.executor == "auto" else ""))
+    res.add_row("executor", f"{lp.executor}" + (f" (cluster.executor = {c.executor})" if c.executor != lp.executor else "")
+                + f"; submitted by the {request.executor} executor")
     dom = lp.config.launch.rank_domain
     res.add_row("ranks", f"{lp.world_size} = {lp.nodes} node(s) x {lp.config.domains_per_node} {dom}(s) x "
                          f"{lp.ranks_per_domain} rank(s) per {dom}")
@@ -721,15 +717,15 @@ def _print_plan(lp: Any, sbatch: str | None) -> None:
     res.add_row("ddp backend", f"{lp.backend.resolved} ({lp.backend.reason})")
     res.add_row("python", escape(lp.python))
     if c.setup:
-        res.add_row("setup", escape("\n".join(c.setup)) + ("" if lp.executor == "slurm" else
+        res.add_row("setup", escape("\n".join(c.setup)) + ("" if not ex.runs_here else
                                                    "\n(Slurm jobs and rendered scripts only: the local "
                                                    "executor runs in this shell's environment)"))
-    if lp.executor == "slurm":
-        res.add_row("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default"))
-        res.add_row("hosts", "unknown until Slurm allocates the job")
+    for k, v in request.facts:
+        res.add_row(k, escape(v))
     for k, v in lp.deferred_env.items():
         res.add_row(k, v)
-    res.add_row("job folder", lp.job_dir_pattern + "  (%j = job id; SUBMISSION = a token picked at submit)")
+    res.add_row("job folder", lp.job_dir_pattern.replace(SUBMISSION, request.submission)
+                + "  (%j = job id; the rest: this submission's token)")
     m = lp.config.model.name_or_path
     d = lp.config.data.dataset or lp.config.data.train_file
     res.add_row("job", f"{m} on {d}")
@@ -744,13 +740,13 @@ def _print_plan(lp: Any, sbatch: str | None) -> None:
     con.print(Panel(res, title="hpcqa plan (dry run: nothing submitted)", expand=False))
     for w in lp.warnings:
         con.print(f"[yellow]warning:[/] {w}")
-    if lp.executor == "local":
-        from hpcqa.executors.local import preview
-        for w in preview(lp):
+    if request.notes:
+        for w in request.notes:
             con.print(f"[yellow]warning (this node):[/] {w}", highlight=False)
     _print_ranks(con, lp)
-    if sbatch:
-        con.print(Panel(Syntax(sbatch, "bash", word_wrap=True), title="sbatch script (as submitit will submit it)"))
+    if request.scripts:
+        con.print(Panel(Syntax(request.scripts[0], "bash", word_wrap=True), title="sbatch script (as it will be submitted)"))
+        con.print("submitted with: " + " ".join(request.commands[0]), highlight=False)
 
 
 def _print_ranks(con: Any, lp: Any) -> None:

@@ -13,9 +13,11 @@ import shutil
 from dataclasses import dataclass
 from typing import Mapping
 
-from hpcqa.core import plan
+from hpcqa import api, hostprobe, stage
+from hpcqa.core import plan, sweep, topology
+from hpcqa.executors import table
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa import hostprobe
+from hpcqa.rank import wrapper as rank
 
 
 @dataclass
@@ -73,27 +75,23 @@ def _version(dist: str) -> str | None:
 def run_checks(cfg=None, slurm: Slurm | None = None) -> list[Check]:
     """Checks that follow the config's executor: a local config gets no Slurm errors."""
     checks: list[Check] = []
-    executor = plan._resolve_executor(cfg, hostprobe.probe_host()) if cfg is not None else None
-    if executor == "local":
-        checks.append(Check("executor", "ok", "local (this machine): Slurm is not needed for this config",
-                            "" if cfg.cluster.executor == "local" else "cluster.executor = \"auto\" and no sbatch here"))
+    ex, request = api.dry_run(sweep.single(api.plan(cfg))) if cfg is not None else (None, None)
+    if ex is not None and not ex.asks_slurm:
+        checks.append(Check("executor", "ok", f"{ex.name} (this machine): Slurm is not needed for this config",
+                            "" if cfg.cluster.executor == ex.name else "cluster.executor = \"auto\" and no sbatch here"))
     elif shutil.which("sbatch"):
         checks += slurm_checks(cfg, slurm or Slurm())
-        if cfg is not None:
-            checks.append(request_check(cfg))
+        if ex is not None:
+            checks.append(request_check(ex, request))
     else:
         checks.append(Check("slurm", "warning", "sbatch not found: jobs run on the local executor",
                             "run on a Slurm login node to submit to a cluster"))
     return checks + host_checks(cfg)
 
 
-def request_check(cfg) -> Check:
+def request_check(ex, request) -> Check:
     """`sbatch --test-only` of the request `submit` would make for this config."""
-    from hpcqa import api
-    from hpcqa.core import sweep
-    from hpcqa.executors.slurm import check_request
-    sp = sweep.single(api.plan(cfg))
-    ok, answer = check_request(sp)
+    ok, answer = ex.check(request)
     return Check("request", "ok" if ok else "error", f"sbatch --test-only: {answer}",
                  "" if ok else "fix the partition/account/qos/time/nodes it names")
 
@@ -121,12 +119,10 @@ def slurm_checks(cfg, slurm: Slurm) -> list[Check]:
 
 def node_check(cfg) -> Check:
     """The config's rank pools on this node (`hpcqa topology CONFIG`): as planned, or re-derived."""
-    from hpcqa.rank import wrapper as rank
-    from hpcqa.core import topology
     p = plan.build_plan(cfg, hostprobe.probe_host())
     view = rank.node_view(p, topology.read_node())
     n = view["node"]
-    where = "this node" if p.executor == "local" else \
+    where = "this node" if table.choose(p).runs_here else \
         "this host (compute nodes may differ: `srun -N1 hpcqa topology CONFIG` asks one)"
     desc = f"{where}: {len(n['sockets'])} socket(s), {n['cores']} cores, allowed CPUs {n['allowed']}"
     pools = "; ".join(f"r{r['local_rank']} {topology.cpu_list(r['cpus'])}" for r in view["ranks"])
@@ -138,7 +134,6 @@ def node_check(cfg) -> Check:
 
 def staged_checks(cfg) -> list[Check]:
     """Model, data and features: staged (manifest), missing (a staged file is gone), or not staged."""
-    from hpcqa import stage
     got = stage.check(cfg)
     if not got["manifest"]:
         return [Check("staged", "warning", f"nothing staged for this config (no {stage.manifest_path(cfg)})",

@@ -24,6 +24,8 @@ from hpcqa.core.config import Config
 from hpcqa.errors import HpcqaError
 from hpcqa.fsutil import atomic_write_text, file_sha256
 from hpcqa.record.caches import Caches
+from hpcqa.rank.train.model import resolve
+from hpcqa.rank.train.run import prepare_data
 
 MANIFEST_VERSION = 1
 # What a QA fine-tune loads from a hub repository; other frameworks' weights stay behind.
@@ -73,7 +75,6 @@ def _tree(root: Path) -> list[Path]:
 
 def stage_model(cfg: Config, croot: Caches, offline: bool) -> dict[str, Any]:
     """The model into model.cache_dir (hub ids) -> its manifest entry."""
-    from hpcqa.rank.train.model import resolve
     name = cfg.model.name_or_path
     path, kwargs = resolve(cfg.model, croot)
     if "local_files_only" not in kwargs:  # a built-in or a directory: recorded as it is
@@ -108,7 +109,6 @@ def stage(cfg: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
     log(f"model {cfg.model.name_or_path} -> {cfg.model.cache_dir or 'the HF default cache'}")
     model = stage_model(cfg, croot, offline)
     log(f"data and features -> {croot.root}")
-    from hpcqa.rank.train.run import prepare_data
     data, warnings = prepare_data(cfg, croot, allow_download=not offline)
     splits = [_dataset_entry(cfg, name, data[f"{name}_raw"], data[f"{name}_features"])
               for name in ("train", "eval", "test") if data[f"{name}_raw"] is not None]

@@ -18,6 +18,7 @@ from hpcqa.core.config import Config
 from hpcqa.fsutil import atomic_write_text
 from hpcqa.record import caches
 from hpcqa.core import plan
+from hpcqa.errors import UsageError
 
 
 def store_path() -> Path:
@@ -62,7 +63,6 @@ def default_candidates(cores_per_domain: int, limit: int = 6) -> list[int]:
 
 
 def parse_candidates(text: str, cores_per_domain: int) -> list[int]:
-    from hpcqa.errors import UsageError
     try:
         values = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:

@@ -15,7 +15,7 @@ import pytest
 from hpcqa.core import config, plan, sweep
 from hpcqa.executors import render
 from hpcqa.executors import common
-from hpcqa.executors.slurm import sbatch_preview
+from hpcqa.executors import table
 from hpcqa.errors import ConfigError
 from tests.conftest import ROOT
 
@@ -124,16 +124,22 @@ def test_sbatch_line_values_are_restricted(key, text):
     assert e.value.key == key
 
 
+def sbatch_preview(sp):
+    """The batch scripts of the request the table's executor would submit."""
+    return list(table.for_sweep(sp).dry_run(sp).scripts)
+
+
 def test_sbatch_preview_is_the_submission_with_the_real_plan_path(tmp_path):
     out = tmp_path / "it's"
     cfg = config.load(ROOT / "configs/squad_spr.toml", [f"job.output_dir={json.dumps(str(out))}"])
     lp = plan.build_plan(cfg, HOST)
-    (text,) = sbatch_preview(sweep.single(lp))
+    request = table.for_sweep(sweep.single(lp)).dry_run(sweep.single(lp))
+    (text,) = request.scripts
     assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=2" in text and "--array" not in text
     assert "--cpus-per-task=112" in text.split("srun", 1)[1]
     (path,) = common.plan_paths([lp])
     assert path.name == "task-0.json" and path.parent.name == lp.digest
-    folder = shlex.quote(str(out / "squad-spr" / "%j-SUBMISSION"))
+    folder = shlex.quote(str(out / "squad-spr" / f"%j-{request.submission}"))
     assert f"-m hpcqa.rank --plan {shlex.quote(str(path))} --job-dir {folder} -- python3 -u -m submitit.core._submit" \
         in text
     assert not out.exists()  # a dry run writes nothing
@@ -142,7 +148,7 @@ def test_sbatch_preview_is_the_submission_with_the_real_plan_path(tmp_path):
 def test_sbatch_preview_of_a_sweep_is_an_array_reading_its_task_plans():
     raw = config.read_toml(ROOT / "configs/sweep_quickstart.toml")
     raw["cluster"]["executor"] = "slurm"
-    sp = sweep.build(raw, "x", HOST, lambda: 1001)
+    sp = sweep.build(raw, "x", HOST, lambda p: 1001)
     (text,) = sbatch_preview(sp)
     assert "#SBATCH --array=0-4%2" in text and "task-{array_task_id}.json" in text
 

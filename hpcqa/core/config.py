@@ -41,6 +41,8 @@ SLURM_NAME = r"[A-Za-z0-9._+-]*"
 SLURM_CONSTRAINT = r"[A-Za-z0-9._&|\[\]*()!,:-]*"
 
 
+MAX_NODES = {"local": 1}   # cluster.executor -> the most nodes it can run on (part of the schema)
+
 @dataclass(frozen=True)
 class JobConfig:
     name: str = opt("hpcqa-qa", "Job name (Slurm --job-name, registry, folder names).",
@@ -417,8 +419,8 @@ def _check_cross(cfg: Config) -> None:
         raise ConfigError("train.doc_stride",
                           f"doc_stride {t.doc_stride} must be smaller than max_seq_length "
                           f"{t.max_seq_length}", "lower train.doc_stride (128 for 384 is usual)", src)
-    if c.executor == "local" and c.nodes > 1:
-        raise ConfigError("cluster.nodes", f"the local executor runs on one node, not {c.nodes}",
+    if c.nodes > MAX_NODES.get(c.executor, c.nodes):
+        raise ConfigError("cluster.nodes", f"the {c.executor} executor runs on one node, not {c.nodes}",
                           "set cluster.nodes = 1, or cluster.executor = \"slurm\"", src)
     for i, flag in enumerate(c.sbatch_extra):
         if not flag.startswith("--") or "\n" in flag or "\r" in flag:

@@ -20,6 +20,9 @@ from hpcqa.core.config import Config, from_dict
 from hpcqa.errors import ConfigError
 from hpcqa.core.frozen import FrozenDict, freeze
 from hpcqa.record.jobdir import JOB_ID, SUBMISSION, root_path
+from pathlib import Path
+from hpcqa.errors import PlanError
+from dataclasses import replace
 
 LIB_PACKAGES = {
     "tcmalloc": "apt-get install libgoogle-perftools4 (or conda install gperftools)",
@@ -175,7 +178,6 @@ class LaunchPlan:
         return hashlib.sha256(self.dumps().encode()).hexdigest()[:16]
 
     def with_variant(self, index: int, params: Mapping[str, Any]) -> "LaunchPlan":
-        from dataclasses import replace
         return replace(self, variant=freeze(dict(params)), variant_index=index)
 
 
@@ -197,7 +199,7 @@ def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool]
                     launcher: str, libraries: Mapping[str, str]) -> dict[str, str]:
     """Environment of one local rank that does not depend on the allocation."""
     la = cfg.launch
-    env = threadenv.pool_env(la, pool, pools, backend, launcher)
+    env = threadenv.pool_env(la, pool, pools, ccl=backend == "ccl", pin_domain=backend == "ccl" or launcher == "mpirun")
     preload = [libraries[n] for n in (la.malloc, "iomp" if la.openmp == "iomp" else "") if n in libraries]
     if preload:
         env["LD_PRELOAD"] = ":".join(preload)
@@ -344,9 +346,7 @@ def _warnings(cfg: Config, host: HostProbe, backend: Backend, pools: list[topolo
 
 def load(path: str | os.PathLike) -> LaunchPlan:
     """A plan file written by `write_plans` or a rendered script, typed and checked."""
-    from pathlib import Path
 
-    from hpcqa.errors import PlanError
     try:
         text = Path(path).read_text()
     except OSError as e:

@@ -196,11 +196,12 @@ def single(plan: planmod.LaunchPlan) -> SweepPlan:
 
 
 def build(raw: Mapping[str, Any], source: str, host: planmod.HostProbe,
-          max_array_size: Callable[[], int] | None = None) -> SweepPlan:
-    """Variants -> validated plans -> arrays. `max_array_size` is asked only for Slurm sweeps."""
+          max_array_size: Callable[[planmod.LaunchPlan], int] | None = None) -> SweepPlan:
+    """Variants -> validated plans -> arrays. `max_array_size(first plan)`: how large an array may be where the
+    plans run (asked once; the executors' table answers: Slurm's MaxArraySize)."""
     variants, par = expand(raw, source)
     plans = [planmod.build_plan(v.config, host, via_submitit=True).with_variant(v.index, v.params) for v in variants]
     executor = plans[0].executor
-    mas = (max_array_size() if executor == "slurm" and max_array_size else None) or DEFAULT_MAX_ARRAY_SIZE
+    mas = (max_array_size(plans[0]) if max_array_size else None) or DEFAULT_MAX_ARRAY_SIZE
     arrays = group(list(zip(variants, plans)), mas)
     return SweepPlan(tuple(variants), tuple(plans), tuple(arrays), par, mas, executor)

@@ -13,10 +13,11 @@ from hpcqa.core import topology
 from hpcqa.core.config import LaunchConfig
 
 
-def pool_env(la: LaunchConfig, pool: topology.Pool, pools: Sequence[topology.Pool], backend: str,
-             launcher: str) -> dict[str, str]:
+def pool_env(la: LaunchConfig, pool: topology.Pool, pools: Sequence[topology.Pool], ccl: bool,
+             pin_domain: bool) -> dict[str, str]:
     """OMP/KMP/CCL/I_MPI variables of one local rank's pool (`pools`: every local rank's, for the node-wide
-    lists). No LD_PRELOAD and no launch.env: those don't depend on the pool."""
+    lists). `ccl`: the backend is ccl (CCL worker variables); `pin_domain`: Intel MPI's I_MPI_PIN_DOMAIN (ccl, or
+    the mpirun launcher). No LD_PRELOAD and no launch.env: those don't depend on the pool."""
     env: dict[str, str] = {}
     if la.bind or la.omp_num_threads:
         env["OMP_NUM_THREADS"] = str(la.omp_num_threads or len(pool.compute))
@@ -29,9 +30,9 @@ def pool_env(la: LaunchConfig, pool: topology.Pool, pools: Sequence[topology.Poo
         else:
             env["OMP_PLACES"] = topology.omp_places(pool.compute)
             env["OMP_PROC_BIND"] = "close"
-    if backend == "ccl":
+    if ccl:
         env["CCL_WORKER_COUNT"] = str(la.ccl_workers)
         env["CCL_WORKER_AFFINITY"] = topology.ccl_worker_affinity(pools)
-    if backend == "ccl" or launcher == "mpirun":
+    if pin_domain:
         env["I_MPI_PIN_DOMAIN"] = topology.i_mpi_pin_domain(pools)
     return env

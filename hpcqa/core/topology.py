@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from hpcqa.errors import PlanError
+from dataclasses import replace
 
 ISA_FLAGS = ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8")
 
@@ -266,7 +267,6 @@ def _virtual(doms, ranks: int, per: int, workers: int, by: str) -> Layout:
 
 def with_siblings(lay: Layout) -> Layout:
     """The ranks' hyper-thread siblings join their compute threads (launch.use_siblings)."""
-    from dataclasses import replace
     return replace(lay, pools=tuple(replace(p, compute=tuple(sorted(p.compute + p.siblings))) for p in lay.pools))
 
 

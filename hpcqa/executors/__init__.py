@@ -1,26 +1,17 @@
-"""Executors consume plans; they decide nothing the plan already decided.
+"""Executors: each is one module that turns a sweep plan into a Request (`dry_run`) and submits that Request
+(`submit`), plus the job verbs of where its jobs run. The protocol is interface.py; which executor runs a plan is
+table.py. The CLI, the API, sweeps and `tune` all go through the table.
 
-    submit(sweep plan)      local.run or slurm.run (a single job is a sweep of one): print, wait, report
-    start(sweep plan)       submit without waiting or printing -> (job ids, sweep id): the Python API
-    cancel(...)             scancel for Slurm jobs, the controller's process group for local ones
+    interface.py  Request, Submitted, the Executor and JobVerbs protocols
+    table.py      (executor, launcher, mode) -> executor; registry executor -> job verbs
+    local.py      this machine (submitit's LocalExecutor), its job verbs, free-core choice
+    slurm.py      Slurm: hpcqa's sbatch text + submitit's task runtime (arrays for sweeps); Slurm job verbs
+    script.py     Slurm: a rendered srun/mpirun script under sbatch (launcher mpirun, render --submit)
+    hosts.py      plain machines: an mpirun-over-ssh script (render only)
+    k8s.py        Kubernetes: ConfigMap + PyTorchJob (render only)
+    render.py     plan -> script text (templates in sbatch_templates/)
+    slurmcli.py   the one door to Slurm's commands
+    common.py     plan files, the rank wrapper's command, registry rows, watching and reporting a job
+    cancel.py     which registry rows a list of ids means
+    tune.py       `hpcqa tune`: candidate layouts as ordinary jobs through the table
 """
-
-from __future__ import annotations
-
-from hpcqa.core.sweep import SweepPlan
-
-
-def submit(sp: SweepPlan, wait: bool = True) -> int:
-    if sp.executor == "local":
-        from hpcqa.executors.local import run
-        return run(sp, wait=wait)
-    from hpcqa.executors.slurm import run
-    return run(sp, wait=wait)
-
-
-def start(sp: SweepPlan) -> tuple[list[str], str | None]:
-    if sp.executor == "local":
-        from hpcqa.executors.local import start as start_local
-        return start_local(sp)
-    from hpcqa.executors.slurm import start as start_slurm
-    return start_slurm(sp)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from hpcqa.errors import SubmitError, UsageError
-from hpcqa.record.jobdir import JobDir
+from hpcqa.errors import UsageError
+from hpcqa.executors import table
 from hpcqa.executors.slurmcli import Slurm
 
 
@@ -35,23 +35,8 @@ def targets(reg, ids: Sequence[str], task: int | None) -> list:
 
 
 def cancel(rows: Sequence, whole_sweeps: bool, slurm: Slurm) -> list[str]:
-    """Stop every row that can still run; -> one message per job."""
-    from hpcqa.executors.local import cancel as cancel_local
-
+    """Stop every row that can still run, through its executor's verbs; -> one message per job."""
     messages = [f"job {r.id} already ended ({r.state})" for r in rows if r.final]
-    live = [r for r in rows if not r.final]
-    slurm_rows = [r for r in live if r.executor == "slurm"]
-    if slurm_rows:
-        whole = [r for r in slurm_rows if r.sweep_id and whole_sweeps]
-        ids = sorted({r.id.split("_")[0] for r in whole}) + [r.id for r in slurm_rows if r not in whole]
-        proc = slurm.cancel(ids)
-        if proc.returncode != 0:
-            raise SubmitError(f"scancel {' '.join(ids)} failed: {proc.stderr.strip()}",
-                              "check the ids with hpcqa status")
-    for row in live:
-        if row.executor != "slurm" and not cancel_local(int(row.id)):
-            messages.append(f"job {row.id} is not running")
-            continue
-        JobDir(Path(row.folder)).mark_cancelled("cancelled by hpcqa cancel")
-        messages.append(f"cancelled {row.executor} job {row.id}")
+    for name, live in table.by_executor([r for r in rows if not r.final]).items():
+        messages += table.verbs(name, slurm).cancel(live, whole_sweeps)
     return messages

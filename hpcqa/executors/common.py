@@ -13,6 +13,10 @@ from hpcqa.core import sweep
 from hpcqa.record.jobdir import TASK_ID, JobDir, JobRoot, atomic_write_text
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core import states
+import hashlib
+from hpcqa.record.registry import Registry
+from hpcqa.errors import JobFailed
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 
 def job_root(plan: LaunchPlan) -> JobRoot:
@@ -22,7 +26,6 @@ def job_root(plan: LaunchPlan) -> JobRoot:
 def plan_paths(plans: Sequence[LaunchPlan]) -> list[Path]:
     """Where each plan's file goes: plans/<group digest>/task-<i>.json (i = array task). Content-
     addressed, so the dry run can name the very paths a submission will use."""
-    import hashlib
     root = job_root(plans[0])
     digest = plans[0].digest if len(plans) == 1 else \
         hashlib.sha256(",".join(p.digest for p in plans).encode()).hexdigest()[:16]
@@ -36,6 +39,14 @@ def write_plans(plans: Sequence[LaunchPlan]) -> list[Path]:
         if not path.exists():
             atomic_write_text(path, p.dumps())
     return paths
+
+
+def write_files(files) -> None:
+    """A request's files: plan files are content-addressed (kept when present); scripts are the submission's own."""
+    for f in files:
+        path = Path(f.path)
+        if not path.exists():
+            atomic_write_text(path, f.text, mode=f.mode)
 
 
 def plan_argument(paths: Sequence[Path]) -> str:
@@ -64,13 +75,11 @@ def registry_row(sp: sweep.SweepPlan, plan: LaunchPlan, job_id: str, folder: Pat
 
 
 def register(plan: LaunchPlan, rows: list[dict]) -> None:
-    from hpcqa.record.registry import Registry
     Registry(plan.config.job.registry or None).add_many(rows)
 
 
 def report(job_id: str, jd: JobDir, state: str, plan: LaunchPlan) -> int:
     """Print the outcome; raise JobFailed (exit 1) with the failing ranks' errors when it failed."""
-    from hpcqa.errors import JobFailed
     results = jd.read_results()
     failed = jd.failed_ranks()
     if results and not failed and states.succeeded(state):
@@ -93,7 +102,6 @@ def report(job_id: str, jd: JobDir, state: str, plan: LaunchPlan) -> int:
 def watch(jd: JobDir, is_done: Callable[[], bool], title: str, fail_fast: Callable[[], None] | None = None,
           poll_s: float = 1.0) -> None:
     """Show rank 0's progress as a rich progress bar until is_done()."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
                TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]

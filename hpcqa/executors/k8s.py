@@ -27,10 +27,14 @@ from typing import Any
 
 from hpcqa.core import config as configmod
 from hpcqa.record import jobdir
+from hpcqa.record.jobdir import JobRoot
 from hpcqa.core.config import Config
-from hpcqa.errors import ConfigError
+from hpcqa.errors import ConfigError, UsageError
+from hpcqa.executors.interface import Request, Say, Submitted, silent
 from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.plan import HostProbe, LaunchPlan
+from hpcqa.executors import render
+from hpcqa.version import __version__
 
 CONTAINER = "pytorch"            # the operator looks up the port on the container of this name
 PORT_NAME = "pytorchjob-port"
@@ -94,7 +98,6 @@ def check(cfg: Config) -> None:
 
 
 def node_script(plan: LaunchPlan, name: str) -> str:
-    from hpcqa.executors import render
     cfg = plan.config
     python = shlex.quote(cfg.cluster.python or "python3")
     values = {
@@ -218,7 +221,6 @@ def load(doc: dict, kind: str) -> Any:
 
 def dockerfile(cfg: Config, base: str = "python:3.11-slim") -> str:
     """An image with hpcqa and its run-time libraries; torch from the CPU wheel index (not the CUDA build)."""
-    from hpcqa import __version__
     apt = ["procps"] + {"tcmalloc": ["libgoogle-perftools4"], "jemalloc": ["libjemalloc2"]}.get(cfg.launch.malloc, [])
     pip = ["'/opt/hpcqa[k8s]'"] + (["intel-openmp"] if cfg.launch.openmp == "iomp" else [])
     lines = [
@@ -241,3 +243,37 @@ def dockerfile(cfg: Config, base: str = "python:3.11-slim") -> str:
         "WORKDIR /opt/hpcqa",
     ]
     return "\n".join(lines) + "\n"
+
+
+class PyTorchJobRender:
+    """Kubernetes: render only. The request is the ConfigMap and the PyTorchJob (YAML); `kubectl apply -f` submits
+    it, and the training operator runs it -- no API server can be reached from here."""
+
+    name = "k8s"
+    runs_here = False
+    asks_slurm = False
+
+    def dry_run(self, sp) -> Request:
+        if sp.is_sweep:
+            raise UsageError("a PyTorchJob runs one job", "render one variant at a time")
+        plan = sp.plans[0]
+        return Request(self.name, sp, JobRoot.new_submission(), scripts=(to_yaml(objects(plan)),),
+                       commands=(("kubectl", "apply", "-f", "<file>"),),
+                       facts=(("pods", f"{plan.nodes} pod(s) x {plan.ranks_per_node} rank(s), {pod_cpus(plan)} CPUs / "
+                                        f"{pod_memory(plan.config)} each"),),
+                       placement=(f"PyTorchJob {job_name(plan)}",),
+                       summary=f"PyTorchJob {job_name(plan)} + ConfigMap: {plan.nodes} pod(s) x {plan.ranks_per_node} "
+                               f"rank(s), {pod_cpus(plan)} CPUs / {pod_memory(plan.config)} each")
+
+    def check(self, request: Request) -> tuple[bool, str]:
+        return True, "Kubernetes: no API server is asked (kubectl apply --dry-run=server would)"
+
+    def submit(self, request: Request, say: Say = silent) -> Submitted:
+        raise UsageError("hpcqa renders the PyTorchJob; the training operator runs it",
+                         "apply the YAML with kubectl apply -f")
+
+    def follow(self, submitted: Submitted, title: str) -> str:  # pragma: no cover - nothing is submitted
+        return self.wait(submitted)
+
+    def wait(self, submitted: Submitted, say: Say = silent) -> int:  # pragma: no cover - nothing is submitted
+        raise UsageError("nothing was submitted", "kubectl get pytorchjobs")

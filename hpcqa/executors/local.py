@@ -1,4 +1,5 @@
-"""The local executor: the same plan on this machine, through submitit's LocalExecutor.
+"""The local executor: the same plan on this machine, through submitit's LocalExecutor (one module: the
+executor, its job verbs, and the choice of free cores).
 
 submitit starts `ranks_per_node` tasks with SUBMITIT_LOCAL_* set; its `python=` hook puts our rank
 wrapper in front of each, which maps those variables to torch's, applies the plan's per-socket
@@ -17,24 +18,104 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hpcqa.core import sweep, topology
-from hpcqa.executors import common
-from hpcqa.record.jobdir import JobDir
-from hpcqa.errors import HpcqaError
+import shlex
+
+import submitit
+
+from hpcqa.core import states, sweep, topology
 from hpcqa.core.plan import LaunchPlan
-from hpcqa.core import states
+from hpcqa.errors import HpcqaError, JobFailed, PlanError
+from hpcqa.executors import common
+from hpcqa.executors.interface import File, Live, Request, Say, Submitted, silent
+from hpcqa.rank import wrapper as rank
+from hpcqa.rank.train.job import RankJob
+from hpcqa.record.jobdir import JobDir, JobRoot
+from hpcqa.record.registry import Registry
 
 
-def submit(plan: LaunchPlan, cpus: set[int] | None = None):
+class Local:
+    """This machine: submitit's LocalExecutor starts the ranks (one controller process per job, whose pid is the
+    job id); the registry's running local jobs decide which cores are free. A sweep's variants run one after
+    another, so `submit` of a sweep returns when the last has ended."""
+
+    name = "local"
+    runs_here = True
+    asks_slurm = False
+
+    def max_array_size(self) -> int:
+        return sweep.DEFAULT_MAX_ARRAY_SIZE
+
+    def dry_run(self, sp: sweep.SweepPlan) -> Request:
+        plans = list(sp.plans)
+        root = common.job_root(plans[0])
+        submission = root.new_submission()
+        paths = [common.plan_paths([p])[0] for p in plans]
+        folder = str(root.folder_pattern(submission))
+        commands = tuple((f"{common.wrapper_python(p.python, str(path), folder)} -u -m submitit.core._submit "
+                          f"{shlex.quote(folder)}",) for p, path in zip(plans, paths))
+        where = "local, one after another" if sp.is_sweep else "local"
+        return Request(self.name, sp, submission, tuple(File(str(path), p.dumps()) for path, p in zip(paths, plans)),
+                       commands=commands, notes=tuple(preview(plans[0])), placement=tuple(where for _ in plans))
+
+    def check(self, request: Request) -> tuple[bool, str]:
+        return True, "local executor: nothing to ask Slurm"
+
+    def submit(self, request: Request, say: Say = silent) -> Submitted:
+        common.write_files(request.files)
+        sp = request.sweep
+        if sp.is_sweep:
+            return self._run_sweep(request, say)
+        plan = sp.plans[0]
+        job, jd = start(plan, request.submission, cpus_for(plan, say=say))
+        common.register(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)])
+        say(f"local job {job.job_id}: {plan.world_size} ranks, folder {jd.path}")
+        for r, lr in zip(range(plan.world_size), plan.local_ranks):
+            say(f"  rank {r}: CPUs {','.join(map(str, lr.cpus)) or 'unbound'}  log {jd.submitit_log(job.job_id, r)}")
+        return Submitted(request, (str(job.job_id),), None, (str(jd.path),), handles=(job,))
+
+    def wait(self, submitted: Submitted, say: Say = silent) -> int:
+        (job,), (folder,) = submitted.handles, submitted.folders
+        return finish(job, JobDir(Path(folder)), submitted.request.sweep.plans[0], f"job {job.job_id}",
+                      f"interrupted: local job {job.job_id} cancelled (all ranks stopped)", say)
+
+    def follow(self, submitted: Submitted, title: str) -> str:
+        (job,), (folder,) = submitted.handles, submitted.folders
+        jd = JobDir(Path(folder))
+        try:
+            common.watch(jd, job.done, title, fail_fast=job.cancel)
+        except KeyboardInterrupt:
+            job.cancel()
+            raise
+        return "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
+
+    def _run_sweep(self, request: Request, say: Say) -> Submitted:
+        """Variants one after another on this machine (each uses every core the plan gives it)."""
+        sp = request.sweep
+        sweep_id, failed, ids, folders = None, 0, [], []
+        for p in sp.plans:
+            job, jd = start(p, JobRoot.new_submission(), cpus_for(p, say=say))
+            sweep_id = sweep_id or f"local-{job.job_id}"
+            ids.append(str(job.job_id))
+            folders.append(str(jd.path))
+            common.register(p, [common.registry_row(sp, p, job.job_id, jd.path, sweep_id)])
+            say(f"sweep {sweep_id}: variant {p.variant_index} {dict(p.variant)} -> local job {job.job_id}")
+            try:
+                if finish(job, jd, p, f"variant {p.variant_index}",
+                          f"interrupted: sweep {sweep_id} stopped at variant {p.variant_index}", say) == 130:
+                    return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=130)
+            except JobFailed as e:
+                failed += 1
+                say(e.render())
+        say(f"sweep {sweep_id}: {len(sp.variants) - failed} of {len(sp.variants)} variants completed; "
+            f"hpcqa results {sweep_id}")
+        return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=1 if failed else 0)
+
+
+def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None):
     """Start the job's controller (and so its ranks) -- on `cpus` when given: the ranks derive their
-    pools from the CPUs they may use."""
-    import submitit
-
-    from hpcqa.rank.train.job import RankJob
-
-    (path,) = common.write_plans([plan])
+    pools from the CPUs they may use. The plan file is already written."""
+    (path,) = common.plan_paths([plan])
     root = common.job_root(plan)
-    submission = root.new_submission()
     folder = str(root.folder_pattern(submission))
     ex = submitit.LocalExecutor(folder=folder, python=common.wrapper_python(plan.python, str(path), folder))
     ex.update_parameters(tasks_per_node=plan.ranks_per_node, timeout_min=plan.config.cluster.time_limit_min,
@@ -73,73 +154,14 @@ def _stdio_to(path: Path):
             os.close(f)
 
 
-def run(sp: sweep.SweepPlan, wait: bool = True) -> int:
-    if sp.is_sweep:
-        return _run_sweep(sp)[0]
-    plan = sp.plans[0]
-    job, jd = submit(plan, cpus_for(plan))
-    common.register(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)])
-    err = sys.stderr
-    print(f"local job {job.job_id}: {plan.world_size} ranks, folder {jd.path}", file=err)
-    for r, lr in zip(range(plan.world_size), plan.local_ranks):
-        print(f"  rank {r}: CPUs {','.join(map(str, lr.cpus)) or 'unbound'}  "
-              f"log {jd.submitit_log(job.job_id, r)}", file=err)
-    if not wait:
-        print(f"  runs on in the background: hpcqa status {job.job_id} / hpcqa logs {job.job_id} -f / "
-              f"hpcqa cancel {job.job_id}", file=err)
-        print(job.job_id)
-        return 0
-    return finish(job, jd, plan, f"job {job.job_id}",
-                  f"interrupted: local job {job.job_id} cancelled (all ranks stopped)")
-
-
-def start(sp: sweep.SweepPlan) -> tuple[list[str], str | None]:
-    """Start without waiting or printing (the Python API). A sweep's variants run one after another on this
-    machine, so a local sweep returns when the last has ended. -> (job ids, sweep id or None)."""
-    if sp.is_sweep:
-        _, sweep_id, ids = _run_sweep(sp)
-        return ids, sweep_id
-    plan = sp.plans[0]
-    job, jd = submit(plan, cpus_for(plan))
-    common.register(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)])
-    return [str(job.job_id)], None
-
-
-def _run_sweep(sp: sweep.SweepPlan) -> tuple[int, str | None, list[str]]:
-    """Variants one after another on this machine (each uses every core the plan gives it).
-    -> (exit code, sweep id, job ids)"""
-    from hpcqa.errors import JobFailed
-
-    sweep_id, failed, ids = None, 0, []
-    for p in sp.plans:
-        job, jd = submit(p, cpus_for(p))
-        sweep_id = sweep_id or f"local-{job.job_id}"
-        ids.append(str(job.job_id))
-        common.register(p, [common.registry_row(sp, p, job.job_id, jd.path, sweep_id)])
-        print(f"sweep {sweep_id}: variant {p.variant_index} {dict(p.variant)} -> local job {job.job_id}",
-              file=sys.stderr)
-        try:
-            if finish(job, jd, p, f"variant {p.variant_index}",
-                      f"interrupted: sweep {sweep_id} stopped at variant {p.variant_index}") == 130:
-                return 130, sweep_id, ids
-        except JobFailed as e:
-            failed += 1
-            print(e.render(), file=sys.stderr)
-    print(f"sweep {sweep_id}: {len(sp.variants) - failed} of {len(sp.variants)} variants completed; "
-          f"hpcqa results {sweep_id}")
-    return (1 if failed else 0), sweep_id, ids
-
-
-def cpus_for(plan: LaunchPlan, poll_s: float = 5.0) -> set[int] | None:
+def cpus_for(plan: LaunchPlan, poll_s: float = 5.0, say: Say = silent) -> set[int] | None:
     """Where this local job may run, given the other running local jobs of the registry (and say so)."""
-    from hpcqa.rank import wrapper as rank
-    from hpcqa.record.registry import Registry
     reg = Registry(plan.config.job.registry or None, create=False)
     node = topology.read_node()
     lay = rank.node_layout(plan, node)
     for note in lay.notes:
         if "OVERSUBSCRIBED" in note:
-            print(f"warning: {note}", file=sys.stderr)
+            say(f"warning: {note}")
     wanted = {c for p in lay.pools for c in p.cpus}
     said = False
     while True:
@@ -147,20 +169,16 @@ def cpus_for(plan: LaunchPlan, poll_s: float = 5.0) -> set[int] | None:
                                     plan.config.launch.on_busy_cores)
         if message != "wait":
             if message:
-                print(f"warning: {message}" if "OVERSUB" in message else message, file=sys.stderr)
+                say(f"warning: {message}" if "OVERSUB" in message else message)
             return cpus
         if not said:
-            print("waiting: this job's CPUs are pinned by a running local job (launch.on_busy_cores = \"wait\")",
-                  file=sys.stderr)
+            say("waiting: this job's CPUs are pinned by a running local job (launch.on_busy_cores = \"wait\")")
             said = True
         time.sleep(poll_s)
 
 
 def preview(plan: LaunchPlan) -> list[str]:
     """For the dry run: would this local job's ranks share cores (too few, or pinned by a running job)?"""
-    from hpcqa.rank import wrapper as rank
-    from hpcqa.errors import PlanError
-    from hpcqa.record.registry import Registry
     node = topology.read_node()
     lay = rank.node_layout(plan, node)
     notes = [n for n in lay.notes if "OVERSUBSCRIBED" in n]
@@ -178,7 +196,7 @@ def preview(plan: LaunchPlan) -> list[str]:
     return notes + ([message] if message else [])
 
 
-def finish(job, jd: JobDir, plan: LaunchPlan, title: str, interrupted: str) -> int:
+def finish(job, jd: JobDir, plan: LaunchPlan, title: str, interrupted: str, say: Say = silent) -> int:
     """Watch a local job to its end and report it (JobFailed if it failed); 130 after Ctrl-C."""
     try:
         common.watch(jd, job.done, title, fail_fast=job.cancel)
@@ -186,7 +204,7 @@ def finish(job, jd: JobDir, plan: LaunchPlan, title: str, interrupted: str) -> i
         job.cancel()
         jd.mark_cancelled("interrupted (Ctrl-C)")  # status: CANCELLED, not FAILED
         common.job_root(plan).tidy_all()
-        print(f"\n{interrupted}", file=sys.stderr)
+        say(f"\n{interrupted}")
         return 130
     common.job_root(plan).tidy_all()
     state = "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
@@ -263,7 +281,7 @@ def busy_cpus(reg, pid_alive: Callable[[int], bool] | None = None) -> dict[str, 
     """CPUs that running local jobs of the registry have pinned ranks on: job id -> CPUs."""
     out: dict[str, set[int]] = {}
     for row in reg.jobs() if reg.db is not None else []:
-        if row.executor != "local" or row.final or not row.id.isdigit():
+        if row.executor != Local.name or row.final or not row.id.isdigit():
             continue
         if not (pid_alive or _pid_alive)(int(row.id)):
             continue
@@ -278,7 +296,6 @@ def choose_cpus(wanted: set[int], allowed: set[int], busy: dict[str, set[int]], 
                 policy: str) -> tuple[set[int] | None, str]:
     """Pure: (CPUs to run on, or None to keep this process's; what to tell the user).
     Raises PlanError for "refuse", and for "other-cores" when the free CPUs can't give every rank one."""
-    from hpcqa.errors import PlanError
     taken = set().union(*busy.values()) if busy else set()
     clash = wanted & taken
     if not clash:
@@ -296,3 +313,32 @@ def choose_cpus(wanted: set[int], allowed: set[int], busy: dict[str, set[int]], 
     raise PlanError(f"this job's CPUs {topology.cpu_list(clash)} are already pinned by {who}"
                     + (f"; {len(free)} free CPU(s) can't give {ranks} ranks one each" if policy == "other-cores" else ""),
                     "wait for it (hpcqa status), cancel it, or set launch.on_busy_cores = \"wait\" (or \"share\")")
+
+
+class LocalJobs:
+    """The job verbs of local jobs: the controller process (the job id is its pid) and the job folder."""
+
+    def states(self, rows) -> tuple[dict[str, Live], str]:
+        return {r.id: Live(local_state(r.id, JobDir(Path(r.folder)))) for r in rows}, "none"
+
+    def usage(self, views) -> dict[str, dict]:
+        """From the ranks' own measurements (getrusage), the lowest rank's CPU efficiency."""
+        out = {}
+        for v in views:
+            per_rank = [(rep["rank"], rep["usage"]) for rep in v.ranks if isinstance(rep.get("usage"), dict)]
+            if per_rank:
+                effs = {k: u["cpu_s"] / (u["wall_s"] * u["cpus"]) for k, u in per_rank if u["wall_s"] and u["cpus"]}
+                out[v.id] = {"source": "ranks", "per_rank": {k: {**u, "cpu_efficiency": effs.get(k)} for k, u in per_rank},
+                             "cpu_efficiency": min(effs.values()) if effs else None,
+                             "max_rss_bytes": max(u["max_rss_bytes"] for _, u in per_rank)}
+        return out
+
+    def cancel(self, rows, whole_sweeps: bool) -> list[str]:
+        out = []
+        for row in rows:
+            if not cancel(int(row.id)):
+                out.append(f"job {row.id} is not running")
+                continue
+            JobDir(Path(row.folder)).mark_cancelled("cancelled by hpcqa cancel")
+            out.append(f"cancelled local job {row.id}")
+        return out

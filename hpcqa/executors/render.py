@@ -22,6 +22,11 @@ ENV_FOR_GENV = ("OMP_NUM_THREADS", "CCL_WORKER_COUNT", "CCL_WORKER_AFFINITY", "K
                 "LD_PRELOAD")
 
 
+# (launcher, on plain hosts) -> template in sbatch_templates/; each launcher's name for a rank's log
+TEMPLATES = {("srun", False): "srun.sbatch", ("mpirun", False): "mpirun.sbatch", ("mpirun", True): "mpirun-hosts.sh"}
+RANK_LOGS = {"srun": jobdir.SRUN_LOG, "mpirun": jobdir.MPIRUN_LOG}
+
+
 def template_dir() -> Path:
     """sbatch_templates/ of the checkout, or the copy installed with the package."""
     package = Path(__file__).resolve().parent.parent
@@ -65,11 +70,11 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None
     """The sbatch script (srun or mpirun), or with `hosts` a script for plain machines (mpirun over ssh)."""
     launcher = launcher or plan.config.launch.launcher
     python = python or plan.config.cluster.python or "python3"
-    if launcher not in ("srun", "mpirun") or (hosts and launcher != "mpirun"):
-        raise ValueError(launcher)
+    if (launcher, bool(hosts)) not in TEMPLATES:
+        raise ValueError(f"no script template for launcher {launcher!r}" + (" on plain hosts" if hosts else ""))
     if hosts and len(hosts) != plan.nodes:
         raise ValueError(f"{len(hosts)} hosts for a plan of {plan.nodes} nodes")
-    template = (template_dir() / ("mpirun-hosts.sh" if hosts else f"{launcher}.sbatch")).read_text()
+    template = (template_dir() / TEMPLATES[launcher, bool(hosts)]).read_text()
     plan_json = plan.dumps()
     root = jobdir.root_path(plan.config.job.output_dir, plan.config.job.name)
     values = {
@@ -94,7 +99,7 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None
         "IFACE": (f"export I_MPI_HYDRA_IFACE={shlex.quote(plan.config.launch.master_interface)}  "
                   "# launch.master_interface: hydra's own traffic on that network too"
                   if plan.config.launch.master_interface else "# launch.master_interface: not set"),
-        "RANK_LOG": plain(jobdir.SRUN_LOG if launcher == "srun" else jobdir.MPIRUN_LOG),
+        "RANK_LOG": plain(RANK_LOGS[launcher]),
     }
     return fill(template, values)
 
@@ -125,3 +130,41 @@ def _node_wide_env(plan: LaunchPlan) -> list[tuple[str, str]]:
         if len(vals) == 1 and None not in vals:
             out.append((k, vals.pop()))
     return out
+
+
+def sbatch_flag(key: str, value: object) -> str:
+    """One #SBATCH line. sbatch splits these lines itself (quotes honoured), so a value is quoted the shell's way;
+    config validation already keeps the free-text ones (job name, partition ...) to plain characters."""
+    key = key.replace("_", "-")
+    return f"#SBATCH --{key}" if value is True else f"#SBATCH --{key}={shlex.quote(str(value))}"
+
+
+def submitit_batch(plan: LaunchPlan, folder: str, command: str, tasks: int = 1, throttle: int = 0) -> str:
+    """The sbatch script of a job (tasks = 1) or an array whose tasks run `command` -- submitit's task runtime
+    behind the rank wrapper -- under srun, one step with every rank. Written by hpcqa, submitted by hpcqa:
+    the dry run shows this very text. Log names are submitit's (%j_%t_log.out/err in the job folder; an
+    array's %j is %A_%a), so submitit's runtime and `hpcqa logs` find them."""
+    p = plan.slurm_parameters()
+    params: dict[str, object] = {k: p[k] for k in ("job_name", "nodes", "ntasks_per_node", "cpus_per_task", "time")}
+    params["signal"] = f"USR2@{p['signal_delay_s']}"
+    for key in ("partition", "account", "qos", "constraint", "mem", "exclusive"):
+        if key in p:
+            params[key] = p[key]
+    job = "%A_%a" if tasks > 1 else "%j"
+    stdout, stderr = (folder.replace(jobdir.JOB_ID, job) + "/" + jobdir.SUBMITIT_LOG.format(job=job, stream=s)
+                      for s in ("out", "err"))
+    if tasks > 1:
+        params["array"] = f"0-{tasks - 1}%{throttle or tasks}"
+    params.update({"output": stdout.replace("%t", "0"), "error": stderr.replace("%t", "0"), "open_mode": "append"})
+    params.update(p.get("additional_parameters", {}))
+    srun = " ".join(shlex.quote(a) for a in ["srun", "--unbuffered", "--output", stdout, "--error", stderr,
+                                              *p["srun_args"]])
+    lines = ["#!/bin/bash", f"# hpcqa: {plan.config.source.replace(chr(10), ' ') or 'a config'}; "
+             + (f"an array of {tasks} tasks" if tasks > 1 else "one job") + ", each rank through submitit's task runtime",
+             *[sbatch_flag(k, params[k]) for k in sorted(params)], ""]
+    setup = plan.config.cluster.setup
+    if any(ch in line for line in setup for ch in "\n\r\0"):
+        raise ValueError("a cluster.setup entry spans lines")
+    lines += ["# cluster.setup, in order, before the ranks start", *setup, ""] if setup else []
+    lines += ["export SUBMITIT_EXECUTOR=slurm", f"{srun} {command}", ""]
+    return "\n".join(lines)

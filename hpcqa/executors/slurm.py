@@ -1,181 +1,153 @@
-"""The Slurm executor: submitit's SlurmExecutor fed from the plans; the rank wrapper rides in `python=`.
+"""Slurm with submitit's task runtime: srun starts every rank as `<rank wrapper> python -u -m submitit.core._submit
+FOLDER`, which loads the pickled RankJob and runs it (and, on USR2, checkpoints and requeues through submitit).
 
-Single jobs and sweeps take the same path: every group of variants is submitted with submitit's
-`batch()`, which makes an array of a group of several and a plain job of a group of one.
+hpcqa writes the sbatch text itself (render.submitit_batch) and submits it with sbatch: submitit offers no
+public way to get the text its executor would submit (the old dry run rebuilt it from private helpers, and its
+array path makes a plain executor of its own), so the request the dry run prints could not otherwise be the one
+submitted. What stays submitit's is the contract with its runtime: the log names, SUBMITIT_EXECUTOR, and the
+pickle at <folder>/<job id>_submitted.pkl, written (atomically) right after sbatch returns the id -- the order
+submitit itself uses, its runtime waits for the file.
+
+A single job is a sweep of one: every group of variants is one sbatch (an array when the group has several
+tasks); each array after the first waits for the previous one (--dependency=afterany on the sbatch command, the
+one thing not known before submission).
 """
 
 from __future__ import annotations
 
-import sys
+import os
+import shlex
+import tempfile
 from pathlib import Path
 
-from hpcqa.core import sweep
+from submitit.core.utils import DelayedSubmission
+
+from hpcqa.core import states, sweep
 from hpcqa.errors import SubmitError
-from hpcqa.executors import common
-from hpcqa.record.jobdir import SUBMISSION, JobDir, JobRoot
-from hpcqa.core.plan import LaunchPlan
+from hpcqa.executors import common, render
+from hpcqa.executors.interface import File, Live, Request, Say, Submitted, silent
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.core import states
+from hpcqa.fsutil import atomic_write_text
+from hpcqa.rank.train.job import RankJob
+from hpcqa.record.jobdir import JobDir, JobRoot
+
+PREVIOUS = "<previous array's job id>"   # the only part of a request not known before submission
 
 
-def _parameters(sp: sweep.SweepPlan, array: sweep.ArrayPlan, previous: str | None) -> dict:
-    params = sp.plans_of(array)[0].slurm_parameters()
-    if len(array.variants) > 1:
-        params["array_parallelism"] = sp.throttle(array)
-    if previous:
-        params["dependency"] = f"afterany:{previous}"
-    return params
+class SubmititSlurm:
+    name = "slurm"
+    runs_here = False
+    asks_slurm = True
+
+    def __init__(self, slurm: Slurm | None = None) -> None:
+        self.slurm = slurm or Slurm()
+
+    def max_array_size(self) -> int:
+        return self.slurm.max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE)
+
+    def dry_run(self, sp: sweep.SweepPlan) -> Request:
+        plans0 = sp.plans[0]
+        root = common.job_root(plans0)
+        submission = JobRoot.new_submission()
+        folder = str(root.folder_pattern(submission))
+        files, scripts, commands, placement = [], [], [], {}
+        for n, (array, line) in enumerate(zip(sp.arrays, sp.array_lines())):
+            plans = sp.plans_of(array)
+            paths = common.plan_paths(plans)
+            files += [File(str(path), p.dumps()) for path, p in zip(paths, plans)]
+            command = f"{common.wrapper_python(plans[0].python, common.plan_argument(paths), folder)} " \
+                      f"-u -m submitit.core._submit {shlex.quote(folder)}"
+            text = render.submitit_batch(plans[0], folder, command, len(plans), sp.throttle(array))
+            script = root.batch_script(submission, n)
+            files.append(File(str(script), text))
+            scripts.append(text)
+            commands.append(("sbatch", "--parsable", *((f"--dependency=afterany:{PREVIOUS}",) if n else ()),
+                             str(script)))
+            placement.update({v.index: f"array {n}: {line}" for v in array.variants})
+        c = plans0.config.cluster
+        facts = (("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default")),
+                 ("hosts", "unknown until Slurm allocates the job"))
+        return Request(self.name, sp, submission, tuple(files), tuple(scripts), tuple(commands), facts=facts,
+                       placement=tuple(placement[v.index] for v in sp.variants))
+
+    def check(self, request: Request) -> tuple[bool, str]:
+        return test_only(self.slurm, request.scripts[0])
+
+    def submit(self, request: Request, say: Say = silent) -> Submitted:
+        sp = request.sweep
+        common.write_files(request.files)
+        ids, folders, sweep_id, previous = [], [], None, None
+        for n, (array, command) in enumerate(zip(sp.arrays, request.commands)):
+            plans = sp.plans_of(array)
+            argv = [a.replace(PREVIOUS, previous or "") for a in command]
+            try:
+                array_id, _ = self.slurm.sbatch(argv)
+            except SubmitError as e:
+                what = f"sweep array {n}" if sp.is_sweep else "the job"
+                raise SubmitError(f"sbatch refused {what}: {e.message}", e.hint) from None
+            tasks = [f"{array_id}_{i}" for i in range(len(plans))] if len(plans) > 1 else [array_id]
+            jds = [self._hand_over(request, plans, i, job_id) for i, job_id in enumerate(tasks)]
+            jds[0].submission_file(array_id).symlink_to(command[-1])
+            sweep_id, previous = sweep_id or array_id, array_id
+            common.register(plans[0], [common.registry_row(sp, p, j, jd.path, sweep_id)
+                                       for j, jd, p in zip(tasks, jds, plans)])
+            ids += tasks
+            folders += [str(jd.path) for jd in jds]
+            if sp.is_sweep:
+                idx = [str(p.variant_index) for p in plans]
+                say(f"array {array_id}: {len(plans)} variant(s) [{', '.join(idx[:8])}{'...' if len(idx) > 8 else ''}]")
+        if sp.is_sweep:
+            say(f"sweep {sweep_id}: {len(sp.variants)} variants in {len(sp.arrays)} array(s); "
+                f"hpcqa status {sweep_id} / hpcqa results {sweep_id}")
+        else:
+            p, jd = sp.plans[0], JobDir(Path(folders[0]))
+            say(f"submitted Slurm job {ids[0]}: {p.world_size} ranks on {p.nodes} node(s); folder {jd.path}")
+            say(f"  logs: {jd.submitit_log(ids[0], '<rank>', 'out|err')}")
+        return Submitted(request, tuple(ids), sweep_id if sp.is_sweep else None, tuple(folders))
+
+    def follow(self, submitted: Submitted, title: str) -> str:
+        return wait_state(self.slurm, submitted.ids[0], JobDir(Path(submitted.folders[0])), title)
+
+    @staticmethod
+    def _hand_over(request: Request, plans: list, index: int, job_id: str) -> JobDir:
+        """The task's folder and its pickle (submitit's runtime waits for it): the RankJob reads its plan file."""
+        plan = plans[index]
+        root = common.job_root(plan)
+        jd = JobDir(Path(str(root.folder_pattern(request.submission)).replace("%j", job_id)))
+        jd.path.mkdir(parents=True, exist_ok=True)
+        path = common.plan_paths(plans)[index]
+        delayed = DelayedSubmission(RankJob(str(path), plan.digest))
+        delayed.set_timeout(plan.config.cluster.time_limit_min, plan.config.cluster.max_requeues)
+        tmp = jd.path / f".{job_id}.pkl.tmp"
+        delayed.dump(tmp)
+        os.replace(tmp, jd.submitted_pickle(job_id))
+        return jd
+
+    def wait(self, submitted: Submitted, say: Say = silent) -> int:
+        return wait_and_report(self.slurm, submitted.ids[0], JobDir(Path(submitted.folders[0])),
+                               submitted.request.sweep.plans[0], say)
 
 
-def _executor(plan: LaunchPlan, plan_arg: str, params: dict, submission: str):
-    import submitit
-    folder = str(common.job_root(plan).folder_pattern(submission))
-    ex = submitit.SlurmExecutor(folder=folder, python=common.wrapper_python(plan.python, plan_arg, folder),
-                                max_num_timeout=plan.config.cluster.max_requeues)
-    ex.update_parameters(**params)
-    return ex
-
-
-def sbatch_preview(sp: sweep.SweepPlan) -> list[str]:
-    """The sbatch text of each array, built by the same executor set-up that `submit` uses (the plan
-    files are content-addressed, so their paths are the real ones); nothing is written or submitted."""
-    from submitit.slurm.slurm import _make_sbatch_string  # the text submitit writes (light, no torch)
-
-    texts, previous = [], None
-    for n, array in enumerate(sp.arrays):
-        plans = sp.plans_of(array)
-        paths = common.plan_paths(plans)
-        params = _parameters(sp, array, previous and "<previous array>")
-        ex = _executor(plans[0], common.plan_argument(paths), params, SUBMISSION)
-        params = {**ex.parameters, **({"map_count": len(plans)} if len(plans) > 1 else {})}
-        texts.append(_make_sbatch_string(command=ex._submitit_command_str, folder=ex.folder, **params))
-        previous = f"array {n}"
-    return texts
-
-
-def batch_texts(sp: sweep.SweepPlan) -> list[str] | None:
-    """The exact batch script(s) submit would hand to sbatch (None: the local executor)."""
-    if sp.executor == "slurm" and sp.plans[0].launcher == "mpirun":
-        from hpcqa.executors import render
-        return [render.standalone(sp.plans[0], "mpirun", python=sp.plans[0].python)]
-    if sp.executor == "slurm":
-        return sbatch_preview(sp)
-    return None
-
-
-def check_request(sp: sweep.SweepPlan) -> tuple[bool, str]:
-    """sbatch --test-only of the request submit would make. -> (accepted, Slurm's answer)."""
-    import tempfile
-    from hpcqa.executors.slurmcli import Slurm
-    texts = batch_texts(sp)
-    if texts is None:
-        return True, "local executor: nothing to ask Slurm"
+def test_only(slurm: Slurm, text: str) -> tuple[bool, str]:
+    """sbatch --test-only of a batch script's text. -> (accepted, Slurm's answer)."""
     with tempfile.NamedTemporaryFile("w", suffix=".sbatch", prefix="hpcqa-check-") as f:
-        f.write(texts[0])
+        f.write(text)
         f.flush()
-        return Slurm().test_only(f.name)
+        return slurm.test_only(f.name)
 
 
-def submit(sp: sweep.SweepPlan) -> list[tuple[str, list]]:
-    """Submit every array of the plan; register each task. -> [(array or job id, [(job, plan)])]"""
-    from hpcqa.rank.train.job import RankJob
-
-    out, sweep_id, previous = [], None, None
-    submission = JobRoot.new_submission()
-    for n, array in enumerate(sp.arrays):
-        plans = sp.plans_of(array)
-        paths = common.write_plans(plans)
-        ex = _executor(plans[0], common.plan_argument(paths), _parameters(sp, array, previous), submission)
-        try:
-            with ex.batch():
-                jobs = [ex.submit(RankJob(str(path), p.digest)) for path, p in zip(paths, plans)]
-        except Exception as e:  # submitit raises FailedJobError / CalledProcessError with sbatch's stderr
-            what = f"sweep array {n}" if sp.is_sweep else "the job"
-            raise SubmitError(f"sbatch refused {what}: {e}",
-                              "check partition/account/qos and the node shape with `hpcqa doctor`") from None
-        array_id = jobs[0].job_id.split("_")[0]
-        sweep_id, previous = sweep_id or array_id, array_id
-        common.register(plans[0], [common.registry_row(sp, p, j.job_id, Path(str(j.paths.folder)), sweep_id)
-                                   for j, p in zip(jobs, plans)])
-        common.job_root(plans[0]).tidy(submission)
-        out.append((array_id, list(zip(jobs, plans))))
-    return out
-
-
-def run(sp: sweep.SweepPlan, wait: bool = True) -> int:
-    submitted = submit(sp)
-    if sp.is_sweep:
-        for array_id, jobs in submitted:
-            idx = [str(p.variant_index) for _, p in jobs]
-            print(f"array {array_id}: {len(jobs)} variant(s) [{', '.join(idx[:8])}{'...' if len(idx) > 8 else ''}]",
-                  file=sys.stderr)
-        sweep_id = submitted[0][0]
-        print(f"sweep {sweep_id}: {len(sp.variants)} variants in {len(sp.arrays)} array(s); "
-              f"hpcqa status {sweep_id} / hpcqa results {sweep_id}", file=sys.stderr)
-        print(sweep_id)
-        return 0
-    ((_, ((job, plan),)),) = submitted
-    jd = JobDir(Path(str(job.paths.folder)))
-    print(f"submitted Slurm job {job.job_id}: {plan.world_size} ranks on {plan.nodes} node(s); folder {jd.path}",
-          file=sys.stderr)
-    print(f"  logs: {jd.submitit_log(job.job_id, '<rank>', 'out|err')}", file=sys.stderr)
-    if not wait:
-        print(job.job_id)
-        return 0
-    return _wait(job.job_id, jd, plan)
-
-
-def run_script(plan: LaunchPlan, text: str, wait: bool = True) -> int:
-    """A rendered script (`render --submit`, or `submit` with launch.launcher = "mpirun"): written next to the
-    plans, sbatched, registered (folder <cluster>-<job id>), then watched like any job. mpirun runs in the
-    batch shell, where hydra's slurm bootstrap can start its per-node proxies with srun; inside a submitit
-    step (which already holds every CPU) that srun would wait for CPUs forever."""
-    job_id, jd, path = submit_script(plan, text)
-    print(f"submitted Slurm job {job_id}: {plan.world_size} ranks on {plan.nodes} node(s) by {plan.launcher} "
-          f"({path}); folder {jd.path}", file=sys.stderr)
-    if not wait:
-        print(job_id)
-        return 0
-    return _wait(job_id, jd, plan)
-
-
-def submit_script(plan: LaunchPlan, text: str) -> tuple[str, JobDir, Path]:
-    """Write the rendered script next to the plans, sbatch it, register it. -> (job id, folder, script)."""
-    from hpcqa.fsutil import atomic_write_text
-    root = common.job_root(plan)
-    path = root.rendered_script(plan.digest, plan.launcher)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, text, mode=0o755)
-    job_id, cluster = Slurm().submit_script(str(path), str(root.script_output()))
-    jd = root.script_job(cluster, job_id)
-    common.register(plan, [common.registry_row(sweep.single(plan), plan, job_id, jd.path, None)])
-    return job_id, jd, path
-
-
-def start(sp: sweep.SweepPlan) -> tuple[list[str], str | None]:
-    """Submit without waiting or printing (the Python API). -> (job ids, sweep id or None)."""
-    if not sp.is_sweep and sp.plans[0].launcher == "mpirun":
-        from hpcqa.executors import render
-        lp = sp.plans[0]
-        return [submit_script(lp, render.standalone(lp, "mpirun", python=lp.python))[0]], None
-    submitted = submit(sp)
-    ids = [str(job.job_id) for _, jobs in submitted for job, _ in jobs]
-    return ids, (str(submitted[0][0]) if sp.is_sweep else None)
-
-
-def _wait(job_id: str, jd: JobDir, plan: LaunchPlan) -> int:
+def wait_and_report(slurm: Slurm, job_id: str, jd: JobDir, plan, say: Say) -> int:
     try:
-        state = wait_state(job_id, jd, f"job {job_id}")
+        state = wait_state(slurm, job_id, jd, f"job {job_id}")
     except KeyboardInterrupt:
-        print(f"\nstopped watching; job {job_id} keeps running (hpcqa cancel {job_id})", file=sys.stderr)
+        say(f"\nstopped watching; job {job_id} keeps running (hpcqa cancel {job_id})")
         return 130
     return common.report(job_id, jd, state, plan)
 
 
-def wait_state(job_id: str, jd: JobDir, title: str) -> str:
+def wait_state(slurm: Slurm, job_id: str, jd: JobDir, title: str) -> str:
     """Watch a Slurm job (progress bar) until Slurm says it is final; -> its state."""
-    from hpcqa.record import status
-    slurm, last = Slurm(), {}
+    last = {}
 
     def done() -> bool:
         recs, _ = slurm.query([job_id])
@@ -188,3 +160,65 @@ def wait_state(job_id: str, jd: JobDir, title: str) -> str:
 
     common.watch(jd, done, title, poll_s=2.0)
     return last.get("state", "UNKNOWN")
+
+
+class SlurmJobs:
+    """The job verbs of Slurm jobs, however they were submitted (submitit or a rendered script)."""
+
+    def __init__(self, slurm: Slurm | None = None) -> None:
+        self.slurm = slurm or Slurm()
+
+    def states(self, rows) -> tuple[dict[str, Live], str]:
+        recs, source = self.slurm.query([r.id for r in rows])
+        out = {}
+        for r in rows:
+            rec = recs.get(r.id)
+            state, code, elapsed = live_state(r.id, JobDir(Path(r.folder)), recs, source,
+                                              (r.state, r.exit_code or "", r.elapsed or ""))
+            out[r.id] = Live(state, code, elapsed, rec.reason if rec and state == "PENDING" else "",
+                             rec.nodelist if rec else "")
+        return out, source
+
+    def usage(self, views) -> dict[str, dict]:
+        got, err = self.slurm.usage([v.id for v in views])
+        out = {}
+        for v in views:
+            if v.id in got:
+                u = got[v.id]
+                out[v.id] = {"source": "sacct", "cpu_efficiency": u.cpu_efficiency, "max_rss_bytes": u.max_rss_bytes,
+                             "cpu_s": u.total_cpu_s, "elapsed_s": u.elapsed_s, "cpus": u.alloc_cpus}
+            elif err:
+                out[v.id] = {"source": "sacct", "error": err}
+        return out
+
+    def cancel(self, rows, whole_sweeps: bool) -> list[str]:
+        whole = [r for r in rows if r.sweep_id and whole_sweeps]
+        ids = sorted({r.id.split("_")[0] for r in whole}) + [r.id for r in rows if r not in whole]
+        proc = self.slurm.cancel(ids)
+        if proc.returncode != 0:
+            raise SubmitError(f"scancel {' '.join(ids)} failed: {proc.stderr.strip()}", "check the ids with hpcqa status")
+        for row in rows:
+            JobDir(Path(row.folder)).mark_cancelled("cancelled by hpcqa cancel")
+        return [f"cancelled slurm job {r.id}" for r in rows]
+
+
+def live_state(job_id: str, jd: JobDir, recs, source: str, known: tuple[str, str, str]) -> tuple[str, str, str]:
+    """(state, exit code, elapsed) of an unfinished Slurm job from the scheduler's answer."""
+    if job_id in recs:
+        rec = recs[job_id]
+        state = rec.state
+        if source == "squeue" and state == "COMPLETING":
+            state = jd.state_from_files() or state
+        return state, rec.exit_code, rec.elapsed
+    if source not in ("sacct", "squeue", "none"):
+        # the scheduler could not be asked: what the job's own files say beats the last state we knew
+        return jd.state_from_files() or known[0], known[1], known[2]
+    if source in ("sacct", "squeue"):
+        # the scheduler doesn't list it (any more): it ended, and its files say how. Without
+        # accounting and without files there is nothing to tell success from failure.
+        files = jd.state_from_files()
+        if files:
+            return files, known[1], known[2]
+        if source == "squeue":
+            return "FAILED", known[1], known[2]
+    return known

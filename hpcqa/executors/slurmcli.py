@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from hpcqa.core import states
+from hpcqa.errors import SubmitError
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -281,19 +282,21 @@ class Slurm:
         text = (proc.stderr + proc.stdout).strip()
         return proc.returncode == 0, text
 
-    def submit_script(self, path: str, output: str) -> tuple[str, str]:
-        """sbatch a rendered script (the batch shell's own output to `output`, %j = job id) -> (job id,
-        cluster name: the job folder is <cluster>-<job id>). SubmitError with sbatch's words when it refuses."""
-        from hpcqa.errors import SubmitError
-        proc = self.run(["sbatch", "--parsable", f"--output={output}", path])
+    def sbatch(self, argv: Sequence[str]) -> tuple[str, str | None]:
+        """Run an `sbatch --parsable ...` command line -> (job id, cluster or None). SubmitError with sbatch's words
+        when it refuses."""
+        proc = self.run(list(argv))
         if proc.returncode != 0:
-            raise SubmitError(f"sbatch refused {path}: {(proc.stderr or proc.stdout).strip()}",
+            raise SubmitError(f"sbatch refused {argv[-1]}: {(proc.stderr or proc.stdout).strip()}",
                               "check partition/account/qos and the node shape with `hpcqa doctor`")
-        job, cluster = parse_sbatch_parsable(proc.stdout)
-        if cluster is None:
-            conf = self.run(SHOW_CONFIG)
-            cluster = (config_value(conf.stdout, "ClusterName") if conf.returncode == 0 else None) or "slurm"
-        return job, cluster
+        try:
+            return parse_sbatch_parsable(proc.stdout)
+        except ValueError as e:
+            raise SubmitError(str(e), "check what sbatch prints on this cluster (sbatch --parsable)") from None
+
+    def cluster_name(self) -> str:
+        conf = self.run(SHOW_CONFIG)
+        return (config_value(conf.stdout, "ClusterName") if conf.returncode == 0 else None) or "slurm"
 
     def cancel(self, ids: Sequence[str]) -> "subprocess.CompletedProcess[str]":
         return self.run(scancel_argv(ids))

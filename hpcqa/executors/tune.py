@@ -16,7 +16,8 @@ from typing import Callable, Sequence
 from hpcqa.core import config, sweep
 from hpcqa import tune
 from hpcqa.core import plan as planmod
-from hpcqa.executors import common
+from hpcqa.errors import JobFailed
+from hpcqa.executors import table
 from hpcqa.record.jobdir import JobDir
 from hpcqa.core import states
 from hpcqa import hostprobe
@@ -25,7 +26,6 @@ from hpcqa import hostprobe
 def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates: Sequence[int] | None,
         show: Callable[[dict[int, float | None], int, int], None] | None = None) -> dict:
     """-> {"key", "entry", "measured", "jobs"}; raises JobFailed when no candidate ran."""
-    from hpcqa.errors import JobFailed
 
     base = config.load(path, list(overrides))
     cands = list(candidates or tune.default_candidates(base.cores_per_domain))
@@ -35,7 +35,7 @@ def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates
     for i, rps in enumerate(cands):
         cfg = config.load(path, [*overrides, *tune.tune_overrides(rps, steps, warmup),
                                  f"job.name={base.job.name}-tune"])
-        p = planmod.build_plan(cfg, host)
+        p = planmod.build_plan(cfg, host, via_submitit=True)
         job_id, jd, state = _run_one(p, f"tune {rps}x{base.cores_per_domain // rps} ({i + 1}/{len(cands)})")
         res = jd.read_results() or {}
         measured[rps] = res.get("steady_samples_per_second") if states.succeeded(state) else None
@@ -52,20 +52,8 @@ def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates
 
 
 def _run_one(p: planmod.LaunchPlan, title: str) -> tuple[str, JobDir, str]:
-    sp = sweep.single(p)
-    if p.executor == "local":
-        from hpcqa.executors import local
-        job, jd = local.submit(p)
-        common.register(p, [common.registry_row(sp, p, job.job_id, jd.path, None)])
-        try:
-            common.watch(jd, job.done, title, fail_fast=job.cancel)
-        except KeyboardInterrupt:
-            job.cancel()
-            raise
-        state = "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
-        return job.job_id, jd, state
-    from hpcqa.executors import slurm
-    ((_, ((job, plan),)),) = slurm.submit(sp)
-    jd = JobDir(Path(str(job.paths.folder)))
-    print(f"{title}: Slurm job {job.job_id}", file=sys.stderr)
-    return job.job_id, jd, slurm.wait_state(job.job_id, jd, title)
+    ex = table.choose(p)
+    submitted = ex.submit(ex.dry_run(sweep.single(p)))
+    if not ex.runs_here:
+        print(f"{title}: job {submitted.ids[0]}", file=sys.stderr)
+    return submitted.ids[0], JobDir(Path(submitted.folders[0])), ex.follow(submitted, title)

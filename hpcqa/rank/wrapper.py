@@ -33,6 +33,8 @@ from hpcqa.errors import HpcqaError
 from hpcqa.record import jobdir
 from hpcqa.record.jobdir import TASK_ID, JobDir
 from hpcqa.core.plan import LaunchPlan
+import ctypes
+import platform
 
 
 
@@ -63,7 +65,9 @@ def choose_binding(plan: LaunchPlan, local_rank: int, node: topology.Node | Sequ
         return {"cpus": [], "env": {}, "note": "not bound (launch.bind = false)", "pool": None, "layout": None}
     lay = node_layout(plan, node)
     pool = lay.pools[local_rank]
-    env = threadenv.pool_env(plan.config.launch, pool, lay.pools, plan.backend.resolved, plan.launcher)
+    # the plan's rule on the observed pool, for the variables the plan gave this rank
+    env = threadenv.pool_env(plan.config.launch, pool, lay.pools, ccl="CCL_WORKER_COUNT" in lr.env,
+                             pin_domain="I_MPI_PIN_DOMAIN" in lr.env)
     same = pool.cpus == lr.cpus
     return {"cpus": list(pool.cpus), "env": env, "pool": pool, "layout": lay,
             "note": "as planned" if same else "re-derived from this node's topology (differs from the plan)"}
@@ -85,8 +89,6 @@ def memory_nodes(plan: LaunchPlan, pool: topology.Pool | None, node: topology.No
 
 def bind_memory(nodes: Sequence[int]) -> str:
     """set_mempolicy(MPOL_BIND, nodes) for this process; inherited across exec. -> what happened"""
-    import ctypes
-    import platform
     number = SYS_SET_MEMPOLICY.get(platform.machine())
     if number is None:
         return f"not bound: set_mempolicy number unknown on {platform.machine()}"

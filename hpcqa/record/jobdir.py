@@ -29,12 +29,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hpcqa.fsutil import atomic_write_text
+import secrets
 
 JOB_ID = "%j"                        # submitit's placeholder for the job id in a folder path
 SUBMISSION = "SUBMISSION"            # a dry run's stand-in for the token a submission picks (plain: unquoted in scripts)
 TASK_ID = "{array_task_id}"          # the rank wrapper's placeholder for SLURM_ARRAY_TASK_ID
 # Per-rank log names that launchers expand themselves: srun --output (%t) and mpirun (%r).
 SRUN_LOG = "rank-%t.log"
+SUBMITIT_LOG = "{job}_%t_log.{stream}"  # submitit's task log names (job: %j, or an array's %A_%a; %t = task)
 MPIRUN_LOG = "rank-%r.log"
 SCRIPT_PLAN = "plan.json"
 SCRIPT_HOSTFILE = "hostfile"
@@ -119,7 +121,6 @@ class JobRoot:
 
     @staticmethod
     def new_submission() -> str:
-        import secrets
         return secrets.token_hex(3)
 
     def job(self, job_id: str) -> "JobDir":
@@ -128,6 +129,10 @@ class JobRoot:
     def rendered_script(self, digest: str, launcher: str) -> Path:
         """Where `render --submit` keeps the script it submitted (content-addressed, like the plans)."""
         return self.path / "scripts" / f"{digest}.{launcher}.sbatch"
+
+    def batch_script(self, submission: str, array: int) -> Path:
+        """The sbatch text of a submission's array (or job), as the dry run showed it and sbatch was given."""
+        return self.path / "scripts" / f"{submission}-{array}.sbatch"
 
     def script_output(self) -> Path:
         """The batch shell's own output of `render --submit` jobs (%j: sbatch puts the job id in)."""
@@ -227,6 +232,14 @@ class JobDir:
 
     def submitit_log(self, job_id: str, rank: int | str, stream: str = "err") -> Path:
         return self.path / f"{job_id}_{rank}_log.{stream}"
+
+    def submission_file(self, array_id: str) -> Path:
+        """Where the batch script of this job's array is linked, as submitit names it (<array id>_submission.sh)."""
+        return self.path / f"{array_id}_submission.sh"
+
+    def submitted_pickle(self, job_id: str) -> Path:
+        """The callable submitit's task runtime (`python -m submitit.core._submit`) loads and runs."""
+        return self.path / f"{job_id}_submitted.pkl"
 
     def log(self, rank: int, stream: str = "err") -> Path | None:
         """The rank's log: submitit's (stderr or stdout), else a rendered script's (both streams)."""

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from hpcqa.errors import RegistryError
+import socket
+import shutil
 
 DEFAULT_PATH = os.path.join("logs", "registry.sqlite")
 SCHEMA = """
@@ -176,7 +178,6 @@ class Registry:
 def _create(path: Path) -> None:
     """A new registry appears whole: built aside, then published with link(), which never replaces a
     registry another process published first (so nobody ever sees a half-made, 0-byte file)."""
-    import socket
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.new-{socket.gethostname()}-{os.getpid()}")
     db = sqlite3.connect(str(tmp))
@@ -193,7 +194,6 @@ def _create(path: Path) -> None:
 def recover(path: str | Path | None = None) -> tuple[Path, Path, int]:
     """Move a damaged registry aside (kept, never deleted) and copy every job row that can still be
     read into a fresh one. -> (new registry, damaged copy, rows saved)"""
-    import shutil
     src = resolve_path(str(path) if path else None)
     aside = src.with_name(f"{src.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
     shutil.move(str(src), str(aside))

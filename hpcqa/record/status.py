@@ -1,7 +1,7 @@
-"""Job states: Slurm's state table, and the per-job view (state + progress + results) that
-`hpcqa status` prints. Never imports torch.
+"""The per-job view (state + progress + results) that `hpcqa status` prints: registry rows, the live states each
+row's executor reports (its job verbs, executors/table.py), and the job folders. Never imports torch.
 
-States come from ONE batched `sacct` call for all unfinished Slurm jobs (slurmcli.Slurm.query).
+Slurm's states come from ONE batched `sacct` call for all unfinished Slurm jobs (slurmcli.Slurm.query).
 Without accounting they come from ONE `squeue` call plus the jobs' own files: a job squeue no
 longer lists has ended, and its folder says how (jobdir.JobDir.state_from_files).
 """
@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 
 from hpcqa.core import states
 from hpcqa.record.jobdir import JobDir
+from hpcqa.executors import table
 from hpcqa.executors.slurmcli import Slurm
 
 @dataclass
@@ -50,37 +51,33 @@ class JobView:
 
 def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
             limit: int = 20) -> tuple[list[JobView], str]:
-    """Rows from the registry, with live states for the unfinished ones (one scheduler call)."""
-    from hpcqa.executors.local import local_state
-
+    """Rows from the registry, with live states for the unfinished ones (one call per executor: one sacct for
+    every Slurm job). -> (views, where Slurm's states came from: sacct, squeue, none, or the error)"""
     rows = reg.jobs(ids=ids, limit=None if (ids or all_jobs) else limit)
-    pending = [r.id for r in rows if r.executor == "slurm" and not r.final]
-    recs, source = slurm.query(pending) if pending else ({}, "none")
+    live, source = {}, "none"
+    for name, group in table.by_executor([r for r in rows if not r.final]).items():
+        got, said = table.verbs(name, slurm).states(group)
+        live.update(got)
+        source = said if said != "none" else source
     views, updates = [], []
     for r in rows:
         jd = JobDir(Path(r.folder))
         state, code, elapsed = r.state, r.exit_code or "", r.elapsed or ""
-        if not r.final:
-            if r.executor == "local":
-                state = local_state(r.id, jd)
-            else:
-                state, code, elapsed = _slurm_state(r.id, jd, recs, source, (state, code, elapsed))
+        now = live.get(r.id)
+        if now is not None:
+            state, code, elapsed = now.state, now.exit_code or code, now.elapsed or elapsed
             final = states.is_final(state)
             if final or state != r.state:
                 updates.append((r.id, state, final, code or None, elapsed or None))
         v = JobView(id=r.id, name=r.name, executor=r.executor, state=state, nodes=r.nodes, world_size=r.world_size,
                     elapsed=elapsed, exit_code=code, folder=r.folder, sweep_id=r.sweep_id, task_index=r.task_index,
-                    variant=r.variant)
+                    variant=r.variant, reason=now.reason if now else "", nodelist=now.nodelist if now else "")
         v.progress = jd.read_progress()
         v.results = jd.read_results()
-        rec = recs.get(r.id)
-        if rec is not None:
-            v.reason = rec.reason if state == "PENDING" else ""
-            v.nodelist = rec.nodelist
         if ids:
             v.outputs = [(label, str(p)) for label, p in jd.outputs(v.results)]
             v.ranks = [rep for k in range(r.world_size) if (rep := jd.read_report(k))]
-        if state == "COMPLETED" and not v.results:
+        if states.succeeded(state) and not v.results:
             v.notes.append("no results file")
         views.append(v)
     if updates:
@@ -94,53 +91,17 @@ LOW_EFFICIENCY = 0.6  # below this, the ranks' cores mostly waited: pinning, ove
 
 
 def add_usage(views: Sequence[JobView], slurm: Slurm) -> None:
-    """Finished jobs: CPU efficiency and peak memory. Slurm jobs from one batched sacct call (seff's numbers:
-    TotalCPU / (Elapsed x AllocCPUS), the largest step MaxRSS); local jobs from their ranks' own measurements."""
+    """Finished jobs: CPU efficiency and peak memory, from their executor (Slurm: one batched sacct call, seff's
+    numbers: TotalCPU / (Elapsed x AllocCPUS), the largest step MaxRSS; local jobs: their ranks' measurements)."""
     done = [v for v in views if states.is_final(v.state)]
-    slurm_ids = [v.id for v in done if v.executor == "slurm"]
-    got, err = slurm.usage(slurm_ids) if slurm_ids else ({}, "")
+    for name, group in table.by_executor(done).items():
+        for job_id, usage in table.verbs(name, slurm).usage(group).items():
+            next(v for v in group if v.id == job_id).usage = usage
     for v in done:
-        if v.executor == "slurm" and v.id in got:
-            u = got[v.id]
-            v.usage = {"source": "sacct", "cpu_efficiency": u.cpu_efficiency, "max_rss_bytes": u.max_rss_bytes,
-                       "cpu_s": u.total_cpu_s, "elapsed_s": u.elapsed_s, "cpus": u.alloc_cpus}
-        elif v.executor == "slurm" and err:
-            v.usage = {"source": "sacct", "error": err}
-        else:
-            per_rank = [(rep["rank"], rep["usage"]) for rep in v.ranks if isinstance(rep.get("usage"), dict)]
-            if per_rank:
-                effs = {k: u["cpu_s"] / (u["wall_s"] * u["cpus"]) for k, u in per_rank if u["wall_s"] and u["cpus"]}
-                v.usage = {"source": "ranks", "per_rank": {k: {**u, "cpu_efficiency": effs.get(k)}
-                                                           for k, u in per_rank},
-                           "cpu_efficiency": min(effs.values()) if effs else None,
-                           "max_rss_bytes": max(u["max_rss_bytes"] for _, u in per_rank)}
         eff = (v.usage or {}).get("cpu_efficiency")
         if eff is not None and eff < LOW_EFFICIENCY:
             v.notes.append(f"CPU efficiency {eff:.0%} (< {LOW_EFFICIENCY:.0%}): the ranks' cores mostly waited; check "
                            "the pinning (`hpcqa topology CONFIG`), oversubscription, or data loading")
-
-
-def _slurm_state(job_id: str, jd: JobDir, recs: Mapping, source: str,
-                 known: tuple[str, str, str]) -> tuple[str, str, str]:
-    """(state, exit code, elapsed) of an unfinished Slurm job from the scheduler's answer."""
-    if job_id in recs:
-        rec = recs[job_id]
-        state = rec.state
-        if source == "squeue" and state == "COMPLETING":
-            state = jd.state_from_files() or state
-        return state, rec.exit_code, rec.elapsed
-    if source not in ("sacct", "squeue", "none"):
-        # the scheduler could not be asked: what the job's own files say beats the last state we knew
-        return jd.state_from_files() or known[0], known[1], known[2]
-    if source in ("sacct", "squeue"):
-        # the scheduler doesn't list it (any more): it ended, and its files say how. Without
-        # accounting and without files there is nothing to tell success from failure.
-        files = jd.state_from_files()
-        if files:
-            return files, known[1], known[2]
-        if source == "squeue":
-            return "FAILED", known[1], known[2]
-    return known
 
 
 def attempt_text(v: JobView) -> str:

@@ -11,6 +11,12 @@ from hpcqa.record import status
 from hpcqa.record.jobdir import JobDir
 from hpcqa.record.status import JobView
 from hpcqa.core import states
+from rich import box
+from rich.markup import render as markup
+from rich.table import Table
+from hpcqa.core.topology import cpu_list
+from rich.markup import escape
+from rich.panel import Panel
 
 COLOUR = {"ok": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "pending": "blue"}
 
@@ -60,9 +66,6 @@ def job_table(views: Sequence[JobView], expand: bool = False, wide: bool = False
     """A rich Table. Narrow (default), for a terminal of `width` columns: no empty column, no executor column
     (the title counts them), names cut with an ellipsis to what is left; ids, states and numbers are never cut,
     and the progress column wraps between words only. Wide: every column, nothing cut."""
-    from rich import box
-    from rich.markup import render as markup
-    from rich.table import Table
     rows = _rows(views, expand)
     keep = list(range(len(COLUMNS)))
     if not wide:
@@ -165,7 +168,6 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     rows += _usage_rows(v)
     for rep in v.ranks:
         u = ((v.usage or {}).get("per_rank") or {}).get(rep.get("rank"), {})
-        from hpcqa.core.topology import cpu_list
         rows.append((f"rank {rep.get('rank')}", f"{rep.get('host', '?')}, CPUs {cpu_list(rep.get('cpus') or []) or '-'}"
                      + (f", CPU efficiency {_eff(u.get('cpu_efficiency'))}, peak {_mb(u.get('max_rss_bytes'))}"
                         if u else "")))
@@ -194,9 +196,6 @@ def _usage_rows(v: JobView) -> list[tuple[str, str]]:
 
 
 def print_detail(con, views: Sequence[JobView], source: str) -> None:
-    from rich.markup import escape
-    from rich.panel import Panel
-    from rich.table import Table
     for v in views:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(no_wrap=True)

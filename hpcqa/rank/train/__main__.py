@@ -6,16 +6,17 @@ Runs behind the rank wrapper (python -m hpcqa.rank); the job folder comes from H
 import os
 import sys
 from pathlib import Path
+from hpcqa.core import plan as planmod
+from hpcqa.errors import HpcqaError
+from hpcqa.record.jobdir import JobDir
+from hpcqa.rank.train.run import run_rank
+from hpcqa.record.jobdir import POD_STOPPED_EXIT
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "--plan":
         print("usage: python -m hpcqa.rank.train --plan PLAN.json", file=sys.stderr)
         return 2
-    from hpcqa.core import plan as planmod
-    from hpcqa.errors import HpcqaError
-    from hpcqa.record.jobdir import JobDir
-    from hpcqa.rank.train.run import run_rank
     try:
         plan = planmod.load(argv[1])
         out = run_rank(plan, JobDir(Path(os.environ.get("HPCQA_JOB_DIR") or Path(argv[1]).parent)))
@@ -24,7 +25,6 @@ def main(argv: list[str]) -> int:
         return e.exit_code
     # a PyTorchJob pod stopped after its checkpoint: not done, so the operator must restart it (every node's)
     if isinstance(out, dict) and out.get("requeue") and os.environ.get("HPCQA_REQUEUE") == "pod":
-        from hpcqa.record.jobdir import POD_STOPPED_EXIT
         return POD_STOPPED_EXIT
     return 0
 

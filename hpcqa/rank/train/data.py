@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from hpcqa.core import squadfile
 from hpcqa.fsutil import file_sha256
 from hpcqa.record.caches import Caches
+from hpcqa.rank.train import synth
 
 if TYPE_CHECKING:
     from hpcqa.core.config import DataConfig
@@ -76,7 +77,6 @@ def load_raw(data_cfg: "DataConfig", seed: int, caches: Caches, allow_download: 
     cache_dir = data_cfg.cache_dir or None
     name = data_cfg.dataset
     if name == "builtin:synthetic-squad":
-        from hpcqa.rank.train import synth
         neg = data_cfg.version_2_with_negative
         files = {}
         for split, n, s in (("train", data_cfg.synthetic_train_examples, seed),

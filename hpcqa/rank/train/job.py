@@ -5,6 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import submitit
+from hpcqa.core import plan as planmod
+from hpcqa.errors import RankError
+from hpcqa.record.jobdir import JobDir
+from hpcqa.rank.train.run import run_rank
 
 
 class RankJob(submitit.helpers.Checkpointable):
@@ -18,10 +22,6 @@ class RankJob(submitit.helpers.Checkpointable):
         self.plan_digest = plan_digest
 
     def __call__(self) -> dict:
-        from hpcqa.core import plan as planmod
-        from hpcqa.errors import RankError
-        from hpcqa.record.jobdir import JobDir
-        from hpcqa.rank.train.run import run_rank
 
         plan = planmod.load(self.plan_path)
         if plan.digest != self.plan_digest:

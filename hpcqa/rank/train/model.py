@@ -15,6 +15,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 from hpcqa.record.caches import Caches
+from hpcqa.rank.train import synth
+import shutil
+import socket
 
 if TYPE_CHECKING:
     from hpcqa.core.config import ModelConfig
@@ -40,7 +43,6 @@ def build_tiny_bert(directory: Path) -> Path:
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
 
-    from hpcqa.rank.train import synth
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
@@ -59,8 +61,6 @@ def build_tiny_bert(directory: Path) -> Path:
     torch.manual_seed(0)
     model = BertForQuestionAnswering(cfg)
     from safetensors.torch import save_file
-    import shutil
-    import socket
 
     tmp = directory.with_name(f"{directory.name}.tmp-{socket.gethostname()}-{os.getpid()}")
     fast.save_pretrained(tmp)

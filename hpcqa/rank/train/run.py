@@ -28,6 +28,12 @@ from hpcqa.errors import HpcqaError, RankError
 from hpcqa.record.jobdir import JobDir, write_json
 from hpcqa.core.plan import Backend, LaunchPlan
 from hpcqa.record.caches import Caches
+from hpcqa.record.jobdir import attempt_from_env
+import signal
+import resource
+import datetime
+from hpcqa.rank.train import data as qa_data
+from hpcqa.rank.train.model import resolve
 
 
 @dataclass
@@ -125,7 +131,6 @@ def _binding_warnings(torch) -> list[str]:
 
 def attempt() -> int:
     """This (re)start of the job (Slurm's SLURM_RESTART_COUNT, a pod script's HPCQA_ATTEMPT)."""
-    from hpcqa.record.jobdir import attempt_from_env
     return attempt_from_env(os.environ)
 
 
@@ -140,7 +145,6 @@ class _Stop:
         self.agreed_at: int | None = None
 
     def install(self) -> None:
-        import signal
         self.previous = signal.getsignal(signal.SIGUSR2)  # submitit's checkpoint-and-requeue, if any
         signal.signal(signal.SIGUSR2, self._raise_flag)
 
@@ -164,7 +168,6 @@ STOP = _Stop()
 def requeue_after_checkpoint(r: Rank, step: int) -> dict:
     """The checkpoint of `step` is saved on every rank: hand over to submitit's handler (global rank 0
     requeues the job; the rerun resumes from that checkpoint). Other ranks wait to be stopped."""
-    import signal
     r.save_report(status="checkpointed for requeue", stopped_at_step=step, stopped_at=time.time())
     r.log(f"signal received: checkpoint of step {step} saved; requeueing")
     if os.environ.get("HPCQA_REQUEUE") in ("script", "pod"):  # the job script requeues (a pod: is restarted)
@@ -298,7 +301,6 @@ def leave_process_group() -> None:
 def own_usage(r: Rank) -> dict:
     """What this rank used, measured by itself (seff's numbers for local jobs): CPU seconds of the process and
     its waited-for children (tokenising/DataLoader workers), wall seconds, its CPUs, peak RSS."""
-    import resource
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, "wall_s": time.time() - r.t_start,
             "cpus": len(r.report.get("cpus") or []) or os.cpu_count() or 1, "max_rss_bytes": me.ru_maxrss * 1024}
@@ -340,7 +342,6 @@ def training_arguments(r: Rank):
     ddp_backend = backend if backend in accepted else None
     if r.world > 1 and ddp_backend is None:
         # Newer transformers dropped "ccl": set the process group up ourselves; accelerate adopts it.
-        import datetime
 
         import torch.distributed as dist
         dist.init_process_group(backend=backend, rank=r.rank, world_size=r.world,
@@ -391,8 +392,6 @@ def prepare_data(cfg, croot: Caches, allow_download: bool | None = None) -> tupl
     cache keys). allow_download None: model.allow_download decides."""
     from transformers import AutoTokenizer
 
-    from hpcqa.rank.train import data as qa_data
-    from hpcqa.rank.train.model import resolve
 
     tc, dc = cfg.train, cfg.data
     download = cfg.model.allow_download if allow_download is None else allow_download

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from hpcqa.fsutil import atomic_write_text
 
 SYL = ["ka", "lo", "mi", "ren", "to", "va", "zu", "bel", "dor", "fi", "gan", "hu", "jor", "kel", "mar",
        "nor", "pel", "quin", "ros", "sil", "tam", "ul", "vex", "wen", "yar", "zen"]
@@ -86,7 +87,6 @@ def squad_json(n: int, seed: int, negatives: bool = False, title: str = "synthet
 
 def write(path: str | Path, n: int, seed: int, negatives: bool = False) -> Path:
     """Write atomically (several ranks or jobs may race for the same cache file)."""
-    from hpcqa.fsutil import atomic_write_text
     p = Path(path)
     if p.exists():
         return p

@@ -1,0 +1,117 @@
+"""What an executor is: `dry_run(sweep plan) -> Request`, `submit(request) -> Submitted`, and the job verbs.
+
+In the spirit of torchx's Scheduler (`schedule(submit_dryrun(app))`): the dry run computes the request -- the
+exact files that will be written and the script(s) and commands that will be run -- and `submit` is handed
+that same value and does what it says, deciding nothing new. `hpcqa submit --dry-run` prints the Request;
+`hpcqa submit` is `submit(dry_run(sp))`. Which executor runs a plan is one table (executors/table.py).
+
+Job verbs (state, usage, cancel) belong to where a job runs -- the registry row's executor -- not to how it
+was submitted: a rendered mpirun script and a submitit array are both Slurm jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from hpcqa.core.sweep import SweepPlan
+
+Say = Callable[[str], None]   # where an executor reports what it is doing (the CLI: stderr; the API: nowhere)
+
+
+def silent(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class File:
+    """A file `submit` writes before anything runs (plans, scripts), and its mode."""
+
+    path: str
+    text: str
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything `submit` will do, computed by `dry_run`. Printed as it is by `submit --dry-run`."""
+
+    executor: str                              # the table's name for the executor that made it
+    sweep: SweepPlan
+    submission: str                            # the token that names this submission's job folders
+    files: tuple[File, ...] = ()               # written first (plan files are content-addressed: kept if present)
+    scripts: tuple[str, ...] = ()              # batch script per array (Slurm), the script (mpirun, hosts), YAML (k8s)
+    commands: tuple[tuple[str, ...], ...] = ()  # what is run to submit, in order
+    facts: tuple[tuple[str, str], ...] = ()    # what the dry run shows besides the plan (time limit, hosts ...)
+    notes: tuple[str, ...] = ()                # warnings observed while making the request (this node's cores ...)
+    summary: str = ""                          # one line: what this request runs
+    placement: tuple[str, ...] = ()            # per variant: where it runs ("array 0: --array=0-3%2", "local ...")
+    options: Mapping[str, Any] = field(default_factory=dict)  # executor-specific, decided at dry run
+
+    def to_json(self) -> dict[str, Any]:
+        return {"executor": self.executor, "submission": self.submission,
+                "files": [{"path": f.path, "mode": oct(f.mode), "bytes": len(f.text)} for f in self.files],
+                "scripts": list(self.scripts), "commands": [list(c) for c in self.commands],
+                "facts": dict(self.facts), "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What `submit` did: the job ids (one per variant), the sweep id (None: a single job), and what the
+    executor needs to follow them (handles, job folders)."""
+
+    request: Request
+    ids: tuple[str, ...]
+    sweep_id: str | None = None
+    folders: tuple[str, ...] = ()
+    exit_code: int = 0                         # a local sweep has run to its end when submit returns
+    handles: tuple[Any, ...] = ()
+
+
+class Executor(Protocol):
+    name: str
+    runs_here: bool      # the ranks run on this machine (its cores and registry decide where)
+    asks_slurm: bool     # submission goes through Slurm (doctor checks it; sbatch --test-only can judge it)
+
+    def dry_run(self, sp: SweepPlan) -> Request: ...
+
+    def submit(self, request: Request, say: Say = silent) -> Submitted: ...
+
+    def wait(self, submitted: Submitted, say: Say = silent) -> int:
+        """Follow a single job to its end (progress bar), report it; -> exit code. The CLI's foreground."""
+        ...
+
+    def follow(self, submitted: Submitted, title: str) -> str:
+        """Watch a single job to its end without reporting it; -> its final state (`tune` times candidates so)."""
+        ...
+
+    def check(self, request: Request) -> tuple[bool, str]:
+        """Would the scheduler accept the request? (sbatch --test-only) -> (accepted, its answer)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Live:
+    """A job's state as the scheduler (or the job's controller and files) says it now."""
+
+    state: str
+    exit_code: str = ""
+    elapsed: str = ""
+    reason: str = ""          # why a PENDING job waits
+    nodelist: str = ""
+
+
+class JobVerbs(Protocol):
+    """What can be asked of a submitted job, by the registry row's executor."""
+
+    def states(self, rows: Sequence[Any]) -> tuple[dict[str, Live], str]:
+        """Live states of unfinished rows (one scheduler call for all). -> (by id, source or error text)"""
+        ...
+
+    def usage(self, views: Sequence[Any]) -> dict[str, dict]:
+        """CPU efficiency and peak memory of finished jobs, by id."""
+        ...
+
+    def cancel(self, rows: Sequence[Any], whole_sweeps: bool) -> list[str]:
+        """Stop these jobs; -> one message per job."""
+        ...

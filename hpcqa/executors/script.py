@@ -1,0 +1,68 @@
+"""Slurm with a rendered script: the srun or mpirun sbatch script of sbatch_templates/, submitted as it is.
+
+`submit` takes this path for launch.launcher = "mpirun" (mpirun runs in the batch shell, where hydra's slurm
+bootstrap starts its per-node proxies with srun; inside a submitit step, which already holds every CPU, that
+srun would wait for CPUs forever), and `render --submit` for either launcher. The script is written next to
+the plans (content-addressed), sbatched, registered (folder <cluster>-<job id>, which the script computes the
+same way) and followed like any Slurm job.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hpcqa.core import sweep
+from hpcqa.errors import PlanError
+from hpcqa.executors import common, render
+from hpcqa.executors.interface import File, Request, Say, Submitted, silent
+from hpcqa.executors.slurm import test_only, wait_and_report, wait_state
+from hpcqa.executors.slurmcli import Slurm
+from hpcqa.record.jobdir import JobDir, JobRoot
+
+
+class ScriptSlurm:
+    name = "slurm-script"
+    runs_here = False
+    asks_slurm = True
+
+    def __init__(self, python: str | None = None, slurm: Slurm | None = None) -> None:
+        self.python = python
+        self.slurm = slurm or Slurm()
+
+    def dry_run(self, sp: sweep.SweepPlan) -> Request:
+        if sp.is_sweep:
+            raise PlanError("a sweep runs as Slurm job arrays through submitit, not as one rendered script",
+                            "submit the sweep with `hpcqa submit`; render one variant at a time")
+        plan = sp.plans[0]
+        text = render.standalone(plan, plan.launcher, python=self.python or plan.python)
+        root = common.job_root(plan)
+        path = root.rendered_script(plan.digest, plan.launcher)
+        c = plan.config.cluster
+        facts = (("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default")),
+                 ("hosts", "unknown until Slurm allocates the job"),
+                 ("job folder", f"{root.path}/<cluster>-<job id> (computed by the script)"))
+        return Request(self.name, sp, JobRoot.new_submission(), (File(str(path), text, 0o755),), (text,),
+                       (("sbatch", "--parsable", f"--output={root.script_output()}", str(path)),), facts=facts,
+                       summary=f"{plan.launcher}, {plan.world_size} ranks on {plan.nodes} node(s)",
+                       placement=(f"one job, {plan.launcher} in the batch shell",))
+
+    def check(self, request: Request) -> tuple[bool, str]:
+        return test_only(self.slurm, request.scripts[0])
+
+    def submit(self, request: Request, say: Say = silent) -> Submitted:
+        plan = request.sweep.plans[0]
+        common.write_files(request.files)
+        (command,) = request.commands
+        job_id, cluster = self.slurm.sbatch(command)
+        jd = common.job_root(plan).script_job(cluster or self.slurm.cluster_name(), job_id)
+        common.register(plan, [common.registry_row(request.sweep, plan, job_id, jd.path, None)])
+        say(f"submitted Slurm job {job_id}: {plan.world_size} ranks on {plan.nodes} node(s) by {plan.launcher} "
+            f"({command[-1]}); folder {jd.path}")
+        return Submitted(request, (job_id,), None, (str(jd.path),))
+
+    def follow(self, submitted: Submitted, title: str) -> str:
+        return wait_state(self.slurm, submitted.ids[0], JobDir(Path(submitted.folders[0])), title)
+
+    def wait(self, submitted: Submitted, say: Say = silent) -> int:
+        return wait_and_report(self.slurm, submitted.ids[0], JobDir(Path(submitted.folders[0])),
+                               submitted.request.sweep.plans[0], say)
