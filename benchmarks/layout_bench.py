@@ -29,7 +29,7 @@ def run(overrides: list[str], env: dict[str, str] | None = None) -> dict:
 
 
 def main() -> int:
-    from hpcqa.tune import default_candidates
+    from hpcqa.record.tuned import default_candidates
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--model", default="builtin:minilm")

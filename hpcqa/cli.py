@@ -302,11 +302,14 @@ def _render_request(args: argparse.Namespace, lp: Any, mode: str, options: dict,
     from hpcqa import api
     from hpcqa.core import sweep
     from hpcqa.executors import table
+    from hpcqa.executors.interface import RenderOnly
     ex = table.choose(lp, mode, **options)
     request = ex.dry_run(sweep.single(lp))
     for w in lp.warnings:
         _warn(w)
     if args.submit:
+        if isinstance(ex, RenderOnly):
+            raise UsageError(*ex.refusal)
         if args.output:
             from hpcqa.fsutil import atomic_write_text
             atomic_write_text(args.output, request.scripts[0], mode=0o755)
@@ -376,7 +379,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from hpcqa.core import config
-    from hpcqa import tune
+    from hpcqa.record import tuned as tune
     from hpcqa.errors import UsageError
     from hpcqa.executors import tune as tuner
     if args.steps < 1 or args.warmup < 0:

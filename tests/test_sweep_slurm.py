@@ -2,6 +2,7 @@
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -31,11 +32,16 @@ def sweep(env, out, *sets):
     return r.stdout.strip(), r.stderr
 
 
-def planned_digests(env, out, *sets):
-    """variant index -> plan digest, from the dry run of the very same submission."""
+def dry_run(env, out, *sets) -> dict:
+    """The dry run of the very same submission (its request: plans, batch scripts)."""
     r = run_cli(*sweep_args(out, *sets), "--dry-run", "--json", env=env)
     assert r.returncode == 0, r.stderr
-    return {v["index"]: v["plan_digest"] for v in json.loads(r.stdout)["sweep"]["variants"]}
+    return json.loads(r.stdout)
+
+
+def planned_digests(dry: dict) -> dict:
+    """variant index -> plan digest."""
+    return {v["index"]: v["plan_digest"] for v in dry["sweep"]["variants"]}
 
 
 def wait_sweep(env, sweep_id, n, timeout=300):
@@ -77,12 +83,20 @@ def test_sweep_larger_than_max_array_size_is_split_and_a_failure_stays_visible(s
     # 7 grid variants + 1 explicit failing one = 8 > MaxArraySize 6: two arrays, each variant once
     sets = ("sweep.parallelism=3", "sweep.train.seed=[1, 2, 3, 4, 5, 6, 7]",
             "sweep.variants=[{train = {fail_at_step = 1, seed = 8}}]")
-    planned = planned_digests(slurm, tmp_path, *sets)
+    dry = dry_run(slurm, tmp_path, *sets)
+    planned = planned_digests(dry)
     assert len(set(planned.values())) == 8
     sweep_id, err = sweep(slurm, tmp_path, *sets)
     assert "8 variants in 2 array(s)" in err
     jobs = wait_sweep(slurm, sweep_id, 8)
     assert len({j["id"].split("_")[0] for j in jobs}) == 2
+    # the dry run showed both arrays' batch scripts as they were submitted (but for the submission's token)
+    arrays = sorted({j["id"].split("_")[0] for j in jobs}, key=int)
+    first = {a: Path(next(j["folder"] for j in jobs if j["id"] == f"{a}_0")) for a in arrays}
+    token = first[arrays[0]].name.split("-", 1)[1]
+    submitted = [(first[a] / f"{a}_submission.sh").read_text() for a in arrays]
+    assert [s.replace(dry["submission"], token) for s in dry["sbatch"]] == submitted
+    assert "#SBATCH --array=0-5%3" in submitted[0] and "#SBATCH --array=0-1%2" in submitted[1]
     assert sorted(j["task_index"] for j in jobs) == list(range(8))
     ran = []
     for j in jobs:  # from each task's own rank reports: which plan (and so which variant) it ran

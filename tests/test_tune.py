@@ -5,7 +5,7 @@ import json
 import pytest
 
 from hpcqa.core import config, plan
-from hpcqa import tune
+from hpcqa.record import tuned as tune
 from hpcqa.errors import UsageError
 from tests.conftest import ROOT
 from hpcqa import hostprobe

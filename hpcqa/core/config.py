@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import difflib
+import functools
 import json
 import re
 import sys
@@ -291,7 +292,9 @@ SECTIONS: dict[str, type] = {
 }
 
 
+@functools.lru_cache(maxsize=None)
 def _hints(cls: type) -> dict[str, Any]:
+    """A section's field types (evaluated once per class: a 1,000-variant sweep validates 7,000 sections)."""
     return typing.get_type_hints(cls)
 
 

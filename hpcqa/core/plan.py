@@ -8,6 +8,7 @@ value back) and every rank records the plan's digest in its report.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -170,9 +171,13 @@ class LaunchPlan:
         return cls.from_json(json.loads(text))
 
     def dumps(self) -> str:
+        return self._text
+
+    @functools.cached_property
+    def _text(self) -> str:  # a frozen value: its JSON (and so its digest) is computed once
         return json.dumps(self.to_json(), sort_keys=True)
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
         """Content hash of the plan: names its file, and every rank's report records it."""
         return hashlib.sha256(self.dumps().encode()).hexdigest()[:16]

@@ -4,16 +4,17 @@ the request is the script; the user runs it on the first host (`bash job.sh`).""
 from __future__ import annotations
 
 from hpcqa.core import sweep
-from hpcqa.errors import PlanError, UsageError
+from hpcqa.errors import PlanError
 from hpcqa.executors import render
-from hpcqa.executors.interface import Request, Say, Submitted, silent
+from hpcqa.executors.interface import RenderOnly, Request
 from hpcqa.record.jobdir import JobRoot
 
 
-class Hosts:
+class Hosts(RenderOnly):
     name = "hosts"
-    runs_here = False
-    asks_slurm = False
+    no_scheduler = "plain machines: no scheduler to ask"
+    refusal = ("--submit sends the script to Slurm; a --hosts script runs on plain machines",
+               "drop --submit and run the script on the first host")
 
     def __init__(self, hosts: tuple[str, ...], python: str | None = None) -> None:
         self.hosts, self.python = hosts, python
@@ -27,16 +28,3 @@ class Hosts:
                        commands=(("bash", "<script>"),), facts=(("hosts", " ".join(self.hosts)),),
                        summary=f"{plan.launcher}, {plan.world_size} ranks on {plan.nodes} host(s)",
                        placement=(f"mpirun over ssh on {self.hosts[0]}...",))
-
-    def check(self, request: Request) -> tuple[bool, str]:
-        return True, "plain machines: no scheduler to ask"
-
-    def submit(self, request: Request, say: Say = silent) -> Submitted:
-        raise UsageError("--submit sends the script to Slurm; a --hosts script runs on plain machines",
-                         "drop --submit and run the script on the first host")
-
-    def follow(self, submitted: Submitted, title: str) -> str:  # pragma: no cover - nothing is submitted
-        return self.wait(submitted)
-
-    def wait(self, submitted: Submitted, say: Say = silent) -> int:  # pragma: no cover - nothing is submitted
-        raise UsageError("nothing was submitted", "run the script on the first host")

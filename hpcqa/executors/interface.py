@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from hpcqa.core.sweep import SweepPlan
+from hpcqa.errors import UsageError
 
 Say = Callable[[str], None]   # where an executor reports what it is doing (the CLI: stderr; the API: nowhere)
 
@@ -115,3 +116,25 @@ class JobVerbs(Protocol):
     def cancel(self, rows: Sequence[Any], whole_sweeps: bool) -> list[str]:
         """Stop these jobs; -> one message per job."""
         ...
+
+
+class RenderOnly:
+    """An executor whose request is handed to the user (a script for plain hosts, Kubernetes manifests): it
+    renders, and refuses to submit, naming what does."""
+
+    runs_here = False
+    asks_slurm = False
+    no_scheduler = "nothing to ask: no scheduler"
+    refusal: tuple[str, str] = ("hpcqa only renders this", "run what it rendered")
+
+    def check(self, request: Request) -> tuple[bool, str]:
+        return True, self.no_scheduler
+
+    def submit(self, request: Request, say: Say = silent) -> Submitted:
+        raise UsageError(*self.refusal)
+
+    def follow(self, submitted: Submitted, title: str) -> str:
+        raise UsageError(*self.refusal)
+
+    def wait(self, submitted: Submitted, say: Say = silent) -> int:
+        raise UsageError(*self.refusal)

@@ -30,7 +30,7 @@ from hpcqa.record import jobdir
 from hpcqa.record.jobdir import JobRoot
 from hpcqa.core.config import Config
 from hpcqa.errors import ConfigError, UsageError
-from hpcqa.executors.interface import Request, Say, Submitted, silent
+from hpcqa.executors.interface import RenderOnly, Request
 from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.executors import render
@@ -245,13 +245,13 @@ def dockerfile(cfg: Config, base: str = "python:3.11-slim") -> str:
     return "\n".join(lines) + "\n"
 
 
-class PyTorchJobRender:
+class PyTorchJobRender(RenderOnly):
     """Kubernetes: render only. The request is the ConfigMap and the PyTorchJob (YAML); `kubectl apply -f` submits
     it, and the training operator runs it -- no API server can be reached from here."""
 
     name = "k8s"
-    runs_here = False
-    asks_slurm = False
+    no_scheduler = "Kubernetes: no API server is asked (kubectl apply --dry-run=server would)"
+    refusal = ("hpcqa renders the PyTorchJob; the training operator runs it", "apply the YAML with kubectl apply -f")
 
     def dry_run(self, sp) -> Request:
         if sp.is_sweep:
@@ -264,16 +264,3 @@ class PyTorchJobRender:
                        placement=(f"PyTorchJob {job_name(plan)}",),
                        summary=f"PyTorchJob {job_name(plan)} + ConfigMap: {plan.nodes} pod(s) x {plan.ranks_per_node} "
                                f"rank(s), {pod_cpus(plan)} CPUs / {pod_memory(plan.config)} each")
-
-    def check(self, request: Request) -> tuple[bool, str]:
-        return True, "Kubernetes: no API server is asked (kubectl apply --dry-run=server would)"
-
-    def submit(self, request: Request, say: Say = silent) -> Submitted:
-        raise UsageError("hpcqa renders the PyTorchJob; the training operator runs it",
-                         "apply the YAML with kubectl apply -f")
-
-    def follow(self, submitted: Submitted, title: str) -> str:  # pragma: no cover - nothing is submitted
-        return self.wait(submitted)
-
-    def wait(self, submitted: Submitted, say: Say = silent) -> int:  # pragma: no cover - nothing is submitted
-        raise UsageError("nothing was submitted", "kubectl get pytorchjobs")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from hpcqa.core import config, sweep
-from hpcqa import tune
+from hpcqa.record import tuned as tune
 from hpcqa.core import plan as planmod
 from hpcqa.errors import JobFailed
 from hpcqa.executors import table

@@ -2,6 +2,7 @@
 
     jobdir.py      the job folder's file names (the only owner)
     caches.py      the cache layout: model, data and feature caches, stage manifests, tuned layouts (the only owner)
+    tuned.py       `hpcqa tune` results: the candidates, the store of measured layouts
     registry.py    the job registry (SQLite)
     status.py      registry rows + the executors' states + job files -> views
     statusview.py  views -> terminal text

@@ -28,6 +28,7 @@ from hpcqa.errors import HpcqaError, RankError
 from hpcqa.record.jobdir import JobDir, write_json
 from hpcqa.core.plan import Backend, LaunchPlan
 from hpcqa.record.caches import Caches
+from hpcqa.rank.train import metrics
 from hpcqa.record.jobdir import attempt_from_env
 import signal
 import resource
@@ -555,7 +556,7 @@ def _split_index(data: dict, split: str) -> dict:
 def score(r: Rank, data: dict, split: str, predictions, with_golds: bool = True):
     """Logits of a split ("eval" or "test") -> (scores by the official rules of the data's version,
     postprocess.Predictions)."""
-    from hpcqa.rank.train import metrics, postprocess
+    from hpcqa.rank.train import postprocess  # numpy
 
     cfg = r.plan.config
     v2 = cfg.data.version_2_with_negative
