@@ -15,6 +15,7 @@ pre-queue checks with these same functions. Nothing here imports torch: the rank
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -24,7 +25,7 @@ from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
 from hpcqa.core import states, sweep
 from hpcqa.core.config import Config
-from hpcqa.errors import JobFailed, UsageError
+from hpcqa.errors import ConfigError, JobFailed, UsageError
 from hpcqa.executors import cancel as canceller
 from hpcqa.executors import table
 from hpcqa.executors.interface import Executor, Request, Say, Submitted, silent
@@ -54,9 +55,10 @@ def submission(path: str | Path, overrides: Sequence[str] = ()) -> sweep.SweepPl
     return sweep.single(planmod.build_plan(cfg, host))
 
 
-def dry_run(sp: sweep.SweepPlan) -> tuple[Executor, Request]:
-    """The executor that runs this sweep plan, and the request it would submit (nothing is written)."""
-    ex = table.for_sweep(sp)
+def dry_run(sp: sweep.SweepPlan, snapshot: bool = True) -> tuple[Executor, Request]:
+    """The executor that runs this sweep plan, and the request it would submit (nothing is written). snapshot: the
+    ranks import a copy of hpcqa made at submit (False: the live tree)."""
+    ex = table.for_sweep(sp, snapshot=snapshot)
     return ex, ex.dry_run(sp)
 
 
@@ -73,6 +75,11 @@ def before_queueing(plans: Sequence[Any], warn=None) -> None:
                 if warn:
                     warn(note)
     registry.Registry(plans[0].config.job.registry or None, create=False)
+    missing = [n for n in plans[0].config.launch.pass_env if n not in os.environ]
+    if missing:
+        raise ConfigError("launch.pass_env", f"{', '.join(missing)} not set in this environment: nothing to pass to "
+                          "the ranks", f"export {missing[0]}=... before submitting (the value is passed, never "
+                          "written), or drop it from launch.pass_env", plans[0].config.source)
 
 
 def submit_request(ex: Executor, request: Request, say: Say = silent, warn=None) -> Submitted:

@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the launch plan; run nothing")
     p.add_argument("--json", action="store_true", help="with --dry-run: the plan as one JSON object")
     p.add_argument("--no-wait", action="store_true", help="Slurm: return after submission")
+    p.add_argument("--no-snapshot", action="store_true", help="the ranks import the live hpcqa tree when they start "
+                                                               "(default: a copy made at submit, kept with the job)")
     p.add_argument("--check", action="store_true", help="Slurm: ask sbatch --test-only whether it would accept the exact "
                                                         "request (partition, account, QOS, time, nodes); queue nothing")
 
@@ -181,10 +183,19 @@ def _warn(note: str) -> None:
     print(f"warning: {note}", file=sys.stderr)
 
 
+def _stop_like_ctrl_c(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from hpcqa import api
+    import signal
+    # a closed terminal (SIGHUP) or a runner stopping us (SIGTERM) is a Ctrl-C: a local job stops every rank, a
+    # Slurm job keeps running and we stop watching it
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_like_ctrl_c)
     sp = api.submission(args.config, args.overrides)
-    ex, request = api.dry_run(sp)
+    ex, request = api.dry_run(sp, snapshot=not args.no_snapshot)
     if args.check:
         ok, answer = ex.check(request)
         if not ok:

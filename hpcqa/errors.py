@@ -57,6 +57,12 @@ class SubmitError(HpcqaError):
     exit_code = 1
 
 
+class SchedulerUnreachable(HpcqaError):
+    """The scheduler's controller does not answer: nothing was submitted."""
+
+    exit_code = 2
+
+
 class JobFailed(HpcqaError):
     """A job ran and failed."""
 

@@ -50,8 +50,9 @@ done
 tail -q -n +1 -F "${logs[@]}" 2>/dev/null &
 follower=$!
 # Eviction, preemption, deletion: Kubernetes sends SIGTERM, then SIGKILL after terminationGracePeriodSeconds.
-# The ranks get USR2: they stop after the same step and save one checkpoint; the restarted pod resumes there.
-trap 'kill -USR2 "${pids[@]}" 2>/dev/null || true' TERM USR2
+# The ranks get SIGTERM: they stop after the same step, save one checkpoint and exit @@STOPPED_EXIT@@; the restarted
+# pod resumes there.
+trap 'kill -TERM "${pids[@]}" 2>/dev/null || true' TERM
 status=0
 for pid in "${pids[@]}"; do
     while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done

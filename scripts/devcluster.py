@@ -51,7 +51,8 @@ def node_names(n: int) -> list[str]:
     return [socket.gethostname()] if n == 1 else [f"node{i}" for i in range(1, n + 1)]
 
 
-def write_conf(d: Path, nodes: int, accounting: bool, max_array: int, slurmd_timeout: int = 300) -> Path:
+def write_conf(d: Path, nodes: int, accounting: bool, max_array: int, slurmd_timeout: int = 300,
+               preempt: str = "off", grace_time: int = 30) -> Path:
     names = node_names(nodes)
     multi = nodes > 1
     lines = [
@@ -80,8 +81,17 @@ def write_conf(d: Path, nodes: int, accounting: bool, max_array: int, slurmd_tim
         addr = f"{NET}.1{i}" if multi else "127.0.0.1"
         lines.append(f"NodeName={name} NodeAddr={addr} Sockets={sockets} CoresPerSocket={cores} "
                      f"ThreadsPerCore={threads} RealMemory=4000 State=UNKNOWN")
-    lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP "
-                 f"OverSubscribe=NO")
+    if preempt == "off":
+        lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP "
+                     f"OverSubscribe=NO")
+    else:
+        # as production sites run it: a high-priority partition takes nodes from the low one; the victim gets
+        # SIGCONT + SIGTERM, SIGKILL after GraceTime, then is requeued (REQUEUE) or ends PREEMPTED (CANCEL)
+        lines += ["PreemptType=preempt/partition_prio", f"PreemptMode={preempt.upper()}",
+                  f"PartitionName=low Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO "
+                  f"PriorityTier=1 PreemptMode={preempt.upper()} GraceTime={grace_time}",
+                  f"PartitionName=high Nodes={','.join(names)} MaxTime=INFINITE State=UP OverSubscribe=NO "
+                  f"PriorityTier=10 PreemptMode=OFF"]
     conf = d / "slurm.conf"
     conf.write_text("\n".join(lines) + "\n")
     return conf
@@ -169,7 +179,7 @@ def up(a: argparse.Namespace) -> int:
     d = Path(a.dir).absolute()
     for sub in ("state", "spool"):
         (d / sub).mkdir(parents=True, exist_ok=True)
-    conf = write_conf(d, a.nodes, a.accounting, a.max_array_size, a.slurmd_timeout)
+    conf = write_conf(d, a.nodes, a.accounting, a.max_array_size, a.slurmd_timeout, a.preempt, a.grace_time)
     env = {**os.environ, "SLURM_CONF": str(conf)}
     start_munge(d)
     if a.accounting:
@@ -287,6 +297,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--max-array-size", type=int, default=1001)
     p.add_argument("--slurmd-timeout", type=int, default=300,
                    help="seconds before an unresponsive node is DOWN (fault tests: 10)")
+    p.add_argument("--preempt", choices=["off", "requeue", "cancel"], default="off",
+                   help="partitions low (default) and high with partition_prio preemption in this mode")
+    p.add_argument("--grace-time", type=int, default=30, help="the low partition's GraceTime (seconds)")
     p = sub.add_parser("down")
     p.add_argument("--dir", required=True)
     p = sub.add_parser("env")

@@ -19,7 +19,8 @@ def available() -> str:
     return ""
 
 
-def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int = 1001, slurmd_timeout: int = 300):
+def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int = 1001, slurmd_timeout: int = 300,
+            preempt: str = "off", grace_time: int = 30):
     why = available()
     if why:
         if os.environ.get("HPCQA_REQUIRE_SLURM"):
@@ -27,7 +28,8 @@ def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int 
         pytest.skip(why)
     d = tmp_path_factory.mktemp(f"slurm{nodes}{'a' if accounting else ''}")
     cmd = [sys.executable, str(ROOT / "scripts/devcluster.py"), "up", "--dir", str(d), "--nodes", str(nodes),
-           "--max-array-size", str(max_array_size), "--slurmd-timeout", str(slurmd_timeout)]
+           "--max-array-size", str(max_array_size), "--slurmd-timeout", str(slurmd_timeout),
+           "--preempt", preempt, "--grace-time", str(grace_time)]
     if accounting:
         cmd.append("--accounting")
     try:

@@ -199,8 +199,10 @@ def test_local_job_in_registry_status_and_cancel(tmp_path, cache_env):
     assert not processes_running(f"submitit.core._submit {tmp_path}"), "rank processes survived the cancel"
 
 
-def test_ctrl_c_stops_every_rank_cleanly(tmp_path, cache_env):
-    """Ctrl-C as a terminal sends it: SIGINT to the foreground process group (ours, made for the test)."""
+@pytest.mark.parametrize("how", ["SIGINT to the group", "SIGTERM", "SIGHUP"])
+def test_ctrl_c_stops_every_rank_cleanly(tmp_path, cache_env, how):
+    """Ctrl-C as a terminal sends it (SIGINT to the foreground process group, ours, made for the test); a CI
+    runner stopping the command (SIGTERM) or a closed terminal (SIGHUP), to the hpcqa process alone, do the same."""
     import signal
     import subprocess
     import sys
@@ -213,13 +215,16 @@ def test_ctrl_c_stops_every_rank_cleanly(tmp_path, cache_env):
     end = time.time() + 120
     while time.time() < end and not list(tmp_path.glob("quickstart/*/progress.json")):
         time.sleep(0.5)
-    os.killpg(p.pid, signal.SIGINT)
+    if how == "SIGINT to the group":
+        os.killpg(p.pid, signal.SIGINT)
+    else:
+        os.kill(p.pid, getattr(signal, how))
     t0 = time.time()
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130 and time.time() - t0 < 15, err
     assert "Traceback" not in err and "cancelled" in err
     (job,) = job_dirs(tmp_path)
-    assert sorted(d.name for d in (tmp_path / "quickstart").iterdir()) == sorted(["plans", job.name])
+    assert sorted(d.name for d in (tmp_path / "quickstart").iterdir()) == sorted(["code", "plans", job.name])   # the snapshot of hpcqa the ranks imported
     st = subprocess.run([sys.executable, "-m", "hpcqa", "status", "--json"], capture_output=True, text=True,
                         env=env, cwd=ROOT)
     assert [j["state"] for j in json.loads(st.stdout)] == ["CANCELLED"]

@@ -51,6 +51,8 @@ class JobConfig:
     output_dir: str = opt("logs", "Where job folders (per-rank logs, plans, results) are created; "
                                   "relative paths are relative to the current directory.")
     registry: str = opt("", "Job registry (SQLite). Empty: $HPCQA_REGISTRY, else logs/registry.sqlite.")
+    group_readable: bool = opt(False, "Let your group read the job folders and a registry this job creates "
+                                      "(default: only you; nobody else can write them either way).")
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,16 @@ class LaunchConfig:
     master_interface: str = opt("", "Network interface whose IPv4 address on the first host becomes MASTER_ADDR "
                                     "(e.g. ib0, eth0); empty: the first host's name. Every rank checks that its "
                                     "node has it.", pattern=r"[A-Za-z0-9._:@-]*")
-    env: Mapping[str, str] = opt(FrozenDict, "Extra environment variables for every rank.", factory=True)
+    env: Mapping[str, str] = opt(FrozenDict, "Extra environment variables for every rank (written into the plan: "
+                                             "no credentials; names like *_TOKEN, *_KEY, *PASSWORD*, *SECRET* are "
+                                             "refused -- use pass_env).", factory=True)
+    pass_env: tuple[str, ...] = opt(tuple, "Variables passed by name from the submitting environment to every rank, "
+                                           "e.g. [\"HF_TOKEN\"]: submit checks they are set; their values are never "
+                                           "written to the plan, a script, the job folder or the screen.", factory=True)
+    requeue_signal: Literal["USR1", "USR2"] = opt(
+        "USR2", "The signal Slurm sends cluster.signal_delay_s before the time limit (--signal=<it>@N): the ranks "
+                "save one checkpoint and hpcqa requeues the job. SIGTERM (preemption, scancel, the time limit) "
+                "is always a notice too: one checkpoint, then Slurm decides whether the job comes back.")
 
 
 @dataclass(frozen=True)
@@ -213,6 +224,8 @@ class TrainConfig:
     logging_steps: int = opt(10, "Log loss every N steps.", min=1)
     save_steps: int = opt(200, "Checkpoint every N steps (resume picks up the last one).", min=1)
     save_total_limit: int = opt(2, "Checkpoints kept.", min=1)
+    resume_from: str = opt("", "A checkpoint folder (checkpoint-N of an earlier job, e.g. one stopped by a preemption "
+                               "with PreemptMode=CANCEL) to continue from when this job's folder has none yet.")
     save_final_checkpoint: bool = opt(False, "Also save a full checkpoint at the last step when it isn't a multiple "
                                              "of save_steps (the Trainer's default; off: the run is over).")
     timing_warmup_steps: int = opt(2, "Steps left out of the steady train samples/s (start-up, first "
@@ -253,6 +266,9 @@ class K8sConfig:
     offline: bool = opt(True, "Pods run with HF_HUB_OFFLINE/HF_DATASETS_OFFLINE=1: everything comes from the "
                               "staged caches (`hpcqa stage`).")
     service_account: str = opt("", "Service account of the pods (empty: the namespace's default).", pattern=DNS_LABEL)
+    secret_env: Mapping[str, str] = opt(FrozenDict, "Variables the pods take from Kubernetes Secrets, NAME = "
+                                                    "\"secret-name/key\" (secretKeyRef), e.g. HF_TOKEN = "
+                                                    "\"hf/token\": the value stays in the Secret.", factory=True)
     node_selector: Mapping[str, str] = opt(FrozenDict, "Node labels the pods require, e.g. "
                                                        "{\"node.kubernetes.io/instance-type\" = \"spr\"}.", factory=True)
 
@@ -451,8 +467,31 @@ def _check_cross(cfg: Config) -> None:
                           "use -1 (epochs decide) or a positive number", src)
 
 
+CREDENTIAL = re.compile(r"(_TOKEN|_KEY)$|PASSWORD|SECRET|PASSWD|CREDENTIAL", re.I)
+ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def _check_env(cfg: Config) -> None:
+    la, src = cfg.launch, cfg.source
+    for name in la.env:
+        if CREDENTIAL.search(name):
+            raise ConfigError(f"launch.env.{name}", "looks like a credential: launch.env is written into the plan, "
+                              "the dry run and the job folder", f"remove it and set launch.pass_env = [\"{name}\"]: "
+                              "the value is then passed from your environment and never written", src)
+    for i, name in enumerate(la.pass_env):
+        if not re.fullmatch(ENV_NAME, name):
+            raise ConfigError(f"launch.pass_env[{i}]", f"{name!r} is not a variable name",
+                              "give names only, e.g. [\"HF_TOKEN\"]", src)
+    for name, ref in cfg.k8s.secret_env.items():
+        if not re.fullmatch(ENV_NAME, name) or not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[-._a-zA-Z0-9]+", ref):
+            raise ConfigError(f"k8s.secret_env.{name}", f"{name} = {ref!r}: expected NAME = \"secret-name/key\"",
+                              "e.g. HF_TOKEN = \"hf/token\" (kubectl create secret generic hf --from-literal=token=...)",
+                              src)
+
+
 def _check_k8s(cfg: Config) -> None:
     k, src = cfg.k8s, cfg.source
+    _check_env(cfg)
     for key in ("output_path", "model_cache_path", "data_cache_path"):
         if ".." in getattr(k, key).split("/"):
             raise ConfigError(f"k8s.{key}", "'..' would leave the volume", "give a path inside k8s.mount_path", src)

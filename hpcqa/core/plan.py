@@ -238,8 +238,8 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_su
         raise ConfigError("launch.ccl_workers", f"{workers} CCL workers leave no compute core for {rpd} ranks on a "
                           f"{cfg.cores_per_domain}-core {la.rank_domain}",
                           "lower launch.ccl_workers or launch.ranks_per_socket", cfg.source)
-    node = topology.declared_node(c.sockets_per_node, c.cores_per_socket, c.threads_per_core, c.numa_per_socket)
-    lay = topology.layout(node, ranks_per_node, cfg.cores_per_domain, workers, la.rank_domain, rpd)
+    lay = declared_layout(c.sockets_per_node, c.cores_per_socket, c.threads_per_core, c.numa_per_socket,
+                          ranks_per_node, cfg.cores_per_domain, workers, la.rank_domain, rpd)
     pools = list((topology.with_siblings(lay) if la.use_siblings else lay).pools)
     local_ranks = tuple(
         LocalRankPlan(local_rank=p.local_rank, cpus=p.cpus if la.bind else (),
@@ -266,6 +266,14 @@ def shape_key(cfg: Config) -> str:
              "bf16": t.bf16, "node": [c.sockets_per_node, c.cores_per_socket, c.threads_per_core,
                                       c.numa_per_socket, cfg.launch.rank_domain]}
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=256)
+def declared_layout(sockets: int, cores: int, threads: int, numa: int, ranks_per_node: int, cores_per_domain: int,
+                    workers: int, rank_domain: str, rpd: int) -> topology.Layout:
+    """The pools of the declared node (pure, so computed once per shape: a sweep's variants mostly share it)."""
+    node = topology.declared_node(sockets, cores, threads, numa)
+    return topology.layout(node, ranks_per_node, cores_per_domain, workers, rank_domain, rpd)
 
 
 # One rank per 4 cores was the fastest layout measured on a 16-core Xeon for a MiniLM-size model (4x4:

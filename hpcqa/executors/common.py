@@ -41,9 +41,12 @@ def write_plans(plans: Sequence[LaunchPlan]) -> list[Path]:
     return paths
 
 
-def write_files(files) -> None:
-    """A request's files: plan files are content-addressed (kept when present); scripts are the submission's own."""
-    for f in files:
+def write_files(request) -> None:
+    """A request's files, under a job root only its owner (and with job.group_readable its group) can enter:
+    plan files are content-addressed (kept when present); scripts are the submission's own."""
+    job = request.sweep.plans[0].config.job
+    job_root(request.sweep.plans[0]).ensure(job.group_readable)
+    for f in request.files:
         path = Path(f.path)
         if not path.exists():
             atomic_write_text(path, f.text, mode=f.mode)
@@ -75,7 +78,7 @@ def registry_row(sp: sweep.SweepPlan, plan: LaunchPlan, job_id: str, folder: Pat
 
 
 def register(plan: LaunchPlan, rows: list[dict]) -> None:
-    Registry(plan.config.job.registry or None).add_many(rows)
+    Registry(plan.config.job.registry or None, group_readable=plan.config.job.group_readable).add_many(rows)
 
 
 def report(job_id: str, jd: JobDir, state: str, plan: LaunchPlan) -> int:

@@ -48,12 +48,14 @@ class Request:
     summary: str = ""                          # one line: what this request runs
     placement: tuple[str, ...] = ()            # per variant: where it runs ("array 0: --array=0-3%2", "local ...")
     options: Mapping[str, Any] = field(default_factory=dict)  # executor-specific, decided at dry run
+    code: Any = None                           # the snapshot of hpcqa the ranks import (snapshot.Snapshot), or None
 
     def to_json(self) -> dict[str, Any]:
         return {"executor": self.executor, "submission": self.submission,
                 "files": [{"path": f.path, "mode": oct(f.mode), "bytes": len(f.text)} for f in self.files],
                 "scripts": list(self.scripts), "commands": [list(c) for c in self.commands],
-                "facts": dict(self.facts), "notes": list(self.notes)}
+                "facts": dict(self.facts), "notes": list(self.notes),
+                "code": {"path": str(self.code.path), **self.code.provenance} if self.code else None}
 
 
 @dataclass(frozen=True)

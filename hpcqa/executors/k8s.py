@@ -111,7 +111,7 @@ def node_script(plan: LaunchPlan, name: str) -> str:
 
 
 def _env(plan: LaunchPlan, name: str) -> list:
-    from kubernetes.client import V1EnvVar, V1EnvVarSource, V1ObjectFieldSelector
+    from kubernetes.client import V1EnvVar, V1EnvVarSource, V1ObjectFieldSelector, V1SecretKeySelector
     cfg = plan.config
     values = {"HF_HUB_CACHE": cfg.model.cache_dir, "HF_DATASETS_CACHE": cfg.data.cache_dir,
               "HF_HOME": posixpath.join(cfg.k8s.mount_path, "hf-home"), "HPCQA_K8S_JOB": name}
@@ -120,6 +120,10 @@ def _env(plan: LaunchPlan, name: str) -> list:
     env = [V1EnvVar(name=k, value=v) for k, v in values.items()]
     env.append(V1EnvVar(name="HPCQA_K8S_NAMESPACE", value_from=V1EnvVarSource(
         field_ref=V1ObjectFieldSelector(field_path="metadata.namespace"))))
+    for var, ref in cfg.k8s.secret_env.items():  # the value stays in the Secret; the manifest names it
+        secret, key = ref.split("/", 1)
+        env.append(V1EnvVar(name=var, value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name=secret,
+                                                                                               key=key))))
     return env
 
 

@@ -25,7 +25,7 @@ import submitit
 from hpcqa.core import states, sweep, topology
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.errors import HpcqaError, JobFailed, PlanError
-from hpcqa.executors import common
+from hpcqa.executors import common, snapshot
 from hpcqa.executors.interface import File, Live, Request, Say, Submitted, silent
 from hpcqa.rank import wrapper as rank
 from hpcqa.rank.train.job import RankJob
@@ -42,6 +42,9 @@ class Local:
     runs_here = True
     asks_slurm = False
 
+    def __init__(self, snapshot: bool = True) -> None:
+        self.snapshot = snapshot
+
     def max_array_size(self) -> int:
         return sweep.DEFAULT_MAX_ARRAY_SIZE
 
@@ -54,19 +57,23 @@ class Local:
         commands = tuple((f"{common.wrapper_python(p.python, str(path), folder)} -u -m submitit.core._submit "
                           f"{shlex.quote(folder)}",) for p, path in zip(plans, paths))
         where = "local, one after another" if sp.is_sweep else "local"
+        code = snapshot.plan(root) if self.snapshot else None
         return Request(self.name, sp, submission, tuple(File(str(path), p.dumps()) for path, p in zip(paths, plans)),
-                       commands=commands, notes=tuple(preview(plans[0])), placement=tuple(where for _ in plans))
+                       commands=commands, notes=tuple(preview(plans[0])), placement=tuple(where for _ in plans),
+                       facts=(snapshot.fact(code),), code=code)
 
     def check(self, request: Request) -> tuple[bool, str]:
         return True, "local executor: nothing to ask Slurm"
 
     def submit(self, request: Request, say: Say = silent) -> Submitted:
-        common.write_files(request.files)
+        common.write_files(request)
+        if request.code:
+            snapshot.write(request.code)
         sp = request.sweep
         if sp.is_sweep:
             return self._run_sweep(request, say)
         plan = sp.plans[0]
-        job, jd = start(plan, request.submission, cpus_for(plan, say=say))
+        job, jd = start(plan, request.submission, cpus_for(plan, say=say), request.code)
         common.register(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)])
         say(f"local job {job.job_id}: {plan.world_size} ranks, folder {jd.path}")
         for r, lr in zip(range(plan.world_size), plan.local_ranks):
@@ -93,7 +100,7 @@ class Local:
         sp = request.sweep
         sweep_id, failed, ids, folders = None, 0, [], []
         for p in sp.plans:
-            job, jd = start(p, JobRoot.new_submission(), cpus_for(p, say=say))
+            job, jd = start(p, JobRoot.new_submission(), cpus_for(p, say=say), request.code)
             sweep_id = sweep_id or f"local-{job.job_id}"
             ids.append(str(job.job_id))
             folders.append(str(jd.path))
@@ -111,9 +118,9 @@ class Local:
         return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=1 if failed else 0)
 
 
-def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None):
+def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None, code=None):
     """Start the job's controller (and so its ranks) -- on `cpus` when given: the ranks derive their
-    pools from the CPUs they may use. The plan file is already written."""
+    pools from the CPUs they may use; importing the snapshot `code` when given. The plan file is already written."""
     (path,) = common.plan_paths([plan])
     root = common.job_root(plan)
     folder = str(root.folder_pattern(submission))
@@ -121,14 +128,17 @@ def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None):
     ex.update_parameters(tasks_per_node=plan.ranks_per_node, timeout_min=plan.config.cluster.time_limit_min,
                          signal_delay_s=min(plan.config.cluster.signal_delay_s, 60))
     log = root.controller_log(submission)
-    mine = os.sched_getaffinity(0)
+    mine, saved = os.sched_getaffinity(0), dict(os.environ)
     try:
         if cpus:
             os.sched_setaffinity(0, cpus)  # inherited by the controller and its ranks
+        os.environ.update(code.env() if code else {})  # so is the environment
         with _stdio_to(log):  # the controller inherits our stdio: keep its messages off the terminal
             job = ex.submit(RankJob(str(path), plan.digest))
     finally:
         os.sched_setaffinity(0, mine)
+        os.environ.clear()
+        os.environ.update(saved)
     jd = JobDir(Path(job.paths.folder))
     jd.path.mkdir(parents=True, exist_ok=True)
     os.replace(log, jd.controller_log)  # the controller keeps writing through its open descriptor

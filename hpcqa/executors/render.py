@@ -46,7 +46,7 @@ def sbatch_directives(plan: LaunchPlan) -> list[str]:
     lines = [f"#SBATCH --job-name={p['job_name']}", f"#SBATCH --nodes={p['nodes']}",
              f"#SBATCH --ntasks-per-node={p['ntasks_per_node']}",
              f"#SBATCH --cpus-per-task={p['cpus_per_task']}", f"#SBATCH --time={p['time']}",
-             f"#SBATCH --signal=USR2@{p['signal_delay_s']}"]
+             f"#SBATCH --signal={plan.config.launch.requeue_signal}@{p['signal_delay_s']}"]
     for key in ("partition", "account", "qos", "constraint", "mem"):
         if key in p:
             lines.append(f"#SBATCH --{key}={p[key]}")
@@ -66,7 +66,7 @@ def _heredoc_delim(text: str) -> str:
 
 
 def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None = None,
-               hosts: tuple[str, ...] = ()) -> str:
+               hosts: tuple[str, ...] = (), code: tuple[str, ...] = ()) -> str:
     """The sbatch script (srun or mpirun), or with `hosts` a script for plain machines (mpirun over ssh)."""
     launcher = launcher or plan.config.launch.launcher
     python = python or plan.config.cluster.python or "python3"
@@ -81,6 +81,7 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None
         "SOURCE": plan.config.source.replace("\n", " ") or "a config",
         "SBATCH": "\n".join(sbatch_directives(plan)),
         "SETUP": setup_block(plan.config.cluster.setup),
+        "CODE": "\n".join(code) or "# code: the hpcqa installed where the ranks run",
         "JOB_ROOT": shlex.quote(root),
         "PLAN": plan_json,
         "EOF": _heredoc_delim(plan_json),
@@ -95,6 +96,7 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None
         "HOSTFILE": plain(jobdir.SCRIPT_HOSTFILE),
         "REQUEUE_FILE": plain(jobdir.REQUEUE_REQUEST),
         "MAX_REQUEUES": str(plan.config.cluster.max_requeues),
+        "REQUEUE_SIGNAL": plan.config.launch.requeue_signal,
         "HOSTS": " ".join(shlex.quote(h) for h in hosts),
         "IFACE": (f"export I_MPI_HYDRA_IFACE={shlex.quote(plan.config.launch.master_interface)}  "
                   "# launch.master_interface: hydra's own traffic on that network too"
@@ -139,14 +141,15 @@ def sbatch_flag(key: str, value: object) -> str:
     return f"#SBATCH --{key}" if value is True else f"#SBATCH --{key}={shlex.quote(str(value))}"
 
 
-def submitit_batch(plan: LaunchPlan, folder: str, command: str, tasks: int = 1, throttle: int = 0) -> str:
+def submitit_batch(plan: LaunchPlan, folder: str, command: str, tasks: int = 1, throttle: int = 0,
+                   code: tuple[str, ...] = ()) -> str:
     """The sbatch script of a job (tasks = 1) or an array whose tasks run `command` -- submitit's task runtime
     behind the rank wrapper -- under srun, one step with every rank. Written by hpcqa, submitted by hpcqa:
     the dry run shows this very text. Log names are submitit's (%j_%t_log.out/err in the job folder; an
     array's %j is %A_%a), so submitit's runtime and `hpcqa logs` find them."""
     p = plan.slurm_parameters()
     params: dict[str, object] = {k: p[k] for k in ("job_name", "nodes", "ntasks_per_node", "cpus_per_task", "time")}
-    params["signal"] = f"USR2@{p['signal_delay_s']}"
+    params["signal"] = f"{plan.config.launch.requeue_signal}@{p['signal_delay_s']}"
     for key in ("partition", "account", "qos", "constraint", "mem", "exclusive"):
         if key in p:
             params[key] = p[key]
@@ -166,5 +169,5 @@ def submitit_batch(plan: LaunchPlan, folder: str, command: str, tasks: int = 1, 
     if any(ch in line for line in setup for ch in "\n\r\0"):
         raise ValueError("a cluster.setup entry spans lines")
     lines += ["# cluster.setup, in order, before the ranks start", *setup, ""] if setup else []
-    lines += ["export SUBMITIT_EXECUTOR=slurm", f"{srun} {command}", ""]
+    lines += [*code, "export SUBMITIT_EXECUTOR=slurm", f"{srun} {command}", ""]
     return "\n".join(lines)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hpcqa.core import sweep
 from hpcqa.errors import PlanError
-from hpcqa.executors import common, render
+from hpcqa.executors import common, render, snapshot
 from hpcqa.executors.interface import File, Request, Say, Submitted, silent
 from hpcqa.executors.slurm import test_only, wait_and_report, wait_state
 from hpcqa.executors.slurmcli import Slurm
@@ -25,33 +25,39 @@ class ScriptSlurm:
     runs_here = False
     asks_slurm = True
 
-    def __init__(self, python: str | None = None, slurm: Slurm | None = None) -> None:
+    def __init__(self, python: str | None = None, slurm: Slurm | None = None, snapshot: bool = False) -> None:
         self.python = python
         self.slurm = slurm or Slurm()
+        self.snapshot = snapshot     # `submit` (mpirun): the ranks import a snapshot; `render`: the installed hpcqa
 
     def dry_run(self, sp: sweep.SweepPlan) -> Request:
         if sp.is_sweep:
             raise PlanError("a sweep runs as Slurm job arrays through submitit, not as one rendered script",
                             "submit the sweep with `hpcqa submit`; render one variant at a time")
         plan = sp.plans[0]
-        text = render.standalone(plan, plan.launcher, python=self.python or plan.python)
         root = common.job_root(plan)
+        code = snapshot.plan(root) if self.snapshot else None
+        text = render.standalone(plan, plan.launcher, python=self.python or plan.python,
+                                 code=tuple(code.shell_lines()) if code else ())
         path = root.rendered_script(plan.digest, plan.launcher)
         c = plan.config.cluster
         facts = (("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default")),
                  ("hosts", "unknown until Slurm allocates the job"),
-                 ("job folder", f"{root.path}/<cluster>-<job id> (computed by the script)"))
+                 ("job folder", f"{root.path}/<cluster>-<job id> (computed by the script)"), snapshot.fact(code))
         return Request(self.name, sp, JobRoot.new_submission(), (File(str(path), text, 0o755),), (text,),
                        (("sbatch", "--parsable", f"--output={root.script_output()}", str(path)),), facts=facts,
                        summary=f"{plan.launcher}, {plan.world_size} ranks on {plan.nodes} node(s)",
-                       placement=(f"one job, {plan.launcher} in the batch shell",))
+                       placement=(f"one job, {plan.launcher} in the batch shell",), code=code)
 
     def check(self, request: Request) -> tuple[bool, str]:
         return test_only(self.slurm, request.scripts[0])
 
     def submit(self, request: Request, say: Say = silent) -> Submitted:
         plan = request.sweep.plans[0]
-        common.write_files(request.files)
+        self.slurm.require_controller()
+        common.write_files(request)
+        if request.code:
+            snapshot.write(request.code)
         (command,) = request.commands
         job_id, cluster = self.slurm.sbatch(command)
         jd = common.job_root(plan).script_job(cluster or self.slurm.cluster_name(), job_id)

@@ -24,7 +24,7 @@ from submitit.core.utils import DelayedSubmission
 
 from hpcqa.core import states, sweep
 from hpcqa.errors import SubmitError
-from hpcqa.executors import common, render
+from hpcqa.executors import common, render, snapshot
 from hpcqa.executors.interface import File, Live, Request, Say, Submitted, silent
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.fsutil import atomic_write_text
@@ -39,8 +39,9 @@ class SubmititSlurm:
     runs_here = False
     asks_slurm = True
 
-    def __init__(self, slurm: Slurm | None = None) -> None:
+    def __init__(self, slurm: Slurm | None = None, snapshot: bool = True) -> None:
         self.slurm = slurm or Slurm()
+        self.snapshot = snapshot
 
     def max_array_size(self) -> int:
         return self.slurm.max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE)
@@ -50,6 +51,7 @@ class SubmititSlurm:
         root = common.job_root(plans0)
         submission = JobRoot.new_submission()
         folder = str(root.folder_pattern(submission))
+        code = snapshot.plan(root) if self.snapshot else None
         files, scripts, commands, placement = [], [], [], {}
         for n, (array, line) in enumerate(zip(sp.arrays, sp.array_lines())):
             plans = sp.plans_of(array)
@@ -57,7 +59,8 @@ class SubmititSlurm:
             files += [File(str(path), p.dumps()) for path, p in zip(paths, plans)]
             command = f"{common.wrapper_python(plans[0].python, common.plan_argument(paths), folder)} " \
                       f"-u -m submitit.core._submit {shlex.quote(folder)}"
-            text = render.submitit_batch(plans[0], folder, command, len(plans), sp.throttle(array))
+            text = render.submitit_batch(plans[0], folder, command, len(plans), sp.throttle(array),
+                                         tuple(code.shell_lines()) if code else ())
             script = root.batch_script(submission, n)
             files.append(File(str(script), text))
             scripts.append(text)
@@ -66,16 +69,19 @@ class SubmititSlurm:
             placement.update({v.index: f"array {n}: {line}" for v in array.variants})
         c = plans0.config.cluster
         facts = (("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default")),
-                 ("hosts", "unknown until Slurm allocates the job"))
+                 ("hosts", "unknown until Slurm allocates the job"), snapshot.fact(code))
         return Request(self.name, sp, submission, tuple(files), tuple(scripts), tuple(commands), facts=facts,
-                       placement=tuple(placement[v.index] for v in sp.variants))
+                       placement=tuple(placement[v.index] for v in sp.variants), code=code)
 
     def check(self, request: Request) -> tuple[bool, str]:
         return test_only(self.slurm, request.scripts[0])
 
     def submit(self, request: Request, say: Say = silent) -> Submitted:
         sp = request.sweep
-        common.write_files(request.files)
+        self.slurm.require_controller()
+        common.write_files(request)
+        if request.code:
+            snapshot.write(request.code)
         ids, folders, sweep_id, previous = [], [], None, None
         for n, (array, command) in enumerate(zip(sp.arrays, request.commands)):
             plans = sp.plans_of(array)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from hpcqa.core import states
-from hpcqa.errors import SubmitError
+from hpcqa.errors import SchedulerUnreachable, SubmitError
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -87,6 +87,7 @@ def scancel_argv(ids: Iterable[str]) -> list[str]:
 SHOW_CONFIG = ["scontrol", "show", "config"]
 SHOW_NODES = ["scontrol", "show", "node", "-o"]
 SINFO_VERSION = ["sinfo", "--version"]
+PING = ["scontrol", "ping"]
 SACCT_PROBE = ["sacct", "-n", "-X", "-S", "now", "-o", "JobID"]
 
 
@@ -312,6 +313,20 @@ class Slurm:
         if proc.returncode != 0:
             return [], proc.stderr.strip() or proc.stdout.strip()
         return parse_nodes(proc.stdout), ""
+
+    def ping(self) -> tuple[bool, str]:
+        """Is the controller answering? (`scontrol ping`: "Slurmctld(primary) at HOST is UP")"""
+        proc = self.run(PING)
+        text = first_line(proc.stdout) or first_line(proc.stderr)
+        return proc.returncode == 0 and " is UP" in proc.stdout, text
+
+    def require_controller(self) -> None:
+        """Before anything is written or submitted: a controller that doesn't answer is one line, exit 2."""
+        ok, text = self.ping()
+        if not ok:
+            raise SchedulerUnreachable(f"Slurm's controller is not answering ({text or 'scontrol ping failed'}): "
+                                       "nothing was submitted", "try again when it is back (scontrol ping); "
+                                       "`hpcqa status` keeps reading accounting and the jobs' files meanwhile")
 
     def version(self) -> tuple[bool, str]:
         proc = self.run(SINFO_VERSION)

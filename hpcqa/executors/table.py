@@ -27,9 +27,10 @@ from hpcqa.executors.slurmcli import Slurm
 MODES = ("submit", "script", "hosts")
 
 EXECUTORS: Mapping[tuple[str, str, str], Callable[..., Executor]] = {
-    ("local", "local", "submit"): lambda **o: local.Local(),
-    ("slurm", "srun", "submit"): lambda slurm=None, **o: submitit_slurm.SubmititSlurm(slurm),
-    ("slurm", "mpirun", "submit"): lambda slurm=None, python=None, **o: script.ScriptSlurm(python, slurm),
+    ("local", "local", "submit"): lambda snapshot=True, **o: local.Local(snapshot),
+    ("slurm", "srun", "submit"): lambda slurm=None, snapshot=True, **o: submitit_slurm.SubmititSlurm(slurm, snapshot),
+    ("slurm", "mpirun", "submit"): lambda slurm=None, python=None, snapshot=True, **o: script.ScriptSlurm(python, slurm,
+                                                                                                        snapshot),
     ("slurm", "srun", "script"): lambda slurm=None, python=None, **o: script.ScriptSlurm(python, slurm),
     ("slurm", "mpirun", "script"): lambda slurm=None, python=None, **o: script.ScriptSlurm(python, slurm),
     ("slurm", "mpirun", "hosts"): lambda hosts=(), python=None, **o: plain.Hosts(hosts, python),
@@ -44,7 +45,8 @@ VERBS: Mapping[str, Callable[[Slurm | None], JobVerbs]] = {
 
 def choose(plan: LaunchPlan, mode: str = "submit", **options: Any) -> Executor:
     """The executor for this plan: `mode` is submit (hpcqa submit, the API, sweeps, tune), script (render) or
-    hosts (render --hosts); options: python (the nodes' interpreter for scripts), hosts, slurm (a Slurm)."""
+    hosts (render --hosts); options: python (the nodes' interpreter for scripts), hosts, slurm (a Slurm), snapshot
+    (submit: the ranks import a snapshot of hpcqa, not the live tree; default True)."""
     key = (plan.executor, plan.launcher, mode)
     if key not in EXECUTORS:
         raise PlanError(f"no executor runs a {plan.executor} plan with launcher {plan.launcher} ({mode})",

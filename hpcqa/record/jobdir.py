@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -110,6 +111,12 @@ class JobRoot:
     def of(cls, output_dir: str, name: str) -> "JobRoot":
         return cls(Path(root_path(output_dir, name)).absolute())
 
+    def ensure(self, group_readable: bool = False) -> None:
+        """Create the job root: its owner's, and its group's to read where asked; nobody else enters it (plans,
+        logs and results inside are written with the usual umask)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.path, 0o750 if group_readable else 0o700)
+
     def folder_pattern(self, submission: str) -> Path:
         """submitit's folder argument: <job id>-<submission>. Job ids repeat (a reset controller,
         several clusters on one filesystem); the submission token, picked per `submit`, does not."""
@@ -141,6 +148,14 @@ class JobRoot:
     def script_job(self, cluster: str, job_id: str) -> "JobDir":
         """A rendered script's job folder: <cluster>-<job id> (the script computes the same)."""
         return JobDir(self.path / f"{cluster}-{job_id}")
+
+    def code(self, digest: str) -> Path:
+        """A snapshot of the hpcqa package a submission ran with (content-addressed: a sweep's tasks share it)."""
+        return self.path / "code" / digest
+
+    @staticmethod
+    def code_provenance(snapshot: Path) -> Path:
+        return snapshot / "provenance.json"
 
     def plan_group(self, digest: str) -> Path:
         return self.path / "plans" / digest
@@ -220,6 +235,35 @@ class JobDir:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    @staticmethod
+    def checkpoint_marker(checkpoint: Path) -> Path:
+        """Written (atomically) once every rank has saved its part of a checkpoint: without it, the folder is not
+        a checkpoint, whatever else is in it (a kill or a full disk during the save)."""
+        return checkpoint / "hpcqa-complete.json"
+
+    def usable_checkpoints(self) -> tuple[list[Path], list[tuple[Path, str]]]:
+        """The Trainer's checkpoint-N folders, newest first: (complete and readable, [(damaged, why)]). Pure reading."""
+        if not self.checkpoints.is_dir():
+            return [], []
+        found = [p for p in self.checkpoints.iterdir() if p.is_dir() and re.fullmatch(r"checkpoint-\d+", p.name)]
+        good, bad = [], []
+        for p in sorted(found, key=lambda p: int(p.name.split("-")[1]), reverse=True):
+            state = read_json(p / "trainer_state.json")
+            if not (self.checkpoint_marker(p)).is_file():
+                bad.append((p, "incomplete: no completion mark (the save was interrupted)"))
+            elif not isinstance(state, dict) or "global_step" not in state:
+                bad.append((p, "unreadable trainer_state.json"))
+            else:
+                good.append(p)
+        return good, bad
+
+    @staticmethod
+    def set_aside(checkpoint: Path, attempt: int) -> Path:
+        """Rename a damaged checkpoint out of the Trainer's sight (kept for a look, never deleted)."""
+        aside = checkpoint.with_name(f"{checkpoint.name}.damaged-{attempt}")
+        os.replace(checkpoint, aside)
+        return aside
 
     @property
     def controller_log(self) -> Path:
@@ -313,6 +357,13 @@ class JobDir:
     def attempts(self) -> list[int]:
         """Earlier attempts whose files were kept."""
         return sorted(int(p.name.split("-")[1]) for p in self.ranks.glob("attempt-*")) if self.ranks.is_dir() else []
+
+    def notices(self, rank: int = 0) -> list[dict]:
+        """The stops on a notice (SIGTERM, the requeue signal) of every attempt, oldest first, from `rank`'s reports:
+        which signal, at which step, which checkpoint it saved."""
+        reports = [read_json(self.attempt_dir(a) / self.rank_report(rank).name) for a in self.attempts()]
+        reports.append(read_json(self.rank_report(rank)))
+        return [rep["notice"] for rep in reports if isinstance(rep, dict) and isinstance(rep.get("notice"), dict)]
 
     def mark_cancelled(self, why: str) -> None:
         atomic_write_text(self.cancel_marker, why + "\n")

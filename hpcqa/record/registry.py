@@ -81,7 +81,7 @@ class Registry:
     """Opening checks the file: a directory, an empty file or one that isn't a job registry is an
     error naming the file and the fix (RegistryError, exit 2), never a traceback or "no jobs"."""
 
-    def __init__(self, path: str | Path | None = None, create: bool = True) -> None:
+    def __init__(self, path: str | Path | None = None, create: bool = True, group_readable: bool = False) -> None:
         self.path = resolve_path(str(path) if path else None)
         if self.path.is_dir():
             raise RegistryError(f"job registry {self.path} is a directory",
@@ -94,7 +94,7 @@ class Registry:
             return
         try:
             if not self.exists:
-                _create(self.path)
+                _create(self.path, 0o640 if group_readable else 0o600)
             self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
             self.db.execute("PRAGMA busy_timeout = 30000")
             self.db.execute("PRAGMA journal_mode = WAL")
@@ -175,7 +175,7 @@ class Registry:
                       final=bool(d["final"]), exit_code=d["exit_code"], elapsed=d["elapsed"])
 
 
-def _create(path: Path) -> None:
+def _create(path: Path, mode: int = 0o600) -> None:
     """A new registry appears whole: built aside, then published with link(), which never replaces a
     registry another process published first (so nobody ever sees a half-made, 0-byte file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -183,6 +183,7 @@ def _create(path: Path) -> None:
     db = sqlite3.connect(str(tmp))
     db.executescript(SCHEMA)
     db.close()
+    os.chmod(tmp, mode)  # SQLite gives its -wal and -shm files the database's mode
     try:
         os.link(tmp, path)
     except FileExistsError:

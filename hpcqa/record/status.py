@@ -38,6 +38,10 @@ class JobView:
     reason: str = ""                  # why a PENDING job waits (squeue %r)
     nodelist: str = ""
     ranks: list[dict] = field(default_factory=list)   # detail view: each rank's report (host, CPUs, usage)
+    attempts: list[int] = field(default_factory=list)  # detail view: earlier attempts whose files were kept
+    notices: list[dict] = field(default_factory=list)  # detail view: stops on SIGTERM / the requeue signal
+    failed: list[dict] = field(default_factory=list)   # detail view: failing ranks, causes first
+    logs: list[Path] = field(default_factory=list)     # detail view: the ranks' logs (stderr)
     usage: dict | None = None         # detail view: CPU efficiency and peak memory (sacct, or the ranks' own)
 
     def to_json(self) -> dict:
@@ -77,6 +81,8 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
         if ids:
             v.outputs = [(label, str(p)) for label, p in jd.outputs(v.results)]
             v.ranks = [rep for k in range(r.world_size) if (rep := jd.read_report(k))]
+            v.attempts, v.notices, v.failed = jd.attempts(), jd.notices(), jd.failed_ranks()
+            v.logs = [p for k in range(r.world_size) if (p := jd.log(k)) is not None]
         if states.succeeded(state) and not v.results:
             v.notes.append("no results file")
         views.append(v)
@@ -111,7 +117,8 @@ def attempt_text(v: JobView) -> str:
     if not n:
         return ""
     step = r.get("resumed_from_step")
-    return f"requeued {n}x" + (f", resumed from step {step}" if step else "")
+    why = ", ".join(f"{x['signal']} at step {x['step']}" for x in r.get("notices") or [])
+    return f"requeued {n}x" + (f" ({why})" if why else "") + (f", resumed from step {step}" if step else "")
 
 
 def progress_text(v: JobView, now: float | None = None) -> str:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hpcqa.record import status
-from hpcqa.record.jobdir import JobDir
 from hpcqa.record.status import JobView
 from hpcqa.core import states
 from rich import box
@@ -138,14 +137,13 @@ def _eff(x: float | None) -> str:
 def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     """(label, text) rows of `hpcqa status JOB`."""
     now = now or time.time()
-    jd = JobDir(Path(v.folder))
     rows = [("state", v.state + (f" -- waiting: {v.reason}" if v.reason else "") +
              (f" (exit {v.exit_code})" if v.exit_code and v.exit_code != "0:0" else "")),
             ("job", f"{v.name} ({v.executor}), {v.world_size} rank(s) on {v.nodes} node(s)"
              + (f": {v.nodelist}" if v.nodelist else "")),
             ("elapsed", v.elapsed or (status._dur((v.results or {})["wall_time_s"]) + " (the ranks' wall time)"
                                       if (v.results or {}).get("wall_time_s") else "-"))]
-    attempts = jd.attempts()
+    attempts = v.attempts
     again = status.attempt_text(v)
     if len(attempts) > 1 or again:
         rows.append(("attempts", f"{max(len(attempts), 1)}" + (f" ({again})" if again else "")))
@@ -159,7 +157,18 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
         if p.get("updated"):
             text += f" (updated {int(now - p['updated'])} s ago)"
         rows.append(("progress", text))
-    failed = jd.failed_ranks()
+    code = (v.results or {}).get("code") or next((rep.get("code") for rep in v.ranks if rep.get("code")), None)
+    if code:
+        rows.append(("code", ("snapshot " + str(code.get("digest", "?")) + ", " if code.get("snapshot") else "")
+                     + f"hpcqa {code.get('version', '?')}, {code.get('describe', '?')}"))
+    stops = v.notices
+    if stops and not v.results:
+        last = stops[-1]
+        rows.append(("stopped", f"{last['signal']} at step {last['step']} (attempt {last['attempt']}): checkpoint "
+                                f"{last['checkpoint']}"))
+        if states.is_final(v.state):
+            rows.append(("continue", f"hpcqa submit CONFIG --set train.resume_from={last['checkpoint']}"))
+    failed = v.failed
     if failed:
         f = failed[0]
         rows.append(("first failure", f"rank {f['rank']} on {f.get('host', '?')}: {f['error']}"))
@@ -171,7 +180,7 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
         rows.append((f"rank {rep.get('rank')}", f"{rep.get('host', '?')}, CPUs {cpu_list(rep.get('cpus') or []) or '-'}"
                      + (f", CPU efficiency {_eff(u.get('cpu_efficiency'))}, peak {_mb(u.get('max_rss_bytes'))}"
                         if u else "")))
-    logs = [p for k in range(v.world_size) if (p := jd.log(k)) is not None]
+    logs = v.logs
     if logs:
         rows.append(("logs", f"{len(logs)} rank log(s), e.g. {logs[0].name}: hpcqa logs {v.id} [--rank N]"))
     folder = dict(v.outputs).get("folder", v.folder)

@@ -12,8 +12,10 @@ trainer -> train -> evaluate -> results.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import shutil
 import platform
 import socket
 import sys
@@ -25,7 +27,7 @@ from typing import Any, Callable
 
 from hpcqa.core import topology
 from hpcqa.errors import HpcqaError, RankError
-from hpcqa.record.jobdir import JobDir, write_json
+from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
 from hpcqa.core.plan import Backend, LaunchPlan
 from hpcqa.record.caches import Caches
 from hpcqa.rank.train import metrics
@@ -136,47 +138,74 @@ def attempt() -> int:
 
 
 class _Stop:
-    """SIGUSR2 (preemption or the time limit coming: --signal=USR2@N) only raises a flag; every rank
-    checks it at each step boundary through one collective, so all stop after the same step, save one
-    checkpoint together, and no rank waits in an all-reduce for a peer that left."""
+    """Notices only raise a flag: SIGTERM (Slurm's preemption notice, scancel, the time limit; a pod's eviction)
+    and the requeue signal (launch.requeue_signal, USR2 by default: --signal=USR2@N before the time limit). Every
+    rank checks the flag at each step boundary through one collective, so all stop after the same step, save one
+    checkpoint together, and no rank waits in an all-reduce for a peer that left. The collective also agrees on
+    the kind: SIGTERM anywhere wins, because then Slurm, not hpcqa, decides whether the job comes back."""
+
+    TERM, REQUEUE = 2, 1
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.kind = 0
         self.previous: Any = None
         self.agreed_at: int | None = None
 
-    def install(self) -> None:
-        self.previous = signal.getsignal(signal.SIGUSR2)  # submitit's checkpoint-and-requeue, if any
-        signal.signal(signal.SIGUSR2, self._raise_flag)
+    def install(self, requeue_signal: str = "USR2") -> None:
+        # submitit's checkpoint-and-requeue listens on USR2; kept to be called once the checkpoint is saved
+        self.previous = signal.getsignal(signal.SIGUSR2)
+        self.requeue = getattr(signal, f"SIG{requeue_signal}")
+        for sig in {self.requeue, signal.SIGTERM}:
+            signal.signal(sig, self._raise_flag)
 
     def _raise_flag(self, signum, frame) -> None:
-        self.signum = signum
+        kind = self.TERM if signum == signal.SIGTERM else self.REQUEUE
+        if kind > self.kind:
+            self.signum, self.kind = signum, kind
 
     def agreed(self, world: int) -> bool:
-        flag = 1 if self.signum is not None else 0
+        flag = self.kind
         if world > 1:
             import torch
             import torch.distributed as dist
             t = torch.tensor([flag], dtype=torch.int32)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             flag = int(t.item())
+        self.kind = flag
         return bool(flag)
+
+    @property
+    def name(self) -> str:
+        return "SIGTERM" if self.kind == self.TERM else signal.Signals(self.requeue).name
 
 
 STOP = _Stop()
+# After a SIGTERM checkpoint a Slurm rank waits to be killed: Slurm ends the job its own way (the grace time's
+# SIGKILL then a requeue for PreemptMode=REQUEUE; CANCELLED for scancel; TIMEOUT) -- a job that exited by
+# itself during the grace time would count as ended, and a preempted one would not come back.
+TERM_WAIT_S = 900
 
 
-def requeue_after_checkpoint(r: Rank, step: int) -> dict:
-    """The checkpoint of `step` is saved on every rank: hand over to submitit's handler (global rank 0
-    requeues the job; the rerun resumes from that checkpoint). Other ranks wait to be stopped."""
-    r.save_report(status="checkpointed for requeue", stopped_at_step=step, stopped_at=time.time())
-    r.log(f"signal received: checkpoint of step {step} saved; requeueing")
+def stop_after_checkpoint(r: Rank, step: int) -> dict:
+    """The checkpoint of `step` is saved on every rank. A requeue signal: hpcqa requeues (submitit's handler:
+    global rank 0 requeues; a rendered script or a pod: the script / the operator). SIGTERM: Slurm decides."""
+    notice = {"signal": STOP.name, "step": step, "attempt": attempt(), "time": time.time(),
+              "checkpoint": str(r.jd.checkpoints / f"checkpoint-{step}")}
+    r.save_report(status=f"checkpointed on {STOP.name}", stopped_at_step=step, stopped_at=time.time(), notice=notice)
+    if STOP.kind == STOP.TERM and os.environ.get("HPCQA_REQUEUE") != "pod":
+        r.log(f"SIGTERM (preemption, scancel or the time limit): checkpoint of step {step} saved; Slurm decides "
+              "what follows (PreemptMode=REQUEUE brings the job back, a cancel ends it)")
+        if os.environ.get("SLURM_JOB_ID"):
+            time.sleep(TERM_WAIT_S)
+        raise RankStopped(f"stopped at step {step} on SIGTERM; checkpoint saved ({notice['checkpoint']})")
+    r.log(f"{STOP.name} received: checkpoint of step {step} saved; requeueing")
     if os.environ.get("HPCQA_REQUEUE") in ("script", "pod"):  # the job script requeues (a pod: is restarted)
         if r.rank == 0:
             write_json(r.jd.requeue_request(attempt()), {"step": step, "time": time.time()})
         return {"rank": r.rank, "stopped_at_step": step, "requeue": "asked of the job script"}
     if callable(STOP.previous):
-        STOP.previous(STOP.signum or signal.SIGUSR2, None)  # rank 0: checkpoint pickle, scontrol requeue, exit
+        STOP.previous(signal.SIGUSR2, None)  # rank 0: checkpoint pickle, scontrol requeue, exit
     if r.rank != 0:
         time.sleep(300)  # the requeue ends this step; a rank 0 that couldn't requeue ends it too
     raise RankStopped(f"stopped at step {step} on a signal; checkpoint saved (no scheduler to requeue it)")
@@ -223,7 +252,20 @@ def startup_report(plan: LaunchPlan, jd: JobDir) -> dict:
         "ld_preload": e.get("LD_PRELOAD", ""), "versions": _versions(torch), "warnings": _binding_warnings(torch),
         "started": time.time(), "job_dir": str(jd.path), "plan_digest": plan.digest,
         "variant": dict(plan.variant), "variant_index": plan.variant_index,
+        # launch.pass_env: whether each name arrived (its value is never recorded)
+        "passed_env": {name: name in e for name in plan.config.launch.pass_env},
+        "code": code_provenance(e),
     }
+
+
+def code_provenance(env) -> dict:
+    """Which hpcqa this rank imported: the submission's snapshot (its provenance), or the live tree."""
+    here = str(Path(__file__).resolve().parents[2])
+    snap = env.get("HPCQA_CODE")
+    if snap:
+        got = read_json(JobRoot.code_provenance(Path(snap)))
+        return {**(got if isinstance(got, dict) else {}), "imported_from": here, "snapshot": snap}
+    return {"imported_from": here, "snapshot": None, "describe": "the live tree (no snapshot)"}
 
 
 def _ints(text: str | None) -> list[int]:
@@ -272,7 +314,7 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     trainer = build_trainer(r, args, model, data, optimizers)
     train_out, resumed_from, train_time = train(r, trainer, jd)
     if STOP.agreed_at is not None:
-        return requeue_after_checkpoint(r, trainer.state.global_step)
+        return stop_after_checkpoint(r, trainer.state.global_step)
     cfg = plan.config.train
     timing = trainer.hpcqa_timer.summary(cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * r.world)
     timing.update(train_runtime_s=train_time, trainer_samples_per_second=train_out.metrics.get("train_samples_per_second"),
@@ -314,8 +356,12 @@ def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     report["main_thread"] = main_thread
     report["attempt"] = attempt()
     jd.begin_attempt(report["rank"], report["attempt"])
-    STOP.install()
+    STOP.install(plan.config.launch.requeue_signal)
     r = Rank(plan, jd, report, _logger(report["rank"]))
+    missing = [name for name, there in report["passed_env"].items() if not there]
+    if missing:
+        report["warnings"].append(f"launch.pass_env: {', '.join(missing)} did not reach this rank (a site default "
+                                  "of sbatch --export=NONE, or not set where the job was submitted)")
     for w in report["warnings"]:
         r.log(f"WARNING: {w}")
     r.log(f"attempt {report['attempt']} starts")  # `hpcqa logs` shows a log from its attempt's start
@@ -458,7 +504,8 @@ def build_trainer(r: Rank, args, model, data: dict, optimizers: tuple):
 
     tc = r.plan.config.train
     timer = _StepTimer(TrainerCallback, tc.timing_warmup_steps, r)
-    callbacks = [timer, _FinalSave(tc.save_final_checkpoint, TrainerCallback), _StopOnSignal(TrainerCallback, r)]
+    callbacks = [timer, _FinalSave(tc.save_final_checkpoint, TrainerCallback), _StopOnSignal(TrainerCallback, r),
+                 _MarkComplete(TrainerCallback, r)]
     if r.rank == 0:
         callbacks.append(_ProgressCallback(r.jd.progress, r.t_start, TrainerCallback))
         board = tensorboard_callback(r)
@@ -527,15 +574,63 @@ def _QATrainer(base, r: Rank, data: dict):
 
 
 def train(r: Rank, trainer, jd: JobDir):
-    """Train, resuming from the last checkpoint in the job folder (what a requeue does)."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    last = get_last_checkpoint(str(jd.checkpoints)) if jd.checkpoints.is_dir() else None
+    """Train, resuming from the newest complete checkpoint in the job folder (what a requeue does)."""
+    last = resume_point(r, jd)
+    wanted = r.plan.config.train.resume_from
+    if not last and wanted:
+        if not Path(wanted, "trainer_state.json").is_file():
+            raise RankError(f"train.resume_from = {wanted!r} is not a Trainer checkpoint (no trainer_state.json)",
+                            "point it at a checkpoint-N folder (hpcqa status JOB names the stopped job's)")
+        last = wanted
     if last and r.rank == 0:
         r.log(f"resuming from {last}")
     t0 = time.time()
-    out = trainer.train(resume_from_checkpoint=last)
+    try:
+        out = trainer.train(resume_from_checkpoint=last)
+    except Exception as e:  # torch.save says RuntimeError, safetensors SafetensorError, plain writes OSError
+        full = disk_full(jd, e)
+        if full:
+            raise full from None
+        raise
     return out, last, time.time() - t0
+
+
+def resume_point(r: Rank, jd: JobDir) -> str | None:
+    """The newest checkpoint that is complete (every rank's part saved: the mark) and readable. Damaged ones are set
+    aside with a warning naming them, once every rank has chosen (all choose the same, from the same files)."""
+    good, bad = jd.usable_checkpoints()
+    _barrier(r)
+    if r.rank == 0:
+        for path, why in bad:
+            aside = jd.set_aside(path, attempt())
+            r.log(f"WARNING: checkpoint {path} set aside ({why}): now {aside.name}")
+            r.report["warnings"].append(f"checkpoint {path.name} set aside: {why}")
+        if bad:
+            r.save_report()
+    return str(good[0]) if good else None
+
+
+def _barrier(r: Rank) -> None:
+    if r.world > 1:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+
+
+def disk_full(jd: JobDir, e: BaseException) -> RankError | None:
+    """A save that failed because the disk filled up: one line naming the checkpoint and the free space."""
+    where = jd.checkpoints if jd.checkpoints.is_dir() else jd.path
+    free = shutil.disk_usage(where).free
+    nospace = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left" in str(e) or (
+        "write" in str(e).lower() and free < 1 << 20)
+    if not nospace:
+        return None
+    good, bad = jd.usable_checkpoints()
+    saving = bad[0][0] if bad else where
+    kept = f"the last complete checkpoint, {good[0].name}, is kept and a requeue resumes from it" if good else \
+        "no complete checkpoint yet"
+    return RankError(f"disk full while saving {saving}: {free / 2 ** 20:.1f} MiB free on {where}",
+                     f"free space there, or set job.output_dir on a larger filesystem; {kept}")
 
 
 def _split_index(data: dict, split: str) -> dict:
@@ -630,6 +725,7 @@ def write_results(r: Rank, result: dict, data: dict, train_out, timing: dict, re
         versions=rep["versions"], weights_digest=digest, finished_at=time.time(), plan_digest=r.plan.digest,
         variant=dict(r.plan.variant), attempt=rep["attempt"], requeues=rep["attempt"],
         resumed_from_step=int(resumed_from.rsplit("-", 1)[1]) if resumed_from else None,
+        notices=r.jd.notices(), code=rep.get("code"),
         max_seq_length=data["max_seq_length"], tensorboard=rep.get("tensorboard"), warnings=rep["warnings"])
     write_json(r.jd.results, result)
     r.log(f"done: EM {result.get('exact_match', float('nan')):.2f}  F1 {result.get('f1', float('nan')):.2f}  "
@@ -733,6 +829,22 @@ def _FinalSave(wanted: bool, base):
                 control.should_save = False
 
     return FinalSave()
+
+
+def _MarkComplete(base, r: Rank):
+    class MarkComplete(base):
+        """After a checkpoint is saved, every rank has written its part (model, optimizer, its RNG state) once all
+        pass the barrier: then rank 0 marks the folder complete. A folder without the mark is not resumed from."""
+
+        def on_save(self, args, state, control, **kw):
+            _barrier(r)
+            if r.rank == 0:
+                path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                if path.is_dir():
+                    write_json(r.jd.checkpoint_marker(path), {"step": state.global_step, "time": time.time(),
+                                                              "world_size": r.world, "attempt": attempt()})
+
+    return MarkComplete()
 
 
 def thread_census(pid: int | None = None) -> list[dict]:

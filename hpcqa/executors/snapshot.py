@@ -1,0 +1,103 @@
+"""A job runs the code it was submitted with: at submit, hpcqa copies its own package into the job root,
+content-addressed (<root>/code/<digest>/hpcqa/...: a sweep's tasks and every requeued attempt share one copy), and
+the ranks import from it (PYTHONPATH first, PYTHONSAFEPATH=1 so the working directory -- often the checkout being
+edited -- is not put in front). What the copy was made from is recorded next to it (provenance.json): hpcqa's
+version, the git commit and whether the tree was dirty when run from a checkout, the Python that submitted it.
+`submit --no-snapshot` leaves the ranks on the live tree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from hpcqa.record.jobdir import JobRoot, write_json
+from hpcqa.version import __version__
+
+PACKAGE = Path(__file__).resolve().parent.parent   # the hpcqa package this process runs
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    digest: str
+    path: Path                      # <root>/code/<digest>: PYTHONPATH entry (holds the hpcqa package)
+    source: Path                    # the package it copies
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        """What the ranks' environment gets (the existing PYTHONPATH stays behind the snapshot)."""
+        return {"PYTHONPATH": os.pathsep.join([str(self.path), *filter(None, [os.environ.get("PYTHONPATH", "")])]),
+                "PYTHONSAFEPATH": "1", "HPCQA_CODE": str(self.path)}
+
+    def shell_lines(self) -> list[str]:
+        """The same for a batch script (the job's PYTHONPATH stays behind the snapshot)."""
+        q = shlex.quote(str(self.path))
+        return [f"# hpcqa {self.provenance.get('version')} as submitted ({self.provenance.get('describe')}): "
+                "the ranks import this copy, not the live tree",
+                f'export PYTHONPATH={q}"${{PYTHONPATH:+:$PYTHONPATH}}" PYTHONSAFEPATH=1 HPCQA_CODE={q}']
+
+
+def fact(snap: Snapshot | None) -> tuple[str, str]:
+    """The dry run's line about the code the ranks will run."""
+    if snap is None:
+        return "code", "the live tree (submit --no-snapshot): the ranks import whatever hpcqa is there when they start"
+    return "code", f"{snap.path} (snapshot of {snap.source}: hpcqa {snap.provenance.get('version')}, " \
+                   f"{snap.provenance.get('describe')})"
+
+
+def files(package: Path = PACKAGE) -> list[Path]:
+    return sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def content_digest(package: Path = PACKAGE) -> str:
+    h = hashlib.sha256()
+    for p in files(package):
+        h.update(str(p.relative_to(package)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def provenance(package: Path = PACKAGE) -> dict[str, Any]:
+    out: dict[str, Any] = {"version": __version__, "python": sys.version.split()[0], "source": str(package)}
+    git = shutil.which("git")
+    top = package.parent
+    if git and (top / ".git").exists():
+        run = lambda *a: subprocess.run([git, "-C", str(top), *a], capture_output=True, text=True, timeout=10)  # noqa: E731
+        head = run("rev-parse", "HEAD")
+        if head.returncode == 0:
+            dirty = run("status", "--porcelain", "--", "hpcqa")
+            out.update(commit=head.stdout.strip(), dirty=bool(dirty.stdout.strip()))
+    out["describe"] = (f"git {out['commit'][:12]}" + (" + uncommitted changes" if out.get("dirty") else "")
+                       if out.get("commit") else "not a git checkout")
+    return out
+
+
+def plan(root: JobRoot, package: Path = PACKAGE) -> Snapshot:
+    """Where this package's snapshot goes (nothing is written: the dry run shows it)."""
+    digest = content_digest(package)
+    return Snapshot(digest, root.code(digest), package, {**provenance(package), "digest": digest})
+
+
+def write(snap: Snapshot) -> Path:
+    """Copy the package (once per digest: built aside, then renamed into place)."""
+    if snap.path.exists():
+        return snap.path
+    snap.path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{snap.digest}-", dir=snap.path.parent))
+    for src in files(snap.source):
+        dst = tmp / "hpcqa" / src.relative_to(snap.source)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    write_json(JobRoot.code_provenance(tmp), dict(snap.provenance))
+    try:
+        os.rename(tmp, snap.path)
+    except OSError:  # another submission published the same digest first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return snap.path

@@ -1,0 +1,190 @@
+"""Real preemption on a real Slurm 22.05, configured as production clusters run it: partitions low (default) and high,
+PreemptType=preempt/partition_prio, PreemptMode=REQUEUE, GraceTime=15 on low. A real preemptor job in the high
+partition takes the node; Slurm delivers the notice (SIGCONT + SIGTERM, SIGKILL when the grace time ends) and
+requeues the victim. Nothing here sends a signal by hand."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import slurm_cluster
+from tests.conftest import run_cli
+from tests.test_slurm import TINY, status, submit, wait_state
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+GRACE_S = 15
+STEPS = 200
+LONG = ["--set", f"train.max_steps={STEPS}", "--set", "train.save_steps=100000", "--set", "train.do_eval=false",
+        "--set", "train.logging_steps=5"]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    yield from slurm_cluster.cluster(tmp_path_factory, nodes=1, accounting=True, preempt="requeue",
+                                     grace_time=GRACE_S)
+
+
+def _slurm(env, *argv) -> subprocess.CompletedProcess:
+    r = subprocess.run(list(argv), capture_output=True, text=True, env={**os.environ, **env}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def _training(env, tmp_path, step: int = 8) -> tuple[str, Path]:
+    """A job in the low partition, running and past `step`."""
+    r = submit(env, tmp_path, *LONG, wait=False)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().splitlines()[-1]
+    folder = Path(wait_state(env, job_id, {"RUNNING"})["folder"])
+    _step_reached(folder, step)
+    return job_id, folder
+
+
+def _preemptor(env) -> str:
+    """A real job in the high partition that needs the victim's cores."""
+    r = _slurm(env, "sbatch", "--parsable", "-p", "high", "-N1", "-n2", "--wrap", "sleep 5")
+    return r.stdout.strip().split(";")[0]
+
+
+def _step_reached(folder: Path, step: int, timeout: float = 180) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        p = json.loads((folder / "progress.json").read_text()) if (folder / "progress.json").exists() else {}
+        if p.get("step", 0) >= step:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{folder} never reached step {step}")
+
+
+def test_preemption_and_an_edited_checkout(slurm, tmp_path):
+    """One job meets both faults as a user would: submitted from a checkout while the node is busy, the checkout is
+    then broken (a syntax error in the rank wrapper) before the job starts; running, it is preempted by a real
+    high-priority job. It checkpoints once, is requeued by Slurm, resumes at that step, and completes -- on the
+    submitted code in both attempts. A --no-snapshot job from the same checkout runs the broken tree and fails."""
+    co = _checkout_copy(tmp_path)
+    blocker = _slurm(slurm, "sbatch", "--parsable", "-N1", "-n2", "--wrap", "sleep 300").stdout.strip()
+    job_id = _submit_from(slurm, co, tmp_path / "a", *LONG)
+    live_id = _submit_from(slurm, co, tmp_path / "b", "--set", "train.max_steps=3", "--no-snapshot")
+    assert status(slurm, job_id)[job_id]["state"] == "PENDING"
+    (co / "hpcqa" / "rank" / "wrapper.py").write_text("this is not python (\n")
+    _slurm(slurm, "scancel", blocker)
+    folder = Path(wait_state(slurm, job_id, {"RUNNING"}, timeout=120)["folder"])
+    _step_reached(folder, 8)
+    _preemptor(slurm)
+    j = wait_state(slurm, job_id, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=480)
+    assert j["state"] == "COMPLETED", j
+    res = json.loads((folder / "results.json").read_text())
+    assert res["global_steps"] == STEPS and res["requeues"] >= 1
+    (notice, *_) = res["notices"]
+    assert notice["signal"] == "SIGTERM" and notice["attempt"] == 0
+    # one checkpoint at the step the ranks agreed on, and the rerun started there: nothing redone
+    assert res["resumed_from_step"] == notice["step"] and notice["checkpoint"].endswith(f"checkpoint-{notice['step']}")
+    first = json.loads((folder / "ranks" / "attempt-0" / "rank-0.json").read_text())
+    assert first["stopped_at_step"] == notice["step"] and first["status"] == "checkpointed on SIGTERM"
+    log = (folder / f"{job_id}_0_log.err").read_text()
+    assert "SIGTERM (preemption, scancel or the time limit): checkpoint of step" in log
+    assert "Bypassing signal SIGTERM" not in log
+    # the submitted code, in both attempts
+    assert res["code"]["snapshot"] and res["code"]["describe"] == "not a git checkout"
+    assert first["code"]["digest"] == res["code"]["digest"] and res["code"]["imported_from"].startswith(
+        res["code"]["snapshot"])
+    assert wait_state(slurm, live_id, {"COMPLETED", "FAILED"}, timeout=300)["state"] == "FAILED"
+    detail = run_cli("status", job_id, env={**slurm, "COLUMNS": "200"}).stdout
+    assert f"SIGTERM at step {notice['step']}" in detail and f"resumed from step {notice['step']}" in detail, detail
+    assert f"snapshot {res['code']['digest']}" in detail, detail
+
+
+def test_a_cancel_ends_the_job_it_does_not_come_back(slurm, tmp_path):
+    job_id, folder = _training(slurm, tmp_path)
+    r = run_cli("cancel", job_id, env=slurm)
+    assert r.returncode == 0, r.stderr
+    assert wait_state(slurm, job_id, {"CANCELLED"}, timeout=60)["state"] == "CANCELLED"
+    time.sleep(8)   # a requeue would show by now (the state, and a second attempt's start in the log)
+    assert status(slurm, job_id)[job_id]["state"] == "CANCELLED"
+    assert "attempt 1 starts" not in (folder / f"{job_id}_0_log.err").read_text()
+
+
+def test_preempt_mode_cancel_says_preempted_and_where_to_continue(slurm, tmp_path):
+    _slurm(slurm, "scontrol", "update", "PartitionName=low", "PreemptMode=CANCEL")
+    try:
+        job_id, folder = _training(slurm, tmp_path)
+        _preemptor(slurm)
+        j = wait_state(slurm, job_id, {"PREEMPTED", "CANCELLED", "FAILED", "COMPLETED"}, timeout=120)
+    finally:
+        _slurm(slurm, "scontrol", "update", "PartitionName=low", "PreemptMode=REQUEUE")
+    assert j["state"] == "PREEMPTED", j
+    report = json.loads((folder / "ranks" / "rank-0.json").read_text())
+    checkpoint = report["notice"]["checkpoint"]
+    assert Path(checkpoint, "trainer_state.json").is_file()
+    detail = run_cli("status", job_id, env={**slurm, "COLUMNS": "250"}).stdout
+    assert "PREEMPTED" in detail and f"train.resume_from={checkpoint}" in detail, detail
+    # the resubmit continues from that checkpoint
+    again = submit(slurm, tmp_path, *LONG, "--set", "train.max_steps=" + str(report["stopped_at_step"] + 4),
+                   "--set", f"train.resume_from={json.dumps(checkpoint)}")
+    assert again.returncode == 0 and "COMPLETED" in again.stdout, again.stdout + again.stderr
+    (done,) = [p for p in (tmp_path / "quickstart").iterdir() if p.is_dir() and (p / "results.json").exists()]
+    assert json.loads((done / "results.json").read_text())["resumed_from"] == checkpoint
+
+
+def _checkout_copy(tmp_path) -> Path:
+    """A checkout of hpcqa to edit while its job waits (never the real one)."""
+    from tests.conftest import ROOT
+    import shutil
+    co = tmp_path / "checkout"
+    for part in ("hpcqa", "configs", "sbatch_templates"):
+        shutil.copytree(ROOT / part, co / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return co
+
+
+def _submit_from(env, co: Path, out: Path, *extra) -> str:
+    args = ["submit", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(out))}", *extra,
+            "--no-wait"]
+    r = subprocess.run([sys.executable, "-m", "hpcqa", *args], capture_output=True, text=True, cwd=co,
+                       env={**os.environ, **env}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().splitlines()[-1]
+
+
+def _ping(env) -> bool:
+    r = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env={**os.environ, **env}, timeout=30)
+    return r.returncode == 0 and " is UP" in r.stdout
+
+
+def test_the_controller_goes_away_and_comes_back(slurm, tmp_path):
+    """slurmctld stopped mid-job (by its PID) and started again: the job trains on, status keeps answering
+    (accounting and the job's files), a submit meanwhile is one line and exit 2 with nothing registered, and the
+    job ends COMPLETED once the controller is back."""
+    import signal
+    job_id, folder = _training(slurm, tmp_path)
+    pidfile = Path(slurm["SLURM_CONF"]).parent / "slurmctld.pid"
+    pid = int(pidfile.read_text())
+    os.kill(pid, signal.SIGTERM)
+    try:
+        end = time.time() + 30
+        while time.time() < end and Path(f"/proc/{pid}").exists():
+            time.sleep(0.2)
+        assert not _ping(slurm)
+        before = json.loads((folder / "progress.json").read_text())["step"]
+        st = run_cli("status", "--json", job_id, env=slurm)
+        assert st.returncode == 0 and json.loads(st.stdout)[0]["state"] == "RUNNING", st.stdout + st.stderr
+        jobs_before = len(json.loads(run_cli("status", "--json", "--all", env=slurm).stdout))
+        down = submit(slurm, tmp_path / "down", *LONG)
+        assert down.returncode == 2 and "Traceback" not in down.stderr, down.stderr
+        assert "controller is not answering" in down.stderr and "nothing was submitted" in down.stderr
+        assert len(json.loads(run_cli("status", "--json", "--all", env=slurm).stdout)) == jobs_before
+        time.sleep(3)
+        assert json.loads((folder / "progress.json").read_text())["step"] > before   # training went on
+    finally:
+        subprocess.run(["slurmctld"], env={**os.environ, **slurm}, check=True, timeout=60)
+        end = time.time() + 60
+        while time.time() < end and not _ping(slurm):
+            time.sleep(0.5)
+    assert _ping(slurm)
+    j = wait_state(slurm, job_id, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)
+    assert j["state"] == "COMPLETED", j
+    assert json.loads((folder / "results.json").read_text())["global_steps"] == STEPS
