@@ -35,9 +35,13 @@ from hpcqa.record.jobdir import JobDir
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
-    """Read and validate a TOML config; overrides are `--set` texts: "train.learning_rate=5e-5". A config with a
-    [sweep] table is validated whole (every variant); this returns the base config (`submission` keeps the sweep)."""
-    return configmod.load(path, list(overrides))
+    """Read and validate a TOML config; overrides are `--set` texts: "train.learning_rate=5e-5". A file with a
+    [sweep] is not one config: submit(path) runs every variant, submission(path) plans them."""
+    raw = configmod.load_raw(path, list(overrides))
+    if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
+        raise UsageError(f"{path} has a [sweep]: it is several configs, not one",
+                         f"hpcqa.submit({str(path)!r}) submits every variant; hpcqa.api.submission(path) plans them")
+    return configmod.validate(raw, path, list(overrides))
 
 
 def plan(cfg: Config) -> planmod.LaunchPlan:

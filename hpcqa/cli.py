@@ -194,6 +194,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     # Slurm job keeps running and we stop watching it
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop_like_ctrl_c)
+    if args.json and not args.dry_run:
+        raise UsageError("--json prints the dry run's plan; a real submit prints the job id",
+                         "add --dry-run (or drop --json)")
     sp = api.submission(args.config, args.overrides)
     ex, request = api.dry_run(sp, snapshot=not args.no_snapshot)
     if args.check:
@@ -509,13 +512,24 @@ def cmd_hosts(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from hpcqa.core import config, plan
+    from hpcqa.core import config, plan, sweep
     for path in args.configs:
-        cfg = config.load(path, args.overrides)
-        lp = plan.build_plan(cfg, plan.HostProbe(has_sbatch=True))
-        print(f"ok  {path}: {lp.world_size} ranks ({lp.nodes} x {lp.ranks_per_node}), "
-              f"{len(lp.local_ranks[0].compute)} compute cores per rank")
+        raw = config.load_raw(path, args.overrides)
+        host = plan.HostProbe(has_sbatch=True)
+        if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
+            # every variant of a [sweep] is validated as submit would, swept keys included
+            sp = sweep.build(raw, str(path), host, lambda p: sweep.DEFAULT_MAX_ARRAY_SIZE)
+            lp, what = sp.plans[0], f"{len(sp.variants)} variants, the first: "
+        else:
+            lp, what = plan.build_plan(config.validate(raw, path, args.overrides), host), ""
+        cores = len(lp.local_ranks[0].compute)
+        print(f"ok  {path}: {what}{_n(lp.world_size, 'rank')} ({lp.nodes} x {lp.ranks_per_node}), "
+              f"{_n(cores, 'compute core')} per rank")
     return 0
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -88,3 +88,27 @@ def test_dry_run_table_lists_every_rank(cli):
 def test_validate_all_configs(cli):
     r = cli("validate", *[str(p.relative_to(ROOT)) for p in sorted((ROOT / "configs").glob("*.toml"))])
     assert r.returncode == 0, r.stderr
+
+
+def test_small_edges(cli, tmp_path):
+    """--json belongs to the dry run; validate reads a [sweep] (a misspelled swept key fails there, not at
+    submit) and counts its variants; plurals; ccl with no worker thread is refused at validate."""
+    r = cli("submit", "configs/quickstart.toml", "--json")
+    assert r.returncode == 2 and "--dry-run" in r.stderr and "Traceback" not in r.stderr
+    ok = cli("validate", "configs/sweep_quickstart.toml")
+    assert ok.returncode == 0 and "5 variants" in ok.stdout, ok.stdout + ok.stderr
+    bad = cli("validate", "configs/sweep_quickstart.toml", "--set", "sweep.train.learnin_rate=[1e-4]")
+    assert bad.returncode == 2 and "learnin_rate" in bad.stderr, bad.stderr
+    one = cli("validate", "configs/quickstart.toml", "--set", "cluster.sockets_per_node=1",
+              "--set", "cluster.cores_per_socket=1", "--set", "launch.ranks_per_socket=1")
+    assert one.returncode == 0 and "1 rank (" in one.stdout and "1 compute core per rank" in one.stdout, one.stdout
+    ccl = cli("validate", "configs/squad_spr.toml", "--set", "train.ddp_backend=ccl", "--set", "launch.ccl_workers=0")
+    assert ccl.returncode == 2 and "launch.ccl_workers" in ccl.stderr, ccl.stderr
+
+
+def test_load_config_of_a_sweep_says_how_to_submit_it():
+    import hpcqa
+    from hpcqa.errors import UsageError
+    with pytest.raises(UsageError) as e:
+        hpcqa.load_config("configs/sweep_quickstart.toml")
+    assert "hpcqa.submit(" in e.value.hint

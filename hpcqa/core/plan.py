@@ -232,6 +232,10 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_su
         launcher = "local" if executor == "local" else "srun" if via_submitit else la.launcher
     backend = resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
     workers = la.ccl_workers if backend.resolved == "ccl" else 0
+    if backend.resolved == "ccl" and not workers:
+        raise ConfigError("launch.ccl_workers", "0: the ccl backend needs at least one oneCCL worker thread per rank "
+                          "(CCL_WORKER_COUNT), and its cores", "set launch.ccl_workers = 1 (or more), or "
+                          "train.ddp_backend = \"gloo\"", cfg.source)
     rpd, layout_source = ranks_per_domain(cfg, host.tuned)
     ranks_per_node = cfg.domains_per_node * rpd
     if workers >= cfg.cores_per_domain // rpd:
