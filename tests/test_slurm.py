@@ -213,7 +213,7 @@ def test_usr2_checkpoints_requeues_and_resumes_where_it_stopped(slurm, tmp_path)
     assert {rep["stopped_at_step"] for rep in reports} == {stopped}     # every rank stopped after the same step
     assert not list(folder.glob("ranks/*.failed")) and not list(folder.glob("ranks/attempt-0/*.failed"))
     j = wait_state(slurm, job_id, {"COMPLETED"})
-    assert j["attempts"] == f"requeued 1x, resumed from step {stopped}"
+    assert j["attempts"] == f"requeued 1x (SIGUSR2 at step {stopped}), resumed from step {stopped}"
 
 
 def _start_requeued_now(slurm, job_id: str, timeout: float = 120) -> None:
@@ -275,7 +275,7 @@ def test_rendered_script_checkpoints_and_requeues_itself_on_usr2(slurm, tmp_path
     assert res["global_steps"] == steps and res["requeues"] == 1 and res["resumed_from_step"] == min(stopped)
     assert (folder / "requeue-requested.0").exists() and not list(folder.glob("ranks/**/*.failed"))
     j = wait_state(slurm, job_id, {"COMPLETED"})
-    assert j["folder"] == str(folder) and j["attempts"] == f"requeued 1x, resumed from step {min(stopped)}"
+    assert j["folder"] == str(folder) and j["attempts"] == f"requeued 1x (SIGUSR2 at step {min(stopped)}), resumed from step {min(stopped)}"
     logs = run_cli("logs", job_id, "--rank", "2", env=slurm)
     assert logs.returncode == 0 and "rank 2/4 on node2" in logs.stdout, logs.stdout + logs.stderr
 

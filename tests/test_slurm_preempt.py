@@ -14,7 +14,7 @@ import pytest
 
 from tests import slurm_cluster
 from tests.conftest import run_cli
-from tests.test_slurm import TINY, status, submit, wait_state
+from tests.test_slurm import TINY, _start_requeued_now, status, submit, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 GRACE_S = 15
@@ -76,6 +76,9 @@ def test_preemption_and_an_edited_checkout(slurm, tmp_path):
     folder = Path(wait_state(slurm, job_id, {"RUNNING"}, timeout=120)["folder"])
     _step_reached(folder, 8)
     _preemptor(slurm)
+    # Slurm holds a requeued job ~2 minutes (BeginTime) before it may run again: once the preemptor is done and
+    # the node idle, let it start now (the same as tests/test_slurm.py's USR2 test) -- a shorter wait, same fault
+    _start_requeued_now(slurm, job_id, timeout=240)
     j = wait_state(slurm, job_id, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=480)
     assert j["state"] == "COMPLETED", j
     res = json.loads((folder / "results.json").read_text())
