@@ -38,7 +38,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     """Read and validate a TOML config; overrides are `--set` texts: "train.learning_rate=5e-5". A file with a
     [sweep] is not one config: submit(path) runs every variant, submission(path) plans them."""
     raw = configmod.load_raw(path, list(overrides))
-    if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
+    if sweep.has_sweep(raw):
         raise UsageError(f"{path} has a [sweep]: it is several configs, not one",
                          f"hpcqa.submit({str(path)!r}) submits every variant; hpcqa.api.submission(path) plans them")
     return configmod.validate(raw, path, list(overrides))
@@ -53,7 +53,7 @@ def submission(path: str | Path, overrides: Sequence[str] = ()) -> sweep.SweepPl
     """Config file (and its [sweep], if any) -> the SweepPlan submit runs (a job is a sweep of one)."""
     raw = configmod.load_raw(path, list(overrides))
     host = hostprobe.probe_host()
-    if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
+    if sweep.has_sweep(raw):
         return sweep.build(raw, str(path), host, table.max_array_size)
     cfg = configmod.validate(raw, path, list(overrides))
     return sweep.single(planmod.build_plan(cfg, host))

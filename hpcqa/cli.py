@@ -516,7 +516,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for path in args.configs:
         raw = config.load_raw(path, args.overrides)
         host = plan.HostProbe(has_sbatch=True)
-        if isinstance(raw.get("sweep"), dict) and set(raw["sweep"]) - {"parallelism"}:
+        if sweep.has_sweep(raw):
             # every variant of a [sweep] is validated as submit would, swept keys included
             sp = sweep.build(raw, str(path), host, lambda p: sweep.DEFAULT_MAX_ARRAY_SIZE)
             lp, what = sp.plans[0], f"{len(sp.variants)} variants, the first: "

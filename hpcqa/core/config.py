@@ -453,6 +453,7 @@ def _check_cross(cfg: Config) -> None:
     if any(ch in c.python for ch in "\n\r\0"):
         raise ConfigError("cluster.python", "a path on one line is expected", "set it to the nodes' python", src)
     _check_k8s(cfg)
+    _check_env(cfg)
     for k, v in la.env.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
             raise ConfigError(f"launch.env.{k}", "not a valid environment variable name",
@@ -491,7 +492,6 @@ def _check_env(cfg: Config) -> None:
 
 def _check_k8s(cfg: Config) -> None:
     k, src = cfg.k8s, cfg.source
-    _check_env(cfg)
     for key in ("output_path", "model_cache_path", "data_cache_path"):
         if ".." in getattr(k, key).split("/"):
             raise ConfigError(f"k8s.{key}", "'..' would leave the volume", "give a path inside k8s.mount_path", src)

@@ -71,6 +71,11 @@ def _copy(raw: Mapping[str, Any]) -> dict:
     return json.loads(json.dumps(raw))
 
 
+def has_sweep(raw: Mapping[str, Any]) -> bool:
+    """Does a parsed config file describe a sweep (a [sweep] with more than a parallelism)?"""
+    return isinstance(raw.get("sweep"), dict) and bool(set(raw["sweep"]) - {"parallelism"})
+
+
 def parse(raw: Mapping[str, Any], source: str = "") -> tuple[dict[str, list], list[dict[str, Any]], int]:
     """-> (grid axes, explicit variants, parallelism). Errors name sweep.<key>."""
     sw = raw.get("sweep")

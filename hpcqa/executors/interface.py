@@ -11,8 +11,8 @@ was submitted: a rendered mpirun script and a submitit array are both Slurm jobs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
 
 from hpcqa.core.sweep import SweepPlan
 from hpcqa.errors import UsageError
@@ -47,7 +47,6 @@ class Request:
     notes: tuple[str, ...] = ()                # warnings observed while making the request (this node's cores ...)
     summary: str = ""                          # one line: what this request runs
     placement: tuple[str, ...] = ()            # per variant: where it runs ("array 0: --array=0-3%2", "local ...")
-    options: Mapping[str, Any] = field(default_factory=dict)  # executor-specific, decided at dry run
     code: Any = None                           # the snapshot of hpcqa the ranks import (snapshot.Snapshot), or None
 
     def to_json(self) -> dict[str, Any]:

@@ -92,7 +92,8 @@ class SubmititSlurm:
                 what = f"sweep array {n}" if sp.is_sweep else "the job"
                 raise SubmitError(f"sbatch refused {what}: {e.message}", e.hint) from None
             tasks = [f"{array_id}_{i}" for i in range(len(plans))] if len(plans) > 1 else [array_id]
-            jds = [self._hand_over(request, plans, i, job_id) for i, job_id in enumerate(tasks)]
+            paths = common.plan_paths(plans)
+            jds = [self._hand_over(request, p, path, job_id) for p, path, job_id in zip(plans, paths, tasks)]
             jds[0].submission_file(array_id).symlink_to(command[-1])
             sweep_id, previous = sweep_id or array_id, array_id
             common.register(plans[0], [common.registry_row(sp, p, j, jd.path, sweep_id)
@@ -115,13 +116,11 @@ class SubmititSlurm:
         return wait_state(self.slurm, submitted.ids[0], JobDir(Path(submitted.folders[0])), title)
 
     @staticmethod
-    def _hand_over(request: Request, plans: list, index: int, job_id: str) -> JobDir:
+    def _hand_over(request: Request, plan, path: Path, job_id: str) -> JobDir:
         """The task's folder and its pickle (submitit's runtime waits for it): the RankJob reads its plan file."""
-        plan = plans[index]
         root = common.job_root(plan)
         jd = JobDir(Path(str(root.folder_pattern(request.submission)).replace("%j", job_id)))
         jd.path.mkdir(parents=True, exist_ok=True)
-        path = common.plan_paths(plans)[index]
         delayed = DelayedSubmission(RankJob(str(path), plan.digest))
         delayed.set_timeout(plan.config.cluster.time_limit_min, plan.config.cluster.max_requeues)
         tmp = jd.path / f".{job_id}.pkl.tmp"

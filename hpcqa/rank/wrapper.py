@@ -66,8 +66,9 @@ def choose_binding(plan: LaunchPlan, local_rank: int, node: topology.Node | Sequ
     lay = node_layout(plan, node)
     pool = lay.pools[local_rank]
     # the plan's rule on the observed pool, for the variables the plan gave this rank
-    env = threadenv.pool_env(plan.config.launch, pool, lay.pools, ccl="CCL_WORKER_COUNT" in lr.env,
-                             pin_domain="I_MPI_PIN_DOMAIN" in lr.env)
+    derived = threadenv.pool_env(plan.config.launch, pool, lay.pools, ccl="CCL_WORKER_AFFINITY" in lr.env,
+                                 pin_domain="I_MPI_PIN_DOMAIN" in lr.env)
+    env = {k: v for k, v in derived.items() if k in threadenv.POOL_KEYS}
     same = pool.cpus == lr.cpus
     return {"cpus": list(pool.cpus), "env": env, "pool": pool, "layout": lay,
             "note": "as planned" if same else "re-derived from this node's topology (differs from the plan)"}
