@@ -319,8 +319,11 @@ def _render_request(args: argparse.Namespace, lp: Any, mode: str, options: dict,
     from hpcqa.executors.interface import RenderOnly
     ex = table.choose(lp, mode, **options)
     request = ex.dry_run(sweep.single(lp))
-    for w in lp.warnings:
+    for w in lp.warnings + request.notes:
         _warn(w)
+    if isinstance(ex, RenderOnly):  # what only the render can tell (the YAML itself stays on stdout)
+        for key, value in request.facts:
+            print(f"{key}: {value}", file=sys.stderr)
     if args.submit:
         if isinstance(ex, RenderOnly):
             raise UsageError(*ex.refusal)

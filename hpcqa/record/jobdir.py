@@ -41,7 +41,11 @@ SUBMITIT_LOG = "{job}_%t_log.{stream}"  # submitit's task log names (job: %j, or
 MPIRUN_LOG = "rank-%r.log"
 SCRIPT_PLAN = "plan.json"
 SCRIPT_HOSTFILE = "hostfile"
-POD_STOPPED_EXIT = 143                  # a PyTorchJob rank that checkpointed on a signal (128 + SIGTERM)
+# A PyTorchJob's exit codes, read by the operator's ExitCode restart policy (>= 128: recreate the pod; 1-127: fail
+# the job): a checkpointed stop and a lost peer are retried, a crash is not.
+POD_STOPPED_EXIT = 143                  # a rank that checkpointed on a signal (128 + SIGTERM)
+POD_LOST_PEER_EXIT = 200                # a rank that failed because a peer went away (another pod evicted, a node lost)
+POD_RESTARTS_SPENT_EXIT = 3             # the pod script: k8s.max_restarts job restarts used up
 REQUEUE_REQUEST = "requeue-requested"   # + ".<attempt>": rank 0 asks a rendered script to requeue the job
 
 
@@ -73,6 +77,11 @@ def attempt_from_env(env: Mapping[str, str]) -> int:
 HARD_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE")
 PEER_LOST = ("connection closed by peer", "connection reset by peer", "remote worker", "broken pipe",
              "timed out", "gloo/transport")
+
+
+def lost_peer(record: Any) -> bool:
+    """A rank's failure record says it failed because a peer went away (not of its own error)."""
+    return isinstance(record, dict) and _consequence(record) == 2
 
 
 def _consequence(record: dict) -> int:
