@@ -330,8 +330,8 @@ def _global_ranks(nodes: int, local_ranks: tuple[LocalRankPlan, ...]) -> tuple[R
 def _deferred_env(executor: str, fixed_port: int) -> dict[str, str]:
     """What is decided at run time, and by what."""
     if executor == "k8s":
-        return {"MASTER_ADDR": "the training operator's service of the Master pod (<job>-master-0)",
-                "MASTER_PORT": "the operator's port (container port pytorchjob-port)"}
+        return {"MASTER_ADDR": "the headless service of Worker 0, which the training operator names <job>-worker-0",
+                "MASTER_PORT": "23456, the container port pytorchjob-port"}
     if executor == "local":
         return {"MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(fixed_port) if fixed_port else
