@@ -77,15 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3, help="steps before timing starts (default 3)")
     p.add_argument("--candidates", metavar="LIST", help="ranks per socket to try, e.g. 1,2,4 (default: 1, "
                                                           "powers of two, one per core)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the measured layouts as one JSON object")
 
     p = sub.add_parser("topology", help="this node's sockets, NUMA nodes and cores; with CONFIG, each rank's pool")
     p.add_argument("config", nargs="?", help="also show the CPU pool and environment of each local rank")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set train.max_steps=20 (repeatable)")
     p.add_argument("--sysfs", metavar="DIR", help="read a saved tree laid out like /sys/devices/system")
     p.add_argument("--allowed", metavar="LIST", help="CPUs this process may use, e.g. 4-11,36-43 "
                                                        "(default: its affinity mask)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the node and every rank's CPUs and environment as JSON")
 
     p = sub.add_parser("env", help="what this process's launcher environment maps to")
     p.add_argument("--json", action="store_true", help="one JSON object")
@@ -118,40 +119,42 @@ def _add_job_verbs(sub) -> None:
     p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
 
     p = sub.add_parser("logs", help="a rank's log (stderr; --stdout for stdout)")
-    p.add_argument("job")
+    p.add_argument("job", help="job id (as `hpcqa status` lists it; a sweep task: 900_1)")
     p.add_argument("--rank", type=int, default=None, help="default: the first rank that failed, else 0")
-    p.add_argument("--stdout", action="store_true")
+    p.add_argument("--stdout", action="store_true", help="the rank's stdout instead of its stderr")
     p.add_argument("-n", "--lines", type=int, default=0, help="only the last N lines")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.add_argument("--all-attempts", action="store_true", help="the whole log, not only the current attempt's")
-    p.add_argument("--registry")
+    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
 
     p = sub.add_parser("cancel", help="cancel a job or a sweep (scancel; local: stop every rank)")
-    p.add_argument("jobs", nargs="+")
+    p.add_argument("jobs", nargs="+", help="job ids (a sweep: all its tasks; 900_1: one task)")
     p.add_argument("--task", type=int, help="with a sweep id: only this variant")
-    p.add_argument("--registry")
+    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
 
     p = sub.add_parser("results", help="a sweep's variants with their metrics, best marked")
-    p.add_argument("sweep")
+    p.add_argument("sweep", help="the sweep's job id (or array id)")
     fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true")
-    fmt.add_argument("--csv", action="store_true")
+    fmt.add_argument("--json", action="store_true", help="the table as a JSON list")
+    fmt.add_argument("--csv", action="store_true", help="the table as CSV")
     p.add_argument("--plot", metavar="FILE.png", help="draw the metric against the swept parameter(s)")
     p.add_argument("--metric", default="f1", help="f1 (default), exact_match, train_samples_per_second, ...")
-    p.add_argument("--registry")
+    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
 
     p = sub.add_parser("doctor", help="check Slurm, accounting, node topology, libraries, torch, backend")
     p.add_argument("config", nargs="?", help="also check this config against the partition's nodes")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set train.max_steps=20 (repeatable)")
+    p.add_argument("--json", action="store_true", help="every check as JSON")
 
     p = sub.add_parser("registry", help="check the job registry, or recover a damaged one")
-    p.add_argument("action", choices=["check", "recover"])
+    p.add_argument("action", choices=["check", "recover"], help="check: integrity; recover: rebuild a damaged registry from the job folders")
     p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
 
     p = sub.add_parser("validate", help="check configs; exit 2 on the first bad one")
-    p.add_argument("configs", nargs="+")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("configs", nargs="+", help="config files (a sweep file: every variant)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set train.max_steps=20 (repeatable)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -435,7 +438,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
                          "pass a folder laid out like /sys/devices/system (cpu/cpuN/topology, node/nodeK)")
     allowed = topology.parse_cpu_list(args.allowed) if args.allowed else None
     node = topology.read_node(args.sysfs or "/sys/devices/system", allowed,
-                              None if args.sysfs else "/proc/cpuinfo")
+                              None if args.sysfs else "/proc/cpuinfo", saved=bool(args.sysfs))
     if not node.cpus:
         raise UsageError("no usable CPU: --allowed names none of the node's online CPUs", "check --allowed")
     view: dict[str, Any] = {"node": node.to_json()}
@@ -480,6 +483,14 @@ def _print_topology(view: dict) -> None:
                   "same" if x["as_planned"] else topology_list(x["planned_cpus"]),
                   x["env"].get("OMP_NUM_THREADS", "-"), x["membind"])
     con.print(r)
+    env = Table(title="environment of each local rank (as the rank wrapper sets it here)")
+    env.add_column("rank", no_wrap=True)
+    env.add_column("variable", no_wrap=True)
+    env.add_column("value", overflow="fold")
+    for x in view["ranks"]:
+        for i, (k, v) in enumerate(sorted(x["env"].items())):
+            env.add_row(str(x["local_rank"]) if i == 0 else "", k, ranges_in(str(v)))
+    con.print(env)
 
 
 def topology_list(cpus) -> str:
@@ -780,10 +791,20 @@ def _print_plan(ex: Any, request: Any) -> None:
         con.print("submitted with: " + " ".join(request.commands[0]), highlight=False)
 
 
+def ranges_in(value: str) -> str:
+    """Runs of 4+ comma-separated CPU numbers shown as ranges (0,1,2,...,55 -> 0-55): the human view only."""
+    import re
+    from hpcqa.core.topology import cpu_list
+    return re.sub(r"\d+(?:,\d+){3,}", lambda m: cpu_list(int(x) for x in m.group(0).split(",")), value)
+
+
 def _print_ranks(con: Any, lp: Any) -> None:
+    """Every node runs the same local ranks: one row per local rank (its global ranks follow from the node), CPU
+    lists as ranges. `--json` has every rank's exact values."""
     from rich.table import Table
     from hpcqa.core.topology import cpu_list
 
+    derived = {"RANK", "NODE_RANK"}
     common = dict(lp.ranks[0].env)
     for r in lp.ranks[1:]:
         common = {k: v for k, v in common.items() if r.env.get(k) == v}
@@ -792,13 +813,18 @@ def _print_ranks(con: Any, lp: Any) -> None:
         t.add_column("name", no_wrap=True)
         t.add_column("value", overflow="fold")
         for k, v in common.items():
-            t.add_row(k, v)
+            t.add_row(k, ranges_in(v))
         con.print(t)
-    t = Table(title="ranks")
-    for col in ("rank", "node", "local", "CPUs"):
+    ppn = lp.ranks_per_node
+    t = Table(title=f"ranks: RANK = NODE_RANK x {ppn} + LOCAL_RANK on each of {lp.nodes} nodes"
+                    if lp.nodes > 1 else "ranks")
+    for col in ("local", "ranks", "CPUs"):
         t.add_column(col, no_wrap=True)
-    t.add_column("environment of this rank", overflow="fold")
-    for r in lp.ranks:
-        own = "\n".join(f"{k}={v}" for k, v in r.env.items() if k not in common)
-        t.add_row(str(r.rank), str(r.node_rank), str(r.local_rank), cpu_list(r.cpus) if r.cpus else "unbound", own)
+    t.add_column("environment of this local rank", overflow="fold")
+    for r in lp.ranks[:ppn]:
+        ranks = [str(r.rank + n * ppn) for n in range(lp.nodes)]
+        shown = ",".join(ranks) if len(ranks) <= 4 else f"{ranks[0]},{ranks[1]},…,{ranks[-1]}"
+        own = "\n".join(f"{k}={ranges_in(v)}" for k, v in r.env.items() if k not in common and k not in derived)
+        t.add_row(str(r.local_rank), shown, cpu_list(r.cpus) if r.cpus else "unbound", own)
     con.print(t)
+    con.print("CPU lists shown as ranges; `--json` has every rank's exact values.", style="dim", highlight=False)

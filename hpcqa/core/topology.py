@@ -123,9 +123,10 @@ def _read(path: Path) -> str | None:
 
 
 def read_node(root: str | Path = "/sys/devices/system", allowed: Iterable[int] | None = None,
-              cpuinfo: str | Path | None = "/proc/cpuinfo") -> Node:
+              cpuinfo: str | Path | None = "/proc/cpuinfo", saved: bool = False) -> Node:
     """This node from sysfs (`root` may be a saved tree laid out like /sys/devices/system), limited
-    to the CPUs this process may use (`allowed`, default: its affinity mask)."""
+    to the CPUs this process may use (`allowed`, default: its affinity mask; for a `saved` tree of another node:
+    every online CPU of it, since this process's mask says nothing about that node)."""
     root = Path(root)
     online_text = _read(root / "cpu" / "online")
     online = parse_cpu_list(online_text) if online_text else sorted(
@@ -134,7 +135,9 @@ def read_node(root: str | Path = "/sys/devices/system", allowed: Iterable[int] |
     for d in sorted((root / "node").glob("node[0-9]*")):
         for cpu in parse_cpu_list(_read(d / "cpulist") or ""):
             numa_of[cpu] = int(d.name[4:])
-    allowed_set = set(os.sched_getaffinity(0) if allowed is None else allowed)
+    if allowed is None:
+        allowed = online if saved else os.sched_getaffinity(0)
+    allowed_set = set(allowed)
     cpus = []
     for cpu in sorted(set(online) & allowed_set):
         topo = root / "cpu" / f"cpu{cpu}" / "topology"

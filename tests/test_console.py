@@ -1,0 +1,60 @@
+"""What a user sees, on a real 80-column pseudo-terminal (tests/pty_term.py), and the rough edges of issue 23."""
+
+import argparse
+import json
+import re
+
+from hpcqa import cli as climod
+from tests import pty_term
+from tests.conftest import ROOT
+from tests.test_nodes import socket_major, write_tree
+
+
+def test_dry_run_shows_cpu_sets_as_ranges_at_80_columns():
+    code, out = pty_term.hpcqa("submit", "configs/squad_spr.toml", "--dry-run", cwd=ROOT)
+    assert code == 0, out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "proclist=[0-55]" in out and "proclist=[56-111]" in out
+    assert not re.search(r"\d+,\d+,\d+,\d+,\d+", out.split("sbatch script")[0]), "a CPU list left unranged"
+    assert "ranks: RANK = NODE_RANK x 2 + LOCAL_RANK on each of 4 nodes" in out
+    assert re.search(r"│ 0\s+│ 0,2,4,6\s+│ 0-55", out) and re.search(r"│ 1\s+│ 1,3,5,7\s+│ 56-111", out)
+    assert len(lines) < 100, len(lines)
+
+
+def test_json_keeps_the_exact_values(cli):
+    r = cli("submit", "configs/squad_spr.toml", "--dry-run", "--json")
+    d = json.loads(r.stdout)
+    assert len(d["ranks"]) == 8
+    assert "proclist=[0,1,2,3," in d["ranks"][0]["env"]["KMP_AFFINITY"]
+
+
+def test_every_option_and_argument_has_help():
+    missing = []
+    for action in climod.build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                missing += [f"{name} {' '.join(a.option_strings) or a.dest}" for a in sub._actions
+                            if not isinstance(a, argparse._HelpAction) and not a.help]
+    assert missing == []
+
+
+def test_topology_of_a_saved_node_uses_that_nodes_cpus(tmp_path, cli):
+    """Without --allowed, a saved tree of a 2 x 56-core node is read whole, not cut to this machine's 2 CPUs."""
+    tree = write_tree(tmp_path, socket_major(2, 56, 2))
+    r = cli("topology", "--sysfs", str(tree), "--json")
+    assert r.returncode == 0, r.stderr
+    node = json.loads(r.stdout)["node"]
+    assert [s["cores"] for s in node["sockets"]] == [56, 56] and node["allowed"] == "0-223"
+    r = cli("topology", "configs/squad_spr.toml", "--sysfs", str(tree), "--json")
+    ranks = json.loads(r.stdout)["ranks"]
+    assert [len(x["cpus"]) for x in ranks] == [56, 56]
+
+
+def test_topology_of_a_config_shows_each_ranks_environment(tmp_path):
+    tree = write_tree(tmp_path, socket_major(2, 8, 2))
+    code, out = pty_term.hpcqa("topology", "configs/squad_spr.toml", "--sysfs", str(tree), cwd=ROOT)
+    assert code == 0, out
+    assert "environment of each local rank" in out
+    assert re.search(r"KMP_AFFINITY\s+│ granularity=fine,proclist=\[0-7\]", out), out
+    assert max(len(line) for line in out.splitlines()) <= 80
