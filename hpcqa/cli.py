@@ -253,26 +253,37 @@ def _print_sweep(ex: Any, request: Any) -> None:
     sp = request.sweep
     con = Console()
     keys = sweep.swept_keys(list(sp.variants))
+    known = sp.max_array_size_known
+    assumed = known.startswith("assumed")
+    limit = f"MaxArraySize {sp.max_array_size}" + (" assumed: Slurm could not be asked" if assumed else "")
     t = Table(title=f"sweep: {len(sp.variants)} variants, {len(sp.arrays)} array(s) "
-                    f"(MaxArraySize {sp.max_array_size}, parallelism {sp.parallelism or 'unlimited'}) "
-                    f"-- dry run, nothing submitted")
-    for col in ["#", *keys, "ranks", "array"]:
-        t.add_column(col)
+                    f"({limit}; parallelism {sp.parallelism or 'unlimited'}) -- dry run, nothing submitted")
+    t.add_column("#", no_wrap=True)
+    for key in keys:  # the whole key, wrapped at its dots and underscores rather than cut
+        t.add_column(key.replace(".", ".\n"), overflow="fold")
+    t.add_column("ranks", no_wrap=True)
+    several = len(sp.arrays) > 1
+    if several:
+        t.add_column("array", no_wrap=True)
+    array_of = {v.index: n for n, a in enumerate(sp.arrays) for v in a.variants}
 
     def value(cfg, key):
         section, _, name = key.partition(".")
         return cfg.to_dict().get(section, {}).get(name, "-")
 
-    for v, p, where in list(zip(sp.variants, sp.plans, request.placement))[:50]:
-        t.add_row(str(v.index), *[repr(value(v.config, k)) for k in keys], str(p.world_size), where)
+    for v, p in list(zip(sp.variants, sp.plans))[:50]:
+        t.add_row(str(v.index), *[repr(value(v.config, k)) for k in keys], str(p.world_size),
+                  *([str(array_of[v.index])] if several else []))
     con.print(t)
     if len(sp.variants) > 50:
         con.print(f"... and {len(sp.variants) - 50} more variants (--json lists them all)")
     if ex.runs_here:
         con.print(f"local executor: the {len(sp.variants)} variants run one after another")
         return
-    for i, (a, command) in enumerate(zip(sp.arrays, request.commands)):
-        con.print(f"array {i}: {len(a.variants)} task(s): {' '.join(command)}", highlight=False)
+    if assumed:
+        con.print(f"MaxArraySize {known}", style="dim", highlight=False)
+    for i, (a, command, line) in enumerate(zip(sp.arrays, request.commands, sp.array_lines())):
+        con.print(f"array {i}: {len(a.variants)} task(s), {line}: {' '.join(command)}", highlight=False)
     if request.scripts:
         from rich.panel import Panel
         from rich.syntax import Syntax
@@ -532,7 +543,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         host = plan.HostProbe(has_sbatch=True)
         if sweep.has_sweep(raw):
             # every variant of a [sweep] is validated as submit would, swept keys included
-            sp = sweep.build(raw, str(path), host, lambda p: sweep.DEFAULT_MAX_ARRAY_SIZE)
+            sp = sweep.build(raw, str(path), host, lambda p: (sweep.DEFAULT_MAX_ARRAY_SIZE, "assumed: validate asks no scheduler"))
             lp, what = sp.plans[0], f"{len(sp.variants)} variants, the first: "
         else:
             lp, what = plan.build_plan(config.validate(raw, path, args.overrides), host), ""

@@ -78,11 +78,11 @@ def test_dry_run_json_acceptance(cli):
     assert d["sbatch"] is None or "#SBATCH --nodes=4" in d["sbatch"]
 
 
-def test_dry_run_table_lists_every_rank(cli):
+def test_dry_run_table_accounts_for_every_rank(cli):
     r = cli("submit", "configs/squad_spr.toml", "--dry-run", env={"COLUMNS": "200"})
     assert r.returncode == 0, r.stderr
     assert "8 = 4 node(s) x 2" in r.stdout and "unknown until" in r.stdout
-    assert "RANK=7" in r.stdout
+    assert "RANK = NODE_RANK x 2 + LOCAL_RANK on each of 4 nodes" in r.stdout and "1,3,5,7" in r.stdout
 
 
 def test_validate_all_configs(cli):

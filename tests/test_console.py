@@ -58,3 +58,23 @@ def test_topology_of_a_config_shows_each_ranks_environment(tmp_path):
     assert "environment of each local rank" in out
     assert re.search(r"KMP_AFFINITY\s+│ granularity=fine,proclist=\[0-7\]", out), out
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_sweep_table_shows_whole_keys_once_per_variant_and_what_was_assumed(tmp_path):
+    broken = tmp_path / "slurm.conf"
+    broken.write_text("")  # scontrol fails at once (a missing file would make it retry for a minute)
+    code, out = pty_term.hpcqa("submit", "configs/sweep_quickstart.toml", "--dry-run", "--set",
+                               "cluster.executor=slurm", cwd=ROOT, env={"SLURM_CONF": str(broken)})
+    assert code == 0, out
+    table = out.split("MaxArraySize assumed")[0]
+    assert "learning_rate" in table and "per_device_train_batch_size" in table and "num_train_epochs" in table
+    assert "…" not in table
+    assert out.count("--array=0-4%2") == 2  # once in the arrays' list, once in the script, not on every row
+    assert "MaxArraySize 1001 assumed: Slurm could not be asked" in " ".join(out.split())
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_render_prints_the_plans_warnings(cli):
+    r = cli("render", "configs/squad_spr.toml", "--set", "launch.openmp=iomp", "--set", "launch.malloc=jemalloc")
+    assert r.returncode == 0 and r.stdout.startswith("#!/bin/bash")
+    assert "warning:" in r.stderr and "LD_PRELOAD" in r.stderr, r.stderr

@@ -148,7 +148,7 @@ def test_sbatch_preview_is_the_submission_with_the_real_plan_path(tmp_path):
 def test_sbatch_preview_of_a_sweep_is_an_array_reading_its_task_plans():
     raw = config.read_toml(ROOT / "configs/sweep_quickstart.toml")
     raw["cluster"]["executor"] = "slurm"
-    sp = sweep.build(raw, "x", HOST, lambda p: 1001)
+    sp = sweep.build(raw, "x", HOST, lambda p: (1001, "scontrol show config"))
     (text,) = sbatch_preview(sp)
     assert "#SBATCH --array=0-4%2" in text and "task-{array_task_id}.json" in text
 

@@ -128,3 +128,17 @@ def test_local_usage_from_the_ranks_own_measurements(tmp_path):
     assert "CPU efficiency 30 %" in lines["rank 1"] and "CPU efficiency 90 %" in lines["rank 0"]
     assert any("30%" in n for n in got[0].notes)
     assert json.dumps(got[0].to_json())  # the JSON view carries it too
+
+
+def test_a_cancelled_jobs_interrupted_ranks_are_not_its_failure():
+    """Cancelling a local job interrupts its ranks (KeyboardInterrupt); that is the cancel, not a failure."""
+    v = JobView(id="7", name="q", executor="local", state="CANCELLED", nodes=1, world_size=2)
+    v.failed = [{"rank": 1, "host": "vm", "error": "KeyboardInterrupt: "},
+                {"rank": 0, "host": "vm", "error": "rank process killed by SIGKILL"}]
+    rows = dict(statusview.detail_lines(v))
+    assert "first failure" not in rows and rows["stopped"] == "2 rank(s) stopped by the cancel"
+    # a real failure before the cancel still shows; and a FAILED job's interrupt is shown as it is
+    v.failed = [{"rank": 1, "host": "vm", "error": "ValueError: bad data"}] + v.failed
+    assert dict(statusview.detail_lines(v))["first failure"] == "rank 1 on vm: ValueError: bad data"
+    v.state, v.failed = "FAILED", v.failed[1:]
+    assert "KeyboardInterrupt" in dict(statusview.detail_lines(v))["first failure"]

@@ -53,9 +53,9 @@ def test_bad_sweep_tables(bad, key):
 
 def test_one_array_for_uniform_resources_and_one_per_node_count():
     sp = sweep.build(raw({"parallelism": 2, "train": {"learning_rate": [1e-5, 2e-5, 3e-5],
-                                                       "per_device_train_batch_size": [8, 16]}}), "x", HOST, lambda p: 1001)
+                                                       "per_device_train_batch_size": [8, 16]}}), "x", HOST, lambda p: (1001, "scontrol show config"))
     assert len(sp.arrays) == 1 and sp.array_lines() == ["--array=0-5%2"]
-    scaling = sweep.build(config.read_toml(ROOT / "configs/scaling_spr.toml"), "x", HOST, lambda p: 1001)
+    scaling = sweep.build(config.read_toml(ROOT / "configs/scaling_spr.toml"), "x", HOST, lambda p: (1001, "scontrol show config"))
     assert [len(a.variants) for a in scaling.arrays] == [1, 1, 1]
     assert [p.nodes for p in scaling.plans] == [1, 2, 4]
 
@@ -63,7 +63,7 @@ def test_one_array_for_uniform_resources_and_one_per_node_count():
 def test_large_sweep_is_split_by_max_array_size_and_dry_run_is_fast():
     grid = {"train": {"seed": list(range(1000))}}
     t = time.perf_counter()
-    sp = sweep.build(raw(grid), "x", HOST, lambda p: 300)
+    sp = sweep.build(raw(grid), "x", HOST, lambda p: (300, "scontrol show config"))
     elapsed = time.perf_counter() - t
     assert [len(a.variants) for a in sp.arrays] == [300, 300, 300, 100]
     assert len(sp.arrays) == sweep.n_arrays(1000, 300) == 4

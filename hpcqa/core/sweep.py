@@ -173,6 +173,7 @@ class SweepPlan:
     max_array_size: int
     executor: str
     is_sweep: bool = True
+    max_array_size_known: str = ""   # how max_array_size is known: "scontrol show config", or "assumed: <why>"
 
     def plans_of(self, array: ArrayPlan) -> list[planmod.LaunchPlan]:
         by_index = {p.variant_index: p for p in self.plans}
@@ -187,6 +188,7 @@ class SweepPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {"executor": self.executor, "parallelism": self.parallelism, "max_array_size": self.max_array_size,
+                "max_array_size_known": self.max_array_size_known,
                 "variants": [{"index": v.index, "params": dict(v.params), "world_size": p.world_size,
                               "plan_digest": p.digest} for v, p in zip(self.variants, self.plans)],
                 "arrays": [{"size": len(a.variants), "variants": [v.index for v in a.variants], "sbatch_array": line,
@@ -201,12 +203,12 @@ def single(plan: planmod.LaunchPlan) -> SweepPlan:
 
 
 def build(raw: Mapping[str, Any], source: str, host: planmod.HostProbe,
-          max_array_size: Callable[[planmod.LaunchPlan], int] | None = None) -> SweepPlan:
+          max_array_size: Callable[[planmod.LaunchPlan], tuple[int, str]] | None = None) -> SweepPlan:
     """Variants -> validated plans -> arrays. `max_array_size(first plan)`: how large an array may be where the
-    plans run (asked once; the executors' table answers: Slurm's MaxArraySize)."""
+    plans run, and how that is known (asked once; the executors' table answers: Slurm's MaxArraySize)."""
     variants, par = expand(raw, source)
     plans = [planmod.build_plan(v.config, host, via_submitit=True).with_variant(v.index, v.params) for v in variants]
     executor = plans[0].executor
-    mas = (max_array_size(plans[0]) if max_array_size else None) or DEFAULT_MAX_ARRAY_SIZE
+    mas, known = max_array_size(plans[0]) if max_array_size else (DEFAULT_MAX_ARRAY_SIZE, "assumed: not asked")
     arrays = group(list(zip(variants, plans)), mas)
-    return SweepPlan(tuple(variants), tuple(plans), tuple(arrays), par, mas, executor)
+    return SweepPlan(tuple(variants), tuple(plans), tuple(arrays), par, mas, executor, max_array_size_known=known)

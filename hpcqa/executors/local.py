@@ -45,8 +45,8 @@ class Local:
     def __init__(self, snapshot: bool = True) -> None:
         self.snapshot = snapshot
 
-    def max_array_size(self) -> int:
-        return sweep.DEFAULT_MAX_ARRAY_SIZE
+    def max_array_size(self) -> tuple[int, str]:
+        return sweep.DEFAULT_MAX_ARRAY_SIZE, "local: variants run one after another"
 
     def dry_run(self, sp: sweep.SweepPlan) -> Request:
         plans = list(sp.plans)

@@ -43,7 +43,7 @@ class SubmititSlurm:
         self.slurm = slurm or Slurm()
         self.snapshot = snapshot
 
-    def max_array_size(self) -> int:
+    def max_array_size(self) -> tuple[int, str]:
         return self.slurm.max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE)
 
     def dry_run(self, sp: sweep.SweepPlan) -> Request:

@@ -302,10 +302,14 @@ class Slurm:
     def cancel(self, ids: Sequence[str]) -> "subprocess.CompletedProcess[str]":
         return self.run(scancel_argv(ids))
 
-    def max_array_size(self, default: int) -> int:
+    def max_array_size(self, default: int) -> tuple[int, str]:
+        """(MaxArraySize, how it is known): Slurm's answer, or `default` and why it was assumed."""
         proc = self.run(SHOW_CONFIG)
         found = parse_max_array_size(proc.stdout) if proc.returncode == 0 else None
-        return found or default
+        if found:
+            return found, "scontrol show config"
+        why = first_line(proc.stderr) or first_line(proc.stdout) or "no MaxArraySize in its answer"
+        return default, f"assumed (Slurm's default): scontrol show config failed: {why}"
 
     def nodes(self) -> tuple[list[dict[str, str]], str]:
         """(nodes, error text)"""

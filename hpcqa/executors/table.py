@@ -77,7 +77,8 @@ def by_executor(rows: Sequence[Any]) -> dict[str, list[Any]]:
     return out
 
 
-def max_array_size(plan: LaunchPlan) -> int:
-    """How many tasks one array may hold where this plan runs (Slurm: MaxArraySize; local: no arrays)."""
+def max_array_size(plan: LaunchPlan) -> tuple[int, str]:
+    """How many tasks one array may hold where this plan runs, and how that is known (Slurm: MaxArraySize;
+    local: no arrays)."""
     ex = choose(plan)
-    return ex.max_array_size() if hasattr(ex, "max_array_size") else 1
+    return ex.max_array_size() if hasattr(ex, "max_array_size") else (1, "no arrays")

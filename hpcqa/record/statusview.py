@@ -169,6 +169,11 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
         if states.is_final(v.state):
             rows.append(("continue", f"hpcqa submit CONFIG --set train.resume_from={last['checkpoint']}"))
     failed = v.failed
+    if v.state == "CANCELLED":  # the cancel itself stops the ranks: an interrupt then is not a failure
+        stopped = [f for f in failed if _by_the_cancel(f)]
+        failed = [f for f in failed if not _by_the_cancel(f)]
+        if stopped:
+            rows.append(("stopped", f"{len(stopped)} rank(s) stopped by the cancel"))
     if failed:
         f = failed[0]
         rows.append(("first failure", f"rank {f['rank']} on {f.get('host', '?')}: {f['error']}"))
@@ -220,3 +225,10 @@ def print_detail(con, views: Sequence[JobView], source: str) -> None:
     if source not in ("sacct", "squeue", "none"):
         con.print(f"[yellow]warning:[/] Slurm could not be asked ({escape(_one_line(source))}). Fix: hpcqa doctor",
                   highlight=False)
+
+
+def _by_the_cancel(record: dict) -> bool:
+    """A rank's end that a cancel causes: Ctrl-C / SIGINT (KeyboardInterrupt), or killed by SIGINT/TERM/KILL."""
+    error = str(record.get("error", ""))
+    return error.startswith("KeyboardInterrupt") or any(f"killed by {s}" in error
+                                                        for s in ("SIGINT", "SIGTERM", "SIGKILL"))
