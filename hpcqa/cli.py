@@ -558,32 +558,58 @@ def _n(count: int, noun: str) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    import time
     from hpcqa.record import registry, status
     from hpcqa.executors.slurmcli import Slurm
     reg, slurm = registry.Registry(args.registry, create=False), Slurm()
+    unreachable_since = None
     while True:
         views, source = status.collect(reg, slurm, args.jobs, args.all) if reg.exists else ([], "none")
         if args.jobs and not views:
             from hpcqa.errors import UsageError
-            raise UsageError(f"no job {' '.join(args.jobs)} in {reg.path}", "`hpcqa status --all` lists the jobs")
+            raise UsageError(f"no job {', '.join(args.jobs)} in {reg.path}", "`hpcqa status --all` lists the jobs")
         if args.json:
             print(json.dumps([v.to_json() for v in views], indent=2, default=str))
         else:
-            _print_status(views, source, reg.path, expand=bool(args.jobs), wide=args.wide)
+            if args.watch:
+                if source in ("sacct", "squeue", "none"):
+                    unreachable_since = None
+                elif unreachable_since is None:
+                    unreachable_since = time.strftime("%H:%M:%S")
+                _watch_header(unreachable_since)
+            _print_status(views, source, reg.path, args.jobs, wide=args.wide)
         if not args.watch or all(states.is_final(v.state) for v in views):
             return 0
-        import time
-        time.sleep(5)
+        time.sleep(WATCH_S)
 
 
-def _print_status(views, source: str, path, expand: bool = False, wide: bool = False) -> None:
+WATCH_S = 5
+
+
+def _watch_header(unreachable_since: str | None) -> None:
+    """--watch: each refresh says when it was taken, and that Slurm is not answering, since when."""
+    import time
+    from rich.console import Console
+    con = Console()
+    if con.is_terminal:
+        con.clear()
+    line = f"hpcqa status at {time.strftime('%H:%M:%S')}, every {WATCH_S} s (Ctrl-C stops)"
+    if unreachable_since:
+        line += f"; Slurm not answering since {unreachable_since}, still asking"
+    con.print(line, style="bold", highlight=False)
+
+
+def _print_status(views, source: str, path, asked: list[str] | None = None, wide: bool = False) -> None:
+    """The detail view for the jobs asked for by id (a sweep task, 900_1, is a job too); the list otherwise, and
+    for a whole sweep (its tasks listed under it)."""
     from rich.console import Console
     from hpcqa.record import statusview
     con = Console()
-    if expand and views and not any(v.sweep_id for v in views):
+    whole_sweep = any(v.sweep_id and v.sweep_id in (asked or []) for v in views)
+    if asked and views and not whole_sweep:
         statusview.print_detail(con, views, source)
     else:
-        statusview.print_list(con, views, source, path, expand=expand, wide=wide)
+        statusview.print_list(con, views, source, path, expand=bool(asked), wide=wide)
 
 
 def _find_job(reg_path, job_id: str):

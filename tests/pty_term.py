@@ -20,8 +20,9 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]")
 
 
 def run(args: list[str], cols: int = 80, rows: int = 60, env: dict | None = None, cwd: str | Path | None = None,
-        timeout: float = 600) -> tuple[int, str]:
-    """(exit code, the screen's text: ANSI sequences removed, carriage-return rewrites resolved per line)."""
+        timeout: float = 600, interrupt_after: float | None = None) -> tuple[int, str]:
+    """(exit code, the screen's text: ANSI sequences removed, carriage-return rewrites resolved per line).
+    interrupt_after: press Ctrl-C (SIGINT to the command) after that many seconds."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     full_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "CI")
@@ -31,8 +32,12 @@ def run(args: list[str], cols: int = 80, rows: int = 60, env: dict | None = None
                             start_new_session=True)
     os.close(slave)
     chunks = []
-    deadline = time.time() + timeout
+    start = time.time()
+    deadline = start + timeout
     while True:
+        if interrupt_after is not None and time.time() - start > interrupt_after and proc.poll() is None:
+            proc.send_signal(2)
+            interrupt_after = None
         ready, _, _ = select.select([master], [], [], 0.2)
         if ready:
             try:

@@ -78,3 +78,52 @@ def test_render_prints_the_plans_warnings(cli):
     r = cli("render", "configs/squad_spr.toml", "--set", "launch.openmp=iomp", "--set", "launch.malloc=jemalloc")
     assert r.returncode == 0 and r.stdout.startswith("#!/bin/bash")
     assert "warning:" in r.stderr and "LD_PRELOAD" in r.stderr, r.stderr
+
+
+def _sweep_registry(tmp_path, executor="local"):
+    from hpcqa.record import registry
+    reg = registry.Registry(tmp_path / "r.sqlite")
+    reg.add_many(dict(id=f"900_{i}", name="sw", executor=executor, folder=str(tmp_path / f"t{i}"), config={},
+                      source="x", nodes=1, world_size=2, sweep_id="900", task_index=i, variant={"seed": i})
+                 for i in range(3))
+    reg.add(id="42", name="single", executor=executor, folder=str(tmp_path / "j42"), config={}, source="x", nodes=1,
+            world_size=2)
+    return str(reg.path)
+
+
+def test_status_counts_a_sweep_as_one_job_listed_or_expanded(tmp_path):
+    path = _sweep_registry(tmp_path)
+    code, out = pty_term.hpcqa("status", "--registry", path, cwd=ROOT)
+    assert code == 0 and "2 job(s): 2 local (3 sweep task(s))" in out, out
+    code, out = pty_term.hpcqa("status", "900", "--registry", path, cwd=ROOT)
+    assert code == 0 and "2 job(s)" not in out and "1 job(s): 1 local (3 sweep task(s))" in out, out
+    assert "900_2" in out
+
+
+def test_status_of_a_sweep_task_is_its_detail_view(tmp_path):
+    path = _sweep_registry(tmp_path)
+    code, one = pty_term.hpcqa("status", "900_1", "--registry", path, cwd=ROOT)
+    code42, single = pty_term.hpcqa("status", "42", "--registry", path, cwd=ROOT)
+    assert code == code42 == 0
+    assert "─ job 900_1 ─" in one and "─ job 42 ─" in single  # the same detail panel as a plain job's
+    assert "job(s)" not in one and "│ state" in one
+
+
+def test_no_such_job_is_said_alike(tmp_path, cli):
+    path = _sweep_registry(tmp_path)
+    r1 = cli("status", "123", "--registry", path)
+    r2 = cli("cancel", "123", "--registry", path)
+    assert r1.returncode == r2.returncode == 2
+    assert f"no job 123 in {path}" in r1.stderr and f"no job 123 in {path}" in r2.stderr
+
+
+def test_watch_says_when_and_that_slurm_is_not_answering(tmp_path):
+    path = _sweep_registry(tmp_path, executor="slurm")
+    broken = tmp_path / "slurm.conf"
+    broken.write_text("")
+    code, out = pty_term.hpcqa("status", "--watch", "--registry", path, cwd=ROOT, env={"SLURM_CONF": str(broken)},
+                               interrupt_after=7)
+    headers = re.findall(r"hpcqa status at \d\d:\d\d:\d\d, every 5 s \(Ctrl-C stops\); Slurm not answering since "
+                         r"\d\d:\d\d:\d\d, still asking", " ".join(out.split()))
+    assert len(headers) >= 1, out
+    assert "Traceback" not in out

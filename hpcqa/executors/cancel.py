@@ -29,7 +29,7 @@ def targets(reg, ids: Sequence[str], task: int | None) -> list:
             continue
         found = [r for r in reg.jobs([job_id]) if r.id == job_id] if reg.exists else []
         if not found:
-            raise UsageError(f"no job {job_id!r} in {reg.path}", "`hpcqa status --all` lists the jobs")
+            raise UsageError(f"no job {job_id} in {reg.path}", "`hpcqa status --all` lists the jobs")
         rows.append(found[0])
     return rows
 

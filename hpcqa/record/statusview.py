@@ -74,8 +74,10 @@ def job_table(views: Sequence[JobView], expand: bool = False, wide: bool = False
             keep.remove(4)
             rows = [[*r[:5], f"{r[5]} on {r[4]}" if r[4] not in ("1", "") else r[5], *r[6:]] for r in rows]
     counts: dict[str, int] = {}
-    for r in rows:
+    top = [r for r in rows if not r[0].startswith(" ")]  # a sweep is one job however it is shown
+    for r in top:
         counts[r[2]] = counts.get(r[2], 0) + 1
+    n_tasks = sum(1 for v in views if v.sweep_id)
     plain = [[markup(c).plain for c in r] for r in rows]
     need = {i: max(len(x) for x in [COLUMNS[i], *(r[i] for r in plain)]) for i in keep}
     fixed = {i: need[i] for i in keep if COLUMNS[i] in WHOLE}
@@ -86,7 +88,9 @@ def job_table(views: Sequence[JobView], expand: bool = False, wide: bool = False
         widths[1] = max(min(need[1], spare - progress), 8)
         if 7 in keep:
             widths[7] = max(spare - widths[1], 12)
-    t = Table(title=None if wide else f"{len(rows)} job(s): " + ", ".join(f"{n} {e}" for e, n in sorted(counts.items())),
+    title = f"{len(top)} job(s): " + ", ".join(f"{n} {e}" for e, n in sorted(counts.items())) + \
+        (f" ({n_tasks} sweep task(s))" if n_tasks else "")
+    t = Table(title=None if wide else title,
               title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
               expand=False)
     for i in keep:
