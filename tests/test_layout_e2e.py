@@ -37,6 +37,7 @@ def test_tune_compares_layouts_and_auto_uses_the_winner(cli, tmp_path, env):
     assert plan["layout_source"].startswith("auto: `hpcqa tune`")
     status = json.loads(cli("status", "--json", "--all", env=env).stdout)
     assert sorted(j["state"] for j in status) == ["COMPLETED", "COMPLETED"]
+    assert not list(tmp_path.glob("*/%j-*")), "submitit's staging folders were left behind"
 
 
 def test_same_seed_same_weights_and_scores(cli, tmp_path, env):

@@ -197,6 +197,7 @@ def test_local_job_in_registry_status_and_cancel(tmp_path, cache_env):
         raise AssertionError("the local controller survived hpcqa cancel")
     assert state()["state"] == "CANCELLED"
     assert not processes_running(f"submitit.core._submit {tmp_path}"), "rank processes survived the cancel"
+    assert not list((tmp_path / "quickstart").glob("%j-*")), "submitit's staging folder was left behind"
 
 
 @pytest.mark.parametrize("how", ["SIGINT to the group", "SIGTERM", "SIGHUP"])

@@ -88,12 +88,16 @@ class Local:
     def follow(self, submitted: Submitted, title: str) -> str:
         (job,), (folder,) = submitted.handles, submitted.folders
         jd = JobDir(Path(folder))
+        plan = submitted.request.sweep.plans[0]
         try:
             common.watch(jd, job.done, title, fail_fast=job.cancel)
         except KeyboardInterrupt:
             job.cancel()
             raise
-        return "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
+        finally:
+            state = "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
+            common.job_root(plan).tidy_all()  # after the last poll: submitit re-creates its '%j-...' folder
+        return state
 
     def _run_sweep(self, request: Request, say: Say) -> Submitted:
         """Variants one after another on this machine (each uses every core the plan gives it)."""
@@ -216,9 +220,11 @@ def finish(job, jd: JobDir, plan: LaunchPlan, title: str, interrupted: str, say:
         common.job_root(plan).tidy_all()
         say(f"\n{interrupted}")
         return 130
-    common.job_root(plan).tidy_all()
-    state = "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
-    return common.report(job.job_id, jd, state, plan)
+    try:
+        state = "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
+        return common.report(job.job_id, jd, state, plan)
+    finally:
+        common.job_root(plan).tidy_all()  # after the last poll: submitit re-creates its '%j-...' folder
 
 
 # ------------------------------------------------------------------------------------ state and cancel

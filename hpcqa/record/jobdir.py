@@ -195,6 +195,16 @@ class JobDir:
 
     path: Path
 
+    def tidy_staging(self) -> None:
+        """submitit's controller makes its folder pattern literally ('%j-<token>', next to this folder) before the
+        id is known; a local job's rank 0 removes it once empty (a foreground submit also does, at the end)."""
+        _, _, token = self.path.name.partition("-")
+        if token:
+            try:
+                (self.path.parent / f"{JOB_ID}-{token}").rmdir()
+            except OSError:
+                pass
+
     # ---------------------------------------------------------------- paths
     @property
     def ranks(self) -> Path:

@@ -356,6 +356,8 @@ def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     report["main_thread"] = main_thread
     report["attempt"] = attempt()
     jd.begin_attempt(report["rank"], report["attempt"])
+    if report["rank"] == 0:
+        jd.tidy_staging()
     STOP.install(plan.config.launch.requeue_signal)
     r = Rank(plan, jd, report, _logger(report["rank"]))
     missing = [name for name, there in report["passed_env"].items() if not there]
