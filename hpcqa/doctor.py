@@ -17,6 +17,7 @@ from hpcqa import api, hostprobe, stage
 from hpcqa.core import plan, sweep, topology
 from hpcqa.executors import table
 from hpcqa.executors.slurmcli import Slurm
+from hpcqa.rank import preload
 from hpcqa.rank import wrapper as rank
 
 
@@ -149,11 +150,14 @@ def staged_checks(cfg) -> list[Check]:
 
 def host_checks(cfg) -> list[Check]:
     checks: list[Check] = [node_check(cfg), *staged_checks(cfg)] if cfg is not None else []
-    dirs = hostprobe.library_dirs()
-    for name, files in hostprobe.LIBRARIES.items():
-        p = hostprobe.find_library(files, dirs)
-        checks.append(Check(name, "ok" if p else "warning", p or "not found",
-                            "" if p else f"install: {plan.LIB_PACKAGES[name]}"))
+    wanted = plan.preload_wanted(cfg) if cfg is not None else []
+    found = preload.available()
+    for name in preload.LIBRARIES:  # a warning only for what the config asks to preload
+        p = found.get(name)
+        level = "ok" if p or name not in wanted else "warning"
+        checks.append(Check(name, level, (p or "not found") + ("" if name in wanted or cfg is None else
+                                                               " (this config does not preload it)"),
+                            "" if p or name not in wanted else f"install: {plan.LIB_PACKAGES[name]}"))
     for dist in ("torch", "transformers", "accelerate", "datasets", "submitit"):
         v = _version(dist)
         checks.append(Check(dist, "ok" if v else "error", v or "not installed", "" if v else f"pip install {dist}"))

@@ -85,7 +85,7 @@ def data_file(cfg: Config, key: str, path: str) -> list[str]:
         raise ConfigError(key, f"{path!r} not found" + (" (a directory)" if os.path.isdir(path) else ""),
                           f"point {key} at a SQuAD JSON or JSON-lines file", src)
     try:
-        fmt, examples = squadfile.read(path)
+        fmt, examples, facts = squadfile.read_with_facts(path)
     except (ValueError, UnicodeDecodeError) as e:
         raise ConfigError(key, f"{path}: not SQuAD JSON or JSON lines: {e}", "fix the file at that line", src) from None
     if not examples:
@@ -96,6 +96,10 @@ def data_file(cfg: Config, key: str, path: str) -> list[str]:
                           "every example needs a unique id, a context and a question", src)
     if key == "data.test_file":
         return []  # predictions only: answers, if any, are not used
+    mismatch, version_notes = squadfile.version_check(facts, cfg.data.version_2_with_negative, path)
+    if mismatch:
+        raise ConfigError("data.version_2_with_negative", mismatch,
+                          "set data.version_2_with_negative = true (or use SQuAD v1.1 data)", src)
     total, bad, first = misaligned(examples)
     allowed = cfg.data.max_misaligned_answers
     if bad and bad > allowed * total:
@@ -103,8 +107,8 @@ def data_file(cfg: Config, key: str, path: str) -> list[str]:
                                f"(first: {', '.join(first)}); training on them teaches nothing",
                           f"fix the offsets, or raise data.max_misaligned_answers (now {allowed:g}) to train anyway",
                           src)
-    return [f"{path}: {bad} of {total} answers misaligned (first: {', '.join(first)}); "
-            f"within data.max_misaligned_answers"] if bad else []
+    return version_notes + ([f"{path}: {bad} of {total} answers misaligned (first: {', '.join(first)}); "
+                             f"within data.max_misaligned_answers"] if bad else [])
 
 
 # ------------------------------------------------------------------------------------ model

@@ -77,7 +77,7 @@ def test_sweep_table_shows_whole_keys_once_per_variant_and_what_was_assumed(tmp_
 def test_render_prints_the_plans_warnings(cli):
     r = cli("render", "configs/squad_spr.toml", "--set", "launch.openmp=iomp", "--set", "launch.malloc=jemalloc")
     assert r.returncode == 0 and r.stdout.startswith("#!/bin/bash")
-    assert "warning:" in r.stderr and "LD_PRELOAD" in r.stderr, r.stderr
+    assert "warning: iomp not found on this host; each rank looks for it on its node" in r.stderr, r.stderr
 
 
 def _sweep_registry(tmp_path, executor="local"):

@@ -7,6 +7,7 @@ import pytest
 from hpcqa.core import squadfile
 from hpcqa.rank.train import data, model, synth
 from hpcqa.record.caches import Caches
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -233,3 +234,59 @@ def test_hub_path_with_a_dataset_config_name(tmp_path):
         assert len(ds["train"]) == n and set(ds) == {"train", "validation"}
         assert list(ds["train"]["title"]) == [""] * n and list(ds["validation"]["first_fact"]) == [""] * n
         assert list(ds["train"]["answers"]) == [r["answers"] for r in ROWS[:n]]
+
+
+# ------------------------------------------------------------------------------ the data's SQuAD version (issue 23)
+
+def _v2_doc(version="v2.0"):
+    return {"version": version, "data": [{"title": "t", "paragraphs": [{"context": "Paris is in France.", "qas": [
+        {"id": "a", "question": "Where is Paris?", "answers": [{"text": "France", "answer_start": 12}],
+         "is_impossible": False},
+        {"id": "b", "question": "Where is Rome?", "answers": [], "is_impossible": True},
+        {"id": "c", "question": "What is Paris in?", "answers": [{"text": "France", "answer_start": 12}],
+         "is_impossible": True}]}]}]}
+
+
+def test_is_impossible_with_answers_is_answerable_as_the_official_script_scores_it(tmp_path):
+    from hpcqa.core import squadfile
+    from hpcqa.rank.train import metrics
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(_v2_doc()))
+    _, rows, facts = squadfile.read_with_facts(path)
+    assert {r["id"]: r["answers"]["text"] for r in rows} == {"a": ["France"], "b": [], "c": ["France"]}
+    assert facts == {"declared": "v2.0", "rows": 3, "unanswerable": 1, "impossible_with_answers": ["c"]}
+    golds = {r["id"]: r["answers"]["text"] for r in rows}
+    scores = metrics.squad_scores(golds, {"a": "France", "b": "", "c": "France"}, version_2=True)
+    assert scores["exact_match"] == 100.0 and scores["HasAns_total"] == 2 and scores["NoAns_total"] == 1
+    mismatch, warnings = squadfile.version_check(facts, True, str(path))
+    assert mismatch is None and "marked is_impossible still have answers (first: 'c')" in warnings[0]
+
+
+@pytest.mark.parametrize("declared", ["v2.0", None])
+def test_v2_data_with_v1_rules_is_refused_at_submit(cli, tmp_path, declared):
+    doc = _v2_doc(declared) if declared else _v2_doc()
+    if not declared:
+        del doc["version"]
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(doc))
+    files = ["--set", f"data.validation_file={json.dumps(str(path))}", "--set", f"data.train_file={json.dumps(str(path))}",
+             "--set", "data.dataset=\"\"", "--set", f"job.output_dir={json.dumps(str(tmp_path / 'out'))}"]
+    r = cli("submit", "configs/quickstart.toml", *files, "--set", "data.version_2_with_negative=false",
+            env={"HPCQA_REGISTRY": str(tmp_path / "r.sqlite")})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "data.version_2_with_negative" in r.stderr and "SQuAD v2 data" in r.stderr
+    assert ("'v2.0'" in r.stderr) == bool(declared) and "1 of 3 questions have no answer" in r.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything was made
+    from hpcqa import preflight
+    from hpcqa.core import config
+    cfg = config.load(ROOT / "configs/quickstart.toml", [o for o in files if o != "--set"] +
+                      ["data.version_2_with_negative=true"])
+    notes = preflight.check(cfg)
+    assert any("is_impossible still have answers" in n for n in notes)
+
+
+def test_v1_data_with_v2_rules_warns():
+    from hpcqa.core import squadfile
+    mismatch, warnings = squadfile.version_check({"declared": "1.1", "rows": 10, "unanswerable": 0,
+                                                  "impossible_with_answers": []}, True, "train.json")
+    assert mismatch is None and "SQuAD v1.1 data" in warnings[0]

@@ -62,12 +62,15 @@ def test_iomp_vs_gomp_variables():
     assert "KMP_AFFINITY" not in gomp
 
 
-def test_preload_only_what_was_found():
+def test_the_plan_names_the_libraries_the_node_resolves():
+    """The plan says what is wanted, by name; where it is, is each node's business. The dry run predicts from
+    this host: a library missing here is a warning, not a decision for every node."""
     lp = spr()
-    assert lp.ranks[0].env["LD_PRELOAD"] == "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"
-    assert any("iomp not found" in w for w in lp.warnings)
-    lp = spr(host=plan.HostProbe(has_sbatch=True))
-    assert "LD_PRELOAD" not in lp.ranks[0].env
+    assert lp.ranks[0].env["HPCQA_PRELOAD"] == "tcmalloc:iomp" and "LD_PRELOAD" not in lp.ranks[0].env
+    assert any("iomp not found on this host; each rank looks for it on its node" in w for w in lp.warnings)
+    bare = spr(host=plan.HostProbe(has_sbatch=True))
+    assert bare.ranks[0].env["HPCQA_PRELOAD"] == "tcmalloc:iomp"  # the same plan: nothing frozen from this host
+    assert "HPCQA_PRELOAD" not in spr("launch.malloc=default", "launch.openmp=gomp").ranks[0].env
 
 
 def test_unbound_plan_sets_no_threads():
@@ -117,5 +120,16 @@ def test_plan_is_frozen():
 
 
 def test_find_library():
-    assert hostprobe.find_library(("libx.so",), ["/a", "/b"], exists=lambda p: p == "/b/libx.so") == "/b/libx.so"
-    assert hostprobe.find_library(("libx.so",), ["/a"], exists=lambda p: False) is None
+    from hpcqa.rank import preload
+    assert preload.find_library(("libx.so",), ["/a", "/b"], exists=lambda p: p == "/b/libx.so") == "/b/libx.so"
+    assert preload.find_library(("libx.so",), ["/a"], exists=lambda p: False) is None
+
+
+def test_library_dirs_follow_the_loaders_configuration(tmp_path):
+    from hpcqa.rank import preload
+    (tmp_path / "ld.so.conf.d").mkdir()
+    (tmp_path / "ld.so.conf").write_text("# comment\ninclude ld.so.conf.d/*.conf\n/opt/direct/lib\n")
+    (tmp_path / "ld.so.conf.d" / "a.conf").write_text("/opt/intel/lib\n")
+    assert preload.ld_so_conf_dirs(str(tmp_path / "ld.so.conf")) == ["/opt/intel/lib", "/opt/direct/lib"]
+    dirs = preload.library_dirs({"LD_LIBRARY_PATH": "/x:/y", "CONDA_PREFIX": "/conda"}, prefix="/venv")
+    assert dirs[:4] == ["/x", "/y", "/conda/lib", "/venv/lib"]

@@ -25,6 +25,15 @@ from pathlib import Path
 from hpcqa.errors import PlanError
 from dataclasses import replace
 
+PRELOAD_WANTED = "HPCQA_PRELOAD"  # hpcqa.rank.preload.WANTED: the libraries a rank preloads, by name
+
+
+def preload_wanted(cfg: Config) -> list[str]:
+    """The libraries the config asks to preload: its allocator (launch.malloc) and Intel's OpenMP."""
+    la = cfg.launch
+    return [n for n in (la.malloc, "iomp" if la.openmp == "iomp" else "") if n and n != "default"]
+
+
 LIB_PACKAGES = {
     "tcmalloc": "apt-get install libgoogle-perftools4 (or conda install gperftools)",
     "jemalloc": "apt-get install libjemalloc2",
@@ -209,13 +218,13 @@ def resolve_backend(requested: str, ccl_bindings: bool) -> Backend:
 
 
 def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool], backend: str,
-                    launcher: str, libraries: Mapping[str, str]) -> dict[str, str]:
+                    launcher: str) -> dict[str, str]:
     """Environment of one local rank that does not depend on the allocation."""
     la = cfg.launch
     env = threadenv.pool_env(la, pool, pools, ccl=backend == "ccl", pin_domain=backend == "ccl" or launcher == "mpirun")
-    preload = [libraries[n] for n in (la.malloc, "iomp" if la.openmp == "iomp" else "") if n in libraries]
-    if preload:
-        env["LD_PRELOAD"] = ":".join(preload)
+    wanted = preload_wanted(cfg)
+    if wanted:  # names, not paths: each rank finds them on its node (hpcqa.rank.preload)
+        env[PRELOAD_WANTED] = ":".join(wanted)
     env.update(la.env)
     return env
 
@@ -256,7 +265,7 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_su
     local_ranks = tuple(
         LocalRankPlan(local_rank=p.local_rank, cpus=p.cpus if la.bind else (),
                       compute=p.compute, ccl=p.ccl,
-                      env=FrozenDict(rank_static_env(cfg, p, pools, backend.resolved, launcher, host.libraries)))
+                      env=FrozenDict(rank_static_env(cfg, p, pools, backend.resolved, launcher)))
         for p in pools)
     return LaunchPlan(config=cfg, executor=executor, launcher=launcher, backend=backend,
                       nodes=c.nodes, ranks_per_node=ranks_per_node, world_size=c.nodes * ranks_per_node,
@@ -357,10 +366,10 @@ def _warnings(cfg: Config, host: HostProbe, backend: Backend, pools: list[topolo
     if la.ccl_workers and backend.resolved != "ccl":
         out.append(f"launch.ccl_workers={la.ccl_workers} not reserved: backend is "
                    f"{backend.resolved}, no CCL worker threads run, all cores compute")
-    for name in (la.malloc, "iomp" if la.openmp == "iomp" else ""):
-        if name and name != "default" and name not in host.libraries:
-            out.append(f"{name} not found on this host: LD_PRELOAD left without it "
-                       f"(install: {LIB_PACKAGES[name]})")
+    for name in preload_wanted(cfg):
+        if name not in host.libraries:
+            out.append(f"{name} not found on this host; each rank looks for it on its node and runs without it "
+                       f"where it is missing (install: {LIB_PACKAGES[name]})")
     if not la.bind:
         out.append("launch.bind = false: ranks are not pinned; expect oversubscription")
     if la.omp_num_threads and la.omp_num_threads > len(pools[0].compute):

@@ -1,8 +1,10 @@
 """SQuAD-format files, read by parsing (never by sniffing bytes). Standard library only.
 
 One reader for the submit host's checks (preflight) and the ranks' loader (train/data.py). A file is:
-- `squad`: the official nested JSON, {"data": [{"title"?, "paragraphs": [{"context", "qas": [...]}]}]};
-  `is_impossible` questions have no answers (v2);
+- `squad`: the official nested JSON, {"version"?, "data": [{"title"?, "paragraphs": [{"context", "qas": [...]}]}]};
+  a question's answers are what decides whether it is answerable, as in the official v2.0 evaluation script
+  (`is_impossible` is not read by it: a question marked so that still has answers counts as answerable, and
+  `facts()` names it);
 - `flat`: {"data": [{"id", "title"?, "context", "question", "answers"}, ...]}, what run_qa.py reads
   with `field="data"` (transformers' own SQuAD sample);
 - `jsonl`: one flat record per line.
@@ -18,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-READER_VERSION = "2"  # part of the feature-cache key: bump when rows would come out differently
+READER_VERSION = "3"  # part of the feature-cache key: bump when rows would come out differently
 
 
 def parse(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -57,9 +59,9 @@ def _flatten(articles: list[dict]) -> Iterator[dict[str, Any]]:
     for a in articles:
         for p in a.get("paragraphs") or []:
             for q in p.get("qas") or []:
-                answers = [] if q.get("is_impossible") else q.get("answers") or []
                 yield {"id": q.get("id"), "title": a.get("title"), "context": p.get("context"),
-                       "question": q.get("question"), "answers": answers, "first_fact": q.get("first_fact")}
+                       "question": q.get("question"), "answers": q.get("answers") or [],
+                       "first_fact": q.get("first_fact"), "is_impossible": q.get("is_impossible")}
 
 
 def columnar(answers: Any) -> dict[str, list]:
@@ -89,8 +91,52 @@ def normalise(row: dict[str, Any]) -> dict[str, Any]:
 
 def read(path: str | Path) -> tuple[str, list[dict[str, Any]]]:
     """-> (format, normalised rows). OSError, UnicodeDecodeError or ValueError (with the line)."""
-    fmt, rows = parse(Path(path).read_text(encoding="utf-8"))
-    return fmt, [normalise(r) for r in rows]
+    fmt, rows, _ = read_with_facts(path)
+    return fmt, rows
+
+
+def read_with_facts(path: str | Path) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    """-> (format, normalised rows, facts: what the file says of its SQuAD version)."""
+    text = Path(path).read_text(encoding="utf-8")
+    fmt, raw = parse(text)
+    declared = None
+    if fmt != "jsonl":
+        doc = json.loads(text)
+        declared = doc.get("version") if isinstance(doc.get("version"), str) else None
+    rows = [normalise(r) for r in raw]
+    return fmt, rows, facts(raw, rows, declared)
+
+
+def facts(raw: list[dict[str, Any]], rows: list[dict[str, Any]], declared: str | None) -> dict[str, Any]:
+    """The version the file declares ("version": "v2.0"), its unanswerable questions (no answer), and the
+    malformed ones: marked is_impossible yet with answers (the official script scores them as answerable)."""
+    marked = [str(r.get("id")) for r, row in zip(raw, rows) if r.get("is_impossible") and row["answers"]["text"]]
+    return {"declared": declared, "rows": len(rows),
+            "unanswerable": sum(1 for row in rows if not row["answers"]["text"]),
+            "impossible_with_answers": marked}
+
+
+def version_check(facts_: dict[str, Any], v2: bool, where: str) -> tuple[str | None, list[str]]:
+    """(a mismatch that would mis-score the data, or None; warnings) for data.version_2_with_negative = v2."""
+    declared = (facts_.get("declared") or "").lstrip("v")
+    n, unanswerable = facts_["rows"], facts_["unanswerable"]
+    warnings = []
+    bad = facts_.get("impossible_with_answers") or []
+    if bad:
+        warnings.append(f"{where}: {len(bad)} question(s) marked is_impossible still have answers (first: "
+                        f"{bad[0]!r}); scored as answerable, as the official SQuAD v2.0 script does")
+    is_v2 = declared.startswith("2") or unanswerable > 0
+    if is_v2 and not v2:
+        why = (f"it declares version {facts_['declared']!r}" if declared.startswith("2") else "") + \
+              (", " if declared.startswith("2") and unanswerable else "") + \
+              (f"{unanswerable} of {n} questions have no answer" if unanswerable else "")
+        return (f"{where} is SQuAD v2 data ({why}), but data.version_2_with_negative = false: by v1 rules an "
+                "unanswerable question has no gold answer to match, and even perfect predictions would score "
+                "far below 100"), warnings
+    if v2 and not is_v2 and declared.startswith("1"):
+        warnings.append(f"{where} is SQuAD v{declared} data (no unanswerable question) scored by v2 rules: the "
+                        "model may answer \"\" (no answer); set data.version_2_with_negative = false")
+    return None, warnings
 
 
 def problems(rows: list[dict[str, Any]]) -> list[str]:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from hpcqa.rank import preload
 from hpcqa.core import distenv, threadenv, topology
 from hpcqa.rank import netif
 from hpcqa.core import plan as planmod
@@ -142,7 +143,7 @@ def rank_environment(plan: LaunchPlan, env: Mapping[str, str], node: topology.No
     lr = plan.local_ranks[d.local_rank]
     binding = choose_binding(plan, d.local_rank, node)
     out = {**env, **lr.env, **binding["env"], **d.torch_env()}
-    warnings = _keep_existing_preloads(out, hostname)
+    warnings = _preloads(out, hostname)
     lay, pool = binding["layout"], binding["pool"]
     if lay is not None and d.local_rank == 0 and (lay.notes or any(
             p.cpus != q.cpus for p, q in zip(lay.pools, plan.local_ranks))):  # once per node
@@ -158,15 +159,22 @@ def rank_environment(plan: LaunchPlan, env: Mapping[str, str], node: topology.No
     return out, list(binding["cpus"]), warnings
 
 
-def _keep_existing_preloads(env: dict[str, str], hostname: str) -> list[str]:
-    """Drop LD_PRELOAD entries missing on this node (a missing preload makes every exec warn)."""
-    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
-    kept = [p for p in preload if os.path.exists(p)]
-    if kept:
-        env["LD_PRELOAD"] = ":".join(kept)
+def _preloads(env: dict[str, str], hostname: str) -> list[str]:
+    """LD_PRELOAD as this node has it: the plan's wanted libraries (HPCQA_PRELOAD, by name) found here, after any
+    path launch.env gave that exists here. What was found where goes to the rank's report (HPCQA_PRELOADED)."""
+    given = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
+    kept = [p for p in given if os.path.exists(p)]
+    wanted = [n for n in env.pop(preload.WANTED, "").split(":") if n]
+    paths, found = preload.resolve(wanted, env)
+    chosen = kept + [p for p in paths if p not in kept]
+    if chosen:
+        env["LD_PRELOAD"] = ":".join(chosen)
     else:
         env.pop("LD_PRELOAD", None)
-    return [f"LD_PRELOAD: {p} not found on {hostname}; left out" for p in preload if p not in kept]
+    env[preload.FOUND] = preload.encode(found)
+    return [f"LD_PRELOAD: {p} not found on {hostname}; left out" for p in given if p not in kept] + \
+           [f"LD_PRELOAD: {name} not found on {hostname} ({', '.join(preload.library_dirs(env)[:4])}, ...); "
+            "this rank runs without it" for name, path in found.items() if not path]
 
 
 USAGE = "usage: python -m hpcqa.rank --plan PLAN.json [--job-dir DIR] -- COMMAND [ARGS...]"

@@ -184,6 +184,7 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     if v.results and "f1" in v.results:
         rows.append(("results", f"EM {v.results['exact_match']:.2f}  F1 {v.results['f1']:.2f}"))
     rows += _usage_rows(v)
+    rows += _preload_rows(v)
     for rep in v.ranks:
         u = ((v.usage or {}).get("per_rank") or {}).get(rep.get("rank"), {})
         rows.append((f"rank {rep.get('rank')}", f"{rep.get('host', '?')}, CPUs {cpu_list(rep.get('cpus') or []) or '-'}"
@@ -236,3 +237,14 @@ def _by_the_cancel(record: dict) -> bool:
     error = str(record.get("error", ""))
     return error.startswith("KeyboardInterrupt") or any(f"killed by {s}" in error
                                                         for s in ("SIGINT", "SIGTERM", "SIGKILL"))
+
+
+def _preload_rows(v: JobView) -> list[tuple[str, str]]:
+    """What each node's ranks preloaded, found there (not on the submit host): one line per distinct answer."""
+    seen: dict[str, list[str]] = {}
+    for rep in v.ranks:
+        found = rep.get("preload") or {}
+        if found:
+            text = "; ".join(f"{name} {path}" if path else f"{name} not found" for name, path in found.items())
+            seen.setdefault(text, []).append(str(rep.get("host", "?")))
+    return [("preloaded", f"{text} (on {', '.join(sorted(set(hosts)))})") for text, hosts in seen.items()]

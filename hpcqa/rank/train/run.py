@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from hpcqa.core import squadfile
+from hpcqa.rank import preload
 from hpcqa.core import topology
 from hpcqa.errors import HpcqaError, RankError
 from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
@@ -235,6 +237,15 @@ def widen_main_thread() -> str:
     return f"OpenMP had it on {before}; widened to the rank's pool {topology.cpu_list(pool)}"
 
 
+def _mapped(ld_preload: str) -> list[str]:
+    """The LD_PRELOAD libraries the dynamic loader really mapped into this process (/proc/self/maps)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    return [p for p in ld_preload.split(":") if p and (p in maps or os.path.realpath(p) in maps)]
+
+
 def startup_report(plan: LaunchPlan, jd: JobDir) -> dict:
     """What this rank actually got vs what the plan said; warnings for mismatches."""
     import torch
@@ -248,6 +259,7 @@ def startup_report(plan: LaunchPlan, jd: JobDir) -> dict:
         "env_source": e.get("HPCQA_ENV_SOURCE"), "planned_cpus": e.get("HPCQA_PLANNED_CPUS"),
         "sockets": _ints(e.get("HPCQA_SOCKETS")), "numa": _ints(e.get("HPCQA_NUMA")), "membind": e.get("HPCQA_MEMBIND"),
         "cpus": sorted(os.sched_getaffinity(0)), "bind_note": e.get("HPCQA_BIND_NOTE"),
+        "preload": preload.decode(e.get(preload.FOUND)), "preload_mapped": _mapped(e.get("LD_PRELOAD", "")),
         "omp_num_threads": e.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads(),
         "ld_preload": e.get("LD_PRELOAD", ""), "versions": _versions(torch), "warnings": _binding_warnings(torch),
         "started": time.time(), "job_dir": str(jd.path), "plan_digest": plan.digest,
@@ -453,6 +465,14 @@ def prepare_data(cfg, croot: Caches, allow_download: bool | None = None) -> tupl
         raise RankError(f"train.doc_stride {tc.doc_stride} is not below the usable max_seq_length {max_len}",
                         f"set train.doc_stride below {max_len}")
     raw = qa_data.load_raw(dc, tc.seed, croot, download)
+    for split in ("train", "validation"):  # v2 data scored by v1 rules would mis-score without a word
+        if split in raw and not dc.train_file and not dc.validation_file:  # local files: checked at submit
+            answers = raw[split]["answers"]
+            facts = {"declared": None, "rows": len(answers), "impossible_with_answers": [],
+                     "unanswerable": sum(1 for a in answers if not a["text"])}
+            mismatch, _ = squadfile.version_check(facts, dc.version_2_with_negative, f"{dc.dataset} ({split})")
+            if mismatch:
+                raise RankError(mismatch, "set data.version_2_with_negative = true")
     train_raw = _first(raw["train"], dc.max_train_samples)
     need_eval = tc.do_eval or tc.eval_strategy != "no"
     eval_raw = _first(raw["validation"], dc.max_eval_samples) if "validation" in raw and need_eval else None
