@@ -49,6 +49,14 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
     for rep in reports:
         assert rep["torch_threads"] == int(rep["omp_num_threads"]) == len(rep["cpus"])
         assert rep["world_size"] == 2 and rep["backend"] == "gloo" and not rep["warnings"]
+        # a pinned rank's CPU use stays within its CPUs: every thread allowed only there, CPU seconds (children
+        # included) at most wall x CPUs (they were once 132 % and 165 %: the wall clock started after the imports)
+        u = rep["usage"]
+        assert u["threads_outside_cpus"] == [], u
+        assert u["cpu_s"] <= u["wall_s"] * u["cpus"] * 1.02, u
+    status = cli("status", job.name.split("-")[0], env={**cache_env, "COLUMNS": "200"})
+    effs = [int(x) for x in re.findall(r"CPU efficiency (\d+) ?%", status.stdout)]
+    assert effs and max(effs) <= 101, status.stdout
     # `hpcqa topology` shows what the ranks really bound (the same function, on the same node)
     topo = cli("topology", "configs/quickstart.toml", "--json")
     assert topo.returncode == 0, topo.stderr
