@@ -16,7 +16,7 @@ from typing import Mapping
 from hpcqa import api, hostprobe, stage
 from hpcqa.core import plan, sweep, topology
 from hpcqa.executors import table
-from hpcqa.executors.slurmcli import Slurm
+from hpcqa.executors.slurmcli import Slurm, first_line
 from hpcqa.rank import preload
 from hpcqa.rank import wrapper as rank
 
@@ -81,8 +81,9 @@ def run_checks(cfg=None, slurm: Slurm | None = None) -> list[Check]:
         checks.append(Check("executor", "ok", f"{ex.name} (this machine): Slurm is not needed for this config",
                             "" if cfg.cluster.executor == ex.name else "cluster.executor = \"auto\" and no sbatch here"))
     elif shutil.which("sbatch"):
-        checks += slurm_checks(cfg, slurm or Slurm())
-        if ex is not None:
+        found = slurm_checks(cfg, slurm or Slurm())
+        checks += found
+        if ex is not None and found[0].level == "ok":
             checks.append(request_check(ex, request))
     else:
         checks.append(Check("slurm", "warning", "sbatch not found: jobs run on the local executor",
@@ -99,13 +100,15 @@ def request_check(ex, request) -> Check:
 
 def slurm_checks(cfg, slurm: Slurm) -> list[Check]:
     ok, version = slurm.version()
-    checks = [Check("slurm", "ok" if ok else "error", version,
-                    "" if ok else "is SLURM_CONF set and slurmctld reachable?")]
+    if not ok:  # one line, not every command's four lines of the same failure blaming partition and account
+        return [Check("slurm", "error", f"not reachable: {first_line(version)}; accounting, nodes and the request "
+                      "were not asked", "is SLURM_CONF set and slurmctld running? (`scontrol ping`)")]
+    checks = [Check("slurm", "ok", version)]
     acct_ok, acct_text = slurm.accounting()
     if acct_ok:
         checks.append(Check("accounting", "ok", "on (sacct answers): states come from sacct"))
     else:
-        checks.append(Check("accounting", "warning", f"off ({acct_text[:100]})",
+        checks.append(Check("accounting", "warning", f"off ({first_line(acct_text)[:100]})",
                             "status falls back to squeue + the jobs' own files; ask your admins about slurmdbd"))
     parsed, err = slurm.nodes()
     if parsed:
@@ -114,7 +117,8 @@ def slurm_checks(cfg, slurm: Slurm) -> list[Check]:
         if cfg is not None:
             checks += topology_checks(cfg, parsed)
     else:
-        checks.append(Check("nodes", "error", f"scontrol show node failed: {err}", "check SLURM_CONF / the controller"))
+        checks.append(Check("nodes", "error", f"scontrol show node failed: {first_line(err)}",
+                            "check SLURM_CONF / the controller"))
     return checks
 
 
@@ -135,6 +139,10 @@ def node_check(cfg) -> Check:
 
 def staged_checks(cfg) -> list[Check]:
     """Model, data and features: staged (manifest), missing (a staged file is gone), or not staged."""
+    local_data = cfg.data.dataset.startswith("builtin:") or (not cfg.data.dataset and cfg.data.train_file)
+    if cfg.model.name_or_path.startswith("builtin:") and local_data:
+        return [Check("staged", "ok", f"nothing to stage: model {cfg.model.name_or_path} ships with hpcqa, data "
+                      f"{cfg.data.dataset or 'from local files'}")]
     got = stage.check(cfg)
     if not got["manifest"]:
         return [Check("staged", "warning", f"nothing staged for this config (no {stage.manifest_path(cfg)})",
@@ -162,14 +170,52 @@ def host_checks(cfg) -> list[Check]:
         v = _version(dist)
         checks.append(Check(dist, "ok" if v else "error", v or "not installed", "" if v else f"pip install {dist}"))
     ccl = importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None
-    checks.append(Check("ccl bindings", "ok" if ccl else "warning",
-                        f"oneccl_bindings_for_pytorch {'found' if ccl else 'not installed'}",
-                        "" if ccl else "DDP runs over gloo; oneccl_bind_pt is on Intel's wheel index, not PyPI"))
+    wants_ccl = cfg is None or cfg.train.ddp_backend == "ccl"
+    checks.append(Check("ccl bindings", "ok" if ccl or not wants_ccl else "warning",
+                        f"oneccl_bindings_for_pytorch {'found' if ccl else 'not installed'}" +
+                        ("" if ccl or wants_ccl else f" (train.ddp_backend = \"{cfg.train.ddp_backend}\": gloo)"),
+                        "" if ccl or not wants_ccl else
+                        "DDP runs over gloo; oneccl_bind_pt is on Intel's wheel index, not PyPI"))
     backend = plan.resolve_backend(cfg.train.ddp_backend if cfg else "auto", ccl)
     checks.append(Check("ddp backend", "ok" if not (backend.resolved == "ccl" and not ccl) else "error",
                         f"{backend.resolved} ({backend.reason})",
                         "" if not (backend.resolved == "ccl" and not ccl) else "set train.ddp_backend = \"gloo\""))
     ipex = _version("intel-extension-for-pytorch")
-    checks.append(Check("ipex", "ok" if ipex else "warning", ipex or "not installed (optional)",
-                        "" if ipex else "optional; IPEX's last release (2.8) needs torch 2.8"))
+    asked = cfg is not None and cfg.train.ipex
+    checks.append(Check("ipex", "ok" if ipex or not asked else "warning",
+                        ipex or ("not installed: train.ipex = true runs without it" if asked else
+                                 "not installed (train.ipex is off)"),
+                        "" if ipex or not asked else "IPEX's last release (2.8) needs torch 2.8; set train.ipex = false"))
+    if cfg is not None:
+        checks += cpu_checks(cfg, topology.read_node())
     return checks
+
+
+def cpu_checks(cfg, node) -> list[Check]:
+    """What this CPU makes of the config: the precision bf16 really runs at, and NUMA (sub-NUMA clustering)
+    against launch.rank_domain. On a login node this is a prediction: the compute nodes may differ."""
+    where = "this host" + ("" if table.choose(plan.build_plan(cfg, hostprobe.probe_host())).runs_here else
+                           " (compute nodes may differ)")
+    out = []
+    bf16, why = plan.bf16_choice(cfg.train.bf16, node.flags)
+    if cfg.train.bf16 != "false":
+        slow = bf16 and not set(node.flags) & {"amx_bf16", "avx512_bf16"}
+        out.append(Check("bf16", "warning" if slow else "ok",
+                         f"{where}: {'bf16' if bf16 else 'fp32'} ({why})",
+                         "set train.bf16 = \"auto\" (fp32 here, bf16 where the CPU has AMX)" if slow else ""))
+    sockets = {c.socket for c in node.cpus}
+    numa = {c.numa_node for c in node.cpus if c.numa_node >= 0}
+    per_socket = len(numa) // max(len(sockets), 1)
+    domain = cfg.launch.rank_domain
+    if per_socket > 1 and domain == "socket":
+        out.append(Check("numa", "warning", f"{where}: {len(numa)} NUMA nodes on {len(sockets)} socket(s) (sub-NUMA "
+                         f"clustering): a rank per socket spans {per_socket} of them",
+                         "set launch.rank_domain = \"numa\" (and cluster.numa_per_socket = "
+                         f"{per_socket}): a rank per NUMA node keeps its memory local"))
+    elif domain == "numa" and per_socket <= 1:
+        out.append(Check("numa", "warning", f"{where}: one NUMA node per socket, launch.rank_domain = \"numa\" is "
+                         "the same as \"socket\" here", "fine as is; set cluster.numa_per_socket = 1"))
+    else:
+        out.append(Check("numa", "ok", f"{where}: {len(numa) or 1} NUMA node(s) on {len(sockets)} socket(s); "
+                         f"launch.rank_domain = \"{domain}\""))
+    return out

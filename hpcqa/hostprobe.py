@@ -20,4 +20,5 @@ def probe_host() -> HostProbe:
     libs = preload.available()  # the dry run's prediction; each rank looks again on its node
     return HostProbe(has_sbatch=shutil.which("sbatch") is not None,
                      ccl_bindings=importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None,
+                     ipex=importlib.util.find_spec("intel_extension_for_pytorch") is not None,
                      libraries=FrozenDict(libs), python=sys.executable, tuned=freeze(tune.load_store()))

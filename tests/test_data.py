@@ -82,7 +82,7 @@ def test_features_are_cached_by_key(tmp_path, tokenizer):
 
 
 def test_bf16_choice():
-    from hpcqa.rank.train.run import bf16_choice
+    from hpcqa.core.plan import bf16_choice
     assert bf16_choice("auto", {"amx_bf16"})[0] and bf16_choice("auto", {"avx512_bf16"})[0]
     assert not bf16_choice("auto", {"avx2"})[0] and not bf16_choice("false", {"amx_bf16"})[0]
 

@@ -26,3 +26,64 @@ def test_topology_checks():
     assert "cores_per_socket=1" in bad[1].fix
     missing = doctor.topology_checks(config.load(ROOT / "configs/squad_spr.toml"), nodes)
     assert missing[0].name == "partition" and missing[0].level == "error"
+
+
+# ------------------------------------------------------------------------------ issue 23, item 2
+
+def _node(tmp_path, numa=None, flags=()):
+    from hpcqa.core import topology
+    from tests.test_nodes import socket_major, write_tree
+    tree = write_tree(tmp_path, socket_major(2, 4, 1), numa)
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor : 0\nflags : fpu avx2 " + " ".join(flags) + "\n")
+    return topology.read_node(tree, cpuinfo=cpuinfo, saved=True)
+
+
+def test_bf16_says_what_precision_really_runs(tmp_path):
+    cfg = config.load(ROOT / "configs/squad_spr.toml")  # train.bf16 = "true"
+    plain = {c.name: c for c in doctor.cpu_checks(cfg, _node(tmp_path / "a"))}
+    assert plain["bf16"].level == "warning" and "emulated" in plain["bf16"].message
+    amx = {c.name: c for c in doctor.cpu_checks(cfg, _node(tmp_path / "b", flags=("amx_bf16", "amx_tile")))}
+    assert amx["bf16"].level == "ok" and "bf16 (train.bf16 = true (CPU has amx_bf16))" in amx["bf16"].message
+    auto = {c.name: c for c in doctor.cpu_checks(config.load(ROOT / "configs/squad_spr.toml", ["train.bf16=auto"]),
+                                                 _node(tmp_path / "c"))}
+    assert auto["bf16"].level == "ok" and "fp32 (auto: no AMX" in auto["bf16"].message
+
+
+def test_sub_numa_clusters_against_the_rank_domain(tmp_path):
+    snc = _node(tmp_path, numa={0: [0, 1], 1: [2, 3], 2: [4, 5], 3: [6, 7]})
+    per_socket = {c.name: c for c in doctor.cpu_checks(config.load(ROOT / "configs/squad_spr.toml"), snc)}
+    assert per_socket["numa"].level == "warning" and "launch.rank_domain = \"numa\"" in per_socket["numa"].fix
+    per_numa = doctor.cpu_checks(config.load(ROOT / "configs/squad_spr.toml", [
+        "launch.rank_domain=numa", "cluster.numa_per_socket=2"]), snc)
+    assert {c.name: c.level for c in per_numa}["numa"] == "ok"
+
+
+def test_doctor_lines_for_what_the_config_asks(cli, tmp_path):
+    import json
+    broken = tmp_path / "slurm.conf"
+    broken.write_text("")
+    r = cli("doctor", "configs/squad_spr.toml", "--json", env={"SLURM_CONF": str(broken)})
+    checks = {c["name"]: c for c in json.loads(r.stdout)}
+    # no controller: one line, and the checks that would only repeat it are not run
+    assert checks["slurm"]["level"] == "error" and "not reachable" in checks["slurm"]["message"]
+    assert "\n" not in checks["slurm"]["message"] and not {"accounting", "nodes", "request"} & set(checks)
+    # allocators: a warning only for the one the config preloads (tcmalloc), whatever this host has
+    assert checks["jemalloc"]["level"] == "ok"
+    assert checks["ipex"]["level"] == "ok" and checks["ccl bindings"]["level"] == "ok"
+    r = cli("doctor", "configs/squad_spr.toml", "--json", "--set", "train.ipex=true", "--set", "train.ddp_backend=ccl",
+            env={"SLURM_CONF": str(broken)})
+    asked = {c["name"]: c for c in json.loads(r.stdout)}
+    assert asked["ipex"]["level"] == "warning" and asked["ccl bindings"]["level"] == "warning"
+    quick = {c["name"]: c for c in json.loads(cli("doctor", "configs/quickstart.toml", "--json").stdout)}
+    assert quick["staged"]["level"] == "ok" and "nothing to stage" in quick["staged"]["message"]
+
+
+def test_validate_and_dry_run_say_when_an_extension_asked_for_is_missing(cli):
+    import importlib.util
+    if importlib.util.find_spec("intel_extension_for_pytorch"):
+        return  # nothing to say where IPEX is installed
+    r = cli("validate", "configs/quickstart.toml", "--set", "train.ipex=true")
+    assert r.returncode == 0 and "train.ipex = true: intel_extension_for_pytorch is not importable here" in r.stderr
+    d = cli("submit", "configs/quickstart.toml", "--dry-run", "--set", "train.ipex=true")
+    assert "train.ipex = true: intel_extension_for_pytorch is not importable" in " ".join(d.stdout.split())

@@ -25,6 +25,18 @@ from pathlib import Path
 from hpcqa.errors import PlanError
 from dataclasses import replace
 
+def bf16_choice(setting: str, flags: set[str] | frozenset[str]) -> tuple[bool, str]:
+    """train.bf16 on a CPU with these /proc/cpuinfo flags -> (autocast bf16?, why). Without AMX or avx512_bf16,
+    bf16 = true still runs, emulated and slower than fp32."""
+    hw = sorted(set(flags) & {"amx_bf16", "avx512_bf16"})
+    if setting == "true":
+        return True, "train.bf16 = true" + (f" (CPU has {', '.join(hw)})" if hw else
+                                             ": no AMX / avx512_bf16 on this CPU, bf16 is emulated (slower than fp32)")
+    if setting == "false":
+        return False, "train.bf16 = false"
+    return (True, f"auto: CPU has {', '.join(hw)}") if hw else (False, "auto: no AMX / avx512_bf16 on this CPU")
+
+
 PRELOAD_WANTED = "HPCQA_PRELOAD"  # hpcqa.rank.preload.WANTED: the libraries a rank preloads, by name
 
 
@@ -47,6 +59,7 @@ class HostProbe:
 
     has_sbatch: bool = False
     ccl_bindings: bool = False
+    ipex: bool = False                # intel_extension_for_pytorch importable
     libraries: Mapping[str, str] = field(default_factory=FrozenDict)  # name -> path, only those found
     python: str = sys.executable
     tuned: Mapping[str, Any] = field(default_factory=FrozenDict)  # `hpcqa tune` results by shape key
@@ -358,11 +371,21 @@ def _launcher_warning(cfg: Config, via_submitit: bool) -> tuple[str, ...]:
     return ()
 
 
-def _warnings(cfg: Config, host: HostProbe, backend: Backend, pools: list[topology.Pool]) -> tuple[str, ...]:
-    la = cfg.launch
+def extension_warnings(cfg: Config, host: HostProbe, backend: Backend | None = None) -> list[str]:
+    """The Intel extensions the config asks for that this host cannot import (validate, dry run, doctor)."""
+    backend = backend or resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
     out = []
     if backend.resolved == "ccl" and not host.ccl_bindings:
         out.append(f"ddp backend ccl: {backend.reason}")
+    if cfg.train.ipex and not host.ipex:
+        out.append("train.ipex = true: intel_extension_for_pytorch is not importable here; the ranks continue "
+                   "without it unless the nodes have it (IPEX's last release, 2.8, needs torch 2.8)")
+    return out
+
+
+def _warnings(cfg: Config, host: HostProbe, backend: Backend, pools: list[topology.Pool]) -> tuple[str, ...]:
+    la = cfg.launch
+    out = extension_warnings(cfg, host, backend)
     if la.ccl_workers and backend.resolved != "ccl":
         out.append(f"launch.ccl_workers={la.ccl_workers} not reserved: backend is "
                    f"{backend.resolved}, no CCL worker threads run, all cores compute")

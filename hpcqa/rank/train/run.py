@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hpcqa.core import squadfile
+from hpcqa.core.plan import bf16_choice
 from hpcqa.rank import preload
 from hpcqa.core import topology
 from hpcqa.errors import HpcqaError, RankError
@@ -72,15 +73,6 @@ def _cpu_flags() -> set[str]:
     except OSError:
         pass
     return set()
-
-
-def bf16_choice(setting: str, flags: set[str]) -> tuple[bool, str]:
-    if setting == "true":
-        return True, "train.bf16 = true"
-    if setting == "false":
-        return False, "train.bf16 = false"
-    hw = sorted(flags & {"amx_bf16", "avx512_bf16"})
-    return (True, f"auto: CPU has {', '.join(hw)}") if hw else (False, "auto: no AMX / avx512_bf16 on this CPU")
 
 
 def verify_backend(backend: Backend, importer: Callable[[str], Any] = __import__) -> str:
