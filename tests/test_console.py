@@ -127,3 +127,22 @@ def test_watch_says_when_and_that_slurm_is_not_answering(tmp_path):
                          r"\d\d:\d\d:\d\d, still asking", " ".join(out.split()))
     assert len(headers) >= 1, out
     assert "Traceback" not in out
+
+
+def test_quickstart_on_an_80_column_terminal(tmp_path):
+    """The README's first command as a user's terminal shows it: the progress bar (rich, on a tty) and the final
+    lines, nothing wider than the terminal."""
+    from tests.test_local_e2e import TINY
+    code, out = pty_term.hpcqa("submit", "configs/quickstart.toml", *TINY, "--set", "train.max_steps=12",
+                               "--set", f"job.output_dir={json.dumps(str(tmp_path))}", cwd=ROOT,
+                               env={"HPCQA_CACHE": str(tmp_path / "cache"), "HPCQA_REGISTRY": str(tmp_path / "r.sqlite")})
+    assert code == 0, out
+    lines = [line.rstrip() for line in out.splitlines()]
+    # nothing wider than the terminal but a path or command to copy (kept whole: a terminal wraps it)
+    wide = [line for line in lines if len(line) > 80 and not any("/" in t and len(t) > 30 for t in line.split())]
+    assert not wide, wide
+    bar = [line for line in lines if "12/12 steps" in line]
+    assert bar and "━" in bar[-1] and "loss" in bar[-1], out[-3000:]  # the bar, drawn and finished
+    tail = "\n".join(lines[-12:])
+    assert "COMPLETED" in tail and re.search(r"EM \d+\.\d\d\s+F1 \d+\.\d\d", tail), tail
+    assert "samples/s over 2 rank(s)" in tail and "backend gloo; bf16 False" in tail

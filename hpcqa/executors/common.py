@@ -128,16 +128,16 @@ def watch(jd: JobDir, is_done: Callable[[], bool], title: str, fail_fast: Callab
 def summary_lines(results: dict) -> list[str]:
     lines = []
     if "exact_match" in results:
-        line = f"EM {results['exact_match']:.2f}  F1 {results['f1']:.2f}  ({results.get('eval_examples')} questions)"
-        if results.get("baseline"):
+        lines.append(f"EM {results['exact_match']:.2f}  F1 {results['f1']:.2f}  ({results.get('eval_examples')} "
+                     "questions)")
+        if results.get("baseline"):  # one line each: an 80-column terminal shows them whole
             b = results["baseline"]
-            line += f"   baseline '{b['name'].split(' ')[0]}': EM {b['exact_match']:.2f}  F1 {b['f1']:.2f}"
-        lines.append(line)
+            lines.append(f"baseline '{b['name'].split(' ')[0]}': EM {b['exact_match']:.2f}  F1 {b['f1']:.2f}")
     tps = results.get("train_samples_per_second")
     if tps:
         lines.append(f"train {tps:.2f} samples/s over {results.get('world_size')} rank(s), "
-                     f"{results.get('threads_per_rank')} thread(s) each; {results.get('train_runtime_s', 0):.0f} s; "
-                     f"backend {results.get('backend')}; bf16 {results.get('bf16')}")
+                     f"{results.get('threads_per_rank')} thread(s) each; {results.get('train_runtime_s', 0):.0f} s")
+        lines.append(f"backend {results.get('backend')}; bf16 {results.get('bf16')}")
     if results.get("eval_samples_per_second"):
         lines.append(f"eval {results['eval_samples_per_second']:.1f} features/s; wall time "
                      f"{results.get('wall_time_s', 0):.0f} s")
