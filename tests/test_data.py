@@ -290,3 +290,24 @@ def test_v1_data_with_v2_rules_warns():
     mismatch, warnings = squadfile.version_check({"declared": "1.1", "rows": 10, "unanswerable": 0,
                                                   "impossible_with_answers": []}, True, "train.json")
     assert mismatch is None and "SQuAD v1.1 data" in warnings[0]
+
+
+def test_model_flops_count_from_the_models_shapes(tmp_path):
+    """The count against the closed form of a BERT encoder with a QA head: per layer 4 H^2 (Q, K, V, output) +
+    2 H I (feed-forward) weights, the head's 2 H; attention 4 L S^2 H; training 3x the forward."""
+    import torch
+    from transformers import BertConfig, BertForQuestionAnswering
+    from hpcqa.rank.train import efficiency
+    H, I, L, S = 64, 256, 3, 96
+    model = BertForQuestionAnswering(BertConfig(hidden_size=H, intermediate_size=I, num_hidden_layers=L,
+                                                num_attention_heads=4, vocab_size=500))
+    dense = L * (4 * H * H + 2 * H * I) + 2 * H
+    got = efficiency.model_flops(model, S)
+    assert got["dense_weights"] == dense and got["layers"] == L and got["hidden"] == H
+    assert got["per_sample"] == 3 * (2 * dense * S + 4 * L * S * S * H)
+    peak = efficiency.measure_peak("fp32", size=256, seconds=0.05)
+    assert 1e8 < peak < 1e13  # a CPU core's fp32 matmul rate, in FLOP/s
+    store = tmp_path / "peaks.json"
+    first = efficiency.peak(store, 1, torch.get_num_threads(), "fp32")
+    again = efficiency.peak(store, 1, torch.get_num_threads(), "fp32")
+    assert first[1] == "measured" and again == (first[0], "cached")

@@ -57,6 +57,20 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
     status = cli("status", job.name.split("-")[0], env={**cache_env, "COLUMNS": "200"})
     effs = [int(x) for x in re.findall(r"CPU efficiency (\d+) ?%", status.stdout)]
     assert effs and max(effs) <= 101, status.stdout
+    # efficiency in every run: model FLOPs from the model's shapes, each rank's measured peak, MFU -- in
+    # results.json, status JOB and the TensorBoard event file
+    res = json.loads((job / "results.json").read_text())
+    eff = res["efficiency"]
+    assert len(eff["peak_flops_per_rank"]) == 2 and all(p > 1e8 for p in eff["peak_flops_per_rank"])
+    assert 0 < eff["mfu"] < 1 and eff["precision"] == "fp32"
+    rate = res["steady_samples_per_second"] or res["train_samples_per_second"]
+    assert abs(eff["achieved_flops"] - eff["model_flops_per_sample"] * rate) < 1e-6 * eff["achieved_flops"]
+    assert re.search(r"MFU \d+\.\d %: [\d.]+ of [\d.]+ GFLOP/s \(fp32 matmul peak of 2 rank\(s\)", status.stdout)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    board = EventAccumulator(str(job / "tensorboard"))
+    board.Reload()
+    assert "hpcqa/mfu" in board.Tags()["scalars"]
+    assert abs(board.Scalars("hpcqa/mfu")[-1].value - eff["mfu"]) < 1e-6
     # `hpcqa topology` shows what the ranks really bound (the same function, on the same node)
     topo = cli("topology", "configs/quickstart.toml", "--json")
     assert topo.returncode == 0, topo.stderr

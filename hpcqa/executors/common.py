@@ -138,6 +138,10 @@ def summary_lines(results: dict) -> list[str]:
         lines.append(f"train {tps:.2f} samples/s over {results.get('world_size')} rank(s), "
                      f"{results.get('threads_per_rank')} thread(s) each; {results.get('train_runtime_s', 0):.0f} s")
         lines.append(f"backend {results.get('backend')}; bf16 {results.get('bf16')}")
+    eff = results.get("efficiency") or {}
+    if eff.get("mfu") is not None:
+        lines.append(f"MFU {100 * eff['mfu']:.1f} % ({eff['achieved_flops'] / 1e9:.2f} of "
+                     f"{eff['peak_flops'] / 1e9:.1f} GFLOP/s {eff['precision']} peak)")
     if results.get("eval_samples_per_second"):
         lines.append(f"eval {results['eval_samples_per_second']:.1f} features/s; wall time "
                      f"{results.get('wall_time_s', 0):.0f} s")

@@ -47,6 +47,10 @@ class Caches:
     def manifest(self, key: str) -> Path:
         return self.root / "manifests" / f"{key}.json"
 
+    def peak_store(self) -> Path:
+        """Each node shape's measured matmul peak (FLOP/s), for MFU (hpcqa.rank.train.efficiency)."""
+        return self.root / "peaks.json"
+
 
 def tune_store(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env

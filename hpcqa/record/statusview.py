@@ -172,17 +172,10 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
                                 f"{last['checkpoint']}"))
         if states.is_final(v.state):
             rows.append(("continue", f"hpcqa submit CONFIG --set train.resume_from={last['checkpoint']}"))
-    failed = v.failed
-    if v.state == "CANCELLED":  # the cancel itself stops the ranks: an interrupt then is not a failure
-        stopped = [f for f in failed if _by_the_cancel(f)]
-        failed = [f for f in failed if not _by_the_cancel(f)]
-        if stopped:
-            rows.append(("stopped", f"{len(stopped)} rank(s) stopped by the cancel"))
-    if failed:
-        f = failed[0]
-        rows.append(("first failure", f"rank {f['rank']} on {f.get('host', '?')}: {f['error']}"))
+    rows += _failure_rows(v)
     if v.results and "f1" in v.results:
         rows.append(("results", f"EM {v.results['exact_match']:.2f}  F1 {v.results['f1']:.2f}"))
+    rows += _efficiency_rows(v)
     rows += _usage_rows(v)
     rows += _preload_rows(v)
     for rep in v.ranks:
@@ -248,3 +241,27 @@ def _preload_rows(v: JobView) -> list[tuple[str, str]]:
             text = "; ".join(f"{name} {path}" if path else f"{name} not found" for name, path in found.items())
             seen.setdefault(text, []).append(str(rep.get("host", "?")))
     return [("preloaded", f"{text} (on {', '.join(sorted(set(hosts)))})") for text, hosts in seen.items()]
+
+
+def _failure_rows(v: JobView) -> list[tuple[str, str]]:
+    """The first failing rank and its error; for a cancelled job, the ranks the cancel interrupted are not it."""
+    rows, failed = [], v.failed
+    if v.state == "CANCELLED":  # the cancel itself stops the ranks: an interrupt then is not a failure
+        stopped = [f for f in failed if _by_the_cancel(f)]
+        failed = [f for f in failed if not _by_the_cancel(f)]
+        if stopped:
+            rows.append(("stopped", f"{len(stopped)} rank(s) stopped by the cancel"))
+    if failed:
+        f = failed[0]
+        rows.append(("first failure", f"rank {f['rank']} on {f.get('host', '?')}: {f['error']}"))
+    return rows
+
+
+def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
+    eff = (v.results or {}).get("efficiency") or {}
+    if eff.get("mfu") is None:
+        return []
+    return [("efficiency", f"MFU {100 * eff['mfu']:.1f} %: {eff['achieved_flops'] / 1e9:.2f} of "
+                           f"{eff['peak_flops'] / 1e9:.1f} GFLOP/s ({eff['precision']} matmul peak of "
+                           f"{len(eff['peak_flops_per_rank'])} rank(s), {eff['peak_source']}); "
+                           f"{eff['model_flops_per_sample'] / 1e9:.2f} GFLOP per sample")]

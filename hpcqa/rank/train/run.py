@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from hpcqa.core import squadfile
 from hpcqa.core.plan import bf16_choice
+from hpcqa.rank.train import efficiency
 from hpcqa.rank import preload
 from hpcqa.core import topology
 from hpcqa.errors import HpcqaError, RankError
@@ -316,11 +317,13 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
         data = load_data(r)
     model, ipex_used, optimizers = build_model(r, data["model_path"], data["model_kwargs"], bf16)
     trainer = build_trainer(r, args, model, data, optimizers)
+    own_peak = rank_peak(r, bf16)
     train_out, resumed_from, train_time = train(r, trainer, jd)
     if STOP.agreed_at is not None:
         return stop_after_checkpoint(r, trainer.state.global_step)
     cfg = plan.config.train
     timing = trainer.hpcqa_timer.summary(cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * r.world)
+    timing["efficiency"] = run_efficiency(r, model, data, timing, own_peak, bf16)
     timing.update(train_runtime_s=train_time, trainer_samples_per_second=train_out.metrics.get("train_samples_per_second"),
                   best_checkpoint=trainer.state.best_model_checkpoint, best_metric=trainer.state.best_metric)
     digest = weights_digest(trainer.model.module if hasattr(trainer.model, "module") else trainer.model)
@@ -638,6 +641,31 @@ def train(r: Rank, trainer, jd: JobDir):
     return out, last, time.time() - t0
 
 
+def rank_peak(r: Rank, bf16: bool) -> tuple[float, str]:
+    """This rank's matmul peak at the run's precision on its own cores (cached per node shape)."""
+    import torch
+    store = Caches.for_data_cache(r.plan.config.data.cache_dir).peak_store()
+    value, source = efficiency.peak(store, len(r.report.get("cpus") or []) or 1, torch.get_num_threads(),
+                                    "bf16" if bf16 else "fp32")
+    r.save_report(peak_flops=value, peak_source=source)
+    return value, source
+
+
+def run_efficiency(r: Rank, model, data: dict, timing: dict, own_peak: tuple[float, str], bf16: bool) -> dict:
+    """Every rank's peak (gathered), the model's FLOPs per sample, the run's achieved FLOP/s and MFU."""
+    import torch.distributed as dist
+    peaks: list = [own_peak]
+    if dist.is_available() and dist.is_initialized():
+        peaks = [None] * dist.get_world_size()
+        dist.all_gather_object(peaks, own_peak)
+    inner = model.module if hasattr(model, "module") else model
+    flops = efficiency.model_flops(inner, data["max_seq_length"])
+    rate = timing.get("steady_samples_per_second") or timing.get("train_samples_per_second")
+    sources = {s for _, s in peaks}
+    return efficiency.summary(flops, rate, [p for p, _ in peaks], "bf16" if bf16 else "fp32",
+                              sources.pop() if len(sources) == 1 else "mixed")
+
+
 def resume_point(r: Rank, jd: JobDir) -> str | None:
     """The newest checkpoint that is complete (every rank's part saved: the mark) and readable. Damaged ones are set
     aside with a warning naming them, once every rank has chosen (all choose the same, from the same files)."""
@@ -771,8 +799,23 @@ def write_results(r: Rank, result: dict, data: dict, train_out, timing: dict, re
         notices=r.jd.notices(), code=rep.get("code"),
         max_seq_length=data["max_seq_length"], tensorboard=rep.get("tensorboard"), warnings=rep["warnings"])
     write_json(r.jd.results, result)
+    board_efficiency(r, result.get("efficiency") or {}, train_out.global_step)
     r.log(f"done: EM {result.get('exact_match', float('nan')):.2f}  F1 {result.get('f1', float('nan')):.2f}  "
           f"train {result['train_samples_per_second']:.1f} samples/s")
+
+
+def board_efficiency(r: Rank, eff: dict, step: int) -> None:
+    """MFU and achieved FLOP/s into the run's TensorBoard event file, next to its curves (rank 0)."""
+    if r.plan.config.train.report_to != "tensorboard" or not eff.get("mfu"):
+        return
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return
+    with SummaryWriter(log_dir=str(r.jd.tensorboard)) as board:
+        board.add_scalar("hpcqa/mfu", eff["mfu"], step)
+        board.add_scalar("hpcqa/achieved_gflops", eff["achieved_flops"] / 1e9, step)
+        board.add_scalar("hpcqa/peak_gflops", eff["peak_flops"] / 1e9, step)
 
 
 def _logger(rank: int):
