@@ -63,6 +63,13 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
     eff = res["efficiency"]
     assert len(eff["peak_flops_per_rank"]) == 2 and all(p > 1e8 for p in eff["peak_flops_per_rank"])
     assert 0 < eff["mfu"] < 1 and eff["precision"] == "fp32"
+    split = res["step_split_s"]
+    assert set(split) == {"forward_backward", "optimizer", "other", "data_wait"} and all(
+        x is not None and x >= 0 for x in split.values()), split
+    # the parts of a step add up to no more than the step (the data wait falls between steps)
+    inside = split["forward_backward"] + split["optimizer"] + split["other"]
+    assert split["forward_backward"] > split["optimizer"] and inside <= res["step_time_s"] * 1.01
+    assert re.search(r"step\s+[\d.]+ s: forward\+backward \(with the all-reduce\) \d+ %", status.stdout)
     rate = res["steady_samples_per_second"] or res["train_samples_per_second"]
     assert abs(eff["achieved_flops"] - eff["model_flops_per_sample"] * rate) < 1e-6 * eff["achieved_flops"]
     assert re.search(r"MFU \d+\.\d %: [\d.]+ of [\d.]+ GFLOP/s \(fp32 matmul peak of 2 rank\(s\)", status.stdout)

@@ -50,6 +50,7 @@ def staged_setup(tmp_path):
     data = dataset_repo(tmp_path / "my-squad")
     sets = ["--set", f"model.name_or_path={REPO_ID}", "--set", f"model.cache_dir={json.dumps(str(hub))}",
             "--set", f"data.dataset={json.dumps(str(data))}",
+            "--set", "data.version_2_with_negative=true",  # ROWS has an unanswerable question: SQuAD v2 data
             "--set", f"data.cache_dir={json.dumps(str(tmp_path / 'shared' / 'datasets'))}",
             "--set", f"job.output_dir={json.dumps(str(tmp_path / 'out'))}",
             "--set", f"job.registry={json.dumps(str(tmp_path / 'registry.sqlite'))}",
@@ -107,3 +108,12 @@ def test_stage_without_the_model_anywhere_fails_clearly(cli, staged_setup):
     tmp, hub, sets, env = staged_setup
     r = cli("stage", "configs/quickstart.toml", *sets, "--set", "model.name_or_path=hpcqa-test/not-there", env=env)
     assert r.returncode == 2 and "hpcqa-test/not-there" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_hub_dataset_with_unanswerable_questions_under_v1_rules_is_refused(cli, staged_setup):
+    """A hub dataset's version is read from its rows (no file to read at submit): its 20 unanswerable questions
+    under data.version_2_with_negative = false stop the run with the key named, before any training."""
+    tmp, hub, sets, env = staged_setup
+    r = cli("stage", "configs/quickstart.toml", *sets, "--set", "data.version_2_with_negative=false", env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "is SQuAD v2 data (20 of 60 questions have no answer), but data.version_2_with_negative = false" in r.stderr

@@ -258,10 +258,19 @@ def _failure_rows(v: JobView) -> list[tuple[str, str]]:
 
 
 def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
+    rows = []
+    split = (v.results or {}).get("step_split_s") or {}
+    known = {k: x for k, x in split.items() if isinstance(x, (int, float))}
+    if known:
+        total = sum(known.values())
+        names = {"forward_backward": "forward+backward (with the all-reduce)", "optimizer": "optimizer",
+                 "other": "scheduler etc.", "data_wait": "waiting for data"}
+        rows.append(("step", f"{total:.3f} s: " + ", ".join(f"{names[k]} {100 * known[k] / total:.0f} %"
+                                                         for k in names if k in known)))
     eff = (v.results or {}).get("efficiency") or {}
     if eff.get("mfu") is None:
-        return []
-    return [("efficiency", f"MFU {100 * eff['mfu']:.1f} %: {eff['achieved_flops'] / 1e9:.2f} of "
+        return rows
+    return rows + [("efficiency", f"MFU {100 * eff['mfu']:.1f} %: {eff['achieved_flops'] / 1e9:.2f} of "
                            f"{eff['peak_flops'] / 1e9:.1f} GFLOP/s ({eff['precision']} matmul peak of "
                            f"{len(eff['peak_flops_per_rank'])} rank(s), {eff['peak_source']}); "
                            f"{eff['model_flops_per_sample'] / 1e9:.2f} GFLOP per sample")]

@@ -880,26 +880,56 @@ def _StopOnSignal(base, r: Rank):
 def _StepTimer(base, warmup: int, r: Rank):
     class StepTimer(base):
         """Times optimizer steps only (not start-up, evaluation or checkpoint saving, which happen
-        outside on_step_begin..on_step_end); records the rank's threads once, mid-run."""
+        outside on_step_begin..on_step_end); records the rank's threads once, mid-run. Splits each step by the
+        Trainer's own callbacks: forward + backward (with DDP's gradient all-reduce, which overlaps the backward)
+        up to on_pre_optimizer_step, the optimizer to on_optimizer_step, the rest (scheduler, zero_grad) to
+        on_step_end; and the wait for the next batch, from one step's end to the next one's begin (steps after
+        which the Trainer logged, saved or evaluated are left out of that)."""
 
         def __init__(self) -> None:
             self.durations: list[float] = []
-            self.t0 = 0.0
+            self.parts: dict[str, list[float]] = {"forward_backward": [], "optimizer": [], "other": [], "data_wait": []}
+            self.t0 = self.t_pre = self.t_opt = 0.0
+            self.t_end: float | None = None
+            self.busy = False  # the Trainer logged, saved or evaluated since the last step ended
 
         def on_step_begin(self, args, state, control, **kw):
             self.t0 = time.perf_counter()
+            if self.t_end is not None and not self.busy:
+                self.parts["data_wait"].append(self.t0 - self.t_end)
+            self.t_pre = self.t_opt = 0.0
+
+        def on_pre_optimizer_step(self, args, state, control, **kw):
+            self.t_pre = time.perf_counter()
+
+        def on_optimizer_step(self, args, state, control, **kw):
+            self.t_opt = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
-            self.durations.append(time.perf_counter() - self.t0)
+            now = time.perf_counter()
+            self.durations.append(now - self.t0)
+            if self.t_pre and self.t_opt:
+                self.parts["forward_backward"].append(self.t_pre - self.t0)
+                self.parts["optimizer"].append(self.t_opt - self.t_pre)
+                self.parts["other"].append(now - self.t_opt)
+            self.t_end, self.busy = now, bool(control.should_log or control.should_save or control.should_evaluate)
             if len(self.durations) == min(2, state.max_steps or 2):
                 r.save_report(threads=thread_census())
+
+        def split(self) -> dict:
+            """Mean seconds per step of each part, after the warm-up steps."""
+            out = {}
+            for name, values in self.parts.items():
+                steady = values[warmup:] if len(values) > warmup else values
+                out[name] = sum(steady) / len(steady) if steady else None
+            return out
 
         def summary(self, samples_per_step: int) -> dict:
             d, steady = self.durations, self.durations[warmup:]
             return {"train_samples_per_second": samples_per_step * len(d) / sum(d) if d else None,
                     "steady_samples_per_second": samples_per_step * len(steady) / sum(steady) if steady else None,
                     "timed_steps": len(d), "timing_warmup_steps": warmup,
-                    "step_time_s": sum(steady) / len(steady) if steady else None}
+                    "step_time_s": sum(steady) / len(steady) if steady else None, "step_split_s": self.split()}
 
     return StepTimer()
 
