@@ -537,8 +537,8 @@ def cmd_hosts(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    import importlib.util
     from hpcqa.core import config, plan, sweep
+    found = hostprobe.extensions()  # asked once, for every config
     for path in args.configs:
         raw = config.load_raw(path, args.overrides)
         host = plan.HostProbe(has_sbatch=True)
@@ -551,8 +551,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         cores = len(lp.local_ranks[0].compute)
         print(f"ok  {path}: {what}{_n(lp.world_size, 'rank')} ({lp.nodes} x {lp.ranks_per_node}), "
               f"{_n(cores, 'compute core')} per rank")
-        found = plan.HostProbe(ccl_bindings=importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None,
-                               ipex=importlib.util.find_spec("intel_extension_for_pytorch") is not None)
         for w in plan.extension_warnings(lp.config, found):
             _warn(w)
     return 0

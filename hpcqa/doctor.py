@@ -7,7 +7,6 @@ doctor doesn't pay torch's import either.
 from __future__ import annotations
 
 import importlib.metadata as md
-import importlib.util
 import re
 import shutil
 from dataclasses import dataclass
@@ -122,14 +121,12 @@ def slurm_checks(cfg, slurm: Slurm) -> list[Check]:
     return checks
 
 
-def node_check(cfg) -> Check:
+def node_check(p, node, where: str) -> Check:
     """The config's rank pools on this node (`hpcqa topology CONFIG`): as planned, or re-derived."""
-    p = plan.build_plan(cfg, hostprobe.probe_host())
-    view = rank.node_view(p, topology.read_node())
+    view = rank.node_view(p, node)
     n = view["node"]
-    where = "this node" if table.choose(p).runs_here else \
-        "this host (compute nodes may differ: `srun -N1 hpcqa topology CONFIG` asks one)"
-    desc = f"{where}: {len(n['sockets'])} socket(s), {n['cores']} cores, allowed CPUs {n['allowed']}"
+    desc = f"{where}: {len(n['sockets'])} socket(s), {n['cores']} cores, allowed CPUs {n['allowed']}" + \
+        ("" if where == "this node" else " (`srun -N1 hpcqa topology CONFIG` asks a compute node)")
     pools = "; ".join(f"r{r['local_rank']} {topology.cpu_list(r['cpus'])}" for r in view["ranks"])
     if all(r["as_planned"] for r in view["ranks"]) and not view["notes"]:
         return Check("topology here", "ok", f"{desc}; ranks bind as planned ({pools})")
@@ -157,7 +154,11 @@ def staged_checks(cfg) -> list[Check]:
 
 
 def host_checks(cfg) -> list[Check]:
-    checks: list[Check] = [node_check(cfg), *staged_checks(cfg)] if cfg is not None else []
+    checks: list[Check] = []
+    if cfg is not None:  # the plan, this node and where it stands, found once for the checks that need them
+        p, node = plan.build_plan(cfg, hostprobe.probe_host()), topology.read_node()
+        where = "this node" if table.choose(p).runs_here else "this host (compute nodes may differ)"
+        checks += [node_check(p, node, where), *staged_checks(cfg)]
     wanted = plan.preload_wanted(cfg) if cfg is not None else []
     found = preload.available()
     for name in preload.LIBRARIES:  # a warning only for what the config asks to preload
@@ -169,7 +170,7 @@ def host_checks(cfg) -> list[Check]:
     for dist in ("torch", "transformers", "accelerate", "datasets", "submitit"):
         v = _version(dist)
         checks.append(Check(dist, "ok" if v else "error", v or "not installed", "" if v else f"pip install {dist}"))
-    ccl = importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None
+    ccl = hostprobe.extensions().ccl_bindings
     wants_ccl = cfg is None or cfg.train.ddp_backend == "ccl"
     checks.append(Check("ccl bindings", "ok" if ccl or not wants_ccl else "warning",
                         f"oneccl_bindings_for_pytorch {'found' if ccl else 'not installed'}" +
@@ -187,15 +188,13 @@ def host_checks(cfg) -> list[Check]:
                                  "not installed (train.ipex is off)"),
                         "" if ipex or not asked else "IPEX's last release (2.8) needs torch 2.8; set train.ipex = false"))
     if cfg is not None:
-        checks += cpu_checks(cfg, topology.read_node())
+        checks += cpu_checks(cfg, node, where)
     return checks
 
 
-def cpu_checks(cfg, node) -> list[Check]:
+def cpu_checks(cfg, node, where: str = "this host") -> list[Check]:
     """What this CPU makes of the config: the precision bf16 really runs at, and NUMA (sub-NUMA clustering)
     against launch.rank_domain. On a login node this is a prediction: the compute nodes may differ."""
-    where = "this host" + ("" if table.choose(plan.build_plan(cfg, hostprobe.probe_host())).runs_here else
-                           " (compute nodes may differ)")
     out = []
     bf16, why = plan.bf16_choice(cfg.train.bf16, node.flags)
     if cfg.train.bf16 != "false":

@@ -15,10 +15,15 @@ from hpcqa.core.frozen import FrozenDict, freeze
 from hpcqa.core.plan import HostProbe
 
 
+def extensions() -> HostProbe:
+    """Only which Intel extensions import here (the oneCCL bindings, IPEX): no libraries, no tuned store."""
+    return HostProbe(ccl_bindings=importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None,
+                     ipex=importlib.util.find_spec("intel_extension_for_pytorch") is not None)
+
+
 def probe_host() -> HostProbe:
     """Look at this host: sbatch on PATH, ccl bindings importable, libraries to preload. No torch import."""
     libs = preload.available()  # the dry run's prediction; each rank looks again on its node
-    return HostProbe(has_sbatch=shutil.which("sbatch") is not None,
-                     ccl_bindings=importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None,
-                     ipex=importlib.util.find_spec("intel_extension_for_pytorch") is not None,
+    ext = extensions()
+    return HostProbe(has_sbatch=shutil.which("sbatch") is not None, ccl_bindings=ext.ccl_bindings, ipex=ext.ipex,
                      libraries=FrozenDict(libs), python=sys.executable, tuned=freeze(tune.load_store()))

@@ -25,17 +25,24 @@ READER_VERSION = "3"  # part of the feature-cache key: bump when rows would come
 
 def parse(text: str) -> tuple[str, list[dict[str, Any]]]:
     """-> (format, raw records: nested ones flattened, no other change). ValueError with the line."""
+    fmt, raw, _ = _parse(text)
+    return fmt, raw
+
+
+def _parse(text: str) -> tuple[str, list[dict[str, Any]], str | None]:
+    """parse(), and the version the document declares ("version": "v2.0"), from one json.loads."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as whole:
-        return "jsonl", _json_lines(text, whole)
+        return "jsonl", _json_lines(text, whole), None
+    declared = doc.get("version") if isinstance(doc, dict) and isinstance(doc.get("version"), str) else None
     if isinstance(doc, dict) and isinstance(doc.get("data"), list):
         items = [x for x in doc["data"] if isinstance(x, dict)]
         if any("paragraphs" in x for x in items):
-            return "squad", list(_flatten(items))
-        return "flat", items
+            return "squad", list(_flatten(items)), declared
+        return "flat", items, declared
     if isinstance(doc, dict):
-        return "jsonl", [doc]  # a JSON-lines file of one record
+        return "jsonl", [doc], None  # a JSON-lines file of one record
     raise ValueError('expected {"data": [...]} (SQuAD JSON) or one JSON object per line')
 
 
@@ -97,20 +104,17 @@ def read(path: str | Path) -> tuple[str, list[dict[str, Any]]]:
 
 def read_with_facts(path: str | Path) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
     """-> (format, normalised rows, facts: what the file says of its SQuAD version)."""
-    text = Path(path).read_text(encoding="utf-8")
-    fmt, raw = parse(text)
-    declared = None
-    if fmt != "jsonl":
-        doc = json.loads(text)
-        declared = doc.get("version") if isinstance(doc.get("version"), str) else None
+    fmt, raw, declared = _parse(Path(path).read_text(encoding="utf-8"))
     rows = [normalise(r) for r in raw]
-    return fmt, rows, facts(raw, rows, declared)
+    return fmt, rows, facts(rows, declared, raw)
 
 
-def facts(raw: list[dict[str, Any]], rows: list[dict[str, Any]], declared: str | None) -> dict[str, Any]:
+def facts(rows: list[dict[str, Any]], declared: str | None = None,
+          raw: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The version the file declares ("version": "v2.0"), its unanswerable questions (no answer), and the
-    malformed ones: marked is_impossible yet with answers (the official script scores them as answerable)."""
-    marked = [str(r.get("id")) for r, row in zip(raw, rows) if r.get("is_impossible") and row["answers"]["text"]]
+    malformed ones: marked is_impossible yet with answers (the official script scores them as answerable).
+    rows: anything with columnar answers ({"answers": {"text": [...]}}), a file's or a hub dataset's."""
+    marked = [str(r.get("id")) for r, row in zip(raw or [], rows) if r.get("is_impossible") and row["answers"]["text"]]
     return {"declared": declared, "rows": len(rows),
             "unanswerable": sum(1 for row in rows if not row["answers"]["text"]),
             "impossible_with_answers": marked}

@@ -284,9 +284,7 @@ def objects(plan: LaunchPlan) -> list[Any]:
         spec=kf.KubeflowOrgV1PyTorchJobSpec(
             nproc_per_node=str(plan.ranks_per_node), pytorch_replica_specs=replicas,
             run_policy=kf.KubeflowOrgV1RunPolicy(clean_pod_policy="Running")))
-    objs = [cm, job]
-    check_names(to_dicts(objs), cfg)
-    return objs
+    return [cm, job]
 
 
 def pod_facts(plan: LaunchPlan, job: dict) -> tuple[tuple[str, str], ...]:
@@ -330,8 +328,9 @@ def to_dicts(objs: list[Any]) -> list[dict]:
     return [ApiClient().sanitize_for_serialization(o) for o in objs]
 
 
-def to_yaml(objs: list[Any]) -> str:
-    """YAML for kubectl; multi-line strings (the node script, the config) as readable literal blocks."""
+def to_yaml(docs: list[dict]) -> str:
+    """YAML for kubectl (of `to_dicts`' output); multi-line strings (the node script, the config) as readable
+    literal blocks."""
     import yaml
 
     class Dumper(yaml.SafeDumper):
@@ -344,7 +343,7 @@ def to_yaml(objs: list[Any]) -> str:
     Dumper.add_representer(str, text)
     Dumper.ignore_aliases = lambda self, data: True  # the replicas' templates are written out, not aliased
     return "".join("---\n" + yaml.dump(d, Dumper=Dumper, sort_keys=False, width=1 << 20, allow_unicode=True)
-                   for d in to_dicts(objs))
+                   for d in docs)
 
 
 class _Response:
@@ -412,10 +411,10 @@ class PyTorchJobRender(RenderOnly):
         if sp.is_sweep:
             raise UsageError("a PyTorchJob runs one job", "render one variant at a time")
         plan = sp.plans[0]
-        objs = objects(plan)
-        job = to_dicts(objs)[1]
-        facts = pod_facts(plan, job)
-        return Request(self.name, sp, JobRoot.new_submission(), scripts=(to_yaml(objs),),
+        docs = to_dicts(objects(plan))  # serialised once: checked, described and written from the same dicts
+        check_names(docs, plan.config)
+        facts = pod_facts(plan, docs[1])
+        return Request(self.name, sp, JobRoot.new_submission(), scripts=(to_yaml(docs),),
                        commands=(("kubectl", "apply", "-f", "<file>"),), facts=facts, notes=plan_notes(plan),
                        placement=(f"PyTorchJob {job_name(plan)}",),
                        summary=f"PyTorchJob {job_name(plan)} + ConfigMap: {facts[0][1]}; {facts[1][1]}")

@@ -73,9 +73,8 @@ def available(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {name: p for name, files in LIBRARIES.items() if (p := find_library(files, dirs))}
 
 
-def resolve(wanted: list[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """(paths to preload, name -> path or "" where not found) for the names wanted, looked up here."""
-    dirs = library_dirs(env)
+def resolve(wanted: list[str], dirs: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(paths to preload, name -> path or "" where not found) for the names wanted, looked up in `dirs`."""
     found = {name: find_library(LIBRARIES.get(name, (f"lib{name}.so",)), dirs) or "" for name in wanted}
     return [p for p in found.values() if p], found
 

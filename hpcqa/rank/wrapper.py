@@ -165,7 +165,8 @@ def _preloads(env: dict[str, str], hostname: str) -> list[str]:
     given = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
     kept = [p for p in given if os.path.exists(p)]
     wanted = [n for n in env.pop(preload.WANTED, "").split(":") if n]
-    paths, found = preload.resolve(wanted, env)
+    dirs = preload.library_dirs(env)
+    paths, found = preload.resolve(wanted, dirs)
     chosen = kept + [p for p in paths if p not in kept]
     if chosen:
         env["LD_PRELOAD"] = ":".join(chosen)
@@ -173,7 +174,7 @@ def _preloads(env: dict[str, str], hostname: str) -> list[str]:
         env.pop("LD_PRELOAD", None)
     env[preload.FOUND] = preload.encode(found)
     return [f"LD_PRELOAD: {p} not found on {hostname}; left out" for p in given if p not in kept] + \
-           [f"LD_PRELOAD: {name} not found on {hostname} ({', '.join(preload.library_dirs(env)[:4])}, ...); "
+           [f"LD_PRELOAD: {name} not found on {hostname} ({', '.join(dirs[:4])}, ...); "
             "this rank runs without it" for name, path in found.items() if not path]
 
 

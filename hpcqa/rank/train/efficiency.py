@@ -15,13 +15,13 @@ the work the model needs, not what the run executed (padding, recomputation, emu
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import platform
 import time
 from pathlib import Path
 from typing import Any
+
+from hpcqa.fsutil import atomic_write_text
 
 PEAK_SIZE = 1024          # matmul n: big enough to be compute-bound, small enough for a 1-core node
 PEAK_SECONDS = 0.6
@@ -85,10 +85,7 @@ def peak(store: Path, cpus: int, threads: int, precision: str) -> tuple[float, s
         return float(known[key]), "cached"
     value = measure_peak(precision)
     store.parent.mkdir(parents=True, exist_ok=True)
-    fresh = {**known, key: value}
-    tmp = store.with_name(f".{store.name}.{os.getpid()}.{hashlib.sha1(key.encode()).hexdigest()[:6]}")
-    tmp.write_text(json.dumps(fresh, indent=1, sort_keys=True))
-    os.replace(tmp, store)
+    atomic_write_text(store, json.dumps({**known, key: value}, indent=1, sort_keys=True))
     return value, "measured"
 
 

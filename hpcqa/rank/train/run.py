@@ -491,9 +491,7 @@ def prepare_data(cfg, croot: Caches, allow_download: bool | None = None) -> tupl
     raw = qa_data.load_raw(dc, tc.seed, croot, download)
     for split in ("train", "validation"):  # v2 data scored by v1 rules would mis-score without a word
         if split in raw and not dc.train_file and not dc.validation_file:  # local files: checked at submit
-            answers = raw[split]["answers"]
-            facts = {"declared": None, "rows": len(answers), "impossible_with_answers": [],
-                     "unanswerable": sum(1 for a in answers if not a["text"])}
+            facts = squadfile.facts([{"answers": a} for a in raw[split]["answers"]])
             mismatch, _ = squadfile.version_check(facts, dc.version_2_with_negative, f"{dc.dataset} ({split})")
             if mismatch:
                 raise RankError(mismatch, "set data.version_2_with_negative = true")
