@@ -30,7 +30,7 @@ from hpcqa.executors import cancel as canceller
 from hpcqa.executors import table
 from hpcqa.executors.interface import Executor, Request, Say, Submitted, silent
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.record import registry, status
+from hpcqa.record import registry, scalingview, status
 from hpcqa.record.jobdir import JobDir
 
 
@@ -78,12 +78,27 @@ def before_queueing(plans: Sequence[Any], warn=None) -> None:
             for note in preflight.check(p.config):
                 if warn:
                     warn(note)
+    for note in scaling_notes(plans):
+        if warn:
+            warn(note)
     registry.Registry(plans[0].config.job.registry or None, create=False)
     missing = [n for n in plans[0].config.launch.pass_env if n not in os.environ]
     if missing:
         raise ConfigError("launch.pass_env", f"{', '.join(missing)} not set in this environment: nothing to pass to "
                           "the ranks", f"export {missing[0]}=... before submitting (the value is passed, never "
                           "written), or drop it from launch.pass_env", plans[0].config.source)
+
+
+def scaling_notes(plans: Sequence[Any]) -> list[str]:
+    """Multi-node plans that the scaling model predicts to train slower than one node (a stored link and a
+    finished run of the same shape are needed; silent without them)."""
+    out, seen = [], set()
+    for p in plans:
+        if p.nodes < 2 or (p.nodes, p.config.job.registry) in seen:
+            continue
+        seen.add((p.nodes, p.config.job.registry))
+        out += scalingview.warnings_for(p, registry.Registry(p.config.job.registry or None, create=False))
+    return out
 
 
 def submit_request(ex: Executor, request: Request, say: Say = silent, warn=None) -> Submitted:

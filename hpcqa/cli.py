@@ -36,6 +36,31 @@ def _add_config(p: argparse.ArgumentParser) -> None:
                         "(repeatable): --set train.learning_rate=5e-5")
 
 
+def _add_tune(sub: Any) -> None:
+    p = sub.add_parser("tune", help="time each ranks-per-socket layout for a few steps; \"auto\" then uses the fastest")
+    _add_config(p)
+    p.add_argument("--steps", type=int, default=10, help="timed optimizer steps per layout (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="steps before timing starts (default 3)")
+    p.add_argument("--candidates", metavar="LIST", help="ranks per socket to try, e.g. 1,2,4 (default: 1, "
+                                                          "powers of two, one per core)")
+    p.add_argument("--comm", action="store_true", help="instead: measure the link between 2 nodes (or the "
+                                                       "config's nodes) with the job's backend and store it for "
+                                                       "`hpcqa scaling --predict` and submit's warnings")
+    p.add_argument("--json", action="store_true", help="the measured layouts (or link) as one JSON object")
+
+    p = sub.add_parser("scaling", help="a run's throughput at 1, 2, 4, ... nodes: predicted from one finished run "
+                                       "and the measured link, or a sweep over cluster.nodes measured vs predicted")
+    p.add_argument("id", help="a finished training job (predict from it) or a sweep over cluster.nodes")
+    p.add_argument("--predict", action="store_true", help="predict from the run and the link (`hpcqa tune --comm`); "
+                                                          "for a sweep: predicted next to measured")
+    p.add_argument("--nodes", default="1,2,4,8,16", metavar="LIST", help="node counts to predict (default 1,2,4,8,16)")
+    p.add_argument("--bandwidth", metavar="RATE", help="assume this link instead of the measured one: 10gbit, 100mbit")
+    p.add_argument("--latency-us", type=float, metavar="US", help="with --bandwidth: the link's latency (default: "
+                                                                   "the measured one, else 50)")
+    p.add_argument("--registry", default=None, help="job registry (default: $HPCQA_REGISTRY, else logs/registry.sqlite)")
+    p.add_argument("--json", action="store_true", help="the prediction as one JSON object")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hpcqa", description="Distributed question-answering fine-tuning on Xeon CPU clusters: "
@@ -71,14 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "and cancel then work as for `submit`")
 
     _add_stage(sub)
-    p = sub.add_parser("tune", help="time each ranks-per-socket layout for a few steps; \"auto\" then uses the fastest")
-    _add_config(p)
-    p.add_argument("--steps", type=int, default=10, help="timed optimizer steps per layout (default 10)")
-    p.add_argument("--warmup", type=int, default=3, help="steps before timing starts (default 3)")
-    p.add_argument("--candidates", metavar="LIST", help="ranks per socket to try, e.g. 1,2,4 (default: 1, "
-                                                          "powers of two, one per core)")
-    p.add_argument("--json", action="store_true", help="the measured layouts as one JSON object")
-
+    _add_tune(sub)
     p = sub.add_parser("topology", help="this node's sockets, NUMA nodes and cores; with CONFIG, each rank's pool")
     p.add_argument("config", nargs="?", help="also show the CPU pool and environment of each local rank")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -415,6 +433,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from hpcqa.executors import tune as tuner
     if args.steps < 1 or args.warmup < 0:
         raise UsageError("--steps must be >= 1 and --warmup >= 0", "e.g. --steps 10 --warmup 3")
+    if args.comm:
+        return _tune_comm(args)
     base = config.load(args.config, args.overrides)
     cands = tune.parse_candidates(args.candidates, base.cores_per_domain) if args.candidates else None
     from rich.console import Console
@@ -438,6 +458,125 @@ def cmd_tune(args: argparse.Namespace) -> int:
     Console().print(t)
     print(f"stored in {out['store']}: launch.ranks_per_socket = \"auto\" now uses "
           f"{out['entry']['ranks_per_socket']} for this model, data shape, batch and node shape")
+    return 0
+
+
+def _tune_comm(args: argparse.Namespace) -> int:
+    from hpcqa.executors import tune as tuner
+    from hpcqa.core import scaling
+    out = tuner.run_comm(args.config, args.overrides)
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    link = out["link"]
+    print(f"link: {scaling.human_rate(link['bandwidth_Bps'])}, latency {1e6 * link['latency_s']:.0f} us "
+          f"(job {out['job']}: all-reduce among {link['nodes']} nodes)")
+    for size, t in link["points"]:
+        print(f"  {int(size):>10} bytes  {1e3 * t:9.3f} ms")
+    print(f"stored in {out['store']} for {out['key']}: `hpcqa scaling --predict JOB` and multi-node submits use it")
+    return 0
+
+
+def cmd_scaling(args: argparse.Namespace) -> int:
+    from hpcqa.record import registry, scalingview
+    from hpcqa.executors.cancel import targets
+    try:
+        nodes = sorted({int(x) for x in args.nodes.split(",") if x.strip()})
+    except ValueError:
+        nodes = []
+    if not nodes or nodes[0] < 1:
+        raise UsageError(f"--nodes {args.nodes!r}: expected node counts", "e.g. --nodes 1,2,4,8")
+    from hpcqa.record import status
+    from hpcqa.executors.slurmcli import Slurm
+    reg = registry.Registry(args.registry, create=False)
+    targets(reg, [args.id], None)          # an unknown id: the usual message
+    status.collect(reg, Slurm(), [args.id])  # states as the scheduler sees them now (the registry follows)
+    rows = targets(reg, [args.id], None)
+    if len(rows) > 1 or rows[0].sweep_id == args.id:
+        return _scaling_study(args, rows)
+    if not args.predict:
+        raise UsageError(f"job {args.id} is one run: nothing measured to compare",
+                         f"hpcqa scaling --predict {args.id} predicts the other node counts from it")
+    row = rows[0]
+    if row.state != "COMPLETED":
+        raise UsageError(f"job {row.id} is {row.state}: predictions need a completed run", "pick a finished job")
+    res = scalingview.results_of(row)
+    link = scalingview.link_for(row.executor, (row.config.get("cluster") or {}).get("partition", ""),
+                                res.get("backend") or "gloo", args.bandwidth, args.latency_us)
+    out = scalingview.predict_job(row, nodes, link)
+    if args.json:
+        print(json.dumps(_prediction_json(out), indent=2, default=str))
+        return 0
+    _print_prediction(out)
+    return 0
+
+
+def _prediction_json(out: dict) -> dict:
+    from dataclasses import asdict
+    m = out["model"]
+    return {"job": out["job"], "link": asdict(m.link), "profile": asdict(m.profile), "overlap": m.overlap,
+            "overlap_source": m.overlap_source, "predictions": [asdict(p) for p in out["predictions"]],
+            "best_layout": {str(n): {"ranks_per_node": b[0], "samples_per_second": b[1]}
+                            for n, b in out["best_layout"].items() if b},
+            "slower_than_one_node": [p.nodes for p in out["slower"]]}
+
+
+def _print_prediction(out: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from hpcqa.core import scaling
+    m, con = out["model"], Console()
+    prof = m.profile
+    t = Table(title=f"predicted from job {out['job']} ({prof.nodes} node(s) x {prof.ranks_per_node} ranks, "
+                    f"{prof.t_local:.3f} s/step without the exposed all-reduce)",
+              caption=f"link {scaling.human_rate(m.link.bandwidth_Bps)}, {1e6 * m.link.latency_s:.0f} us "
+                      f"({m.link.source}); overlap {m.overlap_source}")
+    for col in ("nodes", "step s", "all-reduce s", "samples/s", "speedup", "efficiency", "time to train"):
+        t.add_column(col, justify="right")
+    for p in out["predictions"]:
+        t.add_row(str(p.nodes), f"{p.step_time_s:.3f}", f"{p.exposed_s:.3f}", f"{p.samples_per_second:.2f}",
+                  f"{p.speedup:.2f}x", f"{100 * p.efficiency:.0f} %",
+                  _duration(p.time_to_train_s) if p.time_to_train_s else "-")
+    con.print(t)
+    for n, best in out["best_layout"].items():
+        if best:
+            con.print(f"  {n} node(s): fastest measured layout {best[0]} ranks per node ({best[1]:.2f} samples/s)",
+                      highlight=False)
+    for p in out["slower"]:
+        con.print(f"[yellow]warning:[/] {p.nodes} nodes are predicted slower than 1 ({p.samples_per_second:.2f} vs "
+                  f"{out['predictions'][0].samples_per_second:.2f} samples/s): the all-reduce outweighs the compute "
+                  "each node adds", highlight=False)
+
+
+def _duration(s: float) -> str:
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
+
+
+def _scaling_study(args: argparse.Namespace, rows) -> int:
+    from hpcqa.record import scalingview
+    link = None
+    if args.predict:
+        row = min(rows, key=lambda r: r.nodes)
+        res = scalingview.results_of(row)
+        link = scalingview.link_for(row.executor, (row.config.get("cluster") or {}).get("partition", ""),
+                                    res.get("backend") or "gloo", args.bandwidth, args.latency_us)
+    table = scalingview.study(rows, link)
+    if not table:
+        raise UsageError(f"sweep {args.id} has no completed run with a measured throughput", "hpcqa status "
+                         f"{args.id} shows its tasks")
+    if args.json:
+        print(json.dumps({"sweep": args.id, "rows": table}, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"sweep {args.id}: measured" + (" and predicted (from its smallest run)" if link else ""))
+    for col in ("nodes", "job", "measured samples/s", "predicted", "measured / predicted"):
+        t.add_column(col, justify="right")
+    f = lambda x, fmt: "-" if x is None else fmt.format(x)  # noqa: E731
+    for r in table:
+        t.add_row(str(r["nodes"]), r["job"], f(r["measured"], "{:.2f}"), f(r["predicted"], "{:.2f}"),
+                  f(r["ratio"], "{:.2f}"))
+    Console().print(t)
     return 0
 
 
@@ -740,14 +879,32 @@ def cmd_results(args: argparse.Namespace) -> int:
                   f(r["wall_time_s"], 0))
     con.print(t)
     if sc:
+        predicted, why = _predicted_for_sweep(reg, args.sweep)
         s2 = Table(title="scaling vs 1 node")
-        for col in ("nodes", "train samples/s", "speedup", "efficiency"):
+        for col in ("nodes", "train samples/s", "speedup", "efficiency", "predicted steady samples/s"):
             s2.add_column(col)
         for r in sc:
+            p = predicted.get(r["nodes"])
             s2.add_row(str(r["nodes"]), f"{r['train_samples_per_second']:.2f}", f"{r['speedup']:.2f}x",
-                       f"{100 * r['efficiency']:.0f} %")
+                       f"{100 * r['efficiency']:.0f} %", f"{p:.2f}" if p else "-")
         con.print(s2)
+        if why:
+            con.print(why, style="dim", highlight=False)
     return 0
+
+
+def _predicted_for_sweep(reg, sweep_id: str) -> tuple[dict[int, float], str]:
+    """{nodes: predicted samples/s} from the sweep's smallest run and the stored link; or why there is none."""
+    from hpcqa.record import scalingview
+    rows = reg.jobs(sweep_id=sweep_id)
+    try:
+        base = min((r for r in rows if r.state == "COMPLETED"), key=lambda r: r.nodes)
+        link = scalingview.link_for(base.executor, (base.config.get("cluster") or {}).get("partition", ""),
+                                    scalingview.results_of(base).get("backend") or "gloo")
+        table = scalingview.study(rows, link)
+    except (ValueError, UsageError) as e:
+        return {}, f"no prediction: {e.message if isinstance(e, UsageError) else e}"
+    return {r["nodes"]: r["predicted"] for r in table if r["predicted"]}, ""
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -771,7 +928,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 COMMANDS = {"submit": cmd_submit, "render": cmd_render, "stage": cmd_stage, "env": cmd_env, "topology": cmd_topology, "tune": cmd_tune, "registry": cmd_registry, "hosts": cmd_hosts,
             "validate": cmd_validate, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
-            "doctor": cmd_doctor, "results": cmd_results}
+            "doctor": cmd_doctor, "results": cmd_results, "scaling": cmd_scaling}
 
 
 # ------------------------------------------------------------------------------------------ output
@@ -825,6 +982,9 @@ def _print_plan(ex: Any, request: Any) -> None:
     if request.notes:
         for w in request.notes:
             con.print(f"[yellow]warning (this node):[/] {w}", highlight=False)
+    from hpcqa import api
+    for w in api.scaling_notes([lp]):
+        con.print(f"[yellow]warning (prediction):[/] {w}", highlight=False)
     _print_ranks(con, lp)
     if request.scripts:
         con.print(Panel(Syntax(request.scripts[0], "bash", word_wrap=True), title="sbatch script (as it will be submitted)"))

@@ -9,8 +9,15 @@ Debian's Slurm 22.05 (slurmctld, slurmd, slurm-client, munge; slurmdbd + mariadb
 accounting), everything under --dir. One node: slurmd on 127.0.0.1 as node "c1". N > 1 nodes: one
 network namespace per node ("hq-nodeK", 10.77.0.1K on bridge hq-br0 10.77.0.1), each slurmd with its
 own hostname and /etc/hosts, so ranks on node2 really talk to node1 over a network. Every node
-declares 2 sockets x 1 core (this machine's 2 CPUs). Needs root. `down` stops only the daemons `up`
-started (by their pid files) and removes the namespaces, veths and bridge.
+declares this machine's shape (its 2 CPUs) unless --core-per-node gives node K a core of its own (slurmd
+started on CPU K-1, so its tasks inherit that CPU, and the node declares 1 socket x 1 core): two nodes then
+never share a core. --link RATE shapes each node's interface with a token bucket (tc tbf: this kernel has
+no netem, so the latency is the link's own), and `shape` changes it on a running cluster. Needs root.
+`down` stops only the daemons `up` started (by their pid files) and removes the namespaces, veths and
+bridge.
+
+    python scripts/devcluster.py up --dir D --nodes 2 --core-per-node --link 100mbit
+    python scripts/devcluster.py shape --dir D --nodes 2 --link 1gbit      # or --link none
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ def node_names(n: int) -> list[str]:
 
 
 def write_conf(d: Path, nodes: int, accounting: bool, max_array: int, slurmd_timeout: int = 300,
-               preempt: str = "off", grace_time: int = 30) -> Path:
+               preempt: str = "off", grace_time: int = 30, core_per_node: bool = False) -> Path:
     names = node_names(nodes)
     multi = nodes > 1
     lines = [
@@ -76,7 +83,7 @@ def write_conf(d: Path, nodes: int, accounting: bool, max_array: int, slurmd_tim
                   f"AccountingStoragePort={DBD_PORT}"]
     else:
         lines += ["AccountingStorageType=accounting_storage/none"]
-    sockets, cores, threads = machine_shape()
+    sockets, cores, threads = (1, 1, 1) if core_per_node else machine_shape()
     for i, name in enumerate(names, start=1):
         addr = f"{NET}.1{i}" if multi else "127.0.0.1"
         lines.append(f"NodeName={name} NodeAddr={addr} Sockets={sockets} CoresPerSocket={cores} "
@@ -175,17 +182,43 @@ def setup_network(d: Path, nodes: int) -> None:
         sh("ip", "-n", ns, "link", "set", "lo", "up")
 
 
+def shape_links(nodes: int, rate: str) -> None:
+    """Every node's interface sends at most `rate` (tc tbf; "none" removes the shaping). Each direction of a
+    node-to-node path crosses one shaped interface: the sender's."""
+    for i in range(1, nodes + 1):
+        ns = f"hq-node{i}"
+        sh("tc", "-n", ns, "qdisc", "del", "dev", NODE_IFACE, "root", check=False)
+        if rate != "none":
+            bits = tc_bits(rate)
+            # a burst of at least one timer tick's worth of bytes, or tbf caps well below its rate
+            burst = max(bits // 8 // 100, 32 * 1024)
+            sh("tc", "-n", ns, "qdisc", "add", "dev", NODE_IFACE, "root", "tbf", "rate", rate,
+               "burst", str(burst), "latency", "100ms")
+
+
+def tc_bits(rate: str) -> int:
+    """'100mbit' -> 100_000_000 (tc's decimal units)."""
+    units = {"kbit": 10 ** 3, "mbit": 10 ** 6, "gbit": 10 ** 9, "bit": 1}
+    for unit, mult in units.items():
+        if rate.lower().endswith(unit):
+            return int(float(rate[: -len(unit)]) * mult)
+    raise ValueError(f"link rate {rate!r}: use e.g. 100mbit or 1gbit")
+
+
 def up(a: argparse.Namespace) -> int:
     d = Path(a.dir).absolute()
     for sub in ("state", "spool"):
         (d / sub).mkdir(parents=True, exist_ok=True)
-    conf = write_conf(d, a.nodes, a.accounting, a.max_array_size, a.slurmd_timeout, a.preempt, a.grace_time)
+    conf = write_conf(d, a.nodes, a.accounting, a.max_array_size, a.slurmd_timeout, a.preempt, a.grace_time,
+                      a.core_per_node)
     env = {**os.environ, "SLURM_CONF": str(conf)}
     start_munge(d)
     if a.accounting:
         start_db(d, env)
     if a.nodes > 1:
         setup_network(d, a.nodes)
+        if a.link != "none":
+            shape_links(a.nodes, a.link)
     sh("slurmctld", env=env)
     wait_port("127.0.0.1", CTLD_PORT)
     for i, name in enumerate(node_names(a.nodes), start=1):
@@ -194,7 +227,8 @@ def up(a: argparse.Namespace) -> int:
             sh("slurmd", "-N", name, env=env)
         else:
             # not `ip netns exec`: it remounts /sys and slurmd then finds no cgroup filesystem
-            inner = f"mount --bind {d}/hosts /etc/hosts && hostname {name} && exec slurmd -N {name}"
+            pin = f"taskset -c {(i - 1) % os.cpu_count()} " if a.core_per_node else ""
+            inner = f"mount --bind {d}/hosts /etc/hosts && hostname {name} && exec {pin}slurmd -N {name}"
             sh("nsenter", f"--net=/run/netns/hq-node{i}", "--", "unshare", "--mount", "--uts", "--",
                "sh", "-c", inner, env=env)
     end = time.time() + 60
@@ -300,6 +334,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--preempt", choices=["off", "requeue", "cancel"], default="off",
                    help="partitions low (default) and high with partition_prio preemption in this mode")
     p.add_argument("--grace-time", type=int, default=30, help="the low partition's GraceTime (seconds)")
+    p.add_argument("--core-per-node", action="store_true", help="node K runs on CPU K-1 alone (1 socket x 1 core)")
+    p.add_argument("--link", default="none", help="shape every node's interface to this rate (100mbit, 1gbit)")
+    p = sub.add_parser("shape")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--link", required=True, help="rate (100mbit, 1gbit) or none")
     p = sub.add_parser("down")
     p.add_argument("--dir", required=True)
     p = sub.add_parser("env")
@@ -307,6 +347,9 @@ def main(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "env":
         print(f"export SLURM_CONF={Path(a.dir).absolute() / 'slurm.conf'}")
+        return 0
+    if a.cmd == "shape":
+        shape_links(a.nodes, a.link)
         return 0
     return up(a) if a.cmd == "up" else down(a)
 

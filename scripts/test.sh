@@ -22,4 +22,4 @@ bash scripts/install.sh
 # Intel MPI's runtime (mpirun / hydra) from PyPI: the mpirun launch path is tested for real, not stubbed
 python3 -m pip install -q --disable-pip-version-check impi-rt
 if [ "${CI:-}" = true ]; then export HPCQA_REQUIRE_SLURM=1; fi
-python3 -m pytest -q -ra tests "$@"
+python3 -m pytest -q -ra --durations=40 tests "$@"

@@ -9,7 +9,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
 # `hpcqa tune` results change what ranks_per_socket = "auto" means: tests never see a user's store.
-os.environ["HPCQA_TUNE_STORE"] = os.path.join(tempfile.mkdtemp(prefix="hpcqa-tests-"), "tuned.json")
+_STORES = tempfile.mkdtemp(prefix="hpcqa-tests-")
+os.environ["HPCQA_TUNE_STORE"] = os.path.join(_STORES, "tuned.json")
+# so do the links `hpcqa tune --comm` stored: they add warnings to multi-node submits
+os.environ["HPCQA_LINK_STORE"] = os.path.join(_STORES, "links.json")
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:

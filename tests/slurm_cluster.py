@@ -20,7 +20,7 @@ def available() -> str:
 
 
 def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int = 1001, slurmd_timeout: int = 300,
-            preempt: str = "off", grace_time: int = 30):
+            preempt: str = "off", grace_time: int = 30, core_per_node: bool = False):
     why = available()
     if why:
         if os.environ.get("HPCQA_REQUIRE_SLURM"):
@@ -32,11 +32,14 @@ def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int 
            "--preempt", preempt, "--grace-time", str(grace_time)]
     if accounting:
         cmd.append("--accounting")
+    if core_per_node:
+        cmd.append("--core-per-node")
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
         assert r.returncode == 0, r.stderr
         yield {"SLURM_CONF": str(d / "slurm.conf"), "HPCQA_REGISTRY": str(d / "registry.sqlite"),
-               "HPCQA_CACHE": str(tmp_path_factory.getbasetemp() / "hpcqa-cache")}
+               "HPCQA_CACHE": str(tmp_path_factory.getbasetemp() / "hpcqa-cache"),
+               "HPCQA_TEST_CLUSTER_DIR": str(d)}  # devcluster.py shape needs it
     finally:
         subprocess.run([sys.executable, str(ROOT / "scripts/devcluster.py"), "down", "--dir", str(d)],
                        capture_output=True, text=True, timeout=120)

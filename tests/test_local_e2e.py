@@ -64,19 +64,26 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
     assert len(eff["peak_flops_per_rank"]) == 2 and all(p > 1e8 for p in eff["peak_flops_per_rank"])
     assert 0 < eff["mfu"] < 1 and eff["precision"] == "fp32"
     split = res["step_split_s"]
-    assert set(split) == {"forward_backward", "optimizer", "other", "data_wait"} and all(
-        x is not None and x >= 0 for x in split.values()), split
-    # the parts of a step add up to no more than the step (the data wait falls between steps)
+    assert set(split) == {"forward_backward", "compute", "allreduce_exposed", "optimizer", "other", "data_wait"} \
+        and all(x is not None and x >= 0 for x in split.values()), split
+    # the parts of a step add up to no more than the step (the data wait falls between steps); forward+backward
+    # is its compute and the all-reduce the backward did not hide (timed with and without no_sync())
     inside = split["forward_backward"] + split["optimizer"] + split["other"]
     assert split["forward_backward"] > split["optimizer"] and inside <= res["step_time_s"] * 1.01
-    assert re.search(r"step\s+[\d.]+ s: forward\+backward \(with the all-reduce\) \d+ %", status.stdout)
+    assert split["compute"] + split["allreduce_exposed"] == pytest.approx(split["forward_backward"])
+    comm = res["comm"]
+    assert comm["probe_steps"] == 3 and comm["synced_s"] > 0 and comm["nosync_s"] > 0 and comm["allreduce_s"] > 0
+    assert comm["exposed_s"] == pytest.approx(max(comm["synced_s"] - comm["nosync_s"], 0))
+    assert sum(comm["bucket_bytes"]) == comm["grad_bytes"] > 1e6    # tiny-bert: 2.3 MB of fp32 gradients
+    assert re.search(r"step\s+[\d.]+ s: compute \d+ %, exposed all-reduce \d+ %", status.stdout), status.stdout
+    assert re.search(r"all-reduce\s+2\.3 MB of gradients per step in 1 bucket", status.stdout), status.stdout
     rate = res["steady_samples_per_second"] or res["train_samples_per_second"]
     assert abs(eff["achieved_flops"] - eff["model_flops_per_sample"] * rate) < 1e-6 * eff["achieved_flops"]
     assert re.search(r"MFU \d+\.\d %: [\d.]+ of [\d.]+ GFLOP/s \(fp32 matmul peak of 2 rank\(s\)", status.stdout)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     board = EventAccumulator(str(job / "tensorboard"))
     board.Reload()
-    assert "hpcqa/mfu" in board.Tags()["scalars"]
+    assert {"hpcqa/mfu", "hpcqa/step_s/compute", "hpcqa/step_s/allreduce_exposed"} <= set(board.Tags()["scalars"])
     assert abs(board.Scalars("hpcqa/mfu")[-1].value - eff["mfu"]) < 1e-6
     # `hpcqa topology` shows what the ranks really bound (the same function, on the same node)
     topo = cli("topology", "configs/quickstart.toml", "--json")

@@ -142,3 +142,19 @@ def test_a_cancelled_jobs_interrupted_ranks_are_not_its_failure():
     assert dict(statusview.detail_lines(v))["first failure"] == "rank 1 on vm: ValueError: bad data"
     v.state, v.failed = "FAILED", v.failed[1:]
     assert "KeyboardInterrupt" in dict(statusview.detail_lines(v))["first failure"]
+
+
+def test_the_step_split_and_the_all_reduce_lines():
+    res = {"step_split_s": {"forward_backward": 0.3, "compute": 0.1, "allreduce_exposed": 0.2, "optimizer": 0.0,
+                            "other": 0.0, "data_wait": 0.0},
+           "comm": {"grad_bytes": 2_349_064, "bucket_bytes": [2_349_064], "allreduce_s": 0.2, "exposed_s": 0.15}}
+    v = JobView(id="1", name="n", executor="slurm", state="COMPLETED", nodes=2, world_size=2, results=res)
+    rows = dict(statusview._efficiency_rows(v))
+    # forward+backward is not counted twice: its compute and exposed all-reduce stand in for it
+    assert rows["step"].startswith("0.300 s: compute 33 %, exposed all-reduce 67 %")
+    assert rows["all-reduce"] == ("2.3 MB of gradients per step in 1 bucket(s); 0.200 s alone, 0.150 s exposed "
+                                  "(25 % hidden behind the backward)")
+    link = {"link": {"bandwidth_Bps": 95e6 / 8, "latency_s": 2e-4, "nodes": 2}, "backend": "gloo"}
+    v = JobView(id="2", name="n-comm", executor="slurm", state="COMPLETED", nodes=2, world_size=2, results=link)
+    assert dict(statusview._efficiency_rows(v))["link"] == "95.0 Mbit/s, latency 200 us (gloo, all-reduce among 2 nodes)"
+    assert status.progress_text(v) == "link 95 Mbit/s, 200 us"

@@ -53,6 +53,9 @@ class JobConfig:
     registry: str = opt("", "Job registry (SQLite). Empty: $HPCQA_REGISTRY, else logs/registry.sqlite.")
     group_readable: bool = opt(False, "Let your group read the job folders and a registry this job creates "
                                       "(default: only you; nobody else can write them either way).")
+    task: Literal["train", "comm"] = opt("train", "What the ranks do: train (the job); comm: measure the link "
+                                                  "between the nodes with the DDP backend and stop (what "
+                                                  "`hpcqa tune --comm` submits).")
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,16 @@ class TrainConfig:
                                "with PreemptMode=CANCEL) to continue from when this job's folder has none yet.")
     save_final_checkpoint: bool = opt(False, "Also save a full checkpoint at the last step when it isn't a multiple "
                                              "of save_steps (the Trainer's default; off: the run is over).")
+    optim: Literal["adamw_torch_fused", "adamw_torch"] = opt(
+        "adamw_torch_fused", "AdamW as one fused kernel over all parameters (transformers' default on torch >= 2.8), or "
+                             "the per-parameter loop; the same update either way.")
+    ddp_bucket_view: bool = opt(True, "DDP's gradients are views into its all-reduce buckets (no copy of every "
+                                      "gradient per step; the same sums).")
+    ddp_bucket_cap_mb: int = opt(25, "DDP's all-reduce bucket size (MB): each bucket is one all-reduce, started as "
+                                     "soon as its gradients are ready.", min=1, max=4096)
+    comm_probe_steps: int = opt(3, "After training, time this many forward+backward passes with DDP's gradient "
+                                   "all-reduce and as many under no_sync(): the difference is the all-reduce the "
+                                   "backward did not hide (the run's results, \"comm\"; 0: skip).", min=0, max=100)
     timing_warmup_steps: int = opt(2, "Steps left out of the steady train samples/s (start-up, first "
                                       "allocations).", min=0)
     dataloader_num_workers: int = opt(0, "DataLoader worker processes per rank (they run on the "

@@ -16,7 +16,8 @@ from typing import Callable, Sequence
 from hpcqa.core import config, sweep
 from hpcqa.record import tuned as tune
 from hpcqa.core import plan as planmod
-from hpcqa.errors import JobFailed
+from hpcqa.errors import ConfigError, JobFailed
+from hpcqa.record import links
 from hpcqa.executors import table
 from hpcqa.record.jobdir import JobDir
 from hpcqa.core import states
@@ -57,3 +58,27 @@ def _run_one(p: planmod.LaunchPlan, title: str) -> tuple[str, JobDir, str]:
     if not ex.runs_here:
         print(f"{title}: job {submitted.ids[0]}", file=sys.stderr)
     return submitted.ids[0], JobDir(Path(submitted.folders[0])), ex.follow(submitted, title)
+
+
+def run_comm(path: str, overrides: Sequence[str]) -> dict:
+    """`hpcqa tune --comm`: one job of the config's nodes (at least 2) whose ranks measure the link between the
+    nodes with the training's backend instead of training; the fit is stored per executor, partition and backend.
+    -> {"key", "entry", "link", "job"}; raises JobFailed when the job did not measure."""
+    base = config.load(path, list(overrides))
+    host = hostprobe.probe_host()
+    if config.MAX_NODES.get(planmod.build_plan(base, host).executor, 2) < 2:
+        raise ConfigError("cluster.executor", "`tune --comm` measures the link between two nodes; the local executor "
+                                              "has one machine", "run it where Slurm is (cluster.executor = \"slurm\" "
+                                                                 "or \"auto\" with sbatch on PATH)", path)
+    nodes = max(base.cluster.nodes, 2)
+    cfg = config.load(path, [*overrides, "job.task=comm", f"cluster.nodes={nodes}", "train.do_eval=false",
+                             f"job.name={base.job.name}-comm"])
+    p = planmod.build_plan(cfg, host, via_submitit=True)
+    job_id, jd, state = _run_one(p, f"tune --comm ({nodes} nodes, {p.backend.resolved})")
+    link = (jd.read_results() or {}).get("link") or {}
+    if not states.succeeded(state) or not link.get("bandwidth_Bps"):
+        raise JobFailed(f"the link measurement (job {job_id}) ended {state}: {link.get('error', 'no link measured')}",
+                        f"hpcqa logs {job_id} shows why")
+    k = links.key(p.executor, cfg.cluster.partition, p.backend.resolved)
+    return {"key": k, "entry": links.record(k, link, job_id), "link": link, "job": job_id, "folder": str(jd.path),
+            "store": str(links.caches.link_store())}

@@ -8,7 +8,7 @@ job folder: staging, the ranks and `tune` ask here and spell no folder name of t
 
 The root is the ranks' own: $HPCQA_CACHE, else <data.cache_dir>/hpcqa, else ~/.cache/hpcqa. The tuned-layout
 store (`hpcqa tune`) is per user, not per data set: $HPCQA_TUNE_STORE, else $HPCQA_CACHE/tuned.json, else
-~/.cache/hpcqa/tuned.json. Hugging Face's own caches (model.cache_dir, data.cache_dir) are Hugging Face's.
+~/.cache/hpcqa/tuned.json; so is the link store (`hpcqa tune --comm`): $HPCQA_LINK_STORE, else links.json there. Hugging Face's own caches (model.cache_dir, data.cache_dir) are Hugging Face's.
 """
 
 from __future__ import annotations
@@ -57,3 +57,12 @@ def tune_store(env: Mapping[str, str] | None = None) -> Path:
     if env.get("HPCQA_TUNE_STORE"):
         return Path(env["HPCQA_TUNE_STORE"])
     return _home_cache(env) / "tuned.json"
+
+
+def link_store(env: Mapping[str, str] | None = None) -> Path:
+    """The links `hpcqa tune --comm` measured (per user, like the tuned layouts): $HPCQA_LINK_STORE, else
+    $HPCQA_CACHE/links.json, else ~/.cache/hpcqa/links.json."""
+    env = os.environ if env is None else env
+    if env.get("HPCQA_LINK_STORE"):
+        return Path(env["HPCQA_LINK_STORE"])
+    return _home_cache(env) / "links.json"

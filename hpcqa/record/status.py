@@ -126,6 +126,9 @@ def progress_text(v: JobView, now: float | None = None) -> str:
     again = f" ({again})" if again else ""
     if v.results and "f1" in v.results:
         return f"EM {v.results['exact_match']:.1f} F1 {v.results['f1']:.1f}{again}"
+    link = (v.results or {}).get("link") or {}
+    if link.get("bandwidth_Bps"):
+        return f"link {8 * link['bandwidth_Bps'] / 1e6:.0f} Mbit/s, {1e6 * link['latency_s']:.0f} us"
     p = v.progress
     if not p or states.is_final(v.state):
         return ""

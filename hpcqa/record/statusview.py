@@ -257,16 +257,39 @@ def _failure_rows(v: JobView) -> list[tuple[str, str]]:
     return rows
 
 
+def _comm_rows(res: dict) -> list[tuple[str, str]]:
+    """What DDP all-reduced per step and how much the backward hid; for a `tune --comm` job, the link."""
+    link = res.get("link") or {}
+    if link.get("bandwidth_Bps"):
+        return [("link", f"{8 * link['bandwidth_Bps'] / 1e6:.1f} Mbit/s, latency {1e6 * link['latency_s']:.0f} us "
+                         f"({res.get('backend')}, all-reduce among {link.get('nodes')} nodes)")]
+    comm = res.get("comm") or {}
+    if not comm.get("bucket_bytes"):
+        return []
+    text = (f"{comm['grad_bytes'] / 1e6:.1f} MB of gradients per step in {len(comm['bucket_bytes'])} bucket(s)"
+            + (" (as DDP would build them: one rank)" if comm.get("planned") else ""))
+    if comm.get("allreduce_s"):
+        hidden = max(1 - (comm.get("exposed_s") or 0) / comm["allreduce_s"], 0)
+        text += (f"; {comm['allreduce_s']:.3f} s alone, {comm.get('exposed_s', 0):.3f} s exposed "
+                 f"({100 * hidden:.0f} % hidden behind the backward)")
+    return [("all-reduce", text)]
+
+
 def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
     rows = []
     split = (v.results or {}).get("step_split_s") or {}
     known = {k: x for k, x in split.items() if isinstance(x, (int, float))}
     if known:
-        total = sum(known.values())
-        names = {"forward_backward": "forward+backward (with the all-reduce)", "optimizer": "optimizer",
-                 "other": "scheduler etc.", "data_wait": "waiting for data"}
+        if "compute" in known:   # forward+backward split into its compute and the all-reduce it did not hide
+            names = {"compute": "compute", "allreduce_exposed": "exposed all-reduce", "optimizer": "optimizer",
+                     "other": "scheduler etc.", "data_wait": "waiting for data"}
+        else:
+            names = {"forward_backward": "forward+backward (with the all-reduce)", "optimizer": "optimizer",
+                     "other": "scheduler etc.", "data_wait": "waiting for data"}
+        total = sum(known[k] for k in names if k in known)
         rows.append(("step", f"{total:.3f} s: " + ", ".join(f"{names[k]} {100 * known[k] / total:.0f} %"
                                                          for k in names if k in known)))
+    rows += _comm_rows(v.results or {})
     eff = (v.results or {}).get("efficiency") or {}
     if eff.get("mfu") is None:
         return rows

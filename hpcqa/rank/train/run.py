@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 from hpcqa.core import squadfile
 from hpcqa.core.plan import bf16_choice
-from hpcqa.rank.train import efficiency
+from hpcqa.rank.train import commbench, efficiency
+from hpcqa.core import scaling
 from hpcqa.rank import preload
 from hpcqa.core import topology
 from hpcqa.errors import HpcqaError, RankError
@@ -311,6 +312,8 @@ def _write_failed(jd: JobDir, rank: int, e: BaseException | None) -> None:
 
 def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     r = startup(plan, jd)
+    if plan.config.job.task == "comm":
+        return run_link(r)
     args, bf16 = training_arguments(r)
     with args.main_process_first(local=False, desc="model and data"):
         # global rank 0 first: the cache is usually on a shared filesystem; the writes are atomic anyway
@@ -324,6 +327,8 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     cfg = plan.config.train
     timing = trainer.hpcqa_timer.summary(cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * r.world)
     timing["efficiency"] = run_efficiency(r, model, data, timing, own_peak, bf16)
+    timing["comm"] = comm_probe(r, trainer, timing["step_split_s"])
+    timing["optimizer"] = optimizer_facts(trainer)
     timing.update(train_runtime_s=train_time, trainer_samples_per_second=train_out.metrics.get("train_samples_per_second"),
                   best_checkpoint=trainer.state.best_model_checkpoint, best_metric=trainer.state.best_metric)
     digest = weights_digest(trainer.model.module if hasattr(trainer.model, "module") else trainer.model)
@@ -440,7 +445,7 @@ def training_arguments(r: Rank):
         per_device_train_batch_size=tc.per_device_train_batch_size,
         per_device_eval_batch_size=tc.per_device_eval_batch_size,
         gradient_accumulation_steps=tc.gradient_accumulation_steps, weight_decay=tc.weight_decay,
-        seed=tc.seed, logging_steps=tc.logging_steps,
+        seed=tc.seed, logging_steps=tc.logging_steps, optim=tc.optim, ddp_bucket_cap_mb=tc.ddp_bucket_cap_mb,
         save_total_limit=tc.save_total_limit, dataloader_num_workers=tc.dataloader_num_workers,
         report_to=[], disable_tqdm=True,  # TensorBoard: rank 0's own callback (build_trainer), into the job folder
         ddp_find_unused_parameters=False, log_level="warning", ddp_timeout=tc.ddp_timeout_s, **warmup)
@@ -564,6 +569,9 @@ def build_trainer(r: Rank, args, model, data: dict, optimizers: tuple):
                   eval_dataset=data["eval_features"] if tc.eval_strategy != "no" else None,
                   data_collator=collator, callbacks=callbacks, optimizers=optimizers)
     trainer.hpcqa_timer = timer
+    if getattr(trainer.accelerator, "ddp_handler", None) is not None:
+        # the Trainer passes no gradient_as_bucket_view to accelerate; DDP is built from this handler at train()
+        trainer.accelerator.ddp_handler.gradient_as_bucket_view = tc.ddp_bucket_view
     return trainer
 
 
@@ -662,6 +670,54 @@ def run_efficiency(r: Rank, model, data: dict, timing: dict, own_peak: tuple[flo
     sources = {s for _, s in peaks}
     return efficiency.summary(flops, rate, [p for p, _ in peaks], "bf16" if bf16 else "fp32",
                               sources.pop() if len(sources) == 1 else "mixed")
+
+
+def optimizer_facts(trainer) -> dict:
+    """The optimizer that ran (the Trainer wraps it in accelerate's), and whether it was the fused kernel."""
+    opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    defaults = getattr(opt, "defaults", {}) or {}
+    return {"class": f"{type(opt).__module__}.{type(opt).__name__}", "fused": bool(defaults.get("fused")),
+            "setting": trainer.args.optim if isinstance(trainer.args.optim, str) else trainer.args.optim.value}
+
+
+def comm_probe(r: Rank, trainer, split: dict) -> dict:
+    """What DDP all-reduces per step, and the part of it the backward did not hide (commbench); the step's split
+    gains that part and the compute left when it is taken out of forward + backward."""
+    inner = trainer.model
+    steps = r.plan.config.train.comm_probe_steps
+    if r.world > 1 and steps:
+        comm = commbench.exposed_allreduce(trainer, steps)
+    else:
+        comm = {**commbench.planned_buckets(inner), "exposed_s": 0.0 if r.world == 1 else None}
+    exposed = comm.get("exposed_s")
+    if split.get("forward_backward") is not None and exposed is not None:
+        split["allreduce_exposed"] = min(exposed, split["forward_backward"])
+        split["compute"] = split["forward_backward"] - split["allreduce_exposed"]
+    r.save_report(comm=comm)
+    return comm
+
+
+def run_link(r: Rank) -> dict:
+    """job.task = "comm": the link between the nodes, measured with the training's backend (commbench)."""
+    import torch.distributed as dist
+    dist.init_process_group(backend=r.plan.backend.resolved, rank=r.rank, world_size=r.world,
+                            timeout=datetime.timedelta(seconds=r.plan.config.train.ddp_timeout_s))
+    t0 = time.time()
+    link = commbench.measure_link(int(r.report.get("node_rank") or 0))
+    r.save_report(link=link, finished=time.time(), status="measured")
+    if r.rank == 0:
+        write_json(r.jd.results, {"status": "COMPLETED", "task": "comm", "link": link, "world_size": r.world,
+                                  "nodes": link.get("nodes"), "backend": r.plan.backend.resolved,
+                                  "hosts": link.get("hosts"), "measure_s": time.time() - t0,
+                                  "job_dir": str(r.jd.path), "plan_digest": r.plan.digest,
+                                  "finished_at": time.time(), "wall_time_s": time.time() - r.t_start})
+        if "error" in link:
+            r.log(f"link: {link['error']}")
+        else:
+            r.log(f"link: {scaling.human_rate(link['bandwidth_Bps'])}, latency {1e6 * link['latency_s']:.0f} us "
+                  f"({r.plan.backend.resolved}, {link['nodes']} nodes)")
+    leave_process_group()
+    return {"rank": r.rank, "link": link}
 
 
 def resume_point(r: Rank, jd: JobDir) -> str | None:
@@ -797,13 +853,14 @@ def write_results(r: Rank, result: dict, data: dict, train_out, timing: dict, re
         notices=r.jd.notices(), code=rep.get("code"),
         max_seq_length=data["max_seq_length"], tensorboard=rep.get("tensorboard"), warnings=rep["warnings"])
     write_json(r.jd.results, result)
-    board_efficiency(r, result.get("efficiency") or {}, train_out.global_step)
+    board_efficiency(r, result.get("efficiency") or {}, result.get("step_split_s") or {}, train_out.global_step)
     r.log(f"done: EM {result.get('exact_match', float('nan')):.2f}  F1 {result.get('f1', float('nan')):.2f}  "
           f"train {result['train_samples_per_second']:.1f} samples/s")
 
 
-def board_efficiency(r: Rank, eff: dict, step: int) -> None:
-    """MFU and achieved FLOP/s into the run's TensorBoard event file, next to its curves (rank 0)."""
+def board_efficiency(r: Rank, eff: dict, split: dict, step: int) -> None:
+    """MFU, achieved FLOP/s and the step's split into the run's TensorBoard event file, next to its curves
+    (rank 0)."""
     if r.plan.config.train.report_to != "tensorboard" or not eff.get("mfu"):
         return
     try:
@@ -814,6 +871,9 @@ def board_efficiency(r: Rank, eff: dict, step: int) -> None:
         board.add_scalar("hpcqa/mfu", eff["mfu"], step)
         board.add_scalar("hpcqa/achieved_gflops", eff["achieved_flops"] / 1e9, step)
         board.add_scalar("hpcqa/peak_gflops", eff["peak_flops"] / 1e9, step)
+        for part, seconds in split.items():
+            if isinstance(seconds, (int, float)):
+                board.add_scalar(f"hpcqa/step_s/{part}", seconds, step)
 
 
 def _logger(rank: int):
