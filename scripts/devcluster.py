@@ -243,29 +243,40 @@ def up(a: argparse.Namespace) -> int:
     return 1
 
 
-def _kill_pidfile(p: Path, wait_s: float = 10.0) -> None:
+def _pid(p: Path) -> int | None:
     try:
-        pid = int(p.read_text().split()[0])
+        return int(p.read_text().split()[0])
     except (OSError, ValueError, IndexError):
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        p.unlink(missing_ok=True)
-        return
-    end = time.time() + wait_s
-    while time.time() < end:
+        return None
+
+
+def _kill_pidfiles(files: list[Path], wait_s: float = 10.0) -> None:
+    """SIGTERM every daemon named by these pid files at once, wait for all of them (each takes a second or two
+    to shut down), SIGKILL what is left after wait_s."""
+    pids = {}
+    for p in files:
+        pid = _pid(p)
+        if pid is None:
+            continue
         try:
-            os.kill(pid, 0)
+            os.kill(pid, signal.SIGTERM)
+            pids[pid] = p
         except ProcessLookupError:
-            break
+            p.unlink(missing_ok=True)
+    end = time.time() + wait_s
+    while pids and time.time() < end:
+        for pid in list(pids):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                pids.pop(pid).unlink(missing_ok=True)
         time.sleep(0.1)
-    else:
+    for pid, p in pids.items():
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    p.unlink(missing_ok=True)
+        p.unlink(missing_ok=True)
 
 
 def _step_daemons(d: Path) -> list[int]:
@@ -297,17 +308,16 @@ def _comm(pid: int) -> str:
 
 def down(a: argparse.Namespace) -> int:
     d = Path(a.dir).absolute()
-    for p in sorted(d.glob("slurmd.*.pid")):
-        _kill_pidfile(p)
-    for pid in _step_daemons(d):
+    steps = _step_daemons(d)   # found before their slurmd goes (it is how they are found)
+    files = [*sorted(d.glob("slurmd.*.pid")), d / "slurmctld.pid", d / "slurmdbd.pid", d / "mariadb.pid"]
+    _kill_pidfiles(files)
+    for pid in steps:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    for name in ("slurmctld.pid", "slurmdbd.pid", "mariadb.pid"):
-        _kill_pidfile(d / name)
     if (d / "munged.pidfile").exists():
-        _kill_pidfile(Path((d / "munged.pidfile").read_text().strip()))
+        _kill_pidfiles([Path((d / "munged.pidfile").read_text().strip())])
         (d / "munged.pidfile").unlink()
     r = sh("ip", "-o", "link", "show", check=False)
     for line in r.stdout.splitlines():

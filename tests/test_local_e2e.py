@@ -183,8 +183,8 @@ def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
                       [f"job.output_dir={json.dumps(str(tmp_path))}", "cluster.sockets_per_node=1", "launch.ranks_per_socket=1",
                        "train.max_steps=6", "train.save_steps=3"])
     lp = plan.build_plan(cfg, hostprobe.probe_host())
-    from hpcqa.executors.common import write_plans
-    (p,) = write_plans([lp])
+    p = tmp_path / "plan.json"          # the file a rendered script's ranks read
+    p.write_text(lp.dumps())
     job = tmp_path / "job"
     env = {**os.environ, **cache_env, "HPCQA_JOB_DIR": str(job)}
     cmd = [sys.executable, "-m", "hpcqa.rank", "--plan", str(p), "--", sys.executable, "-m", "hpcqa.rank.train", "--plan", str(p)]

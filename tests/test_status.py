@@ -211,3 +211,13 @@ def test_the_cause_is_named_before_its_consequences(tmp_path):
                                            "error": "rank process killed by SIGKILL"}))
     jd.rank_failed(0).write_text(json.dumps({"rank": 0, "host": "n1", "time": 10.5, "error": "ValueError: bad"}))
     assert [f["rank"] for f in jd.failed_ranks()] == [3, 0, 2]
+
+
+def test_a_missing_slurm_conf_fails_at_once(monkeypatch, tmp_path):
+    import time
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "gone.conf"))
+    t0 = time.monotonic()
+    r = slurmcli.run_command(["sinfo", "-h"])
+    assert r.returncode == 1 and "gone.conf: no such file" in r.stderr and time.monotonic() - t0 < 1
+    ok, said = Slurm().ping()
+    assert not ok and "SLURM_CONF" in said

@@ -1,4 +1,4 @@
-"""Sweeps as real Slurm job arrays: 2 emulated nodes, accounting, MaxArraySize = 6."""
+"""Sweeps as real Slurm job arrays: 2 emulated nodes, accounting, MaxArraySize = 3."""
 
 import json
 import time
@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    yield from slurm_cluster.cluster(tmp_path_factory, nodes=2, accounting=True, max_array_size=6)
+    yield from slurm_cluster.cluster(tmp_path_factory, nodes=2, accounting=True, max_array_size=3)
 
 
 def sweep_args(out, *sets):
@@ -55,13 +55,13 @@ def wait_sweep(env, sweep_id, n, timeout=300):
     raise AssertionError(f"sweep {sweep_id} did not finish: {[(j['id'], j['state']) for j in jobs]}")
 
 
-def test_six_variants_one_array_throttled_to_two(slurm, tmp_path):
-    sweep_id, err = sweep(slurm, tmp_path, "sweep.parallelism=2", "sweep.train.learning_rate=[1e-4, 3e-4, 1e-3]",
-                          "sweep.train.per_device_train_batch_size=[4, 8]")
-    assert len([x for x in err.splitlines() if x.startswith("array ")]) == 1 and "6 variants in 1 array(s)" in err
-    jobs = wait_sweep(slurm, sweep_id, 6)
+def test_three_variants_one_array_throttled_to_two(slurm, tmp_path):
+    sweep_id, err = sweep(slurm, tmp_path, "sweep.parallelism=2", "sweep.train.learning_rate=[1e-4, 1e-3]",
+                          "sweep.variants=[{train = {per_device_train_batch_size = 4}}]")
+    assert len([x for x in err.splitlines() if x.startswith("array ")]) == 1 and "3 variants in 1 array(s)" in err
+    jobs = wait_sweep(slurm, sweep_id, 3)
     assert {j["state"] for j in jobs} == {"COMPLETED"}
-    assert {j["id"].split("_")[0] for j in jobs} == {sweep_id} and sorted(j["task_index"] for j in jobs) == list(range(6))
+    assert {j["id"].split("_")[0] for j in jobs} == {sweep_id} and sorted(j["task_index"] for j in jobs) == list(range(3))
     # from the tasks' own clocks: start of rank 0, end = results written
     spans = []
     for j in jobs:
@@ -73,22 +73,22 @@ def test_six_variants_one_array_throttled_to_two(slurm, tmp_path):
     res = run_cli("results", sweep_id, "--json", "--plot", str(tmp_path / "sweep.png"), env=slurm)
     assert res.returncode == 0, res.stderr
     table = json.loads(res.stdout)["variants"]
-    assert len(table) == 6 and all(r["f1"] is not None for r in table) and sum(r["best"] for r in table) == 1
+    assert len(table) == 3 and all(r["f1"] is not None for r in table) and sum(r["best"] for r in table) == 1
     assert table[0]["f1"] == max(r["f1"] for r in table)
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sweep_id in run_cli("status", env=slurm).stdout   # the sweep is one row of the overview
 
 
 def test_sweep_larger_than_max_array_size_is_split_and_a_failure_stays_visible(slurm, tmp_path):
-    # 7 grid variants + 1 explicit failing one = 8 > MaxArraySize 6: two arrays, each variant once
-    sets = ("sweep.parallelism=3", "sweep.train.seed=[1, 2, 3, 4, 5, 6, 7]",
-            "sweep.variants=[{train = {fail_at_step = 1, seed = 8}}]")
+    # 4 grid variants + 1 explicit failing one = 5 > MaxArraySize 3: two arrays, each variant once
+    sets = ("sweep.parallelism=3", "sweep.train.seed=[1, 2, 3, 4]",
+            "sweep.variants=[{train = {fail_at_step = 1, seed = 5}}]")
     dry = dry_run(slurm, tmp_path, *sets)
     planned = planned_digests(dry)
-    assert len(set(planned.values())) == 8
+    assert len(set(planned.values())) == 5
     sweep_id, err = sweep(slurm, tmp_path, *sets)
-    assert "8 variants in 2 array(s)" in err
-    jobs = wait_sweep(slurm, sweep_id, 8)
+    assert "5 variants in 2 array(s)" in err
+    jobs = wait_sweep(slurm, sweep_id, 5)
     assert len({j["id"].split("_")[0] for j in jobs}) == 2
     # the dry run showed both arrays' batch scripts as they were submitted (but for the submission's token)
     arrays = sorted({j["id"].split("_")[0] for j in jobs}, key=int)
@@ -96,8 +96,8 @@ def test_sweep_larger_than_max_array_size_is_split_and_a_failure_stays_visible(s
     token = first[arrays[0]].name.split("-", 1)[1]
     submitted = [(first[a] / f"{a}_submission.sh").read_text() for a in arrays]
     assert [s.replace(dry["submission"], token) for s in dry["sbatch"]] == submitted
-    assert "#SBATCH --array=0-5%3" in submitted[0] and "#SBATCH --array=0-1%2" in submitted[1]
-    assert sorted(j["task_index"] for j in jobs) == list(range(8))
+    assert "#SBATCH --array=0-2%3" in submitted[0] and "#SBATCH --array=0-1%2" in submitted[1]
+    assert sorted(j["task_index"] for j in jobs) == list(range(5))
     ran = []
     for j in jobs:  # from each task's own rank reports: which plan (and so which variant) it ran
         reports = [json.load(open(f"{j['folder']}/ranks/rank-{r}.json")) for r in range(2)]
@@ -107,9 +107,9 @@ def test_sweep_larger_than_max_array_size_is_split_and_a_failure_stays_visible(s
         ran.append(reports[0]["plan_digest"])
     assert sorted(ran) == sorted(planned.values())  # each variant ran exactly once, as itself
     states = {j["task_index"]: j["state"] for j in jobs}
-    assert states.pop(7) == "FAILED" and set(states.values()) == {"COMPLETED"}
+    assert states.pop(4) == "FAILED" and set(states.values()) == {"COMPLETED"}
     res = json.loads(run_cli("results", sweep_id, "--json", env=slurm).stdout)["variants"]
-    assert len(res) == 8 and res[-1]["state"] == "FAILED" and res[-1]["f1"] is None
+    assert len(res) == 5 and res[-1]["state"] == "FAILED" and res[-1]["f1"] is None
 
 
 def test_cancel_a_sweep_task_and_the_sweep(slurm, tmp_path):

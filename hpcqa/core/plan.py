@@ -402,7 +402,7 @@ def _warnings(cfg: Config, host: HostProbe, backend: Backend, pools: list[topolo
 
 
 def load(path: str | os.PathLike) -> LaunchPlan:
-    """A plan file written by `write_plans` or a rendered script, typed and checked."""
+    """A plan file written by an executor (a request's files) or a rendered script, typed and checked."""
 
     try:
         text = Path(path).read_text()

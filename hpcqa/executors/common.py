@@ -32,15 +32,6 @@ def plan_paths(plans: Sequence[LaunchPlan]) -> list[Path]:
     return [root.task_plan(root.plan_group(digest), i) for i in range(len(plans))]
 
 
-def write_plans(plans: Sequence[LaunchPlan]) -> list[Path]:
-    """Each plan once, as the file its ranks read (the plan crosses into the ranks only this way)."""
-    paths = plan_paths(plans)
-    for path, p in zip(paths, plans):
-        if not path.exists():
-            atomic_write_text(path, p.dumps())
-    return paths
-
-
 def write_files(request) -> None:
     """A request's files, under a job root only its owner (and with job.group_readable its group) can enter:
     plan files are content-addressed (kept when present); scripts are the submission's own."""

@@ -8,6 +8,7 @@ real-cluster tests use the real one. sbatch itself is run by submitit (executors
 from __future__ import annotations
 
 import re
+import os
 import subprocess
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -19,7 +20,12 @@ Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 
 def run_command(argv: Sequence[str], timeout_s: float = 60) -> "subprocess.CompletedProcess[str]":
-    """Run one scheduler command; a missing binary or a hang becomes a failed result, not an exception."""
+    """Run one scheduler command; a missing binary or a hang becomes a failed result, not an exception. A
+    SLURM_CONF naming a missing file fails at once: every Slurm command would retry it for a minute first."""
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.exists(conf):
+        return subprocess.CompletedProcess(list(argv), 1, "", f"SLURM_CONF={conf}: no such file (unset SLURM_CONF, or "
+                                                              "point it at the cluster's slurm.conf)")
     try:
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError:
