@@ -500,10 +500,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     row = rows[0]
     if row.state != "COMPLETED":
         raise UsageError(f"job {row.id} is {row.state}: predictions need a completed run", "pick a finished job")
-    res = scalingview.results_of(row)
-    link = scalingview.link_for(row.executor, (row.config.get("cluster") or {}).get("partition", ""),
-                                res.get("backend") or "gloo", args.bandwidth, args.latency_us)
-    out = scalingview.predict_job(row, nodes, link)
+    out = scalingview.predict_job(row, nodes, scalingview.link_of_run(row, args.bandwidth, args.latency_us))
     if args.json:
         print(json.dumps(_prediction_json(out), indent=2, default=str))
         return 0
@@ -556,10 +553,7 @@ def _scaling_study(args: argparse.Namespace, rows) -> int:
     from hpcqa.record import scalingview
     link = None
     if args.predict:
-        row = min(rows, key=lambda r: r.nodes)
-        res = scalingview.results_of(row)
-        link = scalingview.link_for(row.executor, (row.config.get("cluster") or {}).get("partition", ""),
-                                    res.get("backend") or "gloo", args.bandwidth, args.latency_us)
+        link = scalingview.link_of_run(min(rows, key=lambda r: r.nodes), args.bandwidth, args.latency_us)
     table = scalingview.study(rows, link)
     if not table:
         raise UsageError(f"sweep {args.id} has no completed run with a measured throughput", "hpcqa status "
@@ -899,9 +893,7 @@ def _predicted_for_sweep(reg, sweep_id: str) -> tuple[dict[int, float], str]:
     rows = reg.jobs(sweep_id=sweep_id)
     try:
         base = min((r for r in rows if r.state == "COMPLETED"), key=lambda r: r.nodes)
-        link = scalingview.link_for(base.executor, (base.config.get("cluster") or {}).get("partition", ""),
-                                    scalingview.results_of(base).get("backend") or "gloo")
-        table = scalingview.study(rows, link)
+        table = scalingview.study(rows, scalingview.link_of_run(base))
     except (ValueError, UsageError) as e:
         return {}, f"no prediction: {e.message if isinstance(e, UsageError) else e}"
     return {r["nodes"]: r["predicted"] for r in table if r["predicted"]}, ""

@@ -21,7 +21,7 @@ cores the backward uses: what was measured here, see BENCHMARKS.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 
@@ -110,7 +110,6 @@ class Prediction:
     speedup: float
     efficiency: float
     time_to_train_s: float | None
-    measured: float | None = None     # filled in by the scaling study when a run at this size exists
 
 
 @dataclass(frozen=True)
@@ -119,7 +118,6 @@ class Model:
     link: Link
     overlap: float = 0.0
     overlap_source: str = "assumed none (one-node run)"
-    notes: tuple[str, ...] = field(default=())
 
     @classmethod
     def from_run(cls, profile: Profile, link: Link) -> "Model":
@@ -130,7 +128,7 @@ class Model:
         o = min(max(1.0 - profile.exposed_s / profile.allreduce_s, 0.0), 1.0)
         return cls(profile, link, o, f"measured on {profile.nodes} nodes: {100 * o:.0f} % of the all-reduce hidden")
 
-    def at(self, nodes: int, ranks_per_node: int | None = None, t_local: float | None = None) -> tuple[float, float]:
+    def at(self, nodes: int, ranks_per_node: int | None = None) -> tuple[float, float]:
         """(full all-reduce s, exposed s) per step at `nodes` nodes."""
         p = self.profile
         r = ranks_per_node or p.ranks_per_node

@@ -49,6 +49,12 @@ def link_for(executor: str, partition: str, backend: str, bandwidth: str | None 
     return scaling.Link(stored["bandwidth_Bps"], lat, f"`hpcqa tune --comm` job {stored.get('job')}")
 
 
+def link_of_run(row: Any, bandwidth: str | None = None, latency_us: float | None = None) -> scaling.Link:
+    """link_for the executor, partition and backend a recorded run had."""
+    return link_for(row.executor, (row.config.get("cluster") or {}).get("partition", ""),
+                    results_of(row).get("backend") or "gloo", bandwidth, latency_us)
+
+
 def model_for(res: dict, cfg: configmod.Config, link: scaling.Link) -> scaling.Model:
     try:
         t = cfg.train
