@@ -120,9 +120,10 @@ def study(rows: Sequence[Any], link: scaling.Link | None) -> list[dict]:
 
 
 def same_shape_run(reg: Any, cfg: configmod.Config) -> Any | None:
-    """The newest completed training run of this config's shape (model, data shape, batch, precision, node), any
-    node count, whose results the model can use."""
-    want = planmod.shape_key(cfg)
+    """The newest completed training run of this config's shape (model, data shape, batch, precision, node) whose
+    results the model can use: a one-node run if there is one (the model's reference: its compute is not mixed
+    with a link's), else the newest multi-node run."""
+    want, fallback = planmod.shape_key(cfg), None
     for row in reg.jobs(limit=RECENT) if reg.exists else []:
         # the registry's state may lag (no one asked Slurm since): a results.json that says COMPLETED counts
         if (row.final and row.state != "COMPLETED") or (row.config.get("job") or {}).get("task", "train") != "train":
@@ -134,8 +135,10 @@ def same_shape_run(reg: Any, cfg: configmod.Config) -> Any | None:
             continue
         res = results_of(row)
         if res.get("status") == "COMPLETED" and (res.get("comm") or {}).get("bucket_bytes") and res.get("step_time_s"):
-            return row
-    return None
+            if (res.get("nodes") or row.nodes) == 1:
+                return row
+            fallback = fallback or row
+    return fallback
 
 
 def warnings_for(plan: planmod.LaunchPlan, reg: Any) -> list[str]:
