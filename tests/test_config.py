@@ -47,7 +47,7 @@ def test_unknown_section_suggests_near_miss():
     ({"train": {"max_seq_length": 128, "doc_stride": 128}}, "train.doc_stride", "smaller than"),
     ({"cluster": {"executor": "local", "nodes": 2}}, "cluster.nodes", "one node"),
     ({"cluster": {"partition": "a b"}}, "cluster.partition", "characters"),
-    ({"job": {"name": "x'; rm -rf /"}}, "job.name", "characters"),
+    ({"job": {"name": "x'; rm -rf /"}}, "job.name", "not a safe name"),
     ({"cluster": {"sbatch_extra": ["-p x"]}}, "cluster.sbatch_extra[0]", "long sbatch option"),
     ({"launch": {"env": {"1BAD": "x"}}}, "launch.env.1BAD", "environment variable"),
     ({"data": {"dataset": ""}}, "data.dataset", "no data"),
@@ -119,7 +119,7 @@ def test_missing_file():
 
 
 def test_snapshot_round_trips():
-    cfg = config.load(ROOT / "configs" / "squad_spr.toml", ['launch.env.X="a\\nb \\"q\\""'])
+    cfg = config.load(ROOT / "configs" / "squad_spr.toml", ['launch.env.X="a b \\"q\\" $(x) ;'])
     again = config.from_dict(config.tomllib.loads(config.to_toml(cfg)))
     assert again.to_dict() == cfg.to_dict()
 

@@ -88,12 +88,12 @@ def test_executor_auto_and_local_limits():
 
 
 def test_slurm_parameters():
-    p = spr("cluster.mem_gb=200", "cluster.account=ml", "cluster.sbatch_extra=['--reservation=r1','--requeue']") \
+    p = spr("cluster.mem_gb=200", "cluster.account=ml", "cluster.sbatch_extra=['--reservation=r1','--hold']") \
         .slurm_parameters()
     assert p["nodes"] == 4 and p["ntasks_per_node"] == 2 and p["cpus_per_task"] == 112
     assert "--cpus-per-task=112" in p["srun_args"] and "--cpu-bind=none" in p["srun_args"]
     assert p["mem"] == "200GB" and p["account"] == "ml" and p["exclusive"] is True
-    assert p["additional_parameters"] == {"reservation": "r1", "requeue": True}
+    assert p["additional_parameters"] == {"reservation": "r1", "hold": True, "requeue": True}
 
 
 def test_plan_json_shape():

@@ -67,7 +67,6 @@ HOSTILE = [
     'say "hi"',
     "$(touch PWNED)",
     "`touch PWNED`",
-    "a\nb; touch PWNED",
     "x'; touch PWNED; echo '",
     "HPCQA_PLAN_EOF",
     "$HOME ${PATH} \\ ; | & > < * ? ~ # !",

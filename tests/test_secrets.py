@@ -37,9 +37,9 @@ def test_plain_names_pass_and_pass_env_takes_names_only():
 def test_a_missing_passed_variable_stops_submit_before_anything_is_registered(cli, tmp_path):
     env = {"HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
     r = cli("submit", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
-            "--set", 'launch.pass_env=["HPCQA_TEST_UNSET_TOKEN"]', env=env)
+            "--set", 'launch.pass_env=["TEST_UNSET_TOKEN_OF_HPCQA"]', env=env)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert "launch.pass_env" in r.stderr and "HPCQA_TEST_UNSET_TOKEN" in r.stderr and "export" in r.stderr
+    assert "launch.pass_env" in r.stderr and "TEST_UNSET_TOKEN_OF_HPCQA" in r.stderr and "export" in r.stderr
     assert not (tmp_path / "reg.sqlite").exists()
 
 

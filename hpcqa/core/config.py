@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from hpcqa.errors import ConfigError, UsageError
+from hpcqa.core import values as valuecheck
 from hpcqa.core.frozen import FrozenDict
 
 if sys.version_info >= (3, 11):
@@ -46,8 +47,8 @@ MAX_NODES = {"local": 1}   # cluster.executor -> the most nodes it can run on (p
 
 @dataclass(frozen=True)
 class JobConfig:
-    name: str = opt("hpcqa-qa", "Job name (Slurm --job-name, registry, folder names).",
-                    pattern=r"[A-Za-z0-9._+-]+")
+    name: str = opt("hpcqa-qa", "Job name (Slurm --job-name, registry, folder names): letters, digits, '-', '_' "
+                                "and '.' (not first), at most 64.", pattern=r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
     output_dir: str = opt("logs", "Where job folders (per-rank logs, plans, results) are created; "
                                   "relative paths are relative to the current directory.")
     registry: str = opt("", "Job registry (SQLite). Empty: $HPCQA_REGISTRY, else logs/registry.sqlite.")
@@ -403,6 +404,32 @@ def _coerce(key: str, value: Any, tp: Any, source: str) -> Any:
     raise TypeError(f"unsupported schema type {tp}")  # pragma: no cover
 
 
+def check_text(key: str, value: Any, source: str) -> None:
+    """Every string in `value` (a list's entries, a table's names and values) is one line of text and no credential.
+    Runs before any other check, so no error message echoes a secret."""
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_text(f"{key}[{i}]", v, source)
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            check_text(f"{key}.{k}", str(k), source)
+            check_text(f"{key}.{k}", v, source)
+        return
+    if not isinstance(value, str):
+        return
+    secret = valuecheck.secret_shape(value)
+    if secret:
+        raise ConfigError(key, f"looks like {secret}: config values are written to the plan, the registry, the dry "
+                               "run and the job folder", "remove it; pass a secret by name from your environment "
+                               "(launch.pass_env = [\"NAME\"]) or from a Kubernetes Secret (k8s.secret_env)", source)
+    bad = valuecheck.control_char(value)
+    if bad:
+        raise ConfigError(key, f"contains a control character ({bad}): a config value is one line of text",
+                          "remove it (cluster.setup takes one command per entry; several lines: several entries)",
+                          source)
+
+
 def _check_bounds(key: str, value: Any, meta: Mapping[str, Any], source: str) -> None:
     lo, hi, pattern = meta.get("min"), meta.get("max"), meta.get("pattern")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -412,6 +439,9 @@ def _check_bounds(key: str, value: Any, meta: Mapping[str, Any], source: str) ->
         if hi is not None and value > hi:
             raise ConfigError(key, f"{value!r} is above the maximum {hi!r}",
                               f"set {key} to a value <= {hi!r}", source)
+    if key == "job.name" and isinstance(value, str) and not re.fullmatch(pattern, value):
+        raise ConfigError(key, f"{value[:80]!r} is not a safe name (it names folders, Slurm jobs and registry rows)",
+                          "use 1-64 letters, digits, '-', '_' and '.', not starting with '.'", source)
     if pattern and isinstance(value, str) and not re.fullmatch(pattern, value):
         raise ConfigError(key, f"{value!r} has characters Slurm or a shell would misread "
                                f"(allowed: {pattern})",
@@ -430,6 +460,7 @@ def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) ->
         if k not in fields:
             raise ConfigError(key, "unknown key" + _near(k, list(fields)),
                               f"remove it or use one of: {', '.join(fields)}", source)
+        check_text(key, v, source)
         value = _coerce(key, v, hints[k], source)
         _check_bounds(key, value, fields[k].metadata, source)
         values[k] = value
@@ -465,17 +496,16 @@ def _check_cross(cfg: Config) -> None:
     if c.nodes > MAX_NODES.get(c.executor, c.nodes):
         raise ConfigError("cluster.nodes", f"the {c.executor} executor runs on one node, not {c.nodes}",
                           "set cluster.nodes = 1, or cluster.executor = \"slurm\"", src)
+    _check_paths(cfg)
     for i, flag in enumerate(c.sbatch_extra):
-        if not flag.startswith("--") or "\n" in flag or "\r" in flag:
-            raise ConfigError(f"cluster.sbatch_extra[{i}]",
-                              f"{flag!r} is not a single long sbatch option",
-                              "write each entry as \"--option=value\" on one line", src)
+        _check_sbatch_flag(f"cluster.sbatch_extra[{i}]", flag, src)
     for i, line in enumerate(c.setup):
-        if any(ch in line for ch in "\n\r\0") or not line.strip():
-            raise ConfigError(f"cluster.setup[{i}]", f"{line!r} is not one non-empty line",
-                              "write one shell command per entry (several entries for several lines)", src)
-    if any(ch in c.python for ch in "\n\r\0"):
-        raise ConfigError("cluster.python", "a path on one line is expected", "set it to the nodes' python", src)
+        if not line.strip():
+            raise ConfigError(f"cluster.setup[{i}]", "an empty entry", "remove it: one shell command per entry", src)
+        for name in valuecheck.assigned_credentials(line):
+            raise ConfigError(f"cluster.setup[{i}]", f"sets {name}, which looks like a credential: cluster.setup is "
+                              "written into the job script, the plan and the registry",
+                              f"remove it and set launch.pass_env = [\"{name}\"] (passed by name, never written)", src)
     _check_k8s(cfg)
     _check_env(cfg)
     for k, v in la.env.items():
@@ -492,14 +522,77 @@ def _check_cross(cfg: Config) -> None:
                           "use -1 (epochs decide) or a positive number", src)
 
 
-CREDENTIAL = re.compile(r"(_TOKEN|_KEY)$|PASSWORD|SECRET|PASSWD|CREDENTIAL", re.I)
 ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+PATH_KEYS = ("job.output_dir", "job.registry", "cluster.python", "model.cache_dir", "data.cache_dir",
+             "data.train_file", "data.validation_file", "data.test_file", "train.resume_from")
+
+
+def _check_paths(cfg: Config) -> None:
+    """Paths the kernel must accept (a name of at most 255 bytes, a path of at most 4095) and, for the job folders,
+    that Slurm's log-name patterns (%j, %t ...) cannot rewrite."""
+    for key in PATH_KEYS:
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        raw = value.encode("utf-8", "surrogateescape")
+        if len(raw) > 4095 or any(len(part) > 255 for part in raw.split(b"/")):
+            raise ConfigError(key, f"a path of {len(raw)} bytes with a name of up to "
+                              f"{max(len(p) for p in raw.split(b'/'))}: the kernel takes names of at most 255 bytes "
+                              "and paths of at most 4095", f"shorten {key}", cfg.source)
+    if "%" in cfg.job.output_dir:
+        raise ConfigError("job.output_dir", "contains '%': Slurm would expand it in the log names (%j is the job id) "
+                          "and the logs would land elsewhere than the job folder", "choose a folder without '%'",
+                          cfg.source)
+
+# sbatch options the plan owns -> the key that sets them. sbatch takes the last of repeated options and accepts
+# any unambiguous prefix of a long option (getopt_long), so a prefix of one of these is refused too.
+OWNED_SBATCH = {
+    "output": "job.output_dir (hpcqa names every log)", "error": "job.output_dir (hpcqa names every log)",
+    "array": "[sweep] (hpcqa makes the arrays)", "job-name": "job.name", "nodes": "cluster.nodes",
+    "ntasks": "cluster.sockets_per_node and launch.ranks_per_socket (ranks per node)",
+    "ntasks-per-node": "cluster.sockets_per_node and launch.ranks_per_socket (ranks per node)",
+    "ntasks-per-socket": "launch.ranks_per_socket", "ntasks-per-core": "launch.ranks_per_socket",
+    "cpus-per-task": "cluster.cores_per_socket and launch.ranks_per_socket (cores per rank)",
+    "export": "launch.env and launch.pass_env", "signal": "cluster.signal_delay_s and launch.requeue_signal",
+    "requeue": "cluster.requeue_on_node_fail", "no-requeue": "cluster.requeue_on_node_fail",
+    "open-mode": "hpcqa (logs are appended across requeues)", "chdir": "the directory you submit from",
+    "time": "cluster.time_limit_min", "partition": "cluster.partition", "account": "cluster.account",
+    "qos": "cluster.qos", "constraint": "cluster.constraint", "mem": "cluster.mem_gb", "exclusive": "cluster.exclusive",
+    "wrap": "hpcqa (it writes the job script)", "clusters": "nothing: hpcqa's status, logs and cancel ask the "
+    "cluster your Slurm commands default to (set SLURM_CLUSTERS, or submit from that cluster)",
+    "cluster": "nothing: hpcqa's status, logs and cancel ask the cluster your Slurm commands default to",
+}
+GPU_SBATCH = re.compile(r"gpus?(-per-[a-z]+)?|cpus-per-gpu|mem-per-gpu|gpu-bind|gpu-freq")
+
+
+def _check_sbatch_flag(key: str, flag: str, src: str) -> None:
+    if not flag.startswith("--") or len(flag) < 3:
+        raise ConfigError(key, f"{flag!r} is not a long sbatch option", "write each entry as \"--option=value\"", src)
+    name, _, value = flag[2:].partition("=")
+    name, _, rest = name.partition(" ")
+    value = value or rest
+    owned = [o for o in OWNED_SBATCH if o == name] or [o for o in OWNED_SBATCH if o.startswith(name)]
+    if owned:
+        option = owned[0]
+        raise ConfigError(key, f"--{name} is set by hpcqa from the plan (sbatch takes the last one given, so this "
+                               "would silently replace it)", f"remove it; set {OWNED_SBATCH[option]}"
+                          if not OWNED_SBATCH[option].startswith("nothing") else f"remove it ({OWNED_SBATCH[option]})",
+                          src)
+    if GPU_SBATCH.fullmatch(name) or (name in ("gres", "tres-per-task", "tres-per-node", "tres-bind")
+                                      and "gpu" in value.lower()):
+        raise ConfigError(key, f"--{name}={value}: a GPU request; hpcqa plans CPU ranks (sockets, cores, pinning) "
+                               "and would leave the GPU idle", "remove it: run GPU training with another launcher",
+                          src)
 
 
 def _check_env(cfg: Config) -> None:
     la, src = cfg.launch, cfg.source
     for name in la.env:
-        if CREDENTIAL.search(name):
+        if valuecheck.MANAGED_ENV.fullmatch(name):
+            raise ConfigError(f"launch.env.{name}", "hpcqa sets this variable itself (the snapshot of its code, the "
+                              "preloads, its own protocol): overriding it would run code other than the submitted",
+                              "remove it (launch.malloc and launch.openmp choose the preloads; cluster.setup can "
+                              "activate an environment)", src)
+        if valuecheck.credential_name(name):
             raise ConfigError(f"launch.env.{name}", "looks like a credential: launch.env is written into the plan, "
                               "the dry run and the job folder", f"remove it and set launch.pass_env = [\"{name}\"]: "
                               "the value is then passed from your environment and never written", src)
@@ -507,6 +600,9 @@ def _check_env(cfg: Config) -> None:
         if not re.fullmatch(ENV_NAME, name):
             raise ConfigError(f"launch.pass_env[{i}]", f"{name!r} is not a variable name",
                               "give names only, e.g. [\"HF_TOKEN\"]", src)
+        if valuecheck.MANAGED_ENV.fullmatch(name):
+            raise ConfigError(f"launch.pass_env[{i}]", f"hpcqa sets {name} itself: passing it would run code other "
+                              "than the submitted", "remove it", src)
     for name, ref in cfg.k8s.secret_env.items():
         if not re.fullmatch(ENV_NAME, name) or not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[-._a-zA-Z0-9]+", ref):
             raise ConfigError(f"k8s.secret_env.{name}", f"{name} = {ref!r}: expected NAME = \"secret-name/key\"",

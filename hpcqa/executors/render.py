@@ -41,21 +41,39 @@ def fill(template: str, values: dict[str, str]) -> str:
     return re.sub(r"@@([A-Z_]+)@@", lambda m: values.get(m.group(1), m.group(0)), template)
 
 
-def sbatch_directives(plan: LaunchPlan) -> list[str]:
+def sbatch_directives(plan: LaunchPlan, own: dict[str, object] | None = None) -> list[str]:
+    """The #SBATCH lines of a plan (and of `own`: options of the script that writes them, e.g. its logs),
+    every one through `directive`."""
     p = plan.slurm_parameters()
-    lines = [f"#SBATCH --job-name={p['job_name']}", f"#SBATCH --nodes={p['nodes']}",
-             f"#SBATCH --ntasks-per-node={p['ntasks_per_node']}",
-             f"#SBATCH --cpus-per-task={p['cpus_per_task']}", f"#SBATCH --time={p['time']}",
-             f"#SBATCH --signal={plan.config.launch.requeue_signal}@{p['signal_delay_s']}"]
-    for key in ("partition", "account", "qos", "constraint", "mem"):
+    params: dict[str, object] = {k: p[k] for k in ("job_name", "nodes", "ntasks_per_node", "cpus_per_task", "time")}
+    params["signal"] = f"{plan.config.launch.requeue_signal}@{p['signal_delay_s']}"
+    for key in ("partition", "account", "qos", "constraint", "mem", "exclusive"):
         if key in p:
-            lines.append(f"#SBATCH --{key}={p[key]}")
-    if p.get("exclusive"):
-        lines.append("#SBATCH --exclusive")
-    for k, v in p.get("additional_parameters", {}).items():
-        flag = k.replace("_", "-")
-        lines.append(f"#SBATCH --{flag}" if v is True else f"#SBATCH --{flag}={v}")
+            params[key] = p[key]
+    params.update(own or {})
+    lines = [directive(k, params[k]) for k in params]
+    lines += [directive(k, v) for k, v in p.get("additional_parameters", {}).items()]
     return lines
+
+
+# sbatch reads '#SBATCH' lines itself (src/sbatch/opt.c, _get_argument): whitespace ends an argument, quotes group,
+# an unquoted '#' starts a comment, and a backslash escapes the next character anywhere -- inside quotes too, so
+# shell quoting would corrupt a backslash. Every character outside this set is written backslash-escaped instead.
+_DIRECTIVE_PLAIN = re.compile(r"[A-Za-z0-9._/%:@+=,^&|\[\]*()!-]|[^\x00-\x7f]")
+
+
+def directive(key: str, value: object) -> str:
+    """One #SBATCH line, the only writer of them. A line break cannot be escaped on such a line: refused (config
+    validation refuses control characters in every value, so this is the last guard, not the check)."""
+    key = key.replace("_", "-")
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
+        raise ValueError(f"not an sbatch option name: {key!r}")
+    if value is True:
+        return f"#SBATCH --{key}"
+    text = str(value)
+    if re.search(r"[\x00-\x1f\x7f]", text):
+        raise ValueError(f"--{key}: a control character cannot go on an #SBATCH line: {text!r}")
+    return f"#SBATCH --{key}=" + "".join(c if _DIRECTIVE_PLAIN.fullmatch(c) else "\\" + c for c in text)
 
 
 def _heredoc_delim(text: str) -> str:
@@ -134,13 +152,6 @@ def _node_wide_env(plan: LaunchPlan) -> list[tuple[str, str]]:
     return out
 
 
-def sbatch_flag(key: str, value: object) -> str:
-    """One #SBATCH line. sbatch splits these lines itself (quotes honoured), so a value is quoted the shell's way;
-    config validation already keeps the free-text ones (job name, partition ...) to plain characters."""
-    key = key.replace("_", "-")
-    return f"#SBATCH --{key}" if value is True else f"#SBATCH --{key}={shlex.quote(str(value))}"
-
-
 def submitit_batch(plan: LaunchPlan, folder: str, command: str, tasks: int = 1, throttle: int = 0,
                    code: tuple[str, ...] = ()) -> str:
     """The sbatch script of a job (tasks = 1) or an array whose tasks run `command` -- submitit's task runtime
@@ -148,23 +159,16 @@ def submitit_batch(plan: LaunchPlan, folder: str, command: str, tasks: int = 1, 
     the dry run shows this very text. Log names are submitit's (%j_%t_log.out/err in the job folder; an
     array's %j is %A_%a), so submitit's runtime and `hpcqa logs` find them."""
     p = plan.slurm_parameters()
-    params: dict[str, object] = {k: p[k] for k in ("job_name", "nodes", "ntasks_per_node", "cpus_per_task", "time")}
-    params["signal"] = f"{plan.config.launch.requeue_signal}@{p['signal_delay_s']}"
-    for key in ("partition", "account", "qos", "constraint", "mem", "exclusive"):
-        if key in p:
-            params[key] = p[key]
     job = "%A_%a" if tasks > 1 else "%j"
     stdout, stderr = (folder.replace(jobdir.JOB_ID, job) + "/" + jobdir.SUBMITIT_LOG.format(job=job, stream=s)
                       for s in ("out", "err"))
-    if tasks > 1:
-        params["array"] = f"0-{tasks - 1}%{throttle or tasks}"
-    params.update({"output": stdout.replace("%t", "0"), "error": stderr.replace("%t", "0"), "open_mode": "append"})
-    params.update(p.get("additional_parameters", {}))
+    own: dict[str, object] = {"array": f"0-{tasks - 1}%{throttle or tasks}"} if tasks > 1 else {}
+    own.update({"output": stdout.replace("%t", "0"), "error": stderr.replace("%t", "0"), "open_mode": "append"})
     srun = " ".join(shlex.quote(a) for a in ["srun", "--unbuffered", "--output", stdout, "--error", stderr,
                                               *p["srun_args"]])
     lines = ["#!/bin/bash", f"# hpcqa: {plan.config.source.replace(chr(10), ' ') or 'a config'}; "
              + (f"an array of {tasks} tasks" if tasks > 1 else "one job") + ", each rank through submitit's task runtime",
-             *[sbatch_flag(k, params[k]) for k in sorted(params)], ""]
+             *sbatch_directives(plan, own), ""]
     setup = plan.config.cluster.setup
     if any(ch in line for line in setup for ch in "\n\r\0"):
         raise ValueError("a cluster.setup entry spans lines")

@@ -1,0 +1,70 @@
+"""What a config string may hold, wherever it goes: pure checks shared by validation and the emitters.
+
+A value is data: it may not carry a line break or any other control character (a `#SBATCH` line, a heredoc, a
+YAML scalar or a log line cannot hold one safely), and it may not be a credential -- the whole config is written
+to the plan, the registry, the dry run and the job folder, so a secret is refused by its shape as well as by the
+name of the variable that carries it.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 (NUL, tab, newline, CR, ESC ...) and DEL
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+# Credential shapes: what providers issue (prefixes documented by Hugging Face, GitHub, AWS, Slack, GitLab,
+# OpenAI), private-key blocks, and URLs with a password in them.
+SECRET_SHAPES: tuple[tuple[str, re.Pattern], ...] = (
+    ("a Hugging Face token (hf_...)", re.compile(r"\bhf_[A-Za-z0-9]{20,}")),
+    ("a GitHub token (ghp_/gho_/ghs_/ghu_/ghr_...)", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}")),
+    ("a GitHub token (github_pat_...)", re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}")),
+    ("an AWS access key id (AKIA.../ASIA...)", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a Slack token (xox...)", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("a GitLab token (glpat-...)", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}")),
+    ("an API key (sk-...)", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")),
+    ("a private key block", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY")),
+    ("a URL with a password (user:password@host)", re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")),
+)
+
+# Parts of a variable name (split on '_') that say it carries a credential; TOKENIZERS_PARALLELISM passes.
+_CREDENTIAL_PARTS = {"token", "tokens", "apikey", "secret", "secrets", "password", "passwd", "pass", "pwd",
+                     "credential", "credentials", "pat", "auth", "private", "privatekey", "passphrase", "cookie"}
+_CREDENTIAL_PAIRS = {("api", "key"), ("access", "key"), ("secret", "key"), ("private", "key"), ("auth", "header")}
+
+# Variables hpcqa sets itself (the snapshot's import path, the preloads, its own protocol): launch.env and
+# launch.pass_env may not set them, or the provenance would name code that did not run.
+MANAGED_ENV = re.compile(r"PYTHON(PATH|HOME|SAFEPATH|STARTUP|USERBASE|NOUSERSITE|PLATLIBDIR|EXECUTABLE)|LD_[A-Z_]+"
+                         r"|HPCQA_[A-Za-z0-9_]*|SUBMITIT_[A-Za-z0-9_]*", re.I)
+
+
+def control_char(text: str) -> str | None:
+    """The first control character of `text`, spelled so that a terminal shows it ('\\n'), or None."""
+    m = CONTROL.search(text)
+    return None if m is None else repr(m.group(0))[1:-1] + f" at position {m.start()}"
+
+
+def secret_shape(text: str) -> str | None:
+    """What kind of credential `text` contains, or None."""
+    for what, pattern in SECRET_SHAPES:
+        if pattern.search(text):
+            return what
+    return None
+
+
+def credential_name(name: str) -> bool:
+    """A variable name that says it carries a credential (HF_TOKEN, WANDB_API_KEY, DB_PASS, GH_PAT ...)."""
+    parts = [p for p in name.lower().split("_") if p]
+    if not parts:
+        return False
+    if parts[-1] == "key" or any(p in _CREDENTIAL_PARTS for p in parts):
+        return True
+    return any(pair in _CREDENTIAL_PAIRS for pair in zip(parts, parts[1:]))
+
+
+ASSIGNMENT = re.compile(r"(?:^|[\s;&|(])(?:export\s+|declare\s+-x\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
+
+
+def assigned_credentials(line: str) -> list[str]:
+    """Variables with credential names that a shell line assigns (`export HF_TOKEN=...`)."""
+    return [name for name in ASSIGNMENT.findall(line) if credential_name(name)]
