@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from hpcqa import hostprobe, preflight, stage
+from hpcqa import fsutil, hostprobe, preflight, stage
 from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
 from hpcqa.core import states, sweep
@@ -104,7 +104,8 @@ def scaling_notes(plans: Sequence[Any]) -> list[str]:
 def submit_request(ex: Executor, request: Request, say: Say = silent, warn=None) -> Submitted:
     """The checks before queueing, then `ex.submit(request)`: the very request the dry run showed."""
     before_queueing(request.sweep.plans, warn)
-    return ex.submit(request, say)
+    with fsutil.owner_umask(request.sweep.plans[0].config.job.group_readable):
+        return ex.submit(request, say)
 
 
 def submit(config: Config | str | Path, overrides: Sequence[str] = ()) -> "Job | Sweep":

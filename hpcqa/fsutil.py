@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -28,3 +29,14 @@ def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> P
         os.chmod(tmp, mode)
     os.replace(tmp, p)
     return p
+
+
+@contextlib.contextmanager
+def owner_umask(group_readable: bool = False):
+    """While submitting: files and folders hpcqa (and submitit, and Slurm's logs: sbatch passes its umask on) creates
+    are never group- or other-writable, whatever the user's umask; group-readable only where the config asks."""
+    old = os.umask(0o027 if group_readable else 0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)

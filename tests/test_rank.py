@@ -47,8 +47,9 @@ def test_world_size_mismatch_is_refused():
 
 
 def test_missing_preload_is_dropped(tmp_path):
-    p = quick_plan("launch.env.LD_PRELOAD=" + json.dumps(f"/nonexistent/libx.so:{sys.executable}"))
-    env, _, warnings = rank.rank_environment(p, local_env(0), TWO, "lap")
+    p = quick_plan()  # LD_PRELOAD from the job's environment (launch.env may not set it: hpcqa manages it)
+    env, _, warnings = rank.rank_environment(p, {**local_env(0), "LD_PRELOAD": f"/nonexistent/libx.so:{sys.executable}"},
+                                             TWO, "lap")
     assert env["LD_PRELOAD"] == sys.executable and "not found" in warnings[0]
 
 

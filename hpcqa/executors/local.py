@@ -29,7 +29,7 @@ from hpcqa.executors import common, snapshot
 from hpcqa.executors.interface import File, Live, Request, Say, Submitted, silent
 from hpcqa.rank import wrapper as rank
 from hpcqa.rank.train.job import RankJob
-from hpcqa.record.jobdir import JobDir, JobRoot
+from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
 from hpcqa.record.registry import Registry
 
 
@@ -132,6 +132,8 @@ def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None, code=
     ex.update_parameters(tasks_per_node=plan.ranks_per_node, timeout_min=plan.config.cluster.time_limit_min,
                          signal_delay_s=min(plan.config.cluster.signal_delay_s, 60))
     log = root.controller_log(submission)
+    if code:
+        snapshot.verify(code)  # the controller starts now and imports it
     mine, saved = os.sched_getaffinity(0), dict(os.environ)
     try:
         if cpus:
@@ -145,6 +147,7 @@ def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None, code=
         os.environ.update(saved)
     jd = JobDir(Path(job.paths.folder))
     jd.path.mkdir(parents=True, exist_ok=True)
+    write_json(jd.controller_record, {"pid": int(job.job_id), "identity": identity(int(job.job_id))})
     os.replace(log, jd.controller_log)  # the controller keeps writing through its open descriptor
     root.tidy(submission)
     return job, jd
@@ -230,8 +233,9 @@ def finish(job, jd: JobDir, plan: LaunchPlan, title: str, interrupted: str, say:
 # ------------------------------------------------------------------------------------ state and cancel
 
 def local_state(job_id: str, jd: JobDir, pid_alive: Callable[[int], bool] | None = None) -> str:
-    """A local job's state: its controller process (the job id is its pid) and its folder."""
-    alive = (pid_alive or _pid_alive)(int(job_id)) if job_id.isdigit() else False
+    """A local job's state: its controller process (the job id is its pid, checked against the identity recorded at
+    submit) and its folder."""
+    alive = (pid_alive or (lambda pid: controller_alive(pid, jd)))(int(job_id)) if job_id.isdigit() else False
     from_files = jd.state_from_files()
     if from_files == "CANCELLED":
         return from_files
@@ -240,21 +244,31 @@ def local_state(job_id: str, jd: JobDir, pid_alive: Callable[[int], bool] | None
     return from_files or "FAILED"
 
 
-def _pid_alive(pid: int) -> bool:
+def identity(pid: int) -> str | None:
+    """Which process holds `pid`: this boot's id and the process's start time (clock ticks since boot, field 22 of
+    /proc/PID/stat). A recycled pid has another start time; None when no process holds it."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a recycled pid isn't our controller
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}:{fields[19]}"
+    except (OSError, IndexError):
+        return None
+
+
+def controller_alive(pid: int, jd: JobDir) -> bool:
+    """The job's own controller still runs under `pid` (the identity recorded at submit matches). A folder without the
+    record (a job from before it was kept, or a damaged file): the process must at least be submitit's."""
+    record = read_json(jd.controller_record)
+    if isinstance(record, dict) and record.get("pid") == pid and record.get("identity"):
+        return identity(pid) == record["identity"]
+    try:
         return b"submitit" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return True
+        return False
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below `pid` (the ranks' wrappers and the ranks under them), deepest last."""
+def _descendants(pid: int) -> list[tuple[int, str | None]]:
+    """Every process below `pid` (the ranks' wrappers and the ranks under them), deepest last, with its identity."""
     parent_of = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -266,28 +280,33 @@ def _descendants(pid: int) -> list[int]:
         kids = [c for c, p in parent_of.items() if p in frontier]
         out += kids
         frontier = kids
-    return out
+    return [(p, identity(p)) for p in out]
 
 
-def cancel(controller_pid: int, grace_s: float = 10.0) -> bool:
+def cancel(controller_pid: int, expected: str, grace_s: float = 10.0) -> bool:
     """Stop a local job: SIGINT to submitit's controller, which stops its ranks (SIGINT, then SIGKILL).
     SIGTERM would not do: submitit's job processes bypass it (on Slurm it precedes preemption).
-    Whatever is left after the grace period is killed. False if the job wasn't running."""
-    ranks = _descendants(controller_pid)
+    Whatever is left after the grace period is killed. Every signal goes only to a process whose identity is the one
+    recorded (the controller's at submit, the ranks' when listed): a recycled pid is never signalled.
+    False if the job's controller is not running."""
+    if identity(controller_pid) != expected:
+        return False
+    procs = [*_descendants(controller_pid), (controller_pid, expected)]
     try:
         os.kill(controller_pid, signal.SIGINT)
     except ProcessLookupError:
         return False
     end = time.time() + grace_s
     while time.time() < end:
-        if not [p for p in [controller_pid, *ranks] if Path(f"/proc/{p}").exists()]:
+        if not [p for p, who in procs if who and identity(p) == who]:
             return True
         time.sleep(0.2)
-    for p in [*reversed(ranks), controller_pid]:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    for p, who in [*reversed(procs[:-1]), procs[-1]]:
+        if who and identity(p) == who:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     return True
 
 
@@ -299,9 +318,9 @@ def busy_cpus(reg, pid_alive: Callable[[int], bool] | None = None) -> dict[str, 
     for row in reg.jobs() if reg.db is not None else []:
         if row.executor != Local.name or row.final or not row.id.isdigit():
             continue
-        if not (pid_alive or _pid_alive)(int(row.id)):
-            continue
         jd = JobDir(Path(row.folder))
+        if not (pid_alive or (lambda pid: controller_alive(pid, jd)))(int(row.id)):
+            continue
         cpus = {c for r in range(row.world_size) for c in ((jd.read_report(r) or {}).get("cpus") or [])}
         if cpus:
             out[row.id] = cpus
@@ -352,8 +371,14 @@ class LocalJobs:
     def cancel(self, rows, whole_sweeps: bool) -> list[str]:
         out = []
         for row in rows:
-            if not cancel(int(row.id)):
-                out.append(f"job {row.id} is not running")
+            jd = JobDir(Path(row.folder))
+            record = read_json(jd.controller_record)
+            if not (isinstance(record, dict) and record.get("pid") == int(row.id) and record.get("identity")):
+                out.append(f"job {row.id}: no record of its process in {jd.path}; nothing signalled (pid {row.id} "
+                           "may belong to another process now)")
+                continue
+            if not cancel(int(row.id), record["identity"]):
+                out.append(f"job {row.id} is not running (its process is gone; pid {row.id} is not it)")
                 continue
             JobDir(Path(row.folder)).mark_cancelled("cancelled by hpcqa cancel")
             out.append(f"cancelled local job {row.id}")

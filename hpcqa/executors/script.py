@@ -37,8 +37,8 @@ class ScriptSlurm:
         plan = sp.plans[0]
         root = common.job_root(plan)
         code = snapshot.plan(root) if self.snapshot else None
-        text = render.standalone(plan, plan.launcher, python=self.python or plan.python,
-                                 code=tuple(code.shell_lines()) if code else ())
+        python = self.python or plan.python
+        text = render.standalone(plan, plan.launcher, python=python, code=tuple(code.shell_lines(python)) if code else ())
         path = root.rendered_script(plan.digest, plan.launcher)
         c = plan.config.cluster
         facts = (("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default")),

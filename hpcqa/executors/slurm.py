@@ -60,7 +60,7 @@ class SubmititSlurm:
             command = f"{common.wrapper_python(plans[0].python, common.plan_argument(paths), folder)} " \
                       f"-u -m submitit.core._submit {shlex.quote(folder)}"
             text = render.submitit_batch(plans[0], folder, command, len(plans), sp.throttle(array),
-                                         tuple(code.shell_lines()) if code else ())
+                                         tuple(code.shell_lines(plans[0].python)) if code else ())
             script = root.batch_script(submission, n)
             files.append(File(str(script), text))
             scripts.append(text)

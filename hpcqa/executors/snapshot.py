@@ -15,10 +15,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from hpcqa.errors import SubmitError
+from hpcqa.executors import snapcheck
 from hpcqa.record.jobdir import JobRoot, write_json
 from hpcqa.version import __version__
 
@@ -33,16 +36,20 @@ class Snapshot:
     provenance: Mapping[str, Any] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
-        """What the ranks' environment gets (the existing PYTHONPATH stays behind the snapshot)."""
+        """What the ranks' environment gets (the existing PYTHONPATH stays behind the snapshot). No bytecode is
+        written into the snapshot: a cached .pyc would run instead of the verified source."""
         return {"PYTHONPATH": os.pathsep.join([str(self.path), *filter(None, [os.environ.get("PYTHONPATH", "")])]),
-                "PYTHONSAFEPATH": "1", "HPCQA_CODE": str(self.path)}
+                "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1", "HPCQA_CODE": str(self.path)}
 
-    def shell_lines(self) -> list[str]:
-        """The same for a batch script (the job's PYTHONPATH stays behind the snapshot)."""
+    def shell_lines(self, python: str) -> list[str]:
+        """The same for a batch script (the job's PYTHONPATH stays behind the snapshot), after `python` verified the
+        snapshot against the digest this script names (every attempt: a requeued job runs the script again)."""
         q = shlex.quote(str(self.path))
         return [f"# hpcqa {self.provenance.get('version')} as submitted ({self.provenance.get('describe')}): "
-                "the ranks import this copy, not the live tree",
-                f'export PYTHONPATH={q}"${{PYTHONPATH:+:$PYTHONPATH}}" PYTHONSAFEPATH=1 HPCQA_CODE={q}']
+                "the ranks import this copy, not the live tree, once it matches the submitted digest",
+                f"{verify_command(python, self)} || exit 2",
+                f'export PYTHONPATH={q}"${{PYTHONPATH:+:$PYTHONPATH}}" PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1 '
+                f'HPCQA_CODE={q}']
 
 
 def fact(snap: Snapshot | None) -> tuple[str, str]:
@@ -58,10 +65,20 @@ def files(package: Path = PACKAGE) -> list[Path]:
 
 
 def content_digest(package: Path = PACKAGE) -> str:
-    h = hashlib.sha256()
-    for p in files(package):
-        h.update(str(p.relative_to(package)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    return snapcheck.digest_of((str(p.relative_to(package)), p.read_bytes()) for p in files(package))
+
+
+def verify_command(python: str, snap: Snapshot) -> str:
+    """A shell command that checks the snapshot with the checker's own text (`python -I`: nothing from the folder
+    it checks is imported) and exits 2 naming the changed file."""
+    source = Path(snapcheck.__file__).read_text()
+    return " ".join(shlex.quote(a) for a in (python, "-I", "-c", source, str(snap.path), snap.digest))
+
+
+def verify(snap: Snapshot) -> None:
+    bad = snapcheck.problems(str(snap.path), snap.digest)
+    if bad:
+        raise SubmitError(f"the code snapshot does not verify: {bad}", "re-submit (a fresh snapshot is made)")
 
 
 def provenance(package: Path = PACKAGE) -> dict[str, Any]:
@@ -86,18 +103,37 @@ def plan(root: JobRoot, package: Path = PACKAGE) -> Snapshot:
 
 
 def write(snap: Snapshot) -> Path:
-    """Copy the package (once per digest: built aside, then renamed into place)."""
-    if snap.path.exists():
-        return snap.path
+    """Copy the package (once per digest: built aside, then renamed into place). An existing copy is reused only
+    once it verifies; one that does not is set aside (kept for a look) and made again. Modes come from the
+    process's umask, which submit sets (never the checkout's own modes: copyfile, not copy2)."""
+    if snap.path.exists() or snap.path.is_symlink():
+        bad = snapcheck.problems(str(snap.path), snap.digest)
+        if not bad:
+            return snap.path
+        aside = snap.path.with_name(f"{snap.digest}.damaged-{int(time.time())}")
+        os.replace(snap.path, aside)
+        print(f"hpcqa: warning: the existing snapshot did not verify ({bad}); kept as {aside}, made again",
+              file=sys.stderr)
     snap.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{snap.digest}-", dir=snap.path.parent))
+    manifest = {}
     for src in files(snap.source):
-        dst = tmp / "hpcqa" / src.relative_to(snap.source)
+        rel = src.relative_to(snap.source)
+        dst = tmp / "hpcqa" / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst)
+        shutil.copyfile(src, dst)
+        manifest[str(rel)] = hashlib.sha256(dst.read_bytes()).hexdigest()
+    write_json(tmp / snapcheck.MANIFEST, manifest)
     write_json(JobRoot.code_provenance(tmp), dict(snap.provenance))
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         os.rename(tmp, snap.path)
     except OSError:  # another submission published the same digest first
         shutil.rmtree(tmp, ignore_errors=True)
     return snap.path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -19,6 +19,7 @@ from hpcqa.core import plan as planmod
 from hpcqa.errors import ConfigError, JobFailed
 from hpcqa.record import links
 from hpcqa.executors import table
+from hpcqa.fsutil import owner_umask
 from hpcqa.record.jobdir import JobDir
 from hpcqa.core import states
 from hpcqa import hostprobe
@@ -54,7 +55,8 @@ def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates
 
 def _run_one(p: planmod.LaunchPlan, title: str) -> tuple[str, JobDir, str]:
     ex = table.choose(p)
-    submitted = ex.submit(ex.dry_run(sweep.single(p)))
+    with owner_umask(p.config.job.group_readable):
+        submitted = ex.submit(ex.dry_run(sweep.single(p)))
     if not ex.runs_here:
         print(f"{title}: job {submitted.ids[0]}", file=sys.stderr)
     return submitted.ids[0], JobDir(Path(submitted.folders[0])), ex.follow(submitted, title)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from hpcqa.rank import preload
 from hpcqa.core import distenv, threadenv, topology
-from hpcqa.rank import netif
+from hpcqa.rank import netif, picklecheck
 from hpcqa.core import plan as planmod
 from hpcqa.errors import HpcqaError
 from hpcqa.record import jobdir
@@ -222,6 +222,13 @@ def main(argv: list[str]) -> int:
     sys.stderr.flush()
     folder = jobdir.folder_from_env(opts.get("job-dir", ""), env)
     jd = JobDir(folder) if folder else None
+    os.umask(0o027 if plan.config.job.group_readable else 0o077)  # what the rank writes: its owner's (and group's)
+    if jd is not None and any("submitit.core._submit" in a for a in command):
+        pickle = jd.submitted_pickle(jd.path.name.rsplit("-", 1)[0])
+        bad = picklecheck.check(pickle, plan_path, plan.digest)
+        if bad:
+            print(f"hpcqa.rank: refusing to load {pickle}: {bad}; re-submit the job", file=sys.stderr)
+            return 2
     try:
         addr = master_address(plan, env, jd, socket.gethostname())
     except HpcqaError as e:

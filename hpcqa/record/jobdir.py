@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from hpcqa.errors import SubmitError
 from hpcqa.fsutil import atomic_write_text
 import secrets
 
@@ -120,11 +122,37 @@ class JobRoot:
     def of(cls, output_dir: str, name: str) -> "JobRoot":
         return cls(Path(root_path(output_dir, name)).absolute())
 
+    # what hpcqa writes into directly under the root; a symlink there would send its writes elsewhere
+    OWN_FOLDERS = ("plans", "code", "scripts")
+
     def ensure(self, group_readable: bool = False) -> None:
-        """Create the job root: its owner's, and its group's to read where asked; nobody else enters it (plans,
-        logs and results inside are written with the usual umask)."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.path, 0o750 if group_readable else 0o700)
+        """Create the job root: its owner's, and its group's to read where asked; nobody else enters it, and nothing
+        in it is group- or other-writable (submit writes under a private umask). A root that is a symlink, belongs
+        to someone else, or holds a symlink where hpcqa writes is refused with one line (HpcqaError)."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            bad = self.unsafe()
+            if bad:
+                raise SubmitError(f"job root {self.path}: {bad}", "use another job.output_dir or job.name (a folder of "
+                                  "your own), or remove the link")
+            os.chmod(self.path, 0o750 if group_readable else 0o700)
+        except OSError as e:
+            raise SubmitError(f"cannot prepare the job root {self.path}: {e.strerror or e}",
+                              "choose a job.output_dir you own and can write") from None
+
+    def unsafe(self) -> str | None:
+        """Why writing under this root could land elsewhere or in someone else's hands, or None."""
+        st = os.lstat(self.path)
+        if stat.S_ISLNK(st.st_mode):
+            return "is a symlink (to " + os.readlink(self.path) + ")"
+        if st.st_uid != os.getuid():
+            return f"belongs to uid {st.st_uid}, not to you"
+        for sub in self.OWN_FOLDERS:
+            top = self.path / sub
+            for p in [top, *(top.iterdir() if top.is_dir() and not top.is_symlink() else [])]:
+                if p.is_symlink():
+                    return f"{p} is a symlink"
+        return None
 
     def folder_pattern(self, submission: str) -> Path:
         """submitit's folder argument: <job id>-<submission>. Job ids repeat (a reset controller,
@@ -288,6 +316,12 @@ class JobDir:
     def controller_log(self) -> Path:
         """The local executor's controller (submitit's), kept off the user's terminal."""
         return self.path / "controller.log"
+
+    @property
+    def controller_record(self) -> Path:
+        """A local job's controller: its pid and its process identity (boot id, start time), written at submit so that
+        status and cancel act on that process only, never on whatever holds a recycled pid."""
+        return self.path / "controller.json"
 
     @property
     def cancel_marker(self) -> Path:
