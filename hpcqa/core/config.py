@@ -13,6 +13,7 @@ import difflib
 import functools
 import json
 import re
+import shlex
 import sys
 import types
 import typing
@@ -502,6 +503,10 @@ def _check_cross(cfg: Config) -> None:
     for i, line in enumerate(c.setup):
         if not line.strip():
             raise ConfigError(f"cluster.setup[{i}]", "an empty entry", "remove it: one shell command per entry", src)
+        if not _complete_command(line):
+            raise ConfigError(f"cluster.setup[{i}]", f"{line[:80]!r} is not a complete command (an unclosed quote, a "
+                              "trailing backslash or a heredoc would swallow the job script's next lines)",
+                              "close the quote, or write the command so that it ends on its own line", src)
         for name in valuecheck.assigned_credentials(line):
             raise ConfigError(f"cluster.setup[{i}]", f"sets {name}, which looks like a credential: cluster.setup is "
                               "written into the job script, the plan and the registry",
@@ -523,6 +528,17 @@ def _check_cross(cfg: Config) -> None:
 
 
 ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def _complete_command(line: str) -> bool:
+    """A cluster.setup entry ends where its line ends: quotes closed, no continuation, no heredoc."""
+    if line.rstrip().endswith("\\") or "<<" in line:
+        return False
+    try:
+        shlex.split(line, comments=True)
+    except ValueError:
+        return False
+    return True
 PATH_KEYS = ("job.output_dir", "job.registry", "cluster.python", "model.cache_dir", "data.cache_dir",
              "data.train_file", "data.validation_file", "data.test_file", "train.resume_from")
 

@@ -117,6 +117,7 @@ def expand(raw: Mapping[str, Any], source: str = "") -> tuple[list[Variant], int
     for i, params in enumerate(combos):
         r = _copy(base)
         for k, v in params.items():
+            configmod.check_text(k, v, source)  # before any message quotes the value
             _set(r, k, v)
         try:
             cfg = configmod.from_dict(r, source=source)

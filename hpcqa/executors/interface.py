@@ -26,11 +26,12 @@ def silent(_: str) -> None:
 
 @dataclass(frozen=True)
 class File:
-    """A file `submit` writes before anything runs (plans, scripts), and its mode."""
+    """A file `submit` writes before anything runs (plans, scripts), and its mode (None: what submit's owner umask
+    gives: never group- or other-writable)."""
 
     path: str
     text: str
-    mode: int = 0o644
+    mode: int | None = None
 
 
 @dataclass(frozen=True)

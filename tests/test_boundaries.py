@@ -1,0 +1,293 @@
+"""Issue 29's cases, each as a careless or hostile user would meet it: the snapshot and the pickle a job loads are
+checked before anything runs from them, modes do not follow the umask, names and job roots are safe, cancel never
+signals a recycled pid, sbatch_extra cannot contradict the plan, and credentials are refused by their shape."""
+
+import json
+import os
+import pickle
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcqa.core import config, plan, sweep
+from hpcqa.errors import ConfigError, SubmitError
+from hpcqa.executors import common, local, snapshot
+from hpcqa.executors.slurm import SubmititSlurm
+from hpcqa.fsutil import owner_umask
+from hpcqa.rank import picklecheck
+from hpcqa.record.jobdir import JobDir, JobRoot
+from tests.conftest import ROOT
+
+HOST = plan.HostProbe(has_sbatch=True, ccl_bindings=False, libraries={}, python=sys.executable)
+
+
+def quick(tmp_path, *overrides):
+    return config.load(ROOT / "configs/quickstart.toml", [f"job.output_dir={json.dumps(str(tmp_path))}",
+                                                         "cluster.executor=slurm", *overrides])
+
+
+# ---------------------------------------------------------------- the snapshot
+
+def _snap(tmp_path):
+    snap = snapshot.plan(JobRoot.of(str(tmp_path), "j"))
+    with owner_umask():
+        snapshot.write(snap)
+    return snap
+
+
+def _verify(snap):
+    return subprocess.run(["bash", "-c", snapshot.verify_command(sys.executable, snap)], capture_output=True, text=True)
+
+
+def test_a_fresh_snapshot_verifies_with_the_scripts_own_command(tmp_path):
+    snap = _snap(tmp_path)
+    r = _verify(snap)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((snap.path / "MANIFEST.json").read_text())["rank/__init__.py"]
+
+
+@pytest.mark.parametrize("tamper,named", [
+    (lambda p: (p / "hpcqa/rank/__init__.py").write_text("open('PWNED', 'w')\n"), "hpcqa/rank/__init__.py"),
+    (lambda p: (p / "json.py").write_text("open('PWNED', 'w')\n"), "json.py"),
+    (lambda p: (p / "hpcqa/rank/evil.py").write_text(""), "hpcqa/rank/evil.py"),
+    (lambda p: (p / "hpcqa/rank/__pycache__").mkdir(), "__pycache__"),
+])
+def test_a_changed_snapshot_is_refused_naming_the_file_before_any_import(tmp_path, tamper, named):
+    snap = _snap(tmp_path)
+    tamper(snap.path)
+    r = _verify(snap)
+    assert r.returncode == 2 and named in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (Path.cwd() / "PWNED").exists()
+    with pytest.raises(SubmitError):
+        snapshot.verify(snap)  # the local executor's check before its controller starts
+
+
+def test_a_tampered_existing_snapshot_is_set_aside_and_made_again(tmp_path, capsys):
+    snap = _snap(tmp_path)
+    (snap.path / "hpcqa/rank/__init__.py").write_text("open('PWNED', 'w')\n")
+    with owner_umask():
+        snapshot.write(snap)
+    assert _verify(snap).returncode == 0
+    assert list(snap.path.parent.glob(f"{snap.digest}.damaged-*")) and "did not verify" in capsys.readouterr().err
+
+
+def test_the_job_script_checks_the_snapshot_before_srun(tmp_path):
+    cfg = quick(tmp_path)
+    request = SubmititSlurm(snapshot=True).dry_run(sweep.single(plan.build_plan(cfg, HOST)))
+    text = request.scripts[0]
+    assert " -I -c " in text and text.index(" -I -c ") < text.index("|| exit 2") < text.index("\nsrun ")
+
+
+# ---------------------------------------------------------------- the pickle
+
+def _pickle(path, digest, obj=None):
+    from submitit.core.utils import DelayedSubmission
+    from hpcqa.rank.train.job import RankJob
+    d = DelayedSubmission(obj if obj is not None else RankJob(path, digest))
+    d.set_timeout(60, 3)
+    return pickle.dumps(d)
+
+
+def test_the_submitted_pickle_passes_and_a_swapped_one_does_not():
+    good = _pickle("/j/plans/a/task-0.json", "abc")
+    assert picklecheck.problems(good, "/j/plans/a/task-0.json", "abc") is None
+    assert "not the submitted" in picklecheck.problems(good, "/j/plans/b/task-0.json", "abc")
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch PWNED",))
+
+    bad = picklecheck.problems(pickle.dumps(Evil()), "/j/plans/a/task-0.json", "abc")
+    assert bad and ("REDUCE" in bad or "posix.system" in bad or "os.system" in bad)
+    assert "not a readable pickle" in picklecheck.problems(good[:40], "/j/plans/a/task-0.json", "abc")
+
+
+def test_a_pickle_others_can_write_is_refused(tmp_path):
+    p = tmp_path / "j" / "1_submitted.pkl"
+    p.parent.mkdir(mode=0o700)
+    p.write_bytes(_pickle("/x", "d"))
+    p.chmod(0o600)
+    assert picklecheck.check(p, "/x", "d", wait_s=0) is None
+    p.chmod(0o664)
+    assert "writable by others" in picklecheck.check(p, "/x", "d", wait_s=0)
+
+
+# ---------------------------------------------------------------- modes, names, job roots
+
+def test_modes_do_not_follow_a_group_writable_umask(tmp_path):
+    cfg = quick(tmp_path, "job.name=modes")
+    request = SubmititSlurm(snapshot=True).dry_run(sweep.single(plan.build_plan(cfg, HOST)))
+    old = os.umask(0o002)
+    try:
+        with owner_umask(False):
+            common.write_files(request)
+            snapshot.write(request.code)
+    finally:
+        os.umask(old)
+    root = tmp_path / "modes"
+    for p in [root, *root.rglob("*")]:
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert not mode & 0o077, f"{p} has mode {mode:o}"
+
+
+def test_group_readable_gives_group_read_and_nothing_more(tmp_path):
+    cfg = quick(tmp_path, "job.name=grp", "job.group_readable=true")
+    request = SubmititSlurm(snapshot=True).dry_run(sweep.single(plan.build_plan(cfg, HOST)))
+    old = os.umask(0o000)
+    try:
+        with owner_umask(True):
+            common.write_files(request)
+            snapshot.write(request.code)
+    finally:
+        os.umask(old)
+    for p in [tmp_path / "grp", *(tmp_path / "grp").rglob("*")]:
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert not mode & 0o027 and mode & 0o040, f"{p} has mode {mode:o}"
+
+
+@pytest.mark.parametrize("name", [".", "..", ".hidden", "a/b", "x" * 65])
+def test_unsafe_job_names_are_refused(name):
+    with pytest.raises(ConfigError) as e:
+        config.load(ROOT / "configs/quickstart.toml", [f"job.name={json.dumps(name)}"])
+    assert e.value.key == "job.name"
+
+
+def test_a_job_root_that_is_a_symlink_or_holds_one_is_refused(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o755)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "j").symlink_to(target)
+    with pytest.raises(SubmitError) as e:
+        JobRoot.of(str(tmp_path / "out"), "j").ensure()
+    assert "symlink" in e.value.message and stat.S_IMODE(target.stat().st_mode) == 0o755
+    (tmp_path / "out2" / "k" / "plans").mkdir(parents=True)
+    (tmp_path / "out2" / "k" / "plans" / "abc").symlink_to(target)
+    with pytest.raises(SubmitError) as e:
+        JobRoot.of(str(tmp_path / "out2"), "k").ensure()
+    assert "plans/abc is a symlink" in e.value.message
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a folder another user owns needs root")
+def test_a_job_root_owned_by_someone_else_is_refused(tmp_path):
+    root = tmp_path / "theirs"
+    root.mkdir()
+    os.chown(root, 12345, 12345)
+    with pytest.raises(SubmitError) as e:
+        JobRoot(root).ensure()
+    assert "uid 12345" in e.value.message
+
+
+# ---------------------------------------------------------------- cancel acts on the recorded process only
+
+class Row:
+    def __init__(self, job_id, folder):
+        self.id, self.folder, self.final, self.executor = str(job_id), str(folder), False, "local"
+
+
+def test_cancel_never_signals_a_recycled_pid(tmp_path):
+    stranger = subprocess.Popen(["sleep", "60"])
+    try:
+        jd = JobDir(tmp_path / "job")
+        jd.path.mkdir()
+        # the job's controller had this pid once, but started at another time: the pid was recycled
+        real = local.identity(stranger.pid)
+        (jd.controller_record).write_text(json.dumps({"pid": stranger.pid, "identity": real + "0"}))
+        out = local.LocalJobs().cancel([Row(stranger.pid, jd.path)], True)
+        assert "not running" in out[0]
+        jd.controller_record.unlink()
+        out = local.LocalJobs().cancel([Row(stranger.pid, jd.path)], True)
+        assert "nothing signalled" in out[0]
+        time.sleep(0.2)
+        assert stranger.poll() is None, "an unrelated process was signalled"
+        assert local.local_state(str(stranger.pid), jd) != "RUNNING"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+# ---------------------------------------------------------------- sbatch_extra
+
+@pytest.mark.parametrize("flag,names", [
+    ("--output=/tmp/x", "job.output_dir"), ("--array=0-3", "[sweep]"), ("--job-name=x", "job.name"),
+    ("--export=NONE", "launch.env"), ("--nodes=3", "cluster.nodes"), ("--ntasks-per-node=8", "ranks_per_socket"),
+    ("--cpus-per-task=4", "cores per rank"), ("--nod=3", "cluster.nodes"), ("--out=/tmp/x", "job.output_dir"),
+    ("--signal=USR1@30", "cluster.signal_delay_s"), ("--requeue", "cluster.requeue_on_node_fail"),
+    ("--open-mode=truncate", "appended"), ("--chdir=/", "submit from"), ("--clusters=other", "SLURM_CLUSTERS"),
+    ("--time=10", "cluster.time_limit_min"),
+])
+def test_sbatch_extra_cannot_contradict_the_plan(flag, names):
+    with pytest.raises(ConfigError) as e:
+        config.load(ROOT / "configs/quickstart.toml", [f"cluster.sbatch_extra={json.dumps([flag])}"])
+    assert e.value.key == "cluster.sbatch_extra[0]" and names in e.value.hint, e.value.render()
+
+
+@pytest.mark.parametrize("flag", ["--gres=gpu:1", "--gpus=2", "--gpus-per-node=4", "--cpus-per-gpu=8",
+                                  "--tres-per-task=gres/gpu:1"])
+def test_gpu_requests_are_refused(flag):
+    with pytest.raises(ConfigError) as e:
+        config.load(ROOT / "configs/quickstart.toml", [f"cluster.sbatch_extra={json.dumps([flag])}"])
+    assert "GPU" in e.value.detail
+
+
+def test_harmless_sbatch_extra_passes():
+    cfg = config.load(ROOT / "configs/quickstart.toml", ["cluster.sbatch_extra=['--reservation=ml','--hold',"
+                                                         "'--mail-type=END','--comment=a b']"])
+    assert len(cfg.cluster.sbatch_extra) == 4
+
+
+# ---------------------------------------------------------------- secrets by value and by name
+
+SECRETS = ["hf_" + "a1B2c3D4" * 4, "ghp_" + "Z9y8X7w6" * 5, "github_pat_" + "11ABCDEFG0" * 3, "AKIAIOSFODNN7EXAMPLE",
+           "xoxb-1234567890-abcdefghij", "glpat-" + "x" * 20, "-----BEGIN OPENSSH PRIVATE KEY-----",
+           "postgres://user:hunter2@db.example:5432/x", "sk-" + "A" * 40]
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+@pytest.mark.parametrize("where", ["launch.env.PLAIN_NAME", "cluster.setup", "cluster.sbatch_extra",
+                                   "model.name_or_path", "k8s.node_selector.zone", "sweep"])
+def test_a_credential_is_refused_by_its_shape_and_never_echoed(tmp_path, secret, where):
+    if where in ("cluster.setup", "cluster.sbatch_extra"):
+        text = f"export X={secret}" if where == "cluster.setup" else f"--comment={secret}"
+        args = [f"{where}={json.dumps([text])}"]
+    elif where == "sweep":
+        path = tmp_path / "s.toml"
+        path.write_text((ROOT / "configs/quickstart.toml").read_text() +
+                        f'\n[sweep]\n"model.name_or_path" = ["a", {json.dumps(secret)}]\n')
+        with pytest.raises(ConfigError) as e:
+            sweep.expand(config.load_raw(path), str(path))
+        assert secret not in e.value.render() and "looks like" in e.value.detail
+        return
+    else:
+        args = [f"{where}={json.dumps(secret)}"]
+    with pytest.raises(ConfigError) as e:
+        config.load(ROOT / "configs/quickstart.toml", args)
+    assert e.value.key.startswith(where.split(".zone")[0]) and "looks like" in e.value.detail
+    assert secret not in e.value.render()
+
+
+@pytest.mark.parametrize("name", ["TOKEN", "APIKEY", "AWS_ACCESS_KEY_ID", "GH_PAT", "GITHUB_PAT", "DB_PASS",
+                                  "SSH_PRIVATE", "AUTH_HEADER", "HF_AUTH", "MY_KEY"])
+def test_credential_names_are_refused(name):
+    with pytest.raises(ConfigError) as e:
+        config.load(ROOT / "configs/quickstart.toml", [f"launch.env={{{name} = \"x\"}}"])
+    assert e.value.key == f"launch.env.{name}"
+    with pytest.raises(ConfigError):
+        config.load(ROOT / "configs/quickstart.toml", [f"cluster.setup=[\"export {name}=x\"]"])
+
+
+@pytest.mark.parametrize("name", ["PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "HPCQA_CODE",
+                                  "HPCQA_PLAN", "SUBMITIT_EXECUTOR"])
+def test_launch_env_may_not_set_what_hpcqa_manages(name):
+    with pytest.raises(ConfigError) as e:
+        config.load(ROOT / "configs/quickstart.toml", [f"launch.env={{{name} = \"/x\"}}"])
+    assert e.value.key == f"launch.env.{name}" and "itself" in e.value.detail
+
+
+def test_ordinary_names_pass():
+    cfg = config.load(ROOT / "configs/quickstart.toml",
+                      ['launch.env={TOKENIZERS_PARALLELISM = "false", KEYBOARD = "us", HF_HUB_OFFLINE = "1"}'])
+    assert cfg.launch.env["TOKENIZERS_PARALLELISM"] == "false"

@@ -1,0 +1,201 @@
+"""Every string key of the config schema x a hostile corpus, through every file hpcqa writes that something executes
+or parses: the sbatch script submit queues (run for real with stub srun/python), the rendered srun script, the
+PyTorchJob YAML. Each value is either refused at validation, naming its key, or arrives unchanged and runs nothing.
+Generated from the schema: a key added later is covered without editing this file."""
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import stat
+import subprocess
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcqa.core import config, plan, sweep
+from hpcqa.errors import ConfigError
+from hpcqa.executors import k8s, render
+from hpcqa.executors.slurm import SubmititSlurm
+from tests.conftest import ROOT
+
+HOST = plan.HostProbe(has_sbatch=True, ccl_bindings=False, libraries={}, python="python3")
+
+CORPUS = {
+    "quotes": "it's \"q\"",
+    "subst": "$(touch PWNED)",
+    "backticks": "`touch PWNED`",
+    "semicolon": "a; touch PWNED; b",
+    "newline": "a\ntouch PWNED",
+    "cr": "a\rb",
+    "nul": "a\0b",
+    "spaces": "a b  c",
+    "unicode": "données-ü-日本",
+    "long": "x" * 5000,
+}
+CONTROL = {"newline", "cr", "nul"}
+
+
+def string_keys() -> list[tuple[str, str]]:
+    """(dotted key, kind) for every str, list-of-str and table-of-str key of the schema."""
+    out = []
+    for section, cls in config.SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            tp = hints[f.name]
+            origin = typing.get_origin(tp)
+            if tp is str:
+                out.append((f"{section}.{f.name}", "str"))
+            elif origin is tuple:
+                out.append((f"{section}.{f.name}", "list"))
+            elif origin is typing.get_origin(typing.Mapping[str, str]) or "Mapping" in str(tp):
+                out.append((f"{section}.{f.name}", "table"))
+    return out
+
+
+def override(key: str, kind: str, text: str) -> str:
+    if kind == "list":
+        return f"{key}={json.dumps([text])}"
+    if kind == "table":
+        return f"{key}={{HOSTILE_VALUE = {json.dumps(text)}}}"
+    return f"{key}={json.dumps(text)}"
+
+
+def _stub_bin(tmp_path: Path) -> Path:
+    b = tmp_path / "bin"
+    b.mkdir()
+    (b / "srun").write_text('#!/bin/bash\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$FAKE_LOG"\n')
+    # the snapshot check runs `python -I -c ...`: a stub that records and succeeds
+    (b / "python3").write_text('#!/bin/bash\necho python "$@" >> "$FAKE_LOG.python"\n')
+    for f in b.iterdir():
+        f.chmod(f.stat().st_mode | stat.S_IEXEC)
+    return b
+
+
+def sbatch_arguments(line: str) -> list[str]:
+    """An #SBATCH line's arguments as sbatch itself splits them (src/sbatch/opt.c, _get_argument): whitespace ends
+    an argument, quotes group, a backslash escapes the next character anywhere, an unquoted '#' starts a comment."""
+    args, cur, quoted, q, esc, i, started = [], [], False, "", False, 0, False
+    text = line[len("#SBATCH"):]
+    while i < len(text):
+        c = text[i]
+        i += 1
+        if esc:
+            cur.append(c)
+            esc, started = False, True
+        elif c == "\\":
+            esc = True
+        elif quoted:
+            if c == q:
+                quoted = False
+            else:
+                cur.append(c)
+        elif c in "\"'":
+            quoted, q, started = True, c, True
+        elif c == "#":
+            break
+        elif c.isspace():
+            if started:
+                args.append("".join(cur))
+                cur, started = [], False
+        else:
+            cur.append(c)
+            started = True
+    if started:
+        args.append("".join(cur))
+    return args
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+@pytest.mark.parametrize("key,kind", string_keys())
+def test_every_string_key_is_refused_or_arrives_unchanged(tmp_path, monkeypatch, key, kind, name):
+    text = CORPUS[name]
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    overrides = ["job.output_dir=" + json.dumps(str(work / "out")), "cluster.executor=slurm"]
+    if key != "job.output_dir":
+        overrides.append(override(key, kind, text))
+    else:
+        overrides = ["job.output_dir=" + json.dumps(str(work / text)), "cluster.executor=slurm"]
+    try:
+        cfg = config.load(ROOT / "configs/squad_spr.toml", overrides)
+    except ConfigError as e:
+        assert e.key.startswith(key), (e.key, key)
+        assert "\n" not in e.detail and "\0" not in e.render()
+        return
+    assert name not in CONTROL, f"{key} accepted a control character"
+    lp = plan.build_plan(cfg, HOST)
+    # 1. the sbatch script submit queues, exactly as the dry run shows it: executed with stub srun and python
+    request = SubmititSlurm(snapshot=True).dry_run(sweep.single(lp))
+    script = request.scripts[0]
+    for line in script.splitlines():
+        if line.startswith("#SBATCH"):
+            args = sbatch_arguments(line)
+            assert len(args) == 1, (line, args)
+            opt, _, value = args[0].partition("=")
+            if opt == "--job-name":
+                assert value == cfg.job.name
+            if opt in ("--output", "--error"):
+                assert value.startswith(str(Path(cfg.job.output_dir).absolute() / cfg.job.name))
+    (tmp_path / "job.sbatch").write_text(script)
+    log = tmp_path / "argv"
+    env = {"PATH": f"{_stub_bin(tmp_path)}:/usr/bin:/bin", "SLURM_JOB_ID": "31", "FAKE_LOG": str(log),
+           "SLURM_JOB_NODELIST": "cn[1-4]"}
+    r = subprocess.run(["bash", str(tmp_path / "job.sbatch")], cwd=work, env=env, capture_output=True, text=True)
+    if key == "cluster.python":  # no such interpreter: the script stops at the snapshot check, having run nothing
+        assert r.returncode == 2 and "command not found" in r.stderr and not list(tmp_path.rglob("PWNED")), r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    if key == "cluster.setup":  # the one key whose values are commands: each runs as written, on a line of its own
+        assert text in script.splitlines()
+    else:
+        assert not list(tmp_path.rglob("PWNED")), f"{key}: config text was executed"
+    argv = log.read_text().split("\0")[:-1]
+    assert argv[0] == "--unbuffered" and request.files[0].path in argv  # the plan file, whole, as one argument
+    # 2. the rendered srun script carries the plan verbatim (its heredoc) and the job root as one word
+    rendered = render.standalone(lp, "srun")
+    body = rendered.split("<<'", 1)[1].split("\n", 2)[1]
+    assert json.loads(body)["config"] == json.loads(json.dumps(cfg.to_dict()))
+    r = subprocess.run(["bash", "-n"], input=rendered, text=True, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    # 3. the PyTorchJob's YAML parses back to the same plan
+    try:
+        docs = list(yaml.safe_load_all(k8s.to_yaml(k8s.to_dicts(k8s.objects(plan.build_plan(
+            k8s.pod_config(cfg), k8s.image_host(HOST, cfg)))))))
+    except Exception as e:  # noqa: BLE001 - only hpcqa's own refusal (a name that cannot be a k8s name) is fine
+        assert type(e).__name__ in ("ConfigError", "PlanError"), e
+        return
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    stored = json.loads(next(iter(cm["data"].values())))
+    section, _, field = key.partition(".")
+    if section != "k8s" and key not in ("job.output_dir", "model.cache_dir", "data.cache_dir", "cluster.python"):
+        assert json.dumps(stored["config"][section][field]) == json.dumps(getattr(getattr(cfg, section), field)) \
+            or isinstance(getattr(getattr(cfg, section), field), (tuple, dict))
+
+
+def test_the_schema_has_the_keys_this_test_expects():
+    keys = dict(string_keys())
+    assert {"job.output_dir", "cluster.setup", "cluster.sbatch_extra", "launch.env", "model.name_or_path",
+            "k8s.image", "k8s.secret_env"} <= set(keys)
+
+
+@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "\0", "a\tb", "a\x1bb", "a\x7fb"])
+def test_a_control_character_is_refused_in_every_kind_of_value(bad):
+    for key, kind in string_keys():
+        with pytest.raises(ConfigError) as e:
+            config.load(ROOT / "configs/squad_spr.toml", [override(key, kind, bad)])
+        assert e.value.key.startswith(key)
+
+
+def test_the_directive_emitter_round_trips_through_sbatchs_parser():
+    for text in CORPUS.values():
+        if any(c in text for c in "\n\r\0"):
+            with pytest.raises(ValueError):
+                render.directive("output", text)
+            continue
+        assert sbatch_arguments(render.directive("output", text)) == ["--output=" + text]
+    assert sbatch_arguments(render.directive("comment", "a\\b #c 'd'")) == ["--comment=a\\b #c 'd'"]
