@@ -55,6 +55,7 @@ def test_a_fresh_snapshot_verifies_with_the_scripts_own_command(tmp_path):
     (lambda p: (p / "json.py").write_text("open('PWNED', 'w')\n"), "json.py"),
     (lambda p: (p / "hpcqa/rank/evil.py").write_text(""), "hpcqa/rank/evil.py"),
     (lambda p: (p / "hpcqa/rank/__pycache__").mkdir(), "__pycache__"),
+    (lambda p: (p / "snapcheck.py").write_text("pass\n"), "snapcheck.py changed"),
 ])
 def test_a_changed_snapshot_is_refused_naming_the_file_before_any_import(tmp_path, tamper, named):
     snap = _snap(tmp_path)
@@ -79,7 +80,7 @@ def test_the_job_script_checks_the_snapshot_before_srun(tmp_path):
     cfg = quick(tmp_path)
     request = SubmititSlurm(snapshot=True).dry_run(sweep.single(plan.build_plan(cfg, HOST)))
     text = request.scripts[0]
-    assert " -I -c " in text and text.index(" -I -c ") < text.index("|| exit 2") < text.index("\nsrun ")
+    assert text.index("sha256sum --check") < text.index(" -I ") < text.index("\nsrun ")
 
 
 # ---------------------------------------------------------------- the pickle

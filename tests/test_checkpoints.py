@@ -37,7 +37,7 @@ def test_the_newest_complete_readable_checkpoint_wins_and_damaged_ones_are_named
     assert [(p.name, why.split(":")[0]) for p, why in bad] == [("checkpoint-30", "incomplete"),
                                                               ("checkpoint-20", "unreadable trainer_state.json")]
     aside = jd.set_aside(bad[0][0], 1)
-    assert aside.name == "checkpoint-30.damaged-1" and aside.is_dir() and not bad[0][0].exists()
+    assert aside.parent.name == "set-aside" and aside.name == "checkpoint-30.attempt-1" and aside.is_dir() and not bad[0][0].exists()
 
 
 @pytest.mark.slow
@@ -69,3 +69,24 @@ def test_a_full_disk_during_a_save_fails_with_one_line_and_keeps_the_earlier_che
             if subprocess.run(["umount", str(disk)], capture_output=True).returncode == 0:
                 break
             time.sleep(0.5)
+
+
+def test_a_checkpoint_is_verified_by_the_sizes_and_digests_its_mark_lists(tmp_path):
+    jd = JobDir(tmp_path)
+    p = _checkpoint(jd, 7)
+    (p / "model.safetensors").write_bytes(b"w" * 1000)
+    (p / "sub").mkdir()
+    (p / "sub" / "x.bin").write_bytes(b"x")
+    jd.checkpoint_marker(p).write_text(json.dumps({"step": 7, "files": JobDir.checkpoint_files(p)}))
+    assert JobDir.verify_checkpoint(p) is None
+    with open(p / "model.safetensors", "r+b") as f:
+        f.truncate(500)
+    assert "model.safetensors has 500 bytes, 1000" in JobDir.verify_checkpoint(p)
+    (p / "model.safetensors").write_bytes(b"v" * 1000)  # same size, other bytes
+    assert "model.safetensors differs" in JobDir.verify_checkpoint(p)
+    (p / "sub" / "x.bin").unlink()
+    assert "sub/x.bin is missing" in JobDir.verify_checkpoint(p)
+    jd.checkpoint_marker(p).write_text("{not json")
+    assert JobDir.verify_checkpoint(p) == "unreadable completion mark"
+    jd.checkpoint_marker(p).write_text(json.dumps({"step": 7}))  # a mark from before marks listed files
+    assert JobDir.verify_checkpoint(p) is None

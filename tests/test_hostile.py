@@ -68,8 +68,9 @@ def _stub_bin(tmp_path: Path) -> Path:
     b = tmp_path / "bin"
     b.mkdir()
     (b / "srun").write_text('#!/bin/bash\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$FAKE_LOG"\n')
-    # the snapshot check runs `python -I -c ...`: a stub that records and succeeds
+    # the snapshot check (sha256sum of its checker, then `python -I checker`): stubs that record and succeed
     (b / "python3").write_text('#!/bin/bash\necho python "$@" >> "$FAKE_LOG.python"\n')
+    (b / "sha256sum").write_text('#!/bin/bash\ncat >> "$FAKE_LOG.sha256"\n')
     for f in b.iterdir():
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
     return b

@@ -216,6 +216,57 @@ def test_usr2_checkpoints_requeues_and_resumes_where_it_stopped(slurm, tmp_path)
     assert j["attempts"] == f"requeued 1x (SIGUSR2 at step {stopped}), resumed from step {stopped}"
 
 
+def test_a_checkpoint_damaged_after_its_mark_is_set_aside_and_the_previous_one_resumes(slurm, tmp_path):
+    """A node dying mid-write on a file server, a bad disk: the newest checkpoint's weights are cut in half after its
+    completion mark, while the requeued job waits. The job verifies the files against the mark, sets that checkpoint
+    aside, resumes from the one before and ends COMPLETED; status JOB says what was set aside."""
+    steps, every = 40, 5
+    log = open(tmp_path / "submit.out", "w")
+    args = [sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
+            "--set", f"job.output_dir={json.dumps(str(tmp_path))}", "--set", f"train.max_steps={steps}",
+            "--set", f"train.save_steps={every}", "--set", "train.save_total_limit=3"]
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **slurm})
+    env = {**os.environ, **slurm}
+    try:
+        end, folder = time.time() + 180, None
+        while time.time() < end:
+            found = list((tmp_path / "quickstart").glob("*-*/progress.json"))
+            if found and (json.loads(found[0].read_text() or "{}").get("step") or 0) >= 12:
+                folder = found[0].parent
+                break
+            time.sleep(0.5)
+        assert folder is not None, (tmp_path / "submit.out").read_text()
+        job_id = folder.name.split("-")[0]
+        assert subprocess.run(["scancel", "--signal=USR2", job_id], env=env).returncode == 0
+        end = time.time() + 120
+        while time.time() < end:  # requeued: PENDING again, the ranks gone
+            q = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, env=env)
+            if q.stdout.strip() == "PENDING":
+                break
+            time.sleep(0.5)
+        marked = sorted((p for p in (folder / "checkpoints").glob("checkpoint-*")
+                         if (p / "hpcqa-complete.json").is_file()), key=lambda p: int(p.name.split("-")[1]))
+        assert len(marked) >= 2, marked
+        newest, previous = marked[-1], marked[-2]
+        weights = newest / "model.safetensors"
+        with open(weights, "r+b") as f:
+            f.truncate(weights.stat().st_size // 2)
+        _start_requeued_now(slurm, job_id)
+        rc = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    out = (tmp_path / "submit.out").read_text()
+    assert rc == 0 and f"job {job_id} COMPLETED" in out, out
+    res = json.loads((folder / "results.json").read_text())
+    assert res["global_steps"] == steps and res["resumed_from_step"] == int(previous.name.split("-")[1])
+    assert list((folder / "checkpoints" / "set-aside").glob(f"{newest.name}.attempt-*"))  # kept, not rotated away
+    detail = run_cli("status", job_id, env=env)
+    assert detail.returncode == 0 and f"{newest.name} set aside" in detail.stdout and "model.safetensors" in \
+        detail.stdout, detail.stdout
+
+
 def _start_requeued_now(slurm, job_id: str, timeout: float = 120) -> None:
     """A requeued job waits for its begin time (PENDING, reason BeginTime); let it start again now. Repeated
     until Slurm takes it: an update sent while the requeue is still being processed doesn't stick."""

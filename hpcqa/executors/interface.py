@@ -51,8 +51,9 @@ class Request:
     code: Any = None                           # the snapshot of hpcqa the ranks import (snapshot.Snapshot), or None
 
     def to_json(self) -> dict[str, Any]:
+        default = 0o640 if self.sweep.plans[0].config.job.group_readable else 0o600  # submit's owner umask
         return {"executor": self.executor, "submission": self.submission,
-                "files": [{"path": f.path, "mode": oct(f.mode), "bytes": len(f.text)} for f in self.files],
+                "files": [{"path": f.path, "mode": oct(f.mode or default), "bytes": len(f.text)} for f in self.files],
                 "scripts": list(self.scripts), "commands": [list(c) for c in self.commands],
                 "facts": dict(self.facts), "notes": list(self.notes),
                 "code": {"path": str(self.code.path), **self.code.provenance} if self.code else None}

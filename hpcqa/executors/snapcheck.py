@@ -1,6 +1,8 @@
-"""Verify a code snapshot before anything is imported from it. Standard library only, and self-contained: job
-scripts run this file's text with `python -I -c` (isolated: no PYTHONPATH, no user site), so the check itself
-never comes from the folder it checks. The folder name carries the digest the submitted script expects."""
+"""Verify a code snapshot before anything is imported from it. Standard library only, and self-contained: a copy of
+this file sits in the snapshot (CHECKER); the job script first checks that copy's sha256 (coreutils' sha256sum,
+against the digest written into the script at submit), then runs it with `python -I` (isolated: no PYTHONPATH, no
+script folder, no user site), so nothing from the folder runs before the folder is checked. The folder name carries
+the digest the submitted script expects."""
 
 import hashlib
 import json
@@ -9,6 +11,7 @@ import sys
 
 MANIFEST = "MANIFEST.json"
 PROVENANCE = "provenance.json"
+CHECKER = "snapcheck.py"
 
 
 def digest_of(files):
@@ -26,7 +29,7 @@ def problems(folder, digest):
     files, extra = [], []
     pkg = os.path.join(folder, "hpcqa")
     for entry in sorted(os.listdir(folder)):
-        if entry not in ("hpcqa", MANIFEST, PROVENANCE) or os.path.islink(os.path.join(folder, entry)):
+        if entry not in ("hpcqa", MANIFEST, PROVENANCE, CHECKER) or os.path.islink(os.path.join(folder, entry)):
             extra.append(entry)
     for top, dirs, names in os.walk(pkg):
         for name in sorted(dirs + names):
@@ -53,7 +56,7 @@ def problems(folder, digest):
     return f"{where} changed after submit (snapshot digest {digest_of(files)}, submitted {digest})"
 
 
-if __name__ == "__main__":  # python -I -c "<this file>" FOLDER DIGEST
+if __name__ == "__main__":  # python -I FOLDER/snapcheck.py FOLDER DIGEST
     bad = problems(sys.argv[1], sys.argv[2])
     if bad:
         print(f"hpcqa: refusing to run: {bad}; re-submit to snapshot the code again", file=sys.stderr)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from hpcqa import fsutil
 from hpcqa.errors import SubmitError
 from hpcqa.executors import snapcheck
 from hpcqa.record.jobdir import JobRoot, write_json
@@ -69,14 +70,21 @@ def content_digest(package: Path = PACKAGE) -> str:
 
 
 def verify_command(python: str, snap: Snapshot) -> str:
-    """A shell command that checks the snapshot with the checker's own text (`python -I`: nothing from the folder
-    it checks is imported) and exits 2 naming the changed file."""
-    source = Path(snapcheck.__file__).read_text()
-    return " ".join(shlex.quote(a) for a in (python, "-I", "-c", source, str(snap.path), snap.digest))
+    """Shell commands that check the snapshot's copy of the checker against the digest of hpcqa's own (written here,
+    at submit), then run it isolated (`python -I`: nothing else from the folder is imported); exit 2 naming what
+    changed."""
+    checker = snap.path / snapcheck.CHECKER
+    q = shlex.quote
+    return (f"printf '%s  %s\\n' {fsutil.file_sha256(snapcheck.__file__)} {q(str(checker))} | sha256sum --check "
+            f"--status || {{ echo {q(f'hpcqa: refusing to run: {checker} changed after submit')} >&2; exit 2; }}\n"
+            f"{q(python)} -I {q(str(checker))} {q(str(snap.path))} {snap.digest}")
 
 
 def verify(snap: Snapshot) -> None:
-    bad = snapcheck.problems(str(snap.path), snap.digest)
+    checker = snap.path / snapcheck.CHECKER
+    same = checker.is_file() and not checker.is_symlink() and \
+        fsutil.file_sha256(checker) == fsutil.file_sha256(snapcheck.__file__)
+    bad = snapcheck.problems(str(snap.path), snap.digest) if same else f"{checker} changed after submit"
     if bad:
         raise SubmitError(f"the code snapshot does not verify: {bad}", "re-submit (a fresh snapshot is made)")
 
@@ -107,9 +115,11 @@ def write(snap: Snapshot) -> Path:
     once it verifies; one that does not is set aside (kept for a look) and made again. Modes come from the
     process's umask, which submit sets (never the checkout's own modes: copyfile, not copy2)."""
     if snap.path.exists() or snap.path.is_symlink():
-        bad = snapcheck.problems(str(snap.path), snap.digest)
-        if not bad:
+        try:
+            verify(snap)
             return snap.path
+        except SubmitError as e:
+            bad = e.message
         aside = snap.path.with_name(f"{snap.digest}.damaged-{int(time.time())}")
         os.replace(snap.path, aside)
         print(f"hpcqa: warning: the existing snapshot did not verify ({bad}); kept as {aside}, made again",
@@ -124,6 +134,7 @@ def write(snap: Snapshot) -> Path:
         shutil.copyfile(src, dst)
         manifest[str(rel)] = hashlib.sha256(dst.read_bytes()).hexdigest()
     write_json(tmp / snapcheck.MANIFEST, manifest)
+    shutil.copyfile(snapcheck.__file__, tmp / snapcheck.CHECKER)
     write_json(JobRoot.code_provenance(tmp), dict(snap.provenance))
     os.chmod(tmp, 0o777 & ~_umask())
     try:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hpcqa.errors import SubmitError
-from hpcqa.fsutil import atomic_write_text
+from hpcqa.fsutil import atomic_write_text, file_sha256
 import secrets
 
 JOB_ID = "%j"                        # submitit's placeholder for the job id in a folder path
@@ -306,9 +306,45 @@ class JobDir:
         return good, bad
 
     @staticmethod
+    def checkpoint_files(checkpoint: Path) -> dict[str, dict]:
+        """Every file of a checkpoint, relative path -> size and sha256 (what its completion mark lists)."""
+        out = {}
+        for p in sorted(checkpoint.rglob("*")):
+            if p.is_file() and p.name != JobDir.checkpoint_marker(checkpoint).name:
+                out[str(p.relative_to(checkpoint))] = {"size": p.stat().st_size, "sha256": file_sha256(p)}
+        return out
+
+    @staticmethod
+    def verify_checkpoint(checkpoint: Path) -> str | None:
+        """Why a marked checkpoint's files are not the ones its mark lists (a node dying mid-write on a file server,
+        a bad disk, a hand edit), or None. Sizes first (cheap), then content. A mark from before marks listed files
+        (no "files") is taken as it is."""
+        mark = read_json(JobDir.checkpoint_marker(checkpoint))
+        if not isinstance(mark, dict):
+            return "unreadable completion mark"
+        files = mark.get("files")
+        if files is None:
+            return None
+        if not isinstance(files, dict):
+            return "damaged completion mark"
+        for rel, want in files.items():
+            p = checkpoint / rel
+            if not isinstance(want, dict) or not p.is_file():
+                return f"{rel} is missing"
+            if p.stat().st_size != want.get("size"):
+                return f"{rel} has {p.stat().st_size} bytes, {want.get('size')} when it was saved"
+        for rel, want in files.items():
+            if file_sha256(checkpoint / rel) != want.get("sha256"):
+                return f"{rel} differs from what was saved (sha256)"
+        return None
+
+    @staticmethod
     def set_aside(checkpoint: Path, attempt: int) -> Path:
-        """Rename a damaged checkpoint out of the Trainer's sight (kept for a look, never deleted)."""
-        aside = checkpoint.with_name(f"{checkpoint.name}.damaged-{attempt}")
+        """Move a damaged checkpoint out of the Trainer's sight (kept for a look, never deleted): into
+        checkpoints/set-aside/, because the Trainer's rotation (save_total_limit) takes every `checkpoint-*` name
+        beside the others for one of its own and deletes it."""
+        aside = checkpoint.parent / "set-aside" / f"{checkpoint.name}.attempt-{attempt}"
+        aside.parent.mkdir(exist_ok=True)
         os.replace(checkpoint, aside)
         return aside
 

@@ -83,6 +83,8 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
             v.ranks = [rep for k in range(r.world_size) if (rep := jd.read_report(k))]
             v.attempts, v.notices, v.failed = jd.attempts(), jd.notices(), jd.failed_ranks()
             v.logs = [p for k in range(r.world_size) if (p := jd.log(k)) is not None]
+            v.notes += list(dict.fromkeys(w for rep in v.ranks for w in (rep.get("warnings") or [])
+                                          if isinstance(w, str) and w.startswith("checkpoint ")))
         if states.succeeded(state) and not v.results:
             v.notes.append("no results file")
         views.append(v)

@@ -643,6 +643,12 @@ def train(r: Rank, trainer, jd: JobDir):
         full = disk_full(jd, e)
         if full:
             raise full from None
+        began = any(getattr(cb, "t0", 0.0) for cb in trainer.callback_handler.callbacks)  # the step timer's
+        if last and not began and not isinstance(e, HpcqaError):
+            first = str(e).splitlines()[0][:200] if str(e) else ""
+            raise RankError(f"could not resume from {last}: {type(e).__name__}: {first}",
+                            f"it verified and read back, yet the Trainer could not load it: move it aside and "
+                            f"requeue or re-submit (the next older checkpoint is used)") from None
         raise
     return out, last, time.time() - t0
 
@@ -721,18 +727,54 @@ def run_link(r: Rank) -> dict:
 
 
 def resume_point(r: Rank, jd: JobDir) -> str | None:
-    """The newest checkpoint that is complete (every rank's part saved: the mark) and readable. Damaged ones are set
-    aside with a warning naming them, once every rank has chosen (all choose the same, from the same files)."""
-    good, bad = jd.usable_checkpoints()
-    _barrier(r)
+    """The newest checkpoint that is complete (every rank's part saved: the mark), whose files are the ones the mark
+    lists (sizes and sha256) and that loads (its weights and optimizer state read back). Rank 0 decides and tells the
+    others (one reader of a shared file system, one verdict); the ones that fail are set aside with a warning naming
+    them and why, and the next older one is tried."""
+    choice: list = [None, []]
     if r.rank == 0:
-        for path, why in bad:
-            aside = jd.set_aside(path, attempt())
+        good, bad = jd.usable_checkpoints()
+        for path in good:
+            why = jd.verify_checkpoint(path) or _load_problem(path)
+            if why is None:
+                choice[0] = str(path)
+                break
+            bad.append((path, why))
+        choice[1] = [(str(p), why) for p, why in bad]
+    _broadcast(r, choice)
+    if r.rank == 0:
+        for path, why in choice[1]:
+            aside = jd.set_aside(Path(path), attempt())
             r.log(f"WARNING: checkpoint {path} set aside ({why}): now {aside.name}")
-            r.report["warnings"].append(f"checkpoint {path.name} set aside: {why}")
-        if bad:
+            r.report["warnings"].append(f"checkpoint {Path(path).name} set aside: {why}")
+        if choice[1]:
             r.save_report()
-    return str(good[0]) if good else None
+    _barrier(r)
+    return choice[0]
+
+
+def _load_problem(checkpoint: Path) -> str | None:
+    """Read back what the Trainer will load first -- the weights (safetensors) and the optimizer state
+    (torch.load with weights_only, as the Trainer does) -- before it loads them: a failure here sends the resume to
+    the next older checkpoint instead of ending the job in a loader traceback."""
+    import torch
+    from safetensors.torch import load_file
+    try:
+        for p in sorted(checkpoint.glob("*.safetensors")):
+            load_file(str(p))
+        for p in sorted(checkpoint.glob("optimizer.pt")):
+            torch.load(str(p), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - whatever the loader raises, the verdict is "does not load"
+        return f"does not load ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})"
+    return None
+
+
+def _broadcast(r: Rank, box: list) -> None:
+    """Rank 0's `box` to every rank (in place)."""
+    if r.world > 1:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            dist.broadcast_object_list(box, src=0)
 
 
 def _barrier(r: Rank) -> None:
@@ -1016,7 +1058,8 @@ def _MarkComplete(base, r: Rank):
                 path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                 if path.is_dir():
                     write_json(r.jd.checkpoint_marker(path), {"step": state.global_step, "time": time.time(),
-                                                              "world_size": r.world, "attempt": attempt()})
+                                                              "world_size": r.world, "attempt": attempt(),
+                                                              "files": r.jd.checkpoint_files(path)})
 
     return MarkComplete()
 
