@@ -110,11 +110,33 @@ def test_the_submitted_pickle_passes_and_a_swapped_one_does_not():
 def test_a_pickle_others_can_write_is_refused(tmp_path):
     p = tmp_path / "j" / "1_submitted.pkl"
     p.parent.mkdir(mode=0o700)
-    p.write_bytes(_pickle("/x", "d"))
+    from submitit.core.utils import DelayedSubmission
+    from hpcqa.rank.train.job import RankJob
+    delayed = DelayedSubmission(RankJob("/x", "d"))
+    delayed.set_timeout(60, 3)
+    delayed.dump(p)  # as submit (and submitit's requeue) write it
     p.chmod(0o600)
-    assert picklecheck.check(p, "/x", "d", wait_s=0) is None
+    assert picklecheck.check(p, "/x", "d", 60, 3, wait_s=0) is None
     p.chmod(0o664)
-    assert "writable by others" in picklecheck.check(p, "/x", "d", wait_s=0)
+    assert "writable by others" in picklecheck.check(p, "/x", "d", 60, 3, wait_s=0)
+    p.chmod(0o600)
+    assert "differs" in picklecheck.check(p, "/x", "d", 30, 3, wait_s=0)  # another timeout than the plan's
+
+
+def test_a_plan_file_is_checked_against_the_folder_the_script_names(tmp_path):
+    from hpcqa.record import jobdir
+    group = tmp_path / "plans" / "aaaa"
+    group.mkdir(parents=True)
+    assert jobdir.plan_problem(group / "task-0.json", "aaaa") is None
+    assert "not aaaa" in jobdir.plan_problem(group / "task-0.json", "bbbb")
+    arr = tmp_path / "plans" / jobdir.plan_group_digest(["d0", "d1"])
+    arr.mkdir()
+    (arr / "index.json").write_text(jobdir.plan_index_text(["d0", "d1"]))
+    assert jobdir.plan_problem(arr / "task-1.json", "d1") is None
+    assert "submitted d1" in jobdir.plan_problem(arr / "task-1.json", "dX")
+    (arr / "index.json").write_text(jobdir.plan_index_text(["d0", "dX"]))  # the index swapped too
+    assert "is not the index" in jobdir.plan_problem(arr / "task-1.json", "dX")
+    assert jobdir.plan_problem(tmp_path / "job" / "plan.json", "x") is None  # a rendered script's own plan
 
 
 # ---------------------------------------------------------------- modes, names, job roots
@@ -292,3 +314,26 @@ def test_ordinary_names_pass():
     cfg = config.load(ROOT / "configs/quickstart.toml",
                       ['launch.env={TOKENIZERS_PARALLELISM = "false", KEYBOARD = "us", HF_HUB_OFFLINE = "1"}'])
     assert cfg.launch.env["TOKENIZERS_PARALLELISM"] == "false"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group_readable", [False, True])
+def test_a_real_local_job_under_a_group_writable_umask_writes_nothing_others_can_write(tmp_path, group_readable):
+    """The whole job -- plans, snapshot, submitit's pickle and logs, the ranks' reports, checkpoints, results, the
+    registry -- submitted from a shell whose umask is 000."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
+    env.update(HPCQA_CACHE=str(tmp_path / "cache"), HPCQA_REGISTRY=str(tmp_path / "out" / "reg.sqlite"))
+    args = [sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", "--set",
+            f"job.output_dir={json.dumps(str(tmp_path / 'out'))}", "--set", "model.name_or_path=builtin:tiny-bert",
+            "--set", "data.synthetic_train_examples=60", "--set", "data.synthetic_eval_examples=20",
+            "--set", "train.max_steps=4", "--set", "train.save_steps=2", "--set", "train.bf16=false",
+            "--set", f"job.group_readable={str(group_readable).lower()}"]
+    r = subprocess.run(["bash", "-c", 'umask 000; exec "$@"', "bash", *args], capture_output=True, text=True,
+                       env=env, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    found = [p for p in (tmp_path / "out").rglob("*") if not p.is_symlink()]
+    assert any(p.name.endswith("_submitted.pkl") for p in found) and any(p.name == "hpcqa-complete.json" for p in found)
+    allowed = 0o750 if group_readable else 0o700
+    for p in [tmp_path / "out" / "quickstart", *found]:
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert not mode & ~allowed, f"{p} has mode {mode:o}"

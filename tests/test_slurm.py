@@ -466,3 +466,39 @@ def test_api_pending_reason_cancel_results_and_usage(slurm, tmp_path, monkeypatc
     assert usage["source"] == "sacct" and 0 < usage["cpu_efficiency"] <= 1.5 and usage["max_rss_bytes"] > 2 ** 20, usage
     detail = run_cli("status", job.id, env={**slurm, "COLUMNS": "200"})   # one line per row: phrases don't wrap
     assert "CPU efficiency" in detail.stdout and "peak memory" in detail.stdout and "MiB" in detail.stdout, detail.stdout
+
+
+@pytest.mark.parametrize("tamper", ["snapshot", "pickle", "plan"])
+def test_a_queued_job_runs_only_what_was_submitted(slurm, tmp_path, tamper):
+    """Submitted held (--hold); while it waits, code in its snapshot, the pickle submitit's runtime loads or the plan
+    file is changed; released, the job refuses to run, naming the changed file, and nothing of the change ran."""
+    r = submit(slurm, tmp_path, "--set", 'cluster.sbatch_extra=["--hold"]', "--set", "train.max_steps=2",
+               wait=False)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
+    root = tmp_path / "quickstart"
+    (folder,) = root.glob(f"{job_id}-*")
+    pwned = tmp_path / "PWNED"
+    if tamper == "snapshot":
+        (code,) = (root / "code").iterdir()
+        init = code / "hpcqa" / "rank" / "__init__.py"
+        init.write_text(init.read_text() + f"\nopen({str(pwned)!r}, 'w')\n")
+        named = "hpcqa/rank/__init__.py"
+    elif tamper == "pickle":
+        class Evil:
+            def __reduce__(self):
+                return (os.system, (f"touch {shlex.quote(str(pwned))}",))
+        import pickle
+        (folder / f"{job_id}_submitted.pkl").write_bytes(pickle.dumps(Evil()))
+        named = "_submitted.pkl"
+    else:
+        (plan_file,) = (root / "plans").glob("*/task-0.json")
+        text = json.loads(plan_file.read_text())
+        text["config"]["train"]["learning_rate"] = 0.5
+        plan_file.write_text(json.dumps(text))
+        named = "task-0.json"
+    subprocess.run(["scontrol", "release", job_id], check=True, env={**os.environ, **slurm})
+    j = wait_state(slurm, job_id, {"FAILED", "COMPLETED"}, timeout=120)
+    assert j["state"] == "FAILED" and not pwned.exists()
+    logs = "".join(p.read_text() for p in folder.glob("*_log.err"))
+    assert named in logs and "refusing" in logs and "Traceback" not in logs, logs

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from hpcqa.core import sweep
+from hpcqa.executors.interface import File
+from hpcqa.record import jobdir
 from hpcqa.record.jobdir import TASK_ID, JobDir, JobRoot, atomic_write_text
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core import states
-import hashlib
 from hpcqa.record.registry import Registry
 from hpcqa.errors import JobFailed
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -27,9 +28,18 @@ def plan_paths(plans: Sequence[LaunchPlan]) -> list[Path]:
     """Where each plan's file goes: plans/<group digest>/task-<i>.json (i = array task). Content-
     addressed, so the dry run can name the very paths a submission will use."""
     root = job_root(plans[0])
-    digest = plans[0].digest if len(plans) == 1 else \
-        hashlib.sha256(",".join(p.digest for p in plans).encode()).hexdigest()[:16]
+    digest = jobdir.plan_group_digest([p.digest for p in plans])
     return [root.task_plan(root.plan_group(digest), i) for i in range(len(plans))]
+
+
+def plan_files(plans: Sequence[LaunchPlan]) -> list:
+    """The plan files of one group, and for an array the group's index (its tasks' plan digests, whose digest names the
+    group folder): the rank wrapper checks its plan against the folder name the submitted script gave it."""
+    paths = plan_paths(plans)
+    files = [File(str(path), p.dumps()) for path, p in zip(paths, plans)]
+    if len(plans) > 1:
+        files.append(File(str(JobRoot.plan_index(paths[0].parent)), jobdir.plan_index_text([p.digest for p in plans])))
+    return files
 
 
 def write_files(request) -> None:

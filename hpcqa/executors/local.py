@@ -26,7 +26,7 @@ from hpcqa.core import states, sweep, topology
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.errors import HpcqaError, JobFailed, PlanError
 from hpcqa.executors import common, snapshot
-from hpcqa.executors.interface import File, Live, Request, Say, Submitted, silent
+from hpcqa.executors.interface import Live, Request, Say, Submitted, silent
 from hpcqa.rank import wrapper as rank
 from hpcqa.rank.train.job import RankJob
 from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
@@ -58,7 +58,7 @@ class Local:
                           f"{shlex.quote(folder)}",) for p, path in zip(plans, paths))
         where = "local, one after another" if sp.is_sweep else "local"
         code = snapshot.plan(root) if self.snapshot else None
-        return Request(self.name, sp, submission, tuple(File(str(path), p.dumps()) for path, p in zip(paths, plans)),
+        return Request(self.name, sp, submission, tuple(f for p in plans for f in common.plan_files([p])),
                        commands=commands, notes=tuple(preview(plans[0])), placement=tuple(where for _ in plans),
                        facts=(snapshot.fact(code),), code=code)
 

@@ -44,7 +44,7 @@ class ScriptSlurm:
         facts = (("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default")),
                  ("hosts", "unknown until Slurm allocates the job"),
                  ("job folder", f"{root.path}/<cluster>-<job id> (computed by the script)"), snapshot.fact(code))
-        return Request(self.name, sp, JobRoot.new_submission(), (File(str(path), text, 0o755),), (text,),
+        return Request(self.name, sp, JobRoot.new_submission(), (File(str(path), text),), (text,),
                        (("sbatch", "--parsable", f"--output={root.script_output()}", str(path)),), facts=facts,
                        summary=f"{plan.launcher}, {plan.world_size} ranks on {plan.nodes} node(s)",
                        placement=(f"one job, {plan.launcher} in the batch shell",), code=code)

@@ -56,7 +56,7 @@ class SubmititSlurm:
         for n, (array, line) in enumerate(zip(sp.arrays, sp.array_lines())):
             plans = sp.plans_of(array)
             paths = common.plan_paths(plans)
-            files += [File(str(path), p.dumps()) for path, p in zip(paths, plans)]
+            files += common.plan_files(plans)
             command = f"{common.wrapper_python(plans[0].python, common.plan_argument(paths), folder)} " \
                       f"-u -m submitit.core._submit {shlex.quote(folder)}"
             text = render.submitit_batch(plans[0], folder, command, len(plans), sp.throttle(array),

@@ -1,11 +1,11 @@
-"""The pickle submitit's task runtime will load, checked before it is loaded (standard library only: nothing is
-unpickled here).
+"""The pickle submitit's task runtime will load, checked before it is loaded (nothing is unpickled here).
 
-submitit rewrites `<job id>_submitted.pkl` on every checkpoint-and-requeue (a new timeout countdown), so a digest
-taken at submit cannot speak for a requeued attempt. What is checked instead is what a loaded pickle could do:
-its opcodes are read without executing them, and it must be exactly DelayedSubmission(RankJob(<the plan file
-this wrapper was given>, <that plan's digest>)) -- no other class or function is referenced, nothing is called
-but those classes' constructors -- and the file must be its owner's alone to write.
+What submit writes is a function of the plan alone: DelayedSubmission(RankJob(<plan file>, <plan digest>)) with the
+job's timeout and requeue countdown; submitit rewrites it on every checkpoint-and-requeue with the countdown one
+lower. The rank wrapper -- given the plan file by the submitted script, and having checked that plan against the
+digest the script names -- pickles each of those values itself and accepts the file only when it is byte for byte
+one of them, and only when nobody else can write it. When it is not, the opcodes are read (never executed) to say
+what it would have done.
 """
 
 from __future__ import annotations
@@ -68,13 +68,34 @@ def owner_only(path: Path) -> str | None:
     return None
 
 
-def check(path: Path, plan_path: str, plan_digest: str, wait_s: float = 120.0) -> str | None:
+SUBMITIT_DEFAULT_TIMEOUTS = 3   # submitit's max_num_timeout, which its LocalExecutor gives every job
+
+
+def expected(plan_path: str, plan_digest: str, timeout_min: int, max_requeues: int) -> set[bytes]:
+    """Every pickle submit (or submitit's requeue) can have written for this plan: one per remaining countdown."""
+    import pickle
+    import cloudpickle  # submitit's DelayedSubmission.dump: cloudpickle at the highest protocol
+    from submitit.core.utils import DelayedSubmission
+    from hpcqa.rank.train.job import RankJob
+    out = set()
+    for countdown in range(max(max_requeues, SUBMITIT_DEFAULT_TIMEOUTS) + 1):
+        delayed = DelayedSubmission(RankJob(plan_path, plan_digest))
+        delayed.set_timeout(timeout_min, countdown)
+        out.add(cloudpickle.dumps(delayed, pickle.HIGHEST_PROTOCOL))
+    return out
+
+
+def check(path: Path, plan_path: str, plan_digest: str, timeout_min: int, max_requeues: int,
+          wait_s: float = 120.0) -> str | None:
     """Wait for the pickle (the Slurm executor writes it right after sbatch returns) and check it."""
     deadline = time.time() + wait_s
     while not path.exists() and time.time() < deadline:
         time.sleep(0.2)
     try:
         bad = owner_only(path)
-        return bad or problems(path.read_bytes(), plan_path, plan_digest)
+        data = path.read_bytes()
     except OSError as e:
         return f"it cannot be read ({e.strerror or e})"
+    if bad or data in expected(plan_path, plan_digest, timeout_min, max_requeues):
+        return bad
+    return problems(data, plan_path, plan_digest) or "it differs from every pickle submit could have written for this plan"

@@ -225,7 +225,9 @@ def main(argv: list[str]) -> int:
     os.umask(0o027 if plan.config.job.group_readable else 0o077)  # what the rank writes: its owner's (and group's)
     if jd is not None and any("submitit.core._submit" in a for a in command):
         pickle = jd.submitted_pickle(jd.path.name.rsplit("-", 1)[0])
-        bad = picklecheck.check(pickle, plan_path, plan.digest)
+        c = plan.config.cluster
+        bad = jobdir.plan_problem(plan_path, plan.digest) or \
+            picklecheck.check(pickle, plan_path, plan.digest, c.time_limit_min, c.max_requeues)
         if bad:
             print(f"hpcqa.rank: refusing to load {pickle}: {bad}; re-submit the job", file=sys.stderr)
             return 2

@@ -22,6 +22,7 @@ file name of the job folder. Writes are atomic (write aside, rename): other rank
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -104,6 +105,40 @@ def read_json(path: Path) -> Any:
 
 def write_json(path: Path, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+def plan_group_digest(digests: list[str]) -> str:
+    """The name of a plan group's folder: the plan's own digest, or for an array the digest of its index."""
+    if len(digests) == 1:
+        return digests[0]
+    return hashlib.sha256(plan_index_text(digests).encode()).hexdigest()[:16]
+
+
+def plan_index_text(digests: list[str]) -> str:
+    return ",".join(digests)
+
+
+def plan_problem(plan_path: str | Path, digest: str) -> str | None:
+    """A content-addressed plan (plans/<group>/task-<i>.json) whose digest is not the one its folder name -- given by
+    the submitted script -- stands for; None when it is (or when the plan is not content-addressed: a rendered
+    script's plan comes from the script itself)."""
+    p = Path(plan_path)
+    m = re.fullmatch(r"task-(\d+)\.json", p.name)
+    if not m or p.parent.parent.name != "plans":
+        return None
+    group = p.parent.name
+    if group == digest:
+        return None
+    try:
+        index = p.with_name("index.json").read_text().split(",")
+    except OSError:
+        return f"{p} has digest {digest}, not {group} (its folder's name)"
+    if plan_group_digest(index) != group:
+        return f"{p.with_name('index.json')} is not the index that named {p.parent}"
+    task = int(m.group(1))
+    if task >= len(index) or index[task] != digest:
+        return f"{p} has digest {digest}, submitted {index[task] if task < len(index) else 'no such task'}"
+    return None
 
 
 def root_path(output_dir: str, name: str) -> str:
@@ -200,6 +235,11 @@ class JobRoot:
     @staticmethod
     def task_plan(group: Path, index: int | str) -> Path:
         return group / f"task-{index}.json"
+
+    @staticmethod
+    def plan_index(group: Path) -> Path:
+        """An array's plan digests, in task order (its digest is the group folder's name)."""
+        return group / "index.json"
 
     def tidy_all(self) -> None:
         """Every empty staging folder submitit re-created (it does, when a local job is polled)."""
