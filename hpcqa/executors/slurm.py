@@ -20,15 +20,13 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from submitit.core.utils import DelayedSubmission
-
 from hpcqa.core import states, sweep
 from hpcqa.errors import SubmitError
 from hpcqa.executors import common, render, snapshot
 from hpcqa.executors.interface import File, Live, Request, Say, Submitted, silent
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.fsutil import atomic_write_text
-from hpcqa.rank.train.job import RankJob
+from hpcqa.rank.train import job
 from hpcqa.record.jobdir import JobDir, JobRoot
 
 PREVIOUS = "<previous array's job id>"   # the only part of a request not known before submission
@@ -121,10 +119,9 @@ class SubmititSlurm:
         root = common.job_root(plan)
         jd = JobDir(Path(str(root.folder_pattern(request.submission)).replace("%j", job_id)))
         jd.path.mkdir(parents=True, exist_ok=True)
-        delayed = DelayedSubmission(RankJob(str(path), plan.digest))
-        delayed.set_timeout(plan.config.cluster.time_limit_min, plan.config.cluster.max_requeues)
+        c = plan.config.cluster
         tmp = jd.path / f".{job_id}.pkl.tmp"
-        delayed.dump(tmp)
+        tmp.write_bytes(job.pickled(str(path), plan.digest, c.time_limit_min, c.max_requeues))
         os.replace(tmp, jd.submitted_pickle(job_id))
         return jd
 

@@ -15,6 +15,7 @@ import pickletools
 import stat
 import time
 from pathlib import Path
+from typing import Callable
 
 ALLOWED = {("submitit.core.utils", "DelayedSubmission"), ("hpcqa.rank.train.job", "RankJob")}
 # Opcodes that build plain data or call one of ALLOWED's constructors; REDUCE, GET/BINGET (a memo could
@@ -68,26 +69,10 @@ def owner_only(path: Path) -> str | None:
     return None
 
 
-SUBMITIT_DEFAULT_TIMEOUTS = 3   # submitit's max_num_timeout, which its LocalExecutor gives every job
-
-
-def expected(plan_path: str, plan_digest: str, timeout_min: int, max_requeues: int) -> set[bytes]:
-    """Every pickle submit (or submitit's requeue) can have written for this plan: one per remaining countdown."""
-    import pickle
-    import cloudpickle  # submitit's DelayedSubmission.dump: cloudpickle at the highest protocol
-    from submitit.core.utils import DelayedSubmission
-    from hpcqa.rank.train.job import RankJob
-    out = set()
-    for countdown in range(max(max_requeues, SUBMITIT_DEFAULT_TIMEOUTS) + 1):
-        delayed = DelayedSubmission(RankJob(plan_path, plan_digest))
-        delayed.set_timeout(timeout_min, countdown)
-        out.add(cloudpickle.dumps(delayed, pickle.HIGHEST_PROTOCOL))
-    return out
-
-
-def check(path: Path, plan_path: str, plan_digest: str, timeout_min: int, max_requeues: int,
+def check(path: Path, plan_path: str, plan_digest: str, allowed: Callable[[], set[bytes]],
           wait_s: float = 120.0) -> str | None:
-    """Wait for the pickle (the Slurm executor writes it right after sbatch returns) and check it."""
+    """Wait for the pickle (the Slurm executor writes it right after sbatch returns) and check it against `allowed()`
+    (the pickles submit could have written: hpcqa.rank.train.job.pickles)."""
     deadline = time.time() + wait_s
     while not path.exists() and time.time() < deadline:
         time.sleep(0.2)
@@ -96,6 +81,6 @@ def check(path: Path, plan_path: str, plan_digest: str, timeout_min: int, max_re
         data = path.read_bytes()
     except OSError as e:
         return f"it cannot be read ({e.strerror or e})"
-    if bad or data in expected(plan_path, plan_digest, timeout_min, max_requeues):
+    if bad or data in allowed():
         return bad
     return problems(data, plan_path, plan_digest) or "it differs from every pickle submit could have written for this plan"

@@ -226,8 +226,11 @@ def main(argv: list[str]) -> int:
     if jd is not None and any("submitit.core._submit" in a for a in command):
         pickle = jd.submitted_pickle(jd.path.name.rsplit("-", 1)[0])
         c = plan.config.cluster
-        bad = jobdir.plan_problem(plan_path, plan.digest) or \
-            picklecheck.check(pickle, plan_path, plan.digest, c.time_limit_min, c.max_requeues)
+
+        def allowed() -> set[bytes]:
+            from hpcqa.rank.train import job  # submitit: only where its runtime is what the rank runs
+            return job.pickles(plan_path, plan.digest, c.time_limit_min, c.max_requeues)
+        bad = jobdir.plan_problem(plan_path, plan.digest) or picklecheck.check(pickle, plan_path, plan.digest, allowed)
         if bad:
             print(f"hpcqa.rank: refusing to load {pickle}: {bad}; re-submit the job", file=sys.stderr)
             return 2

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
+import cloudpickle
 import submitit
+from submitit.core.utils import DelayedSubmission
 from hpcqa.core import plan as planmod
 from hpcqa.errors import RankError
 from hpcqa.record.jobdir import JobDir
@@ -28,3 +31,21 @@ class RankJob(submitit.helpers.Checkpointable):
             raise RankError(f"plan file {self.plan_path} has digest {plan.digest}, submitted {self.plan_digest}",
                             "plan files are content-addressed and never rewritten: re-submit")
         return run_rank(plan, JobDir(Path(submitit.JobEnvironment().paths.folder)))
+
+
+SUBMITIT_DEFAULT_TIMEOUTS = 3   # submitit's max_num_timeout, which its LocalExecutor gives every job
+
+
+def pickled(plan_path: str, plan_digest: str, timeout_min: int, countdown: int) -> bytes:
+    """The `<job id>_submitted.pkl` of a rank job, as DelayedSubmission.dump writes it (cloudpickle, highest protocol):
+    what the Slurm executor writes at submit, and -- one countdown lower per requeue -- what submitit rewrites."""
+    delayed = DelayedSubmission(RankJob(plan_path, plan_digest))
+    delayed.set_timeout(timeout_min, countdown)
+    return cloudpickle.dumps(delayed, pickle.HIGHEST_PROTOCOL)
+
+
+def pickles(plan_path: str, plan_digest: str, timeout_min: int, max_requeues: int) -> set[bytes]:
+    """Every pickle submit or submitit's requeue can have written for this plan (submitit's LocalExecutor counts
+    down from its own default)."""
+    return {pickled(plan_path, plan_digest, timeout_min, c)
+            for c in range(max(max_requeues, SUBMITIT_DEFAULT_TIMEOUTS) + 1)}
