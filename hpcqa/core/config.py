@@ -54,7 +54,8 @@ class JobConfig:
                                   "relative paths are relative to the current directory.")
     registry: str = opt("", "Job registry (SQLite). Empty: $HPCQA_REGISTRY, else logs/registry.sqlite.")
     group_readable: bool = opt(False, "Let your group read the job folders and a registry this job creates "
-                                      "(default: only you; nobody else can write them either way).")
+                                      "(default: only you). Nobody else can write them either way: submit and the "
+                                      "ranks work under umask 077 (027 with this on), whatever yours is.")
     task: Literal["train", "comm"] = opt("train", "What the ranks do: train (the job); comm: measure the link "
                                                   "between the nodes with the DDP backend and stop (what "
                                                   "`hpcqa tune --comm` submits).")
@@ -86,7 +87,9 @@ class ClusterConfig:
     requeue_on_node_fail: bool = opt(True, "Ask Slurm to requeue the job when one of its nodes fails "
                                            "(sbatch --requeue; --no-requeue when false).")
     sbatch_extra: tuple[str, ...] = opt(tuple, "Extra sbatch flags, e.g. [\"--reservation=ml\"]; each must "
-                                        "start with '--'.", factory=True)
+                                        "start with '--'. Options the plan sets (--output, --array, --nodes, "
+                                        "--ntasks*, --cpus-per-task, --export, --signal, --time ...), --clusters and "
+                                        "GPU requests are refused, naming the key to use.", factory=True)
     setup: tuple[str, ...] = opt(tuple, "Shell commands run, in order, in the job script before the ranks start "
                                  "(module load, venv/conda activation, oneCCL's setvars.sh), one command per "
                                  "entry; Slurm jobs and rendered scripts.", factory=True)
@@ -134,8 +137,9 @@ class LaunchConfig:
                                     "(e.g. ib0, eth0); empty: the first host's name. Every rank checks that its "
                                     "node has it.", pattern=r"[A-Za-z0-9._:@-]*")
     env: Mapping[str, str] = opt(FrozenDict, "Extra environment variables for every rank (written into the plan: "
-                                             "no credentials; names like *_TOKEN, *_KEY, *PASSWORD*, *SECRET* are "
-                                             "refused -- use pass_env).", factory=True)
+                                             "no credentials; names like *_TOKEN, *_KEY, *PASS*, *SECRET*, *_PAT and "
+                                             "values shaped like tokens are refused -- use pass_env; PYTHONPATH, "
+                                             "PYTHONHOME, LD_*, HPCQA_* are hpcqa's own).", factory=True)
     pass_env: tuple[str, ...] = opt(tuple, "Variables passed by name from the submitting environment to every rank, "
                                            "e.g. [\"HF_TOKEN\"]: submit checks they are set; their values are never "
                                            "written to the plan, a script, the job folder or the screen.", factory=True)
