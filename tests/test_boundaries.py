@@ -193,6 +193,10 @@ def test_a_job_root_that_is_a_symlink_or_holds_one_is_refused(tmp_path):
     with pytest.raises(SubmitError) as e:
         JobRoot.of(str(tmp_path / "out2"), "k").ensure()
     assert "plans/abc is a symlink" in e.value.message
+    (tmp_path / "out3" / "m").mkdir(parents=True)
+    (tmp_path / "out3" / "m" / "123-abcdef").symlink_to(target)  # a job folder
+    with pytest.raises(SubmitError):
+        JobRoot.of(str(tmp_path / "out3"), "m").ensure()
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="making a folder another user owns needs root")

@@ -200,3 +200,81 @@ def test_the_directive_emitter_round_trips_through_sbatchs_parser():
             continue
         assert sbatch_arguments(render.directive("output", text)) == ["--output=" + text]
     assert sbatch_arguments(render.directive("comment", "a\\b #c 'd'")) == ["--comment=a\\b #c 'd'"]
+
+
+def _all_keys(text: str, exclude: set[str]) -> list[str]:
+    """Overrides setting every string key that accepts `text` to it (alone, each is tested above)."""
+    out = []
+    for key, kind in string_keys():
+        if key in exclude:
+            continue
+        try:
+            config.load(ROOT / "configs/squad_spr.toml", [override(key, kind, text)])
+        except ConfigError:
+            continue
+        out.append(override(key, kind, text))
+    return out
+
+
+# not set all at once: the job root (the scripts' folders), the interpreter the scripts call (hostile: "command not
+# found", tested per key above), the commands of cluster.setup (run by design), and the pods' volume paths
+COMMANDS_AND_PATHS = {"job.output_dir", "cluster.python", "cluster.setup", "k8s.mount_path"}
+
+
+@pytest.mark.parametrize("name", sorted(set(CORPUS) - CONTROL))
+def test_every_key_at_once_through_the_rendered_scripts_runs_nothing(tmp_path, monkeypatch, name):
+    """The rendered srun, mpirun and plain-hosts scripts and the PyTorchJob's pod script, executed with stub
+    launchers, with every string key set to the same hostile text: nothing runs, and the plan each writes for its
+    ranks holds every value unchanged; the Dockerfile gets no line of config text."""
+    text = CORPUS[name]
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    mount = tmp_path / "vol"
+    cfg = config.load(ROOT / "configs/squad_spr.toml", [*_all_keys(text, COMMANDS_AND_PATHS),
+                                                        f"job.output_dir={json.dumps(str(work / 'out'))}",
+                                                        f"k8s.mount_path={json.dumps(str(mount))}"])
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "srun").write_text('#!/bin/bash\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$FAKE_LOG"\n')
+    (bin_ / "mpirun").write_text((bin_ / "srun").read_text())
+    real = shlex.quote(__import__("sys").executable)
+    (bin_ / "python3").write_text(f'#!/bin/bash\nif [ "$1 $2" = "-m hpcqa" ]; then exec {real} "$@"; fi\n'
+                                  'for a in "$@"; do printf "%s\\0" "$a"; done >> "$FAKE_LOG.python"\n')
+    for f in bin_.iterdir():
+        f.chmod(f.stat().st_mode | stat.S_IEXEC)
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "SLURM_JOB_ID": "31", "SLURM_JOB_NODELIST": "cn[1-4]",
+           "PYTHONPATH": str(ROOT), "FAKE_LOG": str(tmp_path / "argv")}
+    lp = plan.build_plan(cfg, HOST)
+    scripts = {"srun": render.standalone(lp, "srun"), "mpirun": render.standalone(plan.build_plan(
+        cfg, HOST, launcher="mpirun"), "mpirun"), "hosts": render.standalone(
+        plan.build_plan(cfg, HOST, launcher="mpirun"), "mpirun", hosts=("h1", "h2", "h3", "h4"))}
+    for label, script in scripts.items():
+        path = tmp_path / f"{label}.sh"
+        path.write_text(script)
+        r = subprocess.run(["bash", str(path)], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, (label, r.stderr)
+        assert not list(tmp_path.rglob("PWNED")), f"{label}: config text was executed"
+        (written,) = (work / "out" / "squad-spr").glob("*/plan.json")  # the one this script wrote
+        assert json.loads(written.read_text())["config"] == json.loads(json.dumps(cfg.to_dict())), label
+        written.unlink()
+    # the pod script, as the kubelet starts it (node 0 of the PyTorchJob), with a stub interpreter
+    pod_cfg = k8s.pod_config(cfg)
+    docs = yaml.safe_load_all(k8s.to_yaml(k8s.to_dicts(k8s.objects(plan.build_plan(pod_cfg,
+                                                                                  k8s.image_host(HOST, cfg))))))
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    for fname, body in cm["data"].items():
+        (etc / fname).write_text(body)
+    r = subprocess.run(["bash", str(etc / "node.sh")], cwd=work, capture_output=True, text=True, timeout=120,
+                       env={**env, "HPCQA_NODE_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "1"})
+    assert r.returncode == 0 and (tmp_path / "argv.python").exists(), r.stderr  # it reached the ranks
+    assert not list(tmp_path.rglob("PWNED")), "the pod script executed config text"
+    stored = json.loads(cm["data"]["plan.json"])["config"]
+    assert stored["model"]["name_or_path"] == cfg.model.name_or_path and stored["launch"]["env"] == \
+        dict(cfg.launch.env), r.stderr
+    # the Dockerfile: every line an instruction, a comment or a continuation
+    lines = k8s.dockerfile(cfg).splitlines()
+    for prev, line in zip([""] + lines, lines):
+        assert not line or prev.endswith("\\") or re.match(r"#|[A-Z]+ ", line), line

@@ -544,7 +544,8 @@ def _complete_command(line: str) -> bool:
         return False
     return True
 PATH_KEYS = ("job.output_dir", "job.registry", "cluster.python", "model.cache_dir", "data.cache_dir",
-             "data.train_file", "data.validation_file", "data.test_file", "train.resume_from")
+             "data.train_file", "data.validation_file", "data.test_file", "train.resume_from", "k8s.mount_path",
+             "k8s.output_path", "k8s.model_cache_path", "k8s.data_cache_path")
 
 
 def _check_paths(cfg: Config) -> None:

@@ -182,11 +182,13 @@ class JobRoot:
             return "is a symlink (to " + os.readlink(self.path) + ")"
         if st.st_uid != os.getuid():
             return f"belongs to uid {st.st_uid}, not to you"
+        inside = [*self.path.iterdir()]
         for sub in self.OWN_FOLDERS:
             top = self.path / sub
-            for p in [top, *(top.iterdir() if top.is_dir() and not top.is_symlink() else [])]:
-                if p.is_symlink():
-                    return f"{p} is a symlink"
+            inside += [*(top.iterdir() if top.is_dir() and not top.is_symlink() else [])]
+        for p in inside:  # the root's entries (job folders among them) and what hpcqa writes into
+            if p.is_symlink():
+                return f"{p} is a symlink"
         return None
 
     def folder_pattern(self, submission: str) -> Path:
