@@ -271,7 +271,9 @@ def test_harmless_sbatch_extra_passes():
 
 SECRETS = ["hf_" + "a1B2c3D4" * 4, "ghp_" + "Z9y8X7w6" * 5, "github_pat_" + "11ABCDEFG0" * 3, "AKIAIOSFODNN7EXAMPLE",
            "xoxb-1234567890-abcdefghij", "glpat-" + "x" * 20, "-----BEGIN OPENSSH PRIVATE KEY-----",
-           "postgres://user:hunter2@db.example:5432/x", "sk-" + "A" * 40]
+           "postgres://user:hunter2@db.example:5432/x", "sk-" + "A" * 40, "sk_live_" + "b" * 24,
+           "AIza" + "S" * 35, "npm_" + "n" * 36, "pypi-" + "p" * 60, "eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.sig",
+           "Bearer " + "t" * 30, "https://hooks.slack.com/services/T0/B0/x", "https://x.example/a?token=abcdef12"]
 
 
 @pytest.mark.parametrize("secret", SECRETS)
@@ -313,6 +315,18 @@ def test_launch_env_may_not_set_what_hpcqa_manages(name):
     with pytest.raises(ConfigError) as e:
         config.load(ROOT / "configs/quickstart.toml", [f"launch.env={{{name} = \"/x\"}}"])
     assert e.value.key == f"launch.env.{name}" and "itself" in e.value.detail
+
+
+def test_a_credential_read_from_elsewhere_in_setup_passes():
+    lines = ["export HF_TOKEN=$(cat ~/.hf_token)", 'export WANDB_API_KEY="$MY_WANDB"']
+    cfg = config.load(ROOT / "configs/quickstart.toml", [f"cluster.setup={json.dumps(lines)}"])
+    assert list(cfg.cluster.setup) == lines
+
+
+@pytest.mark.parametrize("flag", ["--overcommit", "--oversubscribe", "--ntasks-per-gpu=1"])
+def test_oversubscription_and_gpu_tasks_are_refused(flag):
+    with pytest.raises(ConfigError):
+        config.load(ROOT / "configs/quickstart.toml", [f"cluster.sbatch_extra={json.dumps([flag])}"])
 
 
 def test_ordinary_names_pass():

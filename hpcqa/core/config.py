@@ -578,11 +578,13 @@ OWNED_SBATCH = {
     "open-mode": "hpcqa (logs are appended across requeues)", "chdir": "the directory you submit from",
     "time": "cluster.time_limit_min", "partition": "cluster.partition", "account": "cluster.account",
     "qos": "cluster.qos", "constraint": "cluster.constraint", "mem": "cluster.mem_gb", "exclusive": "cluster.exclusive",
-    "wrap": "hpcqa (it writes the job script)", "clusters": "nothing: hpcqa's status, logs and cancel ask the "
+    "wrap": "hpcqa (it writes the job script)",
+    "overcommit": "nothing: hpcqa never runs more threads than cores (cluster.exclusive, launch.ranks_per_socket)",
+    "oversubscribe": "nothing: hpcqa never runs more threads than cores (cluster.exclusive, launch.ranks_per_socket)", "clusters": "nothing: hpcqa's status, logs and cancel ask the "
     "cluster your Slurm commands default to (set SLURM_CLUSTERS, or submit from that cluster)",
     "cluster": "nothing: hpcqa's status, logs and cancel ask the cluster your Slurm commands default to",
 }
-GPU_SBATCH = re.compile(r"gpus?(-per-[a-z]+)?|cpus-per-gpu|mem-per-gpu|gpu-bind|gpu-freq")
+GPU_SBATCH = re.compile(r"gpus?(-per-[a-z]+)?|cpus-per-gpu|mem-per-gpu|ntasks-per-gpu|gpu-bind|gpu-freq")
 
 
 def _check_sbatch_flag(key: str, flag: str, src: str) -> None:

@@ -23,8 +23,17 @@ SECRET_SHAPES: tuple[tuple[str, re.Pattern], ...] = (
     ("a Slack token (xox...)", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
     ("a GitLab token (glpat-...)", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}")),
     ("an API key (sk-...)", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")),
+    ("an API key (sk_live_/rk_live_...)", re.compile(r"\b[sr]k_live_[A-Za-z0-9]{16,}")),
+    ("a Google API key (AIza...)", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
+    ("an npm token (npm_...)", re.compile(r"\bnpm_[A-Za-z0-9]{36}")),
+    ("a PyPI token (pypi-...)", re.compile(r"\bpypi-[A-Za-z0-9_-]{50,}")),
+    ("a JSON web token (eyJ...)", re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.")),
+    ("a bearer token", re.compile(r"\bBearer\s+[A-Za-z0-9._~+/-]{20,}")),
+    ("a Slack webhook", re.compile(r"hooks\.slack\.com/services/")),
     ("a private key block", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY")),
     ("a URL with a password (user:password@host)", re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")),
+    ("a credential given as a parameter (password=, token=, api_key= ...)",
+     re.compile(r"\b(password|passwd|secret|api_?key|access_token|auth_token|token)=[^\s&$'\"]{4,}", re.I)),
 )
 
 # Parts of a variable name (split on '_') that say it carries a credential; TOKENIZERS_PARALLELISM passes.
@@ -62,9 +71,11 @@ def credential_name(name: str) -> bool:
     return any(pair in _CREDENTIAL_PAIRS for pair in zip(parts, parts[1:]))
 
 
-ASSIGNMENT = re.compile(r"(?:^|[\s;&|(])(?:export\s+|declare\s+-x\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
+ASSIGNMENT = re.compile(r"(?:^|[\s;&|(])(?:export\s+|declare\s+-x\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\S?)(\S?)")
 
 
 def assigned_credentials(line: str) -> list[str]:
-    """Variables with credential names that a shell line assigns (`export HF_TOKEN=...`)."""
-    return [name for name in ASSIGNMENT.findall(line) if credential_name(name)]
+    """Variables with credential names that a shell line sets to a literal (`export HF_TOKEN=hf_...`). Taking it from
+    elsewhere (`HF_TOKEN=$(cat ~/.hf_token)`, `="$TOKEN_FROM_ENV"`) writes no secret: allowed."""
+    return [name for name, first, second in ASSIGNMENT.findall(line)
+            if credential_name(name) and first and first != "$" and (first, second) != ('"', "$")]

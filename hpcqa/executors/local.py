@@ -245,12 +245,12 @@ def local_state(job_id: str, jd: JobDir, pid_alive: Callable[[int], bool] | None
 
 
 def identity(pid: int) -> str | None:
-    """Which process holds `pid`: this boot's id and the process's start time (clock ticks since boot, field 22 of
-    /proc/PID/stat). A recycled pid has another start time; None when no process holds it."""
+    """Which process holds `pid`: this boot's id, the process's start time (clock ticks since boot, field 22 of
+    /proc/PID/stat) and its owner. A recycled pid has another start time; None when no process holds it."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        return f"{boot}:{fields[19]}"
+        return f"{boot}:{fields[19]}:{os.stat(f'/proc/{pid}').st_uid}"
     except (OSError, IndexError):
         return None
 
@@ -289,8 +289,8 @@ def cancel(controller_pid: int, expected: str, grace_s: float = 10.0) -> bool:
     Whatever is left after the grace period is killed. Every signal goes only to a process whose identity is the one
     recorded (the controller's at submit, the ranks' when listed): a recycled pid is never signalled.
     False if the job's controller is not running."""
-    if identity(controller_pid) != expected:
-        return False
+    if identity(controller_pid) != expected or not expected.endswith(f":{os.getuid()}"):
+        return False  # not the recorded process, or not this user's: root could signal anyone's
     procs = [*_descendants(controller_pid), (controller_pid, expected)]
     try:
         os.kill(controller_pid, signal.SIGINT)
