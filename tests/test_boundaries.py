@@ -142,35 +142,22 @@ def test_a_plan_file_is_checked_against_the_folder_the_script_names(tmp_path):
 
 # ---------------------------------------------------------------- modes, names, job roots
 
-def test_modes_do_not_follow_a_group_writable_umask(tmp_path):
-    cfg = quick(tmp_path, "job.name=modes")
-    request = SubmititSlurm(snapshot=True).dry_run(sweep.single(plan.build_plan(cfg, HOST)))
-    old = os.umask(0o002)
-    try:
-        with owner_umask(False):
-            common.write_files(request)
-            snapshot.write(request.code)
-    finally:
-        os.umask(old)
-    root = tmp_path / "modes"
-    for p in [root, *root.rglob("*")]:
-        mode = stat.S_IMODE(p.stat().st_mode)
-        assert not mode & 0o077, f"{p} has mode {mode:o}"
-
-
-def test_group_readable_gives_group_read_and_nothing_more(tmp_path):
-    cfg = quick(tmp_path, "job.name=grp", "job.group_readable=true")
+@pytest.mark.parametrize("group_readable", [False, True])
+def test_modes_do_not_follow_the_umask(tmp_path, group_readable):
+    """Written under umask 000: nothing is group- or other-writable; group_readable gives group read, no more."""
+    cfg = quick(tmp_path, "job.name=modes", f"job.group_readable={str(group_readable).lower()}")
     request = SubmititSlurm(snapshot=True).dry_run(sweep.single(plan.build_plan(cfg, HOST)))
     old = os.umask(0o000)
     try:
-        with owner_umask(True):
+        with owner_umask(group_readable):
             common.write_files(request)
             snapshot.write(request.code)
     finally:
         os.umask(old)
-    for p in [tmp_path / "grp", *(tmp_path / "grp").rglob("*")]:
+    allowed = 0o750 if group_readable else 0o700
+    for p in [tmp_path / "modes", *(tmp_path / "modes").rglob("*")]:
         mode = stat.S_IMODE(p.stat().st_mode)
-        assert not mode & 0o027 and mode & 0o040, f"{p} has mode {mode:o}"
+        assert not mode & ~allowed and (mode & 0o040 or not group_readable), f"{p} has mode {mode:o}"
 
 
 @pytest.mark.parametrize("name", [".", "..", ".hidden", "a/b", "x" * 65])

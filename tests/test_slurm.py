@@ -179,20 +179,9 @@ def test_usr2_checkpoints_requeues_and_resumes_where_it_stopped(slurm, tmp_path)
     step, save one checkpoint, the job is requeued and resumes from it; the waiting submit follows
     the job through REQUEUED/PENDING to its real end."""
     steps = 40
-    log = open(tmp_path / "submit.out", "w")
-    args = [sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
-            "--set", f"job.output_dir={json.dumps(str(tmp_path))}", "--set", "cluster.nodes=2",
-            "--set", f"train.max_steps={steps}", "--set", "train.save_steps=1000"]
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **slurm})
+    proc, log, folder = _submit_until_step(slurm, tmp_path, 8, "--set", "cluster.nodes=2",
+                                           "--set", f"train.max_steps={steps}", "--set", "train.save_steps=1000")
     try:
-        end, folder = time.time() + 180, None
-        while time.time() < end:
-            found = list((tmp_path / "quickstart").glob("*-*/progress.json"))
-            if found and (json.loads(found[0].read_text() or "{}").get("step") or 0) >= 8:
-                folder = found[0].parent
-                break
-            time.sleep(0.5)
-        assert folder is not None, (tmp_path / "submit.out").read_text()
         job_id = folder.name.split("-")[0]
         sig = subprocess.run(["scancel", "--signal=USR2", job_id], capture_output=True, text=True,
                              env={**os.environ, **slurm})
@@ -221,21 +210,10 @@ def test_a_checkpoint_damaged_after_its_mark_is_set_aside_and_the_previous_one_r
     completion mark, while the requeued job waits. The job verifies the files against the mark, sets that checkpoint
     aside, resumes from the one before and ends COMPLETED; status JOB says what was set aside."""
     steps, every = 40, 5
-    log = open(tmp_path / "submit.out", "w")
-    args = [sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
-            "--set", f"job.output_dir={json.dumps(str(tmp_path))}", "--set", f"train.max_steps={steps}",
-            "--set", f"train.save_steps={every}", "--set", "train.save_total_limit=3"]
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **slurm})
+    proc, log, folder = _submit_until_step(slurm, tmp_path, 12, "--set", f"train.max_steps={steps}",
+                                           "--set", f"train.save_steps={every}", "--set", "train.save_total_limit=3")
     env = {**os.environ, **slurm}
     try:
-        end, folder = time.time() + 180, None
-        while time.time() < end:
-            found = list((tmp_path / "quickstart").glob("*-*/progress.json"))
-            if found and (json.loads(found[0].read_text() or "{}").get("step") or 0) >= 12:
-                folder = found[0].parent
-                break
-            time.sleep(0.5)
-        assert folder is not None, (tmp_path / "submit.out").read_text()
         job_id = folder.name.split("-")[0]
         assert subprocess.run(["scancel", "--signal=USR2", job_id], env=env).returncode == 0
         end = time.time() + 120
@@ -265,6 +243,24 @@ def test_a_checkpoint_damaged_after_its_mark_is_set_aside_and_the_previous_one_r
     detail = run_cli("status", job_id, env=env)
     assert detail.returncode == 0 and f"{newest.name} set aside" in detail.stdout and "model.safetensors" in \
         detail.stdout, detail.stdout
+
+
+def _submit_until_step(slurm, tmp_path, step: int, *extra: str):
+    """A foreground `hpcqa submit` of the tiny job (its output in submit.out), once its rank 0 reports `step`:
+    -> (the submit process, its log file, the job folder)."""
+    log = open(tmp_path / "submit.out", "w")
+    args = [sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
+            "--set", f"job.output_dir={json.dumps(str(tmp_path))}", *extra]
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **slurm})
+    end = time.time() + 180
+    while time.time() < end:
+        found = list((tmp_path / "quickstart").glob("*-*/progress.json"))
+        if found and (json.loads(found[0].read_text() or "{}").get("step") or 0) >= step:
+            return proc, log, found[0].parent
+        time.sleep(0.5)
+    proc.kill()
+    log.close()
+    raise AssertionError((tmp_path / "submit.out").read_text())
 
 
 def _start_requeued_now(slurm, job_id: str, timeout: float = 120) -> None:
