@@ -2,11 +2,18 @@
 no traceback, nothing queued or started, and the registry untouched."""
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 
+from hpcqa.core import config
+from hpcqa.errors import ConfigError
 from hpcqa.record import registry
+from tests.conftest import ROOT
 
 OK_ROW = dict(id="7", name="n", executor="local", folder="/x", config={}, source="s", nodes=1, world_size=2)
 
@@ -172,3 +179,39 @@ def test_output_folder_not_writable(cli, tmp_path):
             env={"HPCQA_REGISTRY": str(tmp_path / "registry.sqlite")})
     assert_clean_error(r, "job.output_dir", "file-in-the-way")
     assert not (tmp_path / "registry.sqlite").exists()
+
+
+# ---------------------------------------------------------------- values that are not sane (issue 30)
+
+@pytest.mark.parametrize("override,key", [
+    ("train.learning_rate=nan", "train.learning_rate"), ("train.warmup_ratio=inf", "train.warmup_ratio"),
+    ("train.num_train_epochs=0", "train.num_train_epochs"), ("train.ddp_timeout_s=1000000000000000", "train.ddp_timeout_s"),
+    ("cluster.nodes=100000", "cluster.nodes"),
+])
+def test_values_that_are_not_sane_are_refused_naming_the_key(override, key):
+    with pytest.raises(ConfigError) as e:
+        config.load(ROOT / "configs/squad_spr.toml", [override])
+    assert e.value.key == key
+
+
+def test_sizes_are_bounded_before_anything_is_expanded(cli, tmp_path):
+    """64 sockets x 4096 cores on 100,000 nodes, and a 10^10-variant grid: one line each, at once, nothing written."""
+    t0 = time.time()
+    r = cli("validate", "configs/squad_spr.toml", "--set", "cluster.nodes=100000", "--set", "cluster.sockets_per_node=64",
+            "--set", "cluster.cores_per_socket=4096", "--set", f"job.output_dir={json.dumps(str(tmp_path))}")
+    assert r.returncode == 2 and "CPUs per node" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    sweep = tmp_path / "big.toml"
+    axis = json.dumps(list(range(100000)))
+    sweep.write_text((ROOT / "configs/quickstart.toml").read_text() +
+                     f'\n[sweep]\n"train.seed" = {axis}\n"train.max_steps" = {axis}\n')
+    r = cli("submit", str(sweep), "--dry-run", "--set", f"job.output_dir={json.dumps(str(tmp_path))}")
+    assert r.returncode == 2 and "10,000,000,000 variants" in r.stderr and "at most 10,000" in r.stderr, r.stderr
+    assert time.time() - t0 < 20 and [p.name for p in tmp_path.iterdir()] == ["big.toml"]
+
+
+def test_a_non_utf8_set_is_one_line_and_writes_nothing(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", "--set",
+                        os.fsencode("job.name=a") + b"\xff", "--set", f"job.output_dir={json.dumps(str(tmp_path))}"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and "UTF-8" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not list(tmp_path.iterdir())

@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import functools
 import json
+import math
 import re
 import shlex
 import sys
@@ -215,7 +216,7 @@ class TrainConfig:
                 "else gloo. ccl unavailable -> error before training.")
     seed: int = opt(42, "Random seed.", min=0)
     ddp_timeout_s: int = opt(1800, "Timeout of the rendezvous and of every collective: a rank that can't "
-                                   "reach MASTER_ADDR or a peer fails after this long.", min=10)
+                                   "reach MASTER_ADDR or a peer fails after this long.", min=10, max=7 * 86400)
     do_eval: bool = opt(True, "Evaluate (EM/F1) after training.")
     do_predict: bool = opt(False, "Predict the test split (data.test_file, or the hub dataset's \"test\") after "
                                   "training: answers, n-best lists and (v2) null odds in the job folder, named "
@@ -401,6 +402,8 @@ def _coerce(key: str, value: Any, tp: Any, source: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad
+        if not math.isfinite(value):
+            raise ConfigError(key, f"{value!r} is not a finite number", f"set {key} to a number", source)
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -428,6 +431,9 @@ def check_text(key: str, value: Any, source: str) -> None:
         raise ConfigError(key, f"looks like {secret}: config values are written to the plan, the registry, the dry "
                                "run and the job folder", "remove it; pass a secret by name from your environment "
                                "(launch.pass_env = [\"NAME\"]) or from a Kubernetes Secret (k8s.secret_env)", source)
+    if any("\ud800" <= ch <= "\udfff" for ch in value):
+        raise ConfigError(key, "the value is not valid UTF-8 text (bytes passed on as they were)",
+                          f"give {key} as UTF-8 text", source)
     bad = valuecheck.control_char(value)
     if bad:
         raise ConfigError(key, f"contains a control character ({bad}): a config value is one line of text",
@@ -529,6 +535,10 @@ def _check_cross(cfg: Config) -> None:
     if t.max_steps == 0:
         raise ConfigError("train.max_steps", "0 steps would train nothing",
                           "use -1 (epochs decide) or a positive number", src)
+    if t.max_steps < 0 and t.num_train_epochs <= 0:
+        raise ConfigError("train.num_train_epochs", f"{t.num_train_epochs} epochs would train nothing",
+                          "set a positive number of epochs, or train.max_steps", src)
+    _check_sizes(cfg)
 
 
 ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -546,6 +556,27 @@ def _complete_command(line: str) -> bool:
 PATH_KEYS = ("job.output_dir", "job.registry", "cluster.python", "model.cache_dir", "data.cache_dir",
              "data.train_file", "data.validation_file", "data.test_file", "train.resume_from", "k8s.mount_path",
              "k8s.output_path", "k8s.model_cache_path", "k8s.data_cache_path")
+
+
+MAX_CPUS_PER_NODE = 16384   # 16x the largest Xeon nodes made (8 sockets x 60 cores x 2 threads)
+MAX_WORLD_SIZE = 65536      # ranks in one job: every rank is planned, and listed in the dry run
+
+
+def _check_sizes(cfg: Config) -> None:
+    """Sizes bounded before anything is expanded (the plan lists every CPU of a node and every rank)."""
+    c, src = cfg.cluster, cfg.source
+    cpus = c.sockets_per_node * c.cores_per_socket * c.threads_per_core
+    if cpus > MAX_CPUS_PER_NODE:
+        raise ConfigError("cluster.cores_per_socket", f"{c.sockets_per_node} sockets x {c.cores_per_socket} cores x "
+                          f"{c.threads_per_core} threads = {cpus:,} CPUs per node; hpcqa plans at most "
+                          f"{MAX_CPUS_PER_NODE:,} (its plan lists every CPU)",
+                          "declare the node as lscpu shows it (hpcqa doctor compares)", src)
+    rps = cfg.launch.ranks_per_socket
+    per_node = cfg.domains_per_node * (1 if rps == "auto" else rps)  # "auto": at least one per domain
+    if c.nodes * per_node > MAX_WORLD_SIZE:
+        raise ConfigError("cluster.nodes", f"{c.nodes:,} nodes x {per_node:,} ranks each (at least); hpcqa plans at "
+                          f"most {MAX_WORLD_SIZE:,} ranks in one job (each is planned and listed)",
+                          "use fewer nodes, or fewer ranks per node (launch.ranks_per_socket)", src)
 
 
 def _check_paths(cfg: Config) -> None:

@@ -76,6 +76,11 @@ def has_sweep(raw: Mapping[str, Any]) -> bool:
     return isinstance(raw.get("sweep"), dict) and bool(set(raw["sweep"]) - {"parallelism"})
 
 
+# Every variant is validated, planned, written and registered at submit: 10,000 take about as many seconds as a user
+# waits for a dry run, and ten times Slurm's default MaxArraySize (1001).
+MAX_VARIANTS = 10_000
+
+
 def parse(raw: Mapping[str, Any], source: str = "") -> tuple[dict[str, list], list[dict[str, Any]], int]:
     """-> (grid axes, explicit variants, parallelism). Errors name sweep.<key>."""
     sw = raw.get("sweep")
@@ -99,6 +104,13 @@ def parse(raw: Mapping[str, Any], source: str = "") -> tuple[dict[str, list], li
     if not isinstance(explicit, list) or not all(isinstance(v, dict) for v in explicit):
         raise ConfigError("sweep.variants", "expected [[sweep.variants]] tables",
                           "write each variant as a [[sweep.variants]] table of config keys", source)
+    size = math.prod(len(v) for v in grid.values()) if grid else 0
+    if size + len(explicit) > MAX_VARIANTS:  # counted before anything is expanded
+        raise ConfigError("sweep", f"{size + len(explicit):,} variants (the grid's axes multiply: "
+                          f"{' x '.join(str(len(v)) for v in grid.values()) or '0'}, plus {len(explicit)} listed); "
+                          f"hpcqa submits at most {MAX_VARIANTS:,}",
+                          f"split the sweep into several configs of at most {MAX_VARIANTS:,} variants (each is "
+                          "validated, planned and registered, and every array task is a Slurm job)", source)
     return grid, [_flatten(v) for v in explicit], par
 
 
