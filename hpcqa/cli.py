@@ -7,6 +7,7 @@ them inside the ranks.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import re
@@ -178,6 +179,11 @@ def _add_job_verbs(sub) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        close = difflib.get_close_matches(argv[0], list(COMMANDS), n=1, cutoff=0.6)
+        print(f"hpcqa: no command {argv[0][:40]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+              + "\n  fix: hpcqa --help lists the commands", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
@@ -332,7 +338,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     hosts = _render_hosts(args, cfg, launcher)
     # a standalone script is for Slurm (or plain machines with --hosts), whatever executor the config names
     cfg = replace(cfg, cluster=replace(cfg.cluster, executor="slurm"))
-    lp = planmod.build_plan(cfg, hostprobe.probe_host(), launcher=launcher)
+    # the script runs where it is taken: its interpreter is cluster.python, else python3 (not this host's own path)
+    lp = planmod.build_plan(cfg, replace(hostprobe.probe_host(), python="python3"), launcher=launcher)
     how = f"run it on {hosts[0]}: bash {args.output}" if hosts else f"submit with: sbatch {args.output}"
     return _render_request(args, lp, "hosts" if hosts else "script", {"hosts": hosts, "python": args.python}, how)
 
@@ -365,15 +372,16 @@ def _render_request(args: argparse.Namespace, lp: Any, mode: str, options: dict,
         done = api.submit_request(ex, request, say=_say, warn=_warn)
         print(done.ids[0])
         return 0
-    return _write_rendered(args, request.scripts[0], request.summary, how)
+    return _write_rendered(args, request.scripts[0], request.summary, how, executable=not isinstance(ex, RenderOnly))
 
 
-def _write_rendered(args: argparse.Namespace, text: str, what: str, how: str) -> int:
+def _write_rendered(args: argparse.Namespace, text: str, what: str, how: str, executable: bool = True) -> int:
+    """A script is written executable (0755: it is run); YAML and a Dockerfile are read, not run (0644)."""
     if not args.output:
         sys.stdout.write(text)
         return 0
     from hpcqa.fsutil import atomic_write_text
-    atomic_write_text(args.output, text, mode=0o755)
+    atomic_write_text(args.output, text, mode=0o755 if executable else 0o644)
     print(f"wrote {args.output} ({what}); {how}", file=sys.stderr)
     return 0
 

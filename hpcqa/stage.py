@@ -78,7 +78,7 @@ def stage_model(cfg: Config, croot: Caches, offline: bool) -> dict[str, Any]:
     name = cfg.model.name_or_path
     path, kwargs = resolve(cfg.model, croot)
     if "local_files_only" not in kwargs:  # a built-in or a directory: recorded as it is
-        return {"kind": "built-in" if name.startswith("builtin:") else "directory", "name": name, "path": path,
+        return {"kind": "built-in" if name.startswith("builtin:") else "directory", "name": name, "path": str(path),
                 "files": describe_files(_tree(Path(path)))}
     from huggingface_hub import snapshot_download
     try:

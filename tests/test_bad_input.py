@@ -215,3 +215,40 @@ def test_a_non_utf8_set_is_one_line_and_writes_nothing(tmp_path):
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2 and "UTF-8" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not list(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------- rough edges a new user meets (issue 30)
+
+def test_a_misspelt_command_gets_did_you_mean(cli):
+    r = cli("sumbit", "configs/quickstart.toml")
+    assert r.returncode == 2 and "did you mean 'submit'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_kubernetes_as_an_executor_points_to_render(cli):
+    r = cli("validate", "configs/quickstart.toml", "--set", "cluster.executor=kubernetes")
+    assert r.returncode == 2 and "render CONFIG --target pytorchjob" in r.stderr
+
+
+def test_a_toml_syntax_error_shows_the_line(cli, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train]\nlearning_rate = 3e-5\nname = hello world\n")
+    r = cli("validate", str(bad))
+    assert r.returncode == 2 and "'name = hello world'" in r.stderr and "line 3" in r.stderr, r.stderr
+
+
+def test_render_writes_python3_unless_told_and_yaml_is_not_executable(cli, tmp_path):
+    r = cli("render", "configs/squad_spr.toml")
+    assert r.returncode == 0 and " python3 -m hpcqa.rank --plan" in r.stdout and sys.executable not in r.stdout
+    out = tmp_path / "job.yaml"
+    r = cli("render", "configs/squad_spr.toml", "--target", "pytorchjob", "-o", str(out))
+    assert r.returncode == 0 and not out.stat().st_mode & 0o111, r.stderr
+    script = tmp_path / "job.sbatch"
+    assert cli("render", "configs/squad_spr.toml", "-o", str(script)).returncode == 0
+    assert script.stat().st_mode & 0o100
+
+
+def test_stage_of_a_built_in_model_does_not_crash(cli, tmp_path):
+    r = cli("stage", "configs/quickstart.toml", "--set", "model.name_or_path=builtin:tiny-bert",
+            "--set", "data.synthetic_train_examples=40", "--set", "data.synthetic_eval_examples=10",
+            env={"HPCQA_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0 and "manifest" in r.stdout + r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -363,6 +363,11 @@ def _type_name(tp: Any) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
 
 
+K8S_HINT = ("Kubernetes is a render target, not an executor: hpcqa render CONFIG --target pytorchjob (and --target "
+            "dockerfile for the image), then kubectl apply")
+CHOICE_HINTS = {("cluster.executor", v): K8S_HINT for v in ("kubernetes", "k8s", "pytorchjob", "kubeflow")}
+
+
 def _coerce(key: str, value: Any, tp: Any, source: str) -> Any:
     """Check value against tp and return it normalised; raise ConfigError naming key."""
     origin = typing.get_origin(tp)
@@ -371,9 +376,9 @@ def _coerce(key: str, value: Any, tp: Any, source: str) -> Any:
     if origin is Literal:
         choices = typing.get_args(tp)
         if value not in choices or isinstance(value, bool):
+            hint = CHOICE_HINTS.get((key, str(value).lower()), f"set {key} to one of {', '.join(map(repr, choices))}")
             raise ConfigError(key, f"{value!r} is not one of {', '.join(map(repr, choices))}"
-                              + (_near(value, list(choices)) if isinstance(value, str) else ""),
-                              f"set {key} to one of {', '.join(map(repr, choices))}", source)
+                              + (_near(value, list(choices)) if isinstance(value, str) else ""), hint, source)
         return value
     if origin in (typing.Union, types.UnionType):
         for arm in typing.get_args(tp):
@@ -761,8 +766,12 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError("", f"TOML syntax error: {e}",
-                          "fix the line shown (strings need quotes, tables [section])", str(p)) from None
+        m = re.search(r"line (\d+)", str(e))
+        shown = ""
+        if m and 0 < int(m.group(1)) <= len(text.splitlines()):
+            shown = f": {text.splitlines()[int(m.group(1)) - 1].strip()[:60]!r}"
+        raise ConfigError("", f"TOML syntax error: {e}{shown}",
+                          "fix that line (strings need quotes, tables [section])", str(p)) from None
 
 
 def load(path: str | Path, overrides: list[str] | None = None) -> Config:

@@ -100,7 +100,7 @@ def provenance(package: Path = PACKAGE) -> dict[str, Any]:
             dirty = run("status", "--porcelain", "--", "hpcqa")
             out.update(commit=head.stdout.strip(), dirty=bool(dirty.stdout.strip()))
     out["describe"] = (f"git {out['commit'][:12]}" + (" + uncommitted changes" if out.get("dirty") else "")
-                       if out.get("commit") else "not a git checkout")
+                       if out.get("commit") else "not a git checkout" if git else "git not installed: commit unknown")
     return out
 
 
