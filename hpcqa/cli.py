@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "(default: a copy made at submit, kept with the job)")
     p.add_argument("--check", action="store_true", help="Slurm: ask sbatch --test-only whether it would accept the exact "
                                                         "request (partition, account, QOS, time, nodes); queue nothing")
+    p.add_argument("--registry", help="registry file for this job (default: job.registry, else $HPCQA_REGISTRY or "
+                                      "logs/registry.sqlite); the same as --set job.registry=PATH")
 
     p = sub.add_parser("render", help="write a standalone sbatch script (srun or mpirun), a Kubernetes PyTorchJob "
                                       "or its Dockerfile")
@@ -170,7 +172,7 @@ def _add_job_verbs(sub) -> None:
     p.add_argument("action", choices=["check", "recover"], help="check: integrity; recover: rebuild a damaged registry from the job folders")
     p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
 
-    p = sub.add_parser("validate", help="check configs; exit 2 on the first bad one")
+    p = sub.add_parser("validate", help="check configs, each of them; exit 2 if any is bad")
     p.add_argument("configs", nargs="+", help="config files (a sweep file: every variant)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set train.max_steps=20 (repeatable)")
@@ -224,7 +226,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.json and not args.dry_run:
         raise UsageError("--json prints the dry run's plan; a real submit prints the job id",
                          "add --dry-run (or drop --json)")
-    sp = api.submission(args.config, args.overrides)
+    overrides = args.overrides + ([f"job.registry={json.dumps(args.registry)}"] if args.registry else [])
+    sp = api.submission(args.config, overrides)
     ex, request = api.dry_run(sp, snapshot=not args.no_snapshot)
     if args.check:
         ok, answer = ex.check(request)
@@ -280,8 +283,9 @@ def _print_sweep(ex: Any, request: Any) -> None:
     known = sp.max_array_size_known
     assumed = known.startswith("assumed")
     limit = f"MaxArraySize {sp.max_array_size}" + (" assumed: Slurm could not be asked" if assumed else "")
-    t = Table(title=f"sweep: {len(sp.variants)} variants, {len(sp.arrays)} array(s) "
-                    f"({limit}; parallelism {sp.parallelism or 'unlimited'}) -- dry run, nothing submitted")
+    shape = "one after another, on this machine" if ex.runs_here else \
+        f"{len(sp.arrays)} array(s) ({limit}; parallelism {sp.parallelism or 'unlimited'})"
+    t = Table(title=f"sweep: {len(sp.variants)} variants, {shape} -- dry run, nothing submitted")
     t.add_column("#", no_wrap=True)
     for key in keys:  # the whole key, wrapped at its dots and underscores rather than cut
         t.add_column(key.replace(".", ".\n"), overflow="fold")
@@ -680,21 +684,30 @@ def cmd_hosts(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from hpcqa.core import config, plan, sweep
     found = hostprobe.extensions()  # asked once, for every config
-    for path in args.configs:
-        raw = config.load_raw(path, args.overrides)
-        host = plan.HostProbe(has_sbatch=True)
-        if sweep.has_sweep(raw):
-            # every variant of a [sweep] is validated as submit would, swept keys included
-            sp = sweep.build(raw, str(path), host, lambda p: (sweep.DEFAULT_MAX_ARRAY_SIZE, "assumed: validate asks no scheduler"))
-            lp, what = sp.plans[0], f"{len(sp.variants)} variants, the first: "
-        else:
-            lp, what = plan.build_plan(config.validate(raw, path, args.overrides), host), ""
+    bad = 0
+    for path in args.configs:  # every file is checked: one line each, exit 2 if any is bad
+        try:
+            raw = config.load_raw(path, args.overrides)
+            host = plan.HostProbe(has_sbatch=True)
+            if sweep.has_sweep(raw):
+                # every variant of a [sweep] is validated as submit would, swept keys included
+                sp = sweep.build(raw, str(path), host,
+                                 lambda p: (sweep.DEFAULT_MAX_ARRAY_SIZE, "assumed: validate asks no scheduler"))
+                lp, what = sp.plans[0], f"{len(sp.variants)} variants, the first: "
+            else:
+                lp, what = plan.build_plan(config.validate(raw, path, args.overrides), host), ""
+        except HpcqaError as e:
+            print(e.render(), file=sys.stderr)
+            bad += 1
+            continue
         cores = len(lp.local_ranks[0].compute)
         print(f"ok  {path}: {what}{_n(lp.world_size, 'rank')} ({lp.nodes} x {lp.ranks_per_node}), "
               f"{_n(cores, 'compute core')} per rank")
         for w in plan.extension_warnings(lp.config, found):
             _warn(w)
-    return 0
+    if bad and len(args.configs) > 1:
+        print(f"{bad} of {len(args.configs)} configs are not valid", file=sys.stderr)
+    return 2 if bad else 0
 
 
 def _n(count: int, noun: str) -> str:

@@ -252,3 +252,29 @@ def test_stage_of_a_built_in_model_does_not_crash(cli, tmp_path):
             "--set", "data.synthetic_train_examples=40", "--set", "data.synthetic_eval_examples=10",
             env={"HPCQA_CACHE": str(tmp_path / "cache")})
     assert r.returncode == 0 and "manifest" in r.stdout + r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_submit_check_with_no_controller_says_so_not_that_the_request_is_bad(tmp_path):
+    """`scontrol ping` as Slurm answers with its controller down (a fake runner: a unit test of the verdict)."""
+    from hpcqa.errors import SchedulerUnreachable
+    from hpcqa.executors.slurm import test_only
+    from hpcqa.executors.slurmcli import Slurm
+
+    def runner(argv):
+        out = "Slurmctld(primary) at c1 is DOWN\n" if "ping" in argv else ""
+        return subprocess.CompletedProcess(argv, 1, out, "")
+    with pytest.raises(SchedulerUnreachable) as e:
+        test_only(Slurm(runner), "#!/bin/bash\n")
+    assert "not answering" in e.value.message and "hpcqa doctor" in e.value.hint
+
+
+def test_validate_checks_every_file(cli, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train]\nlearning_rate = \n")
+    r = cli("validate", str(bad), "configs/quickstart.toml")
+    assert r.returncode == 2 and "ok  configs/quickstart.toml" in r.stdout and "bad.toml" in r.stderr
+
+
+def test_submit_takes_a_registry(cli, tmp_path):
+    r = cli("submit", "configs/quickstart.toml", "--dry-run", "--json", "--registry", str(tmp_path / "r.sqlite"))
+    assert r.returncode == 0 and json.loads(r.stdout)["config"]["job"]["registry"] == str(tmp_path / "r.sqlite")

@@ -131,7 +131,9 @@ class SubmititSlurm:
 
 
 def test_only(slurm: Slurm, text: str) -> tuple[bool, str]:
-    """sbatch --test-only of a batch script's text. -> (accepted, Slurm's answer)."""
+    """sbatch --test-only of a batch script's text. -> (accepted, Slurm's answer). A controller that does not answer
+    is its own one line (SubmitError naming doctor), not a refusal of the request."""
+    slurm.require_controller()
     with tempfile.NamedTemporaryFile("w", suffix=".sbatch", prefix="hpcqa-check-") as f:
         f.write(text)
         f.flush()

@@ -335,7 +335,7 @@ class Slurm:
         ok, text = self.ping()
         if not ok:
             raise SchedulerUnreachable(f"Slurm's controller is not answering ({text or 'scontrol ping failed'}): "
-                                       "nothing was submitted", "try again when it is back (scontrol ping); "
+                                       "nothing was submitted", "try again when it is back (scontrol ping; hpcqa doctor says more); "
                                        "`hpcqa status` keeps reading accounting and the jobs' files meanwhile")
 
     def version(self) -> tuple[bool, str]:
