@@ -735,6 +735,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                     unreachable_since = time.strftime("%H:%M:%S")
                 _watch_header(unreachable_since)
             _print_status(views, source, reg.path, args.jobs, wide=args.wide)
+        if reg.damaged:
+            _warn(f"{len(reg.damaged)} damaged row(s) in {reg.path} skipped (hpcqa registry check names them; "
+                  "hpcqa registry recover keeps the rest)")
         if not args.watch or all(states.is_final(v.state) for v in views):
             return 0
         time.sleep(WATCH_S)
@@ -837,13 +840,16 @@ def cmd_registry(args: argparse.Namespace) -> int:
     if args.action == "recover":
         path = registry.resolve_path(args.registry)
         try:
-            registry.Registry(path, create=False)
-            print(f"{path}: readable, nothing to recover")
-            return 0
-        except HpcqaError:
-            pass
-        new, aside, n = registry.recover(path)
-        print(f"{new}: fresh registry with {n} job(s) read back; the damaged file is kept as {aside}")
+            jobs, verdict = registry.Registry(path, create=False).check()
+            if verdict in ("ok", "no registry yet"):
+                print(f"{path}: readable, {jobs} job(s), nothing to recover")
+                return 0
+        except HpcqaError as e:
+            if "is not an hpcqa job registry" in e.message:
+                raise
+        new, aside, n, bad = registry.recover(path)
+        print(f"{new}: fresh registry with {n} job(s) read back" + (f", {bad} damaged row(s) left out" if bad else "")
+              + f"; the damaged file is kept as {aside}")
         return 0
     reg = registry.Registry(args.registry, create=False)
     jobs, verdict = reg.check()

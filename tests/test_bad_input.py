@@ -85,8 +85,8 @@ def test_recover_reads_back_what_it_can(tmp_path):
     reg = registry.Registry(path)
     reg.add_many([{**OK_ROW, "id": str(i)} for i in range(5)])
     reg.db.close()
-    new, aside, n = registry.recover(path)
-    assert n == 5 and aside.exists() and len(registry.Registry(new).jobs()) == 5
+    new, aside, n, bad = registry.recover(path)
+    assert n == 5 and bad == 0 and aside.exists() and len(registry.Registry(new).jobs()) == 5
     assert sqlite3.connect(aside).execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 5
 
 
@@ -278,3 +278,84 @@ def test_validate_checks_every_file(cli, tmp_path):
 def test_submit_takes_a_registry(cli, tmp_path):
     r = cli("submit", "configs/quickstart.toml", "--dry-run", "--json", "--registry", str(tmp_path / "r.sqlite"))
     assert r.returncode == 0 and json.loads(r.stdout)["config"]["job"]["registry"] == str(tmp_path / "r.sqlite")
+
+
+# ---------------------------------------------------------------- a registry that is not what it should be (issue 30)
+
+def _registry_with(tmp_path, n=36):
+    """n jobs with a real config each, each submitted on its own (as they are: one transaction per submit)."""
+    path = tmp_path / "registry.sqlite"
+    reg = registry.Registry(path)
+    cfg = config.load(ROOT / "configs/quickstart.toml").to_dict()
+    for i in range(n):
+        reg.add_many([{**OK_ROW, "id": str(i), "folder": f"/jobs/{i}", "config": cfg}])
+    reg.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    reg.db.close()
+    return path
+
+
+def test_damaged_rows_are_found_skipped_with_one_line_and_left_out_by_recover(cli, tmp_path):
+    path = _registry_with(tmp_path, 4)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE jobs SET config = '{not json' WHERE id = '1'")
+    db.execute("UPDATE jobs SET nodes = 'many' WHERE id = '2'")
+    db.commit()
+    db.close()
+    env = {"HPCQA_REGISTRY": str(path)}
+    r = cli("registry", "check", env=env)
+    assert r.returncode == 2 and "2 damaged row(s)" in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
+    r = cli("status", "--all", env=env)
+    assert r.returncode == 0 and "2 damaged row(s)" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = cli("registry", "recover", env=env)
+    assert r.returncode == 0 and "2 job(s) read back, 2 damaged row(s) left out" in r.stdout, r.stdout + r.stderr
+    assert cli("registry", "check", env=env).returncode == 0
+
+
+def test_recover_salvages_the_rows_before_a_truncation(tmp_path):
+    path = _registry_with(tmp_path, 36)
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+    with pytest.raises(Exception):  # SQLite itself reads nothing of it
+        sqlite3.connect(path).execute("SELECT COUNT(*) FROM jobs").fetchone()
+    new, aside, n, bad = registry.recover(path)
+    assert n >= 12 and bad == 0 and len(registry.Registry(new).jobs()) == n, n
+
+
+def test_another_programs_database_is_refused_and_left_untouched(cli, tmp_path):
+    other = tmp_path / "app.sqlite"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE users (name TEXT)")
+    db.commit()
+    db.close()
+    before = other.read_bytes()
+    for args in (["status"], ["registry", "check"],
+                 ["submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(tmp_path / 'o'))}"]):
+        r = cli(*args, env={"HPCQA_REGISTRY": str(other)})
+        assert r.returncode == 2 and "not an hpcqa job registry" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert other.read_bytes() == before and not (tmp_path / "app.sqlite-wal").exists()
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_reused_job_id_never_replaces_the_older_job(tmp_path):
+    reg = registry.Registry(tmp_path / "r.sqlite")
+    reg.add_many([{**OK_ROW, "id": "7", "folder": "/old/7-aaa"}])
+    reg.update_states([("7", "COMPLETED", True, "0:0", "1:00", "/old/7-aaa")])
+    reg.add_many([{**OK_ROW, "id": "7", "folder": "/new/7-bbb"}])  # a reset controller gave out 7 again
+    rows = reg.jobs(["7"])
+    assert sorted(r.folder for r in rows) == ["/new/7-bbb", "/old/7-aaa"]
+    assert {r.folder: r.state for r in rows}["/old/7-aaa"] == "COMPLETED"
+
+
+def test_a_registry_from_before_is_migrated_keeping_its_rows(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(registry.SCHEMA.replace("id            TEXT NOT NULL,", "id TEXT PRIMARY KEY,")
+                     .replace(",\n    UNIQUE (id, folder)", ""))
+    db.execute("INSERT INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, world_size) "
+               "VALUES ('3', 'q', 'local', '/f/3', '{}', 'x.toml', 1.0, 1, 2)")
+    db.commit()
+    db.close()
+    reg = registry.Registry(path)
+    assert [r.id for r in reg.jobs()] == ["3"]
+    reg.add_many([{**OK_ROW, "id": "3", "folder": "/g/3"}])
+    assert len(reg.jobs(["3"])) == 2

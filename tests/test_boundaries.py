@@ -343,3 +343,18 @@ def test_a_real_local_job_under_a_group_writable_umask_writes_nothing_others_can
     for p in [tmp_path / "out" / "quickstart", *found]:
         mode = stat.S_IMODE(p.stat().st_mode)
         assert not mode & ~allowed, f"{p} has mode {mode:o}"
+
+
+def test_an_exited_controller_not_yet_reaped_is_not_running(tmp_path):
+    """A zombie (exited; its parent -- here the API's own process -- has not waited for it) keeps its pid and start
+    time but runs nothing: the job is not RUNNING (seen: the API example waited forever)."""
+    child = subprocess.Popen(["true"])
+    try:
+        end = time.time() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z" and time.time() < end:
+            time.sleep(0.05)
+        jd = JobDir(tmp_path)
+        jd.controller_record.write_text(json.dumps({"pid": child.pid, "identity": "recorded-at-submit"}))
+        assert local.identity(child.pid) is None and not local.controller_alive(child.pid, jd)
+    finally:
+        child.wait()

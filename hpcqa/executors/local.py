@@ -250,6 +250,8 @@ def identity(pid: int) -> str | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        if fields[0] in ("Z", "X"):  # exited, not yet reaped by its parent: no process runs there any more
+            return None
         return f"{boot}:{fields[19]}:{os.stat(f'/proc/{pid}').st_uid}"
     except (OSError, IndexError):
         return None

@@ -16,13 +16,17 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from hpcqa.errors import RegistryError
+from hpcqa.record import sqlitescan
 import socket
 import shutil
 
 DEFAULT_PATH = os.path.join("logs", "registry.sqlite")
+APPLICATION_ID = 0x68717267  # "hqrg" in the SQLite header (PRAGMA application_id): this file is an hpcqa registry
+# A job is (id, folder): ids repeat (a reset controller starts again at 1, several clusters share a filesystem), the
+# folder -- which carries the submission's own token -- does not. A reused id adds a row; it never replaces one.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
-    id            TEXT PRIMARY KEY,     -- Slurm job id (array: "<array id>_<task>") or local controller pid
+    id            TEXT NOT NULL,        -- Slurm job id (array: "<array id>_<task>") or local controller pid
     name          TEXT NOT NULL,
     executor      TEXT NOT NULL,        -- slurm | local
     folder        TEXT NOT NULL,
@@ -39,8 +43,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     final         INTEGER NOT NULL DEFAULT 0,
     exit_code     TEXT,
     elapsed       TEXT,
-    updated_at    REAL
+    updated_at    REAL,
+    UNIQUE (id, folder)
 );
+CREATE INDEX IF NOT EXISTS jobs_id ON jobs(id);
 CREATE INDEX IF NOT EXISTS jobs_final ON jobs(final);
 CREATE INDEX IF NOT EXISTS jobs_sweep ON jobs(sweep_id);
 """
@@ -87,6 +93,7 @@ class Registry:
             raise RegistryError(f"job registry {self.path} is a directory",
                                 "point job.registry / $HPCQA_REGISTRY at a file, or move the directory away")
         self.exists = self.path.exists()
+        self.damaged: list[str] = []  # rows jobs() could not read: "rowid N (id X): why"
         if self.exists and self.path.stat().st_size == 0:
             raise _damaged(self.path, "the file is empty (0 bytes): truncated, or not made by hpcqa")
         if not self.exists and not create:
@@ -97,8 +104,9 @@ class Registry:
                 _create(self.path, 0o640 if group_readable else 0o600)
             self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
             self.db.execute("PRAGMA busy_timeout = 30000")
+            _own_or_refuse(self.db, self.path)  # before anything is written to it
             self.db.execute("PRAGMA journal_mode = WAL")
-            self.db.executescript(SCHEMA)
+            _migrate(self.db)
             self.db.execute("SELECT id, name, executor, folder, state FROM jobs LIMIT 1").fetchall()
         except sqlite3.DatabaseError as e:
             raise _damaged(self.path, f"not a readable job registry ({e})") from None
@@ -108,11 +116,15 @@ class Registry:
         self.exists = True
 
     def check(self) -> tuple[int, str]:
-        """(jobs, SQLite's integrity verdict)"""
+        """(jobs, verdict): SQLite's integrity check, then every row read as status reads it."""
         if self.db is None:
             return 0, "no registry yet"
         verdict = self.db.execute("PRAGMA integrity_check").fetchone()[0]
-        return self.db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0], verdict
+        rows = self.jobs()
+        if verdict == "ok" and self.damaged:
+            verdict = f"{len(self.damaged)} damaged row(s): " + "; ".join(self.damaged[:3]) + \
+                ("; ..." if len(self.damaged) > 3 else "")
+        return len(rows), verdict
 
     def add(self, *, id: str, name: str, executor: str, folder: str, config: dict, source: str,
             nodes: int, world_size: int, array_size: int = 0, sweep_id: str | None = None,
@@ -128,20 +140,25 @@ class Registry:
                  json.dumps(r["variant"]) if r.get("variant") is not None else None) for r in rows]
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
+            # the same job (id and folder) registered again replaces its row; a reused id adds one
             self.db.executemany(
                 "INSERT OR REPLACE INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, "
                 "world_size, array_size, sweep_id, task_index, variant) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", data)
 
-    def update_states(self, updates: Iterable[tuple[str, str, bool, str | None, str | None]]) -> None:
-        """(id, state, final, exit_code, elapsed)"""
+    def update_states(self, updates: Iterable[tuple]) -> None:
+        """(id, state, final, exit_code, elapsed[, folder]): with the folder, only that job's row (ids repeat)."""
         now = time.time()
-        rows = [(state, int(final), code, elapsed, now, jid) for jid, state, final, code, elapsed in updates]
-        if not rows:
+        by_id, by_job = [], []
+        for u in updates:
+            jid, state, final, code, elapsed = u[:5]
+            (by_job if len(u) > 5 else by_id).append((state, int(final), code, elapsed, now, jid, *u[5:6]))
+        if not by_id and not by_job:
             return
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
-            self.db.executemany("UPDATE jobs SET state=?, final=?, exit_code=?, elapsed=?, updated_at=? WHERE id=?",
-                                rows)
+            set_ = "UPDATE jobs SET state=?, final=?, exit_code=?, elapsed=?, updated_at=? WHERE id=?"
+            self.db.executemany(set_, by_id)
+            self.db.executemany(set_ + " AND folder=?", by_job)
 
     def jobs(self, ids: Iterable[str] = (), limit: int | None = None, sweep_id: str | None = None) -> list[JobRow]:
         if self.db is None:
@@ -161,18 +178,73 @@ class Registry:
         q += " ORDER BY submitted_at DESC, task_index ASC"
         if limit:
             q += f" LIMIT {int(limit)}"
-        cur = self.db.execute(q, args)
+        cur = self.db.execute(q.replace("SELECT *", "SELECT rowid AS _rowid, *", 1), args)
         cols = [c[0] for c in cur.description]
-        return [self._row(dict(zip(cols, r))) for r in cur.fetchall()]
+        out, self.damaged = [], []
+        for r in cur.fetchall():
+            d = dict(zip(cols, r))
+            try:
+                out.append(self._row(d))
+            except (TypeError, ValueError, KeyError) as e:  # a row written by hand, a bad disk, another tool
+                self.damaged.append(f"rowid {d.get('_rowid')} (id {str(d.get('id'))[:20]!r}): {str(e)[:60]}")
+        return out
 
     @staticmethod
     def _row(d: dict) -> JobRow:
+        """A row as status uses it, checked: anything else raises ValueError (the row is reported damaged)."""
+        config, variant = json.loads(d["config"]), json.loads(d["variant"]) if d["variant"] else None
+        texts = ("id", "name", "executor", "folder", "source", "state")
+        if not all(isinstance(d[k], str) and d[k] for k in texts) or not isinstance(config, dict) \
+                or not all(isinstance(d[k], int) for k in ("nodes", "world_size")) \
+                or not isinstance(d["submitted_at"], (int, float)) or not (variant is None or isinstance(variant, dict)):
+            raise ValueError("a field of the wrong type or empty")
         return JobRow(id=d["id"], name=d["name"], executor=d["executor"], folder=d["folder"],
-                      config=json.loads(d["config"]), source=d["source"], submitted_at=d["submitted_at"],
-                      nodes=d["nodes"], world_size=d["world_size"], array_size=d["array_size"],
-                      sweep_id=d["sweep_id"], task_index=d["task_index"],
-                      variant=json.loads(d["variant"]) if d["variant"] else None, state=d["state"],
+                      config=config, source=d["source"], submitted_at=d["submitted_at"],
+                      nodes=d["nodes"], world_size=d["world_size"], array_size=d["array_size"] or 0,
+                      sweep_id=d["sweep_id"], task_index=d["task_index"], variant=variant, state=d["state"],
                       final=bool(d["final"]), exit_code=d["exit_code"], elapsed=d["elapsed"])
+
+
+COLUMNS = ("id", "name", "executor", "folder", "config", "source", "submitted_at", "nodes", "world_size", "array_size",
+           "sweep_id", "task_index", "variant", "state", "final", "exit_code", "elapsed", "updated_at")
+
+
+def _own_or_refuse(db: sqlite3.Connection, path: Path) -> None:
+    """An hpcqa registry (its application id), or one made before registries carried it (a `jobs` table of these
+    columns and nothing else). Anything else -- another program's database -- is refused before anything is written."""
+    app = db.execute("PRAGMA application_id").fetchone()[0]
+    if app == APPLICATION_ID:
+        return
+    tables = sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                             "AND name NOT LIKE 'sqlite_%'"))
+    cols = [r[1] for r in db.execute("PRAGMA table_info(jobs)")] if tables == ["jobs"] else []
+    if app != 0 or tables != ["jobs"] or tuple(cols) != COLUMNS:
+        what = f"application id {app:#x}" if app else ("tables " + ", ".join(tables[:5]) if tables else "no tables")
+        raise RegistryError(f"{path} is not an hpcqa job registry ({what}); nothing was written to it",
+                            "point job.registry / $HPCQA_REGISTRY at a registry hpcqa made, or at a new path")
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """A registry from before ids could repeat (id PRIMARY KEY) gets the (id, folder) key; every one gets its
+    application id. One transaction: a concurrent hpcqa waits for it."""
+    if db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID:
+        return
+    with db:
+        db.execute("BEGIN IMMEDIATE")
+        if db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID:
+            return
+        keyed_by_id = any(r[1] == "id" and r[5] for r in db.execute("PRAGMA table_info(jobs)"))
+        if keyed_by_id:
+            db.execute("ALTER TABLE jobs RENAME TO jobs_v1")
+            for stmt in SCHEMA.split(";"):
+                if stmt.strip():
+                    db.execute(stmt)
+            db.execute(f"INSERT INTO jobs ({','.join(COLUMNS)}) SELECT {','.join(COLUMNS)} FROM jobs_v1")
+            db.execute("DROP TABLE jobs_v1")  # and its indexes, which kept their names: made again for the new table
+            for stmt in SCHEMA.split(";"):
+                if stmt.strip():
+                    db.execute(stmt)
+        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
 
 def _create(path: Path, mode: int = 0o600) -> None:
@@ -182,6 +254,8 @@ def _create(path: Path, mode: int = 0o600) -> None:
     tmp = path.with_name(f".{path.name}.new-{socket.gethostname()}-{os.getpid()}")
     db = sqlite3.connect(str(tmp))
     db.executescript(SCHEMA)
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.commit()
     db.close()
     os.chmod(tmp, mode)  # SQLite gives its -wal and -shm files the database's mode
     try:
@@ -192,40 +266,57 @@ def _create(path: Path, mode: int = 0o600) -> None:
         tmp.unlink()
 
 
-def recover(path: str | Path | None = None) -> tuple[Path, Path, int]:
-    """Move a damaged registry aside (kept, never deleted) and copy every job row that can still be
-    read into a fresh one. -> (new registry, damaged copy, rows saved)"""
+def recover(path: str | Path | None = None) -> tuple[Path, Path, int, int]:
+    """Move a damaged registry aside (kept, never deleted) and copy every job row that can still be read, and reads
+    as a job, into a fresh one. -> (new registry, damaged copy, rows saved, rows left behind as damaged)"""
     src = resolve_path(str(path) if path else None)
     aside = src.with_name(f"{src.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
     shutil.move(str(src), str(aside))
     for suffix in ("-wal", "-shm"):
         if Path(f"{src}{suffix}").exists():
             shutil.move(f"{src}{suffix}", f"{aside}{suffix}")
-    rows = _salvage(aside)
+    rows, bad = [], 0
+    for r in _salvage(aside):
+        try:
+            Registry._row(r)
+            rows.append({k: r[k] for k in COLUMNS if k in r})
+        except (TypeError, ValueError, KeyError):
+            bad += 1
     fresh = Registry(src)
     if rows:
         with fresh.db:
             fresh.db.execute("BEGIN IMMEDIATE")
-            cols = list(rows[0])
-            fresh.db.executemany(f"INSERT OR REPLACE INTO jobs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
-                                 [tuple(r[c] for c in cols) for r in rows])
-    return src, aside, len(rows)
+            for r in rows:
+                cols = list(r)
+                fresh.db.execute(f"INSERT OR REPLACE INTO jobs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+                                 tuple(r[c] for c in cols))
+    return src, aside, len(rows), bad
 
 
-def _salvage(path: Path) -> list[dict]:
+def _salvage(path: Path, give_up_after: int = 1000) -> list[dict]:
+    """Every row that can still be read: through SQLite one rowid at a time (a full scan stops at the first bad page),
+    then straight from the file's table pages for what SQLite cannot reach (a truncated file loses the pages that
+    lead to its rows, not only the rows on the pages it lost)."""
+    found: dict[int, dict] = {}
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        cur = db.execute("SELECT * FROM jobs")
-        cols = [c[0] for c in cur.description]
-        out = []
-        while True:
+        cols = [r[1] for r in db.execute("PRAGMA table_info(jobs)")]
+        try:
+            top = db.execute("SELECT max(rowid) FROM jobs").fetchone()[0] or 0
+        except sqlite3.DatabaseError:
+            top = None
+        rowid, misses = 0, 0
+        while cols and (top is None or rowid < top) and misses < give_up_after:
+            rowid += 1
             try:
-                row = cur.fetchone()
+                row = db.execute("SELECT * FROM jobs WHERE rowid = ?", (rowid,)).fetchone()
             except sqlite3.DatabaseError:
-                break
-            if row is None:
-                break
-            out.append(dict(zip(cols, row)))
-        return out
+                row = None
+            misses = 0 if row else misses + 1
+            if row:
+                found[rowid] = dict(zip(cols, row))
     except sqlite3.DatabaseError:
-        return []
+        pass
+    for rowid, values in sqlitescan.table_rows(path, len(COLUMNS)).items():
+        found.setdefault(rowid, dict(zip(COLUMNS, values)))
+    return [found[k] for k in sorted(found)]

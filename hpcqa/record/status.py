@@ -63,16 +63,17 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
         got, said = table.verbs(name, slurm).states(group)
         live.update(got)
         source = said if said != "none" else source
-    views, updates = [], []
-    for r in rows:
+    views, updates, seen = [], [], set()
+    for r in rows:  # newest first: a reused id's live state is its newest job's; the older keep their record
         jd = JobDir(Path(r.folder))
         state, code, elapsed = r.state, r.exit_code or "", r.elapsed or ""
-        now = live.get(r.id)
+        now = live.get(r.id) if r.id not in seen else None
+        seen.add(r.id)
         if now is not None:
             state, code, elapsed = now.state, now.exit_code or code, now.elapsed or elapsed
             final = states.is_final(state)
             if final or state != r.state:
-                updates.append((r.id, state, final, code or None, elapsed or None))
+                updates.append((r.id, state, final, code or None, elapsed or None, r.folder))
         v = JobView(id=r.id, name=r.name, executor=r.executor, state=state, nodes=r.nodes, world_size=r.world_size,
                     elapsed=elapsed, exit_code=code, folder=r.folder, sweep_id=r.sweep_id, task_index=r.task_index,
                     variant=r.variant, reason=now.reason if now else "", nodelist=now.nodelist if now else "")
