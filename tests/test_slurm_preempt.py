@@ -47,7 +47,7 @@ def _training(env, tmp_path, step: int = 8) -> tuple[str, Path]:
 
 def _preemptor(env) -> str:
     """A real job in the high partition that needs the victim's cores."""
-    r = _slurm(env, "sbatch", "--parsable", "-p", "high", "-N1", "-n2", "--wrap", "sleep 5")
+    r = _slurm(env, "sbatch", "--parsable", "--output=/dev/null", "-p", "high", "-N1", "-n2", "--wrap", "sleep 5")
     return r.stdout.strip().split(";")[0]
 
 
@@ -67,7 +67,7 @@ def test_preemption_and_an_edited_checkout(slurm, tmp_path):
     high-priority job. It checkpoints once, is requeued by Slurm, resumes at that step, and completes -- on the
     submitted code in both attempts. A --no-snapshot job from the same checkout runs the broken tree and fails."""
     co = _checkout_copy(tmp_path)
-    blocker = _slurm(slurm, "sbatch", "--parsable", "-N1", "-n2", "--wrap", "sleep 300").stdout.strip()
+    blocker = _slurm(slurm, "sbatch", "--parsable", "--output=/dev/null", "-N1", "-n2", "--wrap", "sleep 300").stdout.strip()
     job_id = _submit_from(slurm, co, tmp_path / "a", *LONG)
     live_id = _submit_from(slurm, co, tmp_path / "b", "--set", "train.max_steps=3", "--no-snapshot")
     assert status(slurm, job_id)[job_id]["state"] == "PENDING"
