@@ -150,3 +150,14 @@ def test_master_interface_reads_a_real_interface():
     assert netif.ipv4("lo") == "127.0.0.1" and "lo" in netif.names() and netif.ipv4("no-such-if0") is None
     p = quick_plan("launch.master_interface=lo")
     assert rank.master_address(p, {"NODE_RANK": "0", "LOCAL_RANK": "1"}, None, "here") == "127.0.0.1"
+
+
+@pytest.mark.parametrize("tail,code", [("", 0), ("raise RuntimeError('after')", 1)])
+def test_a_finished_rank_leaves_without_teardown_unless_an_error_follows(tail, code):
+    """exit_without_teardown: status 0 through os._exit once the work is done (gloo's threads can abort the
+    interpreter's teardown); an exception that reaches the top after it keeps its own exit."""
+    prog = ("import threading, time\nfrom hpcqa.rank.train.run import exit_without_teardown\n"
+            "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+            f"exit_without_teardown()\nprint('done', flush=True)\n{tail}\n")
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == code and "done" in r.stdout, r.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 from hpcqa.core import plan as planmod
 from hpcqa.errors import HpcqaError
 from hpcqa.record.jobdir import JobDir
-from hpcqa.rank.train.run import run_rank
+from hpcqa.rank.train.run import exit_without_teardown, run_rank
 from hpcqa.record.jobdir import POD_STOPPED_EXIT
 
 
@@ -26,6 +26,7 @@ def main(argv: list[str]) -> int:
     # a PyTorchJob pod stopped after its checkpoint: not done, so the operator must restart it (every node's)
     if isinstance(out, dict) and out.get("requeue") and os.environ.get("HPCQA_REQUEUE") == "pod":
         return POD_STOPPED_EXIT
+    exit_without_teardown()  # done and saved: no interpreter teardown (gloo's threads can abort it)
     return 0
 
 

@@ -11,7 +11,7 @@ from submitit.core.utils import DelayedSubmission
 from hpcqa.core import plan as planmod
 from hpcqa.errors import RankError
 from hpcqa.record.jobdir import JobDir
-from hpcqa.rank.train.run import run_rank
+from hpcqa.rank.train.run import exit_without_teardown, run_rank
 
 
 class RankJob(submitit.helpers.Checkpointable):
@@ -30,7 +30,10 @@ class RankJob(submitit.helpers.Checkpointable):
         if plan.digest != self.plan_digest:
             raise RankError(f"plan file {self.plan_path} has digest {plan.digest}, submitted {self.plan_digest}",
                             "plan files are content-addressed and never rewritten: re-submit")
-        return run_rank(plan, JobDir(Path(submitit.JobEnvironment().paths.folder)))
+        out = run_rank(plan, JobDir(Path(submitit.JobEnvironment().paths.folder)))
+        if not (isinstance(out, dict) and out.get("requeue")):
+            exit_without_teardown()  # done: after submitit has written the result, no teardown
+        return out
 
 
 SUBMITIT_DEFAULT_TIMEOUTS = 3   # submitit's max_num_timeout, which its LocalExecutor gives every job
