@@ -522,10 +522,12 @@ def _check_cross(cfg: Config) -> None:
             raise ConfigError(f"cluster.setup[{i}]", f"{line[:80]!r} is not a complete command (an unclosed quote, a "
                               "trailing backslash or a heredoc would swallow the job script's next lines)",
                               "close the quote, or write the command so that it ends on its own line", src)
-        for name in valuecheck.assigned_credentials(line):
-            raise ConfigError(f"cluster.setup[{i}]", f"sets {name}, which looks like a credential: cluster.setup is "
+        named = valuecheck.assigned_credentials(line)
+        if named:
+            raise ConfigError(f"cluster.setup[{i}]", f"sets {named[0]}, which looks like a credential: cluster.setup is "
                               "written into the job script, the plan and the registry",
-                              f"remove it and set launch.pass_env = [\"{name}\"] (passed by name, never written)", src)
+                              f"remove it and set launch.pass_env = [\"{named[0]}\"] (passed by name, never written)",
+                              src)
     _check_k8s(cfg)
     _check_env(cfg)
     for k, v in la.env.items():
@@ -551,7 +553,7 @@ ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
 def _complete_command(line: str) -> bool:
     """A cluster.setup entry ends where its line ends: quotes closed, no continuation, no heredoc."""
-    if line.rstrip().endswith("\\") or "<<" in line:
+    if line.rstrip().endswith("\\") or re.search(r"(?<!<)<<(?!<)", line):  # a heredoc; a here-string is one line
         return False
     try:
         shlex.split(line, comments=True)
