@@ -1,5 +1,6 @@
 """On a real Slurm 22.05: 2 emulated nodes (network namespaces) with accounting (slurmdbd + MariaDB)."""
 
+import contextlib
 import json
 import os
 import shlex
@@ -179,21 +180,14 @@ def test_usr2_checkpoints_requeues_and_resumes_where_it_stopped(slurm, tmp_path)
     step, save one checkpoint, the job is requeued and resumes from it; the waiting submit follows
     the job through REQUEUED/PENDING to its real end."""
     steps = 40
-    proc, log, folder = _submit_until_step(slurm, tmp_path, 8, "--set", "cluster.nodes=2",
-                                           "--set", f"train.max_steps={steps}", "--set", "train.save_steps=1000")
-    try:
+    with _foreground_submit(slurm, tmp_path, 8, "--set", "cluster.nodes=2", "--set", f"train.max_steps={steps}",
+                            "--set", "train.save_steps=1000") as (proc, folder):
         job_id = folder.name.split("-")[0]
         sig = subprocess.run(["scancel", "--signal=USR2", job_id], capture_output=True, text=True,
                              env={**os.environ, **slurm})
         assert sig.returncode == 0, sig.stderr
         _start_requeued_now(slurm, job_id)
-        rc = proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
-    out = (tmp_path / "submit.out").read_text()
-    assert rc == 0 and f"job {job_id} COMPLETED" in out, out
+        _ends_completed(proc, tmp_path, job_id)
     res = json.loads((folder / "results.json").read_text())
     stopped = json.loads((folder / "ranks" / "attempt-0" / "rank-0.json").read_text())["stopped_at_step"]
     assert res["global_steps"] == steps and res["requeues"] == 1
@@ -210,10 +204,9 @@ def test_a_checkpoint_damaged_after_its_mark_is_set_aside_and_the_previous_one_r
     completion mark, while the requeued job waits. The job verifies the files against the mark, sets that checkpoint
     aside, resumes from the one before and ends COMPLETED; status JOB says what was set aside."""
     steps, every = 40, 5
-    proc, log, folder = _submit_until_step(slurm, tmp_path, 12, "--set", f"train.max_steps={steps}",
-                                           "--set", f"train.save_steps={every}", "--set", "train.save_total_limit=3")
     env = {**os.environ, **slurm}
-    try:
+    with _foreground_submit(slurm, tmp_path, 12, "--set", f"train.max_steps={steps}", "--set",
+                            f"train.save_steps={every}", "--set", "train.save_total_limit=3") as (proc, folder):
         job_id = folder.name.split("-")[0]
         assert subprocess.run(["scancel", "--signal=USR2", job_id], env=env).returncode == 0
         end = time.time() + 120
@@ -230,13 +223,7 @@ def test_a_checkpoint_damaged_after_its_mark_is_set_aside_and_the_previous_one_r
         with open(weights, "r+b") as f:
             f.truncate(weights.stat().st_size // 2)
         _start_requeued_now(slurm, job_id)
-        rc = proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
-    out = (tmp_path / "submit.out").read_text()
-    assert rc == 0 and f"job {job_id} COMPLETED" in out, out
+        _ends_completed(proc, tmp_path, job_id)
     res = json.loads((folder / "results.json").read_text())
     assert res["global_steps"] == steps and res["resumed_from_step"] == int(previous.name.split("-")[1])
     assert list((folder / "checkpoints" / "set-aside").glob(f"{newest.name}.attempt-*"))  # kept, not rotated away
@@ -245,22 +232,35 @@ def test_a_checkpoint_damaged_after_its_mark_is_set_aside_and_the_previous_one_r
         detail.stdout, detail.stdout
 
 
-def _submit_until_step(slurm, tmp_path, step: int, *extra: str):
+@contextlib.contextmanager
+def _foreground_submit(slurm, tmp_path, step: int, *extra: str):
     """A foreground `hpcqa submit` of the tiny job (its output in submit.out), once its rank 0 reports `step`:
-    -> (the submit process, its log file, the job folder)."""
+    -> (the submit process, the job folder); the process is ended if the test leaves it running."""
     log = open(tmp_path / "submit.out", "w")
     args = [sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
             "--set", f"job.output_dir={json.dumps(str(tmp_path))}", *extra]
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **slurm})
-    end = time.time() + 180
-    while time.time() < end:
-        found = list((tmp_path / "quickstart").glob("*-*/progress.json"))
-        if found and (json.loads(found[0].read_text() or "{}").get("step") or 0) >= step:
-            return proc, log, found[0].parent
-        time.sleep(0.5)
-    proc.kill()
-    log.close()
-    raise AssertionError((tmp_path / "submit.out").read_text())
+    try:
+        end = time.time() + 180
+        while time.time() < end:
+            found = list((tmp_path / "quickstart").glob("*-*/progress.json"))
+            if found and (json.loads(found[0].read_text() or "{}").get("step") or 0) >= step:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError((tmp_path / "submit.out").read_text())
+        yield proc, found[0].parent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+
+
+def _ends_completed(proc, tmp_path, job_id: str) -> None:
+    """The foreground submit follows the job to its end and reports it COMPLETED."""
+    rc = proc.wait(timeout=300)
+    out = (tmp_path / "submit.out").read_text()
+    assert rc == 0 and f"job {job_id} COMPLETED" in out, out
 
 
 def _start_requeued_now(slurm, job_id: str, timeout: float = 120) -> None:
