@@ -221,3 +221,20 @@ def test_a_missing_slurm_conf_fails_at_once(monkeypatch, tmp_path):
     assert r.returncode == 1 and "gone.conf: no such file" in r.stderr and time.monotonic() - t0 < 1
     ok, said = Slurm().ping()
     assert not ok and "SLURM_CONF" in said
+
+
+def test_squeue_asks_only_for_hpcqas_jobs_and_none_left_is_not_an_error():
+    """squeue -j with the ids asked about (a busy cluster's every job is not read each round); Slurm answers a -j
+    of only vanished jobs with "Invalid job id specified" and exit 1: no records, not a failure."""
+    import subprocess
+    from hpcqa.executors.slurmcli import Slurm, squeue_argv
+    assert squeue_argv(["12", "13_4", "12"])[-2:] == ["-j", "12,13_4"]
+    calls = []
+
+    def runner(argv):
+        calls.append(argv)
+        if argv[0] == "sacct":
+            return subprocess.CompletedProcess(argv, 1, "", "Slurm accounting storage is disabled")
+        return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
+    recs, source = Slurm(runner).query(["77"])
+    assert recs == {} and source == "squeue" and calls[-1][-2:] == ["-j", "77"]

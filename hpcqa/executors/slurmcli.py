@@ -81,8 +81,15 @@ def test_only_argv(script_path: str) -> list[str]:
     return ["sbatch", "--test-only", script_path]
 
 
-def squeue_argv() -> list[str]:
-    return ["squeue", "-h", "-a", "-r", "-o", SQUEUE_FORMAT]
+def squeue_argv(ids: Sequence[str]) -> list[str]:
+    """squeue for these jobs only (not every user's jobs on a busy cluster): an array task by its own id, an array by
+    its array id (-r: one line per task)."""
+    return ["squeue", "-h", "-a", "-r", "-o", SQUEUE_FORMAT, "-j", ",".join(dict.fromkeys(ids))]
+
+
+def squeue_none_left(proc: "subprocess.CompletedProcess[str]") -> bool:
+    """squeue -j naming only jobs Slurm no longer has answers "Invalid job id specified" and exit 1: none listed."""
+    return proc.returncode != 0 and "invalid job id" in (proc.stderr or "").lower()
 
 
 def scancel_argv(ids: Iterable[str]) -> list[str]:
@@ -262,13 +269,15 @@ class Slurm:
             # (and pending ones: squeue says why they wait)
             ask = [i for i in ids if i not in recs or recs[i].state in states.REQUEUABLE + ("PENDING",)]
             if ask:
-                sq = self.run(squeue_argv())
+                sq = self.run(squeue_argv(ask))
                 if sq.returncode == 0:
                     live = parse_squeue(sq.stdout)
                     recs.update({i: live[i] for i in ask if i in live})
             return recs, "sacct"
         if accounting_disabled(proc):
-            sq = self.run(squeue_argv())
+            sq = self.run(squeue_argv(ids))
+            if squeue_none_left(sq):
+                return {}, "squeue"
             if sq.returncode != 0:
                 return {}, f"squeue failed: {first_line(sq.stderr)}"
             return parse_squeue(sq.stdout), "squeue"
