@@ -787,6 +787,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from hpcqa.executors.slurmcli import Slurm
     reg, row = _find_job(args.registry, args.job)
     jd = JobDir(Path(row.folder))
+    if not jd.path.is_dir():
+        raise UsageError(f"job {row.id}'s folder {jd.path} is gone (deleted or moved): its logs went with it",
+                         "hpcqa status JOB shows what the registry and Slurm still know")
     rank = args.rank
     if rank is None:
         failed = jd.failed_ranks()

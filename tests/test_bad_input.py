@@ -359,3 +359,14 @@ def test_a_registry_from_before_is_migrated_keeping_its_rows(tmp_path):
     assert [r.id for r in reg.jobs()] == ["3"]
     reg.add_many([{**OK_ROW, "id": "3", "folder": "/g/3"}])
     assert len(reg.jobs(["3"])) == 2
+
+
+def test_a_job_whose_folder_was_deleted_is_said_alike_by_status_and_logs(cli, tmp_path):
+    path = tmp_path / "r.sqlite"
+    reg = registry.Registry(path)
+    reg.add_many([{**OK_ROW, "id": "4242", "folder": str(tmp_path / "gone" / "4242-abc")}])
+    env = {"HPCQA_REGISTRY": str(path)}
+    s = cli("status", "4242", env=env)
+    assert s.returncode == 0 and "is gone" in " ".join((s.stdout + s.stderr).split()), s.stdout + s.stderr
+    r = cli("logs", "4242", env=env)
+    assert r.returncode == 2 and "is gone" in r.stderr and "pending" not in r.stderr, r.stderr

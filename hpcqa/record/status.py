@@ -86,7 +86,9 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
             v.logs = [p for k in range(r.world_size) if (p := jd.log(k)) is not None]
             v.notes += list(dict.fromkeys(w for rep in v.ranks for w in (rep.get("warnings") or [])
                                           if isinstance(w, str) and w.startswith("checkpoint ")))
-        if states.succeeded(state) and not v.results:
+        if not jd.path.is_dir():  # said by status and logs alike; the state is what Slurm or the registry knows
+            v.notes.append(f"its folder {r.folder} is gone (deleted or moved): logs and results with it")
+        elif states.succeeded(state) and not v.results:
             v.notes.append("no results file")
         views.append(v)
     if updates:
