@@ -515,19 +515,7 @@ def _check_cross(cfg: Config) -> None:
     _check_paths(cfg)
     for i, flag in enumerate(c.sbatch_extra):
         _check_sbatch_flag(f"cluster.sbatch_extra[{i}]", flag, src)
-    for i, line in enumerate(c.setup):
-        if not line.strip():
-            raise ConfigError(f"cluster.setup[{i}]", "an empty entry", "remove it: one shell command per entry", src)
-        if not _complete_command(line):
-            raise ConfigError(f"cluster.setup[{i}]", f"{line[:80]!r} is not a complete command (an unclosed quote, a "
-                              "trailing backslash or a heredoc would swallow the job script's next lines)",
-                              "close the quote, or write the command so that it ends on its own line", src)
-        named = valuecheck.assigned_credentials(line)
-        if named:
-            raise ConfigError(f"cluster.setup[{i}]", f"sets {named[0]}, which looks like a credential: cluster.setup is "
-                              "written into the job script, the plan and the registry",
-                              f"remove it and set launch.pass_env = [\"{named[0]}\"] (passed by name, never written)",
-                              src)
+    _check_setup(cfg)
     _check_k8s(cfg)
     _check_env(cfg)
     for k, v in la.env.items():
@@ -549,6 +537,24 @@ def _check_cross(cfg: Config) -> None:
 
 
 ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def _check_setup(cfg: Config) -> None:
+    """cluster.setup: commands, each a whole one on its own line, setting no credential from a literal."""
+    src = cfg.source
+    for i, line in enumerate(cfg.cluster.setup):
+        if not line.strip():
+            raise ConfigError(f"cluster.setup[{i}]", "an empty entry", "remove it: one shell command per entry", src)
+        if not _complete_command(line):
+            raise ConfigError(f"cluster.setup[{i}]", f"{line[:80]!r} is not a complete command (an unclosed quote, a "
+                              "trailing backslash or a heredoc would swallow the job script's next lines)",
+                              "close the quote, or write the command so that it ends on its own line", src)
+        named = valuecheck.assigned_credentials(line)
+        if named:
+            raise ConfigError(f"cluster.setup[{i}]", f"sets {named[0]}, which looks like a credential: cluster.setup is "
+                              "written into the job script, the plan and the registry",
+                              f"remove it and set launch.pass_env = [\"{named[0]}\"] (passed by name, never written)",
+                              src)
 
 
 def _complete_command(line: str) -> bool:
