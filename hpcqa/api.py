@@ -69,6 +69,9 @@ def dry_run(sp: sweep.SweepPlan, snapshot: bool = True) -> tuple[Executor, Reque
 def before_queueing(plans: Sequence[Any], warn=None) -> None:
     """What every rank would otherwise find after the queue wait: staged items gone (stage.require), bad data
     or output (preflight), a damaged registry. Raises before anything is queued or started."""
+    if warn:  # what the dry run warned of, said again when it is for real
+        for note in dict.fromkeys(w for p in plans for w in p.warnings):
+            warn(note)
     seen = set()
     for p in plans:
         key = (p.config.job, p.config.data, p.config.model, p.config.train)

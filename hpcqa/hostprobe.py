@@ -6,6 +6,7 @@ as a HostProbe value.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sys
 
@@ -26,4 +27,8 @@ def probe_host() -> HostProbe:
     libs = preload.available()  # the dry run's prediction; each rank looks again on its node
     ext = extensions()
     return HostProbe(has_sbatch=shutil.which("sbatch") is not None, ccl_bindings=ext.ccl_bindings, ipex=ext.ipex,
-                     libraries=FrozenDict(libs), python=sys.executable, tuned=freeze(tune.load_store()))
+                     libraries=FrozenDict(libs), python=sys.executable, tuned=freeze(tune.load_store()),
+                     inherited=FrozenDict({k: os.environ[k] for k in RENDEZVOUS_VARS if os.environ.get(k)}))
+
+
+RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")

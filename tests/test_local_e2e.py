@@ -368,3 +368,50 @@ def test_the_api_example_runs(tmp_path, cache_env):
     assert "2 ranks on 1 node(s), executor local" in r.stdout and '"f1"' in r.stdout
     assert re.search(r"Sweep\('local-\d+', 5 tasks\) \{('\d+': 'COMPLETED'(, )?){5}\}", r.stdout), r.stdout[-2000:]
     assert len(list((tmp_path / "logs" / "sweep-quickstart").glob("*/results.json"))) == 5
+
+
+def test_a_job_stuck_at_the_rendezvous_says_where_and_for_how_long(tmp_path, cache_env):
+    """The fault as users meet it: a MASTER_ADDR the ranks cannot resolve (here a stale one in the submitting shell,
+    which the ranks inherit). The scheduler shows RUNNING; status shows each rank waiting at the rendezvous, and after a
+    minute a warning naming the ranks and the address. Real ranks, real c10d rendezvous."""
+    import subprocess
+    import sys
+    import time
+    env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite"), "MASTER_ADDR": "rendezvous.invalid"}
+    r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
+                        "--set", "train.ddp_timeout_s=900", "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
+                        "--no-wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                       text=True, env=env, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "MASTER_ADDR=rendezvous.invalid is set where you submit" in " ".join(r.stderr.split()), r.stderr
+    job_id = r.stdout.strip().splitlines()[-1]
+
+    def status(*extra):
+        s = subprocess.run([sys.executable, "-m", "hpcqa", "status", *extra, job_id], capture_output=True, text=True,
+                           env=env, cwd=ROOT, timeout=60)
+        assert s.returncode == 0, s.stderr
+        return s.stdout
+
+    try:
+        end, view = time.time() + 150, {}
+        while time.time() < end:
+            view = json.loads(status("--json"))[0]
+            if any("have waited" in n for n in view["notes"]):
+                break
+            time.sleep(3)
+        assert view["state"] == "RUNNING"
+        assert sorted(p["rank"] for p in view["phases"]) == [0, 1], view["phases"]
+        assert {p["phase"] for p in view["phases"]} == {"rendezvous"}
+        assert all(p["detail"].startswith("rendezvous.invalid:") for p in view["phases"])
+        stuck = next(n for n in view["notes"] if "have waited" in n)
+        assert stuck.startswith("rank(s) 0, 1 have waited 1:") and "rendezvous.invalid:" in stuck, stuck
+        text = " ".join(status().split())
+        assert "waiting at the rendezvous (rendezvous.invalid:" in text, text
+    finally:
+        subprocess.run([sys.executable, "-m", "hpcqa", "cancel", job_id], capture_output=True, env=env, cwd=ROOT,
+                       timeout=60)
+    end = time.time() + 60
+    while time.time() < end and json.loads(status("--json"))[0]["state"] == "RUNNING":
+        time.sleep(1)
+    after = json.loads(status("--json"))[0]
+    assert after["state"] == "CANCELLED" and not after["phases"], after

@@ -63,6 +63,9 @@ class HostProbe:
     libraries: Mapping[str, str] = field(default_factory=FrozenDict)  # name -> path, only those found
     python: str = sys.executable
     tuned: Mapping[str, Any] = field(default_factory=FrozenDict)  # `hpcqa tune` results by shape key
+    # MASTER_ADDR / MASTER_PORT set where hpcqa submits: local and Slurm ranks inherit the environment, and the
+    # rank's environment wins over the derived values (torchrun's and Lightning's convention)
+    inherited: Mapping[str, str] = field(default_factory=FrozenDict)
 
 
 @dataclass(frozen=True)
@@ -284,9 +287,9 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_su
                       nodes=c.nodes, ranks_per_node=ranks_per_node, world_size=c.nodes * ranks_per_node,
                       cpus_per_task=cfg.cores_per_domain // rpd * c.threads_per_core,
                       local_ranks=local_ranks, ranks=_global_ranks(c.nodes, local_ranks),
-                      deferred_env=FrozenDict(_deferred_env(executor, la.master_port)),
+                      deferred_env=FrozenDict(_deferred_env(executor, la.master_port, inherited(executor, host))),
                       job_dir_pattern=os.path.join(root_path(cfg.job.output_dir, cfg.job.name), f"{JOB_ID}-{SUBMISSION}"),
-                      warnings=(_warnings(cfg, host, backend, pools)
+                      warnings=(_warnings(cfg, host, backend, pools) + _inherited_warning(executor, host)
                                 + _launcher_warning(cfg, via_submitit and executor == "slurm")),
                       python=c.python or host.python,
                       ranks_per_domain=rpd, layout_source=layout_source)
@@ -349,8 +352,30 @@ def _global_ranks(nodes: int, local_ranks: tuple[LocalRankPlan, ...]) -> tuple[R
     return tuple(ranks)
 
 
-def _deferred_env(executor: str, fixed_port: int) -> dict[str, str]:
-    """What is decided at run time, and by what."""
+def inherited(executor: str, host: HostProbe) -> dict[str, str]:
+    """The rendezvous variables the ranks will inherit from the submitting environment (local and Slurm jobs)."""
+    return dict(host.inherited) if executor in ("local", "slurm") else {}
+
+
+def _inherited_warning(executor: str, host: HostProbe) -> tuple[str, ...]:
+    got = inherited(executor, host)
+    if not got:
+        return ()
+    text = " and ".join(f"{k}={v}" for k, v in sorted(got.items()))
+    return (f"{text} is set where you submit: the ranks inherit it and meet there, not where hpcqa would put them "
+            f"(unset {' '.join(sorted(got))} before submitting, unless you mean it)",)
+
+
+def _deferred_env(executor: str, fixed_port: int, given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What is decided at run time, and by what. `given`: values the ranks inherit from the submitting
+    environment, which win."""
+    out = _derived_env(executor, fixed_port)
+    for name, value in (given or {}).items():
+        out[name] = f"{value} (from the submitting environment)"
+    return out
+
+
+def _derived_env(executor: str, fixed_port: int) -> dict[str, str]:
     if executor == "k8s":
         return {"MASTER_ADDR": "the headless service of Worker 0, which the training operator names <job>-worker-0",
                 "MASTER_PORT": "23456, the container port pytorchjob-port"}

@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from hpcqa.rank import preload
 from hpcqa.core import distenv, threadenv, topology
 from hpcqa.rank import netif, picklecheck
+from hpcqa.rank.phase import Phases
 from hpcqa.core import plan as planmod
 from hpcqa.errors import HpcqaError
 from hpcqa.record import jobdir
@@ -234,6 +235,10 @@ def main(argv: list[str]) -> int:
         if bad:
             print(f"hpcqa.rank: refusing to load {pickle}: {bad}; re-submit the job", file=sys.stderr)
             return 2
+    phases = Phases(jd, int(env["RANK"]), jobdir.attempt_from_env(env))
+    iface = plan.config.launch.master_interface
+    waits = bool(iface) and env.get("NODE_RANK", "0") != "0"  # for the first host to publish its address
+    phases.enter("address" if waits else "starting", f"of {iface}" if waits else "")
     try:
         addr = master_address(plan, env, jd, socket.gethostname())
     except HpcqaError as e:
@@ -241,6 +246,8 @@ def main(argv: list[str]) -> int:
         return 2
     if addr:
         env["MASTER_ADDR"] = addr
+    if waits:
+        phases.enter("starting")
     return supervise(command, env, int(env["RANK"]), jd)
 
 

@@ -286,6 +286,10 @@ class JobDir:
     def rank_failed(self, rank: int) -> Path:
         return self.ranks / f"rank-{rank}.failed"
 
+    def rank_phase(self, rank: int) -> Path:
+        """Where the rank is (hpcqa.rank.phase): starting, at the rendezvous, training step N..."""
+        return self.ranks / f"rank-{rank}.phase.json"
+
     def rank_exit(self, rank: int) -> Path:
         """Written by the rank wrapper when its rank ended badly (a signal, a non-zero exit)."""
         return self.ranks / f"rank-{rank}.exit"
@@ -430,6 +434,15 @@ class JobDir:
 
     def read_report(self, rank: int) -> dict | None:
         return read_json(self.rank_report(rank))
+
+    def read_phases(self, world_size: int) -> list[dict]:
+        """The ranks' phase files that can be read and are what they claim (a dict naming its rank)."""
+        out = []
+        for k in range(world_size):
+            d = read_json(self.rank_phase(k))
+            if isinstance(d, dict) and d.get("rank") == k and isinstance(d.get("phase"), str):
+                out.append(d)
+        return out
 
     def failed_ranks(self) -> list[dict]:
         """The ranks that failed, earliest first: the first is the cause, the others usually lost their peer."""

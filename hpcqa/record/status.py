@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hpcqa.core import states
+from hpcqa.record import phases
 from hpcqa.record.jobdir import JobDir
 from hpcqa.executors import table
 from hpcqa.executors.slurmcli import Slurm
@@ -43,11 +44,12 @@ class JobView:
     failed: list[dict] = field(default_factory=list)   # detail view: failing ranks, causes first
     logs: list[Path] = field(default_factory=list)     # detail view: the ranks' logs (stderr)
     usage: dict | None = None         # detail view: CPU efficiency and peak memory (sacct, or the ranks' own)
+    phases: list[dict] = field(default_factory=list)  # unfinished jobs: where each rank is (rank/phase.py)
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "name", "state", "executor", "nodes", "world_size", "elapsed",
                                               "exit_code", "folder", "progress", "results", "sweep_id",
-                                              "task_index", "variant", "reason", "nodelist", "usage")}
+                                              "task_index", "variant", "reason", "nodelist", "usage", "phases", "notes")}
         out["outputs"] = dict(self.outputs)
         out["attempts"] = attempt_text(self)
         return out
@@ -79,6 +81,11 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
                     variant=r.variant, reason=now.reason if now else "", nodelist=now.nodelist if now else "")
         v.progress = jd.read_progress()
         v.results = jd.read_results()
+        if not states.is_final(state):  # the list reads a few ranks' phases; a job's own view reads them all
+            v.phases = jd.read_phases(r.world_size if ids else min(r.world_size, LIST_PHASES))
+            stuck = phases.stuck_at_rendezvous(v.phases) if state == "RUNNING" else None
+            if stuck:
+                v.notes.append(stuck)
         if ids:
             v.outputs = [(label, str(p)) for label, p in jd.outputs(v.results)]
             v.ranks = [rep for k in range(r.world_size) if (rep := jd.read_report(k))]
@@ -98,6 +105,7 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
     return views, source
 
 
+LIST_PHASES = 16  # rank files the list view reads per unfinished job (status JOB reads every rank's)
 LOW_EFFICIENCY = 0.6  # below this, the ranks' cores mostly waited: pinning, oversubscription, or I/O
 
 
@@ -135,14 +143,23 @@ def progress_text(v: JobView, now: float | None = None) -> str:
     if link.get("bandwidth_Bps"):
         return f"link {8 * link['bandwidth_Bps'] / 1e6:.0f} Mbit/s, {1e6 * link['latency_s']:.0f} us"
     p = v.progress
-    if not p or states.is_final(v.state):
+    if states.is_final(v.state):
         return ""
+    if not p or p.get("attempt", 0) != _attempt_now(v):  # no step yet (in this attempt): where the ranks are
+        read = v.world_size if len(v.phases) > LIST_PHASES else min(v.world_size, LIST_PHASES)
+        return phases.summary(v.phases, read) + again if v.phases else ""
     text = f"{p.get('step', 0)}/{p.get('total_steps') or '?'}"
     if isinstance(p.get("loss"), (int, float)):
         text += f" loss {p['loss']:.3f}"
     if p.get("eta_s") and v.state == "RUNNING":
         text += f" ETA {_dur(p['eta_s'])}"
     return text + again
+
+
+def _attempt_now(v: JobView) -> int:
+    """The attempt the ranks are in now, as their phase files say (the progress file may be an earlier attempt's)."""
+    got = [r.get("attempt") for r in v.phases if isinstance(r.get("attempt"), int)]
+    return max(got) if got else (v.progress or {}).get("attempt", 0)
 
 
 def _dur(s: float) -> str:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from hpcqa.record import status
+from hpcqa.record import phases, status
 from hpcqa.record.status import JobView
 from hpcqa.core import states
 from rich import box
@@ -178,11 +178,7 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     rows += _efficiency_rows(v)
     rows += _usage_rows(v)
     rows += _preload_rows(v)
-    for rep in v.ranks:
-        u = ((v.usage or {}).get("per_rank") or {}).get(rep.get("rank"), {})
-        rows.append((f"rank {rep.get('rank')}", f"{rep.get('host', '?')}, CPUs {cpu_list(rep.get('cpus') or []) or '-'}"
-                     + (f", CPU efficiency {_eff(u.get('cpu_efficiency'))}, peak {_mb(u.get('max_rss_bytes'))}"
-                        if u else "")))
+    rows += _rank_rows(v, now)
     logs = v.logs
     if logs:
         rows.append(("logs", f"{len(logs)} rank log(s), e.g. {logs[0].name}: hpcqa logs {v.id} [--rank N]"))
@@ -190,6 +186,26 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     for label, path in v.outputs:
         inside = label != "folder" and path.startswith(folder.rstrip("/") + "/")
         rows.append((label, path[len(folder.rstrip("/")) + 1:] if inside else path))
+    return rows
+
+
+def _rank_rows(v: JobView, now: float) -> list[tuple[str, str]]:
+    """A row per rank: its host and CPUs (its report), its resource use (finished), and while the job runs where it
+    is and for how long (its phase file: a rank writes one before it has a report)."""
+    reports = {rep.get("rank"): rep for rep in v.ranks}
+    where = {ph.get("rank"): ph for ph in v.phases}
+    rows = []
+    for k in sorted(set(reports) | set(where), key=lambda k: k if isinstance(k, int) else -1):
+        rep, ph = reports.get(k) or {}, where.get(k)
+        u = ((v.usage or {}).get("per_rank") or {}).get(k, {})
+        parts = [str(rep.get("host") or (ph or {}).get("host") or "?")]
+        if rep:
+            parts.append(f"CPUs {cpu_list(rep.get('cpus') or []) or '-'}")
+        if u:
+            parts.append(f"CPU efficiency {_eff(u.get('cpu_efficiency'))}, peak {_mb(u.get('max_rss_bytes'))}")
+        if ph and not states.is_final(v.state):
+            parts.append(phases.text(ph, now))
+        rows.append((f"rank {k}", ", ".join(parts)))
     return rows
 
 

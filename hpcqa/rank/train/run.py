@@ -43,6 +43,7 @@ import resource
 import datetime
 from hpcqa.rank.train import data as qa_data
 from hpcqa.rank.train.model import resolve
+from hpcqa.rank.phase import Phases
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Rank:
     report: dict
     log: Callable[[str], None]
     t_start: float = field(default_factory=time.time)
+    phases: Phases = field(default_factory=lambda: Phases(None, 0))
 
     @property
     def rank(self) -> int:
@@ -306,6 +308,7 @@ def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
 def _write_failed(jd: JobDir, rank: int, e: BaseException | None) -> None:
     error = f"{type(e).__name__}: {e.message} (fix: {e.hint})" if isinstance(e, HpcqaError) and e.hint \
         else f"{type(e).__name__}: {e}"
+    Phases(jd, rank, attempt()).enter("failed", error[:200])
     write_json(jd.rank_failed(rank), {"rank": rank, "host": socket.gethostname(), "error": error,
                                       "traceback": traceback.format_exc().splitlines()[-30:],
                                       "time": time.time(), "attempt": attempt()})
@@ -338,9 +341,11 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     if data["test_features"] is not None:
         result["predict"] = predict(r, trainer, data)
     r.save_report(usage=own_usage(r))
+    r.phases.enter("finishing")
     if r.rank == 0:
         write_results(r, result, data, train_out, timing, resumed_from, digest, bf16, ipex_used)
     leave_process_group()
+    r.phases.enter("done")
     return {"rank": r.rank, "weights_digest": digest, **({"results": result} if r.rank == 0 else {})}
 
 
@@ -425,7 +430,7 @@ def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     if report["rank"] == 0:
         jd.tidy_staging()
     STOP.install(plan.config.launch.requeue_signal)
-    r = Rank(plan, jd, report, _logger(report["rank"]))
+    r = Rank(plan, jd, report, _logger(report["rank"]), phases=Phases(jd, report["rank"], report["attempt"]))
     missing = [name for name, there in report["passed_env"].items() if not there]
     if missing:
         report["warnings"].append(f"launch.pass_env: {', '.join(missing)} did not reach this rank (a site default "
@@ -455,6 +460,8 @@ def training_arguments(r: Rank):
     r.report["bf16_reason"] = bf16_reason
     accepted = TrainingArguments.__dataclass_fields__["ddp_backend"].metadata.get("choices", [])
     ddp_backend = backend if backend in accepted else None
+    if r.world > 1:  # the process group is set up here (by us or by the Trainer's arguments): every rank waits
+        r.phases.enter("rendezvous", f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}")
     if r.world > 1 and ddp_backend is None:
         # Newer transformers dropped "ccl": set the process group up ourselves; accelerate adopts it.
 
@@ -477,6 +484,7 @@ def training_arguments(r: Rank):
     if r.world > 1 and (args.parallel_mode != ParallelMode.DISTRIBUTED or args.world_size != r.world):
         raise RuntimeError(f"the Trainer did not set up DDP (parallel_mode={args.parallel_mode}, "
                            f"world_size={args.world_size}, expected {r.world}): every rank would train alone")
+    r.phases.enter("loading", "rank 0 first" if r.world > 1 else "")
     return args, bf16
 
 
@@ -731,8 +739,10 @@ def comm_probe(r: Rank, trainer, split: dict) -> dict:
 def run_link(r: Rank) -> dict:
     """job.task = "comm": the link between the nodes, measured with the training's backend (commbench)."""
     import torch.distributed as dist
+    r.phases.enter("rendezvous", f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}")
     dist.init_process_group(backend=r.plan.backend.resolved, rank=r.rank, world_size=r.world,
                             timeout=datetime.timedelta(seconds=r.plan.config.train.ddp_timeout_s))
+    r.phases.enter("link")
     t0 = time.time()
     link = commbench.measure_link(int(r.report.get("node_rank") or 0))
     r.save_report(link=link, finished=time.time(), status="measured")
@@ -748,6 +758,7 @@ def run_link(r: Rank) -> dict:
             r.log(f"link: {scaling.human_rate(link['bandwidth_Bps'])}, latency {1e6 * link['latency_s']:.0f} us "
                   f"({r.plan.backend.resolved}, {link['nodes']} nodes)")
     leave_process_group()
+    r.phases.enter("done")
     return {"rank": r.rank, "link": link}
 
 
@@ -880,6 +891,7 @@ def _write_predictions(r: Rank, stage: str, out) -> dict:
 
 def evaluate(r: Rank, trainer, data: dict) -> dict:
     """Predict on every rank (DDP gathers); rank 0 post-processes, scores and writes run_qa's files."""
+    r.phases.enter("evaluating")
     t0 = time.time()
     pred = trainer.predict(data["eval_features"])
     eval_time = time.time() - t0
@@ -894,6 +906,7 @@ def evaluate(r: Rank, trainer, data: dict) -> dict:
 
 def predict(r: Rank, trainer, data: dict) -> dict:
     """The test split (train.do_predict): answers without scores, in predict_*.json."""
+    r.phases.enter("predicting")
     t0 = time.time()
     pred = trainer.predict(data["test_features"])
     if r.rank != 0:
@@ -996,6 +1009,7 @@ def _StopOnSignal(base, r: Rank):
         def on_step_end(self, args, state, control, **kw):
             if STOP.agreed(r.world):
                 STOP.agreed_at = state.global_step
+                r.phases.enter("stopping", f"{STOP.name} at step {state.global_step}")
                 control.should_save = True
                 control.should_training_stop = True
 
@@ -1017,6 +1031,9 @@ def _StepTimer(base, warmup: int, r: Rank):
             self.t0 = self.t_pre = self.t_opt = 0.0
             self.t_end: float | None = None
             self.busy = False  # the Trainer logged, saved or evaluated since the last step ended
+
+        def on_train_begin(self, args, state, control, **kw):
+            r.phases.enter("training")
 
         def on_step_begin(self, args, state, control, **kw):
             self.t0 = time.perf_counter()
@@ -1040,6 +1057,7 @@ def _StepTimer(base, warmup: int, r: Rank):
             self.t_end, self.busy = now, bool(control.should_log or control.should_save or control.should_evaluate)
             if len(self.durations) == min(2, state.max_steps or 2):
                 r.save_report(threads=thread_census())
+            r.phases.step(state.global_step, state.max_steps)  # where every rank is, for status (throttled)
 
         def split(self) -> dict:
             """Mean seconds per step of each part, after the warm-up steps."""

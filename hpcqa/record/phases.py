@@ -1,0 +1,88 @@
+"""Reading the ranks' phase files (written by hpcqa.rank.phase): one rank's phase as status prints it, and the
+warning for ranks stuck at the rendezvous. Pure: no torch, no files.
+"""
+
+from __future__ import annotations
+
+import time
+
+# what status prints for each phase (the file holds the key)
+NAMES = {
+    "starting": "starting (importing, checking the plan)",
+    "address": "waiting for the first host's address",
+    "rendezvous": "waiting at the rendezvous",
+    "loading": "loading the model and data",
+    "training": "training",
+    "stopping": "saving a checkpoint on a notice",
+    "evaluating": "evaluating",
+    "predicting": "predicting",
+    "finishing": "writing results",
+    "link": "measuring the link",
+    "done": "done",
+    "failed": "failed",
+}
+
+
+def text(record: dict, now: float | None = None) -> str:
+    """"training step 12/40, for 1:05" -- one rank's phase, for status. The file is read back: any field may be
+    missing or of the wrong type, and the text is cut to one line."""
+    now = now or time.time()
+    phase = str(record.get("phase", "?"))
+    out = NAMES.get(phase, phase[:40])
+    step, total = record.get("step"), record.get("total_steps")
+    if phase == "training" and isinstance(step, int):
+        out += f" step {step}/{total if isinstance(total, int) and total > 0 else '?'}"
+    detail = " ".join(str(record.get("detail") or "").split())
+    if detail:
+        out += f" ({detail[:160]})"
+    since = record.get("since")
+    if isinstance(since, (int, float)) and phase not in ("done", "failed"):
+        out += f", for {duration(now - since)}"
+    return out
+
+
+ORDER = list(NAMES)
+
+
+def summary(records: list[dict], world_size: int, now: float | None = None) -> str:
+    """The list view's progress of a job with no progress file yet: the least advanced rank's phase and for how
+    long ("waiting at the rendezvous 3:05, 2/4 ranks")."""
+    known = [r for r in records if r.get("phase") in NAMES]
+    if not known:
+        return ""
+    now = now or time.time()
+    first = min(known, key=lambda r: ORDER.index(r["phase"]))
+    same = [r for r in known if r["phase"] == first["phase"]]
+    since = [r["since"] for r in same if isinstance(r.get("since"), (int, float))]
+    out = NAMES[first["phase"]].split(" (")[0]
+    if since:
+        out += f" {duration(now - min(since))}"
+    if len(same) < world_size:
+        out += f", {len(same)}/{world_size} ranks"
+    return out
+
+
+def duration(s: float) -> str:
+    s = max(int(s), 0)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+RENDEZVOUS_WARN_S = 60.0
+
+
+def stuck_at_rendezvous(records: list[dict], now: float | None = None) -> str | None:
+    """The one line status prints when ranks have waited at the rendezvous (or for the first host's address) for
+    longer than a minute: which ranks, how long, for which address, and what to check. None otherwise."""
+    now = now or time.time()
+    waiting = [r for r in records if r.get("phase") in ("rendezvous", "address")
+               and isinstance(r.get("since"), (int, float)) and now - r["since"] > RENDEZVOUS_WARN_S]
+    if not waiting:
+        return None
+    ranks = ", ".join(str(r.get("rank")) for r in sorted(waiting, key=lambda r: r.get("rank", 0)))
+    longest = max(now - r["since"] for r in waiting)
+    where = sorted({" ".join(str(r.get("detail") or "?").split())[:80] for r in waiting})
+    arrived = [r for r in records if r not in waiting]
+    return (f"rank(s) {ranks} have waited {duration(longest)} at the rendezvous for {', '.join(where)}"
+            + (f" ({len(arrived)} other rank(s) are past it or not started)" if arrived else "")
+            + ": check that this address resolves and its port is reachable from every node (launch.master_interface,"
+              " launch.master_port); the ranks give up after train.ddp_timeout_s")

@@ -1,0 +1,80 @@
+"""Where each rank is (rank/phase.py writes, record/phases.py reads): pure unit tests. The real hang at the
+rendezvous is tested end to end in test_local_e2e.py."""
+
+import json
+
+from hpcqa.core.plan import HostProbe, build_plan
+from hpcqa.core.config import load as load_config
+from hpcqa.record import phases
+from hpcqa.record.jobdir import JobDir
+from hpcqa.rank.phase import Phases
+from tests.conftest import ROOT
+
+NOW = 1_000_000.0
+
+
+def test_a_rank_writes_its_phase_and_training_steps_are_throttled(tmp_path, monkeypatch):
+    jd = JobDir(tmp_path / "job")
+    p = Phases(jd, 3, attempt=2)
+    p.enter("rendezvous", "node1:29500")
+    got = json.loads(jd.rank_phase(3).read_text())
+    assert (got["phase"], got["detail"], got["rank"], got["attempt"]) == ("rendezvous", "node1:29500", 3, 2)
+    p.step(1, 40)  # entering training writes at once
+    assert json.loads(jd.rank_phase(3).read_text())["phase"] == "training"
+    p.step(2, 40)  # within the throttle: not written yet
+    assert json.loads(jd.rank_phase(3).read_text()).get("step") == 1
+    p.last_write -= 10
+    p.step(3, 40)
+    assert json.loads(jd.rank_phase(3).read_text())["step"] == 3
+    assert [r["rank"] for r in jd.read_phases(4)] == [3]
+
+
+def test_a_phase_file_that_cannot_be_written_does_not_fail_the_rank(tmp_path, capsys):
+    (tmp_path / "job").write_text("a file where the folder should be")
+    p = Phases(JobDir(tmp_path / "job"), 0)
+    p.enter("starting")
+    p.enter("loading")
+    assert capsys.readouterr().err.count("could not write the phase file") == 1
+
+
+def test_damaged_or_foreign_phase_files_are_skipped(tmp_path):
+    jd = JobDir(tmp_path)
+    jd.ranks.mkdir()
+    jd.rank_phase(0).write_text("{not json")
+    jd.rank_phase(1).write_text(json.dumps({"rank": 5, "phase": "training"}))  # claims another rank
+    jd.rank_phase(2).write_text(json.dumps(["a", "list"]))
+    jd.rank_phase(3).write_text(json.dumps({"rank": 3, "phase": "training", "step": "x", "since": "soon",
+                                            "detail": "two\nlines"}))
+    got = jd.read_phases(4)
+    assert [r["rank"] for r in got] == [3]
+    assert phases.text(got[0], NOW) == "training (two lines)"
+
+
+def test_phase_text_and_the_list_summary():
+    recs = [{"rank": 0, "phase": "training", "step": 12, "total_steps": 40, "since": NOW - 65},
+            {"rank": 1, "phase": "rendezvous", "detail": "n1:29500", "since": NOW - 200},
+            {"rank": 2, "phase": "rendezvous", "detail": "n1:29500", "since": NOW - 190}]
+    assert phases.text(recs[0], NOW) == "training step 12/40, for 1:05"
+    assert phases.text(recs[1], NOW) == "waiting at the rendezvous (n1:29500), for 3:20"
+    assert phases.summary(recs, 4, NOW) == "waiting at the rendezvous 3:20, 2/4 ranks"
+    assert phases.summary(recs[:1], 1, NOW) == "training 1:05"
+    assert phases.summary([{"rank": 0, "phase": "bogus"}], 1, NOW) == ""
+
+
+def test_ranks_waiting_more_than_a_minute_at_the_rendezvous_are_named():
+    recs = [{"rank": 0, "phase": "loading", "since": NOW - 100},
+            {"rank": 1, "phase": "rendezvous", "detail": "n1:29500", "since": NOW - 61},
+            {"rank": 2, "phase": "address", "detail": "of ib0", "since": NOW - 3700}]
+    line = phases.stuck_at_rendezvous(recs, NOW)
+    assert line.startswith("rank(s) 1, 2 have waited 1:01:40 at the rendezvous for n1:29500, of ib0")
+    assert "1 other rank(s)" in line and "train.ddp_timeout_s" in line
+    assert phases.stuck_at_rendezvous(recs[1:2], NOW - 2) is None  # 59 s: not yet
+
+
+def test_a_submitting_environment_s_master_addr_is_shown_and_warned(tmp_path):
+    cfg = load_config(ROOT / "configs" / "quickstart.toml")
+    plan = build_plan(cfg, HostProbe(inherited={"MASTER_ADDR": "login7"}))
+    assert plan.deferred_env["MASTER_ADDR"] == "login7 (from the submitting environment)"
+    assert any(w.startswith("MASTER_ADDR=login7 is set where you submit") for w in plan.warnings)
+    plain = build_plan(cfg, HostProbe())
+    assert plain.deferred_env["MASTER_ADDR"] == "127.0.0.1" and not any("MASTER_ADDR" in w for w in plain.warnings)
