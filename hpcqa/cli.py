@@ -18,15 +18,22 @@ from typing import Any, Sequence
 from hpcqa.version import __version__
 from hpcqa import hostprobe
 from hpcqa.core import states
+from hpcqa import errors
 from hpcqa.errors import HpcqaError, UsageError
 from hpcqa.record.jobdir import SUBMISSION
 
 EPILOG = """examples:
-  hpcqa submit configs/quickstart.toml                 train on this machine (local executor)
-  hpcqa submit configs/squad_spr.toml --dry-run        show every rank's CPUs and environment
-  hpcqa submit configs/squad_spr.toml --set cluster.nodes=2 --set train.learning_rate=5e-5
+  # train on this machine (the local executor)
+  hpcqa submit configs/quickstart.toml
+  # every rank's CPUs and environment, and the sbatch script; nothing runs
+  hpcqa submit configs/squad_spr.toml --dry-run
+  # change keys for one submission
+  hpcqa submit configs/squad_spr.toml --set cluster.nodes=2 \\
+      --set train.learning_rate=5e-5
+  # a standalone script for sbatch, ranks started by Intel MPI's mpirun
   hpcqa render configs/squad_spr.toml --launcher mpirun -o job.sbatch
-  hpcqa env --json                                     inside srun/salloc: what this process maps to
+  # inside srun/salloc: what this process's environment maps to
+  hpcqa env --json
 """
 
 
@@ -64,7 +71,7 @@ def _add_tune(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hpcqa", description="Distributed question-answering fine-tuning on Xeon CPU clusters: "
+        prog="hpcqa", description="Distributed question-answering fine-tuning on Xeon CPU clusters:\n"
                                   "one TOML file -> one rank per socket, pinned, on Slurm or locally.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"hpcqa {__version__}")
@@ -183,8 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         close = difflib.get_close_matches(argv[0], list(COMMANDS), n=1, cutoff=0.6)
-        print(f"hpcqa: no command {argv[0][:40]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-              + "\n  fix: hpcqa --help lists the commands", file=sys.stderr)
+        print(errors.for_terminal(f"hpcqa: no command {argv[0][:40]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                               + "\n  fix: hpcqa --help lists the commands"), file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
     if not args.command:
@@ -193,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(COMMANDS[args.command](args) or 0)
     except HpcqaError as e:
-        print(e.render(), file=sys.stderr)
+        print(errors.for_terminal(e.render()), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -205,11 +212,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 # ------------------------------------------------------------------------------------------ verbs
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr)
+    print(errors.for_terminal(line), file=sys.stderr)
 
 
 def _warn(note: str) -> None:
-    print(f"warning: {note}", file=sys.stderr)
+    print(errors.for_terminal(f"warning: {note}"), file=sys.stderr)
 
 
 def _stop_like_ctrl_c(signum, frame) -> None:
@@ -313,10 +320,7 @@ def _print_sweep(ex: Any, request: Any) -> None:
     for i, (a, command, line) in enumerate(zip(sp.arrays, request.commands, sp.array_lines())):
         con.print(f"array {i}: {len(a.variants)} task(s), {line}: {' '.join(command)}", highlight=False)
     if request.scripts:
-        from rich.panel import Panel
-        from rich.syntax import Syntax
-        con.print(Panel(Syntax(request.scripts[0], "bash", word_wrap=True),
-                        title="sbatch script of array 0 (as it will be submitted)"))
+        _print_script(con, request.scripts[0], "sbatch script of array 0 (as it will be submitted)")
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -366,7 +370,7 @@ def _render_request(args: argparse.Namespace, lp: Any, mode: str, options: dict,
         _warn(w)
     if isinstance(ex, RenderOnly):  # what only the render can tell (the YAML itself stays on stdout)
         for key, value in request.facts:
-            print(f"{key}: {value}", file=sys.stderr)
+            print(errors.for_terminal(f"{key}: {value}"), file=sys.stderr)
     if args.submit:
         if isinstance(ex, RenderOnly):
             raise UsageError(*ex.refusal)
@@ -386,7 +390,7 @@ def _write_rendered(args: argparse.Namespace, text: str, what: str, how: str, ex
         return 0
     from hpcqa.fsutil import atomic_write_text
     atomic_write_text(args.output, text, mode=0o755 if executable else 0o644)
-    print(f"wrote {args.output} ({what}); {how}", file=sys.stderr)
+    print(errors.for_terminal(f"wrote {args.output} ({what}); {how}"), file=sys.stderr)
     return 0
 
 
@@ -423,18 +427,21 @@ def cmd_stage(args: argparse.Namespace) -> int:
     if args.k8s:
         from hpcqa.executors import k8s
         cfg = k8s.pod_config(cfg)
-    manifest = stage.stage(cfg, log=lambda m: print(f"stage: {m}", file=sys.stderr))
+    manifest = stage.stage(cfg, log=lambda m: print(errors.for_terminal(f"stage: {m}"), file=sys.stderr))
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
         return 0
     model = manifest["model"]
-    print(f"model     {model['name']} ({model['kind']}" + (f", revision {model['revision']}" if model.get("revision")
-                                                          else "") + f"): {len(model['files'])} files, "
-          f"{sum(f['size'] for f in model['files']) / 1e6:.1f} MB in {model['path']}")
+    cols = errors.terminal_width(sys.stdout)
+    print(errors.fit(f"{model['name']} ({model['kind']}" + (f", revision {model['revision']}" if model.get("revision")
+                                                             else "") + f"): {len(model['files'])} files, "
+                       f"{sum(f['size'] for f in model['files']) / 1e6:.1f} MB in {model['path']}",
+                       "model     ", " " * 10, cols))
     for s in manifest["dataset"]["splits"]:
-        print(f"data      {s['split']}: {s['rows']} examples; features: {s['features']['rows']} "
-              f"({sum(f['size'] for f in s['features']['files']) / 1e6:.1f} MB)")
-    print(f"manifest  {manifest['path']}  ({manifest['seconds']} s)")
+        print(errors.fit(f"{s['split']}: {s['rows']} examples; features: {s['features']['rows']} "
+                           f"({sum(f['size'] for f in s['features']['files']) / 1e6:.1f} MB)", "data      ", " " * 10,
+                           cols))
+    print(errors.fit(f"{manifest['path']}  ({manifest['seconds']} s)", "manifest  ", " " * 10, cols))
     return 0
 
 
@@ -697,7 +704,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             else:
                 lp, what = plan.build_plan(config.validate(raw, path, args.overrides), host), ""
         except HpcqaError as e:
-            print(e.render(), file=sys.stderr)
+            print(errors.for_terminal(e.render()), file=sys.stderr)
             bad += 1
             continue
         cores = len(lp.local_ranks[0].compute)
@@ -795,7 +802,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         failed = jd.failed_ranks()
         rank = int(failed[0]["rank"]) if failed else 0
         if failed:
-            print(f"first failure: rank {rank} on {failed[0].get('host')}: {failed[0].get('error')}", file=sys.stderr)
+            print(errors.for_terminal(f"first failure: rank {rank} on {failed[0].get('host')}: {failed[0].get('error')}"),
+                  file=sys.stderr)
     if not 0 <= rank < row.world_size:
         raise UsageError(f"job {row.id} has ranks 0-{row.world_size - 1}, not {rank}", "pass --rank N in that range")
     stream = "out" if args.stdout else "err"
@@ -939,13 +947,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([c.__dict__ for c in checks], indent=2))
     else:
-        mark = {"ok": "[green]ok[/]     ", "warning": "[yellow]warning[/]", "error": "[red]error[/]  "}
-        from rich.console import Console
-        con = Console()
-        for c in checks:
-            con.print(f"{mark[c.level]} {c.name}: {c.message}" + (f"\n          fix: {c.fix}" if c.fix else ""),
-                      highlight=False)
+        _print_checks(checks)
     return 1 if any(c.level == "error" for c in checks) else 0
+
+
+def _print_checks(checks: Sequence[Any]) -> None:
+    """doctor's lines: the mark in its own column, so that a wrapped message stays indented under its text."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    mark = {"ok": "[green]ok[/]", "warning": "[yellow]warning[/]", "error": "[red]error[/]"}
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for c in checks:
+        grid.add_row(mark[c.level], escape(f"{c.name}: {c.message}") + (f"\nfix: {escape(c.fix)}" if c.fix else ""))
+    Console().print(grid, highlight=False)
 
 
 COMMANDS = {"submit": cmd_submit, "render": cmd_render, "stage": cmd_stage, "env": cmd_env, "topology": cmd_topology, "tune": cmd_tune, "registry": cmd_registry, "hosts": cmd_hosts,
@@ -959,7 +976,6 @@ def _print_plan(ex: Any, request: Any) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.panel import Panel
-    from rich.syntax import Syntax
     from rich.table import Table
 
     con = Console()
@@ -1009,8 +1025,16 @@ def _print_plan(ex: Any, request: Any) -> None:
         con.print(f"[yellow]warning (prediction):[/] {w}", highlight=False)
     _print_ranks(con, lp)
     if request.scripts:
-        con.print(Panel(Syntax(request.scripts[0], "bash", word_wrap=True), title="sbatch script (as it will be submitted)"))
+        _print_script(con, request.scripts[0], "sbatch script (as it will be submitted)")
         con.print("submitted with: " + " ".join(request.commands[0]), highlight=False)
+
+
+def _print_script(con: Any, script: str, title: str) -> None:
+    """A script as it will be submitted, between two rules: its lines are never wrapped or framed by hpcqa (a long
+    line is the terminal's to wrap), so what is copied from the screen is the script."""
+    con.rule(title, style="dim")
+    con.print(script.rstrip("\n"), markup=False, highlight=False, soft_wrap=True, emoji=False)
+    con.rule(style="dim")
 
 
 def ranges_in(value: str) -> str:

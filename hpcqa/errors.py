@@ -1,6 +1,15 @@
-"""Error types. Only the CLI turns these into messages and exit codes."""
+"""Error types, and how a message reaches a person. Only the CLI turns errors into messages and exit codes.
+
+Messages at a terminal are wrapped to its width, continuation lines indented under the text (for_terminal). Piped
+or redirected output (scripts, `grep`, the ranks' logs) keeps one line per message. Words are never broken, so a
+path or a value longer than a line stays whole on a line of its own and can be copied."""
 
 from __future__ import annotations
+
+import shutil
+import sys
+import textwrap
+from typing import TextIO
 
 
 class HpcqaError(Exception):
@@ -79,3 +88,40 @@ class RegistryError(HpcqaError):
     """The job registry file is missing its place, damaged, or not a registry."""
 
     exit_code = 2
+
+
+# ------------------------------------------------------------------ messages for a person
+
+def terminal_width(stream: TextIO | None = None) -> int | None:
+    """The terminal's columns, or None when `stream` is not a terminal (no wrapping)."""
+    stream = stream or sys.stderr
+    try:
+        if not stream.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    return max(shutil.get_terminal_size((80, 24)).columns, 40)
+
+
+def fit(text: str, first: str = "", indent: str = "  ", columns: int | None = None) -> str:
+    """`first` + `text`, wrapped at `columns` (None: unwrapped), later lines indented by `indent`."""
+    if columns is None:
+        return first + text
+    return "\n".join(textwrap.wrap(first + text, columns, subsequent_indent=indent, break_long_words=False,
+                                   break_on_hyphens=False, replace_whitespace=False, drop_whitespace=True)
+                     or [first.rstrip()])
+
+
+def for_terminal(text: str, stream: TextIO | None = None) -> str:
+    """A multi-line message (an error and its `  fix:` line): each line wrapped and indented past its label."""
+    columns = terminal_width(stream)
+    out = []
+    for line in text.splitlines() or [""]:
+        body = line.lstrip(" ")
+        lead = line[:len(line) - len(body)]
+        label, sep, rest = body.partition(": ")
+        if sep and len(label) <= 12 and " " not in label:  # "error: ", "fix: ", "warning: "
+            out.append(fit(rest, f"{lead}{label}: ", lead + " " * (len(label) + 2), columns))
+        else:
+            out.append(fit(body, lead, lead + "  ", columns))
+    return "\n".join(out)

@@ -14,7 +14,15 @@ def test_dry_run_shows_cpu_sets_as_ranges_at_80_columns():
     code, out = pty_term.hpcqa("submit", "configs/squad_spr.toml", "--dry-run", cwd=ROOT)
     assert code == 0, out
     lines = out.splitlines()
-    assert max(len(line) for line in lines) <= 80
+    start = next(i for i, line in enumerate(lines) if "sbatch script (as it will be submitted)" in line)
+    end = next(i for i, line in enumerate(lines) if i > start and set(line.strip()) == {"─"})
+    assert max(len(line.rstrip()) for line in lines[:start] + lines[end:]) <= 80
+    script = json.loads(pty_term.hpcqa("submit", "configs/squad_spr.toml", "--dry-run", "--json", cwd=ROOT,
+                                       cols=400)[1])["sbatch"]
+    # the script between the rules is the script, line for line: not wrapped or framed, so it can be copied
+    token = re.compile(r"%j-[0-9a-f]{6}")  # each submission's own token
+    assert [token.sub("%j-T", line.rstrip()) for line in lines[start + 1:end]] == \
+        [token.sub("%j-T", line.rstrip()) for line in script.splitlines()]
     assert "proclist=[0-55]" in out and "proclist=[56-111]" in out
     assert not re.search(r"\d+,\d+,\d+,\d+,\d+", out.split("sbatch script")[0]), "a CPU list left unranged"
     assert "ranks: RANK = NODE_RANK x 2 + LOCAL_RANK on each of 4 nodes" in out
@@ -71,7 +79,8 @@ def test_sweep_table_shows_whole_keys_once_per_variant_and_what_was_assumed(tmp_
     assert "…" not in table
     assert out.count("--array=0-4%2") == 2  # once in the arrays' list, once in the script, not on every row
     assert "MaxArraySize 1001 assumed: Slurm could not be asked" in " ".join(out.split())
-    assert max(len(line) for line in out.splitlines()) <= 80
+    before_script = out.split("sbatch script of array 0")[0]  # the script itself is printed unwrapped, to copy
+    assert max(len(line) for line in before_script.splitlines()) <= 80
 
 
 def test_render_prints_the_plans_warnings(cli):
@@ -146,3 +155,40 @@ def test_quickstart_on_an_80_column_terminal(tmp_path):
     tail = "\n".join(lines[-12:])
     assert "COMPLETED" in tail and re.search(r"EM \d+\.\d\d\s+F1 \d+\.\d\d", tail), tail
     assert "samples/s over 2 rank(s)" in tail and "backend gloo; bf16 False" in tail
+
+
+def _too_wide(out: str, cols: int = 80) -> list[str]:
+    """Lines wider than the terminal, but for a line that is one word (a path or value to copy, kept whole)."""
+    return [line for line in (x.rstrip() for x in out.splitlines()) if len(line) > cols and len(line.split()) > 1]
+
+
+def test_every_help_and_the_usual_messages_fit_80_columns(tmp_path):
+    """On a real 80-column terminal: the top-level and every subcommand's --help, errors with their fix lines, render's
+    warnings, doctor, a typo'd command. Wrapped lines keep their indent under the text."""
+    commands = [["--help"]] + [[name, "--help"] for name in climod.COMMANDS]
+    commands += [["submit", "configs/quickstart.toml", "--set", "train.learning_rat=1e-4", "--dry-run"],
+                 ["submit", "configs/quickstart.toml", "--set", "train.warmup=1", "--dry-run"],
+                 ["render", "configs/squad_spr.toml", "-o", str(tmp_path / "job.sbatch")],
+                 ["render", "configs/squad_spr.toml", "--target", "pytorchjob", "-o", str(tmp_path / "job.yaml")],
+                 ["validate", "configs/quickstart.toml", "configs/squad_spr.toml"], ["doctor"], ["sumbit"],
+                 ["topology", "configs/squad_spr.toml"]]
+    for args in commands:
+        code, out = pty_term.hpcqa(*args, cwd=ROOT, env={"HPCQA_REGISTRY": str(tmp_path / "r.sqlite")})
+        assert code in (0, 1, 2) and "Traceback" not in out, (args, out)
+        assert not _too_wide(out), (args, _too_wide(out))
+    code, out = pty_term.hpcqa("submit", "configs/quickstart.toml", "--set", "train.zzz=1", "--dry-run", cwd=ROOT)
+    lines = out.splitlines()
+    fix = next(i for i, line in enumerate(lines) if line.startswith("  fix: "))
+    assert lines[fix + 1].startswith("       ") and "warmup_ratio" in out, out  # the list wraps under its text
+    code, out = pty_term.hpcqa("submit", "configs/quickstart.toml", "--set", "train.warmup=1", "--dry-run", cwd=ROOT)
+    assert "fix: rename it to train.warmup_ratio" in out, out
+    code, out = pty_term.hpcqa("render", "configs/squad_spr.toml", "-o", str(tmp_path / "j.sbatch"), cwd=ROOT)
+    warned = [i for i, line in enumerate(out.splitlines()) if line.startswith("warning: ")]
+    assert warned and any(out.splitlines()[i + 1].startswith("  ") for i in warned), out
+
+
+def test_piped_messages_stay_one_line_each(cli):
+    """Scripts and grep read errors and warnings one per line: only a terminal gets them wrapped."""
+    r = cli("submit", "configs/quickstart.toml", "--set", "train.warmup=1", "--dry-run")
+    assert r.returncode == 2
+    assert [line[:7] for line in r.stderr.splitlines()] == ["error: ", "  fix: "], r.stderr

@@ -474,7 +474,9 @@ def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) ->
     for k, v in raw.items():
         key = f"{name}.{k}"
         if k not in fields:
+            close = difflib.get_close_matches(k, list(fields), n=1, cutoff=0.6)
             raise ConfigError(key, "unknown key" + _near(k, list(fields)),
+                              f"rename it to {name}.{close[0]}" if close else
                               f"remove it or use one of: {', '.join(fields)}", source)
         check_text(key, v, source)
         value = _coerce(key, v, hints[k], source)

@@ -166,8 +166,8 @@ def submitit_batch(plan: LaunchPlan, folder: str, command: str, tasks: int = 1, 
     own.update({"output": stdout.replace("%t", "0"), "error": stderr.replace("%t", "0"), "open_mode": "append"})
     srun = " ".join(shlex.quote(a) for a in ["srun", "--unbuffered", "--output", stdout, "--error", stderr,
                                               *p["srun_args"]])
-    lines = ["#!/bin/bash", f"# hpcqa: {plan.config.source.replace(chr(10), ' ') or 'a config'}; "
-             + (f"an array of {tasks} tasks" if tasks > 1 else "one job") + ", each rank through submitit's task runtime",
+    lines = ["#!/bin/bash", f"# hpcqa: {plan.config.source.replace(chr(10), ' ') or 'a config'}",
+             "# " + (f"an array of {tasks} tasks" if tasks > 1 else "one job") + ", each rank through submitit's task runtime",
              *sbatch_directives(plan, own), ""]
     setup = plan.config.cluster.setup
     if any(ch in line for line in setup for ch in "\n\r\0"):

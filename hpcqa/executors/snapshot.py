@@ -46,8 +46,8 @@ class Snapshot:
         """The same for a batch script (the job's PYTHONPATH stays behind the snapshot), after `python` verified the
         snapshot against the digest this script names (every attempt: a requeued job runs the script again)."""
         q = shlex.quote(str(self.path))
-        return [f"# hpcqa {self.provenance.get('version')} as submitted ({self.provenance.get('describe')}): "
-                "the ranks import this copy, not the live tree, once it matches the submitted digest",
+        return [f"# hpcqa {self.provenance.get('version')} as submitted ({self.provenance.get('describe')}):",
+                "# the ranks import this copy, not the live tree, once it matches the submitted digest",
                 f"{verify_command(python, self)} || exit 2",
                 f'export PYTHONPATH={q}"${{PYTHONPATH:+:$PYTHONPATH}}" PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1 '
                 f'HPCQA_CODE={q}']
