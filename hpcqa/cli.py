@@ -787,11 +787,7 @@ def _find_job(reg_path, job_id: str):
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    import time
-    from hpcqa.record import status
-    from hpcqa.errors import UsageError
     from hpcqa.record.jobdir import JobDir
-    from hpcqa.executors.slurmcli import Slurm
     reg, row = _find_job(args.registry, args.job)
     jd = JobDir(Path(row.folder))
     if not jd.path.is_dir():
@@ -809,24 +805,40 @@ def cmd_logs(args: argparse.Namespace) -> int:
     stream = "out" if args.stdout else "err"
     if jd.log(rank, stream) is None and not args.follow:
         raise UsageError(f"no log for rank {rank} in {jd.path} yet", "the job may still be pending; try -f")
-    pos, slurm = 0, Slurm()
+    _follow(reg, row, jd, rank, stream, args)
+    return 0
+
+
+def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.Namespace) -> None:
+    """Print the log (from the current attempt's start, or its last N lines); with -f, what is appended, until the
+    job is final -- and then what was written before it ended."""
+    import time
+    from hpcqa.record import status
+    from hpcqa.executors.slurmcli import Slurm
+    import codecs
+    pos, slurm, first = 0, Slurm(), True
+    decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode  # a character split across reads
     while True:
+        final = False
+        if args.follow:  # asked before reading, so that the last read comes after the end
+            views, _ = status.collect(reg, slurm, [row.id])
+            final = bool(views) and states.is_final(views[0].state)
         path = jd.log(rank, stream)
         if path:
-            text = path.read_text(errors="replace")
-            chunk = text[pos:]
-            if pos == 0 and not args.all_attempts:  # from the current attempt's start (logs append)
+            with open(path, "rb") as f:
+                f.seek(pos)
+                data = f.read()
+            pos += len(data)
+            chunk = decode(data, final=final or not args.follow)
+            if first and not args.all_attempts:  # from the current attempt's start (logs append)
                 chunk = chunk[_attempt_start(chunk):]
-            if pos == 0 and args.lines:
+            if first and args.lines:
                 chunk = "\n".join(chunk.splitlines()[-args.lines:]) + "\n"
+            first = first and not data
             sys.stdout.write(chunk)
             sys.stdout.flush()
-            pos = len(text)
-        if not args.follow:
-            return 0
-        views, _ = status.collect(reg, slurm, [row.id])
-        if views and states.is_final(views[0].state):
-            return 0
+        if not args.follow or final:
+            return
         time.sleep(1)
 
 

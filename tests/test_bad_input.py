@@ -2,6 +2,7 @@
 no traceback, nothing queued or started, and the registry untouched."""
 
 import json
+import re
 import os
 import sqlite3
 import subprocess
@@ -207,6 +208,21 @@ def test_sizes_are_bounded_before_anything_is_expanded(cli, tmp_path):
     r = cli("submit", str(sweep), "--dry-run", "--set", f"job.output_dir={json.dumps(str(tmp_path))}")
     assert r.returncode == 2 and "10,000,000,000 variants" in r.stderr and "at most 10,000" in r.stderr, r.stderr
     assert time.time() - t0 < 20 and [p.name for p in tmp_path.iterdir()] == ["big.toml"]
+
+
+def test_more_local_ranks_than_this_machine_has_cores_is_refused_before_anything_is_written(cli, tmp_path):
+    """512 ranks declared on a machine that lets hpcqa use far fewer cores: the local executor observes the
+    machine and refuses (the fix names its real shape); the dry run says submit would refuse."""
+    big = ["--set", "cluster.sockets_per_node=2", "--set", "cluster.cores_per_socket=256",
+           "--set", "launch.ranks_per_socket=256", "--set", f"job.output_dir={json.dumps(str(tmp_path / 'out'))}",
+           "--set", f"job.registry={json.dumps(str(tmp_path / 'r.sqlite'))}"]
+    t0 = time.time()
+    r = cli("submit", "configs/quickstart.toml", *big)
+    assert_clean_error(r, "would start 512 ranks on this machine", "cluster.sockets_per_node = 1")
+    assert re.search(r"lets it use \d+ core", r.stderr), r.stderr
+    assert time.time() - t0 < 20 and not (tmp_path / "out").exists() and not (tmp_path / "r.sqlite").exists()
+    dry = cli("submit", "configs/quickstart.toml", *big, "--dry-run")
+    assert dry.returncode == 0 and "submit would refuse" in " ".join(dry.stderr.split() + dry.stdout.split())
 
 
 def test_a_non_utf8_set_is_one_line_and_writes_nothing(tmp_path):

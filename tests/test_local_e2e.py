@@ -383,7 +383,6 @@ def test_a_job_stuck_at_the_rendezvous_says_where_and_for_how_long(tmp_path, cac
                         "--no-wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                        text=True, env=env, cwd=ROOT, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "MASTER_ADDR=rendezvous.invalid is set where you submit" in " ".join(r.stderr.split()), r.stderr
     job_id = r.stdout.strip().splitlines()[-1]
 
     def status(*extra):
@@ -393,6 +392,7 @@ def test_a_job_stuck_at_the_rendezvous_says_where_and_for_how_long(tmp_path, cac
         return s.stdout
 
     try:
+        assert "MASTER_ADDR=rendezvous.invalid is set where you submit" in " ".join(r.stderr.split()), r.stderr
         end, view = time.time() + 150, {}
         while time.time() < end:
             view = json.loads(status("--json"))[0]
@@ -406,7 +406,7 @@ def test_a_job_stuck_at_the_rendezvous_says_where_and_for_how_long(tmp_path, cac
         stuck = next(n for n in view["notes"] if "have waited" in n)
         assert stuck.startswith("rank(s) 0, 1 have waited 1:") and "rendezvous.invalid:" in stuck, stuck
         text = " ".join(status().split())
-        assert "waiting at the rendezvous (rendezvous.invalid:" in text, text
+        assert "waiting at the rendezvous (rendezvous.invalid:" in text and "does not resolve on this node" in text, text
     finally:
         subprocess.run([sys.executable, "-m", "hpcqa", "cancel", job_id], capture_output=True, env=env, cwd=ROOT,
                        timeout=60)
@@ -415,3 +415,55 @@ def test_a_job_stuck_at_the_rendezvous_says_where_and_for_how_long(tmp_path, cac
         time.sleep(1)
     after = json.loads(status("--json"))[0]
     assert after["state"] == "CANCELLED" and not after["phases"], after
+
+
+def test_logs_follow_streams_a_running_job_to_its_last_line(tmp_path, cache_env):
+    """`hpcqa logs JOB -f` started right after submit: it waits for the log, prints lines as the rank writes them, and
+    ends when the job does -- with the lines written just before the end (rank 0's "done: EM ..."), not without."""
+    import subprocess
+    import sys
+    import time
+    env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
+    r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
+                        "--set", "train.max_steps=8", "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
+                        "--no-wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                       text=True, env=env, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().splitlines()[-1]
+    follow = subprocess.Popen([sys.executable, "-m", "hpcqa", "logs", job_id, "-f"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    seen: list[tuple[float, str]] = []
+    for line in follow.stdout:
+        seen.append((time.time(), line.rstrip("\n")))
+    assert follow.wait(timeout=300) == 0, follow.stderr.read()
+    ended = time.time()
+    text = "\n".join(line for _, line in seen)
+    assert "attempt 0 starts" in text and "rank 0/2" in text, text
+    assert re.search(r"done: EM \d+\.\d\d\s+F1 \d+\.\d\d", text), text[-2000:]
+    assert any("done: EM" in line for _, line in seen[-5:]), text[-2000:]  # the last lines, read after the end
+    first = next(t for t, line in seen if "attempt 0 starts" in line)
+    assert ended - first > 3, "nothing was printed until the job had ended"
+    again = subprocess.run([sys.executable, "-m", "hpcqa", "logs", job_id], capture_output=True, text=True, env=env,
+                           cwd=ROOT, timeout=60)
+    assert again.stdout.splitlines() == [line for _, line in seen], "-f printed something other than the log"
+
+
+def test_an_unresolvable_master_addr_fails_the_job_in_ddp_timeout_with_its_reason(tmp_path, cache_env):
+    """torch's store retries a name that does not resolve long past its timeout (12 minutes with 120 s, measured): each
+    rank checks the name itself, and after train.ddp_timeout_s the job FAILS, saying which name and what to do."""
+    import subprocess
+    import sys
+    import time
+    env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite"), "MASTER_ADDR": "rendezvous.invalid"}
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
+                        "--set", "train.ddp_timeout_s=15", "--set", f"job.output_dir={json.dumps(str(tmp_path))}"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode != 0 and time.time() - t0 < 120, r.stderr[-3000:]
+    job_id = next(w for w in r.stderr.split() if w.rstrip(":").isdigit()).rstrip(":")
+    s = subprocess.run([sys.executable, "-m", "hpcqa", "status", job_id], capture_output=True, text=True,
+                       env={**env, "COLUMNS": "400"}, cwd=ROOT, timeout=60)
+    text = " ".join(s.stdout.split())
+    assert "FAILED" in text and "MASTER_ADDR 'rendezvous.invalid' does not resolve" in text, text
+    assert "unset a stale MASTER_ADDR" in text, text

@@ -66,6 +66,9 @@ class Local:
         return True, "local executor: nothing to ask Slurm"
 
     def submit(self, request: Request, say: Say = silent) -> Submitted:
+        node = topology.read_node()
+        for refusal in filter(None, (too_many_ranks(p, node) for p in request.sweep.plans)):
+            raise refusal  # before anything is written
         common.write_files(request)
         if request.code:
             snapshot.write(request.code)
@@ -194,9 +197,28 @@ def cpus_for(plan: LaunchPlan, poll_s: float = 5.0, say: Say = silent) -> set[in
         time.sleep(poll_s)
 
 
+def too_many_ranks(plan: LaunchPlan, node: topology.Node) -> PlanError | None:
+    """More ranks than this machine has cores it may use: refused (each would get a slice of a core, and 512 ranks
+    on 2 cores would not so much train slowly as thrash). Observed here, where the local executor runs them."""
+    cores = topology.physical_cores(node.cpus)
+    if plan.ranks_per_node <= len(cores):
+        return None
+    c = plan.config.cluster
+    sockets = len({cpu.socket for cpu in node.cpus}) or 1
+    return PlanError(f"cluster: the local executor would start {plan.ranks_per_node} ranks on this machine, which "
+                     f"lets it use {len(cores)} core(s) (the config declares {c.sockets_per_node} socket(s) of "
+                     f"{c.cores_per_socket} cores)",
+                     f"set cluster.sockets_per_node = {sockets} and cluster.cores_per_socket = "
+                     f"{max(len(cores) // sockets, 1)} (what `hpcqa topology` shows here), or lower "
+                     "launch.ranks_per_socket")
+
+
 def preview(plan: LaunchPlan) -> list[str]:
     """For the dry run: would this local job's ranks share cores (too few, or pinned by a running job)?"""
     node = topology.read_node()
+    refusal = too_many_ranks(plan, node)
+    if refusal:
+        return [f"submit would refuse: {refusal.message} (fix: {refusal.hint})"]
     lay = rank.node_layout(plan, node)
     notes = [n for n in lay.notes if "OVERSUBSCRIBED" in n]
     wanted = {c for p in lay.pools for c in p.cpus}

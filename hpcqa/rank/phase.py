@@ -38,6 +38,11 @@ class Phases:
                        "phase": phase, "detail": detail, "since": now, "updated": now, **extra}
         self._write()
 
+    def note(self, detail: str) -> None:
+        """A new detail for the same phase (its start time stays)."""
+        self.record.update(detail=detail, updated=time.time())
+        self._write()
+
     def step(self, step: int, total: int | None) -> None:
         if self.record.get("phase") != "training":
             self.enter("training", step=step, total_steps=total)

@@ -39,6 +39,7 @@ from hpcqa.record.caches import Caches
 from hpcqa.rank.train import metrics
 from hpcqa.record.jobdir import attempt_from_env
 import signal
+import threading
 import resource
 import datetime
 from hpcqa.rank.train import data as qa_data
@@ -460,8 +461,7 @@ def training_arguments(r: Rank):
     r.report["bf16_reason"] = bf16_reason
     accepted = TrainingArguments.__dataclass_fields__["ddp_backend"].metadata.get("choices", [])
     ddp_backend = backend if backend in accepted else None
-    if r.world > 1:  # the process group is set up here (by us or by the Trainer's arguments): every rank waits
-        r.phases.enter("rendezvous", f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}")
+    guard = rendezvous(r, tc.ddp_timeout_s) if r.world > 1 else None  # the process group is set up below
     if r.world > 1 and ddp_backend is None:
         # Newer transformers dropped "ccl": set the process group up ourselves; accelerate adopts it.
 
@@ -471,21 +471,68 @@ def training_arguments(r: Rank):
     # transformers 5 folded warmup_ratio into warmup_steps (a float < 1 is a ratio)
     warmup = ({"warmup_ratio": tc.warmup_ratio} if "warmup_ratio" in TrainingArguments.__dataclass_fields__
               else {"warmup_steps": tc.warmup_ratio})
-    args = TrainingArguments(
-        output_dir=str(r.jd.checkpoints), use_cpu=True, ddp_backend=ddp_backend, bf16=bf16, **_eval_arguments(tc),
-        learning_rate=tc.learning_rate, num_train_epochs=tc.num_train_epochs, max_steps=tc.max_steps,
-        per_device_train_batch_size=tc.per_device_train_batch_size,
-        per_device_eval_batch_size=tc.per_device_eval_batch_size,
-        gradient_accumulation_steps=tc.gradient_accumulation_steps, weight_decay=tc.weight_decay,
-        seed=tc.seed, logging_steps=tc.logging_steps, optim=tc.optim, ddp_bucket_cap_mb=tc.ddp_bucket_cap_mb,
-        save_total_limit=tc.save_total_limit, dataloader_num_workers=tc.dataloader_num_workers,
-        report_to=[], disable_tqdm=True,  # TensorBoard: rank 0's own callback (build_trainer), into the job folder
-        ddp_find_unused_parameters=False, log_level="warning", ddp_timeout=tc.ddp_timeout_s, **warmup)
+    try:
+        args = TrainingArguments(
+            output_dir=str(r.jd.checkpoints), use_cpu=True, ddp_backend=ddp_backend, bf16=bf16, **_eval_arguments(tc),
+            learning_rate=tc.learning_rate, num_train_epochs=tc.num_train_epochs, max_steps=tc.max_steps,
+            per_device_train_batch_size=tc.per_device_train_batch_size,
+            per_device_eval_batch_size=tc.per_device_eval_batch_size,
+            gradient_accumulation_steps=tc.gradient_accumulation_steps, weight_decay=tc.weight_decay,
+            seed=tc.seed, logging_steps=tc.logging_steps, optim=tc.optim, ddp_bucket_cap_mb=tc.ddp_bucket_cap_mb,
+            save_total_limit=tc.save_total_limit, dataloader_num_workers=tc.dataloader_num_workers,
+            report_to=[], disable_tqdm=True,  # TensorBoard: rank 0's own callback (build_trainer), into the job folder
+            ddp_find_unused_parameters=False, log_level="warning", ddp_timeout=tc.ddp_timeout_s, **warmup)
+    finally:  # an error setting the group up is the rank's error: no watchdog after it
+        if guard is not None:
+            guard.cancel()
     if r.world > 1 and (args.parallel_mode != ParallelMode.DISTRIBUTED or args.world_size != r.world):
         raise RuntimeError(f"the Trainer did not set up DDP (parallel_mode={args.parallel_mode}, "
                            f"world_size={args.world_size}, expected {r.world}): every rank would train alone")
     r.phases.enter("loading", "rank 0 first" if r.world > 1 else "")
     return args, bf16
+
+
+RESOLVE_RETRY_S = 5.0
+WATCHDOG_GRACE_S = 60.0
+
+
+def rendezvous(r: Rank, timeout_s: float, lookup: Callable[..., Any] = socket.getaddrinfo) -> threading.Timer:
+    """Before the process group is set up: MASTER_ADDR must resolve on this node (retried until timeout_s: a name can
+    appear late), because torch's store retries an unresolvable name well past its timeout (seen here: 12 minutes with
+    train.ddp_timeout_s = 120, the job RUNNING all along). Then a watchdog: a rendezvous that has not completed
+    timeout_s + a minute later ends this rank with a record of why (the main thread is inside c10d and cannot be
+    interrupted). -> the watchdog; cancel it once the group is up."""
+    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    r.phases.enter("rendezvous", f"{addr}:{port}")
+    deadline, said = time.time() + timeout_s, False
+    while True:
+        try:
+            lookup(addr, None)
+            break
+        except (OSError, UnicodeError) as e:
+            why = e
+        if time.time() >= deadline:
+            raise RankError(f"MASTER_ADDR {addr!r} does not resolve on {socket.gethostname()} ({why}); retried for "
+                            f"{timeout_s:.0f} s (train.ddp_timeout_s)",
+                            "unset a stale MASTER_ADDR where you submit (the ranks inherit it), or set "
+                            "launch.master_interface so that the ranks meet at an IPv4 address")
+        if not said:
+            r.log(f"WARNING: MASTER_ADDR {addr!r} does not resolve here ({why}); retrying until train.ddp_timeout_s")
+            r.phases.note(f"{addr}:{port}; the name does not resolve on this node, retrying")
+            said = True
+        time.sleep(RESOLVE_RETRY_S)
+
+    def give_up() -> None:
+        error = RankError(f"the rendezvous at {addr}:{port} did not complete in {timeout_s + WATCHDOG_GRACE_S:.0f} s",
+                          "check that every rank started (hpcqa status JOB) and that the port is reachable from "
+                          "every node (launch.master_port)")
+        r.log(f"ERROR: {error.message}; ending this rank")
+        _write_failed(r.jd, r.rank, error)
+        os._exit(1)
+    guard = threading.Timer(timeout_s + WATCHDOG_GRACE_S, give_up)
+    guard.daemon = True
+    guard.start()
+    return guard
 
 
 def _eval_arguments(tc) -> dict:
@@ -681,7 +728,7 @@ def train(r: Rank, trainer, jd: JobDir):
             first = str(e).splitlines()[0][:200] if str(e) else ""
             raise RankError(f"could not resume from {last}: {type(e).__name__}: {first}",
                             f"it verified and read back, yet the Trainer could not load it: move it aside and "
-                            f"requeue or re-submit (the next older checkpoint is used)") from None
+                            "requeue or re-submit (the next older checkpoint is used)") from None
         raise
     return out, last, time.time() - t0
 
@@ -739,9 +786,10 @@ def comm_probe(r: Rank, trainer, split: dict) -> dict:
 def run_link(r: Rank) -> dict:
     """job.task = "comm": the link between the nodes, measured with the training's backend (commbench)."""
     import torch.distributed as dist
-    r.phases.enter("rendezvous", f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}")
+    guard = rendezvous(r, r.plan.config.train.ddp_timeout_s)
     dist.init_process_group(backend=r.plan.backend.resolved, rank=r.rank, world_size=r.world,
                             timeout=datetime.timedelta(seconds=r.plan.config.train.ddp_timeout_s))
+    guard.cancel()
     r.phases.enter("link")
     t0 = time.time()
     link = commbench.measure_link(int(r.report.get("node_rank") or 0))
