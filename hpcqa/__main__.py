@@ -4,11 +4,11 @@ from pathlib import Path
 
 
 def _venv_python() -> str | None:
-    """On an externally managed system Python (PEP 668) scripts/install.sh installs into a venv ($HPCQA_VENV,
-    default .venv of the checkout). `python3 -m hpcqa` from the checkout, with that python3 lacking hpcqa's
-    dependencies, runs in that venv's interpreter instead. None when there is nothing to switch to."""
-    import importlib.util
-    if importlib.util.find_spec("submitit") is not None:  # hpcqa's dependencies are here: stay
+    """scripts/install.sh installs into this checkout's venv ($HPCQA_VENV, default .venv of the checkout) unless a
+    venv is active. `python3 -m hpcqa` from the checkout, in an interpreter that is not a venv, runs in that venv's
+    interpreter instead: the checkout's own packages, not whatever another checkout put into the shared python3.
+    None when there is nothing to switch to (a venv is active, or the checkout has none)."""
+    if sys.prefix != getattr(sys, "base_prefix", sys.prefix):  # a venv: the user's choice
         return None
     venv = Path(os.environ.get("HPCQA_VENV") or Path(__file__).resolve().parent.parent / ".venv")
     python = venv / "bin" / "python"
@@ -20,8 +20,7 @@ def _venv_python() -> str | None:
 if __name__ == "__main__":
     other = _venv_python()
     if other:
-        print(f"hpcqa: using {other} (this python has not hpcqa's dependencies; scripts/install.sh put them there)",
-              file=sys.stderr)
+        print(f"hpcqa: using {other} (this checkout's venv, where scripts/install.sh put hpcqa)", file=sys.stderr)
         os.execv(other, [other, "-m", "hpcqa", *sys.argv[1:]])
     from hpcqa.cli import main
     sys.exit(main(sys.argv[1:]))

@@ -18,8 +18,10 @@ if [ "$(id -u)" = 0 ] && { ! command -v slurmctld || ! command -v sshd; } >/dev/
         libgoogle-perftools4 libjemalloc2 >/dev/null
     if [ -n "$policy" ]; then rm -f "$policy"; fi
 fi
-bash scripts/install.sh
+PY=$(bash scripts/install.sh)  # this checkout's venv, unless one is active
+# as an activated venv would: its tools first on PATH (mpirun from impi-rt, hpcqa), python3 its interpreter
+export PATH="$(dirname "$PY"):$PATH"
 # Intel MPI's runtime (mpirun / hydra) from PyPI: the mpirun launch path is tested for real, not stubbed
-python3 -m pip install -q --disable-pip-version-check impi-rt
+"$PY" -m pip install -q --disable-pip-version-check impi-rt
 if [ "${CI:-}" = true ]; then export HPCQA_REQUIRE_SLURM=1; fi
-python3 -m pytest -q -ra --durations=40 tests "$@"
+"$PY" -m pytest -q -ra --durations=40 tests "$@"

@@ -44,10 +44,30 @@ def test_pip_is_refused_and_install_sh_makes_a_venv(system_python, tmp_path):
         == "True"
 
 
-def test_a_python_that_is_not_externally_managed_is_used_as_it_is(tmp_path):
-    env = {**os.environ, "PYTHON": sys.executable, "HPCQA_VENV": str(tmp_path / "venv"), "HPCQA_INSTALL_DRY": "1"}
-    r = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and f"installing with {sys.executable}" in r.stderr and not (tmp_path / "venv").exists()
+def test_a_shared_python_gets_a_venv_of_the_checkout_an_active_venv_is_used_as_it_is(tmp_path):
+    """Not externally managed, no venv active: installing into that python3 would replace another checkout's hpcqa,
+    so install.sh makes this checkout's venv. Inside a venv (or told HPCQA_NO_VENV=1) it installs there. The one
+    line on stdout names the interpreter (scripts/test.sh runs the tests with it)."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    plain = subprocess.run([base, "-c", "import sys; print(sys.prefix == sys.base_prefix)"], capture_output=True,
+                           text=True).stdout.strip() == "True"
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env.update(HPCQA_VENV=str(tmp_path / "venv"), HPCQA_INSTALL_DRY="1")
+    if plain and not externally_managed(base):
+        r = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env={**env, "PYTHON": base}, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "no venv is active" in r.stderr and r.stdout.strip() == f"{tmp_path}/venv/bin/python", r
+        assert (tmp_path / "venv" / "bin" / "python").exists()
+        told = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              env={**env, "PYTHON": base, "HPCQA_NO_VENV": "1", "HPCQA_VENV": str(tmp_path / "no")})
+        assert told.returncode == 0 and told.stdout.strip() == base and not (tmp_path / "no").exists(), told
+    active = tmp_path / "active"
+    subprocess.run([base, "-m", "venv", "--without-pip", str(active)], check=True)
+    r = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env={**env, "PYTHON": str(active / "bin" / "python"),
+                       "HPCQA_VENV": str(tmp_path / "other")}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == str(active / "bin" / "python"), r
+    assert not (tmp_path / "other").exists()
 
 
 def test_python3_m_hpcqa_from_the_checkout_runs_in_that_venv(system_python, tmp_path):
@@ -60,3 +80,7 @@ def test_python3_m_hpcqa_from_the_checkout_runs_in_that_venv(system_python, tmp_
                        env={**os.environ, "HPCQA_VENV": str(venv)}, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert f"using {venv}/bin/python" in r.stderr and "ok  configs/quickstart.toml" in r.stdout
+    inside = subprocess.run([str(venv / "bin" / "python"), "-m", "hpcqa", "validate", "configs/quickstart.toml"],
+                            cwd=ROOT, env={**os.environ, "HPCQA_VENV": str(tmp_path / "elsewhere")},
+                            capture_output=True, text=True, timeout=120)
+    assert inside.returncode == 0 and "using" not in inside.stderr, inside.stderr  # a venv stays itself

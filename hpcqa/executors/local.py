@@ -405,5 +405,6 @@ class LocalJobs:
                 out.append(f"job {row.id} is not running (its process is gone; pid {row.id} is not it)")
                 continue
             JobDir(Path(row.folder)).mark_cancelled("cancelled by hpcqa cancel")
+            JobDir(Path(row.folder)).tidy_staging()  # a job cancelled before its rank 0 started tidies nothing
             out.append(f"cancelled local job {row.id}")
         return out

@@ -47,7 +47,7 @@ class Snapshot:
         snapshot against the digest this script names (every attempt: a requeued job runs the script again)."""
         q = shlex.quote(str(self.path))
         return [f"# hpcqa {self.provenance.get('version')} as submitted ({self.provenance.get('describe')}):",
-                "# the ranks import this copy, not the live tree, once it matches the submitted digest",
+                "# the ranks import this copy, not the live tree, once it matches its digest",
                 f"{verify_command(python, self)} || exit 2",
                 f'export PYTHONPATH={q}"${{PYTHONPATH:+:$PYTHONPATH}}" PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1 '
                 f'HPCQA_CODE={q}']

@@ -235,6 +235,8 @@ def main(argv: list[str]) -> int:
         if bad:
             print(f"hpcqa.rank: refusing to load {pickle}: {bad}; re-submit the job", file=sys.stderr)
             return 2
+    if jd is not None and env.get("RANK") == "0":
+        jd.tidy_staging()  # as early as a rank can: status counts a job with a phase file as started
     phases = Phases(jd, int(env["RANK"]), jobdir.attempt_from_env(env))
     iface = plan.config.launch.master_interface
     waits = bool(iface) and env.get("NODE_RANK", "0") != "0"  # for the first host to publish its address
