@@ -728,7 +728,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     reg, slurm = registry.Registry(args.registry, create=False), Slurm()
     unreachable_since = None
     while True:
-        views, source = status.collect(reg, slurm, args.jobs, args.all) if reg.exists else ([], "none")
+        views, source = status.collect(reg, slurm, args.jobs, args.all) if reg.exists else ([], states.NOBODY)
         if args.jobs and not views:
             from hpcqa.errors import UsageError
             raise UsageError(f"no job {', '.join(args.jobs)} in {reg.path}", "`hpcqa status --all` lists the jobs")
@@ -736,7 +736,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(json.dumps([v.to_json() for v in views], indent=2, default=str))
         else:
             if args.watch:
-                if source in ("sacct", "squeue", "none"):
+                if source.answered:
                     unreachable_since = None
                 elif unreachable_since is None:
                     unreachable_since = time.strftime("%H:%M:%S")
@@ -766,7 +766,7 @@ def _watch_header(unreachable_since: str | None) -> None:
     con.print(line, style="bold", highlight=False)
 
 
-def _print_status(views, source: str, path, asked: list[str] | None = None, wide: bool = False) -> None:
+def _print_status(views, source: states.Answer, path, asked: list[str] | None = None, wide: bool = False) -> None:
     """The detail view for the jobs asked for by id (a sweep task, 900_1, is a job too); the list otherwise, and
     for a whole sweep (its tasks listed under it)."""
     from rich.console import Console

@@ -7,7 +7,6 @@ doctor doesn't pay torch's import either.
 from __future__ import annotations
 
 import importlib.metadata as md
-import re
 import shutil
 from dataclasses import dataclass
 from typing import Mapping

@@ -9,7 +9,6 @@ ConfigError naming the key (exit 2, one line and a fix). The ranks check again; 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from pathlib import Path
 from typing import Any

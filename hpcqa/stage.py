@@ -44,7 +44,7 @@ def caches(cfg: Config) -> Caches:
 
 def identity(cfg: Config) -> dict[str, Any]:
     """What decides the staged items."""
-    m, d, t = cfg.model, cfg.data, cfg.train
+    m, t = cfg.model, cfg.train
     data = {k: v for k, v in cfg.to_dict()["data"].items() if k not in ("max_misaligned_answers",
                                                                         "preprocessing_num_workers")}
     return {"model": [m.name_or_path, m.cache_dir], "data": data, "seed": t.seed,

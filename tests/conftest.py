@@ -28,3 +28,29 @@ def run_cli(*args: str, env: dict | None = None, cwd: str | Path | None = None) 
 @pytest.fixture
 def cli():
     return run_cli
+
+
+# ---------------------------------------------------------------- the suite leaves the checkout as it found it
+
+def checkout_state() -> set[str] | None:
+    """`git status --porcelain` of the checkout (untracked files each listed), or None outside a git checkout."""
+    r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True,
+                       text=True)
+    return set(r.stdout.splitlines()) if r.returncode == 0 else None
+
+
+def pytest_sessionstart(session):
+    session.config._hpcqa_checkout = checkout_state()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = getattr(session.config, "_hpcqa_checkout", None)
+    after = checkout_state()
+    if before is None or after is None or hasattr(session.config, "workerinput"):
+        return
+    left = sorted(after - before)
+    if left:
+        session.config.get_terminal_writer().line(
+            "the test suite changed the checkout (write into tmp_path, or pass --output to sbatch):\n  "
+            + "\n  ".join(left), red=True)
+        session.exitstatus = 1

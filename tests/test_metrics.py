@@ -78,7 +78,7 @@ def logits(peaks, n=10, base=0.0):
 
 def run(features, starts, ends, **kw):
     ex = [{"id": "e", "context": CTX}]
-    return postprocess.best_answers(ex, features, np.array(starts), np.array(ends), **kw)["e"]
+    return postprocess.postprocess(ex, features, np.array(starts), np.array(ends), **kw).answers["e"]
 
 
 def test_best_span():
@@ -120,8 +120,8 @@ def test_v2_null_answer_threshold():
 
 def test_mismatched_rows_are_an_error():
     with pytest.raises(ValueError):
-        postprocess.best_answers([], [{"example_id": "e", "offset_mapping": OFFSETS}], np.zeros((2, 10)),
-                                 np.zeros((2, 10)))
+        postprocess.postprocess([], [{"example_id": "e", "offset_mapping": OFFSETS}], np.zeros((2, 10)),
+                                np.zeros((2, 10)))
 
 
 def test_nbest_lists_and_null_odds_as_run_qa_writes_them():

@@ -91,7 +91,7 @@ def test_one_sacct_call_and_final_states_are_cached(tmp_path, fake):
     f = fake({"sacct": (0, SACCT, ""), "squeue": (0, "", "")})
     reg = _reg(tmp_path, ["1", "2", "3", "12_1"])
     views, source = status.collect(reg, Slurm(f), all_jobs=True)
-    assert source == "sacct" and [c[0] for c in f.calls] == ["sacct"]
+    assert source.source is states.Source.SACCT and [c[0] for c in f.calls] == ["sacct"]
     assert {v.id: v.state for v in views} == {"1": "CANCELLED", "2": "COMPLETED", "3": "FAILED", "12_1": "RUNNING"}
     f.calls.clear()
     status.collect(reg, Slurm(f), all_jobs=True)
@@ -109,9 +109,9 @@ def test_without_accounting_squeue_and_files_decide(tmp_path, fake):
     f = fake({"sacct": (1, "", "sacct: error: Slurm accounting storage is disabled\n"), "squeue": (0, SQUEUE, "")})
     reg = _reg(tmp_path, list(folders), folders.get)
     views, source = status.collect(reg, Slurm(f), all_jobs=True)
-    assert source == "squeue" and [c[0] for c in f.calls] == ["sacct", "squeue"]
-    states = {v.id: v.state for v in views}
-    assert states == {"7": "RUNNING", "20": "COMPLETED", "21": "FAILED", "22": "FAILED"}
+    assert source.source is states.Source.SQUEUE and [c[0] for c in f.calls] == ["sacct", "squeue"]
+    got = {v.id: v.state for v in views}
+    assert got == {"7": "RUNNING", "20": "COMPLETED", "21": "FAILED", "22": "FAILED"}
     assert status.progress_text(next(v for v in views if v.id == "20")) == "EM 50.0 F1 60.0"
 
 
@@ -237,4 +237,4 @@ def test_squeue_asks_only_for_hpcqas_jobs_and_none_left_is_not_an_error():
             return subprocess.CompletedProcess(argv, 1, "", "Slurm accounting storage is disabled")
         return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
     recs, source = Slurm(runner).query(["77"])
-    assert recs == {} and source == "squeue" and calls[-1][-2:] == ["-j", "77"]
+    assert recs == {} and source.source is states.Source.SQUEUE and calls[-1][-2:] == ["-j", "77"]

@@ -7,6 +7,7 @@ import re
 import pytest
 from rich.console import Console
 
+from hpcqa.core import states
 from hpcqa.record import registry, status, statusview
 from hpcqa.executors import slurmcli
 from hpcqa.record.jobdir import write_json
@@ -17,7 +18,7 @@ from tests.test_status import ALL_STATES, FakeRunner, _reg
 LONG = "an-uncommonly-long-job-name-for-the-quickstart-sweep-of-learning-rates"
 
 
-def render(views, width=80, source="sacct", **kw) -> str:
+def render(views, width=80, source: states.Answer = states.Answer(states.Source.SACCT), **kw) -> str:
     con = Console(width=width, file=io.StringIO(), record=True, color_system=None)
     statusview.print_list(con, views, source, "/some/registry.sqlite", **kw)
     return con.export_text()
@@ -66,7 +67,7 @@ def test_an_unreachable_controller_is_one_line_with_the_fix():
              "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection\n"
              "sacct: error: Sending PersistInit msg: Connection refused\nsacct: error: ...")
     text = render([JobView(id="7", name="q", executor="slurm", state="RUNNING", nodes=1, world_size=2)],
-                  source=slurmcli.first_line(error))
+                  source=states.Answer.failed(slurmcli.first_line(error)))
     warning = [line for line in text.splitlines() if "could not be asked" in line or "doctor" in line]
     assert any("hpcqa doctor" in line for line in warning) and "title" not in text
     assert "slurm_persist_conn_open" not in text  # one line: the first error, not all four
@@ -80,7 +81,7 @@ def test_the_jobs_own_files_decide_when_the_scheduler_cannot_be_asked(tmp_path):
     reg = _reg(tmp_path, ["1", "2", "3"], folder_of=lambda i: str({"1": done, "2": failed}.get(i, tmp_path / "x")))
     f = FakeRunner({"sacct": (1, "", "sacct: error: Problem talking to the database: Connection refused\nmore\n")})
     got, source = status.collect(reg, Slurm(f), all_jobs=True)
-    assert source.startswith("sacct failed") and "\n" not in source
+    assert not source.answered and source.error.startswith("sacct failed") and "\n" not in source.error
     assert {v.id: v.state for v in got} == {"1": "COMPLETED", "2": "FAILED", "3": "SUBMITTED"}
 
 

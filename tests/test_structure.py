@@ -6,6 +6,8 @@ of parsed code, and each is shown to catch a planted offender."""
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "hpcqa"
@@ -243,3 +245,18 @@ def test_every_structure_rule_catches_a_planted_offender():
     heavy = heavy_modules({"hpcqa.h": ast.parse("import torch"), "hpcqa.g": ast.parse("from hpcqa.h import x"),
                            "hpcqa.l": ast.parse("def f():\n    import torch")})
     assert heavy == {"hpcqa.h", "hpcqa.g"}
+
+
+def test_the_checkout_check_catches_a_file_left_behind():
+    """conftest's session check: a file a test leaves in the checkout shows up as new in `git status`."""
+    from tests.conftest import checkout_state
+    before = checkout_state()
+    if before is None:
+        pytest.skip("not a git checkout")
+    planted = ROOT / "left-by-a-test.out"
+    planted.write_text("")
+    try:
+        assert "?? left-by-a-test.out" in checkout_state() - before
+    finally:
+        planted.unlink()
+    assert checkout_state() == before

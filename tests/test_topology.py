@@ -6,8 +6,7 @@ from hpcqa.core.topology import Cpu
 
 
 def test_spr_example_from_the_intel_launcher():
-    cpus = topology.declared_cpus(2, 56, 2)
-    pools = topology.socket_pools(cpus, 2, 56, 4)
+    pools = topology.layout(topology.declared_node(2, 56, 2), 2, 56, 4).pools
     assert topology.ccl_worker_affinity(pools) == "0,1,2,3,56,57,58,59"
     assert topology.i_mpi_pin_domain(pools) == "[0xfffffffffffff0,0xfffffffffffff000000000000000]"
     assert [len(p.compute) for p in pools] == [52, 52]
@@ -16,7 +15,7 @@ def test_spr_example_from_the_intel_launcher():
 
 
 def test_ice_lake_example_mask():
-    pools = topology.socket_pools(topology.declared_cpus(2, 32, 1), 2, 32, 4)
+    pools = topology.layout(topology.declared_node(2, 32, 1), 2, 32, 4).pools
     assert topology.i_mpi_pin_domain(pools).startswith("[0xfffffff0,")
     assert topology.ccl_worker_affinity(pools) == "0,1,2,3,32,33,34,35"
 
@@ -25,21 +24,21 @@ def test_cpu_id_is_not_core_id():
     # siblings interleaved (cpu 0/1 = core 0), socket 1 first in id order
     cpus = [Cpu(0, 1, 0), Cpu(1, 1, 0), Cpu(2, 1, 1), Cpu(3, 1, 1),
             Cpu(4, 0, 0), Cpu(5, 0, 0), Cpu(6, 0, 1), Cpu(7, 0, 1)]
-    pools = topology.socket_pools(cpus, 2, 2, 1)
+    pools = topology.layout(cpus, 2, 2, 1).pools
     assert pools[0].physical == (4, 6) and pools[0].siblings == (5, 7)
     assert pools[1].physical == (0, 2) and pools[1].ccl == (0,) and pools[1].compute == (2,)
 
 
 def test_virtual_sockets_on_a_one_socket_machine():
     cpus = [Cpu(0, 0, 0), Cpu(1, 0, 1)]
-    pools = topology.socket_pools(cpus, 2, 1, 0)
+    pools = topology.layout(cpus, 2, 1, 0).pools
     assert [p.cpus for p in pools] == [(0,), (1,)]
 
 
 def test_not_enough_cores_is_a_plan_error():
     with pytest.raises(PlanError) as e:
-        topology.socket_pools([Cpu(0, 0, 0), Cpu(1, 0, 1)], 2, 2, 0)
-    assert "4 physical cores needed" in e.value.render() and "0-1" in e.value.render()
+        topology.layout([Cpu(0, 0, 0), Cpu(1, 0, 1)], 4, 1, 0)
+    assert "4 ranks need at least 4 physical cores" in e.value.render() and "0-1" in e.value.render()
 
 
 @pytest.mark.parametrize("cpus,text", [([0, 1, 2, 5, 7, 8], "0-2,5,7-8"), ([3], "3"), ([], "none")])

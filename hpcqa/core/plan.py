@@ -117,7 +117,8 @@ class LaunchPlan:
     layout_source: str = ""           # where ranks_per_domain came from (config, tuned, heuristic)
 
     def slurm_parameters(self) -> dict[str, Any]:
-        """Keyword arguments for submitit's SlurmExecutor (also used for the dry-run sbatch)."""
+        """The Slurm request, in submitit's parameter names: hpcqa's one writer of #SBATCH lines
+        (executors/render.py) turns it into the batch script of a submit, an array or a rendered script."""
         c = self.config.cluster
         params: dict[str, Any] = {
             "job_name": self.config.job.name,

@@ -6,6 +6,8 @@ them), so `status`, `wait`, the API and the reports agree on what is final and w
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Mapping
 
 # state -> (finished?, outcome). Outcome groups: pending, running, ok, failed, cancelled.
@@ -44,3 +46,39 @@ def succeeded(state: str) -> bool:
 def from_submitit_local(state: str) -> str:
     """A submitit LocalJob's state in this table's names."""
     return SUBMITIT_LOCAL.get(state, state)
+
+
+class Source(StrEnum):
+    """Where a query's live states came from."""
+
+    SACCT = "sacct"      # Slurm's accounting: every job it recorded, finished or not
+    SQUEUE = "squeue"    # accounting off: the jobs Slurm still has; a job it no longer lists has ended
+    NOBODY = "none"      # nothing to ask a scheduler (no Slurm jobs, or local jobs: their own processes)
+    FAILED = "failed"    # the scheduler could not be asked: `Answer.error` says why
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A scheduler's answer to a state query: its source, and the error when it could not be asked."""
+
+    source: Source
+    error: str = ""
+
+    @classmethod
+    def failed(cls, error: str) -> "Answer":
+        return cls(Source.FAILED, error)
+
+    @property
+    def answered(self) -> bool:
+        return self.source is not Source.FAILED
+
+    @property
+    def lists_every_job(self) -> bool:
+        """sacct and squeue list what they know: a job missing from their answer has ended."""
+        return self.source in (Source.SACCT, Source.SQUEUE)
+
+    def __str__(self) -> str:
+        return self.error if self.source is Source.FAILED else self.source.value
+
+
+NOBODY = Answer(Source.NOBODY)

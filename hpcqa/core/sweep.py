@@ -160,10 +160,6 @@ def group(variants_with_plans: list[tuple[Variant, Any]], max_array_size: int) -
     return arrays
 
 
-def n_arrays(n_variants: int, max_array_size: int) -> int:
-    return math.ceil(n_variants / max_array_size)
-
-
 def swept_keys(variants: list[Variant]) -> list[str]:
     keys: list[str] = []
     for v in variants:

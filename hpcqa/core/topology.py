@@ -158,12 +158,6 @@ def _flags(cpuinfo: str | Path | None) -> set[str]:
     return set()
 
 
-def read_sysfs(root: str = "/sys/devices/system/cpu", allowed: Iterable[int] | None = None) -> list[Cpu]:
-    """The CPUs of `read_node` for a cpu/ folder alone."""
-    return list(read_node(Path(root).parent, allowed, None).cpus) if Path(root).name == "cpu" else \
-        list(read_node(root, allowed, None).cpus)
-
-
 def declared_node(sockets: int, cores_per_socket: int, threads_per_core: int, numa_per_socket: int = 1) -> Node:
     """The node a config describes, numbered the usual Linux way: first threads 0..S*C-1 socket-major,
     then the siblings; NUMA nodes split each socket's cores in blocks. The plan's prediction; the
@@ -174,10 +168,6 @@ def declared_node(sockets: int, cores_per_socket: int, threads_per_core: int, nu
                 sibling_of=s * cores_per_socket + c)
             for t in range(threads_per_core) for s in range(sockets) for c in range(cores_per_socket)]
     return Node(tuple(sorted(cpus, key=lambda c: c.cpu)), tuple(range(n * threads_per_core)))
-
-
-def declared_cpus(sockets: int, cores_per_socket: int, threads_per_core: int) -> list[Cpu]:
-    return list(declared_node(sockets, cores_per_socket, threads_per_core).cpus)
 
 
 # ---------------------------------------------------------------------------------------- pools
@@ -280,22 +270,6 @@ def with_siblings(lay: Layout) -> Layout:
 
 def _workers(workers: int, share: int) -> int:
     return min(workers, share - 1) if share > 1 else 0
-
-
-def socket_pools(cpus: Sequence[Cpu], sockets: int, cores_per_socket: int, ccl_workers: int) -> list[Pool]:
-    """The declared-topology form: exactly `sockets` x `cores_per_socket` cores must be there."""
-    need = sockets * cores_per_socket
-    have = len(physical_cores(cpus))
-    if have < need:
-        raise PlanError(
-            f"{sockets} sockets x {cores_per_socket} cores = {need} physical cores needed, but only {have} "
-            f"are available ({cpu_list(c for c, _ in physical_cores(cpus))})",
-            "lower cluster.sockets_per_node or cluster.cores_per_socket to match the node "
-            "(`hpcqa doctor` shows it), or run on bigger nodes")
-    if ccl_workers >= cores_per_socket:
-        raise PlanError(f"{ccl_workers} CCL workers leave no compute core on a {cores_per_socket}-core socket",
-                        "lower launch.ccl_workers")
-    return list(layout(cpus, sockets, cores_per_socket, ccl_workers).pools)
 
 
 # ---------------------------------------------------------------------------------------- formula

@@ -7,7 +7,6 @@ even where no scheduler can be asked.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 from hpcqa.errors import UsageError

@@ -1,4 +1,4 @@
-"""What both executors share: the plan files and the rank wrapper in front of every rank, the
+"""What the executors share: the plan files and the rank wrapper in front of every rank, the
 registry rows, watching a job folder and reporting how a job ended."""
 
 from __future__ import annotations

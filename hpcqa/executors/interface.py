@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
+from hpcqa.core.states import Answer
 from hpcqa.core.sweep import SweepPlan
 from hpcqa.errors import UsageError
 
@@ -108,8 +109,8 @@ class Live:
 class JobVerbs(Protocol):
     """What can be asked of a submitted job, by the registry row's executor."""
 
-    def states(self, rows: Sequence[Any]) -> tuple[dict[str, Live], str]:
-        """Live states of unfinished rows (one scheduler call for all). -> (by id, source or error text)"""
+    def states(self, rows: Sequence[Any]) -> tuple[dict[str, Live], Answer]:
+        """Live states of unfinished rows (one scheduler call for all). -> (by id, where they came from)"""
         ...
 
     def usage(self, views: Sequence[Any]) -> dict[str, dict]:

@@ -377,8 +377,8 @@ def choose_cpus(wanted: set[int], allowed: set[int], busy: dict[str, set[int]], 
 class LocalJobs:
     """The job verbs of local jobs: the controller process (the job id is its pid) and the job folder."""
 
-    def states(self, rows) -> tuple[dict[str, Live], str]:
-        return {r.id: Live(local_state(r.id, JobDir(Path(r.folder)))) for r in rows}, "none"
+    def states(self, rows) -> tuple[dict[str, Live], states.Answer]:
+        return {r.id: Live(local_state(r.id, JobDir(Path(r.folder)))) for r in rows}, states.NOBODY
 
     def usage(self, views) -> dict[str, dict]:
         """From the ranks' own measurements (getrusage), the lowest rank's CPU efficiency."""

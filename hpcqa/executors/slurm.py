@@ -25,7 +25,6 @@ from hpcqa.errors import SubmitError
 from hpcqa.executors import common, render, snapshot
 from hpcqa.executors.interface import File, Live, Request, Say, Submitted, silent
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.fsutil import atomic_write_text
 from hpcqa.rank.train import job
 from hpcqa.record.jobdir import JobDir, JobRoot
 
@@ -172,7 +171,7 @@ class SlurmJobs:
     def __init__(self, slurm: Slurm | None = None) -> None:
         self.slurm = slurm or Slurm()
 
-    def states(self, rows) -> tuple[dict[str, Live], str]:
+    def states(self, rows) -> tuple[dict[str, Live], states.Answer]:
         recs, source = self.slurm.query([r.id for r in rows])
         out = {}
         for r in rows:
@@ -206,23 +205,24 @@ class SlurmJobs:
         return [f"cancelled slurm job {r.id}" for r in rows]
 
 
-def live_state(job_id: str, jd: JobDir, recs, source: str, known: tuple[str, str, str]) -> tuple[str, str, str]:
+def live_state(job_id: str, jd: JobDir, recs, source: states.Answer,
+               known: tuple[str, str, str]) -> tuple[str, str, str]:
     """(state, exit code, elapsed) of an unfinished Slurm job from the scheduler's answer."""
     if job_id in recs:
         rec = recs[job_id]
         state = rec.state
-        if source == "squeue" and state == "COMPLETING":
+        if source.source is states.Source.SQUEUE and state == "COMPLETING":
             state = jd.state_from_files() or state
         return state, rec.exit_code, rec.elapsed
-    if source not in ("sacct", "squeue", "none"):
+    if not source.answered:
         # the scheduler could not be asked: what the job's own files say beats the last state we knew
         return jd.state_from_files() or known[0], known[1], known[2]
-    if source in ("sacct", "squeue"):
+    if source.lists_every_job:
         # the scheduler doesn't list it (any more): it ended, and its files say how. Without
         # accounting and without files there is nothing to tell success from failure.
         files = jd.state_from_files()
         if files:
             return files, known[1], known[2]
-        if source == "squeue":
+        if source.source is states.Source.SQUEUE:
             return "FAILED", known[1], known[2]
     return known

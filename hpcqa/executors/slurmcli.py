@@ -256,12 +256,12 @@ class Slurm:
     def run(self, argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
         return self.runner(argv)
 
-    def query(self, ids: Sequence[str]) -> tuple[dict[str, SchedRecord], str]:
+    def query(self, ids: Sequence[str]) -> tuple[dict[str, SchedRecord], states.Answer]:
         """States of these jobs: one sacct call (+ one squeue call for ids accounting hasn't recorded
         yet, or recorded NODE_FAIL/PREEMPTED: while squeue lists them Slurm has requeued them);
-        one squeue call when accounting is off. -> (records, source or error text)"""
+        one squeue call when accounting is off. -> (records, where they came from)"""
         if not ids:
-            return {}, "none"
+            return {}, states.NOBODY
         proc = self.run(sacct_argv(ids))
         if proc.returncode == 0:
             recs = parse_sacct(proc.stdout)
@@ -273,15 +273,15 @@ class Slurm:
                 if sq.returncode == 0:
                     live = parse_squeue(sq.stdout)
                     recs.update({i: live[i] for i in ask if i in live})
-            return recs, "sacct"
+            return recs, states.Answer(states.Source.SACCT)
         if accounting_disabled(proc):
             sq = self.run(squeue_argv(ids))
             if squeue_none_left(sq):
-                return {}, "squeue"
+                return {}, states.Answer(states.Source.SQUEUE)
             if sq.returncode != 0:
-                return {}, f"squeue failed: {first_line(sq.stderr)}"
-            return parse_squeue(sq.stdout), "squeue"
-        return {}, f"sacct failed: {first_line(proc.stderr or proc.stdout)}"
+                return {}, states.Answer.failed(f"squeue failed: {first_line(sq.stderr)}")
+            return parse_squeue(sq.stdout), states.Answer(states.Source.SQUEUE)
+        return {}, states.Answer.failed(f"sacct failed: {first_line(proc.stderr or proc.stdout)}")
 
     def usage(self, ids: Sequence[str]) -> tuple[dict[str, Usage], str]:
         """What these finished jobs used: one sacct call. -> (usage by id, "" or the error)."""

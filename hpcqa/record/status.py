@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from hpcqa.core import states
 from hpcqa.record import phases
@@ -56,15 +56,15 @@ class JobView:
 
 
 def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
-            limit: int = 20) -> tuple[list[JobView], str]:
+            limit: int = 20) -> tuple[list[JobView], states.Answer]:
     """Rows from the registry, with live states for the unfinished ones (one call per executor: one sacct for
     every Slurm job). -> (views, where Slurm's states came from: sacct, squeue, none, or the error)"""
     rows = reg.jobs(ids=ids, limit=None if (ids or all_jobs) else limit)
-    live, source = {}, "none"
+    live, source = {}, states.NOBODY
     for name, group in table.by_executor([r for r in rows if not r.final]).items():
         got, said = table.verbs(name, slurm).states(group)
         live.update(got)
-        source = said if said != "none" else source
+        source = said if said.source is not states.Source.NOBODY else source
     views, updates, seen = [], [], set()
     for r in rows:  # newest first: a reused id's live state is its newest job's; the older keep their record
         jd = JobDir(Path(r.folder))

@@ -103,14 +103,14 @@ def job_table(views: Sequence[JobView], expand: bool = False, wide: bool = False
     return t
 
 
-def print_list(con, views: Sequence[JobView], source: str, path: Path | str, expand: bool = False,
+def print_list(con, views: Sequence[JobView], source: states.Answer, path: Path | str, expand: bool = False,
                wide: bool = False) -> None:
     if not views:
         con.print(f"no jobs in {path}", highlight=False)
         return
     con.print(job_table(views, expand, wide, con.width))
-    if source not in ("sacct", "squeue", "none"):
-        con.print(f"[yellow]warning:[/] Slurm could not be asked ({_one_line(source)}); states are the last known, "
+    if not source.answered:
+        con.print(f"[yellow]warning:[/] Slurm could not be asked ({_one_line(source.error)}); states are the last known, "
                   "or what the jobs' own files say. Fix: hpcqa doctor", highlight=False)
     for v in views:
         if v.notes:
@@ -223,7 +223,7 @@ def _usage_rows(v: JobView) -> list[tuple[str, str]]:
                              f"{_mb(u.get('max_rss_bytes'))} (largest rank); measured by the ranks")]
 
 
-def print_detail(con, views: Sequence[JobView], source: str) -> None:
+def print_detail(con, views: Sequence[JobView], source: states.Answer) -> None:
     for v in views:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(no_wrap=True)
@@ -236,8 +236,8 @@ def print_detail(con, views: Sequence[JobView], source: str) -> None:
         tb = dict(v.outputs).get("TensorBoard")
         if tb:
             con.print(f"view the curves: tensorboard --logdir {escape(tb)}", highlight=False, soft_wrap=True)
-    if source not in ("sacct", "squeue", "none"):
-        con.print(f"[yellow]warning:[/] Slurm could not be asked ({escape(_one_line(source))}). Fix: hpcqa doctor",
+    if not source.answered:
+        con.print(f"[yellow]warning:[/] Slurm could not be asked ({escape(_one_line(source.error))}). Fix: hpcqa doctor",
                   highlight=False)
 
 

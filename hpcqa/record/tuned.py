@@ -8,9 +8,7 @@ $HPCQA_CACHE/tuned.json, else ~/.cache/hpcqa/tuned.json), written atomically.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 

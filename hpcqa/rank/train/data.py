@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcqa.core import squadfile

@@ -111,8 +111,3 @@ def postprocess(
         out.null_odds[qid] = odds
         out.answers[qid] = "" if odds > null_score_diff_threshold or top.get("placeholder") else top["text"]
     return out
-
-
-def best_answers(examples, features, start_logits, end_logits, **kw) -> dict[str, str]:
-    """Only the answers (id -> text)."""
-    return postprocess(examples, features, start_logits, end_logits, **kw).answers

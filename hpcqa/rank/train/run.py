@@ -727,7 +727,7 @@ def train(r: Rank, trainer, jd: JobDir):
         if last and not began and not isinstance(e, HpcqaError):
             first = str(e).splitlines()[0][:200] if str(e) else ""
             raise RankError(f"could not resume from {last}: {type(e).__name__}: {first}",
-                            f"it verified and read back, yet the Trainer could not load it: move it aside and "
+                            "it verified and read back, yet the Trainer could not load it: move it aside and "
                             "requeue or re-submit (the next older checkpoint is used)") from None
         raise
     return out, last, time.time() - t0
