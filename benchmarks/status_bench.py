@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hpcqa.record import registry, status
+from hpcqa.record import registry
+from hpcqa.executors import jobs
 from hpcqa.executors.slurmcli import Slurm, run_command  # noqa: E402
 
 
@@ -32,7 +33,7 @@ def main() -> int:
         calls = []
         counting = Slurm(lambda argv: (calls.append(argv[0]), run_command(argv))[1])
         t = time.perf_counter()
-        views, source = status.collect(reg, counting, all_jobs=True)
+        views, source = jobs.collect(reg, counting, all_jobs=True)
         dt = time.perf_counter() - t
         print(f"collect: {len(views)} jobs in {dt * 1000:.0f} ms; scheduler calls: "
               f"{', '.join(f'{c} x{calls.count(c)}' for c in sorted(set(calls)))}; source {source}")

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from hpcqa import fsutil, hostprobe, preflight, stage
+from hpcqa import fsutil, preflight, stage
+from hpcqa.executors import hostprobe
 from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
 from hpcqa.core import states, sweep
@@ -30,7 +31,8 @@ from hpcqa.executors import cancel as canceller
 from hpcqa.executors import table
 from hpcqa.executors.interface import Executor, Request, Say, Submitted, silent
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.record import registry, scalingview, status
+from hpcqa.executors import jobs
+from hpcqa.record import registry, scalingview
 from hpcqa.record.jobdir import JobDir
 
 
@@ -133,7 +135,7 @@ class Job:
 
     def view(self):
         """The status view (state, progress, results, pending reason, usage once finished)."""
-        views, _ = status.collect(registry.Registry(self.registry, create=False), Slurm(), [self.id])
+        views, _ = jobs.collect(registry.Registry(self.registry, create=False), Slurm(), [self.id])
         if not views:
             raise UsageError(f"no job {self.id} in the registry", "check the id (hpcqa status --all)")
         return views[0]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hpcqa.version import __version__
-from hpcqa import hostprobe
+from hpcqa.executors import hostprobe
 from hpcqa.core import states
 from hpcqa import errors
 from hpcqa.errors import HpcqaError, UsageError
@@ -505,11 +505,11 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         nodes = []
     if not nodes or nodes[0] < 1:
         raise UsageError(f"--nodes {args.nodes!r}: expected node counts", "e.g. --nodes 1,2,4,8")
-    from hpcqa.record import status
+    from hpcqa.executors import jobs
     from hpcqa.executors.slurmcli import Slurm
     reg = registry.Registry(args.registry, create=False)
     targets(reg, [args.id], None)          # an unknown id: the usual message
-    status.collect(reg, Slurm(), [args.id])  # states as the scheduler sees them now (the registry follows)
+    jobs.collect(reg, Slurm(), [args.id])  # states as the scheduler sees them now (the registry follows)
     rows = targets(reg, [args.id], None)
     if len(rows) > 1 or rows[0].sweep_id == args.id:
         return _scaling_study(args, rows)
@@ -723,12 +723,13 @@ def _n(count: int, noun: str) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     import time
-    from hpcqa.record import registry, status
+    from hpcqa.executors import jobs
+    from hpcqa.record import registry
     from hpcqa.executors.slurmcli import Slurm
     reg, slurm = registry.Registry(args.registry, create=False), Slurm()
     unreachable_since = None
     while True:
-        views, source = status.collect(reg, slurm, args.jobs, args.all) if reg.exists else ([], states.NOBODY)
+        views, source = jobs.collect(reg, slurm, args.jobs, args.all) if reg.exists else ([], states.NOBODY)
         if args.jobs and not views:
             from hpcqa.errors import UsageError
             raise UsageError(f"no job {', '.join(args.jobs)} in {reg.path}", "`hpcqa status --all` lists the jobs")
@@ -813,7 +814,7 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
     """Print the log (from the current attempt's start, or its last N lines); with -f, what is appended, until the
     job is final -- and then what was written before it ended."""
     import time
-    from hpcqa.record import status
+    from hpcqa.executors import jobs
     from hpcqa.executors.slurmcli import Slurm
     import codecs
     pos, slurm, first = 0, Slurm(), True
@@ -821,7 +822,7 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
     while True:
         final = False
         if args.follow:  # asked before reading, so that the last read comes after the end
-            views, _ = status.collect(reg, slurm, [row.id])
+            views, _ = jobs.collect(reg, slurm, [row.id])
             final = bool(views) and states.is_final(views[0].state)
         path = jd.log(rank, stream)
         if path:
@@ -885,13 +886,14 @@ def cmd_registry(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from hpcqa.record import registry, results, status
+    from hpcqa.executors import jobs
+    from hpcqa.record import registry, results
     from hpcqa.errors import UsageError
     reg = registry.Registry(args.registry, create=False)
     if not reg.exists or not reg.jobs(sweep_id=args.sweep):
         raise UsageError(f"no sweep {args.sweep!r} in {reg.path}", "`hpcqa status --all` lists jobs and sweeps")
     from hpcqa.executors.slurmcli import Slurm
-    views, _ = status.collect(reg, Slurm(), [args.sweep])
+    views, _ = jobs.collect(reg, Slurm(), [args.sweep])
     views = [v for v in views if v.sweep_id == args.sweep]
     keys = []
     for v in views:

@@ -11,7 +11,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Mapping
 
-from hpcqa import api, hostprobe, stage
+from hpcqa import api, stage
+from hpcqa.executors import hostprobe
 from hpcqa.core import plan, sweep, topology
 from hpcqa.executors import table
 from hpcqa.executors.slurmcli import Slurm, first_line

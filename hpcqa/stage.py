@@ -25,7 +25,7 @@ from hpcqa.errors import HpcqaError
 from hpcqa.fsutil import atomic_write_text, file_sha256
 from hpcqa.record.caches import Caches
 from hpcqa.rank.train.model import resolve
-from hpcqa.rank.train.run import prepare_data
+from hpcqa.rank.train.data import prepare_data
 
 MANIFEST_VERSION = 1
 # What a QA fine-tune loads from a hub repository; other frameworks' weights stay behind.

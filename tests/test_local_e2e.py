@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from hpcqa import hostprobe
+from hpcqa.executors import hostprobe
 
 pytestmark = pytest.mark.slow
 TINY = ["--set", "model.name_or_path=builtin:tiny-bert", "--set", "data.synthetic_train_examples=240",

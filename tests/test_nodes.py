@@ -152,7 +152,7 @@ def test_fewer_sockets_than_ranks_gives_virtual_sockets_without_straddling(tmp_p
 def test_more_ranks_than_cores_is_loud(tmp_path):
     p = spr("cluster.cores_per_socket=4")
     node = topology.read_node(write_tree(tmp_path, socket_major(1, 1, 1)), allowed=[0], cpuinfo=None)
-    lay = rank.node_layout(p, node)
+    lay = plan.node_layout(p, node)
     assert [p.cpus for p in lay.pools] == [(0,), (0,)] and "OVERSUBSCRIBED" in lay.notes[0]
 
 
@@ -160,12 +160,12 @@ def test_memory_binding_only_where_there_is_a_choice(tmp_path):
     snc = {0: [0, 1, 2, 3], 1: [4, 5, 6, 7], 2: [8, 9, 10, 11], 3: [12, 13, 14, 15]}
     node = topology.read_node(write_tree(tmp_path / "a", socket_major(2, 8, 1), snc), allowed=range(16), cpuinfo=None)
     p = spr("cluster.cores_per_socket=8")
-    pools = rank.node_layout(p, node).pools
+    pools = plan.node_layout(p, node).pools
     assert rank.memory_nodes(p, pools[1], node) == "2,3"   # a rank per socket spans both of its NUMA nodes
     assert rank.memory_nodes(spr("cluster.cores_per_socket=8", "launch.bind_memory=false"), pools[1], node) == ""
     one = topology.read_node(write_tree(tmp_path / "b", socket_major(2, 8, 1), {0: list(range(16))}),
                              allowed=range(16), cpuinfo=None)
-    assert rank.memory_nodes(p, rank.node_layout(p, one).pools[0], one) == ""
+    assert rank.memory_nodes(p, plan.node_layout(p, one).pools[0], one) == ""
 
 
 def test_set_mempolicy_really_binds(tmp_path):

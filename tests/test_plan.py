@@ -5,7 +5,7 @@ import pytest
 from hpcqa.core import config, plan
 from hpcqa.errors import ConfigError
 from tests.conftest import ROOT
-from hpcqa import hostprobe
+from hpcqa.executors import hostprobe
 
 SPR = ROOT / "configs" / "squad_spr.toml"
 HOST = plan.HostProbe(has_sbatch=True, ccl_bindings=False,

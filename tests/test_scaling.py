@@ -134,7 +134,7 @@ def _job(tmp_path, reg, jid, res, nodes=1, task="train", state=None, sweep=None)
 
 def test_a_multi_node_submit_is_warned_when_the_model_says_slower(tmp_path, monkeypatch):
     from hpcqa.core import config, plan
-    from hpcqa import hostprobe
+    from hpcqa.executors import hostprobe
     monkeypatch.setenv("HPCQA_LINK_STORE", str(tmp_path / "links.json"))
     reg = registry.Registry(tmp_path / "r.sqlite")
     overrides = ["model.name_or_path=builtin:tiny-bert", "cluster.nodes=2", "cluster.executor=slurm"]

@@ -109,14 +109,15 @@ def test_doctor_reports_topology_and_flags_too_many_sockets(slurm):
 def test_status_of_1000_jobs_makes_one_sacct_call(slurm, tmp_path):
     code = f"""
 import os, sys, time
-from hpcqa.record import registry, status
+from hpcqa.record import registry
+from hpcqa.executors import jobs
 from hpcqa.executors.slurmcli import Slurm, run_command
 reg = registry.Registry({str(tmp_path / 'r.sqlite')!r})
 reg.add_many(dict(id=str(500000 + i), name='n', executor='slurm', folder='/nonexistent', config={{}},
                   source='x', nodes=1, world_size=2) for i in range(1000))
 calls = []
 t = time.time()
-views, source = status.collect(reg, Slurm(lambda argv: (calls.append(argv[0]), run_command(argv))[1]), all_jobs=True)
+views, source = jobs.collect(reg, Slurm(lambda argv: (calls.append(argv[0]), run_command(argv))[1]), all_jobs=True)
 dt = time.time() - t
 print(len(views), calls.count('sacct'), source, 'torch' in sys.modules, round(dt, 3))
 """

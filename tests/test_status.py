@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from hpcqa.record import registry, status
+from hpcqa.executors import jobs
 from hpcqa.executors import slurmcli
 from hpcqa.executors import local
 from hpcqa.record.jobdir import JobDir
@@ -90,11 +91,11 @@ def _reg(tmp_path, ids, folder_of=lambda i: "/nonexistent"):
 def test_one_sacct_call_and_final_states_are_cached(tmp_path, fake):
     f = fake({"sacct": (0, SACCT, ""), "squeue": (0, "", "")})
     reg = _reg(tmp_path, ["1", "2", "3", "12_1"])
-    views, source = status.collect(reg, Slurm(f), all_jobs=True)
+    views, source = jobs.collect(reg, Slurm(f), all_jobs=True)
     assert source.source is states.Source.SACCT and [c[0] for c in f.calls] == ["sacct"]
     assert {v.id: v.state for v in views} == {"1": "CANCELLED", "2": "COMPLETED", "3": "FAILED", "12_1": "RUNNING"}
     f.calls.clear()
-    status.collect(reg, Slurm(f), all_jobs=True)
+    jobs.collect(reg, Slurm(f), all_jobs=True)
     assert f.calls[0][-1] == "12_1"   # only the unfinished job is asked about again
 
 
@@ -108,7 +109,7 @@ def test_without_accounting_squeue_and_files_decide(tmp_path, fake):
     folders = {"7": str(tmp_path / "running"), "20": str(done), "21": str(failed), "22": str(tmp_path / "gone")}
     f = fake({"sacct": (1, "", "sacct: error: Slurm accounting storage is disabled\n"), "squeue": (0, SQUEUE, "")})
     reg = _reg(tmp_path, list(folders), folders.get)
-    views, source = status.collect(reg, Slurm(f), all_jobs=True)
+    views, source = jobs.collect(reg, Slurm(f), all_jobs=True)
     assert source.source is states.Source.SQUEUE and [c[0] for c in f.calls] == ["sacct", "squeue"]
     got = {v.id: v.state for v in views}
     assert got == {"7": "RUNNING", "20": "COMPLETED", "21": "FAILED", "22": "FAILED"}

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from hpcqa.core import states
 from hpcqa.record import registry, status, statusview
+from hpcqa.executors import jobs
 from hpcqa.executors import slurmcli
 from hpcqa.record.jobdir import write_json
 from hpcqa.executors.slurmcli import Slurm
@@ -80,7 +81,7 @@ def test_the_jobs_own_files_decide_when_the_scheduler_cannot_be_asked(tmp_path):
     write_json(failed / "ranks" / "rank-1.failed", {"rank": 1, "error": "boom", "host": "n1"})
     reg = _reg(tmp_path, ["1", "2", "3"], folder_of=lambda i: str({"1": done, "2": failed}.get(i, tmp_path / "x")))
     f = FakeRunner({"sacct": (1, "", "sacct: error: Problem talking to the database: Connection refused\nmore\n")})
-    got, source = status.collect(reg, Slurm(f), all_jobs=True)
+    got, source = jobs.collect(reg, Slurm(f), all_jobs=True)
     assert not source.answered and source.error.startswith("sacct failed") and "\n" not in source.error
     assert {v.id: v.state for v in got} == {"1": "COMPLETED", "2": "FAILED", "3": "SUBMITTED"}
 
@@ -88,7 +89,7 @@ def test_the_jobs_own_files_decide_when_the_scheduler_cannot_be_asked(tmp_path):
 def test_pending_reason_comes_from_squeue(tmp_path):
     sacct = "5|PENDING|0:0|00:00:00|1|None assigned\n"
     f = FakeRunner({"sacct": (0, sacct, ""), "squeue": (0, "5|PENDING|0:00|1||Dependency\n", "")})
-    got, _ = status.collect(_reg(tmp_path, ["5"]), Slurm(f), all_jobs=True)
+    got, _ = jobs.collect(_reg(tmp_path, ["5"]), Slurm(f), all_jobs=True)
     assert got[0].state == "PENDING" and got[0].reason == "Dependency"
     assert "waiting: Dependency" in render(got)
 
@@ -103,7 +104,7 @@ def test_usage_parsing_and_low_efficiency_warning(tmp_path):
     f = FakeRunner({"sacct": (0, "9|COMPLETED|0:0|00:01:00|1|n1\n" if False else text, "")})
     reg = _reg(tmp_path, ["9"], folder_of=lambda i: str(done))
     reg.update_states([("9", "COMPLETED", True, "0:0", "00:01:00")])
-    got, _ = status.collect(reg, Slurm(f), ids=["9"])
+    got, _ = jobs.collect(reg, Slurm(f), ids=["9"])
     assert got[0].usage["cpu_efficiency"] == pytest.approx(0.125)
     assert any("CPU efficiency 12%" in n for n in got[0].notes)
     lines = dict(statusview.detail_lines(got[0]))
@@ -121,7 +122,7 @@ def test_local_usage_from_the_ranks_own_measurements(tmp_path):
                        world_size=2)])
     reg.update_states([("4", "COMPLETED", True, "0:0", "")])
     f = FakeRunner({})
-    got, _ = status.collect(reg, Slurm(f), ids=["4"])
+    got, _ = jobs.collect(reg, Slurm(f), ids=["4"])
     assert f.calls == []  # local jobs: nothing asked of Slurm
     u = got[0].usage
     assert u["source"] == "ranks" and u["cpu_efficiency"] == pytest.approx(0.3) and u["max_rss_bytes"] == 2 ** 31

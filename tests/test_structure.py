@@ -225,6 +225,34 @@ def test_the_folders_show_the_layers():
             assert not above, (path.name, above)
 
 
+# Who may import whom: each layer imports only its own and the ones below it. The base modules (errors, fsutil,
+# version) are below every layer; the front modules (cli, api, stage, doctor, ...) above every layer.
+LAYER_ORDER = {"core": 0, "record": 1, "rank": 2, "executors": 3}
+BASE = {"errors", "fsutil", "version"}
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] in BASE:
+        return -1
+    return LAYER_ORDER.get(parts[1], len(LAYER_ORDER))
+
+
+def upward_imports(name: str, tree: ast.AST, known: set[str]) -> list[str]:
+    """Imports of a layer above this module's own (an arrow pointing up)."""
+    mine = layer_of(name)
+    if mine < 0 or mine == len(LAYER_ORDER):
+        return []
+    return sorted(f"{name} -> {m}" for m in imports_of(name, tree, known) if layer_of(m) > mine)
+
+
+def test_no_layer_imports_a_layer_above_it():
+    trees = package_trees()
+    offenders = [x for name, tree in trees.items() for x in upward_imports(name, tree, set(trees))]
+    assert not offenders, "imports that point up (core < record < rank < executors < the front):\n" + \
+        "\n".join(offenders)
+
+
 def test_every_structure_rule_catches_a_planted_offender():
     """Each rule above reads real code: planted offenders are found, clean code passes."""
     cyc = {"a": ast.parse("from hpcqa import b"), "b": ast.parse("def f():\n    from hpcqa import a")}
@@ -245,6 +273,13 @@ def test_every_structure_rule_catches_a_planted_offender():
     heavy = heavy_modules({"hpcqa.h": ast.parse("import torch"), "hpcqa.g": ast.parse("from hpcqa.h import x"),
                            "hpcqa.l": ast.parse("def f():\n    import torch")})
     assert heavy == {"hpcqa.h", "hpcqa.g"}
+    known = {"hpcqa.core.plan", "hpcqa.record.jobdir", "hpcqa.executors.table", "hpcqa.errors", "hpcqa.cli"}
+    assert upward_imports("hpcqa.core.plan", ast.parse("from hpcqa.record.jobdir import JOB_ID\nfrom hpcqa import errors"),
+                          known) == ["hpcqa.core.plan -> hpcqa.record.jobdir"]
+    assert upward_imports("hpcqa.record.jobdir", ast.parse("def f():\n    from hpcqa.executors import table"),
+                          known) == ["hpcqa.record.jobdir -> hpcqa.executors.table"]
+    assert upward_imports("hpcqa.executors.table", ast.parse("from hpcqa.core import plan"), known) == []
+    assert upward_imports("hpcqa.cli", ast.parse("from hpcqa.executors import table"), known) == []
 
 
 def test_the_checkout_check_catches_a_file_left_behind():

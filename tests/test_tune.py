@@ -8,7 +8,7 @@ from hpcqa.core import config, plan
 from hpcqa.record import tuned as tune
 from hpcqa.errors import UsageError
 from tests.conftest import ROOT
-from hpcqa import hostprobe
+from hpcqa.executors import hostprobe
 
 
 def quick(*overrides):

@@ -14,13 +14,13 @@ import json
 import os
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from hpcqa.core import threadenv, topology
 from hpcqa.core.config import Config, from_dict
-from hpcqa.errors import ConfigError
+from hpcqa.errors import ConfigError, HpcqaError
 from hpcqa.core.frozen import FrozenDict, freeze
-from hpcqa.record.jobdir import JOB_ID, SUBMISSION, root_path
+from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path
 from pathlib import Path
 from hpcqa.errors import PlanError
 from dataclasses import replace
@@ -440,3 +440,22 @@ def load(path: str | os.PathLike) -> LaunchPlan:
     except (ValueError, KeyError, TypeError) as e:
         raise PlanError(f"cannot read plan {str(path)!r}: not a launch plan of this hpcqa version "
                         f"({type(e).__name__}: {e})", "re-submit, or re-render the script") from None
+
+
+def node_layout(plan: LaunchPlan, node: topology.Node | Sequence[topology.Cpu]) -> topology.Layout:
+    """Every local rank's pool on this node, by the same rule (and function) the plan used for the
+    declared node. `hpcqa topology CONFIG` shows exactly this."""
+    cfg = plan.config
+    workers = cfg.launch.ccl_workers if plan.backend.resolved == "ccl" else 0
+    try:
+        lay = topology.layout(node, plan.ranks_per_node, cfg.cores_per_domain, workers, cfg.launch.rank_domain,
+                              plan.ranks_per_domain)
+        return topology.with_siblings(lay) if cfg.launch.use_siblings else lay
+    except HpcqaError:
+        # fewer cores than ranks: share them round-robin rather than refuse to start, and say so loudly
+        cpus = node.cpus if isinstance(node, topology.Node) else node
+        cores = [c for c, _ in topology.physical_cores(cpus)]
+        pools = tuple(topology.Pool(k, (cores[k % len(cores)],), (), (), (cores[k % len(cores)],))
+                      for k in range(plan.ranks_per_node))
+        return topology.Layout(pools, True, (f"OVERSUBSCRIBED: {plan.ranks_per_node} ranks share this node's "
+                                             f"{len(cores)} core(s)",))

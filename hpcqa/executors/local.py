@@ -24,10 +24,10 @@ import submitit
 
 from hpcqa.core import states, sweep, topology
 from hpcqa.core.plan import LaunchPlan
+from hpcqa.core.plan import node_layout as plan_node_layout
 from hpcqa.errors import HpcqaError, JobFailed, PlanError
 from hpcqa.executors import common, snapshot
 from hpcqa.executors.interface import Live, Request, Say, Submitted, silent
-from hpcqa.rank import wrapper as rank
 from hpcqa.rank.train.job import RankJob
 from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
 from hpcqa.record.registry import Registry
@@ -178,7 +178,7 @@ def cpus_for(plan: LaunchPlan, poll_s: float = 5.0, say: Say = silent) -> set[in
     """Where this local job may run, given the other running local jobs of the registry (and say so)."""
     reg = Registry(plan.config.job.registry or None, create=False)
     node = topology.read_node()
-    lay = rank.node_layout(plan, node)
+    lay = plan_node_layout(plan, node)
     for note in lay.notes:
         if "OVERSUBSCRIBED" in note:
             say(f"warning: {note}")
@@ -219,7 +219,7 @@ def preview(plan: LaunchPlan) -> list[str]:
     refusal = too_many_ranks(plan, node)
     if refusal:
         return [f"submit would refuse: {refusal.message} (fix: {refusal.hint})"]
-    lay = rank.node_layout(plan, node)
+    lay = plan_node_layout(plan, node)
     notes = [n for n in lay.notes if "OVERSUBSCRIBED" in n]
     wanted = {c for p in lay.pools for c in p.cpus}
     try:

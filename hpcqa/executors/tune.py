@@ -22,7 +22,7 @@ from hpcqa.executors import table
 from hpcqa.fsutil import owner_umask
 from hpcqa.record.jobdir import JobDir
 from hpcqa.core import states
-from hpcqa import hostprobe
+from hpcqa.executors import hostprobe
 
 
 def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates: Sequence[int] | None,

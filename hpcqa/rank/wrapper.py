@@ -40,32 +40,13 @@ import platform
 
 
 
-def node_layout(plan: LaunchPlan, node: topology.Node | Sequence[topology.Cpu]) -> topology.Layout:
-    """Every local rank's pool on this node, by the same rule (and function) the plan used for the
-    declared node. `hpcqa topology CONFIG` shows exactly this."""
-    cfg = plan.config
-    workers = cfg.launch.ccl_workers if plan.backend.resolved == "ccl" else 0
-    try:
-        lay = topology.layout(node, plan.ranks_per_node, cfg.cores_per_domain, workers, cfg.launch.rank_domain,
-                              plan.ranks_per_domain)
-        return topology.with_siblings(lay) if cfg.launch.use_siblings else lay
-    except HpcqaError:
-        # fewer cores than ranks: share them round-robin rather than refuse to start, and say so loudly
-        cpus = node.cpus if isinstance(node, topology.Node) else node
-        cores = [c for c, _ in topology.physical_cores(cpus)]
-        pools = tuple(topology.Pool(k, (cores[k % len(cores)],), (), (), (cores[k % len(cores)],))
-                      for k in range(plan.ranks_per_node))
-        return topology.Layout(pools, True, (f"OVERSUBSCRIBED: {plan.ranks_per_node} ranks share this node's "
-                                             f"{len(cores)} core(s)",))
-
-
 def choose_binding(plan: LaunchPlan, local_rank: int, node: topology.Node | Sequence[topology.Cpu]) -> dict[str, Any]:
     """Pure: the pool, CPUs and thread variables this local rank gets on `node`, and how that
     compares with the plan's prediction."""
     lr = plan.local_ranks[local_rank]
     if not lr.cpus:  # launch.bind = false
         return {"cpus": [], "env": {}, "note": "not bound (launch.bind = false)", "pool": None, "layout": None}
-    lay = node_layout(plan, node)
+    lay = planmod.node_layout(plan, node)
     pool = lay.pools[local_rank]
     # the plan's rule on the observed pool, for the variables the plan gave this rank
     derived = threadenv.pool_env(plan.config.launch, pool, lay.pools, ccl="CCL_WORKER_AFFINITY" in lr.env,

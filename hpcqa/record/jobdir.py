@@ -34,9 +34,8 @@ from typing import Any, Mapping
 from hpcqa.errors import SubmitError
 from hpcqa.fsutil import atomic_write_text, file_sha256
 import secrets
+from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path  # noqa: F401  (the folder's names, with the rest)
 
-JOB_ID = "%j"                        # submitit's placeholder for the job id in a folder path
-SUBMISSION = "SUBMISSION"            # a dry run's stand-in for the token a submission picks (plain: unquoted in scripts)
 TASK_ID = "{array_task_id}"          # the rank wrapper's placeholder for SLURM_ARRAY_TASK_ID
 # Per-rank log names that launchers expand themselves: srun --output (%t) and mpirun (%r).
 SRUN_LOG = "rank-%t.log"
@@ -139,12 +138,6 @@ def plan_problem(plan_path: str | Path, digest: str) -> str | None:
     if task >= len(index) or index[task] != digest:
         return f"{p} has digest {digest}, submitted {index[task] if task < len(index) else 'no such task'}"
     return None
-
-
-def root_path(output_dir: str, name: str) -> str:
-    """<output_dir>/<name> as the config says it (relative paths stay relative: a rendered script
-    resolves them where sbatch runs it)."""
-    return os.path.join(output_dir, name)
 
 
 @dataclass(frozen=True)

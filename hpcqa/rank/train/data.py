@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 from hpcqa.core import squadfile
 from hpcqa.fsutil import file_sha256
 from hpcqa.record.caches import Caches
+from hpcqa.errors import RankError
 from hpcqa.rank.train import synth
+from hpcqa.rank.train.model import resolve
 
 if TYPE_CHECKING:
     from hpcqa.core.config import DataConfig
@@ -178,3 +180,52 @@ def capped_length(wanted: int, tokenizer) -> tuple[int, str | None]:
         return limit, (f"train.max_seq_length = {wanted} is longer than the model takes ({limit}, the tokenizer's "
                        f"model_max_length): using {limit}")
     return wanted, None
+
+
+def prepare_data(cfg, croot: Caches, allow_download: bool | None = None) -> tuple[dict, list[str]]:
+    """What load_data gives a rank, and what `hpcqa stage` puts in the caches beforehand (same code, same
+    cache keys). allow_download None: model.allow_download decides."""
+    from transformers import AutoTokenizer
+
+
+    tc, dc = cfg.train, cfg.data
+    download = cfg.model.allow_download if allow_download is None else allow_download
+    model_path, kwargs = resolve(cfg.model, croot)
+    if download and "local_files_only" in kwargs:
+        kwargs["local_files_only"] = False
+    tokenizer = AutoTokenizer.from_pretrained(model_path, **kwargs)
+    max_len, warning = capped_length(tc.max_seq_length, tokenizer)
+    if tc.doc_stride >= max_len:
+        raise RankError(f"train.doc_stride {tc.doc_stride} is not below the usable max_seq_length {max_len}",
+                        f"set train.doc_stride below {max_len}")
+    raw = load_raw(dc, tc.seed, croot, download)
+    for split in ("train", "validation"):  # v2 data scored by v1 rules would mis-score without a word
+        if split in raw and not dc.train_file and not dc.validation_file:  # local files: checked at submit
+            facts = squadfile.facts([{"answers": a} for a in raw[split]["answers"]])
+            mismatch, _ = squadfile.version_check(facts, dc.version_2_with_negative, f"{dc.dataset} ({split})")
+            if mismatch:
+                raise RankError(mismatch, "set data.version_2_with_negative = true")
+    train_raw = _first(raw["train"], dc.max_train_samples)
+    need_eval = tc.do_eval or tc.eval_strategy != "no"
+    eval_raw = _first(raw["validation"], dc.max_eval_samples) if "validation" in raw and need_eval else None
+    if tc.eval_strategy != "no" and eval_raw is None:
+        raise RankError(f"train.eval_strategy = \"{tc.eval_strategy}\", but the data has no validation split",
+                        "set data.validation_file, or train.eval_strategy = \"no\"")
+    test_raw = _first(raw["test"], dc.max_predict_samples) if "test" in raw and tc.do_predict else None
+    if tc.do_predict and test_raw is None:
+        raise RankError(f"train.do_predict = true, but the data has no test split (splits: {', '.join(raw)})",
+                        "set data.test_file, or train.do_predict = false")
+
+    def features(ds, split):
+        if ds is None:
+            return None
+        return featurize(ds, tokenizer, split, max_len, tc.doc_stride, croot, pad=dc.pad_to_max_length,
+                                 num_proc=dc.preprocessing_num_workers)
+    return {"model_path": model_path, "model_kwargs": kwargs, "tokenizer": tokenizer, "max_seq_length": max_len,
+            "train_raw": train_raw, "eval_raw": eval_raw, "test_raw": test_raw,
+            "train_features": features(train_raw, "train"), "eval_features": features(eval_raw, "validation"),
+            "test_features": features(test_raw, "test")}, [warning] if warning else []
+
+
+def _first(ds, n: int):
+    return ds.select(range(min(n, len(ds)))) if n else ds

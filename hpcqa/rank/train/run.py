@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from hpcqa.core import squadfile
 from hpcqa.core.plan import bf16_choice
 from hpcqa.rank.train import commbench, efficiency
 from hpcqa.core import scaling
@@ -43,7 +42,6 @@ import threading
 import resource
 import datetime
 from hpcqa.rank.train import data as qa_data
-from hpcqa.rank.train.model import resolve
 from hpcqa.rank.phase import Phases
 
 
@@ -550,60 +548,11 @@ def _eval_arguments(tc) -> dict:
 
 def load_data(r: Rank) -> dict:
     """Tokenizer, raw splits (truncated as configured) and tokenised features."""
-    out, warnings = prepare_data(r.plan.config, Caches.for_data_cache(r.plan.config.data.cache_dir))
+    out, warnings = qa_data.prepare_data(r.plan.config, Caches.for_data_cache(r.plan.config.data.cache_dir))
     for warning in warnings:
         r.log(f"WARNING: {warning}")
         r.report["warnings"].append(warning)
     return out
-
-
-def prepare_data(cfg, croot: Caches, allow_download: bool | None = None) -> tuple[dict, list[str]]:
-    """What load_data gives a rank, and what `hpcqa stage` puts in the caches beforehand (same code, same
-    cache keys). allow_download None: model.allow_download decides."""
-    from transformers import AutoTokenizer
-
-
-    tc, dc = cfg.train, cfg.data
-    download = cfg.model.allow_download if allow_download is None else allow_download
-    model_path, kwargs = resolve(cfg.model, croot)
-    if download and "local_files_only" in kwargs:
-        kwargs["local_files_only"] = False
-    tokenizer = AutoTokenizer.from_pretrained(model_path, **kwargs)
-    max_len, warning = qa_data.capped_length(tc.max_seq_length, tokenizer)
-    if tc.doc_stride >= max_len:
-        raise RankError(f"train.doc_stride {tc.doc_stride} is not below the usable max_seq_length {max_len}",
-                        f"set train.doc_stride below {max_len}")
-    raw = qa_data.load_raw(dc, tc.seed, croot, download)
-    for split in ("train", "validation"):  # v2 data scored by v1 rules would mis-score without a word
-        if split in raw and not dc.train_file and not dc.validation_file:  # local files: checked at submit
-            facts = squadfile.facts([{"answers": a} for a in raw[split]["answers"]])
-            mismatch, _ = squadfile.version_check(facts, dc.version_2_with_negative, f"{dc.dataset} ({split})")
-            if mismatch:
-                raise RankError(mismatch, "set data.version_2_with_negative = true")
-    train_raw = _first(raw["train"], dc.max_train_samples)
-    need_eval = tc.do_eval or tc.eval_strategy != "no"
-    eval_raw = _first(raw["validation"], dc.max_eval_samples) if "validation" in raw and need_eval else None
-    if tc.eval_strategy != "no" and eval_raw is None:
-        raise RankError(f"train.eval_strategy = \"{tc.eval_strategy}\", but the data has no validation split",
-                        "set data.validation_file, or train.eval_strategy = \"no\"")
-    test_raw = _first(raw["test"], dc.max_predict_samples) if "test" in raw and tc.do_predict else None
-    if tc.do_predict and test_raw is None:
-        raise RankError(f"train.do_predict = true, but the data has no test split (splits: {', '.join(raw)})",
-                        "set data.test_file, or train.do_predict = false")
-
-    def featurize(ds, split):
-        if ds is None:
-            return None
-        return qa_data.featurize(ds, tokenizer, split, max_len, tc.doc_stride, croot, pad=dc.pad_to_max_length,
-                                 num_proc=dc.preprocessing_num_workers)
-    return {"model_path": model_path, "model_kwargs": kwargs, "tokenizer": tokenizer, "max_seq_length": max_len,
-            "train_raw": train_raw, "eval_raw": eval_raw, "test_raw": test_raw,
-            "train_features": featurize(train_raw, "train"), "eval_features": featurize(eval_raw, "validation"),
-            "test_features": featurize(test_raw, "test")}, [warning] if warning else []
-
-
-def _first(ds, n: int):
-    return ds.select(range(min(n, len(ds)))) if n else ds
 
 
 def build_model(r: Rank, model_path: str, kwargs: dict, bf16: bool):

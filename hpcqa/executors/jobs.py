@@ -1,0 +1,83 @@
+"""The job list across executors: the registry's rows, the live states each row's executor reports (its job verbs,
+executors/table.py: one scheduler call per executor, one sacct for every Slurm job), and the job folders, as the
+views `hpcqa status`, `logs`, `results` and the API's Job read. Never imports torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from hpcqa.core import states
+from hpcqa.executors import table
+from hpcqa.executors.slurmcli import Slurm
+from hpcqa.record import phases
+from hpcqa.record.jobdir import JobDir
+from hpcqa.record.status import LIST_PHASES, JobView
+
+
+def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
+            limit: int = 20) -> tuple[list[JobView], states.Answer]:
+    """Rows from the registry, with live states for the unfinished ones (one call per executor: one sacct for
+    every Slurm job). -> (views, where Slurm's states came from: sacct, squeue, none, or the error)"""
+    rows = reg.jobs(ids=ids, limit=None if (ids or all_jobs) else limit)
+    live, source = {}, states.NOBODY
+    for name, group in table.by_executor([r for r in rows if not r.final]).items():
+        got, said = table.verbs(name, slurm).states(group)
+        live.update(got)
+        source = said if said.source is not states.Source.NOBODY else source
+    views, updates, seen = [], [], set()
+    for r in rows:  # newest first: a reused id's live state is its newest job's; the older keep their record
+        jd = JobDir(Path(r.folder))
+        state, code, elapsed = r.state, r.exit_code or "", r.elapsed or ""
+        now = live.get(r.id) if r.id not in seen else None
+        seen.add(r.id)
+        if now is not None:
+            state, code, elapsed = now.state, now.exit_code or code, now.elapsed or elapsed
+            final = states.is_final(state)
+            if final or state != r.state:
+                updates.append((r.id, state, final, code or None, elapsed or None, r.folder))
+        v = JobView(id=r.id, name=r.name, executor=r.executor, state=state, nodes=r.nodes, world_size=r.world_size,
+                    elapsed=elapsed, exit_code=code, folder=r.folder, sweep_id=r.sweep_id, task_index=r.task_index,
+                    variant=r.variant, reason=now.reason if now else "", nodelist=now.nodelist if now else "")
+        v.progress = jd.read_progress()
+        v.results = jd.read_results()
+        if not states.is_final(state):  # the list reads a few ranks' phases; a job's own view reads them all
+            v.phases = jd.read_phases(r.world_size if ids else min(r.world_size, LIST_PHASES))
+            stuck = phases.stuck_at_rendezvous(v.phases) if state == "RUNNING" else None
+            if stuck:
+                v.notes.append(stuck)
+        if ids:
+            v.outputs = [(label, str(p)) for label, p in jd.outputs(v.results)]
+            v.ranks = [rep for k in range(r.world_size) if (rep := jd.read_report(k))]
+            v.attempts, v.notices, v.failed = jd.attempts(), jd.notices(), jd.failed_ranks()
+            v.logs = [p for k in range(r.world_size) if (p := jd.log(k)) is not None]
+            v.notes += list(dict.fromkeys(w for rep in v.ranks for w in (rep.get("warnings") or [])
+                                          if isinstance(w, str) and w.startswith("checkpoint ")))
+        if not jd.path.is_dir():  # said by status and logs alike; the state is what Slurm or the registry knows
+            v.notes.append(f"its folder {r.folder} is gone (deleted or moved): logs and results with it")
+        elif states.succeeded(state) and not v.results:
+            v.notes.append("no results file")
+        views.append(v)
+    if updates:
+        reg.update_states(updates)
+    if ids:
+        add_usage(views, slurm)
+    return views, source
+
+
+LOW_EFFICIENCY = 0.6  # below this, the ranks' cores mostly waited: pinning, oversubscription, or I/O
+
+
+def add_usage(views: Sequence[JobView], slurm: Slurm) -> None:
+    """Finished jobs: CPU efficiency and peak memory, from their executor (Slurm: one batched sacct call, seff's
+    numbers: TotalCPU / (Elapsed x AllocCPUS), the largest step MaxRSS; local jobs: their ranks' measurements)."""
+    done = [v for v in views if states.is_final(v.state)]
+    for name, group in table.by_executor(done).items():
+        for job_id, usage in table.verbs(name, slurm).usage(group).items():
+            next(v for v in group if v.id == job_id).usage = usage
+    for v in done:
+        eff = (v.usage or {}).get("cpu_efficiency")
+        if eff is not None and eff < LOW_EFFICIENCY:
+            v.notes.append(f"CPU efficiency {eff:.0%} (< {LOW_EFFICIENCY:.0%}): the ranks' cores mostly waited; check "
+                           "the pinning (`hpcqa topology CONFIG`), oversubscription, or data loading")
