@@ -92,7 +92,7 @@ def test_ccl_planned_without_bindings_is_a_clear_error():
     import pytest
     from hpcqa.core import plan
     from hpcqa.errors import RankError
-    from hpcqa.rank.train.run import verify_backend
+    from hpcqa.rank.train.facts import verify_backend
     with pytest.raises(RankError) as e:
         verify_backend(plan.resolve_backend("ccl", ccl_bindings=False))
     assert "oneccl_bindings_for_pytorch" in e.value.message and "gloo" in e.value.hint

@@ -96,7 +96,7 @@ def test_wrapper_bad_plan_exits_2(tmp_path):
 
 def test_a_rank_honours_the_planned_backend_and_never_redecides():
     from hpcqa.errors import RankError
-    from hpcqa.rank.train.run import verify_backend
+    from hpcqa.rank.train.facts import verify_backend
 
     def no_ccl(name):
         raise ImportError(f"No module named {name!r}")
@@ -114,7 +114,7 @@ def test_a_rank_honours_the_planned_backend_and_never_redecides():
 
 def test_trainer_refuses_a_plan_other_than_the_one_the_wrapper_applied():
     from hpcqa.errors import RankError
-    from hpcqa.rank.train.run import verify_plan
+    from hpcqa.rank.train.facts import verify_plan
     p = quick_plan()
     verify_plan(p, {"HPCQA_PLAN_DIGEST": p.digest})
     verify_plan(p, {})  # started without the wrapper (tests, by hand): nothing to compare
@@ -156,7 +156,7 @@ def test_master_interface_reads_a_real_interface():
 def test_a_finished_rank_leaves_without_teardown_unless_an_error_follows(tail, code):
     """exit_without_teardown: status 0 through os._exit once the work is done (gloo's threads can abort the
     interpreter's teardown); an exception that reaches the top after it keeps its own exit."""
-    prog = ("import threading, time\nfrom hpcqa.rank.train.run import exit_without_teardown\n"
+    prog = ("import threading, time\nfrom hpcqa.rank.train.stop import exit_without_teardown\n"
             "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
             f"exit_without_teardown()\nprint('done', flush=True)\n{tail}\n")
     r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT, timeout=60)

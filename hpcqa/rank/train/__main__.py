@@ -9,7 +9,8 @@ from pathlib import Path
 from hpcqa.core import plan as planmod
 from hpcqa.errors import HpcqaError
 from hpcqa.record.jobdir import JobDir
-from hpcqa.rank.train.run import exit_without_teardown, run_rank
+from hpcqa.rank.train.run import run_rank
+from hpcqa.rank.train.stop import exit_without_teardown
 from hpcqa.record.jobdir import POD_STOPPED_EXIT
 
 

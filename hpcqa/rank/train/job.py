@@ -11,7 +11,8 @@ from submitit.core.utils import DelayedSubmission
 from hpcqa.core import plan as planmod
 from hpcqa.errors import RankError
 from hpcqa.record.jobdir import JobDir
-from hpcqa.rank.train.run import exit_without_teardown, run_rank
+from hpcqa.rank.train.run import run_rank
+from hpcqa.rank.train.stop import exit_without_teardown
 
 
 class RankJob(submitit.helpers.Checkpointable):

@@ -12,283 +12,32 @@ trainer -> train -> evaluate -> results.
 
 from __future__ import annotations
 
-import atexit
-import errno
-import hashlib
 import os
-import shutil
-import platform
 import socket
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
-
 from hpcqa.core.plan import bf16_choice
 from hpcqa.rank.train import commbench, efficiency
 from hpcqa.core import scaling
-from hpcqa.rank import preload
 from hpcqa.core import topology
 from hpcqa.errors import HpcqaError, RankError
-from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
-from hpcqa.core.plan import Backend, LaunchPlan
+from hpcqa.record.jobdir import JobDir, write_json
+from hpcqa.core.plan import LaunchPlan
 from hpcqa.record.caches import Caches
 from hpcqa.rank.train import metrics
-from hpcqa.record.jobdir import attempt_from_env
-import signal
 import threading
-import resource
 import datetime
 from hpcqa.rank.train import data as qa_data
 from hpcqa.rank.phase import Phases
+from hpcqa.rank.train.facts import (Rank, cpu_flags, logger, own_usage, startup_report, verify_backend, verify_plan,
+                                    weights_digest, widen_main_thread)
+from hpcqa.rank.train.stop import STOP, attempt, leave_process_group, stop_after_checkpoint
+from hpcqa.rank.train.callbacks import (FailAt, FinalSave, MarkComplete, ProgressCallback, StepTimer, StopOnSignal,
+                                        board_efficiency, tensorboard_callback)
+from hpcqa.rank.train.resume import train
 
-
-@dataclass
-class Rank:
-    """What the stages share: who this rank is and what it has found out so far."""
-
-    plan: LaunchPlan
-    jd: JobDir
-    report: dict
-    log: Callable[[str], None]
-    t_start: float = field(default_factory=time.time)
-    phases: Phases = field(default_factory=lambda: Phases(None, 0))
-
-    @property
-    def rank(self) -> int:
-        return self.report["rank"]
-
-    @property
-    def world(self) -> int:
-        return self.report["world_size"]
-
-    def save_report(self, **update: Any) -> None:
-        self.report.update(update)
-        write_json(self.jd.rank_report(self.rank), self.report)
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def verify_backend(backend: Backend, importer: Callable[[str], Any] = __import__) -> str:
-    """The plan decided the backend; check that this rank can honour it. -> what was checked"""
-    if backend.resolved != "ccl":
-        return f"{backend.resolved} as planned ({backend.reason})"
-    try:
-        importer("oneccl_bindings_for_pytorch")
-    except Exception as e:  # ImportError, or an ABI mismatch with this torch
-        raise RankError(f"the plan runs DDP over ccl ({backend.reason}), but oneccl_bindings_for_pytorch does "
-                        f"not import on {socket.gethostname()} ({type(e).__name__}: {e})",
-                        "install oneccl_bind_pt built for this torch on the compute nodes, or submit with "
-                        "train.ddp_backend = \"gloo\"") from None
-    return f"ccl as planned ({backend.reason}); oneccl_bindings_for_pytorch imported"
-
-
-def verify_plan(plan: LaunchPlan, env: dict | os._Environ = os.environ) -> None:
-    """The wrapper exported the digest of the plan it applied: the trainer must run that very plan."""
-    applied = env.get("HPCQA_PLAN_DIGEST")
-    if applied and applied != plan.digest:
-        raise RankError(f"the rank wrapper applied plan {applied}, the trainer was given plan {plan.digest}",
-                        "submit through hpcqa: the wrapper and the trainer must read the same plan file")
-
-
-def _versions(torch) -> dict:
-    import transformers
-    versions = {"python": platform.python_version(), "torch": torch.__version__,
-                "transformers": transformers.__version__}
-    for mod in ("accelerate", "datasets", "intel_extension_for_pytorch", "oneccl_bindings_for_pytorch"):
-        try:
-            versions[mod] = __import__(mod).__version__
-        except Exception:
-            versions[mod] = None
-    return versions
-
-
-def _binding_warnings(torch) -> list[str]:
-    allowed = sorted(os.sched_getaffinity(0))
-    omp, threads = os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
-    local_world, ncpu = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), os.cpu_count() or 1
-    bound = os.environ.get("HPCQA_BOUND_CPUS", "")
-    warnings = []
-    if bound and topology.cpu_list(allowed) != bound:
-        warnings.append(f"bound to CPUs {topology.cpu_list(allowed)}, the wrapper chose {bound}")
-    if omp and threads != int(omp):
-        warnings.append(f"torch uses {threads} threads, OMP_NUM_THREADS={omp}")
-    if threads * local_world > ncpu:
-        warnings.append(f"OVERSUBSCRIBED: {local_world} ranks x {threads} threads > {ncpu} CPUs on this node")
-    if allowed and threads > len(allowed):
-        warnings.append(f"OVERSUBSCRIBED: {threads} threads on {len(allowed)} allowed CPUs")
-    return warnings
-
-
-def attempt() -> int:
-    """This (re)start of the job (Slurm's SLURM_RESTART_COUNT, a pod script's HPCQA_ATTEMPT)."""
-    return attempt_from_env(os.environ)
-
-
-class _Stop:
-    """Notices only raise a flag: SIGTERM (Slurm's preemption notice, scancel, the time limit; a pod's eviction)
-    and the requeue signal (launch.requeue_signal, USR2 by default: --signal=USR2@N before the time limit). Every
-    rank checks the flag at each step boundary through one collective, so all stop after the same step, save one
-    checkpoint together, and no rank waits in an all-reduce for a peer that left. The collective also agrees on
-    the kind: SIGTERM anywhere wins, because then Slurm, not hpcqa, decides whether the job comes back."""
-
-    TERM, REQUEUE = 2, 1
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.kind = 0
-        self.previous: Any = None
-        self.agreed_at: int | None = None
-
-    def install(self, requeue_signal: str = "USR2") -> None:
-        # submitit's checkpoint-and-requeue listens on USR2; kept to be called once the checkpoint is saved
-        self.previous = signal.getsignal(signal.SIGUSR2)
-        self.requeue = getattr(signal, f"SIG{requeue_signal}")
-        for sig in {self.requeue, signal.SIGTERM}:
-            signal.signal(sig, self._raise_flag)
-
-    def _raise_flag(self, signum, frame) -> None:
-        kind = self.TERM if signum == signal.SIGTERM else self.REQUEUE
-        if kind > self.kind:
-            self.signum, self.kind = signum, kind
-
-    def agreed(self, world: int) -> bool:
-        flag = self.kind
-        if world > 1:
-            import torch
-            import torch.distributed as dist
-            t = torch.tensor([flag], dtype=torch.int32)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            flag = int(t.item())
-        self.kind = flag
-        return bool(flag)
-
-    @property
-    def name(self) -> str:
-        return "SIGTERM" if self.kind == self.TERM else signal.Signals(self.requeue).name
-
-
-STOP = _Stop()
-# After a SIGTERM checkpoint a Slurm rank waits to be killed: Slurm ends the job its own way (the grace time's
-# SIGKILL then a requeue for PreemptMode=REQUEUE; CANCELLED for scancel; TIMEOUT) -- a job that exited by
-# itself during the grace time would count as ended, and a preempted one would not come back.
-TERM_WAIT_S = 900
-
-
-def stop_after_checkpoint(r: Rank, step: int) -> dict:
-    """The checkpoint of `step` is saved on every rank. A requeue signal: hpcqa requeues (submitit's handler:
-    global rank 0 requeues; a rendered script or a pod: the script / the operator). SIGTERM: Slurm decides."""
-    notice = {"signal": STOP.name, "step": step, "attempt": attempt(), "time": time.time(),
-              "checkpoint": str(r.jd.checkpoints / f"checkpoint-{step}")}
-    r.save_report(status=f"checkpointed on {STOP.name}", stopped_at_step=step, stopped_at=time.time(), notice=notice)
-    if STOP.kind == STOP.TERM and os.environ.get("HPCQA_REQUEUE") != "pod":
-        r.log(f"SIGTERM (preemption, scancel or the time limit): checkpoint of step {step} saved; Slurm decides "
-              "what follows (PreemptMode=REQUEUE brings the job back, a cancel ends it)")
-        if os.environ.get("SLURM_JOB_ID"):
-            time.sleep(TERM_WAIT_S)
-        raise RankStopped(f"stopped at step {step} on SIGTERM; checkpoint saved ({notice['checkpoint']})")
-    r.log(f"{STOP.name} received: checkpoint of step {step} saved; requeueing")
-    if os.environ.get("HPCQA_REQUEUE") in ("script", "pod"):  # the job script requeues (a pod: is restarted)
-        if r.rank == 0:
-            write_json(r.jd.requeue_request(attempt()), {"step": step, "time": time.time()})
-        return {"rank": r.rank, "stopped_at_step": step, "requeue": "asked of the job script"}
-    if callable(STOP.previous):
-        STOP.previous(signal.SIGUSR2, None)  # rank 0: checkpoint pickle, scontrol requeue, exit
-    if r.rank != 0:
-        time.sleep(300)  # the requeue ends this step; a rank 0 that couldn't requeue ends it too
-    raise RankStopped(f"stopped at step {step} on a signal; checkpoint saved (no scheduler to requeue it)")
-
-
-class RankStopped(Exception):
-    """The run stopped on a signal after saving a checkpoint, and nothing requeued it."""
-
-
-def widen_main_thread() -> str:
-    """OpenMP (OMP_PLACES + OMP_PROC_BIND, or KMP_AFFINITY) binds the thread that starts it to the
-    first place, and every thread or process started later inherits that one core: gloo's threads,
-    the TCP store, DataLoader workers. Start OpenMP now, then give this thread the rank's whole pool
-    back: the OpenMP workers stay one per core, everything started from here on gets the pool."""
-    import torch
-
-    bound = os.environ.get("HPCQA_BOUND_CPUS", "")
-    if not bound:
-        return "not bound"
-    if os.environ.get("HPCQA_KEEP_OPENMP_BINDING") == "1":  # benchmarks/layout_bench.py: the old behaviour
-        return "left as OpenMP bound it (HPCQA_KEEP_OPENMP_BINDING=1)"
-    torch.ones(1 << 20).sum()                       # a parallel region: OpenMP binds its threads now
-    torch.ones(64, 64) @ torch.ones(64, 64)
-    before = topology.cpu_list(os.sched_getaffinity(0))
-    pool = topology.parse_cpu_list(bound)
-    os.sched_setaffinity(0, pool)
-    return f"OpenMP had it on {before}; widened to the rank's pool {topology.cpu_list(pool)}"
-
-
-def _mapped(ld_preload: str) -> list[str]:
-    """The LD_PRELOAD libraries the dynamic loader really mapped into this process (/proc/self/maps)."""
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return []
-    return [p for p in ld_preload.split(":") if p and (p in maps or os.path.realpath(p) in maps)]
-
-
-def startup_report(plan: LaunchPlan, jd: JobDir) -> dict:
-    """What this rank actually got vs what the plan said; warnings for mismatches."""
-    import torch
-
-    e = os.environ
-    return {
-        "host": socket.gethostname(), "pid": os.getpid(), "rank": int(e.get("RANK", "0")),
-        "local_rank": int(e.get("LOCAL_RANK", "0")), "node_rank": int(e.get("NODE_RANK", "0")),
-        "world_size": int(e.get("WORLD_SIZE", "1")), "local_world_size": int(e.get("LOCAL_WORLD_SIZE", "1")),
-        "master_addr": e.get("MASTER_ADDR"), "master_port": e.get("MASTER_PORT"),
-        "env_source": e.get("HPCQA_ENV_SOURCE"), "planned_cpus": e.get("HPCQA_PLANNED_CPUS"),
-        "sockets": _ints(e.get("HPCQA_SOCKETS")), "numa": _ints(e.get("HPCQA_NUMA")), "membind": e.get("HPCQA_MEMBIND"),
-        "cpus": sorted(os.sched_getaffinity(0)), "bind_note": e.get("HPCQA_BIND_NOTE"),
-        "preload": preload.decode(e.get(preload.FOUND)), "preload_mapped": _mapped(e.get("LD_PRELOAD", "")),
-        "omp_num_threads": e.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads(),
-        "ld_preload": e.get("LD_PRELOAD", ""), "versions": _versions(torch), "warnings": _binding_warnings(torch),
-        "started": time.time(), "job_dir": str(jd.path), "plan_digest": plan.digest,
-        "variant": dict(plan.variant), "variant_index": plan.variant_index,
-        # launch.pass_env: whether each name arrived (its value is never recorded)
-        "passed_env": {name: name in e for name in plan.config.launch.pass_env},
-        "code": code_provenance(e),
-    }
-
-
-def code_provenance(env) -> dict:
-    """Which hpcqa this rank imported: the submission's snapshot (its provenance), or the live tree."""
-    here = str(Path(__file__).resolve().parents[2])
-    snap = env.get("HPCQA_CODE")
-    if snap:
-        got = read_json(JobRoot.code_provenance(Path(snap)))
-        return {**(got if isinstance(got, dict) else {}), "imported_from": here, "snapshot": snap}
-    return {"imported_from": here, "snapshot": None, "describe": "the live tree (no snapshot)"}
-
-
-def _ints(text: str | None) -> list[int]:
-    return [int(x) for x in text.split(",") if x] if text else []
-
-
-def weights_digest(model) -> str:
-    h = hashlib.sha256()
-    for name, p in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(p.detach().float().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-# ------------------------------------------------------------------------------------------ stages
 
 def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
     rank = int(os.environ.get("RANK", "0"))
@@ -297,14 +46,14 @@ def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
     except SystemExit:
         if STOP.agreed_at is not None:  # submitit's requeue exits this process: not a failure
             raise
-        _write_failed(jd, rank, sys.exc_info()[1])
+        write_failed(jd, rank, sys.exc_info()[1])
         raise
     except BaseException as e:
-        _write_failed(jd, rank, e)
+        write_failed(jd, rank, e)
         raise
 
 
-def _write_failed(jd: JobDir, rank: int, e: BaseException | None) -> None:
+def write_failed(jd: JobDir, rank: int, e: BaseException | None) -> None:
     error = f"{type(e).__name__}: {e.message} (fix: {e.hint})" if isinstance(e, HpcqaError) and e.hint \
         else f"{type(e).__name__}: {e}"
     Phases(jd, rank, attempt()).enter("failed", error[:200])
@@ -348,77 +97,6 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     return {"rank": r.rank, "weights_digest": digest, **({"results": result} if r.rank == 0 else {})}
 
 
-def leave_process_group() -> None:
-    """Every rank waits here for the others (rank 0 writing the results) before it exits, so no rank leaves
-    while its peers still run collectives: a rank whose peer had gone aborted at exit once on the test cluster
-    ("terminate called without an active exception"). The group is not destroyed: destroy_process_group hung
-    one rank of a 2-node gloo job in its shutdown after everyone had passed this barrier."""
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-
-
-def exit_without_teardown() -> None:
-    """Once this rank's work is done and saved, end the process without the interpreter's teardown. The process group
-    is left alone (see leave_process_group), and gloo's worker threads can still hold tensors then: destroying those
-    during finalization aborts the process (SIGABRT, "terminate called without an active exception"; pytorch
-    issue 190489) -- seen on the 2-node test cluster after a rank had logged its success, and the job was FAILED.
-    Registered at exit: whatever runs the rank (submitit's runtime writes its result file first) finishes, then this
-    ends the process with status 0 -- unless an exception reached the top, which keeps its own exit."""
-    failed: list[bool] = []
-    previous = sys.excepthook
-
-    def hook(*exc):
-        failed.append(True)
-        previous(*exc)
-
-    def leave() -> None:
-        if not failed:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
-
-    sys.excepthook = hook
-    atexit.register(leave)
-
-
-def own_usage(r: Rank) -> dict:
-    """What this rank used, measured by itself (seff's numbers for local jobs): CPU seconds of the process and
-    its waited-for children (tokenising/DataLoader workers), wall seconds, its CPUs, peak RSS."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    # getrusage counts from the process's exec (its imports of torch and transformers included), so the wall
-    # time must too: timed from start-up instead, a 1-CPU rank once "used" 165 % of its CPU
-    return {"cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
-            "wall_s": process_age_s() or time.time() - r.t_start,
-            "cpus": len(r.report.get("cpus") or []) or os.cpu_count() or 1, "max_rss_bytes": me.ru_maxrss * 1024,
-            "threads_outside_cpus": threads_outside(set(r.report.get("cpus") or []))}
-
-
-def threads_outside(cpus: set[int]) -> list[str]:
-    """This process's threads allowed on CPUs beyond the rank's (one started before pinning would be)."""
-    if not cpus:
-        return []
-    out = []
-    for status in Path("/proc/self/task").glob("*/status"):
-        try:
-            line = next(x for x in status.read_text().splitlines() if x.startswith("Cpus_allowed_list:"))
-        except (OSError, StopIteration):
-            continue
-        if not set(topology.parse_cpu_list(line.split(":", 1)[1].strip())) <= cpus:
-            out.append(f"{status.parent.name}: {line.split(':', 1)[1].strip()}")
-    return out
-
-
-def process_age_s() -> float | None:
-    """Seconds since this process started (/proc/self/stat's starttime against /proc/uptime)."""
-    try:
-        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 1e-3)
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     """Report what this rank got; check the plan and the backend before any heavy work."""
     main_thread = widen_main_thread()  # before anything reads the binding or starts a thread
@@ -429,7 +107,7 @@ def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     if report["rank"] == 0:
         jd.tidy_staging()
     STOP.install(plan.config.launch.requeue_signal)
-    r = Rank(plan, jd, report, _logger(report["rank"]), phases=Phases(jd, report["rank"], report["attempt"]))
+    r = Rank(plan, jd, report, logger(report["rank"]), phases=Phases(jd, report["rank"], report["attempt"]))
     missing = [name for name, there in report["passed_env"].items() if not there]
     if missing:
         report["warnings"].append(f"launch.pass_env: {', '.join(missing)} did not reach this rank (a site default "
@@ -455,7 +133,7 @@ def training_arguments(r: Rank):
 
     tc = r.plan.config.train
     backend = r.plan.backend.resolved
-    bf16, bf16_reason = bf16_choice(tc.bf16, _cpu_flags())
+    bf16, bf16_reason = bf16_choice(tc.bf16, cpu_flags())
     r.report["bf16_reason"] = bf16_reason
     accepted = TrainingArguments.__dataclass_fields__["ddp_backend"].metadata.get("choices", [])
     ddp_backend = backend if backend in accepted else None
@@ -491,6 +169,8 @@ def training_arguments(r: Rank):
 
 
 RESOLVE_RETRY_S = 5.0
+
+
 WATCHDOG_GRACE_S = 60.0
 
 
@@ -525,7 +205,7 @@ def rendezvous(r: Rank, timeout_s: float, lookup: Callable[..., Any] = socket.ge
                           "check that every rank started (hpcqa status JOB) and that the port is reachable from "
                           "every node (launch.master_port)")
         r.log(f"ERROR: {error.message}; ending this rank")
-        _write_failed(r.jd, r.rank, error)
+        write_failed(r.jd, r.rank, error)
         os._exit(1)
     guard = threading.Timer(timeout_s + WATCHDOG_GRACE_S, give_up)
     guard.daemon = True
@@ -581,19 +261,19 @@ def build_trainer(r: Rank, args, model, data: dict, optimizers: tuple):
     from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, default_data_collator
 
     tc = r.plan.config.train
-    timer = _StepTimer(TrainerCallback, tc.timing_warmup_steps, r)
-    callbacks = [timer, _FinalSave(tc.save_final_checkpoint, TrainerCallback), _StopOnSignal(TrainerCallback, r),
-                 _MarkComplete(TrainerCallback, r)]
+    timer = StepTimer(TrainerCallback, tc.timing_warmup_steps, r)
+    callbacks = [timer, FinalSave(tc.save_final_checkpoint, TrainerCallback), StopOnSignal(TrainerCallback, r),
+                 MarkComplete(TrainerCallback, r)]
     if r.rank == 0:
-        callbacks.append(_ProgressCallback(r.jd.progress, r.t_start, TrainerCallback))
+        callbacks.append(ProgressCallback(r.jd.progress, r.t_start, TrainerCallback))
         board = tensorboard_callback(r)
         if board is not None:
             callbacks.append(board)
     if tc.fail_at_step:
-        callbacks.append(_FailAt(tc.fail_at_step, r.rank == r.world - 1, TrainerCallback))
+        callbacks.append(FailAt(tc.fail_at_step, r.rank == r.world - 1, TrainerCallback))
     collator = default_data_collator if r.plan.config.data.pad_to_max_length else \
         DataCollatorWithPadding(data["tokenizer"])
-    cls = _QATrainer(Trainer, r, data) if tc.eval_strategy != "no" else Trainer
+    cls = QATrainer(Trainer, r, data) if tc.eval_strategy != "no" else Trainer
     trainer = cls(model=model, args=args, train_dataset=data["train_features"], processing_class=data["tokenizer"],
                   eval_dataset=data["eval_features"] if tc.eval_strategy != "no" else None,
                   data_collator=collator, callbacks=callbacks, optimizers=optimizers)
@@ -602,84 +282,6 @@ def build_trainer(r: Rank, args, model, data: dict, optimizers: tuple):
         # the Trainer passes no gradient_as_bucket_view to accelerate; DDP is built from this handler at train()
         trainer.accelerator.ddp_handler.gradient_as_bucket_view = tc.ddp_bucket_view
     return trainer
-
-
-def tensorboard_callback(r: Rank):
-    """Rank 0's TensorBoard writer into the job folder. A resumed run purges the steps it redoes, so the
-    curves don't double back. None (with a warning) when train.report_to = "none" or tensorboard is missing."""
-    if r.plan.config.train.report_to != "tensorboard":
-        return None
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-        from transformers.integrations import TensorBoardCallback
-    except ImportError as e:
-        r.log(f"WARNING: no TensorBoard curves: {e} (pip install tensorboard, or train.report_to = \"none\")")
-        r.report["warnings"].append("tensorboard not installed: no training curves")
-        return None
-    logdir = r.jd.tensorboard
-
-    class Board(TensorBoardCallback):
-        def on_train_begin(self, args, state, control, **kw):
-            if self.tb_writer is None:
-                self.tb_writer = SummaryWriter(log_dir=str(logdir), purge_step=state.global_step or None)
-            super().on_train_begin(args, state, control, **kw)
-
-        def on_train_end(self, args, state, control, **kw):
-            if self.tb_writer is not None:
-                self.tb_writer.flush()
-            super().on_train_end(args, state, control, **kw)
-
-    r.save_report(tensorboard=str(logdir))
-    return Board()
-
-
-def _QATrainer(base, r: Rank, data: dict):
-    class QATrainer(base):
-        """Evaluation during training scores EM/F1 (post-processing the logits as the final evaluation does),
-        so eval_f1 can choose the best checkpoint. Every rank scores: all must agree on the best one."""
-
-        def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
-            t0 = time.time()
-            loop = self.evaluation_loop(self.get_eval_dataloader(data["eval_features"]), description="Evaluation",
-                                        prediction_loss_only=False, ignore_keys=ignore_keys,
-                                        metric_key_prefix=metric_key_prefix)
-            scores, _ = score(r, data, "eval", loop.predictions)
-            metrics = {f"{metric_key_prefix}_{k}": v for k, v in scores.items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            metrics[f"{metric_key_prefix}_runtime"] = time.time() - t0
-            self.log(metrics)
-            self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
-            return metrics
-
-    return QATrainer
-
-
-def train(r: Rank, trainer, jd: JobDir):
-    """Train, resuming from the newest complete checkpoint in the job folder (what a requeue does)."""
-    last = resume_point(r, jd)
-    wanted = r.plan.config.train.resume_from
-    if not last and wanted:
-        if not Path(wanted, "trainer_state.json").is_file():
-            raise RankError(f"train.resume_from = {wanted!r} is not a Trainer checkpoint (no trainer_state.json)",
-                            "point it at a checkpoint-N folder (hpcqa status JOB names the stopped job's)")
-        last = wanted
-    if last and r.rank == 0:
-        r.log(f"resuming from {last}")
-    t0 = time.time()
-    try:
-        out = trainer.train(resume_from_checkpoint=last)
-    except Exception as e:  # torch.save says RuntimeError, safetensors SafetensorError, plain writes OSError
-        full = disk_full(jd, e)
-        if full:
-            raise full from None
-        began = any(getattr(cb, "t0", 0.0) for cb in trainer.callback_handler.callbacks)  # the step timer's
-        if last and not began and not isinstance(e, HpcqaError):
-            first = str(e).splitlines()[0][:200] if str(e) else ""
-            raise RankError(f"could not resume from {last}: {type(e).__name__}: {first}",
-                            "it verified and read back, yet the Trainer could not load it: move it aside and "
-                            "requeue or re-submit (the next older checkpoint is used)") from None
-        raise
-    return out, last, time.time() - t0
 
 
 def rank_peak(r: Rank, bf16: bool) -> tuple[float, str]:
@@ -757,80 +359,6 @@ def run_link(r: Rank) -> dict:
     leave_process_group()
     r.phases.enter("done")
     return {"rank": r.rank, "link": link}
-
-
-def resume_point(r: Rank, jd: JobDir) -> str | None:
-    """The newest checkpoint that is complete (every rank's part saved: the mark), whose files are the ones the mark
-    lists (sizes and sha256) and that loads (its weights and optimizer state read back). Rank 0 decides and tells the
-    others (one reader of a shared file system, one verdict); the ones that fail are set aside with a warning naming
-    them and why, and the next older one is tried."""
-    choice: list = [None, []]
-    if r.rank == 0:
-        good, bad = jd.usable_checkpoints()
-        for path in good:
-            why = jd.verify_checkpoint(path) or _load_problem(path)
-            if why is None:
-                choice[0] = str(path)
-                break
-            bad.append((path, why))
-        choice[1] = [(str(p), why) for p, why in bad]
-    _broadcast(r, choice)
-    if r.rank == 0:
-        for path, why in choice[1]:
-            aside = jd.set_aside(Path(path), attempt())
-            r.log(f"WARNING: checkpoint {path} set aside ({why}): now {aside.name}")
-            r.report["warnings"].append(f"checkpoint {Path(path).name} set aside: {why}")
-        if choice[1]:
-            r.save_report()
-    _barrier(r)
-    return choice[0]
-
-
-def _load_problem(checkpoint: Path) -> str | None:
-    """Read back what the Trainer will load first -- the weights (safetensors) and the optimizer state
-    (torch.load with weights_only, as the Trainer does) -- before it loads them: a failure here sends the resume to
-    the next older checkpoint instead of ending the job in a loader traceback."""
-    import torch
-    from safetensors.torch import load_file
-    try:
-        for p in sorted(checkpoint.glob("*.safetensors")):
-            load_file(str(p))
-        for p in sorted(checkpoint.glob("optimizer.pt")):
-            torch.load(str(p), map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - whatever the loader raises, the verdict is "does not load"
-        return f"does not load ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})"
-    return None
-
-
-def _broadcast(r: Rank, box: list) -> None:
-    """Rank 0's `box` to every rank (in place)."""
-    if r.world > 1:
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
-            dist.broadcast_object_list(box, src=0)
-
-
-def _barrier(r: Rank) -> None:
-    if r.world > 1:
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
-            dist.barrier()
-
-
-def disk_full(jd: JobDir, e: BaseException) -> RankError | None:
-    """A save that failed because the disk filled up: one line naming the checkpoint and the free space."""
-    where = jd.checkpoints if jd.checkpoints.is_dir() else jd.path
-    free = shutil.disk_usage(where).free
-    nospace = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left" in str(e) or (
-        "write" in str(e).lower() and free < 1 << 20)
-    if not nospace:
-        return None
-    good, bad = jd.usable_checkpoints()
-    saving = bad[0][0] if bad else where
-    kept = f"the last complete checkpoint, {good[0].name}, is kept and a requeue resumes from it" if good else \
-        "no complete checkpoint yet"
-    return RankError(f"disk full while saving {saving}: {free / 2 ** 20:.1f} MiB free on {where}",
-                     f"free space there, or set job.output_dir on a larger filesystem; {kept}")
 
 
 def _split_index(data: dict, split: str) -> dict:
@@ -935,205 +463,22 @@ def write_results(r: Rank, result: dict, data: dict, train_out, timing: dict, re
           f"train {result['train_samples_per_second']:.1f} samples/s")
 
 
-def board_efficiency(r: Rank, eff: dict, split: dict, step: int) -> None:
-    """MFU, achieved FLOP/s and the step's split into the run's TensorBoard event file, next to its curves
-    (rank 0)."""
-    if r.plan.config.train.report_to != "tensorboard" or not eff.get("mfu"):
-        return
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return
-    with SummaryWriter(log_dir=str(r.jd.tensorboard)) as board:
-        board.add_scalar("hpcqa/mfu", eff["mfu"], step)
-        board.add_scalar("hpcqa/achieved_gflops", eff["achieved_flops"] / 1e9, step)
-        board.add_scalar("hpcqa/peak_gflops", eff["peak_flops"] / 1e9, step)
-        for part, seconds in split.items():
-            if isinstance(seconds, (int, float)):
-                board.add_scalar(f"hpcqa/step_s/{part}", seconds, step)
+def QATrainer(base, r: Rank, data: dict):
+    class QATrainer(base):
+        """Evaluation during training scores EM/F1 (post-processing the logits as the final evaluation does),
+        so eval_f1 can choose the best checkpoint. Every rank scores: all must agree on the best one."""
 
+        def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+            t0 = time.time()
+            loop = self.evaluation_loop(self.get_eval_dataloader(data["eval_features"]), description="Evaluation",
+                                        prediction_loss_only=False, ignore_keys=ignore_keys,
+                                        metric_key_prefix=metric_key_prefix)
+            scores, _ = score(r, data, "eval", loop.predictions)
+            metrics = {f"{metric_key_prefix}_{k}": v for k, v in scores.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            metrics[f"{metric_key_prefix}_runtime"] = time.time() - t0
+            self.log(metrics)
+            self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+            return metrics
 
-def _logger(rank: int):
-    def log(msg: str) -> None:
-        print(f"[hpcqa rank {rank}] {msg}", file=sys.stderr, flush=True)
-    return log
-
-
-def _ProgressCallback(path: Path, t0: float, base):
-    class ProgressCallback(base):
-        """Rank 0 writes progress.json (step, total, loss, ETA) for `submit` and `status` to read."""
-
-        def __init__(self) -> None:
-            self.last_write = 0.0
-            self.loss = None
-            self.t_begin = None
-
-        def on_train_begin(self, args, state, control, **kw):
-            self.t_begin = time.time()
-            self._write(state, "training", force=True)
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            if logs and "loss" in logs:
-                self.loss = logs["loss"]
-            self._write(state, "training", force=True)
-
-        def on_step_end(self, args, state, control, **kw):
-            self._write(state, "training")
-
-        def on_train_end(self, args, state, control, **kw):
-            self._write(state, "evaluating", force=True)
-
-        def _write(self, state, phase: str, force: bool = False) -> None:
-            now = time.time()
-            if not force and now - self.last_write < 1.0:
-                return
-            self.last_write = now
-            done = state.global_step
-            total = state.max_steps or 0
-            elapsed = now - (self.t_begin or now)
-            eta = elapsed / done * (total - done) if done and total else None
-            write_json(path, {"phase": phase, "step": done, "total_steps": total, "epoch": state.epoch,
-                              "loss": self.loss, "eta_s": eta, "updated": now, "started": t0, "attempt": attempt()})
-
-    return ProgressCallback()
-
-
-def _StopOnSignal(base, r: Rank):
-    class StopOnSignal(base):
-        """After each optimizer step, all ranks agree whether a stop signal arrived anywhere; if so,
-        the Trainer saves a checkpoint of this step and stops (at most the current step is lost)."""
-
-        def on_step_end(self, args, state, control, **kw):
-            if STOP.agreed(r.world):
-                STOP.agreed_at = state.global_step
-                r.phases.enter("stopping", f"{STOP.name} at step {state.global_step}")
-                control.should_save = True
-                control.should_training_stop = True
-
-    return StopOnSignal()
-
-
-def _StepTimer(base, warmup: int, r: Rank):
-    class StepTimer(base):
-        """Times optimizer steps only (not start-up, evaluation or checkpoint saving, which happen
-        outside on_step_begin..on_step_end); records the rank's threads once, mid-run. Splits each step by the
-        Trainer's own callbacks: forward + backward (with DDP's gradient all-reduce, which overlaps the backward)
-        up to on_pre_optimizer_step, the optimizer to on_optimizer_step, the rest (scheduler, zero_grad) to
-        on_step_end; and the wait for the next batch, from one step's end to the next one's begin (steps after
-        which the Trainer logged, saved or evaluated are left out of that)."""
-
-        def __init__(self) -> None:
-            self.durations: list[float] = []
-            self.parts: dict[str, list[float]] = {"forward_backward": [], "optimizer": [], "other": [], "data_wait": []}
-            self.t0 = self.t_pre = self.t_opt = 0.0
-            self.t_end: float | None = None
-            self.busy = False  # the Trainer logged, saved or evaluated since the last step ended
-
-        def on_train_begin(self, args, state, control, **kw):
-            r.phases.enter("training")
-
-        def on_step_begin(self, args, state, control, **kw):
-            self.t0 = time.perf_counter()
-            if self.t_end is not None and not self.busy:
-                self.parts["data_wait"].append(self.t0 - self.t_end)
-            self.t_pre = self.t_opt = 0.0
-
-        def on_pre_optimizer_step(self, args, state, control, **kw):
-            self.t_pre = time.perf_counter()
-
-        def on_optimizer_step(self, args, state, control, **kw):
-            self.t_opt = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            now = time.perf_counter()
-            self.durations.append(now - self.t0)
-            if self.t_pre and self.t_opt:
-                self.parts["forward_backward"].append(self.t_pre - self.t0)
-                self.parts["optimizer"].append(self.t_opt - self.t_pre)
-                self.parts["other"].append(now - self.t_opt)
-            self.t_end, self.busy = now, bool(control.should_log or control.should_save or control.should_evaluate)
-            if len(self.durations) == min(2, state.max_steps or 2):
-                r.save_report(threads=thread_census())
-            r.phases.step(state.global_step, state.max_steps)  # where every rank is, for status (throttled)
-
-        def split(self) -> dict:
-            """Mean seconds per step of each part, after the warm-up steps."""
-            out = {}
-            for name, values in self.parts.items():
-                steady = values[warmup:] if len(values) > warmup else values
-                out[name] = sum(steady) / len(steady) if steady else None
-            return out
-
-        def summary(self, samples_per_step: int) -> dict:
-            d, steady = self.durations, self.durations[warmup:]
-            return {"train_samples_per_second": samples_per_step * len(d) / sum(d) if d else None,
-                    "steady_samples_per_second": samples_per_step * len(steady) / sum(steady) if steady else None,
-                    "timed_steps": len(d), "timing_warmup_steps": warmup,
-                    "step_time_s": sum(steady) / len(steady) if steady else None, "step_split_s": self.split()}
-
-    return StepTimer()
-
-
-def _FinalSave(wanted: bool, base):
-    class FinalSave(base):
-        """The Trainer saves a full checkpoint at the last step even when save_steps doesn't fall
-        there; unless train.save_final_checkpoint, skip that one (the run is over)."""
-
-        def on_step_end(self, args, state, control, **kw):
-            last = state.max_steps and state.global_step >= state.max_steps
-            if last and not wanted and state.global_step % args.save_steps:
-                control.should_save = False
-
-    return FinalSave()
-
-
-def _MarkComplete(base, r: Rank):
-    class MarkComplete(base):
-        """After a checkpoint is saved, every rank has written its part (model, optimizer, its RNG state) once all
-        pass the barrier: then rank 0 marks the folder complete. A folder without the mark is not resumed from."""
-
-        def on_save(self, args, state, control, **kw):
-            _barrier(r)
-            if r.rank == 0:
-                path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-                if path.is_dir():
-                    write_json(r.jd.checkpoint_marker(path), {"step": state.global_step, "time": time.time(),
-                                                              "world_size": r.world, "attempt": attempt(),
-                                                              "files": r.jd.checkpoint_files(path)})
-
-    return MarkComplete()
-
-
-def thread_census(pid: int | None = None) -> list[dict]:
-    """Every thread of this process and of its children (DataLoader workers): name and CPU mask."""
-    pid = pid or os.getpid()
-    procs = [pid] + [int(p.name) for p in Path("/proc").glob("[0-9]*") if _ppid(p) == pid]
-    out = []
-    for proc in procs:
-        for task in sorted(Path(f"/proc/{proc}/task").glob("[0-9]*")):
-            try:
-                mask = next(x.split()[1] for x in (task / "status").read_text().splitlines()
-                            if x.startswith("Cpus_allowed_list"))
-                name = (task / "comm").read_text().strip()
-            except (OSError, StopIteration):
-                continue
-            out.append({"pid": proc, "tid": int(task.name), "name": name, "cpus": mask, "main": int(task.name) == proc})
-    return out
-
-
-def _ppid(proc: Path) -> int:
-    try:
-        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return -1
-
-
-def _FailAt(step: int, this_rank: bool, base):
-    class FailAt(base):
-        """Testing aid (train.fail_at_step): the last rank raises at `step`."""
-
-        def on_step_end(self, args, state, control, **kw):
-            if this_rank and state.global_step >= step:
-                raise RuntimeError(f"train.fail_at_step = {step}: failing on purpose (test aid)")
-
-    return FailAt()
+    return QATrainer

@@ -1,0 +1,248 @@
+"""What a rank is and finds out about itself: the Rank the training stages share, its checks of the plan and
+the backend, its start-up report, its thread census and resource use, and the digest of its weights."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+from hpcqa.rank import preload
+from hpcqa.core import topology
+from hpcqa.errors import RankError
+from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
+from hpcqa.core.plan import Backend, LaunchPlan
+import resource
+from hpcqa.rank.phase import Phases
+
+
+@dataclass
+class Rank:
+    """What the stages share: who this rank is and what it has found out so far."""
+
+    plan: LaunchPlan
+    jd: JobDir
+    report: dict
+    log: Callable[[str], None]
+    t_start: float = field(default_factory=time.time)
+    phases: Phases = field(default_factory=lambda: Phases(None, 0))
+
+    @property
+    def rank(self) -> int:
+        return self.report["rank"]
+
+    @property
+    def world(self) -> int:
+        return self.report["world_size"]
+
+    def save_report(self, **update: Any) -> None:
+        self.report.update(update)
+        write_json(self.jd.rank_report(self.rank), self.report)
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def verify_backend(backend: Backend, importer: Callable[[str], Any] = __import__) -> str:
+    """The plan decided the backend; check that this rank can honour it. -> what was checked"""
+    if backend.resolved != "ccl":
+        return f"{backend.resolved} as planned ({backend.reason})"
+    try:
+        importer("oneccl_bindings_for_pytorch")
+    except Exception as e:  # ImportError, or an ABI mismatch with this torch
+        raise RankError(f"the plan runs DDP over ccl ({backend.reason}), but oneccl_bindings_for_pytorch does "
+                        f"not import on {socket.gethostname()} ({type(e).__name__}: {e})",
+                        "install oneccl_bind_pt built for this torch on the compute nodes, or submit with "
+                        "train.ddp_backend = \"gloo\"") from None
+    return f"ccl as planned ({backend.reason}); oneccl_bindings_for_pytorch imported"
+
+
+def verify_plan(plan: LaunchPlan, env: dict | os._Environ = os.environ) -> None:
+    """The wrapper exported the digest of the plan it applied: the trainer must run that very plan."""
+    applied = env.get("HPCQA_PLAN_DIGEST")
+    if applied and applied != plan.digest:
+        raise RankError(f"the rank wrapper applied plan {applied}, the trainer was given plan {plan.digest}",
+                        "submit through hpcqa: the wrapper and the trainer must read the same plan file")
+
+
+def _versions(torch) -> dict:
+    import transformers
+    versions = {"python": platform.python_version(), "torch": torch.__version__,
+                "transformers": transformers.__version__}
+    for mod in ("accelerate", "datasets", "intel_extension_for_pytorch", "oneccl_bindings_for_pytorch"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except Exception:
+            versions[mod] = None
+    return versions
+
+
+def _binding_warnings(torch) -> list[str]:
+    allowed = sorted(os.sched_getaffinity(0))
+    omp, threads = os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
+    local_world, ncpu = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), os.cpu_count() or 1
+    bound = os.environ.get("HPCQA_BOUND_CPUS", "")
+    warnings = []
+    if bound and topology.cpu_list(allowed) != bound:
+        warnings.append(f"bound to CPUs {topology.cpu_list(allowed)}, the wrapper chose {bound}")
+    if omp and threads != int(omp):
+        warnings.append(f"torch uses {threads} threads, OMP_NUM_THREADS={omp}")
+    if threads * local_world > ncpu:
+        warnings.append(f"OVERSUBSCRIBED: {local_world} ranks x {threads} threads > {ncpu} CPUs on this node")
+    if allowed and threads > len(allowed):
+        warnings.append(f"OVERSUBSCRIBED: {threads} threads on {len(allowed)} allowed CPUs")
+    return warnings
+
+
+def widen_main_thread() -> str:
+    """OpenMP (OMP_PLACES + OMP_PROC_BIND, or KMP_AFFINITY) binds the thread that starts it to the
+    first place, and every thread or process started later inherits that one core: gloo's threads,
+    the TCP store, DataLoader workers. Start OpenMP now, then give this thread the rank's whole pool
+    back: the OpenMP workers stay one per core, everything started from here on gets the pool."""
+    import torch
+
+    bound = os.environ.get("HPCQA_BOUND_CPUS", "")
+    if not bound:
+        return "not bound"
+    if os.environ.get("HPCQA_KEEP_OPENMP_BINDING") == "1":  # benchmarks/layout_bench.py: the old behaviour
+        return "left as OpenMP bound it (HPCQA_KEEP_OPENMP_BINDING=1)"
+    torch.ones(1 << 20).sum()                       # a parallel region: OpenMP binds its threads now
+    torch.ones(64, 64) @ torch.ones(64, 64)
+    before = topology.cpu_list(os.sched_getaffinity(0))
+    pool = topology.parse_cpu_list(bound)
+    os.sched_setaffinity(0, pool)
+    return f"OpenMP had it on {before}; widened to the rank's pool {topology.cpu_list(pool)}"
+
+
+def _mapped(ld_preload: str) -> list[str]:
+    """The LD_PRELOAD libraries the dynamic loader really mapped into this process (/proc/self/maps)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    return [p for p in ld_preload.split(":") if p and (p in maps or os.path.realpath(p) in maps)]
+
+
+def startup_report(plan: LaunchPlan, jd: JobDir) -> dict:
+    """What this rank actually got vs what the plan said; warnings for mismatches."""
+    import torch
+
+    e = os.environ
+    return {
+        "host": socket.gethostname(), "pid": os.getpid(), "rank": int(e.get("RANK", "0")),
+        "local_rank": int(e.get("LOCAL_RANK", "0")), "node_rank": int(e.get("NODE_RANK", "0")),
+        "world_size": int(e.get("WORLD_SIZE", "1")), "local_world_size": int(e.get("LOCAL_WORLD_SIZE", "1")),
+        "master_addr": e.get("MASTER_ADDR"), "master_port": e.get("MASTER_PORT"),
+        "env_source": e.get("HPCQA_ENV_SOURCE"), "planned_cpus": e.get("HPCQA_PLANNED_CPUS"),
+        "sockets": _ints(e.get("HPCQA_SOCKETS")), "numa": _ints(e.get("HPCQA_NUMA")), "membind": e.get("HPCQA_MEMBIND"),
+        "cpus": sorted(os.sched_getaffinity(0)), "bind_note": e.get("HPCQA_BIND_NOTE"),
+        "preload": preload.decode(e.get(preload.FOUND)), "preload_mapped": _mapped(e.get("LD_PRELOAD", "")),
+        "omp_num_threads": e.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads(),
+        "ld_preload": e.get("LD_PRELOAD", ""), "versions": _versions(torch), "warnings": _binding_warnings(torch),
+        "started": time.time(), "job_dir": str(jd.path), "plan_digest": plan.digest,
+        "variant": dict(plan.variant), "variant_index": plan.variant_index,
+        # launch.pass_env: whether each name arrived (its value is never recorded)
+        "passed_env": {name: name in e for name in plan.config.launch.pass_env},
+        "code": code_provenance(e),
+    }
+
+
+def code_provenance(env) -> dict:
+    """Which hpcqa this rank imported: the submission's snapshot (its provenance), or the live tree."""
+    here = str(Path(__file__).resolve().parents[2])
+    snap = env.get("HPCQA_CODE")
+    if snap:
+        got = read_json(JobRoot.code_provenance(Path(snap)))
+        return {**(got if isinstance(got, dict) else {}), "imported_from": here, "snapshot": snap}
+    return {"imported_from": here, "snapshot": None, "describe": "the live tree (no snapshot)"}
+
+
+def _ints(text: str | None) -> list[int]:
+    return [int(x) for x in text.split(",") if x] if text else []
+
+
+def weights_digest(model) -> str:
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().float().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def own_usage(r: Rank) -> dict:
+    """What this rank used, measured by itself (seff's numbers for local jobs): CPU seconds of the process and
+    its waited-for children (tokenising/DataLoader workers), wall seconds, its CPUs, peak RSS."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    # getrusage counts from the process's exec (its imports of torch and transformers included), so the wall
+    # time must too: timed from start-up instead, a 1-CPU rank once "used" 165 % of its CPU
+    return {"cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+            "wall_s": process_age_s() or time.time() - r.t_start,
+            "cpus": len(r.report.get("cpus") or []) or os.cpu_count() or 1, "max_rss_bytes": me.ru_maxrss * 1024,
+            "threads_outside_cpus": threads_outside(set(r.report.get("cpus") or []))}
+
+
+def threads_outside(cpus: set[int]) -> list[str]:
+    """This process's threads allowed on CPUs beyond the rank's (one started before pinning would be)."""
+    if not cpus:
+        return []
+    out = []
+    for status in Path("/proc/self/task").glob("*/status"):
+        try:
+            line = next(x for x in status.read_text().splitlines() if x.startswith("Cpus_allowed_list:"))
+        except (OSError, StopIteration):
+            continue
+        if not set(topology.parse_cpu_list(line.split(":", 1)[1].strip())) <= cpus:
+            out.append(f"{status.parent.name}: {line.split(':', 1)[1].strip()}")
+    return out
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (/proc/self/stat's starttime against /proc/uptime)."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 1e-3)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def logger(rank: int):
+    def log(msg: str) -> None:
+        print(f"[hpcqa rank {rank}] {msg}", file=sys.stderr, flush=True)
+    return log
+
+
+def thread_census(pid: int | None = None) -> list[dict]:
+    """Every thread of this process and of its children (DataLoader workers): name and CPU mask."""
+    pid = pid or os.getpid()
+    procs = [pid] + [int(p.name) for p in Path("/proc").glob("[0-9]*") if _ppid(p) == pid]
+    out = []
+    for proc in procs:
+        for task in sorted(Path(f"/proc/{proc}/task").glob("[0-9]*")):
+            try:
+                mask = next(x.split()[1] for x in (task / "status").read_text().splitlines()
+                            if x.startswith("Cpus_allowed_list"))
+                name = (task / "comm").read_text().strip()
+            except (OSError, StopIteration):
+                continue
+            out.append({"pid": proc, "tid": int(task.name), "name": name, "cpus": mask, "main": int(task.name) == proc})
+    return out
+
+
+def _ppid(proc: Path) -> int:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1

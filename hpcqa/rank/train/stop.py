@@ -1,0 +1,135 @@
+"""The stop protocol: a notice (SIGTERM, or the requeue signal) sets a flag; after each optimizer step all ranks
+agree whether one arrived anywhere; then a checkpoint, and the requeue (submitit's, the job script's, the pod's
+restart) or Slurm's own decision. Also how a rank leaves: the process group left alone, and the interpreter's
+teardown skipped once the work is saved."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import time
+from typing import Any
+from hpcqa.record.jobdir import write_json
+from hpcqa.record.jobdir import attempt_from_env
+import signal
+from hpcqa.rank.train.facts import Rank
+
+
+def attempt() -> int:
+    """This (re)start of the job (Slurm's SLURM_RESTART_COUNT, a pod script's HPCQA_ATTEMPT)."""
+    return attempt_from_env(os.environ)
+
+
+class _Stop:
+    """Notices only raise a flag: SIGTERM (Slurm's preemption notice, scancel, the time limit; a pod's eviction)
+    and the requeue signal (launch.requeue_signal, USR2 by default: --signal=USR2@N before the time limit). Every
+    rank checks the flag at each step boundary through one collective, so all stop after the same step, save one
+    checkpoint together, and no rank waits in an all-reduce for a peer that left. The collective also agrees on
+    the kind: SIGTERM anywhere wins, because then Slurm, not hpcqa, decides whether the job comes back."""
+
+    TERM, REQUEUE = 2, 1
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.kind = 0
+        self.previous: Any = None
+        self.agreed_at: int | None = None
+
+    def install(self, requeue_signal: str = "USR2") -> None:
+        # submitit's checkpoint-and-requeue listens on USR2; kept to be called once the checkpoint is saved
+        self.previous = signal.getsignal(signal.SIGUSR2)
+        self.requeue = getattr(signal, f"SIG{requeue_signal}")
+        for sig in {self.requeue, signal.SIGTERM}:
+            signal.signal(sig, self._raise_flag)
+
+    def _raise_flag(self, signum, frame) -> None:
+        kind = self.TERM if signum == signal.SIGTERM else self.REQUEUE
+        if kind > self.kind:
+            self.signum, self.kind = signum, kind
+
+    def agreed(self, world: int) -> bool:
+        flag = self.kind
+        if world > 1:
+            import torch
+            import torch.distributed as dist
+            t = torch.tensor([flag], dtype=torch.int32)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            flag = int(t.item())
+        self.kind = flag
+        return bool(flag)
+
+    @property
+    def name(self) -> str:
+        return "SIGTERM" if self.kind == self.TERM else signal.Signals(self.requeue).name
+
+
+STOP = _Stop()
+
+
+# After a SIGTERM checkpoint a Slurm rank waits to be killed: Slurm ends the job its own way (the grace time's
+# SIGKILL then a requeue for PreemptMode=REQUEUE; CANCELLED for scancel; TIMEOUT) -- a job that exited by
+# itself during the grace time would count as ended, and a preempted one would not come back.
+TERM_WAIT_S = 900
+
+
+def stop_after_checkpoint(r: Rank, step: int) -> dict:
+    """The checkpoint of `step` is saved on every rank. A requeue signal: hpcqa requeues (submitit's handler:
+    global rank 0 requeues; a rendered script or a pod: the script / the operator). SIGTERM: Slurm decides."""
+    notice = {"signal": STOP.name, "step": step, "attempt": attempt(), "time": time.time(),
+              "checkpoint": str(r.jd.checkpoints / f"checkpoint-{step}")}
+    r.save_report(status=f"checkpointed on {STOP.name}", stopped_at_step=step, stopped_at=time.time(), notice=notice)
+    if STOP.kind == STOP.TERM and os.environ.get("HPCQA_REQUEUE") != "pod":
+        r.log(f"SIGTERM (preemption, scancel or the time limit): checkpoint of step {step} saved; Slurm decides "
+              "what follows (PreemptMode=REQUEUE brings the job back, a cancel ends it)")
+        if os.environ.get("SLURM_JOB_ID"):
+            time.sleep(TERM_WAIT_S)
+        raise RankStopped(f"stopped at step {step} on SIGTERM; checkpoint saved ({notice['checkpoint']})")
+    r.log(f"{STOP.name} received: checkpoint of step {step} saved; requeueing")
+    if os.environ.get("HPCQA_REQUEUE") in ("script", "pod"):  # the job script requeues (a pod: is restarted)
+        if r.rank == 0:
+            write_json(r.jd.requeue_request(attempt()), {"step": step, "time": time.time()})
+        return {"rank": r.rank, "stopped_at_step": step, "requeue": "asked of the job script"}
+    if callable(STOP.previous):
+        STOP.previous(signal.SIGUSR2, None)  # rank 0: checkpoint pickle, scontrol requeue, exit
+    if r.rank != 0:
+        time.sleep(300)  # the requeue ends this step; a rank 0 that couldn't requeue ends it too
+    raise RankStopped(f"stopped at step {step} on a signal; checkpoint saved (no scheduler to requeue it)")
+
+
+class RankStopped(Exception):
+    """The run stopped on a signal after saving a checkpoint, and nothing requeued it."""
+
+
+def leave_process_group() -> None:
+    """Every rank waits here for the others (rank 0 writing the results) before it exits, so no rank leaves
+    while its peers still run collectives: a rank whose peer had gone aborted at exit once on the test cluster
+    ("terminate called without an active exception"). The group is not destroyed: destroy_process_group hung
+    one rank of a 2-node gloo job in its shutdown after everyone had passed this barrier."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def exit_without_teardown() -> None:
+    """Once this rank's work is done and saved, end the process without the interpreter's teardown. The process group
+    is left alone (see leave_process_group), and gloo's worker threads can still hold tensors then: destroying those
+    during finalization aborts the process (SIGABRT, "terminate called without an active exception"; pytorch
+    issue 190489) -- seen on the 2-node test cluster after a rank had logged its success, and the job was FAILED.
+    Registered at exit: whatever runs the rank (submitit's runtime writes its result file first) finishes, then this
+    ends the process with status 0 -- unless an exception reached the top, which keeps its own exit."""
+    failed: list[bool] = []
+    previous = sys.excepthook
+
+    def hook(*exc):
+        failed.append(True)
+        previous(*exc)
+
+    def leave() -> None:
+        if not failed:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+    sys.excepthook = hook
+    atexit.register(leave)
