@@ -181,10 +181,10 @@ def test_a_restarted_rank_moves_its_earlier_attempt_aside(tmp_path):
 
 
 def test_logs_start_at_the_current_attempt():
-    from hpcqa.cli import _attempt_start
+    from hpcqa.cli.jobs import attempt_start
     text = "[hpcqa rank 0] attempt 0 starts\nold\n[hpcqa rank 0] attempt 1 starts\nnew\n"
-    assert text[_attempt_start(text):] == "[hpcqa rank 0] attempt 1 starts\nnew\n"
-    assert _attempt_start("[hpcqa rank 0] attempt 0 starts\nonly\n") == 0
+    assert text[attempt_start(text):] == "[hpcqa rank 0] attempt 1 starts\nnew\n"
+    assert attempt_start("[hpcqa rank 0] attempt 0 starts\nonly\n") == 0
 
 
 def test_busy_cores_policy():

