@@ -396,7 +396,7 @@ def test_a_job_stuck_at_the_rendezvous_says_where_and_for_how_long(tmp_path, cac
         end, view = time.time() + 150, {}
         while time.time() < end:
             view = json.loads(status("--json"))[0]
-            if any("have waited" in n for n in view["notes"]):
+            if any("rank(s) 0, 1 have waited" in n for n in view["notes"]):  # both past the minute
                 break
             time.sleep(3)
         assert view["state"] == "RUNNING"

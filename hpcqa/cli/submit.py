@@ -45,7 +45,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
                  f"hpcqa cancel {done.ids[0]}")
         print(done.ids[0])
         return 0
-    return ex.wait(done, say)
+    from hpcqa.cli import report
+    with report.progress_bar(f"job {done.ids[0]}") as show:
+        outcome = ex.wait(done, show)
+    return report.finish(outcome, done.request.sweep.plans[0], say)
 
 
 def print_request(ex: Any, request: Any, as_json: bool) -> None:

@@ -1,23 +1,19 @@
 """What the executors share: the plan files and the rank wrapper in front of every rank, the
-registry rows, watching a job folder and reporting how a job ended."""
+registry rows, and watching a job folder (what is shown of it is the CLI's)."""
 
 from __future__ import annotations
 
 import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 from hpcqa.core import sweep
-from hpcqa.executors.interface import File
+from hpcqa.executors.interface import File, Progress
 from hpcqa.record import jobdir
 from hpcqa.record.jobdir import TASK_ID, JobDir, JobRoot, atomic_write_text
 from hpcqa.core.plan import LaunchPlan
-from hpcqa.core import states
 from hpcqa.record.registry import Registry
-from hpcqa.errors import JobFailed
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 
 def job_root(plan: LaunchPlan) -> JobRoot:
@@ -82,76 +78,19 @@ def register(plan: LaunchPlan, rows: list[dict]) -> None:
     Registry(plan.config.job.registry or None, group_readable=plan.config.job.group_readable).add_many(rows)
 
 
-def report(job_id: str, jd: JobDir, state: str, plan: LaunchPlan) -> int:
-    """Print the outcome; raise JobFailed (exit 1) with the failing ranks' errors when it failed."""
-    results = jd.read_results()
-    failed = jd.failed_ranks()
-    if results and not failed and states.succeeded(state):
-        print(f"job {job_id} COMPLETED  ({jd.path})")
-        for line in summary_lines(results):
-            print("  " + line)
-        return 0
-    lines = [f"job {job_id} {'FAILED' if states.succeeded(state) else state}"]
-    for i, f in enumerate(failed):
-        lines.append(f"rank {f['rank']} on {f['host']}: {f['error']}" + ("  <- first failure" if i == 0 and
-                                                                          len(failed) > 1 else ""))
-    if not failed:
-        for r in range(plan.world_size):
-            t = jd.tail(r, 6)
-            if t:
-                lines.append(f"rank {r} stderr tail:\n    " + "\n    ".join(t))
-    raise JobFailed("\n  ".join(lines), f"logs: hpcqa logs {job_id} [--rank N]  (files in {jd.path})")
-
-
-def watch(jd: JobDir, is_done: Callable[[], bool], title: str, fail_fast: Callable[[], None] | None = None,
-          poll_s: float = 1.0) -> None:
-    """Show rank 0's progress as a rich progress bar until is_done()."""
-
-    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
-               TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]
-    failed_at = None
-    with Progress(*columns, transient=False, disable=not sys.stderr.isatty(), console=None) as bar:
-        task = bar.add_task(title, total=None, loss="-")
-        while not is_done():
-            p = jd.read_progress()
-            if p:
-                bar.update(task, completed=p.get("step", 0), total=p.get("total_steps") or None,
-                           loss=f"{p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else "-",
-                           description=f"{title} [{p.get('phase', '')}]")
-            if fail_fast and jd.failed_ranks():
-                failed_at = failed_at or time.time()
-                if time.time() - failed_at > 10:  # let the other ranks fail on their own first
-                    fail_fast()
-                    failed_at = float("inf")
-            time.sleep(poll_s)
-
-
-def summary_lines(results: dict) -> list[str]:
-    lines = []
-    if "exact_match" in results:
-        lines.append(f"EM {results['exact_match']:.2f}  F1 {results['f1']:.2f}  ({results.get('eval_examples')} "
-                     "questions)")
-        if results.get("baseline"):  # one line each: an 80-column terminal shows them whole
-            b = results["baseline"]
-            lines.append(f"baseline '{b['name'].split(' ')[0]}': EM {b['exact_match']:.2f}  F1 {b['f1']:.2f}")
-    tps = results.get("train_samples_per_second")
-    if tps:
-        lines.append(f"train {tps:.2f} samples/s over {results.get('world_size')} rank(s), "
-                     f"{results.get('threads_per_rank')} thread(s) each; {results.get('train_runtime_s', 0):.0f} s")
-        lines.append(f"backend {results.get('backend')}; bf16 {results.get('bf16')}")
-    eff = results.get("efficiency") or {}
-    if eff.get("mfu") is not None:
-        lines.append(f"MFU {100 * eff['mfu']:.1f} % ({eff['achieved_flops'] / 1e9:.2f} of "
-                     f"{eff['peak_flops'] / 1e9:.1f} GFLOP/s {eff['precision']} peak)")
-    if results.get("eval_samples_per_second"):
-        lines.append(f"eval {results['eval_samples_per_second']:.1f} features/s; wall time "
-                     f"{results.get('wall_time_s', 0):.0f} s")
-    if results.get("best_checkpoint"):
-        lines.append(f"best checkpoint {results['best_checkpoint']} ({results.get('best_metric')})")
-    for stage in ("files", "predict"):
-        files = (results.get(stage) or {}).get("files") if stage == "predict" else results.get("files")
-        if files:
-            lines.append(f"{'test' if stage == 'predict' else 'eval'} predictions: {files.get('predictions')}")
-    if results.get("tensorboard"):
-        lines.append(f"TensorBoard: tensorboard --logdir {results['tensorboard']}")
-    return lines
+def watch(jd: JobDir, is_done: Callable[[], bool], progress: Progress | None = None,
+          fail_fast: Callable[[], None] | None = None, poll_s: float = 1.0) -> None:
+    """Poll until is_done(), passing rank 0's progress on when it changed. fail_fast: called 10 s after a rank
+    failed (the other ranks had time to fail on their own), to stop the rest of a local job."""
+    failed_at, last = None, None
+    while not is_done():
+        p = jd.read_progress()
+        if progress and p and p != last:
+            progress(p)
+            last = p
+        if fail_fast and jd.failed_ranks():
+            failed_at = failed_at or time.time()
+            if time.time() - failed_at > 10:
+                fail_fast()
+                failed_at = float("inf")
+        time.sleep(poll_s)

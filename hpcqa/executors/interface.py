@@ -19,6 +19,7 @@ from hpcqa.core.sweep import SweepPlan
 from hpcqa.errors import UsageError
 
 Say = Callable[[str], None]   # where an executor reports what it is doing (the CLI: stderr; the API: nowhere)
+Progress = Callable[[dict], None]  # rank 0's progress (progress.json) each time it is read while a job is followed
 
 
 def silent(_: str) -> None:
@@ -73,6 +74,18 @@ class Submitted:
     handles: tuple[Any, ...] = ()
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """How a followed job ended -- or that following it stopped (Ctrl-C): a local job is then cancelled, a Slurm job
+    keeps running. Executors return it; the CLI reports it."""
+
+    job_id: str
+    state: str                  # a name of the states table (final unless interrupted)
+    folder: str
+    interrupted: bool = False
+    keeps_running: bool = False
+
+
 class Executor(Protocol):
     name: str
     runs_here: bool      # the ranks run on this machine (its cores and registry decide where)
@@ -82,12 +95,8 @@ class Executor(Protocol):
 
     def submit(self, request: Request, say: Say = silent) -> Submitted: ...
 
-    def wait(self, submitted: Submitted, say: Say = silent) -> int:
-        """Follow a single job to its end (progress bar), report it; -> exit code. The CLI's foreground."""
-        ...
-
-    def follow(self, submitted: Submitted, title: str) -> str:
-        """Watch a single job to its end without reporting it; -> its final state (`tune` times candidates so)."""
+    def wait(self, submitted: Submitted, progress: Progress | None = None) -> Outcome:
+        """Follow a single job to its end, passing rank 0's progress on as it changes; prints nothing."""
         ...
 
     def check(self, request: Request) -> tuple[bool, str]:
@@ -137,8 +146,5 @@ class RenderOnly:
     def submit(self, request: Request, say: Say = silent) -> Submitted:
         raise UsageError(*self.refusal)
 
-    def follow(self, submitted: Submitted, title: str) -> str:
-        raise UsageError(*self.refusal)
-
-    def wait(self, submitted: Submitted, say: Say = silent) -> int:
+    def wait(self, submitted: Submitted, progress: Progress | None = None) -> Outcome:
         raise UsageError(*self.refusal)

@@ -25,9 +25,9 @@ import submitit
 from hpcqa.core import states, sweep, topology
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.plan import node_layout as plan_node_layout
-from hpcqa.errors import HpcqaError, JobFailed, PlanError
+from hpcqa.errors import HpcqaError, PlanError
 from hpcqa.executors import common, snapshot
-from hpcqa.executors.interface import Live, Request, Say, Submitted, silent
+from hpcqa.executors.interface import Live, Outcome, Progress, Request, Say, Submitted, silent
 from hpcqa.rank.train.job import RankJob
 from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
 from hpcqa.record.registry import Registry
@@ -83,24 +83,9 @@ class Local:
             say(f"  rank {r}: CPUs {','.join(map(str, lr.cpus)) or 'unbound'}  log {jd.submitit_log(job.job_id, r)}")
         return Submitted(request, (str(job.job_id),), None, (str(jd.path),), handles=(job,))
 
-    def wait(self, submitted: Submitted, say: Say = silent) -> int:
+    def wait(self, submitted: Submitted, progress: Progress | None = None) -> Outcome:
         (job,), (folder,) = submitted.handles, submitted.folders
-        return finish(job, JobDir(Path(folder)), submitted.request.sweep.plans[0], f"job {job.job_id}",
-                      f"interrupted: local job {job.job_id} cancelled (all ranks stopped)", say)
-
-    def follow(self, submitted: Submitted, title: str) -> str:
-        (job,), (folder,) = submitted.handles, submitted.folders
-        jd = JobDir(Path(folder))
-        plan = submitted.request.sweep.plans[0]
-        try:
-            common.watch(jd, job.done, title, fail_fast=job.cancel)
-        except KeyboardInterrupt:
-            job.cancel()
-            raise
-        finally:
-            state = "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
-            common.job_root(plan).tidy_all()  # after the last poll: submitit re-creates its '%j-...' folder
-        return state
+        return finish(job, JobDir(Path(folder)), submitted.request.sweep.plans[0], progress)
 
     def _run_sweep(self, request: Request, say: Say) -> Submitted:
         """Variants one after another on this machine (each uses every core the plan gives it)."""
@@ -113,13 +98,15 @@ class Local:
             folders.append(str(jd.path))
             common.register(p, [common.registry_row(sp, p, job.job_id, jd.path, sweep_id)])
             say(f"sweep {sweep_id}: variant {p.variant_index} {dict(p.variant)} -> local job {job.job_id}")
-            try:
-                if finish(job, jd, p, f"variant {p.variant_index}",
-                          f"interrupted: sweep {sweep_id} stopped at variant {p.variant_index}", say) == 130:
-                    return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=130)
-            except JobFailed as e:
+            end = finish(job, jd, p)
+            if end.interrupted:
+                say(f"interrupted: sweep {sweep_id} stopped at variant {p.variant_index}")
+                return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=130)
+            if not states.succeeded(end.state) or not jd.read_results():
                 failed += 1
-                say(e.render())
+                first = (jd.failed_ranks() or [{}])[0]
+                say(f"variant {p.variant_index}: job {job.job_id} {end.state}"
+                    + (f": rank {first['rank']}: {first.get('error')}" if first else "") + f" (hpcqa logs {job.job_id})")
         say(f"sweep {sweep_id}: {len(sp.variants) - failed} of {len(sp.variants)} variants completed; "
             f"hpcqa results {sweep_id}")
         return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=1 if failed else 0)
@@ -235,21 +222,18 @@ def preview(plan: LaunchPlan) -> list[str]:
     return notes + ([message] if message else [])
 
 
-def finish(job, jd: JobDir, plan: LaunchPlan, title: str, interrupted: str, say: Say = silent) -> int:
-    """Watch a local job to its end and report it (JobFailed if it failed); 130 after Ctrl-C."""
+def finish(job, jd: JobDir, plan: LaunchPlan, progress: Progress | None = None) -> Outcome:
+    """Watch a local job to its end; Ctrl-C cancels it (every rank stops) and says so in the outcome."""
     try:
-        common.watch(jd, job.done, title, fail_fast=job.cancel)
+        common.watch(jd, job.done, progress, fail_fast=job.cancel)
     except KeyboardInterrupt:
         job.cancel()
         jd.mark_cancelled("interrupted (Ctrl-C)")  # status: CANCELLED, not FAILED
-        common.job_root(plan).tidy_all()
-        say(f"\n{interrupted}")
-        return 130
-    try:
-        state = "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
-        return common.report(job.job_id, jd, state, plan)
+        return Outcome(str(job.job_id), "CANCELLED", str(jd.path), interrupted=True)
     finally:
         common.job_root(plan).tidy_all()  # after the last poll: submitit re-creates its '%j-...' folder
+    state = "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
+    return Outcome(str(job.job_id), state, str(jd.path))
 
 
 # ------------------------------------------------------------------------------------ state and cancel

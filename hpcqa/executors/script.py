@@ -14,8 +14,8 @@ from pathlib import Path
 from hpcqa.core import sweep
 from hpcqa.errors import PlanError
 from hpcqa.executors import common, render, snapshot
-from hpcqa.executors.interface import File, Request, Say, Submitted, silent
-from hpcqa.executors.slurm import test_only, wait_and_report, wait_state
+from hpcqa.executors.interface import File, Outcome, Progress, Request, Say, Submitted, silent
+from hpcqa.executors.slurm import follow, test_only
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.record.jobdir import JobDir, JobRoot
 
@@ -66,9 +66,5 @@ class ScriptSlurm:
             f"({command[-1]}); folder {jd.path}")
         return Submitted(request, (job_id,), None, (str(jd.path),))
 
-    def follow(self, submitted: Submitted, title: str) -> str:
-        return wait_state(self.slurm, submitted.ids[0], JobDir(Path(submitted.folders[0])), title)
-
-    def wait(self, submitted: Submitted, say: Say = silent) -> int:
-        return wait_and_report(self.slurm, submitted.ids[0], JobDir(Path(submitted.folders[0])),
-                               submitted.request.sweep.plans[0], say)
+    def wait(self, submitted: Submitted, progress: Progress | None = None) -> Outcome:
+        return follow(self.slurm, submitted.ids[0], JobDir(Path(submitted.folders[0])), progress)

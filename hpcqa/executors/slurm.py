@@ -23,7 +23,7 @@ from pathlib import Path
 from hpcqa.core import states, sweep
 from hpcqa.errors import SubmitError
 from hpcqa.executors import common, render, snapshot
-from hpcqa.executors.interface import File, Live, Request, Say, Submitted, silent
+from hpcqa.executors.interface import File, Live, Outcome, Progress, Request, Say, Submitted, silent
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.rank.train import job
 from hpcqa.record.jobdir import JobDir, JobRoot
@@ -109,9 +109,6 @@ class SubmititSlurm:
             say(f"  logs: {jd.submitit_log(ids[0], '<rank>', 'out|err')}")
         return Submitted(request, tuple(ids), sweep_id if sp.is_sweep else None, tuple(folders))
 
-    def follow(self, submitted: Submitted, title: str) -> str:
-        return wait_state(self.slurm, submitted.ids[0], JobDir(Path(submitted.folders[0])), title)
-
     @staticmethod
     def _hand_over(request: Request, plan, path: Path, job_id: str) -> JobDir:
         """The task's folder and its pickle (submitit's runtime waits for it): the RankJob reads its plan file."""
@@ -124,9 +121,8 @@ class SubmititSlurm:
         os.replace(tmp, jd.submitted_pickle(job_id))
         return jd
 
-    def wait(self, submitted: Submitted, say: Say = silent) -> int:
-        return wait_and_report(self.slurm, submitted.ids[0], JobDir(Path(submitted.folders[0])),
-                               submitted.request.sweep.plans[0], say)
+    def wait(self, submitted: Submitted, progress: Progress | None = None) -> Outcome:
+        return follow(self.slurm, submitted.ids[0], JobDir(Path(submitted.folders[0])), progress)
 
 
 def test_only(slurm: Slurm, text: str) -> tuple[bool, str]:
@@ -139,17 +135,8 @@ def test_only(slurm: Slurm, text: str) -> tuple[bool, str]:
         return slurm.test_only(f.name)
 
 
-def wait_and_report(slurm: Slurm, job_id: str, jd: JobDir, plan, say: Say) -> int:
-    try:
-        state = wait_state(slurm, job_id, jd, f"job {job_id}")
-    except KeyboardInterrupt:
-        say(f"\nstopped watching; job {job_id} keeps running (hpcqa cancel {job_id})")
-        return 130
-    return common.report(job_id, jd, state, plan)
-
-
-def wait_state(slurm: Slurm, job_id: str, jd: JobDir, title: str) -> str:
-    """Watch a Slurm job (progress bar) until Slurm says it is final; -> its state."""
+def follow(slurm: Slurm, job_id: str, jd: JobDir, progress: Progress | None = None) -> Outcome:
+    """Watch a Slurm job until Slurm says it is final. Ctrl-C stops the watching, not the job."""
     last = {}
 
     def done() -> bool:
@@ -161,8 +148,11 @@ def wait_state(slurm: Slurm, job_id: str, jd: JobDir, title: str) -> str:
         last["state"] = rec.state
         return states.is_final(rec.state)
 
-    common.watch(jd, done, title, poll_s=2.0)
-    return last.get("state", "UNKNOWN")
+    try:
+        common.watch(jd, done, progress, poll_s=2.0)
+    except KeyboardInterrupt:
+        return Outcome(job_id, last.get("state", "UNKNOWN"), str(jd.path), interrupted=True, keeps_running=True)
+    return Outcome(job_id, last.get("state", "UNKNOWN"), str(jd.path))
 
 
 class SlurmJobs:

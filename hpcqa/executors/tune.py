@@ -59,7 +59,7 @@ def _run_one(p: planmod.LaunchPlan, title: str) -> tuple[str, JobDir, str]:
         submitted = ex.submit(ex.dry_run(sweep.single(p)))
     if not ex.runs_here:
         print(f"{title}: job {submitted.ids[0]}", file=sys.stderr)
-    return submitted.ids[0], JobDir(Path(submitted.folders[0])), ex.follow(submitted, title)
+    return submitted.ids[0], JobDir(Path(submitted.folders[0])), ex.wait(submitted).state
 
 
 def run_comm(path: str, overrides: Sequence[str]) -> dict:

@@ -1,0 +1,90 @@
+"""How a followed job is shown: rank 0's progress as a bar on a terminal, then how it ended (the results' summary,
+or the failing ranks and the fix). The executors return an Outcome and print nothing; this is where it is said."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from hpcqa.core import states
+from hpcqa.errors import JobFailed
+from hpcqa.record.jobdir import JobDir
+
+
+@contextlib.contextmanager
+def progress_bar(title: str) -> Iterator[Callable[[dict], None]]:
+    """A rich progress bar on stderr (only on a terminal); yields the callback an executor's wait feeds."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+               TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]
+    with Progress(*columns, transient=False, disable=not sys.stderr.isatty(), console=None) as bar:
+        task = bar.add_task(title, total=None, loss="-")
+
+        def show(p: dict) -> None:
+            bar.update(task, completed=p.get("step", 0), total=p.get("total_steps") or None,
+                       loss=f"{p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else "-",
+                       description=f"{title} [{p.get('phase', '')}]")
+        yield show
+
+
+def finish(outcome: Any, plan: Any, say: Callable[[str], None]) -> int:
+    """The exit code of a followed job, after saying how it ended: 130 when the following was interrupted."""
+    if outcome.interrupted:
+        say(f"\nstopped watching; job {outcome.job_id} keeps running (hpcqa cancel {outcome.job_id})"
+            if outcome.keeps_running else f"\ninterrupted: local job {outcome.job_id} cancelled (all ranks stopped)")
+        return 130
+    return report(outcome.job_id, JobDir(Path(outcome.folder)), outcome.state, plan)
+
+
+def report(job_id: str, jd: JobDir, state: str, plan: Any) -> int:
+    """Print the outcome; raise JobFailed (exit 1) with the failing ranks' errors when it failed."""
+    results = jd.read_results()
+    failed = jd.failed_ranks()
+    if results and not failed and states.succeeded(state):
+        print(f"job {job_id} COMPLETED  ({jd.path})")
+        for line in summary_lines(results):
+            print("  " + line)
+        return 0
+    lines = [f"job {job_id} {'FAILED' if states.succeeded(state) else state}"]
+    for i, f in enumerate(failed):
+        lines.append(f"rank {f['rank']} on {f['host']}: {f['error']}" + ("  <- first failure" if i == 0 and
+                                                                          len(failed) > 1 else ""))
+    if not failed:
+        for r in range(plan.world_size):
+            t = jd.tail(r, 6)
+            if t:
+                lines.append(f"rank {r} stderr tail:\n    " + "\n    ".join(t))
+    raise JobFailed("\n  ".join(lines), f"logs: hpcqa logs {job_id} [--rank N]  (files in {jd.path})")
+
+
+def summary_lines(results: dict) -> list[str]:
+    lines = []
+    if "exact_match" in results:
+        lines.append(f"EM {results['exact_match']:.2f}  F1 {results['f1']:.2f}  ({results.get('eval_examples')} "
+                     "questions)")
+        if results.get("baseline"):  # one line each: an 80-column terminal shows them whole
+            b = results["baseline"]
+            lines.append(f"baseline '{b['name'].split(' ')[0]}': EM {b['exact_match']:.2f}  F1 {b['f1']:.2f}")
+    tps = results.get("train_samples_per_second")
+    if tps:
+        lines.append(f"train {tps:.2f} samples/s over {results.get('world_size')} rank(s), "
+                     f"{results.get('threads_per_rank')} thread(s) each; {results.get('train_runtime_s', 0):.0f} s")
+        lines.append(f"backend {results.get('backend')}; bf16 {results.get('bf16')}")
+    eff = results.get("efficiency") or {}
+    if eff.get("mfu") is not None:
+        lines.append(f"MFU {100 * eff['mfu']:.1f} % ({eff['achieved_flops'] / 1e9:.2f} of "
+                     f"{eff['peak_flops'] / 1e9:.1f} GFLOP/s {eff['precision']} peak)")
+    if results.get("eval_samples_per_second"):
+        lines.append(f"eval {results['eval_samples_per_second']:.1f} features/s; wall time "
+                     f"{results.get('wall_time_s', 0):.0f} s")
+    if results.get("best_checkpoint"):
+        lines.append(f"best checkpoint {results['best_checkpoint']} ({results.get('best_metric')})")
+    for stage in ("files", "predict"):
+        files = (results.get(stage) or {}).get("files") if stage == "predict" else results.get("files")
+        if files:
+            lines.append(f"{'test' if stage == 'predict' else 'eval'} predictions: {files.get('predictions')}")
+    if results.get("tensorboard"):
+        lines.append(f"TensorBoard: tensorboard --logdir {results['tensorboard']}")
+    return lines
