@@ -77,8 +77,8 @@ def run_checks(cfg=None, slurm: Slurm | None = None) -> list[Check]:
     checks: list[Check] = []
     ex, request = api.dry_run(sweep.single(api.plan(cfg))) if cfg is not None else (None, None)
     if ex is not None and not ex.asks_slurm:
-        checks.append(Check("executor", "ok", f"{ex.name} (this machine): Slurm is not needed for this config",
-                            "" if cfg.cluster.executor == ex.name else "cluster.executor = \"auto\" and no sbatch here"))
+        checks.append(Check("executor", "ok", f"{ex.target.name} (this machine): Slurm is not needed for this config",
+                            "" if cfg.cluster.executor == ex.target.name else "cluster.executor = \"auto\" and no sbatch here"))
     elif shutil.which("sbatch"):
         found = slurm_checks(cfg, slurm or Slurm())
         checks += found

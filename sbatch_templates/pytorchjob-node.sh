@@ -68,7 +68,7 @@ if [ "$stop" = 1 ]; then
 fi
 
 export HPCQA_JOB_DIR="$job_dir" HPCQA_JOB_ID="k8s-${HPCQA_K8S_NAMESPACE:-default}-@@NAME@@" HPCQA_ATTEMPT="$attempt"
-export HPCQA_REQUEUE=pod WORLD_SIZE=$((nodes * ppn)) LOCAL_WORLD_SIZE="$ppn" NODE_RANK="$node_rank" GROUP_RANK="$node_rank"
+export WORLD_SIZE=$((nodes * ppn)) LOCAL_WORLD_SIZE="$ppn" NODE_RANK="$node_rank" GROUP_RANK="$node_rank"
 logs=()
 declare -A rank_of=()
 for ((local_rank = 0; local_rank < ppn; local_rank++)); do

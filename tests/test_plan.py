@@ -133,3 +133,29 @@ def test_library_dirs_follow_the_loaders_configuration(tmp_path):
     assert preload.ld_so_conf_dirs(str(tmp_path / "ld.so.conf")) == ["/opt/intel/lib", "/opt/direct/lib"]
     dirs = preload.library_dirs({"LD_LIBRARY_PATH": "/x:/y", "CONDA_PREFIX": "/conda"}, prefix="/venv")
     assert dirs[:4] == ["/x", "/y", "/conda/lib", "/venv/lib"]
+
+
+def test_targets_are_one_vocabulary_from_the_config_to_the_registry(tmp_path):
+    """cluster.executor's choices are the targets that may be named plus "auto"; "auto" takes the highest affinity
+    on the submitting host (submitit's AutoExecutor); a plan or registry row naming an unknown target is refused."""
+    import typing
+    from hpcqa.core import targets
+    from hpcqa.errors import PlanError
+    assert set(typing.get_args(typing.get_type_hints(config.ClusterConfig)["executor"])) == set(targets.CONFIG_CHOICES)
+    assert targets.resolve("auto", plan.HostProbe(has_sbatch=True)) is targets.Slurm
+    assert targets.resolve("auto", plan.HostProbe(has_sbatch=False)) is targets.Local
+    assert targets.resolve("local", plan.HostProbe(has_sbatch=True), "pytorchjob") is targets.K8s
+    assert targets.resolve("slurm", plan.HostProbe(has_sbatch=False)) is targets.Slurm
+    with pytest.raises(PlanError, match="unknown executor 'slurm-script'"):
+        targets.named("slurm-script")
+    lp = spr("cluster.executor=slurm", host=plan.HostProbe(has_sbatch=False))
+    again = plan.LaunchPlan.loads(lp.dumps())
+    assert again == lp and again.launcher is targets.Launcher.SRUN and again.requeue is targets.Requeue.NONE
+    assert plan.LaunchPlan.loads(lp.with_requeue(targets.Requeue.POD).dumps()).requeue is targets.Requeue.POD
+    damaged = tmp_path / "plan.json"
+    damaged.write_text(lp.dumps().replace('"requeue": "none"', '"requeue": "sometimes"'))
+    with pytest.raises(PlanError, match="not a launch plan"):
+        plan.load(damaged)
+    damaged.write_text(json.dumps({**json.loads(lp.dumps()), "executor": "slurm-script"}))
+    with pytest.raises(PlanError, match="slurm-script"):
+        plan.load(damaged)

@@ -3,6 +3,7 @@
 Regenerate the golden files after an intended change:  HPCQA_REGEN_GOLDEN=1 pytest tests/test_render.py
 """
 
+from dataclasses import replace
 import json
 import os
 import shlex
@@ -17,6 +18,7 @@ from hpcqa.executors import render
 from hpcqa.executors import common
 from hpcqa.executors import table
 from hpcqa.errors import ConfigError
+from hpcqa.core.targets import Requeue
 from tests.conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -136,8 +138,10 @@ def test_sbatch_preview_is_the_submission_with_the_real_plan_path(tmp_path):
     (text,) = request.scripts
     assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=2" in text and "--array" not in text
     assert "--cpus-per-task=112" in text.split("srun", 1)[1]
-    (path,) = common.plan_paths([lp])
-    assert path.name == "task-0.json" and path.parent.name == lp.digest
+    (handed,) = request.sweep.plans  # the plan as this executor hands it on: submitit requeues its ranks
+    assert handed.requeue is Requeue.SUBMITIT and lp.requeue is Requeue.NONE and handed.config == lp.config
+    (path,) = common.plan_paths([handed])
+    assert path.name == "task-0.json" and path.parent.name == handed.digest
     folder = shlex.quote(str(out / "squad-spr" / f"%j-{request.submission}"))
     assert f"-m hpcqa.rank --plan {shlex.quote(str(path))} --job-dir {folder} -- python3 -u -m submitit.core._submit" \
         in text
@@ -234,3 +238,27 @@ def test_a_local_config_renders_for_several_nodes(cli):
     assert r.returncode == 0 and "#SBATCH --nodes=2" in r.stdout, r.stderr
     bad = cli("submit", "configs/quickstart.toml", "--set", "cluster.nodes=2", "--dry-run")
     assert bad.returncode == 2 and "cluster.nodes" in bad.stderr
+
+
+@pytest.mark.parametrize("key", sorted(table.EXECUTORS), ids=lambda k: "-".join(k))
+def test_every_executor_hands_its_ranks_a_plan_that_says_who_requeues(key, monkeypatch):
+    """Who brings a stopped rank back is the plan's `requeue`, stamped by the executor that makes the request: the
+    plan the ranks read (a plan file, or the plan inside a script or ConfigMap) says it, and nothing else does."""
+    monkeypatch.chdir(ROOT)
+    target, launcher, mode = key
+    cfg = config.load("configs/squad_spr.toml", ["cluster.nodes=1", "cluster.executor=local"] if target == table.LOCAL else [])
+    if mode == table.SUBMIT:
+        lp = plan.build_plan(cfg, replace(HOST, has_sbatch=target == table.SLURM), launcher=launcher)
+        ex = table.choose(lp, mode, snapshot=False)
+    else:
+        hosts = ("n1", "n2", "n3", "n4") if mode == table.HOSTS else ()
+        ex, lp = table.render(cfg, HOST, table.RENDER_PYTORCHJOB if target == table.K8S else table.RENDER_SCRIPT,
+                              None if target == table.K8S else launcher, hosts)
+    assert (lp.executor, lp.launcher) == (target, launcher) and ex.target.name == target
+    request = ex.dry_run(sweep.single(lp))
+    (handed,) = request.sweep.plans
+    assert handed.requeue is ex.requeue and request.executor == target
+    assert any(handed.dumps() in text for text in (*request.scripts, *(f.text for f in request.files)))
+    assert not any("HPCQA_REQUEUE" in text for text in request.scripts)
+    expected = {table.HOSTS: Requeue.NONE, table.SCRIPT: Requeue.POD if target == table.K8S else Requeue.SCRIPT}
+    assert ex.requeue is expected.get(mode, Requeue.SCRIPT if launcher == "mpirun" else Requeue.SUBMITIT)

@@ -23,8 +23,9 @@ HEAVY = {"torch", "transformers", "datasets", "accelerate", "matplotlib", "kuber
 # start-up time: `hpcqa --help` and the package's lazy API import nothing they don't need
 LAZY_MODULES = {"hpcqa/__init__.py", "hpcqa/__main__.py",
                 "hpcqa/rank/wrapper.py"}  # runs in front of every rank: submitit only where its pickle is loaded
-# where an executor or launcher name may be compared with a literal: the table, and the plan that names them
-NAME_OWNERS = {"hpcqa/executors/table.py", "hpcqa/core/plan.py"}
+# where a target (executor), launcher, requeue, scheduler-answer or job-state name may be compared with a literal:
+# the tables that own them
+NAME_OWNERS = {"hpcqa/executors/table.py", "hpcqa/core/targets.py", "hpcqa/core/states.py"}
 LAYERS = {"core": "the pure core", "record": "the job record", "executors": "the executors", "rank": "the rank side"}
 
 
@@ -169,23 +170,29 @@ def lazy_imports(rel: str, tree: ast.AST, heavy: set[str]) -> list[str]:
     return sorted(set(out))
 
 
-def name_comparisons(rel: str, tree: ast.AST) -> list[str]:
-    """`x.executor == "slurm"`, `launcher in ("srun", "mpirun")` ...: a decision that belongs to the table."""
+def vocabulary() -> frozenset[str]:
+    """The names that only their tables may compare: targets (executors), launchers, requeue modes, scheduler
+    answers, job states."""
+    from hpcqa.core import states, targets
+    return frozenset({*(t.name for t in targets.TARGETS), *targets.Launcher,
+                      *(r for r in targets.Requeue if r is not targets.Requeue.NONE), states.Source.SACCT,
+                      states.Source.SQUEUE, *states.State})
+
+
+def name_comparisons(rel: str, tree: ast.AST, names: frozenset[str] | None = None) -> list[str]:
+    """`x.executor == "slurm"`, `launcher in ("srun", "mpirun")`, `env.get("HPCQA_REQUEUE") == "pod"`,
+    `state == "RUNNING"` ...: a decision that belongs to the table that owns the name."""
     if rel in NAME_OWNERS:
         return []
-    out = []
-    for n in ast.walk(tree):
-        if not isinstance(n, ast.Compare):
-            continue
-        operands = [n.left, *n.comparators]
-        named = any((isinstance(o, ast.Attribute) and o.attr in ("executor", "launcher"))
-                    or (isinstance(o, ast.Name) and o.id in ("executor", "launcher")) for o in operands)
-        literal = any((isinstance(o, ast.Constant) and isinstance(o.value, str))
-                      or (isinstance(o, (ast.Tuple, ast.List, ast.Set)) and any(isinstance(e, ast.Constant)
-                                                                                 for e in o.elts)) for o in operands)
-        if named and literal:
-            out.append(f"{rel}:{n.lineno}")
-    return out
+    names = vocabulary() if names is None else names
+
+    def named(o: ast.AST) -> bool:
+        if isinstance(o, ast.Constant):
+            return o.value in names
+        return isinstance(o, (ast.Tuple, ast.List, ast.Set)) and any(named(e) for e in o.elts)
+
+    return [f"{rel}:{n.lineno}" for n in ast.walk(tree)
+            if isinstance(n, ast.Compare) and any(named(o) for o in [n.left, *n.comparators])]
 
 
 def package_trees() -> dict[str, ast.AST]:
@@ -205,9 +212,10 @@ def test_imports_inside_functions_only_for_heavy_packages_or_start_up():
         "\n".join(offenders)
 
 
-def test_executor_and_launcher_names_are_compared_only_in_the_table_and_the_plan():
+def test_executor_launcher_requeue_answer_and_state_names_are_compared_only_in_their_tables():
     offenders = [x for path, tree in modules() for x in name_comparisons(str(path.relative_to(ROOT)), tree)]
-    assert not offenders, "choose the executor through hpcqa/executors/table.py:\n" + "\n".join(offenders)
+    assert not offenders, ("compare with the members of core/targets.py and core/states.py, or choose through "
+                           "hpcqa/executors/table.py:\n" + "\n".join(offenders))
 
 
 def test_the_folders_show_the_layers():
@@ -267,8 +275,11 @@ def test_every_structure_rule_catches_a_planted_offender():
                         {"hpcqa.rank.train.data"}) == []
     assert lazy_imports("hpcqa/x.py", ast.parse("def f():\n    from hpcqa.rank.train import data, metrics"),
                         {"hpcqa.rank.train.data"}) == ["hpcqa/x.py:2: hpcqa.rank.train.data, hpcqa.rank.train.metrics"]
-    cmp = ast.parse('if p.executor == "slurm": pass\nif launcher in ("srun", "mpirun"): pass\nif a == "slurm": pass')
-    assert name_comparisons("hpcqa/x.py", cmp) == ["hpcqa/x.py:1", "hpcqa/x.py:2"]
+    cmp = ast.parse('if p.executor == "slurm": pass\nif launcher in ("srun", "mpirun"): pass\nif a == "pieces": pass\n'
+                    'if env.get("HPCQA_REQUEUE") == "pod": pass\nif v.state != "RUNNING": pass\n'
+                    'if state == State.RUNNING: pass\nif answer == "sacct": pass')
+    assert name_comparisons("hpcqa/x.py", cmp) == ["hpcqa/x.py:1", "hpcqa/x.py:2", "hpcqa/x.py:4", "hpcqa/x.py:5",
+                                                   "hpcqa/x.py:7"]
     assert name_comparisons("hpcqa/executors/table.py", cmp) == []
     heavy = heavy_modules({"hpcqa.h": ast.parse("import torch"), "hpcqa.g": ast.parse("from hpcqa.h import x"),
                            "hpcqa.l": ast.parse("def f():\n    import torch")})

@@ -11,6 +11,7 @@ from hpcqa.core import states
 from hpcqa import errors
 from hpcqa.errors import HpcqaError, UsageError
 from hpcqa.cli.say import warn
+from hpcqa.core.states import State
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -236,7 +237,7 @@ def predicted_for_sweep(reg, sweep_id: str) -> tuple[dict[int, float], str]:
     from hpcqa.record import scalingview
     rows = reg.jobs(sweep_id=sweep_id)
     try:
-        base = min((r for r in rows if r.state == "COMPLETED"), key=lambda r: r.nodes)
+        base = min((r for r in rows if r.state == State.COMPLETED), key=lambda r: r.nodes)
         table = scalingview.study(rows, scalingview.link_of_run(base))
     except (ValueError, UsageError) as e:
         return {}, f"no prediction: {e.message if isinstance(e, UsageError) else e}"

@@ -13,6 +13,7 @@ from hpcqa import errors
 from hpcqa.errors import HpcqaError, UsageError
 from hpcqa.cli.say import plural, warn
 from hpcqa.cli.submit import ranges_in
+from hpcqa.core.states import State
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
@@ -112,7 +113,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         raise UsageError(f"job {args.id} is one run: nothing measured to compare",
                          f"hpcqa scaling --predict {args.id} predicts the other node counts from it")
     row = rows[0]
-    if row.state != "COMPLETED":
+    if row.state != State.COMPLETED:
         raise UsageError(f"job {row.id} is {row.state}: predictions need a completed run", "pick a finished job")
     out = scalingview.predict_job(row, nodes, scalingview.link_of_run(row, args.bandwidth, args.latency_us))
     if args.json:

@@ -13,32 +13,22 @@ from hpcqa.cli.say import say, warn
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from dataclasses import replace
     from hpcqa.core import config
-    from hpcqa.core import plan as planmod
-    from hpcqa.executors import k8s
-    # a rendered script (or PyTorchJob) is not run by the local executor, whatever the config names: a local
-    # config with cluster.nodes > 1 is a valid thing to render
-    raw = config.load_raw(args.config, args.overrides)
-    if raw.get("cluster", {}).get("executor") == "local":
-        raw["cluster"]["executor"] = "slurm"
+    from hpcqa.executors import k8s, table
+    raw = table.for_render(config.load_raw(args.config, args.overrides))
     cfg = config.validate(raw, args.config, args.overrides)
-    if args.target == "dockerfile":
+    if args.target != table.RENDER_SCRIPT:
         _no_script_options(args)
+    if args.target == table.RENDER_DOCKERFILE:
         return _write_rendered(args, k8s.dockerfile(cfg), "Dockerfile",
                                f"docker build -f {args.output} -t <registry>/hpcqa:<tag> <hpcqa checkout>")
-    if args.target == "pytorchjob":
-        _no_script_options(args)
-        lp = planmod.build_plan(k8s.pod_config(cfg), k8s.image_host(hostprobe.probe_host(), cfg), launcher="pytorchjob")
-        return _render_request(args, lp, "script", {}, f"kubectl apply -f {args.output}")
-    launcher = args.launcher or cfg.launch.launcher
-    hosts = _render_hosts(args, cfg, launcher)
-    # a standalone script is for Slurm (or plain machines with --hosts), whatever executor the config names
-    cfg = replace(cfg, cluster=replace(cfg.cluster, executor="slurm"))
-    # the script runs where it is taken: its interpreter is cluster.python, else python3 (not this host's own path)
-    lp = planmod.build_plan(cfg, replace(hostprobe.probe_host(), python="python3"), launcher=launcher)
+    if args.target == table.RENDER_PYTORCHJOB:
+        ex, lp = table.render(cfg, hostprobe.probe_host(), args.target)
+        return _render_request(args, ex, lp, f"kubectl apply -f {args.output}")
+    hosts = _render_hosts(args, cfg, args.launcher or cfg.launch.launcher)
+    ex, lp = table.render(cfg, hostprobe.probe_host(), args.target, args.launcher, hosts, args.python)
     how = f"run it on {hosts[0]}: bash {args.output}" if hosts else f"submit with: sbatch {args.output}"
-    return _render_request(args, lp, "hosts" if hosts else "script", {"hosts": hosts, "python": args.python}, how)
+    return _render_request(args, ex, lp, how)
 
 
 def _no_script_options(args: argparse.Namespace) -> None:
@@ -47,13 +37,11 @@ def _no_script_options(args: argparse.Namespace) -> None:
                          "apply the YAML with kubectl apply -f; drop those options")
 
 
-def _render_request(args: argparse.Namespace, lp: Any, mode: str, options: dict, how: str) -> int:
+def _render_request(args: argparse.Namespace, ex: Any, lp: Any, how: str) -> int:
     """The rendering executor's request for this plan: its script is what render writes, and what --submit sends."""
     from hpcqa import api
     from hpcqa.core import sweep
-    from hpcqa.executors import table
     from hpcqa.executors.interface import RenderOnly
-    ex = table.choose(lp, mode, **options)
     request = ex.dry_run(sweep.single(lp))
     for w in lp.warnings + request.notes:
         warn(w)
@@ -89,7 +77,7 @@ def _render_hosts(args: argparse.Namespace, cfg: Any, launcher: str) -> tuple[st
     from hpcqa.executors import table
     if not (args.hosts or args.hostfile):
         return ()
-    if not table.supports("slurm", launcher, "hosts"):
+    if not table.renders_for_hosts(launcher):
         raise UsageError("--hosts/--hostfile make a script for plain machines, started with mpirun over ssh",
                          "add --launcher mpirun")
     try:

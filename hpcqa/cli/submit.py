@@ -125,7 +125,7 @@ def print_plan(ex: Any, request: Any) -> None:
     res = Table.grid(padding=(0, 2))
     res.add_row("config", lp.config.source)
     res.add_row("executor", f"{lp.executor}" + (f" (cluster.executor = {c.executor})" if c.executor != lp.executor else "")
-                + f"; submitted by the {request.executor} executor")
+                + f"; submitted by {request.via}")
     dom = lp.config.launch.rank_domain
     res.add_row("ranks", f"{lp.world_size} = {lp.nodes} node(s) x {lp.config.domains_per_node} {dom}(s) x "
                          f"{lp.ranks_per_domain} rank(s) per {dom}")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from hpcqa.errors import ConfigError, UsageError
-from hpcqa.core import values as valuecheck
+from hpcqa.core import targets, values as valuecheck
 from hpcqa.core.frozen import FrozenDict
 
 if sys.version_info >= (3, 11):
@@ -45,7 +45,6 @@ SLURM_NAME = r"[A-Za-z0-9._+-]*"
 SLURM_CONSTRAINT = r"[A-Za-z0-9._&|\[\]*()!,:-]*"
 
 
-MAX_NODES = {"local": 1}   # cluster.executor -> the most nodes it can run on (part of the schema)
 
 @dataclass(frozen=True)
 class JobConfig:
@@ -511,8 +510,9 @@ def _check_cross(cfg: Config) -> None:
         raise ConfigError("train.doc_stride",
                           f"doc_stride {t.doc_stride} must be smaller than max_seq_length "
                           f"{t.max_seq_length}", "lower train.doc_stride (128 for 384 is usual)", src)
-    if c.nodes > MAX_NODES.get(c.executor, c.nodes):
-        raise ConfigError("cluster.nodes", f"the {c.executor} executor runs on one node, not {c.nodes}",
+    most = targets.max_nodes(c.executor)
+    if most is not None and c.nodes > most:
+        raise ConfigError("cluster.nodes", f"the {c.executor} executor runs on {'one node' if most == 1 else f'{most} nodes'}, not {c.nodes}",
                           "set cluster.nodes = 1, or cluster.executor = \"slurm\"", src)
     _check_paths(cfg)
     for i, flag in enumerate(c.sbatch_extra):

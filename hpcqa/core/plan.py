@@ -16,11 +16,12 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from hpcqa.core import threadenv, topology
+from hpcqa.core import targets, threadenv, topology
 from hpcqa.core.config import Config, from_dict
 from hpcqa.errors import ConfigError, HpcqaError
 from hpcqa.core.frozen import FrozenDict, freeze
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path
+from hpcqa.core.targets import Launcher, Requeue
 from pathlib import Path
 from hpcqa.errors import PlanError
 from dataclasses import replace
@@ -98,8 +99,8 @@ class Backend:
 @dataclass(frozen=True)
 class LaunchPlan:
     config: Config
-    executor: str                 # slurm | local | k8s
-    launcher: str                 # srun | mpirun | local | pytorchjob
+    executor: str                 # a target's name (core/targets.py): slurm | local | k8s
+    launcher: Launcher
     backend: Backend
     nodes: int
     ranks_per_node: int
@@ -115,6 +116,7 @@ class LaunchPlan:
     variant_index: int = 0
     ranks_per_domain: int = 1         # ranks per socket (per NUMA node with rank_domain = "numa")
     layout_source: str = ""           # where ranks_per_domain came from (config, tuned, heuristic)
+    requeue: Requeue = Requeue.NONE   # who brings a rank back after a checkpoint on a signal (set by the executor)
 
     def slurm_parameters(self) -> dict[str, Any]:
         """The Slurm request, in submitit's parameter names: hpcqa's one writer of #SBATCH lines
@@ -177,6 +179,7 @@ class LaunchPlan:
             "variant_index": self.variant_index,
             "ranks_per_domain": self.ranks_per_domain,
             "layout_source": self.layout_source,
+            "requeue": str(self.requeue),
         }
         if not ranks:
             del d["ranks"]
@@ -186,8 +189,8 @@ class LaunchPlan:
     def from_json(cls, d: Mapping[str, Any]) -> "LaunchPlan":
         """The typed plan back from `to_json()` output (the config is validated again on the way)."""
         return cls(
-            config=from_dict(d["config"], source=d.get("source", "")), executor=d["executor"],
-            launcher=d["launcher"], backend=Backend(**d["backend"]), nodes=d["nodes"],
+            config=from_dict(d["config"], source=d.get("source", "")), executor=targets.named(d["executor"]).name,
+            launcher=Launcher(d["launcher"]), backend=Backend(**d["backend"]), nodes=d["nodes"],
             ranks_per_node=d["ranks_per_node"], world_size=d["world_size"], cpus_per_task=d["cpus_per_task"],
             local_ranks=tuple(LocalRankPlan(lr["local_rank"], tuple(lr["cpus"]), tuple(lr["compute"]),
                                             tuple(lr["ccl"]), FrozenDict(lr["env"])) for lr in d["local_ranks"]),
@@ -195,7 +198,8 @@ class LaunchPlan:
             deferred_env=FrozenDict(d["deferred_env"]), job_dir_pattern=d["job_dir"],
             warnings=tuple(d["warnings"]), python=d["python"], variant=freeze(d.get("variant") or {}),
             variant_index=d.get("variant_index", 0), ranks_per_domain=d.get("ranks_per_domain", 1),
-            layout_source=d.get("layout_source", "")).with_global_ranks()
+            layout_source=d.get("layout_source", ""),
+            requeue=Requeue(d.get("requeue", Requeue.NONE))).with_global_ranks()
 
     @classmethod
     def loads(cls, text: str) -> "LaunchPlan":
@@ -219,6 +223,14 @@ class LaunchPlan:
     def with_variant(self, index: int, params: Mapping[str, Any]) -> "LaunchPlan":
         return replace(self, variant=freeze(dict(params)), variant_index=index)
 
+    def with_requeue(self, requeue: Requeue) -> "LaunchPlan":
+        """The plan as the executor that submits it hands it to the ranks: who requeues a stopped rank."""
+        return self if self.requeue is requeue else replace(self, requeue=requeue)
+
+    @property
+    def target(self) -> type[targets.Target]:
+        return targets.named(self.executor)
+
 
 def resolve_backend(requested: str, ccl_bindings: bool) -> Backend:
     if requested == "gloo":
@@ -235,10 +247,10 @@ def resolve_backend(requested: str, ccl_bindings: bool) -> Backend:
 
 
 def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool], backend: str,
-                    launcher: str) -> dict[str, str]:
+                    launcher: Launcher) -> dict[str, str]:
     """Environment of one local rank that does not depend on the allocation."""
     la = cfg.launch
-    env = threadenv.pool_env(la, pool, pools, ccl=backend == "ccl", pin_domain=backend == "ccl" or launcher == "mpirun")
+    env = threadenv.pool_env(la, pool, pools, ccl=backend == "ccl", pin_domain=backend == "ccl" or launcher.is_intel_mpi)
     wanted = preload_wanted(cfg)
     if wanted:  # names, not paths: each rank finds them on its node (hpcqa.rank.preload)
         env[PRELOAD_WANTED] = ":".join(wanted)
@@ -246,24 +258,16 @@ def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool]
     return env
 
 
-def _resolve_executor(cfg: Config, host: HostProbe) -> str:
-    ex = cfg.cluster.executor
-    if ex == "auto":
-        return "slurm" if host.has_sbatch else "local"
-    return ex
-
-
 def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_submitit: bool = False) -> LaunchPlan:
     """The frozen plan. `launcher`: a rendered script's (default: launch.launcher); `via_submitit`: submitit
     starts the ranks (a sweep's arrays, or any srun job of `submit`), which under Slurm means srun."""
     c, la = cfg.cluster, cfg.launch
-    executor = "k8s" if launcher == "pytorchjob" else _resolve_executor(cfg, host)
-    if executor == "local" and c.nodes > 1:
-        raise ConfigError("cluster.nodes", f"the local executor runs on one node, not {c.nodes}",
+    target = targets.resolve(c.executor, host, launcher)
+    if target.max_nodes == 1 and c.nodes > 1:
+        raise ConfigError("cluster.nodes", f"the {target.name} executor runs on one node, not {c.nodes}",
                           "set cluster.nodes = 1 for a local run, or run where Slurm is installed",
                           cfg.source)
-    if not launcher:
-        launcher = "local" if executor == "local" else "srun" if via_submitit else la.launcher
+    launcher = Launcher(launcher) if launcher else target.launcher(Launcher(la.launcher), via_submitit)
     backend = resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
     workers = la.ccl_workers if backend.resolved == "ccl" else 0
     if backend.resolved == "ccl" and not workers:
@@ -284,14 +288,14 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_su
                       compute=p.compute, ccl=p.ccl,
                       env=FrozenDict(rank_static_env(cfg, p, pools, backend.resolved, launcher)))
         for p in pools)
-    return LaunchPlan(config=cfg, executor=executor, launcher=launcher, backend=backend,
+    return LaunchPlan(config=cfg, executor=target.name, launcher=launcher, backend=backend,
                       nodes=c.nodes, ranks_per_node=ranks_per_node, world_size=c.nodes * ranks_per_node,
                       cpus_per_task=cfg.cores_per_domain // rpd * c.threads_per_core,
                       local_ranks=local_ranks, ranks=_global_ranks(c.nodes, local_ranks),
-                      deferred_env=FrozenDict(_deferred_env(executor, la.master_port, inherited(executor, host))),
+                      deferred_env=FrozenDict(_deferred_env(target, la.master_port, inherited(target, host))),
                       job_dir_pattern=os.path.join(root_path(cfg.job.output_dir, cfg.job.name), f"{JOB_ID}-{SUBMISSION}"),
-                      warnings=(_warnings(cfg, host, backend, pools) + _inherited_warning(executor, host)
-                                + _launcher_warning(cfg, via_submitit and executor == "slurm")),
+                      warnings=(_warnings(cfg, host, backend, pools) + _inherited_warning(target, host)
+                                + _launcher_warning(target, launcher, Launcher(la.launcher), via_submitit)),
                       python=c.python or host.python,
                       ranks_per_domain=rpd, layout_source=layout_source)
 
@@ -353,13 +357,13 @@ def _global_ranks(nodes: int, local_ranks: tuple[LocalRankPlan, ...]) -> tuple[R
     return tuple(ranks)
 
 
-def inherited(executor: str, host: HostProbe) -> dict[str, str]:
+def inherited(target: type[targets.Target], host: HostProbe) -> dict[str, str]:
     """The rendezvous variables the ranks will inherit from the submitting environment (local and Slurm jobs)."""
-    return dict(host.inherited) if executor in ("local", "slurm") else {}
+    return dict(host.inherited) if target.inherits_submitting_env else {}
 
 
-def _inherited_warning(executor: str, host: HostProbe) -> tuple[str, ...]:
-    got = inherited(executor, host)
+def _inherited_warning(target: type[targets.Target], host: HostProbe) -> tuple[str, ...]:
+    got = inherited(target, host)
     if not got:
         return ()
     text = " and ".join(f"{k}={v}" for k, v in sorted(got.items()))
@@ -367,33 +371,21 @@ def _inherited_warning(executor: str, host: HostProbe) -> tuple[str, ...]:
             f"(unset {' '.join(sorted(got))} before submitting, unless you mean it)",)
 
 
-def _deferred_env(executor: str, fixed_port: int, given: Mapping[str, str] | None = None) -> dict[str, str]:
+def _deferred_env(target: type[targets.Target], fixed_port: int, given: Mapping[str, str] | None = None) -> dict[str, str]:
     """What is decided at run time, and by what. `given`: values the ranks inherit from the submitting
     environment, which win."""
-    out = _derived_env(executor, fixed_port)
+    out = target.derived_env(fixed_port)
     for name, value in (given or {}).items():
         out[name] = f"{value} (from the submitting environment)"
     return out
 
 
-def _derived_env(executor: str, fixed_port: int) -> dict[str, str]:
-    if executor == "k8s":
-        return {"MASTER_ADDR": "the headless service of Worker 0, which the training operator names <job>-worker-0",
-                "MASTER_PORT": "23456, the container port pytorchjob-port"}
-    if executor == "local":
-        return {"MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(fixed_port) if fixed_port else
-                "derived from the local job id at start (10000-32767)"}
-    return {"MASTER_ADDR": "first host of SLURM_JOB_NODELIST (unknown until allocation)",
-            "MASTER_PORT": str(fixed_port) if fixed_port else
-            "derived from SLURM_JOB_ID at start (10000-32767, distinct per array task)"}
-
-
-def _launcher_warning(cfg: Config, via_submitit: bool) -> tuple[str, ...]:
-    if via_submitit and cfg.launch.launcher == "mpirun":
-        return ("launch.launcher = \"mpirun\": a sweep's arrays start their ranks through submitit with srun (hydra's "
-                "own srun, nested in a step that already holds every CPU, would wait for CPUs that never free up); "
-                "a single job runs the rendered mpirun script",)
+def _launcher_warning(target: type[targets.Target], launcher: Launcher, asked: Launcher,
+                      via_submitit: bool) -> tuple[str, ...]:
+    if via_submitit and asked in target.launchers and launcher is not asked:
+        return (f"launch.launcher = \"{asked}\": a sweep's arrays start their ranks through submitit with {launcher} "
+                "(hydra's own srun, nested in a step that already holds every CPU, would wait for CPUs that never "
+                "free up); a single job runs the rendered mpirun script",)
     return ()
 
 

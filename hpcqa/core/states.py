@@ -10,25 +10,64 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Mapping
 
+class State(StrEnum):
+    """A job's state, in Slurm's names (a str: it is stored, printed and compared as Slurm writes it)."""
+
+    PENDING = "PENDING"
+    CONFIGURING = "CONFIGURING"
+    REQUEUED = "REQUEUED"
+    REQUEUE_FED = "REQUEUE_FED"
+    REQUEUE_HOLD = "REQUEUE_HOLD"
+    RESV_DEL_HOLD = "RESV_DEL_HOLD"
+    SPECIAL_EXIT = "SPECIAL_EXIT"
+    RESIZING = "RESIZING"
+    SIGNALING = "SIGNALING"
+    STAGE_OUT = "STAGE_OUT"
+    STOPPED = "STOPPED"
+    SUSPENDED = "SUSPENDED"
+    RUNNING = "RUNNING"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    PREEMPTED = "PREEMPTED"
+    REVOKED = "REVOKED"
+    CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"     # not Slurm's: a state nobody could tell (never final)
+
+
 # state -> (finished?, outcome). Outcome groups: pending, running, ok, failed, cancelled.
+_PENDING = (State.PENDING, State.CONFIGURING, State.REQUEUED, State.REQUEUE_FED, State.REQUEUE_HOLD,
+            State.RESV_DEL_HOLD, State.SPECIAL_EXIT)
+_RUNNING = (State.RESIZING, State.SIGNALING, State.STAGE_OUT, State.STOPPED, State.SUSPENDED, State.RUNNING,
+            State.COMPLETING)
+_FAILED = (State.FAILED, State.TIMEOUT, State.NODE_FAIL, State.OUT_OF_MEMORY, State.BOOT_FAIL, State.DEADLINE,
+           State.PREEMPTED)
 STATES: Mapping[str, tuple[bool, str]] = {
-    "PENDING": (False, "pending"), "CONFIGURING": (False, "pending"), "REQUEUED": (False, "pending"),
-    "REQUEUE_FED": (False, "pending"), "REQUEUE_HOLD": (False, "pending"), "RESV_DEL_HOLD": (False, "pending"),
-    "SPECIAL_EXIT": (False, "pending"), "RESIZING": (False, "running"), "SIGNALING": (False, "running"),
-    "STAGE_OUT": (False, "running"), "STOPPED": (False, "running"), "SUSPENDED": (False, "running"),
-    "RUNNING": (False, "running"), "COMPLETING": (False, "running"),
-    "COMPLETED": (True, "ok"),
-    "FAILED": (True, "failed"), "TIMEOUT": (True, "failed"), "NODE_FAIL": (True, "failed"),
-    "OUT_OF_MEMORY": (True, "failed"), "BOOT_FAIL": (True, "failed"), "DEADLINE": (True, "failed"),
-    "PREEMPTED": (True, "failed"), "REVOKED": (True, "cancelled"), "CANCELLED": (True, "cancelled"),
+    **{s: (False, "pending") for s in _PENDING}, **{s: (False, "running") for s in _RUNNING},
+    State.COMPLETED: (True, "ok"), **{s: (True, "failed") for s in _FAILED},
+    State.REVOKED: (True, "cancelled"), State.CANCELLED: (True, "cancelled"),
 }
 # NODE_FAIL and PREEMPTED are final only when Slurm no longer has the job: Slurm may requeue the job under
 # the same id (requeue allowed), so a query replaces them with squeue's live state while it does.
-REQUEUABLE = ("NODE_FAIL", "PREEMPTED")
+REQUEUABLE = (State.NODE_FAIL, State.PREEMPTED)
 
 # submitit's local controller says FINISHED/DONE where Slurm says COMPLETED; INTERRUPTED is its cancel.
-SUBMITIT_LOCAL: Mapping[str, str] = {"FINISHED": "COMPLETED", "DONE": "COMPLETED", "INTERRUPTED": "CANCELLED",
-                                     "READY": "PENDING", "UNKNOWN": "FAILED"}
+SUBMITIT_LOCAL: Mapping[str, State] = {"FINISHED": State.COMPLETED, "DONE": State.COMPLETED,
+                                       "INTERRUPTED": State.CANCELLED, "READY": State.PENDING,
+                                       "UNKNOWN": State.FAILED}
+
+
+def state(name: str) -> State | str:
+    """A state name as read back (Slurm's answer, a registry row): the member when it is one of the table's."""
+    try:
+        return State(name)
+    except ValueError:
+        return name
 
 
 def is_final(state: str) -> bool:
@@ -43,9 +82,9 @@ def succeeded(state: str) -> bool:
     return outcome(state) == "ok"
 
 
-def from_submitit_local(state: str) -> str:
+def from_submitit_local(name: str) -> State | str:
     """A submitit LocalJob's state in this table's names."""
-    return SUBMITIT_LOCAL.get(state, state)
+    return SUBMITIT_LOCAL.get(name) or state(name)
 
 
 class Source(StrEnum):

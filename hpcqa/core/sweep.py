@@ -23,11 +23,12 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
+from hpcqa.core.targets import Requeue
 from hpcqa.errors import ConfigError
 from hpcqa.core.frozen import freeze
 
@@ -183,6 +184,10 @@ class SweepPlan:
     executor: str
     is_sweep: bool = True
     max_array_size_known: str = ""   # how max_array_size is known: "scontrol show config", or "assumed: <why>"
+
+    def with_requeue(self, requeue: Requeue) -> "SweepPlan":
+        """Every plan as the executor that submits them hands them to the ranks."""
+        return replace(self, plans=tuple(p.with_requeue(requeue) for p in self.plans))
 
     def plans_of(self, array: ArrayPlan) -> list[planmod.LaunchPlan]:
         by_index = {p.variant_index: p for p in self.plans}

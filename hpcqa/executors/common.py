@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import shlex
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from hpcqa.core import sweep
+from hpcqa.core import sweep, targets
+from hpcqa.core.config import Config
 from hpcqa.executors.interface import File, Progress
 from hpcqa.record import jobdir
 from hpcqa.record.jobdir import TASK_ID, JobDir, JobRoot, atomic_write_text
-from hpcqa.core.plan import LaunchPlan
+from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.record.registry import Registry
+
+
+def script_config(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
+    """A rendered script's config and host: a Slurm-shaped plan (whatever executor the config names), and the
+    interpreter the script runs where it is taken -- cluster.python, else python3 (not this host's own path)."""
+    return replace(cfg, cluster=replace(cfg.cluster, executor=targets.Slurm.name)), replace(host, python="python3")
 
 
 def job_root(plan: LaunchPlan) -> JobRoot:

@@ -3,15 +3,20 @@ the request is the script; the user runs it on the first host (`bash job.sh`).""
 
 from __future__ import annotations
 
-from hpcqa.core import sweep
+from hpcqa.core import sweep, targets
+from hpcqa.core.targets import Requeue
 from hpcqa.errors import PlanError
-from hpcqa.executors import render
+from hpcqa.core.config import Config
+from hpcqa.core.plan import HostProbe
+from hpcqa.executors import common, render
 from hpcqa.executors.interface import RenderOnly, Request
 from hpcqa.record.jobdir import JobRoot
 
 
 class Hosts(RenderOnly):
-    name = "hosts"
+    target = targets.Slurm     # a Slurm-shaped plan (nodes x tasks, mpirun), started on hosts named by hand
+    requeue = Requeue.NONE
+    via = "mpirun over ssh on plain machines"
     no_scheduler = "plain machines: no scheduler to ask"
     refusal = ("--submit sends the script to Slurm; a --hosts script runs on plain machines",
                "drop --submit and run the script on the first host")
@@ -19,12 +24,17 @@ class Hosts(RenderOnly):
     def __init__(self, hosts: tuple[str, ...], python: str | None = None) -> None:
         self.hosts, self.python = hosts, python
 
+    @staticmethod
+    def for_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
+        return common.script_config(cfg, host)
+
     def dry_run(self, sp: sweep.SweepPlan) -> Request:
         if sp.is_sweep:
             raise PlanError("a plain-machine script runs one job", "render one variant at a time")
+        sp = sp.with_requeue(self.requeue)
         plan = sp.plans[0]
         text = render.standalone(plan, plan.launcher, python=self.python or plan.python, hosts=self.hosts)
-        return Request(self.name, sp, JobRoot.new_submission(), scripts=(text,),
+        return Request(self.target.name, self.via, sp, JobRoot.new_submission(), scripts=(text,),
                        commands=(("bash", "<script>"),), facts=(("hosts", " ".join(self.hosts)),),
                        summary=f"{plan.launcher}, {plan.world_size} ranks on {plan.nodes} host(s)",
                        placement=(f"mpirun over ssh on {self.hosts[0]}...",))

@@ -16,7 +16,11 @@ from typing import Any, Callable, Protocol, Sequence
 
 from hpcqa.core.states import Answer
 from hpcqa.core.sweep import SweepPlan
+from hpcqa.core.targets import Requeue, Target
 from hpcqa.errors import UsageError
+from hpcqa.executors.snapshot import Snapshot
+from hpcqa.record.registry import JobRow
+from hpcqa.record.status import JobView
 
 Say = Callable[[str], None]   # where an executor reports what it is doing (the CLI: stderr; the API: nowhere)
 Progress = Callable[[dict], None]  # rank 0's progress (progress.json) each time it is read while a job is followed
@@ -40,7 +44,8 @@ class File:
 class Request:
     """Everything `submit` will do, computed by `dry_run`. Printed as it is by `submit --dry-run`."""
 
-    executor: str                              # the table's name for the executor that made it
+    executor: str                              # the target's name (core/targets.py): local, slurm, k8s
+    via: str                                   # how the executor that made it submits ("submitit", ...)
     sweep: SweepPlan
     submission: str                            # the token that names this submission's job folders
     files: tuple[File, ...] = ()               # written first (plan files are content-addressed: kept if present)
@@ -50,11 +55,11 @@ class Request:
     notes: tuple[str, ...] = ()                # warnings observed while making the request (this node's cores ...)
     summary: str = ""                          # one line: what this request runs
     placement: tuple[str, ...] = ()            # per variant: where it runs ("array 0: --array=0-3%2", "local ...")
-    code: Any = None                           # the snapshot of hpcqa the ranks import (snapshot.Snapshot), or None
+    code: Snapshot | None = None               # the snapshot of hpcqa the ranks import, or None (the installed one)
 
     def to_json(self) -> dict[str, Any]:
         default = 0o640 if self.sweep.plans[0].config.job.group_readable else 0o600  # submit's owner umask
-        return {"executor": self.executor, "submission": self.submission,
+        return {"executor": self.executor, "via": self.via, "submission": self.submission,
                 "files": [{"path": f.path, "mode": oct(f.mode or default), "bytes": len(f.text)} for f in self.files],
                 "scripts": list(self.scripts), "commands": [list(c) for c in self.commands],
                 "facts": dict(self.facts), "notes": list(self.notes),
@@ -71,7 +76,7 @@ class Submitted:
     sweep_id: str | None = None
     folders: tuple[str, ...] = ()
     exit_code: int = 0                         # a local sweep has run to its end when submit returns
-    handles: tuple[Any, ...] = ()
+    handles: tuple[object, ...] = ()           # what the executor follows its jobs by (local: submitit's jobs)
 
 
 @dataclass(frozen=True)
@@ -87,9 +92,19 @@ class Outcome:
 
 
 class Executor(Protocol):
-    name: str
+    """One way of running a plan. Who it is, it says itself: the target it serves (its name, when it applies, its
+    launchers and run-time environment: core/targets.py), who requeues its stopped ranks (stamped on the plans
+    it hands them), how it submits, and what it makes of a config it renders."""
+
+    target: type[Target]  # where its plans run: the name of the plan, the registry and `status`
+    requeue: Requeue      # who brings a rank back after a checkpoint on a signal (the plan's field)
+    via: str              # how it submits, for people: "submitit", "a rendered script under sbatch" ...
     runs_here: bool      # the ranks run on this machine (its cores and registry decide where)
     asks_slurm: bool     # submission goes through Slurm (doctor checks it; sbatch --test-only can judge it)
+
+    def max_array_size(self) -> tuple[int, str]:
+        """How many tasks one array may hold where it runs, and how that is known."""
+        ...
 
     def dry_run(self, sp: SweepPlan) -> Request: ...
 
@@ -118,15 +133,15 @@ class Live:
 class JobVerbs(Protocol):
     """What can be asked of a submitted job, by the registry row's executor."""
 
-    def states(self, rows: Sequence[Any]) -> tuple[dict[str, Live], Answer]:
+    def states(self, rows: Sequence[JobRow]) -> tuple[dict[str, Live], Answer]:
         """Live states of unfinished rows (one scheduler call for all). -> (by id, where they came from)"""
         ...
 
-    def usage(self, views: Sequence[Any]) -> dict[str, dict]:
+    def usage(self, views: Sequence[JobView]) -> dict[str, dict]:
         """CPU efficiency and peak memory of finished jobs, by id."""
         ...
 
-    def cancel(self, rows: Sequence[Any], whole_sweeps: bool) -> list[str]:
+    def cancel(self, rows: Sequence[JobRow], whole_sweeps: bool) -> list[str]:
         """Stop these jobs; -> one message per job."""
         ...
 
@@ -138,6 +153,9 @@ class RenderOnly:
     runs_here = False
     asks_slurm = False
     no_scheduler = "nothing to ask: no scheduler"
+
+    def max_array_size(self) -> tuple[int, str]:
+        return 1, "no arrays: one rendered job"
     refusal: tuple[str, str] = ("hpcqa only renders this", "run what it rendered")
 
     def check(self, request: Request) -> tuple[bool, str]:

@@ -14,6 +14,7 @@ from hpcqa.executors.slurmcli import Slurm
 from hpcqa.record import phases
 from hpcqa.record.jobdir import JobDir
 from hpcqa.record.status import LIST_PHASES, JobView
+from hpcqa.core.states import State
 
 
 def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
@@ -44,7 +45,7 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
         v.results = jd.read_results()
         if not states.is_final(state):  # the list reads a few ranks' phases; a job's own view reads them all
             v.phases = jd.read_phases(r.world_size if ids else min(r.world_size, LIST_PHASES))
-            stuck = phases.stuck_at_rendezvous(v.phases) if state == "RUNNING" else None
+            stuck = phases.stuck_at_rendezvous(v.phases) if state == State.RUNNING else None
             if stuck:
                 v.notes.append(stuck)
         if ids:

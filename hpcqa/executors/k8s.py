@@ -34,7 +34,8 @@ import re
 import shlex
 from typing import Any
 
-from hpcqa.core import config as configmod
+from hpcqa.core import config as configmod, targets
+from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.record import jobdir
 from hpcqa.record.jobdir import JobRoot
 from hpcqa.core.config import Config
@@ -188,8 +189,8 @@ def node_script(plan: LaunchPlan, name: str) -> str:
         "SETUP": render.setup_block(cfg.cluster.setup),
         "NODES": str(plan.nodes), "PPN": str(plan.ranks_per_node), "PYTHON": python, "NAME": name,
         "JOB_ROOT": shlex.quote(jobdir.root_path(cfg.job.output_dir, cfg.job.name)),
-        "PLAN_FILE": render.plain(jobdir.SCRIPT_PLAN), "STOPPED_EXIT": str(jobdir.POD_STOPPED_EXIT),
-        "LOST_PEER_EXIT": str(jobdir.POD_LOST_PEER_EXIT), "SPENT_EXIT": str(jobdir.POD_RESTARTS_SPENT_EXIT),
+        "PLAN_FILE": render.plain(jobdir.SCRIPT_PLAN), "STOPPED_EXIT": str(int(PodExit.STOPPED)),
+        "LOST_PEER_EXIT": str(int(PodExit.LOST_PEER)), "SPENT_EXIT": str(int(PodExit.RESTARTS_SPENT)),
         "MAX_RESTARTS": str(cfg.k8s.max_restarts), "MASTER_WAIT_S": str(cfg.train.ddp_timeout_s),
         "KILL_WAIT_S": "10",
     }
@@ -263,9 +264,10 @@ def _labels(cfg: Config) -> dict[str, str]:
 
 
 def objects(plan: LaunchPlan) -> list[Any]:
-    """[ConfigMap, PyTorchJob] as client models."""
+    """[ConfigMap, PyTorchJob] as client models. The plan in the ConfigMap says the operator restarts a stopped pod."""
     from kubeflow.training import models as kf
     from kubernetes import client as k
+    plan = plan.with_requeue(Requeue.POD)
     cfg = plan.config
     check(cfg)
     name = job_name(plan)
@@ -403,18 +405,26 @@ class PyTorchJobRender(RenderOnly):
     """Kubernetes: render only. The request is the ConfigMap and the PyTorchJob (YAML); `kubectl apply -f` submits
     it, and the training operator runs it -- no API server can be reached from here."""
 
-    name = "k8s"
+    target = targets.K8s
+    requeue = Requeue.POD
+    via = "a PyTorchJob for the training operator"
     no_scheduler = "Kubernetes: no API server is asked (kubectl apply --dry-run=server would)"
     refusal = ("hpcqa renders the PyTorchJob; the training operator runs it", "apply the YAML with kubectl apply -f")
+
+    @staticmethod
+    def for_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
+        """The pod's config (the image's interpreter and paths) and what the image provides."""
+        return pod_config(cfg), image_host(host, cfg)
 
     def dry_run(self, sp) -> Request:
         if sp.is_sweep:
             raise UsageError("a PyTorchJob runs one job", "render one variant at a time")
+        sp = sp.with_requeue(self.requeue)
         plan = sp.plans[0]
         docs = to_dicts(objects(plan))  # serialised once: checked, described and written from the same dicts
         check_names(docs, plan.config)
         facts = pod_facts(plan, docs[1])
-        return Request(self.name, sp, JobRoot.new_submission(), scripts=(to_yaml(docs),),
+        return Request(self.target.name, self.via, sp, JobRoot.new_submission(), scripts=(to_yaml(docs),),
                        commands=(("kubectl", "apply", "-f", "<file>"),), facts=facts, notes=plan_notes(plan),
                        placement=(f"PyTorchJob {job_name(plan)}",),
                        summary=f"PyTorchJob {job_name(plan)} + ConfigMap: {facts[0][1]}; {facts[1][1]}")

@@ -22,8 +22,9 @@ import shlex
 
 import submitit
 
-from hpcqa.core import states, sweep, topology
+from hpcqa.core import states, sweep, targets, topology
 from hpcqa.core.plan import LaunchPlan
+from hpcqa.core.targets import Requeue
 from hpcqa.core.plan import node_layout as plan_node_layout
 from hpcqa.errors import HpcqaError, PlanError
 from hpcqa.executors import common, snapshot
@@ -31,6 +32,7 @@ from hpcqa.executors.interface import Live, Outcome, Progress, Request, Say, Sub
 from hpcqa.rank.train.job import RankJob
 from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
 from hpcqa.record.registry import Registry
+from hpcqa.core.states import State
 
 
 class Local:
@@ -38,7 +40,9 @@ class Local:
     job id); the registry's running local jobs decide which cores are free. A sweep's variants run one after
     another, so `submit` of a sweep returns when the last has ended."""
 
-    name = "local"
+    target = targets.Local
+    requeue = Requeue.SUBMITIT
+    via = "submitit's local controller"
     runs_here = True
     asks_slurm = False
 
@@ -49,6 +53,7 @@ class Local:
         return sweep.DEFAULT_MAX_ARRAY_SIZE, "local: variants run one after another"
 
     def dry_run(self, sp: sweep.SweepPlan) -> Request:
+        sp = sp.with_requeue(self.requeue)
         plans = list(sp.plans)
         root = common.job_root(plans[0])
         submission = root.new_submission()
@@ -58,7 +63,7 @@ class Local:
                           f"{shlex.quote(folder)}",) for p, path in zip(plans, paths))
         where = "local, one after another" if sp.is_sweep else "local"
         code = snapshot.plan(root) if self.snapshot else None
-        return Request(self.name, sp, submission, tuple(f for p in plans for f in common.plan_files([p])),
+        return Request(self.target.name, self.via, sp, submission, tuple(f for p in plans for f in common.plan_files([p])),
                        commands=commands, notes=tuple(preview(plans[0])), placement=tuple(where for _ in plans),
                        facts=(snapshot.fact(code),), code=code)
 
@@ -229,10 +234,10 @@ def finish(job, jd: JobDir, plan: LaunchPlan, progress: Progress | None = None) 
     except KeyboardInterrupt:
         job.cancel()
         jd.mark_cancelled("interrupted (Ctrl-C)")  # status: CANCELLED, not FAILED
-        return Outcome(str(job.job_id), "CANCELLED", str(jd.path), interrupted=True)
+        return Outcome(str(job.job_id), State.CANCELLED, str(jd.path), interrupted=True)
     finally:
         common.job_root(plan).tidy_all()  # after the last poll: submitit re-creates its '%j-...' folder
-    state = "FAILED" if jd.failed_ranks() else states.from_submitit_local(job.state)
+    state = State.FAILED if jd.failed_ranks() else states.from_submitit_local(job.state)
     return Outcome(str(job.job_id), state, str(jd.path))
 
 
@@ -243,11 +248,11 @@ def local_state(job_id: str, jd: JobDir, pid_alive: Callable[[int], bool] | None
     submit) and its folder."""
     alive = (pid_alive or (lambda pid: controller_alive(pid, jd)))(int(job_id)) if job_id.isdigit() else False
     from_files = jd.state_from_files()
-    if from_files == "CANCELLED":
+    if from_files == State.CANCELLED:
         return from_files
     if alive:
-        return "RUNNING" if jd.has_started() else "PENDING"
-    return from_files or "FAILED"
+        return State.RUNNING if jd.has_started() else State.PENDING
+    return from_files or State.FAILED
 
 
 def identity(pid: int) -> str | None:
@@ -324,7 +329,7 @@ def busy_cpus(reg, pid_alive: Callable[[int], bool] | None = None) -> dict[str, 
     """CPUs that running local jobs of the registry have pinned ranks on: job id -> CPUs."""
     out: dict[str, set[int]] = {}
     for row in reg.jobs() if reg.db is not None else []:
-        if row.executor != Local.name or row.final or not row.id.isdigit():
+        if row.executor != Local.target.name or row.final or not row.id.isdigit():
             continue
         jd = JobDir(Path(row.folder))
         if not (pid_alive or (lambda pid: controller_alive(pid, jd)))(int(row.id)):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hpcqa.record import jobdir
 from hpcqa.core.plan import LaunchPlan
+from hpcqa.core.targets import Launcher, Requeue
 
 # Not I_MPI_PIN_DOMAIN: seen with Intel MPI 2021.18 under Slurm, hydra pins every rank to an explicit
 # I_MPI_PIN_DOMAIN even with I_MPI_PIN=0 or off (as -genv or exported), and the rank's wrapper would then see
@@ -23,8 +24,9 @@ ENV_FOR_GENV = ("OMP_NUM_THREADS", "CCL_WORKER_COUNT", "CCL_WORKER_AFFINITY", "K
 
 
 # (launcher, on plain hosts) -> template in sbatch_templates/; each launcher's name for a rank's log
-TEMPLATES = {("srun", False): "srun.sbatch", ("mpirun", False): "mpirun.sbatch", ("mpirun", True): "mpirun-hosts.sh"}
-RANK_LOGS = {"srun": jobdir.SRUN_LOG, "mpirun": jobdir.MPIRUN_LOG}
+TEMPLATES = {(Launcher.SRUN, False): "srun.sbatch", (Launcher.MPIRUN, False): "mpirun.sbatch",
+             (Launcher.MPIRUN, True): "mpirun-hosts.sh"}
+RANK_LOGS = {Launcher.SRUN: jobdir.SRUN_LOG, Launcher.MPIRUN: jobdir.MPIRUN_LOG}
 
 
 def template_dir() -> Path:
@@ -93,6 +95,9 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None
     if hosts and len(hosts) != plan.nodes:
         raise ValueError(f"{len(hosts)} hosts for a plan of {plan.nodes} nodes")
     template = (template_dir() / TEMPLATES[launcher, bool(hosts)]).read_text()
+    # the batch scripts requeue a rank that checkpointed on the signal (scontrol requeue after the step); the
+    # plain-machine script has no scheduler to do it
+    plan = plan.with_requeue(Requeue.NONE if hosts else Requeue.SCRIPT)
     plan_json = plan.dumps()
     root = jobdir.root_path(plan.config.job.output_dir, plan.config.job.name)
     values = {

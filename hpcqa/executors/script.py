@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpcqa.core import sweep
+from hpcqa.core import sweep, targets
+from hpcqa.core.targets import Requeue
+from hpcqa.core.config import Config
+from hpcqa.core.plan import HostProbe
 from hpcqa.errors import PlanError
 from hpcqa.executors import common, render, snapshot
 from hpcqa.executors.interface import File, Outcome, Progress, Request, Say, Submitted, silent
@@ -21,7 +24,9 @@ from hpcqa.record.jobdir import JobDir, JobRoot
 
 
 class ScriptSlurm:
-    name = "slurm-script"
+    target = targets.Slurm
+    requeue = Requeue.SCRIPT
+    via = "a rendered script under sbatch"
     runs_here = False
     asks_slurm = True
 
@@ -34,6 +39,7 @@ class ScriptSlurm:
         if sp.is_sweep:
             raise PlanError("a sweep runs as Slurm job arrays through submitit, not as one rendered script",
                             "submit the sweep with `hpcqa submit`; render one variant at a time")
+        sp = sp.with_requeue(self.requeue)
         plan = sp.plans[0]
         root = common.job_root(plan)
         code = snapshot.plan(root) if self.snapshot else None
@@ -44,10 +50,17 @@ class ScriptSlurm:
         facts = (("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default")),
                  ("hosts", "unknown until Slurm allocates the job"),
                  ("job folder", f"{root.path}/<cluster>-<job id> (computed by the script)"), snapshot.fact(code))
-        return Request(self.name, sp, JobRoot.new_submission(), (File(str(path), text),), (text,),
+        return Request(self.target.name, self.via, sp, JobRoot.new_submission(), (File(str(path), text),), (text,),
                        (("sbatch", "--parsable", f"--output={root.script_output()}", str(path)),), facts=facts,
                        summary=f"{plan.launcher}, {plan.world_size} ranks on {plan.nodes} node(s)",
                        placement=(f"one job, {plan.launcher} in the batch shell",), code=code)
+
+    def max_array_size(self) -> tuple[int, str]:
+        return 1, "no arrays: one rendered script"
+
+    @staticmethod
+    def for_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
+        return common.script_config(cfg, host)
 
     def check(self, request: Request) -> tuple[bool, str]:
         return test_only(self.slurm, request.scripts[0])

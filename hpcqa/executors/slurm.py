@@ -20,19 +20,23 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from hpcqa.core import states, sweep
+from hpcqa.core import states, sweep, targets
+from hpcqa.core.targets import Requeue
 from hpcqa.errors import SubmitError
 from hpcqa.executors import common, render, snapshot
 from hpcqa.executors.interface import File, Live, Outcome, Progress, Request, Say, Submitted, silent
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.rank.train import job
 from hpcqa.record.jobdir import JobDir, JobRoot
+from hpcqa.core.states import State
 
 PREVIOUS = "<previous array's job id>"   # the only part of a request not known before submission
 
 
 class SubmititSlurm:
-    name = "slurm"
+    target = targets.Slurm
+    requeue = Requeue.SUBMITIT
+    via = "submitit"
     runs_here = False
     asks_slurm = True
 
@@ -44,6 +48,7 @@ class SubmititSlurm:
         return self.slurm.max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE)
 
     def dry_run(self, sp: sweep.SweepPlan) -> Request:
+        sp = sp.with_requeue(self.requeue)
         plans0 = sp.plans[0]
         root = common.job_root(plans0)
         submission = JobRoot.new_submission()
@@ -67,7 +72,7 @@ class SubmititSlurm:
         c = plans0.config.cluster
         facts = (("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default")),
                  ("hosts", "unknown until Slurm allocates the job"), snapshot.fact(code))
-        return Request(self.name, sp, submission, tuple(files), tuple(scripts), tuple(commands), facts=facts,
+        return Request(self.target.name, self.via, sp, submission, tuple(files), tuple(scripts), tuple(commands), facts=facts,
                        placement=tuple(placement[v.index] for v in sp.variants), code=code)
 
     def check(self, request: Request) -> tuple[bool, str]:
@@ -143,7 +148,7 @@ def follow(slurm: Slurm, job_id: str, jd: JobDir, progress: Progress | None = No
         recs, _ = slurm.query([job_id])
         rec = recs.get(job_id)
         if rec is None:  # neither sacct nor squeue knows it any more: it ended
-            last["state"] = jd.state_from_files() or "FAILED"
+            last["state"] = jd.state_from_files() or State.FAILED
             return True
         last["state"] = rec.state
         return states.is_final(rec.state)
@@ -151,8 +156,8 @@ def follow(slurm: Slurm, job_id: str, jd: JobDir, progress: Progress | None = No
     try:
         common.watch(jd, done, progress, poll_s=2.0)
     except KeyboardInterrupt:
-        return Outcome(job_id, last.get("state", "UNKNOWN"), str(jd.path), interrupted=True, keeps_running=True)
-    return Outcome(job_id, last.get("state", "UNKNOWN"), str(jd.path))
+        return Outcome(job_id, last.get("state", State.UNKNOWN), str(jd.path), interrupted=True, keeps_running=True)
+    return Outcome(job_id, last.get("state", State.UNKNOWN), str(jd.path))
 
 
 class SlurmJobs:
@@ -168,7 +173,7 @@ class SlurmJobs:
             rec = recs.get(r.id)
             state, code, elapsed = live_state(r.id, JobDir(Path(r.folder)), recs, source,
                                               (r.state, r.exit_code or "", r.elapsed or ""))
-            out[r.id] = Live(state, code, elapsed, rec.reason if rec and state == "PENDING" else "",
+            out[r.id] = Live(state, code, elapsed, rec.reason if rec and state == State.PENDING else "",
                              rec.nodelist if rec else "")
         return out, source
 
@@ -178,10 +183,10 @@ class SlurmJobs:
         for v in views:
             if v.id in got:
                 u = got[v.id]
-                out[v.id] = {"source": "sacct", "cpu_efficiency": u.cpu_efficiency, "max_rss_bytes": u.max_rss_bytes,
+                out[v.id] = {"source": states.Source.SACCT, "cpu_efficiency": u.cpu_efficiency, "max_rss_bytes": u.max_rss_bytes,
                              "cpu_s": u.total_cpu_s, "elapsed_s": u.elapsed_s, "cpus": u.alloc_cpus}
             elif err:
-                out[v.id] = {"source": "sacct", "error": err}
+                out[v.id] = {"source": states.Source.SACCT, "error": err}
         return out
 
     def cancel(self, rows, whole_sweeps: bool) -> list[str]:
@@ -201,7 +206,7 @@ def live_state(job_id: str, jd: JobDir, recs, source: states.Answer,
     if job_id in recs:
         rec = recs[job_id]
         state = rec.state
-        if source.source is states.Source.SQUEUE and state == "COMPLETING":
+        if source.source is states.Source.SQUEUE and state == State.COMPLETING:
             state = jd.state_from_files() or state
         return state, rec.exit_code, rec.elapsed
     if not source.answered:
@@ -214,5 +219,5 @@ def live_state(job_id: str, jd: JobDir, recs, source: states.Answer,
         if files:
             return files, known[1], known[2]
         if source.source is states.Source.SQUEUE:
-            return "FAILED", known[1], known[2]
+            return State.FAILED, known[1], known[2]
     return known

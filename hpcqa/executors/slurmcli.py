@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Sequence
 
 from hpcqa.core import states
 from hpcqa.errors import SchedulerUnreachable, SubmitError
+from hpcqa.core.states import State
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -109,7 +110,7 @@ SACCT_PROBE = ["sacct", "-n", "-X", "-S", "now", "-o", "JobID"]
 def normalise_state(raw: str) -> str:
     """'CANCELLED by 0' -> CANCELLED; 'RUNNING+' ... -> RUNNING."""
     s = raw.strip().split(" ")[0].rstrip("+").upper()
-    return s or "UNKNOWN"
+    return s or State.UNKNOWN
 
 
 def expand_array_id(jid: str) -> list[str]:
@@ -267,7 +268,7 @@ class Slurm:
             recs = parse_sacct(proc.stdout)
             # not recorded yet (just submitted), or maybe requeued: squeue knows what Slurm still has
             # (and pending ones: squeue says why they wait)
-            ask = [i for i in ids if i not in recs or recs[i].state in states.REQUEUABLE + ("PENDING",)]
+            ask = [i for i in ids if i not in recs or recs[i].state in states.REQUEUABLE + (State.PENDING,)]
             if ask:
                 sq = self.run(squeue_argv(ask))
                 if sq.returncode == 0:

@@ -1,14 +1,16 @@
 """The one table that says which executor runs a plan, and which job verbs a registry row gets.
 
-    plan.executor  plan.launcher  mode      executor (module)
-    local          local          submit    Local           (local.py)     submitit's LocalExecutor on this machine
-    slurm          srun           submit    SubmititSlurm   (slurm.py)     sbatch of hpcqa's text, submitit's runtime
-    slurm          mpirun         submit    ScriptSlurm     (script.py)    the rendered mpirun script under sbatch
-    slurm          srun|mpirun    script    ScriptSlurm     (script.py)    `render` (and `render --submit`)
-    slurm          mpirun         hosts     Hosts           (hosts.py)     `render --hosts`: plain machines, render only
-    k8s            pytorchjob     script    PyTorchJobRender (k8s.py)      `render --target pytorchjob`, render only
+    plan.target  plan.launcher  mode      executor (module)
+    local        local          submit    Local           (local.py)     submitit's LocalExecutor on this machine
+    slurm        srun           submit    SubmititSlurm   (slurm.py)     sbatch of hpcqa's text, submitit's runtime
+    slurm        mpirun         submit    ScriptSlurm     (script.py)    the rendered mpirun script under sbatch
+    slurm        srun|mpirun    script    ScriptSlurm     (script.py)    `render` (and `render --submit`)
+    slurm        mpirun         hosts     Hosts           (hosts.py)     `render --hosts`: plain machines, render only
+    k8s          pytorchjob     script    PyTorchJobRender (k8s.py)      `render --target pytorchjob`, render only
 
-Job verbs by the registry row's executor: local -> LocalJobs, slurm -> SlurmJobs (submitit and script jobs alike).
+The targets (their names, when each applies, their launchers: core/targets.py) are the vocabulary; each executor
+class says which target it serves, who requeues its stopped ranks and what it makes of a config it renders.
+Job verbs by the registry row's target: local -> LocalJobs, slurm -> SlurmJobs (submitit and script jobs alike).
 Everything that needs an executor asks here: the CLI, the API, sweeps, `tune`, `doctor`, `status`, `cancel`.
 """
 
@@ -16,62 +18,95 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from hpcqa.core.plan import LaunchPlan
+from hpcqa.core import plan as planmod, targets
+from hpcqa.core.config import Config
+from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.core.sweep import SweepPlan
+from hpcqa.core.targets import Launcher
 from hpcqa.errors import PlanError
 from hpcqa.executors import hosts as plain, k8s, local, script
 from hpcqa.executors import slurm as submitit_slurm
 from hpcqa.executors.interface import Executor, JobVerbs
 from hpcqa.executors.slurmcli import Slurm
+from hpcqa.record.registry import JobRow
 
-MODES = ("submit", "script", "hosts")
+SUBMIT, SCRIPT, HOSTS = "submit", "script", "hosts"   # how a plan is handed on: submitted, rendered, for plain hosts
+MODES = (SUBMIT, SCRIPT, HOSTS)
+LOCAL, SLURM, K8S = targets.Local.name, targets.Slurm.name, targets.K8s.name
+RENDER_SCRIPT, RENDER_PYTORCHJOB, RENDER_DOCKERFILE = "script", "pytorchjob", "dockerfile"  # `render --target`
 
-EXECUTORS: Mapping[tuple[str, str, str], Callable[..., Executor]] = {
-    ("local", "local", "submit"): lambda snapshot=True, **o: local.Local(snapshot),
-    ("slurm", "srun", "submit"): lambda slurm=None, snapshot=True, **o: submitit_slurm.SubmititSlurm(slurm, snapshot),
-    ("slurm", "mpirun", "submit"): lambda slurm=None, python=None, snapshot=True, **o: script.ScriptSlurm(python, slurm,
-                                                                                                        snapshot),
-    ("slurm", "srun", "script"): lambda slurm=None, python=None, **o: script.ScriptSlurm(python, slurm),
-    ("slurm", "mpirun", "script"): lambda slurm=None, python=None, **o: script.ScriptSlurm(python, slurm),
-    ("slurm", "mpirun", "hosts"): lambda hosts=(), python=None, **o: plain.Hosts(hosts, python),
-    ("k8s", "pytorchjob", "script"): lambda **o: k8s.PyTorchJobRender(),
+EXECUTORS: Mapping[tuple[str, Launcher, str], Callable[..., Executor]] = {
+    (LOCAL, Launcher.LOCAL, SUBMIT): lambda snapshot=True, **o: local.Local(snapshot),
+    (SLURM, Launcher.SRUN, SUBMIT): lambda slurm=None, snapshot=True, **o: submitit_slurm.SubmititSlurm(slurm, snapshot),
+    (SLURM, Launcher.MPIRUN, SUBMIT): lambda slurm=None, python=None, snapshot=True, **o: script.ScriptSlurm(
+        python, slurm, snapshot),
+    (SLURM, Launcher.SRUN, SCRIPT): lambda slurm=None, python=None, **o: script.ScriptSlurm(python, slurm),
+    (SLURM, Launcher.MPIRUN, SCRIPT): lambda slurm=None, python=None, **o: script.ScriptSlurm(python, slurm),
+    (SLURM, Launcher.MPIRUN, HOSTS): lambda hosts=(), python=None, **o: plain.Hosts(hosts, python),
+    (K8S, Launcher.PYTORCHJOB, SCRIPT): lambda **o: k8s.PyTorchJobRender(),
 }
 
 VERBS: Mapping[str, Callable[[Slurm | None], JobVerbs]] = {
-    "local": lambda s: local.LocalJobs(),
-    "slurm": lambda s: submitit_slurm.SlurmJobs(s),
+    LOCAL: lambda s: local.LocalJobs(),
+    SLURM: lambda s: submitit_slurm.SlurmJobs(s),
 }
 
 
-def choose(plan: LaunchPlan, mode: str = "submit", **options: Any) -> Executor:
+def choose(plan: LaunchPlan, mode: str = SUBMIT, **options: Any) -> Executor:
     """The executor for this plan: `mode` is submit (hpcqa submit, the API, sweeps, tune), script (render) or
     hosts (render --hosts); options: python (the nodes' interpreter for scripts), hosts, slurm (a Slurm), snapshot
     (submit: the ranks import a snapshot of hpcqa, not the live tree; default True)."""
-    key = (plan.executor, plan.launcher, mode)
-    if key not in EXECUTORS:
-        raise PlanError(f"no executor runs a {plan.executor} plan with launcher {plan.launcher} ({mode})",
-                        "render it (hpcqa render) or change cluster.executor / launch.launcher")
-    return EXECUTORS[key](**options)
+    return choose_for(plan.executor, plan.launcher, mode, **options)
 
 
-def supports(executor: str, launcher: str, mode: str) -> bool:
-    return (executor, launcher, mode) in EXECUTORS
-
-
-def for_sweep(sp: SweepPlan, mode: str = "submit", **options: Any) -> Executor:
+def for_sweep(sp: SweepPlan, mode: str = SUBMIT, **options: Any) -> Executor:
     return choose(sp.plans[0], mode, **options)
 
 
+def renders_for_hosts(launcher: str) -> bool:
+    """Can a script for plain machines (render --hosts) start ranks with this launcher?"""
+    return (SLURM, launcher, HOSTS) in EXECUTORS
+
+
+def for_render(raw: dict[str, Any]) -> dict[str, Any]:
+    """A config as `render` reads it: a rendered script or PyTorchJob is not run by the local executor, whatever
+    the config names (a local config with cluster.nodes > 1 is a valid thing to render)."""
+    cluster = raw.get("cluster")
+    if isinstance(cluster, dict) and cluster.get("executor") in targets.CONFIG_CHOICES:
+        cluster["executor"] = SLURM
+    return raw
+
+
+def render(cfg: Config, host: HostProbe, target: str, launcher: str | None = None, hosts: tuple[str, ...] = (),
+           python: str | None = None) -> tuple[Executor, LaunchPlan]:
+    """`hpcqa render --target TARGET`: the executor that renders, and the plan it renders -- the config and host
+    as that executor prepares them (a script's interpreter, a pod's image)."""
+    if target == RENDER_PYTORCHJOB:
+        ex, launcher = choose_for(K8S, Launcher.PYTORCHJOB, SCRIPT), Launcher.PYTORCHJOB
+    else:
+        launcher = Launcher(launcher or cfg.launch.launcher)
+        ex = choose_for(SLURM, launcher, HOSTS if hosts else SCRIPT, hosts=hosts, python=python)
+    cfg, host = ex.for_render(cfg, host)
+    return ex, planmod.build_plan(cfg, host, launcher=launcher)
+
+
+def choose_for(target: str, launcher: str, mode: str, **options: Any) -> Executor:
+    if (target, launcher, mode) not in EXECUTORS:
+        raise PlanError(f"no executor runs a {target} plan with launcher {launcher} ({mode})",
+                        "render it (hpcqa render) or change cluster.executor / launch.launcher")
+    return EXECUTORS[target, launcher, mode](**options)
+
+
 def verbs(executor: str, slurm_: Slurm | None = None) -> JobVerbs:
-    """The job verbs of a registry row's executor."""
+    """The job verbs of a registry row's target."""
     if executor not in VERBS:
         raise PlanError(f"the registry names an executor this hpcqa does not know: {executor!r}",
                         "use the hpcqa version that submitted the job")
     return VERBS[executor](slurm_)
 
 
-def by_executor(rows: Sequence[Any]) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
+def by_executor(rows: Sequence[JobRow]) -> dict[str, list[JobRow]]:
+    out: dict[str, list[JobRow]] = {}
     for r in rows:
         out.setdefault(r.executor, []).append(r)
     return out
@@ -79,6 +114,5 @@ def by_executor(rows: Sequence[Any]) -> dict[str, list[Any]]:
 
 def max_array_size(plan: LaunchPlan) -> tuple[int, str]:
     """How many tasks one array may hold where this plan runs, and how that is known (Slurm: MaxArraySize;
-    local: no arrays)."""
-    ex = choose(plan)
-    return ex.max_array_size() if hasattr(ex, "max_array_size") else (1, "no arrays")
+    local: its variants run one after another)."""
+    return choose(plan).max_array_size()

@@ -68,7 +68,8 @@ def run_comm(path: str, overrides: Sequence[str]) -> dict:
     -> {"key", "entry", "link", "job"}; raises JobFailed when the job did not measure."""
     base = config.load(path, list(overrides))
     host = hostprobe.probe_host()
-    if config.MAX_NODES.get(planmod.build_plan(base, host).executor, 2) < 2:
+    most = planmod.build_plan(base, host).target.max_nodes
+    if most is not None and most < 2:
         raise ConfigError("cluster.executor", "`tune --comm` measures the link between two nodes; the local executor "
                                               "has one machine", "run it where Slurm is (cluster.executor = \"slurm\" "
                                                                  "or \"auto\" with sbatch on PATH)", path)

@@ -35,6 +35,8 @@ from hpcqa.errors import HpcqaError
 from hpcqa.record import jobdir
 from hpcqa.record.jobdir import TASK_ID, JobDir
 from hpcqa.core.plan import LaunchPlan
+from hpcqa.core.targets import PodExit, Requeue
+from hpcqa.record import failures
 import ctypes
 import platform
 
@@ -231,7 +233,7 @@ def main(argv: list[str]) -> int:
         env["MASTER_ADDR"] = addr
     if waits:
         phases.enter("starting")
-    return supervise(command, env, int(env["RANK"]), jd)
+    return supervise(command, env, int(env["RANK"]), jd, plan.requeue)
 
 
 def master_address(plan: LaunchPlan, env: Mapping[str, str], jd: JobDir | None, hostname: str,
@@ -267,7 +269,8 @@ def master_address(plan: LaunchPlan, env: Mapping[str, str], jd: JobDir | None, 
         time.sleep(0.2)
 
 
-def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | None) -> int:
+def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | None,
+              requeue: Requeue = Requeue.NONE) -> int:
     """Run the rank as a child (it inherits the binding, memory policy and environment set here),
     forward the scheduler's signals to it, and record how it ended when it ended badly: a rank
     killed by a signal writes nothing itself, and the first failure must still be named."""
@@ -281,7 +284,8 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
         signal.signal(sig, lambda signum, frame: _forward(pid, signum))
     status = os.waitpid(pid, 0)[1]
     code = os.waitstatus_to_exitcode(status)
-    stopped = code == jobdir.POD_STOPPED_EXIT and env.get("HPCQA_REQUEUE") == "pod"  # checkpointed on a signal: hpcqa.rank.train's own exit
+    pod = requeue is Requeue.POD
+    stopped = pod and code == PodExit.STOPPED  # checkpointed on a signal: hpcqa.rank.train's own exit
     if code != 0 and jd is not None and not stopped:
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         try:
@@ -291,12 +295,12 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
                 "attempt": jobdir.attempt_from_env(env)})
         except OSError as e:
             print(f"hpcqa.rank: could not record the exit of rank {rank}: {e}", file=sys.stderr)
-    if 0 < code < 128 and env.get("HPCQA_REQUEUE") == "pod" and jd is not None \
-            and jobdir.lost_peer(jobdir.read_json(jd.rank_failed(rank))):
+    if 0 < code < 128 and pod and jd is not None \
+            and failures.lost_peer(jobdir.read_json(jd.rank_failed(rank))):
         # The operator's ExitCode policy fails the job on 1-127: a rank whose peer went away (an evicted pod, a
         # lost node) says so with a retryable code, and the job restarts from its last checkpoint.
-        print(f"hpcqa.rank: rank {rank} lost a peer: exit {jobdir.POD_LOST_PEER_EXIT} (retryable)", file=sys.stderr)
-        return jobdir.POD_LOST_PEER_EXIT
+        print(f"hpcqa.rank: rank {rank} lost a peer: exit {int(PodExit.LOST_PEER)} (retryable)", file=sys.stderr)
+        return int(PodExit.LOST_PEER)
     if code < 0:  # die the same way, so srun / the local controller see what the rank saw
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)

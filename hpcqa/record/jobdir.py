@@ -35,6 +35,8 @@ from hpcqa.errors import SubmitError
 from hpcqa.fsutil import atomic_write_text, file_sha256
 import secrets
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path  # noqa: F401  (the folder's names, with the rest)
+from hpcqa.core.states import State
+from hpcqa.record import failures
 
 TASK_ID = "{array_task_id}"          # the rank wrapper's placeholder for SLURM_ARRAY_TASK_ID
 # Per-rank log names that launchers expand themselves: srun --output (%t) and mpirun (%r).
@@ -43,11 +45,6 @@ SUBMITIT_LOG = "{job}_%t_log.{stream}"  # submitit's task log names (job: %j, or
 MPIRUN_LOG = "rank-%r.log"
 SCRIPT_PLAN = "plan.json"
 SCRIPT_HOSTFILE = "hostfile"
-# A PyTorchJob's exit codes, read by the operator's ExitCode restart policy (>= 128: recreate the pod; 1-127: fail
-# the job): a checkpointed stop and a lost peer are retried, a crash is not.
-POD_STOPPED_EXIT = 143                  # a rank that checkpointed on a signal (128 + SIGTERM)
-POD_LOST_PEER_EXIT = 200                # a rank that failed because a peer went away (another pod evicted, a node lost)
-POD_RESTARTS_SPENT_EXIT = 3             # the pod script: k8s.max_restarts job restarts used up
 REQUEUE_REQUEST = "requeue-requested"   # + ".<attempt>": rank 0 asks a rendered script to requeue the job
 
 
@@ -73,25 +70,6 @@ def attempt_from_env(env: Mapping[str, str]) -> int:
         except ValueError:
             pass
     return 0
-
-
-# A rank that lost a peer fails too, often within the same millisecond: causes sort before consequences.
-HARD_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE")
-PEER_LOST = ("connection closed by peer", "connection reset by peer", "remote worker", "broken pipe",
-             "timed out", "gloo/transport")
-
-
-def lost_peer(record: Any) -> bool:
-    """A rank's failure record says it failed because a peer went away (not of its own error)."""
-    return isinstance(record, dict) and _consequence(record) == 2
-
-
-def _consequence(record: dict) -> int:
-    """0: died of a hard signal (the OOM killer, kill -9, a crash); 1: its own error; 2: lost a peer."""
-    error = str(record.get("error", ""))
-    if any(f"killed by {s}" in error for s in HARD_SIGNALS):
-        return 0
-    return 2 if any(p in error.lower() for p in PEER_LOST) else 1
 
 
 def read_json(path: Path) -> Any:
@@ -451,7 +429,7 @@ class JobDir:
             if seen and "killed by" in str(seen.get("error", "")):  # a signal outranks what the rank wrote
                 merged["error"] = seen["error"]
             by_rank[d.get("rank", -1)] = merged
-        return sorted(by_rank.values(), key=lambda d: (_consequence(d), d.get("time", 0), d.get("rank", 0)))
+        return sorted(by_rank.values(), key=lambda d: (failures.consequence(d), d.get("time", 0), d.get("rank", 0)))
 
     def has_started(self) -> bool:
         return self.ranks.is_dir() or self.progress.exists()
@@ -459,11 +437,11 @@ class JobDir:
     def state_from_files(self) -> str | None:
         """How a job that the scheduler no longer lists ended, from its own files."""
         if self.cancel_marker.exists():
-            return "CANCELLED"
+            return State.CANCELLED
         if self.ranks.is_dir() and (any(self.ranks.glob("rank-*.failed")) or any(self.ranks.glob("rank-*.exit"))):
-            return "FAILED"
+            return State.FAILED
         if self.results.exists():
-            return "COMPLETED"
+            return State.COMPLETED
         return None
 
     def requeue_request(self, attempt: int) -> Path:

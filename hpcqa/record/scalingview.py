@@ -13,6 +13,7 @@ from hpcqa.core import scaling
 from hpcqa.errors import UsageError
 from hpcqa.record import links, tuned
 from hpcqa.record.jobdir import JobDir
+from hpcqa.core.states import State
 
 RECENT = 200   # registry rows searched for a run of the same shape (newest first)
 
@@ -98,7 +99,7 @@ def predict_job(row: Any, nodes: Sequence[int], link: scaling.Link) -> dict:
 def study(rows: Sequence[Any], link: scaling.Link | None) -> list[dict]:
     """A sweep over cluster.nodes: measured samples/s per node count, and (with a link) the prediction from its
     smallest run, with measured/predicted."""
-    done = [(r, results_of(r)) for r in rows if r.state == "COMPLETED"]
+    done = [(r, results_of(r)) for r in rows if r.state == State.COMPLETED]
     done = [(r, res) for r, res in done if res.get("steady_samples_per_second") or res.get("train_samples_per_second")]
     if not done:
         return []
@@ -126,7 +127,7 @@ def same_shape_run(reg: Any, cfg: configmod.Config) -> Any | None:
     want, fallback = planmod.shape_key(cfg), None
     for row in reg.jobs(limit=RECENT) if reg.exists else []:
         # the registry's state may lag (no one asked Slurm since): a results.json that says COMPLETED counts
-        if (row.final and row.state != "COMPLETED") or (row.config.get("job") or {}).get("task", "train") != "train":
+        if (row.final and row.state != State.COMPLETED) or (row.config.get("job") or {}).get("task", "train") != "train":
             continue
         try:
             if planmod.shape_key(job_config(row)) != want:
@@ -134,7 +135,7 @@ def same_shape_run(reg: Any, cfg: configmod.Config) -> Any | None:
         except Exception:  # a config an older hpcqa wrote: not comparable
             continue
         res = results_of(row)
-        if res.get("status") == "COMPLETED" and (res.get("comm") or {}).get("bucket_bytes") and res.get("step_time_s"):
+        if res.get("status") == State.COMPLETED and (res.get("comm") or {}).get("bucket_bytes") and res.get("step_time_s"):
             if (res.get("nodes") or row.nodes) == 1:
                 return row
             fallback = fallback or row

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hpcqa.core import states
 from hpcqa.record import phases
+from hpcqa.core.states import State
 
 LIST_PHASES = 16  # rank files the list view reads per unfinished job (status JOB reads every rank's)
 
@@ -83,7 +84,7 @@ def progress_text(v: JobView, now: float | None = None) -> str:
     text = f"{p.get('step', 0)}/{p.get('total_steps') or '?'}"
     if isinstance(p.get("loss"), (int, float)):
         text += f" loss {p['loss']:.3f}"
-    if p.get("eta_s") and v.state == "RUNNING":
+    if p.get("eta_s") and v.state == State.RUNNING:
         text += f" ETA {_dur(p['eta_s'])}"
     return text + again
 

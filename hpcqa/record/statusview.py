@@ -14,6 +14,7 @@ from rich import box
 from rich.markup import render as markup
 from rich.table import Table
 from hpcqa.core.topology import cpu_list
+from hpcqa.core.states import State
 from rich.markup import escape
 from rich.panel import Panel
 
@@ -25,7 +26,7 @@ def _state(v: JobView) -> str:
 
 
 def _progress(v: JobView) -> str:
-    if v.state == "PENDING" and v.reason:
+    if v.state == State.PENDING and v.reason:
         return f"waiting: {v.reason}"
     return status.progress_text(v)
 
@@ -156,7 +157,7 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
         text = _bar(p)
         if isinstance(p.get("loss"), (int, float)):
             text += f", last loss {p['loss']:.4f}"
-        if p.get("eta_s") and v.state == "RUNNING":
+        if p.get("eta_s") and v.state == State.RUNNING:
             text += f", ETA {status._dur(p['eta_s'])}"
         if p.get("updated"):
             text += f" (updated {int(now - p['updated'])} s ago)"
@@ -215,7 +216,7 @@ def _usage_rows(v: JobView) -> list[tuple[str, str]]:
         return []
     if u.get("error"):
         return [("resource use", f"sacct could not say ({u['error']})")]
-    if u["source"] == "sacct":
+    if u["source"] == states.Source.SACCT:
         return [("resource use", f"CPU efficiency {_eff(u.get('cpu_efficiency'))} ({u['cpu_s']:.0f} CPU-s of "
                                  f"{u['elapsed_s']:.0f} s x {u['cpus']} CPUs), peak memory {_mb(u.get('max_rss_bytes'))}"
                                  " (largest step, sacct MaxRSS)")]
@@ -262,7 +263,7 @@ def _preload_rows(v: JobView) -> list[tuple[str, str]]:
 def _failure_rows(v: JobView) -> list[tuple[str, str]]:
     """The first failing rank and its error; for a cancelled job, the ranks the cancel interrupted are not it."""
     rows, failed = [], v.failed
-    if v.state == "CANCELLED":  # the cancel itself stops the ranks: an interrupt then is not a failure
+    if v.state == State.CANCELLED:  # the cancel itself stops the ranks: an interrupt then is not a failure
         stopped = [f for f in failed if _by_the_cancel(f)]
         failed = [f for f in failed if not _by_the_cancel(f)]
         if stopped:

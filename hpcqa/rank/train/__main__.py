@@ -11,7 +11,7 @@ from hpcqa.errors import HpcqaError
 from hpcqa.record.jobdir import JobDir
 from hpcqa.rank.train.run import run_rank
 from hpcqa.rank.train.stop import exit_without_teardown
-from hpcqa.record.jobdir import POD_STOPPED_EXIT
+from hpcqa.core.targets import PodExit, Requeue
 
 
 def main(argv: list[str]) -> int:
@@ -25,8 +25,8 @@ def main(argv: list[str]) -> int:
         print(f"hpcqa.rank.train: {e.render()}", file=sys.stderr)
         return e.exit_code
     # a PyTorchJob pod stopped after its checkpoint: not done, so the operator must restart it (every node's)
-    if isinstance(out, dict) and out.get("requeue") and os.environ.get("HPCQA_REQUEUE") == "pod":
-        return POD_STOPPED_EXIT
+    if isinstance(out, dict) and out.get("requeue") and plan.requeue is Requeue.POD:
+        return int(PodExit.STOPPED)
     exit_without_teardown()  # done and saved: no interpreter teardown (gloo's threads can abort it)
     return 0
 

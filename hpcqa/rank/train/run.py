@@ -37,6 +37,7 @@ from hpcqa.rank.train.stop import STOP, attempt, leave_process_group, stop_after
 from hpcqa.rank.train.callbacks import (FailAt, FinalSave, MarkComplete, ProgressCallback, StepTimer, StopOnSignal,
                                         board_efficiency, tensorboard_callback)
 from hpcqa.rank.train.resume import train
+from hpcqa.core.states import State
 
 
 def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
@@ -346,7 +347,7 @@ def run_link(r: Rank) -> dict:
     link = commbench.measure_link(int(r.report.get("node_rank") or 0))
     r.save_report(link=link, finished=time.time(), status="measured")
     if r.rank == 0:
-        write_json(r.jd.results, {"status": "COMPLETED", "task": "comm", "link": link, "world_size": r.world,
+        write_json(r.jd.results, {"status": State.COMPLETED, "task": "comm", "link": link, "world_size": r.world,
                                   "nodes": link.get("nodes"), "backend": r.plan.backend.resolved,
                                   "hosts": link.get("hosts"), "measure_s": time.time() - t0,
                                   "job_dir": str(r.jd.path), "plan_digest": r.plan.digest,
@@ -446,7 +447,7 @@ def write_results(r: Rank, result: dict, data: dict, train_out, timing: dict, re
     cfg, rep, m = r.plan.config, r.report, train_out.metrics
     result.update(timing)
     result.update(
-        status="COMPLETED", job_dir=str(r.jd.path), world_size=r.world, nodes=r.world // rep["local_world_size"],
+        status=State.COMPLETED, job_dir=str(r.jd.path), world_size=r.world, nodes=r.world // rep["local_world_size"],
         backend=r.plan.backend.resolved, backend_reason=r.plan.backend.reason, bf16=bf16,
         bf16_reason=rep.get("bf16_reason"), ipex=ipex_used, model=cfg.model.name_or_path,
         dataset=cfg.data.dataset or cfg.data.train_file, train_examples=len(data["train_raw"]),

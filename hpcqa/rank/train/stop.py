@@ -14,6 +14,7 @@ from hpcqa.record.jobdir import write_json
 from hpcqa.record.jobdir import attempt_from_env
 import signal
 from hpcqa.rank.train.facts import Rank
+from hpcqa.core.targets import Requeue
 
 
 def attempt() -> int:
@@ -79,14 +80,14 @@ def stop_after_checkpoint(r: Rank, step: int) -> dict:
     notice = {"signal": STOP.name, "step": step, "attempt": attempt(), "time": time.time(),
               "checkpoint": str(r.jd.checkpoints / f"checkpoint-{step}")}
     r.save_report(status=f"checkpointed on {STOP.name}", stopped_at_step=step, stopped_at=time.time(), notice=notice)
-    if STOP.kind == STOP.TERM and os.environ.get("HPCQA_REQUEUE") != "pod":
+    if STOP.kind == STOP.TERM and r.plan.requeue is not Requeue.POD:
         r.log(f"SIGTERM (preemption, scancel or the time limit): checkpoint of step {step} saved; Slurm decides "
               "what follows (PreemptMode=REQUEUE brings the job back, a cancel ends it)")
         if os.environ.get("SLURM_JOB_ID"):
             time.sleep(TERM_WAIT_S)
         raise RankStopped(f"stopped at step {step} on SIGTERM; checkpoint saved ({notice['checkpoint']})")
     r.log(f"{STOP.name} received: checkpoint of step {step} saved; requeueing")
-    if os.environ.get("HPCQA_REQUEUE") in ("script", "pod"):  # the job script requeues (a pod: is restarted)
+    if r.plan.requeue.by_the_job_script:  # the job script requeues (a pod: is restarted)
         if r.rank == 0:
             write_json(r.jd.requeue_request(attempt()), {"step": step, "time": time.time()})
         return {"rank": r.rank, "stopped_at_step": step, "requeue": "asked of the job script"}

@@ -1,0 +1,172 @@
+"""Where a plan runs: each kind of target's identity, in one vocabulary from the config to the registry.
+
+    name    cluster.executor   applies (affinity)            launchers         MASTER_ADDR / MASTER_PORT
+    local   local, auto        always (1)                    local             127.0.0.1 / from the job id
+    slurm   slurm, auto        where `sbatch` is found (2)   srun, mpirun      first host of the nodelist / job id
+    k8s     (render only)      never chosen by "auto"        pytorchjob        Worker 0's headless service / 23456
+
+`cluster.executor = "auto"` takes the target of highest affinity on the submitting host, as submitit's
+AutoExecutor does. The name is what the plan, the registry, `status` and the dry run say; the executors'
+table (executors/table.py) maps (target, launcher, mode) to the class that submits or renders, and each of
+those classes says which target it serves. Who brings a rank back after it checkpointed on a signal is the
+plan's `requeue` (a `Requeue`), stamped by the executor that makes the request: the rank reads it from its plan.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+from typing import ClassVar, Protocol
+
+from hpcqa.errors import PlanError
+
+
+class HostProbe(Protocol):
+    """What affinity reads of the submitting host (core/plan.py's HostProbe)."""
+
+    has_sbatch: bool
+
+AUTO = "auto"   # cluster.executor: the target of highest affinity here
+
+
+class Launcher(StrEnum):
+    """How a plan's ranks are started."""
+
+    SRUN = "srun"              # Slurm's srun (submitit's, or a rendered script's)
+    MPIRUN = "mpirun"          # Intel MPI's hydra (in a batch shell, or over ssh on plain machines)
+    LOCAL = "local"            # submitit's local controller, one process per rank
+    PYTORCHJOB = "pytorchjob"  # the training operator starts one pod per node; the pod script starts the ranks
+
+    @property
+    def is_intel_mpi(self) -> bool:
+        """hydra reads I_MPI_PIN_DOMAIN, so the plan sets it for this launcher (and for ccl, which reads it too)."""
+        return self is Launcher.MPIRUN
+
+
+class Requeue(StrEnum):
+    """Who brings a rank back after it saved a checkpoint on the requeue signal (the plan's `requeue`)."""
+
+    NONE = "none"           # nothing (plain machines): the rank ends after its checkpoint
+    SUBMITIT = "submitit"   # submitit's handler on global rank 0 (`scontrol requeue`); the local controller
+    SCRIPT = "script"       # the rendered batch script, after its step ended (the rank asks in the job folder)
+    POD = "pod"             # the training operator restarts the pod: the rank exits with the "stopped" code
+
+    @property
+    def by_the_job_script(self) -> bool:
+        """The rank leaves a requeue request in the job folder and returns; the script (or the operator) acts."""
+        return self in (Requeue.SCRIPT, Requeue.POD)
+
+
+class PodExit(IntEnum):
+    """A PyTorchJob rank's exit codes, read by the operator's ExitCode restart policy (>= 128: recreate the pod;
+    1-127: fail the job): a checkpointed stop and a lost peer are retried, a crash is not."""
+
+    STOPPED = 143          # a rank that checkpointed on a signal (128 + SIGTERM)
+    LOST_PEER = 200        # a rank that failed because a peer went away (another pod evicted, a node lost)
+    RESTARTS_SPENT = 3     # the pod script: k8s.max_restarts job restarts used up
+
+
+class Target:
+    """One kind of place a plan runs. Subclasses are used as values (never instantiated)."""
+
+    name: ClassVar[str]
+    launchers: ClassVar[tuple[Launcher, ...]]
+    max_nodes: ClassVar[int | None] = None        # None: as many as the config asks
+    configurable: ClassVar[bool] = True           # may be named in cluster.executor
+    inherits_submitting_env: ClassVar[bool] = True  # the ranks inherit the submitting shell's environment
+
+    @classmethod
+    def affinity(cls, host: HostProbe) -> int:
+        """How well this target fits the submitting host for cluster.executor = "auto" (-1: not at all)."""
+        raise NotImplementedError
+
+    @classmethod
+    def launcher(cls, requested: Launcher, via_submitit: bool) -> Launcher:
+        """The launcher this target uses when the config asks for `requested`."""
+        return requested if requested in cls.launchers else cls.launchers[0]
+
+    @classmethod
+    def derived_env(cls, fixed_port: int) -> dict[str, str]:
+        """MASTER_ADDR and MASTER_PORT: what decides them at run time (the dry run shows this)."""
+        raise NotImplementedError
+
+
+class Local(Target):
+    name = "local"
+    launchers = (Launcher.LOCAL,)
+    max_nodes = 1
+
+    @classmethod
+    def affinity(cls, host: HostProbe) -> int:
+        return 1
+
+    @classmethod
+    def derived_env(cls, fixed_port: int) -> dict[str, str]:
+        return {"MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(fixed_port) if fixed_port else "derived from the local job id at start (10000-32767)"}
+
+
+class Slurm(Target):
+    name = "slurm"
+    launchers = (Launcher.SRUN, Launcher.MPIRUN)
+
+    @classmethod
+    def affinity(cls, host: HostProbe) -> int:
+        return 2 if host.has_sbatch else -1
+
+    @classmethod
+    def launcher(cls, requested: Launcher, via_submitit: bool) -> Launcher:
+        # submitit starts its ranks with srun (a sweep's arrays, a srun job of `submit`)
+        return Launcher.SRUN if via_submitit else super().launcher(requested, via_submitit)
+
+    @classmethod
+    def derived_env(cls, fixed_port: int) -> dict[str, str]:
+        return {"MASTER_ADDR": "first host of SLURM_JOB_NODELIST (unknown until allocation)",
+                "MASTER_PORT": str(fixed_port) if fixed_port else
+                "derived from SLURM_JOB_ID at start (10000-32767, distinct per array task)"}
+
+
+class K8s(Target):
+    name = "k8s"
+    launchers = (Launcher.PYTORCHJOB,)
+    configurable = False      # `hpcqa render --target pytorchjob`, whatever cluster.executor says
+    inherits_submitting_env = False
+
+    @classmethod
+    def affinity(cls, host: HostProbe) -> int:
+        return -1
+
+    @classmethod
+    def derived_env(cls, fixed_port: int) -> dict[str, str]:
+        return {"MASTER_ADDR": "the headless service of Worker 0, which the training operator names <job>-worker-0",
+                "MASTER_PORT": "23456, the container port pytorchjob-port"}
+
+
+TARGETS: tuple[type[Target], ...] = (Local, Slurm, K8s)
+CONFIG_CHOICES = (AUTO, *(t.name for t in TARGETS if t.configurable))
+
+
+def named(name: str) -> type[Target]:
+    """The target a plan or a registry row names."""
+    for t in TARGETS:
+        if t.name == name:
+            return t
+    raise PlanError(f"unknown executor {name!r} (this hpcqa knows {', '.join(t.name for t in TARGETS)})",
+                    "use the hpcqa version that wrote it")
+
+
+def resolve(choice: str, host: HostProbe, launcher: str | None = None) -> type[Target]:
+    """cluster.executor (or a render's launcher) -> the target. A launcher only one target has picks it
+    (pytorchjob: Kubernetes); "auto" takes the highest affinity here."""
+    if launcher:
+        owners = [t for t in TARGETS if launcher in t.launchers]
+        if len(owners) == 1 and not owners[0].configurable:
+            return owners[0]
+    if choice == AUTO:
+        return max((t for t in TARGETS if t.configurable), key=lambda t: t.affinity(host))
+    return named(choice)
+
+
+def max_nodes(choice: str) -> int | None:
+    """The most nodes cluster.executor = `choice` can run on (None: no limit; "auto": decided later)."""
+    return None if choice == AUTO else named(choice).max_nodes

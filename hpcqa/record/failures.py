@@ -1,0 +1,26 @@
+"""Why a rank failed, read from its failure record: its own error, a hard signal, or a peer that went away.
+
+A rank that lost a peer fails too, often within the same millisecond: causes sort before consequences, and a
+PyTorchJob's rank that only lost a peer exits with a retryable code (core/targets.py, PodExit).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+HARD_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE")
+PEER_LOST = ("connection closed by peer", "connection reset by peer", "remote worker", "broken pipe",
+             "timed out", "gloo/transport")
+
+
+def lost_peer(record: Any) -> bool:
+    """A rank's failure record says it failed because a peer went away (not of its own error)."""
+    return isinstance(record, dict) and consequence(record) == 2
+
+
+def consequence(record: dict) -> int:
+    """0: died of a hard signal (the OOM killer, kill -9, a crash); 1: its own error; 2: lost a peer."""
+    error = str(record.get("error", ""))
+    if any(f"killed by {s}" in error for s in HARD_SIGNALS):
+        return 0
+    return 2 if any(p in error.lower() for p in PEER_LOST) else 1
