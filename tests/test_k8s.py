@@ -1,6 +1,7 @@
 """`hpcqa render --target pytorchjob|dockerfile`: the PyTorchJob is built with the Kubernetes/Kubeflow client
 models, survives their deserialiser, and its pod script trains when run the way the operator runs it."""
 
+import contextlib
 import json
 import os
 import re
@@ -363,10 +364,23 @@ def start_pods(cm: dict, job: dict, tmp: Path, port: int, cpus=None) -> list[sub
 
 
 def _stop(pods: list[subprocess.Popen]) -> None:
+    """End every process of the pods' sessions (ours: started with start_new_session), even after the script."""
     for p in pods:
-        if p.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        p.wait()
+
+
+def group_gone(pod: subprocess.Popen, within_s: float = 10) -> bool:
+    """No process is left in the pod's session (the script's, the wrappers', the ranks')."""
+    deadline = time.time() + within_s
+    while time.time() < deadline:
+        try:
+            os.killpg(pod.pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
 
 
 ONE_POD_TWO_RANKS = ["--set", "cluster.nodes=1", "--set", "cluster.sockets_per_node=2"]
@@ -378,7 +392,11 @@ def test_pod_script_a_crashed_rank_ends_its_sibling_and_the_pod_reports_the_cras
     pod exits 1, the crash's code -- not 143, "checkpointed", which the operator would retry."""
     shim = tmp_path / "python-shim"
     shim.write_text(f"""#!/bin/bash
-if [ "${{RANK:-}}" = 1 ] && [ "$2" = hpcqa.rank.train ]; then sleep 2; echo "rank 1: simulated crash" >&2; exit 1; fi
+if [ "${{RANK:-}}" = 1 ] && [ "$2" = hpcqa.rank.train ]; then
+  # crash once rank 0 waits at the rendezvous (its handlers installed: a SIGTERM only asks it to stop)
+  for _ in $(seq 300); do grep -qs '"rendezvous"' "$HPCQA_JOB_DIR/ranks/rank-0.phase.json" && break; sleep 0.2; done
+  echo "rank 1: simulated crash" >&2; exit 1
+fi
 exec {sys.executable} "$@"
 """)
     shim.chmod(0o755)
@@ -389,11 +407,14 @@ exec {sys.executable} "$@"
     (pod,) = start_pods(cm, job, tmp_path, 29000 + os.getpid() % 1000 + 7, cpus=f"0-{os.cpu_count() - 1}")
     try:
         out = pod.communicate(timeout=120)[0]
+        gone = group_gone(pod)
     finally:
         _stop([pod])
     assert pod.returncode == 1, out
     assert time.time() - t0 < 90
     assert "rank 1 exited with 1" in out and "a rank crashed (exit 1)" in out
+    # rank 0's wrapper was SIGKILLed while its child waited at the rendezvous: the child goes with it
+    assert gone, "a rank outlived the pod script"
 
 
 def test_pod_script_sigterm_before_the_ranks_start_is_not_lost(cli, tmp_path):

@@ -274,9 +274,11 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
     """Run the rank as a child (it inherits the binding, memory policy and environment set here),
     forward the scheduler's signals to it, and record how it ended when it ended badly: a rank
     killed by a signal writes nothing itself, and the first failure must still be named."""
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - replaced by exec
         try:
+            die_with(parent)
             os.execvpe(command[0], command, env)
         finally:
             os._exit(127)
@@ -305,6 +307,19 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with(parent: int) -> None:
+    """In the rank's child, before exec: SIGKILL when the wrapper dies. A launcher that ends a rank with SIGKILL
+    (a pod script's kill-on-bad-exit, mpirun's cleanup over ssh) reaches the wrapper, not its child; without
+    this the child -- waiting at the rendezvous, say -- outlived it, adopted by init."""
+    if platform.system() == "Linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the wrapper died before the line above
+        os._exit(137)
 
 
 def _forward(pid: int, signum: int) -> None:
