@@ -370,6 +370,18 @@ def test_the_api_example_runs(tmp_path, cache_env):
     assert len(list((tmp_path / "logs" / "sweep-quickstart").glob("*/results.json"))) == 5
 
 
+def submit_no_wait(env: dict, tmp_path, *sets: str) -> tuple[str, str]:
+    """`hpcqa submit` of the tiny quickstart with --no-wait (and these --set values) -> (the job id, its stderr)."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
+                        *(a for v in sets for a in ("--set", v)), "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
+                        "--no-wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                       text=True, env=env, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().splitlines()[-1], r.stderr
+
+
 def test_a_job_stuck_at_the_rendezvous_says_where_and_for_how_long(tmp_path, cache_env):
     """The fault as users meet it: a MASTER_ADDR the ranks cannot resolve (here a stale one in the submitting shell,
     which the ranks inherit). The scheduler shows RUNNING; status shows each rank waiting at the rendezvous, and after a
@@ -378,12 +390,7 @@ def test_a_job_stuck_at_the_rendezvous_says_where_and_for_how_long(tmp_path, cac
     import sys
     import time
     env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite"), "MASTER_ADDR": "rendezvous.invalid"}
-    r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
-                        "--set", "train.ddp_timeout_s=900", "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
-                        "--no-wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                       text=True, env=env, cwd=ROOT, timeout=60)
-    assert r.returncode == 0, r.stderr
-    job_id = r.stdout.strip().splitlines()[-1]
+    job_id, said = submit_no_wait(env, tmp_path, "train.ddp_timeout_s=900")
 
     def status(*extra):
         s = subprocess.run([sys.executable, "-m", "hpcqa", "status", *extra, job_id], capture_output=True, text=True,
@@ -392,7 +399,7 @@ def test_a_job_stuck_at_the_rendezvous_says_where_and_for_how_long(tmp_path, cac
         return s.stdout
 
     try:
-        assert "MASTER_ADDR=rendezvous.invalid is set where you submit" in " ".join(r.stderr.split()), r.stderr
+        assert "MASTER_ADDR=rendezvous.invalid is set where you submit" in " ".join(said.split()), said
         end, view = time.time() + 150, {}
         while time.time() < end:
             view = json.loads(status("--json"))[0]
@@ -424,12 +431,7 @@ def test_logs_follow_streams_a_running_job_to_its_last_line(tmp_path, cache_env)
     import sys
     import time
     env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
-    r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
-                        "--set", "train.max_steps=8", "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
-                        "--no-wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                       text=True, env=env, cwd=ROOT, timeout=60)
-    assert r.returncode == 0, r.stderr
-    job_id = r.stdout.strip().splitlines()[-1]
+    job_id, _ = submit_no_wait(env, tmp_path, "train.max_steps=8")
     follow = subprocess.Popen([sys.executable, "-m", "hpcqa", "logs", job_id, "-f"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     seen: list[tuple[float, str]] = []

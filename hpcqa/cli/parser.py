@@ -29,6 +29,10 @@ def add_config(p: argparse.ArgumentParser) -> None:
                         "(repeatable): --set train.learning_rate=5e-5")
 
 
+def add_registry(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
+
+
 def _add_tune(sub: Any) -> None:
     p = sub.add_parser("tune", help="time each ranks-per-socket layout for a few steps; \"auto\" then uses the fastest")
     add_config(p)
@@ -129,7 +133,7 @@ def _add_job_verbs(sub) -> None:
     p.add_argument("--json", action="store_true", help="a JSON list of job objects")
     p.add_argument("--watch", action="store_true", help="refresh every few seconds until all are finished")
     p.add_argument("--wide", action="store_true", help="every column, nothing shortened (default: fits the terminal)")
-    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
+    add_registry(p)
 
     p = sub.add_parser("logs", help="a rank's log (stderr; --stdout for stdout)")
     p.add_argument("job", help="job id (as `hpcqa status` lists it; a sweep task: 900_1)")
@@ -138,12 +142,12 @@ def _add_job_verbs(sub) -> None:
     p.add_argument("-n", "--lines", type=int, default=0, help="only the last N lines")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.add_argument("--all-attempts", action="store_true", help="the whole log, not only the current attempt's")
-    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
+    add_registry(p)
 
     p = sub.add_parser("cancel", help="cancel a job or a sweep (scancel; local: stop every rank)")
     p.add_argument("jobs", nargs="+", help="job ids (a sweep: all its tasks; 900_1: one task)")
     p.add_argument("--task", type=int, help="with a sweep id: only this variant")
-    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
+    add_registry(p)
 
     p = sub.add_parser("results", help="a sweep's variants with their metrics, best marked")
     p.add_argument("sweep", help="the sweep's job id (or array id)")
@@ -152,7 +156,7 @@ def _add_job_verbs(sub) -> None:
     fmt.add_argument("--csv", action="store_true", help="the table as CSV")
     p.add_argument("--plot", metavar="FILE.png", help="draw the metric against the swept parameter(s)")
     p.add_argument("--metric", default="f1", help="f1 (default), exact_match, train_samples_per_second, ...")
-    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
+    add_registry(p)
 
     p = sub.add_parser("doctor", help="check Slurm, accounting, node topology, libraries, torch, backend")
     p.add_argument("config", nargs="?", help="also check this config against the partition's nodes")
@@ -162,7 +166,7 @@ def _add_job_verbs(sub) -> None:
 
     p = sub.add_parser("registry", help="check the job registry, or recover a damaged one")
     p.add_argument("action", choices=["check", "recover"], help="check: integrity; recover: rebuild a damaged registry from the job folders")
-    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
+    add_registry(p)
 
     p = sub.add_parser("validate", help="check configs, each of them; exit 2 if any is bad")
     p.add_argument("configs", nargs="+", help="config files (a sweep file: every variant)")
