@@ -76,6 +76,19 @@ def test_no_function_over_60_lines():
     assert not long, long
 
 
+MAX_MODULE_LINES = 650   # "~600": a module past it holds more than one concern
+
+
+def long_modules(lengths: dict[str, int]) -> list[str]:
+    return sorted(f"{name}: {n} lines" for name, n in lengths.items() if n > MAX_MODULE_LINES)
+
+
+def test_no_module_over_about_600_lines():
+    lengths = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
+    assert not long_modules(lengths), "split by concern:\n" + "\n".join(long_modules(lengths))
+    assert long_modules({"hpcqa/big.py": 1022, "hpcqa/ok.py": 600}) == ["hpcqa/big.py: 1022 lines"]
+
+
 def test_the_structure_checks_can_fail(tmp_path):
     """The checks above read real code: a planted offender is found."""
     tree = ast.parse('def f():\n    """results.json in a docstring is fine"""\n    return "results.json"\n')

@@ -1,6 +1,7 @@
 """The pure core: config -> plan. No subprocess, no scheduler, no torch.
 
     config.py     TOML -> validated, frozen Config (unknown keys fail with "did you mean")
+    configcheck.py  the rules across keys (cores, stride, nodes, paths, setup, sbatch flags, names, sizes)
     topology.py   sockets / NUMA / cores -> per-rank CPU pools
     threadenv.py  a CPU pool -> OMP/KMP/CCL/I_MPI variables (the one rule; the rank applies it too)
     distenv.py    launcher variables (Slurm, PMI, submitit) -> RANK/WORLD_SIZE/...; nodelists; ports
