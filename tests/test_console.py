@@ -192,3 +192,23 @@ def test_piped_messages_stay_one_line_each(cli):
     r = cli("submit", "configs/quickstart.toml", "--set", "train.warmup=1", "--dry-run")
     assert r.returncode == 2
     assert [line[:7] for line in r.stderr.splitlines()] == ["error: ", "  fix: "], r.stderr
+
+
+def test_the_bar_gets_the_last_word_of_a_job_that_ends_between_two_polls(tmp_path):
+    """A short job writes its last progress (12/12, evaluating) and ends within one poll: the follower still passes
+    that last line on, so the bar a user is left with says 12/12, not the step it saw a second earlier."""
+    from hpcqa.executors import common
+    from hpcqa.record.jobdir import JobDir
+    jd = JobDir(tmp_path)
+    seen, polls = [], []
+
+    def is_done() -> bool:
+        polls.append(1)
+        if len(polls) == 1:
+            jd.progress.write_text(json.dumps({"phase": "training", "step": 10, "total_steps": 12}))
+            return False
+        jd.progress.write_text(json.dumps({"phase": "evaluating", "step": 12, "total_steps": 12}))
+        return True  # the job wrote its last line and ended before the next poll
+
+    common.watch(jd, is_done, seen.append, poll_s=0.01)
+    assert [p["step"] for p in seen] == [10, 12], seen

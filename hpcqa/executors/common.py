@@ -102,3 +102,6 @@ def watch(jd: JobDir, is_done: Callable[[], bool], progress: Progress | None = N
                 fail_fast()
                 failed_at = float("inf")
         time.sleep(poll_s)
+    p = jd.read_progress()  # the last word: a job can write it and end between two polls
+    if progress and p and p != last:
+        progress(p)
