@@ -305,8 +305,10 @@ def test_model_flops_count_from_the_models_shapes(tmp_path):
     got = efficiency.model_flops(model, S)
     assert got["dense_weights"] == dense and got["layers"] == L and got["hidden"] == H
     assert got["per_sample"] == 3 * (2 * dense * S + 4 * L * S * S * H)
+    state = torch.get_rng_state()
     peak = efficiency.measure_peak("fp32", size=256, seconds=0.05)
     assert 1e8 < peak < 1e13  # a CPU core's fp32 matmul rate, in FLOP/s
+    assert torch.equal(torch.get_rng_state(), state)  # measured after the seed: the training's draws stay the same
     store = tmp_path / "peaks.json"
     first = efficiency.peak(store, 1, torch.get_num_threads(), "fp32")
     again = efficiency.peak(store, 1, torch.get_num_threads(), "fp32")

@@ -41,7 +41,10 @@ def test_tune_compares_layouts_and_auto_uses_the_winner(cli, tmp_path, env):
 
 
 def test_same_seed_same_weights_and_scores(cli, tmp_path, env):
-    results = []
+    """The first run on a node shape measures the matmul peak (its store starts empty here), the second reads it:
+    the weights are the same all the same."""
+    env = {**env, "HPCQA_CACHE": str(tmp_path / "cache")}   # an empty peak store for run a
+    results, peaks = [], []
     for run in ("a", "b"):
         out = tmp_path / run
         r = cli("submit", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(out))}",
@@ -49,6 +52,8 @@ def test_same_seed_same_weights_and_scores(cli, tmp_path, env):
         assert r.returncode == 0, r.stdout + r.stderr
         (job,) = job_dirs(out)
         results.append(json.loads((job / "results.json").read_text()))
+        peaks.append(json.loads((job / "ranks" / "rank-0.json").read_text())["peak_source"])
+    assert peaks == ["measured", "cached"]
     a, b = results
     assert a["world_size"] == b["world_size"] == 2
     assert a["weights_digest"] == b["weights_digest"]

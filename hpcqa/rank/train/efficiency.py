@@ -58,11 +58,14 @@ def shape_key(cpus: int, threads: int, precision: str) -> str:
 
 
 def measure_peak(precision: str, size: int = PEAK_SIZE, seconds: float = PEAK_SECONDS) -> float:
-    """FLOP/s of square matmuls on this process's threads and CPUs, at the run's precision."""
+    """FLOP/s of square matmuls on this process's threads and CPUs, at the run's precision. Its operands come from a
+    generator of its own: measured after the seed is set, it must not move the global one (the first run on a node
+    shape measures, later ones read the store -- with the global generator they trained on other dropout masks)."""
     import torch
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(size, size, generator=g, dtype=dtype) for _ in range(2))
     torch.matmul(a, b)  # warm-up: first call picks kernels and touches memory
     n, t0 = 0, time.perf_counter()
     while True:
