@@ -2,7 +2,7 @@
 job folder: staging, the ranks and `tune` ask here and spell no folder name of their own.
 
     <root>/models/tiny-bert-v<N>/                   builtin:tiny-bert, built on first use
-    <root>/data/synthetic-<v1|v2>-<split>-<n>-<seed>.json   builtin:synthetic-squad, written on first use
+    <root>/data/synthetic-<v1|v2>-[squad<ver>-]<split>-<n>-<seed>.json   builtin:synthetic-squad, written on first use
     <root>/features/<split>-<key>.arrow             tokenised features (key: data, tokenizer, lengths)
     <root>/manifests/<key>.json                     what `hpcqa stage` put in place (key: what decides it)
 
@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+
+SYNTH_SHAPE_VERSION = "1"  # bumped when the "squad" shape's generator changes: a new cache file, never a stale one
 
 
 def _home_cache(env: Mapping[str, str]) -> Path:
@@ -38,8 +40,9 @@ class Caches:
     def tiny_model(self, version: int) -> Path:
         return self.root / "models" / f"tiny-bert-v{version}"
 
-    def synthetic_data(self, negatives: bool, split: str, examples: int, seed: int) -> Path:
-        return self.root / "data" / f"synthetic-{'v2' if negatives else 'v1'}-{split}-{examples}-{seed}.json"
+    def synthetic_data(self, negatives: bool, split: str, examples: int, seed: int, shape: str = "short") -> Path:
+        shaped = "" if shape == "short" else f"{shape}{SYNTH_SHAPE_VERSION}-"
+        return self.root / "data" / f"synthetic-{'v2' if negatives else 'v1'}-{shaped}{split}-{examples}-{seed}.json"
 
     def features(self, split: str, key: str) -> Path:
         return self.root / "features" / f"{split}-{key}.arrow"
