@@ -35,7 +35,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--epochs", type=float, default=2.0)
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args(argv)
-    common = ["cluster.executor=local", "train.bf16=false", f"train.num_train_epochs={a.epochs}", "train.seed=42"]
+    # every feature padded to max_seq_length in every row: the step's settings at fixed shapes (padding itself is
+    # benchmarks/padding_bench.py's subject)
+    common = ["cluster.executor=local", "train.bf16=false", f"train.num_train_epochs={a.epochs}", "train.seed=42",
+              "data.pad_to_max_length=true"]
     rows = []
     for name, extra in VARIANTS:
         res = submit("configs/quickstart.toml", common + extra)

@@ -313,3 +313,24 @@ def test_model_flops_count_from_the_models_shapes(tmp_path):
     first = efficiency.peak(store, 1, torch.get_num_threads(), "fp32")
     again = efficiency.peak(store, 1, torch.get_num_threads(), "fp32")
     assert first[1] == "measured" and again == (first[0], "cached")
+
+
+def test_mfu_on_text_tokens_and_on_all_tokens_from_the_batches_counted():
+    """Two padded batches counted as the ranks count them; FLOPs per sample are averaged over the samples' own
+    lengths (S and S^2: attention is quadratic), and the two MFUs differ by what padding cost."""
+    import torch
+    from hpcqa.rank.train import efficiency
+    flops = {"per_sample": 0, "dense_weights": 1000, "layers": 2, "hidden": 8, "seq_len": 16, "method": "m"}
+    c = efficiency.new_counts()
+    efficiency.count_batch(c, torch.zeros(2, 16), torch.tensor([[1] * 10 + [0] * 6, [1] * 16]))
+    efficiency.count_batch(c, torch.zeros(1, 8), torch.tensor([[1] * 4 + [0] * 4]))
+    assert c == {"samples": 3, "text": 30, "text_sq": 100 + 256 + 16, "all": 40, "all_sq": 2 * 256 + 64}
+    total = efficiency.add_counts([c, c])
+    assert total["samples"] == 6 and total["text"] == 60
+    f = lambda s: 3 * (2 * 1000 * s + 4 * 2 * s * s * 8)   # noqa: E731  one sample of s tokens
+    assert efficiency.per_sample(flops, c, "text") == pytest.approx((f(10) + f(16) + f(4)) / 3)
+    assert efficiency.per_sample(flops, c, "all") == pytest.approx((2 * f(16) + f(8)) / 3)
+    out = efficiency.summary(flops, 10.0, [1e6, 1e6], "fp32", "measured", c)
+    assert out["mfu"] == pytest.approx(out["model_flops_per_sample"] * 10 / 2e6)
+    assert out["mfu"] < out["mfu_all_tokens"] and out["tokens"]["padding_share"] == pytest.approx(0.25)
+    assert out["peak_method"].startswith("measured")

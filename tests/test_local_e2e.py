@@ -79,7 +79,14 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
     assert re.search(r"all-reduce\s+2\.3 MB of gradients per step in 1 bucket", status.stdout), status.stdout
     rate = res["steady_samples_per_second"] or res["train_samples_per_second"]
     assert abs(eff["achieved_flops"] - eff["model_flops_per_sample"] * rate) < 1e-6 * eff["achieved_flops"]
-    assert re.search(r"MFU \d+\.\d %: [\d.]+ of [\d.]+ GFLOP/s \(fp32 matmul peak of 2 rank\(s\)", status.stdout)
+    assert re.search(r"MFU on text tokens \d+\.\d %: [\d.]+ of [\d.]+ GFLOP/s \(fp32 matmul peak measured on 2 "
+                     r"rank\(s\)", " ".join(status.stdout.split())), status.stdout
+    # dynamic padding, length-grouped: the MFU on all tokens counts the little padding left, the counts add up
+    tokens = eff["tokens"]
+    assert 0 <= tokens["padding_share"] < 0.15 and tokens["text_per_sample"] <= tokens["all_per_sample"]
+    assert eff["mfu"] <= eff["mfu_all_tokens"] and "measured" in eff["peak_method"]
+    assert re.search(r"MFU \d+\.\d % on text tokens, \d+\.\d % on all tokens \(\d+ % padding\)", r.stdout), r.stdout
+    assert re.search(r"achieved [\d.]+ GFLOP/s of [\d.]+, the measured fp32 matmul peak", r.stdout), r.stdout
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     board = EventAccumulator(str(job / "tensorboard"))
     board.Reload()

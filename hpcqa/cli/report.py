@@ -59,6 +59,19 @@ def report(job_id: str, jd: JobDir, state: str, plan: Any) -> int:
     raise JobFailed("\n  ".join(lines), f"logs: hpcqa logs {job_id} [--rank N]  (files in {jd.path})")
 
 
+def mfu_lines(eff: dict) -> list[str]:
+    """MFU on the tokens that carry text and on all tokens, against the measured peak (80 columns)."""
+    if eff.get("mfu") is None:
+        return []
+    line = f"MFU {100 * eff['mfu']:.1f} % on text tokens"
+    if eff.get("mfu_all_tokens") is not None:
+        padding = (eff.get("tokens") or {}).get("padding_share")
+        line += f", {100 * eff['mfu_all_tokens']:.1f} % on all tokens" + \
+            (f" ({100 * padding:.0f} % padding)" if padding is not None else "")
+    return [line, f"achieved {eff['achieved_flops'] / 1e9:.2f} GFLOP/s of {eff['peak_flops'] / 1e9:.1f}, the measured "
+                  f"{eff['precision']} matmul peak"]
+
+
 def summary_lines(results: dict) -> list[str]:
     lines = []
     if "exact_match" in results:
@@ -73,9 +86,7 @@ def summary_lines(results: dict) -> list[str]:
                      f"{results.get('threads_per_rank')} thread(s) each; {results.get('train_runtime_s', 0):.0f} s")
         lines.append(f"backend {results.get('backend')}; bf16 {results.get('bf16')}")
     eff = results.get("efficiency") or {}
-    if eff.get("mfu") is not None:
-        lines.append(f"MFU {100 * eff['mfu']:.1f} % ({eff['achieved_flops'] / 1e9:.2f} of "
-                     f"{eff['peak_flops'] / 1e9:.1f} GFLOP/s {eff['precision']} peak)")
+    lines += mfu_lines(eff)
     if results.get("eval_samples_per_second"):
         lines.append(f"eval {results['eval_samples_per_second']:.1f} features/s; wall time "
                      f"{results.get('wall_time_s', 0):.0f} s")

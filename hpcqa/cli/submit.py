@@ -113,6 +113,17 @@ def print_sweep(ex: Any, request: Any) -> None:
         print_script(con, request.scripts[0], "sbatch script of array 0 (as it will be submitted)")
 
 
+def batches_line(cfg: Any) -> str:
+    """How the features are batched and padded (hpcqa.rank.train.batching), in a line."""
+    t, d = cfg.train, cfg.data
+    size = f"{t.per_device_train_batch_size} per rank"
+    if d.pad_to_max_length:
+        return f"{size}, each feature padded to {t.max_seq_length} (data.pad_to_max_length, as run_qa.py)"
+    grouped = "length-grouped, ranks in lockstep" if d.group_by_length else "random"
+    multiple = f" to a multiple of {d.pad_to_multiple_of}" if d.pad_to_multiple_of > 1 else ""
+    return f"{size}, {grouped}; padded per batch{multiple} (max {t.max_seq_length})"
+
+
 def print_plan(ex: Any, request: Any) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -147,6 +158,7 @@ def print_plan(ex: Any, request: Any) -> None:
     m = lp.config.model.name_or_path
     d = lp.config.data.dataset or lp.config.data.train_file
     res.add_row("job", f"{m} on {d}")
+    res.add_row("batches", batches_line(lp.config))
     from hpcqa import stage
     staged = stage.check(lp.config)
     if staged["manifest"]:

@@ -301,9 +301,11 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_su
 
 
 def shape_key(cfg: Config) -> str:
-    """What a layout measurement depends on: model, data shape, batch, precision, node shape."""
-    c, t = cfg.cluster, cfg.train
+    """What a layout measurement depends on: model, data and its padding, batch, precision, node shape."""
+    c, t, d = cfg.cluster, cfg.train, cfg.data
+    padding = "max" if d.pad_to_max_length else f"batch/{d.pad_to_multiple_of}/{'grouped' if d.group_by_length else 'random'}"
     shape = {"model": cfg.model.name_or_path, "max_seq_length": t.max_seq_length, "doc_stride": t.doc_stride,
+             "data": [d.dataset or d.train_file, d.synthetic_shape], "padding": padding,
              "batch": t.per_device_train_batch_size, "accumulation": t.gradient_accumulation_steps,
              "bf16": t.bf16, "node": [c.sockets_per_node, c.cores_per_socket, c.threads_per_core,
                                       c.numa_per_socket, cfg.launch.rank_domain]}

@@ -310,7 +310,11 @@ def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
     eff = (v.results or {}).get("efficiency") or {}
     if eff.get("mfu") is None:
         return rows
-    return rows + [("efficiency", f"MFU {100 * eff['mfu']:.1f} %: {eff['achieved_flops'] / 1e9:.2f} of "
-                           f"{eff['peak_flops'] / 1e9:.1f} GFLOP/s ({eff['precision']} matmul peak of "
-                           f"{len(eff['peak_flops_per_rank'])} rank(s), {eff['peak_source']}); "
-                           f"{eff['model_flops_per_sample'] / 1e9:.2f} GFLOP per sample")]
+    tokens = eff.get("tokens") or {}
+    all_tokens = (f"; on all tokens {100 * eff['mfu_all_tokens']:.1f} % ({100 * tokens['padding_share']:.0f} % "
+                  f"padding, {tokens['text_per_sample']:.0f} of {tokens['all_per_sample']:.0f} tokens per sample "
+                  "carry text)" if eff.get("mfu_all_tokens") is not None and tokens else "")
+    return rows + [("efficiency", f"MFU on text tokens {100 * eff['mfu']:.1f} %: {eff['achieved_flops'] / 1e9:.2f} "
+                                  f"of {eff['peak_flops'] / 1e9:.1f} GFLOP/s ({eff['precision']} matmul peak measured on "
+                                  f"{len(eff['peak_flops_per_rank'])} rank(s), {eff['peak_source']}); "
+                                  f"{eff['model_flops_per_sample'] / 1e9:.2f} GFLOP per sample{all_tokens}")]

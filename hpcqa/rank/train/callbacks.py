@@ -52,6 +52,8 @@ def board_efficiency(r: Rank, eff: dict, split: dict, step: int) -> None:
     with SummaryWriter(log_dir=str(r.jd.tensorboard)) as board:
         board.add_scalar("hpcqa/mfu", eff["mfu"], step)
         board.add_scalar("hpcqa/achieved_gflops", eff["achieved_flops"] / 1e9, step)
+        if eff.get("mfu_all_tokens") is not None:
+            board.add_scalar("hpcqa/mfu_all_tokens", eff["mfu_all_tokens"], step)
         board.add_scalar("hpcqa/peak_gflops", eff["peak_flops"] / 1e9, step)
         for part, seconds in split.items():
             if isinstance(seconds, (int, float)):

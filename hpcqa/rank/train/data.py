@@ -83,8 +83,8 @@ def load_raw(data_cfg: "DataConfig", seed: int, caches: Caches, allow_download: 
         for split, n, s in (("train", data_cfg.synthetic_train_examples, seed),
                             ("validation", data_cfg.synthetic_eval_examples, seed + 100003),
                             ("test", data_cfg.synthetic_eval_examples, seed + 200003)):
-            path = caches.synthetic_data(neg, split, n, s)
-            files[split] = str(synth.write(path, n, s, neg))
+            path = caches.synthetic_data(neg, split, n, s, data_cfg.synthetic_shape)
+            files[split] = str(synth.write(path, n, s, neg, data_cfg.synthetic_shape))
         return load_local(files)
     if name:
         if not allow_download:
@@ -195,6 +195,11 @@ def prepare_data(cfg, croot: Caches, allow_download: bool | None = None) -> tupl
         kwargs["local_files_only"] = False
     tokenizer = AutoTokenizer.from_pretrained(model_path, **kwargs)
     max_len, warning = capped_length(tc.max_seq_length, tokenizer)
+    limit, multiple = getattr(tokenizer, "model_max_length", None), dc.pad_to_multiple_of
+    if not dc.pad_to_max_length and isinstance(limit, int) and -(-max_len // multiple) * multiple > limit:
+        raise RankError(f"data.pad_to_multiple_of = {multiple} pads a batch of {max_len} tokens to "
+                        f"{-(-max_len // multiple) * multiple}, more than the model takes ({limit})",
+                        f"set data.pad_to_multiple_of to a divisor of {max_len} (8 suits the CPU kernels)")
     if tc.doc_stride >= max_len:
         raise RankError(f"train.doc_stride {tc.doc_stride} is not below the usable max_seq_length {max_len}",
                         f"set train.doc_stride below {max_len}")

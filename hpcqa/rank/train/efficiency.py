@@ -2,15 +2,20 @@
 from a short matmul benchmark at the run's precision (measured once per node shape, then cached), and the
 run's model FLOP/s utilisation (MFU).
 
-Model FLOPs, counted from the model itself (not from its name), per training sample of S tokens (the features
-are padded to S = max_seq_length):
+Model FLOPs, counted from the model itself (not from its name), per training sample of S tokens:
 - dense layers: every nn.Linear's weight, 2 FLOPs (multiply, add) per weight per token: 2 x N_dense x S (the
   QKV/output projections, the feed-forward layers, the QA head; embedding lookups and layer norms are not
   matmuls and are left out, as in the usual 6N count);
 - attention: per layer, QK^T and the weighted sum of V, each 2 x S x S x H FLOPs per sample: 4 x L x S^2 x H;
 - training = forward + backward, the backward twice the forward: 3 x (the two above).
-MFU = model FLOPs per sample x samples per second (all ranks) / the sum of the ranks' measured peaks. It counts
-the work the model needs, not what the run executed (padding, recomputation, emulated bf16 are not "useful").
+The ranks count the tokens of every batch they train on (count_batch): the tokens that carry text (the attention
+mask) and all tokens (padding included). Two MFUs follow, each = model FLOPs per sample x samples per second (all
+ranks) / the sum of the ranks' peaks:
+- on text tokens (`mfu`): the work the model needs -- padding, recomputation, emulated bf16 are not "useful";
+- on all tokens (`mfu_all_tokens`): the work the cores did, padding included (padding to max_seq_length makes
+  this one high and the first one low).
+The peak is measured, not the CPU's specification: square matmuls at the run's precision on each rank's own
+cores and threads (measure_peak), once per node shape, then cached.
 """
 
 from __future__ import annotations
@@ -39,6 +44,44 @@ def model_flops(model: Any, seq_len: int) -> dict:
     return {"per_sample": 3 * forward, "forward_per_sample": forward, "dense_weights": dense, "layers": layers,
             "hidden": hidden, "seq_len": seq_len,
             "method": "3 x (2 x Linear weights x S + 4 x layers x S^2 x hidden): forward + backward (2x forward)"}
+
+
+def new_counts() -> dict:
+    """Token counts of the batches a rank trained on: samples, sum of S and of S^2, for text and for all tokens."""
+    return {"samples": 0, "text": 0, "text_sq": 0, "all": 0, "all_sq": 0}
+
+
+def count_batch(counts: dict, input_ids, attention_mask=None) -> None:
+    """Add one batch (tensors [batch, S]) to `counts`."""
+    b, s = (int(x) for x in input_ids.shape[:2])
+    counts["samples"] += b
+    counts["all"] += b * s
+    counts["all_sq"] += b * s * s
+    if attention_mask is None:
+        counts["text"] += b * s
+        counts["text_sq"] += b * s * s
+        return
+    text = attention_mask.sum(dim=1).long()
+    counts["text"] += int(text.sum())
+    counts["text_sq"] += int((text * text).sum())
+
+
+def add_counts(parts: list[dict]) -> dict:
+    total = new_counts()
+    for c in parts:
+        for k in total:
+            total[k] += int((c or {}).get(k) or 0)
+    return total
+
+
+def per_sample(flops: dict, counts: dict | None, which: str) -> float:
+    """Training FLOPs per sample averaged over the batches counted ("text" or "all" tokens); without counts, a
+    sample of flops["seq_len"] tokens."""
+    if not counts or not counts.get("samples"):
+        return float(flops["per_sample"])
+    n = counts["samples"]
+    mean_s, mean_sq = counts[which] / n, counts[f"{which}_sq"] / n
+    return 3 * (2 * flops["dense_weights"] * mean_s + 4 * flops["layers"] * mean_sq * flops["hidden"])
 
 
 def _cpu_model() -> str:
@@ -92,13 +135,25 @@ def peak(store: Path, cpus: int, threads: int, precision: str) -> tuple[float, s
     return value, "measured"
 
 
+PEAK_METHOD = f"measured: {PEAK_SIZE}x{PEAK_SIZE} matmuls at the run's precision on each rank's cores and threads"
+
+
 def summary(flops: dict, samples_per_second: float | None, peaks: list[float], precision: str,
-            peak_source: str) -> dict:
-    """results.json's "efficiency": achieved model FLOP/s and MFU against the ranks' summed peaks."""
-    achieved = flops["per_sample"] * samples_per_second if samples_per_second else None
+            peak_source: str, counts: dict | None = None) -> dict:
+    """results.json's "efficiency": achieved model FLOP/s and MFU against the ranks' summed measured peaks, on the
+    tokens that carry text and on all tokens (padding included)."""
     total = sum(peaks)
-    return {"model_flops_per_sample": flops["per_sample"], "achieved_flops": achieved, "peak_flops": total,
-            "peak_flops_per_rank": peaks, "mfu": achieved / total if achieved and total else None,
-            "precision": precision, "peak_source": peak_source, "flops_method": flops["method"],
-            "dense_weights": flops["dense_weights"], "layers": flops["layers"], "hidden": flops["hidden"],
-            "seq_len": flops["seq_len"]}
+    out = {"peak_flops": total, "peak_flops_per_rank": peaks, "precision": precision, "peak_source": peak_source,
+           "peak_method": PEAK_METHOD, "flops_method": flops["method"], "dense_weights": flops["dense_weights"],
+           "layers": flops["layers"], "hidden": flops["hidden"], "seq_len": flops["seq_len"]}
+    for which, suffix in (("text", ""), ("all", "_all_tokens")):
+        f = per_sample(flops, counts, which)
+        achieved = f * samples_per_second if samples_per_second else None
+        out[f"model_flops_per_sample{suffix}"] = f
+        out[f"achieved_flops{suffix}"] = achieved
+        out[f"mfu{suffix}"] = achieved / total if achieved and total else None
+    if counts and counts.get("samples"):
+        out["tokens"] = {"samples": counts["samples"], "text_per_sample": counts["text"] / counts["samples"],
+                         "all_per_sample": counts["all"] / counts["samples"],
+                         "padding_share": 1 - counts["text"] / counts["all"] if counts["all"] else 0.0}
+    return out

@@ -19,7 +19,7 @@ import time
 import traceback
 from typing import Any, Callable
 from hpcqa.core.plan import bf16_choice
-from hpcqa.rank.train import commbench, efficiency
+from hpcqa.rank.train import batching, commbench, efficiency
 from hpcqa.core import scaling
 from hpcqa.core import topology
 from hpcqa.errors import HpcqaError, RankError
@@ -79,7 +79,7 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
         return stop_after_checkpoint(r, trainer.state.global_step)
     cfg = plan.config.train
     timing = trainer.hpcqa_timer.summary(cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * r.world)
-    timing["efficiency"] = run_efficiency(r, model, data, timing, own_peak, bf16)
+    timing["efficiency"] = run_efficiency(r, model, data, timing, own_peak, bf16, trainer.hpcqa_counts)
     timing["comm"] = comm_probe(r, trainer, timing["step_split_s"])
     timing["optimizer"] = optimizer_facts(trainer)
     timing.update(train_runtime_s=train_time, trainer_samples_per_second=train_out.metrics.get("train_samples_per_second"),
@@ -272,9 +272,12 @@ def build_trainer(r: Rank, args, model, data: dict, optimizers: tuple):
             callbacks.append(board)
     if tc.fail_at_step:
         callbacks.append(FailAt(tc.fail_at_step, r.rank == r.world - 1, TrainerCallback))
-    collator = default_data_collator if r.plan.config.data.pad_to_max_length else \
-        DataCollatorWithPadding(data["tokenizer"])
-    cls = QATrainer(Trainer, r, data) if tc.eval_strategy != "no" else Trainer
+    dc = r.plan.config.data
+    collator = default_data_collator if dc.pad_to_max_length else \
+        DataCollatorWithPadding(data["tokenizer"], pad_to_multiple_of=dc.pad_to_multiple_of if
+                                dc.pad_to_multiple_of > 1 else None)
+    cls = CountingTrainer(Trainer, r)
+    cls = QATrainer(cls, r, data) if tc.eval_strategy != "no" else cls
     trainer = cls(model=model, args=args, train_dataset=data["train_features"], processing_class=data["tokenizer"],
                   eval_dataset=data["eval_features"] if tc.eval_strategy != "no" else None,
                   data_collator=collator, callbacks=callbacks, optimizers=optimizers)
@@ -295,19 +298,24 @@ def rank_peak(r: Rank, bf16: bool) -> tuple[float, str]:
     return value, source
 
 
-def run_efficiency(r: Rank, model, data: dict, timing: dict, own_peak: tuple[float, str], bf16: bool) -> dict:
-    """Every rank's peak (gathered), the model's FLOPs per sample, the run's achieved FLOP/s and MFU."""
+def run_efficiency(r: Rank, model, data: dict, timing: dict, own_peak: tuple[float, str], bf16: bool,
+                   counts: dict | None = None) -> dict:
+    """Every rank's peak and token counts (gathered), the model's FLOPs per sample, the run's achieved FLOP/s and
+    MFU on text tokens and on all tokens."""
     import torch.distributed as dist
-    peaks: list = [own_peak]
+    mine = (own_peak, counts or efficiency.new_counts())
+    gathered: list = [mine]
     if dist.is_available() and dist.is_initialized():
-        peaks = [None] * dist.get_world_size()
-        dist.all_gather_object(peaks, own_peak)
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, mine)
+    peaks = [p for p, _ in gathered]
     inner = model.module if hasattr(model, "module") else model
     flops = efficiency.model_flops(inner, data["max_seq_length"])
     rate = timing.get("steady_samples_per_second") or timing.get("train_samples_per_second")
     sources = {s for _, s in peaks}
     return efficiency.summary(flops, rate, [p for p, _ in peaks], "bf16" if bf16 else "fp32",
-                              sources.pop() if len(sources) == 1 else "mixed")
+                              sources.pop() if len(sources) == 1 else "mixed",
+                              efficiency.add_counts([c for _, c in gathered]))
 
 
 def optimizer_facts(trainer) -> dict:
@@ -462,6 +470,33 @@ def write_results(r: Rank, result: dict, data: dict, train_out, timing: dict, re
     board_efficiency(r, result.get("efficiency") or {}, result.get("step_split_s") or {}, train_out.global_step)
     r.log(f"done: EM {result.get('exact_match', float('nan')):.2f}  F1 {result.get('f1', float('nan')):.2f}  "
           f"train {result['train_samples_per_second']:.1f} samples/s")
+
+
+def CountingTrainer(base, r: Rank):
+    class CountingTrainer(base):
+        """The Trainer with hpcqa's batches: length-grouped in lockstep across the ranks (hpcqa.rank.train.batching)
+        unless data.pad_to_max_length or not data.group_by_length; and a count of the tokens each batch carries
+        (text and all), for the MFU on each."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.hpcqa_counts = efficiency.new_counts()
+
+        def _get_train_sampler(self, train_dataset=None):
+            dc = r.plan.config.data
+            ds = train_dataset if train_dataset is not None else self.train_dataset
+            if dc.pad_to_max_length or not dc.group_by_length or ds is None:
+                return super()._get_train_sampler(train_dataset)
+            from torch.utils.data import Sampler
+            return batching.Sampler(Sampler)(batching.feature_lengths(ds), self.args.per_device_train_batch_size,
+                                             r.world, self.args.seed)
+
+        def training_step(self, model, inputs, *args, **kwargs):
+            if "input_ids" in inputs:
+                efficiency.count_batch(self.hpcqa_counts, inputs["input_ids"], inputs.get("attention_mask"))
+            return super().training_step(model, inputs, *args, **kwargs)
+
+    return CountingTrainer
 
 
 def QATrainer(base, r: Rank, data: dict):
