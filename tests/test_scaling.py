@@ -256,3 +256,45 @@ def test_time_to_train_follows_epochs_or_max_steps():
     one, two = scaling.Model.from_run(by_steps, link).predict([1, 2])
     assert one.time_to_train_s == pytest.approx(300 * 8 / 120.0) and two.time_to_train_s == pytest.approx(
         300 * two.step_time_s)
+
+
+def test_the_link_for_an_efficiency_target_is_the_one_that_gives_it():
+    prof = scaling.profile_from_reference(2, 12, 88729, 26 * 60, [25 * MB] * 10)
+    assert prof.step_time_s == pytest.approx(1560 / math.ceil(88729 / 24)) and prof.train_samples == 88729
+    link = scaling.Link(1.0, 20e-6)
+    need = scaling.Model(prof, link).bandwidth_for(4, 0.9)
+    (four,) = scaling.Model(prof, scaling.Link(need, 20e-6)).predict([4])
+    assert four.efficiency == pytest.approx(0.9)
+    (faster,) = scaling.Model(prof, scaling.Link(need * 1.5, 20e-6)).predict([4])
+    assert faster.efficiency > 0.9
+    slow = scaling.Model(prof, scaling.Link(1.0, 0.05))     # 50 ms a hop: latency alone is over the budget
+    assert slow.bandwidth_for(4, 0.9) is None and slow.bandwidth_for(1, 0.9) == 0.0
+
+
+def test_a_prediction_from_a_config_and_a_time_measured_elsewhere(cli, tmp_path):
+    """Intel's published Sapphire Rapids run as input: DistilBERT (its shapes from transformers' documented
+    DistilBertConfig defaults, which are distilbert-base-uncased's), 2 ranks per node, batch 12, 26 min per epoch
+    of SQuAD v1.1 on one node. The model is built on the meta device: its 66 M parameters give the buckets."""
+    from transformers import DistilBertConfig
+    model = tmp_path / "distilbert"
+    model.mkdir()
+    DistilBertConfig(architectures=["DistilBertForQuestionAnswering"]).to_json_file(str(model / "config.json"))
+    base = ["scaling", "--predict", "configs/squad_spr.toml", "--set", "train.per_device_train_batch_size=12",
+            "--nodes", "1,2,4", "--bandwidth", "100gbit", "--latency-us", "20"]
+    env = {"HPCQA_LINK_STORE": str(tmp_path / "links.json")}
+    r = cli(*base, "--epoch-time", "26m", "--features", "88729", "--set", f"model.name_or_path={model}", "--json",
+            env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    one, two, four = out["predictions"]
+    assert one["time_to_train_s"] == pytest.approx(1560, rel=0.01) and 3.0 < four["speedup"] < 4.0
+    assert "distilbert, 66.4 M parameters" in out["gradients"] and out["profile"]["ranks_per_node"] == 2
+    assert out["profile"]["samples_per_rank_step"] == 12 and 10e9 / 8 < out["bandwidth_needed_Bps"]["4"] < 400e9 / 8
+    r = cli(*base, "--epoch-time", "26m", "--features", "88729", "--set", f"model.name_or_path={model}", env=env)
+    assert r.returncode == 0 and "90 % of linear at 4 nodes needs a link of" in " ".join(r.stdout.split())
+    for extra, says in (([], "--epoch-time 26m --features"),
+                        (["--epoch-time", "soon", "--features", "9"], "7m30s"),
+                        (["--epoch-time", "26m", "--features", "88729", "--set",
+                          f"model.name_or_path={tmp_path / 'absent'}"], "model.name_or_path")):
+        r = cli(*base, *extra, env={**env, "HF_HUB_OFFLINE": "1"})
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (extra, r.stderr)

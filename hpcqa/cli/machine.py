@@ -101,6 +101,8 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         nodes = []
     if not nodes or nodes[0] < 1:
         raise UsageError(f"--nodes {args.nodes!r}: expected node counts", "e.g. --nodes 1,2,4,8")
+    if args.id.endswith(".toml") or Path(args.id).is_file():
+        return _scaling_from_reference(args, nodes)
     from hpcqa.executors import jobs
     from hpcqa.executors.slurmcli import Slurm
     reg = registry.Registry(args.registry, create=False)
@@ -123,10 +125,53 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scaling_from_reference(args: argparse.Namespace, nodes: list[int]) -> int:
+    """`hpcqa scaling --predict CONFIG --epoch-time T --features N`: one node of the config's shape took T per
+    epoch elsewhere (a published figure, another cluster); the config's model (its shapes, built on torch's meta
+    device) gives the gradient buckets; the link is given or stored."""
+    from hpcqa.core import config, scaling
+    from hpcqa.core import plan as planmod
+    from hpcqa.record import scalingview
+    if not args.epoch_time or not args.features:
+        raise UsageError(f"{args.id}: a prediction from a config needs one node's time per epoch and the features "
+                         "in an epoch", "add --epoch-time 26m --features 88729 (SQuAD v1.1 at 384/128)")
+    epoch_s = scalingview.parse_duration(args.epoch_time)
+    cfg = config.load(args.id, list(args.set))
+    lp = planmod.build_plan(cfg, hostprobe.probe_host())
+    from hpcqa.rank.train import commbench
+    try:
+        buckets = commbench.model_buckets(cfg)
+    except (OSError, ValueError, RuntimeError) as e:
+        raise UsageError(f"model.name_or_path = {cfg.model.name_or_path!r}: its config is not at hand here "
+                         f"({str(e).splitlines()[0][:160]})", "hpcqa stage the config where the hub is reachable, "
+                         "or --set model.name_or_path=DIR (a directory with the model's config.json)") from None
+    batch = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps
+    prof = scaling.profile_from_reference(lp.ranks_per_node, batch, args.features, epoch_s, buckets["bucket_bytes"])
+    link = scalingview.link_for(lp.executor, cfg.cluster.partition, lp.backend.resolved, args.bandwidth,
+                                args.latency_us)
+    model = scaling.Model(prof, link)
+    preds = model.predict(nodes)
+    out = {"job": None, "source": f"{args.id}: 1 node x {lp.ranks_per_node} ranks, {args.epoch_time} per epoch of "
+                                  f"{args.features:,} features (given)", "model": model, "predictions": preds,
+           "best_layout": {}, "layouts": {}, "slower": scaling.slower_than_one(preds),
+           "gradients": f"{buckets['model_type']}, {buckets['parameters'] / 1e6:.1f} M parameters: "
+                        f"{buckets['grad_bytes'] / 1e6:.0f} MB of gradients in {len(buckets['bucket_bytes'])} buckets",
+           "needed": {n: model.bandwidth_for(n, args.efficiency) for n in nodes if n > 1},
+           "efficiency_target": args.efficiency}
+    if args.json:
+        print(json.dumps(prediction_json(out), indent=2, default=str))
+        return 0
+    print_prediction(out)
+    return 0
+
+
 def prediction_json(out: dict) -> dict:
     from dataclasses import asdict
     m = out["model"]
-    return {"job": out["job"], "link": asdict(m.link), "profile": asdict(m.profile), "overlap": m.overlap,
+    return {"job": out["job"], "source": out.get("source"), "gradients": out.get("gradients"),
+            "efficiency_target": out.get("efficiency_target"),
+            "bandwidth_needed_Bps": {str(n): b for n, b in (out.get("needed") or {}).items()},
+            "link": asdict(m.link), "profile": asdict(m.profile), "overlap": m.overlap,
             "overlap_source": m.overlap_source, "predictions": [asdict(p) for p in out["predictions"]],
             "best_layout": {str(n): {"ranks_per_node": b[0], "samples_per_second": b[1]}
                             for n, b in out["best_layout"].items() if b},
@@ -139,8 +184,9 @@ def print_prediction(out: dict) -> None:
     from hpcqa.core import scaling
     m, con = out["model"], Console()
     prof = m.profile
-    t = Table(title=f"predicted from job {out['job']} ({prof.nodes} node(s) x {prof.ranks_per_node} ranks, "
-                    f"{prof.t_local:.3f} s/step without the exposed all-reduce)",
+    source = out.get("source") or f"job {out['job']} ({prof.nodes} node(s) x {prof.ranks_per_node} ranks"
+    t = Table(title=f"predicted from {source}; {prof.t_local:.3f} s/step without the exposed all-reduce)"
+              if not out.get("source") else f"predicted from {source}; {prof.t_local:.3f} s per step",
               caption=f"link {scaling.human_rate(m.link.bandwidth_Bps)}, {1e6 * m.link.latency_s:.0f} us "
                       f"({m.link.source}); overlap {m.overlap_source}")
     for col in ("nodes", "step s", "all-reduce s", "samples/s", "speedup", "efficiency", "time to train"):
@@ -150,6 +196,12 @@ def print_prediction(out: dict) -> None:
                   f"{p.speedup:.2f}x", f"{100 * p.efficiency:.0f} %",
                   duration(p.time_to_train_s) if p.time_to_train_s else "-")
     con.print(t)
+    if out.get("gradients"):
+        con.print(f"  gradients: {out['gradients']}", highlight=False)
+    for n, need in (out.get("needed") or {}).items():
+        con.print(f"  {100 * out['efficiency_target']:.0f} % of linear at {n} nodes needs " +
+                  (f"a link of {scaling.human_rate(need)} or more (at {1e6 * m.link.latency_s:.0f} us)" if need
+                   else f"less latency than {1e6 * m.link.latency_s:.0f} us: no bandwidth is enough"), highlight=False)
     for n, best in out["best_layout"].items():
         if best:
             con.print(f"  {n} node(s): fastest measured layout {best[0]} ranks per node ({best[1]:.2f} samples/s)",

@@ -47,7 +47,8 @@ def _add_tune(sub: Any) -> None:
 
     p = sub.add_parser("scaling", help="a run's throughput at 1, 2, 4, ... nodes: predicted from one finished run "
                                        "and the measured link, or a sweep over cluster.nodes measured vs predicted")
-    p.add_argument("id", help="a finished training job (predict from it) or a sweep over cluster.nodes")
+    p.add_argument("id", help="a finished training job (predict from it), a sweep over cluster.nodes, or a config "
+                              "(.toml) with --epoch-time: one node's epoch measured elsewhere or published")
     p.add_argument("--predict", action="store_true", help="predict from the run and the link (`hpcqa tune --comm`); "
                                                           "for a sweep: predicted next to measured")
     p.add_argument("--nodes", default="1,2,4,8,16", metavar="LIST", help="node counts to predict (default 1,2,4,8,16)")
@@ -56,6 +57,12 @@ def _add_tune(sub: Any) -> None:
                                                                    "the measured one, else 50)")
     p.add_argument("--registry", default=None, help="job registry (default: $HPCQA_REGISTRY, else logs/registry.sqlite)")
     p.add_argument("--json", action="store_true", help="the prediction as one JSON object")
+    p.add_argument("--epoch-time", metavar="TIME", help="with a config: one node's time per epoch (26m, 7m30s)")
+    p.add_argument("--features", type=int, metavar="N", help="with a config: training features per epoch (SQuAD "
+                                                             "v1.1 at 384/128: about 88,700)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="with a config: override a key")
+    p.add_argument("--efficiency", type=float, default=0.9, metavar="F", help="the link needed for this share of "
+                                                                              "linear scaling (default 0.9)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -72,6 +72,17 @@ class Profile:
         return max(self.step_time_s - self.exposed_s, 1e-9)
 
 
+def profile_from_reference(ranks_per_node: int, batch_per_rank: float, features: int, epoch_s: float,
+                           bucket_bytes: Sequence[int], epochs: float = 1.0) -> Profile:
+    """A one-node Profile from a time measured elsewhere (a published figure, another cluster): an epoch of
+    `features` at ranks_per_node x batch_per_rank samples per step took epoch_s. The one-node all-reduce is in
+    that time (it is the reference's); nothing is exposed beyond it."""
+    steps = -(-int(features) // int(ranks_per_node * batch_per_rank))
+    return Profile(nodes=1, ranks_per_node=ranks_per_node, samples_per_rank_step=batch_per_rank,
+                   step_time_s=epoch_s / steps, exposed_s=0.0, allreduce_s=0.0,
+                   bucket_bytes=tuple(int(b) for b in bucket_bytes), train_samples=int(features), epochs=epochs)
+
+
 def profile_from_results(res: dict, epochs: float = 0.0, max_steps: int = 0) -> Profile:
     """A Profile from a run's results.json; ValueError naming what is missing."""
     need = [k for k in ("world_size", "nodes", "step_time_s", "steady_samples_per_second") if not res.get(k)]
@@ -162,6 +173,20 @@ class Model:
         if p.train_samples and p.epochs:
             return p.train_samples * p.epochs / rate
         return p.max_steps * step if p.max_steps else None
+
+    def bandwidth_for(self, nodes: int, efficiency: float) -> float | None:
+        """The link bandwidth (bytes/s, at this link's latency) at which `nodes` nodes reach `efficiency` of linear
+        scaling: t_local / (t_local + e) >= efficiency, e = (1 - overlap) x (latency part + 2(p-1)/p x bytes / B).
+        None when the latency alone already costs more than the budget (no bandwidth is enough)."""
+        p = self.profile
+        if nodes < 2:
+            return 0.0
+        ranks = nodes * p.ranks_per_node
+        budget = p.t_local * (1 / efficiency - 1) / max(1.0 - self.overlap, 1e-9)
+        latency = len(p.bucket_bytes) * 2 * (ranks - 1) * self.link.latency_s
+        if budget <= latency:
+            return None
+        return 2 * (ranks - 1) / ranks * sum(p.bucket_bytes) / (budget - latency)
 
     def best_layout(self, nodes: int, local_by_layout: dict[int, float]) -> tuple[int, float] | None:
         """Among measured one-node layouts {ranks per node: t_local}, the one with the most samples/s at `nodes`."""

@@ -4,6 +4,7 @@ the warning a multi-node submission gets when that model says more nodes would b
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,6 +29,18 @@ def parse_rate(text: str) -> float:
             except ValueError:
                 break
     raise UsageError(f"--bandwidth {text!r}: not a link speed", "write it as 10gbit, 100mbit or 117MB/s")
+
+
+DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+
+
+def parse_duration(text: str) -> float:
+    """'26m', '7m30s', '1560s', '1560', '1.5h' -> seconds."""
+    m = DURATION.match(text.strip().lower().replace(" ", "").replace("min", "m"))
+    total = sum(float(x) * unit for x, unit in zip(m.groups(), (3600, 60, 1)) if x) if m else 0.0
+    if total <= 0:
+        raise UsageError(f"--epoch-time {text!r}: not a duration", "write it as 26m, 7m30s, 1560s or 1.5h")
+    return total
 
 
 def results_of(row: Any) -> dict:

@@ -17,6 +17,8 @@ import time
 from typing import Any, Callable
 
 from hpcqa.core import scaling
+from hpcqa.rank.train import model as modelmod
+from hpcqa.record.caches import Caches
 
 # message sizes (bytes) for the link: one small (latency), then sizes where bandwidth dominates
 LINK_SIZES = (8, 65536, 1 << 20, 4 << 20, 16 << 20)
@@ -138,3 +140,17 @@ def planned_buckets(model: Any, cap_bytes: int = 25 << 20, first_bytes: int = 1 
         sizes.append(current)
     return {"grad_bytes": sum(sizes), "bucket_bytes": sizes, "bucket_cap_bytes": cap_bytes,
             "gradient_as_bucket_view": False, "planned": True}
+
+
+def model_buckets(cfg: Any) -> dict:
+    """planned_buckets of the config's model, built from its config.json alone on torch's meta device: no weights
+    read, no memory (for `hpcqa scaling --predict CONFIG`). OSError when the model's config is not at hand."""
+    import torch
+    from transformers import AutoConfig, AutoModelForQuestionAnswering
+
+    path, kwargs = modelmod.resolve(cfg.model, Caches.for_data_cache(cfg.data.cache_dir))
+    conf = AutoConfig.from_pretrained(path, **kwargs)
+    with torch.device("meta"):
+        model = AutoModelForQuestionAnswering.from_config(conf)
+    out = planned_buckets(model, cap_bytes=int(cfg.train.ddp_bucket_cap_mb * (1 << 20)))
+    return {**out, "parameters": sum(p.numel() for p in model.parameters()), "model_type": conf.model_type}
