@@ -1,8 +1,8 @@
-"""Which padding multiple suits the CPU kernels: a training step (forward + backward) of the model at every
-sequence length in a range, then the cost of a length-grouped epoch of SQuAD-shaped features when each batch is
-padded to its longest feature rounded up to 1, 8, 16, 32 or 64.
+"""Which padding multiple suits the CPU kernels: the same length-grouped batches of SQuAD-shaped features, each
+padded to its longest feature rounded up to 1, 8, 16, 32 or 64, timed through a training step (forward +
+backward) of the model, the multiples interleaved batch by batch (a drifting machine affects them alike).
 
-    python benchmarks/pad_multiple_bench.py [--model builtin:minilm] [--batch 12] [--threads 1] [--markdown]
+    python benchmarks/pad_multiple_bench.py [--model builtin:minilm] [--batch 12] [--threads 1] [--batches 24]
 
 A length that is a multiple of the kernels' vector/block width may run faster per token than its neighbours; a
 coarse multiple adds padding. The table says which wins on this machine.
@@ -11,7 +11,6 @@ coarse multiple adds padding. The table says which wins on this machine.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -19,18 +18,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def step_seconds(model, batch: int, length: int, repeats: int) -> float:
+def step_seconds(model, ids, mask) -> float:
     import torch
-    ids = torch.randint(1000, 2000, (batch, length), generator=torch.Generator().manual_seed(length))
-    mask = torch.ones_like(ids)
-    pos = torch.zeros(batch, dtype=torch.long)
-    times = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        out = model(input_ids=ids, attention_mask=mask, start_positions=pos, end_positions=pos)
-        out.loss.backward()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
+    pos = torch.zeros(ids.shape[0], dtype=torch.long)
+    t0 = time.perf_counter()
+    out = model(input_ids=ids, attention_mask=mask, start_positions=pos, end_positions=pos)
+    out.loss.backward()
+    return time.perf_counter() - t0
 
 
 def main(argv: list[str]) -> int:
@@ -38,8 +32,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--model", default="builtin:minilm")
     ap.add_argument("--batch", type=int, default=12)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--lengths", default="96:257", help="range of sequence lengths timed, start:stop")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batches", type=int, default=24)
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args(argv)
     import torch
@@ -53,31 +46,34 @@ def main(argv: list[str]) -> int:
     path, kwargs = modelmod.resolve(ModelConfig(name_or_path=a.model), Caches.for_data_cache(""))
     model = AutoModelForQuestionAnswering.from_pretrained(path, **kwargs)
     tok = AutoTokenizer.from_pretrained(path, **kwargs)
-    lo, hi = (int(x) for x in a.lengths.split(":"))
-    cost = {n: step_seconds(model, a.batch, n, a.repeats) for n in range(lo, hi)}
-    print(f"timed lengths {lo}-{hi - 1}: {cost[lo] * 1e3:.1f} .. {cost[hi - 1] * 1e3:.1f} ms per step",
-          file=sys.stderr)
     ps = synth.squad_json(1200, seed=5, shape="squad")["data"][0]["paragraphs"]
     enc = tok([p["qas"][0]["question"] for p in ps], [p["context"] for p in ps], truncation="only_second",
-              max_length=hi - 1, stride=64, return_overflowing_tokens=True)
-    lengths = [len(x) for x in enc["input_ids"]]
+              max_length=384, stride=128, return_overflowing_tokens=True)
+    feats = enc["input_ids"]
+    lengths = [len(x) for x in feats]
     order = batching.lockstep_order(lengths, a.batch, 1, seed=1, epoch=0)
-    rows = []
-    for multiple in (1, 8, 16, 32, 64):
-        seconds = tokens = 0.0
-        for k in range(0, len(order), a.batch):
-            b = [lengths[i] for i in order[k:k + a.batch]]
-            n = min(-(-max(b) // multiple) * multiple, hi - 1)
-            seconds += cost[max(n, lo)] * len(b) / a.batch
-            tokens += n * len(b)
-        rows.append((multiple, seconds, tokens))
-    base = rows[0][1]
+    multiples = (1, 8, 16, 32, 64)
+    seconds = {m: 0.0 for m in multiples}
+    tokens = {m: 0 for m in multiples}
+    for k in range(1, a.batches + 1):          # batch 0 is the longest: the warm-up
+        idx = order[k * a.batch:(k + 1) * a.batch]
+        for m in multiples:
+            n = min(-(-max(lengths[i] for i in idx) // m) * m, 512)
+            ids = torch.zeros(len(idx), n, dtype=torch.long)
+            mask = torch.zeros(len(idx), n, dtype=torch.long)
+            for row, i in enumerate(idx):
+                ids[row, :lengths[i]] = torch.tensor(feats[i])
+                mask[row, :lengths[i]] = 1
+            seconds[m] += step_seconds(model, ids, mask)
+            tokens[m] += n * len(idx)
+    text = sum(lengths[i] for k in range(1, a.batches + 1) for i in order[k * a.batch:(k + 1) * a.batch])
+    base = seconds[1]
     if a.markdown:
-        print(f"| pad to a multiple of ({a.model}, batch {a.batch}, {a.threads} thread(s)) | epoch s (modelled) "
-              "| tokens computed | vs 1 |")
+        print(f"| pad to a multiple of ({a.model}, batch {a.batch}, {a.threads} thread(s), {a.batches} batches) "
+              "| s | tokens computed (text: {:,}) | vs 1 |".format(text))
         print("|---|---|---|---|")
-    for m, s, t in rows:
-        cells = [str(m), f"{s:.1f}", f"{t:,.0f}", f"{s / base:.3f}x"]
+    for m in multiples:
+        cells = [str(m), f"{seconds[m]:.1f}", f"{tokens[m]:,}", f"{seconds[m] / base:.3f}x"]
         print("| " + " | ".join(cells) + " |" if a.markdown else "  ".join(cells))
     return 0
 
