@@ -294,6 +294,8 @@ def test_a_prediction_from_a_config_and_a_time_measured_elsewhere(cli, tmp_path)
     assert r.returncode == 0 and "90 % of linear at 4 nodes needs a link of" in " ".join(r.stdout.split())
     for extra, says in (([], "--epoch-time 26m --features"),
                         (["--epoch-time", "soon", "--features", "9"], "7m30s"),
+                        (["--epoch-time", "26m", "--features", "-5"], "--features -5"),
+                        (["--epoch-time", "26m", "--features", "9", "--efficiency", "0"], "--efficiency 0"),
                         (["--epoch-time", "26m", "--features", "88729", "--set",
                           f"model.name_or_path={tmp_path / 'absent'}"], "model.name_or_path")):
         r = cli(*base, *extra, env={**env, "HF_HUB_OFFLINE": "1"})

@@ -135,6 +135,10 @@ def _scaling_from_reference(args: argparse.Namespace, nodes: list[int]) -> int:
     if not args.epoch_time or not args.features:
         raise UsageError(f"{args.id}: a prediction from a config needs one node's time per epoch and the features "
                          "in an epoch", "add --epoch-time 26m --features 88729 (SQuAD v1.1 at 384/128)")
+    if args.features < 1 or not 0 < args.efficiency < 1:
+        bad = f"--features {args.features}" if args.features < 1 else f"--efficiency {args.efficiency}"
+        raise UsageError(f"{bad}: out of range", "--features is a count of 1 or more; --efficiency a share "
+                                                 "between 0 and 1 (0.9: 90 % of linear)")
     epoch_s = scalingview.parse_duration(args.epoch_time)
     cfg = config.load(args.id, list(args.set))
     lp = planmod.build_plan(cfg, hostprobe.probe_host())
