@@ -79,6 +79,9 @@ def before_queueing(plans: Sequence[Any], warn=None) -> None:
         key = (p.config.job, p.config.data, p.config.model, p.config.train)
         if key not in seen:
             seen.add(key)
+            if p.command:  # the program loads its own model and data: only the job folders are hpcqa's to check
+                preflight.output_writable(p.config)
+                continue
             stage.require(p.config)
             for note in preflight.check(p.config):
                 if warn:
@@ -99,7 +102,7 @@ def scaling_notes(plans: Sequence[Any]) -> list[str]:
     finished run of the same shape are needed; silent without them)."""
     out, seen = [], set()
     for p in plans:
-        if p.nodes < 2 or (p.nodes, p.config.job.registry) in seen:
+        if p.nodes < 2 or p.command or (p.nodes, p.config.job.registry) in seen:  # the model knows its own trainer
             continue
         seen.add((p.nodes, p.config.job.registry))
         out += scalingview.warnings_for(p, registry.Registry(p.config.job.registry or None, create=False))

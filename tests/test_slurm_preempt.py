@@ -5,6 +5,7 @@ requeues the victim. Nothing here sends a signal by hand."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import slurm_cluster
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.test_slurm import TINY, _start_requeued_now, status, submit, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -191,3 +192,31 @@ def test_the_controller_goes_away_and_comes_back(slurm, tmp_path):
     j = wait_state(slurm, job_id, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)
     assert j["state"] == "COMPLETED", j
     assert json.loads((folder / "results.json").read_text())["global_steps"] == STEPS
+
+
+def test_a_preempted_program_resumes_from_its_own_checkpoint(slurm, tmp_path):
+    """A user command (examples/ddp_loop.py) preempted by a real higher-priority job: Slurm's SIGTERM reaches the
+    program (and hpcqa forwards it), the program saves in HPCQA_CHECKPOINT_DIR and exits, Slurm requeues the job,
+    and the next attempt resumes from the program's own checkpoint."""
+    work = tmp_path / "w"
+    work.mkdir()
+    shutil.copy(ROOT / "examples/ddp_loop.py", work)
+    r = run_cli("submit", str(ROOT / "configs/quickstart.toml"), "--set", "cluster.executor=slurm",
+                "--set", f"job.output_dir={tmp_path / 'logs'}", "--set", "cluster.time_limit_min=10", "--no-wait",
+                "--", "python", "ddp_loop.py", "--steps", "300", "--step-time", "0.1", "--save-every", "1000",
+                env=slurm, cwd=work)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().splitlines()[-1]
+    folder = Path(wait_state(slurm, job_id, {"RUNNING"})["folder"])
+    log = folder / f"{job_id}_0_log.out"
+    end = time.time() + 120
+    while time.time() < end and "step 20 " not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.5)
+    _preemptor(slurm)
+    _start_requeued_now(slurm, job_id, timeout=240)   # not Slurm's ~2 minutes of BeginTime (as above)
+    j = wait_state(slurm, job_id, {"COMPLETED", "FAILED"}, timeout=300)
+    assert j["state"] == "COMPLETED", log.read_text()[-2000:]
+    resumed = j["results"]["metrics"]["resumed_from"]
+    assert 20 <= resumed < 300 and j["results"]["requeues"] == 1
+    assert j["attempts"].startswith("requeued 1x (SIGTERM)")
+    assert f"rank 0: resumed from step {resumed}" in log.read_text()

@@ -14,6 +14,7 @@ runs); the training side imports them inside the ranks.
 from __future__ import annotations
 
 import difflib
+import json
 import sys
 from typing import Sequence
 
@@ -35,7 +36,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(errors.for_terminal(f"hpcqa: no command {argv[0][:40]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
                                + "\n  fix: hpcqa --help lists the commands"), file=sys.stderr)
         return 2
+    argv, program = split_program(argv)
     args = parser.parse_args(argv)
+    if program is not None:
+        if args.command not in ("submit", "render"):
+            print(errors.for_terminal(f"hpcqa {args.command}: a program after -- is only for submit and render"
+                                      "\n  fix: hpcqa submit CONFIG -- python my_train.py ..."), file=sys.stderr)
+            return 2
+        if not program:
+            print(errors.for_terminal("hpcqa: nothing after --\n  fix: name the program every rank runs, e.g. "
+                                      "-- python my_train.py --lr 3e-5"), file=sys.stderr)
+            return 2
+        args.overrides.append("job.command=" + json.dumps(program))
     if not args.command:
         parser.print_help()
         return 0
@@ -49,6 +61,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `hpcqa ... | head`
         return 0
+
+
+def split_program(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """`hpcqa submit CONFIG [options] -- PROGRAM ARGS...`: hpcqa's arguments, and the program's (None: no --)."""
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
 
 
 COMMANDS = {"submit": cmd_submit, "render": cmd_render, "stage": cmd_stage, "env": cmd_env, "topology": cmd_topology,

@@ -209,13 +209,14 @@ def cmd_results(args: argparse.Namespace) -> int:
     from rich.table import Table
     con = Console()
     t = Table(title=f"sweep {args.sweep}: {len(table)} variants, sorted by {args.metric}")
-    for col in ["", "task", *keys, "state", "EM", "F1", "train samples/s", "wall s"]:
+    own = [] if args.metric in results.NUMERIC else [args.metric]   # a program's own metric (HPCQA_RESULTS)
+    for col in ["", "task", *keys, "state", *own, "EM", "F1", "train samples/s", "wall s"]:
         t.add_column(col)
-    f = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"  # noqa: E731
+    f = lambda x, d=2: "-" if not isinstance(x, (int, float)) else f"{x:.{d}f}"  # noqa: E731
     for r in table:
         t.add_row("[bold green]best[/]" if r["best"] else "", str(r["task"]), *[repr(r["params"].get(k)) for k in keys],
-                  r["state"], f(r["exact_match"]), f(r["f1"]), f(r["train_samples_per_second"]),
-                  f(r["wall_time_s"], 0))
+                  r["state"], *[f"{r.get(m):.4g}" if isinstance(r.get(m), (int, float)) else "-" for m in own],
+                  f(r["exact_match"]), f(r["f1"]), f(r["train_samples_per_second"]), f(r["wall_time_s"], 0))
     con.print(t)
     if sc:
         predicted, why = predicted_for_sweep(reg, args.sweep)

@@ -15,6 +15,8 @@ EPILOG = """examples:
   # change keys for one submission
   hpcqa submit configs/squad_spr.toml --set cluster.nodes=2 \\
       --set train.learning_rate=5e-5
+  # your own program on every rank, with the plan's environment and pinning
+  hpcqa submit configs/quickstart.toml -- python examples/ddp_loop.py
   # a standalone script for sbatch, ranks started by Intel MPI's mpirun
   hpcqa render configs/squad_spr.toml --launcher mpirun -o job.sbatch
   # inside srun/salloc: what this process's environment maps to
@@ -73,7 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hpcqa {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("submit", help="run a config (Slurm through submitit, or the local executor)")
+    p = sub.add_parser("submit", help="run a config (Slurm through submitit, or the local executor)",
+                       usage="hpcqa submit CONFIG [options] [-- PROGRAM [ARGS...]]",
+                       description="Run a config. After --, your own program (job.command) runs on every rank "
+                                   "instead of the built-in QA trainer: {section.key} in its arguments is that "
+                                   "config key's value.")
     add_config(p)
     p.add_argument("--dry-run", action="store_true", help="print the launch plan; run nothing")
     p.add_argument("--json", action="store_true", help="with --dry-run: the plan as one JSON object")
@@ -86,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "logs/registry.sqlite); the same as --set job.registry=PATH")
 
     p = sub.add_parser("render", help="write a standalone sbatch script (srun or mpirun), a Kubernetes PyTorchJob "
-                                      "or its Dockerfile")
+                                      "or its Dockerfile", usage="hpcqa render CONFIG [options] [-- PROGRAM [ARGS...]]")
     add_config(p)
     p.add_argument("-o", "--output", help="write the script here (default: stdout)")
     p.add_argument("--target", choices=["script", "pytorchjob", "dockerfile"], default="script",

@@ -72,7 +72,23 @@ def mfu_lines(eff: dict) -> list[str]:
                   f"{eff['precision']} matmul peak"]
 
 
+def command_lines(results: dict) -> list[str]:
+    """A user command's job: that it ended well on every rank, and the metrics its rank 0 wrote (HPCQA_RESULTS)."""
+    wall = results.get("wall_time_s")
+    lines = [f"the command ended with 0 on {results.get('world_size')} rank(s)"
+             + (f"; rank 0 ran {wall:.0f} s" if isinstance(wall, (int, float)) else "")]
+    metrics = results.get("metrics")
+    if isinstance(metrics, dict) and metrics:
+        lines.append("metrics: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                             for k, v in list(metrics.items())[:8]))
+    elif results.get("metrics_error"):
+        lines.append(str(results["metrics_error"]))
+    return lines
+
+
 def summary_lines(results: dict) -> list[str]:
+    if isinstance(results.get("command"), list):
+        return command_lines(results)
     lines = []
     if "exact_match" in results:
         lines.append(f"EM {results['exact_match']:.2f}  F1 {results['f1']:.2f}  ({results.get('eval_examples')} "

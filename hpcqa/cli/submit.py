@@ -6,7 +6,9 @@ import argparse
 import json
 from typing import Any
 from hpcqa.errors import UsageError
-from hpcqa.record.jobdir import SUBMISSION
+from pathlib import Path
+
+from hpcqa.record.jobdir import SUBMISSION, JobDir
 from hpcqa.cli.say import say, stop_like_ctrl_c, warn
 
 
@@ -124,6 +126,36 @@ def batches_line(cfg: Any) -> str:
     return f"{size}, {grouped}; padded per batch{multiple} (max {t.max_seq_length})"
 
 
+def program_env(lp: Any, job: str) -> str:
+    """What a user command gets besides the ranks' variables (hpcqa.rank.command sets them at the rank)."""
+    from hpcqa.core import command
+    jd = JobDir(Path(job))
+    lines = [f"HPCQA_JOB_DIR={job}", f"HPCQA_CHECKPOINT_DIR={jd.checkpoints} (every attempt's)",
+             "HPCQA_ATTEMPT=0 (1 after the first requeue ...), HPCQA_RESUMING=0|1",
+             f"HPCQA_RESULTS={jd.command_results} (rank 0 may write metrics there)",
+             f"TORCHELASTIC_RESTART_COUNT=HPCQA_ATTEMPT, TORCHELASTIC_MAX_RESTARTS={lp.config.cluster.max_requeues}",
+             *(f"{k}={v}" for k, v in command.sweep_env(lp.variant).items()),
+             "notices (SIGTERM, the requeue signal) reach the program's process group as SIGTERM"]
+    return "\n".join(lines)
+
+
+def builtin_rows(res: Any, lp: Any) -> None:
+    """The built-in trainer's rows: model and data, batching, what is staged."""
+    from rich.markup import escape
+    m = lp.config.model.name_or_path
+    d = lp.config.data.dataset or lp.config.data.train_file
+    res.add_row("job", f"{m} on {d}")
+    res.add_row("batches", batches_line(lp.config))
+    from hpcqa import stage
+    staged = stage.check(lp.config)
+    if staged["manifest"]:
+        res.add_row("staged", "\n".join(f"{k}: {state} ({escape(detail)})" for k, (state, detail) in
+                                         staged["items"].items()) + "\nchecked again by submit before queueing")
+    else:
+        res.add_row("staged", f"nothing: no manifest {escape(str(stage.manifest_path(lp.config)))} (`hpcqa stage CONFIG` "
+                              "puts model, data and features in the shared caches for offline nodes)")
+
+
 def print_plan(ex: Any, request: Any) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -134,6 +166,8 @@ def print_plan(ex: Any, request: Any) -> None:
     lp = request.sweep.plans[0]
     c = lp.config.cluster
     res = Table.grid(padding=(0, 2))
+    res.add_column(no_wrap=True)
+    res.add_column(overflow="fold")  # paths are folded, never cut: the dry run shows what will happen
     res.add_row("config", lp.config.source)
     res.add_row("executor", f"{lp.executor}" + (f" (cluster.executor = {c.executor})" if c.executor != lp.executor else "")
                 + f"; submitted by {request.via}")
@@ -153,20 +187,12 @@ def print_plan(ex: Any, request: Any) -> None:
         res.add_row(k, escape(v))
     for k, v in lp.deferred_env.items():
         res.add_row(k, v)
-    res.add_row("job folder", lp.job_dir_pattern.replace(SUBMISSION, request.submission)
-                + "  (%j = job id; the rest: this submission's token)")
-    m = lp.config.model.name_or_path
-    d = lp.config.data.dataset or lp.config.data.train_file
-    res.add_row("job", f"{m} on {d}")
-    res.add_row("batches", batches_line(lp.config))
-    from hpcqa import stage
-    staged = stage.check(lp.config)
-    if staged["manifest"]:
-        res.add_row("staged", "\n".join(f"{k}: {state} ({escape(detail)})" for k, (state, detail) in
-                                         staged["items"].items()) + "\nchecked again by submit before queueing")
+    folder = lp.job_dir_pattern.replace(SUBMISSION, request.submission)
+    res.add_row("job folder", folder + "  (%j = job id; the rest: this submission's token)")
+    if lp.command:
+        res.add_row("program env", escape(program_env(lp, folder)))
     else:
-        res.add_row("staged", f"nothing: no manifest {escape(str(stage.manifest_path(lp.config)))} (`hpcqa stage CONFIG` "
-                              "puts model, data and features in the shared caches for offline nodes)")
+        builtin_rows(res, lp)
     con.print(Panel(res, title="hpcqa plan (dry run: nothing submitted)", expand=False))
     for w in lp.warnings:
         con.print(f"[yellow]warning:[/] {w}")
@@ -197,14 +223,18 @@ def ranges_in(value: str) -> str:
     return re.sub(r"\d+(?:,\d+){3,}", lambda m: cpu_list(int(x) for x in m.group(0).split(",")), value)
 
 
+TORCHRUN_ALIASES = ("GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME")
+
+
 def print_ranks(con: Any, lp: Any) -> None:
     """Every node runs the same local ranks: one row per local rank (its global ranks follow from the node), CPU
     lists as ranges. `--json` has every rank's exact values."""
     from rich.table import Table
     from hpcqa.core.topology import cpu_list
 
-    derived = {"RANK", "NODE_RANK"}
-    common = dict(lp.ranks[0].env)
+    # what follows from the row, and torchrun's aliases (GROUP_RANK = NODE_RANK ...): the note below names them
+    derived = {"RANK", "NODE_RANK", *TORCHRUN_ALIASES}
+    common = {k: v for k, v in lp.ranks[0].env.items() if k not in TORCHRUN_ALIASES}
     for r in lp.ranks[1:]:
         common = {k: v for k, v in common.items() if r.env.get(k) == v}
     if common:
@@ -226,4 +256,5 @@ def print_ranks(con: Any, lp: Any) -> None:
         own = "\n".join(f"{k}={ranges_in(v)}" for k, v in r.env.items() if k not in common and k not in derived)
         t.add_row(str(r.local_rank), shown, cpu_list(r.cpus) if r.cpus else "unbound", own)
     con.print(t)
-    con.print("CPU lists shown as ranges; `--json` has every rank's exact values.", style="dim", highlight=False)
+    con.print("CPU lists as ranges; torchrun's GROUP_*/ROLE_* too; --json has every rank's exact values.",
+              style="dim", highlight=False)

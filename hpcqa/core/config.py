@@ -58,6 +58,13 @@ class JobConfig:
     task: Literal["train", "comm"] = opt("train", "What the ranks do: train (the job); comm: measure the link "
                                                   "between the nodes with the DDP backend and stop (what "
                                                   "`hpcqa tune --comm` submits).")
+    command: tuple[str, ...] = opt(tuple, "Your own program as the job, one argument per entry: every rank runs it "
+                                   "with the plan's environment and pinning (`hpcqa submit CONFIG -- ARGS...` sets "
+                                   "it). Empty: hpcqa's built-in QA trainer. `{train.learning_rate}` is that key's "
+                                   "value (a sweep variant's own), `{{`/`}}` are braces; a first entry python or "
+                                   "python3 is the ranks' interpreter (cluster.python).", factory=True)
+    workdir: str = opt("", "The command's working directory, snapshotted at submit: the ranks run in the copy "
+                           "(submit --no-snapshot: in the directory itself). Empty: where submit runs.")
 
 
 @dataclass(frozen=True)

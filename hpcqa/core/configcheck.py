@@ -10,7 +10,7 @@ import re
 import shlex
 from typing import Any
 
-from hpcqa.core import targets, values as valuecheck
+from hpcqa.core import command, targets, values as valuecheck
 from hpcqa.errors import ConfigError
 
 
@@ -58,6 +58,7 @@ def check(cfg: Any) -> None:
                                           "validation_file is given",
                           "set data.dataset (e.g. \"squad\") or data.train_file", src)
     _check_eval(cfg)
+    _check_command(cfg)
     if t.max_steps == 0:
         raise ConfigError("train.max_steps", "0 steps would train nothing",
                           "use -1 (epochs decide) or a positive number", src)
@@ -68,6 +69,27 @@ def check(cfg: Any) -> None:
 
 
 ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def _check_command(cfg: Any) -> None:
+    """job.command: bounded, printable, no literal credential (it is written into the plan), placeholders that name
+    keys; the link probe (job.task = "comm") is hpcqa's own program."""
+    j, src = cfg.job, cfg.source
+    if not j.command:
+        return
+    if j.task != "train":
+        raise ConfigError("job.task", f"{j.task!r} runs hpcqa's own program, and job.command is set",
+                          "leave job.task = \"train\" with a command, or empty job.command", src)
+    for i, a in enumerate(j.command):
+        bad = valuecheck.control_char(a)
+        if bad:
+            raise ConfigError(f"job.command[{i}]", f"a control character ({bad})", "remove it", src)
+        what = valuecheck.secret_shape(a)
+        if what:
+            raise ConfigError(f"job.command[{i}]", f"looks like a {what}: the command is written into the plan, the "
+                              "registry and the dry run", "pass it by name: launch.pass_env = [\"NAME\"] and read "
+                              "the variable in your program", src)
+    command.check(j.command, cfg.to_dict(), src)
 
 
 def _check_setup(cfg: Any) -> None:
@@ -97,7 +119,7 @@ def _complete_command(line: str) -> bool:
     except ValueError:
         return False
     return True
-PATH_KEYS = ("job.output_dir", "job.registry", "cluster.python", "model.cache_dir", "data.cache_dir",
+PATH_KEYS = ("job.output_dir", "job.registry", "job.workdir", "cluster.python", "model.cache_dir", "data.cache_dir",
              "data.train_file", "data.validation_file", "data.test_file", "train.resume_from", "k8s.mount_path",
              "k8s.output_path", "k8s.model_cache_path", "k8s.data_cache_path")
 

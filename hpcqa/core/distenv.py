@@ -46,10 +46,13 @@ class DistEnv:
             "LOCAL_RANK": str(self.local_rank), "LOCAL_WORLD_SIZE": str(self.local_world_size),
             "NODE_RANK": str(self.node_rank), "GROUP_RANK": str(self.node_rank),
             "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port),
+            # torchrun's names too: a script written for torchrun reads these
+            "GROUP_WORLD_SIZE": str(max(self.world_size // max(self.local_world_size, 1), 1)),
+            "ROLE_RANK": str(self.rank), "ROLE_WORLD_SIZE": str(self.world_size), "ROLE_NAME": "default",
         }
 
     def to_json(self) -> dict:
-        d = {k.upper(): v for k, v in self.torch_env().items() if k != "GROUP_RANK"}
+        d = {k.upper(): v for k, v in self.torch_env().items() if not k.startswith(("GROUP_", "ROLE_"))}
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_PORT"):
             d[k] = int(d[k])
         d.update(hosts=list(self.hosts), source=self.source, job_id=self.job_id)

@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from hpcqa.core import targets, threadenv, topology
+from hpcqa.core import command, targets, threadenv, topology
 from hpcqa.core.config import Config, from_dict
 from hpcqa.errors import ConfigError, HpcqaError
 from hpcqa.core.frozen import FrozenDict, freeze
@@ -117,6 +117,8 @@ class LaunchPlan:
     ranks_per_domain: int = 1         # ranks per socket (per NUMA node with rank_domain = "numa")
     layout_source: str = ""           # where ranks_per_domain came from (config, tuned, heuristic)
     requeue: Requeue = Requeue.NONE   # who brings a rank back after a checkpoint on a signal (set by the executor)
+    command: tuple[str, ...] = ()     # job.command resolved (empty: hpcqa's trainer); no shell ever parses it
+    work: Mapping[str, Any] = field(default_factory=FrozenDict)  # the command's folder: dir, run_in, snapshot, named
 
     def slurm_parameters(self) -> dict[str, Any]:
         """The Slurm request, in submitit's parameter names: hpcqa's one writer of #SBATCH lines
@@ -180,6 +182,8 @@ class LaunchPlan:
             "ranks_per_domain": self.ranks_per_domain,
             "layout_source": self.layout_source,
             "requeue": str(self.requeue),
+            "command": list(self.command),
+            "work": dict(self.work),
         }
         if not ranks:
             del d["ranks"]
@@ -199,7 +203,8 @@ class LaunchPlan:
             warnings=tuple(d["warnings"]), python=d["python"], variant=freeze(d.get("variant") or {}),
             variant_index=d.get("variant_index", 0), ranks_per_domain=d.get("ranks_per_domain", 1),
             layout_source=d.get("layout_source", ""),
-            requeue=Requeue(d.get("requeue", Requeue.NONE))).with_global_ranks()
+            requeue=Requeue(d.get("requeue", Requeue.NONE)), command=tuple(d.get("command") or ()),
+            work=freeze(d.get("work") or {})).with_global_ranks()
 
     @classmethod
     def loads(cls, text: str) -> "LaunchPlan":
@@ -222,6 +227,10 @@ class LaunchPlan:
 
     def with_variant(self, index: int, params: Mapping[str, Any]) -> "LaunchPlan":
         return replace(self, variant=freeze(dict(params)), variant_index=index)
+
+    def with_work(self, **work: Any) -> "LaunchPlan":
+        """The plan with what the executor decided about the command's folder (its snapshot, the files named)."""
+        return self if not self.command else replace(self, work=freeze({**self.work, **work}))
 
     def with_requeue(self, requeue: Requeue) -> "LaunchPlan":
         """The plan as the executor that submits it hands it to the ranks: who requeues a stopped rank."""
@@ -274,7 +283,7 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_su
         raise ConfigError("launch.ccl_workers", "0: the ccl backend needs at least one oneCCL worker thread per rank "
                           "(CCL_WORKER_COUNT), and its cores", "set launch.ccl_workers = 1 (or more), or "
                           "train.ddp_backend = \"gloo\"", cfg.source)
-    rpd, layout_source = ranks_per_domain(cfg, host.tuned)
+    rpd, layout_source = ranks_per_domain(cfg, {} if cfg.job.command else host.tuned)
     ranks_per_node = cfg.domains_per_node * rpd
     if workers >= cfg.cores_per_domain // rpd:
         raise ConfigError("launch.ccl_workers", f"{workers} CCL workers leave no compute core for {rpd} ranks on a "
@@ -297,7 +306,16 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_su
                       warnings=(_warnings(cfg, host, backend, pools) + _inherited_warning(target, host)
                                 + _launcher_warning(target, launcher, Launcher(la.launcher), via_submitit)),
                       python=c.python or host.python,
-                      ranks_per_domain=rpd, layout_source=layout_source)
+                      ranks_per_domain=rpd, layout_source=layout_source, **_command(cfg, target, c.python or host.python))
+
+
+def _command(cfg: Config, target: type[targets.Target], python: str) -> dict[str, Any]:
+    """job.command as the ranks run it, and the folder it runs in (a pod's: the image's, unless job.workdir says)."""
+    if not cfg.job.command:
+        return {}
+    argv = command.resolve(cfg.job.command, cfg.to_dict(), python, cfg.source)
+    folder = os.path.abspath(cfg.job.workdir or ".") if target.sees_submit_files else cfg.job.workdir
+    return {"command": argv, "work": FrozenDict({"dir": folder, "run_in": folder, "snapshot": "", "named": {}})}
 
 
 def shape_key(cfg: Config) -> str:
@@ -353,7 +371,9 @@ def _global_ranks(nodes: int, local_ranks: tuple[LocalRankPlan, ...]) -> tuple[R
         for lr in local_ranks:
             rank = node * per_node + lr.local_rank
             env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(lr.local_rank),
-                   "LOCAL_WORLD_SIZE": str(per_node), "NODE_RANK": str(node), **lr.env}
+                   "LOCAL_WORLD_SIZE": str(per_node), "NODE_RANK": str(node), "GROUP_RANK": str(node),
+                   "GROUP_WORLD_SIZE": str(nodes), "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(world),
+                   "ROLE_NAME": "default", **lr.env}
             ranks.append(RankPlan(rank=rank, node_rank=node, local_rank=lr.local_rank, cpus=lr.cpus,
                                   env=FrozenDict(env)))
     return tuple(ranks)

@@ -74,6 +74,7 @@ class Target:
     max_nodes: ClassVar[int | None] = None        # None: as many as the config asks
     configurable: ClassVar[bool] = True           # may be named in cluster.executor
     inherits_submitting_env: ClassVar[bool] = True  # the ranks inherit the submitting shell's environment
+    sees_submit_files: ClassVar[bool] = True  # the ranks see the submitting host's files (a shared filesystem)
 
     @classmethod
     def affinity(cls, host: HostProbe) -> int:
@@ -131,6 +132,7 @@ class K8s(Target):
     launchers = (Launcher.PYTORCHJOB,)
     configurable = False      # `hpcqa render --target pytorchjob`, whatever cluster.executor says
     inherits_submitting_env = False
+    sees_submit_files = False  # pods see their image and the volume
 
     @classmethod
     def affinity(cls, host: HostProbe) -> int:

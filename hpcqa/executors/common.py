@@ -3,16 +3,18 @@ registry rows, and watching a job folder (what is shown of it is the CLI's)."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from hpcqa.core import sweep, targets
+from hpcqa.core import command, sweep, targets
 from hpcqa.core.config import Config
+from hpcqa.executors import snapshot
 from hpcqa.executors.interface import File, Progress
-from hpcqa.record import jobdir
+from hpcqa.record import jobdir, worktree
 from hpcqa.record.jobdir import TASK_ID, JobDir, JobRoot, atomic_write_text
 from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.record.registry import Registry
@@ -22,6 +24,53 @@ def script_config(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
     """A rendered script's config and host: a Slurm-shaped plan (whatever executor the config names), and the
     interpreter the script runs where it is taken -- cluster.python, else python3 (not this host's own path)."""
     return replace(cfg, cluster=replace(cfg.cluster, executor=targets.Slurm.name)), replace(host, python="python3")
+
+
+def with_work(sp: sweep.SweepPlan, copy: bool) -> tuple[sweep.SweepPlan, worktree.WorkTree | None]:
+    """A user command's plans as the ranks get them: the folder they run in (the copy of job.workdir made at submit,
+    or with `copy` off the folder itself) and the digests of the files the command names outside it. Pods see
+    neither: their command runs in their image."""
+    p0 = sp.plans[0]
+    if not p0.command or not p0.target.sees_submit_files:
+        return sp, None
+    folder = p0.work["dir"]
+    root = job_root(p0).path
+    tree = worktree.scan(folder, [str(root), os.path.abspath(p0.config.job.output_dir)],
+                         snapshot.git_describe(folder)) if copy else None
+    run_in = str(tree.folder(root / "code") / worktree.TREE) if tree else folder
+    plans = []
+    for p in sp.plans:
+        args = p.command[1:] if p.command[0] == p.python else p.command
+        named = worktree.named_digests(command.named_files(args, folder), folder) if tree else {}
+        plans.append(p.with_work(run_in=run_in, snapshot=tree.digest if tree else "", named=named))
+    return replace(sp, plans=tuple(plans)), tree
+
+
+def write_work(request) -> None:
+    """The copy of a user command's folder that the request's plans name (made once per digest)."""
+    if request.work is not None:
+        root = job_root(request.sweep.plans[0]).path
+        worktree.write(request.work, root / "code")
+
+
+def work_facts(sp: sweep.SweepPlan, tree: worktree.WorkTree | None) -> tuple[tuple[str, str], ...]:
+    """The dry run's lines about a user command: what every rank runs, where, and what is verified."""
+    p0 = sp.plans[0]
+    if not p0.command:
+        return ()
+    w = p0.work
+    where = (f"{w['run_in']} (a copy of {tree.source}: {len(tree.files)} files, {tree.size / 2**20:.1f} MiB, "
+             f"{tree.provenance.get('describe')}; verified by every rank before it starts)" if tree else
+             f"{w['run_in']} (not copied: the ranks run what is there when they start)" if w["run_in"] else
+             "the image's working directory (or job.workdir): the program must be in the image or on the volume")
+    rows = [("command", command.display(p0.command) + (f"  (variant 0 of {len(sp.plans)})" if sp.is_sweep else "")),
+            ("runs in", where)]
+    if tree and tree.skipped:
+        rows.append(("not copied", ", ".join(tree.skipped[:6]) + (" ..." if len(tree.skipped) > 6 else "")))
+    if w.get("named"):
+        rows.append(("checked", ", ".join(sorted(w["named"])) + " (named by the command, outside its folder: their "
+                                "digests are checked by every rank)"))
+    return tuple(rows)
 
 
 def job_root(plan: LaunchPlan) -> JobRoot:

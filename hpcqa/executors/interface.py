@@ -21,6 +21,7 @@ from hpcqa.errors import UsageError
 from hpcqa.executors.snapshot import Snapshot
 from hpcqa.record.registry import JobRow
 from hpcqa.record.status import JobView
+from hpcqa.record.worktree import WorkTree
 
 Say = Callable[[str], None]   # where an executor reports what it is doing (the CLI: stderr; the API: nowhere)
 Progress = Callable[[dict], None]  # rank 0's progress (progress.json) each time it is read while a job is followed
@@ -56,6 +57,7 @@ class Request:
     summary: str = ""                          # one line: what this request runs
     placement: tuple[str, ...] = ()            # per variant: where it runs ("array 0: --array=0-3%2", "local ...")
     code: Snapshot | None = None               # the snapshot of hpcqa the ranks import, or None (the installed one)
+    work: WorkTree | None = None               # job.command's folder, copied for the ranks (None: no command/copy)
 
     def to_json(self) -> dict[str, Any]:
         default = 0o640 if self.sweep.plans[0].config.job.group_readable else 0o600  # submit's owner umask
@@ -63,7 +65,10 @@ class Request:
                 "files": [{"path": f.path, "mode": oct(f.mode or default), "bytes": len(f.text)} for f in self.files],
                 "scripts": list(self.scripts), "commands": [list(c) for c in self.commands],
                 "facts": dict(self.facts), "notes": list(self.notes),
-                "code": {"path": str(self.code.path), **self.code.provenance} if self.code else None}
+                "code": {"path": str(self.code.path), **self.code.provenance} if self.code else None,
+                "work": {"source": self.work.source, "digest": self.work.digest, "files": len(self.work.files),
+                         "bytes": self.work.size, "skipped": list(self.work.skipped), **self.work.provenance}
+                if self.work else None}
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from hpcqa.record import jobdir
 from hpcqa.record.jobdir import JobRoot
 from hpcqa.core.config import Config
 from hpcqa.errors import ConfigError, UsageError
+from hpcqa.executors import common
 from hpcqa.executors.interface import RenderOnly, Request
 from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.plan import HostProbe, LaunchPlan
@@ -423,7 +424,7 @@ class PyTorchJobRender(RenderOnly):
         plan = sp.plans[0]
         docs = to_dicts(objects(plan))  # serialised once: checked, described and written from the same dicts
         check_names(docs, plan.config)
-        facts = pod_facts(plan, docs[1])
+        facts = pod_facts(plan, docs[1]) + common.work_facts(sp, None)
         return Request(self.target.name, self.via, sp, JobRoot.new_submission(), scripts=(to_yaml(docs),),
                        commands=(("kubectl", "apply", "-f", "<file>"),), facts=facts, notes=plan_notes(plan),
                        placement=(f"PyTorchJob {job_name(plan)}",),

@@ -53,7 +53,7 @@ class Local:
         return sweep.DEFAULT_MAX_ARRAY_SIZE, "local: variants run one after another"
 
     def dry_run(self, sp: sweep.SweepPlan) -> Request:
-        sp = sp.with_requeue(self.requeue)
+        sp, work = common.with_work(sp.with_requeue(self.requeue), self.snapshot)
         plans = list(sp.plans)
         root = common.job_root(plans[0])
         submission = root.new_submission()
@@ -65,7 +65,7 @@ class Local:
         code = snapshot.plan(root) if self.snapshot else None
         return Request(self.target.name, self.via, sp, submission, tuple(f for p in plans for f in common.plan_files([p])),
                        commands=commands, notes=tuple(preview(plans[0])), placement=tuple(where for _ in plans),
-                       facts=(snapshot.fact(code),), code=code)
+                       facts=(snapshot.fact(code), *common.work_facts(sp, work)), code=code, work=work)
 
     def check(self, request: Request) -> tuple[bool, str]:
         return True, "local executor: nothing to ask Slurm"
@@ -77,6 +77,7 @@ class Local:
         common.write_files(request)
         if request.code:
             snapshot.write(request.code)
+        common.write_work(request)
         sp = request.sweep
         if sp.is_sweep:
             return self._run_sweep(request, say)

@@ -39,7 +39,7 @@ class ScriptSlurm:
         if sp.is_sweep:
             raise PlanError("a sweep runs as Slurm job arrays through submitit, not as one rendered script",
                             "submit the sweep with `hpcqa submit`; render one variant at a time")
-        sp = sp.with_requeue(self.requeue)
+        sp, work = common.with_work(sp.with_requeue(self.requeue), self.snapshot)
         plan = sp.plans[0]
         root = common.job_root(plan)
         code = snapshot.plan(root) if self.snapshot else None
@@ -49,11 +49,12 @@ class ScriptSlurm:
         c = plan.config.cluster
         facts = (("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default")),
                  ("hosts", "unknown until Slurm allocates the job"),
-                 ("job folder", f"{root.path}/<cluster>-<job id> (computed by the script)"), snapshot.fact(code))
+                 ("job folder", f"{root.path}/<cluster>-<job id> (computed by the script)"), snapshot.fact(code),
+                 *common.work_facts(sp, work))
         return Request(self.target.name, self.via, sp, JobRoot.new_submission(), (File(str(path), text),), (text,),
                        (("sbatch", "--parsable", f"--output={root.script_output()}", str(path)),), facts=facts,
                        summary=f"{plan.launcher}, {plan.world_size} ranks on {plan.nodes} node(s)",
-                       placement=(f"one job, {plan.launcher} in the batch shell",), code=code)
+                       placement=(f"one job, {plan.launcher} in the batch shell",), code=code, work=work)
 
     def max_array_size(self) -> tuple[int, str]:
         return 1, "no arrays: one rendered script"
@@ -71,6 +72,7 @@ class ScriptSlurm:
         common.write_files(request)
         if request.code:
             snapshot.write(request.code)
+        common.write_work(request)
         (command,) = request.commands
         job_id, cluster = self.slurm.sbatch(command)
         jd = common.job_root(plan).script_job(cluster or self.slurm.cluster_name(), job_id)

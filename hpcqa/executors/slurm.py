@@ -48,7 +48,7 @@ class SubmititSlurm:
         return self.slurm.max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE)
 
     def dry_run(self, sp: sweep.SweepPlan) -> Request:
-        sp = sp.with_requeue(self.requeue)
+        sp, work = common.with_work(sp.with_requeue(self.requeue), self.snapshot)
         plans0 = sp.plans[0]
         root = common.job_root(plans0)
         submission = JobRoot.new_submission()
@@ -71,9 +71,9 @@ class SubmititSlurm:
             placement.update({v.index: f"array {n}: {line}" for v in array.variants})
         c = plans0.config.cluster
         facts = (("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default")),
-                 ("hosts", "unknown until Slurm allocates the job"), snapshot.fact(code))
+                 ("hosts", "unknown until Slurm allocates the job"), snapshot.fact(code), *common.work_facts(sp, work))
         return Request(self.target.name, self.via, sp, submission, tuple(files), tuple(scripts), tuple(commands), facts=facts,
-                       placement=tuple(placement[v.index] for v in sp.variants), code=code)
+                       placement=tuple(placement[v.index] for v in sp.variants), code=code, work=work)
 
     def check(self, request: Request) -> tuple[bool, str]:
         return test_only(self.slurm, request.scripts[0])
@@ -84,6 +84,7 @@ class SubmititSlurm:
         common.write_files(request)
         if request.code:
             snapshot.write(request.code)
+        common.write_work(request)
         ids, folders, sweep_id, previous = [], [], None, None
         for n, (array, command) in enumerate(zip(sp.arrays, request.commands)):
             plans = sp.plans_of(array)

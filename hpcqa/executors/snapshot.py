@@ -104,6 +104,21 @@ def provenance(package: Path = PACKAGE) -> dict[str, Any]:
     return out
 
 
+def git_describe(folder: str) -> dict[str, Any]:
+    """A user command's folder as git sees it: the commit and whether the folder has uncommitted changes."""
+    git = shutil.which("git")
+    if not git:
+        return {"describe": "git not installed: commit unknown"}
+    run = lambda *a: subprocess.run([git, "-C", folder, *a], capture_output=True, text=True, timeout=10)  # noqa: E731
+    head = run("rev-parse", "HEAD")
+    if head.returncode != 0:
+        return {"describe": "not a git checkout"}
+    dirty = bool(run("status", "--porcelain", "--", ".").stdout.strip())
+    commit = head.stdout.strip()
+    return {"commit": commit, "dirty": dirty,
+            "describe": f"git {commit[:12]}" + (" + uncommitted changes" if dirty else "")}
+
+
 def plan(root: JobRoot, package: Path = PACKAGE) -> Snapshot:
     """Where this package's snapshot goes (nothing is written: the dry run shows it)."""
     digest = content_digest(package)

@@ -16,6 +16,8 @@ Everything that needs an executor asks here: the CLI, the API, sweeps, `tune`, `
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any, Callable, Mapping, Sequence
 
 from hpcqa.core import plan as planmod, targets
@@ -87,6 +89,8 @@ def render(cfg: Config, host: HostProbe, target: str, launcher: str | None = Non
         launcher = Launcher(launcher or cfg.launch.launcher)
         ex = choose_for(SLURM, launcher, HOSTS if hosts else SCRIPT, hosts=hosts, python=python)
     cfg, host = ex.for_render(cfg, host)
+    if python:  # --python is the ranks' interpreter: a command's leading `python` means it too
+        host = dataclasses.replace(host, python=python)
     return ex, planmod.build_plan(cfg, host, launcher=launcher)
 
 

@@ -30,6 +30,7 @@ from hpcqa.rank import preload
 from hpcqa.core import distenv, threadenv, topology
 from hpcqa.rank import netif, picklecheck
 from hpcqa.rank.phase import Phases
+from hpcqa.rank.child import die_with
 from hpcqa.core import plan as planmod
 from hpcqa.errors import HpcqaError
 from hpcqa.record import jobdir
@@ -307,19 +308,6 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with(parent: int) -> None:
-    """In the rank's child, before exec: SIGKILL when the wrapper dies. A launcher that ends a rank with SIGKILL
-    (a pod script's kill-on-bad-exit, mpirun's cleanup over ssh) reaches the wrapper, not its child; without
-    this the child -- waiting at the rendezvous, say -- outlived it, adopted by init."""
-    if platform.system() == "Linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the wrapper died before the line above
-        os._exit(137)
 
 
 def _forward(pid: int, signum: int) -> None:

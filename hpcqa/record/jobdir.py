@@ -273,6 +273,11 @@ class JobDir:
     def results(self) -> Path:
         return self.path / "results.json"
 
+    @property
+    def command_results(self) -> Path:
+        """HPCQA_RESULTS: where a user command's rank 0 may write its metrics (a JSON object)."""
+        return self.path / "command-results.json"
+
     def predictions(self, stage: str = "eval", kind: str = "predictions") -> Path:
         """run_qa.py's names: <stage>_predictions.json, <stage>_nbest_predictions.json, <stage>_null_odds.json
         (stage: eval or predict)."""

@@ -18,6 +18,7 @@ NAMES = {
     "predicting": "predicting",
     "finishing": "writing results",
     "link": "measuring the link",
+    "command": "running the command",
     "done": "done",
     "failed": "failed",
 }

@@ -22,12 +22,19 @@ def rows(views: Sequence[Any], metric: str) -> list[dict[str, Any]]:
         row[metric] = r.get(metric)
         out.append(row)
     good = [x for x in out if isinstance(x.get(metric), (int, float))]
-    lower_is_better = metric in ("wall_time_s", "train_runtime_s")
+    lower_is_better = lower_better(metric)
     best = (min if lower_is_better else max)(good, key=lambda x: x[metric]) if good else None
     for x in out:
         x["best"] = x is best
     key = (lambda x: (x[metric] is None, x[metric] if lower_is_better else -(x[metric] or 0), x["task"] or 0))
     return sorted(out, key=key)
+
+
+def lower_better(metric: str) -> bool:
+    """Times, losses, errors and perplexities are better low; everything else (EM, F1, throughput, accuracy) high."""
+    name = metric.lower()
+    return name in ("wall_time_s", "train_runtime_s") or name.endswith("_s") or \
+        any(w in name for w in ("loss", "error", "perplexity", "time"))
 
 
 def scaling(table: list[dict[str, Any]]) -> list[dict[str, Any]] | None:

@@ -63,7 +63,8 @@ def attempt_text(v: JobView) -> str:
     if not n:
         return ""
     step = r.get("resumed_from_step")
-    why = ", ".join(f"{x['signal']} at step {x['step']}" for x in r.get("notices") or [])
+    why = ", ".join(f"{x.get('signal')}" + (f" at step {x['step']}" if x.get("step") is not None else "")
+                    for x in r.get("notices") or [] if isinstance(x, dict))
     return f"requeued {n}x" + (f" ({why})" if why else "") + (f", resumed from step {step}" if step else "")
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -166,6 +167,7 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     if code:
         rows.append(("code", ("snapshot " + str(code.get("digest", "?")) + ", " if code.get("snapshot") else "")
                      + f"hpcqa {code.get('version', '?')}, {code.get('describe', '?')}"))
+    rows += _command_rows(v)
     stops = v.notices
     if stops and not v.results:
         last = stops[-1]
@@ -271,6 +273,29 @@ def _failure_rows(v: JobView) -> list[tuple[str, str]]:
     if failed:
         f = failed[0]
         rows.append(("first failure", f"rank {f['rank']} on {f.get('host', '?')}: {f['error']}"))
+        tail = [str(line) for line in f.get("stderr_tail") or [] if str(line).strip()][-8:]
+        if tail:
+            rows.append(("its stderr", "\n".join(line[:200] for line in tail)))
+    return rows
+
+
+def _command_rows(v: JobView) -> list[tuple[str, str]]:
+    """A user command's job: what ran, where, as submitted; the metrics it wrote to HPCQA_RESULTS."""
+    rep = next((r for r in v.ranks if isinstance(r.get("command"), list)), None)
+    res = v.results or {}
+    argv = res.get("command") if isinstance(res.get("command"), list) else (rep or {}).get("command")
+    if not argv:
+        return []
+    work = res.get("work") if isinstance(res.get("work"), dict) else (rep or {}).get("work") or {}
+    where = f"in a copy of {work.get('dir')} (snapshot {work.get('snapshot')}, verified)" if work.get("snapshot") \
+        else f"in {work.get('run_in') or 'the image default folder'}"
+    rows = [("command", " ".join(shlex.quote(str(a)) for a in argv)[:400] + "\n" + where)]
+    metrics = res.get("metrics")
+    if isinstance(metrics, dict) and metrics:
+        rows.append(("metrics", ", ".join(f"{k} {val:.4g}" if isinstance(val, float) else f"{k} {val}"
+                                          for k, val in list(metrics.items())[:12])[:400]))
+    if res.get("metrics_error"):
+        rows.append(("metrics", str(res["metrics_error"])[:200]))
     return rows
 
 

@@ -7,10 +7,11 @@ import os
 import sys
 from pathlib import Path
 from hpcqa.core import plan as planmod
-from hpcqa.errors import HpcqaError
-from hpcqa.record.jobdir import JobDir
+from hpcqa.rank.command import CommandFailed, run_command
 from hpcqa.rank.train.run import run_rank
 from hpcqa.rank.train.stop import exit_without_teardown
+from hpcqa.errors import HpcqaError
+from hpcqa.record.jobdir import JobDir
 from hpcqa.core.targets import PodExit, Requeue
 
 
@@ -20,7 +21,10 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         plan = planmod.load(argv[1])
-        out = run_rank(plan, JobDir(Path(os.environ.get("HPCQA_JOB_DIR") or Path(argv[1]).parent)))
+        jd = JobDir(Path(os.environ.get("HPCQA_JOB_DIR") or Path(argv[1]).parent))
+        if plan.command:
+            return command_rank(plan, jd)
+        out = run_rank(plan, jd)
     except HpcqaError as e:
         print(f"hpcqa.rank.train: {e.render()}", file=sys.stderr)
         return e.exit_code
@@ -28,6 +32,16 @@ def main(argv: list[str]) -> int:
     if isinstance(out, dict) and out.get("requeue") and plan.requeue is Requeue.POD:
         return int(PodExit.STOPPED)
     exit_without_teardown()  # done and saved: no interpreter teardown (gloo's threads can abort it)
+    return 0
+
+
+def command_rank(plan: planmod.LaunchPlan, jd: JobDir) -> int:
+    """A user command's rank under a job script or a pod: the program's own exit code is the rank's."""
+    try:
+        run_command(plan, jd)
+    except CommandFailed as e:
+        print(f"hpcqa.rank.train: {e.message}", file=sys.stderr)
+        return e.code if e.code > 0 else 128 - e.code
     return 0
 
 

@@ -9,10 +9,11 @@ import cloudpickle
 import submitit
 from submitit.core.utils import DelayedSubmission
 from hpcqa.core import plan as planmod
-from hpcqa.errors import RankError
-from hpcqa.record.jobdir import JobDir
+from hpcqa.rank.command import run_command
 from hpcqa.rank.train.run import run_rank
 from hpcqa.rank.train.stop import exit_without_teardown
+from hpcqa.errors import RankError
+from hpcqa.record.jobdir import JobDir
 
 
 class RankJob(submitit.helpers.Checkpointable):
@@ -31,7 +32,10 @@ class RankJob(submitit.helpers.Checkpointable):
         if plan.digest != self.plan_digest:
             raise RankError(f"plan file {self.plan_path} has digest {plan.digest}, submitted {self.plan_digest}",
                             "plan files are content-addressed and never rewritten: re-submit")
-        out = run_rank(plan, JobDir(Path(submitit.JobEnvironment().paths.folder)))
+        jd = JobDir(Path(submitit.JobEnvironment().paths.folder))
+        if plan.command:  # the user's program: this process only supervises it (no torch here)
+            return run_command(plan, jd)
+        out = run_rank(plan, jd)
         if not (isinstance(out, dict) and out.get("requeue")):
             exit_without_teardown()  # done: after submitit has written the result, no teardown
         return out

@@ -1,0 +1,105 @@
+"""A user command as the job (`job.command`, `hpcqa submit CONFIG -- ARGS...`): its arguments with the config's
+values in place (`{train.learning_rate}`, a sweep variant's own), the interpreter it names, the files it names, and
+the variables a sweep's values reach the program by. Pure.
+
+Placeholders: `{section.key}` is that key's value as the config holds it (a list: its entries joined by commas, a
+bool: true/false); `{{` and `}}` are literal braces. Anything else in braces is refused, naming the argument.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from typing import Any, Mapping, Sequence
+
+from hpcqa.errors import ConfigError
+
+PYTHON_NAMES = ("python", "python3")   # a first argument that means "the ranks' interpreter" (cluster.python)
+FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
+MAX_ARGS, MAX_ARG_BYTES = 4096, 65536
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_text(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _lookup(values: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
+    node: Any = values
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def fill(arg: str, values: Mapping[str, Any], where: str, source: str = "") -> str:
+    """One argument with its placeholders replaced by the config's values."""
+    def one(m: re.Match) -> str:
+        token = m.group(0)
+        if token in ("{{", "}}"):
+            return token[0]
+        name = m.group(1)
+        if name is None:
+            raise ConfigError(where, f"a lone {token!r} in {arg[:80]!r}",
+                              "write {{ or }} for a literal brace, {section.key} for a config value", source)
+        found, value = _lookup(values, name.strip())
+        if not found:
+            raise ConfigError(where, f"{{{name}}} names no config key",
+                              "use a dotted key such as {train.learning_rate} (hpcqa config-reference lists "
+                              "them), or {{ and }} for literal braces", source)
+        return _text(value)
+    return FIELD.sub(one, arg)
+
+
+def resolve(command: Sequence[str], values: Mapping[str, Any], python: str, source: str = "") -> tuple[str, ...]:
+    """The argv every rank runs: placeholders filled, a leading `python`/`python3` made the ranks' interpreter."""
+    out = [fill(a, values, f"job.command[{i}]", source) for i, a in enumerate(command)]
+    if out and out[0] in PYTHON_NAMES:
+        out[0] = python
+    return tuple(out)
+
+
+def check(command: Sequence[str], values: Mapping[str, Any], source: str = "") -> None:
+    """What the config can say about job.command before a plan exists: sizes, and every placeholder resolves."""
+    if len(command) > MAX_ARGS:
+        raise ConfigError("job.command", f"{len(command)} arguments; at most {MAX_ARGS}",
+                          "put the arguments in a file your program reads", source)
+    if command and not command[0].strip():
+        raise ConfigError("job.command[0]", "the program is empty", "name the program, e.g. \"python\"", source)
+    for i, a in enumerate(command):
+        if len(a.encode("utf-8", "surrogateescape")) > MAX_ARG_BYTES:
+            raise ConfigError(f"job.command[{i}]", f"an argument of {len(a):,} characters; at most {MAX_ARG_BYTES:,} "
+                              "bytes", "put it in a file your program reads", source)
+        fill(a, values, f"job.command[{i}]", source)
+
+
+def sweep_env(variant: Mapping[str, Any]) -> dict[str, str]:
+    """A sweep variant's values as environment variables: train.learning_rate -> HPCQA_SWEEP_TRAIN_LEARNING_RATE."""
+    return {"HPCQA_SWEEP_" + re.sub(r"[^A-Za-z0-9]", "_", k).upper(): _text(v) for k, v in sorted(variant.items())}
+
+
+def named_files(argv: Sequence[str], cwd: str) -> list[str]:
+    """The arguments (or `--flag=VALUE` values) that name existing regular files, as absolute paths, in order: what
+    the command's provenance digests besides its working directory."""
+    out: list[str] = []
+    for a in argv:
+        for cand in (a, a.split("=", 1)[1] if a.startswith("-") and "=" in a else ""):
+            if not cand or "\0" in cand or len(cand) > 4095:
+                continue
+            path = os.path.normpath(os.path.join(cwd, cand))
+            if os.path.isfile(path) and path not in out:
+                out.append(path)
+    return out
+
+
+def display(argv: Sequence[str]) -> str:
+    """The argv as one shell-quoted line, for people (the plan carries the list; no shell ever parses it)."""
+    return " ".join(shlex.quote(a) for a in argv)

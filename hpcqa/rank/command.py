@@ -1,0 +1,258 @@
+"""One rank of a user command (`job.command`): the program runs as this process's child, in its own process group,
+with the environment the rank wrapper set (RANK, WORLD_SIZE, MASTER_ADDR ..., the pinning, OMP_*/KMP_*/CCL_*, the
+preloads) plus the job's own variables:
+
+    HPCQA_JOB_DIR          the job folder (outputs belong under it)
+    HPCQA_CHECKPOINT_DIR   <job folder>/checkpoints: the same folder for every attempt of the job
+    HPCQA_ATTEMPT          0 for the first start, 1 after the first requeue ...
+    HPCQA_RESUMING         1 when an earlier attempt ran and the checkpoint folder holds something, else 0
+    HPCQA_RESULTS          where rank 0 may write a JSON object of metrics: `hpcqa results` and `status` show them
+    HPCQA_SWEEP_<KEY>      a sweep variant's values (train.learning_rate -> HPCQA_SWEEP_TRAIN_LEARNING_RATE)
+    TORCHELASTIC_RESTART_COUNT / _MAX_RESTARTS / _RUN_ID   as torchrun sets them
+
+A notice -- SIGTERM (preemption, scancel, the time limit) or the requeue signal (launch.requeue_signal) -- reaches the
+program's process group as SIGTERM (the program starts with the requeue signal ignored: Slurm signals every process of
+the step); once the program has exited, the job goes on as the built-in trainer's does:
+the requeue signal is answered by hpcqa's requeue (submitit's, the job script's, the pod's restart), SIGTERM is
+Slurm's to decide. Otherwise the program's exit code decides: 0 completes the rank; anything else fails it, with
+the code and the last lines of the program's stderr in ranks/rank-N.failed, which `status` shows. Before anything
+starts, the program's folder (the copy made at submit) and the files it names are verified against their digests.
+No torch: this process only supervises.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from hpcqa.core import command as commandmod
+from hpcqa.core.plan import LaunchPlan
+from hpcqa.core.targets import PodExit, Requeue
+from hpcqa.errors import RankError
+from hpcqa.rank.phase import Phases
+from hpcqa.rank.child import die_with
+from hpcqa.record import worktree
+from hpcqa.record.jobdir import JobDir, attempt_from_env, read_json, write_json
+
+TAIL_LINES = 20
+MAX_RESULTS_BYTES = 1 << 20
+TERM_WAIT_S = 900   # after a SIGTERM under Slurm: Slurm ends the job its own way (see rank.train.stop)
+
+
+class CommandFailed(RankError):
+    """The program ended with a non-zero code (the job fails with it)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message, "hpcqa logs JOB --rank N shows the program's output")
+        self.code = code
+
+
+def child_env(plan: LaunchPlan, jd: JobDir, attempt: int, base: dict[str, str]) -> dict[str, str]:
+    """What the program gets: the rank's environment and the job's variables (the docstring's table)."""
+    env = dict(base)
+    env.pop("PYTHONSAFEPATH", None)  # hpcqa's own import isolation; a script imports its neighbours as usual
+    ckpt = jd.checkpoints
+    earlier = attempt > 0 and ckpt.is_dir() and any(ckpt.iterdir())
+    env.update({"HPCQA_JOB_DIR": str(jd.path), "HPCQA_CHECKPOINT_DIR": str(ckpt), "HPCQA_ATTEMPT": str(attempt),
+                "HPCQA_RESUMING": "1" if earlier else "0", "HPCQA_RESULTS": str(jd.command_results),
+                "TORCHELASTIC_RESTART_COUNT": str(attempt),
+                "TORCHELASTIC_MAX_RESTARTS": str(plan.config.cluster.max_requeues),
+                "TORCHELASTIC_RUN_ID": env.get("SLURM_JOB_ID") or jd.path.name,
+                **commandmod.sweep_env(plan.variant)})
+    return env
+
+
+def verify(plan: LaunchPlan) -> str | None:
+    """What keeps the program from starting as submitted (None: the copy and the named files verify)."""
+    w = plan.work
+    if w.get("snapshot"):
+        bad = worktree.problem(str(Path(w["run_in"]).parent), w["snapshot"])
+        if bad:
+            return bad
+    if w.get("named"):
+        return worktree.named_problem(w["named"])
+    if w.get("run_in") and not os.path.isdir(w["run_in"]):
+        return f"the working directory {w['run_in']} is not there on {socket.gethostname()}"
+    return None
+
+
+class _Notices:
+    """SIGTERM and the requeue signal are remembered (the strongest: SIGTERM) and passed on to the program's group
+    as SIGTERM; SIGINT and SIGHUP are passed on as they are."""
+
+    def __init__(self, requeue_signal: str) -> None:
+        self.requeue = getattr(signal, f"SIG{requeue_signal}")
+        self.kind: int | None = None       # the signal that first asked for a stop (SIGTERM wins)
+        self.previous: Any = None
+        self.pid: int | None = None
+
+    def install(self) -> None:
+        self.previous = signal.getsignal(signal.SIGUSR2)  # submitit's checkpoint-and-requeue
+        for sig in {self.requeue, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}:
+            signal.signal(sig, self._on)
+
+    def _on(self, signum: int, frame: Any) -> None:
+        if signum in (signal.SIGTERM, self.requeue) and self.kind != signal.SIGTERM:
+            self.kind = signum
+        if self.pid is not None:
+            try:
+                os.killpg(self.pid, signal.SIGTERM if signum == self.requeue else signum)
+            except ProcessLookupError:
+                pass
+
+
+def _start(argv: list[str], cwd: str, env: dict[str, str], parent: int, requeue: int) -> tuple[int, int]:
+    """Fork and exec the program in a process group of its own, its stderr into a pipe (-> pid, the pipe's read end).
+    Before the exec it is made to die with this process, and to ignore the requeue signal (SIG_IGN survives exec,
+    until the program sets a handler of its own): Slurm signals every process of the step -- `--signal=USR2@N` and
+    `scancel --signal` reach the program directly, and USR2's default action would kill it before it saved anything;
+    the notice reaches it as SIGTERM, from here. A program that cannot be started exits 127, saying why."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - replaced by exec
+        try:
+            os.setsid()
+            os.dup2(write, 2)
+            os.close(read)
+            os.close(write)
+            signal.signal(requeue, signal.SIG_IGN)
+            die_with(parent)
+            if cwd:
+                os.chdir(cwd)
+            os.execvpe(argv[0], argv, env)
+        except BaseException as e:  # noqa: BLE001 - anything: the child must not return into this program
+            os.write(2, f"hpcqa: cannot start {argv[0]!r}: {e}\n".encode(errors="replace"))
+        finally:
+            os._exit(127)
+    os.close(write)
+    return pid, read
+
+
+def _pump(stream, tail: collections.deque) -> None:
+    """The program's stderr to this rank's log, line by line, keeping the last lines for the failure record."""
+    for line in iter(stream.readline, b""):
+        sys.stderr.buffer.write(line)
+        sys.stderr.flush()
+        tail.append(line.decode("utf-8", "replace").rstrip("\n")[:500])
+
+
+def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
+    rank, attempt = int(os.environ.get("RANK", "0")), attempt_from_env(os.environ)
+    jd.begin_attempt(rank, attempt)
+    if rank == 0:
+        jd.tidy_staging()
+    phases = Phases(jd, rank, attempt)
+    phases.enter("starting", "checking the command's files")
+    report = _report(plan, jd, rank, attempt)
+    write_json(jd.rank_report(rank), report)
+    bad = verify(plan)
+    if bad:
+        _failed(jd, rank, attempt, f"refusing to run: {bad}; re-submit to copy the files again", None, [])
+        raise RankError(f"refusing to run the command: {bad}", "re-submit (the folder is copied again)")
+    notices = _Notices(plan.config.launch.requeue_signal)
+    notices.install()
+    tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
+    parent = os.getpid()
+    started = time.time()
+    pid, err = _start(list(plan.command), plan.work.get("run_in") or "",
+                      child_env(plan, jd, attempt, dict(os.environ)), parent, notices.requeue)
+    notices.pid = pid
+    phases.enter("command", commandmod.display(plan.command)[:120], pid=pid)
+    pump = threading.Thread(target=_pump, args=(os.fdopen(err, "rb"), tail), daemon=True)
+    pump.start()
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    pump.join(timeout=5)
+    report.update(exit_code=code, finished=time.time(), run_s=time.time() - started)
+    write_json(jd.rank_report(rank), report)
+    if notices.kind is not None:
+        return _after_notice(plan, jd, rank, attempt, notices, code, report)
+    if code != 0:
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        _failed(jd, rank, attempt, f"the command {how}", code, list(tail))
+        phases.enter("failed", f"the command {how}")
+        raise CommandFailed(code, f"rank {rank}: the command {how}")
+    if rank == 0:
+        write_json(jd.results, _results(plan, jd, report))
+    phases.enter("done")
+    return {"rank": rank, "exit_code": 0}
+
+
+def _report(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int) -> dict:
+    e = os.environ
+    code = e.get("HPCQA_CODE")
+    got = read_json(Path(code) / "provenance.json") if code else None
+    return {"host": socket.gethostname(), "pid": os.getpid(), "rank": rank, "attempt": attempt,
+            "local_rank": int(e.get("LOCAL_RANK", "0")), "node_rank": int(e.get("NODE_RANK", "0")),
+            "world_size": int(e.get("WORLD_SIZE", "1")), "master_addr": e.get("MASTER_ADDR"),
+            "master_port": e.get("MASTER_PORT"), "cpus": sorted(os.sched_getaffinity(0)),
+            "bind_note": e.get("HPCQA_BIND_NOTE"), "omp_num_threads": e.get("OMP_NUM_THREADS"),
+            "ld_preload": e.get("LD_PRELOAD", ""), "started": time.time(), "job_dir": str(jd.path),
+            "plan_digest": plan.digest, "variant": dict(plan.variant), "variant_index": plan.variant_index,
+            "command": list(plan.command), "work": dict(plan.work),
+            "code": {**(got if isinstance(got, dict) else {}), "snapshot": code} if code else
+            {"snapshot": None, "describe": "the live tree (no snapshot)"}}
+
+
+def _failed(jd: JobDir, rank: int, attempt: int, error: str, code: int | None, tail: list[str]) -> None:
+    write_json(jd.rank_failed(rank), {"rank": rank, "host": socket.gethostname(), "error": error, "exit_code": code,
+                                      "stderr_tail": tail, "time": time.time(), "attempt": attempt})
+
+
+def _after_notice(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int, notices: _Notices, code: int,
+                  report: dict) -> dict:
+    """The program has stopped on a notice: whatever it saved in HPCQA_CHECKPOINT_DIR is what the next attempt
+    resumes from. The requeue signal: hpcqa requeues; SIGTERM: Slurm decides (or, with no Slurm, the job ends)."""
+    name = signal.Signals(notices.kind).name
+    notice = {"signal": name, "attempt": attempt, "time": time.time(), "exit_code": code,
+              "checkpoint": str(jd.checkpoints), "step": None}
+    report.update(status=f"stopped on {name}", notice=notice)
+    write_json(jd.rank_report(rank), report)
+    Phases(jd, rank, attempt).enter("stopping", f"{name}: the command exited with {code}")
+    term = notices.kind == signal.SIGTERM
+    if plan.requeue is Requeue.POD:
+        sys.exit(int(PodExit.STOPPED))
+    if term:
+        if os.environ.get("SLURM_JOB_ID"):
+            time.sleep(TERM_WAIT_S)  # Slurm requeues (PreemptMode=REQUEUE) or ends the job
+        raise RankError(f"rank {rank}: stopped on SIGTERM (the command exited with {code})",
+                        "a SIGTERM without Slurm's requeue ends the job; submit again to continue")
+    if plan.requeue.by_the_job_script:
+        if rank == 0:
+            write_json(jd.requeue_request(attempt), {"time": time.time(), "signal": name})
+        return {"rank": rank, "requeue": "asked of the job script"}
+    if callable(notices.previous):
+        notices.previous(signal.SIGUSR2, None)  # submitit: rank 0 checkpoints its pickle, requeues, exits
+    if rank != 0:
+        time.sleep(300)
+    raise RankError(f"rank {rank}: stopped on {name}; nothing requeued it", "submit again to continue")
+
+
+def _results(plan: LaunchPlan, jd: JobDir, report: dict) -> dict:
+    """results.json of a command job: what ran, how long, and the metrics the program wrote to HPCQA_RESULTS."""
+    out: dict[str, Any] = {"command": list(plan.command), "exit_code": 0, "world_size": plan.world_size,
+                           "wall_time_s": report.get("run_s"), "work": dict(plan.work), "code": report.get("code"),
+                           "variant": dict(plan.variant), "task": "command",
+                           "requeues": report.get("attempt", 0), "notices": jd.notices(0)}
+    path = jd.command_results
+    if path.exists():
+        try:
+            if path.stat().st_size > MAX_RESULTS_BYTES:
+                raise ValueError(f"larger than {MAX_RESULTS_BYTES >> 20} MiB")
+            metrics = json.loads(path.read_text())
+            if not isinstance(metrics, dict):
+                raise ValueError("not a JSON object")
+            out["metrics"] = metrics
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in out:
+                    out[k] = v
+        except (OSError, ValueError) as e:
+            out["metrics_error"] = f"HPCQA_RESULTS ({path}): {e}"
+    return out

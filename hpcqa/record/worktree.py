@@ -1,0 +1,156 @@
+"""The folder a user command runs in (`job.command`), as it was at submit: listed and digested there, copied
+content-addressed into the job root (<root>/code/work-<digest>/work: a sweep's tasks and every requeued attempt
+share it), and verified by every rank before the command starts -- each listed file present with its digest -- so
+a queued job runs what was submitted even if the checkout changes meanwhile. Files the command names outside the
+folder (a script given by absolute path, a data file) are not copied: their digests are recorded at submit and
+checked at the rank, which refuses to start when one changed.
+
+Left out of the copy: hidden entries (.git, .venv ...), __pycache__, virtual environments (a pyvenv.cfg), the job
+output root, symlinked folders. Files the program writes into its working directory land in the shared copy and
+are not checked; write outputs under $HPCQA_JOB_DIR.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from hpcqa.errors import HpcqaError
+from hpcqa.fsutil import file_sha256
+from hpcqa.record.jobdir import read_json, write_json
+
+MANIFEST = "MANIFEST.json"
+PROVENANCE = "provenance.json"
+TREE = "work"
+MAX_FILES, MAX_BYTES = 20000, 256 << 20
+
+
+class WorkError(HpcqaError):
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class WorkTree:
+    source: str                         # the folder as submitted
+    digest: str
+    files: Mapping[str, str]            # relative path -> sha256
+    size: int
+    skipped: tuple[str, ...] = ()       # what was left out, for the dry run
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    def folder(self, code_root: Path) -> Path:
+        return code_root / f"work-{self.digest}"
+
+
+def _skip_dir(path: str, name: str, exclude: Sequence[str]) -> str | None:
+    if name.startswith("."):
+        return "hidden"
+    if name == "__pycache__":
+        return "bytecode"
+    if os.path.islink(path):
+        return "a symlinked folder"
+    if os.path.exists(os.path.join(path, "pyvenv.cfg")):
+        return "a virtual environment"
+    if any(os.path.realpath(path) == os.path.realpath(e) for e in exclude):
+        return "the job output root"
+    return None
+
+
+def scan(folder: str, exclude: Sequence[str] = (), provenance: Mapping[str, Any] | None = None) -> WorkTree:
+    """List and digest `folder` (what would be copied); refuses a folder too large to copy per submission."""
+    if not os.path.isdir(folder):
+        raise WorkError(f"job.workdir: {folder} is not a folder", "set job.workdir to the folder your command runs in")
+    files, skipped, size = {}, [], 0
+    for top, dirs, names in os.walk(folder):
+        keep = []
+        for d in sorted(dirs):
+            why = _skip_dir(os.path.join(top, d), d, exclude)
+            if why:
+                skipped.append(f"{os.path.relpath(os.path.join(top, d), folder)}/ ({why})")
+            else:
+                keep.append(d)
+        dirs[:] = keep
+        for n in sorted(names):
+            path = os.path.join(top, n)
+            if n.startswith(".") or not os.path.isfile(path):
+                continue
+            size += os.path.getsize(path)
+            if len(files) >= MAX_FILES or size > MAX_BYTES:
+                raise WorkError(f"job.workdir: {folder} holds more than {MAX_FILES:,} files or {MAX_BYTES >> 20} MiB "
+                                "to copy for the job", "run from (or set job.workdir to) the folder of your program "
+                                "alone, keep data outside it (name it by path), or submit --no-snapshot")
+            files[os.path.relpath(path, folder)] = file_sha256(path)
+    h = hashlib.sha256()
+    for rel, sha in sorted(files.items()):
+        h.update(f"{rel}\0{sha}\0".encode("utf-8", "surrogateescape"))
+    return WorkTree(folder, h.hexdigest()[:16], files, size, tuple(skipped), dict(provenance or {}))
+
+
+def write(tree: WorkTree, code_root: Path) -> Path:
+    """Copy the folder once per digest (built aside, renamed into place); an existing copy is reused once it verifies,
+    else set aside and made again. Returns the folder the command runs in."""
+    dest = tree.folder(code_root)
+    if dest.exists():
+        if problem(str(dest), tree.digest) is None:
+            return dest / TREE
+        os.replace(dest, dest.with_name(f"{dest.name}.damaged-{int(time.time())}"))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".work-{tree.digest}-", dir=dest.parent))
+    for rel, sha in tree.files.items():
+        target = tmp / TREE / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(os.path.join(tree.source, rel), target)
+        if file_sha256(target) != sha:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise WorkError(f"{os.path.join(tree.source, rel)} changed while it was copied",
+                            "submit again once nothing writes into the folder")
+        shutil.copymode(os.path.join(tree.source, rel), target)
+    write_json(tmp / MANIFEST, dict(tree.files))
+    write_json(tmp / PROVENANCE, {"source": tree.source, "digest": tree.digest, "files": len(tree.files),
+                                  "bytes": tree.size, **tree.provenance})
+    try:
+        os.rename(tmp, dest)
+    except OSError:  # another submission published the same digest first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest / TREE
+
+
+def problem(folder: str, digest: str) -> str | None:
+    """What is wrong with the copy in `folder` (None: every listed file is there, unchanged, and the list is the one
+    the digest names): one line naming the file."""
+    manifest = read_json(os.path.join(folder, MANIFEST))
+    if not isinstance(manifest, dict) or not all(isinstance(v, str) for v in manifest.values()):
+        return f"{folder}/{MANIFEST} is missing or damaged"
+    h = hashlib.sha256()
+    for rel, sha in sorted(manifest.items()):
+        h.update(f"{rel}\0{sha}\0".encode("utf-8", "surrogateescape"))
+    if h.hexdigest()[:16] != digest:
+        return f"{folder}/{MANIFEST} is not the list submitted (digest {h.hexdigest()[:16]}, submitted {digest})"
+    for rel, sha in sorted(manifest.items()):
+        path = os.path.join(folder, TREE, rel)
+        if ".." in Path(rel).parts or os.path.islink(path) or not os.path.isfile(path):
+            return f"{path} is missing (or not a regular file)"
+        if file_sha256(path) != sha:
+            return f"{path} changed after submit"
+    return None
+
+
+def named_digests(paths: Sequence[str], folder: str) -> dict[str, str]:
+    """sha256 of the files the command names outside its folder (inside, the copy carries them)."""
+    inside = os.path.realpath(folder) + os.sep
+    return {p: file_sha256(p) for p in paths if not os.path.realpath(p).startswith(inside)}
+
+
+def named_problem(named: Mapping[str, str]) -> str | None:
+    for path, sha in sorted(named.items()):
+        if not os.path.isfile(path):
+            return f"{path} (named by the command) is not there on this node"
+        if file_sha256(path) != sha:
+            return f"{path} (named by the command) changed after submit"
+    return None

@@ -1,0 +1,302 @@
+"""A user command as the job (`job.command`, `hpcqa submit CONFIG -- ...`): placeholders, the CLI's --, what the dry
+run shows, the copy of the program's folder and its verification at the rank, and (slow) the two examples and a
+failing program under the local executor."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcqa.core import command, config
+from hpcqa.errors import ConfigError
+from hpcqa.record import worktree
+from tests.conftest import ROOT, run_cli
+
+QUICK = str(ROOT / "configs/quickstart.toml")
+ENV_PROBE = """import json, os, sys
+names = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE",
+         "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "HPCQA_ATTEMPT", "HPCQA_CHECKPOINT_DIR",
+         "HPCQA_RESUMING", "HPCQA_JOB_DIR", "TORCHELASTIC_RESTART_COUNT", "PYTHONSAFEPATH", "HPCQA_SWEEP_TRAIN_SEED"]
+out = {k: os.environ.get(k) for k in names}
+out.update(cpus=sorted(os.sched_getaffinity(0)), cwd=os.getcwd(), argv=sys.argv[1:])
+with open(os.path.join(os.environ["HPCQA_JOB_DIR"], "probe-%s.json" % os.environ["RANK"]), "w") as f:
+    json.dump(out, f)
+if os.environ["RANK"] == "0":
+    json.dump({"loss": 0.25, "tag": "x"}, open(os.environ["HPCQA_RESULTS"], "w"))
+"""
+
+
+def _values(**over):
+    cfg = config.load(QUICK, [f"{k}={v}" for k, v in over.items()])
+    return cfg.to_dict()
+
+
+def test_placeholders_take_the_configs_values_and_braces_escape():
+    v = _values(**{"train.learning_rate": "3e-5"})
+    got = command.resolve(["python", "t.py", "--lr={train.learning_rate}", "{{x}}", "{cluster.nodes}",
+                           "{train.bf16}"], v, "/venv/bin/python")
+    assert got == ("/venv/bin/python", "t.py", "--lr=3e-05", "{x}", "1", "auto")
+    assert command.resolve(["bash", "run.sh"], v, "/p")[0] == "bash"   # only python/python3 mean the interpreter
+    for bad, key in ((["python", "{train.nope}"], "job.command[1]"), (["python", "a}b"], "job.command[1]"),
+                     (["{", "x"], "job.command[0]")):
+        with pytest.raises(ConfigError) as e:
+            command.resolve(bad, v, "/p")
+        assert e.value.key == key
+
+
+def test_sweep_values_become_variables():
+    assert command.sweep_env({"train.learning_rate": 3e-5, "cluster.nodes": 2}) == {
+        "HPCQA_SWEEP_CLUSTER_NODES": "2", "HPCQA_SWEEP_TRAIN_LEARNING_RATE": "3e-05"}
+
+
+def test_a_programs_loss_sorts_low_first_its_accuracy_high_first():
+    from types import SimpleNamespace
+    from hpcqa.record import results
+    views = [SimpleNamespace(task_index=i, id=str(i), state="COMPLETED", variant={"train.seed": i}, nodes=1,
+                             world_size=2, results={"loss": loss, "accuracy": acc})
+             for i, (loss, acc) in enumerate([(0.9, 0.7), (0.2, 0.9), (0.5, 0.8)])]
+    assert [r["task"] for r in results.rows(views, "loss")] == [1, 2, 0]
+    assert [r["task"] for r in results.rows(views, "accuracy")] == [1, 2, 0]
+    assert results.lower_better("eval_loss") and results.lower_better("step_time") and not results.lower_better("f1")
+
+
+def test_named_files_are_the_arguments_that_are_files(tmp_path):
+    (tmp_path / "a.py").write_text("x")
+    (tmp_path / "d.json").write_text("{}")
+    got = command.named_files(["a.py", "--data=d.json", "--out", "nope.txt", str(tmp_path)], str(tmp_path))
+    assert got == [str(tmp_path / "a.py"), str(tmp_path / "d.json")]
+
+
+def test_cli_double_dash_sets_the_command_and_refuses_elsewhere(tmp_path):
+    r = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path}", "--dry-run", "--json", "--", "python",
+                "t.py", "--lr", "{train.learning_rate}", "--weird", "a'b\"c$(x)`y`;z", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["command"] == [plan["python"], "t.py", "--lr", "0.0001", "--weird", "a'b\"c$(x)`y`;z"]
+    assert plan["config"]["job"]["command"][1:] == ["t.py", "--lr", "{train.learning_rate}", "--weird",
+                                                    "a'b\"c$(x)`y`;z"]
+    work = plan["request"]["work"]
+    assert work["source"] == str(tmp_path) and plan["work"]["run_in"].endswith(f"work-{work['digest']}/work")
+    assert plan["work"]["dir"] == str(tmp_path)
+    for argv in (["status", "--", "x"], ["submit", QUICK, "--"]):
+        bad = run_cli(*argv)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr and "fix:" in bad.stderr
+
+
+def test_bad_commands_are_refused_naming_the_entry(tmp_path):
+    cases = [(["python", "{train.nope}"], "job.command[1]"),
+             (["python", "x.py", "--token", "hf_" + "a" * 34], "job.command[3]"),
+             (["python", "x\ny"], "job.command[1]")]
+    for argv, key in cases:
+        r = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path}", "--dry-run", "--", *argv)
+        assert r.returncode == 2 and key in r.stderr and "Traceback" not in r.stderr, (argv, r.stderr)
+    r = run_cli("submit", QUICK, "--set", "job.task=comm", "--dry-run", "--", "python", "x.py")
+    assert r.returncode == 2 and "job.task" in r.stderr
+
+
+def test_the_dry_run_shows_the_command_its_folder_and_the_programs_variables(tmp_path):
+    (tmp_path / "t.py").write_text("print(1)\n")
+    r = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}", "--dry-run", "--", "python", "t.py",
+                cwd=tmp_path, env={"COLUMNS": "300"})
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "t.py" in text and f"a copy of {tmp_path}: 1 files" in text and "HPCQA_CHECKPOINT_DIR=" in text
+    assert "batches" not in text and "staged" not in text   # the built-in trainer's rows
+    assert "torchrun's GROUP_*/ROLE_*" in text
+
+
+def test_render_carries_the_command_in_the_plan_not_in_shell_text(tmp_path):
+    hostile = "$(touch /tmp/pwned-hpcqa)'\";`id`"
+    r = run_cli("render", QUICK, "--set", "cluster.executor=slurm", "--", "python", "t.py", hostile, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert hostile not in r.stdout and "python3 -m hpcqa.rank.train --plan" in r.stdout.replace("'", "")
+
+
+def test_a_pytorchjob_carries_the_command_in_its_plan_and_runs_it_in_the_image(tmp_path):
+    import yaml
+    r = run_cli("render", QUICK, "--set", "k8s.image=reg.example.com/hpcqa:1", "--set", "k8s.memory=8Gi",
+                "--target", "pytorchjob", "-o", str(tmp_path / "job.yaml"), "--", "python", "my_train.py",
+                "--lr", "{train.learning_rate}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "command: python3 my_train.py --lr 0.0001" in r.stderr and "must be in the image" in r.stderr
+    (cm,) = [d for d in yaml.safe_load_all((tmp_path / "job.yaml").read_text()) if d and d["kind"] == "ConfigMap"]
+    plan = json.loads(cm["data"]["plan.json"])
+    assert plan["command"] == ["python3", "my_train.py", "--lr", "0.0001"]
+    assert plan["work"] == {"dir": "", "run_in": "", "snapshot": "", "named": {}}   # nothing of this machine's
+
+
+def test_the_copy_verifies_and_names_what_changed(tmp_path):
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "train.py").write_text("print('a')\n")
+    (src / "pkg" / "util.py").write_text("X = 1\n")
+    (src / ".git").mkdir()
+    (src / ".git" / "HEAD").write_text("ref\n")
+    (src / "__pycache__").mkdir()
+    tree = worktree.scan(str(src))
+    assert set(tree.files) == {"train.py", "pkg/util.py"} and any(".git" in s for s in tree.skipped)
+    run_in = worktree.write(tree, tmp_path / "code")
+    folder = str(run_in.parent)
+    assert worktree.problem(folder, tree.digest) is None
+    (src / "train.py").write_text("print('edited after submit')\n")       # the checkout changes: the copy doesn't
+    assert (run_in / "train.py").read_text() == "print('a')\n"
+    (run_in / "out.txt").write_text("the program's own output")          # outputs in the folder are allowed
+    assert worktree.problem(folder, tree.digest) is None
+    (run_in / "pkg" / "util.py").write_text("X = 2\n")
+    assert "pkg/util.py changed after submit" in worktree.problem(folder, tree.digest)
+    with pytest.raises(worktree.WorkError, match="changed while it was copied"):   # the source moved on since the scan
+        worktree.write(tree, tmp_path / "code")
+    (src / "train.py").write_text("print('a')\n")
+    assert worktree.write(tree, tmp_path / "code") == run_in                # a damaged copy is set aside, made again
+    assert (run_in / "pkg" / "util.py").read_text() == "X = 1\n"
+    assert list((tmp_path / "code").glob("*.damaged-*"))
+    outside = tmp_path / "data.json"
+    outside.write_text("{}")
+    named = worktree.named_digests([str(outside), str(src / "train.py")], str(src))
+    assert list(named) == [str(outside)]
+    outside.write_text('{"changed": 1}')
+    assert "changed after submit" in worktree.named_problem(named)
+
+
+def test_a_folder_too_large_to_copy_is_refused_with_the_fix(tmp_path, monkeypatch):
+    (tmp_path / "big.bin").write_bytes(b"x" * 2048)
+    monkeypatch.setattr(worktree, "MAX_BYTES", 1024)
+    with pytest.raises(worktree.WorkError) as e:
+        worktree.scan(str(tmp_path))
+    assert "job.workdir" in e.value.message and "--no-snapshot" in e.value.hint
+
+
+# ------------------------------------------------------------------------------------------- local, end to end
+
+def _submit_local(tmp_path, *argv, extra=(), wait=True):
+    return run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}",
+                   "--set", f"job.registry={tmp_path / 'logs' / 'reg.sqlite'}", *extra, *([] if wait else ["--no-wait"]),
+                   "--", *argv, cwd=tmp_path)
+
+
+def _job(tmp_path, r):
+    job_id = r.stderr.split("local job ")[1].split(":")[0]
+    (folder,) = (tmp_path / "logs" / "quickstart").glob(f"{job_id}-*")
+    return job_id, folder
+
+
+@pytest.mark.slow
+def test_two_ranks_get_the_plans_environment_and_pinning(tmp_path):
+    (tmp_path / "probe.py").write_text(ENV_PROBE)
+    r = _submit_local(tmp_path, "python", "probe.py", "--seed", "{train.seed}", "it's $HOME")
+    assert r.returncode == 0, r.stderr
+    job_id, folder = _job(tmp_path, r)
+    probes = [json.loads((folder / f"probe-{k}.json").read_text()) for k in range(2)]
+    plan = json.loads(next((tmp_path / "logs" / "quickstart" / "plans").glob("*/task-0.json")).read_text())
+    for k, p in enumerate(probes):
+        assert p["RANK"] == p["ROLE_RANK"] == str(k) and p["LOCAL_RANK"] == str(k) and p["WORLD_SIZE"] == "2"
+        assert p["GROUP_RANK"] == "0" and p["GROUP_WORLD_SIZE"] == "1" and p["MASTER_ADDR"] == "127.0.0.1"
+        assert p["cpus"] == plan["local_ranks"][k]["cpus"] and p["OMP_NUM_THREADS"] == "1"
+        assert p["HPCQA_ATTEMPT"] == "0" == p["TORCHELASTIC_RESTART_COUNT"] and p["HPCQA_RESUMING"] == "0"
+        assert p["HPCQA_CHECKPOINT_DIR"] == str(folder / "checkpoints") and p["PYTHONSAFEPATH"] is None
+        assert p["argv"] == ["--seed", "42", "it's $HOME"]        # no shell between the config and the program
+        assert p["cwd"] == plan["work"]["run_in"] and "/code/work-" in p["cwd"]
+    assert probes[0]["MASTER_PORT"] == probes[1]["MASTER_PORT"]
+    j = json.loads(run_cli("status", "--json", job_id, "--registry", str(tmp_path / "logs" / "reg.sqlite")).stdout)[0]
+    assert j["state"] == "COMPLETED" and j["results"]["metrics"] == {"loss": 0.25, "tag": "x"}
+    text = run_cli("status", job_id, "--registry", str(tmp_path / "logs" / "reg.sqlite")).stdout
+    assert "probe.py --seed 42" in " ".join(text.split()) and "loss 0.25" in text
+
+
+@pytest.mark.slow
+def test_a_failing_program_fails_the_job_with_its_code_and_stderr(tmp_path):
+    (tmp_path / "bad.py").write_text("import os, sys\nprint('loading the data', file=sys.stderr)\n"
+                                     "if os.environ['RANK'] == '1':\n"
+                                     "    print('KeyError: answers', file=sys.stderr)\n    sys.exit(3)\n")
+    r = _submit_local(tmp_path, "python", "bad.py")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "rank 1 on" in r.stderr and "exited with code 3" in r.stderr
+    job_id, _ = _job(tmp_path, r)
+    text = run_cli("status", job_id, "--registry", str(tmp_path / "logs" / "reg.sqlite")).stdout
+    assert "FAILED" in text and "exited with code 3" in text and "KeyError: answers" in text
+
+
+@pytest.mark.slow
+def test_a_queued_job_runs_the_submitted_copy_and_refuses_a_tampered_one(tmp_path):
+    (tmp_path / "t.py").write_text("import os, json\njson.dump({'v': 1}, open(os.environ['HPCQA_RESULTS'], 'w'))\n")
+    dry = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}", "--dry-run", "--json", "--",
+                  "python", "t.py", cwd=tmp_path)
+    run_in = Path(json.loads(dry.stdout)["work"]["run_in"])
+    r = _submit_local(tmp_path, "python", "t.py", wait=False)
+    (tmp_path / "t.py").write_text("raise SystemExit(7)\n")        # edited while the job is queued/running
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().splitlines()[-1]
+    w = run_cli("status", "--json", job_id, "--registry", str(tmp_path / "logs" / "reg.sqlite"))
+    import time
+    for _ in range(60):
+        j = json.loads(run_cli("status", "--json", job_id, "--registry", str(tmp_path / "logs" / "reg.sqlite")).stdout)[0]
+        if j["state"] in ("COMPLETED", "FAILED"):
+            break
+        time.sleep(1)
+    assert j["state"] == "COMPLETED" and j["results"]["metrics"] == {"v": 1}, (j, w.stdout)
+    # the same files again: the same copy, which someone has changed since
+    (tmp_path / "t.py").write_text("import os, json\njson.dump({'v': 1}, open(os.environ['HPCQA_RESULTS'], 'w'))\n")
+    (run_in / "t.py").write_text("print('not what was submitted')\n")
+    (run_in.parent / worktree.MANIFEST).write_text("{}")   # and covered its tracks in the list
+    r = _submit_local(tmp_path, "python", "t.py")
+    assert r.returncode == 0, r.stderr                         # submit saw the damage: set aside, copied again
+    assert list(run_in.parent.parent.glob("work-*.damaged-*"))
+
+
+@pytest.mark.slow
+def test_the_ddp_loop_example_runs_on_two_ranks_and_writes_its_metrics(tmp_path):
+    shutil.copy(ROOT / "examples/ddp_loop.py", tmp_path)
+    r = _submit_local(tmp_path, "python", "ddp_loop.py", "--steps", "20", "--lr", "{train.learning_rate}")
+    assert r.returncode == 0, r.stderr
+    assert "metrics: loss" in r.stdout
+    job_id, folder = _job(tmp_path, r)
+    res = json.loads((folder / "results.json").read_text())
+    assert res["metrics"]["steps"] == 20 and res["metrics"]["lr"] == 1e-4 and res["metrics"]["resumed_from"] == 0
+    assert (folder / "checkpoints" / "ddp_loop.pt").exists()
+
+
+@pytest.mark.slow
+def test_the_hf_trainer_qa_example_runs_on_two_ranks(tmp_path, tmp_path_factory):
+    from hpcqa.rank.train import model
+    data = tmp_path_factory.mktemp("qa-data")   # outside the program's folder: named, digested, not copied
+    subprocess.run([sys.executable, str(ROOT / "examples/qa_data.py"), str(data)], check=True, cwd=ROOT,
+                   capture_output=True)
+    tiny = model.build_tiny_bert(tmp_path / "tiny")
+    shutil.copy(ROOT / "examples/qa_trainer.py", tmp_path)
+    r = _submit_local(tmp_path, "python", "qa_trainer.py", "--model_name_or_path", str(tiny),
+                      "--train_file", str(data / "train.json"), "--validation_file", str(data / "dev.json"),
+                      "--max_steps", "6", "--max_train_samples", "120", "--learning_rate", "{train.learning_rate}")
+    assert r.returncode == 0, r.stderr
+    job_id, folder = _job(tmp_path, r)
+    res = json.loads((folder / "results.json").read_text())
+    assert res["metrics"]["steps"] == 6 and res["metrics"]["eval_loss"] > 0
+    # the data files it named, outside its folder, were digested at submit
+    assert set(res["work"]["named"]) == {str(data / "train.json"), str(data / "dev.json")}
+
+
+@pytest.mark.slow
+def test_the_mpirun_hosts_script_runs_the_program_under_intel_mpi(tmp_path):
+    """`render --launcher mpirun --hosts` with a command: Intel MPI's hydra starts the ranks, the program sees
+    Intel MPI's rank variables mapped to torch's, and its exit code is the script's."""
+    import socket
+    assert shutil.which("mpirun"), "Intel MPI (pip install impi-rt) is needed: scripts/test.sh installs it"
+    (tmp_path / "probe.py").write_text(ENV_PROBE)
+    script = tmp_path / "run.sh"
+    r = run_cli("render", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}", "--set", "cluster.executor=slurm",
+                "--launcher", "mpirun", "--hosts", socket.gethostname(), "--python", sys.executable, "-o", str(script),
+                "--", "python", "probe.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    run = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (folder,) = [p for p in (tmp_path / "logs" / "quickstart").iterdir()
+                 if p.name.startswith(socket.gethostname().split(".")[0])]
+    probes = [json.loads((folder / f"probe-{k}.json").read_text()) for k in range(2)]
+    assert [p["RANK"] for p in probes] == ["0", "1"] and probes[0]["cpus"] != probes[1]["cpus"]
+    assert probes[0]["cwd"] == str(tmp_path)   # render makes no copy: the script runs the folder as it is then
+    (tmp_path / "probe.py").write_text("import sys\nsys.exit(4)\n")
+    again = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert again.returncode != 0

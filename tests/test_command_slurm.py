@@ -1,0 +1,158 @@
+"""A user command on the real Slurm test cluster (two nodes in network namespaces, accounting): both examples with
+one rank on each node through submitit, a sweep of one as an array with the swept value as an argument, a failing
+program whose exit code and stderr `status` names, a held job whose checkout changes before it starts, and a
+rendered script that checkpoints the program on USR2 and requeues itself."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import slurm_cluster
+from tests.conftest import ROOT, run_cli
+from tests.test_slurm import _start_requeued_now, status, wait_state
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+QUICK = str(ROOT / "configs/quickstart.toml")
+TWO = ["--set", "cluster.executor=slurm", "--set", "cluster.nodes=2", "--set", "launch.ranks_per_socket=1",
+       "--set", "cluster.time_limit_min=10", "--set", "train.ddp_timeout_s=120"]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    yield from slurm_cluster.cluster(tmp_path_factory, nodes=2, accounting=True)
+
+
+@pytest.fixture
+def work(tmp_path):
+    """The program's folder (what is copied) apart from the job output (logs/, also the registry's home)."""
+    w = tmp_path / "w"
+    w.mkdir()
+    shutil.copy(ROOT / "examples/ddp_loop.py", w)
+    shutil.copy(ROOT / "examples/qa_trainer.py", w)
+    return w
+
+
+def submit(env, tmp_path, work, *argv, extra=(), wait=True):
+    return run_cli("submit", QUICK, *TWO, "--set", f"job.output_dir={tmp_path / 'logs'}", *extra,
+                   *([] if wait else ["--no-wait"]), "--", *argv, env=env, cwd=work)
+
+
+def job_of(r) -> str:
+    return r.stderr.split("submitted Slurm job ")[1].split(":")[0]
+
+
+def test_the_ddp_loop_on_two_nodes_is_the_dry_runs_request(slurm, tmp_path, work):
+    argv = ["python", "ddp_loop.py", "--steps", "20", "--lr", "{train.learning_rate}"]
+    dry = run_cli("submit", QUICK, *TWO, "--set", f"job.output_dir={tmp_path / 'logs'}", "--dry-run", "--json", "--",
+                  *argv, env=slurm, cwd=work)
+    assert dry.returncode == 0, dry.stderr
+    r = submit(slurm, tmp_path, work, *argv)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = job_of(r)
+    (folder,) = (tmp_path / "logs" / "quickstart").glob(f"{job_id}-*")
+    shown = json.loads(dry.stdout)
+    assert shown["sbatch"].replace(shown["submission"], folder.name.split("-", 1)[1]) == \
+        (folder / f"{job_id}_submission.sh").read_text()
+    reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(2)]
+    assert [rep["host"] for rep in reports] == ["node1", "node2"]
+    assert {rep["plan_digest"] for rep in reports} == {shown["plan_digest"]}
+    assert {rep["master_addr"] for rep in reports} == {"node1"} and [rep["node_rank"] for rep in reports] == [0, 1]
+    out = [p.read_text() for p in sorted(folder.glob(f"{job_id}_*_log.out"))]
+    assert "rank 0/2" in out[0] and "rank 1/2" in out[1]
+    j = wait_state(slurm, job_id, {"COMPLETED"})
+    assert j["results"]["metrics"]["steps"] == 20 and j["results"]["metrics"]["lr"] == 1e-4
+
+
+def test_the_hf_trainer_qa_example_on_two_nodes(slurm, tmp_path, work, tmp_path_factory):
+    from hpcqa.rank.train import model
+    data = tmp_path_factory.mktemp("qa-data")
+    subprocess.run([sys.executable, str(ROOT / "examples/qa_data.py"), str(data)], check=True, cwd=ROOT,
+                   capture_output=True)
+    tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny"))
+    r = submit(slurm, tmp_path, work, "python", "qa_trainer.py", "--model_name_or_path", str(tiny),
+               "--train_file", str(data / "train.json"), "--validation_file", str(data / "dev.json"),
+               "--max_steps", "6", "--max_train_samples", "120")
+    assert r.returncode == 0, r.stdout + r.stderr
+    j = wait_state(slurm, job_of(r), {"COMPLETED"})
+    assert j["results"]["metrics"]["steps"] == 6 and j["results"]["world_size"] == 2
+    assert j["results"]["metrics"]["eval_loss"] > 0
+
+
+def test_a_sweep_of_the_program_is_an_array_with_the_values_as_arguments(slurm, tmp_path, work):
+    r = submit(slurm, tmp_path, work, "python", "ddp_loop.py", "--steps", "10", "--lr", "{train.learning_rate}",
+               extra=["--set", "sweep.train.learning_rate=[0.01, 0.02]", "--set", "sweep.parallelism=2"])
+    assert r.returncode == 0, r.stderr
+    sweep_id = r.stdout.strip().splitlines()[-1]
+    end = time.time() + 240
+    while time.time() < end:
+        jobs = json.loads(run_cli("status", "--json", sweep_id, env=slurm).stdout)
+        if len(jobs) == 2 and all(j["state"] in ("COMPLETED", "FAILED") for j in jobs):
+            break
+        time.sleep(2)
+    assert sorted(j["id"] for j in jobs) == [f"{sweep_id}_0", f"{sweep_id}_1"]
+    assert {j["state"] for j in jobs} == {"COMPLETED"}
+    assert sorted(j["results"]["metrics"]["lr"] for j in jobs) == [0.01, 0.02]
+    res = run_cli("results", sweep_id, "--json", "--metric", "loss", env=slurm)
+    assert res.returncode == 0, res.stderr
+    assert all(isinstance(v["loss"], float) for v in json.loads(res.stdout)["variants"])
+
+
+def test_a_failing_program_names_its_exit_code_and_stderr(slurm, tmp_path, work):
+    (work / "bad.py").write_text("import os, sys\nif os.environ['RANK'] == '1':\n"
+                                 "    print('FileNotFoundError: /data/train.json', file=sys.stderr)\n    sys.exit(5)\n"
+                                 "import time; time.sleep(2)\n")
+    r = submit(slurm, tmp_path, work, "python", "bad.py")
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "exited with code 5" in r.stderr
+    job_id = job_of(r)
+    wait_state(slurm, job_id, {"FAILED"})
+    text = run_cli("status", job_id, env=slurm).stdout
+    assert "rank 1 on node2: the command exited with code 5" in " ".join(text.split())
+    assert "FileNotFoundError: /data/train.json" in text
+
+
+def test_a_held_job_runs_what_was_submitted_though_the_checkout_changed(slurm, tmp_path, work):
+    (work / "t.py").write_text("import os, json\njson.dump({'version': 1}, open(os.environ['HPCQA_RESULTS'], 'w'))\n")
+    r = submit(slurm, tmp_path, work, "python", "t.py", extra=["--set", 'cluster.sbatch_extra=["--hold"]'],
+               wait=False)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().splitlines()[-1]
+    wait_state(slurm, job_id, {"PENDING"})
+    (work / "t.py").write_text("raise SystemExit('the edited checkout ran')\n")   # the checkout moves on meanwhile
+    env = {**os.environ, **slurm}
+    subprocess.run(["scontrol", "release", job_id], check=True, env=env, capture_output=True)
+    j = wait_state(slurm, job_id, {"COMPLETED", "FAILED"}, timeout=120)
+    assert j["state"] == "COMPLETED" and j["results"]["metrics"] == {"version": 1}
+
+
+def test_a_rendered_script_checkpoints_the_program_on_usr2_and_requeues(slurm, tmp_path, work):
+    r = run_cli("render", QUICK, *TWO, "--set", f"job.output_dir={tmp_path / 'logs'}", "--python", sys.executable,
+                "--submit", "--", "python", "ddp_loop.py", "--steps", "400", "--step-time", "0.1", "--save-every",
+                "1000", env=slurm, cwd=work)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
+    folder = tmp_path / "logs" / "quickstart" / f"hqtest-{job_id}"
+    end = time.time() + 120
+    while time.time() < end and "step 20 " not in _log(folder, 0):
+        time.sleep(0.5)
+    assert "step 20 " in _log(folder, 0), _log(folder, 0)
+    env = {**os.environ, **slurm}
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, env=env, capture_output=True)
+    _start_requeued_now(slurm, job_id)
+    j = wait_state(slurm, job_id, {"COMPLETED", "FAILED"}, timeout=240)
+    assert j["state"] == "COMPLETED", _log(folder, 0)
+    saved = int(_log(folder, 0).split("resumed from step ")[1].split()[0])   # the requeued attempt's log
+    assert 20 <= saved < 400 and j["results"]["metrics"]["resumed_from"] == saved
+    notice = json.loads((folder / "ranks" / "attempt-0" / "rank-0.json").read_text())["notice"]
+    assert notice["signal"] == "SIGUSR2" and notice["exit_code"] == 0     # the program saved and exited by itself
+    assert (folder / "requeue-requested.0").exists() and "requeued 1x" in j["attempts"]
+
+
+def _log(folder: Path, rank: int) -> str:
+    p = folder / f"rank-{rank}.log"
+    return p.read_text(errors="replace") if p.exists() else ""
