@@ -98,6 +98,11 @@ def test_bad_commands_are_refused_naming_the_entry(tmp_path):
     assert r.returncode == 2 and "job.task" in r.stderr
 
 
+def test_tune_refuses_to_time_layouts_for_a_program_it_does_not_run(tmp_path):
+    r = run_cli("tune", QUICK, "--set", f"job.output_dir={tmp_path}", "--set", 'job.command=["python", "x.py"]')
+    assert r.returncode == 2 and "job.command" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_the_dry_run_shows_the_command_its_folder_and_the_programs_variables(tmp_path):
     (tmp_path / "t.py").write_text("print(1)\n")
     r = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}", "--dry-run", "--", "python", "t.py",

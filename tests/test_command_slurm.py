@@ -132,7 +132,7 @@ def test_a_held_job_runs_what_was_submitted_though_the_checkout_changed(slurm, t
 
 def test_a_rendered_script_checkpoints_the_program_on_usr2_and_requeues(slurm, tmp_path, work):
     r = run_cli("render", QUICK, *TWO, "--set", f"job.output_dir={tmp_path / 'logs'}", "--python", sys.executable,
-                "--submit", "--", "python", "ddp_loop.py", "--steps", "400", "--step-time", "0.1", "--save-every",
+                "--submit", "--", "python", "ddp_loop.py", "--steps", "120", "--step-time", "0.1", "--save-every",
                 "1000", env=slurm, cwd=work)
     assert r.returncode == 0, r.stderr
     job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
@@ -147,7 +147,7 @@ def test_a_rendered_script_checkpoints_the_program_on_usr2_and_requeues(slurm, t
     j = wait_state(slurm, job_id, {"COMPLETED", "FAILED"}, timeout=240)
     assert j["state"] == "COMPLETED", _log(folder, 0)
     saved = int(_log(folder, 0).split("resumed from step ")[1].split()[0])   # the requeued attempt's log
-    assert 20 <= saved < 400 and j["results"]["metrics"]["resumed_from"] == saved
+    assert 20 <= saved < 120 and j["results"]["metrics"]["resumed_from"] == saved
     notice = json.loads((folder / "ranks" / "attempt-0" / "rank-0.json").read_text())["notice"]
     assert notice["signal"] == "SIGUSR2" and notice["exit_code"] == 0     # the program saved and exited by itself
     assert (folder / "requeue-requested.0").exists() and "requeued 1x" in j["attempts"]
@@ -156,3 +156,36 @@ def test_a_rendered_script_checkpoints_the_program_on_usr2_and_requeues(slurm, t
 def _log(folder: Path, rank: int) -> str:
     p = folder / f"rank-{rank}.log"
     return p.read_text(errors="replace") if p.exists() else ""
+
+
+def test_the_hf_trainer_script_saves_on_the_notice_and_resumes_after_submitits_requeue(slurm, tmp_path, work,
+                                                                                      tmp_path_factory):
+    """The QA example through submitit on two nodes, USR2 as `--signal` sends it before the time limit: hpcqa passes
+    it on as SIGTERM, the Trainer's ranks agree after a step and save a checkpoint in HPCQA_CHECKPOINT_DIR, submitit
+    requeues the job, and the next attempt resumes the Trainer from that checkpoint and finishes."""
+    from hpcqa.rank.train import model
+    data = tmp_path_factory.mktemp("qa-data-preempt")
+    subprocess.run([sys.executable, str(ROOT / "examples/qa_data.py"), str(data)], check=True, cwd=ROOT,
+                   capture_output=True)
+    tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny-preempt"))
+    steps = 120
+    r = submit(slurm, tmp_path, work, "python", "qa_trainer.py", "--model_name_or_path", str(tiny),
+               "--train_file", str(data / "train.json"), "--max_steps", str(steps), "--per_device_train_batch_size",
+               "4", wait=False)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().splitlines()[-1]
+    folder = Path(wait_state(slurm, job_id, {"RUNNING"})["folder"])
+    log = folder / f"{job_id}_0_log.out"
+    end = time.time() + 180
+    while time.time() < end and (log.read_text() if log.exists() else "").count("'loss'") < 3:
+        time.sleep(0.5)
+    assert log.read_text().count("'loss'") >= 3, log.read_text()[-2000:]
+    env = {**os.environ, **slurm}
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, env=env, capture_output=True)
+    _start_requeued_now(slurm, job_id)
+    j = wait_state(slurm, job_id, {"COMPLETED", "FAILED"}, timeout=300)
+    assert j["state"] == "COMPLETED", log.read_text()[-3000:]
+    m = j["results"]["metrics"]
+    saved = int(m["resumed_from"].rsplit("checkpoint-", 1)[1])
+    assert m["resumed_from"].startswith(str(folder / "checkpoints")) and 15 <= saved < steps and m["steps"] == steps
+    assert j["results"]["requeues"] == 1 and j["attempts"].startswith("requeued 1x (SIGUSR2)")

@@ -51,6 +51,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.comm:
         return _tune_comm(args)
     base = config.load(args.config, args.overrides)
+    if base.job.command:
+        raise UsageError("hpcqa tune times layouts of hpcqa's own trainer; this config runs your program "
+                         "(job.command), which ranks_per_socket = \"auto\" never takes a tuned layout for",
+                         "time your program at a few launch.ranks_per_socket values (a sweep), or tune without "
+                         "job.command; tune --comm measures the link whatever the program")
     cands = tune.parse_candidates(args.candidates, base.cores_per_domain) if args.candidates else None
     from rich.console import Console
     con = Console(stderr=True)

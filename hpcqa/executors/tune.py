@@ -74,8 +74,8 @@ def run_comm(path: str, overrides: Sequence[str]) -> dict:
                                               "has one machine", "run it where Slurm is (cluster.executor = \"slurm\" "
                                                                  "or \"auto\" with sbatch on PATH)", path)
     nodes = max(base.cluster.nodes, 2)
-    cfg = config.load(path, [*overrides, "job.task=comm", f"cluster.nodes={nodes}", "train.do_eval=false",
-                             f"job.name={base.job.name}-comm"])
+    cfg = config.load(path, [*overrides, "job.task=comm", "job.command=[]", f"cluster.nodes={nodes}",
+                             "train.do_eval=false", f"job.name={base.job.name}-comm"])  # the link, whatever the program
     p = planmod.build_plan(cfg, host, via_submitit=True)
     job_id, jd, state = _run_one(p, f"tune --comm ({nodes} nodes, {p.backend.resolved})")
     link = (jd.read_results() or {}).get("link") or {}
