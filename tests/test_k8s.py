@@ -458,7 +458,9 @@ def test_pods_train_and_resume_after_sigterm(cli, tmp_path):
     """Two pods, one rank each: SIGTERM (eviction) to pod 0 mid-run checkpoints both ranks, the pods exit 143
     (the operator restarts them), the restarted pods resume from that step and finish."""
     mount = tmp_path / "pvc"
-    cm, job = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", config="configs/quickstart.toml")
+    # 120 steps, not TINY's 24: at ~17 steps/s the 24 were done before the SIGTERM reached pod 0 (seen in CI)
+    cm, job = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "train.max_steps=120",
+                     config="configs/quickstart.toml")
     jd = mount / "output" / "quickstart" / f"k8s-default-{job['metadata']['name']}"
     pods = start_pods(cm, job, tmp_path, 29000 + os.getpid() % 1000)
     deadline = time.time() + 300
