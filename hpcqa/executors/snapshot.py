@@ -91,21 +91,16 @@ def verify(snap: Snapshot) -> None:
 
 def provenance(package: Path = PACKAGE) -> dict[str, Any]:
     out: dict[str, Any] = {"version": __version__, "python": sys.version.split()[0], "source": str(package)}
-    git = shutil.which("git")
     top = package.parent
-    if git and (top / ".git").exists():
-        run = lambda *a: subprocess.run([git, "-C", str(top), *a], capture_output=True, text=True, timeout=10)  # noqa: E731
-        head = run("rev-parse", "HEAD")
-        if head.returncode == 0:
-            dirty = run("status", "--porcelain", "--", "hpcqa")
-            out.update(commit=head.stdout.strip(), dirty=bool(dirty.stdout.strip()))
-    out["describe"] = (f"git {out['commit'][:12]}" + (" + uncommitted changes" if out.get("dirty") else "")
-                       if out.get("commit") else "not a git checkout" if git else "git not installed: commit unknown")
+    if (top / ".git").exists():
+        out.update(git_describe(str(top), "hpcqa"))
+    else:
+        out["describe"] = "not a git checkout" if shutil.which("git") else "git not installed: commit unknown"
     return out
 
 
-def git_describe(folder: str) -> dict[str, Any]:
-    """A user command's folder as git sees it: the commit and whether the folder has uncommitted changes."""
+def git_describe(folder: str, pathspec: str = ".") -> dict[str, Any]:
+    """`folder` as git sees it: the commit, and whether `pathspec` under it has uncommitted changes."""
     git = shutil.which("git")
     if not git:
         return {"describe": "git not installed: commit unknown"}
@@ -113,7 +108,7 @@ def git_describe(folder: str) -> dict[str, Any]:
     head = run("rev-parse", "HEAD")
     if head.returncode != 0:
         return {"describe": "not a git checkout"}
-    dirty = bool(run("status", "--porcelain", "--", ".").stdout.strip())
+    dirty = bool(run("status", "--porcelain", "--", pathspec).stdout.strip())
     commit = head.stdout.strip()
     return {"commit": commit, "dirty": dirty,
             "describe": f"git {commit[:12]}" + (" + uncommitted changes" if dirty else "")}

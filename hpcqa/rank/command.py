@@ -40,11 +40,12 @@ from hpcqa.errors import RankError
 from hpcqa.rank.phase import Phases
 from hpcqa.rank.child import die_with
 from hpcqa.record import worktree
-from hpcqa.record.jobdir import JobDir, attempt_from_env, read_json, write_json
+from hpcqa.rank.train.facts import code_provenance
+from hpcqa.rank.train.stop import TERM_WAIT_S
+from hpcqa.record.jobdir import JobDir, attempt_from_env, write_json
 
 TAIL_LINES = 20
 MAX_RESULTS_BYTES = 1 << 20
-TERM_WAIT_S = 900   # after a SIGTERM under Slurm: Slurm ends the job its own way (see rank.train.stop)
 
 
 class CommandFailed(RankError):
@@ -187,8 +188,6 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
 
 def _report(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int) -> dict:
     e = os.environ
-    code = e.get("HPCQA_CODE")
-    got = read_json(Path(code) / "provenance.json") if code else None
     return {"host": socket.gethostname(), "pid": os.getpid(), "rank": rank, "attempt": attempt,
             "local_rank": int(e.get("LOCAL_RANK", "0")), "node_rank": int(e.get("NODE_RANK", "0")),
             "world_size": int(e.get("WORLD_SIZE", "1")), "master_addr": e.get("MASTER_ADDR"),
@@ -197,8 +196,7 @@ def _report(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int) -> dict:
             "ld_preload": e.get("LD_PRELOAD", ""), "started": time.time(), "job_dir": str(jd.path),
             "plan_digest": plan.digest, "variant": dict(plan.variant), "variant_index": plan.variant_index,
             "command": list(plan.command), "work": dict(plan.work),
-            "code": {**(got if isinstance(got, dict) else {}), "snapshot": code} if code else
-            {"snapshot": None, "describe": "the live tree (no snapshot)"}}
+            "code": code_provenance(e)}
 
 
 def _failed(jd: JobDir, rank: int, attempt: int, error: str, code: int | None, tail: list[str]) -> None:

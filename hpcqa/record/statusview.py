@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import shlex
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from hpcqa.record import phases, status
 from hpcqa.record.status import JobView
-from hpcqa.core import states
+from hpcqa.core import command, states
 from rich import box
 from rich.markup import render as markup
 from rich.table import Table
@@ -289,7 +288,7 @@ def _command_rows(v: JobView) -> list[tuple[str, str]]:
     work = res.get("work") if isinstance(res.get("work"), dict) else (rep or {}).get("work") or {}
     where = f"in a copy of {work.get('dir')} (snapshot {work.get('snapshot')}, verified)" if work.get("snapshot") \
         else f"in {work.get('run_in') or 'the image default folder'}"
-    rows = [("command", " ".join(shlex.quote(str(a)) for a in argv)[:400] + "\n" + where)]
+    rows = [("command", command.display([str(a) for a in argv])[:400] + "\n" + where)]
     metrics = res.get("metrics")
     if isinstance(metrics, dict) and metrics:
         rows.append(("metrics", ", ".join(f"{k} {val:.4g}" if isinstance(val, float) else f"{k} {val}"

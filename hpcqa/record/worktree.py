@@ -62,6 +62,14 @@ def _skip_dir(path: str, name: str, exclude: Sequence[str]) -> str | None:
     return None
 
 
+def list_digest(files: Mapping[str, str]) -> str:
+    """The copy's digest: over its list of (relative path, sha256), sorted by path."""
+    h = hashlib.sha256()
+    for rel, sha in sorted(files.items()):
+        h.update(f"{rel}\0{sha}\0".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()[:16]
+
+
 def scan(folder: str, exclude: Sequence[str] = (), provenance: Mapping[str, Any] | None = None) -> WorkTree:
     """List and digest `folder` (what would be copied); refuses a folder too large to copy per submission."""
     if not os.path.isdir(folder):
@@ -86,10 +94,7 @@ def scan(folder: str, exclude: Sequence[str] = (), provenance: Mapping[str, Any]
                                 "to copy for the job", "run from (or set job.workdir to) the folder of your program "
                                 "alone, keep data outside it (name it by path), or submit --no-snapshot")
             files[os.path.relpath(path, folder)] = file_sha256(path)
-    h = hashlib.sha256()
-    for rel, sha in sorted(files.items()):
-        h.update(f"{rel}\0{sha}\0".encode("utf-8", "surrogateescape"))
-    return WorkTree(folder, h.hexdigest()[:16], files, size, tuple(skipped), dict(provenance or {}))
+    return WorkTree(folder, list_digest(files), files, size, tuple(skipped), dict(provenance or {}))
 
 
 def write(tree: WorkTree, code_root: Path) -> Path:
@@ -127,11 +132,8 @@ def problem(folder: str, digest: str) -> str | None:
     manifest = read_json(os.path.join(folder, MANIFEST))
     if not isinstance(manifest, dict) or not all(isinstance(v, str) for v in manifest.values()):
         return f"{folder}/{MANIFEST} is missing or damaged"
-    h = hashlib.sha256()
-    for rel, sha in sorted(manifest.items()):
-        h.update(f"{rel}\0{sha}\0".encode("utf-8", "surrogateescape"))
-    if h.hexdigest()[:16] != digest:
-        return f"{folder}/{MANIFEST} is not the list submitted (digest {h.hexdigest()[:16]}, submitted {digest})"
+    if list_digest(manifest) != digest:
+        return f"{folder}/{MANIFEST} is not the list submitted (digest {list_digest(manifest)}, submitted {digest})"
     for rel, sha in sorted(manifest.items()):
         path = os.path.join(folder, TREE, rel)
         if ".." in Path(rel).parts or os.path.islink(path) or not os.path.isfile(path):
