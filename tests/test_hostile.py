@@ -18,7 +18,7 @@ import yaml
 
 from hpcqa.core import config, plan, sweep
 from hpcqa.errors import ConfigError
-from hpcqa.executors import k8s, render
+from hpcqa.executors import k8s, render, trainjob
 from hpcqa.executors.slurm import SubmititSlurm
 from tests.conftest import ROOT
 
@@ -216,6 +216,9 @@ def _all_keys(text: str, exclude: set[str]) -> list[str]:
     return out
 
 
+COMPLETE = {key for key, _ in string_keys()}  # every string key
+
+
 # not set all at once: the job root (the scripts' folders), the interpreter the scripts call (hostile: "command not
 # found", tested per key above), the commands of cluster.setup (run by design), and the pods' volume paths
 COMMANDS_AND_PATHS = {"job.output_dir", "cluster.python", "cluster.setup", "k8s.mount_path"}
@@ -231,7 +234,10 @@ def test_every_key_at_once_through_the_rendered_scripts_runs_nothing(tmp_path, m
     work.mkdir()
     monkeypatch.chdir(work)
     mount = tmp_path / "vol"
-    cfg = config.load(ROOT / "configs/squad_spr.toml", [*_all_keys(text, COMMANDS_AND_PATHS),
+    keys = _all_keys(text, COMMANDS_AND_PATHS | {"k8s.image"})
+    # the image must name a tag (render refuses an unpinned one): the hostile text with one, where the key takes it
+    image = _all_keys(text + ":1", set(COMPLETE) - {"k8s.image"}) or ['k8s.image="registry.example.com/hpcqa:1"']
+    cfg = config.load(ROOT / "configs/squad_spr.toml", [*keys, *image,
                                                         f"job.output_dir={json.dumps(str(work / 'out'))}",
                                                         f"k8s.mount_path={json.dumps(str(mount))}"])
     bin_ = tmp_path / "bin"
@@ -259,7 +265,8 @@ def test_every_key_at_once_through_the_rendered_scripts_runs_nothing(tmp_path, m
         assert json.loads(written.read_text())["config"] == json.loads(json.dumps(cfg.to_dict())), label
         written.unlink()
     # the pod script, as the kubelet starts it (node 0 of the PyTorchJob), with a stub interpreter
-    pod_cfg = k8s.pod_config(cfg)
+    # launch.pass_env is refused for pods (no submitting shell): its hostile text is tested in the scripts above
+    pod_cfg = k8s.pod_config(dataclasses.replace(cfg, launch=dataclasses.replace(cfg.launch, pass_env=())))
     docs = yaml.safe_load_all(k8s.to_yaml(k8s.to_dicts(k8s.objects(plan.build_plan(pod_cfg,
                                                                                   k8s.image_host(HOST, cfg))))))
     cm = next(d for d in docs if d["kind"] == "ConfigMap")
@@ -274,6 +281,17 @@ def test_every_key_at_once_through_the_rendered_scripts_runs_nothing(tmp_path, m
     stored = json.loads(cm["data"]["plan.json"])["config"]
     assert stored["model"]["name_or_path"] == cfg.model.name_or_path and stored["launch"]["env"] == \
         dict(cfg.launch.env), r.stderr
+    # the TrainJob's pod: its command (the script) with the plan from its environment, as JobSet starts node 0
+    (tmp_path / "argv.python").unlink()
+    runtime, job = yaml.safe_load_all(k8s.to_yaml(trainjob.objects(plan.build_plan(
+        pod_cfg, k8s.image_host(HOST, cfg), launcher="trainjob"))))
+    tj_env = {e["name"]: e["value"] for e in job["spec"]["trainer"]["env"]}
+    r = subprocess.run(job["spec"]["trainer"]["command"], cwd=work, capture_output=True, text=True, timeout=120,
+                       env={**env, **tj_env, "PET_NODE_RANK": "0", "PET_NNODES": "4", "PET_MASTER_ADDR": "localhost",
+                            "PET_MASTER_PORT": "1", "HPCQA_JOB_UID": "u-1", "HPCQA_RESTART_ATTEMPT": "0"})
+    assert r.returncode == 0 and (tmp_path / "argv.python").exists(), r.stderr
+    assert not list(tmp_path.rglob("PWNED")), "the TrainJob's pod script executed config text"
+    assert json.loads(tj_env["HPCQA_PLAN_JSON"])["config"] == stored
     # the Dockerfile: every line an instruction, a comment or a continuation
     lines = k8s.dockerfile(cfg).splitlines()
     for prev, line in zip([""] + lines, lines):

@@ -7,6 +7,7 @@ finds it in its own environment, preloads it, and says so in its report and in `
 import json
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,12 @@ def node_python(tmp_path_factory):
     env_dir = tmp_path_factory.mktemp("node") / "env"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)], check=True)
     py = env_dir / "bin" / "python"
+    # --system-site-packages reaches the base interpreter's packages, not a venv's the tests may run in (CI's): a
+    # .pth file adds this interpreter's own, so the "node" has everything the submit side has, plus libiomp5
+    inner = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    own = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    Path(inner, "submit-side.pth").write_text("".join(f"{d}\n" for d in sorted(own)))
     r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
                         "intel-openmp"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]

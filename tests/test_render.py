@@ -252,7 +252,8 @@ def test_every_executor_hands_its_ranks_a_plan_that_says_who_requeues(key, monke
         ex = table.choose(lp, mode, snapshot=False)
     else:
         hosts = ("n1", "n2", "n3", "n4") if mode == table.HOSTS else ()
-        ex, lp = table.render(cfg, HOST, table.RENDER_PYTORCHJOB if target == table.K8S else table.RENDER_SCRIPT,
+        k8s_target = {t: name for name, t in table.RENDER_K8S.items()}.get(launcher)
+        ex, lp = table.render(cfg, HOST, k8s_target if target == table.K8S else table.RENDER_SCRIPT,
                               None if target == table.K8S else launcher, hosts)
     assert (lp.executor, lp.launcher) == (target, launcher) and ex.target.name == target
     request = ex.dry_run(sweep.single(lp))

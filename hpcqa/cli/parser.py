@@ -91,22 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--registry", help="registry file for this job (default: job.registry, else $HPCQA_REGISTRY or "
                                       "logs/registry.sqlite); the same as --set job.registry=PATH")
 
-    p = sub.add_parser("render", help="write a standalone sbatch script (srun or mpirun), a Kubernetes PyTorchJob "
-                                      "or its Dockerfile", usage="hpcqa render CONFIG [options] [-- PROGRAM [ARGS...]]")
-    add_config(p)
-    p.add_argument("-o", "--output", help="write the script here (default: stdout)")
-    p.add_argument("--target", choices=["script", "pytorchjob", "dockerfile"], default="script",
-                   help="script (default): sbatch/mpirun; pytorchjob: a Kubeflow PyTorchJob and its ConfigMap (YAML, "
-                        "kubectl apply -f); dockerfile: the image that PyTorchJob runs")
-    p.add_argument("--launcher", choices=["srun", "mpirun"], help="default: launch.launcher")
-    p.add_argument("--python", default=None, help="interpreter on the nodes (default: cluster.python, else python3)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--hosts", metavar="NODELIST", help="plain machines, no Slurm: a script for mpirun over ssh on "
-                                                            "these hosts (Slurm nodelist syntax, e.g. 'n[1-2]')")
-    where.add_argument("--hostfile", metavar="FILE", help="like --hosts, one host per line")
-    p.add_argument("--submit", action="store_true", help="sbatch the script and register the job: status, logs "
-                                                         "and cancel then work as for `submit`")
-
+    _add_render(sub)
     _add_stage(sub)
     _add_tune(sub)
     p = sub.add_parser("topology", help="this node's sockets, NUMA nodes and cores; with CONFIG, each rank's pool")
@@ -126,6 +111,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_job_verbs(sub)
     return parser
+
+
+def _add_render(sub) -> None:
+    p = sub.add_parser("render", help="write a standalone sbatch script (srun or mpirun), Kubernetes objects (a "
+                                      "TrainJob, a PyTorchJob, a staging Job) or their image's Dockerfile", usage="hpcqa render CONFIG [options] [-- PROGRAM [ARGS...]]")
+    add_config(p)
+    p.add_argument("-o", "--output", help="write the script here (default: stdout)")
+    p.add_argument("--target", choices=["script", "trainjob", "pytorchjob", "stage-job", "dockerfile"], default="script",
+                   help="script (default): sbatch/mpirun; trainjob: a Kubeflow Trainer v2 TrainJob and its "
+                        "TrainingRuntime (YAML, kubectl apply -f); pytorchjob: a training-operator v1 PyTorchJob and "
+                        "its ConfigMap; stage-job: a Job that stages the model and data into the PVC; dockerfile: "
+                        "the image those pods run")
+    p.add_argument("--launcher", choices=["srun", "mpirun"], help="default: launch.launcher")
+    p.add_argument("--python", default=None, help="interpreter on the nodes (default: cluster.python, else python3)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--hosts", metavar="NODELIST", help="plain machines, no Slurm: a script for mpirun over ssh on "
+                                                            "these hosts (Slurm nodelist syntax, e.g. 'n[1-2]')")
+    where.add_argument("--hostfile", metavar="FILE", help="like --hosts, one host per line")
+    p.add_argument("--submit", action="store_true", help="sbatch the script and register the job: status, logs "
+                                                         "and cancel then work as for `submit`")
 
 
 def _add_stage(sub) -> None:

@@ -22,7 +22,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.target == table.RENDER_DOCKERFILE:
         return _write_rendered(args, k8s.dockerfile(cfg), "Dockerfile",
                                f"docker build -f {args.output} -t <registry>/hpcqa:<tag> <hpcqa checkout>")
-    if args.target == table.RENDER_PYTORCHJOB:
+    if args.target == table.RENDER_STAGE_JOB:
+        from hpcqa.executors import trainjob
+        return _write_rendered(args, k8s.to_yaml([trainjob.stage_job(cfg)]), "the staging Job",
+                               f"kubectl apply -f {args.output}, then kubectl wait --for=condition=complete job/...",
+                               executable=False)
+    if args.target in table.RENDER_K8S:
         ex, lp = table.render(cfg, hostprobe.probe_host(), args.target)
         return _render_request(args, ex, lp, f"kubectl apply -f {args.output}")
     hosts = _render_hosts(args, cfg, args.launcher or cfg.launch.launcher)

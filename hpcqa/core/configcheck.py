@@ -230,19 +230,29 @@ def _check_env(cfg: Any) -> None:
                               src)
 
 
+# Kubernetes' label key ([DNS subdomain prefix/]name, name at most 63) and value (at most 63), apimachinery's rules
+LABEL_KEY = r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
+
+
 def _check_k8s(cfg: Any) -> None:
     k, src = cfg.k8s, cfg.source
     for key in ("output_path", "model_cache_path", "data_cache_path"):
         if ".." in getattr(k, key).split("/"):
             raise ConfigError(f"k8s.{key}", "'..' would leave the volume", "give a path inside k8s.mount_path", src)
     for name, value in k.node_selector.items():
-        if not re.fullmatch(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", name) \
-                or len(name) > 316:
+        if not re.fullmatch(LABEL_KEY, name):
             raise ConfigError(f"k8s.node_selector.{name}", "not a Kubernetes label key",
                               "use [prefix/]name with letters, digits, '-', '_', '.'", src)
-        if not re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?", value) or len(value) > 63:
+        if not re.fullmatch(LABEL_VALUE, value):
             raise ConfigError(f"k8s.node_selector.{name}", f"{value!r} is not a Kubernetes label value",
                               "up to 63 letters, digits, '-', '_', '.'", src)
+    for i, taint in enumerate(k.tolerations):
+        m = re.fullmatch(r"([^=:]+)(=([^:]*))?:(NoSchedule|PreferNoSchedule|NoExecute)", taint)
+        if not m or not re.fullmatch(LABEL_KEY, m[1]) or not re.fullmatch(LABEL_VALUE, m[3] or ""):
+            raise ConfigError(f"k8s.tolerations[{i}]", f"{taint!r} is not key=value:Effect or key:Effect",
+                              "e.g. \"dedicated=training:NoSchedule\" (Effect: NoSchedule, PreferNoSchedule or "
+                              "NoExecute)", src)
 
 
 def _check_eval(cfg: Any) -> None:

@@ -3,7 +3,8 @@
     name    cluster.executor   applies (affinity)            launchers         MASTER_ADDR / MASTER_PORT
     local   local, auto        always (1)                    local             127.0.0.1 / from the job id
     slurm   slurm, auto        where `sbatch` is found (2)   srun, mpirun      first host of the nodelist / job id
-    k8s     (render only)      never chosen by "auto"        pytorchjob        Worker 0's headless service / 23456
+    k8s     (render only)      never chosen by "auto"        trainjob,         the DNS name of pod 0 / 29500 (TrainJob),
+                                                             pytorchjob        23456 (PyTorchJob)
 
 `cluster.executor = "auto"` takes the target of highest affinity on the submitting host, as submitit's
 AutoExecutor does. The name is what the plan, the registry, `status` and the dry run say; the executors'
@@ -36,6 +37,7 @@ class Launcher(StrEnum):
     MPIRUN = "mpirun"          # Intel MPI's hydra (in a batch shell, or over ssh on plain machines)
     LOCAL = "local"            # submitit's local controller, one process per rank
     PYTORCHJOB = "pytorchjob"  # the training operator starts one pod per node; the pod script starts the ranks
+    TRAINJOB = "trainjob"      # Kubeflow Trainer v2 (JobSet) starts one pod per node; the pod script starts the ranks
 
     @property
     def is_intel_mpi(self) -> bool:
@@ -129,8 +131,8 @@ class Slurm(Target):
 
 class K8s(Target):
     name = "k8s"
-    launchers = (Launcher.PYTORCHJOB,)
-    configurable = False      # `hpcqa render --target pytorchjob`, whatever cluster.executor says
+    launchers = (Launcher.TRAINJOB, Launcher.PYTORCHJOB)
+    configurable = False      # `hpcqa render --target trainjob|pytorchjob`, whatever cluster.executor says
     inherits_submitting_env = False
     sees_submit_files = False  # pods see their image and the volume
 
@@ -140,8 +142,9 @@ class K8s(Target):
 
     @classmethod
     def derived_env(cls, fixed_port: int) -> dict[str, str]:
-        return {"MASTER_ADDR": "the headless service of Worker 0, which the training operator names <job>-worker-0",
-                "MASTER_PORT": "23456, the container port pytorchjob-port"}
+        return {"MASTER_ADDR": "the DNS name of pod 0: TrainJob <job>-node-0-0.<job> (PET_MASTER_ADDR); "
+                               "PyTorchJob <job>-worker-0",
+                "MASTER_PORT": "TrainJob 29500 (PET_MASTER_PORT); PyTorchJob 23456 (pytorchjob-port)"}
 
 
 TARGETS: tuple[type[Target], ...] = (Local, Slurm, K8s)

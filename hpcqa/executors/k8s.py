@@ -58,6 +58,9 @@ MAX_NAME = 45                     # <name>-worker-<i> is a service name (63 char
 REPLICA = "Worker"                # see the module's docstring: no Master, so no init container
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"   # the operator labels each pod with its index
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"          # Kueue: the LocalQueue that admits the job
+ISTIO_INJECT = "sidecar.istio.io/inject"           # "false": no Envoy sidecar (it would make the pod Burstable,
+                                                   # keep a finished pod running, and fail restricted admission)
 # Kubernetes' name rules (k8s.io/apimachinery/pkg/util/validation): metadata.name of a PyTorchJob and of the
 # services the operator derives from it is a DNS-1035 label; label values are up to 63 of [A-Za-z0-9_.-],
 # beginning and ending with a letter or digit.
@@ -89,12 +92,17 @@ def pod_config(cfg: Config) -> Config:
         data=dataclasses.replace(cfg.data, cache_dir=on_pvc(k.data_cache_path)))
 
 
-def job_name(plan: LaunchPlan) -> str:
+def job_name(plan: LaunchPlan, max_name: int = MAX_NAME) -> str:
     """<job.name>-<plan digest> as a DNS-1035 label (lower case, starting with a letter): the same plan renders
-    the same job (and job folder). Short enough that <name>-worker-<index> stays a valid service name."""
-    base = re.sub(r"[^a-z0-9]+", "-", plan.config.job.name.lower())
-    base = re.sub(r"^[^a-z]+", "", base)[:MAX_NAME - 9].rstrip("-") or "hpcqa"
-    return f"{base}-{plan.digest[:8]}"
+    the same job (and job folder). Short enough that the names derived from it (<name>-worker-<index>, a TrainJob's
+    pod names) stay valid."""
+    return job_name_for(plan.config.job.name, plan.digest, max_name)
+
+
+def job_name_for(name: str, digest: str, max_name: int) -> str:
+    base = re.sub(r"[^a-z0-9]+", "-", name.lower())
+    base = re.sub(r"^[^a-z]+", "", base)[:max_name - 9].rstrip("-") or "hpcqa"
+    return f"{base}-{digest[:8]}"
 
 
 def instance_label(cfg: Config) -> str:
@@ -121,10 +129,23 @@ def pod_memory(cfg: Config) -> str:
                       cfg.source)
 
 
-def check(cfg: Config) -> None:
+def check(cfg: Config, pinned_only: bool = False) -> None:
+    """What every Kubernetes object needs of the config (pinned_only: the staging Job, which needs no pod shape)."""
     if not cfg.k8s.image:
         raise ConfigError("k8s.image", "no container image", "build one from `hpcqa render CONFIG --target "
                           "dockerfile` and set k8s.image = \"registry.example.com/hpcqa:1\"", cfg.source)
+    image_problem = unpinned(cfg.k8s.image)
+    if image_problem:
+        raise ConfigError("k8s.image", f"{cfg.k8s.image!r} {image_problem}: which image a pod runs would depend on "
+                          "what the node has cached (imagePullPolicy IfNotPresent)",
+                          "give the tag you pushed (registry.example.com/hpcqa:1.4) or a digest (...@sha256:<hex>)",
+                          cfg.source)
+    if cfg.launch.pass_env:
+        raise ConfigError("launch.pass_env", f"{', '.join(cfg.launch.pass_env)}: a pod has no submitting shell to "
+                          "pass variables from", "take them from a Secret: k8s.secret_env.NAME = \"secret/key\" "
+                          "(or set launch.env for values that are not secret); drop launch.pass_env", cfg.source)
+    if pinned_only:
+        return
     pod_memory(cfg)
     c, k = cfg.cluster, cfg.k8s
     if not k.cpus and k.reserved_cores >= c.cores_per_socket:
@@ -136,16 +157,55 @@ def check(cfg: Config) -> None:
                           cfg.source)
 
 
+def unpinned(image: str) -> str:
+    """Why an image reference does not pin what runs ('' when it does): no tag, or the moving tag latest. A digest
+    pins it whatever the tag says."""
+    if "@sha256:" in image:
+        return "" if re.fullmatch(r".+@sha256:[0-9a-f]{64}", image) else "has a malformed digest"
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return "has no tag (it means latest)"
+    return "is tagged latest" if last.rsplit(":", 1)[1] == "latest" else ""
+
+
+def meta(name: str, cfg: Config, object_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """An object's metadata: the namespace only when the config names one (else `kubectl apply -n` decides)."""
+    out: dict[str, Any] = {"name": name}
+    if cfg.k8s.namespace:
+        out["namespace"] = cfg.k8s.namespace
+    out["labels"] = object_labels if object_labels is not None else labels(cfg)
+    return out
+
+
+def job_labels(cfg: Config) -> dict[str, str]:
+    """The job object's labels: Kueue admits a job that names its LocalQueue, every pod at once or none."""
+    return {**labels(cfg), **({QUEUE_LABEL: cfg.k8s.queue} if cfg.k8s.queue else {})}
+
+
+def tolerations(cfg: Config) -> list[dict[str, str]]:
+    """k8s.tolerations ("key=value:Effect" or "key:Effect", checked by the config) as pod tolerations."""
+    out = []
+    for taint in cfg.k8s.tolerations:
+        key_value, effect = taint.rsplit(":", 1)
+        key, _, value = key_value.partition("=")
+        out.append({"key": key, "operator": "Equal", "value": value, "effect": effect} if "=" in key_value
+                   else {"key": key, "operator": "Exists", "effect": effect})
+    return out
+
+
 def check_names(objs: list[dict], cfg: Config) -> None:
     """Every name and label value of the rendered objects by Kubernetes' rules, and the names the operator derives
     from the job's (its services and pods: <name>-worker-<last index>): a bad one names the key it came from."""
     for d in objs:
         meta = d["metadata"]
-        rule, what = (DNS1035, "a DNS-1035 label") if d["kind"] == "PyTorchJob" else (DNS1123_SUBDOMAIN, "a DNS subdomain")
+        dns1035 = d["kind"] in ("PyTorchJob", "TrainJob")  # their names become service and host names
+        rule, what = (DNS1035, "a DNS-1035 label") if dns1035 else (DNS1123_SUBDOMAIN, "a DNS subdomain")
         names = [meta["name"]]
         if d["kind"] == "PyTorchJob":
             workers = d["spec"]["pytorchReplicaSpecs"][REPLICA]["replicas"]
             names.append(f"{meta['name']}-{REPLICA.lower()}-{workers - 1}")
+        if d["kind"] == "TrainJob":  # JobSet's pod names: <job>-node-0-<index>-<5 random characters>
+            names.append(f"{meta['name']}-node-0-{d['spec']['trainer']['numNodes'] - 1}-abcde")
         for name in names:
             if len(name) > 63 or not rule.fullmatch(name):
                 raise ConfigError("job.name", f"{cfg.job.name!r} gives the {d['kind']} name {name!r}, not {what} of "
@@ -156,7 +216,7 @@ def check_names(objs: list[dict], cfg: Config) -> None:
                 raise ConfigError("job.name", f"{cfg.job.name!r} gives the label {key}={value!r}, not a label "
                                   "value", "use letters, digits, '-', '_', '.'", cfg.source)
     ns = cfg.k8s.namespace
-    if len(ns) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns):
+    if ns and (len(ns) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns)):
         raise ConfigError("k8s.namespace", f"{ns!r} is not a namespace name (DNS-1123 label, 63 characters at most)",
                           "e.g. k8s.namespace = \"training\"", cfg.source)
 
@@ -182,10 +242,22 @@ def whole_cpus(pod_spec: dict) -> bool:
                for c in pod_spec.get("containers") or [])
 
 
-def node_script(plan: LaunchPlan, name: str) -> str:
+PLAN_FROM_CONFIGMAP = 'plan="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/@@PLAN_FILE@@"  # the ConfigMap\'s'
+PLAN_FROM_ENV = ('plan="$(mktemp -d)/@@PLAN_FILE@@"  # the TrainJob carries the plan: no ConfigMap outlives it\n'
+                 'printf \'%s\' "${HPCQA_PLAN_JSON:?the TrainJob sets HPCQA_PLAN_JSON}" > "$plan"')
+
+
+def node_script(plan: LaunchPlan, name: str, kind: str = "PyTorchJob") -> str:
+    """The pod's entry point (sbatch_templates/pytorchjob-node.sh) for a PyTorchJob (the plan from its ConfigMap)
+    or a TrainJob (the plan from the container's environment)."""
     cfg = plan.config
     python = shlex.quote(cfg.cluster.python or "python3")
+    trainjob = kind == "TrainJob"
     values = {
+        "PLAN_SETUP": (PLAN_FROM_ENV if trainjob else PLAN_FROM_CONFIGMAP).replace("@@PLAN_FILE@@",
+                                                                                  render.plain(jobdir.SCRIPT_PLAN)),
+        "KIND": kind,
+        "TARGET": "trainjob" if trainjob else "pytorchjob",
         "SOURCE": cfg.source.replace("\n", " ") or "a config",
         "SETUP": render.setup_block(cfg.cluster.setup),
         "NODES": str(plan.nodes), "PPN": str(plan.ranks_per_node), "PYTHON": python, "NAME": name,
@@ -198,66 +270,125 @@ def node_script(plan: LaunchPlan, name: str) -> str:
     return render.fill((render.template_dir() / "pytorchjob-node.sh").read_text(), values)
 
 
-def _env(plan: LaunchPlan, name: str) -> list:
-    from kubernetes.client import V1EnvVar, V1EnvVarSource, V1ObjectFieldSelector, V1SecretKeySelector
+def pod_env(plan: LaunchPlan, name: str, rendezvous: bool = True) -> list:
+    """The pod's variables: caches on the PVC, offline, the job's name and namespace, the node rank from the operator's
+    label, MASTER_ADDR/PORT (PyTorchJob: no Master replica, so the operator sets neither), secrets by reference."""
+    from kubernetes.client import V1EnvVar, V1EnvVarSource, V1ObjectFieldSelector
     cfg = plan.config
     values = {"HF_HUB_CACHE": cfg.model.cache_dir, "HF_DATASETS_CACHE": cfg.data.cache_dir,
-              "HF_HOME": posixpath.join(cfg.k8s.mount_path, "hf-home"), "HPCQA_K8S_JOB": name,
-              # no Master replica, so the operator sets neither: rank 0 is on Worker 0, behind its headless service
-              "MASTER_ADDR": f"{name}-{REPLICA.lower()}-0", "MASTER_PORT": str(PORT)}
+              "HF_HOME": posixpath.join(cfg.k8s.mount_path, "hf-home"), "HPCQA_K8S_JOB": name}
+    if rendezvous:  # rank 0 is on Worker 0, behind its headless service
+        values.update(MASTER_ADDR=f"{name}-{REPLICA.lower()}-0", MASTER_PORT=str(PORT))
     if cfg.k8s.offline:
         values.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env = [V1EnvVar(name=k, value=v) for k, v in values.items()]
     for var, path in (("HPCQA_K8S_NAMESPACE", "metadata.namespace"),
                       ("HPCQA_NODE_RANK", f"metadata.labels['{REPLICA_INDEX_LABEL}']")):
         env.append(V1EnvVar(name=var, value_from=V1EnvVarSource(field_ref=V1ObjectFieldSelector(field_path=path))))
-    for var, ref in cfg.k8s.secret_env.items():  # the value stays in the Secret; the manifest names it
+    return env + secret_env(cfg)
+
+
+def secret_env(cfg: Config) -> list:
+    """k8s.secret_env as secretKeyRef variables: the value stays in the Secret; the manifest names it."""
+    from kubernetes.client import V1EnvVar, V1EnvVarSource, V1SecretKeySelector
+    out = []
+    for var, ref in cfg.k8s.secret_env.items():
         secret, key = ref.split("/", 1)
-        env.append(V1EnvVar(name=var, value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name=secret,
+        out.append(V1EnvVar(name=var, value_from=V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name=secret,
                                                                                                key=key))))
-    return env
+    return out
 
 
-def _pod(plan: LaunchPlan, name: str, config_map: str):
+@dataclasses.dataclass(frozen=True)
+class PodShape:
+    """What differs between the PyTorchJob's pods and the TrainJob's: the container, how it starts, its variables,
+    its port, where the ConfigMap is (if any), and the label that marks a pod as this job's (for anti-affinity)."""
+
+    container: str
+    command: tuple[str, ...]
+    env: tuple
+    port: int
+    port_name: str
+    config_map: str | None
+    job_label: tuple[str, str] | None  # None: the anti-affinity comes with the job (a TrainJob's runtime patch)
+
+
+def pod_template(plan: LaunchPlan, shape: PodShape):
+    """The pod: Guaranteed (requests = limits, whole CPUs), restricted security, the PVC and /dev/shm, one pod per
+    node, the Istio sidecar off, the namespace's scheduling knobs (tolerations, nodeSelector, priorityClass)."""
     from kubernetes import client as k
     cfg = plan.config
     quantity = {"cpu": str(pod_cpus(plan)), "memory": pod_memory(cfg)}
-    uid = cfg.k8s.run_as_user
+    mounts = [k.V1VolumeMount(name="data", mount_path=cfg.k8s.mount_path),
+              k.V1VolumeMount(name="dshm", mount_path="/dev/shm")]
+    volumes = [k.V1Volume(name="data", persistent_volume_claim=k.V1PersistentVolumeClaimVolumeSource(
+                   claim_name=cfg.k8s.pvc)),
+               k.V1Volume(name="dshm", empty_dir=k.V1EmptyDirVolumeSource(medium="Memory",
+                                                                          size_limit=cfg.k8s.shm_size))]
+    if shape.config_map:
+        mounts.append(k.V1VolumeMount(name="plan", mount_path=CONFIG_DIR, read_only=True))
+        volumes.append(k.V1Volume(name="plan", config_map=k.V1ConfigMapVolumeSource(name=shape.config_map)))
     container = k.V1Container(
-        name=CONTAINER, image=cfg.k8s.image, image_pull_policy="IfNotPresent",
-        command=["bash", posixpath.join(CONFIG_DIR, NODE_SCRIPT)],
-        ports=[k.V1ContainerPort(name=PORT_NAME, container_port=PORT, protocol="TCP")],
-        env=_env(plan, name),
-        resources=k.V1ResourceRequirements(requests=dict(quantity), limits=dict(quantity)),
+        name=shape.container, image=cfg.k8s.image, image_pull_policy="IfNotPresent", command=list(shape.command) or None,
+        ports=[k.V1ContainerPort(name=shape.port_name, container_port=shape.port, protocol="TCP")],
+        env=list(shape.env), resources=k.V1ResourceRequirements(requests=dict(quantity), limits=dict(quantity)),
         # the restricted Pod Security profile's container settings (harmless for a root image)
         security_context=k.V1SecurityContext(allow_privilege_escalation=False,
                                              capabilities=k.V1Capabilities(drop=["ALL"])),
-        volume_mounts=[k.V1VolumeMount(name="data", mount_path=cfg.k8s.mount_path),
-                       k.V1VolumeMount(name="plan", mount_path=CONFIG_DIR, read_only=True),
-                       k.V1VolumeMount(name="dshm", mount_path="/dev/shm")])
-    volumes = [k.V1Volume(name="data", persistent_volume_claim=k.V1PersistentVolumeClaimVolumeSource(
-                   claim_name=cfg.k8s.pvc)),
-               k.V1Volume(name="plan", config_map=k.V1ConfigMapVolumeSource(name=config_map)),
-               k.V1Volume(name="dshm", empty_dir=k.V1EmptyDirVolumeSource(medium="Memory",
-                                                                          size_limit=cfg.k8s.shm_size))]
-    # one pod per node: pods of this job never share a node
-    spread = k.V1Affinity(pod_anti_affinity=k.V1PodAntiAffinity(
-        required_during_scheduling_ignored_during_execution=[k.V1PodAffinityTerm(
-            topology_key="kubernetes.io/hostname",
-            label_selector=k.V1LabelSelector(match_labels={JOB_NAME_LABEL: name}))]))
-    security = k.V1PodSecurityContext(seccomp_profile=k.V1SeccompProfile(type="RuntimeDefault"))
-    if uid:  # the image's non-root USER; fsGroup makes the PVC's new files writable by it
-        security = k.V1PodSecurityContext(run_as_non_root=True, run_as_user=uid, run_as_group=uid, fs_group=uid,
-                                          seccomp_profile=k.V1SeccompProfile(type="RuntimeDefault"))
-    spec = k.V1PodSpec(containers=[container], volumes=volumes, affinity=spread,
-                       node_selector=dict(cfg.k8s.node_selector) or None,
+        volume_mounts=mounts)
+    spec = k.V1PodSpec(containers=[container], volumes=volumes,
+                       affinity=spread(*shape.job_label) if shape.job_label else None,
+                       node_selector=dict(cfg.k8s.node_selector) or None, tolerations=tolerations(cfg) or None,
+                       priority_class_name=cfg.k8s.priority_class or None,
                        service_account_name=cfg.k8s.service_account or None,
-                       security_context=security,
-                       termination_grace_period_seconds=cfg.cluster.signal_delay_s)
-    return k.V1PodTemplateSpec(metadata=k.V1ObjectMeta(labels=_labels(cfg)), spec=spec)
+                       security_context=pod_security(cfg), termination_grace_period_seconds=cfg.cluster.signal_delay_s)
+    return k.V1PodTemplateSpec(metadata=k.V1ObjectMeta(labels={**labels(cfg), ISTIO_INJECT: "false"}), spec=spec)
 
 
-def _labels(cfg: Config) -> dict[str, str]:
+def spread(label: str, value: str):
+    """One pod per node: no two pods carrying label=value (this job's) on one host."""
+    from kubernetes import client as k
+    return k.V1Affinity(pod_anti_affinity=k.V1PodAntiAffinity(
+        required_during_scheduling_ignored_during_execution=[k.V1PodAffinityTerm(
+            topology_key="kubernetes.io/hostname", label_selector=k.V1LabelSelector(match_labels={label: value}))]))
+
+
+def stage_pod(cfg: Config, command: list[str], env: list[dict]):
+    """The staging Job's pod: the image, the PVC, restricted security; modest resources, online (no *_OFFLINE)."""
+    from kubernetes import client as k
+    container = k.V1Container(
+        name="stage", image=cfg.k8s.image, image_pull_policy="IfNotPresent", command=command, env=env,
+        resources=k.V1ResourceRequirements(requests={"cpu": "2", "memory": "8Gi"}, limits={"cpu": "4", "memory": "16Gi"}),
+        security_context=k.V1SecurityContext(allow_privilege_escalation=False,
+                                             capabilities=k.V1Capabilities(drop=["ALL"])),
+        volume_mounts=[k.V1VolumeMount(name="data", mount_path=cfg.k8s.mount_path)])
+    volumes = [k.V1Volume(name="data", persistent_volume_claim=k.V1PersistentVolumeClaimVolumeSource(
+        claim_name=cfg.k8s.pvc))]
+    spec = k.V1PodSpec(containers=[container], volumes=volumes, restart_policy="Never",
+                       node_selector=dict(cfg.k8s.node_selector) or None, tolerations=tolerations(cfg) or None,
+                       service_account_name=cfg.k8s.service_account or None, security_context=pod_security(cfg))
+    return k.V1PodTemplateSpec(metadata=k.V1ObjectMeta(labels={**labels(cfg), ISTIO_INJECT: "false"}), spec=spec)
+
+
+def security_fact(cfg: Config) -> tuple[str, str]:
+    return ("security", f"runs as UID {cfg.k8s.run_as_user}, runAsNonRoot: fits a restricted Pod Security namespace"
+            if cfg.k8s.run_as_user else "runs as root (k8s.run_as_user = 0): not admitted in a restricted "
+                                        "Pod Security namespace")
+
+
+def pod_security(cfg: Config):
+    from kubernetes import client as k
+    seccomp = k.V1SeccompProfile(type="RuntimeDefault")
+    uid = cfg.k8s.run_as_user
+    if not uid:
+        return k.V1PodSecurityContext(seccomp_profile=seccomp)
+    # the image's non-root USER; fsGroup makes the PVC's new files writable by it, and OnRootMismatch changes a
+    # volume's ownership only when its root does not match already (not every file of a large volume at every start)
+    return k.V1PodSecurityContext(run_as_non_root=True, run_as_user=uid, run_as_group=uid, fs_group=uid,
+                                  fs_group_change_policy="OnRootMismatch", seccomp_profile=seccomp)
+
+
+def labels(cfg: Config) -> dict[str, str]:
     labels = {"app.kubernetes.io/name": "hpcqa"}
     if instance_label(cfg):
         labels["app.kubernetes.io/instance"] = instance_label(cfg)
@@ -273,21 +404,27 @@ def objects(plan: LaunchPlan) -> list[Any]:
     check(cfg)
     name = job_name(plan)
     cm_name = f"{name}-plan"
-    cm = k.V1ConfigMap(api_version="v1", kind="ConfigMap", metadata=k.V1ObjectMeta(
-        name=cm_name, namespace=cfg.k8s.namespace, labels=_labels(cfg)), data={
+    cm = k.V1ConfigMap(api_version="v1", kind="ConfigMap", metadata=k.V1ObjectMeta(**meta(cm_name, cfg)), data={
         jobdir.SCRIPT_PLAN: plan.dumps(), NODE_SCRIPT: node_script(plan, name), CONFIG_FILE: configmod.to_toml(cfg)})
-    template = _pod(plan, name, cm_name)
+    template = pod_template(plan, PodShape(CONTAINER, ("bash", posixpath.join(CONFIG_DIR, NODE_SCRIPT)),
+                                           tuple(pod_env(plan, name)), PORT, PORT_NAME, cm_name, (JOB_NAME_LABEL, name)))
     # Workers only (no Master: no injected init container), ExitCode restarts (see the module's docstring); no
     # backoffLimit: it counts container restarts, which ExitCode's recreated pods never have; the node script
     # counts job restarts instead. cleanPodPolicy Running: a failed job's still-running pods are deleted.
     replicas = {REPLICA: kf.KubeflowOrgV1ReplicaSpec(replicas=plan.nodes, restart_policy="ExitCode", template=template)}
     job = kf.KubeflowOrgV1PyTorchJob(
         api_version="kubeflow.org/v1", kind="PyTorchJob",
-        metadata=k.V1ObjectMeta(name=name, namespace=cfg.k8s.namespace, labels=_labels(cfg)),
+        metadata=k.V1ObjectMeta(**meta(name, cfg, job_labels(cfg))),
         spec=kf.KubeflowOrgV1PyTorchJobSpec(
             nproc_per_node=str(plan.ranks_per_node), pytorch_replica_specs=replicas,
-            run_policy=kf.KubeflowOrgV1RunPolicy(clean_pod_policy="Running")))
+            run_policy=kf.KubeflowOrgV1RunPolicy(clean_pod_policy="Running",
+                                                 active_deadline_seconds=deadline_s(cfg))))
     return [cm, job]
+
+
+def deadline_s(cfg: Config) -> int:
+    """cluster.time_limit_min as the job's activeDeadlineSeconds: counted from the job's start, across its restarts."""
+    return cfg.cluster.time_limit_min * 60
 
 
 def pod_facts(plan: LaunchPlan, job: dict) -> tuple[tuple[str, str], ...]:
@@ -308,9 +445,7 @@ def pod_facts(plan: LaunchPlan, job: dict) -> tuple[tuple[str, str], ...]:
               " (Workers only: the operator adds no init container)"),
              ("restarts", f"an eviction or a lost peer restarts every pod from the last checkpoint, at most "
                           f"{cfg.k8s.max_restarts} time(s) (k8s.max_restarts); a crash fails the job"),
-             ("security", f"runs as UID {cfg.k8s.run_as_user}, runAsNonRoot: fits a restricted Pod Security namespace"
-              if cfg.k8s.run_as_user else "runs as root (k8s.run_as_user = 0): not admitted in a restricted "
-                                          "Pod Security namespace")]
+             security_fact(cfg)]
     return tuple(facts)
 
 
@@ -343,7 +478,12 @@ def to_yaml(docs: list[dict]) -> str:
         block = "\n" in value and not any(line != line.rstrip() for line in value.splitlines())
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if block else None)
 
+    def seq(dumper, value: list):  # a list of numbers (exit codes) on one line
+        flow = bool(value) and all(isinstance(v, int) for v in value)
+        return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flow or None)
+
     Dumper.add_representer(str, text)
+    Dumper.add_representer(list, seq)
     Dumper.ignore_aliases = lambda self, data: True  # the replicas' templates are written out, not aliased
     return "".join("---\n" + yaml.dump(d, Dumper=Dumper, sort_keys=False, width=1 << 20, allow_unicode=True)
                    for d in docs)

@@ -6,6 +6,7 @@
     slurm        mpirun         submit    ScriptSlurm     (script.py)    the rendered mpirun script under sbatch
     slurm        srun|mpirun    script    ScriptSlurm     (script.py)    `render` (and `render --submit`)
     slurm        mpirun         hosts     Hosts           (hosts.py)     `render --hosts`: plain machines, render only
+    k8s          trainjob       script    TrainJobRender (trainjob.py)   `render --target trainjob`, render only
     k8s          pytorchjob     script    PyTorchJobRender (k8s.py)      `render --target pytorchjob`, render only
 
 The targets (their names, when each applies, their launchers: core/targets.py) are the vocabulary; each executor
@@ -26,7 +27,7 @@ from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.core.sweep import SweepPlan
 from hpcqa.core.targets import Launcher
 from hpcqa.errors import PlanError
-from hpcqa.executors import hosts as plain, k8s, local, script
+from hpcqa.executors import hosts as plain, k8s, local, script, trainjob
 from hpcqa.executors import slurm as submitit_slurm
 from hpcqa.executors.interface import Executor, JobVerbs
 from hpcqa.executors.slurmcli import Slurm
@@ -36,6 +37,8 @@ SUBMIT, SCRIPT, HOSTS = "submit", "script", "hosts"   # how a plan is handed on:
 MODES = (SUBMIT, SCRIPT, HOSTS)
 LOCAL, SLURM, K8S = targets.Local.name, targets.Slurm.name, targets.K8s.name
 RENDER_SCRIPT, RENDER_PYTORCHJOB, RENDER_DOCKERFILE = "script", "pytorchjob", "dockerfile"  # `render --target`
+RENDER_TRAINJOB, RENDER_STAGE_JOB = "trainjob", "stage-job"
+RENDER_K8S = {RENDER_TRAINJOB: Launcher.TRAINJOB, RENDER_PYTORCHJOB: Launcher.PYTORCHJOB}
 
 EXECUTORS: Mapping[tuple[str, Launcher, str], Callable[..., Executor]] = {
     (LOCAL, Launcher.LOCAL, SUBMIT): lambda snapshot=True, **o: local.Local(snapshot),
@@ -46,6 +49,7 @@ EXECUTORS: Mapping[tuple[str, Launcher, str], Callable[..., Executor]] = {
     (SLURM, Launcher.MPIRUN, SCRIPT): lambda slurm=None, python=None, **o: script.ScriptSlurm(python, slurm),
     (SLURM, Launcher.MPIRUN, HOSTS): lambda hosts=(), python=None, **o: plain.Hosts(hosts, python),
     (K8S, Launcher.PYTORCHJOB, SCRIPT): lambda **o: k8s.PyTorchJobRender(),
+    (K8S, Launcher.TRAINJOB, SCRIPT): lambda **o: trainjob.TrainJobRender(),
 }
 
 VERBS: Mapping[str, Callable[[Slurm | None], JobVerbs]] = {
@@ -83,8 +87,9 @@ def render(cfg: Config, host: HostProbe, target: str, launcher: str | None = Non
            python: str | None = None) -> tuple[Executor, LaunchPlan]:
     """`hpcqa render --target TARGET`: the executor that renders, and the plan it renders -- the config and host
     as that executor prepares them (a script's interpreter, a pod's image)."""
-    if target == RENDER_PYTORCHJOB:
-        ex, launcher = choose_for(K8S, Launcher.PYTORCHJOB, SCRIPT), Launcher.PYTORCHJOB
+    if target in RENDER_K8S:
+        launcher = RENDER_K8S[target]
+        ex = choose_for(K8S, launcher, SCRIPT)
     else:
         launcher = Launcher(launcher or cfg.launch.launcher)
         ex = choose_for(SLURM, launcher, HOSTS if hosts else SCRIPT, hosts=hosts, python=python)

@@ -4,7 +4,9 @@ few seconds, so that `hpcqa status JOB` can say what a job that shows RUNNING is
 rendezvous (a master address the other nodes cannot resolve) looks RUNNING to the scheduler for as long as
 train.ddp_timeout_s. Light: no torch (the rank wrapper writes the first phase before torch is imported).
 
-A phase file is a report, never a control: writing it must not fail a rank (a full disk says so once on stderr).
+A phase file is a report: writing it must not fail a rank (a full disk says so once on stderr). The one decision it
+feeds is the pod's rank wrapper's, after a SIGTERM that the rank has not answered in 15 s: a rank whose own file
+still says it is before training is blocked outside Python (a rendezvous) and is ended (rank/wrapper.py).
 """
 
 from __future__ import annotations

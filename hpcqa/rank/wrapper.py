@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -283,11 +284,16 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
             os.execvpe(command[0], command, env)
         finally:
             os._exit(127)
+    pod = requeue is Requeue.POD
+    watch = _NoticeWatch(pid, jd, rank) if pod and jd is not None else None
     for sig in FORWARDED:
-        signal.signal(sig, lambda signum, frame: _forward(pid, signum))
+        signal.signal(sig, lambda signum, frame: _forward(pid, signum, watch))
     status = os.waitpid(pid, 0)[1]
     code = os.waitstatus_to_exitcode(status)
-    pod = requeue is Requeue.POD
+    if watch is not None and watch.reaped():
+        print(f"hpcqa.rank: rank {rank} was still {watch.phase} {NOTICE_WAIT_S:.0f} s after SIGTERM (blocked outside "
+              f"Python): ended; exit {int(PodExit.STOPPED)}, nothing to checkpoint before training", file=sys.stderr)
+        return int(PodExit.STOPPED)
     stopped = pod and code == PodExit.STOPPED  # checkpointed on a signal: hpcqa.rank.train's own exit
     if code != 0 and jd is not None and not stopped:
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
@@ -305,14 +311,59 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
         print(f"hpcqa.rank: rank {rank} lost a peer: exit {int(PodExit.LOST_PEER)} (retryable)", file=sys.stderr)
         return int(PodExit.LOST_PEER)
     if code < 0:  # die the same way, so srun / the local controller see what the rank saw
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset (EINVAL)
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 
 
-def _forward(pid: int, signum: int) -> None:
+NOTICE_WAIT_S = 15.0   # a pod's rank still before training this long after SIGTERM is blocked in C (a rendezvous)
+BEFORE_TRAINING = ("starting", "address", "rendezvous", "loading")
+
+
+class _NoticeWatch:
+    """A pod's SIGTERM answered in every phase: a rank before training handles it within moments (it exits with the
+    stopped code), unless it is blocked outside Python -- torch's rendezvous waits in C++ for up to
+    train.ddp_timeout_s, and Python runs signal handlers only between bytecodes. So NOTICE_WAIT_S after the notice,
+    a rank whose phase file still says it is before training is ended here, and the pod exits with the stopped code
+    before the kubelet's SIGKILL. A rank that is training is left to checkpoint at its step boundary."""
+
+    def __init__(self, pid: int, jd: JobDir, rank: int) -> None:
+        self.pid, self.jd, self.rank = pid, jd, rank
+        self.lock = threading.Lock()
+        self.done = False         # the child was reaped: its pid may be anyone's now
+        self.ended = False
+        self.phase = ""
+        self.timer: threading.Timer | None = None
+
+    def noticed(self) -> None:
+        if self.timer is None:
+            self.timer = threading.Timer(NOTICE_WAIT_S, self._check)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def _check(self) -> None:
+        record = jobdir.read_json(self.jd.rank_phase(self.rank))
+        phase = record.get("phase") if isinstance(record, dict) else None
+        with self.lock:
+            if not self.done and phase in BEFORE_TRAINING:
+                self.phase, self.ended = str(phase), True
+                os.kill(self.pid, signal.SIGKILL)
+
+    def reaped(self) -> bool:
+        """The child has been waited for: no kill after this. -> whether the watch ended it."""
+        with self.lock:
+            self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+        return self.ended
+
+
+def _forward(pid: int, signum: int, watch: _NoticeWatch | None = None) -> None:
     try:
         os.kill(pid, signum)
     except ProcessLookupError:
         pass
+    if watch is not None and signum == signal.SIGTERM:
+        watch.noticed()
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from hpcqa.record.jobdir import write_json
 from hpcqa.rank.train.facts import Rank, thread_census
-from hpcqa.rank.train.stop import STOP, attempt
+from hpcqa.rank.train.stop import STOP, StopNotice, attempt
 from hpcqa.rank.train.resume import barrier
 
 
@@ -104,12 +104,21 @@ def StopOnSignal(base, r: Rank):
         """After each optimizer step, all ranks agree whether a stop signal arrived anywhere; if so,
         the Trainer saves a checkpoint of this step and stops (at most the current step is lost)."""
 
+        def on_train_begin(self, args, state, control, **kw):
+            STOP.early_exit = False  # from here on a notice is answered with a checkpoint
+
         def on_step_end(self, args, state, control, **kw):
             if STOP.agreed(r.world):
                 STOP.agreed_at = state.global_step
                 r.phases.enter("stopping", f"{STOP.name} at step {state.global_step}")
                 control.should_save = True
                 control.should_training_stop = True
+
+        def on_prediction_step(self, args, state, control, **kw):
+            # evaluation has no step boundary for minutes: the ranks agree after each batch (they run the same
+            # number: the Trainer's distributed eval batches are even) and leave the loop to save and stop
+            if STOP.agreed(r.world):
+                raise StopNotice(f"{STOP.name} during evaluation at step {state.global_step}")
 
     return StopOnSignal()
 

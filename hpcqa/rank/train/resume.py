@@ -10,7 +10,7 @@ from pathlib import Path
 from hpcqa.errors import HpcqaError, RankError
 from hpcqa.record.jobdir import JobDir
 from hpcqa.rank.train.facts import Rank
-from hpcqa.rank.train.stop import attempt
+from hpcqa.rank.train.stop import StopNotice, attempt, save_at_notice
 
 
 def train(r: Rank, trainer, jd: JobDir):
@@ -27,6 +27,9 @@ def train(r: Rank, trainer, jd: JobDir):
     t0 = time.time()
     try:
         out = trainer.train(resume_from_checkpoint=last)
+    except StopNotice:  # agreed during an evaluation between steps: this step's checkpoint, then the stop
+        save_at_notice(r, trainer, "evaluation")
+        return None, last, time.time() - t0
     except Exception as e:  # torch.save says RuntimeError, safetensors SafetensorError, plain writes OSError
         full = disk_full(jd, e)
         if full:

@@ -33,17 +33,24 @@ from hpcqa.rank.train import data as qa_data
 from hpcqa.rank.phase import Phases
 from hpcqa.rank.train.facts import (Rank, cpu_flags, logger, own_usage, startup_report, verify_backend, verify_plan,
                                     weights_digest, widen_main_thread)
-from hpcqa.rank.train.stop import STOP, attempt, leave_process_group, stop_after_checkpoint
+from hpcqa.rank.train.stop import (STOP, NoticeBeforeTraining, StopNotice, attempt, leave_process_group,
+                                   save_at_notice, stop_after_checkpoint)
 from hpcqa.rank.train.callbacks import (FailAt, FinalSave, MarkComplete, ProgressCallback, StepTimer, StopOnSignal,
                                         board_efficiency, tensorboard_callback)
 from hpcqa.rank.train.resume import train
 from hpcqa.core.states import State
+from hpcqa.core.targets import Requeue
 
 
 def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
     rank = int(os.environ.get("RANK", "0"))
     try:
         return _run(plan, jd)
+    except NoticeBeforeTraining as e:  # a pod's notice before training began: nothing to save
+        Phases(jd, rank, attempt()).enter("stopping", f"{e} before training began: nothing to checkpoint")
+        print(f"hpcqa rank {rank}: {e} before training began: nothing to checkpoint; the restarted pod starts "
+              "again from the last checkpoint", file=sys.stderr)
+        return {"rank": rank, "requeue": "before training"}
     except SystemExit:
         if STOP.agreed_at is not None:  # submitit's requeue exits this process: not a failure
             raise
@@ -86,9 +93,12 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
                   best_checkpoint=trainer.state.best_model_checkpoint, best_metric=trainer.state.best_metric)
     digest = weights_digest(trainer.model.module if hasattr(trainer.model, "module") else trainer.model)
     r.save_report(weights_digest=digest, finished=time.time(), status="trained")
-    result = evaluate(r, trainer, data) if data["eval_features"] is not None and cfg.do_eval else {}
-    if data["test_features"] is not None:
-        result["predict"] = predict(r, trainer, data)
+    try:
+        result = evaluate(r, trainer, data) if data["eval_features"] is not None and cfg.do_eval else {}
+        if data["test_features"] is not None:
+            result["predict"] = predict(r, trainer, data)
+    except StopNotice:  # trained, then a notice during the evaluation: the trained weights are kept
+        return stop_after_checkpoint(r, save_at_notice(r, trainer, "the final evaluation"))
     r.save_report(usage=own_usage(r))
     r.phases.enter("finishing")
     if r.rank == 0:
@@ -107,7 +117,7 @@ def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     jd.begin_attempt(report["rank"], report["attempt"])
     if report["rank"] == 0:
         jd.tidy_staging()
-    STOP.install(plan.config.launch.requeue_signal)
+    STOP.install(plan.config.launch.requeue_signal, early_exit=plan.requeue is Requeue.POD)
     r = Rank(plan, jd, report, logger(report["rank"]), phases=Phases(jd, report["rank"], report["attempt"]))
     missing = [name for name, there in report["passed_env"].items() if not there]
     if missing:

@@ -36,9 +36,11 @@ class _Stop:
         self.kind = 0
         self.previous: Any = None
         self.agreed_at: int | None = None
+        self.early_exit = False   # a pod before training began: a notice ends the rank at once (nothing to save)
 
-    def install(self, requeue_signal: str = "USR2") -> None:
+    def install(self, requeue_signal: str = "USR2", early_exit: bool = False) -> None:
         # submitit's checkpoint-and-requeue listens on USR2; kept to be called once the checkpoint is saved
+        self.early_exit = early_exit
         self.previous = signal.getsignal(signal.SIGUSR2)
         self.requeue = getattr(signal, f"SIG{requeue_signal}")
         for sig in {self.requeue, signal.SIGTERM}:
@@ -48,6 +50,9 @@ class _Stop:
         kind = self.TERM if signum == signal.SIGTERM else self.REQUEUE
         if kind > self.kind:
             self.signum, self.kind = signum, kind
+        if self.early_exit:  # loading, preprocessing, the rendezvous: no step boundary will come soon
+            self.early_exit = False
+            raise NoticeBeforeTraining(self.name)
 
     def agreed(self, world: int) -> bool:
         flag = self.kind
@@ -100,6 +105,30 @@ def stop_after_checkpoint(r: Rank, step: int) -> dict:
 
 class RankStopped(Exception):
     """The run stopped on a signal after saving a checkpoint, and nothing requeued it."""
+
+
+class StopNotice(Exception):
+    """Every rank agreed on a notice inside an evaluation or prediction loop, where no step boundary comes: raised
+    out of the Trainer's loop; the caller saves a checkpoint of the current step (save_at_notice) and stops."""
+
+
+class NoticeBeforeTraining(BaseException):
+    """A pod's notice before training began (model and data loading, preprocessing, the rendezvous): there is
+    nothing to checkpoint, so the rank ends at once with the stopped code and the restarted pod starts again. A
+    BaseException, so that no library's `except Exception` swallows it."""
+
+
+def save_at_notice(r: Rank, trainer, during: str) -> int:
+    """The checkpoint of the current step, saved where the Trainer's loop would not (a notice during evaluation):
+    what its own save at a step does -- _save_checkpoint, then the callbacks' on_save (every rank's part, the mark).
+    A step already saved and marked is not saved again."""
+    step = trainer.state.global_step
+    STOP.agreed_at = step
+    r.phases.enter("stopping", f"{STOP.name} at step {step}, during {during}")
+    if not r.jd.checkpoint_marker(r.jd.checkpoints / f"checkpoint-{step}").exists():
+        trainer._save_checkpoint(trainer.model_wrapped, trial=None)
+        trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+    return step
 
 
 def leave_process_group() -> None:

@@ -1,0 +1,460 @@
+"""`hpcqa render --target trainjob|stage-job`: the TrainingRuntime and TrainJob against Kubeflow Trainer v2.3's CRDs
+and the rules of Trainer, JobSet v0.12 and Kubernetes Jobs (tests/trainer_rules.py, transcribed from their source),
+and the pods they make, run as JobSet runs them."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import k8s_rules, trainer_rules
+from tests.conftest import ROOT
+from tests.test_k8s import IMAGE, TINY, group_gone, _step_at_least, _stop
+
+KUBE_VERSIONS = ["1.27", "1.30", "1.33"]
+
+
+def render(cli, *args, config="configs/squad_spr.toml", target="trainjob"):
+    r = cli("render", config, "--target", target, *args)
+    assert r.returncode == 0, r.stderr
+    docs = list(yaml.safe_load_all(r.stdout))
+    assert [d["kind"] for d in docs] == ["TrainingRuntime", "TrainJob"]  # the runtime first: the job's webhook needs it
+    return docs
+
+
+def node_job(runtime: dict) -> dict:
+    (rjob,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    return rjob["template"]["spec"]
+
+
+def test_trainjob_for_squad_spr(cli):
+    rt, job = render(cli, *IMAGE)
+    assert job["spec"]["runtimeRef"] == {"name": rt["metadata"]["name"], "apiGroup": "trainer.kubeflow.org",
+                                         "kind": "TrainingRuntime"}
+    assert job["spec"]["trainer"]["numNodes"] == 4 and job["spec"]["trainer"]["numProcPerNode"] == 2
+    assert "namespace" not in job["metadata"] and "namespace" not in rt["metadata"]  # kubectl apply -n decides
+    plan = json.loads({e["name"]: e.get("value") for e in job["spec"]["trainer"]["env"]}["HPCQA_PLAN_JSON"])
+    assert plan["launcher"] == "trainjob" and plan["requeue"] == "pod" and plan["world_size"] == 8
+    assert job["spec"]["activeDeadlineSeconds"] == 60 * 60  # cluster.time_limit_min of squad_spr.toml
+    assert rt["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] == 3
+
+
+@pytest.mark.parametrize("kind", ["TrainingRuntime", "TrainJob"])
+def test_valid_for_trainers_crd_schema_nothing_pruned(cli, kind):
+    """Against the CRDs' openAPIV3Schema of Trainer v2.3.0, with no field the API server's pruning would drop."""
+    import jsonschema
+    doc = {d["kind"]: d for d in render(cli, *IMAGE, "--set", "k8s.secret_env.HF_TOKEN=hf/token")}[kind]
+    schema = trainer_rules.crd_schema(kind)
+    jsonschema.validate(doc, schema)
+    assert k8s_rules.pruned_fields(doc, schema) == []
+    bad = json.loads(json.dumps(doc))
+    bad["spec"]["runtimeReff" if kind == "TrainJob" else "mlPolicyy"] = {}
+    assert k8s_rules.pruned_fields(bad, schema) != []
+    bad = json.loads(json.dumps(doc))
+    if kind == "TrainJob":
+        bad["spec"]["trainer"]["numNodes"] = "4"
+    else:
+        bad["spec"]["template"]["spec"]["failurePolicy"]["restartStrategy"] = "Sometimes"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+def test_admitted_by_the_trainer_jobset_and_job_rules(cli):
+    rt, job = render(cli, *IMAGE, "--set", "k8s.namespace=team-a")
+    js = trainer_rules.jobset(rt, job)
+    assert trainer_rules.webhook_errors(rt, job) == []
+    assert trainer_rules.jobset_errors(js) == []
+    assert trainer_rules.job_errors(js["spec"]["replicatedJobs"][0]["template"]["spec"]) == []
+    # the rules can fail: a reserved variable, a second replica, a runtime in another namespace, an unknown reason
+    bad = json.loads(json.dumps(job))
+    bad["spec"]["trainer"]["env"].append({"name": "PET_NNODES", "value": "2"})
+    assert trainer_rules.webhook_errors(rt, bad)
+    bad_rt = json.loads(json.dumps(rt))
+    bad_rt["spec"]["template"]["spec"]["replicatedJobs"][0]["replicas"] = 2
+    assert trainer_rules.webhook_errors(bad_rt, job)
+    bad_rt["metadata"]["namespace"] = "team-b"
+    assert any("namespace" in e for e in trainer_rules.webhook_errors(bad_rt, job))
+    bad_js = json.loads(json.dumps(js))
+    bad_js["spec"]["failurePolicy"]["rules"][0]["onJobFailureReasons"] = ["Crashed"]
+    assert trainer_rules.jobset_errors(bad_js)
+
+
+def test_a_long_name_fits_jobsets_pod_names(cli):
+    """JobSet's webhook refuses a JobSet whose pod names (<job>-node-0-<index>-<5>) exceed 63 characters."""
+    rt, job = render(cli, *IMAGE, "--set", "job.name=" + "x" * 64, "--set", "cluster.nodes=2000")
+    assert trainer_rules.jobset_errors(trainer_rules.jobset(rt, job)) == []
+    assert trainer_rules.webhook_errors(rt, job) == []
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+def test_pods_and_staging_job_valid_for_kubernetes(cli, kube):
+    """The pods JobSet makes of the job (runtime patch merged, the Trainer's env and port, JobSet's labels), the
+    Job template and the staging Job, against Kubernetes' own schemas (kubernetes-validate, strict)."""
+    import kubernetes_validate
+    rt, job = render(cli, *IMAGE, "--set", "k8s.secret_env.HF_TOKEN=hf/token",
+                     "--set", 'k8s.tolerations=["dedicated=training:NoSchedule", "spr:NoExecute"]')
+    js = trainer_rules.jobset(rt, job)
+    pods = trainer_rules.pods(js)
+    assert len(pods) == 4
+    for pod in pods:
+        kubernetes_validate.validate(pod, kube, strict=True)
+    rjob = js["spec"]["replicatedJobs"][0]
+    kubernetes_validate.validate({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"},
+                                  "spec": rjob["template"]["spec"]}, kube, strict=True)
+    r = cli("render", "configs/squad_spr.toml", "--target", "stage-job", *IMAGE)
+    assert r.returncode == 0, r.stderr
+    (stage,) = yaml.safe_load_all(r.stdout)
+    kubernetes_validate.validate(stage, kube, strict=True)
+    bad = json.loads(json.dumps(pods[0]))
+    bad["spec"]["containers"][0]["resource"] = bad["spec"]["containers"][0].pop("resources")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, kube, strict=True)
+
+
+def test_pods_guaranteed_restricted_one_per_node_no_sidecar(cli):
+    rt, job = render(cli, *IMAGE)
+    pods = trainer_rules.pods(trainer_rules.jobset(rt, job))
+    for pod in pods:
+        assert k8s_rules.qos_class(pod["spec"]) == "Guaranteed"
+        assert k8s_rules.restricted_violations(pod) == []
+        assert pod["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
+        assert pod["spec"]["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+        (term,) = pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        # the selector matches this job's pods (JobSet labels them), so no two of them share a node
+        assert all(pod["metadata"]["labels"].get(k) == v for k, v in term["labelSelector"]["matchLabels"].items())
+    other = trainer_rules.pods(trainer_rules.jobset(*render(cli, *IMAGE, "--set", "job.name=other")))[0]
+    assert not all(other["metadata"]["labels"].get(k) == v for k, v in term["labelSelector"]["matchLabels"].items())
+
+
+def test_node_rank_rendezvous_and_restart_count_from_what_trainer_and_jobset_give(cli):
+    rt, job = render(cli, *IMAGE)
+    name = job["metadata"]["name"]
+    pods = trainer_rules.pods(trainer_rules.jobset(rt, job), uid="uid-1", restarts=2)
+    for index, pod in enumerate(pods):
+        env = trainer_rules.resolve_env(pod)
+        assert env["PET_NODE_RANK"] == str(index) and env["PET_NNODES"] == "4"
+        # pod 0's DNS name: its hostname in the JobSet's subdomain
+        assert env["PET_MASTER_ADDR"] == f"{pods[0]['spec']['hostname']}.{pods[0]['spec']['subdomain']}"
+        assert env["PET_MASTER_PORT"] == "29500"
+        assert env["HPCQA_JOB_UID"] == "uid-1" and env["HPCQA_RESTART_ATTEMPT"] == "2"
+        assert env["HPCQA_K8S_JOB"] == name and "MASTER_ADDR" not in env
+    assert 29500 in [p["containerPort"] for p in pods[0]["spec"]["containers"][0]["ports"]]
+
+
+def test_restart_arithmetic_evictions_restart_crashes_fail(cli):
+    """What each way a pod ends does to the job, by Kubernetes' pod failure policy and JobSet's failure policy:
+    a checkpointed stop (143), a lost peer (200), SIGKILL after the grace period (137), a lost node (no exit code)
+    restart every pod, k8s.max_restarts times per job; a crash (1) or spent restarts (3) fail the job at once."""
+    rt, job = render(cli, *IMAGE, "--set", "k8s.max_restarts=2")
+    js = trainer_rules.jobset(rt, job)
+    job_spec = js["spec"]["replicatedJobs"][0]["template"]["spec"]
+    for codes in ([143], [143, 200], [137], [None], [0, 0, 0, 200]):
+        reason = trainer_rules.job_failure(job_spec, codes)
+        assert reason == "BackoffLimitExceeded", codes
+        assert [trainer_rules.jobset_action(js["spec"], reason, r) for r in range(3)] == ["restart", "restart", "fail"]
+    for codes in ([1], [143, 1], [3]):
+        reason = trainer_rules.job_failure(job_spec, codes)
+        assert reason == "PodFailurePolicy", codes
+        assert trainer_rules.jobset_action(js["spec"], reason, 0) == "fail"
+    assert trainer_rules.job_failure(job_spec, [0, 0, 0, 0]) is None
+
+
+def test_kueue_priority_tolerations_deadline_namespace(cli):
+    args = [*IMAGE, "--set", "k8s.queue=team-a-queue", "--set", "k8s.priority_class=training-high",
+            "--set", 'k8s.tolerations=["dedicated=training:NoSchedule", "spr:NoExecute"]',
+            "--set", "k8s.namespace=team-a", "--set", "cluster.time_limit_min=90",
+            "--set", 'k8s.node_selector={"node.kubernetes.io/instance-type" = "spr"}']
+    rt, job = render(cli, *args)
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
+    assert job["metadata"]["namespace"] == rt["metadata"]["namespace"] == "team-a"
+    assert job["spec"]["activeDeadlineSeconds"] == 90 * 60
+    pod = trainer_rules.pods(trainer_rules.jobset(rt, job))[0]
+    assert pod["spec"]["priorityClassName"] == "training-high"
+    assert pod["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "spr"}
+    assert pod["spec"]["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"},
+        {"key": "spr", "operator": "Exists", "effect": "NoExecute"}]
+    # the PyTorchJob of a v1 operator gets the same
+    r = cli("render", "configs/squad_spr.toml", "--target", "pytorchjob", *args)
+    cm, pj = yaml.safe_load_all(r.stdout)
+    assert pj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
+    assert pj["spec"]["runPolicy"]["activeDeadlineSeconds"] == 90 * 60 and cm["metadata"]["namespace"] == "team-a"
+    spec = pj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    assert spec["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
+    assert spec["spec"]["priorityClassName"] == "training-high"
+    assert spec["spec"]["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+
+
+@pytest.mark.parametrize("args, key", [
+    (["--set", "k8s.image=registry.example.com/hpcqa"], "k8s.image"),
+    (["--set", "k8s.image=registry.example.com:5000/hpcqa:latest"], "k8s.image"),
+    (["--set", "k8s.image=registry.example.com/hpcqa@sha256:abc"], "k8s.image"),
+    ([*IMAGE, "--set", 'launch.pass_env=["WANDB_API_KEY"]'], "launch.pass_env"),
+    ([*IMAGE, "--set", 'k8s.tolerations=["dedicated=training"]'], "k8s.tolerations[0]"),
+    ([*IMAGE, "--set", 'k8s.tolerations=["a b:NoSchedule"]'], "k8s.tolerations[0]"),
+])
+@pytest.mark.parametrize("target", ["trainjob", "pytorchjob", "stage-job"])
+def test_refused_with_the_key_and_the_fix(cli, args, key, target):
+    r = cli("render", "configs/squad_spr.toml", "--target", target, *args)
+    assert r.returncode == 2 and key in r.stderr and "fix:" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_pinned_images_pass(cli):
+    for image in ("registry.example.com:5000/hpcqa:1.4", "hpcqa@sha256:" + "a" * 64):
+        assert cli("render", "configs/squad_spr.toml", "--target", "trainjob", "--set", f"k8s.image={image}").returncode == 0
+
+
+def test_runtime_is_named_by_its_content(cli):
+    """Jobs of one shape share a runtime; a changed shape gets another, never rewriting a queued job's runtime."""
+    a, _ = render(cli, *IMAGE)
+    b, _ = render(cli, *IMAGE, "--set", "train.learning_rate=5e-5")  # the plan changes, the pods do not
+    c, _ = render(cli, *IMAGE, "--set", "k8s.cpus=200")
+    assert a["metadata"]["name"] == b["metadata"]["name"] != c["metadata"]["name"]
+    assert a["metadata"]["name"].startswith("hpcqa-torch-")
+
+
+def test_size_stays_small(cli):
+    """The plan travels in the TrainJob: it stays far under etcd's object limit and kubectl's 256 KiB
+    last-applied annotation, and does not grow with nodes (the plan keeps one node's ranks)."""
+    small = cli("render", "configs/squad_spr.toml", "--target", "trainjob", *IMAGE).stdout
+    large = cli("render", "configs/squad_spr.toml", "--target", "trainjob", *IMAGE, "--set", "cluster.nodes=512").stdout
+    assert len(large) < 64 * 1024 and abs(len(large) - len(small)) < 200
+
+
+# ----------------------------------------------------------------------------- the pods, run as JobSet runs them
+
+def start_pods(docs: list[dict], tmp: Path, port: int, uid: str = "uid-1", restarts: int = 0,
+               only=None, extra_env=None) -> list[subprocess.Popen]:
+    """Each pod as JobSet makes it (trainer_rules.pods) and the kubelet starts it: the container's command with its
+    env resolved, in its own cpuset (taskset). One stand-in: pod 0's DNS name resolves to 127.0.0.1 here."""
+    rt, job = docs
+    out = []
+    for index, pod in enumerate(trainer_rules.pods(trainer_rules.jobset(rt, job), uid=uid, restarts=restarts)):
+        if only is not None and index not in only:
+            continue
+        env = trainer_rules.resolve_env(pod)
+        assert env["PET_MASTER_ADDR"].endswith(f"-node-0-0.{job['metadata']['name']}")
+        pod_env = {**os.environ, **env, "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port),
+                   "PYTHONPATH": str(ROOT), "HF_HOME": str(tmp / "empty-hf-home"), **(extra_env or {})}
+        (c,) = pod["spec"]["containers"]
+        out.append(subprocess.Popen(["taskset", "-c", str(index % os.cpu_count()), *c["command"]], env=pod_env,
+                                    cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True))
+    return out
+
+
+def job_dir(mount: Path, job: dict) -> Path:
+    return mount / "output" / "quickstart" / f"k8s-default-{job['metadata']['name']}"
+
+
+def test_sigterm_while_waiting_for_pod_0_is_a_checkpointed_stop(cli, tmp_path):
+    """SIGTERM while the pod waits for pod 0's name to resolve: exit 143 (JobSet restarts the job), not the lost
+    peer's 200 nor a timeout."""
+    mount = tmp_path / "pvc"
+    docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", config="configs/quickstart.toml")
+    (pod,) = start_pods(docs, tmp_path, 29000, only=[1], extra_env={"PET_MASTER_ADDR": "pod-0.invalid"})
+    try:
+        time.sleep(3)
+        pod.send_signal(signal.SIGTERM)
+        out = pod.communicate(timeout=60)[0]
+    finally:
+        _stop([pod])
+    assert pod.returncode == 143, out
+    assert "SIGTERM while waiting for pod-0.invalid" in out
+    assert trainer_rules.job_failure(node_job(docs[0]), [143]) == "BackoffLimitExceeded"
+
+
+def test_restart_count_belongs_to_the_job_uid(cli, tmp_path):
+    """The attempt is JobSet's restart count of this JobSet: a job applied again (a new UID) starts at attempt 0
+    whatever an earlier job of the same name left on the volume; the files are kept per UID."""
+    mount = tmp_path / "pvc"
+    docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "k8s.max_restarts=2",
+                  config="configs/quickstart.toml")
+    jd = job_dir(mount, docs[1])
+    (jd / "attempts").mkdir(parents=True)
+    for attempt in range(5):  # an earlier job of this name (or a PyTorchJob) restarted often
+        (jd / "attempts" / f"node-1.{attempt}").touch()
+    (pod,) = start_pods(docs, tmp_path, 29000, uid="uid-2", only=[1], extra_env={"PET_MASTER_ADDR": "pod-0.invalid"})
+    try:
+        time.sleep(3)
+        pod.send_signal(signal.SIGTERM)
+        out = pod.communicate(timeout=60)[0]
+    finally:
+        _stop([pod])
+    assert pod.returncode == 143, out
+    assert (jd / "attempts" / "uid-2" / "node-1.0").exists()
+    (pod,) = start_pods(docs, tmp_path, 29000, uid="uid-2", restarts=3, only=[1])
+    out = pod.communicate(timeout=60)[0]
+    assert pod.returncode == 3 and "k8s.max_restarts = 2" in out, out  # beyond JobSet's maxRestarts: never retried
+    assert trainer_rules.job_failure(node_job(docs[0]), [3]) == "PodFailurePolicy"
+    (pod,) = start_pods(docs, tmp_path, 29000, uid="bad uid", only=[1])
+    out = pod.communicate(timeout=60)[0]
+    assert pod.returncode == 2 and "not a UID" in out, out
+
+
+def test_staging_job_fills_the_volume_the_pods_read(cli, tmp_path):
+    """The staging Job's container, run as the kubelet would: `hpcqa stage --k8s` with the config it carries, into
+    the volume; the training pods' check of the staged caches (offline) then passes."""
+    mount = tmp_path / "pvc"
+    args = [*IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "model.name_or_path=builtin:tiny-bert"]
+    r = cli("render", "configs/quickstart.toml", "--target", "stage-job", *args)
+    assert r.returncode == 0, r.stderr
+    (stage,) = yaml.safe_load_all(r.stdout)
+    (c,) = stage["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    assert "HF_HUB_OFFLINE" not in env and c["volumeMounts"] == [{"mountPath": str(mount), "name": "data"}]
+    assert c["command"][-1].endswith("-m hpcqa stage /tmp/hpcqa-stage.toml --k8s")
+    p = subprocess.run(c["command"], env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    manifests = list((mount / "datasets" / "hpcqa" / "manifests").glob("*.json"))
+    assert len(manifests) == 1, list(mount.rglob("*"))[:20]
+    from hpcqa import stage as stagemod
+    from hpcqa.core import config
+    from hpcqa.executors import k8s
+    cfg = config.load(ROOT / "configs/quickstart.toml", [a for a in args if a != "--set"])
+    staged = stagemod.check(k8s.pod_config(cfg))
+    assert staged["manifest"] and staged["problems"] == [], staged
+
+
+@pytest.mark.slow
+def test_pods_train_and_resume_after_an_eviction(cli, tmp_path):
+    """Two pods, one rank each: SIGTERM (an eviction) to pod 0 mid-run checkpoints both ranks and both pods exit
+    143, which restarts the JobSet; the recreated pods (JobSet's restart attempt 1) resume from that step."""
+    mount = tmp_path / "pvc"
+    docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "train.max_steps=120",
+                  config="configs/quickstart.toml")
+    jd = job_dir(mount, docs[1])
+    port = 29100 + os.getpid() % 800
+    pods = start_pods(docs, tmp_path, port)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not _step_at_least(jd, 6):
+            assert all(p.poll() is None for p in pods), [p.communicate()[0][-3000:] for p in pods]
+            time.sleep(0.5)
+        pods[0].send_signal(signal.SIGTERM)
+        outs = [p.communicate(timeout=300)[0] for p in pods]
+    finally:
+        _stop(pods)
+    assert [p.returncode for p in pods] == [143, 143], outs
+    spec = trainer_rules.jobset(*docs)["spec"]
+    reason = trainer_rules.job_failure(spec["replicatedJobs"][0]["template"]["spec"], [p.returncode for p in pods])
+    assert trainer_rules.jobset_action(spec, reason, 0) == "restart"
+    stopped = json.loads((jd / "ranks" / "rank-0.json").read_text())["stopped_at_step"]
+    assert stopped >= 6 and not (jd / "results.json").exists()
+    pods = start_pods(docs, tmp_path, port + 1, restarts=1)
+    try:
+        outs = [p.communicate(timeout=600)[0] for p in pods]
+        assert all(group_gone(p) for p in pods)
+    finally:
+        _stop(pods)
+    assert [p.returncode for p in pods] == [0, 0], outs
+    res = json.loads((jd / "results.json").read_text())
+    assert res["world_size"] == 2 and res["resumed_from_step"] == stopped, res
+    reports = [json.loads((jd / "ranks" / f"rank-{k}.json").read_text()) for k in (0, 1)]
+    assert [r["cpus"] for r in reports] == [[0], [1 % os.cpu_count()]]
+    assert reports[0]["attempt"] == reports[1]["attempt"] == 1
+    assert reports[0]["weights_digest"] == reports[1]["weights_digest"]
+    assert (jd / "attempts" / "uid-1" / "node-1.1").exists()
+
+
+def _wait_phase(jd: Path, rank: int, phases: tuple[str, ...], pods, within_s: float = 300) -> str:
+    deadline = time.time() + within_s
+    while time.time() < deadline:
+        assert all(p.poll() is None for p in pods), [p.communicate()[0][-3000:] for p in pods]
+        try:
+            phase = json.loads((jd / "ranks" / f"rank-{rank}.phase.json").read_text()).get("phase")
+        except (OSError, ValueError):
+            phase = None
+        if phase in phases:
+            return phase
+        time.sleep(0.05)
+    raise AssertionError(f"rank {rank} never reached {phases}")
+
+
+def test_sigterm_at_the_rendezvous_ends_the_pod_with_the_stopped_code(cli, tmp_path):
+    """Pod 0 of two alone: its rank waits in torch's rendezvous (C++: Python's handler cannot run there) for a
+    rank that never comes. SIGTERM: the rank wrapper ends it 15 s later and the pod exits 143 (restart the job),
+    well inside the grace period -- not 200 after train.ddp_timeout_s, nor a SIGKILL."""
+    mount = tmp_path / "pvc"
+    docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", config="configs/quickstart.toml")
+    jd = job_dir(mount, docs[1])
+    (pod,) = start_pods(docs, tmp_path, 29100 + os.getpid() % 800 + 2, only=[0])
+    try:
+        _wait_phase(jd, 0, ("rendezvous",), [pod])
+        time.sleep(3)  # inside init_process_group by now
+        t0 = time.time()
+        pod.send_signal(signal.SIGTERM)
+        out = pod.communicate(timeout=120)[0]
+        took = time.time() - t0
+        gone = group_gone(pod)
+    finally:
+        _stop([pod])
+    assert pod.returncode == 143, out
+    assert took < 60 and gone, (took, out)
+    assert "blocked outside Python" in out or "before training began" in out, out
+    assert not list(jd.glob("ranks/*.exit")) and not list(jd.glob("ranks/*.failed.json"))
+
+
+def test_sigterm_while_loading_ends_the_rank_at_once(cli, tmp_path):
+    """One pod, one rank, tokenising a large training set: SIGTERM reaches Python's handler there, and the rank ends
+    at once with the stopped code (nothing to checkpoint before training), not after preprocessing."""
+    mount = tmp_path / "pvc"
+    docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "cluster.nodes=1",
+                  "--set", "data.synthetic_train_examples=40000", config="configs/quickstart.toml")
+    jd = job_dir(mount, docs[1])
+    (pod,) = start_pods(docs, tmp_path, 29100 + os.getpid() % 800 + 3)
+    try:
+        _wait_phase(jd, 0, ("loading",), [pod])
+        time.sleep(0.5)
+        t0 = time.time()
+        pod.send_signal(signal.SIGTERM)
+        out = pod.communicate(timeout=120)[0]
+        took = time.time() - t0
+    finally:
+        _stop([pod])
+    assert pod.returncode == 143, out
+    assert "SIGTERM before training began" in out and took < 10, (took, out)
+    phase = json.loads((jd / "ranks" / "rank-0.phase.json").read_text())
+    assert phase["phase"] == "stopping" and "before training began" in phase["detail"], phase
+    assert not list(jd.glob("checkpoints/checkpoint-*")) and not list(jd.glob("ranks/*.failed.json"))
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_final_evaluation_keeps_the_trained_weights(cli, tmp_path):
+    """Two pods; SIGTERM to pod 0 while both ranks evaluate after training: the ranks agree after an evaluation
+    batch, save the last step's checkpoint (not saved otherwise: train.save_final_checkpoint is off) and exit 143;
+    the restarted pods resume at that step, train nothing more, evaluate and finish."""
+    mount = tmp_path / "pvc"
+    docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "train.save_steps=1000",
+                  "--set", "data.synthetic_eval_examples=1500", "--set", "train.per_device_eval_batch_size=2",
+                  config="configs/quickstart.toml")
+    jd = job_dir(mount, docs[1])
+    port = 29100 + os.getpid() % 800 + 4
+    pods = start_pods(docs, tmp_path, port)
+    try:
+        _wait_phase(jd, 1, ("evaluating",), pods)
+        time.sleep(1)
+        pods[0].send_signal(signal.SIGTERM)
+        outs = [p.communicate(timeout=300)[0] for p in pods]
+    finally:
+        _stop(pods)
+    assert [p.returncode for p in pods] == [143, 143], outs
+    report = json.loads((jd / "ranks" / "rank-1.json").read_text())
+    assert report["stopped_at_step"] == 24 and report["notice"]["signal"] == "SIGTERM", report
+    assert (jd / "checkpoints" / "checkpoint-24").is_dir() and not (jd / "results.json").exists()
+    pods = start_pods(docs, tmp_path, port + 1, restarts=1)
+    try:
+        outs = [p.communicate(timeout=600)[0] for p in pods]
+    finally:
+        _stop(pods)
+    assert [p.returncode for p in pods] == [0, 0], outs
+    res = json.loads((jd / "results.json").read_text())
+    assert res["resumed_from_step"] == 24 and res["f1"] >= 0 and res["eval_examples"] == 1500, res
