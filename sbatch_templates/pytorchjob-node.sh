@@ -46,10 +46,14 @@ export MASTER_ADDR="${MASTER_ADDR:-${PET_MASTER_ADDR:-}}" MASTER_PORT="${MASTER_
 
 # One folder per job on the shared volume; restarted pods find their checkpoints there.
 job_dir=@@JOB_ROOT@@/"k8s-${HPCQA_K8S_NAMESPACE:-default}-@@NAME@@"
+if [ -n "${HPCQA_JOB_UID:-}" ] && [ -z "${HPCQA_RESTART_ATTEMPT:-}" ]; then
+    echo "hpcqa: JobSet gave this pod no restart-attempt label (an older JobSet?): counting restarts on the volume" >&2
+    HPCQA_JOB_UID=""
+fi
 if [ -n "${HPCQA_JOB_UID:-}" ]; then
     # TrainJob: JobSet numbers the job's restarts (the pod's restart-attempt label) and stops at maxRestarts; the
     # count belongs to this JobSet (its UID), so a job applied again starts from zero.
-    attempt="${HPCQA_RESTART_ATTEMPT:-}"
+    attempt="$HPCQA_RESTART_ATTEMPT"
     case "$HPCQA_JOB_UID:$attempt" in
         *[!A-Za-z0-9:-]*|*:) echo "hpcqa: JobSet's labels are not a UID and a number (uid '$HPCQA_JOB_UID'," \
                                   "restart attempt '$attempt')" >&2

@@ -128,8 +128,10 @@ def test_a_pytorchjob_carries_the_command_in_its_plan_and_runs_it_in_the_image(t
                 "--lr", "{train.learning_rate}", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "command: python3 my_train.py --lr 0.0001" in r.stderr and "must be in the image" in r.stderr
-    (cm,) = [d for d in yaml.safe_load_all((tmp_path / "job.yaml").read_text()) if d and d["kind"] == "ConfigMap"]
-    plan = json.loads(cm["data"]["plan.json"])
+    docs = [d for d in yaml.safe_load_all((tmp_path / "job.yaml").read_text()) if d]
+    (job,) = docs
+    (c,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    plan = json.loads(next(e["value"] for e in c["env"] if e["name"] == "HPCQA_PLAN_JSON"))
     assert plan["command"] == ["python3", "my_train.py", "--lr", "0.0001"]
     assert plan["work"] == {"dir": "", "run_in": "", "snapshot": "", "named": {}}   # nothing of this machine's
 

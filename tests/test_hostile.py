@@ -170,8 +170,9 @@ def test_every_string_key_is_refused_or_arrives_unchanged(tmp_path, monkeypatch,
     except Exception as e:  # noqa: BLE001 - only hpcqa's own refusal (a name that cannot be a k8s name) is fine
         assert type(e).__name__ in ("ConfigError", "PlanError"), e
         return
-    cm = next(d for d in docs if d["kind"] == "ConfigMap")
-    stored = json.loads(next(iter(cm["data"].values())))
+    (job,) = docs
+    (c,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    stored = json.loads(next(e["value"] for e in c["env"] if e["name"] == "HPCQA_PLAN_JSON"))
     section, _, field = key.partition(".")
     if section != "k8s" and key not in ("job.output_dir", "model.cache_dir", "data.cache_dir", "cluster.python"):
         assert json.dumps(stored["config"][section][field]) == json.dumps(getattr(getattr(cfg, section), field)) \
@@ -269,16 +270,14 @@ def test_every_key_at_once_through_the_rendered_scripts_runs_nothing(tmp_path, m
     pod_cfg = k8s.pod_config(dataclasses.replace(cfg, launch=dataclasses.replace(cfg.launch, pass_env=())))
     docs = yaml.safe_load_all(k8s.to_yaml(k8s.to_dicts(k8s.objects(plan.build_plan(pod_cfg,
                                                                                   k8s.image_host(HOST, cfg))))))
-    cm = next(d for d in docs if d["kind"] == "ConfigMap")
-    etc = tmp_path / "etc"
-    etc.mkdir()
-    for fname, body in cm["data"].items():
-        (etc / fname).write_text(body)
-    r = subprocess.run(["bash", str(etc / "node.sh")], cwd=work, capture_output=True, text=True, timeout=120,
-                       env={**env, "HPCQA_NODE_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "1"})
+    (job,) = docs
+    (c,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    pj_env = {e["name"]: e["value"] for e in c["env"] if "value" in e and e["name"].startswith("HPCQA_")}
+    r = subprocess.run(c["command"], cwd=work, capture_output=True, text=True, timeout=120,
+                       env={**env, **pj_env, "HPCQA_NODE_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "1"})
     assert r.returncode == 0 and (tmp_path / "argv.python").exists(), r.stderr  # it reached the ranks
     assert not list(tmp_path.rglob("PWNED")), "the pod script executed config text"
-    stored = json.loads(cm["data"]["plan.json"])["config"]
+    stored = json.loads(pj_env["HPCQA_PLAN_JSON"])["config"]
     assert stored["model"]["name_or_path"] == cfg.model.name_or_path and stored["launch"]["env"] == \
         dict(cfg.launch.env), r.stderr
     # the TrainJob's pod: its command (the script) with the plan from its environment, as JobSet starts node 0

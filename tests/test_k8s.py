@@ -26,14 +26,21 @@ IMAGE = ["--set", "k8s.image=registry.example.com/hpcqa:1"]
 def render(cli, *args, config="configs/squad_spr.toml"):
     r = cli("render", config, "--target", "pytorchjob", *args)
     assert r.returncode == 0, r.stderr
-    docs = list(yaml.safe_load_all(r.stdout))
-    by_kind = {d["kind"]: d for d in docs}
-    assert set(by_kind) == {"ConfigMap", "PyTorchJob"}
-    return by_kind["ConfigMap"], by_kind["PyTorchJob"]
+    (job,) = yaml.safe_load_all(r.stdout)  # the job alone: it carries its plan and pod script, no ConfigMap
+    assert job["kind"] == "PyTorchJob"
+    return job
+
+
+def carried(job: dict) -> dict[str, str]:
+    """The plan and the pod script the job carries in its container's variables."""
+    (c,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    return {"plan.json": env["HPCQA_PLAN_JSON"], "node.sh": env["HPCQA_NODE_SCRIPT"]}
 
 
 def test_pytorchjob_for_squad_spr(cli):
-    cm, job = render(cli)
+    job = render(cli)
+    cm = {"data": carried(job)}
     assert job["apiVersion"] == "kubeflow.org/v1"
     replicas = job["spec"]["pytorchReplicaSpecs"]
     assert list(replicas) == ["Worker"] and replicas["Worker"]["replicas"] == 4  # 4 nodes, one pod each, no Master
@@ -55,12 +62,11 @@ def test_pytorchjob_for_squad_spr(cli):
     assert env["HPCQA_NODE_RANK"] == {"fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}}
     assert "RANK" not in env
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert mounts == {"data": "/mnt/hpcqa", "plan": "/etc/hpcqa", "dshm": "/dev/shm"}
+    assert mounts == {"data": "/mnt/hpcqa", "dshm": "/dev/shm"}
     vols = {v["name"]: v for v in pod["volumes"]}
     assert vols["data"]["persistentVolumeClaim"]["claimName"] == "hpcqa-data"
     assert vols["dshm"]["emptyDir"]["medium"] == "Memory"
-    assert vols["plan"]["configMap"]["name"] == cm["metadata"]["name"]
-    assert c["command"] == ["bash", "/etc/hpcqa/node.sh"]
+    assert c["command"] == ["bash", "-c", k8s.RUN_SCRIPT]
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["topologyKey"] == "kubernetes.io/hostname"
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
@@ -86,8 +92,8 @@ def test_render_says_what_the_pods_get(cli):
 
 
 def test_round_trips_through_the_client_deserialisers(cli):
-    cm, job = render(cli)
-    for doc, kind in ((job, "PyTorchJob"), (cm, "ConfigMap")):
+    job = render(cli)
+    for doc, kind in ((job, "PyTorchJob"),):
         model = k8s.load(doc, kind)
         assert k8s.to_dicts([model])[0] == doc
     from kubeflow.training.models import KubeflowOrgV1PyTorchJob
@@ -108,7 +114,7 @@ def test_valid_for_the_operators_crd_schema_nothing_pruned(cli, version):
     """The PyTorchJob against the CRD's openAPIV3Schema of the operator release (tests/data/k8s/SOURCE.md), and no
     field the API server's structural pruning would silently drop; then the operator's admission webhook."""
     import jsonschema
-    _, job = render(cli)
+    job = render(cli)
     schema = k8s_rules.crd_schema(version)
     jsonschema.validate(job, schema)
     assert k8s_rules.pruned_fields(job, schema) == []
@@ -123,12 +129,11 @@ def test_valid_for_the_operators_crd_schema_nothing_pruned(cli, version):
 
 
 @pytest.mark.parametrize("kube", ["1.27", "1.30", "1.33"])
-def test_pods_and_configmap_valid_for_kubernetes(cli, kube):
-    """The pods the operator makes of the job (its labels, env and restart policy applied) and the ConfigMap, against
-    Kubernetes' own schemas (kubernetes-validate, strict: unknown fields refused)."""
+def test_pods_valid_for_kubernetes(cli, kube):
+    """The pods the operator makes of the job (its labels, env and restart policy applied), against Kubernetes' own
+    schemas (kubernetes-validate, strict: unknown fields refused)."""
     import kubernetes_validate
-    cm, job = render(cli, "--set", "k8s.secret_env.HF_TOKEN=hf/token")
-    kubernetes_validate.validate(cm, kube, strict=True)
+    job = render(cli, "--set", "k8s.secret_env.HF_TOKEN=hf/token")
     pods = k8s_rules.operator_pods(job)
     assert len(pods) == 4
     for pod in pods:
@@ -143,7 +148,7 @@ def test_every_pod_is_guaranteed_after_the_operators_mutation(cli):
     """Kubernetes counts init containers in a pod's QoS. With a Master the operator gives every Worker its init
     container (CPU 50m/100m): Burstable, no exclusive cores. hpcqa renders Workers only: nothing is injected, and
     every pod is Guaranteed with whole CPUs -- what the render says."""
-    _, job = render(cli)
+    job = render(cli)
     pods = k8s_rules.operator_pods(job)
     assert all("initContainers" not in p["spec"] for p in pods)
     assert {k8s_rules.qos_class(p["spec"]) for p in pods} == {"Guaranteed"}
@@ -164,7 +169,7 @@ def test_every_pod_is_guaranteed_after_the_operators_mutation(cli):
 def test_node_rank_and_rendezvous_from_what_the_operator_gives(cli):
     """Workers only: the operator sets no RANK/MASTER_ADDR. Each pod's node rank comes from its replica-index label
     (downward API) and the rendezvous is Worker 0's service, which the operator names <job>-worker-0."""
-    _, job = render(cli)
+    job = render(cli)
     envs = [k8s_rules.resolve_env(p) for p in k8s_rules.operator_pods(job)]
     assert [e["HPCQA_NODE_RANK"] for e in envs] == ["0", "1", "2", "3"]
     assert {e["MASTER_ADDR"] for e in envs} == {f"{job['metadata']['name']}-worker-0"}
@@ -172,10 +177,10 @@ def test_node_rank_and_rendezvous_from_what_the_operator_gives(cli):
 
 
 def test_restricted_pod_security(cli):
-    _, job = render(cli)
+    job = render(cli)
     for pod in k8s_rules.operator_pods(job):
         assert k8s_rules.restricted_violations(pod) == []
-    _, root = render(cli, "--set", "k8s.run_as_user=0")
+    root = render(cli, "--set", "k8s.run_as_user=0")
     assert any("runAsNonRoot" in v for v in k8s_rules.restricted_violations(k8s_rules.operator_pods(root)[0]))
 
 
@@ -199,7 +204,7 @@ def _evict_one(job: dict, policy_of_old: bool = False) -> tuple[bool, list[str]]
 
 
 def test_restart_arithmetic_one_eviction_is_one_job_restart(cli):
-    _, job = render(cli)
+    job = render(cli)
     failed, actions = _evict_one(job)
     assert not failed and actions == ["recreate"] * 4
     # a crash fails the job at once; a lost peer (200) and a checkpointed stop (143) are retried
@@ -217,7 +222,7 @@ def test_restart_arithmetic_one_eviction_is_one_job_restart(cli):
 
 @pytest.mark.parametrize("name", ["9lives", "x_", "-lead", "Squad.SPR_v2", "A" * 64, "z" + "_" * 62 + "q"])
 def test_names_are_valid_kubernetes_names(cli, name):
-    cm, job = render(cli, "--set", f"job.name={name}")
+    job = render(cli, "--set", f"job.name={name}")
     assert k8s_rules.is_dns1035(job["metadata"]["name"])
     assert k8s_rules.webhook_errors(job) == []
     workers = job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
@@ -225,7 +230,7 @@ def test_names_are_valid_kubernetes_names(cli, name):
         assert k8s_rules.is_dns1035(pod["metadata"]["name"]), pod["metadata"]["name"]
         assert all(k8s_rules.is_label_value(v) for v in pod["metadata"]["labels"].values())
     assert pod["metadata"]["name"].endswith(f"-worker-{workers - 1}")
-    for d in (cm, job):
+    for d in (job,):
         assert all(k8s_rules.is_label_value(v) for v in d["metadata"]["labels"].values()), d["metadata"]["labels"]
         assert k8s_rules.DNS1123_LABEL.fullmatch(d["metadata"]["name"].replace(".", "-"))
 
@@ -236,16 +241,16 @@ def test_a_name_with_nothing_usable_is_refused(cli):
 
 
 def test_size_does_not_grow_with_nodes(cli):
-    """At 512 nodes the ConfigMap is the size it is at 2 (the plan file leaves out the per-rank list that follows
-    from one node's), far below kubectl apply's 256 KiB last-applied annotation and the 1 MiB object limit."""
+    """At 512 nodes the job, with the plan it carries, is the size it is at 2 (the plan leaves out the per-rank list
+    that follows from one node's), far below kubectl apply's 256 KiB last-applied annotation and the object limit."""
     sizes = {}
     for nodes in (2, 512):
-        cm, job = render(cli, "--set", f"cluster.nodes={nodes}")
-        sizes[nodes] = len(json.dumps(cm)), len(json.dumps(job))
+        job = render(cli, "--set", f"cluster.nodes={nodes}")
+        sizes[nodes] = len(json.dumps(job))
         assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == nodes
-        assert LaunchPlan.loads(cm["data"]["plan.json"]).world_size == 2 * nodes
-    assert abs(sizes[512][0] - sizes[2][0]) < 64 and abs(sizes[512][1] - sizes[2][1]) < 64, sizes
-    assert sizes[512][0] < k8s_rules.TOTAL_ANNOTATION_SIZE // 4 and sizes[512][1] < k8s_rules.TOTAL_ANNOTATION_SIZE // 4
+        assert LaunchPlan.loads(carried(job)["plan.json"]).world_size == 2 * nodes
+    assert abs(sizes[512] - sizes[2]) < 64, sizes
+    assert sizes[512] < k8s_rules.TOTAL_ANNOTATION_SIZE // 4
 
 
 def test_ranks_split_an_uneven_cpuset_evenly():
@@ -266,11 +271,11 @@ HOSTILE = "$(touch PWNED) `touch PWNED2` 'quote\" \\ ; && --- kind: Secret"  # a
 
 
 def test_hostile_strings_stay_data(cli, tmp_path):
-    cm, job = render(cli, "--set", f"launch.env.NOTE={json.dumps(HOSTILE)}",
+    job = render(cli, "--set", f"launch.env.NOTE={json.dumps(HOSTILE)}",
                      "--set", f"cluster.python={json.dumps('/opt/my env/py' + chr(39) + 'thon $(touch PWNED)')}")
-    plan = LaunchPlan.loads(cm["data"]["plan.json"])
+    plan = LaunchPlan.loads(carried(job)["plan.json"])
     assert all(r.env["NOTE"] == HOSTILE for r in plan.ranks)
-    script = cm["data"]["node.sh"]
+    script = carried(job)["node.sh"]
     assert "'/opt/my env/py'\"'\"'thon $(touch PWNED)' -m hpcqa.rank" in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
@@ -342,15 +347,11 @@ TINY = ["--set", "model.name_or_path=builtin:tiny-bert", "--set", "data.dataset=
         "--set", "k8s.reserved_cores=0"]
 
 
-def start_pods(cm: dict, job: dict, tmp: Path, port: int, cpus=None) -> list[subprocess.Popen]:
+def start_pods(job: dict, tmp: Path, port: int, cpus=None) -> list[subprocess.Popen]:
     """Each pod as the operator makes it (tests/k8s_rules.operator_pods: its labels, the env it appends) and the
-    kubelet starts it: the ConfigMap's files in a directory, the container's env with the downward API's fields
-    resolved, and the pod's own cpuset (a static CPU manager gives each Guaranteed pod exclusive cores; here
-    taskset does). One stand-in: Worker 0's service name resolves to 127.0.0.1 here, so MASTER_ADDR is that."""
-    etc = tmp / "etc-hpcqa"
-    etc.mkdir(exist_ok=True)
-    for name, text in cm["data"].items():
-        (etc / name).write_text(text)
+    kubelet starts it: the container's command, its env with the downward API's fields resolved, and the pod's own
+    cpuset (a static CPU manager gives each Guaranteed pod exclusive cores; here taskset does). One stand-in:
+    Worker 0's service name resolves to 127.0.0.1 here, so MASTER_ADDR is that."""
     pods = []
     for index, pod in enumerate(k8s_rules.operator_pods(job)):
         env = k8s_rules.resolve_env(pod)
@@ -358,7 +359,8 @@ def start_pods(cm: dict, job: dict, tmp: Path, port: int, cpus=None) -> list[sub
         pod_env = {**os.environ, **env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                    "PYTHONPATH": str(ROOT), "HF_HOME": str(tmp / "empty-hf-home")}
         cpuset = cpus if cpus is not None else str(index % os.cpu_count())
-        pods.append(subprocess.Popen(["taskset", "-c", cpuset, "bash", str(etc / "node.sh")],
+        (c,) = pod["spec"]["containers"]
+        pods.append(subprocess.Popen(["taskset", "-c", cpuset, *c["command"]],
                                      env=pod_env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True))
     return pods
@@ -402,10 +404,10 @@ exec {sys.executable} "$@"
 """)
     shim.chmod(0o755)
     mount = tmp_path / "pvc"
-    cm, job = render(cli, *IMAGE, *TINY, *ONE_POD_TWO_RANKS, "--set", f"k8s.mount_path={mount}",
+    job = render(cli, *IMAGE, *TINY, *ONE_POD_TWO_RANKS, "--set", f"k8s.mount_path={mount}",
                      "--set", f"cluster.python={shim}", config="configs/quickstart.toml")
     t0 = time.time()
-    (pod,) = start_pods(cm, job, tmp_path, 29000 + os.getpid() % 1000 + 7, cpus=f"0-{os.cpu_count() - 1}")
+    (pod,) = start_pods(job, tmp_path, 29000 + os.getpid() % 1000 + 7, cpus=f"0-{os.cpu_count() - 1}")
     try:
         out = pod.communicate(timeout=120)[0]
         gone = group_gone(pod)
@@ -422,9 +424,9 @@ def test_pod_script_sigterm_before_the_ranks_start_is_not_lost(cli, tmp_path):
     """SIGTERM while the script is still in its set-up: noted by the trap installed first thing, and the pod exits
     143 (recreated by the operator) without starting ranks that would then miss it."""
     mount = tmp_path / "pvc"
-    cm, job = render(cli, *IMAGE, *TINY, *ONE_POD_TWO_RANKS, "--set", f"k8s.mount_path={mount}",
+    job = render(cli, *IMAGE, *TINY, *ONE_POD_TWO_RANKS, "--set", f"k8s.mount_path={mount}",
                      "--set", 'cluster.setup=["sleep 3"]', config="configs/quickstart.toml")
-    (pod,) = start_pods(cm, job, tmp_path, 29000 + os.getpid() % 1000 + 8)
+    (pod,) = start_pods(job, tmp_path, 29000 + os.getpid() % 1000 + 8)
     try:
         time.sleep(1)
         pod.send_signal(signal.SIGTERM)
@@ -441,13 +443,13 @@ def test_pod_script_fails_the_job_when_its_restarts_are_spent(cli, tmp_path):
     """k8s.max_restarts counts job restarts: the 3rd restart of a max_restarts = 2 job exits 3, which the operator's
     ExitCode policy does not retry (the job fails; its checkpoints stay)."""
     mount = tmp_path / "pvc"
-    cm, job = render(cli, *IMAGE, *TINY, *ONE_POD_TWO_RANKS, "--set", f"k8s.mount_path={mount}",
+    job = render(cli, *IMAGE, *TINY, *ONE_POD_TWO_RANKS, "--set", f"k8s.mount_path={mount}",
                      "--set", "k8s.max_restarts=2", config="configs/quickstart.toml")
     jd = mount / "output" / "quickstart" / f"k8s-default-{job['metadata']['name']}"
     (jd / "attempts").mkdir(parents=True)
     for attempt in range(3):  # the first start and two restarts
         (jd / "attempts" / f"node-0.{attempt}").touch()
-    (pod,) = start_pods(cm, job, tmp_path, 29000 + os.getpid() % 1000 + 9)
+    (pod,) = start_pods(job, tmp_path, 29000 + os.getpid() % 1000 + 9)
     out = pod.communicate(timeout=60)[0]
     assert pod.returncode == 3, out
     assert k8s_rules.failed_pod_action("ExitCode", pod.returncode) == "fail-job"
@@ -463,10 +465,10 @@ def test_a_lost_pod_is_a_retryable_failure_for_the_others(cli, tmp_path):
     lost a peer, not its own error, so the pod exits 200, which the operator's ExitCode policy retries (a crash's
     1 would fail the job)."""
     mount = tmp_path / "pvc"
-    cm, job = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "train.ddp_timeout_s=60",
+    job = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "train.ddp_timeout_s=60",
                      config="configs/quickstart.toml")
     jd = mount / "output" / "quickstart" / f"k8s-default-{job['metadata']['name']}"
-    pods = start_pods(cm, job, tmp_path, 29000 + os.getpid() % 1000 + 2)
+    pods = start_pods(job, tmp_path, 29000 + os.getpid() % 1000 + 2)
     try:
         deadline = time.time() + 300
         while time.time() < deadline and not _step_at_least(jd, 4):

@@ -243,7 +243,7 @@ def test_a_local_config_renders_for_several_nodes(cli):
 @pytest.mark.parametrize("key", sorted(table.EXECUTORS), ids=lambda k: "-".join(k))
 def test_every_executor_hands_its_ranks_a_plan_that_says_who_requeues(key, monkeypatch):
     """Who brings a stopped rank back is the plan's `requeue`, stamped by the executor that makes the request: the
-    plan the ranks read (a plan file, or the plan inside a script or ConfigMap) says it, and nothing else does."""
+    plan the ranks read (a plan file, or the plan inside a script or a Kubernetes job) says it, and nothing else does."""
     monkeypatch.chdir(ROOT)
     target, launcher, mode = key
     cfg = config.load("configs/squad_spr.toml", ["cluster.nodes=1", "cluster.executor=local"] if target == table.LOCAL else [])

@@ -183,9 +183,9 @@ def test_kueue_priority_tolerations_deadline_namespace(cli):
         {"key": "spr", "operator": "Exists", "effect": "NoExecute"}]
     # the PyTorchJob of a v1 operator gets the same
     r = cli("render", "configs/squad_spr.toml", "--target", "pytorchjob", *args)
-    cm, pj = yaml.safe_load_all(r.stdout)
+    (pj,) = yaml.safe_load_all(r.stdout)
     assert pj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
-    assert pj["spec"]["runPolicy"]["activeDeadlineSeconds"] == 90 * 60 and cm["metadata"]["namespace"] == "team-a"
+    assert pj["spec"]["runPolicy"]["activeDeadlineSeconds"] == 90 * 60 and pj["metadata"]["namespace"] == "team-a"
     spec = pj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
     assert spec["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
     assert spec["spec"]["priorityClassName"] == "training-high"
@@ -297,6 +297,10 @@ def test_restart_count_belongs_to_the_job_uid(cli, tmp_path):
     (pod,) = start_pods(docs, tmp_path, 29000, uid="bad uid", only=[1])
     out = pod.communicate(timeout=60)[0]
     assert pod.returncode == 2 and "not a UID" in out, out
+    # an older JobSet without the restart-attempt label: the count falls back to the volume, with one line
+    (pod,) = start_pods(docs, tmp_path, 29000, uid="uid-3", only=[1], extra_env={"HPCQA_RESTART_ATTEMPT": ""})
+    out = pod.communicate(timeout=60)[0]
+    assert pod.returncode == 3 and "no restart-attempt label" in out, out  # the 5 starts above are over budget
 
 
 def test_staging_job_fills_the_volume_the_pods_read(cli, tmp_path):

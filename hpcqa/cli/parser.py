@@ -115,13 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_render(sub) -> None:
     p = sub.add_parser("render", help="write a standalone sbatch script (srun or mpirun), Kubernetes objects (a "
-                                      "TrainJob, a PyTorchJob, a staging Job) or their image's Dockerfile", usage="hpcqa render CONFIG [options] [-- PROGRAM [ARGS...]]")
+                                      "TrainJob, a PyTorchJob, a staging Job) or their image's Dockerfile",
+                       usage="hpcqa render CONFIG [options] [-- PROGRAM [ARGS...]]")
     add_config(p)
     p.add_argument("-o", "--output", help="write the script here (default: stdout)")
     p.add_argument("--target", choices=["script", "trainjob", "pytorchjob", "stage-job", "dockerfile"], default="script",
                    help="script (default): sbatch/mpirun; trainjob: a Kubeflow Trainer v2 TrainJob and its "
-                        "TrainingRuntime (YAML, kubectl apply -f); pytorchjob: a training-operator v1 PyTorchJob and "
-                        "its ConfigMap; stage-job: a Job that stages the model and data into the PVC; dockerfile: "
+                        "TrainingRuntime (YAML, kubectl apply -f); pytorchjob: a training-operator v1 PyTorchJob; "
+                        "stage-job: a Job that stages the model and data into the PVC; dockerfile: "
                         "the image those pods run")
     p.add_argument("--launcher", choices=["srun", "mpirun"], help="default: launch.launcher")
     p.add_argument("--python", default=None, help="interpreter on the nodes (default: cluster.python, else python3)")

@@ -157,7 +157,7 @@ class LaunchPlan:
     def to_json(self, ranks: bool = True) -> dict[str, Any]:
         """The plan as JSON. Every rank is written out for people (the dry run's --json); the stored form
         (`dumps`, the digest) leaves them out: they follow from nodes and local_ranks, and a 512-node plan would
-        otherwise grow by a node's worth of ranks per node (a PyTorchJob's ConfigMap carries it)."""
+        otherwise grow by a node's worth of ranks per node (a TrainJob or PyTorchJob carries it)."""
         d = {
             "world_size": self.world_size,
             "nodes": self.nodes,

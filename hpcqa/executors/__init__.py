@@ -8,7 +8,8 @@ table.py. The CLI, the API, sweeps and `tune` all go through the table.
     slurm.py      Slurm: hpcqa's sbatch text + submitit's task runtime (arrays for sweeps); Slurm job verbs
     script.py     Slurm: a rendered srun/mpirun script under sbatch (launcher mpirun, render --submit)
     hosts.py      plain machines: an mpirun-over-ssh script (render only)
-    k8s.py        Kubernetes: ConfigMap + PyTorchJob (render only)
+    k8s.py        Kubernetes: the pods, the PyTorchJob, the Dockerfile (render only)
+    trainjob.py   Kubernetes: TrainingRuntime + TrainJob (Trainer v2), the staging Job (render only)
     render.py     plan -> script text (templates in sbatch_templates/)
     slurmcli.py   the one door to Slurm's commands
     common.py     plan files, the rank wrapper's command, registry rows, watching and reporting a job

@@ -20,6 +20,7 @@ What the training operator (v1.8, v1.9) does with the objects, read from its sou
   counts job restarts on the PVC (k8s.max_restarts) and fails the job with a 1-127 code when they are spent.
 - Fixed size, no elasticPolicy: the plan fixes the world size (global batch, data shards, pinning), and
   torchrun's elastic rendezvous would number ranks by arrival.
+- The plan and the pod script travel in the container's variables (RUN_SCRIPT): no ConfigMap outlives the job.
 
 The objects are built with the `kubernetes` and `kubeflow-training` packages' models (the PyTorchJob schema
 they encode checks types and required fields) and serialised by their ApiClient.
@@ -34,7 +35,7 @@ import re
 import shlex
 from typing import Any
 
-from hpcqa.core import config as configmod, targets
+from hpcqa.core import targets
 from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.record import jobdir
 from hpcqa.record.jobdir import JobRoot
@@ -50,9 +51,10 @@ from hpcqa.version import __version__
 CONTAINER = "pytorch"            # the operator looks up the port on the container of this name
 PORT_NAME = "pytorchjob-port"
 PORT = 23456                      # the operator's default port
-CONFIG_DIR = "/etc/hpcqa"         # the ConfigMap: plan.json, node.sh, config.toml
-NODE_SCRIPT = "node.sh"
-CONFIG_FILE = "config.toml"
+# The pod script runs from a file made of the job's own variable: under `bash -c`, bash 5.2's `wait -n -p` does not
+# find a rank that has already ended ("no such job"), and the script must see every rank's exit code.
+RUN_SCRIPT = ('script="$(mktemp)" && printf \'%s\' "${HPCQA_NODE_SCRIPT:?the job sets HPCQA_NODE_SCRIPT}" > "$script" '
+              '&& exec bash "$script"')
 TORCH = "torch==2.13.0"           # the CPU build (the default index's torch is the multi-GB CUDA one)
 MAX_NAME = 45                     # <name>-worker-<i> is a service name (63 characters at most)
 REPLICA = "Worker"                # see the module's docstring: no Master, so no init container
@@ -242,22 +244,26 @@ def whole_cpus(pod_spec: dict) -> bool:
                for c in pod_spec.get("containers") or [])
 
 
-PLAN_FROM_CONFIGMAP = 'plan="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/@@PLAN_FILE@@"  # the ConfigMap\'s'
-PLAN_FROM_ENV = ('plan="$(mktemp -d)/@@PLAN_FILE@@"  # the TrainJob carries the plan: no ConfigMap outlives it\n'
-                 'printf \'%s\' "${HPCQA_PLAN_JSON:?the TrainJob sets HPCQA_PLAN_JSON}" > "$plan"')
+PLAN_FROM_ENV = ('plan="$(mktemp -d)/@@PLAN_FILE@@"  # the job carries the plan: no ConfigMap outlives it\n'
+                 'printf \'%s\' "${HPCQA_PLAN_JSON:?the job sets HPCQA_PLAN_JSON}" > "$plan"')
+
+
+def carried(plan: LaunchPlan, name: str, kind: str) -> list[dict[str, str]]:
+    """What the job object itself carries to its pods: the plan and the pod script, as the container's variables
+    (RUN_SCRIPT runs the script). Nothing else is applied with the job, so nothing outlives it."""
+    return [{"name": "HPCQA_PLAN_JSON", "value": plan.dumps()},
+            {"name": "HPCQA_NODE_SCRIPT", "value": node_script(plan, name, kind)}]
 
 
 def node_script(plan: LaunchPlan, name: str, kind: str = "PyTorchJob") -> str:
-    """The pod's entry point (sbatch_templates/pytorchjob-node.sh) for a PyTorchJob (the plan from its ConfigMap)
-    or a TrainJob (the plan from the container's environment)."""
+    """The pod's entry point (sbatch_templates/pytorchjob-node.sh) for a PyTorchJob or a TrainJob; the plan comes
+    from the container's environment."""
     cfg = plan.config
     python = shlex.quote(cfg.cluster.python or "python3")
-    trainjob = kind == "TrainJob"
     values = {
-        "PLAN_SETUP": (PLAN_FROM_ENV if trainjob else PLAN_FROM_CONFIGMAP).replace("@@PLAN_FILE@@",
-                                                                                  render.plain(jobdir.SCRIPT_PLAN)),
+        "PLAN_SETUP": PLAN_FROM_ENV.replace("@@PLAN_FILE@@", render.plain(jobdir.SCRIPT_PLAN)),
         "KIND": kind,
-        "TARGET": "trainjob" if trainjob else "pytorchjob",
+        "TARGET": kind.lower(),
         "SOURCE": cfg.source.replace("\n", " ") or "a config",
         "SETUP": render.setup_block(cfg.cluster.setup),
         "NODES": str(plan.nodes), "PPN": str(plan.ranks_per_node), "PYTHON": python, "NAME": name,
@@ -302,14 +308,13 @@ def secret_env(cfg: Config) -> list:
 @dataclasses.dataclass(frozen=True)
 class PodShape:
     """What differs between the PyTorchJob's pods and the TrainJob's: the container, how it starts, its variables,
-    its port, where the ConfigMap is (if any), and the label that marks a pod as this job's (for anti-affinity)."""
+    its port, and the label that marks a pod as this job's (for anti-affinity)."""
 
     container: str
     command: tuple[str, ...]
     env: tuple
     port: int
     port_name: str
-    config_map: str | None
     job_label: tuple[str, str] | None  # None: the anti-affinity comes with the job (a TrainJob's runtime patch)
 
 
@@ -325,9 +330,6 @@ def pod_template(plan: LaunchPlan, shape: PodShape):
                    claim_name=cfg.k8s.pvc)),
                k.V1Volume(name="dshm", empty_dir=k.V1EmptyDirVolumeSource(medium="Memory",
                                                                           size_limit=cfg.k8s.shm_size))]
-    if shape.config_map:
-        mounts.append(k.V1VolumeMount(name="plan", mount_path=CONFIG_DIR, read_only=True))
-        volumes.append(k.V1Volume(name="plan", config_map=k.V1ConfigMapVolumeSource(name=shape.config_map)))
     container = k.V1Container(
         name=shape.container, image=cfg.k8s.image, image_pull_policy="IfNotPresent", command=list(shape.command) or None,
         ports=[k.V1ContainerPort(name=shape.port_name, container_port=shape.port, protocol="TCP")],
@@ -396,18 +398,17 @@ def labels(cfg: Config) -> dict[str, str]:
 
 
 def objects(plan: LaunchPlan) -> list[Any]:
-    """[ConfigMap, PyTorchJob] as client models. The plan in the ConfigMap says the operator restarts a stopped pod."""
+    """[PyTorchJob] as a client model. It carries the plan (which says the operator restarts a stopped pod) and the
+    pod script itself: no ConfigMap to outlive the job."""
     from kubeflow.training import models as kf
     from kubernetes import client as k
     plan = plan.with_requeue(Requeue.POD)
     cfg = plan.config
     check(cfg)
     name = job_name(plan)
-    cm_name = f"{name}-plan"
-    cm = k.V1ConfigMap(api_version="v1", kind="ConfigMap", metadata=k.V1ObjectMeta(**meta(cm_name, cfg)), data={
-        jobdir.SCRIPT_PLAN: plan.dumps(), NODE_SCRIPT: node_script(plan, name), CONFIG_FILE: configmod.to_toml(cfg)})
-    template = pod_template(plan, PodShape(CONTAINER, ("bash", posixpath.join(CONFIG_DIR, NODE_SCRIPT)),
-                                           tuple(pod_env(plan, name)), PORT, PORT_NAME, cm_name, (JOB_NAME_LABEL, name)))
+    env = tuple(pod_env(plan, name)) + tuple(k.V1EnvVar(**e) for e in carried(plan, name, "PyTorchJob"))
+    template = pod_template(plan, PodShape(CONTAINER, ("bash", "-c", RUN_SCRIPT), env, PORT, PORT_NAME,
+                                           (JOB_NAME_LABEL, name)))
     # Workers only (no Master: no injected init container), ExitCode restarts (see the module's docstring); no
     # backoffLimit: it counts container restarts, which ExitCode's recreated pods never have; the node script
     # counts job restarts instead. cleanPodPolicy Running: a failed job's still-running pods are deleted.
@@ -419,7 +420,7 @@ def objects(plan: LaunchPlan) -> list[Any]:
             nproc_per_node=str(plan.ranks_per_node), pytorch_replica_specs=replicas,
             run_policy=kf.KubeflowOrgV1RunPolicy(clean_pod_policy="Running",
                                                  active_deadline_seconds=deadline_s(cfg))))
-    return [cm, job]
+    return [job]
 
 
 def deadline_s(cfg: Config) -> int:
@@ -497,7 +498,7 @@ class _Response:
 def load(doc: dict, kind: str) -> Any:
     """A manifest dict -> the client model, through the client library's own deserialiser."""
     from kubernetes.client import ApiClient
-    model = {"PyTorchJob": "KubeflowOrgV1PyTorchJob", "ConfigMap": "V1ConfigMap"}[kind]
+    model = {"PyTorchJob": "KubeflowOrgV1PyTorchJob", "Pod": "V1Pod"}[kind]
     if kind == "PyTorchJob":
         from kubeflow.training.api_client import ApiClient as KfClient
         return KfClient().deserialize(_Response(doc), model)
@@ -543,7 +544,7 @@ def dockerfile(cfg: Config, base: str = BASE_IMAGE) -> str:
 
 
 class PyTorchJobRender(RenderOnly):
-    """Kubernetes: render only. The request is the ConfigMap and the PyTorchJob (YAML); `kubectl apply -f` submits
+    """Kubernetes: render only. The request is the PyTorchJob (YAML); `kubectl apply -f` submits
     it, and the training operator runs it -- no API server can be reached from here."""
 
     target = targets.K8s
@@ -564,8 +565,8 @@ class PyTorchJobRender(RenderOnly):
         plan = sp.plans[0]
         docs = to_dicts(objects(plan))  # serialised once: checked, described and written from the same dicts
         check_names(docs, plan.config)
-        facts = pod_facts(plan, docs[1]) + common.work_facts(sp, None)
+        facts = pod_facts(plan, docs[0]) + common.work_facts(sp, None)
         return Request(self.target.name, self.via, sp, JobRoot.new_submission(), scripts=(to_yaml(docs),),
                        commands=(("kubectl", "apply", "-f", "<file>"),), facts=facts, notes=plan_notes(plan),
                        placement=(f"PyTorchJob {job_name(plan)}",),
-                       summary=f"PyTorchJob {job_name(plan)} + ConfigMap: {facts[0][1]}; {facts[1][1]}")
+                       summary=f"PyTorchJob {job_name(plan)}: {facts[0][1]}; {facts[1][1]}")

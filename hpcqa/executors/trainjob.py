@@ -14,7 +14,7 @@ What Trainer v2 (kubeflow/trainer v2.3, on JobSet v0.12) does with them, read fr
   other failure (143 after a checkpoint on SIGTERM, 200 for a lost peer, an eviction, a lost node) fails the Job
   by its backoffLimit of 0, and JobSet restarts every pod (BlockingRecreate: the old ones are gone first), at most
   k8s.max_restarts times -- counted by JobSet, per JobSet, so a job applied again starts from zero.
-- The plan travels inside the TrainJob (an environment variable), so nothing outlives the job; the runtime is a
+- The plan and the pod script travel inside the TrainJob (variables), so nothing outlives the job; the runtime is a
   template named by its content, shared by jobs of the same shape and never rewritten under a queued one.
 - The anti-affinity (one pod per node) names the job, so it is a TrainJob runtime patch, not part of the runtime.
 """
@@ -45,10 +45,6 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"      # JobSet labels every 
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 PATCH_MANAGER = "hpcqa.local/render"  # a TrainJob runtime patch's owner (a domain-prefixed path)
-# The pod script runs from a file, as the PyTorchJob's does: under `bash -c`, bash 5.2's `wait -n -p` does not find
-# a rank that has already ended ("no such job"), and the script must see every rank's exit code.
-RUN_SCRIPT = ('script="$(mktemp)" && printf \'%s\' "${HPCQA_NODE_SCRIPT:?the TrainJob sets HPCQA_NODE_SCRIPT}" > "$script" '
-              '&& exec bash "$script"')
 MAX_NAME = 40                 # <name>-node-0-<index>-<5 random> is a pod name (63 at most; JobSet's webhook checks)
 CRASH_EXIT_CODES = list(range(1, 128))  # a rank's own error, or the restarts spent: fail the job
 
@@ -68,7 +64,7 @@ def runtime(plan: LaunchPlan, name: str) -> dict:
     """The TrainingRuntime: everything but the job's own values, named <k8s.runtime>-<digest of its spec>."""
     from kubernetes.client import ApiClient
     cfg = plan.config
-    shape = k8s.PodShape(CONTAINER, (), tuple(_env(plan, name)), PORT, "node", None, None)
+    shape = k8s.PodShape(CONTAINER, (), tuple(_env(plan, name)), PORT, "node", None)
     pod = ApiClient().sanitize_for_serialization(k8s.pod_template(plan, shape))
     pod["spec"]["restartPolicy"] = "Never"  # a podFailurePolicy needs it; JobSet recreates pods, kubelet never
     for e in pod["spec"]["containers"][0]["env"]:
@@ -96,12 +92,11 @@ def trainjob(plan: LaunchPlan, name: str, runtime_name: str) -> dict:
     cfg = plan.config
     from kubernetes.client import ApiClient
     spread = ApiClient().sanitize_for_serialization(k8s.spread(JOBSET_NAME_LABEL, name))
-    env = [{"name": "HPCQA_K8S_JOB", "value": name}, {"name": "HPCQA_PLAN_JSON", "value": plan.dumps()},
-           {"name": "HPCQA_NODE_SCRIPT", "value": k8s.node_script(plan, name, kind="TrainJob")}]
+    env = [{"name": "HPCQA_K8S_JOB", "value": name}, *k8s.carried(plan, name, "TrainJob")]
     return {"apiVersion": API, "kind": "TrainJob", "metadata": k8s.meta(name, cfg, k8s.job_labels(cfg)),
             "spec": {"runtimeRef": {"name": runtime_name, "apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime"},
                      "activeDeadlineSeconds": k8s.deadline_s(cfg),
-                     "trainer": {"image": cfg.k8s.image, "command": ["bash", "-c", RUN_SCRIPT], "env": env,
+                     "trainer": {"image": cfg.k8s.image, "command": ["bash", "-c", k8s.RUN_SCRIPT], "env": env,
                                  "numNodes": plan.nodes, "numProcPerNode": plan.ranks_per_node},
                      "runtimePatches": [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
                          "replicatedJobs": [{"name": REPLICATED_JOB, "template": {"spec": {"template": {"spec": {
