@@ -438,14 +438,15 @@ def test_sigterm_during_the_final_evaluation_keeps_the_trained_weights(cli, tmp_
     the restarted pods resume at that step, train nothing more, evaluate and finish."""
     mount = tmp_path / "pvc"
     docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "train.save_steps=1000",
-                  "--set", "data.synthetic_eval_examples=1500", "--set", "train.per_device_eval_batch_size=2",
+                  # an evaluation of ~20 s, so the notice lands inside it even on a loaded machine
+                  "--set", "data.synthetic_eval_examples=2500", "--set", "train.per_device_eval_batch_size=1",
                   config="configs/quickstart.toml")
     jd = job_dir(mount, docs[1])
     port = 29100 + os.getpid() % 800 + 4
     pods = start_pods(docs, tmp_path, port)
     try:
         _wait_phase(jd, 1, ("evaluating",), pods)
-        time.sleep(1)
+        time.sleep(0.5)
         pods[0].send_signal(signal.SIGTERM)
         outs = [p.communicate(timeout=300)[0] for p in pods]
     finally:
@@ -461,4 +462,4 @@ def test_sigterm_during_the_final_evaluation_keeps_the_trained_weights(cli, tmp_
         _stop(pods)
     assert [p.returncode for p in pods] == [0, 0], outs
     res = json.loads((jd / "results.json").read_text())
-    assert res["resumed_from_step"] == 24 and res["f1"] >= 0 and res["eval_examples"] == 1500, res
+    assert res["resumed_from_step"] == 24 and res["f1"] >= 0 and res["eval_examples"] == 2500, res
