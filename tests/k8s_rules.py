@@ -133,20 +133,24 @@ def operator_pods(job: dict) -> list[dict]:
 
 
 def resolve_env(pod: dict, container: str = "pytorch") -> dict[str, str]:
-    """The container's environment as the kubelet gives it: values, and the downward API's fields of this pod."""
+    """The container's environment as the kubelet gives it: values, and the downward API's fields of this pod (its
+    namespace, labels, annotations). A secretKeyRef is left out: the Secret is not here."""
     (c,) = [c for c in pod["spec"]["containers"] if c["name"] == container]
     env = {}
     for e in c.get("env") or []:
         if "value" in e:
             env[e["name"]] = e["value"]
-        elif "fieldRef" in (e.get("valueFrom") or {}):
-            path = e["valueFrom"]["fieldRef"]["fieldPath"]
-            if path == "metadata.namespace":
-                env[e["name"]] = pod["metadata"]["namespace"]
-            elif m := re.fullmatch(r"metadata\.labels\['(.+)'\]", path):
-                env[e["name"]] = pod["metadata"]["labels"][m.group(1)]
-            else:
-                raise ValueError(f"downward API field {path} not modelled")
+            continue
+        ref = (e.get("valueFrom") or {}).get("fieldRef")
+        if ref is None:
+            continue
+        path = ref["fieldPath"]
+        if path == "metadata.namespace":
+            env[e["name"]] = pod["metadata"]["namespace"]
+        elif m := re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path):
+            env[e["name"]] = pod["metadata"][m.group(1)][m.group(2)]
+        else:
+            raise ValueError(f"downward API field {path} not modelled")
     return env
 
 

@@ -272,7 +272,7 @@ HOSTILE = "$(touch PWNED) `touch PWNED2` 'quote\" \\ ; && --- kind: Secret"  # a
 
 def test_hostile_strings_stay_data(cli, tmp_path):
     job = render(cli, "--set", f"launch.env.NOTE={json.dumps(HOSTILE)}",
-                     "--set", f"cluster.python={json.dumps('/opt/my env/py' + chr(39) + 'thon $(touch PWNED)')}")
+                 "--set", f"cluster.python={json.dumps('/opt/my env/py' + chr(39) + 'thon $(touch PWNED)')}")
     plan = LaunchPlan.loads(carried(job)["plan.json"])
     assert all(r.env["NOTE"] == HOSTILE for r in plan.ranks)
     script = carried(job)["node.sh"]
@@ -366,6 +366,16 @@ def start_pods(job: dict, tmp: Path, port: int, cpus=None) -> list[subprocess.Po
     return pods
 
 
+def sigterm_after(pod: subprocess.Popen, seconds: float, timeout: float = 60) -> str:
+    """SIGTERM to a pod script `seconds` after its start (as the kubelet sends it); -> its output once it ended."""
+    try:
+        time.sleep(seconds)
+        pod.send_signal(signal.SIGTERM)
+        return pod.communicate(timeout=timeout)[0]
+    finally:
+        _stop([pod])
+
+
 def _stop(pods: list[subprocess.Popen]) -> None:
     """End every process of the pods' sessions (ours: started with start_new_session), even after the script."""
     for p in pods:
@@ -405,7 +415,7 @@ exec {sys.executable} "$@"
     shim.chmod(0o755)
     mount = tmp_path / "pvc"
     job = render(cli, *IMAGE, *TINY, *ONE_POD_TWO_RANKS, "--set", f"k8s.mount_path={mount}",
-                     "--set", f"cluster.python={shim}", config="configs/quickstart.toml")
+                 "--set", f"cluster.python={shim}", config="configs/quickstart.toml")
     t0 = time.time()
     (pod,) = start_pods(job, tmp_path, 29000 + os.getpid() % 1000 + 7, cpus=f"0-{os.cpu_count() - 1}")
     try:
@@ -425,14 +435,9 @@ def test_pod_script_sigterm_before_the_ranks_start_is_not_lost(cli, tmp_path):
     143 (recreated by the operator) without starting ranks that would then miss it."""
     mount = tmp_path / "pvc"
     job = render(cli, *IMAGE, *TINY, *ONE_POD_TWO_RANKS, "--set", f"k8s.mount_path={mount}",
-                     "--set", 'cluster.setup=["sleep 3"]', config="configs/quickstart.toml")
+                 "--set", 'cluster.setup=["sleep 3"]', config="configs/quickstart.toml")
     (pod,) = start_pods(job, tmp_path, 29000 + os.getpid() % 1000 + 8)
-    try:
-        time.sleep(1)
-        pod.send_signal(signal.SIGTERM)
-        out = pod.communicate(timeout=60)[0]
-    finally:
-        _stop([pod])
+    out = sigterm_after(pod, 1)
     assert pod.returncode == 143, out
     assert "SIGTERM before the ranks started" in out
     jd = mount / "output" / "quickstart" / f"k8s-default-{job['metadata']['name']}"
@@ -444,7 +449,7 @@ def test_pod_script_fails_the_job_when_its_restarts_are_spent(cli, tmp_path):
     ExitCode policy does not retry (the job fails; its checkpoints stay)."""
     mount = tmp_path / "pvc"
     job = render(cli, *IMAGE, *TINY, *ONE_POD_TWO_RANKS, "--set", f"k8s.mount_path={mount}",
-                     "--set", "k8s.max_restarts=2", config="configs/quickstart.toml")
+                 "--set", "k8s.max_restarts=2", config="configs/quickstart.toml")
     jd = mount / "output" / "quickstart" / f"k8s-default-{job['metadata']['name']}"
     (jd / "attempts").mkdir(parents=True)
     for attempt in range(3):  # the first start and two restarts
@@ -466,7 +471,7 @@ def test_a_lost_pod_is_a_retryable_failure_for_the_others(cli, tmp_path):
     1 would fail the job)."""
     mount = tmp_path / "pvc"
     job = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "train.ddp_timeout_s=60",
-                     config="configs/quickstart.toml")
+                 config="configs/quickstart.toml")
     jd = mount / "output" / "quickstart" / f"k8s-default-{job['metadata']['name']}"
     pods = start_pods(job, tmp_path, 29000 + os.getpid() % 1000 + 2)
     try:

@@ -15,7 +15,7 @@ import yaml
 
 from tests import k8s_rules, trainer_rules
 from tests.conftest import ROOT
-from tests.test_k8s import IMAGE, TINY, group_gone, _step_at_least, _stop
+from tests.test_k8s import IMAGE, TINY, group_gone, sigterm_after, _step_at_least, _stop
 
 KUBE_VERSIONS = ["1.27", "1.30", "1.33"]
 
@@ -260,12 +260,7 @@ def test_sigterm_while_waiting_for_pod_0_is_a_checkpointed_stop(cli, tmp_path):
     mount = tmp_path / "pvc"
     docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", config="configs/quickstart.toml")
     (pod,) = start_pods(docs, tmp_path, 29000, only=[1], extra_env={"PET_MASTER_ADDR": "pod-0.invalid"})
-    try:
-        time.sleep(3)
-        pod.send_signal(signal.SIGTERM)
-        out = pod.communicate(timeout=60)[0]
-    finally:
-        _stop([pod])
+    out = sigterm_after(pod, 3)
     assert pod.returncode == 143, out
     assert "SIGTERM while waiting for pod-0.invalid" in out
     assert trainer_rules.job_failure(node_job(docs[0]), [143]) == "BackoffLimitExceeded"
@@ -282,12 +277,7 @@ def test_restart_count_belongs_to_the_job_uid(cli, tmp_path):
     for attempt in range(5):  # an earlier job of this name (or a PyTorchJob) restarted often
         (jd / "attempts" / f"node-1.{attempt}").touch()
     (pod,) = start_pods(docs, tmp_path, 29000, uid="uid-2", only=[1], extra_env={"PET_MASTER_ADDR": "pod-0.invalid"})
-    try:
-        time.sleep(3)
-        pod.send_signal(signal.SIGTERM)
-        out = pod.communicate(timeout=60)[0]
-    finally:
-        _stop([pod])
+    out = sigterm_after(pod, 3)
     assert pod.returncode == 143, out
     assert (jd / "attempts" / "uid-2" / "node-1.0").exists()
     (pod,) = start_pods(docs, tmp_path, 29000, uid="uid-2", restarts=3, only=[1])
@@ -338,15 +328,7 @@ def test_pods_train_and_resume_after_an_eviction(cli, tmp_path):
     jd = job_dir(mount, docs[1])
     port = 29100 + os.getpid() % 800
     pods = start_pods(docs, tmp_path, port)
-    try:
-        deadline = time.time() + 300
-        while time.time() < deadline and not _step_at_least(jd, 6):
-            assert all(p.poll() is None for p in pods), [p.communicate()[0][-3000:] for p in pods]
-            time.sleep(0.5)
-        pods[0].send_signal(signal.SIGTERM)
-        outs = [p.communicate(timeout=300)[0] for p in pods]
-    finally:
-        _stop(pods)
+    outs = evict_first(pods, lambda: _step_at_least(jd, 6))
     assert [p.returncode for p in pods] == [143, 143], outs
     spec = trainer_rules.jobset(*docs)["spec"]
     reason = trainer_rules.job_failure(spec["replicatedJobs"][0]["template"]["spec"], [p.returncode for p in pods])
@@ -369,18 +351,35 @@ def test_pods_train_and_resume_after_an_eviction(cli, tmp_path):
     assert (jd / "attempts" / "uid-1" / "node-1.1").exists()
 
 
-def _wait_phase(jd: Path, rank: int, phases: tuple[str, ...], pods, within_s: float = 300) -> str:
+def _phase(jd: Path, rank: int) -> str | None:
+    try:
+        return json.loads((jd / "ranks" / f"rank-{rank}.phase.json").read_text()).get("phase")
+    except (OSError, ValueError):
+        return None
+
+
+def _wait(pods, ready, within_s: float = 300) -> None:
+    """Until ready() (every pod still running meanwhile)."""
     deadline = time.time() + within_s
-    while time.time() < deadline:
+    while not ready():
         assert all(p.poll() is None for p in pods), [p.communicate()[0][-3000:] for p in pods]
-        try:
-            phase = json.loads((jd / "ranks" / f"rank-{rank}.phase.json").read_text()).get("phase")
-        except (OSError, ValueError):
-            phase = None
-        if phase in phases:
-            return phase
+        assert time.time() < deadline, "never ready"
         time.sleep(0.05)
-    raise AssertionError(f"rank {rank} never reached {phases}")
+
+
+def _wait_phase(jd: Path, rank: int, phases: tuple[str, ...], pods) -> None:
+    _wait(pods, lambda: _phase(jd, rank) in phases)
+
+
+def evict_first(pods, ready) -> list[str]:
+    """Once ready(): SIGTERM to pod 0 (an eviction); -> every pod's output once all ended."""
+    try:
+        _wait(pods, ready)
+        time.sleep(0.5)
+        pods[0].send_signal(signal.SIGTERM)
+        return [p.communicate(timeout=300)[0] for p in pods]
+    finally:
+        _stop(pods)
 
 
 def test_sigterm_at_the_rendezvous_ends_the_pod_with_the_stopped_code(cli, tmp_path):
@@ -444,13 +443,7 @@ def test_sigterm_during_the_final_evaluation_keeps_the_trained_weights(cli, tmp_
     jd = job_dir(mount, docs[1])
     port = 29100 + os.getpid() % 800 + 4
     pods = start_pods(docs, tmp_path, port)
-    try:
-        _wait_phase(jd, 1, ("evaluating",), pods)
-        time.sleep(0.5)
-        pods[0].send_signal(signal.SIGTERM)
-        outs = [p.communicate(timeout=300)[0] for p in pods]
-    finally:
-        _stop(pods)
+    outs = evict_first(pods, lambda: _phase(jd, 1) == "evaluating")
     assert [p.returncode for p in pods] == [143, 143], outs
     report = json.loads((jd / "ranks" / "rank-1.json").read_text())
     assert report["stopped_at_step"] == 24 and report["notice"]["signal"] == "SIGTERM", report

@@ -11,6 +11,7 @@ import gzip
 import json
 import re
 
+from tests import k8s_rules
 from tests.k8s_rules import DATA, is_dns1035
 
 TRAINER_VERSION = "v2.3.0"
@@ -205,24 +206,8 @@ def pods(js: dict, uid: str = "0b5e6e1c-6f43-4c3a-9a39-2f1c1b6d0d11", restarts: 
 
 
 def resolve_env(pod: dict, container: str = "node") -> dict[str, str]:
-    """The container's environment as the kubelet gives it (values and the downward API's fields)."""
-    (c,) = [c for c in pod["spec"]["containers"] if c["name"] == container]
-    env = {}
-    for e in c.get("env") or []:
-        if "value" in e:
-            env[e["name"]] = e["value"]
-            continue
-        ref = (e.get("valueFrom") or {}).get("fieldRef")
-        if ref is None:
-            continue  # a secretKeyRef: the Secret is not here
-        path = ref["fieldPath"]
-        if path == "metadata.namespace":
-            env[e["name"]] = pod["metadata"]["namespace"]
-        elif m := re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path):
-            env[e["name"]] = pod["metadata"][m.group(1)][m.group(2)]
-        else:
-            raise ValueError(f"downward API field {path} not modelled")
-    return env
+    """The trainer container's environment as the kubelet gives it (k8s_rules.resolve_env)."""
+    return k8s_rules.resolve_env(pod, container)
 
 
 # ------------------------------------------------------------------ Kubernetes Jobs (pkg/apis/batch/validation,
