@@ -206,6 +206,17 @@ def test_refused_with_the_key_and_the_fix(cli, args, key, target):
     assert r.returncode == 2 and key in r.stderr and "fix:" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+def test_pass_env_from_a_secret_is_taken_from_the_secret(cli):
+    """A launch.pass_env name that k8s.secret_env maps reaches the pods from the Secret; only unmapped names are
+    refused."""
+    rt, job = render(cli, *IMAGE, "--set", 'launch.pass_env=["HF_TOKEN"]', "--set", 'k8s.secret_env={HF_TOKEN = "hf/tok"}')
+    (c,) = node_job(rt)["template"]["spec"]["containers"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "tok"}}} in c["env"]
+    r = cli("render", "configs/squad_spr.toml", "--target", "trainjob", *IMAGE, "--set", 'launch.pass_env=["HF_TOKEN", "X"]',
+            "--set", 'k8s.secret_env={HF_TOKEN = "hf/tok"}')
+    assert r.returncode == 2 and "launch.pass_env: X:" in r.stderr and "k8s.secret_env.X" in r.stderr, r.stderr
+
+
 def test_pinned_images_pass(cli):
     for image in ("registry.example.com:5000/hpcqa:1.4", "hpcqa@sha256:" + "a" * 64):
         assert cli("render", "configs/squad_spr.toml", "--target", "trainjob", "--set", f"k8s.image={image}").returncode == 0
@@ -371,6 +382,17 @@ def _wait_phase(jd: Path, rank: int, phases: tuple[str, ...], pods) -> None:
     _wait(pods, lambda: _phase(jd, rank) in phases)
 
 
+def restart_and_finish(docs: list[dict], tmp: Path, port: int, jd: Path) -> dict:
+    """The pods JobSet recreates after a restart (attempt 1): both finish (exit 0); -> the job's results."""
+    pods = start_pods(docs, tmp, port, restarts=1)
+    try:
+        outs = [p.communicate(timeout=600)[0] for p in pods]
+    finally:
+        _stop(pods)
+    assert [p.returncode for p in pods] == [0, 0], outs
+    return json.loads((jd / "results.json").read_text())
+
+
 def evict_first(pods, ready) -> list[str]:
     """Once ready(): SIGTERM to pod 0 (an eviction); -> every pod's output once all ended."""
     try:
@@ -443,16 +465,31 @@ def test_sigterm_during_the_final_evaluation_keeps_the_trained_weights(cli, tmp_
     jd = job_dir(mount, docs[1])
     port = 29100 + os.getpid() % 800 + 4
     pods = start_pods(docs, tmp_path, port)
-    outs = evict_first(pods, lambda: _phase(jd, 1) == "evaluating")
+    outs = evict_first(pods, lambda: _phase(jd, 0) == _phase(jd, 1) == "evaluating")
     assert [p.returncode for p in pods] == [143, 143], outs
     report = json.loads((jd / "ranks" / "rank-1.json").read_text())
     assert report["stopped_at_step"] == 24 and report["notice"]["signal"] == "SIGTERM", report
     assert (jd / "checkpoints" / "checkpoint-24").is_dir() and not (jd / "results.json").exists()
-    pods = start_pods(docs, tmp_path, port + 1, restarts=1)
-    try:
-        outs = [p.communicate(timeout=600)[0] for p in pods]
-    finally:
-        _stop(pods)
-    assert [p.returncode for p in pods] == [0, 0], outs
-    res = json.loads((jd / "results.json").read_text())
+    res = restart_and_finish(docs, tmp_path, port + 1, jd)
     assert res["resumed_from_step"] == 24 and res["f1"] >= 0 and res["eval_examples"] == 2500, res
+
+
+@pytest.mark.slow
+def test_sigterm_during_an_evaluation_between_steps_saves_that_step(cli, tmp_path):
+    """train.eval_strategy = "steps": the Trainer evaluates after step 12, and the notice arrives in that evaluation
+    (no step boundary for its ~20 s). The ranks agree after an evaluation batch, leave the Trainer's loop, save step
+    12 (save_steps would not: 1000) and exit 143; the restarted pods resume at 12 and finish."""
+    mount = tmp_path / "pvc"
+    docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "train.save_steps=1000",
+                  "--set", 'train.eval_strategy="steps"', "--set", "train.eval_steps=12",
+                  "--set", "data.synthetic_eval_examples=2500", "--set", "train.per_device_eval_batch_size=1",
+                  config="configs/quickstart.toml")
+    jd = job_dir(mount, docs[1])
+    port = 29100 + os.getpid() % 800 + 6
+    pods = start_pods(docs, tmp_path, port)
+    outs = evict_first(pods, lambda: _step_at_least(jd, 12))
+    assert [p.returncode for p in pods] == [143, 143], outs
+    report = json.loads((jd / "ranks" / "rank-1.json").read_text())
+    assert report["stopped_at_step"] == 12, report
+    assert (jd / "checkpoints" / "checkpoint-12").is_dir()
+    assert restart_and_finish(docs, tmp_path, port + 1, jd)["resumed_from_step"] == 12

@@ -142,10 +142,11 @@ def check(cfg: Config, pinned_only: bool = False) -> None:
                           "what the node has cached (imagePullPolicy IfNotPresent)",
                           "give the tag you pushed (registry.example.com/hpcqa:1.4) or a digest (...@sha256:<hex>)",
                           cfg.source)
-    if cfg.launch.pass_env:
-        raise ConfigError("launch.pass_env", f"{', '.join(cfg.launch.pass_env)}: a pod has no submitting shell to "
-                          "pass variables from", "take them from a Secret: k8s.secret_env.NAME = \"secret/key\" "
-                          "(or set launch.env for values that are not secret); drop launch.pass_env", cfg.source)
+    unmapped = [n for n in cfg.launch.pass_env if n not in cfg.k8s.secret_env]
+    if unmapped:  # a name k8s.secret_env maps comes from its Secret in the pod
+        raise ConfigError("launch.pass_env", f"{', '.join(unmapped)}: a pod has no submitting shell to pass "
+                          "variables from", f"take it from a Secret: k8s.secret_env.{unmapped[0]} = \"secret/key\" "
+                          "(or launch.env for a value that is not secret)", cfg.source)
     if pinned_only:
         return
     pod_memory(cfg)

@@ -6,6 +6,7 @@ teardown skipped once the work is saved."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import time
@@ -47,6 +48,8 @@ class _Stop:
             signal.signal(sig, self._raise_flag)
 
     def _raise_flag(self, signum, frame) -> None:
+        with contextlib.suppress(OSError):  # the rank's log says when each notice arrived (a raw write: in a handler)
+            os.write(2, f"hpcqa: {signal.Signals(signum).name} received at {time.time():.3f}\n".encode())
         kind = self.TERM if signum == signal.SIGTERM else self.REQUEUE
         if kind > self.kind:
             self.signum, self.kind = signum, kind
