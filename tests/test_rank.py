@@ -161,3 +161,25 @@ def test_a_finished_rank_leaves_without_teardown_unless_an_error_follows(tail, c
             f"exit_without_teardown()\nprint('done', flush=True)\n{tail}\n")
     r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == code and "done" in r.stdout, r.stderr
+
+
+def test_a_notice_arriving_during_the_agreement_is_agreed_on_at_the_next_call(monkeypatch):
+    """The handler of a SIGTERM can run while the rank waits in the all-reduce of STOP.agreed (during evaluation, where
+    it agrees after every batch, that is most of the time): that call answers with the reduced flag (the peer had no
+    notice, so both say no), and the notice is not overwritten by it -- the next call agrees on it, on every rank."""
+    import signal
+    import torch
+    import torch.distributed as dist
+    from hpcqa.rank.train.stop import _Stop
+    stop = _Stop()
+    seen = []
+
+    def all_reduce(t, op=None):  # the peer's flag is 0; this rank's notice lands inside the collective, once
+        seen.append(int(t.item()))
+        if len(seen) == 1:
+            stop._raise_flag(signal.SIGTERM, None)
+        t.copy_(torch.tensor([max(int(t.item()), 0)], dtype=torch.int32))
+
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    assert stop.agreed(2) is False            # what the peer answers too: the reduced flag was 0
+    assert stop.agreed(2) is True and seen == [0, stop.TERM] and stop.name == "SIGTERM"

@@ -453,6 +453,28 @@ def test_sigterm_while_loading_ends_the_rank_at_once(cli, tmp_path):
 
 
 @pytest.mark.slow
+def test_sigterm_during_the_final_evaluation_keeps_the_trained_weights(cli, tmp_path):
+    """Two pods; SIGTERM to pod 0 while both ranks evaluate after training: the ranks agree after an evaluation
+    batch, save the last step's checkpoint (not saved otherwise: train.save_final_checkpoint is off) and exit 143;
+    the restarted pods resume at that step, train nothing more, evaluate and finish."""
+    mount = tmp_path / "pvc"
+    docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "train.save_steps=1000",
+                  # an evaluation of ~20 s, so the notice lands inside it even on a loaded machine
+                  "--set", "data.synthetic_eval_examples=2500", "--set", "train.per_device_eval_batch_size=1",
+                  config="configs/quickstart.toml")
+    jd = job_dir(mount, docs[1])
+    port = 29100 + os.getpid() % 800 + 4
+    pods = start_pods(docs, tmp_path, port)
+    outs = evict_first(pods, lambda: _phase(jd, 0) == _phase(jd, 1) == "evaluating")
+    assert [p.returncode for p in pods] == [143, 143], outs
+    report = json.loads((jd / "ranks" / "rank-1.json").read_text())
+    assert report["stopped_at_step"] == 24 and report["notice"]["signal"] == "SIGTERM", report
+    assert (jd / "checkpoints" / "checkpoint-24").is_dir() and not (jd / "results.json").exists()
+    res = restart_and_finish(docs, tmp_path, port + 1, jd)
+    assert res["resumed_from_step"] == 24 and res["f1"] >= 0 and res["eval_examples"] == 2500, res
+
+
+@pytest.mark.slow
 def test_sigterm_during_an_evaluation_between_steps_saves_that_step(cli, tmp_path):
     """train.eval_strategy = "steps": the Trainer evaluates after step 12, and the notice arrives in that evaluation
     (no step boundary for its ~20 s). The ranks agree after an evaluation batch, leave the Trainer's loop, save step

@@ -65,7 +65,11 @@ class _Stop:
             t = torch.tensor([flag], dtype=torch.int32)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             flag = int(t.item())
-        self.kind = flag
+        # max, not the reduced value alone: a notice whose handler ran during the collective (where a rank waiting
+        # for its peer spends most of an evaluation batch) raised self.kind after `flag` was read; it is agreed on
+        # at the next call, by every rank alike (this call's answer is the reduced one on all of them)
+        if flag > self.kind:
+            self.kind = flag
         return bool(flag)
 
     @property
