@@ -25,6 +25,12 @@ def run_cli(*args: str, env: dict | None = None, cwd: str | Path | None = None) 
                           env=full_env, cwd=cwd or ROOT, timeout=600)
 
 
+def pytest_report_header(config):
+    from tests.slurm_cluster import slurm_version
+    release = os.environ.get("HPCQA_SLURM_RELEASE")
+    return [f"slurm: {slurm_version() or 'not installed'}" + (f" (HPCQA_SLURM_RELEASE={release})" if release else "")]
+
+
 @pytest.fixture
 def cli():
     return run_cli

@@ -1,6 +1,7 @@
 """Bring a real dev Slurm cluster (scripts/devcluster.py) up for a test module and down afterwards."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,25 @@ def available() -> str:
     return ""
 
 
+def slurm_version() -> str:
+    """The version of the slurmctld the clusters start (22.05.8, 24.11.5...), or "" when there is none."""
+    if not shutil.which("slurmctld"):
+        return ""
+    r = subprocess.run(["slurmctld", "-V"], capture_output=True, text=True)
+    m = re.search(r"\d+\.\d+\.\d+", r.stdout + r.stderr)
+    return m.group(0) if m else ""
+
+
+def release_mismatch() -> str:
+    """The Slurm release is a parameter of the run (HPCQA_SLURM_RELEASE, set by scripts/slurmroot.py run): a test
+    asked to run on one release never passes on another."""
+    want = os.environ.get("HPCQA_SLURM_RELEASE", "")
+    got = slurm_version()
+    if want and not got.startswith(want + "."):
+        return f"HPCQA_SLURM_RELEASE={want}, but slurmctld here is {got or 'missing'}"
+    return ""
+
+
 def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int = 1001, slurmd_timeout: int = 300,
             preempt: str = "off", grace_time: int = 30, core_per_node: bool = False):
     why = available()
@@ -26,6 +46,8 @@ def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int 
         if os.environ.get("HPCQA_REQUIRE_SLURM"):
             pytest.fail(f"real Slurm required but unavailable: {why}")
         pytest.skip(why)
+    if release_mismatch():
+        pytest.fail(release_mismatch())
     d = tmp_path_factory.mktemp(f"slurm{nodes}{'a' if accounting else ''}")
     cmd = [sys.executable, str(ROOT / "scripts/devcluster.py"), "up", "--dir", str(d), "--nodes", str(nodes),
            "--max-array-size", str(max_array_size), "--slurmd-timeout", str(slurmd_timeout),
