@@ -183,3 +183,38 @@ def test_a_notice_arriving_during_the_agreement_is_agreed_on_at_the_next_call(mo
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
     assert stop.agreed(2) is False            # what the peer answers too: the reduced flag was 0
     assert stop.agreed(2) is True and seen == [0, stop.TERM] and stop.name == "SIGTERM"
+
+
+@pytest.mark.parametrize("results,attempt,expected", [
+    ({"status": "COMPLETED", "attempt": 1}, 2, 1),                       # the built-in trainer's results
+    ({"task": "command", "exit_code": 0, "requeues": 0}, 1, 0),          # a user command's
+    ({"status": "COMPLETED", "attempt": 1}, 1, None),                    # this attempt's own (a re-run rank)
+    ({"status": "FAILED", "attempt": 0}, 1, None),
+    ({"task": "command", "exit_code": 3, "requeues": 0}, 1, None),
+    ({"status": "COMPLETED", "attempt": True}, 2, None),                 # damaged: not a count
+    ({"status": "COMPLETED", "attempt": "0"}, 2, None),
+    (["COMPLETED"], 2, None),
+])
+def test_a_start_after_the_job_completed_is_recognised_from_its_results(tmp_path, results, attempt, expected):
+    """Slurm 24.11 requeues a preempted job once more when its next attempt completes: that start finds results.json
+    of an earlier attempt that finished, and runs nothing (RankJob / python -m hpcqa.rank.train)."""
+    from hpcqa.record.jobdir import JobDir
+    jd = JobDir(tmp_path)
+    assert jd.completed_before(attempt) is None  # no results yet
+    jd.results.write_text(json.dumps(results))
+    assert jd.completed_before(attempt) == expected
+
+
+def test_only_a_slurm_start_is_skipped_after_completion(tmp_path, monkeypatch):
+    from hpcqa.rank.train.job import already_completed
+    from hpcqa.record.jobdir import JobDir
+    jd = JobDir(tmp_path)
+    jd.results.write_text(json.dumps({"status": "COMPLETED", "attempt": 0}))
+    for k in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "HPCQA_ATTEMPT"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert already_completed(jd) is False          # not under Slurm
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    assert already_completed(jd) is True
+    monkeypatch.setenv("HPCQA_ATTEMPT", "1")       # a pod script's count: never skipped
+    assert already_completed(jd) is False

@@ -405,6 +405,20 @@ class JobDir:
     def read_results(self) -> dict | None:
         return read_json(self.results)
 
+    def completed_before(self, attempt: int) -> int | None:
+        """The earlier attempt that finished this job's work (its results.json says so), or None. Slurm 24.11 can
+        start a job once more after it completed: a job preempted with PreemptMode=REQUEUE and killed at the grace
+        time's end is requeued again when its next attempt completes (seen on 24.11.5, not on 22.05). That start
+        has nothing to do; the results stay the completing attempt's."""
+        res = self.read_results()
+        if not isinstance(res, dict):
+            return None
+        done_at = res.get("attempt", res.get("requeues"))
+        finished = res.get("status") == State.COMPLETED or (res.get("task") == "command" and res.get("exit_code") == 0)
+        if finished and isinstance(done_at, int) and not isinstance(done_at, bool) and 0 <= done_at < attempt:
+            return done_at
+        return None
+
     def read_progress(self) -> dict | None:
         return read_json(self.progress)
 

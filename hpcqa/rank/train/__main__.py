@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from hpcqa.core import plan as planmod
 from hpcqa.rank.command import CommandFailed, run_command
+from hpcqa.rank.train.job import already_completed
 from hpcqa.rank.train.run import run_rank
 from hpcqa.rank.train.stop import exit_without_teardown
 from hpcqa.errors import HpcqaError
@@ -22,6 +23,8 @@ def main(argv: list[str]) -> int:
     try:
         plan = planmod.load(argv[1])
         jd = JobDir(Path(os.environ.get("HPCQA_JOB_DIR") or Path(argv[1]).parent))
+        if already_completed(jd):
+            return 0
         if plan.command:
             return command_rank(plan, jd)
         out = run_rank(plan, jd)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import sys
 from pathlib import Path
 
 import cloudpickle
@@ -13,7 +15,7 @@ from hpcqa.rank.command import run_command
 from hpcqa.rank.train.run import run_rank
 from hpcqa.rank.train.stop import exit_without_teardown
 from hpcqa.errors import RankError
-from hpcqa.record.jobdir import JobDir
+from hpcqa.record.jobdir import JobDir, attempt_from_env
 
 
 class RankJob(submitit.helpers.Checkpointable):
@@ -33,12 +35,28 @@ class RankJob(submitit.helpers.Checkpointable):
             raise RankError(f"plan file {self.plan_path} has digest {plan.digest}, submitted {self.plan_digest}",
                             "plan files are content-addressed and never rewritten: re-submit")
         jd = JobDir(Path(submitit.JobEnvironment().paths.folder))
+        if already_completed(jd):
+            return {"already_completed": True}
         if plan.command:  # the user's program: this process only supervises it (no torch here)
             return run_command(plan, jd)
         out = run_rank(plan, jd)
         if not (isinstance(out, dict) and out.get("requeue")):
             exit_without_teardown()  # done: after submitit has written the result, no teardown
         return out
+
+
+def already_completed(jd: JobDir) -> bool:
+    """A start of a job whose work an earlier attempt finished (JobDir.completed_before): one line, nothing run."""
+    if not os.environ.get("SLURM_JOB_ID") or os.environ.get("HPCQA_ATTEMPT"):
+        return False  # only Slurm starts a job again after it completed; a pod's attempts are counted otherwise
+    attempt = attempt_from_env(os.environ)
+    done = jd.completed_before(attempt)
+    if done is None:
+        return False
+    print(f"hpcqa: attempt {attempt} of a job that attempt {done} completed (Slurm requeued it after it finished: "
+          "Slurm 24.11 does so once after a preemption); nothing to do, the results stay attempt "
+          f"{done}'s", file=sys.stderr, flush=True)
+    return True
 
 
 SUBMITIT_DEFAULT_TIMEOUTS = 3   # submitit's max_num_timeout, which its LocalExecutor gives every job
