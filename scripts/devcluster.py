@@ -94,7 +94,9 @@ def write_conf(d: Path, nodes: int, accounting: bool, max_array: int, slurmd_tim
     else:
         # as production sites run it: a high-priority partition takes nodes from the low one; the victim gets
         # SIGCONT + SIGTERM, SIGKILL after GraceTime, then is requeued (REQUEUE) or ends PREEMPTED (CANCEL)
-        lines += ["PreemptType=preempt/partition_prio", f"PreemptMode={preempt.upper()}",
+        # AuthInfo=cred_expire: a requeued job may start again after this (default 120 s); Slurm 24.11 requeues a
+        # preempted job once more when it completes, and the tests would wait that out
+        lines += ["PreemptType=preempt/partition_prio", f"PreemptMode={preempt.upper()}", "AuthInfo=cred_expire=15",
                   f"PartitionName=low Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO "
                   f"PriorityTier=1 PreemptMode={preempt.upper()} GraceTime={grace_time}",
                   f"PartitionName=high Nodes={','.join(names)} MaxTime=INFINITE State=UP OverSubscribe=NO "

@@ -41,12 +41,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HOST_RELEASE = "22.05"
 # what each release's root is made of: Slurm, munge and MariaDB for the clusters, iproute2 and util-linux for the
-# emulated nodes, git (provenance), and the libraries the host's interpreter and the ranks' preloads link against
+# emulated nodes, git (provenance), OpenSSH (the bare-node mpirun test), and the libraries the host's interpreter
+# and the ranks' preloads link against
 RELEASES = {
     "24.11": {"suite": "trixie", "packages": [
         "slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "mariadb-server", "iproute2", "procps",
-        "ca-certificates", "git", "libgoogle-perftools4t64", "libjemalloc2", "libexpat1", "libsqlite3-0", "libffi8",
-        "libssl3t64", "libreadline8t64", "libbz2-1.0", "liblzma5", "zlib1g", "libncursesw6", "libuuid1"]},
+        "ca-certificates", "git", "openssh-server", "openssh-client", "libgoogle-perftools4t64", "libjemalloc2",
+        "libexpat1", "libsqlite3-0", "libffi8", "libssl3t64", "libreadline8t64", "libbz2-1.0", "liblzma5", "zlib1g",
+        "libncursesw6", "libuuid1"]},
 }
 
 
@@ -147,7 +149,8 @@ def enter_script(root: Path, scratch: Path, binds: list[Path], cwd: Path, argv: 
     r = q(str(root))
     # the root a mount point of its own: `ip -n NS` (and `ip netns exec`) make "/" rslave, which fails on a plain
     # directory that a chroot made "/"
-    lines = ["set -e", f"mount --bind {r} {r}", f"mount -t proc proc {r}/proc", f"mount --rbind /dev {r}/dev", f"mount --rbind /sys {r}/sys",
+    lines = ["set -e", f"mount --bind {r} {r}", f"mount -t proc proc {r}/proc", f"mount --rbind /dev {r}/dev",
+             f"mount --rbind /sys {r}/sys",
              f"mount -t tmpfs -o mode=755 tmpfs {r}/run", f"mkdir -p {r}/run/lock",
              f"mount --bind {q(str(scratch))} {r}/tmp", f"chmod 1777 {r}/tmp",
              f"cp /etc/hosts {r}/etc/hosts", f"cp -L /etc/resolv.conf {r}/etc/resolv.conf 2>/dev/null || true"]

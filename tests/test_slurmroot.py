@@ -65,7 +65,8 @@ def test_a_command_in_the_root_runs_against_its_slurm_and_leaves_nothing_behind(
     mounts = open("/proc/self/mounts").read()
     marker = tmp_path / "pid"
     cmd = [sys.executable, str(ROOT / "scripts/slurmroot.py"), "run", "--release", "24.11", "--bind", str(tmp_path),
-           "--", "sh", "-c", f'slurmctld -V; echo "$HPCQA_SLURM_RELEASE"; sleep 300 >/dev/null 2>&1 & echo $! > {marker}']
+           "--", "sh", "-c",
+           f'slurmctld -V; echo "$HPCQA_SLURM_RELEASE"; sleep 300 >/dev/null 2>&1 & echo $! > {marker}']
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[:2] == ["slurm-wlm 24.11.5", "24.11"], r.stdout
