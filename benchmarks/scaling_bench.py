@@ -57,10 +57,22 @@ def results(out: Path, jid: str) -> dict:
     return json.loads(f.read_text())
 
 
-def reference(env: dict, out: Path) -> list[str]:
+BATCH, STEP_S = 8, 0.08
+
+
+def batch_for(samples_per_second: float) -> int:
+    """The batch per rank that gives ~STEP_S of compute per step on this CPU (SHAPE's 8 did on the VM the bench was
+    written on: ~115 samples/s; a CPU 3x faster made 1 Gbit/s's all-reduce as long as the compute, where the model's
+    overlap error is largest, and two nodes barely beat one): a multiple of 4, 8-64."""
+    want = BATCH * STEP_S / (BATCH / samples_per_second)
+    return int(min(64, max(BATCH, 4 * round(want / 4))))
+
+
+def reference(env: dict, out: Path, *extra: str) -> list[str]:
     """The 1-node run, on one emulated node while the same training keeps the other node busy (see the module's
     docstring): the neighbour is submitted first and cancelled once the reference has finished. -> [its id]."""
-    neighbour = cli(env, "submit", CONFIG, *sets(out, "cluster.nodes=1", "train.max_steps=100000"), "--no-wait")
+    neighbour = cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=1", "train.max_steps=100000"),
+                    "--no-wait")
     if neighbour.returncode != 0:
         raise RuntimeError(f"the neighbour job failed: {neighbour.stderr[-2000:]}")
     nid = neighbour.stdout.strip().splitlines()[-1]
@@ -75,7 +87,7 @@ def reference(env: dict, out: Path) -> list[str]:
             time.sleep(1)
         else:
             raise RuntimeError(f"the neighbour job {nid} did not start training in 180 s")
-        return [job_id(cli(env, "submit", CONFIG, *sets(out, "cluster.nodes=1")))]
+        return [job_id(cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=1")))]
     finally:
         cli(env, "cancel", nid)
 
@@ -95,22 +107,26 @@ def shape(cluster_dir: str, rate: str) -> None:
 def experiment(env: dict, cluster_dir: str, rates: list[str], out: Path) -> list[dict]:
     """On a running 2-node --core-per-node cluster: per rate, the link, the prediction and the measurement."""
     refs = reference(env, out)
+    batch = batch_for(results(out, refs[0])["steady_samples_per_second"])
+    extra = [f"train.per_device_train_batch_size={batch}"]
+    if batch != BATCH:
+        refs = reference(env, out, *extra)
     ref_rates = [results(out, j)["steady_samples_per_second"] for j in refs]
     rows = []
     for rate in rates:
         shape(cluster_dir, rate)
-        tuned = cli(env, "tune", CONFIG, *sets(out), "--comm", "--json")
+        tuned = cli(env, "tune", CONFIG, *sets(out, *extra), "--comm", "--json")
         if tuned.returncode != 0:
             raise RuntimeError(f"tune --comm failed: {tuned.stderr[-2000:]}")
         link = json.loads(tuned.stdout)["link"]
         preds = [predicted(env, j) for j in refs]
-        dry = cli(env, "submit", CONFIG, *sets(out, "cluster.nodes=2"), "--dry-run")
+        dry = cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=2"), "--dry-run")
         if dry.returncode != 0:
             raise RuntimeError(f"the dry run failed: {dry.stderr[-2000:]}")
         warned = "predicted slower on 2 nodes" in " ".join(dry.stdout.split())
-        two = results(out, job_id(cli(env, "submit", CONFIG, *sets(out, "cluster.nodes=2"))))
+        two = results(out, job_id(cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=2"))))
         pred2 = sum(p[2]["samples_per_second"] for p in preds) / len(preds)
-        rows.append({"rate": rate, "link_Bps": link["bandwidth_Bps"], "latency_s": link["latency_s"],
+        rows.append({"rate": rate, "batch": batch, "link_Bps": link["bandwidth_Bps"], "latency_s": link["latency_s"],
                      "one_node": sum(ref_rates) / len(ref_rates), "predicted": pred2,
                      "measured": two["steady_samples_per_second"], "ratio": two["steady_samples_per_second"] / pred2,
                      "exposed_measured_s": two["comm"]["exposed_s"],
