@@ -15,15 +15,18 @@ $HPCQA_SLURM_ROOTS (default /var/cache/hpcqa/slurm-roots); later runs reuse it. 
 this file's package list (or that has none: an interrupted build) is rebuilt.
 
 `run` enters a private mount namespace (nothing it mounts is seen outside, and all of it goes when the command
-ends) and a PID namespace (every process the command started ends with it: the kernel kills what is left when its
-first process exits), mounts /proc, /dev, /sys (recursively: slurmd 24.11 needs /sys/fs/cgroup), a fresh /run and a
-scratch /tmp, copies the host's /etc/hosts and /etc/resolv.conf (the ranks resolve node names), binds the paths the
-command needs, and runs it chrooted with HPCQA_SLURM_RELEASE set. The scratch /tmp is removed afterwards.
+ends), mounts /proc, /dev, /sys (recursively: slurmd 24.11 needs /sys/fs/cgroup), a fresh /run and a scratch /tmp,
+copies the host's /etc/hosts and /etc/resolv.conf (the ranks resolve node names), binds the paths the command needs,
+and runs it chrooted with HPCQA_SLURM_RELEASE set. One `run` per root at a time (a lock). Processes the command left
+running (daemons of a cluster not brought down, a slurmstepd orphaned in a node's nested mount namespace) are ended
+by PID afterwards: those in its mount namespace or chrooted into the root, which under the lock are its own. The
+scratch /tmp is removed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import os
@@ -157,32 +160,22 @@ def enter_script(root: Path, scratch: Path, binds: list[Path], cwd: Path, argv: 
         target = q(str(root) + str(p))
         make = f"mkdir -p {target}" if p.is_dir() else f"mkdir -p {q(str(root) + str(p.parent))} && touch {target}"
         lines += [make, f"mount --bind {q(str(p))} {target}"]
-    lines.append(f"exec chroot {r} {q(sys.executable)} -I -c {q(INIT)} {q(str(cwd))} {' '.join(q(a) for a in argv)}")
+    inner = f"cd {q(str(cwd))} && exec {' '.join(q(a) for a in argv)}"
+    lines.append(f"exec chroot {r} /bin/sh -c {q(inner)}")
     return "\n".join(lines)
 
 
-# PID 1 of the run's PID namespace: starts the command, reaps every orphan the namespace hands it (daemons of the
-# clusters the tests bring up and down), passes SIGTERM/SIGINT/SIGHUP on, and exits with the command's status. Its
-# exit ends every process still in the namespace (the kernel kills them), e.g. a slurmstepd that a node-failure
-# test orphaned inside a node's own mount namespace, where no `down` can find it by its folder.
-INIT = """
-import os, signal, sys
-cwd, argv = sys.argv[1], sys.argv[2:]
-child = os.fork()
-if child == 0:
-    os.chdir(cwd)
-    os.execvp(argv[0], argv)
-for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(s, lambda n, f: os.kill(child, n))
-while True:
-    try:
-        pid, status = os.waitpid(-1, 0)
-    except ChildProcessError:
-        sys.exit(1)
-    if pid == child:
-        code = os.waitstatus_to_exitcode(status)
-        sys.exit(code if code >= 0 else 128 - code)
-"""
+def leftovers(ns: str, root: Path) -> list[int]:
+    """PIDs the command left: those in its mount namespace `ns` (private: only the command's processes are there),
+    and those whose root is `root` (a chroot there: a multi-node slurmd's own nested mount namespace, where a
+    node-failure test orphans a slurmstepd). Sound because `run` holds the root's lock while the command runs."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if os.readlink(d / "ns/mnt") == ns or os.readlink(d / "root") == str(root):
+                    pids.append(int(d.name))
+    return pids
 
 
 def run(release: str, argv: list[str], extra: list[str]) -> int:
@@ -192,6 +185,12 @@ def run(release: str, argv: list[str], extra: list[str]) -> int:
             raise SystemExit(f"slurmroot: the host's Slurm is {got or 'not installed'}, not {release}")
         return subprocess.run(argv, env={**os.environ, "HPCQA_SLURM_RELEASE": release}).returncode
     root = build(release)
+    lock = open(cache_dir() / f".{release}.run.lock", "w")  # held while the command runs (see leftovers)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"slurmroot: another `run` uses the {release} root; two cannot run at once (the clusters "
+                         "share ports and names): wait for it") from None
     scratch = Path(subprocess.run(["mktemp", "-d", "/var/tmp/hpcqa-slurmroot.XXXXXX"], capture_output=True,
                                   text=True, check=True).stdout.strip())
     binds = needed_paths(extra)
@@ -199,14 +198,27 @@ def run(release: str, argv: list[str], extra: list[str]) -> int:
     env = {**os.environ, "HPCQA_SLURM_RELEASE": release, "TMPDIR": "/tmp",
            "PATH": f"{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
     script = enter_script(root, scratch, binds, Path.cwd(), argv)
-    # a mount namespace (nothing mounted is seen outside) and a PID namespace (nothing started outlives the command)
-    proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--",
-                             "sh", "-c", script], env=env)
+    proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "--fork", "--", "sh", "-c", script],
+                            env=env)
+    ours, ns = os.readlink("/proc/self/ns/mnt"), ""
+    for _ in range(200):  # unshare moves itself into the new namespace, then forks the command there
+        with contextlib.suppress(OSError):
+            ns = os.readlink(f"/proc/{proc.pid}/ns/mnt")
+        if ns != ours or proc.poll() is not None:
+            break
+        time.sleep(0.01)
     try:
         code = proc.wait()
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
         code = proc.wait()
+    if ns and ns != ours:
+        left = leftovers(ns, root)
+        if left:
+            print(f"slurmroot: ending {len(left)} process(es) the command left running: {left}", file=sys.stderr)
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
     shutil.rmtree(scratch, ignore_errors=True)
     return code
 
