@@ -1,7 +1,6 @@
 """Bring a real dev Slurm cluster (scripts/devcluster.py) up for a test module and down afterwards."""
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -9,6 +8,9 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import slurmroot  # noqa: E402
 
 
 def available() -> str:
@@ -22,11 +24,7 @@ def available() -> str:
 
 def slurm_version() -> str:
     """The version of the slurmctld the clusters start (22.05.8, 24.11.5...), or "" when there is none."""
-    if not shutil.which("slurmctld"):
-        return ""
-    r = subprocess.run(["slurmctld", "-V"], capture_output=True, text=True)
-    m = re.search(r"\d+\.\d+\.\d+", r.stdout + r.stderr)
-    return m.group(0) if m else ""
+    return slurmroot.slurm_version(None) if shutil.which("slurmctld") else ""
 
 
 def release_mismatch() -> str:
