@@ -87,7 +87,8 @@ def test_the_job_script_checks_the_snapshot_before_srun(tmp_path):
 
 def _pickle(path, digest, obj=None):
     from submitit.core.utils import DelayedSubmission
-    from hpcqa.rank.train.job import RankJob
+
+    from hpcqa.rank.job import RankJob
     d = DelayedSubmission(obj if obj is not None else RankJob(path, digest))
     d.set_timeout(60, 3)
     return pickle.dumps(d)
@@ -111,12 +112,13 @@ def test_a_pickle_others_can_write_is_refused(tmp_path):
     p = tmp_path / "j" / "1_submitted.pkl"
     p.parent.mkdir(mode=0o700)
     from submitit.core.utils import DelayedSubmission
-    from hpcqa.rank.train.job import RankJob
+
+    from hpcqa.rank.job import RankJob
     delayed = DelayedSubmission(RankJob("/x", "d"))
     delayed.set_timeout(60, 3)
     delayed.dump(p)  # as submit (and submitit's requeue) write it
     p.chmod(0o600)
-    from hpcqa.rank.train import job
+    from hpcqa.rank import job
     assert picklecheck.check(p, "/x", "d", lambda: job.pickles("/x", "d", 60, 3), wait_s=0) is None
     p.chmod(0o664)
     assert "writable by others" in picklecheck.check(p, "/x", "d", lambda: job.pickles("/x", "d", 60, 3), wait_s=0)

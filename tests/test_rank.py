@@ -6,9 +6,9 @@ import sys
 import pytest
 
 from hpcqa.core import config, plan
-from hpcqa.rank import wrapper as rank
-from hpcqa.errors import HpcqaError
 from hpcqa.core.topology import Cpu
+from hpcqa.errors import HpcqaError
+from hpcqa.rank import wrapper as rank
 from tests.conftest import ROOT
 
 TWO = [Cpu(0, 0, 0), Cpu(1, 0, 1)]
@@ -156,7 +156,7 @@ def test_master_interface_reads_a_real_interface():
 def test_a_finished_rank_leaves_without_teardown_unless_an_error_follows(tail, code):
     """exit_without_teardown: status 0 through os._exit once the work is done (gloo's threads can abort the
     interpreter's teardown); an exception that reaches the top after it keeps its own exit."""
-    prog = ("import threading, time\nfrom hpcqa.rank.train.stop import exit_without_teardown\n"
+    prog = ("import threading, time\nfrom hpcqa.rank.exits import exit_without_teardown\n"
             "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
             f"exit_without_teardown()\nprint('done', flush=True)\n{tail}\n")
     r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT, timeout=60)
@@ -168,8 +168,10 @@ def test_a_notice_arriving_during_the_agreement_is_agreed_on_at_the_next_call(mo
     it agrees after every batch, that is most of the time): that call answers with the reduced flag (the peer had no
     notice, so both say no), and the notice is not overwritten by it -- the next call agrees on it, on every rank."""
     import signal
+
     import torch
     import torch.distributed as dist
+
     from hpcqa.rank.train.stop import _Stop
     stop = _Stop()
     seen = []
@@ -206,7 +208,7 @@ def test_a_start_after_the_job_completed_is_recognised_from_its_results(tmp_path
 
 
 def test_only_a_slurm_start_is_skipped_after_completion(tmp_path, monkeypatch):
-    from hpcqa.rank.train.job import already_completed
+    from hpcqa.rank.job import already_completed
     from hpcqa.record.jobdir import JobDir
     jd = JobDir(tmp_path)
     jd.results.write_text(json.dumps({"status": "COMPLETED", "attempt": 0}))

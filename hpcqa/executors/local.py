@@ -12,27 +12,26 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-import shlex
-
 import submitit
 
 from hpcqa.core import states, sweep, targets, topology
 from hpcqa.core.plan import LaunchPlan
-from hpcqa.core.targets import Requeue
 from hpcqa.core.plan import node_layout as plan_node_layout
+from hpcqa.core.states import State
+from hpcqa.core.targets import Requeue
 from hpcqa.errors import HpcqaError, PlanError
 from hpcqa.executors import common, snapshot
 from hpcqa.executors.interface import Live, Outcome, Progress, Request, Say, Submitted, silent
-from hpcqa.rank.train.job import RankJob
+from hpcqa.rank.job import RankJob
 from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
 from hpcqa.record.registry import Registry
-from hpcqa.core.states import State
 
 
 class Local:

@@ -21,14 +21,14 @@ import tempfile
 from pathlib import Path
 
 from hpcqa.core import states, sweep, targets
+from hpcqa.core.states import State
 from hpcqa.core.targets import Requeue
 from hpcqa.errors import SubmitError
 from hpcqa.executors import common, render, snapshot
 from hpcqa.executors.interface import File, Live, Outcome, Progress, Request, Say, Submitted, silent
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.rank.train import job
+from hpcqa.rank import job
 from hpcqa.record.jobdir import JobDir, JobRoot
-from hpcqa.core.states import State
 
 PREVIOUS = "<previous array's job id>"   # the only part of a request not known before submission
 

@@ -37,11 +37,10 @@ from hpcqa.core import command as commandmod
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.errors import RankError
-from hpcqa.rank.phase import Phases
 from hpcqa.rank.child import die_with
+from hpcqa.rank.exits import TERM_WAIT_S, code_provenance
+from hpcqa.rank.phase import Phases
 from hpcqa.record import worktree
-from hpcqa.rank.train.facts import code_provenance
-from hpcqa.rank.train.stop import TERM_WAIT_S
 from hpcqa.record.jobdir import JobDir, attempt_from_env, write_json
 
 TAIL_LINES = 20

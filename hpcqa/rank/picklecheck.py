@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-ALLOWED = {("submitit.core.utils", "DelayedSubmission"), ("hpcqa.rank.train.job", "RankJob")}
+ALLOWED = {("submitit.core.utils", "DelayedSubmission"), ("hpcqa.rank.job", "RankJob")}
 # Opcodes that build plain data or call one of ALLOWED's constructors; REDUCE, GET/BINGET (a memo could
 # carry another global), INST, OBJ, NEWOBJ_EX, EXT*, PERSID and the rest are refused.
 SAFE_OPS = {"PROTO", "FRAME", "STOP", "MARK", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT", "SHORT_BINUNICODE",
@@ -72,7 +72,7 @@ def owner_only(path: Path) -> str | None:
 def check(path: Path, plan_path: str, plan_digest: str, allowed: Callable[[], set[bytes]],
           wait_s: float = 120.0) -> str | None:
     """Wait for the pickle (the Slurm executor writes it right after sbatch returns) and check it against `allowed()`
-    (the pickles submit could have written: hpcqa.rank.train.job.pickles)."""
+    (the pickles submit could have written: hpcqa.rank.job.pickles)."""
     deadline = time.time() + wait_s
     while not path.exists() and time.time() < deadline:
         time.sleep(0.2)

@@ -18,7 +18,9 @@ NUMA node(s) when the node has several.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import signal
 import socket
 import sys
@@ -27,21 +29,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from hpcqa.rank import preload
 from hpcqa.core import distenv, threadenv, topology
-from hpcqa.rank import netif, picklecheck
-from hpcqa.rank.phase import Phases
-from hpcqa.rank.child import die_with
 from hpcqa.core import plan as planmod
-from hpcqa.errors import HpcqaError
-from hpcqa.record import jobdir
-from hpcqa.record.jobdir import TASK_ID, JobDir
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.targets import PodExit, Requeue
-from hpcqa.record import failures
-import ctypes
-import platform
-
+from hpcqa.errors import HpcqaError
+from hpcqa.rank import netif, picklecheck, preload
+from hpcqa.rank.child import die_with
+from hpcqa.rank.phase import Phases
+from hpcqa.record import failures, jobdir
+from hpcqa.record.jobdir import TASK_ID, JobDir
 
 
 def choose_binding(plan: LaunchPlan, local_rank: int, node: topology.Node | Sequence[topology.Cpu]) -> dict[str, Any]:
@@ -214,7 +211,7 @@ def main(argv: list[str]) -> int:
         c = plan.config.cluster
 
         def allowed() -> set[bytes]:
-            from hpcqa.rank.train import job  # submitit: only where its runtime is what the rank runs
+            from hpcqa.rank import job  # submitit: only where its runtime is what the rank runs
             return job.pickles(plan_path, plan.digest, c.time_limit_min, c.max_requeues)
         bad = jobdir.plan_problem(plan_path, plan.digest) or picklecheck.check(pickle, plan_path, plan.digest, allowed)
         if bad:

@@ -6,14 +6,15 @@ Runs behind the rank wrapper (python -m hpcqa.rank); the job folder comes from H
 import os
 import sys
 from pathlib import Path
+
 from hpcqa.core import plan as planmod
-from hpcqa.rank.command import CommandFailed, run_command
-from hpcqa.rank.train.job import already_completed
-from hpcqa.rank.train.run import run_rank
-from hpcqa.rank.train.stop import exit_without_teardown
-from hpcqa.errors import HpcqaError
-from hpcqa.record.jobdir import JobDir
 from hpcqa.core.targets import PodExit, Requeue
+from hpcqa.errors import HpcqaError
+from hpcqa.rank.command import CommandFailed, run_command
+from hpcqa.rank.exits import exit_without_teardown
+from hpcqa.rank.job import already_completed
+from hpcqa.rank.train.run import run_rank
+from hpcqa.record.jobdir import JobDir
 
 
 def main(argv: list[str]) -> int:

@@ -6,19 +6,24 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import resource
 import socket
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
-from hpcqa.rank import preload
+
+import torch
+import transformers
+
 from hpcqa.core import topology
-from hpcqa.errors import RankError
-from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
 from hpcqa.core.plan import Backend, LaunchPlan
-import resource
+from hpcqa.errors import RankError
+from hpcqa.rank import preload
+from hpcqa.rank.exits import code_provenance
 from hpcqa.rank.phase import Phases
+from hpcqa.record.jobdir import JobDir, write_json
 
 
 @dataclass
@@ -78,7 +83,6 @@ def verify_plan(plan: LaunchPlan, env: dict | os._Environ = os.environ) -> None:
 
 
 def _versions(torch) -> dict:
-    import transformers
     versions = {"python": platform.python_version(), "torch": torch.__version__,
                 "transformers": transformers.__version__}
     for mod in ("accelerate", "datasets", "intel_extension_for_pytorch", "oneccl_bindings_for_pytorch"):
@@ -111,7 +115,6 @@ def widen_main_thread() -> str:
     first place, and every thread or process started later inherits that one core: gloo's threads,
     the TCP store, DataLoader workers. Start OpenMP now, then give this thread the rank's whole pool
     back: the OpenMP workers stay one per core, everything started from here on gets the pool."""
-    import torch
 
     bound = os.environ.get("HPCQA_BOUND_CPUS", "")
     if not bound:
@@ -137,7 +140,6 @@ def _mapped(ld_preload: str) -> list[str]:
 
 def startup_report(plan: LaunchPlan, jd: JobDir) -> dict:
     """What this rank actually got vs what the plan said; warnings for mismatches."""
-    import torch
 
     e = os.environ
     return {
@@ -157,16 +159,6 @@ def startup_report(plan: LaunchPlan, jd: JobDir) -> dict:
         "passed_env": {name: name in e for name in plan.config.launch.pass_env},
         "code": code_provenance(e),
     }
-
-
-def code_provenance(env) -> dict:
-    """Which hpcqa this rank imported: the submission's snapshot (its provenance), or the live tree."""
-    here = str(Path(__file__).resolve().parents[2])
-    snap = env.get("HPCQA_CODE")
-    if snap:
-        got = read_json(JobRoot.code_provenance(Path(snap)))
-        return {**(got if isinstance(got, dict) else {}), "imported_from": here, "snapshot": snap}
-    return {"imported_from": here, "snapshot": None, "describe": "the live tree (no snapshot)"}
 
 
 def _ints(text: str | None) -> list[int]:

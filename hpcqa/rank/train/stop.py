@@ -5,17 +5,19 @@ teardown skipped once the work is saved."""
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
-import sys
+import signal
 import time
 from typing import Any
-from hpcqa.record.jobdir import write_json
-from hpcqa.record.jobdir import attempt_from_env
-import signal
-from hpcqa.rank.train.facts import Rank
+
+import torch
+import torch.distributed as dist
+
 from hpcqa.core.targets import Requeue
+from hpcqa.rank.exits import TERM_WAIT_S
+from hpcqa.rank.train.facts import Rank
+from hpcqa.record.jobdir import attempt_from_env, write_json
 
 
 def attempt() -> int:
@@ -60,8 +62,6 @@ class _Stop:
     def agreed(self, world: int) -> bool:
         flag = self.kind
         if world > 1:
-            import torch
-            import torch.distributed as dist
             t = torch.tensor([flag], dtype=torch.int32)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             flag = int(t.item())
@@ -78,12 +78,6 @@ class _Stop:
 
 
 STOP = _Stop()
-
-
-# After a SIGTERM checkpoint a Slurm rank waits to be killed: Slurm ends the job its own way (the grace time's
-# SIGKILL then a requeue for PreemptMode=REQUEUE; CANCELLED for scancel; TIMEOUT) -- a job that exited by
-# itself during the grace time would count as ended, and a preempted one would not come back.
-TERM_WAIT_S = 900
 
 
 def stop_after_checkpoint(r: Rank, step: int) -> dict:
@@ -143,30 +137,5 @@ def leave_process_group() -> None:
     while its peers still run collectives: a rank whose peer had gone aborted at exit once on the test cluster
     ("terminate called without an active exception"). The group is not destroyed: destroy_process_group hung
     one rank of a 2-node gloo job in its shutdown after everyone had passed this barrier."""
-    import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
-
-
-def exit_without_teardown() -> None:
-    """Once this rank's work is done and saved, end the process without the interpreter's teardown. The process group
-    is left alone (see leave_process_group), and gloo's worker threads can still hold tensors then: destroying those
-    during finalization aborts the process (SIGABRT, "terminate called without an active exception"; pytorch
-    issue 190489) -- seen on the 2-node test cluster after a rank had logged its success, and the job was FAILED.
-    Registered at exit: whatever runs the rank (submitit's runtime writes its result file first) finishes, then this
-    ends the process with status 0 -- unless an exception reached the top, which keeps its own exit."""
-    failed: list[bool] = []
-    previous = sys.excepthook
-
-    def hook(*exc):
-        failed.append(True)
-        previous(*exc)
-
-    def leave() -> None:
-        if not failed:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
-
-    sys.excepthook = hook
-    atexit.register(leave)

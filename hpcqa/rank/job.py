@@ -1,4 +1,8 @@
-"""The callable submitit pickles and runs in every task (rank)."""
+"""The callable submitit pickles and runs in every task (rank).
+
+Light on purpose: the executors import this module to pickle a RankJob, and submitit's runtime unpickles it in the
+rank. Nothing here imports the trainer; `RankJob.__call__` does, in the rank, when the plan asks for it (as
+submitit's own executors never import the code they pickle)."""
 
 from __future__ import annotations
 
@@ -10,11 +14,11 @@ from pathlib import Path
 import cloudpickle
 import submitit
 from submitit.core.utils import DelayedSubmission
+
 from hpcqa.core import plan as planmod
-from hpcqa.rank.command import run_command
-from hpcqa.rank.train.run import run_rank
-from hpcqa.rank.train.stop import exit_without_teardown
 from hpcqa.errors import RankError
+from hpcqa.rank.command import run_command
+from hpcqa.rank.exits import exit_without_teardown
 from hpcqa.record.jobdir import JobDir, attempt_from_env
 
 
@@ -39,6 +43,7 @@ class RankJob(submitit.helpers.Checkpointable):
             return {"already_completed": True}
         if plan.command:  # the user's program: this process only supervises it (no torch here)
             return run_command(plan, jd)
+        from hpcqa.rank.train.run import run_rank  # the trainer (torch, transformers): only in a training rank
         out = run_rank(plan, jd)
         if not (isinstance(out, dict) and out.get("requeue")):
             exit_without_teardown()  # done: after submitit has written the result, no teardown
