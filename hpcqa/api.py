@@ -20,19 +20,17 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from hpcqa import fsutil, preflight, stage
-from hpcqa.executors import hostprobe
+from hpcqa import fsutil, preflight
 from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
 from hpcqa.core import states, sweep
 from hpcqa.core.config import Config
 from hpcqa.errors import ConfigError, JobFailed, UsageError
 from hpcqa.executors import cancel as canceller
-from hpcqa.executors import table
+from hpcqa.executors import hostprobe, jobs, table
 from hpcqa.executors.interface import Executor, Request, Say, Submitted, silent
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.executors import jobs
-from hpcqa.record import registry, scalingview
+from hpcqa.record import manifest, registry, scalingview
 from hpcqa.record.jobdir import JobDir
 
 
@@ -82,7 +80,7 @@ def before_queueing(plans: Sequence[Any], warn=None) -> None:
             if p.command:  # the program loads its own model and data: only the job folders are hpcqa's to check
                 preflight.output_writable(p.config)
                 continue
-            stage.require(p.config)
+            manifest.require(p.config)
             for note in preflight.check(p.config):
                 if warn:
                     warn(note)

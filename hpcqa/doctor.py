@@ -11,13 +11,13 @@ import shutil
 from dataclasses import dataclass
 from typing import Mapping
 
-from hpcqa import api, stage
-from hpcqa.executors import hostprobe
+from hpcqa import api
 from hpcqa.core import plan, sweep, topology
-from hpcqa.executors import table
+from hpcqa.executors import hostprobe, table
 from hpcqa.executors.slurmcli import Slurm, first_line
 from hpcqa.rank import preload
 from hpcqa.rank import wrapper as rank
+from hpcqa.record import manifest
 
 
 @dataclass
@@ -140,9 +140,9 @@ def staged_checks(cfg) -> list[Check]:
     if cfg.model.name_or_path.startswith("builtin:") and local_data:
         return [Check("staged", "ok", f"nothing to stage: model {cfg.model.name_or_path} ships with hpcqa, data "
                       f"{cfg.data.dataset or 'from local files'}")]
-    got = stage.check(cfg)
+    got = manifest.check(cfg)
     if not got["manifest"]:
-        return [Check("staged", "warning", f"nothing staged for this config (no {stage.manifest_path(cfg)})",
+        return [Check("staged", "warning", f"nothing staged for this config (no {manifest.manifest_path(cfg)})",
                       f"compute nodes without network: `hpcqa stage {cfg.source}` on a machine with network")]
     out = []
     for item, (state, detail) in got["items"].items():

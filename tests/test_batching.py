@@ -55,11 +55,13 @@ def test_accelerates_shards_hand_every_rank_its_part_of_the_same_length_group():
     split_batches off). Step k of every rank comes from the same group, dealt so that each rank pads to nearly
     the same length."""
     from accelerate.data_loader import BatchSamplerShard
-    from torch.utils.data import BatchSampler, Sampler
+    from torch.utils.data import BatchSampler
+
+    from hpcqa.rank.train.trainer import LockstepLengthSampler
 
     lengths = squad_like_lengths(1500)
     batch, world = 8, 4
-    sampler = batching.Sampler(Sampler)(lengths, batch, world, seed=5)
+    sampler = LockstepLengthSampler(lengths, batch, world, seed=5)
     sampler.set_epoch(2)
     per_rank = [list(BatchSamplerShard(BatchSampler(sampler, batch, drop_last=False), world, rank))
                 for rank in range(world)]

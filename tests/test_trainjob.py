@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import yaml
 
 from tests import k8s_rules, trainer_rules
 from tests.conftest import ROOT
-from tests.test_k8s import IMAGE, TINY, group_gone, sigterm_after, _step_at_least, _stop
+from tests.test_k8s import IMAGE, TINY, _step_at_least, _stop, group_gone, sigterm_after
 
 KUBE_VERSIONS = ["1.27", "1.30", "1.33"]
 
@@ -321,9 +320,9 @@ def test_staging_job_fills_the_volume_the_pods_read(cli, tmp_path):
     assert p.returncode == 0, p.stderr
     manifests = list((mount / "datasets" / "hpcqa" / "manifests").glob("*.json"))
     assert len(manifests) == 1, list(mount.rglob("*"))[:20]
-    from hpcqa import stage as stagemod
     from hpcqa.core import config
     from hpcqa.executors import k8s
+    from hpcqa.record import manifest as stagemod
     cfg = config.load(ROOT / "configs/quickstart.toml", [a for a in args if a != "--set"])
     staged = stagemod.check(k8s.pod_config(cfg))
     assert staged["manifest"] and staged["problems"] == [], staged

@@ -15,13 +15,13 @@ world x batch consecutive indices is one micro-step of every rank. The order:
     (a memory limit shows at step 1), the one short group (if any) last (it must stay at the end: a short group
     in the middle would shift every later batch to another rank)
 
-Pure (no torch): the Trainer gets it through `Sampler` below.
+Pure (no torch): the Trainer gets it through trainer.LockstepLengthSampler.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Iterator, Sequence
+from typing import Sequence
 
 MEGA = 50   # step groups sorted together: large enough to group well, small enough to stay random across the epoch
 
@@ -71,23 +71,3 @@ def padded_tokens(lengths: Sequence[int], order: Sequence[int], batch: int, mult
 def feature_lengths(dataset, column: str = "input_ids") -> list[int]:
     """Tokens in each feature (unpadded features: the length of input_ids)."""
     return [len(x) for x in dataset[column]]
-
-
-def Sampler(base):
-    """A torch Sampler class (base: torch.utils.data.Sampler) serving lockstep_order; set_epoch is called by
-    accelerate's data loader at each epoch."""
-
-    class LockstepLengthSampler(base):
-        def __init__(self, lengths: Sequence[int], batch: int, world: int, seed: int) -> None:
-            self.lengths, self.batch, self.world, self.seed, self.epoch = list(lengths), batch, world, seed, 0
-
-        def set_epoch(self, epoch: int) -> None:
-            self.epoch = int(epoch)
-
-        def __len__(self) -> int:
-            return len(self.lengths)
-
-        def __iter__(self) -> Iterator[int]:
-            return iter(lockstep_order(self.lengths, self.batch, self.world, self.seed, self.epoch))
-
-    return LockstepLengthSampler

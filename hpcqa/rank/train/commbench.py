@@ -16,6 +16,10 @@ import statistics
 import time
 from typing import Any, Callable
 
+import torch
+import torch.distributed as dist
+from transformers import AutoConfig, AutoModelForQuestionAnswering
+
 from hpcqa.core import scaling
 from hpcqa.rank.train import model as modelmod
 from hpcqa.record.caches import Caches
@@ -47,8 +51,6 @@ def _timed(fn: Callable[[], None], seconds: float, min_reps: int = 3, max_reps: 
 def measure_link(node_rank: int, sizes: tuple[int, ...] = LINK_SIZES, seconds: float = LINK_SECONDS) -> dict:
     """Every rank calls this (the process group is up). -> {"points": [[bytes, median s], ...], "fit": ...} on
     every rank; only the node leaders communicate, the others wait at the closing barrier."""
-    import torch
-    import torch.distributed as dist
 
     world = dist.get_world_size()
     seen: list[Any] = [None] * world
@@ -115,8 +117,6 @@ def exposed_allreduce(trainer: Any, steps: int) -> dict:
 def allreduce_alone(bucket_bytes: list[int], steps: int) -> float:
     """Seconds to all-reduce one step's buckets with nothing to hide behind (median of `steps`, after a warm-up):
     with exposed_s, how much of the all-reduce the backward hid (the overlap the scaling model uses)."""
-    import torch
-    import torch.distributed as dist
 
     bufs = [torch.zeros(max(b // 4, 1), dtype=torch.float32) for b in bucket_bytes]
 
@@ -145,8 +145,6 @@ def planned_buckets(model: Any, cap_bytes: int = 25 << 20, first_bytes: int = 1 
 def model_buckets(cfg: Any) -> dict:
     """planned_buckets of the config's model, built from its config.json alone on torch's meta device: no weights
     read, no memory (for `hpcqa scaling --predict CONFIG`). OSError when the model's config is not at hand."""
-    import torch
-    from transformers import AutoConfig, AutoModelForQuestionAnswering
 
     path, kwargs = modelmod.resolve(cfg.model, Caches.for_data_cache(cfg.data.cache_dir))
     conf = AutoConfig.from_pretrained(path, **kwargs)

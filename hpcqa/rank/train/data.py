@@ -19,12 +19,15 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from datasets import Dataset, DatasetDict, Features, Sequence, Value, load_dataset
+from transformers import AutoTokenizer
+
 from hpcqa.core import squadfile
-from hpcqa.fsutil import file_sha256
-from hpcqa.record.caches import Caches
 from hpcqa.errors import RankError
+from hpcqa.fsutil import file_sha256
 from hpcqa.rank.train import synth
 from hpcqa.rank.train.model import resolve
+from hpcqa.record.caches import Caches
 
 if TYPE_CHECKING:
     from hpcqa.core.config import DataConfig
@@ -34,7 +37,6 @@ SPLITS = ("train", "validation", "test")
 
 
 def _features():
-    from datasets import Features, Sequence, Value
     return Features({"id": Value("string"), "title": Value("string"), "context": Value("string"),
                      "question": Value("string"),
                      "answers": {"text": Sequence(Value("string")), "answer_start": Sequence(Value("int32"))},
@@ -44,7 +46,6 @@ def _features():
 def load_file(path: str, split: str):
     """One local SQuAD-format file -> Dataset. Its fingerprint is the file's content digest (and the
     reader's version), so the feature cache follows the data, not the path or the day."""
-    from datasets import Dataset
 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"data file for {split} not found: {path}")
@@ -62,7 +63,6 @@ def load_file(path: str, split: str):
 
 def load_local(files: dict[str, str], cache_dir: str | None = None):
     """{split: path} -> DatasetDict. (cache_dir is unused: local files are read whole, not cached.)"""
-    from datasets import DatasetDict
 
     return DatasetDict({split: load_file(path, split) for split, path in files.items()})
 
@@ -73,7 +73,6 @@ def _hub_columns(row: dict) -> dict:
 
 def load_raw(data_cfg: "DataConfig", seed: int, caches: Caches, allow_download: bool):
     """-> DatasetDict with the splits that exist among train/validation/test."""
-    from datasets import load_dataset
 
     cache_dir = data_cfg.cache_dir or None
     name = data_cfg.dataset
@@ -185,7 +184,6 @@ def capped_length(wanted: int, tokenizer) -> tuple[int, str | None]:
 def prepare_data(cfg, croot: Caches, allow_download: bool | None = None) -> tuple[dict, list[str]]:
     """What load_data gives a rank, and what `hpcqa stage` puts in the caches beforehand (same code, same
     cache keys). allow_download None: model.allow_download decides."""
-    from transformers import AutoTokenizer
 
 
     tc, dc = cfg.train, cfg.data

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from hpcqa.fsutil import atomic_write_text
 
 PEAK_SIZE = 1024          # matmul n: big enough to be compute-bound, small enough for a 1-core node
@@ -34,7 +36,6 @@ PEAK_SECONDS = 0.6
 
 def model_flops(model: Any, seq_len: int) -> dict:
     """Training FLOPs per sample of `seq_len` tokens, counted from the model's Linear layers and attention shape."""
-    import torch
 
     dense = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     cfg = getattr(model, "config", None)
@@ -96,7 +97,6 @@ def _cpu_model() -> str:
 
 def shape_key(cpus: int, threads: int, precision: str) -> str:
     """A node shape for the cache: the CPU model, the rank's CPUs and threads, the precision, torch's version."""
-    import torch
     return f"{_cpu_model()} | {cpus} cpus, {threads} threads | {precision} | torch {torch.__version__}"
 
 
@@ -104,7 +104,6 @@ def measure_peak(precision: str, size: int = PEAK_SIZE, seconds: float = PEAK_SE
     """FLOP/s of square matmuls on this process's threads and CPUs, at the run's precision. Its operands come from a
     generator of its own: measured after the seed is set, it must not move the global one (the first run on a node
     shape measures, later ones read the store -- with the global generator they trained on other dropout masks)."""
-    import torch
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     g = torch.Generator().manual_seed(0)

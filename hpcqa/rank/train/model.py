@@ -12,12 +12,18 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import TYPE_CHECKING
-from hpcqa.record.caches import Caches
-from hpcqa.rank.train import synth
 import shutil
 import socket
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
+
+from hpcqa.rank.train import synth
+from hpcqa.record.caches import Caches
 
 if TYPE_CHECKING:
     from hpcqa.core.config import ModelConfig
@@ -40,8 +46,6 @@ def build_tiny_bert(directory: Path) -> Path:
     """
     if _complete(directory):
         return directory
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
 
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -57,10 +61,8 @@ def build_tiny_bert(directory: Path) -> Path:
                              sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
     cfg = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                      intermediate_size=256, max_position_embeddings=512)
-    import torch
     torch.manual_seed(0)
     model = BertForQuestionAnswering(cfg)
-    from safetensors.torch import save_file
 
     tmp = directory.with_name(f"{directory.name}.tmp-{socket.gethostname()}-{os.getpid()}")
     fast.save_pretrained(tmp)

@@ -7,10 +7,15 @@ import errno
 import shutil
 import time
 from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file
+
 from hpcqa.errors import HpcqaError, RankError
-from hpcqa.record.jobdir import JobDir
 from hpcqa.rank.train.facts import Rank
 from hpcqa.rank.train.stop import StopNotice, attempt, save_at_notice
+from hpcqa.record.jobdir import JobDir
 
 
 def train(r: Rank, trainer, jd: JobDir):
@@ -75,8 +80,6 @@ def _load_problem(checkpoint: Path) -> str | None:
     """Read back what the Trainer will load first -- the weights (safetensors) and the optimizer state
     (torch.load with weights_only, as the Trainer does) -- before it loads them: a failure here sends the resume to
     the next older checkpoint instead of ending the job in a loader traceback."""
-    import torch
-    from safetensors.torch import load_file
     try:
         for p in sorted(checkpoint.glob("*.safetensors")):
             load_file(str(p))
@@ -90,14 +93,12 @@ def _load_problem(checkpoint: Path) -> str | None:
 def _broadcast(r: Rank, box: list) -> None:
     """Rank 0's `box` to every rank (in place)."""
     if r.world > 1:
-        import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():
             dist.broadcast_object_list(box, src=0)
 
 
 def barrier(r: Rank) -> None:
     if r.world > 1:
-        import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():
             dist.barrier()
 

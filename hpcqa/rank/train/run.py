@@ -12,34 +12,56 @@ trainer -> train -> evaluate -> results.
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable
-from hpcqa.core.plan import bf16_choice
-from hpcqa.rank.train import batching, commbench, efficiency
-from hpcqa.core import scaling
-from hpcqa.core import topology
-from hpcqa.errors import HpcqaError, RankError
-from hpcqa.record.jobdir import JobDir, write_json
-from hpcqa.core.plan import LaunchPlan
-from hpcqa.record.caches import Caches
-from hpcqa.rank.train import metrics
-import threading
-import datetime
-from hpcqa.rank.train import data as qa_data
-from hpcqa.rank.phase import Phases
-from hpcqa.rank.train.facts import (Rank, cpu_flags, logger, own_usage, startup_report, verify_backend, verify_plan,
-                                    weights_digest, widen_main_thread)
-from hpcqa.rank.train.stop import (STOP, NoticeBeforeTraining, StopNotice, attempt, leave_process_group,
-                                   save_at_notice, stop_after_checkpoint)
-from hpcqa.rank.train.callbacks import (FailAt, FinalSave, MarkComplete, ProgressCallback, StepTimer, StopOnSignal,
-                                        board_efficiency, tensorboard_callback)
-from hpcqa.rank.train.resume import train
+
+import torch
+import torch.distributed as dist
+from transformers import AutoModelForQuestionAnswering, PreTrainedModel, Trainer, TrainingArguments, set_seed
+from transformers.trainer_utils import TrainOutput
+from transformers.training_args import ParallelMode
+
+from hpcqa.core import scaling, topology
+from hpcqa.core.config import TrainConfig
+from hpcqa.core.plan import LaunchPlan, bf16_choice
 from hpcqa.core.states import State
 from hpcqa.core.targets import Requeue
+from hpcqa.errors import HpcqaError, RankError
+from hpcqa.rank.phase import Phases
+from hpcqa.rank.train import commbench, efficiency
+from hpcqa.rank.train import data as qa_data
+from hpcqa.rank.train.callbacks import board_efficiency
+from hpcqa.rank.train.evaluate import evaluate, predict
+from hpcqa.rank.train.facts import (
+    Rank,
+    cpu_flags,
+    logger,
+    own_usage,
+    startup_report,
+    verify_backend,
+    verify_plan,
+    weights_digest,
+    widen_main_thread,
+)
+from hpcqa.rank.train.resume import train
+from hpcqa.rank.train.stop import (
+    STOP,
+    NoticeBeforeTraining,
+    StopNotice,
+    attempt,
+    leave_process_group,
+    save_at_notice,
+    stop_after_checkpoint,
+)
+from hpcqa.rank.train.trainer import build_trainer
+from hpcqa.record.caches import Caches
+from hpcqa.record.jobdir import JobDir, write_json
 
 
 def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
@@ -137,10 +159,8 @@ def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     return r
 
 
-def training_arguments(r: Rank):
+def training_arguments(r: Rank) -> tuple[TrainingArguments, bool]:
     """TrainingArguments for CPU DDP; refuses to go on unless the Trainer really is distributed."""
-    from transformers import TrainingArguments
-    from transformers.training_args import ParallelMode
 
     tc = r.plan.config.train
     backend = r.plan.backend.resolved
@@ -152,7 +172,6 @@ def training_arguments(r: Rank):
     if r.world > 1 and ddp_backend is None:
         # Newer transformers dropped "ccl": set the process group up ourselves; accelerate adopts it.
 
-        import torch.distributed as dist
         dist.init_process_group(backend=backend, rank=r.rank, world_size=r.world,
                                 timeout=datetime.timedelta(seconds=tc.ddp_timeout_s))
     # transformers 5 folded warmup_ratio into warmup_steps (a float < 1 is a ratio)
@@ -224,7 +243,7 @@ def rendezvous(r: Rank, timeout_s: float, lookup: Callable[..., Any] = socket.ge
     return guard
 
 
-def _eval_arguments(tc) -> dict:
+def _eval_arguments(tc: TrainConfig) -> dict:
     """Evaluation during training and the best checkpoint (run_qa.py's --eval_strategy, --eval_steps,
     --load_best_model_at_end); checkpoints follow the evaluations when the best one is kept."""
     out: dict[str, Any] = {"eval_strategy": tc.eval_strategy, "save_strategy": "steps", "save_steps": tc.save_steps}
@@ -246,12 +265,10 @@ def load_data(r: Rank) -> dict:
     return out
 
 
-def build_model(r: Rank, model_path: str, kwargs: dict, bf16: bool):
+def build_model(r: Rank, model_path: str, kwargs: dict, bf16: bool
+                ) -> tuple[PreTrainedModel, str | None, tuple[torch.optim.Optimizer | None, None]]:
     """The QA model; IPEX `optimize` when asked for and installed. -> (model, ipex version, optimizers)"""
-    import torch
-    from transformers import AutoModelForQuestionAnswering
 
-    from transformers import set_seed
 
     tc = r.plan.config.train
     set_seed(tc.seed)  # before the model: the new QA head's initial weights follow train.seed
@@ -268,39 +285,8 @@ def build_model(r: Rank, model_path: str, kwargs: dict, bf16: bool):
     return model, ipex.__version__, (opt, None)
 
 
-def build_trainer(r: Rank, args, model, data: dict, optimizers: tuple):
-    from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, default_data_collator
-
-    tc = r.plan.config.train
-    timer = StepTimer(TrainerCallback, tc.timing_warmup_steps, r)
-    callbacks = [timer, FinalSave(tc.save_final_checkpoint, TrainerCallback), StopOnSignal(TrainerCallback, r),
-                 MarkComplete(TrainerCallback, r)]
-    if r.rank == 0:
-        callbacks.append(ProgressCallback(r.jd.progress, r.t_start, TrainerCallback))
-        board = tensorboard_callback(r)
-        if board is not None:
-            callbacks.append(board)
-    if tc.fail_at_step:
-        callbacks.append(FailAt(tc.fail_at_step, r.rank == r.world - 1, TrainerCallback))
-    dc = r.plan.config.data
-    collator = default_data_collator if dc.pad_to_max_length else \
-        DataCollatorWithPadding(data["tokenizer"], pad_to_multiple_of=dc.pad_to_multiple_of if
-                                dc.pad_to_multiple_of > 1 else None)
-    cls = CountingTrainer(Trainer, r)
-    cls = QATrainer(cls, r, data) if tc.eval_strategy != "no" else cls
-    trainer = cls(model=model, args=args, train_dataset=data["train_features"], processing_class=data["tokenizer"],
-                  eval_dataset=data["eval_features"] if tc.eval_strategy != "no" else None,
-                  data_collator=collator, callbacks=callbacks, optimizers=optimizers)
-    trainer.hpcqa_timer = timer
-    if getattr(trainer.accelerator, "ddp_handler", None) is not None:
-        # the Trainer passes no gradient_as_bucket_view to accelerate; DDP is built from this handler at train()
-        trainer.accelerator.ddp_handler.gradient_as_bucket_view = tc.ddp_bucket_view
-    return trainer
-
-
 def rank_peak(r: Rank, bf16: bool) -> tuple[float, str]:
     """This rank's matmul peak at the run's precision on its own cores (cached per node shape)."""
-    import torch
     store = Caches.for_data_cache(r.plan.config.data.cache_dir).peak_store()
     value, source = efficiency.peak(store, len(r.report.get("cpus") or []) or 1, torch.get_num_threads(),
                                     "bf16" if bf16 else "fp32")
@@ -308,11 +294,10 @@ def rank_peak(r: Rank, bf16: bool) -> tuple[float, str]:
     return value, source
 
 
-def run_efficiency(r: Rank, model, data: dict, timing: dict, own_peak: tuple[float, str], bf16: bool,
+def run_efficiency(r: Rank, model: torch.nn.Module, data: dict, timing: dict, own_peak: tuple[float, str], bf16: bool,
                    counts: dict | None = None) -> dict:
     """Every rank's peak and token counts (gathered), the model's FLOPs per sample, the run's achieved FLOP/s and
     MFU on text tokens and on all tokens."""
-    import torch.distributed as dist
     mine = (own_peak, counts or efficiency.new_counts())
     gathered: list = [mine]
     if dist.is_available() and dist.is_initialized():
@@ -328,7 +313,7 @@ def run_efficiency(r: Rank, model, data: dict, timing: dict, own_peak: tuple[flo
                               efficiency.add_counts([c for _, c in gathered]))
 
 
-def optimizer_facts(trainer) -> dict:
+def optimizer_facts(trainer: Trainer) -> dict:
     """The optimizer that ran (the Trainer wraps it in accelerate's), and whether it was the fused kernel."""
     opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
     defaults = getattr(opt, "defaults", {}) or {}
@@ -336,7 +321,7 @@ def optimizer_facts(trainer) -> dict:
             "setting": trainer.args.optim if isinstance(trainer.args.optim, str) else trainer.args.optim.value}
 
 
-def comm_probe(r: Rank, trainer, split: dict) -> dict:
+def comm_probe(r: Rank, trainer: Trainer, split: dict) -> dict:
     """What DDP all-reduces per step, and the part of it the backward did not hide (commbench); the step's split
     gains that part and the compute left when it is taken out of forward + backward."""
     inner = trainer.model
@@ -355,7 +340,6 @@ def comm_probe(r: Rank, trainer, split: dict) -> dict:
 
 def run_link(r: Rank) -> dict:
     """job.task = "comm": the link between the nodes, measured with the training's backend (commbench)."""
-    import torch.distributed as dist
     guard = rendezvous(r, r.plan.config.train.ddp_timeout_s)
     dist.init_process_group(backend=r.plan.backend.resolved, rank=r.rank, world_size=r.world,
                             timeout=datetime.timedelta(seconds=r.plan.config.train.ddp_timeout_s))
@@ -380,87 +364,7 @@ def run_link(r: Rank) -> dict:
     return {"rank": r.rank, "link": link}
 
 
-def _split_index(data: dict, split: str) -> dict:
-    """What post-processing and scoring read of a split (examples, feature offsets, golds), taken from the
-    datasets once per split, not at every evaluation during training."""
-    key = f"{split}_index"
-    if key not in data:
-        raw, features = data[f"{split}_raw"], data[f"{split}_features"]
-        data[key] = {
-            "examples": [{"id": i, "context": c} for i, c in zip(raw["id"], raw["context"])],
-            "features": [{"example_id": e, "offset_mapping": o}
-                         for e, o in zip(features["example_id"], features["offset_mapping"])],
-            "golds": {i: a["text"] for i, a in zip(raw["id"], raw["answers"])},
-            "first_facts": dict(zip(raw["id"], raw["first_fact"])) if "first_fact" in raw.column_names else {}}
-    return data[key]
-
-
-def score(r: Rank, data: dict, split: str, predictions, with_golds: bool = True):
-    """Logits of a split ("eval" or "test") -> (scores by the official rules of the data's version,
-    postprocess.Predictions)."""
-    from hpcqa.rank.train import postprocess  # numpy
-
-    cfg = r.plan.config
-    v2 = cfg.data.version_2_with_negative
-    index = _split_index(data, split)
-    start_logits, end_logits = predictions[:2]
-    out = postprocess.postprocess(
-        index["examples"], index["features"], start_logits, end_logits, n_best_size=cfg.train.n_best_size,
-        max_answer_length=cfg.train.max_answer_length, version_2_with_negative=v2,
-        null_score_diff_threshold=cfg.train.null_score_diff_threshold)
-    if not with_golds:
-        return {}, out
-    golds = index["golds"]
-    # v2: the official script fed our null odds and our threshold (--na-prob-file, --na-prob-thresh)
-    result: dict[str, Any] = dict(metrics.squad_scores(golds, out.answers, v2, out.null_odds if v2 else None,
-                                                       cfg.train.null_score_diff_threshold))
-    if any(index["first_facts"].values()):
-        base = metrics.squad_scores(golds, index["first_facts"], v2)
-        result["baseline"] = {"name": "first_fact (answer with the context's first fact)",
-                              "exact_match": base["exact_match"], "f1": base["f1"]}
-    return result, out
-
-
-def _write_predictions(r: Rank, stage: str, out) -> dict:
-    files = {"predictions": out.answers, "nbest_predictions": out.nbest}
-    if r.plan.config.data.version_2_with_negative:
-        files["null_odds"] = out.null_odds
-    paths = {}
-    for kind, content in files.items():
-        path = r.jd.predictions(stage, kind)
-        write_json(path, content)
-        paths[kind] = str(path)
-    return paths
-
-
-def evaluate(r: Rank, trainer, data: dict) -> dict:
-    """Predict on every rank (DDP gathers); rank 0 post-processes, scores and writes run_qa's files."""
-    r.phases.enter("evaluating")
-    t0 = time.time()
-    pred = trainer.predict(data["eval_features"])
-    eval_time = time.time() - t0
-    if r.rank != 0:
-        return {}
-    result, out = score(r, data, "eval", pred.predictions)
-    result["files"] = _write_predictions(r, "eval", out)
-    result.update(eval_runtime_s=eval_time, eval_samples_per_second=len(data["eval_features"]) / eval_time,
-                  eval_examples=len(data["eval_raw"]), eval_features=len(data["eval_features"]))
-    return result
-
-
-def predict(r: Rank, trainer, data: dict) -> dict:
-    """The test split (train.do_predict): answers without scores, in predict_*.json."""
-    r.phases.enter("predicting")
-    t0 = time.time()
-    pred = trainer.predict(data["test_features"])
-    if r.rank != 0:
-        return {}
-    _, out = score(r, data, "test", pred.predictions, with_golds=False)
-    return {"files": _write_predictions(r, "predict", out), "examples": len(data["test_raw"]),
-            "features": len(data["test_features"]), "runtime_s": time.time() - t0}
-
-
-def write_results(r: Rank, result: dict, data: dict, train_out, timing: dict, resumed_from: str | None,
+def write_results(r: Rank, result: dict, data: dict, train_out: TrainOutput, timing: dict, resumed_from: str | None,
                   digest: str, bf16: bool, ipex_used: str | None) -> None:
     cfg, rep, m = r.plan.config, r.report, train_out.metrics
     result.update(timing)
@@ -482,49 +386,3 @@ def write_results(r: Rank, result: dict, data: dict, train_out, timing: dict, re
           f"train {result['train_samples_per_second']:.1f} samples/s")
 
 
-def CountingTrainer(base, r: Rank):
-    class CountingTrainer(base):
-        """The Trainer with hpcqa's batches: length-grouped in lockstep across the ranks (hpcqa.rank.train.batching)
-        unless data.pad_to_max_length or not data.group_by_length; and a count of the tokens each batch carries
-        (text and all), for the MFU on each."""
-
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.hpcqa_counts = efficiency.new_counts()
-
-        def _get_train_sampler(self, train_dataset=None):
-            dc = r.plan.config.data
-            ds = train_dataset if train_dataset is not None else self.train_dataset
-            if dc.pad_to_max_length or not dc.group_by_length or ds is None:
-                return super()._get_train_sampler(train_dataset)
-            from torch.utils.data import Sampler
-            return batching.Sampler(Sampler)(batching.feature_lengths(ds), self.args.per_device_train_batch_size,
-                                             r.world, self.args.seed)
-
-        def training_step(self, model, inputs, *args, **kwargs):
-            if "input_ids" in inputs:
-                efficiency.count_batch(self.hpcqa_counts, inputs["input_ids"], inputs.get("attention_mask"))
-            return super().training_step(model, inputs, *args, **kwargs)
-
-    return CountingTrainer
-
-
-def QATrainer(base, r: Rank, data: dict):
-    class QATrainer(base):
-        """Evaluation during training scores EM/F1 (post-processing the logits as the final evaluation does),
-        so eval_f1 can choose the best checkpoint. Every rank scores: all must agree on the best one."""
-
-        def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
-            t0 = time.time()
-            loop = self.evaluation_loop(self.get_eval_dataloader(data["eval_features"]), description="Evaluation",
-                                        prediction_loss_only=False, ignore_keys=ignore_keys,
-                                        metric_key_prefix=metric_key_prefix)
-            scores, _ = score(r, data, "eval", loop.predictions)
-            metrics = {f"{metric_key_prefix}_{k}": v for k, v in scores.items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            metrics[f"{metric_key_prefix}_runtime"] = time.time() - t0
-            self.log(metrics)
-            self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
-            return metrics
-
-    return QATrainer

@@ -24,6 +24,7 @@ import json
 import math
 import random
 from pathlib import Path
+
 from hpcqa.fsutil import atomic_write_text
 
 SYL = ["ka", "lo", "mi", "ren", "to", "va", "zu", "bel", "dor", "fi", "gan", "hu", "jor", "kel", "mar",

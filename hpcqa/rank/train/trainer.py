@@ -1,0 +1,113 @@
+"""The HF Trainer as a rank runs it: hpcqa's batches (length-grouped in lockstep across the ranks), a count of the
+tokens each batch carries, EM/F1 at the evaluations during training, and the callbacks a rank adds."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator, Sequence
+
+from torch.utils.data import Sampler
+from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, default_data_collator
+
+from hpcqa.rank.train import batching, efficiency
+from hpcqa.rank.train.callbacks import (
+    FailAt,
+    FinalSave,
+    MarkComplete,
+    ProgressCallback,
+    StepTimer,
+    StopOnSignal,
+    tensorboard_callback,
+)
+from hpcqa.rank.train.evaluate import score
+from hpcqa.rank.train.facts import Rank
+
+
+class LockstepLengthSampler(Sampler):
+    """batching.lockstep_order as a torch Sampler; set_epoch is called by accelerate's data loader at each epoch."""
+
+    def __init__(self, lengths: Sequence[int], batch: int, world: int, seed: int) -> None:
+        self.lengths, self.batch, self.world, self.seed, self.epoch = list(lengths), batch, world, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(batching.lockstep_order(self.lengths, self.batch, self.world, self.seed, self.epoch))
+
+
+class CountingTrainer(Trainer):
+    """The Trainer with hpcqa's batches: length-grouped in lockstep across the ranks (hpcqa.rank.train.batching)
+    unless data.pad_to_max_length or not data.group_by_length; and a count of the tokens each batch carries
+    (text and all), for the MFU on each."""
+
+    def __init__(self, *args: Any, hpcqa_rank: Rank, timer: StepTimer, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hpcqa_rank = hpcqa_rank
+        self.hpcqa_timer = timer
+        self.hpcqa_counts = efficiency.new_counts()
+
+    def _get_train_sampler(self, train_dataset=None):
+        dc = self.hpcqa_rank.plan.config.data
+        ds = train_dataset if train_dataset is not None else self.train_dataset
+        if dc.pad_to_max_length or not dc.group_by_length or ds is None:
+            return super()._get_train_sampler(train_dataset)
+        return LockstepLengthSampler(batching.feature_lengths(ds), self.args.per_device_train_batch_size,
+                                     self.hpcqa_rank.world, self.args.seed)
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        if "input_ids" in inputs:
+            efficiency.count_batch(self.hpcqa_counts, inputs["input_ids"], inputs.get("attention_mask"))
+        return super().training_step(model, inputs, *args, **kwargs)
+
+
+class QATrainer(CountingTrainer):
+    """Evaluation during training scores EM/F1 (post-processing the logits as the final evaluation does),
+    so eval_f1 can choose the best checkpoint. Every rank scores: all must agree on the best one."""
+
+    def __init__(self, *args: Any, qa_data: dict, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.qa_data = qa_data
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+        t0 = time.time()
+        loop = self.evaluation_loop(self.get_eval_dataloader(self.qa_data["eval_features"]), description="Evaluation",
+                                    prediction_loss_only=False, ignore_keys=ignore_keys,
+                                    metric_key_prefix=metric_key_prefix)
+        scores, _ = score(self.hpcqa_rank, self.qa_data, "eval", loop.predictions)
+        metrics = {f"{metric_key_prefix}_{k}": v for k, v in scores.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        metrics[f"{metric_key_prefix}_runtime"] = time.time() - t0
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+
+def build_trainer(r: Rank, args: TrainingArguments, model: Any, data: dict, optimizers: tuple) -> CountingTrainer:
+    tc = r.plan.config.train
+    timer = StepTimer(tc.timing_warmup_steps, r)
+    callbacks = [timer, FinalSave(tc.save_final_checkpoint), StopOnSignal(r), MarkComplete(r)]
+    if r.rank == 0:
+        callbacks.append(ProgressCallback(r.jd.progress, r.t_start))
+        board = tensorboard_callback(r)
+        if board is not None:
+            callbacks.append(board)
+    if tc.fail_at_step:
+        callbacks.append(FailAt(tc.fail_at_step, r.rank == r.world - 1))
+    dc = r.plan.config.data
+    collator = default_data_collator if dc.pad_to_max_length else \
+        DataCollatorWithPadding(data["tokenizer"], pad_to_multiple_of=dc.pad_to_multiple_of if
+                                dc.pad_to_multiple_of > 1 else None)
+    evaluates = tc.eval_strategy != "no"
+    extra = {"qa_data": data} if evaluates else {}
+    trainer = (QATrainer if evaluates else CountingTrainer)(
+        model=model, args=args, train_dataset=data["train_features"], processing_class=data["tokenizer"],
+        eval_dataset=data["eval_features"] if evaluates else None, data_collator=collator, callbacks=callbacks,
+        optimizers=optimizers, hpcqa_rank=r, timer=timer, **extra)
+    if getattr(trainer.accelerator, "ddp_handler", None) is not None:
+        # the Trainer passes no gradient_as_bucket_view to accelerate; DDP is built from this handler at train()
+        trainer.accelerator.ddp_handler.gradient_as_bucket_view = tc.ddp_bucket_view
+    return trainer
