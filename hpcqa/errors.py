@@ -6,7 +6,7 @@ path or a value longer than a line stays whole on a line of its own and can be c
 
 from __future__ import annotations
 
-import shutil
+import os
 import sys
 import textwrap
 from typing import TextIO
@@ -100,7 +100,22 @@ def terminal_width(stream: TextIO | None = None) -> int | None:
             return None
     except (AttributeError, ValueError):
         return None
-    return max(shutil.get_terminal_size((80, 24)).columns, 40)
+    return max(_columns(), 40)
+
+
+def _columns() -> int:
+    """shutil.get_terminal_size's rule ($COLUMNS, else the terminal of stdout, else 80) without importing shutil
+    (and the archive modules it pulls in) on `hpcqa --help`'s path."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
 
 
 def fit(text: str, first: str = "", indent: str = "  ", columns: int | None = None) -> str:

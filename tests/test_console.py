@@ -165,7 +165,7 @@ def _too_wide(out: str, cols: int = 80) -> list[str]:
 def test_every_help_and_the_usual_messages_fit_80_columns(tmp_path):
     """On a real 80-column terminal: the top-level and every subcommand's --help, errors with their fix lines, render's
     warnings, doctor, a typo'd command. Wrapped lines keep their indent under the text."""
-    commands = [["--help"]] + [[name, "--help"] for name in climod.COMMANDS]
+    commands = [["--help"]] + [[name, "--help"] for name in climod.VERBS]
     commands += [["submit", "configs/quickstart.toml", "--set", "train.learning_rat=1e-4", "--dry-run"],
                  ["submit", "configs/quickstart.toml", "--set", "train.warmup=1", "--dry-run"],
                  ["render", "configs/squad_spr.toml", "-o", str(tmp_path / "job.sbatch")],

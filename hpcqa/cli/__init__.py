@@ -3,36 +3,49 @@
     parser.py   the grammar (every verb, option and help)
     say.py      progress lines and warnings on stderr
     submit.py   submit: the dry run and the submission
-    render.py   render: standalone scripts, the PyTorchJob, its Dockerfile
-    machine.py  stage, tune, scaling, topology, env, hosts, validate, doctor
+    report.py   what submit prints while a job runs and when it ends
+    render.py   render: standalone scripts, the Kubernetes objects, their image's Dockerfile
     jobs.py     status, logs, cancel, registry, results
+    node.py     topology, env, hosts
+    tune.py     tune, scaling
+    checks.py   validate, doctor
+    staging.py  stage
 
-Heavy modules (torch, transformers, datasets) are never imported here (each verb imports what it needs when it
-runs); the training side imports them inside the ranks.
+A verb's module is imported when that verb runs (VERBS), and imports what it needs at its top: `hpcqa --help`
+loads the grammar alone. Heavy modules (torch, transformers, datasets) are imported only by the verbs that need
+them (stage; scaling from a config's model); the training side imports them inside the ranks.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import json
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from hpcqa import errors
-from hpcqa.errors import HpcqaError
 from hpcqa.cli.parser import build_parser
-from hpcqa.cli.submit import cmd_submit
-from hpcqa.cli.render import cmd_render
-from hpcqa.cli.machine import (cmd_doctor, cmd_env, cmd_hosts, cmd_scaling, cmd_stage, cmd_topology, cmd_tune,
-                               cmd_validate)
-from hpcqa.cli.jobs import cmd_cancel, cmd_logs, cmd_registry, cmd_results, cmd_status
+from hpcqa.errors import HpcqaError
+
+# verb -> "module:function": the module is imported only when its verb runs
+VERBS = {"submit": "submit:cmd_submit", "render": "render:cmd_render", "stage": "staging:cmd_stage",
+         "env": "node:cmd_env", "topology": "node:cmd_topology", "hosts": "node:cmd_hosts", "tune": "tune:cmd_tune",
+         "scaling": "tune:cmd_scaling", "validate": "checks:cmd_validate", "doctor": "checks:cmd_doctor",
+         "status": "jobs:cmd_status", "logs": "jobs:cmd_logs", "cancel": "jobs:cmd_cancel",
+         "registry": "jobs:cmd_registry", "results": "jobs:cmd_results"}
+
+
+def verb(name: str) -> Callable[..., int]:
+    module, _, function = VERBS[name].partition(":")
+    return getattr(importlib.import_module(f"hpcqa.cli.{module}"), function)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
-        close = difflib.get_close_matches(argv[0], list(COMMANDS), n=1, cutoff=0.6)
+    if argv and not argv[0].startswith("-") and argv[0] not in VERBS:
+        close = difflib.get_close_matches(argv[0], list(VERBS), n=1, cutoff=0.6)
         print(errors.for_terminal(f"hpcqa: no command {argv[0][:40]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
                                + "\n  fix: hpcqa --help lists the commands"), file=sys.stderr)
         return 2
@@ -52,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return int(COMMANDS[args.command](args) or 0)
+        return int(verb(args.command)(args) or 0)
     except HpcqaError as e:
         print(errors.for_terminal(e.render()), file=sys.stderr)
         return e.exit_code
@@ -69,9 +82,3 @@ def split_program(argv: list[str]) -> tuple[list[str], list[str] | None]:
         return argv, None
     cut = argv.index("--")
     return argv[:cut], argv[cut + 1:]
-
-
-COMMANDS = {"submit": cmd_submit, "render": cmd_render, "stage": cmd_stage, "env": cmd_env, "topology": cmd_topology,
-            "tune": cmd_tune, "registry": cmd_registry, "hosts": cmd_hosts, "validate": cmd_validate,
-            "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel, "doctor": cmd_doctor, "results": cmd_results,
-            "scaling": cmd_scaling}

@@ -3,28 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
+import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
-from hpcqa.core import states
+
+from rich.console import Console
+from rich.table import Table
+
 from hpcqa import errors
-from hpcqa.errors import HpcqaError, UsageError
 from hpcqa.cli.say import warn
+from hpcqa.core import states
 from hpcqa.core.states import State
+from hpcqa.errors import HpcqaError, RegistryError, UsageError
+from hpcqa.executors import cancel, jobs
+from hpcqa.executors.cancel import targets
+from hpcqa.executors.slurmcli import Slurm
+from hpcqa.record import registry, results, scalingview, statusview
+from hpcqa.record.jobdir import JobDir
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    import time
-    from hpcqa.executors import jobs
-    from hpcqa.record import registry
-    from hpcqa.executors.slurmcli import Slurm
+
     reg, slurm = registry.Registry(args.registry, create=False), Slurm()
     unreachable_since = None
     while True:
         views, source = jobs.collect(reg, slurm, args.jobs, args.all) if reg.exists else ([], states.NOBODY)
         if args.jobs and not views:
-            from hpcqa.errors import UsageError
             raise UsageError(f"no job {', '.join(args.jobs)} in {reg.path}", "`hpcqa status --all` lists the jobs")
         if args.json:
             print(json.dumps([v.to_json() for v in views], indent=2, default=str))
@@ -49,8 +57,7 @@ WATCH_S = 5
 
 def _watch_header(unreachable_since: str | None) -> None:
     """--watch: each refresh says when it was taken, and that Slurm is not answering, since when."""
-    import time
-    from rich.console import Console
+
     con = Console()
     if con.is_terminal:
         con.clear()
@@ -63,8 +70,7 @@ def _watch_header(unreachable_since: str | None) -> None:
 def print_status(views, source: states.Answer, path, asked: list[str] | None = None, wide: bool = False) -> None:
     """The detail view for the jobs asked for by id (a sweep task, 900_1, is a job too); the list otherwise, and
     for a whole sweep (its tasks listed under it)."""
-    from rich.console import Console
-    from hpcqa.record import statusview
+
     con = Console()
     whole_sweep = any(v.sweep_id and v.sweep_id in (asked or []) for v in views)
     if asked and views and not whole_sweep:
@@ -74,14 +80,11 @@ def print_status(views, source: states.Answer, path, asked: list[str] | None = N
 
 
 def find_job(reg_path, job_id: str):
-    from hpcqa.record import registry
-    from hpcqa.executors.cancel import targets
     reg = registry.Registry(reg_path, create=False)
     return reg, targets(reg, [job_id], None)[0]
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from hpcqa.record.jobdir import JobDir
     reg, row = find_job(args.registry, args.job)
     jd = JobDir(Path(row.folder))
     if not jd.path.is_dir():
@@ -106,10 +109,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.Namespace) -> None:
     """Print the log (from the current attempt's start, or its last N lines); with -f, what is appended, until the
     job is final -- and then what was written before it ended."""
-    import time
-    from hpcqa.executors import jobs
-    from hpcqa.executors.slurmcli import Slurm
-    import codecs
+
     pos, slurm, first = 0, Slurm(), True
     decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode  # a character split across reads
     while True:
@@ -137,15 +137,11 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
 
 
 def attempt_start(text: str) -> int:
-    import re
     starts = [m.start() for m in re.finditer(r"^.*\] attempt \d+ starts$", text, re.M)]
     return starts[-1] if len(starts) > 1 else 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from hpcqa.record import registry
-    from hpcqa.executors import cancel
-    from hpcqa.executors.slurmcli import Slurm
     reg = registry.Registry(args.registry, create=False)
     for line in cancel.cancel(cancel.targets(reg, args.jobs, args.task), args.task is None, Slurm()):
         print(line)
@@ -153,7 +149,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_registry(args: argparse.Namespace) -> int:
-    from hpcqa.record import registry
     if args.action == "recover":
         path = registry.resolve_path(args.registry)
         try:
@@ -171,7 +166,6 @@ def cmd_registry(args: argparse.Namespace) -> int:
     reg = registry.Registry(args.registry, create=False)
     jobs, verdict = reg.check()
     if verdict not in ("ok", "no registry yet"):
-        from hpcqa.errors import RegistryError
         raise RegistryError(f"job registry {reg.path}: SQLite integrity check: {verdict}",
                             f"hpcqa registry recover --registry {reg.path}")
     print(f"{reg.path}: {verdict}, {jobs} job(s)")
@@ -179,13 +173,9 @@ def cmd_registry(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from hpcqa.executors import jobs
-    from hpcqa.record import registry, results
-    from hpcqa.errors import UsageError
     reg = registry.Registry(args.registry, create=False)
     if not reg.exists or not reg.jobs(sweep_id=args.sweep):
         raise UsageError(f"no sweep {args.sweep!r} in {reg.path}", "`hpcqa status --all` lists jobs and sweeps")
-    from hpcqa.executors.slurmcli import Slurm
     views, _ = jobs.collect(reg, Slurm(), [args.sweep])
     views = [v for v in views if v.sweep_id == args.sweep]
     keys = []
@@ -205,8 +195,6 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.csv:
         sys.stdout.write(results.to_csv(table, keys, args.metric))
         return 0
-    from rich.console import Console
-    from rich.table import Table
     con = Console()
     t = Table(title=f"sweep {args.sweep}: {len(table)} variants, sorted by {args.metric}")
     own = [] if args.metric in results.NUMERIC else [args.metric]   # a program's own metric (HPCQA_RESULTS)
@@ -235,7 +223,6 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 def predicted_for_sweep(reg, sweep_id: str) -> tuple[dict[int, float], str]:
     """{nodes: predicted samples/s} from the sweep's smallest run and the stored link; or why there is none."""
-    from hpcqa.record import scalingview
     rows = reg.jobs(sweep_id=sweep_id)
     try:
         base = min((r for r in rows if r.state == State.COMPLETED), key=lambda r: r.nodes)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
-from hpcqa.version import __version__
 
+from hpcqa.version import __version__
 
 EPILOG = """examples:
   # train on this machine (the local executor)

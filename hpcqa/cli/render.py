@@ -6,15 +6,17 @@ import argparse
 import re
 import sys
 from typing import Any
-from hpcqa.executors import hostprobe
-from hpcqa import errors
-from hpcqa.errors import UsageError
+
+from hpcqa import api, errors
 from hpcqa.cli.say import say, warn
+from hpcqa.core import config, distenv, sweep
+from hpcqa.errors import UsageError
+from hpcqa.executors import hostprobe, k8s, table, trainjob
+from hpcqa.executors.interface import RenderOnly
+from hpcqa.fsutil import atomic_write_text
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from hpcqa.core import config
-    from hpcqa.executors import k8s, table
     raw = table.for_render(config.load_raw(args.config, args.overrides))
     cfg = config.validate(raw, args.config, args.overrides)
     if args.target != table.RENDER_SCRIPT:
@@ -23,7 +25,6 @@ def cmd_render(args: argparse.Namespace) -> int:
         return _write_rendered(args, k8s.dockerfile(cfg), "Dockerfile",
                                f"docker build -f {args.output} -t <registry>/hpcqa:<tag> <hpcqa checkout>")
     if args.target == table.RENDER_STAGE_JOB:
-        from hpcqa.executors import trainjob
         return _write_rendered(args, k8s.to_yaml([trainjob.stage_job(cfg)]), "the staging Job",
                                f"kubectl apply -f {args.output}, then kubectl wait --for=condition=complete job/...",
                                executable=False)
@@ -44,9 +45,6 @@ def _no_script_options(args: argparse.Namespace) -> None:
 
 def _render_request(args: argparse.Namespace, ex: Any, lp: Any, how: str) -> int:
     """The rendering executor's request for this plan: its script is what render writes, and what --submit sends."""
-    from hpcqa import api
-    from hpcqa.core import sweep
-    from hpcqa.executors.interface import RenderOnly
     request = ex.dry_run(sweep.single(lp))
     for w in lp.warnings + request.notes:
         warn(w)
@@ -57,7 +55,6 @@ def _render_request(args: argparse.Namespace, ex: Any, lp: Any, how: str) -> int
         if isinstance(ex, RenderOnly):
             raise UsageError(*ex.refusal)
         if args.output:
-            from hpcqa.fsutil import atomic_write_text
             atomic_write_text(args.output, request.scripts[0], mode=0o755)
         done = api.submit_request(ex, request, say=say, warn=warn)
         print(done.ids[0])
@@ -70,7 +67,6 @@ def _write_rendered(args: argparse.Namespace, text: str, what: str, how: str, ex
     if not args.output:
         sys.stdout.write(text)
         return 0
-    from hpcqa.fsutil import atomic_write_text
     atomic_write_text(args.output, text, mode=0o755 if executable else 0o644)
     print(errors.for_terminal(f"wrote {args.output} ({what}); {how}"), file=sys.stderr)
     return 0
@@ -78,8 +74,6 @@ def _write_rendered(args: argparse.Namespace, text: str, what: str, how: str, ex
 
 def _render_hosts(args: argparse.Namespace, cfg: Any, launcher: str) -> tuple[str, ...]:
     """--hosts / --hostfile -> the hosts of a plain-machine script (checked against the config)."""
-    from hpcqa.core import distenv
-    from hpcqa.executors import table
     if not (args.hosts or args.hostfile):
         return ()
     if not table.renders_for_hosts(launcher):

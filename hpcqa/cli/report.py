@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
 from hpcqa.core import states
 from hpcqa.errors import JobFailed
 from hpcqa.record.jobdir import JobDir
@@ -16,7 +18,6 @@ from hpcqa.record.jobdir import JobDir
 @contextlib.contextmanager
 def progress_bar(title: str) -> Iterator[Callable[[dict], None]]:
     """A rich progress bar on stderr (only on a terminal); yields the callback an executor's wait feeds."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
                TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]
     with Progress(*columns, transient=False, disable=not sys.stderr.isatty(), console=None) as bar:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+
 from hpcqa import errors
 
 

@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
-from hpcqa.errors import UsageError
+import re
+import signal
 from pathlib import Path
+from typing import Any
 
-from hpcqa.record.jobdir import SUBMISSION, JobDir
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from hpcqa import api
+from hpcqa.cli import report
 from hpcqa.cli.say import say, stop_like_ctrl_c, warn
+from hpcqa.core import command, sweep
+from hpcqa.core.topology import cpu_list
+from hpcqa.errors import UsageError
+from hpcqa.record import manifest
+from hpcqa.record.jobdir import SUBMISSION, JobDir
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from hpcqa import api
-    import signal
+
     # a closed terminal (SIGHUP) or a runner stopping us (SIGTERM) is a Ctrl-C: a local job stops every rank, a
     # Slurm job keeps running and we stop watching it
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -47,7 +58,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
                  f"hpcqa cancel {done.ids[0]}")
         print(done.ids[0])
         return 0
-    from hpcqa.cli import report
     with report.progress_bar(f"job {done.ids[0]}") as show:
         outcome = ex.wait(done, show)
     return report.finish(outcome, done.request.sweep.plans[0], say)
@@ -73,9 +83,7 @@ def print_request(ex: Any, request: Any, as_json: bool) -> None:
 
 
 def print_sweep(ex: Any, request: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from hpcqa.core import sweep
+
     sp = request.sweep
     con = Console()
     keys = sweep.swept_keys(list(sp.variants))
@@ -109,8 +117,8 @@ def print_sweep(ex: Any, request: Any) -> None:
         return
     if assumed:
         con.print(f"MaxArraySize {known}", style="dim", highlight=False)
-    for i, (a, command, line) in enumerate(zip(sp.arrays, request.commands, sp.array_lines())):
-        con.print(f"array {i}: {len(a.variants)} task(s), {line}: {' '.join(command)}", highlight=False)
+    for i, (a, argv, line) in enumerate(zip(sp.arrays, request.commands, sp.array_lines())):
+        con.print(f"array {i}: {len(a.variants)} task(s), {line}: {' '.join(argv)}", highlight=False)
     if request.scripts:
         print_script(con, request.scripts[0], "sbatch script of array 0 (as it will be submitted)")
 
@@ -128,7 +136,6 @@ def batches_line(cfg: Any) -> str:
 
 def program_env(lp: Any, job: str) -> str:
     """What a user command gets besides the ranks' variables (hpcqa.rank.command sets them at the rank)."""
-    from hpcqa.core import command
     jd = JobDir(Path(job))
     lines = [f"HPCQA_JOB_DIR={job}", f"HPCQA_CHECKPOINT_DIR={jd.checkpoints} (every attempt's)",
              "HPCQA_ATTEMPT=0 (1 after the first requeue ...), HPCQA_RESUMING=0|1",
@@ -141,26 +148,20 @@ def program_env(lp: Any, job: str) -> str:
 
 def builtin_rows(res: Any, lp: Any) -> None:
     """The built-in trainer's rows: model and data, batching, what is staged."""
-    from rich.markup import escape
     m = lp.config.model.name_or_path
     d = lp.config.data.dataset or lp.config.data.train_file
     res.add_row("job", f"{m} on {d}")
     res.add_row("batches", batches_line(lp.config))
-    from hpcqa import stage
-    staged = stage.check(lp.config)
+    staged = manifest.check(lp.config)
     if staged["manifest"]:
         res.add_row("staged", "\n".join(f"{k}: {state} ({escape(detail)})" for k, (state, detail) in
                                          staged["items"].items()) + "\nchecked again by submit before queueing")
     else:
-        res.add_row("staged", f"nothing: no manifest {escape(str(stage.manifest_path(lp.config)))} (`hpcqa stage CONFIG` "
+        res.add_row("staged", f"nothing: no manifest {escape(str(manifest.manifest_path(lp.config)))} (`hpcqa stage CONFIG` "
                               "puts model, data and features in the shared caches for offline nodes)")
 
 
 def print_plan(ex: Any, request: Any) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.panel import Panel
-    from rich.table import Table
 
     con = Console()
     lp = request.sweep.plans[0]
@@ -199,7 +200,6 @@ def print_plan(ex: Any, request: Any) -> None:
     if request.notes:
         for w in request.notes:
             con.print(f"[yellow]warning (this node):[/] {w}", highlight=False)
-    from hpcqa import api
     for w in api.scaling_notes([lp]):
         con.print(f"[yellow]warning (prediction):[/] {w}", highlight=False)
     print_ranks(con, lp)
@@ -218,8 +218,7 @@ def print_script(con: Any, script: str, title: str) -> None:
 
 def ranges_in(value: str) -> str:
     """Runs of 4+ comma-separated CPU numbers shown as ranges (0,1,2,...,55 -> 0-55): the human view only."""
-    import re
-    from hpcqa.core.topology import cpu_list
+
     return re.sub(r"\d+(?:,\d+){3,}", lambda m: cpu_list(int(x) for x in m.group(0).split(",")), value)
 
 
@@ -229,8 +228,7 @@ TORCHRUN_ALIASES = ("GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_S
 def print_ranks(con: Any, lp: Any) -> None:
     """Every node runs the same local ranks: one row per local rank (its global ranks follow from the node), CPU
     lists as ranges. `--json` has every rank's exact values."""
-    from rich.table import Table
-    from hpcqa.core.topology import cpu_list
+
 
     # what follows from the row, and torchrun's aliases (GROUP_RANK = NODE_RANK ...): the note below names them
     derived = {"RANK", "NODE_RANK", *TORCHRUN_ALIASES}

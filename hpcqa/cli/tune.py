@@ -1,51 +1,28 @@
-"""Verbs about the machine and the configs: stage, tune, scaling, topology, env, hosts, validate, doctor."""
+"""The measuring verbs: tune (each ranks-per-socket layout timed, or the link between nodes) and scaling (a run's
+throughput at 1, 2, 4 ... nodes, predicted from a finished run or a published figure, or a sweep measured)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
-from hpcqa.executors import hostprobe
-from hpcqa import errors
-from hpcqa.errors import HpcqaError, UsageError
-from hpcqa.cli.say import plural, warn
-from hpcqa.cli.submit import ranges_in
+
+from rich.console import Console
+from rich.table import Table
+
+from hpcqa.core import config, plan, scaling
 from hpcqa.core.states import State
-
-
-def cmd_stage(args: argparse.Namespace) -> int:
-    from hpcqa.core import config
-    from hpcqa import stage
-    cfg = config.load(args.config, args.overrides)
-    if args.k8s:
-        from hpcqa.executors import k8s
-        cfg = k8s.pod_config(cfg)
-    manifest = stage.stage(cfg, log=lambda m: print(errors.for_terminal(f"stage: {m}"), file=sys.stderr))
-    if args.json:
-        print(json.dumps(manifest, indent=2, sort_keys=True))
-        return 0
-    model = manifest["model"]
-    cols = errors.terminal_width(sys.stdout)
-    print(errors.fit(f"{model['name']} ({model['kind']}" + (f", revision {model['revision']}" if model.get("revision")
-                                                             else "") + f"): {len(model['files'])} files, "
-                       f"{sum(f['size'] for f in model['files']) / 1e6:.1f} MB in {model['path']}",
-                       "model     ", " " * 10, cols))
-    for s in manifest["dataset"]["splits"]:
-        print(errors.fit(f"{s['split']}: {s['rows']} examples; features: {s['features']['rows']} "
-                           f"({sum(f['size'] for f in s['features']['files']) / 1e6:.1f} MB)", "data      ", " " * 10,
-                           cols))
-    print(errors.fit(f"{manifest['path']}  ({manifest['seconds']} s)", "manifest  ", " " * 10, cols))
-    return 0
+from hpcqa.errors import UsageError
+from hpcqa.executors import hostprobe, jobs
+from hpcqa.executors import tune as tuner
+from hpcqa.executors.cancel import targets
+from hpcqa.executors.slurmcli import Slurm
+from hpcqa.record import registry, scalingview
+from hpcqa.record import tuned as tune
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from hpcqa.core import config
-    from hpcqa.record import tuned as tune
-    from hpcqa.errors import UsageError
-    from hpcqa.executors import tune as tuner
     if args.steps < 1 or args.warmup < 0:
         raise UsageError("--steps must be >= 1 and --warmup >= 0", "e.g. --steps 10 --warmup 3")
     if args.comm:
@@ -57,7 +34,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
                          "time your program at a few launch.ranks_per_socket values (a sweep), or tune without "
                          "job.command; tune --comm measures the link whatever the program")
     cands = tune.parse_candidates(args.candidates, base.cores_per_domain) if args.candidates else None
-    from rich.console import Console
     con = Console(stderr=True)
 
     def show(measured, cores, done):
@@ -69,7 +45,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
-    from rich.table import Table
     t = Table(title="ranks x threads per socket", caption=f"steady train samples/s: {args.steps} steps after {args.warmup}")
     for col in ("layout", "samples/s", ""):
         t.add_column(col)
@@ -82,8 +57,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _tune_comm(args: argparse.Namespace) -> int:
-    from hpcqa.executors import tune as tuner
-    from hpcqa.core import scaling
     out = tuner.run_comm(args.config, args.overrides)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
@@ -98,8 +71,6 @@ def _tune_comm(args: argparse.Namespace) -> int:
 
 
 def cmd_scaling(args: argparse.Namespace) -> int:
-    from hpcqa.record import registry, scalingview
-    from hpcqa.executors.cancel import targets
     try:
         nodes = sorted({int(x) for x in args.nodes.split(",") if x.strip()})
     except ValueError:
@@ -108,8 +79,6 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         raise UsageError(f"--nodes {args.nodes!r}: expected node counts", "e.g. --nodes 1,2,4,8")
     if args.id.endswith(".toml") or Path(args.id).is_file():
         return _scaling_from_reference(args, nodes)
-    from hpcqa.executors import jobs
-    from hpcqa.executors.slurmcli import Slurm
     reg = registry.Registry(args.registry, create=False)
     targets(reg, [args.id], None)          # an unknown id: the usual message
     jobs.collect(reg, Slurm(), [args.id])  # states as the scheduler sees them now (the registry follows)
@@ -134,9 +103,6 @@ def _scaling_from_reference(args: argparse.Namespace, nodes: list[int]) -> int:
     """`hpcqa scaling --predict CONFIG --epoch-time T --features N`: one node of the config's shape took T per
     epoch elsewhere (a published figure, another cluster); the config's model (its shapes, built on torch's meta
     device) gives the gradient buckets; the link is given or stored."""
-    from hpcqa.core import config, scaling
-    from hpcqa.core import plan as planmod
-    from hpcqa.record import scalingview
     if not args.epoch_time or not args.features:
         raise UsageError(f"{args.id}: a prediction from a config needs one node's time per epoch and the features "
                          "in an epoch", "add --epoch-time 26m --features 88729 (SQuAD v1.1 at 384/128)")
@@ -146,7 +112,7 @@ def _scaling_from_reference(args: argparse.Namespace, nodes: list[int]) -> int:
                                                  "between 0 and 1 (0.9: 90 % of linear)")
     epoch_s = scalingview.parse_duration(args.epoch_time)
     cfg = config.load(args.id, list(args.set))
-    lp = planmod.build_plan(cfg, hostprobe.probe_host())
+    lp = plan.build_plan(cfg, hostprobe.probe_host())
     from hpcqa.rank.train import commbench
     try:
         buckets = commbench.model_buckets(cfg)
@@ -175,7 +141,6 @@ def _scaling_from_reference(args: argparse.Namespace, nodes: list[int]) -> int:
 
 
 def prediction_json(out: dict) -> dict:
-    from dataclasses import asdict
     m = out["model"]
     return {"job": out["job"], "source": out.get("source"), "gradients": out.get("gradients"),
             "efficiency_target": out.get("efficiency_target"),
@@ -188,9 +153,7 @@ def prediction_json(out: dict) -> dict:
 
 
 def print_prediction(out: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from hpcqa.core import scaling
+
     m, con = out["model"], Console()
     prof = m.profile
     source = out.get("source") or f"job {out['job']} ({prof.nodes} node(s) x {prof.ranks_per_node} ranks"
@@ -226,7 +189,6 @@ def duration(s: float) -> str:
 
 
 def _scaling_study(args: argparse.Namespace, rows) -> int:
-    from hpcqa.record import scalingview
     link = None
     if args.predict:
         link = scalingview.link_of_run(min(rows, key=lambda r: r.nodes), args.bandwidth, args.latency_us)
@@ -237,8 +199,6 @@ def _scaling_study(args: argparse.Namespace, rows) -> int:
     if args.json:
         print(json.dumps({"sweep": args.id, "rows": table}, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
     t = Table(title=f"sweep {args.id}: measured" + (" and predicted (from its smallest run)" if link else ""))
     for col in ("nodes", "job", "measured samples/s", "predicted", "measured / predicted"):
         t.add_column(col, justify="right")
@@ -248,155 +208,3 @@ def _scaling_study(args: argparse.Namespace, rows) -> int:
                   f(r["ratio"], "{:.2f}"))
     Console().print(t)
     return 0
-
-
-def cmd_topology(args: argparse.Namespace) -> int:
-    from hpcqa.core import topology
-    from hpcqa.errors import UsageError
-    if args.sysfs and not Path(args.sysfs, "cpu").is_dir():
-        raise UsageError(f"--sysfs {args.sysfs!r}: no cpu/ folder in it",
-                         "pass a folder laid out like /sys/devices/system (cpu/cpuN/topology, node/nodeK)")
-    allowed = topology.parse_cpu_list(args.allowed) if args.allowed else None
-    node = topology.read_node(args.sysfs or "/sys/devices/system", allowed,
-                              None if args.sysfs else "/proc/cpuinfo", saved=bool(args.sysfs))
-    if not node.cpus:
-        raise UsageError("no usable CPU: --allowed names none of the node's online CPUs", "check --allowed")
-    view: dict[str, Any] = {"node": node.to_json()}
-    if args.config:
-        from hpcqa.core import config, plan
-        from hpcqa.rank import wrapper as rank
-        cfg = config.load(args.config, args.overrides)
-        view = rank.node_view(plan.build_plan(cfg, hostprobe.probe_host()), node)
-    if args.json:
-        print(json.dumps(view, indent=2))
-        return 0
-    _print_topology(view)
-    return 0
-
-
-def _print_topology(view: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    con, n = Console(), view["node"]
-    con.print(f"this node: {len(n['sockets'])} socket(s), {len(n['numa_nodes'])} NUMA node(s), {n['cores']} cores, "
-              f"{n['threads_per_core']} thread(s) per core", highlight=False)
-    t = Table()
-    for col in ("socket", "cores", "CPUs"):
-        t.add_column(col)
-    for s in n["sockets"]:
-        t.add_row(str(s["socket"]), str(s["cores"]), s["cpus"])
-    con.print(t)
-    numa = "; ".join(f"node {x['node']}: {x['cpus']}" for x in n["numa_nodes"])
-    con.print(f"NUMA: {numa}", highlight=False)
-    con.print(f"allowed CPUs: {n['allowed']} (online {n['online']}); ISA: {', '.join(n['isa']) or 'none of note'}",
-              highlight=False)
-    if "ranks" not in view:
-        return
-    for note in view["notes"]:
-        con.print(f"[yellow]note:[/] {note}")
-    r = Table(title=f"local ranks (backend {view['backend']})")
-    for col in ("rank", "socket", "NUMA", "CPUs", "CCL", "planned", "OMP_NUM_THREADS", "memory"):
-        r.add_column(col)
-    for x in view["ranks"]:
-        r.add_row(str(x["local_rank"]), ",".join(map(str, x["socket"])), ",".join(map(str, x["numa"])),
-                  topology_list(x["cpus"]), topology_list(x["ccl"]),
-                  "same" if x["as_planned"] else topology_list(x["planned_cpus"]),
-                  x["env"].get("OMP_NUM_THREADS", "-"), x["membind"])
-    con.print(r)
-    env = Table(title="environment of each local rank (as the rank wrapper sets it here)")
-    env.add_column("rank", no_wrap=True)
-    env.add_column("variable", no_wrap=True)
-    env.add_column("value", overflow="fold")
-    for x in view["ranks"]:
-        for i, (k, v) in enumerate(sorted(x["env"].items())):
-            env.add_row(str(x["local_rank"]) if i == 0 else "", k, ranges_in(str(v)))
-    con.print(env)
-
-
-def topology_list(cpus) -> str:
-    from hpcqa.core.topology import cpu_list
-    return cpu_list(cpus) if cpus else "-"
-
-
-def cmd_env(args: argparse.Namespace) -> int:
-    import socket
-    from hpcqa.core import distenv
-    d = distenv.detect(os.environ, socket.gethostname())
-    if args.json:
-        print(json.dumps(d.to_json(), indent=2))
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-    t = Table(title=f"launcher environment ({d.source})", show_header=False)
-    for k, v in d.to_json().items():
-        t.add_row(k, ",".join(v) if isinstance(v, list) else str(v))
-    Console().print(t)
-    return 0
-
-
-def cmd_hosts(args: argparse.Namespace) -> int:
-    from hpcqa.core import distenv
-    from hpcqa.errors import UsageError
-    text = args.nodelist or os.environ.get("SLURM_JOB_NODELIST", "")
-    if not text:
-        raise UsageError("no nodelist given and SLURM_JOB_NODELIST is not set",
-                         "pass one: hpcqa hosts 'cn[01-04]'")
-    print("\n".join(distenv.expand_nodelist(text)))
-    return 0
-
-
-def cmd_validate(args: argparse.Namespace) -> int:
-    from hpcqa.core import config, plan, sweep
-    found = hostprobe.extensions()  # asked once, for every config
-    bad = 0
-    for path in args.configs:  # every file is checked: one line each, exit 2 if any is bad
-        try:
-            raw = config.load_raw(path, args.overrides)
-            host = plan.HostProbe(has_sbatch=True)
-            if sweep.has_sweep(raw):
-                # every variant of a [sweep] is validated as submit would, swept keys included
-                sp = sweep.build(raw, str(path), host,
-                                 lambda p: (sweep.DEFAULT_MAX_ARRAY_SIZE, "assumed: validate asks no scheduler"))
-                lp, what = sp.plans[0], f"{len(sp.variants)} variants, the first: "
-            else:
-                lp, what = plan.build_plan(config.validate(raw, path, args.overrides), host), ""
-        except HpcqaError as e:
-            print(errors.for_terminal(e.render()), file=sys.stderr)
-            bad += 1
-            continue
-        cores = len(lp.local_ranks[0].compute)
-        print(f"ok  {path}: {what}{plural(lp.world_size, 'rank')} ({lp.nodes} x {lp.ranks_per_node}), "
-              f"{plural(cores, 'compute core')} per rank")
-        for w in plan.extension_warnings(lp.config, found):
-            warn(w)
-    if bad and len(args.configs) > 1:
-        print(f"{bad} of {len(args.configs)} configs are not valid", file=sys.stderr)
-    return 2 if bad else 0
-
-
-def cmd_doctor(args: argparse.Namespace) -> int:
-    from hpcqa import doctor
-    cfg = None
-    if args.config:
-        from hpcqa.core import config
-        cfg = config.load(args.config, args.overrides)
-    checks = doctor.run_checks(cfg)
-    if args.json:
-        print(json.dumps([c.__dict__ for c in checks], indent=2))
-    else:
-        print_checks(checks)
-    return 1 if any(c.level == "error" for c in checks) else 0
-
-
-def print_checks(checks: Sequence[Any]) -> None:
-    """doctor's lines: the mark in its own column, so that a wrapped message stays indented under its text."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-    mark = {"ok": "[green]ok[/]", "warning": "[yellow]warning[/]", "error": "[red]error[/]"}
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
-    for c in checks:
-        grid.add_row(mark[c.level], escape(f"{c.name}: {c.message}") + (f"\nfix: {escape(c.fix)}" if c.fix else ""))
-    Console().print(grid, highlight=False)
