@@ -39,7 +39,8 @@ def main(argv: list[str]) -> int:
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
     from hpcqa.core.config import ModelConfig
-    from hpcqa.rank.train import batching, model as modelmod, synth
+    from hpcqa.rank.train import batching, synth
+    from hpcqa.rank.train import model as modelmod
     from hpcqa.record.caches import Caches
 
     torch.set_num_threads(a.threads)

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hpcqa.record import registry
 from hpcqa.executors import jobs
 from hpcqa.executors.slurmcli import Slurm, run_command  # noqa: E402
+from hpcqa.record import registry
 
 
 def main() -> int:

@@ -2,8 +2,8 @@
 no traceback, nothing queued or started, and the registry untouched."""
 
 import json
-import re
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -146,8 +146,8 @@ def test_bad_data_is_refused_before_anything_starts(cli, tmp_path, case):
 
 
 def test_a_few_misaligned_answers_pass_within_the_tolerance(tmp_path):
-    from hpcqa.core import config
     from hpcqa import preflight
+    from hpcqa.core import config
     path = squad(tmp_path, "ok.json", [good_qa(i) for i in range(99)] + [good_qa(99, start=0)])
     cfg = config.load("configs/quickstart.toml", ["data.dataset=\"\"", f"data.train_file={json.dumps(str(path))}",
                                                   f"job.output_dir={json.dumps(str(tmp_path))}"])

@@ -3,7 +3,6 @@ run shows, the copy of the program's folder and its verification at the rank, an
 failing program under the local executor."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -55,6 +54,7 @@ def test_sweep_values_become_variables():
 
 def test_a_programs_loss_sorts_low_first_its_accuracy_high_first():
     from types import SimpleNamespace
+
     from hpcqa.record import results
     views = [SimpleNamespace(task_index=i, id=str(i), state="COMPLETED", variant={"train.seed": i}, nodes=1,
                              world_size=2, results={"loss": loss, "accuracy": acc})

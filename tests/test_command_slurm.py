@@ -15,7 +15,7 @@ import pytest
 
 from tests import slurm_cluster
 from tests.conftest import ROOT, run_cli
-from tests.test_slurm import _start_requeued_now, status, wait_state
+from tests.test_slurm import _start_requeued_now, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 QUICK = str(ROOT / "configs/quickstart.toml")

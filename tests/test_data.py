@@ -90,6 +90,7 @@ def test_bf16_choice():
 def test_ccl_planned_without_bindings_is_a_clear_error():
     """On this machine (no oneccl_bind_pt on PyPI) a plan that says ccl stops the rank, with the fix."""
     import pytest
+
     from hpcqa.core import plan
     from hpcqa.errors import RankError
     from hpcqa.rank.train.facts import verify_backend
@@ -297,6 +298,7 @@ def test_model_flops_count_from_the_models_shapes(tmp_path):
     2 H I (feed-forward) weights, the head's 2 H; attention 4 L S^2 H; training 3x the forward."""
     import torch
     from transformers import BertConfig, BertForQuestionAnswering
+
     from hpcqa.rank.train import efficiency
     H, I, L, S = 64, 256, 3, 96
     model = BertForQuestionAnswering(BertConfig(hidden_size=H, intermediate_size=I, num_hidden_layers=L,
@@ -319,6 +321,7 @@ def test_mfu_on_text_tokens_and_on_all_tokens_from_the_batches_counted():
     """Two padded batches counted as the ranks count them; FLOPs per sample are averaged over the samples' own
     lengths (S and S^2: attention is quadratic), and the two MFUs differ by what padding cost."""
     import torch
+
     from hpcqa.rank.train import efficiency
     flops = {"per_sample": 0, "dense_weights": 1000, "layers": 2, "hidden": 8, "seq_len": 16, "method": "m"}
     c = efficiency.new_counts()

@@ -1,5 +1,5 @@
-from hpcqa.core import config
 from hpcqa import doctor
+from hpcqa.core import config
 from hpcqa.executors.slurmcli import parse_nodes
 from tests.conftest import ROOT
 

@@ -5,7 +5,6 @@ Generated from the schema: a key added later is covered without editing this fil
 
 import dataclasses
 import json
-import os
 import re
 import shlex
 import stat

@@ -4,8 +4,6 @@ scripts/install.sh makes and uses a venv, and `python3 -m hpcqa` from the checko
 import os
 import subprocess
 import sys
-import sysconfig
-from pathlib import Path
 
 import pytest
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from hpcqa.core import config
+from hpcqa.core.plan import LaunchPlan
 from hpcqa.executors import k8s
 from tests import k8s_rules
-from hpcqa.core.plan import LaunchPlan
 from tests.conftest import ROOT
 
 IMAGE = ["--set", "k8s.image=registry.example.com/hpcqa:1"]

@@ -1,14 +1,14 @@
 """End to end: `hpcqa submit` of a 2-rank local DDP fine-tune of the tiny model, as a user runs it."""
 
 import json
-import re
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
 from hpcqa.executors import hostprobe
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 TINY = ["--set", "model.name_or_path=builtin:tiny-bert", "--set", "data.synthetic_train_examples=240",
@@ -185,6 +185,7 @@ def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
     """A rank restarted in the same job folder picks up the last checkpoint (what a requeue does)."""
     import subprocess
     import sys
+
     from hpcqa.core import config, plan
     cfg = config.load(ROOT / "configs/quickstart.toml", [a for a in TINY if a != "--set"] +
                       [f"job.output_dir={json.dumps(str(tmp_path))}", "cluster.sockets_per_node=1", "launch.ranks_per_socket=1",

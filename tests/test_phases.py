@@ -3,11 +3,11 @@ rendezvous is tested end to end in test_local_e2e.py."""
 
 import json
 
-from hpcqa.core.plan import HostProbe, build_plan
 from hpcqa.core.config import load as load_config
+from hpcqa.core.plan import HostProbe, build_plan
+from hpcqa.rank.phase import Phases
 from hpcqa.record import phases
 from hpcqa.record.jobdir import JobDir
-from hpcqa.rank.phase import Phases
 from tests.conftest import ROOT
 
 NOW = 1_000_000.0

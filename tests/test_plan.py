@@ -5,7 +5,6 @@ import pytest
 from hpcqa.core import config, plan
 from hpcqa.errors import ConfigError
 from tests.conftest import ROOT
-from hpcqa.executors import hostprobe
 
 SPR = ROOT / "configs" / "squad_spr.toml"
 HOST = plan.HostProbe(has_sbatch=True, ccl_bindings=False,
@@ -139,6 +138,7 @@ def test_targets_are_one_vocabulary_from_the_config_to_the_registry(tmp_path):
     """cluster.executor's choices are the targets that may be named plus "auto"; "auto" takes the highest affinity
     on the submitting host (submitit's AutoExecutor); a plan or registry row naming an unknown target is refused."""
     import typing
+
     from hpcqa.core import targets
     from hpcqa.errors import PlanError
     assert set(typing.get_args(typing.get_type_hints(config.ClusterConfig)["executor"])) == set(targets.CONFIG_CHOICES)

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.test_local_e2e import TINY, job_dirs
 
 

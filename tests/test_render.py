@@ -3,22 +3,20 @@
 Regenerate the golden files after an intended change:  HPCQA_REGEN_GOLDEN=1 pytest tests/test_render.py
 """
 
-from dataclasses import replace
 import json
 import os
 import shlex
 import stat
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from hpcqa.core import config, plan, sweep
-from hpcqa.executors import render
-from hpcqa.executors import common
-from hpcqa.executors import table
-from hpcqa.errors import ConfigError
 from hpcqa.core.targets import Requeue
+from hpcqa.errors import ConfigError
+from hpcqa.executors import common, render, table
 from tests.conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "golden"

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from hpcqa.core import scaling
-from hpcqa.record import links, registry, scalingview
 from hpcqa.errors import UsageError
+from hpcqa.record import links, registry, scalingview
 
 MB = 1 << 20
 
@@ -181,6 +181,7 @@ def test_tune_comm_refuses_one_machine(cli):
 
 def test_leaders_and_planned_buckets():
     import torch
+
     from hpcqa.rank.train import commbench
     assert commbench.leaders([0, 0, 1, 1, 2, 2]) == [0, 2, 4] and commbench.leaders([1, 0, 1, 0]) == [1, 0]
     m = torch.nn.Sequential(torch.nn.Embedding(4096, 128), torch.nn.Linear(128, 4096))  # 2 MiB + 2 MiB + 16 KiB

@@ -357,6 +357,7 @@ def test_bare_nodes_mpirun_over_ssh(slurm, tmp_path):
     node's network namespace, a throw-away key): 4 ranks on 2 nodes, bound as planned, one result, and
     launch.master_interface giving node1's address on hq0."""
     from pathlib import Path
+
     from tests import ssh_nodes
     assert shutil.which("mpirun"), "Intel MPI (pip install impi-rt) is needed for the bare-node test"
     cluster_dir = Path(slurm["SLURM_CONF"]).parent

@@ -3,8 +3,8 @@
 import pytest
 
 from tests import slurm_cluster
-from tests.test_slurm import status, submit, wait_state
 from tests.conftest import run_cli
+from tests.test_slurm import status, submit, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

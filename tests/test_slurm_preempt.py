@@ -146,8 +146,9 @@ def test_preempt_mode_cancel_says_preempted_and_where_to_continue(slurm, tmp_pat
 
 def _checkout_copy(tmp_path) -> Path:
     """A checkout of hpcqa to edit while its job waits (never the real one)."""
-    from tests.conftest import ROOT
     import shutil
+
+    from tests.conftest import ROOT
     co = tmp_path / "checkout"
     for part in ("hpcqa", "configs", "sbatch_templates"):
         shutil.copytree(ROOT / part, co / part, ignore=shutil.ignore_patterns("__pycache__"))

@@ -6,14 +6,12 @@ import sys
 
 import pytest
 
-from hpcqa.record import registry, status
-from hpcqa.executors import jobs
-from hpcqa.executors import slurmcli
-from hpcqa.executors import local
-from hpcqa.record.jobdir import JobDir
-from hpcqa.executors.slurmcli import Slurm
-from tests.conftest import ROOT
 from hpcqa.core import states
+from hpcqa.executors import jobs, local, slurmcli
+from hpcqa.executors.slurmcli import Slurm
+from hpcqa.record import registry, status
+from hpcqa.record.jobdir import JobDir
+from tests.conftest import ROOT
 
 # recorded from the dev cluster (Slurm 22.05.8), `sacct -X -n -P --format JobID,State,ExitCode,Elapsed,NNodes,NodeList`
 SACCT = """\
@@ -228,6 +226,7 @@ def test_squeue_asks_only_for_hpcqas_jobs_and_none_left_is_not_an_error():
     """squeue -j with the ids asked about (a busy cluster's every job is not read each round); Slurm answers a -j
     of only vanished jobs with "Invalid job id specified" and exit 1: no records, not a failure."""
     import subprocess
+
     from hpcqa.executors.slurmcli import Slurm, squeue_argv
     assert squeue_argv(["12", "13_4", "12"])[-2:] == ["-j", "12,13_4"]
     calls = []

@@ -8,11 +8,10 @@ import pytest
 from rich.console import Console
 
 from hpcqa.core import states
-from hpcqa.record import registry, status, statusview
-from hpcqa.executors import jobs
-from hpcqa.executors import slurmcli
-from hpcqa.record.jobdir import write_json
+from hpcqa.executors import jobs, slurmcli
 from hpcqa.executors.slurmcli import Slurm
+from hpcqa.record import registry, status, statusview
+from hpcqa.record.jobdir import write_json
 from hpcqa.record.status import JobView
 from tests.test_status import ALL_STATES, FakeRunner, _reg
 

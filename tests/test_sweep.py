@@ -6,9 +6,9 @@ import time
 import pytest
 
 from hpcqa.core import config, plan, sweep
-from hpcqa.record import results, status
 from hpcqa.errors import ConfigError
 from hpcqa.executors.slurmcli import parse_max_array_size
+from hpcqa.record import results, status
 from tests.conftest import ROOT
 
 HOST = plan.HostProbe(has_sbatch=True, python="python3")
@@ -127,6 +127,7 @@ def test_plots_are_png(tmp_path):
 def test_wrapper_picks_the_array_tasks_plan(tmp_path, monkeypatch):
     import subprocess
     import sys
+
     from tests.test_rank import quick_plan
     (tmp_path / "task-0.json").write_text(quick_plan().dumps())
     (tmp_path / "task-3.json").write_text(quick_plan("launch.master_port=23001").dumps())

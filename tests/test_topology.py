@@ -1,8 +1,8 @@
 import pytest
 
 from hpcqa.core import topology
-from hpcqa.errors import PlanError
 from hpcqa.core.topology import Cpu
+from hpcqa.errors import PlanError
 
 
 def test_spr_example_from_the_intel_launcher():

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from hpcqa.core import config, plan
-from hpcqa.record import tuned as tune
 from hpcqa.errors import UsageError
-from tests.conftest import ROOT
 from hpcqa.executors import hostprobe
+from hpcqa.record import tuned as tune
+from tests.conftest import ROOT
 
 
 def quick(*overrides):

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from hpcqa.errors import ConfigError, UsageError
-from hpcqa.core import configcheck, values as valuecheck
+from hpcqa.core import configcheck
+from hpcqa.core import values as valuecheck
 from hpcqa.core.frozen import FrozenDict
-from hpcqa.core.options import opt
 from hpcqa.core.k8sconfig import K8sConfig
+from hpcqa.core.options import opt
+from hpcqa.errors import ConfigError, UsageError
 
 if sys.version_info >= (3, 11):
     import tomllib

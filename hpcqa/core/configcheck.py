@@ -10,7 +10,8 @@ import re
 import shlex
 from typing import Any
 
-from hpcqa.core import command, targets, values as valuecheck
+from hpcqa.core import command, targets
+from hpcqa.core import values as valuecheck
 from hpcqa.errors import ConfigError
 
 

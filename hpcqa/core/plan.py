@@ -13,18 +13,17 @@ import hashlib
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hpcqa.core import command, targets, threadenv, topology
 from hpcqa.core.config import Config, from_dict
-from hpcqa.errors import ConfigError, HpcqaError
-from hpcqa.core.frozen import FrozenDict, freeze
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path
+from hpcqa.core.frozen import FrozenDict, freeze
 from hpcqa.core.targets import Launcher, Requeue
-from pathlib import Path
-from hpcqa.errors import PlanError
-from dataclasses import replace
+from hpcqa.errors import ConfigError, HpcqaError, PlanError
+
 
 def bf16_choice(setting: str, flags: set[str] | frozenset[str]) -> tuple[bool, str]:
     """train.bf16 on a CPU with these /proc/cpuinfo flags -> (autocast bf16?, why). Without AMX or avx512_bf16,

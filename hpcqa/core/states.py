@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Mapping
 
+
 class State(StrEnum):
     """A job's state, in Slurm's names (a str: it is stored, printed and compared as Slurm writes it)."""
 

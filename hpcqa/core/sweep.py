@@ -28,9 +28,9 @@ from typing import Any, Callable, Mapping
 
 from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
+from hpcqa.core.frozen import freeze
 from hpcqa.core.targets import Requeue
 from hpcqa.errors import ConfigError
-from hpcqa.core.frozen import freeze
 
 RESERVED = {"parallelism", "variants"}
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default

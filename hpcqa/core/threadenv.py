@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from hpcqa.core import topology
+from hpcqa.core.config import LaunchConfig
 
 # What depends on the pool itself: the rank re-derives these for the pool it observes; the others (KMP_BLOCKTIME,
 # KMP_HW_SUBSET, OMP_PROC_BIND, CCL_WORKER_COUNT) stay as the plan gave them, a launch.env override included.
 POOL_KEYS = ("OMP_NUM_THREADS", "KMP_AFFINITY", "OMP_PLACES", "CCL_WORKER_AFFINITY", "I_MPI_PIN_DOMAIN")
-from hpcqa.core.config import LaunchConfig
 
 
 def pool_env(la: LaunchConfig, pool: topology.Pool, pools: Sequence[topology.Pool], ccl: bool,

@@ -20,12 +20,11 @@ CPU id is never assumed to equal core id, nor sockets to be numbered in blocks.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from hpcqa.errors import PlanError
-from dataclasses import replace
 
 ISA_FLAGS = ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8")
 

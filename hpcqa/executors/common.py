@@ -12,11 +12,11 @@ from typing import Callable, Sequence
 
 from hpcqa.core import command, sweep, targets
 from hpcqa.core.config import Config
+from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.executors import snapshot
 from hpcqa.executors.interface import File, Progress
 from hpcqa.record import jobdir, worktree
 from hpcqa.record.jobdir import TASK_ID, JobDir, JobRoot, atomic_write_text
-from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.record.registry import Registry
 
 

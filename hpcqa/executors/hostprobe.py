@@ -10,10 +10,10 @@ import os
 import shutil
 import sys
 
-from hpcqa.record import tuned as tune
-from hpcqa.rank import preload
 from hpcqa.core.frozen import FrozenDict, freeze
 from hpcqa.core.plan import HostProbe
+from hpcqa.rank import preload
+from hpcqa.record import tuned as tune
 
 
 def extensions() -> HostProbe:

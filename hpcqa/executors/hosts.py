@@ -4,10 +4,10 @@ the request is the script; the user runs it on the first host (`bash job.sh`).""
 from __future__ import annotations
 
 from hpcqa.core import sweep, targets
-from hpcqa.core.targets import Requeue
-from hpcqa.errors import PlanError
 from hpcqa.core.config import Config
 from hpcqa.core.plan import HostProbe
+from hpcqa.core.targets import Requeue
+from hpcqa.errors import PlanError
 from hpcqa.executors import common, render
 from hpcqa.executors.interface import RenderOnly, Request
 from hpcqa.record.jobdir import JobRoot

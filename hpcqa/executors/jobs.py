@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Sequence
 
 from hpcqa.core import states
+from hpcqa.core.states import State
 from hpcqa.executors import table
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.record import phases
 from hpcqa.record.jobdir import JobDir
 from hpcqa.record.status import LIST_PHASES, JobView
-from hpcqa.core.states import State
 
 
 def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,

@@ -36,16 +36,15 @@ import shlex
 from typing import Any
 
 from hpcqa.core import targets
-from hpcqa.core.targets import PodExit, Requeue
-from hpcqa.record import jobdir
-from hpcqa.record.jobdir import JobRoot
 from hpcqa.core.config import Config
-from hpcqa.errors import ConfigError, UsageError
-from hpcqa.executors import common
-from hpcqa.executors.interface import RenderOnly, Request
 from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.plan import HostProbe, LaunchPlan
-from hpcqa.executors import render
+from hpcqa.core.targets import PodExit, Requeue
+from hpcqa.errors import ConfigError, UsageError
+from hpcqa.executors import common, render
+from hpcqa.executors.interface import RenderOnly, Request
+from hpcqa.record import jobdir
+from hpcqa.record.jobdir import JobRoot
 from hpcqa.version import __version__
 
 CONTAINER = "pytorch"            # the operator looks up the port on the container of this name

@@ -12,9 +12,9 @@ import re
 import shlex
 from pathlib import Path
 
-from hpcqa.record import jobdir
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.targets import Launcher, Requeue
+from hpcqa.record import jobdir
 
 # Not I_MPI_PIN_DOMAIN: seen with Intel MPI 2021.18 under Slurm, hydra pins every rank to an explicit
 # I_MPI_PIN_DOMAIN even with I_MPI_PIN=0 or off (as -genv or exported), and the rank's wrapper would then see

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpcqa.core import sweep, targets
-from hpcqa.core.targets import Requeue
 from hpcqa.core.config import Config
 from hpcqa.core.plan import HostProbe
+from hpcqa.core.targets import Requeue
 from hpcqa.errors import PlanError
 from hpcqa.executors import common, render, snapshot
 from hpcqa.executors.interface import File, Outcome, Progress, Request, Say, Submitted, silent

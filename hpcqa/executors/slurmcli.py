@@ -7,15 +7,15 @@ real-cluster tests use the real one. sbatch itself is run by submitit (executors
 
 from __future__ import annotations
 
-import re
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from hpcqa.core import states
-from hpcqa.errors import SchedulerUnreachable, SubmitError
 from hpcqa.core.states import State
+from hpcqa.errors import SchedulerUnreachable, SubmitError
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 

@@ -18,16 +18,17 @@ Everything that needs an executor asks here: the CLI, the API, sweeps, `tune`, `
 from __future__ import annotations
 
 import dataclasses
-
 from typing import Any, Callable, Mapping, Sequence
 
-from hpcqa.core import plan as planmod, targets
+from hpcqa.core import plan as planmod
+from hpcqa.core import targets
 from hpcqa.core.config import Config
 from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.core.sweep import SweepPlan
 from hpcqa.core.targets import Launcher
 from hpcqa.errors import PlanError
-from hpcqa.executors import hosts as plain, k8s, local, script, trainjob
+from hpcqa.executors import hosts as plain
+from hpcqa.executors import k8s, local, script, trainjob
 from hpcqa.executors import slurm as submitit_slurm
 from hpcqa.executors.interface import Executor, JobVerbs
 from hpcqa.executors.slurmcli import Slurm

@@ -25,9 +25,9 @@ import hashlib
 import json
 import posixpath
 import shlex
-from typing import Any
 
-from hpcqa.core import config as configmod, targets
+from hpcqa.core import config as configmod
+from hpcqa.core import targets
 from hpcqa.core.config import Config
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.targets import Requeue

@@ -13,16 +13,14 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from hpcqa.core import config, sweep
-from hpcqa.record import tuned as tune
+from hpcqa.core import config, states, sweep
 from hpcqa.core import plan as planmod
 from hpcqa.errors import ConfigError, JobFailed
-from hpcqa.record import links
-from hpcqa.executors import table
+from hpcqa.executors import hostprobe, table
 from hpcqa.fsutil import owner_umask
+from hpcqa.record import links
+from hpcqa.record import tuned as tune
 from hpcqa.record.jobdir import JobDir
-from hpcqa.core import states
-from hpcqa.executors import hostprobe
 
 
 def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates: Sequence[int] | None,

@@ -8,7 +8,6 @@ import os
 import platform
 import signal
 
-
 PR_SET_PDEATHSIG = 1
 
 

@@ -25,17 +25,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 import re
+import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from hpcqa.errors import SubmitError
-from hpcqa.fsutil import atomic_write_text, file_sha256
-import secrets
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path  # noqa: F401  (the folder's names, with the rest)
 from hpcqa.core.states import State
+from hpcqa.errors import SubmitError
+from hpcqa.fsutil import atomic_write_text, file_sha256
 from hpcqa.record import failures
 
 TASK_ID = "{array_task_id}"          # the rank wrapper's placeholder for SLURM_ARRAY_TASK_ID

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -17,8 +19,6 @@ from typing import Any, Iterable
 
 from hpcqa.errors import RegistryError
 from hpcqa.record import sqlitescan
-import socket
-import shutil
 
 DEFAULT_PATH = os.path.join("logs", "registry.sqlite")
 APPLICATION_ID = 0x68717267  # "hqrg" in the SQLite header (PRAGMA application_id): this file is an hpcqa registry

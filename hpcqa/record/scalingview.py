@@ -11,10 +11,10 @@ from typing import Any, Sequence
 from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
 from hpcqa.core import scaling
+from hpcqa.core.states import State
 from hpcqa.errors import UsageError
 from hpcqa.record import links, tuned
 from hpcqa.record.jobdir import JobDir
-from hpcqa.core.states import State
 
 RECENT = 200   # registry rows searched for a run of the same shape (newest first)
 

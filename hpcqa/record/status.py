@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcqa.core import states
-from hpcqa.record import phases
 from hpcqa.core.states import State
+from hpcqa.record import phases
 
 LIST_PHASES = 16  # rank files the list view reads per unfinished job (status JOB reads every rank's)
 

@@ -7,16 +7,17 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from rich import box
+from rich.markup import escape
+from rich.markup import render as markup
+from rich.panel import Panel
+from rich.table import Table
+
+from hpcqa.core import command, states
+from hpcqa.core.states import State
+from hpcqa.core.topology import cpu_list
 from hpcqa.record import phases, status
 from hpcqa.record.status import JobView
-from hpcqa.core import command, states
-from rich import box
-from rich.markup import render as markup
-from rich.table import Table
-from hpcqa.core.topology import cpu_list
-from hpcqa.core.states import State
-from rich.markup import escape
-from rich.panel import Panel
 
 COLOUR = {"ok": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "pending": "blue"}
 

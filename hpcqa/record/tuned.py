@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from hpcqa.core import plan
 from hpcqa.core.config import Config
+from hpcqa.errors import UsageError
 from hpcqa.fsutil import atomic_write_text
 from hpcqa.record import caches
-from hpcqa.core import plan
-from hpcqa.errors import UsageError
 
 
 def store_path() -> Path:
