@@ -142,10 +142,10 @@ def test_targets_are_one_vocabulary_from_the_config_to_the_registry(tmp_path):
     from hpcqa.core import targets
     from hpcqa.errors import PlanError
     assert set(typing.get_args(typing.get_type_hints(config.ClusterConfig)["executor"])) == set(targets.CONFIG_CHOICES)
-    assert targets.resolve("auto", plan.HostProbe(has_sbatch=True)) is targets.Slurm
-    assert targets.resolve("auto", plan.HostProbe(has_sbatch=False)) is targets.Local
-    assert targets.resolve("local", plan.HostProbe(has_sbatch=True), "pytorchjob") is targets.K8s
-    assert targets.resolve("slurm", plan.HostProbe(has_sbatch=False)) is targets.Slurm
+    assert targets.resolve("auto", plan.HostProbe(has_sbatch=True)) is targets.SlurmTarget
+    assert targets.resolve("auto", plan.HostProbe(has_sbatch=False)) is targets.LocalTarget
+    assert targets.resolve("local", plan.HostProbe(has_sbatch=True), "pytorchjob") is targets.K8sTarget
+    assert targets.resolve("slurm", plan.HostProbe(has_sbatch=False)) is targets.SlurmTarget
     with pytest.raises(PlanError, match="unknown executor 'slurm-script'"):
         targets.named("slurm-script")
     lp = spr("cluster.executor=slurm", host=plan.HostProbe(has_sbatch=False))

@@ -222,7 +222,7 @@ def _check(source: str, rank: int, world: int, local: int, local_world: int, nod
 
 
 @dataclass(frozen=True)
-class Layout:
+class Placement:
     """Where a process sits, as one launcher's variables say."""
 
     rank: int
@@ -239,28 +239,28 @@ def _opt(env: Mapping[str, str], name: str, default: int) -> int:
     return _int(env, name) if env.get(name) else default
 
 
-def _torchrun(env: Mapping[str, str], hosts: list[str], hostname: str) -> Layout:
+def _torchrun(env: Mapping[str, str], hosts: list[str], hostname: str) -> Placement:
     rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
     local_world = _opt(env, "LOCAL_WORLD_SIZE", world)
     node = _opt(env, "NODE_RANK", _opt(env, "GROUP_RANK", rank // max(local_world, 1)))
-    return Layout(rank, world, _opt(env, "LOCAL_RANK", rank), local_world, node)
+    return Placement(rank, world, _opt(env, "LOCAL_RANK", rank), local_world, node)
 
 
 def _mpi(rank_var: str, world_var: str, local_var: str, local_world_var: str):
     """Intel MPI (PMI_*) and Open MPI (OMPI_COMM_WORLD_*): ranks placed in blocks per node (-ppn)."""
-    def read(env: Mapping[str, str], hosts: list[str], hostname: str) -> Layout:
+    def read(env: Mapping[str, str], hosts: list[str], hostname: str) -> Placement:
         rank, world, local_world = _int(env, rank_var), _int(env, world_var), _opt(env, local_world_var, 1)
-        return Layout(rank, world, _opt(env, local_var, 0), local_world, rank // local_world)
+        return Placement(rank, world, _opt(env, local_var, 0), local_world, rank // local_world)
     return read
 
 
-def _slurm(env: Mapping[str, str], hosts: list[str], hostname: str) -> Layout:
+def _slurm(env: Mapping[str, str], hosts: list[str], hostname: str) -> Placement:
     rank = _int(env, "SLURM_PROCID")
     world = _int(env, "SLURM_NTASKS" if env.get("SLURM_NTASKS") else "SLURM_NPROCS")
     node = _opt(env, "SLURM_NODEID", 0)
     tpn_text = _first(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
     if not tpn_text:
-        return Layout(rank, world, _opt(env, "SLURM_LOCALID", 0), world // max(len(hosts), 1), node, len(hosts))
+        return Placement(rank, world, _opt(env, "SLURM_LOCALID", 0), world // max(len(hosts), 1), node, len(hosts))
     tpn = parse_tasks_per_node(tpn_text, len(hosts) or None)
     if sum(tpn) != world:
         raise DistEnvError(f"SLURM_TASKS_PER_NODE={tpn_text!r} adds up to {sum(tpn)} tasks, SLURM_NTASKS is {world}",
@@ -268,37 +268,37 @@ def _slurm(env: Mapping[str, str], hosts: list[str], hostname: str) -> Layout:
     if node >= len(tpn):
         raise DistEnvError(f"SLURM_NODEID={node} but SLURM_TASKS_PER_NODE={tpn_text!r} lists {len(tpn)} nodes",
                            "the allocation's variables disagree")
-    return Layout(rank, world, _opt(env, "SLURM_LOCALID", 0), tpn[node], node, len(hosts))
+    return Placement(rank, world, _opt(env, "SLURM_LOCALID", 0), tpn[node], node, len(hosts))
 
 
-def _submitit_local(env: Mapping[str, str], hosts: list[str], hostname: str) -> Layout:
+def _submitit_local(env: Mapping[str, str], hosts: list[str], hostname: str) -> Placement:
     rank, world = _int(env, "SUBMITIT_LOCAL_GLOBALID"), _int(env, "SUBMITIT_LOCAL_NTASKS")
-    return Layout(rank, world, _opt(env, "SUBMITIT_LOCAL_LOCALID", rank), world, 0, 1,
+    return Placement(rank, world, _opt(env, "SUBMITIT_LOCAL_LOCALID", rank), world, 0, 1,
                   tuple(hosts) or (hostname,), "127.0.0.1")
 
 
 @dataclass(frozen=True)
-class Launcher:
+class LaunchEnv:
     name: str
     needs: tuple[tuple[str, ...], ...]   # every group must have one variable set
-    read: Callable[[Mapping[str, str], list[str], str], Layout]
+    read: Callable[[Mapping[str, str], list[str], str], Placement]
 
     def present(self, env: Mapping[str, str]) -> bool:
         return all(any(env.get(v) for v in group) for group in self.needs)
 
 
 # Most specific first: the launcher closest to the process wins.
-LAUNCHERS: tuple[Launcher, ...] = (
-    Launcher("torchrun", (("RANK",), ("WORLD_SIZE",)), _torchrun),
-    Launcher("intel-mpi", (("PMI_RANK",), ("PMI_SIZE",)),
+LAUNCHERS: tuple[LaunchEnv, ...] = (
+    LaunchEnv("torchrun", (("RANK",), ("WORLD_SIZE",)), _torchrun),
+    LaunchEnv("intel-mpi", (("PMI_RANK",), ("PMI_SIZE",)),
              _mpi("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")),
-    Launcher("open-mpi", (("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",)),
+    LaunchEnv("open-mpi", (("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",)),
              _mpi("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                   "OMPI_COMM_WORLD_LOCAL_SIZE")),
-    Launcher("slurm", (("SLURM_PROCID",), ("SLURM_NTASKS", "SLURM_NPROCS")), _slurm),
-    Launcher("submitit-local", (("SUBMITIT_LOCAL_GLOBALID",), ("SUBMITIT_LOCAL_NTASKS",)), _submitit_local),
+    LaunchEnv("slurm", (("SLURM_PROCID",), ("SLURM_NTASKS", "SLURM_NPROCS")), _slurm),
+    LaunchEnv("submitit-local", (("SUBMITIT_LOCAL_GLOBALID",), ("SUBMITIT_LOCAL_NTASKS",)), _submitit_local),
 )
-SINGLE = Layout(0, 1, 0, 1, 0, 1, None, "127.0.0.1")
+SINGLE = Placement(0, 1, 0, 1, 0, 1, None, "127.0.0.1")
 
 
 def detect(env: Mapping[str, str], hostname: str = "localhost") -> DistEnv:

@@ -22,8 +22,8 @@ from typing import ClassVar, Protocol
 from hpcqa.errors import PlanError
 
 
-class HostProbe(Protocol):
-    """What affinity reads of the submitting host (core/plan.py's HostProbe)."""
+class SubmitHost(Protocol):
+    """What affinity reads of the submitting host (core/plan.py's SubmitHost)."""
 
     has_sbatch: bool
 
@@ -79,7 +79,7 @@ class Target:
     sees_submit_files: ClassVar[bool] = True  # the ranks see the submitting host's files (a shared filesystem)
 
     @classmethod
-    def affinity(cls, host: HostProbe) -> int:
+    def affinity(cls, host: SubmitHost) -> int:
         """How well this target fits the submitting host for cluster.executor = "auto" (-1: not at all)."""
         raise NotImplementedError
 
@@ -94,13 +94,13 @@ class Target:
         raise NotImplementedError
 
 
-class Local(Target):
+class LocalTarget(Target):
     name = "local"
     launchers = (Launcher.LOCAL,)
     max_nodes = 1
 
     @classmethod
-    def affinity(cls, host: HostProbe) -> int:
+    def affinity(cls, host: SubmitHost) -> int:
         return 1
 
     @classmethod
@@ -109,12 +109,12 @@ class Local(Target):
                 "MASTER_PORT": str(fixed_port) if fixed_port else "derived from the local job id at start (10000-32767)"}
 
 
-class Slurm(Target):
+class SlurmTarget(Target):
     name = "slurm"
     launchers = (Launcher.SRUN, Launcher.MPIRUN)
 
     @classmethod
-    def affinity(cls, host: HostProbe) -> int:
+    def affinity(cls, host: SubmitHost) -> int:
         return 2 if host.has_sbatch else -1
 
     @classmethod
@@ -129,7 +129,7 @@ class Slurm(Target):
                 "derived from SLURM_JOB_ID at start (10000-32767, distinct per array task)"}
 
 
-class K8s(Target):
+class K8sTarget(Target):
     name = "k8s"
     launchers = (Launcher.TRAINJOB, Launcher.PYTORCHJOB)
     configurable = False      # `hpcqa render --target trainjob|pytorchjob`, whatever cluster.executor says
@@ -137,7 +137,7 @@ class K8s(Target):
     sees_submit_files = False  # pods see their image and the volume
 
     @classmethod
-    def affinity(cls, host: HostProbe) -> int:
+    def affinity(cls, host: SubmitHost) -> int:
         return -1
 
     @classmethod
@@ -147,7 +147,7 @@ class K8s(Target):
                 "MASTER_PORT": "TrainJob 29500 (PET_MASTER_PORT); PyTorchJob 23456 (pytorchjob-port)"}
 
 
-TARGETS: tuple[type[Target], ...] = (Local, Slurm, K8s)
+TARGETS: tuple[type[Target], ...] = (LocalTarget, SlurmTarget, K8sTarget)
 CONFIG_CHOICES = (AUTO, *(t.name for t in TARGETS if t.configurable))
 
 
@@ -160,7 +160,7 @@ def named(name: str) -> type[Target]:
                     "use the hpcqa version that wrote it")
 
 
-def resolve(choice: str, host: HostProbe, launcher: str | None = None) -> type[Target]:
+def resolve(choice: str, host: SubmitHost, launcher: str | None = None) -> type[Target]:
     """cluster.executor (or a render's launcher) -> the target. A launcher only one target has picks it
     (pytorchjob: Kubernetes); "auto" takes the highest affinity here."""
     if launcher:

@@ -23,7 +23,7 @@ from hpcqa.record.registry import Registry
 def script_config(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
     """A rendered script's config and host: a Slurm-shaped plan (whatever executor the config names), and the
     interpreter the script runs where it is taken -- cluster.python, else python3 (not this host's own path)."""
-    return replace(cfg, cluster=replace(cfg.cluster, executor=targets.Slurm.name)), replace(host, python="python3")
+    return replace(cfg, cluster=replace(cfg.cluster, executor=targets.SlurmTarget.name)), replace(host, python="python3")
 
 
 def with_work(sp: sweep.SweepPlan, copy: bool) -> tuple[sweep.SweepPlan, worktree.WorkTree | None]:

@@ -14,7 +14,7 @@ from hpcqa.record.jobdir import JobRoot
 
 
 class Hosts(RenderOnly):
-    target = targets.Slurm     # a Slurm-shaped plan (nodes x tasks, mpirun), started on hosts named by hand
+    target = targets.SlurmTarget     # a Slurm-shaped plan (nodes x tasks, mpirun), started on hosts named by hand
     requeue = Requeue.NONE
     via = "mpirun over ssh on plain machines"
     no_scheduler = "plain machines: no scheduler to ask"

@@ -547,7 +547,7 @@ class PyTorchJobRender(RenderOnly):
     """Kubernetes: render only. The request is the PyTorchJob (YAML); `kubectl apply -f` submits
     it, and the training operator runs it -- no API server can be reached from here."""
 
-    target = targets.K8s
+    target = targets.K8sTarget
     requeue = Requeue.POD
     via = "a PyTorchJob for the training operator"
     no_scheduler = "Kubernetes: no API server is asked (kubectl apply --dry-run=server would)"

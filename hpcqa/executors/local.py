@@ -39,7 +39,7 @@ class Local:
     job id); the registry's running local jobs decide which cores are free. A sweep's variants run one after
     another, so `submit` of a sweep returns when the last has ended."""
 
-    target = targets.Local
+    target = targets.LocalTarget
     requeue = Requeue.SUBMITIT
     via = "submitit's local controller"
     runs_here = True

@@ -24,7 +24,7 @@ from hpcqa.record.jobdir import JobDir, JobRoot
 
 
 class ScriptSlurm:
-    target = targets.Slurm
+    target = targets.SlurmTarget
     requeue = Requeue.SCRIPT
     via = "a rendered script under sbatch"
     runs_here = False

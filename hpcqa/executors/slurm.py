@@ -34,7 +34,7 @@ PREVIOUS = "<previous array's job id>"   # the only part of a request not known 
 
 
 class SubmititSlurm:
-    target = targets.Slurm
+    target = targets.SlurmTarget
     requeue = Requeue.SUBMITIT
     via = "submitit"
     runs_here = False

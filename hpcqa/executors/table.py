@@ -18,7 +18,8 @@ Everything that needs an executor asks here: the CLI, the API, sweeps, `tune`, `
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+import importlib
+from typing import Any, Mapping, Sequence
 
 from hpcqa.core import plan as planmod
 from hpcqa.core import targets
@@ -27,36 +28,48 @@ from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.core.sweep import SweepPlan
 from hpcqa.core.targets import Launcher
 from hpcqa.errors import PlanError
-from hpcqa.executors import hosts as plain
-from hpcqa.executors import k8s, local, script, trainjob
-from hpcqa.executors import slurm as submitit_slurm
 from hpcqa.executors.interface import Executor, JobVerbs
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.record.registry import JobRow
 
 SUBMIT, SCRIPT, HOSTS = "submit", "script", "hosts"   # how a plan is handed on: submitted, rendered, for plain hosts
 MODES = (SUBMIT, SCRIPT, HOSTS)
-LOCAL, SLURM, K8S = targets.Local.name, targets.Slurm.name, targets.K8s.name
+LOCAL, SLURM, K8S = targets.LocalTarget.name, targets.SlurmTarget.name, targets.K8sTarget.name
 RENDER_SCRIPT, RENDER_PYTORCHJOB, RENDER_DOCKERFILE = "script", "pytorchjob", "dockerfile"  # `render --target`
 RENDER_TRAINJOB, RENDER_STAGE_JOB = "trainjob", "stage-job"
 RENDER_K8S = {RENDER_TRAINJOB: Launcher.TRAINJOB, RENDER_PYTORCHJOB: Launcher.PYTORCHJOB}
 
-EXECUTORS: Mapping[tuple[str, Launcher, str], Callable[..., Executor]] = {
-    (LOCAL, Launcher.LOCAL, SUBMIT): lambda snapshot=True, **o: local.Local(snapshot),
-    (SLURM, Launcher.SRUN, SUBMIT): lambda slurm=None, snapshot=True, **o: submitit_slurm.SubmititSlurm(slurm, snapshot),
-    (SLURM, Launcher.MPIRUN, SUBMIT): lambda slurm=None, python=None, snapshot=True, **o: script.ScriptSlurm(
-        python, slurm, snapshot),
-    (SLURM, Launcher.SRUN, SCRIPT): lambda slurm=None, python=None, **o: script.ScriptSlurm(python, slurm),
-    (SLURM, Launcher.MPIRUN, SCRIPT): lambda slurm=None, python=None, **o: script.ScriptSlurm(python, slurm),
-    (SLURM, Launcher.MPIRUN, HOSTS): lambda hosts=(), python=None, **o: plain.Hosts(hosts, python),
-    (K8S, Launcher.PYTORCHJOB, SCRIPT): lambda **o: k8s.PyTorchJobRender(),
-    (K8S, Launcher.TRAINJOB, SCRIPT): lambda **o: trainjob.TrainJobRender(),
+# (target, launcher, mode) -> ("module:Class" under hpcqa/executors, the options its constructor takes, in order).
+# Named, not imported: a verb imports only the executor it uses (`status` of a local job never loads submitit's
+# Slurm executor or the Kubernetes models).
+EXECUTORS: Mapping[tuple[str, Launcher, str], tuple[str, tuple[str, ...]]] = {
+    (LOCAL, Launcher.LOCAL, SUBMIT): ("local:Local", ("snapshot",)),
+    (SLURM, Launcher.SRUN, SUBMIT): ("slurm:SubmititSlurm", ("slurm", "snapshot")),
+    (SLURM, Launcher.MPIRUN, SUBMIT): ("script:ScriptSlurm", ("python", "slurm", "snapshot")),
+    (SLURM, Launcher.SRUN, SCRIPT): ("script:ScriptSlurm", ("python", "slurm")),
+    (SLURM, Launcher.MPIRUN, SCRIPT): ("script:ScriptSlurm", ("python", "slurm")),
+    (SLURM, Launcher.MPIRUN, HOSTS): ("hosts:Hosts", ("hosts", "python")),
+    (K8S, Launcher.PYTORCHJOB, SCRIPT): ("k8s:PyTorchJobRender", ()),
+    (K8S, Launcher.TRAINJOB, SCRIPT): ("trainjob:TrainJobRender", ()),
+}
+DEFAULTS: Mapping[str, Any] = {"snapshot": True, "slurm": None, "python": None, "hosts": ()}
+
+# a registry row's target -> its job verbs ("module:Class", constructed with the Slurm runner or nothing)
+VERBS: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    LOCAL: ("local:LocalJobs", ()),
+    SLURM: ("slurm:SlurmJobs", ("slurm",)),
 }
 
-VERBS: Mapping[str, Callable[[Slurm | None], JobVerbs]] = {
-    LOCAL: lambda s: local.LocalJobs(),
-    SLURM: lambda s: submitit_slurm.SlurmJobs(s),
-}
+
+def load(ref: str) -> Any:
+    """"module:Name" of hpcqa/executors -> the object, its module imported now."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(f"hpcqa.executors.{module}"), name)
+
+
+def _construct(entry: tuple[str, tuple[str, ...]], options: Mapping[str, Any]) -> Any:
+    ref, takes = entry
+    return load(ref)(*(options.get(k, DEFAULTS[k]) for k in takes))
 
 
 def choose(plan: LaunchPlan, mode: str = SUBMIT, **options: Any) -> Executor:
@@ -104,7 +117,7 @@ def choose_for(target: str, launcher: str, mode: str, **options: Any) -> Executo
     if (target, launcher, mode) not in EXECUTORS:
         raise PlanError(f"no executor runs a {target} plan with launcher {launcher} ({mode})",
                         "render it (hpcqa render) or change cluster.executor / launch.launcher")
-    return EXECUTORS[target, launcher, mode](**options)
+    return _construct(EXECUTORS[target, launcher, mode], options)
 
 
 def verbs(executor: str, slurm_: Slurm | None = None) -> JobVerbs:
@@ -112,7 +125,7 @@ def verbs(executor: str, slurm_: Slurm | None = None) -> JobVerbs:
     if executor not in VERBS:
         raise PlanError(f"the registry names an executor this hpcqa does not know: {executor!r}",
                         "use the hpcqa version that submitted the job")
-    return VERBS[executor](slurm_)
+    return _construct(VERBS[executor], {"slurm": slurm_})
 
 
 def by_executor(rows: Sequence[JobRow]) -> dict[str, list[JobRow]]:

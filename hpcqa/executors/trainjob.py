@@ -157,7 +157,7 @@ class TrainJobRender(RenderOnly):
     """Kubernetes with Kubeflow Trainer v2: render only. The request is the TrainingRuntime and the TrainJob (YAML);
     `kubectl apply -f` submits them, and the Trainer controller runs them through JobSet."""
 
-    target = targets.K8s
+    target = targets.K8sTarget
     requeue = Requeue.POD
     via = "a TrainJob for Kubeflow Trainer v2"
     no_scheduler = "Kubernetes: no API server is asked (kubectl apply --dry-run=server would)"
