@@ -30,7 +30,7 @@ from hpcqa.executors import cancel as canceller
 from hpcqa.executors import hostprobe, jobs, table
 from hpcqa.executors.interface import Executor, Request, Say, Submitted, silent
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.record import manifest, registry, scalingview
+from hpcqa.record import manifest, registry, scalingruns
 from hpcqa.record.jobdir import JobDir
 
 
@@ -103,7 +103,7 @@ def scaling_notes(plans: Sequence[Any]) -> list[str]:
         if p.nodes < 2 or p.command or (p.nodes, p.config.job.registry) in seen:  # the model knows its own trainer
             continue
         seen.add((p.nodes, p.config.job.registry))
-        out += scalingview.warnings_for(p, registry.Registry(p.config.job.registry or None, create=False))
+        out += scalingruns.warnings_for(p, registry.Registry(p.config.job.registry or None, create=False))
     return out
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from hpcqa.core import scaling
 from hpcqa.errors import UsageError
-from hpcqa.record import links, registry, scalingview
+from hpcqa.record import links, registry, scalingruns
 
 MB = 1 << 20
 
@@ -109,12 +109,12 @@ def test_link_store_round_trip_and_keys(tmp_path):
 @pytest.mark.parametrize("text,bps", [("10gbit", 1.25e9), ("100mbit", 12.5e6), ("1.5Gbit", 1.875e8),
                                       ("117MB/s", 117e6)])
 def test_parse_rate(text, bps):
-    assert scalingview.parse_rate(text) == pytest.approx(bps)
+    assert scalingruns.parse_rate(text) == pytest.approx(bps)
 
 
 def test_parse_rate_names_the_fix():
     with pytest.raises(UsageError) as e:
-        scalingview.parse_rate("fast")
+        scalingruns.parse_rate("fast")
     assert "fast" in e.value.render() and "10gbit" in e.value.render()
 
 
@@ -139,16 +139,16 @@ def test_a_multi_node_submit_is_warned_when_the_model_says_slower(tmp_path, monk
     reg = registry.Registry(tmp_path / "r.sqlite")
     overrides = ["model.name_or_path=builtin:tiny-bert", "cluster.nodes=2", "cluster.executor=slurm"]
     p = plan.build_plan(config.load("configs/quickstart.toml", overrides), hostprobe.probe_host())
-    assert scalingview.warnings_for(p, reg) == []          # no link, no run: silent
+    assert scalingruns.warnings_for(p, reg) == []          # no link, no run: silent
     links.record(links.key("slurm", "", p.backend.resolved), {"bandwidth_Bps": 95e6 / 8, "latency_s": 2e-4}, "7")
-    assert scalingview.warnings_for(p, reg) == []          # a link but no run of this shape
+    assert scalingruns.warnings_for(p, reg) == []          # a link but no run of this shape
     _job(tmp_path, reg, "8", results(sps=120.0, step=8 / 120.0), state="FAILED")
-    assert scalingview.warnings_for(p, reg) == []          # a failed run is no evidence
+    assert scalingruns.warnings_for(p, reg) == []          # a failed run is no evidence
     _job(tmp_path, reg, "9", results(sps=120.0, step=8 / 120.0))   # registry not yet told: results say done
-    (w,) = scalingview.warnings_for(p, reg)
+    (w,) = scalingruns.warnings_for(p, reg)
     assert "predicted slower on 2 nodes than on 1" in w and "job 9" in w and "hpcqa scaling --predict 9" in w
     links.record(links.key("slurm", "", p.backend.resolved), {"bandwidth_Bps": 1e10 / 8, "latency_s": 2e-5}, "10")
-    assert scalingview.warnings_for(p, reg) == []          # a fast link: two nodes pay
+    assert scalingruns.warnings_for(p, reg) == []          # a fast link: two nodes pay
 
 
 def test_scaling_cli(cli, tmp_path):

@@ -7,10 +7,11 @@ import re
 import pytest
 from rich.console import Console
 
+from hpcqa.cli import statusview
 from hpcqa.core import states
 from hpcqa.executors import jobs, slurmcli
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.record import registry, status, statusview
+from hpcqa.record import registry, status
 from hpcqa.record.jobdir import write_json
 from hpcqa.record.status import JobView
 from tests.test_status import ALL_STATES, FakeRunner, _reg

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hpcqa import errors
+from hpcqa.cli import statusview
 from hpcqa.cli.say import warn
 from hpcqa.core import states
 from hpcqa.core.states import State
@@ -22,7 +23,7 @@ from hpcqa.errors import HpcqaError, RegistryError, UsageError
 from hpcqa.executors import cancel, jobs
 from hpcqa.executors.cancel import targets
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.record import registry, results, scalingview, statusview
+from hpcqa.record import registry, results, scalingruns
 from hpcqa.record.jobdir import JobDir
 
 
@@ -226,7 +227,7 @@ def predicted_for_sweep(reg, sweep_id: str) -> tuple[dict[int, float], str]:
     rows = reg.jobs(sweep_id=sweep_id)
     try:
         base = min((r for r in rows if r.state == State.COMPLETED), key=lambda r: r.nodes)
-        table = scalingview.study(rows, scalingview.link_of_run(base))
+        table = scalingruns.study(rows, scalingruns.link_of_run(base))
     except (ValueError, UsageError) as e:
         return {}, f"no prediction: {e.message if isinstance(e, UsageError) else e}"
     return {r["nodes"]: r["predicted"] for r in table if r["predicted"]}, ""

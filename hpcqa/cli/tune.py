@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from hpcqa.cli.say import say
 from hpcqa.core import config, plan, scaling
 from hpcqa.core.states import State
 from hpcqa.errors import UsageError
@@ -18,7 +19,7 @@ from hpcqa.executors import hostprobe, jobs
 from hpcqa.executors import tune as tuner
 from hpcqa.executors.cancel import targets
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.record import registry, scalingview
+from hpcqa.record import registry, scalingruns
 from hpcqa.record import tuned as tune
 
 
@@ -41,7 +42,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"{k}x{cores // k} " + ("-" if v is None else f"{v:.2f}") for k, v in sorted(measured.items()))
             + " samples/s", highlight=False)
 
-    out = tuner.run(args.config, args.overrides, args.steps, args.warmup, cands, show)
+    out = tuner.run(args.config, args.overrides, args.steps, args.warmup, cands, show, say)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
@@ -57,7 +58,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _tune_comm(args: argparse.Namespace) -> int:
-    out = tuner.run_comm(args.config, args.overrides)
+    out = tuner.run_comm(args.config, args.overrides, say)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
@@ -91,7 +92,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     row = rows[0]
     if row.state != State.COMPLETED:
         raise UsageError(f"job {row.id} is {row.state}: predictions need a completed run", "pick a finished job")
-    out = scalingview.predict_job(row, nodes, scalingview.link_of_run(row, args.bandwidth, args.latency_us))
+    out = scalingruns.predict_job(row, nodes, scalingruns.link_of_run(row, args.bandwidth, args.latency_us))
     if args.json:
         print(json.dumps(prediction_json(out), indent=2, default=str))
         return 0
@@ -110,7 +111,7 @@ def _scaling_from_reference(args: argparse.Namespace, nodes: list[int]) -> int:
         bad = f"--features {args.features}" if args.features < 1 else f"--efficiency {args.efficiency}"
         raise UsageError(f"{bad}: out of range", "--features is a count of 1 or more; --efficiency a share "
                                                  "between 0 and 1 (0.9: 90 % of linear)")
-    epoch_s = scalingview.parse_duration(args.epoch_time)
+    epoch_s = scalingruns.parse_duration(args.epoch_time)
     cfg = config.load(args.id, list(args.set))
     lp = plan.build_plan(cfg, hostprobe.probe_host())
     from hpcqa.rank.train import commbench
@@ -122,7 +123,7 @@ def _scaling_from_reference(args: argparse.Namespace, nodes: list[int]) -> int:
                          "or --set model.name_or_path=DIR (a directory with the model's config.json)") from None
     batch = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps
     prof = scaling.profile_from_reference(lp.ranks_per_node, batch, args.features, epoch_s, buckets["bucket_bytes"])
-    link = scalingview.link_for(lp.executor, cfg.cluster.partition, lp.backend.resolved, args.bandwidth,
+    link = scalingruns.link_for(lp.executor, cfg.cluster.partition, lp.backend.resolved, args.bandwidth,
                                 args.latency_us)
     model = scaling.Model(prof, link)
     preds = model.predict(nodes)
@@ -191,8 +192,8 @@ def duration(s: float) -> str:
 def _scaling_study(args: argparse.Namespace, rows) -> int:
     link = None
     if args.predict:
-        link = scalingview.link_of_run(min(rows, key=lambda r: r.nodes), args.bandwidth, args.latency_us)
-    table = scalingview.study(rows, link)
+        link = scalingruns.link_of_run(min(rows, key=lambda r: r.nodes), args.bandwidth, args.latency_us)
+    table = scalingruns.study(rows, link)
     if not table:
         raise UsageError(f"sweep {args.id} has no completed run with a measured throughput", "hpcqa status "
                          f"{args.id} shows its tasks")

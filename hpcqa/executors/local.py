@@ -75,7 +75,7 @@ class Local:
             raise refusal  # before anything is written
         common.write_files(request)
         if request.code:
-            snapshot.write(request.code)
+            snapshot.write(request.code, say)
         common.write_work(request)
         sp = request.sweep
         if sp.is_sweep:

@@ -71,7 +71,7 @@ class ScriptSlurm:
         self.slurm.require_controller()
         common.write_files(request)
         if request.code:
-            snapshot.write(request.code)
+            snapshot.write(request.code, say)
         common.write_work(request)
         (command,) = request.commands
         job_id, cluster = self.slurm.sbatch(command)

@@ -83,7 +83,7 @@ class SubmititSlurm:
         self.slurm.require_controller()
         common.write_files(request)
         if request.code:
-            snapshot.write(request.code)
+            snapshot.write(request.code, say)
         common.write_work(request)
         ids, folders, sweep_id, previous = [], [], None, None
         for n, (array, command) in enumerate(zip(sp.arrays, request.commands)):

@@ -18,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from hpcqa import fsutil
 from hpcqa.errors import SubmitError
@@ -120,7 +120,7 @@ def plan(root: JobRoot, package: Path = PACKAGE) -> Snapshot:
     return Snapshot(digest, root.code(digest), package, {**provenance(package), "digest": digest})
 
 
-def write(snap: Snapshot) -> Path:
+def write(snap: Snapshot, say: Callable[[str], None] = lambda line: None) -> Path:
     """Copy the package (once per digest: built aside, then renamed into place). An existing copy is reused only
     once it verifies; one that does not is set aside (kept for a look) and made again. Modes come from the
     process's umask, which submit sets (never the checkout's own modes: copyfile, not copy2)."""
@@ -132,8 +132,7 @@ def write(snap: Snapshot) -> Path:
             bad = e.message
         aside = snap.path.with_name(f"{snap.digest}.damaged-{int(time.time())}")
         os.replace(snap.path, aside)
-        print(f"hpcqa: warning: the existing snapshot did not verify ({bad}); kept as {aside}, made again",
-              file=sys.stderr)
+        say(f"warning: the existing snapshot did not verify ({bad}); kept as {aside}, made again")
     snap.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{snap.digest}-", dir=snap.path.parent))
     manifest = {}

@@ -8,7 +8,6 @@ with launch.ranks_per_socket set, a short max_steps, no evaluation and no checkp
 from __future__ import annotations
 
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -17,6 +16,7 @@ from hpcqa.core import config, states, sweep
 from hpcqa.core import plan as planmod
 from hpcqa.errors import ConfigError, JobFailed
 from hpcqa.executors import hostprobe, table
+from hpcqa.executors.interface import Say, silent
 from hpcqa.fsutil import owner_umask
 from hpcqa.record import links
 from hpcqa.record import tuned as tune
@@ -24,7 +24,7 @@ from hpcqa.record.jobdir import JobDir
 
 
 def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates: Sequence[int] | None,
-        show: Callable[[dict[int, float | None], int, int], None] | None = None) -> dict:
+        show: Callable[[dict[int, float | None], int, int], None] | None = None, say: Say = silent) -> dict:
     """-> {"key", "entry", "measured", "jobs"}; raises JobFailed when no candidate ran."""
 
     base = config.load(path, list(overrides))
@@ -36,7 +36,7 @@ def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates
         cfg = config.load(path, [*overrides, *tune.tune_overrides(rps, steps, warmup),
                                  f"job.name={base.job.name}-tune"])
         p = planmod.build_plan(cfg, host, via_submitit=True)
-        job_id, jd, state = _run_one(p, f"tune {rps}x{base.cores_per_domain // rps} ({i + 1}/{len(cands)})")
+        job_id, jd, state = _run_one(p, f"tune {rps}x{base.cores_per_domain // rps} ({i + 1}/{len(cands)})", say)
         res = jd.read_results() or {}
         measured[rps] = res.get("steady_samples_per_second") if states.succeeded(state) else None
         jobs[rps] = {"id": job_id, "state": state, "folder": str(jd.path)}
@@ -51,16 +51,16 @@ def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates
             "cores_per_domain": base.cores_per_domain, "store": str(tune.store_path())}
 
 
-def _run_one(p: planmod.LaunchPlan, title: str) -> tuple[str, JobDir, str]:
+def _run_one(p: planmod.LaunchPlan, title: str, say: Say) -> tuple[str, JobDir, str]:
     ex = table.choose(p)
     with owner_umask(p.config.job.group_readable):
-        submitted = ex.submit(ex.dry_run(sweep.single(p)))
+        submitted = ex.submit(ex.dry_run(sweep.single(p)), say)
     if not ex.runs_here:
-        print(f"{title}: job {submitted.ids[0]}", file=sys.stderr)
+        say(f"{title}: job {submitted.ids[0]}")
     return submitted.ids[0], JobDir(Path(submitted.folders[0])), ex.wait(submitted).state
 
 
-def run_comm(path: str, overrides: Sequence[str]) -> dict:
+def run_comm(path: str, overrides: Sequence[str], say: Say = silent) -> dict:
     """`hpcqa tune --comm`: one job of the config's nodes (at least 2) whose ranks measure the link between the
     nodes with the training's backend instead of training; the fit is stored per executor, partition and backend.
     -> {"key", "entry", "link", "job"}; raises JobFailed when the job did not measure."""
@@ -75,7 +75,7 @@ def run_comm(path: str, overrides: Sequence[str]) -> dict:
     cfg = config.load(path, [*overrides, "job.task=comm", "job.command=[]", f"cluster.nodes={nodes}",
                              "train.do_eval=false", f"job.name={base.job.name}-comm"])  # the link, whatever the program
     p = planmod.build_plan(cfg, host, via_submitit=True)
-    job_id, jd, state = _run_one(p, f"tune --comm ({nodes} nodes, {p.backend.resolved})")
+    job_id, jd, state = _run_one(p, f"tune --comm ({nodes} nodes, {p.backend.resolved})", say)
     link = (jd.read_results() or {}).get("link") or {}
     if not states.succeeded(state) or not link.get("bandwidth_Bps"):
         raise JobFailed(f"the link measurement (job {job_id}) ended {state}: {link.get('error', 'no link measured')}",
