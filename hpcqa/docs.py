@@ -1,13 +1,28 @@
-"""`python -m hpcqa.docs`: rewrite the config reference in README.md from the schema in config.py."""
+"""`python -m hpcqa.docs`: rewrite the README's generated parts -- the config reference from the schema in
+config.py, the layout from the maps in the packages' docstrings (each folder's __init__.py names its modules: a
+structure test holds every module to it) -- so neither can drift from the code."""
 
 from __future__ import annotations
 
+import ast
+import re
 import sys
 from pathlib import Path
 
 from hpcqa.core.config import reference_rows
+from hpcqa.errors import UsageError
 
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
+LAYOUT_START, LAYOUT_END = "<!-- layout:start -->", "<!-- layout:end -->"
+PACKAGE = Path(__file__).resolve().parent
+ROOT = PACKAGE.parent
+MAP_LINE = re.compile(r"^    (\S+(?:\.py|/))\s{2,}\S")   # "    name.py   what it is" in a folder's docstring
+MORE = re.compile(r"^ {6,}\S")                           # its continuation lines
+# the checkout's other folders, listed by file (what the README's layout names of them is what is there)
+OTHERS = {"sbatch_templates": "the job scripts' templates (read by render)",
+          "configs": "example configs", "examples": "user programs and the Python API, run under hpcqa",
+          "scripts": "install, test, the local Slurm test clusters, the lock file",
+          "benchmarks": "scripts that print numbers (BENCHMARKS.md)"}
 
 
 def table() -> str:
@@ -17,17 +32,78 @@ def table() -> str:
     return "\n".join(lines)
 
 
+def folder_map(folder: Path) -> dict[str, list[str]]:
+    """A package's map, from its __init__.py docstring: entry name (`x.py`, `sub/`) -> its lines."""
+    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()), clean=False) or ""
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in doc.splitlines():
+        m = MAP_LINE.match(line)
+        if m:
+            current = out.setdefault(m.group(1), [])
+            current.append(line[4:])
+        elif current is not None and MORE.match(line):
+            current.append(line[4:])
+        else:
+            current = None
+    return out
+
+
+def unmapped(folder: Path) -> list[str]:
+    """Modules and sub-packages of `folder` its map does not name."""
+    named = set(folder_map(folder))
+    present = {p.name for p in folder.glob("*.py") if p.name != "__init__.py"} | \
+        {f"{p.parent.name}/" for p in folder.glob("*/__init__.py")}
+    return sorted(present - named)
+
+
+def _tree(folder: Path, depth: int) -> list[str]:
+    lines = []
+    for name, text in folder_map(folder).items():
+        pad = "  " * depth
+        lines += [pad + t for t in text]
+        if name.endswith("/") and (folder / name / "__init__.py").exists():
+            lines += _tree(folder / name, depth + 1)
+    return lines
+
+
+def layout(root: Path = ROOT) -> str:
+    lines = ["hpcqa/", *_tree(root / "hpcqa", 1)]
+    for name, what in OTHERS.items():
+        files = sorted(p.name for p in (root / name).iterdir() if p.is_file() and not p.name.startswith("."))
+        lines.append(f"{name + '/':<18}{what}:")
+        row = " " * 18
+        for f in files:
+            if len(row) + len(f) + 2 > 118:
+                lines.append(row.rstrip().rstrip(","))
+                row = " " * 18
+            row += f + ", "
+        lines.append(row.rstrip().rstrip(","))
+    tests = sorted((root / "tests").glob("test_*.py"))
+    lines.append(f"{'tests/':<18}{len(tests)} test modules (test_*.py: unit, golden scripts, hostile text, real Slurm, "
+                 "structure) and their helpers")
+    return "\n".join(lines)
+
+
+def _replace(text: str, start: str, end: str, body: str, readme: str) -> str:
+    if start not in text or end not in text:
+        raise UsageError(f"{readme}: markers {start} / {end} not found", "put them back around the generated part")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
 def main(readme: str = "README.md") -> int:
     p = Path(readme)
-    text = p.read_text()
-    if START not in text or END not in text:
-        print(f"{readme}: markers {START} / {END} not found", file=sys.stderr)
-        return 2
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    p.write_text(f"{head}{START}\n{table()}\n{END}{tail}")
+    text = _replace(p.read_text(), START, END, table(), readme)
+    text = _replace(text, LAYOUT_START, LAYOUT_END, f"```\n{layout()}\n```", readme)
+    p.write_text(text)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    try:
+        sys.exit(main(*sys.argv[1:]))
+    except UsageError as e:
+        print(e.render(), file=sys.stderr)
+        sys.exit(e.exit_code)

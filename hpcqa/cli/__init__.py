@@ -1,15 +1,16 @@
 """hpcqa command line: the only package that prints tables or turns errors into exit codes. Split by verb group:
 
-    parser.py   the grammar (every verb, option and help)
-    say.py      progress lines and warnings on stderr
-    submit.py   submit: the dry run and the submission
-    report.py   what submit prints while a job runs and when it ends
-    render.py   render: standalone scripts, the Kubernetes objects, their image's Dockerfile
-    jobs.py     status, logs, cancel, registry, results
-    node.py     topology, env, hosts
-    tune.py     tune, scaling
-    checks.py   validate, doctor
-    staging.py  stage
+    parser.py       the grammar (every verb, option and help)
+    say.py          progress lines and warnings on stderr
+    submit.py       submit: the dry run and the submission
+    report.py       what submit prints while a job runs and when it ends
+    render.py       render: standalone scripts, the Kubernetes objects, their image's Dockerfile
+    jobs.py         status, logs, cancel, registry, results
+    statusview.py   status on a terminal: the job list (80 columns, --wide) and the detail view
+    node.py         topology, env, hosts
+    tune.py         tune, scaling
+    checks.py       validate, doctor
+    staging.py      stage
 
 A verb's module is imported when that verb runs (VERBS), and imports what it needs at its top: `hpcqa --help`
 loads the grammar alone. Heavy modules (torch, transformers, datasets) are imported only by the verbs that need
