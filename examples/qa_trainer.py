@@ -20,8 +20,14 @@ import sys
 import torch
 import torch.distributed as dist
 from datasets import Dataset
-from transformers import (AutoModelForQuestionAnswering, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments,
-                          default_data_collator)
+from transformers import (
+    AutoModelForQuestionAnswering,
+    AutoTokenizer,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    default_data_collator,
+)
 from transformers.trainer_utils import get_last_checkpoint
 
 NOTICE = {"seen": False}

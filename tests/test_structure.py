@@ -4,10 +4,13 @@ names compared only in the executors' table and the plan; the folders show the l
 of parsed code, and each is shown to catch a planted offender."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from hpcqa import docs
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "hpcqa"
@@ -319,3 +322,133 @@ def test_the_checkout_check_catches_a_file_left_behind():
     finally:
         planted.unlink()
     assert checkout_state() == before
+
+
+# ------------------------------------------------------------------ one name per concept; maps that stay true
+
+def imported_by(code: str) -> list[str]:
+    """The modules a fresh interpreter imports running `code` (python -X importtime -c CODE), in order."""
+    r = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       timeout=120)
+    return [line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines()
+            if line.startswith("import time:") and line.count("|") == 2 and not line.endswith("package")]
+
+
+def cli_imports(argv: list[str], prelude: str = "") -> list[str]:
+    """What `hpcqa ARGV...` imports (after `prelude`, the way a planted offender gets in)."""
+    return imported_by(f"{prelude}\nimport contextlib, io\nfrom hpcqa.cli import main\n"
+                       f"with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+                       f"    main({argv!r})\n")
+
+
+def trainer_modules(mods: list[str]) -> list[str]:
+    return [m for m in mods if m.startswith("hpcqa.rank.train") or m.split(".")[0] in ("torch", "transformers",
+                                                                                          "datasets")]
+
+
+def test_submit_imports_no_trainer_module():
+    """Submitting pickles RankJob without importing the trainer (submitit's executors never import the code they
+    pickle): the dry run, which builds the same request, loads no rank/train module, torch or transformers."""
+    argv = ["submit", "configs/quickstart.toml", "--dry-run"]
+    assert trainer_modules(cli_imports(argv)) == []
+    assert "hpcqa.rank.train.metrics" in trainer_modules(cli_imports(argv, "import hpcqa.rank.train.metrics"))
+
+
+def test_help_imports_neither_the_config_model_nor_a_rank_module():
+    def offenders(mods):
+        return [m for m in mods if m == "hpcqa.core.config" or m.startswith("hpcqa.rank")]
+    mods = imported_by("import sys\nfrom hpcqa.cli import main\nsys.argv = ['hpcqa', '--help']\n"
+                       "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()), "
+                       "contextlib.suppress(SystemExit):\n    main(['--help'])\n")
+    assert "hpcqa.cli.parser" in mods and offenders(mods) == []
+    assert offenders(cli_imports(["--help"], "import hpcqa.core.config")) == ["hpcqa.core.config"]
+
+
+def shared_class_names(trees: dict[str, ast.AST]) -> dict[str, list[str]]:
+    """Top-level class names defined in more than one module."""
+    where: dict[str, list[str]] = {}
+    for name, tree in trees.items():
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(name)
+    return {k: v for k, v in where.items() if len(v) > 1}
+
+
+def test_no_two_top_level_classes_share_a_name():
+    assert shared_class_names(package_trees()) == {}
+    planted = {"hpcqa.a": ast.parse("class Layout: pass"), "hpcqa.b": ast.parse("class Layout(dict): pass"),
+               "hpcqa.c": ast.parse("class Other: pass")}
+    assert shared_class_names(planted) == {"Layout": ["hpcqa.a", "hpcqa.b"]}
+
+
+def package_folders() -> list[Path]:
+    return sorted(p.parent for p in PACKAGE.rglob("__init__.py") if "__pycache__" not in p.parts)
+
+
+def test_every_module_is_named_in_its_folders_map(tmp_path):
+    missing = {str(f.relative_to(ROOT)): docs.unmapped(f) for f in package_folders() if docs.unmapped(f)}
+    assert not missing, f"name them in the folder's __init__.py docstring, then python -m hpcqa.docs: {missing}"
+    (tmp_path / "__init__.py").write_text('"""A folder.\n\n    a.py   the first\n    sub/   a package\n"""\n')
+    for name in ("a.py", "b.py", "sub/__init__.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert docs.unmapped(tmp_path) == ["b.py"]
+
+
+def test_the_readmes_layout_is_the_generated_one():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(docs.LAYOUT_START, 1)[1].split(docs.LAYOUT_END, 1)[0].strip()
+    assert block == f"```\n{docs.layout()}\n```", "the README's layout is stale: run python -m hpcqa.docs"
+
+
+def prints(rel: str, tree: ast.AST) -> list[str]:
+    """print(...) or a console's .print(...) outside cli/ -- but for the rank side (its output is the rank's log),
+    a `__main__.py` and a module's `if __name__ == "__main__":` block (a program's own entry)."""
+    if rel.startswith(("hpcqa/cli/", "hpcqa/rank/")) or rel.endswith("__main__.py"):
+        return []
+    entry = {id(n) for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+             for n in ast.walk(node)}
+    return [f"{rel}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Call) and id(n) not in entry and (
+        (isinstance(n.func, ast.Name) and n.func.id == "print")
+        or (isinstance(n.func, ast.Attribute) and n.func.attr == "print"))]
+
+
+def test_only_the_cli_prints():
+    offenders = [x for path, tree in modules() for x in prints(str(path.relative_to(ROOT)), tree)]
+    assert not offenders, "hand the text to cli/ (return it, or take a `say` callback):\n" + "\n".join(offenders)
+    planted = ast.parse('import sys\ndef f(con):\n    print("x", file=sys.stderr)\n    con.print("y")\n'
+                        'if __name__ == "__main__":\n    print("usage")\n')
+    assert prints("hpcqa/record/x.py", planted) == ["hpcqa/record/x.py:3", "hpcqa/record/x.py:4"]
+    assert prints("hpcqa/cli/x.py", planted) == [] and prints("hpcqa/rank/train/run.py", planted) == []
+
+
+def import_share(trees: dict[str, ast.AST]) -> tuple[int, int]:
+    """(imports inside functions, all imports)."""
+    inside = total = 0
+    for tree in trees.values():
+        nested = {id(n) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for n in ast.walk(fn)}
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.Import, ast.ImportFrom)):
+                total += 1
+                inside += id(n) in nested
+    return inside, total
+
+
+def test_function_local_imports_are_under_a_tenth():
+    inside, total = import_share(package_trees())
+    assert inside < 0.1 * total, f"{inside} of {total} imports are inside functions"
+    assert import_share({"m": ast.parse("import os\ndef f():\n    import json\n")}) == (1, 2)
+
+
+def test_ruff_is_clean(tmp_path):
+    """ruff (configured in pyproject.toml: import order, unused and duplicate imports, imports not at the top,
+    undefined names) passes on the tree, and fails on a planted offender."""
+    def ruff(*paths):
+        return subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *map(str, paths)],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+    r = ruff("hpcqa", "tests", "benchmarks", "scripts", "examples")
+    assert r.returncode == 0, r.stdout + r.stderr
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nimport json\nimport os\n\nprint(os.sep)\n")
+    assert ruff(bad).returncode == 1

@@ -14,7 +14,7 @@ import functools
 import json
 import math
 import re
-import sys
+import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -27,12 +27,6 @@ from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.k8sconfig import K8sConfig
 from hpcqa.core.options import opt
 from hpcqa.errors import ConfigError, UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 
 # Values that end up on "#SBATCH" lines are not shell-parsed, so they cannot be quoted: restrict them.
 SLURM_NAME = r"[A-Za-z0-9._+-]*"
