@@ -13,6 +13,7 @@ from typing import Mapping
 
 from hpcqa import api
 from hpcqa.core import plan, sweep, topology
+from hpcqa.core.targets import DDPBackend
 from hpcqa.executors import hostprobe, table
 from hpcqa.executors.slurmcli import Slurm, first_line
 from hpcqa.rank import preload
@@ -76,7 +77,7 @@ def run_checks(cfg=None, slurm: Slurm | None = None) -> list[Check]:
     """Checks that follow the config's executor: a local config gets no Slurm errors."""
     checks: list[Check] = []
     ex, request = api.dry_run(sweep.single(api.plan(cfg))) if cfg is not None else (None, None)
-    if ex is not None and not ex.asks_slurm:
+    if ex is not None and ex.scheduler is None:
         checks.append(Check("executor", "ok", f"{ex.target.name} (this machine): Slurm is not needed for this config",
                             "" if cfg.cluster.executor == ex.target.name else "cluster.executor = \"auto\" and no sbatch here"))
     elif shutil.which("sbatch"):
@@ -171,16 +172,16 @@ def host_checks(cfg) -> list[Check]:
         v = _version(dist)
         checks.append(Check(dist, "ok" if v else "error", v or "not installed", "" if v else f"pip install {dist}"))
     ccl = hostprobe.extensions().ccl_bindings
-    wants_ccl = cfg is None or cfg.train.ddp_backend == "ccl"
+    wants_ccl = cfg is None or cfg.train.ddp_backend == DDPBackend.CCL
     checks.append(Check("ccl bindings", "ok" if ccl or not wants_ccl else "warning",
                         f"oneccl_bindings_for_pytorch {'found' if ccl else 'not installed'}" +
                         ("" if ccl or wants_ccl else f" (train.ddp_backend = \"{cfg.train.ddp_backend}\": gloo)"),
                         "" if ccl or not wants_ccl else
                         "DDP runs over gloo; oneccl_bind_pt is on Intel's wheel index, not PyPI"))
     backend = plan.resolve_backend(cfg.train.ddp_backend if cfg else "auto", ccl)
-    checks.append(Check("ddp backend", "ok" if not (backend.resolved == "ccl" and not ccl) else "error",
+    checks.append(Check("ddp backend", "ok" if not (backend.resolved is DDPBackend.CCL and not ccl) else "error",
                         f"{backend.resolved} ({backend.reason})",
-                        "" if not (backend.resolved == "ccl" and not ccl) else "set train.ddp_backend = \"gloo\""))
+                        "" if not (backend.resolved is DDPBackend.CCL and not ccl) else "set train.ddp_backend = \"gloo\""))
     ipex = _version("intel-extension-for-pytorch")
     asked = cfg is not None and cfg.train.ipex
     checks.append(Check("ipex", "ok" if ipex or not asked else "warning",

@@ -187,10 +187,11 @@ def lazy_imports(rel: str, tree: ast.AST, heavy: set[str]) -> list[str]:
 
 
 def vocabulary() -> frozenset[str]:
-    """The names that only their tables may compare: targets (executors), launchers, requeue modes, scheduler
-    answers, job states."""
+    """The names that only their tables may compare: targets (executors), launchers, DDP backends, requeue modes,
+    scheduler answers, job states."""
     from hpcqa.core import states, targets
     return frozenset({*(t.name for t in targets.TARGETS), *targets.Launcher,
+                      *(b for b in targets.DDPBackend if b is not targets.DDPBackend.AUTO),
                       *(r for r in targets.Requeue if r is not targets.Requeue.NONE), states.Source.SACCT,
                       states.Source.SQUEUE, *states.State})
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hpcqa.core import targets
 from hpcqa.version import __version__
 
 EPILOG = """examples:
@@ -119,12 +120,12 @@ def _add_render(sub) -> None:
                        usage="hpcqa render CONFIG [options] [-- PROGRAM [ARGS...]]")
     add_config(p)
     p.add_argument("-o", "--output", help="write the script here (default: stdout)")
-    p.add_argument("--target", choices=["script", "trainjob", "pytorchjob", "stage-job", "dockerfile"], default="script",
+    p.add_argument("--target", choices=targets.RENDER_TARGETS, default=targets.RENDER_SCRIPT,
                    help="script (default): sbatch/mpirun; trainjob: a Kubeflow Trainer v2 TrainJob and its "
                         "TrainingRuntime (YAML, kubectl apply -f); pytorchjob: a training-operator v1 PyTorchJob; "
                         "stage-job: a Job that stages the model and data into the PVC; dockerfile: "
                         "the image those pods run")
-    p.add_argument("--launcher", choices=["srun", "mpirun"], help="default: launch.launcher")
+    p.add_argument("--launcher", choices=targets.SCRIPT_LAUNCHERS, help="default: launch.launcher")
     p.add_argument("--python", default=None, help="interpreter on the nodes (default: cluster.python, else python3)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--hosts", metavar="NODELIST", help="plain machines, no Slurm: a script for mpirun over ssh on "

@@ -17,7 +17,7 @@ from hpcqa.fsutil import atomic_write_text
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    raw = table.for_render(config.load_raw(args.config, args.overrides))
+    raw = table.render_config(config.load_raw(args.config, args.overrides))
     cfg = config.validate(raw, args.config, args.overrides)
     if args.target != table.RENDER_SCRIPT:
         _no_script_options(args)

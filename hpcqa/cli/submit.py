@@ -39,10 +39,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.check:
         ok, answer = ex.check(request)
         if not ok:
-            raise UsageError(f"Slurm would refuse this request: {answer}",
+            raise UsageError(f"{ex.scheduler or 'submit'} would refuse this request: {answer}",
                              "fix the key it names (cluster.partition, account, qos, time_limit_min, nodes ...); "
                              "nothing was queued")
-        print(f"Slurm would accept it: {answer}" if ex.asks_slurm else answer)
+        print(f"{ex.scheduler} would accept it: {answer}" if ex.scheduler else answer)
         return 0
     if args.dry_run:
         print_request(ex, request, args.json)

@@ -26,6 +26,7 @@ from hpcqa.core import values as valuecheck
 from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.k8sconfig import K8sConfig
 from hpcqa.core.options import opt
+from hpcqa.core.targets import CONFIG_CHOICES, DDP_BACKENDS, SCRIPT_LAUNCHERS
 from hpcqa.errors import ConfigError, UsageError
 
 # Values that end up on "#SBATCH" lines are not shell-parsed, so they cannot be quoted: restrict them.
@@ -58,7 +59,7 @@ class JobConfig:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    executor: Literal["auto", "slurm", "local"] = opt(
+    executor: Literal[CONFIG_CHOICES] = opt(
         "auto", "auto: Slurm when `sbatch` is on PATH, else the local executor.")
     nodes: int = opt(1, "Nodes to allocate.", min=1, max=100000)
     sockets_per_node: int = opt(2, "CPU sockets per node; one rank runs per socket.", min=1, max=64)
@@ -94,7 +95,7 @@ class ClusterConfig:
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    launcher: Literal["srun", "mpirun"] = opt(
+    launcher: Literal[SCRIPT_LAUNCHERS] = opt(
         "srun", "How ranks start: srun (Slurm), or mpirun (Intel MPI hydra: rendered scripts, and a single `submit` "
                 "job runs the rendered mpirun script; sweeps use srun).")
     rank_domain: Literal["socket", "numa"] = opt(
@@ -214,7 +215,7 @@ class TrainConfig:
     bf16: Literal["auto", "true", "false"] | bool = opt(
         "auto", "bf16 autocast: auto = on when the CPU has AMX or avx512_bf16; true; false.")
     ipex: bool = opt(False, "Apply intel_extension_for_pytorch.optimize when it is installed.")
-    ddp_backend: Literal["auto", "gloo", "ccl"] = opt(
+    ddp_backend: Literal[DDP_BACKENDS] = opt(
         "auto", "auto: ccl when oneccl_bindings_for_pytorch imports and transformers accepts it, "
                 "else gloo. ccl unavailable -> error before training.")
     seed: int = opt(42, "Random seed.", min=0)

@@ -21,7 +21,7 @@ from hpcqa.core import command, targets, threadenv, topology
 from hpcqa.core.config import Config, from_dict
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path
 from hpcqa.core.frozen import FrozenDict, freeze
-from hpcqa.core.targets import Launcher, Requeue
+from hpcqa.core.targets import DDPBackend, Launcher, Requeue
 from hpcqa.errors import ConfigError, HpcqaError, PlanError
 
 
@@ -90,8 +90,8 @@ class LocalRankPlan:
 
 @dataclass(frozen=True)
 class Backend:
-    requested: str
-    resolved: str
+    requested: DDPBackend
+    resolved: DDPBackend    # never AUTO
     reason: str
 
 
@@ -193,7 +193,8 @@ class LaunchPlan:
         """The typed plan back from `to_json()` output (the config is validated again on the way)."""
         return cls(
             config=from_dict(d["config"], source=d.get("source", "")), executor=targets.named(d["executor"]).name,
-            launcher=Launcher(d["launcher"]), backend=Backend(**d["backend"]), nodes=d["nodes"],
+            launcher=Launcher(d["launcher"]), backend=Backend(DDPBackend(d["backend"]["requested"]), DDPBackend(d["backend"]["resolved"]),
+                                  d["backend"]["reason"]), nodes=d["nodes"],
             ranks_per_node=d["ranks_per_node"], world_size=d["world_size"], cpus_per_task=d["cpus_per_task"],
             local_ranks=tuple(LocalRankPlan(lr["local_rank"], tuple(lr["cpus"]), tuple(lr["compute"]),
                                             tuple(lr["ccl"]), FrozenDict(lr["env"])) for lr in d["local_ranks"]),
@@ -241,24 +242,26 @@ class LaunchPlan:
 
 
 def resolve_backend(requested: str, ccl_bindings: bool) -> Backend:
-    if requested == "gloo":
-        return Backend("gloo", "gloo", "requested")
-    if requested == "ccl":
+    asked = DDPBackend(requested)
+    if asked is DDPBackend.GLOO:
+        return Backend(asked, DDPBackend.GLOO, "requested")
+    if asked is DDPBackend.CCL:
         reason = "requested" if ccl_bindings else (
             "requested; oneccl_bindings_for_pytorch is NOT importable here: ranks will stop at "
             "start-up unless the compute nodes have it")
-        return Backend("ccl", "ccl", reason)
+        return Backend(asked, DDPBackend.CCL, reason)
     if ccl_bindings:
-        return Backend("auto", "ccl", "auto: oneccl_bindings_for_pytorch is importable")
-    return Backend("auto", "gloo", "auto: oneccl_bindings_for_pytorch is not installed (current "
+        return Backend(asked, DDPBackend.CCL, "auto: oneccl_bindings_for_pytorch is importable")
+    return Backend(asked, DDPBackend.GLOO, "auto: oneccl_bindings_for_pytorch is not installed (current "
                                    "transformers/accelerate run CPU DDP over gloo)")
 
 
-def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool], backend: str,
+def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool], backend: DDPBackend,
                     launcher: Launcher) -> dict[str, str]:
     """Environment of one local rank that does not depend on the allocation."""
     la = cfg.launch
-    env = threadenv.pool_env(la, pool, pools, ccl=backend == "ccl", pin_domain=backend == "ccl" or launcher.is_intel_mpi)
+    env = threadenv.pool_env(la, pool, pools, ccl=backend is DDPBackend.CCL,
+                               pin_domain=backend is DDPBackend.CCL or launcher.is_intel_mpi)
     wanted = preload_wanted(cfg)
     if wanted:  # names, not paths: each rank finds them on its node (hpcqa.rank.preload)
         env[PRELOAD_WANTED] = ":".join(wanted)
@@ -277,8 +280,8 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_su
                           cfg.source)
     launcher = Launcher(launcher) if launcher else target.launcher(Launcher(la.launcher), via_submitit)
     backend = resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
-    workers = la.ccl_workers if backend.resolved == "ccl" else 0
-    if backend.resolved == "ccl" and not workers:
+    workers = la.ccl_workers if backend.resolved is DDPBackend.CCL else 0
+    if backend.resolved is DDPBackend.CCL and not workers:
         raise ConfigError("launch.ccl_workers", "0: the ccl backend needs at least one oneCCL worker thread per rank "
                           "(CCL_WORKER_COUNT), and its cores", "set launch.ccl_workers = 1 (or more), or "
                           "train.ddp_backend = \"gloo\"", cfg.source)
@@ -414,7 +417,7 @@ def extension_warnings(cfg: Config, host: HostProbe, backend: Backend | None = N
     """The Intel extensions the config asks for that this host cannot import (validate, dry run, doctor)."""
     backend = backend or resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
     out = []
-    if backend.resolved == "ccl" and not host.ccl_bindings:
+    if backend.resolved is DDPBackend.CCL and not host.ccl_bindings:
         out.append(f"ddp backend ccl: {backend.reason}")
     if cfg.train.ipex and not host.ipex:
         out.append("train.ipex = true: intel_extension_for_pytorch is not importable here; the ranks continue "
@@ -425,7 +428,7 @@ def extension_warnings(cfg: Config, host: HostProbe, backend: Backend | None = N
 def _warnings(cfg: Config, host: HostProbe, backend: Backend, pools: list[topology.Pool]) -> tuple[str, ...]:
     la = cfg.launch
     out = extension_warnings(cfg, host, backend)
-    if la.ccl_workers and backend.resolved != "ccl":
+    if la.ccl_workers and backend.resolved is not DDPBackend.CCL:
         out.append(f"launch.ccl_workers={la.ccl_workers} not reserved: backend is "
                    f"{backend.resolved}, no CCL worker threads run, all cores compute")
     for name in preload_wanted(cfg):
@@ -459,7 +462,7 @@ def node_layout(plan: LaunchPlan, node: topology.Node | Sequence[topology.Cpu]) 
     """Every local rank's pool on this node, by the same rule (and function) the plan used for the
     declared node. `hpcqa topology CONFIG` shows exactly this."""
     cfg = plan.config
-    workers = cfg.launch.ccl_workers if plan.backend.resolved == "ccl" else 0
+    workers = cfg.launch.ccl_workers if plan.backend.resolved is DDPBackend.CCL else 0
     try:
         lay = topology.layout(node, plan.ranks_per_node, cfg.cores_per_domain, workers, cfg.launch.rank_domain,
                               plan.ranks_per_domain)

@@ -45,6 +45,26 @@ class Launcher(StrEnum):
         return self is Launcher.MPIRUN
 
 
+# `hpcqa render --target`: what render writes
+RENDER_SCRIPT, RENDER_TRAINJOB, RENDER_PYTORCHJOB = "script", "trainjob", "pytorchjob"
+RENDER_STAGE_JOB, RENDER_DOCKERFILE = "stage-job", "dockerfile"
+RENDER_TARGETS = (RENDER_SCRIPT, RENDER_TRAINJOB, RENDER_PYTORCHJOB, RENDER_STAGE_JOB, RENDER_DOCKERFILE)
+
+# launch.launcher: the launchers a config may name (the others are the executors' own)
+SCRIPT_LAUNCHERS = (Launcher.SRUN.value, Launcher.MPIRUN.value)
+
+
+class DDPBackend(StrEnum):
+    """The torch.distributed backend: train.ddp_backend asks, the plan resolves, the rank checks."""
+
+    AUTO = "auto"   # ccl where the oneCCL bindings import, else gloo
+    GLOO = "gloo"
+    CCL = "ccl"
+
+
+DDP_BACKENDS = tuple(b.value for b in DDPBackend)   # train.ddp_backend's choices
+
+
 class Requeue(StrEnum):
     """Who brings a rank back after it saved a checkpoint on the requeue signal (the plan's `requeue`)."""
 

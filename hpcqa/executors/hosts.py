@@ -25,7 +25,7 @@ class Hosts(RenderOnly):
         self.hosts, self.python = hosts, python
 
     @staticmethod
-    def for_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
+    def prepare_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
         return common.script_config(cfg, host)
 
     def dry_run(self, sp: sweep.SweepPlan) -> Request:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
+from hpcqa.core.config import Config
+from hpcqa.core.plan import HostProbe
 from hpcqa.core.states import Answer
 from hpcqa.core.sweep import SweepPlan
 from hpcqa.core.targets import Requeue, Target
@@ -105,7 +107,8 @@ class Executor(Protocol):
     requeue: Requeue      # who brings a rank back after a checkpoint on a signal (the plan's field)
     via: str              # how it submits, for people: "submitit", "a rendered script under sbatch" ...
     runs_here: bool      # the ranks run on this machine (its cores and registry decide where)
-    asks_slurm: bool     # submission goes through Slurm (doctor checks it; sbatch --test-only can judge it)
+    scheduler: str | None  # the scheduler that takes the submission and can judge it beforehand (`check`):
+                           # "Slurm"; None where nothing is asked (this machine, a script handed to the user)
 
     def max_array_size(self) -> tuple[int, str]:
         """How many tasks one array may hold where it runs, and how that is known."""
@@ -151,12 +154,20 @@ class JobVerbs(Protocol):
         ...
 
 
+class Renders(Protocol):
+    """An executor that renders (`hpcqa render`): the config and host as it renders them."""
+
+    def prepare_render(self, cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
+        """A script's interpreter, a pod's image: what rendering for this executor changes of the config and host."""
+        ...
+
+
 class RenderOnly:
     """An executor whose request is handed to the user (a script for plain hosts, Kubernetes manifests): it
     renders, and refuses to submit, naming what does."""
 
     runs_here = False
-    asks_slurm = False
+    scheduler = None
     no_scheduler = "nothing to ask: no scheduler"
 
     def max_array_size(self) -> tuple[int, str]:

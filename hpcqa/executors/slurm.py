@@ -38,7 +38,7 @@ class SubmititSlurm:
     requeue = Requeue.SUBMITIT
     via = "submitit"
     runs_here = False
-    asks_slurm = True
+    scheduler = "Slurm"
 
     def __init__(self, slurm: Slurm | None = None, snapshot: bool = True) -> None:
         self.slurm = slurm or Slurm()

@@ -28,15 +28,16 @@ from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.core.sweep import SweepPlan
 from hpcqa.core.targets import Launcher
 from hpcqa.errors import PlanError
-from hpcqa.executors.interface import Executor, JobVerbs
+from hpcqa.executors.interface import Executor, JobVerbs, Renders
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.record.registry import JobRow
 
 SUBMIT, SCRIPT, HOSTS = "submit", "script", "hosts"   # how a plan is handed on: submitted, rendered, for plain hosts
 MODES = (SUBMIT, SCRIPT, HOSTS)
 LOCAL, SLURM, K8S = targets.LocalTarget.name, targets.SlurmTarget.name, targets.K8sTarget.name
-RENDER_SCRIPT, RENDER_PYTORCHJOB, RENDER_DOCKERFILE = "script", "pytorchjob", "dockerfile"  # `render --target`
-RENDER_TRAINJOB, RENDER_STAGE_JOB = "trainjob", "stage-job"
+RENDER_SCRIPT, RENDER_PYTORCHJOB, RENDER_DOCKERFILE = targets.RENDER_SCRIPT, targets.RENDER_PYTORCHJOB, \
+    targets.RENDER_DOCKERFILE
+RENDER_TRAINJOB, RENDER_STAGE_JOB = targets.RENDER_TRAINJOB, targets.RENDER_STAGE_JOB
 RENDER_K8S = {RENDER_TRAINJOB: Launcher.TRAINJOB, RENDER_PYTORCHJOB: Launcher.PYTORCHJOB}
 
 # (target, launcher, mode) -> ("module:Class" under hpcqa/executors, the options its constructor takes, in order).
@@ -88,7 +89,7 @@ def renders_for_hosts(launcher: str) -> bool:
     return (SLURM, launcher, HOSTS) in EXECUTORS
 
 
-def for_render(raw: dict[str, Any]) -> dict[str, Any]:
+def render_config(raw: dict[str, Any]) -> dict[str, Any]:
     """A config as `render` reads it: a rendered script or PyTorchJob is not run by the local executor, whatever
     the config names (a local config with cluster.nodes > 1 is a valid thing to render)."""
     cluster = raw.get("cluster")
@@ -98,7 +99,7 @@ def for_render(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def render(cfg: Config, host: HostProbe, target: str, launcher: str | None = None, hosts: tuple[str, ...] = (),
-           python: str | None = None) -> tuple[Executor, LaunchPlan]:
+           python: str | None = None) -> tuple[Renders, LaunchPlan]:
     """`hpcqa render --target TARGET`: the executor that renders, and the plan it renders -- the config and host
     as that executor prepares them (a script's interpreter, a pod's image)."""
     if target in RENDER_K8S:
@@ -107,7 +108,7 @@ def render(cfg: Config, host: HostProbe, target: str, launcher: str | None = Non
     else:
         launcher = Launcher(launcher or cfg.launch.launcher)
         ex = choose_for(SLURM, launcher, HOSTS if hosts else SCRIPT, hosts=hosts, python=python)
-    cfg, host = ex.for_render(cfg, host)
+    cfg, host = ex.prepare_render(cfg, host)
     if python:  # --python is the ranks' interpreter: a command's leading `python` means it too
         host = dataclasses.replace(host, python=python)
     return ex, planmod.build_plan(cfg, host, launcher=launcher)

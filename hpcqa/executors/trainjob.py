@@ -163,7 +163,7 @@ class TrainJobRender(RenderOnly):
     no_scheduler = "Kubernetes: no API server is asked (kubectl apply --dry-run=server would)"
     refusal = ("hpcqa renders the TrainJob; Kubeflow Trainer runs it", "apply the YAML with kubectl apply -f")
 
-    for_render = staticmethod(k8s.PyTorchJobRender.for_render)
+    prepare_render = staticmethod(k8s.PyTorchJobRender.prepare_render)
 
     def dry_run(self, sp) -> Request:
         if sp.is_sweep:

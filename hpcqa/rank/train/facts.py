@@ -19,6 +19,7 @@ import transformers
 
 from hpcqa.core import topology
 from hpcqa.core.plan import Backend, LaunchPlan
+from hpcqa.core.targets import DDPBackend
 from hpcqa.errors import RankError
 from hpcqa.rank import preload
 from hpcqa.rank.exits import code_provenance
@@ -62,7 +63,7 @@ def cpu_flags() -> set[str]:
 
 def verify_backend(backend: Backend, importer: Callable[[str], Any] = __import__) -> str:
     """The plan decided the backend; check that this rank can honour it. -> what was checked"""
-    if backend.resolved != "ccl":
+    if backend.resolved is not DDPBackend.CCL:
         return f"{backend.resolved} as planned ({backend.reason})"
     try:
         importer("oneccl_bindings_for_pytorch")
