@@ -7,9 +7,11 @@
     render.py       render: standalone scripts, the Kubernetes objects, their image's Dockerfile
     jobs.py         status, logs, cancel, registry, results
     statusview.py   status on a terminal: the job list (80 columns, --wide) and the detail view
-    node.py         topology, env, hosts
+    node.py         topology, env
+    hosts.py        hosts (light: the mpirun job script runs it on the first node)
     tune.py         tune, scaling
-    checks.py       validate, doctor
+    checks.py       doctor
+    validate.py     validate (no rich: it runs wherever the config model imports)
     staging.py      stage
 
 A verb's module is imported when that verb runs (VERBS), and imports what it needs at its top: `hpcqa --help`
@@ -31,8 +33,8 @@ from hpcqa.errors import HpcqaError
 
 # verb -> "module:function": the module is imported only when its verb runs
 VERBS = {"submit": "submit:cmd_submit", "render": "render:cmd_render", "stage": "staging:cmd_stage",
-         "env": "node:cmd_env", "topology": "node:cmd_topology", "hosts": "node:cmd_hosts", "tune": "tune:cmd_tune",
-         "scaling": "tune:cmd_scaling", "validate": "checks:cmd_validate", "doctor": "checks:cmd_doctor",
+         "env": "node:cmd_env", "topology": "node:cmd_topology", "hosts": "hosts:cmd_hosts", "tune": "tune:cmd_tune",
+         "scaling": "tune:cmd_scaling", "validate": "validate:cmd_validate", "doctor": "checks:cmd_doctor",
          "status": "jobs:cmd_status", "logs": "jobs:cmd_logs", "cancel": "jobs:cmd_cancel",
          "registry": "jobs:cmd_registry", "results": "jobs:cmd_results"}
 

@@ -1,5 +1,5 @@
 """The node verbs: topology (this node's sockets, NUMA nodes and cores; with a config, every local rank's pool), env (what
-this process's launcher environment maps to), hosts (a Slurm nodelist, expanded)."""
+this process's launcher environment maps to)."""
 
 from __future__ import annotations
 
@@ -92,13 +92,4 @@ def cmd_env(args: argparse.Namespace) -> int:
     for k, v in d.to_json().items():
         t.add_row(k, ",".join(v) if isinstance(v, list) else str(v))
     Console().print(t)
-    return 0
-
-
-def cmd_hosts(args: argparse.Namespace) -> int:
-    text = args.nodelist or os.environ.get("SLURM_JOB_NODELIST", "")
-    if not text:
-        raise UsageError("no nodelist given and SLURM_JOB_NODELIST is not set",
-                         "pass one: hpcqa hosts 'cn[01-04]'")
-    print("\n".join(distenv.expand_nodelist(text)))
     return 0
