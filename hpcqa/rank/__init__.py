@@ -8,6 +8,7 @@
     command.py      a user command's rank: its variables, its process group, notices, exit code, results
     child.py        the supervisor's child before exec: dies with its parent (PR_SET_PDEATHSIG)
     exits.py        how a rank's process leaves (no interpreter teardown), which code it imported
+    binding.py      the main thread given its whole pool back after OpenMP bound it, before the trainer's imports
     phase.py        a rank's phase file (starting, at the rendezvous, training step N, ...)
     preload.py      the preloadable libraries this machine has (tcmalloc, jemalloc, libiomp5)
     netif.py        a network interface's address (launch.master_interface)

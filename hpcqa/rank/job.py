@@ -17,6 +17,7 @@ from submitit.core.utils import DelayedSubmission
 
 from hpcqa.core import plan as planmod
 from hpcqa.errors import RankError
+from hpcqa.rank.binding import widen_main_thread
 from hpcqa.rank.command import run_command
 from hpcqa.rank.exits import exit_without_teardown
 from hpcqa.record.jobdir import JobDir, attempt_from_env
@@ -43,6 +44,7 @@ class RankJob(submitit.helpers.Checkpointable):
             return {"already_completed": True}
         if plan.command:  # the user's program: this process only supervises it (no torch here)
             return run_command(plan, jd)
+        widen_main_thread()  # before the trainer's imports start threads
         from hpcqa.rank.train.run import run_rank  # the trainer (torch, transformers): only in a training rank
         out = run_rank(plan, jd)
         if not (isinstance(out, dict) and out.get("requeue")):

@@ -111,25 +111,6 @@ def _binding_warnings(torch) -> list[str]:
     return warnings
 
 
-def widen_main_thread() -> str:
-    """OpenMP (OMP_PLACES + OMP_PROC_BIND, or KMP_AFFINITY) binds the thread that starts it to the
-    first place, and every thread or process started later inherits that one core: gloo's threads,
-    the TCP store, DataLoader workers. Start OpenMP now, then give this thread the rank's whole pool
-    back: the OpenMP workers stay one per core, everything started from here on gets the pool."""
-
-    bound = os.environ.get("HPCQA_BOUND_CPUS", "")
-    if not bound:
-        return "not bound"
-    if os.environ.get("HPCQA_KEEP_OPENMP_BINDING") == "1":  # benchmarks/layout_bench.py: the old behaviour
-        return "left as OpenMP bound it (HPCQA_KEEP_OPENMP_BINDING=1)"
-    torch.ones(1 << 20).sum()                       # a parallel region: OpenMP binds its threads now
-    torch.ones(64, 64) @ torch.ones(64, 64)
-    before = topology.cpu_list(os.sched_getaffinity(0))
-    pool = topology.parse_cpu_list(bound)
-    os.sched_setaffinity(0, pool)
-    return f"OpenMP had it on {before}; widened to the rank's pool {topology.cpu_list(pool)}"
-
-
 def _mapped(ld_preload: str) -> list[str]:
     """The LD_PRELOAD libraries the dynamic loader really mapped into this process (/proc/self/maps)."""
     try:

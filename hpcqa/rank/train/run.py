@@ -33,6 +33,7 @@ from hpcqa.core.plan import LaunchPlan, bf16_choice
 from hpcqa.core.states import State
 from hpcqa.core.targets import Requeue
 from hpcqa.errors import HpcqaError, RankError
+from hpcqa.rank.binding import widen_main_thread
 from hpcqa.rank.phase import Phases
 from hpcqa.rank.train import commbench, efficiency
 from hpcqa.rank.train import data as qa_data
@@ -47,7 +48,6 @@ from hpcqa.rank.train.facts import (
     verify_backend,
     verify_plan,
     weights_digest,
-    widen_main_thread,
 )
 from hpcqa.rank.train.resume import train
 from hpcqa.rank.train.stop import (
@@ -132,7 +132,7 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
 
 def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     """Report what this rank got; check the plan and the backend before any heavy work."""
-    main_thread = widen_main_thread()  # before anything reads the binding or starts a thread
+    main_thread = widen_main_thread()  # done before the trainer was imported (RankJob, __main__): what it did
     report = startup_report(plan, jd)
     report["main_thread"] = main_thread
     report["attempt"] = attempt()
