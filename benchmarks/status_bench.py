@@ -28,7 +28,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "r.sqlite"
         reg = registry.Registry(db)
-        reg.add_many(dict(id=str(900000 + i), name="bench", executor="slurm", folder=f"{tmp}/{i}", config={},
+        reg.add_many(dict(id=str(900000 + i), name="bench", target="slurm", folder=f"{tmp}/{i}", config={},
                           source="bench", nodes=1, world_size=2) for i in range(a.jobs))
         calls = []
         counting = Slurm(lambda argv: (calls.append(argv[0]), run_command(argv))[1])

@@ -16,7 +16,7 @@ from hpcqa.errors import ConfigError
 from hpcqa.record import registry
 from tests.conftest import ROOT
 
-OK_ROW = dict(id="7", name="n", executor="local", folder="/x", config={}, source="s", nodes=1, world_size=2)
+OK_ROW = dict(id="7", name="n", target="local", folder="/x", config={}, source="s", nodes=1, world_size=2)
 
 
 def assert_clean_error(r, *needles):
@@ -366,7 +366,7 @@ def test_a_registry_from_before_is_migrated_keeping_its_rows(tmp_path):
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)
     db.executescript(registry.SCHEMA.replace("id            TEXT NOT NULL,", "id TEXT PRIMARY KEY,")
-                     .replace(",\n    UNIQUE (id, folder)", ""))
+                     .replace(",\n    UNIQUE (id, folder)", "").replace("    target        ", "    executor      "))
     db.execute("INSERT INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, world_size) "
                "VALUES ('3', 'q', 'local', '/f/3', '{}', 'x.toml', 1.0, 1, 2)")
     db.commit()
@@ -375,6 +375,29 @@ def test_a_registry_from_before_is_migrated_keeping_its_rows(tmp_path):
     assert [r.id for r in reg.jobs()] == ["3"]
     reg.add_many([{**OK_ROW, "id": "3", "folder": "/g/3"}])
     assert len(reg.jobs(["3"])) == 2
+
+
+def _schema_1_registry(path):
+    """A registry as hpcqa wrote it before the column "executor" was named "target" (application id, no version)."""
+    db = sqlite3.connect(path)
+    db.executescript(registry.SCHEMA.replace("    target        ", "    executor      "))
+    db.execute(f"PRAGMA application_id = {registry.APPLICATION_ID}")
+    db.execute("INSERT INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, world_size) "
+               "VALUES ('5', 'q', 'slurm', '/f/5', '{}', 'x.toml', 1.0, 1, 2)")
+    db.commit()
+    db.close()
+
+
+def test_a_registry_of_schema_1_is_migrated_in_place(tmp_path):
+    path = tmp_path / "v1.sqlite"
+    _schema_1_registry(path)
+    reg = registry.Registry(path)
+    assert [(r.id, r.target) for r in reg.jobs()] == [("5", "slurm")]
+    cols = [r[1] for r in reg.db.execute("PRAGMA table_info(jobs)")]
+    assert "target" in cols and "executor" not in cols
+    assert reg.db.execute("PRAGMA user_version").fetchone()[0] == registry.SCHEMA_VERSION
+    reg.add_many([{**OK_ROW, "id": "6", "folder": "/g/6"}])
+    assert sorted(r.id for r in reg.jobs()) == ["5", "6"]
 
 
 def test_a_job_whose_folder_was_deleted_is_said_alike_by_status_and_logs(cli, tmp_path):

@@ -89,13 +89,13 @@ def test_render_prints_the_plans_warnings(cli):
     assert "warning: iomp not found on this host; each rank looks for it on its node" in r.stderr, r.stderr
 
 
-def _sweep_registry(tmp_path, executor="local"):
+def _sweep_registry(tmp_path, target="local"):
     from hpcqa.record import registry
     reg = registry.Registry(tmp_path / "r.sqlite")
-    reg.add_many(dict(id=f"900_{i}", name="sw", executor=executor, folder=str(tmp_path / f"t{i}"), config={},
+    reg.add_many(dict(id=f"900_{i}", name="sw", target=target, folder=str(tmp_path / f"t{i}"), config={},
                       source="x", nodes=1, world_size=2, sweep_id="900", task_index=i, variant={"seed": i})
                  for i in range(3))
-    reg.add(id="42", name="single", executor=executor, folder=str(tmp_path / "j42"), config={}, source="x", nodes=1,
+    reg.add(id="42", name="single", target=target, folder=str(tmp_path / "j42"), config={}, source="x", nodes=1,
             world_size=2)
     return str(reg.path)
 
@@ -127,7 +127,7 @@ def test_no_such_job_is_said_alike(tmp_path, cli):
 
 
 def test_watch_says_when_and_that_slurm_is_not_answering(tmp_path):
-    path = _sweep_registry(tmp_path, executor="slurm")
+    path = _sweep_registry(tmp_path, target="slurm")
     broken = tmp_path / "slurm.conf"
     broken.write_text("")
     code, out = pty_term.hpcqa("status", "--watch", "--registry", path, cwd=ROOT, env={"SLURM_CONF": str(broken)},

@@ -71,7 +71,7 @@ def test_pytorchjob_for_squad_spr(cli):
     assert anti["topologyKey"] == "kubernetes.io/hostname"
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
     plan = LaunchPlan.loads(cm["data"]["plan.json"])
-    assert plan.world_size == 8 and plan.ranks_per_node == 2 and plan.executor == "k8s"
+    assert plan.world_size == 8 and plan.ranks_per_node == 2 and plan.target == "k8s"
     assert plan.config.job.output_dir == "/mnt/hpcqa/output" and plan.config.model.cache_dir == "/mnt/hpcqa/hub"
     # each rank goes through the rank wrapper, which maps RANK/LOCAL_RANK and pins to the socket's cores
     assert "-m hpcqa.rank --plan" in cm["data"]["node.sh"]

@@ -83,7 +83,7 @@ def test_executor_auto_and_local_limits():
     with pytest.raises(ConfigError):
         spr("cluster.executor=auto", host=plan.HostProbe(has_sbatch=False))  # 4 nodes, no Slurm
     lp = spr("cluster.executor=auto", "cluster.nodes=1", host=plan.HostProbe(has_sbatch=False))
-    assert lp.executor == "local" and lp.deferred_env["MASTER_ADDR"] == "127.0.0.1"
+    assert lp.target == "local" and lp.deferred_env["MASTER_ADDR"] == "127.0.0.1"
 
 
 def test_slurm_parameters():

@@ -253,10 +253,10 @@ def test_every_executor_hands_its_ranks_a_plan_that_says_who_requeues(key, monke
         k8s_target = {t: name for name, t in table.RENDER_K8S.items()}.get(launcher)
         ex, lp = table.render(cfg, HOST, k8s_target if target == table.K8S else table.RENDER_SCRIPT,
                               None if target == table.K8S else launcher, hosts)
-    assert (lp.executor, lp.launcher) == (target, launcher) and ex.target.name == target
+    assert (lp.target, lp.launcher) == (target, launcher) and ex.target.name == target
     request = ex.dry_run(sweep.single(lp))
     (handed,) = request.sweep.plans
-    assert handed.requeue is ex.requeue and request.executor == target
+    assert handed.requeue is ex.requeue and request.target == target
     assert any(handed.dumps() in text for text in (*request.scripts, *(f.text for f in request.files)))
     assert not any("HPCQA_REQUEUE" in text for text in request.scripts)
     expected = {table.HOSTS: Requeue.NONE, table.SCRIPT: Requeue.POD if target == table.K8S else Requeue.SCRIPT}

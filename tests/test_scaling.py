@@ -125,7 +125,7 @@ def _job(tmp_path, reg, jid, res, nodes=1, task="train", state=None, sweep=None)
     from hpcqa.core import config
     cfg = config.load("configs/quickstart.toml", ["model.name_or_path=builtin:tiny-bert", f"job.task={task}",
                                                   f"cluster.nodes={nodes}", "cluster.executor=slurm"]).to_dict()
-    reg.add(id=jid, name="q", executor="slurm", folder=str(folder), config=cfg, source="configs/quickstart.toml",
+    reg.add(id=jid, name="q", target="slurm", folder=str(folder), config=cfg, source="configs/quickstart.toml",
             nodes=nodes, world_size=res.get("world_size") or 1, sweep_id=sweep,
             task_index=int(jid.split("_")[1]) if sweep else None, variant={"cluster.nodes": nodes} if sweep else None)
     if state:

@@ -81,7 +81,7 @@ def fake():
 
 def _reg(tmp_path, ids, folder_of=lambda i: "/nonexistent"):
     reg = registry.Registry(tmp_path / "r.sqlite")
-    reg.add_many(dict(id=i, name="n", executor="slurm", folder=folder_of(i), config={}, source="x", nodes=1,
+    reg.add_many(dict(id=i, name="n", target="slurm", folder=folder_of(i), config={}, source="x", nodes=1,
                       world_size=2) for i in ids)
     return reg
 
@@ -127,14 +127,14 @@ def test_local_job_states(tmp_path):
 
 
 def test_progress_text_while_running():
-    v = status.JobView(id="1", name="n", executor="slurm", state="RUNNING", nodes=1, world_size=2,
+    v = status.JobView(id="1", name="n", target="slurm", state="RUNNING", nodes=1, world_size=2,
                        progress={"step": 30, "total_steps": 120, "loss": 1.23456, "eta_s": 95})
     assert status.progress_text(v) == "30/120 loss 1.235 ETA 1:35"
 
 
 def test_concurrent_submits_all_land(tmp_path):
     code = ("import sys; from hpcqa.record import registry; r = registry.Registry(sys.argv[1]); "
-            "[r.add(id=f'{sys.argv[2]}-{i}', name='n', executor='local', folder='/x', config={}, source='s', "
+            "[r.add(id=f'{sys.argv[2]}-{i}', name='n', target='local', folder='/x', config={}, source='s', "
             "nodes=1, world_size=1) for i in range(50)]")
     db = tmp_path / "r.sqlite"
     procs = [subprocess.Popen([sys.executable, "-c", code, str(db), str(k)], cwd=ROOT) for k in range(6)]

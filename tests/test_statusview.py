@@ -28,7 +28,7 @@ def render(views, width=80, source: states.Answer = states.Answer(states.Source.
 def views():
     out = []
     for i, state in enumerate(ALL_STATES):
-        v = JobView(id=str(1000 + i), name=LONG if i % 2 else "quickstart", executor="slurm" if i % 3 else "local",
+        v = JobView(id=str(1000 + i), name=LONG if i % 2 else "quickstart", target="slurm" if i % 3 else "local",
                     state=state, nodes=2, world_size=4, elapsed="01:02:03")
         if state == "PENDING":
             v.reason = "QOSMaxJobsPerUserLimit"
@@ -56,7 +56,7 @@ def test_fits_80_columns_and_never_splits_a_word():
 
 
 def test_empty_columns_are_hidden_and_wide_shows_everything():
-    v = JobView(id="7", name=LONG, executor="local", state="FAILED", nodes=1, world_size=2)
+    v = JobView(id="7", name=LONG, target="local", state="FAILED", nodes=1, world_size=2)
     narrow = render([v])
     assert "exit" not in narrow and "elapsed" not in narrow and "1 job(s): 1 local" in narrow
     wide = render([v], width=200, wide=True)
@@ -67,7 +67,7 @@ def test_an_unreachable_controller_is_one_line_with_the_fix():
     error = ("sacct failed: sacct: error: Problem talking to the database: Connection refused\n"
              "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection\n"
              "sacct: error: Sending PersistInit msg: Connection refused\nsacct: error: ...")
-    text = render([JobView(id="7", name="q", executor="slurm", state="RUNNING", nodes=1, world_size=2)],
+    text = render([JobView(id="7", name="q", target="slurm", state="RUNNING", nodes=1, world_size=2)],
                   source=states.Answer.failed(slurmcli.first_line(error)))
     warning = [line for line in text.splitlines() if "could not be asked" in line or "doctor" in line]
     assert any("hpcqa doctor" in line for line in warning) and "title" not in text
@@ -118,7 +118,7 @@ def test_local_usage_from_the_ranks_own_measurements(tmp_path):
             "cpu_s": cpu_s, "wall_s": 100.0, "cpus": 1, "max_rss_bytes": (k + 1) * 2 ** 30}})
     write_json(folder / "results.json", {"exact_match": 1.0, "f1": 2.0})
     reg = registry.Registry(tmp_path / "r.sqlite")
-    reg.add_many([dict(id="4", name="n", executor="local", folder=str(folder), config={}, source="x", nodes=1,
+    reg.add_many([dict(id="4", name="n", target="local", folder=str(folder), config={}, source="x", nodes=1,
                        world_size=2)])
     reg.update_states([("4", "COMPLETED", True, "0:0", "")])
     f = FakeRunner({})
@@ -134,7 +134,7 @@ def test_local_usage_from_the_ranks_own_measurements(tmp_path):
 
 def test_a_cancelled_jobs_interrupted_ranks_are_not_its_failure():
     """Cancelling a local job interrupts its ranks (KeyboardInterrupt); that is the cancel, not a failure."""
-    v = JobView(id="7", name="q", executor="local", state="CANCELLED", nodes=1, world_size=2)
+    v = JobView(id="7", name="q", target="local", state="CANCELLED", nodes=1, world_size=2)
     v.failed = [{"rank": 1, "host": "vm", "error": "KeyboardInterrupt: "},
                 {"rank": 0, "host": "vm", "error": "rank process killed by SIGKILL"}]
     rows = dict(statusview.detail_lines(v))
@@ -150,13 +150,13 @@ def test_the_step_split_and_the_all_reduce_lines():
     res = {"step_split_s": {"forward_backward": 0.3, "compute": 0.1, "allreduce_exposed": 0.2, "optimizer": 0.0,
                             "other": 0.0, "data_wait": 0.0},
            "comm": {"grad_bytes": 2_349_064, "bucket_bytes": [2_349_064], "allreduce_s": 0.2, "exposed_s": 0.15}}
-    v = JobView(id="1", name="n", executor="slurm", state="COMPLETED", nodes=2, world_size=2, results=res)
+    v = JobView(id="1", name="n", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=res)
     rows = dict(statusview._efficiency_rows(v))
     # forward+backward is not counted twice: its compute and exposed all-reduce stand in for it
     assert rows["step"].startswith("0.300 s: compute 33 %, exposed all-reduce 67 %")
     assert rows["all-reduce"] == ("2.3 MB of gradients per step in 1 bucket(s); 0.200 s alone, 0.150 s exposed "
                                   "(25 % hidden behind the backward)")
     link = {"link": {"bandwidth_Bps": 95e6 / 8, "latency_s": 2e-4, "nodes": 2}, "backend": "gloo"}
-    v = JobView(id="2", name="n-comm", executor="slurm", state="COMPLETED", nodes=2, world_size=2, results=link)
+    v = JobView(id="2", name="n-comm", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=link)
     assert dict(statusview._efficiency_rows(v))["link"] == "95.0 Mbit/s, latency 200 us (gloo, all-reduce among 2 nodes)"
     assert status.progress_text(v) == "link 95 Mbit/s, 200 us"

@@ -292,7 +292,7 @@ def test_every_structure_rule_catches_a_planted_offender():
                         {"hpcqa.rank.train.data"}) == []
     assert lazy_imports("hpcqa/x.py", ast.parse("def f():\n    from hpcqa.rank.train import data, metrics"),
                         {"hpcqa.rank.train.data"}) == ["hpcqa/x.py:2: hpcqa.rank.train.data, hpcqa.rank.train.metrics"]
-    cmp = ast.parse('if p.executor == "slurm": pass\nif launcher in ("srun", "mpirun"): pass\nif a == "pieces": pass\n'
+    cmp = ast.parse('if p.target == "slurm": pass\nif launcher in ("srun", "mpirun"): pass\nif a == "pieces": pass\n'
                     'if env.get("HPCQA_REQUEUE") == "pod": pass\nif v.state != "RUNNING": pass\n'
                     'if state == State.RUNNING: pass\nif answer == "sacct": pass')
     assert name_comparisons("hpcqa/x.py", cmp) == ["hpcqa/x.py:1", "hpcqa/x.py:2", "hpcqa/x.py:4", "hpcqa/x.py:5",

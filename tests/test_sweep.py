@@ -86,7 +86,7 @@ def test_max_array_size_from_scontrol():
 
 
 def view(task, params, state, res=None):
-    return status.JobView(id=f"9_{task}", name="n", executor="slurm", state=state, nodes=params.get("cluster.nodes", 1),
+    return status.JobView(id=f"9_{task}", name="n", target="slurm", state=state, nodes=params.get("cluster.nodes", 1),
                           world_size=2, results=res, sweep_id="9", task_index=task, variant=params)
 
 

@@ -45,15 +45,15 @@ def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
             for x in tasks:
                 counts[x.state] = counts.get(x.state, 0) + 1
             best = max((x.results["f1"] for x in tasks if x.results and "f1" in x.results), default=None)
-            rows.append([f"[bold]{v.sweep_id}[/]", f"{v.name} (sweep of {len(tasks)})", v.executor,
+            rows.append([f"[bold]{v.sweep_id}[/]", f"{v.name} (sweep of {len(tasks)})", v.target,
                          ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), "", "", "",
                          f"best F1 {best:.1f}" if best is not None else "", ""])
             if expand:
-                rows += [[f" {x.id}", f" variant {x.task_index}", x.executor, _state(x), str(x.nodes),
+                rows += [[f" {x.id}", f" variant {x.task_index}", x.target, _state(x), str(x.nodes),
                           str(x.world_size), x.elapsed, _progress(x), x.exit_code or ""]
                          for x in sorted(tasks, key=lambda x: x.task_index or 0)]
             continue
-        rows.append([v.id, v.name, v.executor, _state(v), str(v.nodes), str(v.world_size), v.elapsed, _progress(v),
+        rows.append([v.id, v.name, v.target, _state(v), str(v.nodes), str(v.world_size), v.elapsed, _progress(v),
                      v.exit_code or ""])
     return rows
 
@@ -145,7 +145,7 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     now = now or time.time()
     rows = [("state", v.state + (f" -- waiting: {v.reason}" if v.reason else "") +
              (f" (exit {v.exit_code})" if v.exit_code and v.exit_code != "0:0" else "")),
-            ("job", f"{v.name} ({v.executor}), {v.world_size} rank(s) on {v.nodes} node(s)"
+            ("job", f"{v.name} ({v.target}), {v.world_size} rank(s) on {v.nodes} node(s)"
              + (f": {v.nodelist}" if v.nodelist else "")),
             ("elapsed", v.elapsed or (status._dur((v.results or {})["wall_time_s"]) + " (the ranks' wall time)"
                                       if (v.results or {}).get("wall_time_s") else "-"))]

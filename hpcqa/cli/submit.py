@@ -170,7 +170,7 @@ def print_plan(ex: Any, request: Any) -> None:
     res.add_column(no_wrap=True)
     res.add_column(overflow="fold")  # paths are folded, never cut: the dry run shows what will happen
     res.add_row("config", lp.config.source)
-    res.add_row("executor", f"{lp.executor}" + (f" (cluster.executor = {c.executor})" if c.executor != lp.executor else "")
+    res.add_row("executor", f"{lp.target}" + (f" (cluster.executor = {c.executor})" if c.executor != lp.target else "")
                 + f"; submitted by {request.via}")
     dom = lp.config.launch.rank_domain
     res.add_row("ranks", f"{lp.world_size} = {lp.nodes} node(s) x {lp.config.domains_per_node} {dom}(s) x "

@@ -123,7 +123,7 @@ def _scaling_from_reference(args: argparse.Namespace, nodes: list[int]) -> int:
                          "or --set model.name_or_path=DIR (a directory with the model's config.json)") from None
     batch = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps
     prof = scaling.profile_from_reference(lp.ranks_per_node, batch, args.features, epoch_s, buckets["bucket_bytes"])
-    link = scalingruns.link_for(lp.executor, cfg.cluster.partition, lp.backend.resolved, args.bandwidth,
+    link = scalingruns.link_for(lp.target, cfg.cluster.partition, lp.backend.resolved, args.bandwidth,
                                 args.latency_us)
     model = scaling.Model(prof, link)
     preds = model.predict(nodes)

@@ -98,7 +98,7 @@ class Backend:
 @dataclass(frozen=True)
 class LaunchPlan:
     config: Config
-    executor: str                 # a target's name (core/targets.py): slurm | local | k8s
+    target: str                   # a target's name (core/targets.py): slurm | local | k8s ("executor" in JSON)
     launcher: Launcher
     backend: Backend
     nodes: int
@@ -161,7 +161,7 @@ class LaunchPlan:
             "world_size": self.world_size,
             "nodes": self.nodes,
             "ranks_per_node": self.ranks_per_node,
-            "executor": self.executor,
+            "executor": self.target,  # the name users and scripts read (submit --dry-run --json)
             "launcher": self.launcher,
             "backend": asdict(self.backend),
             "cpus_per_task": self.cpus_per_task,
@@ -192,7 +192,7 @@ class LaunchPlan:
     def from_json(cls, d: Mapping[str, Any]) -> "LaunchPlan":
         """The typed plan back from `to_json()` output (the config is validated again on the way)."""
         return cls(
-            config=from_dict(d["config"], source=d.get("source", "")), executor=targets.named(d["executor"]).name,
+            config=from_dict(d["config"], source=d.get("source", "")), target=targets.named(d["executor"]).name,
             launcher=Launcher(d["launcher"]), backend=Backend(DDPBackend(d["backend"]["requested"]), DDPBackend(d["backend"]["resolved"]),
                                   d["backend"]["reason"]), nodes=d["nodes"],
             ranks_per_node=d["ranks_per_node"], world_size=d["world_size"], cpus_per_task=d["cpus_per_task"],
@@ -237,8 +237,13 @@ class LaunchPlan:
         return self if self.requeue is requeue else replace(self, requeue=requeue)
 
     @property
-    def target(self) -> type[targets.Target]:
-        return targets.named(self.executor)
+    def target_type(self) -> type[targets.Target]:
+        return targets.named(self.target)
+
+    @property
+    def executor(self) -> str:
+        """The Python API's name for `target` before 0.2 (scripts read plan.executor), kept for them."""
+        return self.target
 
 
 def resolve_backend(requested: str, ccl_bindings: bool) -> Backend:
@@ -299,7 +304,7 @@ def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_su
                       compute=p.compute, ccl=p.ccl,
                       env=FrozenDict(rank_static_env(cfg, p, pools, backend.resolved, launcher)))
         for p in pools)
-    return LaunchPlan(config=cfg, executor=target.name, launcher=launcher, backend=backend,
+    return LaunchPlan(config=cfg, target=target.name, launcher=launcher, backend=backend,
                       nodes=c.nodes, ranks_per_node=ranks_per_node, world_size=c.nodes * ranks_per_node,
                       cpus_per_task=cfg.cores_per_domain // rpd * c.threads_per_core,
                       local_ranks=local_ranks, ranks=_global_ranks(c.nodes, local_ranks),

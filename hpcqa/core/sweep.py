@@ -181,7 +181,7 @@ class SweepPlan:
     arrays: tuple[ArrayPlan, ...]
     parallelism: int
     max_array_size: int
-    executor: str
+    target: str                      # the plans' target's name ("executor" in JSON)
     is_sweep: bool = True
     max_array_size_known: str = ""   # how max_array_size is known: "scontrol show config", or "assumed: <why>"
 
@@ -201,7 +201,7 @@ class SweepPlan:
                 for a in self.arrays]
 
     def to_json(self) -> dict[str, Any]:
-        return {"executor": self.executor, "parallelism": self.parallelism, "max_array_size": self.max_array_size,
+        return {"executor": self.target, "parallelism": self.parallelism, "max_array_size": self.max_array_size,
                 "max_array_size_known": self.max_array_size_known,
                 "variants": [{"index": v.index, "params": dict(v.params), "world_size": p.world_size,
                               "plan_digest": p.digest} for v, p in zip(self.variants, self.plans)],
@@ -213,7 +213,7 @@ class SweepPlan:
 def single(plan: planmod.LaunchPlan) -> SweepPlan:
     v = Variant(index=0, params=freeze({}), config=plan.config)
     return SweepPlan((v,), (plan,), (ArrayPlan((v,), slurm_key(plan)),), 0, DEFAULT_MAX_ARRAY_SIZE,
-                     plan.executor, is_sweep=False)
+                     plan.target, is_sweep=False)
 
 
 def build(raw: Mapping[str, Any], source: str, host: planmod.HostProbe,
@@ -222,7 +222,6 @@ def build(raw: Mapping[str, Any], source: str, host: planmod.HostProbe,
     plans run, and how that is known (asked once; the executors' table answers: Slurm's MaxArraySize)."""
     variants, par = expand(raw, source)
     plans = [planmod.build_plan(v.config, host, via_submitit=True).with_variant(v.index, v.params) for v in variants]
-    executor = plans[0].executor
     mas, known = max_array_size(plans[0]) if max_array_size else (DEFAULT_MAX_ARRAY_SIZE, "assumed: not asked")
     arrays = group(list(zip(variants, plans)), mas)
-    return SweepPlan(tuple(variants), tuple(plans), tuple(arrays), par, mas, executor, max_array_size_known=known)
+    return SweepPlan(tuple(variants), tuple(plans), tuple(arrays), par, mas, plans[0].target, max_array_size_known=known)

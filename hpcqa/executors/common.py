@@ -31,7 +31,7 @@ def with_work(sp: sweep.SweepPlan, copy: bool) -> tuple[sweep.SweepPlan, worktre
     or with `copy` off the folder itself) and the digests of the files the command names outside it. Pods see
     neither: their command runs in their image."""
     p0 = sp.plans[0]
-    if not p0.command or not p0.target.sees_submit_files:
+    if not p0.command or not p0.target_type.sees_submit_files:
         return sp, None
     folder = p0.work["dir"]
     root = job_root(p0).path
@@ -122,7 +122,7 @@ def wrapper_python(python: str, plan_arg: str, folder: str) -> str:
 
 def registry_row(sp: sweep.SweepPlan, plan: LaunchPlan, job_id: str, folder: Path, sweep_id: str | None) -> dict:
     keys = sweep.swept_keys(list(sp.variants))
-    row = dict(id=str(job_id), name=plan.config.job.name, executor=plan.executor, folder=str(folder),
+    row = dict(id=str(job_id), name=plan.config.job.name, target=plan.target, folder=str(folder),
                config=plan.config.to_dict(), source=plan.config.source, nodes=plan.nodes,
                world_size=plan.world_size)
     if sp.is_sweep:

@@ -47,7 +47,7 @@ class File:
 class Request:
     """Everything `submit` will do, computed by `dry_run`. Printed as it is by `submit --dry-run`."""
 
-    executor: str                              # the target's name (core/targets.py): local, slurm, k8s
+    target: str                                # the target's name (core/targets.py): local, slurm, k8s
     via: str                                   # how the executor that made it submits ("submitit", ...)
     sweep: SweepPlan
     submission: str                            # the token that names this submission's job folders
@@ -63,7 +63,7 @@ class Request:
 
     def to_json(self) -> dict[str, Any]:
         default = 0o640 if self.sweep.plans[0].config.job.group_readable else 0o600  # submit's owner umask
-        return {"executor": self.executor, "via": self.via, "submission": self.submission,
+        return {"executor": self.target, "via": self.via, "submission": self.submission,
                 "files": [{"path": f.path, "mode": oct(f.mode or default), "bytes": len(f.text)} for f in self.files],
                 "scripts": list(self.scripts), "commands": [list(c) for c in self.commands],
                 "facts": dict(self.facts), "notes": list(self.notes),

@@ -23,7 +23,7 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
     every Slurm job). -> (views, where Slurm's states came from: sacct, squeue, none, or the error)"""
     rows = reg.jobs(ids=ids, limit=None if (ids or all_jobs) else limit)
     live, source = {}, states.NOBODY
-    for name, group in table.by_executor([r for r in rows if not r.final]).items():
+    for name, group in table.by_target([r for r in rows if not r.final]).items():
         got, said = table.verbs(name, slurm).states(group)
         live.update(got)
         source = said if said.source is not states.Source.NOBODY else source
@@ -38,7 +38,7 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
             final = states.is_final(state)
             if final or state != r.state:
                 updates.append((r.id, state, final, code or None, elapsed or None, r.folder))
-        v = JobView(id=r.id, name=r.name, executor=r.executor, state=state, nodes=r.nodes, world_size=r.world_size,
+        v = JobView(id=r.id, name=r.name, target=r.target, state=state, nodes=r.nodes, world_size=r.world_size,
                     elapsed=elapsed, exit_code=code, folder=r.folder, sweep_id=r.sweep_id, task_index=r.task_index,
                     variant=r.variant, reason=now.reason if now else "", nodelist=now.nodelist if now else "")
         v.progress = jd.read_progress()
@@ -74,7 +74,7 @@ def add_usage(views: Sequence[JobView], slurm: Slurm) -> None:
     """Finished jobs: CPU efficiency and peak memory, from their executor (Slurm: one batched sacct call, seff's
     numbers: TotalCPU / (Elapsed x AllocCPUS), the largest step MaxRSS; local jobs: their ranks' measurements)."""
     done = [v for v in views if states.is_final(v.state)]
-    for name, group in table.by_executor(done).items():
+    for name, group in table.by_target(done).items():
         for job_id, usage in table.verbs(name, slurm).usage(group).items():
             next(v for v in group if v.id == job_id).usage = usage
     for v in done:

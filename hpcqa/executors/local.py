@@ -329,7 +329,7 @@ def busy_cpus(reg, pid_alive: Callable[[int], bool] | None = None) -> dict[str, 
     """CPUs that running local jobs of the registry have pinned ranks on: job id -> CPUs."""
     out: dict[str, set[int]] = {}
     for row in reg.jobs() if reg.db is not None else []:
-        if row.executor != Local.target.name or row.final or not row.id.isdigit():
+        if row.target != Local.target.name or row.final or not row.id.isdigit():
             continue
         jd = JobDir(Path(row.folder))
         if not (pid_alive or (lambda pid: controller_alive(pid, jd)))(int(row.id)):

@@ -77,7 +77,7 @@ def choose(plan: LaunchPlan, mode: str = SUBMIT, **options: Any) -> Executor:
     """The executor for this plan: `mode` is submit (hpcqa submit, the API, sweeps, tune), script (render) or
     hosts (render --hosts); options: python (the nodes' interpreter for scripts), hosts, slurm (a Slurm), snapshot
     (submit: the ranks import a snapshot of hpcqa, not the live tree; default True)."""
-    return choose_for(plan.executor, plan.launcher, mode, **options)
+    return choose_for(plan.target, plan.launcher, mode, **options)
 
 
 def for_sweep(sp: SweepPlan, mode: str = SUBMIT, **options: Any) -> Executor:
@@ -121,18 +121,18 @@ def choose_for(target: str, launcher: str, mode: str, **options: Any) -> Executo
     return _construct(EXECUTORS[target, launcher, mode], options)
 
 
-def verbs(executor: str, slurm_: Slurm | None = None) -> JobVerbs:
+def verbs(target: str, slurm_: Slurm | None = None) -> JobVerbs:
     """The job verbs of a registry row's target."""
-    if executor not in VERBS:
-        raise PlanError(f"the registry names an executor this hpcqa does not know: {executor!r}",
+    if target not in VERBS:
+        raise PlanError(f"the registry names an executor this hpcqa does not know: {target!r}",
                         "use the hpcqa version that submitted the job")
-    return _construct(VERBS[executor], {"slurm": slurm_})
+    return _construct(VERBS[target], {"slurm": slurm_})
 
 
-def by_executor(rows: Sequence[JobRow]) -> dict[str, list[JobRow]]:
+def by_target(rows: Sequence[JobRow]) -> dict[str, list[JobRow]]:
     out: dict[str, list[JobRow]] = {}
     for r in rows:
-        out.setdefault(r.executor, []).append(r)
+        out.setdefault(r.target, []).append(r)
     return out
 
 

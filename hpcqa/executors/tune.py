@@ -66,7 +66,7 @@ def run_comm(path: str, overrides: Sequence[str], say: Say = silent) -> dict:
     -> {"key", "entry", "link", "job"}; raises JobFailed when the job did not measure."""
     base = config.load(path, list(overrides))
     host = hostprobe.probe_host()
-    most = planmod.build_plan(base, host).target.max_nodes
+    most = planmod.build_plan(base, host).target_type.max_nodes
     if most is not None and most < 2:
         raise ConfigError("cluster.executor", "`tune --comm` measures the link between two nodes; the local executor "
                                               "has one machine", "run it where Slurm is (cluster.executor = \"slurm\" "
@@ -80,6 +80,6 @@ def run_comm(path: str, overrides: Sequence[str], say: Say = silent) -> dict:
     if not states.succeeded(state) or not link.get("bandwidth_Bps"):
         raise JobFailed(f"the link measurement (job {job_id}) ended {state}: {link.get('error', 'no link measured')}",
                         f"hpcqa logs {job_id} shows why")
-    k = links.key(p.executor, cfg.cluster.partition, p.backend.resolved)
+    k = links.key(p.target, cfg.cluster.partition, p.backend.resolved)
     return {"key": k, "entry": links.record(k, link, job_id), "link": link, "job": job_id, "folder": str(jd.path),
             "store": str(links.caches.link_store())}

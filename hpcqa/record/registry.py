@@ -22,13 +22,14 @@ from hpcqa.record import sqlitescan
 
 DEFAULT_PATH = os.path.join("logs", "registry.sqlite")
 APPLICATION_ID = 0x68717267  # "hqrg" in the SQLite header (PRAGMA application_id): this file is an hpcqa registry
+SCHEMA_VERSION = 2           # PRAGMA user_version; 2: the column "executor" is named "target"
 # A job is (id, folder): ids repeat (a reset controller starts again at 1, several clusters share a filesystem), the
 # folder -- which carries the submission's own token -- does not. A reused id adds a row; it never replaces one.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id            TEXT NOT NULL,        -- Slurm job id (array: "<array id>_<task>") or local controller pid
     name          TEXT NOT NULL,
-    executor      TEXT NOT NULL,        -- slurm | local
+    target        TEXT NOT NULL,        -- slurm | local (the column was "executor" before schema version 2)
     folder        TEXT NOT NULL,
     config        TEXT NOT NULL,        -- JSON snapshot of the validated config
     source        TEXT NOT NULL,
@@ -56,7 +57,7 @@ CREATE INDEX IF NOT EXISTS jobs_sweep ON jobs(sweep_id);
 class JobRow:
     id: str
     name: str
-    executor: str
+    target: str
     folder: str
     config: dict
     source: str
@@ -107,7 +108,7 @@ class Registry:
             _own_or_refuse(self.db, self.path)  # before anything is written to it
             self.db.execute("PRAGMA journal_mode = WAL")
             _migrate(self.db)
-            self.db.execute("SELECT id, name, executor, folder, state FROM jobs LIMIT 1").fetchall()
+            self.db.execute("SELECT id, name, folder, state FROM jobs LIMIT 1").fetchall()
         except sqlite3.DatabaseError as e:
             raise _damaged(self.path, f"not a readable job registry ({e})") from None
         except OSError as e:
@@ -126,23 +127,23 @@ class Registry:
                 ("; ..." if len(self.damaged) > 3 else "")
         return len(rows), verdict
 
-    def add(self, *, id: str, name: str, executor: str, folder: str, config: dict, source: str,
+    def add(self, *, id: str, name: str, target: str, folder: str, config: dict, source: str,
             nodes: int, world_size: int, array_size: int = 0, sweep_id: str | None = None,
             task_index: int | None = None, variant: dict | None = None) -> None:
-        self.add_many([dict(id=id, name=name, executor=executor, folder=folder, config=config, source=source,
+        self.add_many([dict(id=id, name=name, target=target, folder=folder, config=config, source=source,
                             nodes=nodes, world_size=world_size, array_size=array_size, sweep_id=sweep_id,
                             task_index=task_index, variant=variant)])
 
     def add_many(self, rows: Iterable[dict[str, Any]]) -> None:
         now = time.time()
-        data = [(r["id"], r["name"], r["executor"], r["folder"], json.dumps(r["config"]), r["source"], now,
+        data = [(r["id"], r["name"], r["target"], r["folder"], json.dumps(r["config"]), r["source"], now,
                  r["nodes"], r["world_size"], r.get("array_size", 0), r.get("sweep_id"), r.get("task_index"),
                  json.dumps(r["variant"]) if r.get("variant") is not None else None) for r in rows]
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
             # the same job (id and folder) registered again replaces its row; a reused id adds one
             self.db.executemany(
-                "INSERT OR REPLACE INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, "
+                "INSERT OR REPLACE INTO jobs (id, name, target, folder, config, source, submitted_at, nodes, "
                 "world_size, array_size, sweep_id, task_index, variant) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", data)
 
     def update_states(self, updates: Iterable[tuple]) -> None:
@@ -193,20 +194,21 @@ class Registry:
     def _row(d: dict) -> JobRow:
         """A row as status uses it, checked: anything else raises ValueError (the row is reported damaged)."""
         config, variant = json.loads(d["config"]), json.loads(d["variant"]) if d["variant"] else None
-        texts = ("id", "name", "executor", "folder", "source", "state")
+        texts = ("id", "name", "target", "folder", "source", "state")
         if not all(isinstance(d[k], str) and d[k] for k in texts) or not isinstance(config, dict) \
                 or not all(isinstance(d[k], int) for k in ("nodes", "world_size")) \
                 or not isinstance(d["submitted_at"], (int, float)) or not (variant is None or isinstance(variant, dict)):
             raise ValueError("a field of the wrong type or empty")
-        return JobRow(id=d["id"], name=d["name"], executor=d["executor"], folder=d["folder"],
+        return JobRow(id=d["id"], name=d["name"], target=d["target"], folder=d["folder"],
                       config=config, source=d["source"], submitted_at=d["submitted_at"],
                       nodes=d["nodes"], world_size=d["world_size"], array_size=d["array_size"] or 0,
                       sweep_id=d["sweep_id"], task_index=d["task_index"], variant=variant, state=d["state"],
                       final=bool(d["final"]), exit_code=d["exit_code"], elapsed=d["elapsed"])
 
 
-COLUMNS = ("id", "name", "executor", "folder", "config", "source", "submitted_at", "nodes", "world_size", "array_size",
+COLUMNS = ("id", "name", "target", "folder", "config", "source", "submitted_at", "nodes", "world_size", "array_size",
            "sweep_id", "task_index", "variant", "state", "final", "exit_code", "elapsed", "updated_at")
+COLUMNS_V1 = tuple("executor" if c == "target" else c for c in COLUMNS)   # before schema version 2
 
 
 def _own_or_refuse(db: sqlite3.Connection, path: Path) -> None:
@@ -218,21 +220,33 @@ def _own_or_refuse(db: sqlite3.Connection, path: Path) -> None:
     tables = sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
                                              "AND name NOT LIKE 'sqlite_%'"))
     cols = [r[1] for r in db.execute("PRAGMA table_info(jobs)")] if tables == ["jobs"] else []
-    if app != 0 or tables != ["jobs"] or tuple(cols) != COLUMNS:
+    if app != 0 or tables != ["jobs"] or tuple(cols) not in (COLUMNS, COLUMNS_V1):
         what = f"application id {app:#x}" if app else ("tables " + ", ".join(tables[:5]) if tables else "no tables")
         raise RegistryError(f"{path} is not an hpcqa job registry ({what}); nothing was written to it",
                             "point job.registry / $HPCQA_REGISTRY at a registry hpcqa made, or at a new path")
 
 
+def _current(db: sqlite3.Connection) -> bool:
+    return db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID and \
+        db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION
+
+
 def _migrate(db: sqlite3.Connection) -> None:
-    """A registry from before ids could repeat (id PRIMARY KEY) gets the (id, folder) key; every one gets its
-    application id. One transaction: a concurrent hpcqa waits for it."""
-    if db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID:
+    """In place, in one transaction (a concurrent hpcqa waits for it): the column "executor" is renamed "target"
+    (schema version 2); a registry from before ids could repeat (id PRIMARY KEY) gets the (id, folder) key; every
+    one gets its application id."""
+    if _current(db):
         return
     with db:
         db.execute("BEGIN IMMEDIATE")
-        if db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID:
-            return
+        if not _current(db):
+            _migrate_now(db)
+
+
+def _migrate_now(db: sqlite3.Connection) -> None:
+    if "executor" in [r[1] for r in db.execute("PRAGMA table_info(jobs)")]:
+        db.execute("ALTER TABLE jobs RENAME COLUMN executor TO target")
+    if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
         keyed_by_id = any(r[1] == "id" and r[5] for r in db.execute("PRAGMA table_info(jobs)"))
         if keyed_by_id:
             db.execute("ALTER TABLE jobs RENAME TO jobs_v1")
@@ -245,6 +259,7 @@ def _migrate(db: sqlite3.Connection) -> None:
                 if stmt.strip():
                     db.execute(stmt)
         db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def _create(path: Path, mode: int = 0o600) -> None:
@@ -255,6 +270,7 @@ def _create(path: Path, mode: int = 0o600) -> None:
     db = sqlite3.connect(str(tmp))
     db.executescript(SCHEMA)
     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     db.commit()
     db.close()
     os.chmod(tmp, mode)  # SQLite gives its -wal and -shm files the database's mode
@@ -314,7 +330,7 @@ def _salvage(path: Path, give_up_after: int = 1000) -> list[dict]:
                 row = None
             misses = 0 if row else misses + 1
             if row:
-                found[rowid] = dict(zip(cols, row))
+                found[rowid] = dict(zip(["target" if c == "executor" else c for c in cols], row))
     except sqlite3.DatabaseError:
         pass
     for rowid, values in sqlitescan.table_rows(path, len(COLUMNS)).items():

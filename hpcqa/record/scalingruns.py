@@ -65,7 +65,7 @@ def link_for(executor: str, partition: str, backend: str, bandwidth: str | None 
 
 def link_of_run(row: Any, bandwidth: str | None = None, latency_us: float | None = None) -> scaling.Link:
     """link_for the executor, partition and backend a recorded run had."""
-    return link_for(row.executor, (row.config.get("cluster") or {}).get("partition", ""),
+    return link_for(row.target, (row.config.get("cluster") or {}).get("partition", ""),
                     results_of(row).get("backend") or "gloo", bandwidth, latency_us)
 
 
@@ -160,7 +160,7 @@ def warnings_for(plan: planmod.LaunchPlan, reg: Any) -> list[str]:
     stored link for its partition and backend and a finished run of its shape; silent otherwise."""
     if plan.nodes < 2 or plan.config.job.task != "train":
         return []
-    stored = links.lookup(links.key(plan.executor, plan.config.cluster.partition, plan.backend.resolved))
+    stored = links.lookup(links.key(plan.target, plan.config.cluster.partition, plan.backend.resolved))
     if not stored:
         return []
     row = same_shape_run(reg, plan.config)

@@ -23,7 +23,7 @@ LIST_PHASES = 16  # rank files the list view reads per unfinished job (status JO
 class JobView:
     id: str
     name: str
-    executor: str
+    target: str                       # where it runs: local | slurm ("executor" in --json and the list)
     state: str
     nodes: int
     world_size: int
@@ -48,7 +48,9 @@ class JobView:
     phases: list[dict] = field(default_factory=list)  # unfinished jobs: where each rank is (rank/phase.py)
 
     def to_json(self) -> dict:
-        out = {k: getattr(self, k) for k in ("id", "name", "state", "executor", "nodes", "world_size", "elapsed",
+        # "executor": the --json field users read, the target's name
+        out = {k: getattr(self, "target" if k == "executor" else k) for k in ("id", "name", "state", "executor",
+                                                                              "nodes", "world_size", "elapsed",
                                               "exit_code", "folder", "progress", "results", "sweep_id",
                                               "task_index", "variant", "reason", "nodelist", "usage", "phases", "notes")}
         out["outputs"] = dict(self.outputs)
