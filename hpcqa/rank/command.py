@@ -42,6 +42,7 @@ from hpcqa.rank.exits import TERM_WAIT_S, code_provenance
 from hpcqa.rank.phase import Phases
 from hpcqa.record import worktree
 from hpcqa.record.jobdir import JobDir, attempt_from_env, write_json
+from hpcqa.record.phases import Phase
 
 TAIL_LINES = 20
 MAX_RESULTS_BYTES = 1 << 20
@@ -150,7 +151,7 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
     if rank == 0:
         jd.tidy_staging()
     phases = Phases(jd, rank, attempt)
-    phases.enter("starting", "checking the command's files")
+    phases.enter(Phase.STARTING, "checking the command's files")
     report = _report(plan, jd, rank, attempt)
     write_json(jd.rank_report(rank), report)
     bad = verify(plan)
@@ -165,7 +166,7 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
     pid, err = _start(list(plan.command), plan.work.get("run_in") or "",
                       child_env(plan, jd, attempt, dict(os.environ)), parent, notices.requeue)
     notices.pid = pid
-    phases.enter("command", commandmod.display(plan.command)[:120], pid=pid)
+    phases.enter(Phase.COMMAND, commandmod.display(plan.command)[:120], pid=pid)
     pump = threading.Thread(target=_pump, args=(os.fdopen(err, "rb"), tail), daemon=True)
     pump.start()
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
@@ -177,11 +178,11 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
     if code != 0:
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         _failed(jd, rank, attempt, f"the command {how}", code, list(tail))
-        phases.enter("failed", f"the command {how}")
+        phases.enter(Phase.FAILED, f"the command {how}")
         raise CommandFailed(code, f"rank {rank}: the command {how}")
     if rank == 0:
         write_json(jd.results, _results(plan, jd, report))
-    phases.enter("done")
+    phases.enter(Phase.DONE)
     return {"rank": rank, "exit_code": 0}
 
 
@@ -212,7 +213,7 @@ def _after_notice(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int, notices
               "checkpoint": str(jd.checkpoints), "step": None}
     report.update(status=f"stopped on {name}", notice=notice)
     write_json(jd.rank_report(rank), report)
-    Phases(jd, rank, attempt).enter("stopping", f"{name}: the command exited with {code}")
+    Phases(jd, rank, attempt).enter(Phase.STOPPING, f"{name}: the command exited with {code}")
     term = notices.kind == signal.SIGTERM
     if plan.requeue is Requeue.POD:
         sys.exit(int(PodExit.STOPPED))

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from hpcqa.record.jobdir import JobDir, write_json
-from hpcqa.record.phases import NAMES
+from hpcqa.record.phases import Phase
 
 THROTTLE_S = 5.0
 
@@ -32,9 +32,8 @@ class Phases:
         self.last_write = 0.0
         self.broken = False
 
-    def enter(self, phase: str, detail: str = "", **extra: Any) -> None:
-        if phase not in NAMES:
-            raise ValueError(f"unknown phase {phase!r}")
+    def enter(self, phase: Phase, detail: str = "", **extra: Any) -> None:
+        phase = Phase(phase)  # a name that is no phase fails here, not in status
         now = time.time()
         self.record = {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(), "attempt": self.attempt,
                        "phase": phase, "detail": detail, "since": now, "updated": now, **extra}
@@ -46,8 +45,8 @@ class Phases:
         self._write()
 
     def step(self, step: int, total: int | None) -> None:
-        if self.record.get("phase") != "training":
-            self.enter("training", step=step, total_steps=total)
+        if self.record.get("phase") != Phase.TRAINING:
+            self.enter(Phase.TRAINING, step=step, total_steps=total)
             return
         self.record.update(step=step, total_steps=total, updated=time.time())
         if time.time() - self.last_write >= THROTTLE_S:

@@ -39,6 +39,7 @@ from hpcqa.rank.child import die_with
 from hpcqa.rank.phase import Phases
 from hpcqa.record import failures, jobdir
 from hpcqa.record.jobdir import TASK_ID, JobDir
+from hpcqa.record.phases import BEFORE_TRAINING, Phase
 
 
 def choose_binding(plan: LaunchPlan, local_rank: int, node: topology.Node | Sequence[topology.Cpu]) -> dict[str, Any]:
@@ -222,7 +223,7 @@ def main(argv: list[str]) -> int:
     phases = Phases(jd, int(env["RANK"]), jobdir.attempt_from_env(env))
     iface = plan.config.launch.master_interface
     waits = bool(iface) and env.get("NODE_RANK", "0") != "0"  # for the first host to publish its address
-    phases.enter("address" if waits else "starting", f"of {iface}" if waits else "")
+    phases.enter(Phase.ADDRESS if waits else "starting", f"of {iface}" if waits else "")
     try:
         addr = master_address(plan, env, jd, socket.gethostname())
     except HpcqaError as e:
@@ -231,7 +232,7 @@ def main(argv: list[str]) -> int:
     if addr:
         env["MASTER_ADDR"] = addr
     if waits:
-        phases.enter("starting")
+        phases.enter(Phase.STARTING)
     return supervise(command, env, int(env["RANK"]), jd, plan.requeue)
 
 
@@ -315,7 +316,6 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
 
 
 NOTICE_WAIT_S = 15.0   # a pod's rank still before training this long after SIGTERM is blocked in C (a rendezvous)
-BEFORE_TRAINING = ("starting", "address", "rendezvous", "loading")
 
 
 class _NoticeWatch:

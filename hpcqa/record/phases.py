@@ -5,23 +5,45 @@ warning for ranks stuck at the rendezvous. Pure: no torch, no files.
 from __future__ import annotations
 
 import time
+from enum import StrEnum
 
-# what status prints for each phase (the file holds the key)
+
+class Phase(StrEnum):
+    """Where a rank is. The phase file holds the value; every writer and reader names a member."""
+
+    STARTING = "starting"
+    ADDRESS = "address"
+    RENDEZVOUS = "rendezvous"
+    LOADING = "loading"
+    TRAINING = "training"
+    STOPPING = "stopping"
+    EVALUATING = "evaluating"
+    PREDICTING = "predicting"
+    FINISHING = "finishing"
+    LINK = "link"
+    COMMAND = "command"
+    DONE = "done"
+    FAILED = "failed"
+
+
+# what status prints for each phase, in the order a rank passes them
 NAMES = {
-    "starting": "starting (importing, checking the plan)",
-    "address": "waiting for the first host's address",
-    "rendezvous": "waiting at the rendezvous",
-    "loading": "loading the model and data",
-    "training": "training",
-    "stopping": "saving a checkpoint on a notice",
-    "evaluating": "evaluating",
-    "predicting": "predicting",
-    "finishing": "writing results",
-    "link": "measuring the link",
-    "command": "running the command",
-    "done": "done",
-    "failed": "failed",
+    Phase.STARTING: "starting (importing, checking the plan)",
+    Phase.ADDRESS: "waiting for the first host's address",
+    Phase.RENDEZVOUS: "waiting at the rendezvous",
+    Phase.LOADING: "loading the model and data",
+    Phase.TRAINING: "training",
+    Phase.STOPPING: "saving a checkpoint on a notice",
+    Phase.EVALUATING: "evaluating",
+    Phase.PREDICTING: "predicting",
+    Phase.FINISHING: "writing results",
+    Phase.LINK: "measuring the link",
+    Phase.COMMAND: "running the command",
+    Phase.DONE: "done",
+    Phase.FAILED: "failed",
 }
+BEFORE_TRAINING = (Phase.STARTING, Phase.ADDRESS, Phase.RENDEZVOUS, Phase.LOADING)
+WAITING = (Phase.RENDEZVOUS, Phase.ADDRESS)   # for a peer: the rendezvous warning
 
 
 def text(record: dict, now: float | None = None) -> str:
@@ -31,13 +53,13 @@ def text(record: dict, now: float | None = None) -> str:
     phase = str(record.get("phase", "?"))
     out = NAMES.get(phase, phase[:40])
     step, total = record.get("step"), record.get("total_steps")
-    if phase == "training" and isinstance(step, int):
+    if phase == Phase.TRAINING and isinstance(step, int):
         out += f" step {step}/{total if isinstance(total, int) and total > 0 else '?'}"
     detail = " ".join(str(record.get("detail") or "").split())
     if detail:
         out += f" ({detail[:160]})"
     since = record.get("since")
-    if isinstance(since, (int, float)) and phase not in ("done", "failed"):
+    if isinstance(since, (int, float)) and phase not in (Phase.DONE, Phase.FAILED):
         out += f", for {duration(now - since)}"
     return out
 
@@ -75,7 +97,7 @@ def stuck_at_rendezvous(records: list[dict], now: float | None = None) -> str | 
     """The one line status prints when ranks have waited at the rendezvous (or for the first host's address) for
     longer than a minute: which ranks, how long, for which address, and what to check. None otherwise."""
     now = now or time.time()
-    waiting = [r for r in records if r.get("phase") in ("rendezvous", "address")
+    waiting = [r for r in records if r.get("phase") in WAITING
                and isinstance(r.get("since"), (int, float)) and now - r["since"] > RENDEZVOUS_WARN_S]
     if not waiting:
         return None

@@ -13,6 +13,7 @@ from hpcqa.rank.train.facts import Rank, thread_census
 from hpcqa.rank.train.resume import barrier
 from hpcqa.rank.train.stop import STOP, StopNotice, attempt
 from hpcqa.record.jobdir import write_json
+from hpcqa.record.phases import Phase
 
 
 class Board(TensorBoardCallback):
@@ -80,20 +81,20 @@ class ProgressCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kw):
         self.t_begin = time.time()
-        self._write(state, "training", force=True)
+        self._write(state, Phase.TRAINING, force=True)
 
     def on_log(self, args, state, control, logs=None, **kw):
         if logs and "loss" in logs:
             self.loss = logs["loss"]
-        self._write(state, "training", force=True)
+        self._write(state, Phase.TRAINING, force=True)
 
     def on_step_end(self, args, state, control, **kw):
-        self._write(state, "training")
+        self._write(state, Phase.TRAINING)
 
     def on_train_end(self, args, state, control, **kw):
-        self._write(state, "evaluating", force=True)
+        self._write(state, Phase.EVALUATING, force=True)
 
-    def _write(self, state, phase: str, force: bool = False) -> None:
+    def _write(self, state, phase: Phase, force: bool = False) -> None:
         now = time.time()
         if not force and now - self.last_write < 1.0:
             return
@@ -120,7 +121,7 @@ class StopOnSignal(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         if STOP.agreed(self.r.world):
             STOP.agreed_at = state.global_step
-            self.r.phases.enter("stopping", f"{STOP.name} at step {state.global_step}")
+            self.r.phases.enter(Phase.STOPPING, f"{STOP.name} at step {state.global_step}")
             control.should_save = True
             control.should_training_stop = True
 
@@ -148,7 +149,7 @@ class StepTimer(TrainerCallback):
         self.busy = False  # the Trainer logged, saved or evaluated since the last step ended
 
     def on_train_begin(self, args, state, control, **kw):
-        self.r.phases.enter("training")
+        self.r.phases.enter(Phase.TRAINING)
 
     def on_step_begin(self, args, state, control, **kw):
         self.t0 = time.perf_counter()

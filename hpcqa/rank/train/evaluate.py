@@ -11,6 +11,7 @@ from transformers import Trainer
 from hpcqa.rank.train import metrics, postprocess
 from hpcqa.rank.train.facts import Rank
 from hpcqa.record.jobdir import write_json
+from hpcqa.record.phases import Phase
 
 
 def _split_index(data: dict, split: str) -> dict:
@@ -67,7 +68,7 @@ def _write_predictions(r: Rank, stage: str, out: postprocess.Predictions) -> dic
 
 def evaluate(r: Rank, trainer: Trainer, data: dict) -> dict:
     """Predict on every rank (DDP gathers); rank 0 post-processes, scores and writes run_qa's files."""
-    r.phases.enter("evaluating")
+    r.phases.enter(Phase.EVALUATING)
     t0 = time.time()
     pred = trainer.predict(data["eval_features"])
     eval_time = time.time() - t0
@@ -82,7 +83,7 @@ def evaluate(r: Rank, trainer: Trainer, data: dict) -> dict:
 
 def predict(r: Rank, trainer: Trainer, data: dict) -> dict:
     """The test split (train.do_predict): answers without scores, in predict_*.json."""
-    r.phases.enter("predicting")
+    r.phases.enter(Phase.PREDICTING)
     t0 = time.time()
     pred = trainer.predict(data["test_features"])
     if r.rank != 0:

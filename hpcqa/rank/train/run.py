@@ -62,6 +62,7 @@ from hpcqa.rank.train.stop import (
 from hpcqa.rank.train.trainer import build_trainer
 from hpcqa.record.caches import Caches
 from hpcqa.record.jobdir import JobDir, write_json
+from hpcqa.record.phases import Phase
 
 
 def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
@@ -69,7 +70,7 @@ def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
     try:
         return _run(plan, jd)
     except NoticeBeforeTraining as e:  # a pod's notice before training began: nothing to save
-        Phases(jd, rank, attempt()).enter("stopping", f"{e} before training began: nothing to checkpoint")
+        Phases(jd, rank, attempt()).enter(Phase.STOPPING, f"{e} before training began: nothing to checkpoint")
         print(f"hpcqa rank {rank}: {e} before training began: nothing to checkpoint; the restarted pod starts "
               "again from the last checkpoint", file=sys.stderr)
         return {"rank": rank, "requeue": "before training"}
@@ -86,7 +87,7 @@ def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
 def write_failed(jd: JobDir, rank: int, e: BaseException | None) -> None:
     error = f"{type(e).__name__}: {e.message} (fix: {e.hint})" if isinstance(e, HpcqaError) and e.hint \
         else f"{type(e).__name__}: {e}"
-    Phases(jd, rank, attempt()).enter("failed", error[:200])
+    Phases(jd, rank, attempt()).enter(Phase.FAILED, error[:200])
     write_json(jd.rank_failed(rank), {"rank": rank, "host": socket.gethostname(), "error": error,
                                       "traceback": traceback.format_exc().splitlines()[-30:],
                                       "time": time.time(), "attempt": attempt()})
@@ -122,11 +123,11 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     except StopNotice:  # trained, then a notice during the evaluation: the trained weights are kept
         return stop_after_checkpoint(r, save_at_notice(r, trainer, "the final evaluation"))
     r.save_report(usage=own_usage(r))
-    r.phases.enter("finishing")
+    r.phases.enter(Phase.FINISHING)
     if r.rank == 0:
         write_results(r, result, data, train_out, timing, resumed_from, digest, bf16, ipex_used)
     leave_process_group()
-    r.phases.enter("done")
+    r.phases.enter(Phase.DONE)
     return {"rank": r.rank, "weights_digest": digest, **({"results": result} if r.rank == 0 else {})}
 
 
@@ -194,7 +195,7 @@ def training_arguments(r: Rank) -> tuple[TrainingArguments, bool]:
     if r.world > 1 and (args.parallel_mode != ParallelMode.DISTRIBUTED or args.world_size != r.world):
         raise RuntimeError(f"the Trainer did not set up DDP (parallel_mode={args.parallel_mode}, "
                            f"world_size={args.world_size}, expected {r.world}): every rank would train alone")
-    r.phases.enter("loading", "rank 0 first" if r.world > 1 else "")
+    r.phases.enter(Phase.LOADING, "rank 0 first" if r.world > 1 else "")
     return args, bf16
 
 
@@ -211,7 +212,7 @@ def rendezvous(r: Rank, timeout_s: float, lookup: Callable[..., Any] = socket.ge
     timeout_s + a minute later ends this rank with a record of why (the main thread is inside c10d and cannot be
     interrupted). -> the watchdog; cancel it once the group is up."""
     addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
-    r.phases.enter("rendezvous", f"{addr}:{port}")
+    r.phases.enter(Phase.RENDEZVOUS, f"{addr}:{port}")
     deadline, said = time.time() + timeout_s, False
     while True:
         try:
@@ -344,7 +345,7 @@ def run_link(r: Rank) -> dict:
     dist.init_process_group(backend=r.plan.backend.resolved, rank=r.rank, world_size=r.world,
                             timeout=datetime.timedelta(seconds=r.plan.config.train.ddp_timeout_s))
     guard.cancel()
-    r.phases.enter("link")
+    r.phases.enter(Phase.LINK)
     t0 = time.time()
     link = commbench.measure_link(int(r.report.get("node_rank") or 0))
     r.save_report(link=link, finished=time.time(), status="measured")
@@ -360,7 +361,7 @@ def run_link(r: Rank) -> dict:
             r.log(f"link: {scaling.human_rate(link['bandwidth_Bps'])}, latency {1e6 * link['latency_s']:.0f} us "
                   f"({r.plan.backend.resolved}, {link['nodes']} nodes)")
     leave_process_group()
-    r.phases.enter("done")
+    r.phases.enter(Phase.DONE)
     return {"rank": r.rank, "link": link}
 
 

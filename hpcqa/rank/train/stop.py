@@ -18,6 +18,7 @@ from hpcqa.core.targets import Requeue
 from hpcqa.rank.exits import TERM_WAIT_S
 from hpcqa.rank.train.facts import Rank
 from hpcqa.record.jobdir import attempt_from_env, write_json
+from hpcqa.record.phases import Phase
 
 
 def attempt() -> int:
@@ -125,7 +126,7 @@ def save_at_notice(r: Rank, trainer, during: str) -> int:
     A step already saved and marked is not saved again."""
     step = trainer.state.global_step
     STOP.agreed_at = step
-    r.phases.enter("stopping", f"{STOP.name} at step {step}, during {during}")
+    r.phases.enter(Phase.STOPPING, f"{STOP.name} at step {step}, during {during}")
     if not r.jd.checkpoint_marker(r.jd.checkpoints / f"checkpoint-{step}").exists():
         trainer._save_checkpoint(trainer.model_wrapped, trial=None)
         trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
