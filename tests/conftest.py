@@ -8,6 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
+SLURM_HERE = frozenset({"slurm"})   # HostProbe.schedulers where sbatch is on PATH
 # `hpcqa tune` results change what ranks_per_socket = "auto" means: tests never see a user's store.
 _STORES = tempfile.mkdtemp(prefix="hpcqa-tests-")
 os.environ["HPCQA_TUNE_STORE"] = os.path.join(_STORES, "tuned.json")

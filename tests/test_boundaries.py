@@ -20,9 +20,9 @@ from hpcqa.executors.slurm import SubmititSlurm
 from hpcqa.fsutil import owner_umask
 from hpcqa.rank import picklecheck
 from hpcqa.record.jobdir import JobDir, JobRoot
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SLURM_HERE
 
-HOST = plan.HostProbe(has_sbatch=True, ccl_bindings=False, libraries={}, python=sys.executable)
+HOST = plan.HostProbe(schedulers=SLURM_HERE, ccl_bindings=False, libraries={}, python=sys.executable)
 
 
 def quick(tmp_path, *overrides):

@@ -2,14 +2,14 @@ import pytest
 
 from hpcqa.core import config
 from hpcqa.errors import ConfigError, UsageError
-from tests.conftest import CONFIGS, ROOT
+from tests.conftest import CONFIGS, ROOT, SLURM_HERE
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_every_shipped_config_validates(path):
     from hpcqa.core import plan
     cfg = config.load(path)
-    assert plan.build_plan(cfg, plan.HostProbe(has_sbatch=True)).world_size >= 1
+    assert plan.build_plan(cfg, plan.HostProbe(schedulers=SLURM_HERE)).world_size >= 1
 
 
 def test_configs_dir_is_not_empty():

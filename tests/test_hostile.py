@@ -19,9 +19,9 @@ from hpcqa.core import config, plan, sweep
 from hpcqa.errors import ConfigError
 from hpcqa.executors import k8s, render, trainjob
 from hpcqa.executors.slurm import SubmititSlurm
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SLURM_HERE
 
-HOST = plan.HostProbe(has_sbatch=True, ccl_bindings=False, libraries={}, python="python3")
+HOST = plan.HostProbe(schedulers=SLURM_HERE, ccl_bindings=False, libraries={}, python="python3")
 
 CORPUS = {
     "quotes": "it's \"q\"",

@@ -11,7 +11,7 @@ import pytest
 
 from hpcqa.core import config, plan, topology
 from hpcqa.rank import wrapper as rank
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SLURM_HERE
 
 
 def write_tree(root: Path, cpus: dict[int, tuple[int, int]], numa: dict[int, list[int]] | None = None) -> Path:
@@ -77,7 +77,7 @@ LAYOUTS = {
 def spr(*overrides, backend="gloo"):
     cfg = config.load(ROOT / "configs/squad_spr.toml", [f"train.ddp_backend={json.dumps(backend)}", "launch.ccl_workers=1",
                                                          *overrides])
-    return plan.build_plan(cfg, plan.HostProbe(has_sbatch=True, python="python3"))
+    return plan.build_plan(cfg, plan.HostProbe(schedulers=SLURM_HERE, python="python3"))
 
 
 @pytest.mark.parametrize("name", LAYOUTS)

@@ -4,10 +4,10 @@ import pytest
 
 from hpcqa.core import config, plan
 from hpcqa.errors import ConfigError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SLURM_HERE
 
 SPR = ROOT / "configs" / "squad_spr.toml"
-HOST = plan.HostProbe(has_sbatch=True, ccl_bindings=False,
+HOST = plan.HostProbe(schedulers=SLURM_HERE, ccl_bindings=False,
                       libraries={"tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"}, python="python3")
 
 
@@ -42,7 +42,7 @@ def test_gloo_gives_the_ccl_cores_back():
 
 
 def test_auto_backend_picks_ccl_when_bindings_exist():
-    host = plan.HostProbe(has_sbatch=True, ccl_bindings=True)
+    host = plan.HostProbe(schedulers=SLURM_HERE, ccl_bindings=True)
     lp = spr(host=host)
     assert lp.backend.resolved == "ccl" and lp.ranks[0].env["CCL_WORKER_COUNT"] == "4"
     assert spr().backend.resolved == "gloo"
@@ -67,7 +67,7 @@ def test_the_plan_names_the_libraries_the_node_resolves():
     lp = spr()
     assert lp.ranks[0].env["HPCQA_PRELOAD"] == "tcmalloc:iomp" and "LD_PRELOAD" not in lp.ranks[0].env
     assert any("iomp not found on this host; each rank looks for it on its node" in w for w in lp.warnings)
-    bare = spr(host=plan.HostProbe(has_sbatch=True))
+    bare = spr(host=plan.HostProbe(schedulers=SLURM_HERE))
     assert bare.ranks[0].env["HPCQA_PRELOAD"] == "tcmalloc:iomp"  # the same plan: nothing frozen from this host
     assert "HPCQA_PRELOAD" not in spr("launch.malloc=default", "launch.openmp=gomp").ranks[0].env
 
@@ -81,8 +81,8 @@ def test_executor_auto_and_local_limits():
 
 
     with pytest.raises(ConfigError):
-        spr("cluster.executor=auto", host=plan.HostProbe(has_sbatch=False))  # 4 nodes, no Slurm
-    lp = spr("cluster.executor=auto", "cluster.nodes=1", host=plan.HostProbe(has_sbatch=False))
+        spr("cluster.executor=auto", host=plan.HostProbe(schedulers=frozenset()))  # 4 nodes, no Slurm
+    lp = spr("cluster.executor=auto", "cluster.nodes=1", host=plan.HostProbe(schedulers=frozenset()))
     assert lp.target == "local" and lp.deferred_env["MASTER_ADDR"] == "127.0.0.1"
 
 
@@ -142,13 +142,13 @@ def test_targets_are_one_vocabulary_from_the_config_to_the_registry(tmp_path):
     from hpcqa.core import targets
     from hpcqa.errors import PlanError
     assert set(typing.get_args(typing.get_type_hints(config.ClusterConfig)["executor"])) == set(targets.CONFIG_CHOICES)
-    assert targets.resolve("auto", plan.HostProbe(has_sbatch=True)) is targets.SlurmTarget
-    assert targets.resolve("auto", plan.HostProbe(has_sbatch=False)) is targets.LocalTarget
-    assert targets.resolve("local", plan.HostProbe(has_sbatch=True), "pytorchjob") is targets.K8sTarget
-    assert targets.resolve("slurm", plan.HostProbe(has_sbatch=False)) is targets.SlurmTarget
+    assert targets.resolve("auto", plan.HostProbe(schedulers=SLURM_HERE)) is targets.SlurmTarget
+    assert targets.resolve("auto", plan.HostProbe(schedulers=frozenset())) is targets.LocalTarget
+    assert targets.resolve("local", plan.HostProbe(schedulers=SLURM_HERE), "pytorchjob") is targets.K8sTarget
+    assert targets.resolve("slurm", plan.HostProbe(schedulers=frozenset())) is targets.SlurmTarget
     with pytest.raises(PlanError, match="unknown executor 'slurm-script'"):
         targets.named("slurm-script")
-    lp = spr("cluster.executor=slurm", host=plan.HostProbe(has_sbatch=False))
+    lp = spr("cluster.executor=slurm", host=plan.HostProbe(schedulers=frozenset()))
     again = plan.LaunchPlan.loads(lp.dumps())
     assert again == lp and again.launcher is targets.Launcher.SRUN and again.requeue is targets.Requeue.NONE
     assert plan.LaunchPlan.loads(lp.with_requeue(targets.Requeue.POD).dumps()).requeue is targets.Requeue.POD

@@ -17,10 +17,10 @@ from hpcqa.core import config, plan, sweep
 from hpcqa.core.targets import Requeue
 from hpcqa.errors import ConfigError
 from hpcqa.executors import common, render, table
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SLURM_HERE
 
 GOLDEN = ROOT / "tests" / "golden"
-HOST = plan.HostProbe(has_sbatch=True, ccl_bindings=False,
+HOST = plan.HostProbe(schedulers=SLURM_HERE, ccl_bindings=False,
                       libraries={"tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"}, python="python3")
 
 
@@ -246,7 +246,7 @@ def test_every_executor_hands_its_ranks_a_plan_that_says_who_requeues(key, monke
     target, launcher, mode = key
     cfg = config.load("configs/squad_spr.toml", ["cluster.nodes=1", "cluster.executor=local"] if target == table.LOCAL else [])
     if mode == table.SUBMIT:
-        lp = plan.build_plan(cfg, replace(HOST, has_sbatch=target == table.SLURM), launcher=launcher)
+        lp = plan.build_plan(cfg, replace(HOST, schedulers=SLURM_HERE if target == table.SLURM else frozenset()), launcher=launcher)
         ex = table.choose(lp, mode, snapshot=False)
     else:
         hosts = ("n1", "n2", "n3", "n4") if mode == table.HOSTS else ()

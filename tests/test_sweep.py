@@ -9,9 +9,9 @@ from hpcqa.core import config, plan, sweep
 from hpcqa.errors import ConfigError
 from hpcqa.executors.slurmcli import parse_max_array_size
 from hpcqa.record import results, status
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SLURM_HERE
 
-HOST = plan.HostProbe(has_sbatch=True, python="python3")
+HOST = plan.HostProbe(schedulers=SLURM_HERE, python="python3")
 
 
 def raw(extra_sweep: dict, base="configs/quickstart.toml"):

@@ -57,7 +57,7 @@ LIB_PACKAGES = {
 class HostProbe:
     """What planning needs to know about the submitting host; `probe_host()` fills it in."""
 
-    has_sbatch: bool = False
+    schedulers: frozenset[str] = frozenset()   # targets whose scheduler is reachable here: {"slurm"} with sbatch
     ccl_bindings: bool = False
     ipex: bool = False                # intel_extension_for_pytorch importable
     libraries: Mapping[str, str] = field(default_factory=FrozenDict)  # name -> path, only those found

@@ -23,9 +23,10 @@ from hpcqa.errors import PlanError
 
 
 class SubmitHost(Protocol):
-    """What affinity reads of the submitting host (core/plan.py's SubmitHost)."""
+    """What affinity reads of the submitting host (core/plan.py's HostProbe)."""
 
-    has_sbatch: bool
+    schedulers: frozenset[str]   # the targets whose scheduler can be asked from here (its submit command found)
+
 
 AUTO = "auto"   # cluster.executor: the target of highest affinity here
 
@@ -135,7 +136,7 @@ class SlurmTarget(Target):
 
     @classmethod
     def affinity(cls, host: SubmitHost) -> int:
-        return 2 if host.has_sbatch else -1
+        return 2 if cls.name in host.schedulers else -1
 
     @classmethod
     def launcher(cls, requested: Launcher, via_submitit: bool) -> Launcher:

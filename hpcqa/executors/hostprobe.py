@@ -12,6 +12,7 @@ import sys
 
 from hpcqa.core.frozen import FrozenDict, freeze
 from hpcqa.core.plan import HostProbe
+from hpcqa.core.targets import SlurmTarget
 from hpcqa.rank import preload
 from hpcqa.record import tuned as tune
 
@@ -26,7 +27,7 @@ def probe_host() -> HostProbe:
     """Look at this host: sbatch on PATH, ccl bindings importable, libraries to preload. No torch import."""
     libs = preload.available()  # the dry run's prediction; each rank looks again on its node
     ext = extensions()
-    return HostProbe(has_sbatch=shutil.which("sbatch") is not None, ccl_bindings=ext.ccl_bindings, ipex=ext.ipex,
+    return HostProbe(schedulers=frozenset({SlurmTarget.name}) if shutil.which("sbatch") else frozenset(), ccl_bindings=ext.ccl_bindings, ipex=ext.ipex,
                      libraries=FrozenDict(libs), python=sys.executable, tuned=freeze(tune.load_store()),
                      inherited=FrozenDict({k: os.environ[k] for k in RENDEZVOUS_VARS if os.environ.get(k)}))
 

@@ -79,7 +79,7 @@ IMAGE_LIBRARIES = {"tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4",
 def image_host(host: HostProbe, cfg: Config) -> HostProbe:
     """The submit host's probe with the image's libraries and interpreter. The backend stays the submit host's
     decision: ccl only where the image has the bindings (the [intel] extra the Dockerfile adds for ccl)."""
-    return dataclasses.replace(host, has_sbatch=False, python=cfg.cluster.python or "python3",
+    return dataclasses.replace(host, schedulers=frozenset(), python=cfg.cluster.python or "python3",
                                libraries=FrozenDict(IMAGE_LIBRARIES))
 
 
