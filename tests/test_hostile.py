@@ -17,7 +17,9 @@ import yaml
 
 from hpcqa.core import config, plan, sweep
 from hpcqa.errors import ConfigError
-from hpcqa.executors import k8s, render, trainjob
+from hpcqa.executors import render
+from hpcqa.executors.k8s import image as k8s_image
+from hpcqa.executors.k8s import pods, pytorchjob, trainjob
 from hpcqa.executors.slurm import SubmititSlurm
 from tests.conftest import ROOT, SLURM_HERE
 
@@ -164,8 +166,8 @@ def test_every_string_key_is_refused_or_arrives_unchanged(tmp_path, monkeypatch,
     assert r.returncode == 0, r.stderr
     # 3. the PyTorchJob's YAML parses back to the same plan
     try:
-        docs = list(yaml.safe_load_all(k8s.to_yaml(k8s.to_dicts(k8s.objects(plan.build_plan(
-            k8s.pod_config(cfg), k8s.image_host(HOST, cfg)))))))
+        docs = list(yaml.safe_load_all(pods.to_yaml(pods.to_dicts(pytorchjob.objects(plan.build_plan(
+            pods.pod_config(cfg), k8s_image.image_host(HOST, cfg)))))))
     except Exception as e:  # noqa: BLE001 - only hpcqa's own refusal (a name that cannot be a k8s name) is fine
         assert type(e).__name__ in ("ConfigError", "PlanError"), e
         return
@@ -266,9 +268,9 @@ def test_every_key_at_once_through_the_rendered_scripts_runs_nothing(tmp_path, m
         written.unlink()
     # the pod script, as the kubelet starts it (node 0 of the PyTorchJob), with a stub interpreter
     # launch.pass_env is refused for pods (no submitting shell): its hostile text is tested in the scripts above
-    pod_cfg = k8s.pod_config(dataclasses.replace(cfg, launch=dataclasses.replace(cfg.launch, pass_env=())))
-    docs = yaml.safe_load_all(k8s.to_yaml(k8s.to_dicts(k8s.objects(plan.build_plan(pod_cfg,
-                                                                                  k8s.image_host(HOST, cfg))))))
+    pod_cfg = pods.pod_config(dataclasses.replace(cfg, launch=dataclasses.replace(cfg.launch, pass_env=())))
+    docs = yaml.safe_load_all(pods.to_yaml(pods.to_dicts(pytorchjob.objects(plan.build_plan(pod_cfg,
+                                                                                  k8s_image.image_host(HOST, cfg))))))
     (job,) = docs
     (c,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     pj_env = {e["name"]: e["value"] for e in c["env"] if "value" in e and e["name"].startswith("HPCQA_")}
@@ -281,8 +283,8 @@ def test_every_key_at_once_through_the_rendered_scripts_runs_nothing(tmp_path, m
         dict(cfg.launch.env), r.stderr
     # the TrainJob's pod: its command (the script) with the plan from its environment, as JobSet starts node 0
     (tmp_path / "argv.python").unlink()
-    runtime, job = yaml.safe_load_all(k8s.to_yaml(trainjob.objects(plan.build_plan(
-        pod_cfg, k8s.image_host(HOST, cfg), launcher="trainjob"))))
+    runtime, job = yaml.safe_load_all(pods.to_yaml(trainjob.objects(plan.build_plan(
+        pod_cfg, k8s_image.image_host(HOST, cfg), launcher="trainjob"))))
     tj_env = {e["name"]: e["value"] for e in job["spec"]["trainer"]["env"]}
     r = subprocess.run(job["spec"]["trainer"]["command"], cwd=work, capture_output=True, text=True, timeout=120,
                        env={**env, **tj_env, "PET_NODE_RANK": "0", "PET_NNODES": "4", "PET_MASTER_ADDR": "localhost",
@@ -291,6 +293,6 @@ def test_every_key_at_once_through_the_rendered_scripts_runs_nothing(tmp_path, m
     assert not list(tmp_path.rglob("PWNED")), "the TrainJob's pod script executed config text"
     assert json.loads(tj_env["HPCQA_PLAN_JSON"])["config"] == stored
     # the Dockerfile: every line an instruction, a comment or a continuation
-    lines = k8s.dockerfile(cfg).splitlines()
+    lines = k8s_image.dockerfile(cfg).splitlines()
     for prev, line in zip([""] + lines, lines):
         assert not line or prev.endswith("\\") or re.match(r"#|[A-Z]+ ", line), line

@@ -206,7 +206,7 @@ def test_refused_with_the_key_and_the_fix(cli, args, key, target):
 
 
 def test_pass_env_from_a_secret_is_taken_from_the_secret(cli):
-    """A launch.pass_env name that k8s.secret_env maps reaches the pods from the Secret; only unmapped names are
+    """A launch.pass_env name that pods.secret_env maps reaches the pods from the Secret; only unmapped names are
     refused."""
     rt, job = render(cli, *IMAGE, "--set", 'launch.pass_env=["HF_TOKEN"]', "--set", 'k8s.secret_env={HF_TOKEN = "hf/tok"}')
     (c,) = node_job(rt)["template"]["spec"]["containers"]
@@ -321,10 +321,10 @@ def test_staging_job_fills_the_volume_the_pods_read(cli, tmp_path):
     manifests = list((mount / "datasets" / "hpcqa" / "manifests").glob("*.json"))
     assert len(manifests) == 1, list(mount.rglob("*"))[:20]
     from hpcqa.core import config
-    from hpcqa.executors import k8s
+    from hpcqa.executors.k8s import pods
     from hpcqa.record import manifest as stagemod
     cfg = config.load(ROOT / "configs/quickstart.toml", [a for a in args if a != "--set"])
-    staged = stagemod.check(k8s.pod_config(cfg))
+    staged = stagemod.check(pods.pod_config(cfg))
     assert staged["manifest"] and staged["problems"] == [], staged
 
 

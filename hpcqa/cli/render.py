@@ -11,8 +11,9 @@ from hpcqa import api, errors
 from hpcqa.cli.say import say, warn
 from hpcqa.core import config, distenv, sweep
 from hpcqa.errors import UsageError
-from hpcqa.executors import hostprobe, k8s, table, trainjob
+from hpcqa.executors import hostprobe, table
 from hpcqa.executors.interface import RenderOnly
+from hpcqa.executors.k8s import image, pods, trainjob
 from hpcqa.fsutil import atomic_write_text
 
 
@@ -22,10 +23,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.target != table.RENDER_SCRIPT:
         _no_script_options(args)
     if args.target == table.RENDER_DOCKERFILE:
-        return _write_rendered(args, k8s.dockerfile(cfg), "Dockerfile",
+        return _write_rendered(args, image.dockerfile(cfg), "Dockerfile",
                                f"docker build -f {args.output} -t <registry>/hpcqa:<tag> <hpcqa checkout>")
     if args.target == table.RENDER_STAGE_JOB:
-        return _write_rendered(args, k8s.to_yaml([trainjob.stage_job(cfg)]), "the staging Job",
+        return _write_rendered(args, pods.to_yaml([trainjob.stage_job(cfg)]), "the staging Job",
                                f"kubectl apply -f {args.output}, then kubectl wait --for=condition=complete job/...",
                                executable=False)
     if args.target in table.RENDER_K8S:

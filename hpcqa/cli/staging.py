@@ -9,14 +9,14 @@ import sys
 
 from hpcqa import errors
 from hpcqa.core import config
-from hpcqa.executors import k8s
+from hpcqa.executors.k8s import pods
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
     from hpcqa import stage
     cfg = config.load(args.config, args.overrides)
     if args.k8s:
-        cfg = k8s.pod_config(cfg)
+        cfg = pods.pod_config(cfg)
     manifest = stage.stage(cfg, log=lambda m: print(errors.for_terminal(f"stage: {m}"), file=sys.stderr))
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))

@@ -8,8 +8,7 @@ table.py. The CLI, the API, sweeps and `tune` all go through the table.
     slurm.py        Slurm: hpcqa's sbatch text + submitit's task runtime (arrays for sweeps); Slurm job verbs
     script.py       Slurm: a rendered srun/mpirun script under sbatch (launcher mpirun, render --submit)
     hosts.py        plain machines: an mpirun-over-ssh script (render only)
-    k8s.py          Kubernetes: the pods, the PyTorchJob, the Dockerfile (render only)
-    trainjob.py     Kubernetes: TrainingRuntime + TrainJob (Trainer v2), the staging Job (render only)
+    k8s/            Kubernetes (render only): the pods, the TrainJob, the PyTorchJob, the image
     render.py       plan -> script text (templates in sbatch_templates/, every value shlex-quoted)
     snapshot.py     the code snapshot a job imports (content-addressed, with a manifest)
     snapcheck.py    its checker: standard library only, run by the job script with python -I

