@@ -237,6 +237,11 @@ class LaunchPlan:
         return self if self.requeue is requeue else replace(self, requeue=requeue)
 
     @property
+    def pool_variables(self) -> tuple[bool, bool]:
+        """(CCL worker variables, I_MPI_PIN_DOMAIN) for every rank's pool: see pool_variables()."""
+        return pool_variables(self.backend.resolved, self.launcher)
+
+    @property
     def target_type(self) -> type[targets.Target]:
         return targets.named(self.target)
 
@@ -261,12 +266,20 @@ def resolve_backend(requested: str, ccl_bindings: bool) -> Backend:
                                    "transformers/accelerate run CPU DDP over gloo)")
 
 
+def pool_variables(backend: DDPBackend, launcher: Launcher) -> tuple[bool, bool]:
+    """Which of a pool's variables a rank gets: (CCL worker variables, I_MPI_PIN_DOMAIN). ccl reads both; Intel
+    MPI's hydra (the mpirun launcher) reads the pin domain. The plan applies it to the declared pools, the rank
+    wrapper to the pool it observes (LaunchPlan.pool_variables), so both decide alike."""
+    ccl = backend is DDPBackend.CCL
+    return ccl, ccl or launcher.is_intel_mpi
+
+
 def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool], backend: DDPBackend,
                     launcher: Launcher) -> dict[str, str]:
     """Environment of one local rank that does not depend on the allocation."""
     la = cfg.launch
-    env = threadenv.pool_env(la, pool, pools, ccl=backend is DDPBackend.CCL,
-                               pin_domain=backend is DDPBackend.CCL or launcher.is_intel_mpi)
+    ccl, pin_domain = pool_variables(backend, launcher)
+    env = threadenv.pool_env(la, pool, pools, ccl=ccl, pin_domain=pin_domain)
     wanted = preload_wanted(cfg)
     if wanted:  # names, not paths: each rank finds them on its node (hpcqa.rank.preload)
         env[PRELOAD_WANTED] = ":".join(wanted)

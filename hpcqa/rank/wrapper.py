@@ -51,8 +51,8 @@ def choose_binding(plan: LaunchPlan, local_rank: int, node: topology.Node | Sequ
     lay = planmod.node_layout(plan, node)
     pool = lay.pools[local_rank]
     # the plan's rule on the observed pool, for the variables the plan gave this rank
-    derived = threadenv.pool_env(plan.config.launch, pool, lay.pools, ccl="CCL_WORKER_AFFINITY" in lr.env,
-                                 pin_domain="I_MPI_PIN_DOMAIN" in lr.env)
+    ccl, pin_domain = plan.pool_variables  # the plan's decision, not re-derived from its variables
+    derived = threadenv.pool_env(plan.config.launch, pool, lay.pools, ccl=ccl, pin_domain=pin_domain)
     env = {k: v for k, v in derived.items() if k in threadenv.POOL_KEYS}
     same = pool.cpus == lr.cpus
     return {"cpus": list(pool.cpus), "env": env, "pool": pool, "layout": lay,
