@@ -228,6 +228,26 @@ def test_a_failing_program_fails_the_job_with_its_code_and_stderr(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_programs_error_comes_first_and_its_carets_are_dropped(tmp_path):
+    """A Python traceback ends with the one line that matters, under lines of ^^^^ markers: submit's report and
+    status JOB show that line first, and no marker line."""
+    (tmp_path / "bad.py").write_text("import os\n\n\ndef load(name):\n"
+                                     "    return open(os.path.join('/nonexistent', name)).read().strip()\n\n\n"
+                                     "if os.environ['RANK'] == '0':\n    load('no-such-model')\n")
+    r = _submit_local(tmp_path, "python", "bad.py")
+    assert r.returncode == 1, r.stderr
+    lines = [line.strip() for line in r.stderr.splitlines()]
+    at = next(i for i, line in enumerate(lines) if line.startswith("rank 0 on"))
+    assert lines[at + 1].startswith("FileNotFoundError:") and "no-such-model" in lines[at + 1], r.stderr
+    assert not any(line and set(line) <= set("^~ ") for line in lines), r.stderr
+    job_id, _ = _job(tmp_path, r)
+    text = run_cli("status", job_id, "--registry", str(tmp_path / "logs" / "reg.sqlite")).stdout
+    after = text.split("its stderr", 1)[1].strip().splitlines()
+    assert after[0].lstrip("│ ").startswith("FileNotFoundError:"), text
+    assert not any(set(line.strip("│ ")) <= set("^~") and line.strip("│ ") for line in after), text
+
+
+@pytest.mark.slow
 def test_a_queued_job_runs_the_submitted_copy_and_refuses_a_tampered_one(tmp_path):
     (tmp_path / "t.py").write_text("import os, json\njson.dump({'v': 1}, open(os.environ['HPCQA_RESULTS'], 'w'))\n")
     dry = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}", "--dry-run", "--json", "--",

@@ -160,3 +160,15 @@ def test_the_step_split_and_the_all_reduce_lines():
     v = JobView(id="2", name="n-comm", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=link)
     assert dict(statusview._efficiency_rows(v))["link"] == "95.0 Mbit/s, latency 200 us (gloo, all-reduce among 2 nodes)"
     assert status.progress_text(v) == "link 95 Mbit/s, 200 us"
+
+
+def test_a_programs_stderr_tail_reads_error_first():
+    from hpcqa.record import failures
+    tail = ["Traceback (most recent call last):", '  File "run_qa.py", line 300, in main',
+            "    model = AutoModel.from_pretrained(args.model)", "            ^^^^^^^^^^^^^^^^^^^^^^^^^^^", "",
+            "OSError: no-such-model is not a local folder", "hpcqa: rank 0 exited with 1"]
+    assert failures.error_first(tail) == [tail[5], *tail[:3], tail[6]]
+    assert failures.error_first(["plain", "lines"]) == ["plain", "lines"]          # no exception: as it was
+    assert failures.error_first(["a", "   ~~~^^^", "b"]) == ["a", "b"]
+    nested = ["torch.distributed.DistBackendError: NCCL", "x", "ValueError: last one wins"]
+    assert failures.error_first(nested)[0] == "ValueError: last one wins"

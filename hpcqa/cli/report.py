@@ -12,7 +12,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from hpcqa.core import states
 from hpcqa.errors import JobFailed
+from hpcqa.record import failures
 from hpcqa.record.jobdir import JobDir
+
+STDERR_LINES = 8   # of a failed program's stderr, error first, in submit's report
 
 
 @contextlib.contextmanager
@@ -52,9 +55,11 @@ def report(job_id: str, jd: JobDir, state: str, plan: Any) -> int:
     for i, f in enumerate(failed):
         lines.append(f"rank {f['rank']} on {f['host']}: {f['error']}" + ("  <- first failure" if i == 0 and
                                                                           len(failed) > 1 else ""))
+        if i == 0 and isinstance(f.get("stderr_tail"), list):  # a program's: its own error, first
+            lines += ["    " + line[:200] for line in failures.error_first(f["stderr_tail"])[:STDERR_LINES]]
     if not failed:
         for r in range(plan.world_size):
-            t = jd.tail(r, 6)
+            t = failures.error_first(jd.tail(r, 20))[:6]
             if t:
                 lines.append(f"rank {r} stderr tail:\n    " + "\n    ".join(t))
     raise JobFailed("\n  ".join(lines), f"logs: hpcqa logs {job_id} [--rank N]  (files in {jd.path})")

@@ -16,7 +16,7 @@ from rich.table import Table
 from hpcqa.core import command, states
 from hpcqa.core.states import State
 from hpcqa.core.topology import cpu_list
-from hpcqa.record import phases, status
+from hpcqa.record import failures, phases, status
 from hpcqa.record.status import JobView
 
 COLOUR = {"ok": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "pending": "blue"}
@@ -273,7 +273,7 @@ def _failure_rows(v: JobView) -> list[tuple[str, str]]:
     if failed:
         f = failed[0]
         rows.append(("first failure", f"rank {f['rank']} on {f.get('host', '?')}: {f['error']}"))
-        tail = [str(line) for line in f.get("stderr_tail") or [] if str(line).strip()][-8:]
+        tail = failures.error_first(f.get("stderr_tail") or [])[:8]
         if tail:
             rows.append(("its stderr", "\n".join(line[:200] for line in tail)))
     return rows

@@ -1,4 +1,5 @@
-"""Why a rank failed, read from its failure record: its own error, a hard signal, or a peer that went away.
+"""Why a rank failed, read from its failure record: its own error, a hard signal, or a peer that went away; and a
+program's stderr tail with its error first.
 
 A rank that lost a peer fails too, often within the same millisecond: causes sort before consequences, and a
 PyTorchJob's rank that only lost a peer exits with a retryable code (core/targets.py, PodExit).
@@ -6,6 +7,7 @@ PyTorchJob's rank that only lost a peer exits with a retryable code (core/target
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 HARD_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE")
@@ -24,3 +26,15 @@ def consequence(record: dict) -> int:
     if any(f"killed by {s}" in error for s in HARD_SIGNALS):
         return 0
     return 2 if any(p in error.lower() for p in PEER_LOST) else 1
+
+
+CARETS = re.compile(r"^[\s^~]+$")            # Python 3.11's markers under a traceback's source line
+EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b(?::|$)")
+
+
+def error_first(tail: list[str]) -> list[str]:
+    """A program's stderr tail as a person reads it: the exception line first (the last line that names one), then
+    the rest in order; Python's caret-only marker lines left out. Empty lines are dropped too."""
+    lines = [str(x) for x in tail if str(x).strip() and not CARETS.match(str(x))]
+    at = next((i for i in range(len(lines) - 1, -1, -1) if EXCEPTION.match(lines[i].strip())), None)
+    return lines if at is None else [lines[at], *lines[:at], *lines[at + 1:]]
