@@ -47,6 +47,22 @@ def test_placeholders_take_the_configs_values_and_braces_escape():
         assert e.value.key == key
 
 
+def test_the_jobs_own_paths_are_filled_in_at_the_rank():
+    """{job.dir}, {job.work_dir}, {job.checkpoint_dir}: left for the rank at submit (the folder is named by the job id),
+    the rest of the argument filled in and escaped; a literal brace stays literal."""
+    values = _values()
+    cmd = ["python", "t.py", "--output_dir", "{job.dir}/out", "--lr", "{train.learning_rate}", "--x", "{{job.dir}}",
+           "--y", "a{{b}}{job.checkpoint_dir}"]
+    argv = command.resolve(cmd, values, "py")
+    assert argv[3] == "{job.dir}/out" and argv[7] == "{job.dir}" and argv[5] == str(values["train"]["learning_rate"])
+    assert command.templates(cmd) == [3, 9]
+    out = command.job_paths(argv, command.templates(cmd), {"job.dir": "/j/7", "job.work_dir": "/j/7/work",
+                                                           "job.checkpoint_dir": "/j/7/checkpoints"})
+    assert out[3] == "/j/7/out" and out[7] == "{job.dir}" and out[9] == "a{b}/j/7/checkpoints"
+    with pytest.raises(ConfigError, match="job.command"):
+        command.check(["python", "{job.nothing}"], values)
+
+
 def test_sweep_values_become_variables():
     assert command.sweep_env({"train.learning_rate": 3e-5, "cluster.nodes": 2}) == {
         "HPCQA_SWEEP_CLUSTER_NODES": "2", "HPCQA_SWEEP_TRAIN_LEARNING_RATE": "3e-05"}
@@ -133,7 +149,8 @@ def test_a_pytorchjob_carries_the_command_in_its_plan_and_runs_it_in_the_image(t
     (c,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     plan = json.loads(next(e["value"] for e in c["env"] if e["name"] == "HPCQA_PLAN_JSON"))
     assert plan["command"] == ["python3", "my_train.py", "--lr", "0.0001"]
-    assert plan["work"] == {"dir": "", "run_in": "", "snapshot": "", "named": {}}   # nothing of this machine's
+    assert plan["work"] == {"dir": "", "run_in": "", "snapshot": "", "named": {},   # nothing of this machine's
+                            "job_paths": []}
 
 
 def test_the_copy_verifies_and_names_what_changed(tmp_path):
@@ -206,7 +223,7 @@ def test_two_ranks_get_the_plans_environment_and_pinning(tmp_path):
         assert p["HPCQA_ATTEMPT"] == "0" == p["TORCHELASTIC_RESTART_COUNT"] and p["HPCQA_RESUMING"] == "0"
         assert p["HPCQA_CHECKPOINT_DIR"] == str(folder / "checkpoints") and p["PYTHONSAFEPATH"] is None
         assert p["argv"] == ["--seed", "42", "it's $HOME"]        # no shell between the config and the program
-        assert p["cwd"] == plan["work"]["run_in"] and "/code/work-" in p["cwd"]
+        assert p["cwd"] == str(folder / "work")   # the job's own copy of the verified one (plan["work"]["run_in"])
     assert probes[0]["MASTER_PORT"] == probes[1]["MASTER_PORT"]
     j = json.loads(run_cli("status", "--json", job_id, "--registry", str(tmp_path / "logs" / "reg.sqlite")).stdout)[0]
     assert j["state"] == "COMPLETED" and j["results"]["metrics"] == {"loss": 0.25, "tag": "x"}
@@ -303,6 +320,40 @@ def test_the_hf_trainer_qa_example_runs_on_two_ranks(tmp_path, tmp_path_factory)
     assert res["metrics"]["steps"] == 6 and res["metrics"]["eval_loss"] > 0
     # the data files it named, outside its folder, were digested at submit
     assert set(res["work"]["named"]) == {str(data / "train.json"), str(data / "dev.json")}
+
+
+@pytest.mark.slow
+def test_a_run_qa_shaped_program_writes_into_its_own_job_each_time(tmp_path, tmp_path_factory):
+    """run_qa.py as its README runs it: from its own folder, `--output_dir out`, the last checkpoint there resumed.
+    Submitted twice, each job writes out/ in its own working folder: the second starts from step 0, and the
+    shared, verified copy of the folder stays as submitted."""
+    from hpcqa.rank.train import model
+    data = tmp_path_factory.mktemp("qa-data")
+    subprocess.run([sys.executable, str(ROOT / "examples/qa_data.py"), str(data)], check=True, cwd=ROOT,
+                   capture_output=True)
+    tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny") / "tiny")
+    prog = tmp_path / "question-answering"
+    shutil.copytree(ROOT / "tests/data/run_qa_like", prog)
+    argv = ["python", "run_qa.py", "--model_name_or_path", str(tiny), "--train_file", str(data / "train_flat.json"),
+            "--do_train", "--per_device_train_batch_size", "4", "--max_steps", "4", "--save_steps", "2",
+            "--max_train_samples", "64", "--output_dir", "out"]
+    folders = []
+    for _ in range(2):
+        r = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}",
+                    "--set", f"job.registry={tmp_path / 'reg.sqlite'}", "--", *argv, cwd=prog)
+        assert r.returncode == 0, r.stderr
+        job_id = r.stderr.split("local job ")[1].split(":")[0]
+        (folder,) = (tmp_path / "logs" / "quickstart").glob(f"{job_id}-*")
+        folders.append(folder)
+        state = json.loads((folder / "work" / "out" / "trainer_state.json").read_text())
+        assert state["global_step"] == 4 and (folder / "work" / "out" / "checkpoint-4").is_dir()
+        logs = " ".join(p.read_text(errors="replace") for p in folder.glob("*_log.*"))
+        assert "Resuming training" not in logs, logs[-2000:]   # the second job did not pick up the first's
+        assert json.loads((folder / "work" / "out" / "all_results.json").read_text())["train_samples"] > 0
+    assert folders[0] != folders[1]
+    (shared,) = (tmp_path / "logs" / "quickstart" / "code").glob("work-*/work")
+    assert sorted(p.name for p in shared.iterdir()) == ["run_qa.py", "utils_qa.py"]   # as submitted, nothing added
+    assert not (prog / "out").exists()
 
 
 @pytest.mark.slow

@@ -16,7 +16,8 @@ import yaml
 
 from hpcqa.core import config
 from hpcqa.core.plan import LaunchPlan
-from hpcqa.executors.k8s import pods, pytorchjob
+from hpcqa.executors.k8s import pods as k8s_pods
+from hpcqa.executors.k8s import pytorchjob
 from tests import k8s_rules
 from tests.conftest import ROOT
 
@@ -75,7 +76,7 @@ def test_pytorchjob_for_squad_spr(cli):
     assert plan.config.job.output_dir == "/mnt/hpcqa/output" and plan.config.model.cache_dir == "/mnt/hpcqa/hub"
     # each rank goes through the rank wrapper, which maps RANK/LOCAL_RANK and pins to the socket's cores
     assert "-m hpcqa.rank --plan" in cm["data"]["node.sh"]
-    assert job["metadata"]["name"] == pods.job_name(plan, pytorchjob.MAX_NAME)
+    assert job["metadata"]["name"] == k8s_pods.job_name(plan, pytorchjob.MAX_NAME)
 
 
 def test_render_says_what_the_pods_get(cli):
@@ -94,10 +95,10 @@ def test_render_says_what_the_pods_get(cli):
 def test_round_trips_through_the_client_deserialisers(cli):
     job = render(cli)
     for doc, kind in ((job, "PyTorchJob"),):
-        model = pods.load(doc, kind)
-        assert pods.to_dicts([model])[0] == doc
+        model = k8s_pods.load(doc, kind)
+        assert k8s_pods.to_dicts([model])[0] == doc
     from kubeflow.training.models import KubeflowOrgV1PyTorchJob
-    assert isinstance(pods.load(job, "PyTorchJob"), KubeflowOrgV1PyTorchJob)
+    assert isinstance(k8s_pods.load(job, "PyTorchJob"), KubeflowOrgV1PyTorchJob)
 
 
 def test_the_schema_refuses_what_the_operator_would(cli):
@@ -152,7 +153,7 @@ def test_every_pod_is_guaranteed_after_the_operators_mutation(cli):
     pods = k8s_rules.operator_pods(job)
     assert all("initContainers" not in p["spec"] for p in pods)
     assert {k8s_rules.qos_class(p["spec"]) for p in pods} == {"Guaranteed"}
-    assert all(pods.qos_class(p["spec"]) == "Guaranteed" for p in pods)  # hpcqa's claim agrees with the rule
+    assert all(k8s_pods.qos_class(p["spec"]) == "Guaranteed" for p in pods)  # hpcqa's claim agrees with the rule
     # the rule bites: the same pods under a Master, as hpcqa rendered them before
     with_master = json.loads(json.dumps(job))
     specs = with_master["spec"]["pytorchReplicaSpecs"]
@@ -162,7 +163,7 @@ def test_every_pod_is_guaranteed_after_the_operators_mutation(cli):
     for p in k8s_rules.operator_pods(with_master):
         by_type.setdefault(p["metadata"]["labels"][k8s_rules.REPLICA_TYPE_LABEL], set()).add(
             k8s_rules.qos_class(p["spec"]))
-        assert pods.qos_class(p["spec"]) == k8s_rules.qos_class(p["spec"])
+        assert k8s_pods.qos_class(p["spec"]) == k8s_rules.qos_class(p["spec"])
     assert by_type == {"master": {"Guaranteed"}, "worker": {"Burstable"}}
 
 

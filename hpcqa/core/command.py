@@ -3,7 +3,9 @@ values in place (`{train.learning_rate}`, a sweep variant's own), the interprete
 the variables a sweep's values reach the program by. Pure.
 
 Placeholders: `{section.key}` is that key's value as the config holds it (a list: its entries joined by commas, a
-bool: true/false); `{{` and `}}` are literal braces. Anything else in braces is refused, naming the argument.
+bool: true/false); `{{` and `}}` are literal braces. The job's own paths are known only when it runs, and are filled
+in by the rank: `{job.dir}` (its folder), `{job.work_dir}` (its working folder: the program runs there),
+`{job.checkpoint_dir}`. Anything else in braces is refused, naming the argument.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from hpcqa.errors import ConfigError
 PYTHON_NAMES = ("python", "python3")   # a first argument that means "the ranks' interpreter" (cluster.python)
 FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 MAX_ARGS, MAX_ARG_BYTES = 4096, 65536
+JOB_PATHS = ("job.dir", "job.work_dir", "job.checkpoint_dir")   # filled in by the rank (job_paths)
 
 
 def _text(value: Any) -> str:
@@ -40,13 +43,16 @@ def _lookup(values: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
     return True, node
 
 
-def fill(arg: str, values: Mapping[str, Any], where: str, source: str = "") -> str:
-    """One argument with its placeholders replaced by the config's values."""
+def fill(arg: str, values: Mapping[str, Any], where: str, source: str = "", later: bool = False) -> str:
+    """One argument with its placeholders replaced by the config's values. later: the argument names a job path,
+    filled in at the rank -- it stays a template there (the job path kept, the rest escaped, braces doubled)."""
     def one(m: re.Match) -> str:
         token = m.group(0)
         if token in ("{{", "}}"):
-            return token[0]
+            return token if later else token[0]
         name = m.group(1)
+        if later and name is not None and name.strip() in JOB_PATHS:
+            return "{" + name.strip() + "}"
         if name is None:
             raise ConfigError(where, f"a lone {token!r} in {arg[:80]!r}",
                               "write {{ or }} for a literal brace, {section.key} for a config value", source)
@@ -55,16 +61,35 @@ def fill(arg: str, values: Mapping[str, Any], where: str, source: str = "") -> s
             raise ConfigError(where, f"{{{name}}} names no config key",
                               "use a dotted key such as {train.learning_rate} (hpcqa config-reference lists "
                               "them), or {{ and }} for literal braces", source)
-        return _text(value)
+        text = _text(value)
+        return text.replace("{", "{{").replace("}", "}}") if later else text
     return FIELD.sub(one, arg)
 
 
+def names_job_path(arg: str) -> bool:
+    return any(m.group(1) is not None and m.group(1).strip() in JOB_PATHS for m in FIELD.finditer(arg))
+
+
+def job_paths(argv: Sequence[str], templates: Sequence[int], paths: Mapping[str, str]) -> list[str]:
+    """At the rank: the arguments at `templates` (made by resolve) with the job's paths filled in."""
+    out = list(argv)
+    for i in templates:
+        out[i] = FIELD.sub(lambda m: m.group(0)[0] if m.group(1) is None else paths[m.group(1)], out[i])
+    return out
+
+
 def resolve(command: Sequence[str], values: Mapping[str, Any], python: str, source: str = "") -> tuple[str, ...]:
-    """The argv every rank runs: placeholders filled, a leading `python`/`python3` made the ranks' interpreter."""
-    out = [fill(a, values, f"job.command[{i}]", source) for i, a in enumerate(command)]
+    """The argv every rank runs: placeholders filled, a leading `python`/`python3` made the ranks' interpreter.
+    An argument that names a job path stays a template for the rank (templates())."""
+    out = [fill(a, values, f"job.command[{i}]", source, later=names_job_path(a)) for i, a in enumerate(command)]
     if out and out[0] in PYTHON_NAMES:
         out[0] = python
     return tuple(out)
+
+
+def templates(command: Sequence[str]) -> list[int]:
+    """Which arguments of job.command resolve() left as templates for the rank."""
+    return [i for i, a in enumerate(command) if names_job_path(a)]
 
 
 def check(command: Sequence[str], values: Mapping[str, Any], source: str = "") -> None:
@@ -78,7 +103,7 @@ def check(command: Sequence[str], values: Mapping[str, Any], source: str = "") -
         if len(a.encode("utf-8", "surrogateescape")) > MAX_ARG_BYTES:
             raise ConfigError(f"job.command[{i}]", f"an argument of {len(a):,} characters; at most {MAX_ARG_BYTES:,} "
                               "bytes", "put it in a file your program reads", source)
-        fill(a, values, f"job.command[{i}]", source)
+        fill(a, values, f"job.command[{i}]", source, later=names_job_path(a))
 
 
 def sweep_env(variant: Mapping[str, Any]) -> dict[str, str]:

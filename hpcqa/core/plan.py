@@ -335,7 +335,8 @@ def _command(cfg: Config, target: type[targets.Target], python: str) -> dict[str
         return {}
     argv = command.resolve(cfg.job.command, cfg.to_dict(), python, cfg.source)
     folder = os.path.abspath(cfg.job.workdir or ".") if target.sees_submit_files else cfg.job.workdir
-    return {"command": argv, "work": FrozenDict({"dir": folder, "run_in": folder, "snapshot": "", "named": {}})}
+    return {"command": argv, "work": FrozenDict({"dir": folder, "run_in": folder, "snapshot": "", "named": {},
+                                                 "job_paths": tuple(command.templates(cfg.job.command))})}
 
 
 def shape_key(cfg: Config) -> str:

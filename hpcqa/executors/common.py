@@ -59,8 +59,10 @@ def work_facts(sp: sweep.SweepPlan, tree: worktree.WorkTree | None) -> tuple[tup
     if not p0.command:
         return ()
     w = p0.work
-    where = (f"{w['run_in']} (a copy of {tree.source}: {len(tree.files)} files, {tree.size / 2**20:.1f} MiB, "
-             f"{tree.provenance.get('describe')}; verified by every rank before it starts)" if tree else
+    where = (f"<job folder>/work, the job's own, laid before every attempt from {w['run_in']} (a copy of "
+             f"{tree.source}: {len(tree.files)} files, {tree.size / 2**20:.1f} MiB, {tree.provenance.get('describe')}; "
+             "verified by every rank before it starts); what the program writes by relative path stays with the job"
+             if tree else
              f"{w['run_in']} (not copied: the ranks run what is there when they start)" if w["run_in"] else
              "the image's working directory (or job.workdir): the program must be in the image or on the volume")
     rows = [("command", command.display(p0.command) + (f"  (variant 0 of {len(sp.plans)})" if sp.is_sweep else "")),

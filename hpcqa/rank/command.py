@@ -85,6 +85,25 @@ def verify(plan: LaunchPlan) -> str | None:
     return None
 
 
+def working_folder(plan: LaunchPlan, jd: JobDir) -> str:
+    """Where the program runs: the job's own copy of its verified folder (laid again before every attempt, so the
+    submitted files are as submitted and the job's own outputs stay); without a copy (--no-snapshot), the folder
+    itself."""
+    w = plan.work
+    if not w.get("snapshot"):
+        return w.get("run_in") or ""
+    return str(worktree.lay(str(Path(w["run_in"]).parent), jd.work))
+
+
+def job_argv(plan: LaunchPlan, jd: JobDir) -> list[str]:
+    """The command with the job's own paths filled in ({job.dir}, {job.work_dir}, {job.checkpoint_dir}: known here,
+    at the rank, once the job has its folder)."""
+    run_in = jd.work if plan.work.get("snapshot") else Path(plan.work.get("run_in") or os.getcwd())
+    return commandmod.job_paths(list(plan.command), plan.work.get("job_paths") or (),
+                                {"job.dir": str(jd.path), "job.work_dir": str(run_in),
+                                 "job.checkpoint_dir": str(jd.checkpoints)})
+
+
 class _Notices:
     """SIGTERM and the requeue signal are remembered (the strongest: SIGTERM) and passed on to the program's group
     as SIGTERM; SIGINT and SIGHUP are passed on as they are."""
@@ -163,8 +182,8 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
     tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
     parent = os.getpid()
     started = time.time()
-    pid, err = _start(list(plan.command), plan.work.get("run_in") or "",
-                      child_env(plan, jd, attempt, dict(os.environ)), parent, notices.requeue)
+    pid, err = _start(job_argv(plan, jd), working_folder(plan, jd), child_env(plan, jd, attempt, dict(os.environ)),
+                      parent, notices.requeue)
     notices.pid = pid
     phases.enter(Phase.COMMAND, commandmod.display(plan.command)[:120], pid=pid)
     pump = threading.Thread(target=_pump, args=(os.fdopen(err, "rb"), tail), daemon=True)

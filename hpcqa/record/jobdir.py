@@ -305,6 +305,12 @@ class JobDir:
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
 
+    @property
+    def work(self) -> Path:
+        """A user command's working folder: the job's own copy of the submitted folder, where what the program writes
+        by relative path lands (shared by the job's attempts, by no other job)."""
+        return self.path / "work"
+
     @staticmethod
     def checkpoint_marker(checkpoint: Path) -> Path:
         """Written (atomically) once every rank has saved its part of a checkpoint: without it, the folder is not

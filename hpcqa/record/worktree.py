@@ -6,8 +6,11 @@ folder (a script given by absolute path, a data file) are not copied: their dige
 checked at the rank, which refuses to start when one changed.
 
 Left out of the copy: hidden entries (.git, .venv ...), __pycache__, virtual environments (a pyvenv.cfg), the job
-output root, symlinked folders. Files the program writes into its working directory land in the shared copy and
-are not checked; write outputs under $HPCQA_JOB_DIR.
+output root, symlinked folders.
+
+The program does not run in that shared copy: each job gets its own working folder (<job folder>/work), laid from
+the verified copy by the ranks before every attempt (`lay`): the submitted files, each as submitted, and whatever
+the job's earlier attempts wrote there (`--output_dir out` resumes its own checkpoint, never another job's).
 """
 
 from __future__ import annotations
@@ -141,6 +144,25 @@ def problem(folder: str, digest: str) -> str | None:
         if file_sha256(path) != sha:
             return f"{path} changed after submit"
     return None
+
+
+def lay(copy: str, dest: Path) -> Path:
+    """The job's own working folder `dest` from the verified copy in `copy` (its MANIFEST and TREE): every listed file
+    as submitted -- copied where it is missing or differs (each by an atomic rename, so ranks that lay the same
+    folder at once agree) -- and nothing else touched: the program's own outputs stay for its next attempt."""
+    manifest = read_json(os.path.join(copy, MANIFEST))
+    for rel, sha in sorted(manifest.items()):
+        target = dest / rel
+        if target.is_file() and not target.is_symlink() and file_sha256(target) == sha:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        os.close(fd)
+        source = os.path.join(copy, TREE, rel)
+        shutil.copyfile(source, tmp)
+        shutil.copymode(source, tmp)
+        os.replace(tmp, target)
+    return dest
 
 
 def named_digests(paths: Sequence[str], folder: str) -> dict[str, str]:
