@@ -335,7 +335,7 @@ def test_a_run_qa_shaped_program_writes_into_its_own_job_each_time(tmp_path, tmp
     prog = tmp_path / "question-answering"
     shutil.copytree(ROOT / "tests/data/run_qa_like", prog)
     argv = ["python", "run_qa.py", "--model_name_or_path", str(tiny), "--train_file", str(data / "train_flat.json"),
-            "--do_train", "--per_device_train_batch_size", "4", "--max_steps", "4", "--save_steps", "2",
+            "--do_train", "--do_eval", "--per_device_train_batch_size", "4", "--max_steps", "4", "--save_steps", "2",
             "--max_train_samples", "64", "--output_dir", "out"]
     folders = []
     for _ in range(2):
@@ -350,6 +350,12 @@ def test_a_run_qa_shaped_program_writes_into_its_own_job_each_time(tmp_path, tmp
         logs = " ".join(p.read_text(errors="replace") for p in folder.glob("*_log.*"))
         assert "Resuming training" not in logs, logs[-2000:]   # the second job did not pick up the first's
         assert json.loads((folder / "work" / "out" / "all_results.json").read_text())["train_samples"] > 0
+        # what the Trainer wrote, in the job's record with no change to the program: progress, EM/F1
+        progress = json.loads((folder / "progress.json").read_text())
+        assert (progress["step"], progress["total_steps"]) == (4, 4) and isinstance(progress["loss"], float)
+        j = json.loads(run_cli("status", "--json", job_id, "--registry", str(tmp_path / "reg.sqlite")).stdout)[0]
+        assert j["state"] == "COMPLETED" and 0 <= j["results"]["f1"] <= 100, j["results"]
+        assert j["results"]["metrics"]["train_samples"] == 64 and "eval_exact_match" in j["results"]["metrics"]
     assert folders[0] != folders[1]
     (shared,) = (tmp_path / "logs" / "quickstart" / "code").glob("work-*/work")
     assert sorted(p.name for p in shared.iterdir()) == ["run_qa.py", "utils_qa.py"]   # as submitted, nothing added

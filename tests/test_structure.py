@@ -50,7 +50,7 @@ def docstrings(tree):
 def test_job_folder_names_are_spelled_only_in_jobdir():
     offenders = []
     for path, tree in modules():
-        if path.name == "jobdir.py":
+        if path.name in ("jobdir.py", "trainerfiles.py"):  # the latter spells the HF Trainer's own file names
             continue
         skip = docstrings(tree)
         for node in ast.walk(tree):

@@ -21,13 +21,16 @@ STDERR_LINES = 8   # of a failed program's stderr, error first, in submit's repo
 @contextlib.contextmanager
 def progress_bar(title: str) -> Iterator[Callable[[dict], None]]:
     """A rich progress bar on stderr (only on a terminal); yields the callback an executor's wait feeds."""
-    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[steps]}"),
                TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]
     with Progress(*columns, transient=False, disable=not sys.stderr.isatty(), console=None) as bar:
-        task = bar.add_task(title, total=None, loss="-")
+        task = bar.add_task(title, total=None, loss="-", steps="")
 
         def show(p: dict) -> None:
-            bar.update(task, completed=p.get("step", 0), total=p.get("total_steps") or None,
+            step, total = p.get("step"), p.get("total_steps")
+            counted = isinstance(step, int) and isinstance(total, int) and total > 0
+            steps = f"{step}/{total} steps" if counted else f"step {step}" if isinstance(step, int) else ""
+            bar.update(task, completed=step if counted else 0, total=total if counted else None, steps=steps,
                        loss=f"{p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else "-",
                        description=f"{title} [{p.get('phase', '')}]")
         yield show

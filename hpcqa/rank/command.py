@@ -40,7 +40,7 @@ from hpcqa.errors import RankError
 from hpcqa.rank.child import die_with
 from hpcqa.rank.exits import TERM_WAIT_S, code_provenance
 from hpcqa.rank.phase import Phases
-from hpcqa.record import worktree
+from hpcqa.record import trainerfiles, worktree
 from hpcqa.record.jobdir import JobDir, attempt_from_env, write_json
 from hpcqa.record.phases import Phase
 
@@ -182,14 +182,21 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
     tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
     parent = os.getpid()
     started = time.time()
-    pid, err = _start(job_argv(plan, jd), working_folder(plan, jd), child_env(plan, jd, attempt, dict(os.environ)),
-                      parent, notices.requeue)
+    cwd = working_folder(plan, jd)
+    pid, err = _start(job_argv(plan, jd), cwd, child_env(plan, jd, attempt, dict(os.environ)), parent, notices.requeue)
     notices.pid = pid
     phases.enter(Phase.COMMAND, commandmod.display(plan.command)[:120], pid=pid)
     pump = threading.Thread(target=_pump, args=(os.fdopen(err, "rb"), tail), daemon=True)
     pump.start()
+    ended = threading.Event()
+    roots = [Path(cwd or os.getcwd()), jd.checkpoints]
+    if rank == 0:  # what an HF Trainer program already writes, read into progress.json for submit and status
+        threading.Thread(target=_follow, args=(jd, roots, attempt, started, ended), daemon=True).start()
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    ended.set()
     pump.join(timeout=5)
+    if rank == 0:
+        _progress(jd, roots, attempt, started)
     report.update(exit_code=code, finished=time.time(), run_s=time.time() - started)
     write_json(jd.rank_report(rank), report)
     if notices.kind is not None:
@@ -200,7 +207,7 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
         phases.enter(Phase.FAILED, f"the command {how}")
         raise CommandFailed(code, f"rank {rank}: the command {how}")
     if rank == 0:
-        write_json(jd.results, _results(plan, jd, report))
+        write_json(jd.results, _results(plan, jd, report, roots))
     phases.enter(Phase.DONE)
     return {"rank": rank, "exit_code": 0}
 
@@ -252,8 +259,34 @@ def _after_notice(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int, notices
     raise RankError(f"rank {rank}: stopped on {name}; nothing requeued it", "submit again to continue")
 
 
-def _results(plan: LaunchPlan, jd: JobDir, report: dict) -> dict:
-    """results.json of a command job: what ran, how long, and the metrics the program wrote to HPCQA_RESULTS."""
+FOLLOW_S = 5.0
+
+
+def _progress(jd: JobDir, roots: list[Path], attempt: int, started: float) -> None:
+    """progress.json from the program's newest trainer_state.json; without one, the program's phase (no steps)."""
+    got = trainerfiles.progress(roots)
+    now = time.time()
+    step, total = (got or {}).get("step"), (got or {}).get("total_steps")
+    eta = (now - started) / step * (total - step) if got and step and total and total > step else None
+    write_json(jd.progress, {"phase": Phase.TRAINING if got else Phase.COMMAND, "step": step, "total_steps": total,
+                             "epoch": (got or {}).get("epoch"), "loss": (got or {}).get("loss"), "eta_s": eta,
+                             "updated": now, "started": started, "attempt": attempt,
+                             "source": (got or {}).get("source")})
+
+
+def _follow(jd: JobDir, roots: list[Path], attempt: int, started: float, ended: threading.Event) -> None:
+    """Rank 0, while the program runs: its progress every FOLLOW_S (a report: a failure here is not the job's)."""
+    while not ended.is_set():
+        try:
+            _progress(jd, roots, attempt, started)
+        except OSError:
+            pass
+        ended.wait(FOLLOW_S)
+
+
+def _results(plan: LaunchPlan, jd: JobDir, report: dict, roots: list[Path]) -> dict:
+    """results.json of a command job: what ran, how long, and its metrics -- those the program wrote to
+    HPCQA_RESULTS, else those an HF Trainer program saved (all_results.json ...)."""
     out: dict[str, Any] = {"command": list(plan.command), "exit_code": 0, "world_size": plan.world_size,
                            "wall_time_s": report.get("run_s"), "work": dict(plan.work), "code": report.get("code"),
                            "variant": dict(plan.variant), "task": "command",
@@ -272,4 +305,13 @@ def _results(plan: LaunchPlan, jd: JobDir, report: dict) -> dict:
                     out[k] = v
         except (OSError, ValueError) as e:
             out["metrics_error"] = f"HPCQA_RESULTS ({path}): {e}"
+    saved = trainerfiles.metrics(roots) if "metrics" not in out else None
+    if saved:
+        out["metrics"], out["metrics_from"] = saved["metrics"], saved["sources"]
+        for k, v in saved["metrics"].items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in out:
+                out[k] = v
+        for k in ("exact_match", "f1"):  # run_qa.py's eval_exact_match / eval_f1: the list's result column
+            if k not in out and isinstance(saved["metrics"].get(f"eval_{k}"), (int, float)):
+                out[k] = saved["metrics"][f"eval_{k}"]
     return out

@@ -10,6 +10,7 @@
     registry.py     the job registry (SQLite, WAL): its rows checked, salvage of a damaged one
     sqlitescan.py   rows read straight from an SQLite file's pages (recover, when SQLite cannot read it)
     status.py       the job view (state, progress, results) and its texts
+    trainerfiles.py  what an HF Trainer program leaves (trainer_state.json, *_results.json), read back
     results.py      a sweep's variants with their metrics, CSV, the plot
     scalingruns.py  the scaling model fed with what was recorded: a finished run, a sweep over nodes
     worktree.py     a user command's folder: listed, copied content-addressed, verified at the rank

@@ -81,7 +81,8 @@ def progress_text(v: JobView, now: float | None = None) -> str:
     p = v.progress
     if states.is_final(v.state):
         return ""
-    if not p or p.get("attempt", 0) != _attempt_now(v):  # no step yet (in this attempt): where the ranks are
+    if not p or p.get("attempt", 0) != _attempt_now(v) or not isinstance(p.get("step"), int):
+        # no step yet (in this attempt), or a program that counts none: where the ranks are, for how long
         read = v.world_size if len(v.phases) > LIST_PHASES else min(v.world_size, LIST_PHASES)
         return phases.summary(v.phases, read) + again if v.phases else ""
     text = f"{p.get('step', 0)}/{p.get('total_steps') or '?'}"

@@ -18,6 +18,7 @@ def main() -> None:
     for name in ("--model_name_or_path", "--train_file", "--output_dir"):
         p.add_argument(name, required=True)
     p.add_argument("--do_train", action="store_true")
+    p.add_argument("--do_eval", action="store_true")
     p.add_argument("--per_device_train_batch_size", type=int, default=12)
     p.add_argument("--learning_rate", type=float, default=3e-5)
     p.add_argument("--max_steps", type=int, default=-1)
@@ -43,6 +44,25 @@ def main() -> None:
     result = trainer.train(resume_from_checkpoint=last)
     trainer.save_metrics("train", {**result.metrics, "train_samples": len(features)})
     trainer.save_state()
+    if a.do_eval:  # on the training features' spans (the test data has no other): run_qa.py's metric names
+        out = trainer.predict(features)
+        start, end = out.predictions[0].argmax(-1), out.predictions[1].argmax(-1)
+        gold_s, gold_e = out.label_ids
+        exact = float(((start == gold_s) & (end == gold_e)).mean() * 100)
+        trainer.save_metrics("eval", {"eval_exact_match": exact, "eval_f1": span_f1(start, end, gold_s, gold_e)})
+
+
+def span_f1(start, end, gold_s, gold_e) -> float:
+    """Token-overlap F1 of the predicted spans with the gold ones, in percent."""
+    scores = []
+    for s, e, gs, ge in zip(start, end, gold_s, gold_e):
+        common = max(0, min(e, ge) - max(s, gs) + 1)
+        if common == 0 or e < s:
+            scores.append(0.0)
+            continue
+        precision, recall = common / (e - s + 1), common / (ge - gs + 1)
+        scores.append(2 * precision * recall / (precision + recall))
+    return 100 * sum(scores) / max(len(scores), 1)
 
 
 if __name__ == "__main__":

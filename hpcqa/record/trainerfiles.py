@@ -1,0 +1,75 @@
+"""What a Hugging Face Trainer program leaves in its working folder, read back for a user command's job with no change
+to the program: `trainer_state.json` (written at every checkpoint, and by `save_state()`: global step, max steps,
+the loss history) for its progress, and `all_results.json` / `eval_results.json` / `train_results.json`
+(`save_metrics()`, as run_qa.py writes them) for its results. Files from another program are read as data: any
+field may be missing or of the wrong type."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from hpcqa.record.jobdir import read_json
+
+STATE = "trainer_state.json"
+RESULTS = ("all_results.json", "eval_results.json", "train_results.json")   # the first found wins; the others add
+MAX_DEPTH = 3          # out/checkpoint-12/trainer_state.json is 2 below the working folder
+MAX_ENTRIES = 5000     # a folder walked for them: never more than this many entries
+MAX_BYTES = 8 << 20    # a file larger than this is not read (a loss history of millions of steps)
+
+
+def newest(roots: list[Path], names: tuple[str, ...]) -> dict[str, Path]:
+    """The newest file of each name under `roots` (at most MAX_DEPTH below, MAX_ENTRIES entries looked at)."""
+    best: dict[str, tuple[float, Path]] = {}
+    seen = 0
+    for root in roots:
+        base = len(Path(root).parts)
+        for top, dirs, files in os.walk(root):
+            seen += len(dirs) + len(files)
+            if seen > MAX_ENTRIES:
+                return {k: v[1] for k, v in best.items()}
+            if len(Path(top).parts) - base >= MAX_DEPTH:
+                dirs[:] = []
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for name in set(files) & set(names):
+                path = Path(top) / name
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                if st.st_size <= MAX_BYTES and (name not in best or st.st_mtime > best[name][0]):
+                    best[name] = (st.st_mtime, path)
+    return {k: v[1] for k, v in best.items()}
+
+
+def _number(x: Any) -> float | None:
+    return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def progress(roots: list[Path]) -> dict[str, Any] | None:
+    """{"step", "total_steps", "epoch", "loss", "source"} from the newest trainer_state.json; None without one."""
+    path = newest(roots, (STATE,)).get(STATE)
+    state = read_json(path) if path else None
+    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
+        return None
+    history = state.get("log_history") if isinstance(state.get("log_history"), list) else []
+    losses = [_number(h.get("loss")) for h in history if isinstance(h, dict)]
+    losses = [x for x in losses if x is not None]
+    total = state.get("max_steps")
+    return {"step": state["global_step"], "total_steps": total if isinstance(total, int) and total > 0 else None,
+            "epoch": _number(state.get("epoch")), "loss": losses[-1] if losses else None, "source": str(path)}
+
+
+def metrics(roots: list[Path]) -> dict[str, Any] | None:
+    """The Trainer's saved metrics (all_results.json first; eval_ and train_results.json add what it lacks), and
+    where they came from; None when the program saved none."""
+    found = newest(roots, RESULTS)
+    out: dict[str, Any] = {}
+    sources = []
+    for name in RESULTS:
+        got = read_json(found[name]) if name in found else None
+        if isinstance(got, dict):
+            out.update({k: v for k, v in got.items() if k not in out and isinstance(k, str)})
+            sources.append(str(found[name]))
+    return {"metrics": out, "sources": sources} if out else None
