@@ -172,3 +172,24 @@ def test_a_programs_stderr_tail_reads_error_first():
     assert failures.error_first(["a", "   ~~~^^^", "b"]) == ["a", "b"]
     nested = ["torch.distributed.DistBackendError: NCCL", "x", "ValueError: last one wins"]
     assert failures.error_first(nested)[0] == "ValueError: last one wins"
+
+
+def test_a_programs_trainer_files_are_read_as_data(tmp_path):
+    """trainer_state.json / *_results.json from a program's folder: the newest regular file, any field may be wrong;
+    a FIFO or a link of that name is passed over (reading a FIFO would block the rank for ever)."""
+    import json
+    import os
+
+    from hpcqa.record import trainerfiles
+    ck = tmp_path / "out" / "checkpoint-2"
+    ck.mkdir(parents=True)
+    (ck / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 4, "epoch": 0.5,
+                                                       "log_history": [{"loss": 3.5}, {"loss": True}, "x"]}))
+    got = trainerfiles.progress([tmp_path])
+    assert (got["step"], got["total_steps"], got["loss"]) == (2, 4, 3.5)
+    os.mkfifo(tmp_path / "out" / "trainer_state.json")
+    (tmp_path / "all_results.json").symlink_to("/etc/hostname")
+    assert trainerfiles.progress([tmp_path])["step"] == 2          # the FIFO is not read
+    assert trainerfiles.metrics([tmp_path]) is None                 # the link is not followed
+    (ck / "trainer_state.json").write_text(json.dumps({"global_step": "2"}))
+    assert trainerfiles.progress([tmp_path]) is None

@@ -7,6 +7,7 @@ field may be missing or of the wrong type."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,11 @@ def newest(roots: list[Path], names: tuple[str, ...]) -> dict[str, Path]:
             for name in set(files) & set(names):
                 path = Path(top) / name
                 try:
-                    st = path.stat()
+                    st = path.lstat()   # a link is not followed out of the folder
                 except OSError:
                     continue
-                if st.st_size <= MAX_BYTES and (name not in best or st.st_mtime > best[name][0]):
+                regular = stat.S_ISREG(st.st_mode)  # a FIFO of that name would block the reader for ever
+                if regular and st.st_size <= MAX_BYTES and (name not in best or st.st_mtime > best[name][0]):
                     best[name] = (st.st_mtime, path)
     return {k: v[1] for k, v in best.items()}
 
