@@ -12,6 +12,12 @@ from tests.conftest import ROOT
 sys.path.insert(0, str(ROOT / "scripts"))
 import slurmroot  # noqa: E402
 
+# The tests that also run on every other Slurm release (scripts/test.sh's later passes, `-m "slurm and
+# each_release"`): what depends on the scheduler's own behaviour (sacct states, squeue reasons, arrays, --signal
+# and requeue, preemption, a node or the controller failing, a rendered sbatch script). The rest of `-m slurm`
+# exercises hpcqa's side of the same paths and runs on the host's release only.
+EACH_RELEASE = pytest.mark.each_release
+
 
 def available() -> str:
     if os.geteuid() != 0:

@@ -47,6 +47,7 @@ def wait_state(env, job_id, want, timeout=120):
     raise AssertionError(f"job {job_id} never reached {want}: {j}")
 
 
+@slurm_cluster.EACH_RELEASE
 def test_two_nodes_two_tasks_each(slurm, tmp_path):
     dry = submit(slurm, tmp_path, "--set", "cluster.nodes=2", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
@@ -71,6 +72,7 @@ def test_two_nodes_two_tasks_each(slurm, tmp_path):
     assert j["results"]["f1"] == res["f1"] and j["executor"] == "slurm" and j["nodes"] == 2
 
 
+@slurm_cluster.EACH_RELEASE
 def test_cancelled_job_shows_cancelled(slurm, tmp_path):
     r = submit(slurm, tmp_path, "--set", "train.max_steps=100000", wait=False)
     assert r.returncode == 0, r.stderr
@@ -82,6 +84,7 @@ def test_cancelled_job_shows_cancelled(slurm, tmp_path):
     assert j["state"] == "CANCELLED"
 
 
+@slurm_cluster.EACH_RELEASE
 def test_failing_job_shows_failed_with_the_error(slurm, tmp_path):
     r = submit(slurm, tmp_path, "--set", "train.fail_at_step=2")
     assert r.returncode == 1 and "FAILED" in r.stderr and "Traceback" not in r.stderr
@@ -106,6 +109,7 @@ def test_doctor_reports_topology_and_flags_too_many_sockets(slurm):
     assert f"fix: set cluster.sockets_per_node={sockets}" in bad.stdout
 
 
+@slurm_cluster.EACH_RELEASE
 def test_status_of_1000_jobs_makes_one_sacct_call(slurm, tmp_path):
     code = f"""
 import os, sys, time
@@ -128,6 +132,7 @@ print(len(views), calls.count('sacct'), source, 'torch' in sys.modules, round(dt
     assert (n, sacct_calls, source, torch_loaded) == ("1000", "1", "sacct", "False")
 
 
+@slurm_cluster.EACH_RELEASE
 @pytest.mark.parametrize("launcher", ["srun", "mpirun"])
 def test_rendered_script_runs_under_plain_sbatch(slurm, tmp_path, launcher):
     """`hpcqa render` output, submitted by hand: 4 ranks on 2 nodes, bound as planned, one result. mpirun is
@@ -176,6 +181,7 @@ def test_rendered_script_runs_under_plain_sbatch(slurm, tmp_path, launcher):
     assert [v["socket"] for v in views] == [reports[2]["sockets"], reports[3]["sockets"]]
 
 
+@slurm_cluster.EACH_RELEASE
 def test_usr2_checkpoints_requeues_and_resumes_where_it_stopped(slurm, tmp_path):
     """Preemption as Slurm delivers it: USR2 to every rank at step k; all ranks stop after the same
     step, save one checkpoint, the job is requeued and resumes from it; the waiting submit follows
@@ -418,6 +424,7 @@ def _queued(env) -> list[str]:
     return r.stdout.split()
 
 
+@slurm_cluster.EACH_RELEASE
 def test_submit_check_asks_slurm_and_queues_nothing(slurm, tmp_path):
     before = _queued(slurm)
     ok = submit(slurm, tmp_path, "--check")
@@ -434,6 +441,7 @@ def test_submit_check_asks_slurm_and_queues_nothing(slurm, tmp_path):
     assert names["executor"] == "ok" and "slurm" not in names and "request" not in names  # a local config
 
 
+@slurm_cluster.EACH_RELEASE
 def test_api_pending_reason_cancel_results_and_usage(slurm, tmp_path, monkeypatch):
     """The Python API against the real cluster: a held job pends with its reason and is cancelled; a job runs
     to the end, its results and logs are read, and the detail view shows what it used (sacct)."""

@@ -39,6 +39,7 @@ def training_on_two_nodes(slurm, tmp_path) -> tuple[str, Path]:
     return job_id, folder
 
 
+@slurm_cluster.EACH_RELEASE
 def test_a_killed_rank_fails_the_job_fast_and_is_named(slurm, tmp_path):
     job_id, folder = training_on_two_nodes(slurm, tmp_path)
     victim = json.loads((folder / "ranks" / "rank-3.json").read_text())
@@ -51,6 +52,7 @@ def test_a_killed_rank_fails_the_job_fast_and_is_named(slurm, tmp_path):
     assert logs.returncode == 0 and "first failure: rank 3 on node2: rank process killed by SIGKILL" in logs.stderr
 
 
+@slurm_cluster.EACH_RELEASE
 def test_node_failure_is_followed_and_the_job_can_be_cancelled(slurm, tmp_path):
     job_id, folder = training_on_two_nodes(slurm, tmp_path)
     node2 = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in (2, 3)]

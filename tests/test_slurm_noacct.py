@@ -14,6 +14,7 @@ def slurm(tmp_path_factory):
     yield from slurm_cluster.cluster(tmp_path_factory, nodes=1, accounting=False)
 
 
+@slurm_cluster.EACH_RELEASE
 def test_states_without_accounting(slurm, tmp_path):
     assert run_cli("status", env=slurm).returncode == 0
     r = submit(slurm, tmp_path, "--set", "train.num_train_epochs=3", wait=False)

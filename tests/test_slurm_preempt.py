@@ -70,6 +70,7 @@ def _a_second_requeue_runs_nothing(err_log: Path) -> None:
     assert skipped == slurm_cluster.slurm_version().startswith("24.11."), err_log.read_text()[-2000:]
 
 
+@slurm_cluster.EACH_RELEASE
 def test_preemption_and_an_edited_checkout(slurm, tmp_path):
     """One job meets both faults as a user would: submitted from a checkout while the node is busy, the checkout is
     then broken (a syntax error in the rank wrapper) before the job starts; running, it is preempted by a real
@@ -169,6 +170,7 @@ def _ping(env) -> bool:
     return r.returncode == 0 and " is UP" in r.stdout
 
 
+@slurm_cluster.EACH_RELEASE
 def test_the_controller_goes_away_and_comes_back(slurm, tmp_path):
     """slurmctld stopped mid-job (by its PID) and started again: the job trains on, status keeps answering
     (accounting and the job's files), a submit meanwhile is one line and exit 2 with nothing registered, and the

@@ -55,6 +55,7 @@ def wait_sweep(env, sweep_id, n, timeout=300):
     raise AssertionError(f"sweep {sweep_id} did not finish: {[(j['id'], j['state']) for j in jobs]}")
 
 
+@slurm_cluster.EACH_RELEASE
 def test_three_variants_one_array_throttled_to_two(slurm, tmp_path):
     sweep_id, err = sweep(slurm, tmp_path, "sweep.parallelism=2", "sweep.train.learning_rate=[1e-4, 1e-3]",
                           "sweep.variants=[{train = {per_device_train_batch_size = 4}}]")
@@ -112,6 +113,7 @@ def test_sweep_larger_than_max_array_size_is_split_and_a_failure_stays_visible(s
     assert len(res) == 5 and res[-1]["state"] == "FAILED" and res[-1]["f1"] is None
 
 
+@slurm_cluster.EACH_RELEASE
 def test_cancel_a_sweep_task_and_the_sweep(slurm, tmp_path):
     sweep_id, _ = sweep(slurm, tmp_path, "sweep.parallelism=1", "sweep.train.seed=[1, 2, 3]",
                         "train.max_steps=100000")
