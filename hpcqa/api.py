@@ -138,7 +138,7 @@ class Job:
         """The status view (state, progress, results, pending reason, usage once finished)."""
         views, _ = jobs.collect(registry.Registry(self.registry, create=False), Slurm(), [self.id])
         if not views:
-            raise UsageError(f"no job {self.id} in the registry", "check the id (hpcqa status --all)")
+            raise registry.not_found([self.id], registry.resolve_path(self.registry))
         return views[0]
 
     @property

@@ -14,6 +14,8 @@ _STORES = tempfile.mkdtemp(prefix="hpcqa-tests-")
 os.environ["HPCQA_TUNE_STORE"] = os.path.join(_STORES, "tuned.json")
 # so do the links `hpcqa tune --comm` stored: they add warnings to multi-node submits
 os.environ["HPCQA_LINK_STORE"] = os.path.join(_STORES, "links.json")
+# and the user's own registry (the default, in the XDG state folder): one for the session, never the user's
+os.environ["XDG_STATE_HOME"] = os.path.join(_STORES, "state")
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:

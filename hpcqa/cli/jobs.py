@@ -34,7 +34,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     while True:
         views, source = jobs.collect(reg, slurm, args.jobs, args.all) if reg.exists else ([], states.NOBODY)
         if args.jobs and not views:
-            raise UsageError(f"no job {', '.join(args.jobs)} in {reg.path}", "`hpcqa status --all` lists the jobs")
+            raise registry.not_found(args.jobs, reg.path)
         if args.json:
             print(json.dumps([v.to_json() for v in views], indent=2, default=str))
         else:
@@ -176,7 +176,7 @@ def cmd_registry(args: argparse.Namespace) -> int:
 def cmd_results(args: argparse.Namespace) -> int:
     reg = registry.Registry(args.registry, create=False)
     if not reg.exists or not reg.jobs(sweep_id=args.sweep):
-        raise UsageError(f"no sweep {args.sweep!r} in {reg.path}", "`hpcqa status --all` lists jobs and sweeps")
+        raise registry.not_found([args.sweep], reg.path, "sweep")
     views, _ = jobs.collect(reg, Slurm(), [args.sweep])
     views = [v for v in views if v.sweep_id == args.sweep]
     keys = []

@@ -33,7 +33,8 @@ def add_config(p: argparse.ArgumentParser) -> None:
 
 
 def add_registry(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY or logs/registry.sqlite)")
+    p.add_argument("--registry", help="registry file (default: $HPCQA_REGISTRY, else your own: "
+                   "$XDG_STATE_HOME/hpcqa/registry.sqlite, ~/.local/state/hpcqa/registry.sqlite)")
 
 
 def _add_tune(sub: Any) -> None:
@@ -58,7 +59,8 @@ def _add_tune(sub: Any) -> None:
     p.add_argument("--bandwidth", metavar="RATE", help="assume this link instead of the measured one: 10gbit, 100mbit")
     p.add_argument("--latency-us", type=float, metavar="US", help="with --bandwidth: the link's latency (default: "
                                                                    "the measured one, else 50)")
-    p.add_argument("--registry", default=None, help="job registry (default: $HPCQA_REGISTRY, else logs/registry.sqlite)")
+    p.add_argument("--registry", default=None, help="job registry (default: $HPCQA_REGISTRY, else your own "
+                   "in ~/.local/state/hpcqa or $XDG_STATE_HOME/hpcqa)")
     p.add_argument("--json", action="store_true", help="the prediction as one JSON object")
     p.add_argument("--epoch-time", metavar="TIME", help="with a config: one node's time per epoch (26m, 7m30s)")
     p.add_argument("--features", type=int, metavar="N", help="with a config: training features per epoch (SQuAD "
@@ -89,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "(default: a copy made at submit, kept with the job)")
     p.add_argument("--check", action="store_true", help="Slurm: ask sbatch --test-only whether it would accept the exact "
                                                         "request (partition, account, QOS, time, nodes); queue nothing")
-    p.add_argument("--registry", help="registry file for this job (default: job.registry, else $HPCQA_REGISTRY or "
-                                      "logs/registry.sqlite); the same as --set job.registry=PATH")
+    p.add_argument("--registry", help="registry file for this job (default: job.registry, else $HPCQA_REGISTRY, else "
+                                      "your own in ~/.local/state/hpcqa); the same as --set job.registry=PATH")
 
     _add_render(sub)
     _add_stage(sub)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import signal
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from hpcqa.cli.say import say, stop_like_ctrl_c, warn
 from hpcqa.core import command, sweep
 from hpcqa.core.topology import cpu_list
 from hpcqa.errors import UsageError
-from hpcqa.record import manifest
+from hpcqa.record import manifest, registry
 from hpcqa.record.jobdir import SUBMISSION, JobDir
 
 
@@ -48,6 +49,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print_request(ex, request, args.json)
         return 0
     done = api.submit_request(ex, request, say=say, warn=warn)
+    reg, how = registry.chosen_by(request.sweep.plans[0].config.job.registry)
+    if how != "your default":
+        say(f"  registered in {reg} ({how}, not your default registry): status, logs and cancel find it with "
+            f"--registry {shlex.quote(str(reg))}" + (" or the same $HPCQA_REGISTRY" if how[0] == "$" else ""))
     if done.sweep_id:
         if not ex.runs_here:
             print(done.sweep_id)
@@ -73,6 +78,8 @@ def print_request(ex: Any, request: Any, as_json: bool) -> None:
         out["sbatch"] = scripts[0] if scripts and not sp.is_sweep else scripts
         out["request"] = request.to_json()
         out["submission"] = request.submission
+        reg, how = registry.chosen_by(sp.plans[0].config.job.registry)
+        out["registry"] = {"path": str(reg), "chosen_by": how}
         if sp.is_sweep:
             out["sweep"] = sp.to_json()
         print(json.dumps(out, indent=2, sort_keys=True))
@@ -190,6 +197,8 @@ def print_plan(ex: Any, request: Any) -> None:
         res.add_row(k, v)
     folder = lp.job_dir_pattern.replace(SUBMISSION, request.submission)
     res.add_row("job folder", folder + "  (%j = job id; the rest: this submission's token)")
+    reg, how = registry.chosen_by(lp.config.job.registry)
+    res.add_row("registry", escape(f"{reg}  ({how})"))
     if lp.command:
         res.add_row("program env", escape(program_env(lp, folder)))
     else:

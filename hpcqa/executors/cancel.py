@@ -12,6 +12,7 @@ from typing import Sequence
 from hpcqa.errors import UsageError
 from hpcqa.executors import table
 from hpcqa.executors.slurmcli import Slurm
+from hpcqa.record import registry
 
 
 def targets(reg, ids: Sequence[str], task: int | None) -> list:
@@ -28,7 +29,7 @@ def targets(reg, ids: Sequence[str], task: int | None) -> list:
             continue
         found = [r for r in reg.jobs([job_id]) if r.id == job_id] if reg.exists else []
         if not found:
-            raise UsageError(f"no job {job_id} in {reg.path}", "`hpcqa status --all` lists the jobs")
+            raise registry.not_found([job_id], reg.path)
         rows.append(found[0])
     return rows
 

@@ -12,15 +12,18 @@ import os
 import shutil
 import socket
 import sqlite3
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from hpcqa.errors import RegistryError
+from hpcqa.errors import RegistryError, UsageError
 from hpcqa.record import sqlitescan
 
-DEFAULT_PATH = os.path.join("logs", "registry.sqlite")
+# Before, the default was a registry per folder (logs/registry.sqlite under the folder submit ran in): a job
+# submitted from a script's own folder was then invisible from anywhere else. The default is now the user's.
+LEGACY_PATH = os.path.join("logs", "registry.sqlite")
 APPLICATION_ID = 0x68717267  # "hqrg" in the SQLite header (PRAGMA application_id): this file is an hpcqa registry
 SCHEMA_VERSION = 2           # PRAGMA user_version; 2: the column "executor" is named "target"
 # A job is (id, folder): ids repeat (a reset controller starts again at 1, several clusters share a filesystem), the
@@ -74,8 +77,112 @@ class JobRow:
     elapsed: str | None
 
 
+def state_dir() -> Path:
+    """The user's own state folder for hpcqa, the platform's place for it: $XDG_STATE_HOME/hpcqa, else
+    ~/.local/state/hpcqa (the XDG base directory default, Linux and other Unix); ~/Library/Application
+    Support/hpcqa on macOS."""
+    xdg = os.environ.get("XDG_STATE_HOME", "")
+    if os.path.isabs(xdg):   # the spec: a relative value is invalid and is ignored
+        return Path(xdg) / "hpcqa"
+    home = Path.home()
+    if sys.platform == "darwin":
+        return home / "Library" / "Application Support" / "hpcqa"
+    return home / ".local" / "state" / "hpcqa"
+
+
+def default_path() -> Path:
+    """The registry every hpcqa of this user finds from any folder, unless job.registry or $HPCQA_REGISTRY names
+    another."""
+    return state_dir() / "registry.sqlite"
+
+
 def resolve_path(path: str | None = None) -> Path:
-    return Path(path or os.environ.get("HPCQA_REGISTRY") or DEFAULT_PATH)
+    return Path(path or os.environ.get("HPCQA_REGISTRY") or default_path())
+
+
+def chosen_by(path: str | Path | None) -> tuple[Path, str]:
+    """(the registry `path` resolves to, what chose it: "job.registry", "$HPCQA_REGISTRY" or "your default")."""
+    where = resolve_path(str(path) if path else None)
+    if _same(where, default_path()):
+        return where, "your default"
+    return where, "job.registry" if path else "$HPCQA_REGISTRY"
+
+
+def is_default(path: str | Path | None) -> bool:
+    """Whether `path` (as given: None/"" for the default) resolves to the user's default registry."""
+    return _same(resolve_path(str(path) if path else None), default_path())
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return a.absolute() == b.absolute()
+
+
+def not_found(ids: Iterable[str], path: Path, what: str = "job") -> UsageError:
+    """"no job X in PATH", with the fix that would find it: another registry this user has that holds it (the
+    default, $HPCQA_REGISTRY, this folder's logs/registry.sqlite) named with --registry, else how to look."""
+    ids = [str(i) for i in ids]
+    for other in dict.fromkeys([default_path(), Path(os.environ.get("HPCQA_REGISTRY") or default_path()),
+                                Path(LEGACY_PATH)]):
+        if _same(other, path) or not other.is_file():
+            continue
+        try:
+            db = sqlite3.connect(f"file:{other}?mode=ro", uri=True, timeout=5.0)
+            try:
+                marks = ",".join("?" * len(ids))
+                hit = db.execute(f"SELECT 1 FROM jobs WHERE id IN ({marks}) OR sweep_id IN ({marks}) LIMIT 1",
+                                 ids + ids).fetchone()
+            finally:
+                db.close()
+        except sqlite3.Error:
+            continue
+        if hit:
+            return UsageError(f"no {what} {', '.join(ids)} in {path}", f"it is in {other}: add --registry {other}")
+    return UsageError(f"no {what} {', '.join(ids)} in {path}",
+                         "`hpcqa status --all` lists this registry's jobs; a job submitted with another registry "
+                         "(job.registry, $HPCQA_REGISTRY) is found with --registry PATH")
+
+
+def adopt_legacy(folder: str | Path = ".") -> tuple[Path | None, int, str]:
+    """The registry an hpcqa from before kept in `folder`/logs/registry.sqlite: its jobs copied into the user's
+    default registry (a job already there, same id and folder, is left as it is), so `status` finds them from any
+    folder. The old file is read, never changed. -> (the old file or None, jobs copied, a note when it could not be
+    read). Never raises: a damaged old registry is one line and the default registry goes on without it."""
+    old = Path(folder) / LEGACY_PATH
+    if not old.is_file() or _same(old, default_path()):
+        return None, 0, ""
+    try:
+        src = sqlite3.connect(f"file:{old}?mode=ro", uri=True, timeout=5.0)
+        try:
+            cols = [r[1] for r in src.execute("PRAGMA table_info(jobs)")]
+            if tuple(cols) not in (COLUMNS, COLUMNS_V1):
+                return old, 0, f"{old} is not an hpcqa job registry (tables/columns differ): not read"
+            rows = src.execute(f"SELECT {','.join(cols)} FROM jobs").fetchall()
+        finally:
+            src.close()
+    except sqlite3.Error as e:
+        return old, 0, f"{old} (the registry of an older hpcqa) could not be read ({str(e)[:80]}): its jobs are not " \
+                       "listed; `hpcqa registry recover --registry " + str(old) + "` saves what can be read"
+    good = []
+    for r in rows:
+        d = dict(zip(COLUMNS, r))   # COLUMNS_V1 differs only in the name of the third column
+        try:
+            Registry._row(d)
+        except (TypeError, ValueError, KeyError):
+            continue
+        good.append(r)
+    if not good:
+        return old, 0, ""
+    reg = Registry(default_path())
+    with reg.db:
+        reg.db.execute("BEGIN IMMEDIATE")
+        before = reg.db.total_changes
+        reg.db.executemany(f"INSERT OR IGNORE INTO jobs ({','.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})",
+                           good)
+        copied = reg.db.total_changes - before
+    return old, copied, ""
 
 
 def _damaged(path: Path, what: str) -> RegistryError:
