@@ -204,7 +204,7 @@ def _submit_local(tmp_path, *argv, extra=(), wait=True):
 
 def _job(tmp_path, r):
     job_id = r.stderr.split("local job ")[1].split(":")[0]
-    (folder,) = (tmp_path / "logs" / "quickstart").glob(f"{job_id}-*")
+    (folder,) = (tmp_path / "logs").glob(f"*/{job_id}-*")   # logs/<the program's name>/
     return job_id, folder
 
 
@@ -215,7 +215,7 @@ def test_two_ranks_get_the_plans_environment_and_pinning(tmp_path):
     assert r.returncode == 0, r.stderr
     job_id, folder = _job(tmp_path, r)
     probes = [json.loads((folder / f"probe-{k}.json").read_text()) for k in range(2)]
-    plan = json.loads(next((tmp_path / "logs" / "quickstart" / "plans").glob("*/task-0.json")).read_text())
+    plan = json.loads(next((tmp_path / "logs" / "probe" / "plans").glob("*/task-0.json")).read_text())
     for k, p in enumerate(probes):
         assert p["RANK"] == p["ROLE_RANK"] == str(k) and p["LOCAL_RANK"] == str(k) and p["WORLD_SIZE"] == "2"
         assert p["GROUP_RANK"] == "0" and p["GROUP_WORLD_SIZE"] == "1" and p["MASTER_ADDR"] == "127.0.0.1"
@@ -343,7 +343,7 @@ def test_a_run_qa_shaped_program_writes_into_its_own_job_each_time(tmp_path, tmp
                     "--set", f"job.registry={tmp_path / 'reg.sqlite'}", "--", *argv, cwd=prog)
         assert r.returncode == 0, r.stderr
         job_id = r.stderr.split("local job ")[1].split(":")[0]
-        (folder,) = (tmp_path / "logs" / "quickstart").glob(f"{job_id}-*")
+        (folder,) = (tmp_path / "logs" / "run_qa").glob(f"{job_id}-*")   # named after the program
         folders.append(folder)
         state = json.loads((folder / "work" / "out" / "trainer_state.json").read_text())
         assert state["global_step"] == 4 and (folder / "work" / "out" / "checkpoint-4").is_dir()
@@ -357,7 +357,7 @@ def test_a_run_qa_shaped_program_writes_into_its_own_job_each_time(tmp_path, tmp
         assert j["state"] == "COMPLETED" and 0 <= j["results"]["f1"] <= 100, j["results"]
         assert j["results"]["metrics"]["train_samples"] == 64 and "eval_exact_match" in j["results"]["metrics"]
     assert folders[0] != folders[1]
-    (shared,) = (tmp_path / "logs" / "quickstart" / "code").glob("work-*/work")
+    (shared,) = (tmp_path / "logs" / "run_qa" / "code").glob("work-*/work")
     assert sorted(p.name for p in shared.iterdir()) == ["run_qa.py", "utils_qa.py"]   # as submitted, nothing added
     assert not (prog / "out").exists()
 
@@ -376,7 +376,7 @@ def test_the_mpirun_hosts_script_runs_the_program_under_intel_mpi(tmp_path):
     assert r.returncode == 0, r.stderr
     run = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    (folder,) = [p for p in (tmp_path / "logs" / "quickstart").iterdir()
+    (folder,) = [p for p in (tmp_path / "logs" / "probe").iterdir()
                  if p.name.startswith(socket.gethostname().split(".")[0])]
     probes = [json.loads((folder / f"probe-{k}.json").read_text()) for k in range(2)]
     assert [p["RANK"] for p in probes] == ["0", "1"] and probes[0]["cpus"] != probes[1]["cpus"]

@@ -55,7 +55,7 @@ def test_the_ddp_loop_on_two_nodes_is_the_dry_runs_request(slurm, tmp_path, work
     r = submit(slurm, tmp_path, work, *argv)
     assert r.returncode == 0, r.stdout + r.stderr
     job_id = job_of(r)
-    (folder,) = (tmp_path / "logs" / "quickstart").glob(f"{job_id}-*")
+    (folder,) = (tmp_path / "logs" / "ddp_loop").glob(f"{job_id}-*")
     shown = json.loads(dry.stdout)
     assert shown["sbatch"].replace(shown["submission"], folder.name.split("-", 1)[1]) == \
         (folder / f"{job_id}_submission.sh").read_text()
@@ -82,6 +82,51 @@ def test_the_hf_trainer_qa_example_on_two_nodes(slurm, tmp_path, work, tmp_path_
     j = wait_state(slurm, job_of(r), {"COMPLETED"})
     assert j["results"]["metrics"]["steps"] == 6 and j["results"]["world_size"] == 2
     assert j["results"]["metrics"]["eval_loss"] > 0
+
+
+def run_qa_like(tmp_path, tmp_path_factory) -> tuple[Path, list[str]]:
+    """tests/data/run_qa_like (a run_qa.py-shaped HF Trainer script: load_dataset("json", field="data"), a
+    relative --output_dir whose last checkpoint it resumes, the Trainer's own files) in a folder of its own, and
+    its arguments as run_qa.py's README gives them."""
+    from hpcqa.rank.train import model
+    data = tmp_path_factory.mktemp("qa-data-flat")
+    subprocess.run([sys.executable, str(ROOT / "examples/qa_data.py"), str(data)], check=True, cwd=ROOT,
+                   capture_output=True)
+    tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny-flat") / "tiny")
+    prog = tmp_path / "question-answering"
+    shutil.copytree(ROOT / "tests/data/run_qa_like", prog)
+    return prog, ["python", "run_qa.py", "--model_name_or_path", str(tiny), "--train_file",
+                  str(data / "train_flat.json"), "--do_train", "--do_eval", "--per_device_train_batch_size", "4",
+                  "--max_train_samples", "64", "--output_dir", "out"]
+
+
+def test_a_run_qa_shaped_program_twice_from_its_folder_on_two_nodes(slurm, tmp_path, tmp_path_factory):
+    """As run_qa.py's users run it: from its own folder, `--output_dir out`, submitted twice in a row with the
+    user's default registry. Each job writes out/ in its own working folder (the second starts from step 0), the
+    Trainer's own files give the progress and EM/F1 in `status`, and `status` from another folder finds both."""
+    prog, argv = run_qa_like(tmp_path, tmp_path_factory)
+    home = {**slurm, "HPCQA_REGISTRY": "", "XDG_STATE_HOME": str(tmp_path / "state")}
+    ids = []
+    for _ in range(2):
+        r = run_cli("submit", QUICK, *TWO, "--set", f"job.output_dir={tmp_path / 'logs'}", "--", *argv,
+                    "--max_steps", "4", "--save_steps", "2", env=home, cwd=prog)
+        assert r.returncode == 0, r.stdout + r.stderr
+        ids.append(job_of(r))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    views = {v["id"]: v for v in json.loads(run_cli("status", "--all", "--json", env=home, cwd=elsewhere).stdout)}
+    assert sorted(views) == sorted(ids), views.keys()
+    for job_id in ids:
+        j = json.loads(run_cli("status", "--json", job_id, env=home, cwd=elsewhere).stdout)[0]
+        assert j["state"] == "COMPLETED" and j["name"] == "run_qa" and j["nodes"] == 2, j
+        assert j["progress"]["step"] == j["progress"]["total_steps"] == 4, j["progress"]
+        assert 0 <= j["results"]["f1"] <= 100 and j["results"]["exact_match"] is not None, j["results"]
+        folder = Path(j["folder"])
+        state = json.loads((folder / "work" / "out" / "trainer_state.json").read_text())
+        assert state["global_step"] == 4
+        logs = " ".join(p.read_text(errors="replace") for p in folder.glob("*_log.*"))
+        assert "Resuming training" not in logs, logs[-2000:]   # the second job started from step 0
+    assert not (prog / "out").exists() and not (prog / "logs").exists()
 
 
 def test_a_sweep_of_the_program_is_an_array_with_the_values_as_arguments(slurm, tmp_path, work):
@@ -136,7 +181,7 @@ def test_a_rendered_script_checkpoints_the_program_on_usr2_and_requeues(slurm, t
                 "1000", env=slurm, cwd=work)
     assert r.returncode == 0, r.stderr
     job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
-    folder = tmp_path / "logs" / "quickstart" / f"hqtest-{job_id}"
+    folder = tmp_path / "logs" / "ddp_loop" / f"hqtest-{job_id}"
     end = time.time() + 120
     while time.time() < end and "step 20 " not in _log(folder, 0):
         time.sleep(0.5)

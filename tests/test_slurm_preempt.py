@@ -233,3 +233,40 @@ def test_a_preempted_program_resumes_from_its_own_checkpoint(slurm, tmp_path):
     _a_second_requeue_runs_nothing(log.with_suffix(".err"))
     assert j["attempts"].startswith("requeued 1x (SIGTERM)")
     assert f"rank 0: resumed from step {resumed}" in log.read_text()
+
+
+def test_a_preempted_run_qa_shaped_program_resumes_its_own_checkpoint(slurm, tmp_path, tmp_path_factory):
+    """run_qa.py has no SIGTERM handler: preempted, it dies, and its next attempt resumes from the last checkpoint
+    the Trainer saved under its relative --output_dir. That folder is the job's own working folder, kept across
+    the job's attempts: the requeued attempt resumes from it, and the job ends COMPLETED at max_steps."""
+    from tests.test_command_slurm import run_qa_like
+    prog, argv = run_qa_like(tmp_path, tmp_path_factory)
+    home = {**slurm, "HPCQA_REGISTRY": "", "XDG_STATE_HOME": str(tmp_path / "state")}
+    steps = 300
+    r = run_cli("submit", str(ROOT / "configs/quickstart.toml"), "--set", "cluster.executor=slurm",
+                "--set", f"job.output_dir={tmp_path / 'logs'}", "--set", "cluster.time_limit_min=10", "--no-wait",
+                "--", *argv, "--max_steps", str(steps), "--save_steps", "10", "--max_seq_length", "256",
+                env=home, cwd=prog)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().splitlines()[-1]
+    folder = Path(wait_state(home, job_id, {"RUNNING"})["folder"])
+    end = time.time() + 180
+    while time.time() < end and not list((folder / "work" / "out").glob("checkpoint-*/trainer_state.json")):
+        time.sleep(0.5)
+    saved = sorted((folder / "work" / "out").glob("checkpoint-*"))
+    assert saved, (folder / f"{job_id}_0_log.err").read_text()[-2000:]
+    _preemptor(home)
+    _start_requeued_now(home, job_id, timeout=240)
+    j = wait_state(home, job_id, {"COMPLETED", "FAILED"}, timeout=400)
+    out = (folder / f"{job_id}_0_log.out").read_text(errors="replace")
+    assert j["state"] == "COMPLETED", out[-2000:] + (folder / f"{job_id}_0_log.err").read_text()[-2000:]
+    resumed = [ln for ln in out.splitlines() if "Resuming training from checkpoint" in ln]
+    assert resumed and "out/checkpoint-" in resumed[-1], out[-2000:]
+    step = int(resumed[-1].rsplit("checkpoint-", 1)[1])
+    assert 10 <= step < steps and j["results"]["requeues"] >= 1
+    assert j["progress"]["step"] == steps and 0 <= j["results"]["f1"] <= 100
+    assert json.loads((folder / "work" / "out" / "trainer_state.json").read_text())["global_step"] == steps
+    # found from another folder, with the default registry
+    (there,) = json.loads(run_cli("status", "--json", job_id, env=home, cwd="/").stdout)
+    assert there["state"] == "COMPLETED" and there["name"] == "run_qa"
+

@@ -64,10 +64,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       "-- python my_train.py --lr 3e-5"), file=sys.stderr)
             return 2
         args.overrides.append("job.command=" + json.dumps(program))
+        if not any(o.strip().startswith("job.name") for o in args.overrides):
+            # named after its program (run_qa, not the config's name), unless --set job.name says otherwise
+            from hpcqa.core.command import program_name
+
+            if name := program_name(program):
+                args.overrides.append("job.name=" + json.dumps(name))
     if not args.command:
         parser.print_help()
         return 0
     try:
+        adopt_legacy_registry(args)
         return int(verb(args.command)(args) or 0)
     except HpcqaError as e:
         print(errors.for_terminal(e.render()), file=sys.stderr)
@@ -85,3 +92,28 @@ def split_program(argv: list[str]) -> tuple[list[str], list[str] | None]:
         return argv, None
     cut = argv.index("--")
     return argv[:cut], argv[cut + 1:]
+
+
+# the verbs that read or write the job registry
+REGISTRY_VERBS = {"submit", "status", "logs", "cancel", "registry", "results", "scaling"}
+
+
+def adopt_legacy_registry(args) -> None:
+    """A registry an older hpcqa kept in this folder (logs/registry.sqlite): its jobs are copied into the user's
+    default registry, with one line, when this verb uses the default (no --registry, no $HPCQA_REGISTRY)."""
+    import os
+
+    if args.command not in REGISTRY_VERBS or getattr(args, "registry", None) or os.environ.get("HPCQA_REGISTRY"):
+        return
+    if any(o.startswith("job.registry=") for o in getattr(args, "overrides", None) or ()):
+        return
+    from hpcqa.record import registry
+
+    old, copied, note = registry.adopt_legacy()
+    if note:
+        print(errors.for_terminal(f"hpcqa: {note}"), file=sys.stderr)
+    elif copied:
+        print(errors.for_terminal(f"hpcqa: copied {copied} job(s) from {old} (an older hpcqa's registry of this "
+                                  f"folder) into your registry {registry.default_path()}; the old file is left "
+                                  "as it was"), file=sys.stderr)
+

@@ -128,3 +128,33 @@ def named_files(argv: Sequence[str], cwd: str) -> list[str]:
 def display(argv: Sequence[str]) -> str:
     """The argv as one shell-quoted line, for people (the plan carries the list; no shell ever parses it)."""
     return " ".join(shlex.quote(a) for a in argv)
+
+
+NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+LAUNCHERS = ("env", "nice", "numactl", "taskset", "stdbuf", "time", "uv", "conda", "accelerate")
+
+
+def program_name(argv: Sequence[str]) -> str:
+    """The name a job given this command gets unless job.name says otherwise: its script's stem (`python
+    run_qa.py ...` -> run_qa), its module (`python -m pkg.train` -> pkg.train), else its program's (`./train.sh` ->
+    train); fitted to job.name's pattern (letters, digits, '.', '-', '_', at most 64, not starting with '.').
+    "" when nothing usable is left."""
+    args = list(argv)
+    while args and (os.path.basename(args[0]) in LAUNCHERS or "=" in args[0]):   # env X=1 python ...
+        args = args[1:]
+    if not args:
+        return ""
+    chosen = args[0]
+    if re.fullmatch(r"python[0-9.]*", os.path.basename(chosen)):
+        rest = args[1:]
+        while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+            rest = rest[1:]
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            chosen = rest[1]
+        elif rest and rest[0] != "-c":   # python -c CODE: named python
+            chosen = rest[0]
+    base = os.path.basename(chosen.rstrip("/"))
+    stem = base[:-3] if base.endswith(".py") else base.rsplit(".", 1)[0] if base.endswith((".sh", ".bash")) else base
+    name = NAME_BAD.sub("-", stem).strip(".-")[:64]
+    return name if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", name) and re.search(r"[A-Za-z0-9]", name) else ""
+

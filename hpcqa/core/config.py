@@ -23,6 +23,7 @@ from typing import Any, Literal, Mapping
 
 from hpcqa.core import configcheck
 from hpcqa.core import values as valuecheck
+from hpcqa.core.command import program_name
 from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.k8sconfig import K8sConfig
 from hpcqa.core.options import opt
@@ -41,7 +42,8 @@ class JobConfig:
                                 "and '.' (not first), at most 64.", pattern=r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
     output_dir: str = opt("logs", "Where job folders (per-rank logs, plans, results) are created; "
                                   "relative paths are relative to the current directory.")
-    registry: str = opt("", "Job registry (SQLite). Empty: $HPCQA_REGISTRY, else logs/registry.sqlite.")
+    registry: str = opt("", "Job registry (SQLite). Empty: $HPCQA_REGISTRY, else your own, found from any "
+                        "folder: $XDG_STATE_HOME/hpcqa/registry.sqlite (default ~/.local/state/hpcqa/).")
     group_readable: bool = opt(False, "Let your group read the job folders and a registry this job creates "
                                       "(default: only you). Nobody else can write them either way: submit and the "
                                       "ranks work under umask 077 (027 with this on), whatever yours is.")
@@ -446,6 +448,7 @@ def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) ->
 def from_dict(raw: Mapping[str, Any], source: str = "") -> Config:
     """Validate a parsed TOML document (after overrides) into a Config."""
     sections = {}
+    raw = _named_after_program(raw)
     for name, value in raw.items():
         if name == "sweep":
             continue  # handled by the sweep module; ignored for a single run
@@ -456,6 +459,16 @@ def from_dict(raw: Mapping[str, Any], source: str = "") -> Config:
     cfg = Config(**sections, source=source)
     configcheck.check(cfg)
     return cfg
+
+
+def _named_after_program(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A job given a command and no job.name is named after its program (command.program_name)."""
+    job = raw.get("job")
+    if not isinstance(job, Mapping) or "name" in job or not isinstance(job.get("command"), (list, tuple)) \
+            or not all(isinstance(a, str) for a in job["command"]):
+        return raw
+    name = program_name(job["command"])
+    return {**raw, "job": {**job, "name": name}} if name else raw
 
 
 def parse_override(text: str) -> tuple[str, Any]:
