@@ -242,7 +242,7 @@ def test_a_preempted_run_qa_shaped_program_resumes_its_own_checkpoint(slurm, tmp
     from tests.test_command_slurm import run_qa_like
     prog, argv = run_qa_like(tmp_path, tmp_path_factory)
     home = {**slurm, "HPCQA_REGISTRY": "", "XDG_STATE_HOME": str(tmp_path / "state")}
-    steps = 300
+    steps = 120
     r = run_cli("submit", str(ROOT / "configs/quickstart.toml"), "--set", "cluster.executor=slurm",
                 "--set", f"job.output_dir={tmp_path / 'logs'}", "--set", "cluster.time_limit_min=10", "--no-wait",
                 "--", *argv, "--max_steps", str(steps), "--save_steps", "10", "--max_seq_length", "256",
