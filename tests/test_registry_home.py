@@ -81,7 +81,7 @@ def test_status_logs_and_cancel_find_a_job_from_any_folder(tmp_path):
     r = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'out'}", "--", "python", "probe.py", "a b",
                 env=env, cwd=prog)
     assert r.returncode == 0, r.stderr
-    assert "registered in" not in r.stderr   # the default goes without saying
+    assert "registry" not in r.stderr   # the default goes without saying
     job_id = r.stderr.split("local job ")[1].split(":")[0]
     assert not (prog / "logs").exists()   # no registry (nor anything else) in the program's folder
     assert default.is_file()
@@ -99,7 +99,7 @@ def test_status_logs_and_cancel_find_a_job_from_any_folder(tmp_path):
                  "python", "probe.py", env=env, cwd=prog)
     assert r2.returncode == 0, r2.stderr
     said = " ".join(r2.stderr.split())
-    assert f"registered in {own} (job.registry, not your default registry)" in said and f"--registry {own}" in said
+    assert f"registry {own} (job.registry; not your default: status, logs and cancel need --registry {own})" in said
     other_id = r2.stderr.split("local job ")[1].split(":")[0]
     missing = run_cli("status", other_id, env=env, cwd=elsewhere)
     if other_id != job_id:   # ids are controller PIDs: they differ unless the PID was reused

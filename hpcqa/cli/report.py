@@ -18,21 +18,32 @@ from hpcqa.record.jobdir import JobDir
 STDERR_LINES = 8   # of a failed program's stderr, error first, in submit's report
 
 
+class CountedBar(BarColumn):
+    """A bar only for progress that is counted (step of total steps): a job without a step count (a program that
+    writes no Trainer files, the start) shows its phase and elapsed time, not a bar that looks full or busy."""
+
+    def render(self, task: Any) -> Any:
+        return super().render(task) if task.total is not None else ""
+
+
 @contextlib.contextmanager
 def progress_bar(title: str) -> Iterator[Callable[[dict], None]]:
-    """A rich progress bar on stderr (only on a terminal); yields the callback an executor's wait feeds."""
-    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[steps]}"),
-               TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]
+    """A rich progress bar on stderr (only on a terminal); yields the callback an executor's wait feeds. The texts
+    are data, not rich markup: "[command]" is a phase shown as it is."""
+    columns = [TextColumn("{task.description}", markup=False), CountedBar(),
+               TextColumn("{task.fields[steps]}", markup=False), TextColumn("{task.fields[loss]}", markup=False),
+               TimeElapsedColumn(), TimeRemainingColumn()]
     with Progress(*columns, transient=False, disable=not sys.stderr.isatty(), console=None) as bar:
-        task = bar.add_task(title, total=None, loss="-", steps="")
+        task = bar.add_task(f"{title} [starting]", total=None, loss="", steps="")
 
         def show(p: dict) -> None:
             step, total = p.get("step"), p.get("total_steps")
             counted = isinstance(step, int) and isinstance(total, int) and total > 0
             steps = f"{step}/{total} steps" if counted else f"step {step}" if isinstance(step, int) else ""
+            phase = str(p.get("phase") or "")[:20]
             bar.update(task, completed=step if counted else 0, total=total if counted else None, steps=steps,
-                       loss=f"{p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else "-",
-                       description=f"{title} [{p.get('phase', '')}]")
+                       loss=f"loss {p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else "",
+                       description=f"{title} [{phase}]" if phase else title)
         yield show
 
 

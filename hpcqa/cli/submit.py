@@ -51,8 +51,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     done = api.submit_request(ex, request, say=say, warn=warn)
     reg, how = registry.chosen_by(request.sweep.plans[0].config.job.registry)
     if how != "your default":
-        say(f"  registered in {reg} ({how}, not your default registry): status, logs and cancel find it with "
-            f"--registry {shlex.quote(str(reg))}" + (" or the same $HPCQA_REGISTRY" if how[0] == "$" else ""))
+        say(f"  registry {reg} ({how}; not your default: status, logs and cancel need "
+            + ("the same $HPCQA_REGISTRY)" if how[0] == "$" else f"--registry {shlex.quote(str(reg))})"))
     if done.sweep_id:
         if not ex.runs_here:
             print(done.sweep_id)
