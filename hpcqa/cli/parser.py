@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from hpcqa.core import targets
-from hpcqa.version import __version__
 
 EPILOG = """examples:
   # train on this machine (the local executor)
@@ -70,13 +69,36 @@ def _add_tune(sub: Any) -> None:
                                                                               "linear scaling (default 0.9)")
 
 
+class VersionAction(argparse.Action):
+    """--version from the package metadata (what pip installed), and where this hpcqa is."""
+
+    def __init__(self, option_strings, dest, **kw) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        import os
+
+        from hpcqa import resources
+        print(f"hpcqa {resources.version()} from {os.path.dirname(os.path.dirname(__file__))}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hpcqa", description="Distributed question-answering fine-tuning on Xeon CPU clusters:\n"
                                   "one TOML file -> one rank per socket, pinned, on Slurm or locally.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"hpcqa {__version__}")
+    parser.add_argument("--version", action=VersionAction, help="this hpcqa's version (its package metadata) and "
+                                                                   "where it is installed")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("init", help="write an example config (carried with hpcqa) into this folder, to edit",
+                       description="Write one of the example configs hpcqa carries into the current folder "
+                                   "(or -o PATH), to edit and submit. Nothing existing is replaced without --force.")
+    p.add_argument("example", nargs="?", default="quickstart", help="which example (default quickstart; --list)")
+    p.add_argument("-o", "--output", metavar="PATH", help="where to write it (default ./EXAMPLE.toml)")
+    p.add_argument("--list", action="store_true", help="the examples, one line each")
+    p.add_argument("--force", action="store_true", help="replace an existing file")
 
     p = sub.add_parser("submit", help="run a config (Slurm through submitit, or the local executor)",
                        usage="hpcqa submit CONFIG [options] [-- PROGRAM [ARGS...]]",

@@ -12,6 +12,7 @@ import re
 import shlex
 from pathlib import Path
 
+from hpcqa import resources
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.targets import Launcher, Requeue
 from hpcqa.record import jobdir
@@ -30,12 +31,8 @@ RANK_LOGS = {Launcher.SRUN: jobdir.SRUN_LOG, Launcher.MPIRUN: jobdir.MPIRUN_LOG}
 
 
 def template_dir() -> Path:
-    """sbatch_templates/ of the checkout, or the copy installed with the package."""
-    package = Path(__file__).resolve().parent.parent
-    for cand in (package.parent / "sbatch_templates", package / "sbatch_templates"):
-        if cand.is_dir():
-            return cand
-    raise FileNotFoundError("sbatch_templates/ not found next to the hpcqa package")
+    """sbatch_templates/: the copy installed with the package (hpcqa.resources), else the source tree's."""
+    return resources.folder("sbatch_templates")
 
 
 def fill(template: str, values: dict[str, str]) -> str:

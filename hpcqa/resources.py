@@ -1,0 +1,49 @@
+"""What hpcqa reads at run time besides its code: the script templates (sbatch_templates/: srun and mpirun job
+scripts, the Kubernetes pod's entry point) and the example configs (configs/). Standard library only.
+
+An installed hpcqa (a wheel: `pip install .`, `pip install git+...`, a site's environment, an image) carries them
+as package data under hpcqa/_data/ (setup.py copies the top-level folders there when it builds), found through
+the package with importlib.resources; a source checkout used in place (an editable install, `python -m hpcqa`
+from the checkout) has them at its top level, next to the package.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as dist_version
+from pathlib import Path
+
+from hpcqa.errors import UsageError
+
+FOLDERS = ("sbatch_templates", "configs")
+
+
+def folder(name: str) -> Path:
+    """The folder of one kind of package data: the installed copy, else the source checkout's."""
+    assert name in FOLDERS, name
+    packaged = importlib.resources.files("hpcqa") / "_data" / name
+    if packaged.is_dir():
+        return Path(str(packaged))
+    source = Path(__file__).resolve().parent.parent / name
+    if source.is_dir():
+        return source
+    raise UsageError(f"{name}/ is missing from this hpcqa ({Path(__file__).resolve().parent}): it was installed "
+                     "without its package data", "reinstall it from a wheel or the source tree (pip install .)")
+
+
+def template(name: str) -> str:
+    return (folder("sbatch_templates") / name).read_text(encoding="utf-8")
+
+
+def example_configs() -> dict[str, Path]:
+    """name (the file's stem) -> path, of the example configs this hpcqa carries."""
+    return {p.stem: p for p in sorted(folder("configs").glob("*.toml"))}
+
+
+def version() -> str:
+    """This hpcqa's version from its package metadata ("unknown" when it is not installed at all)."""
+    try:
+        return dist_version("hpcqa")
+    except PackageNotFoundError:
+        return "unknown (not installed: run from a source tree)"
