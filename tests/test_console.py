@@ -247,3 +247,17 @@ def test_the_bar_of_a_program_shows_its_phase_or_the_trainers_steps_never_none(t
                                "--output_dir", "out", cwd=prog, env=env)
     assert code == 0, out[-3000:]
     assert "None" not in out and any("6/6 steps" in line for line in out.splitlines()), out[-3000:]
+
+
+def test_validate_and_the_dry_runs_tokens_fit_80_columns():
+    """validate's lines fit (a long one goes on under its path); the dry run keeps a value whole on a line of its
+    own (KMP_AFFINITY's proclist), and a warning wraps under its own text, as render's do."""
+    code, out = pty_term.hpcqa("validate", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").glob("*.toml")),
+                               cwd=ROOT)
+    assert code == 0 and not _too_wide(out) and out.count("ok  configs/") == 4, out
+    code, out = pty_term.hpcqa("submit", "configs/squad_spr.toml", "--dry-run", cwd=ROOT)
+    assert code == 0, out
+    assert "granularity=fine,proclist=[0-55],explicit" in out and "granularity=fine,proclist=[56-111],explicit" in out
+    lines = out.splitlines()
+    warned = [i for i, line in enumerate(lines) if line.startswith("warning: launch.ccl_workers")]
+    assert warned and lines[warned[0] + 1].startswith(" " * len("warning: ")), lines[warned[0]:warned[0] + 2]

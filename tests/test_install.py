@@ -77,7 +77,8 @@ def test_python3_m_hpcqa_from_the_checkout_runs_in_that_venv(system_python, tmp_
     r = subprocess.run([system_python, "-m", "hpcqa", "validate", "configs/quickstart.toml"], cwd=ROOT,
                        env={**os.environ, "HPCQA_VENV": str(venv)}, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert f"using {venv}/bin/python" in r.stderr and "ok  configs/quickstart.toml" in r.stdout
+    assert f"using this checkout's venv, where scripts/install.sh put hpcqa:\n  {venv}/bin/python" in r.stderr
+    assert "ok  configs/quickstart.toml" in r.stdout
     inside = subprocess.run([str(venv / "bin" / "python"), "-m", "hpcqa", "validate", "configs/quickstart.toml"],
                             cwd=ROOT, env={**os.environ, "HPCQA_VENV": str(tmp_path / "elsewhere")},
                             capture_output=True, text=True, timeout=120)

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from hpcqa import api
 from hpcqa.cli import report
@@ -205,16 +206,37 @@ def print_plan(ex: Any, request: Any) -> None:
         builtin_rows(res, lp)
     con.print(Panel(res, title="hpcqa plan (dry run: nothing submitted)", expand=False))
     for w in lp.warnings:
-        con.print(f"[yellow]warning:[/] {w}")
-    if request.notes:
-        for w in request.notes:
-            con.print(f"[yellow]warning (this node):[/] {w}", highlight=False)
+        print_warning(con, "warning:", w)
+    for w in request.notes:
+        print_warning(con, "warning (this node):", w)
     for w in api.scaling_notes([lp]):
-        con.print(f"[yellow]warning (prediction):[/] {w}", highlight=False)
+        print_warning(con, "warning (prediction):", w)
     print_ranks(con, lp)
     if request.scripts:
         print_script(con, request.scripts[0], "sbatch script (as it will be submitted)")
         con.print("submitted with: " + " ".join(request.commands[0]), highlight=False)
+
+
+def print_warning(con: Any, label: str, text: str) -> None:
+    """A warning wrapped under its own first word (a hanging indent, as render's), its text shown as it is (never
+    read as rich markup: a config value in brackets stays)."""
+    if len(label) + 1 + len(text) <= con.width:
+        con.print(Text.assemble((label, "yellow"), " ", text), highlight=False)
+        return
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True, style="yellow")
+    grid.add_column()
+    grid.add_row("warning:", Text(text))
+    if label != "warning:":
+        grid.add_row("", Text(label.removeprefix("warning ").rstrip(":"), style="dim"))
+    con.print(grid, highlight=False)
+
+
+def env_line(name: str, value: str, width: int = 46) -> str:
+    """NAME=value in the ranks table; a pair wider than the column goes on with the value on its own indented
+    line, so the value is folded only when it alone is wider (KMP_AFFINITY's proclist stays one token)."""
+    pair = f"{name}={value}"
+    return pair if len(pair) <= width else f"{name}=\n  {value}"
 
 
 def print_script(con: Any, script: str, title: str) -> None:
@@ -260,8 +282,8 @@ def print_ranks(con: Any, lp: Any) -> None:
     for r in lp.ranks[:ppn]:
         ranks = [str(r.rank + n * ppn) for n in range(lp.nodes)]
         shown = ",".join(ranks) if len(ranks) <= 4 else f"{ranks[0]},{ranks[1]},…,{ranks[-1]}"
-        own = "\n".join(f"{k}={ranges_in(v)}" for k, v in r.env.items() if k not in common and k not in derived)
-        t.add_row(str(r.local_rank), shown, cpu_list(r.cpus) if r.cpus else "unbound", own)
+        own = "\n".join(env_line(k, ranges_in(v)) for k, v in r.env.items() if k not in common and k not in derived)
+        t.add_row(str(r.local_rank), shown, cpu_list(r.cpus) if r.cpus else "unbound", Text(own))
     con.print(t)
-    con.print("CPU lists as ranges; torchrun's GROUP_*/ROLE_* too; --json has every rank's exact values.",
+    con.print("CPU lists as ranges; torchrun's GROUP_*/ROLE_* too; --json: every rank's exact values.",
               style="dim", highlight=False)

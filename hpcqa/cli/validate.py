@@ -32,8 +32,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             bad += 1
             continue
         cores = len(lp.local_ranks[0].compute)
-        print(f"ok  {path}: {what}{plural(lp.world_size, 'rank')} ({lp.nodes} x {lp.ranks_per_node}), "
-              f"{plural(cores, 'compute core')} per rank")
+        detail = f"{what}{plural(lp.world_size, 'rank')} ({lp.nodes} x {lp.ranks_per_node}), " \
+                 f"{plural(cores, 'compute core')} per rank"
+        line = f"ok  {path}: {detail}"
+        # 80 columns: a long line goes on under the path, indented (the path stays whole, to copy)
+        print(line if len(line) <= 80 else f"ok  {path}:\n      {detail}")
         for w in plan.extension_warnings(lp.config, found):
             warn(w)
     if bad and len(args.configs) > 1:
