@@ -63,3 +63,34 @@ def pytest_sessionfinish(session, exitstatus):
             "the test suite changed the checkout (write into tmp_path, or pass --output to sbatch):\n  "
             + "\n  ".join(left), red=True)
         session.exitstatus = 1
+
+
+# ---------------------------------------------------------------- the quick tests: `pytest -m quick`
+# The pure unit tests: no process started, no training, no Slurm, no root -- under a minute. Every test that is
+# neither slow nor slurm is quick unless its module starts processes (the CLI as a user runs it, a pseudo-terminal,
+# the pod script under bash, an install): those modules are listed here, and single tests elsewhere are marked
+# `process`. A quick test that starts a process anyway fails, saying so (quick_guard), so the marker cannot
+# quietly grow slow.
+STARTS_PROCESSES = {"test_trainjob", "test_k8s", "test_hostile", "test_console", "test_bad_input", "test_install",
+                    "test_scaling", "test_preload_e2e", "test_cli", "test_wheel", "test_readme", "test_stage",
+                    "test_layout_e2e", "test_local_e2e", "test_slurmroot", "test_doctor", "test_registry_home",
+                    "test_command", "test_secrets", "test_render", "test_tune", "test_status"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        if module in STARTS_PROCESSES or any(item.get_closest_marker(m) for m in ("slow", "slurm", "process")):
+            continue
+        item.add_marker(pytest.mark.quick)
+
+
+@pytest.fixture(autouse=True)
+def quick_guard(request, monkeypatch):
+    """A quick test starts no process: one that does fails here, naming the fix."""
+    if request.node.get_closest_marker("quick"):
+        def refuse(*args, **kwargs):
+            raise AssertionError("a quick test (pytest -m quick) starts no process: mark this test "
+                                 "@pytest.mark.process, or add its module to STARTS_PROCESSES in tests/conftest.py")
+        monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    yield

@@ -43,6 +43,7 @@ def _verify(snap):
     return subprocess.run(["bash", "-c", snapshot.verify_command(sys.executable, snap)], capture_output=True, text=True)
 
 
+@pytest.mark.process
 def test_a_fresh_snapshot_verifies_with_the_scripts_own_command(tmp_path):
     snap = _snap(tmp_path)
     r = _verify(snap)
@@ -57,6 +58,7 @@ def test_a_fresh_snapshot_verifies_with_the_scripts_own_command(tmp_path):
     (lambda p: (p / "hpcqa/rank/__pycache__").mkdir(), "__pycache__"),
     (lambda p: (p / "snapcheck.py").write_text("pass\n"), "snapcheck.py changed"),
 ])
+@pytest.mark.process
 def test_a_changed_snapshot_is_refused_naming_the_file_before_any_import(tmp_path, tamper, named):
     snap = _snap(tmp_path)
     tamper(snap.path)
@@ -67,6 +69,7 @@ def test_a_changed_snapshot_is_refused_naming_the_file_before_any_import(tmp_pat
         snapshot.verify(snap)  # the local executor's check before its controller starts
 
 
+@pytest.mark.process
 def test_a_tampered_existing_snapshot_is_set_aside_and_made_again(tmp_path, capsys):
     snap = _snap(tmp_path)
     (snap.path / "hpcqa/rank/__init__.py").write_text("open('PWNED', 'w')\n")
@@ -76,6 +79,7 @@ def test_a_tampered_existing_snapshot_is_set_aside_and_made_again(tmp_path, caps
     assert list(snap.path.parent.glob(f"{snap.digest}.damaged-*")) and "did not verify" in capsys.readouterr().err
 
 
+@pytest.mark.process
 def test_the_job_script_checks_the_snapshot_before_srun(tmp_path):
     cfg = quick(tmp_path)
     request = SubmititSlurm(snapshot=True).dry_run(sweep.single(plan.build_plan(cfg, HOST)))
@@ -144,6 +148,7 @@ def test_a_plan_file_is_checked_against_the_folder_the_script_names(tmp_path):
 
 # ---------------------------------------------------------------- modes, names, job roots
 
+@pytest.mark.process
 @pytest.mark.parametrize("group_readable", [False, True])
 def test_modes_do_not_follow_the_umask(tmp_path, group_readable):
     """Written under umask 000: nothing is group- or other-writable; group_readable gives group read, no more."""
@@ -205,6 +210,7 @@ class Row:
         self.id, self.folder, self.final, self.target = str(job_id), str(folder), False, "local"
 
 
+@pytest.mark.process
 def test_cancel_never_signals_a_recycled_pid(tmp_path):
     stranger = subprocess.Popen(["sleep", "60"])
     try:
@@ -347,6 +353,7 @@ def test_a_real_local_job_under_a_group_writable_umask_writes_nothing_others_can
         assert not mode & ~allowed, f"{p} has mode {mode:o}"
 
 
+@pytest.mark.process
 def test_an_exited_controller_not_yet_reaped_is_not_running(tmp_path):
     """A zombie (exited; its parent -- here the API's own process -- has not waited for it) keeps its pid and start
     time but runs nothing: the job is not RUNNING (seen: the API example waited forever)."""

@@ -142,6 +142,7 @@ def test_array_tasks_get_distinct_ports():
     assert len(by_task) == 50
 
 
+@pytest.mark.process
 def test_env_json_under_slurm(cli):
     for nodelist, first, hosts in [("cn[01-03,07]", "cn01", 4), ("r[1-2]-n[1-2]", "r1-n1", 4),
                                    ("x1,y[4-5]", "x1", 3)]:
@@ -155,11 +156,13 @@ def test_env_json_under_slurm(cli):
         assert d["MASTER_PORT"] == distenv.master_port("77") and d["LOCAL_WORLD_SIZE"] == 1
 
 
+@pytest.mark.process
 def test_env_bad_input_exits_2(cli):
     r = cli("env", "--json", env={"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "cn[1-"})
     assert r.returncode == 2 and "Traceback" not in r.stderr and "nodelist" in r.stderr
 
 
+@pytest.mark.process
 def test_hosts_verb(cli):
     r = cli("hosts", "cn[01-02],x")
     assert r.stdout.split() == ["cn01", "cn02", "x"]

@@ -168,6 +168,7 @@ def test_memory_binding_only_where_there_is_a_choice(tmp_path):
     assert rank.memory_nodes(p, plan.node_layout(p, one).pools[0], one) == ""
 
 
+@pytest.mark.process
 def test_set_mempolicy_really_binds(tmp_path):
     """The ctypes call on this machine: bind to NUMA node 0 and read the policy back from the kernel."""
     import subprocess
@@ -182,6 +183,7 @@ def test_set_mempolicy_really_binds(tmp_path):
     assert first == "bound to NUMA node(s) 0" and "bind:0" in maps
 
 
+@pytest.mark.process
 def test_topology_cli_on_a_saved_tree_and_an_allowed_subset(tmp_path, cli):
     tree = write_tree(tmp_path, socket_major(2, 8, 2))
     r = cli("topology", "--sysfs", str(tree), "--allowed", "4-11,20-27", "--json")

@@ -58,6 +58,7 @@ def test_fixed_master_port():
     assert env["MASTER_PORT"] == "23456"
 
 
+@pytest.mark.process
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to see a binding")
 def test_real_exec_binds_and_exports(tmp_path):
     p = tmp_path / "plan.json"
@@ -88,6 +89,7 @@ def test_plan_round_trips_typed_and_deep_frozen():
     assert isinstance(back.config.cluster.sbatch_extra, tuple)
 
 
+@pytest.mark.process
 def test_wrapper_bad_plan_exits_2(tmp_path):
     res = subprocess.run([sys.executable, "-m", "hpcqa.rank", "--plan", str(tmp_path / "none.json"), "--", "true"],
                          capture_output=True, text=True, cwd=ROOT)
@@ -152,6 +154,7 @@ def test_master_interface_reads_a_real_interface():
     assert rank.master_address(p, {"NODE_RANK": "0", "LOCAL_RANK": "1"}, None, "here") == "127.0.0.1"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("tail,code", [("", 0), ("raise RuntimeError('after')", 1)])
 def test_a_finished_rank_leaves_without_teardown_unless_an_error_follows(tail, code):
     """exit_without_teardown: status 0 through os._exit once the work is done (gloo's threads can abort the

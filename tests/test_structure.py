@@ -311,6 +311,7 @@ def test_every_structure_rule_catches_a_planted_offender():
     assert upward_imports("hpcqa.cli", ast.parse("from hpcqa.executors import table"), known) == []
 
 
+@pytest.mark.process
 def test_the_checkout_check_catches_a_file_left_behind():
     """conftest's session check: a file a test leaves in the checkout shows up as new in `git status`."""
     from tests.conftest import checkout_state
@@ -348,6 +349,7 @@ def trainer_modules(mods: list[str]) -> list[str]:
                                                                                           "datasets")]
 
 
+@pytest.mark.process
 def test_submit_imports_no_trainer_module():
     """Submitting pickles RankJob without importing the trainer (submitit's executors never import the code they
     pickle): the dry run, which builds the same request, loads no rank/train module, torch or transformers."""
@@ -356,6 +358,7 @@ def test_submit_imports_no_trainer_module():
     assert "hpcqa.rank.train.metrics" in trainer_modules(cli_imports(argv, "import hpcqa.rank.train.metrics"))
 
 
+@pytest.mark.process
 def test_help_imports_neither_the_config_model_nor_a_rank_module():
     def offenders(mods):
         return [m for m in mods if m == "hpcqa.core.config" or m.startswith("hpcqa.rank")]
@@ -443,6 +446,7 @@ def test_function_local_imports_are_under_a_tenth():
     assert import_share({"m": ast.parse("import os\ndef f():\n    import json\n")}) == (1, 2)
 
 
+@pytest.mark.process
 def test_ruff_is_clean(tmp_path):
     """ruff (configured in pyproject.toml: import order, unused and duplicate imports, imports not at the top,
     undefined names) passes on the tree, and fails on a planted offender."""

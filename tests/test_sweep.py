@@ -72,6 +72,7 @@ def test_large_sweep_is_split_by_max_array_size_and_dry_run_is_fast():
     assert elapsed < 30  # a sanity bound, not a benchmark: the dry run must not be pathological
 
 
+@pytest.mark.process
 def test_dry_run_json_lists_variants_and_arrays(cli):
     r = cli("submit", "configs/sweep_quickstart.toml", "--dry-run", "--json", "--set", "cluster.executor=slurm")
     assert r.returncode == 0, r.stderr
@@ -124,6 +125,7 @@ def test_plots_are_png(tmp_path):
     assert q.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.process
 def test_wrapper_picks_the_array_tasks_plan(tmp_path, monkeypatch):
     import subprocess
     import sys
