@@ -5,7 +5,7 @@ Importing this package is cheap: torch and transformers are only imported by ``h
 The Python API (hpcqa.api): ``load_config(path, overrides)``, ``plan(cfg)``, ``submit(cfg) -> Job | Sweep``.
 
 Four layers, one folder each, in this order: core < record < rank < executors; the front modules (the CLI, the
-API, the checks) above them, the base modules (errors, fsutil, version, resources) below. The map (the README's Layout is
+API, the checks) above them, the base modules (errors, fsutil, version, resources) below. The map (docs/architecture.md's layout is
 generated from it and from each folder's own):
 
     cli/          the command line: the only package that prints tables or turns errors into exit codes
@@ -13,7 +13,7 @@ generated from it and from each folder's own):
     stage.py      `hpcqa stage`: model, data and features into the shared caches, with a manifest (heavy)
     preflight.py  data and output checks on the submit host before anything is queued
     doctor.py     `hpcqa doctor`: the checks before submitting, each with its fix
-    docs.py       `python -m hpcqa.docs`: the README's config reference and layout, generated
+    docs.py       `python -m hpcqa.docs`: the docs' config reference and layout, generated
     errors.py     HpcqaError > ConfigError(key, hint), PlanError, RankError, ...; messages for a terminal
     fsutil.py     atomic writes (write aside, then rename), digests, the owner's umask
     version.py    the version (the package metadata says the same)

@@ -1,4 +1,5 @@
-"""`python -m hpcqa.docs`: rewrite the README's generated parts -- the config reference from the schema in
+"""`python -m hpcqa.docs`: rewrite the documentation's generated parts (docs/configuration.md, docs/architecture.md)
+-- the config reference from the schema in
 config.py, the layout from the maps in the packages' docstrings (each folder's __init__.py names its modules: a
 structure test holds every module to it) -- so neither can drift from the code."""
 
@@ -18,8 +19,9 @@ PACKAGE = Path(__file__).resolve().parent
 ROOT = PACKAGE.parent
 MAP_LINE = re.compile(r"^    (\S+(?:\.py|/))\s{2,}\S")   # "    name.py   what it is" in a folder's docstring
 MORE = re.compile(r"^ {6,}\S")                           # its continuation lines
-# the checkout's other folders, listed by file (what the README's layout names of them is what is there)
+# the checkout's other folders, listed by file (what the documentation's layout names of them is what is there)
 OTHERS = {"sbatch_templates": "the job scripts' templates (read by render)",
+          "docs": "the documentation pages (mkdocs.yml builds them into a site)",
           "configs": "example configs", "examples": "user programs and the Python API, run under hpcqa",
           "scripts": "install, test, the local Slurm test clusters, the lock file",
           "benchmarks": "scripts that print numbers (BENCHMARKS.md)"}
@@ -93,11 +95,15 @@ def _replace(text: str, start: str, end: str, body: str, readme: str) -> str:
     return f"{head}{start}\n{body}\n{end}{tail}"
 
 
-def main(readme: str = "README.md") -> int:
-    p = Path(readme)
-    text = _replace(p.read_text(), START, END, table(), readme)
-    text = _replace(text, LAYOUT_START, LAYOUT_END, f"```\n{layout()}\n```", readme)
-    p.write_text(text)
+REFERENCE_PAGE, LAYOUT_PAGE = "docs/configuration.md", "docs/architecture.md"
+
+
+def main(docs: str = "docs") -> int:
+    """Rewrite the generated parts of the documentation pages under `docs` (the checkout's docs/)."""
+    for page, start, end, body in ((Path(docs) / "configuration.md", START, END, table()),
+                                   (Path(docs) / "architecture.md", LAYOUT_START, LAYOUT_END,
+                                    f"```\n{layout()}\n```")):
+        page.write_text(_replace(page.read_text(), start, end, body, str(page)))
     return 0
 
 

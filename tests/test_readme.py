@@ -14,7 +14,9 @@ from hpcqa import cli as climod
 from tests import pty_term
 from tests.conftest import ROOT
 
-README = (ROOT / "README.md").read_text()
+# the README and the documentation pages: an example is checked wherever it lives
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+README = "\n".join(p.read_text() for p in PAGES)
 
 
 def blocks() -> list[str]:

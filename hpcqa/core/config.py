@@ -1,7 +1,7 @@
 """TOML -> frozen, validated config.
 
 The schema is the dataclasses below: each field's metadata carries its help text and bounds, so the
-README's config reference and the validator read the same source. Unknown keys fail with a "did you
+documentation's config reference and the validator read the same source. Unknown keys fail with a "did you
 mean"; every error names the dotted key path and says how to fix it.
 """
 
@@ -546,7 +546,7 @@ def load_raw(path: str | Path, overrides: list[str] | None = None) -> dict[str, 
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:
-    """(key, type, default, help) for every config key: the README's config reference."""
+    """(key, type, default, help) for every config key: the documentation's config reference."""
     rows = []
     for name, cls in SECTIONS.items():
         hints = _hints(cls)
