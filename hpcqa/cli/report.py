@@ -80,7 +80,11 @@ def report(job_id: str, jd: JobDir, state: str, plan: Any) -> int:
 
 
 def mfu_lines(eff: dict) -> list[str]:
-    """MFU on the tokens that carry text and on all tokens, against the measured peak (80 columns)."""
+    """MFU on the tokens that carry text and on all tokens, against the measured peak (80 columns); an unreliable
+    peak (the run beat it) is said as such, with the fix, never as an MFU over 100 %."""
+    if eff.get("mfu_unreliable"):
+        bad = eff["mfu_unreliable"]
+        return [f"MFU not given: {bad['why']}", f"  fix: {bad['fix']}"]
     if eff.get("mfu") is None:
         return []
     line = f"MFU {100 * eff['mfu']:.1f} % on text tokens"

@@ -333,6 +333,9 @@ def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
                                                          for k in names if k in known)))
     rows += _comm_rows(v.results or {})
     eff = (v.results or {}).get("efficiency") or {}
+    if eff.get("mfu_unreliable"):
+        bad = eff["mfu_unreliable"]
+        return rows + [("efficiency", f"MFU not given: {bad['why']}; {bad['fix']}")]
     if eff.get("mfu") is None:
         return rows
     tokens = eff.get("tokens") or {}

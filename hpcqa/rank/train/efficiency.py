@@ -15,16 +15,18 @@ ranks) / the sum of the ranks' peaks:
 - on all tokens (`mfu_all_tokens`): the work the cores did, padding included (padding to max_seq_length makes
   this one high and the first one low).
 The peak is measured, not the CPU's specification: square matmuls at the run's precision on each rank's own
-cores and threads (measure_peak), once per node shape, then cached.
+cores and threads (measure_peak), once per node shape (the silicon, not its marketing name), then cached -- only
+when it was measured on quiet cores. An MFU over 100 % is reported as an unreliable peak, never as a figure.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -85,62 +87,106 @@ def per_sample(flops: dict, counts: dict | None, which: str) -> float:
     return 3 * (2 * flops["dense_weights"] * mean_s + 4 * flops["layers"] * mean_sq * flops["hidden"])
 
 
-def _cpu_model() -> str:
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        first = Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0]
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return {}
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines()) if k.strip()}
+
+
+def silicon() -> str:
+    """What identifies the silicon, not the marketing string (under KVM the model name can be just "AMD EPYC" for
+    several generations): vendor, family, model, stepping and a digest of the feature flags (AVX-512, AMX ...),
+    with the model name for the reader."""
+    info = _cpuinfo()
+    if not info:
+        return platform.processor() or platform.machine()
+    flags = hashlib.sha256(" ".join(sorted(info.get("flags", "").split())).encode()).hexdigest()[:12]
+    return (f"{info.get('vendor_id', '?')} family {info.get('cpu family', '?')} model {info.get('model', '?')} "
+            f"stepping {info.get('stepping', '?')} flags {flags} ({info.get('model name', '?')})")
 
 
 def shape_key(cpus: int, threads: int, precision: str) -> str:
-    """A node shape for the cache: the CPU model, the rank's CPUs and threads, the precision, torch's version."""
-    return f"{_cpu_model()} | {cpus} cpus, {threads} threads | {precision} | torch {torch.__version__}"
+    """A node shape for the cache: the silicon, the rank's CPUs and threads, the precision, torch's version."""
+    return f"{silicon()} | {cpus} cpus, {threads} threads | {precision} | torch {torch.__version__}"
 
 
-def measure_peak(precision: str, size: int = PEAK_SIZE, seconds: float = PEAK_SECONDS) -> float:
-    """FLOP/s of square matmuls on this process's threads and CPUs, at the run's precision. Its operands come from a
-    generator of its own: measured after the seed is set, it must not move the global one (the first run on a node
-    shape measures, later ones read the store -- with the global generator they trained on other dropout masks)."""
+PEAK_RUNS = 5             # short runs: the best is the peak, their spread and CPU share say whether it was quiet
+QUIET_CPU_SHARE = 0.85    # of the wall time x threads: below it, something else ran on these cores
+QUIET_SPREAD = 0.15       # (best - worst) / best of the runs: above it, the rate moved under the measurement
+
+
+def measure_peak(precision: str, size: int = PEAK_SIZE, seconds: float = PEAK_SECONDS) -> dict:
+    """Square matmuls on this process's threads and CPUs at the run's precision, in PEAK_RUNS short runs. Each run
+    records its FLOP/s and the CPU time the process got (all its threads) against wall time x threads: on cores
+    another process shares, the rank gets less CPU than it asked for and its runs spread. -> {"flops": the best
+    run, "cpu_share", "spread", "quiet", "runs"}. Quiet: every run got QUIET_CPU_SHARE of its cores and the runs
+    agree within QUIET_SPREAD; only a quiet peak is cached (peak()). Its operands come from a generator of its own:
+    measured after the seed is set, it must not move the global one (the first run on a node shape measures, later
+    ones read the store -- with the global generator they trained on other dropout masks)."""
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    threads = max(1, torch.get_num_threads())
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randn(size, size, generator=g, dtype=dtype) for _ in range(2))
     torch.matmul(a, b)  # warm-up: first call picks kernels and touches memory
-    n, t0 = 0, time.perf_counter()
-    while True:
-        torch.matmul(a, b)
-        n += 1
-        elapsed = time.perf_counter() - t0
-        if elapsed >= seconds and n >= 2:
-            return 2 * size ** 3 * n / elapsed
+    runs = []
+    for _ in range(PEAK_RUNS):
+        n, t0, c0 = 0, time.perf_counter(), time.process_time()
+        while True:
+            torch.matmul(a, b)
+            n += 1
+            wall = time.perf_counter() - t0
+            if wall >= seconds / PEAK_RUNS and n >= 2:
+                break
+        share = (time.process_time() - c0) / (wall * threads)
+        runs.append({"flops": 2 * size ** 3 * n / wall, "cpu_share": round(min(share, 1.0), 3)})
+    rates = [r["flops"] for r in runs]
+    best, worst = max(rates), min(rates)
+    share = min(r["cpu_share"] for r in runs)
+    spread = (best - worst) / best
+    return {"flops": best, "cpu_share": share, "spread": round(spread, 3), "threads": threads,
+            "quiet": share >= QUIET_CPU_SHARE and spread <= QUIET_SPREAD, "runs": runs}
 
 
-def peak(store: Path, cpus: int, threads: int, precision: str) -> tuple[float, str]:
-    """(FLOP/s, "cached" or "measured"): from the store when this shape was measured before, else measured now
-    and stored (written whole, so concurrent ranks never read half a file)."""
+def peak(store: Path, cpus: int, threads: int, precision: str,
+         measure: Callable[[str], dict] = measure_peak) -> tuple[float, str]:
+    """(FLOP/s, where it came from): "cached" when a quiet measurement of this shape is in the store; else measured
+    now -- and stored (written whole, so concurrent ranks never read half a file) only when it was quiet: a peak
+    taken on busy cores would make every later MFU of the shape too high. An entry from before the quiet check (a
+    bare number) is not trusted and is measured again."""
     key = shape_key(cpus, threads, precision)
     try:
         known = json.loads(store.read_text())
+        known = known if isinstance(known, dict) else {}
     except (OSError, ValueError):
         known = {}
-    if isinstance(known.get(key), (int, float)):
-        return float(known[key]), "cached"
-    value = measure_peak(precision)
+    entry = known.get(key)
+    if isinstance(entry, dict) and entry.get("quiet") is True and isinstance(entry.get("flops"), (int, float)) \
+            and entry["flops"] > 0:
+        return float(entry["flops"]), "cached"
+    m = measure(precision)
+    if not m["quiet"]:
+        return m["flops"], (f"measured on busy cores (CPU share {m['cpu_share']:.2f}, spread {m['spread']:.2f}): "
+                            "not cached")
     store.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(store, json.dumps({**known, key: value}, indent=1, sort_keys=True))
-    return value, "measured"
+    atomic_write_text(store, json.dumps({**known, key: {"flops": m["flops"], "quiet": True, "cpu_share": m["cpu_share"],
+                                                        "spread": m["spread"], "measured_at": time.time()}},
+                                        indent=1, sort_keys=True))
+    return m["flops"], "measured"
 
 
 PEAK_METHOD = f"measured: {PEAK_SIZE}x{PEAK_SIZE} matmuls at the run's precision on each rank's cores and threads"
 
 
 def summary(flops: dict, samples_per_second: float | None, peaks: list[float], precision: str,
-            peak_source: str, counts: dict | None = None) -> dict:
+            peak_source: str, counts: dict | None = None, store: str = "") -> dict:
     """results.json's "efficiency": achieved model FLOP/s and MFU against the ranks' summed measured peaks, on the
-    tokens that carry text and on all tokens (padding included)."""
+    tokens that carry text and on all tokens (padding included). An MFU over 100 % says the peak is wrong (measured
+    on busy cores, or another machine's), not that the run beat the cores: it is not given as a figure but under
+    "mfu_unreliable", with why and how to measure again."""
     total = sum(peaks)
     out = {"peak_flops": total, "peak_flops_per_rank": peaks, "precision": precision, "peak_source": peak_source,
            "peak_method": PEAK_METHOD, "flops_method": flops["method"], "dense_weights": flops["dense_weights"],
@@ -151,6 +197,15 @@ def summary(flops: dict, samples_per_second: float | None, peaks: list[float], p
         out[f"model_flops_per_sample{suffix}"] = f
         out[f"achieved_flops{suffix}"] = achieved
         out[f"mfu{suffix}"] = achieved / total if achieved and total else None
+    over = [out[k] for k in ("mfu", "mfu_all_tokens") if out[k] is not None and out[k] > 1.0]
+    if over:
+        out["mfu_unreliable"] = {
+            "mfu": out["mfu"], "mfu_all_tokens": out["mfu_all_tokens"],
+            "why": f"the run achieved more than the measured peak ({total / 1e9:.1f} GFLOP/s, {peak_source}): the "
+                   "peak is wrong -- measured while the cores were busy, or on other silicon",
+            "fix": f"delete {store or 'peaks.json in the data cache (<cache>/hpcqa/peaks.json)'} (or its entry "
+                   "for this shape) and run again on quiet cores: the peak is measured again"}
+        out["mfu"] = out["mfu_all_tokens"] = None
     if counts and counts.get("samples"):
         out["tokens"] = {"samples": counts["samples"], "text_per_sample": counts["text"] / counts["samples"],
                          "all_per_sample": counts["all"] / counts["samples"],

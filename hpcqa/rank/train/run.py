@@ -309,9 +309,10 @@ def run_efficiency(r: Rank, model: torch.nn.Module, data: dict, timing: dict, ow
     flops = efficiency.model_flops(inner, data["max_seq_length"])
     rate = timing.get("steady_samples_per_second") or timing.get("train_samples_per_second")
     sources = {s for _, s in peaks}
+    store = Caches.for_data_cache(r.plan.config.data.cache_dir).peak_store()
     return efficiency.summary(flops, rate, [p for p, _ in peaks], "bf16" if bf16 else "fp32",
                               sources.pop() if len(sources) == 1 else "mixed",
-                              efficiency.add_counts([c for _, c in gathered]))
+                              efficiency.add_counts([c for _, c in gathered]), store=str(store))
 
 
 def optimizer_facts(trainer: Trainer) -> dict:
