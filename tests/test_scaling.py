@@ -301,3 +301,26 @@ def test_a_prediction_from_a_config_and_a_time_measured_elsewhere(cli, tmp_path)
                           f"model.name_or_path={tmp_path / 'absent'}"], "model.name_or_path")):
         r = cli(*base, *extra, env={**env, "HF_HUB_OFFLINE": "1"})
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (extra, r.stderr)
+
+
+def test_a_layout_other_than_the_references_is_predicted_and_inverted():
+    """The published run: one process of batch 32 on one node, 2 x 32 per node on four. Each rank of the new layout
+    gets its share of the node's rate; bandwidth_for_step inverts predict_layout; the published inputs give the
+    ~22 Gbit/s the benchmark reports (265 MB of gradients, 7 buckets)."""
+    from hpcqa.core import scaling
+    buckets = [1 << 20] + [int((265e6 - (1 << 20)) / 6)] * 6
+    ref = scaling.profile_from_reference(1, 32, 88729, 26 * 60, buckets)
+    assert ref.step_time_s == pytest.approx(26 * 60 / 2773)
+    link = scaling.Link(25e9 / 8, 20e-6)
+    m = scaling.Model(ref, link)
+    assert m.node_rate() == pytest.approx(32 / ref.step_time_s)
+    pred = m.predict_layout(4, 2, 32)
+    compute = 64 / m.node_rate()
+    assert pred.step_time_s == pytest.approx(compute + scaling.ring_allreduce_s(buckets, 8, link.bandwidth_Bps,
+                                                                                link.latency_s))
+    assert m.bandwidth_for_step(4, 2, 32, pred.step_time_s) == pytest.approx(link.bandwidth_Bps)
+    published = (7 * 60 + 30) / 347
+    assert m.bandwidth_for_step(4, 2, 32, published) * 8 / 1e9 == pytest.approx(21.9, abs=0.3)
+    hidden = scaling.Model(ref, link, overlap=0.3)
+    assert hidden.bandwidth_for_step(4, 2, 32, published) < m.bandwidth_for_step(4, 2, 32, published)
+    assert m.bandwidth_for_step(4, 2, 32, compute * 0.99) is None   # faster than the compute alone: no link does it

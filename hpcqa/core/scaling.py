@@ -188,6 +188,41 @@ class Model:
             return None
         return 2 * (ranks - 1) / ranks * sum(p.bucket_bytes) / (budget - latency)
 
+    def node_rate(self) -> float:
+        """Samples/s one node of the reference computes, its all-reduce left out: what a different layout of the
+        same node (other ranks per node, other batch) is assumed to compute too (the cores are the same; a
+        layout's own efficiency is what `hpcqa tune` measures)."""
+        p = self.profile
+        return p.ranks_per_node * p.samples_per_rank_step / p.t_local
+
+    def predict_layout(self, nodes: int, ranks_per_node: int, batch_per_rank: float) -> Prediction:
+        """`nodes` nodes of `ranks_per_node` ranks at `batch_per_rank` each -- a layout other than the
+        reference's (a published run that used one process on one node and two per node on four): each rank's
+        compute is its share of the node's rate, plus the exposed part of the ring all-reduce among all ranks."""
+        p = self.profile
+        local = ranks_per_node * batch_per_rank / self.node_rate()
+        full = ring_allreduce_s(p.bucket_bytes, nodes * ranks_per_node, self.link.bandwidth_Bps,
+                                self.link.latency_s) if nodes * ranks_per_node > 1 else 0.0
+        exposed = (1.0 - self.overlap) * full
+        step = local + exposed
+        rate = nodes * ranks_per_node * batch_per_rank / step
+        base = self.node_rate()
+        seconds = p.train_samples * p.epochs / rate if p.train_samples and p.epochs else None
+        return Prediction(nodes, ranks_per_node, step, full, exposed, rate, rate / base, rate / base / nodes, seconds)
+
+    def bandwidth_for_step(self, nodes: int, ranks_per_node: int, batch_per_rank: float,
+                           step_s: float) -> float | None:
+        """The link bandwidth (bytes/s, at this link's latency and the model's overlap) at which that layout's
+        step takes `step_s`: the inverse of predict_layout. None when the compute and latency alone take longer."""
+        p = self.profile
+        ranks = nodes * ranks_per_node
+        exposed = step_s - ranks_per_node * batch_per_rank / self.node_rate()
+        full = exposed / max(1.0 - self.overlap, 1e-9)
+        latency = len(p.bucket_bytes) * 2 * (ranks - 1) * self.link.latency_s
+        if full <= latency or ranks < 2:
+            return None
+        return 2 * (ranks - 1) / ranks * sum(p.bucket_bytes) / (full - latency)
+
     def best_layout(self, nodes: int, local_by_layout: dict[int, float]) -> tuple[int, float] | None:
         """Among measured one-node layouts {ranks per node: t_local}, the one with the most samples/s at `nodes`."""
         best = None
