@@ -9,6 +9,8 @@ per-device batch 12, the same seed and epochs:
 
 - run_qa.py's defaults: every feature padded to 384 (its `pad_to_max_length = True`), random batches, DDP copying
   gradients into its buckets (what its TrainingArguments give);
+- run_qa.py as a skilled user runs it: `--pad_to_max_length False` (each batch padded to its longest feature) and
+  `--group_by_length` (transformers' LengthGroupedSampler, its batches dealt to the ranks round-robin);
 - hpcqa's default: length-grouped batches in lockstep across the ranks, padded per batch to a multiple of
   data.pad_to_multiple_of, gradients as bucket views.
 
@@ -26,6 +28,11 @@ import sys
 from _submit import submit
 
 RUN_QA = ["data.pad_to_max_length=true", "data.group_by_length=false", "train.ddp_bucket_view=false"]
+# the skilled peer: run_qa.py --pad_to_max_length False --group_by_length (transformers 5:
+# --train_sampling_strategy group_by_length): each batch padded to its longest (no multiple on CPU), transformers'
+# own LengthGroupedSampler dealt round-robin by accelerate
+PEER = ["data.pad_to_max_length=false", "data.group_by_length=true", "data.length_sampler=stock",
+        "data.pad_to_multiple_of=1", "train.ddp_bucket_view=false"]
 HPCQA: list[str] = []
 
 
@@ -43,9 +50,10 @@ def main(argv: list[str]) -> int:
               f"train.num_train_epochs={a.epochs}", "train.learning_rate=1e-4", "train.save_steps=100000"]
     seeds = [int(s) for s in a.seeds.split(",")]
     rows: dict[str, list[dict]] = {"run_qa.py's defaults (pad to 384, random batches)": [],
-                                   "hpcqa default (length-grouped, padded per batch)": []}
+                                   "run_qa.py, skilled (dynamic padding, stock group_by_length)": [],
+                                   "hpcqa default (length-grouped in lockstep, padded per batch)": []}
     for seed in seeds:
-        for (name, runs), extra in zip(rows.items(), (RUN_QA, HPCQA)):
+        for (name, runs), extra in zip(rows.items(), (RUN_QA, PEER, HPCQA)):
             res = submit("configs/quickstart.toml", common + extra + [f"train.seed={seed}"])
             runs.append(res)
             print(f"{name} seed {seed}: {res.get('steady_samples_per_second') or res}", file=sys.stderr)

@@ -187,6 +187,11 @@ class DataConfig:
     group_by_length: bool = opt(True, "Batches of features of similar length (without pad_to_max_length): every "
                                       "rank's batch of a step from one length group, in an order fixed by train.seed "
                                       "and the epoch.")
+    length_sampler: Literal["lockstep", "stock"] = opt(
+        "lockstep", "With group_by_length: \"lockstep\", hpcqa's (each step's batches from one length group, every "
+                    "rank's longest feature among the step's longest); \"stock\", transformers' LengthGroupedSampler "
+                    "dealt to the ranks round-robin, as run_qa.py's --group_by_length (for comparisons: its ranks wait "
+                    "for rank 0 as they grow, benchmarks/sampler_bench.py).")
     pad_to_multiple_of: int = opt(8, "Without pad_to_max_length: each batch's length rounded up to a multiple of "
                                      "this (1: none).", min=1, max=512)
     preprocessing_num_workers: int = opt(0, "Processes that tokenise the data (datasets' num_proc; 0: in the "

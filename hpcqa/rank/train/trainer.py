@@ -8,6 +8,7 @@ from typing import Any, Iterator, Sequence
 
 from torch.utils.data import Sampler
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, default_data_collator
+from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from hpcqa.rank.train import batching, efficiency
 from hpcqa.rank.train.callbacks import (
@@ -55,6 +56,9 @@ class CountingTrainer(Trainer):
         ds = train_dataset if train_dataset is not None else self.train_dataset
         if dc.pad_to_max_length or not dc.group_by_length or ds is None:
             return super()._get_train_sampler(train_dataset)
+        if dc.length_sampler == "stock":   # transformers' own, as run_qa.py --group_by_length runs it
+            return LengthGroupedSampler(self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                                        lengths=batching.feature_lengths(ds))
         return LockstepLengthSampler(batching.feature_lengths(ds), self.args.per_device_train_batch_size,
                                      self.hpcqa_rank.world, self.args.seed)
 
