@@ -8,6 +8,8 @@ from typing import Any
 from hpcqa.core import targets
 
 EPILOG = """examples:
+  # installed, not cloned: an example config to edit, here
+  hpcqa init && hpcqa submit quickstart.toml
   # train on this machine (the local executor)
   hpcqa submit configs/quickstart.toml
   # every rank's CPUs and environment, and the sbatch script; nothing runs
