@@ -91,6 +91,54 @@ def test_recover_reads_back_what_it_can(tmp_path):
     assert sqlite3.connect(aside).execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 5
 
 
+def _three_jobs(tmp_path):
+    path = tmp_path / "registry.sqlite"
+    reg = registry.Registry(path)
+    # configs of ~6 KB each: the rows sit on pages of their own
+    reg.add_many([{**OK_ROW, "id": str(i), "config": {"pad": "x" * 6000}} for i in range(3)])
+    reg.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    reg.db.close()
+    return path
+
+
+@pytest.mark.parametrize("damage", ["not utf-8", "deeply nested json"])
+def test_one_damaged_row_is_named_and_the_others_still_list(cli, tmp_path, damage):
+    path = _three_jobs(tmp_path)
+    db = sqlite3.connect(path)
+    if damage == "not utf-8":
+        db.execute("UPDATE jobs SET name = CAST(X'ff41fe' AS TEXT) WHERE id = '1'")
+    else:
+        db.execute("UPDATE jobs SET config = ? WHERE id = '1'", ("[" * 100000 + "]" * 100000,))
+    db.commit()
+    db.close()
+    r = cli("status", "--all", "--json", "--registry", str(path))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    ids = sorted(v["id"] for v in json.loads(r.stdout))
+    assert ids == (["0", "1", "2"] if damage == "not utf-8" else ["0", "2"]), ids
+    check = cli("registry", "check", "--registry", str(path))
+    assert "Traceback" not in check.stderr
+    if damage != "not utf-8":
+        assert check.returncode == 2 and "damaged row" in check.stderr, check.stderr
+
+
+def test_a_zeroed_page_is_one_line_and_recover_salvages_the_rest(cli, tmp_path):
+    """One page of a three-job registry zeroed (a bad disk, a torn write): status, check and recover give one line
+    each, never a DatabaseError traceback; recover keeps the file aside and reads back what it can."""
+    path = _three_jobs(tmp_path)
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big") or 65536
+    assert len(data) >= 4 * page
+    data[2 * page:3 * page] = bytes(page)   # the third page: a leaf of the jobs table
+    path.write_bytes(bytes(data))
+    for verb in (["status", "--all"], ["registry", "check"]):
+        r = cli(*verb, "--registry", str(path))
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "recover" in r.stderr, (verb, r.stderr)
+    r = cli("registry", "recover", "--registry", str(path))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "fresh registry" in r.stdout and list(tmp_path.glob("registry.sqlite.damaged-*"))
+    assert cli("status", "--all", "--registry", str(path)).returncode == 0
+
+
 # ------------------------------------------------------------------------------------ pre-flight
 
 def squad(tmp_path, name, qas, context="The cat sat on the mat."):

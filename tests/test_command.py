@@ -168,7 +168,13 @@ def test_the_copy_verifies_and_names_what_changed(tmp_path):
     assert worktree.problem(folder, tree.digest) is None
     (src / "train.py").write_text("print('edited after submit')\n")       # the checkout changes: the copy doesn't
     assert (run_in / "train.py").read_text() == "print('a')\n"
-    (run_in / "out.txt").write_text("the program's own output")          # outputs in the folder are allowed
+    # nothing may be added to the shared copy (the programs run in their jobs' own folders, laid from it): a
+    # planted module or bytecode would run instead of the verified code
+    for planted in ("json.py", "pkg/__pycache__/util.cpython-311.pyc"):
+        (run_in / planted).parent.mkdir(exist_ok=True)
+        (run_in / planted).write_text("import os; os.system('touch /tmp/pwned')\n")
+        assert f"{planted} was added after submit" in worktree.problem(folder, tree.digest)
+        (run_in / planted).unlink()
     assert worktree.problem(folder, tree.digest) is None
     (run_in / "pkg" / "util.py").write_text("X = 2\n")
     assert "pkg/util.py changed after submit" in worktree.problem(folder, tree.digest)
@@ -184,6 +190,30 @@ def test_the_copy_verifies_and_names_what_changed(tmp_path):
     assert list(named) == [str(outside)]
     outside.write_text('{"changed": 1}')
     assert "changed after submit" in worktree.named_problem(named)
+
+
+def test_symlinks_in_the_folder_are_not_followed_and_an_unreadable_file_is_named(tmp_path, monkeypatch):
+    """A link to /proc/self/environ (or to a secret anywhere) in the program's folder would copy what it points to
+    into the job root: links are left out and the dry run says so. An unreadable file is one line, not a
+    traceback."""
+    import os
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("print('a')\n")
+    (src / "env.txt").symlink_to("/proc/self/environ")
+    (src / "data").symlink_to(tmp_path)
+    tree = worktree.scan(str(src))
+    assert set(tree.files) == {"train.py"}
+    assert any(s.startswith("env.txt (a symlink") for s in tree.skipped), tree.skipped
+    run_in = worktree.write(tree, tmp_path / "code")
+    assert not (run_in / "env.txt").exists() and "HPCQA" not in "".join(p.read_text() for p in run_in.iterdir())
+    secret = src / "secret.key"
+    secret.write_text("k")
+    secret.chmod(0)
+    if os.geteuid() == 0:   # root reads it anyway: what a user without the permission gets, as access() says
+        monkeypatch.setattr(worktree.os, "access", lambda p, mode: not str(p).endswith("secret.key"))
+    with pytest.raises(worktree.WorkError, match="secret.key cannot be read"):
+        worktree.scan(str(src))
 
 
 def test_a_folder_too_large_to_copy_is_refused_with_the_fix(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ import re
 import shlex
 import stat
 import subprocess
+import sys
 import typing
 from pathlib import Path
 
@@ -186,7 +187,7 @@ def test_the_schema_has_the_keys_this_test_expects():
             "k8s.image", "k8s.secret_env"} <= set(keys)
 
 
-@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "\0", "a\tb", "a\x1bb", "a\x7fb"])
+@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "\0", "a\tb", "a\x1bb", "a\x7fb", "a\x85b", "a\u2028b"])
 def test_a_control_character_is_refused_in_every_kind_of_value(bad):
     for key, kind in string_keys():
         with pytest.raises(ConfigError) as e:
@@ -296,3 +297,49 @@ def test_every_key_at_once_through_the_rendered_scripts_runs_nothing(tmp_path, m
     lines = k8s_image.dockerfile(cfg).splitlines()
     for prev, line in zip([""] + lines, lines):
         assert not line or prev.endswith("\\") or re.match(r"#|[A-Z]+ ", line), line
+
+
+UNICODE_BREAKS = {"nel": "\x85", "c1": "\x9b", "line separator": "\u2028", "paragraph separator": "\u2029"}
+
+
+@pytest.mark.parametrize("name", sorted(UNICODE_BREAKS))
+def test_a_unicode_line_break_is_refused_in_a_value(name):
+    """NEL, the other C1 controls, U+2028 and U+2029: YAML readers break a block scalar's lines at them, so in the
+    pod script they would start a command line. A value holding one is refused naming its key."""
+    brk = UNICODE_BREAKS[name]
+    for key, value in (("cluster.setup", [f"# note{brk}touch /tmp/pwned"]), ("model.name_or_path", f"m{brk}x")):
+        with pytest.raises(ConfigError) as e:
+            config.load(ROOT / "configs/squad_spr.toml", [f"{key}={json.dumps(value)}"])
+        assert e.value.key.startswith(key), e.value
+
+
+@pytest.mark.parametrize("name", sorted(UNICODE_BREAKS))
+def test_a_config_file_named_with_a_unicode_line_break_runs_nothing_in_the_pod(tmp_path, name):
+    """The config's file name is no value a check refuses, and it is quoted into every script's "Generated from"
+    comment. Read back by a YAML reader (as the API server reads the TrainJob), the pod script still has that
+    comment on one line and no line of its own that runs the planted command."""
+    import yaml
+    brk = UNICODE_BREAKS[name]
+    path = tmp_path / f"job{brk}touch pwned{brk}.toml"   # a file name holds no "/": the command runs in the cwd
+    path.write_text((ROOT / "configs/squad_spr.toml").read_text())
+    for target in ("trainjob", "pytorchjob", "script"):
+        r = subprocess.run([sys.executable, "-m", "hpcqa", "render", str(path), "--target", target, "--set",
+                            "k8s.image=registry.example.com/hpcqa:1"], capture_output=True, text=True, cwd=ROOT,
+                           timeout=120)
+        assert r.returncode == 0, (target, r.stderr)
+        texts = [r.stdout] if target == "script" else \
+            [v for d in yaml.safe_load_all(r.stdout) for v in _strings(d)]
+        for text in texts:
+            lines = text.splitlines()
+            assert not any(line.lstrip().startswith("touch ") for line in lines), (target, text[:600])
+            assert brk not in text, target
+
+
+def _strings(node) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _strings(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return []

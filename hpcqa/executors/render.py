@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 from hpcqa import resources
+from hpcqa.core import values as valuecheck
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.targets import Launcher, Requeue
 from hpcqa.record import jobdir
@@ -98,7 +99,7 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None
     plan_json = plan.dumps()
     root = jobdir.root_path(plan.config.job.output_dir, plan.config.job.name)
     values = {
-        "SOURCE": plan.config.source.replace("\n", " ") or "a config",
+        "SOURCE": valuecheck.shown(plan.config.source) or "a config",
         "SBATCH": "\n".join(sbatch_directives(plan)),
         "SETUP": setup_block(plan.config.cluster.setup),
         "CODE": "\n".join(code) or "# code: the hpcqa installed where the ranks run",

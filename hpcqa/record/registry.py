@@ -7,6 +7,7 @@ asks Slurm about jobs that can still change.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,9 +17,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
-from hpcqa.errors import RegistryError, UsageError
+from hpcqa.errors import HpcqaError, RegistryError, UsageError
 from hpcqa.record import sqlitescan
 
 # Before, the default was a registry per folder (logs/registry.sqlite under the folder submit ran in): a job
@@ -170,7 +171,7 @@ def adopt_legacy(folder: str | Path = ".") -> tuple[Path | None, int, str]:
         d = dict(zip(COLUMNS, r))   # COLUMNS_V1 differs only in the name of the third column
         try:
             Registry._row(d)
-        except (TypeError, ValueError, KeyError):
+        except (TypeError, ValueError, KeyError, RecursionError):
             continue
         good.append(r)
     if not good:
@@ -211,6 +212,9 @@ class Registry:
             if not self.exists:
                 _create(self.path, 0o640 if group_readable else 0o600)
             self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+            # a byte that is not UTF-8 in one row (a bad disk, another tool) reads as U+FFFD, not as an error that
+            # hides every other row
+            self.db.text_factory = lambda b: b.decode("utf-8", "replace")
             self.db.execute("PRAGMA busy_timeout = 30000")
             _own_or_refuse(self.db, self.path)  # before anything is written to it
             self.db.execute("PRAGMA journal_mode = WAL")
@@ -227,8 +231,11 @@ class Registry:
         """(jobs, verdict): SQLite's integrity check, then every row read as status reads it."""
         if self.db is None:
             return 0, "no registry yet"
-        verdict = self.db.execute("PRAGMA integrity_check").fetchone()[0]
-        rows = self.jobs()
+        try:
+            verdict = self.db.execute("PRAGMA integrity_check").fetchone()[0]
+            rows = self.jobs()
+        except (sqlite3.DatabaseError, HpcqaError) as e:   # a page SQLite cannot read: a verdict, not a traceback
+            return 0, f"damaged: {getattr(e, 'message', None) or e}"
         if verdict == "ok" and self.damaged:
             verdict = f"{len(self.damaged)} damaged row(s): " + "; ".join(self.damaged[:3]) + \
                 ("; ..." if len(self.damaged) > 3 else "")
@@ -246,7 +253,7 @@ class Registry:
         data = [(r["id"], r["name"], r["target"], r["folder"], json.dumps(r["config"]), r["source"], now,
                  r["nodes"], r["world_size"], r.get("array_size", 0), r.get("sweep_id"), r.get("task_index"),
                  json.dumps(r["variant"]) if r.get("variant") is not None else None) for r in rows]
-        with self.db:
+        with self._writing():
             self.db.execute("BEGIN IMMEDIATE")
             # the same job (id and folder) registered again replaces its row; a reused id adds one
             self.db.executemany(
@@ -262,11 +269,22 @@ class Registry:
             (by_job if len(u) > 5 else by_id).append((state, int(final), code, elapsed, now, jid, *u[5:6]))
         if not by_id and not by_job:
             return
-        with self.db:
+        with self._writing():
             self.db.execute("BEGIN IMMEDIATE")
             set_ = "UPDATE jobs SET state=?, final=?, exit_code=?, elapsed=?, updated_at=? WHERE id=?"
             self.db.executemany(set_, by_id)
             self.db.executemany(set_ + " AND folder=?", by_job)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write transaction; a page SQLite cannot read or write is the registry's one-line error."""
+        try:
+            with self.db:
+                yield
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+                raise
+            raise _damaged(self.path, f"SQLite cannot write it ({e})") from None
 
     def jobs(self, ids: Iterable[str] = (), limit: int | None = None, sweep_id: str | None = None) -> list[JobRow]:
         if self.db is None:
@@ -286,14 +304,18 @@ class Registry:
         q += " ORDER BY submitted_at DESC, task_index ASC"
         if limit:
             q += f" LIMIT {int(limit)}"
-        cur = self.db.execute(q.replace("SELECT *", "SELECT rowid AS _rowid, *", 1), args)
-        cols = [c[0] for c in cur.description]
+        try:
+            cur = self.db.execute(q.replace("SELECT *", "SELECT rowid AS _rowid, *", 1), args)
+            cols = [c[0] for c in cur.description]
+            fetched = cur.fetchall()
+        except sqlite3.DatabaseError as e:
+            raise _damaged(self.path, f"SQLite cannot read it ({e})") from None
         out, self.damaged = [], []
-        for r in cur.fetchall():
+        for r in fetched:
             d = dict(zip(cols, r))
             try:
                 out.append(self._row(d))
-            except (TypeError, ValueError, KeyError) as e:  # a row written by hand, a bad disk, another tool
+            except (TypeError, ValueError, KeyError, RecursionError) as e:  # a row written by hand, a bad disk
                 self.damaged.append(f"rowid {d.get('_rowid')} (id {str(d.get('id'))[:20]!r}): {str(e)[:60]}")
         return out
 
@@ -403,7 +425,7 @@ def recover(path: str | Path | None = None) -> tuple[Path, Path, int, int]:
         try:
             Registry._row(r)
             rows.append({k: r[k] for k in COLUMNS if k in r})
-        except (TypeError, ValueError, KeyError):
+        except (TypeError, ValueError, KeyError, RecursionError):
             bad += 1
     fresh = Registry(src)
     if rows:

@@ -6,7 +6,8 @@ folder (a script given by absolute path, a data file) are not copied: their dige
 checked at the rank, which refuses to start when one changed.
 
 Left out of the copy: hidden entries (.git, .venv ...), __pycache__, virtual environments (a pyvenv.cfg), the job
-output root, symlinked folders.
+output root, symlinks (never followed: a link to /proc/self/environ would copy the submitting environment). A
+copy holding anything its list does not (a planted module, a .pyc) does not verify.
 
 The program does not run in that shared copy: each job gets its own working folder (<job folder>/work), laid from
 the verified copy by the ranks before every attempt (`lay`): the submitted files, each as submitted, and whatever
@@ -89,8 +90,16 @@ def scan(folder: str, exclude: Sequence[str] = (), provenance: Mapping[str, Any]
         dirs[:] = keep
         for n in sorted(names):
             path = os.path.join(top, n)
-            if n.startswith(".") or not os.path.isfile(path):
+            if n.startswith("."):
                 continue
+            if os.path.islink(path):   # never followed: a link to /proc/self/environ would copy the environment
+                skipped.append(f"{os.path.relpath(path, folder)} (a symlink: not copied; name its target by path)")
+                continue
+            if not os.path.isfile(path):
+                continue
+            if not os.access(path, os.R_OK):
+                raise WorkError(f"job.workdir: {path} cannot be read, so it cannot be copied for the job",
+                                "make it readable, move it out of the folder, or submit --no-snapshot")
             size += os.path.getsize(path)
             if len(files) >= MAX_FILES or size > MAX_BYTES:
                 raise WorkError(f"job.workdir: {folder} holds more than {MAX_FILES:,} files or {MAX_BYTES >> 20} MiB "
@@ -143,6 +152,13 @@ def problem(folder: str, digest: str) -> str | None:
             return f"{path} is missing (or not a regular file)"
         if file_sha256(path) != sha:
             return f"{path} changed after submit"
+    # nothing added either: a planted json.py or __pycache__/*.pyc would run instead of the verified code
+    tree = os.path.join(folder, TREE)
+    for top, dirs, names in os.walk(tree):
+        for n in sorted(names) + sorted(d for d in dirs if os.path.islink(os.path.join(top, d))):
+            rel = os.path.relpath(os.path.join(top, n), tree)
+            if rel not in manifest:
+                return f"{os.path.join(top, n)} was added after submit (not in the submitted list)"
     return None
 
 

@@ -12,6 +12,7 @@ import re
 import shlex
 from typing import Any, Callable
 
+from hpcqa.core import values as valuecheck
 from hpcqa.core.config import Config
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.targets import PodExit
@@ -206,7 +207,7 @@ def node_script(plan: LaunchPlan, name: str, kind: str = "PyTorchJob") -> str:
         "PLAN_SETUP": PLAN_FROM_ENV.replace("@@PLAN_FILE@@", render.plain(jobdir.SCRIPT_PLAN)),
         "KIND": kind,
         "TARGET": kind.lower(),
-        "SOURCE": cfg.source.replace("\n", " ") or "a config",
+        "SOURCE": valuecheck.shown(cfg.source) or "a config",
         "SETUP": render.setup_block(cfg.cluster.setup),
         "NODES": str(plan.nodes), "PPN": str(plan.ranks_per_node), "PYTHON": python, "NAME": name,
         "JOB_ROOT": shlex.quote(jobdir.root_path(cfg.job.output_dir, cfg.job.name)),
