@@ -39,6 +39,24 @@ def cli():
     return run_cli
 
 
+def run_qa_like(tmp_path: Path, tmp_path_factory) -> tuple[Path, list[str]]:
+    """tests/data/run_qa_like (a run_qa.py-shaped HF Trainer script: load_dataset("json", field="data"), a
+    relative --output_dir whose last checkpoint it resumes, the Trainer's own files) in a folder of its own, and
+    its arguments as run_qa.py's README gives them, on data and a model the project makes."""
+    import shutil
+
+    from hpcqa.rank.train import model
+    data = tmp_path_factory.mktemp("qa-data-flat")
+    subprocess.run([sys.executable, str(ROOT / "examples/qa_data.py"), str(data)], check=True, cwd=ROOT,
+                   capture_output=True)
+    tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny-flat") / "tiny")
+    prog = tmp_path / "question-answering"
+    shutil.copytree(ROOT / "tests/data/run_qa_like", prog)
+    return prog, ["python", "run_qa.py", "--model_name_or_path", str(tiny), "--train_file",
+                  str(data / "train_flat.json"), "--do_train", "--do_eval", "--per_device_train_batch_size", "4",
+                  "--max_train_samples", "64", "--output_dir", "out"]
+
+
 # ---------------------------------------------------------------- the suite leaves the checkout as it found it
 
 def checkout_state() -> set[str] | None:

@@ -13,7 +13,7 @@ import pytest
 from hpcqa.core import command, config
 from hpcqa.errors import ConfigError
 from hpcqa.record import worktree
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_qa_like
 
 QUICK = str(ROOT / "configs/quickstart.toml")
 ENV_PROBE = """import json, os, sys
@@ -357,16 +357,8 @@ def test_a_run_qa_shaped_program_writes_into_its_own_job_each_time(tmp_path, tmp
     """run_qa.py as its README runs it: from its own folder, `--output_dir out`, the last checkpoint there resumed.
     Submitted twice, each job writes out/ in its own working folder: the second starts from step 0, and the
     shared, verified copy of the folder stays as submitted."""
-    from hpcqa.rank.train import model
-    data = tmp_path_factory.mktemp("qa-data")
-    subprocess.run([sys.executable, str(ROOT / "examples/qa_data.py"), str(data)], check=True, cwd=ROOT,
-                   capture_output=True)
-    tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny") / "tiny")
-    prog = tmp_path / "question-answering"
-    shutil.copytree(ROOT / "tests/data/run_qa_like", prog)
-    argv = ["python", "run_qa.py", "--model_name_or_path", str(tiny), "--train_file", str(data / "train_flat.json"),
-            "--do_train", "--do_eval", "--per_device_train_batch_size", "4", "--max_steps", "4", "--save_steps", "2",
-            "--max_train_samples", "64", "--output_dir", "out"]
+    prog, argv = run_qa_like(tmp_path, tmp_path_factory)
+    argv += ["--max_steps", "4", "--save_steps", "2"]
     folders = []
     for _ in range(2):
         r = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import slurm_cluster
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_qa_like
 from tests.test_slurm import _start_requeued_now, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -82,22 +82,6 @@ def test_the_hf_trainer_qa_example_on_two_nodes(slurm, tmp_path, work, tmp_path_
     j = wait_state(slurm, job_of(r), {"COMPLETED"})
     assert j["results"]["metrics"]["steps"] == 6 and j["results"]["world_size"] == 2
     assert j["results"]["metrics"]["eval_loss"] > 0
-
-
-def run_qa_like(tmp_path, tmp_path_factory) -> tuple[Path, list[str]]:
-    """tests/data/run_qa_like (a run_qa.py-shaped HF Trainer script: load_dataset("json", field="data"), a
-    relative --output_dir whose last checkpoint it resumes, the Trainer's own files) in a folder of its own, and
-    its arguments as run_qa.py's README gives them."""
-    from hpcqa.rank.train import model
-    data = tmp_path_factory.mktemp("qa-data-flat")
-    subprocess.run([sys.executable, str(ROOT / "examples/qa_data.py"), str(data)], check=True, cwd=ROOT,
-                   capture_output=True)
-    tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny-flat") / "tiny")
-    prog = tmp_path / "question-answering"
-    shutil.copytree(ROOT / "tests/data/run_qa_like", prog)
-    return prog, ["python", "run_qa.py", "--model_name_or_path", str(tiny), "--train_file",
-                  str(data / "train_flat.json"), "--do_train", "--do_eval", "--per_device_train_batch_size", "4",
-                  "--max_train_samples", "64", "--output_dir", "out"]
 
 
 def test_a_run_qa_shaped_program_twice_from_its_folder_on_two_nodes(slurm, tmp_path, tmp_path_factory):

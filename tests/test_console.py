@@ -217,14 +217,10 @@ def test_the_bar_gets_the_last_word_of_a_job_that_ends_between_two_polls(tmp_pat
 
 
 @pytest.mark.slow
-def test_the_bar_of_a_program_shows_its_phase_or_the_trainers_steps_never_none(tmp_path):
+def test_the_bar_of_a_program_shows_its_phase_or_the_trainers_steps_never_none(tmp_path, tmp_path_factory):
     """On a terminal: a program that writes no Trainer files shows its phase and the elapsed time (no step count,
     no `None`, no bar claiming it is done); a run_qa.py-shaped Trainer script shows the Trainer's own step count."""
-    import shutil
-    import subprocess
-    import sys
-
-    from hpcqa.rank.train import model
+    from tests.conftest import run_qa_like
     (tmp_path / "sleepy.py").write_text("import time\ntime.sleep(4)\n")
     env = {"HPCQA_REGISTRY": str(tmp_path / "r.sqlite")}
     code, out = pty_term.hpcqa("submit", "configs/quickstart.toml", "--set", f"job.output_dir={tmp_path / 'a'}",
@@ -234,17 +230,10 @@ def test_the_bar_of_a_program_shows_its_phase_or_the_trainers_steps_never_none(t
     assert bar and "None" not in out and "steps" not in " ".join(bar), out[-2000:]
     assert any("[command]" in line and re.search(r"0:00:0[3-9]", line) for line in bar), bar
     # the Trainer's files: step and total from trainer_state.json
-    data = tmp_path / "data"
-    subprocess.run([sys.executable, str(ROOT / "examples/qa_data.py"), str(data)], check=True, cwd=ROOT,
-                   capture_output=True)
-    tiny = model.build_tiny_bert(tmp_path / "tiny")
-    prog = tmp_path / "qa"
-    shutil.copytree(ROOT / "tests/data/run_qa_like", prog)
+    prog, argv = run_qa_like(tmp_path, tmp_path_factory)
     code, out = pty_term.hpcqa("submit", str(ROOT / "configs/quickstart.toml"), "--set",
-                               f"job.output_dir={tmp_path / 'b'}", "--", "python", "run_qa.py", "--model_name_or_path",
-                               str(tiny), "--train_file", str(data / "train_flat.json"), "--do_train",
-                               "--max_steps", "6", "--save_steps", "3", "--max_train_samples", "48",
-                               "--output_dir", "out", cwd=prog, env=env)
+                               f"job.output_dir={tmp_path / 'b'}", "--", *argv, "--max_steps", "6", "--save_steps", "3",
+                               cwd=prog, env=env)
     assert code == 0, out[-3000:]
     assert "None" not in out and any("6/6 steps" in line for line in out.splitlines()), out[-3000:]
 

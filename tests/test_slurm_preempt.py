@@ -239,7 +239,7 @@ def test_a_preempted_run_qa_shaped_program_resumes_its_own_checkpoint(slurm, tmp
     """run_qa.py has no SIGTERM handler: preempted, it dies, and its next attempt resumes from the last checkpoint
     the Trainer saved under its relative --output_dir. That folder is the job's own working folder, kept across
     the job's attempts: the requeued attempt resumes from it, and the job ends COMPLETED at max_steps."""
-    from tests.test_command_slurm import run_qa_like
+    from tests.conftest import run_qa_like
     prog, argv = run_qa_like(tmp_path, tmp_path_factory)
     home = {**slurm, "HPCQA_REGISTRY": "", "XDG_STATE_HOME": str(tmp_path / "state")}
     steps = 120
