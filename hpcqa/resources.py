@@ -32,10 +32,6 @@ def folder(name: str) -> Path:
                      "without its package data", "reinstall it from a wheel or the source tree (pip install .)")
 
 
-def template(name: str) -> str:
-    return (folder("sbatch_templates") / name).read_text(encoding="utf-8")
-
-
 def example_configs() -> dict[str, Path]:
     """name (the file's stem) -> path, of the example configs this hpcqa carries."""
     return {p.stem: p for p in sorted(folder("configs").glob("*.toml"))}

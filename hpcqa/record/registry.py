@@ -109,16 +109,21 @@ def chosen_by(path: str | Path | None) -> tuple[Path, str]:
     return where, "job.registry" if path else "$HPCQA_REGISTRY"
 
 
-def is_default(path: str | Path | None) -> bool:
-    """Whether `path` (as given: None/"" for the default) resolves to the user's default registry."""
-    return _same(resolve_path(str(path) if path else None), default_path())
-
-
 def _same(a: Path, b: Path) -> bool:
     try:
         return a.resolve() == b.resolve()
     except OSError:
         return a.absolute() == b.absolute()
+
+
+@contextlib.contextmanager
+def _read_only(path: Path) -> Iterator[sqlite3.Connection]:
+    """Another registry file, opened read-only (never migrated or written) and always closed."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    try:
+        yield db
+    finally:
+        db.close()
 
 
 def not_found(ids: Iterable[str], path: Path, what: str = "job") -> UsageError:
@@ -129,14 +134,11 @@ def not_found(ids: Iterable[str], path: Path, what: str = "job") -> UsageError:
                                 Path(LEGACY_PATH)]):
         if _same(other, path) or not other.is_file():
             continue
+        marks = ",".join("?" * len(ids))
         try:
-            db = sqlite3.connect(f"file:{other}?mode=ro", uri=True, timeout=5.0)
-            try:
-                marks = ",".join("?" * len(ids))
+            with _read_only(other) as db:
                 hit = db.execute(f"SELECT 1 FROM jobs WHERE id IN ({marks}) OR sweep_id IN ({marks}) LIMIT 1",
                                  ids + ids).fetchone()
-            finally:
-                db.close()
         except sqlite3.Error:
             continue
         if hit:
@@ -155,14 +157,11 @@ def adopt_legacy(folder: str | Path = ".") -> tuple[Path | None, int, str]:
     if not old.is_file() or _same(old, default_path()):
         return None, 0, ""
     try:
-        src = sqlite3.connect(f"file:{old}?mode=ro", uri=True, timeout=5.0)
-        try:
+        with _read_only(old) as src:
             cols = [r[1] for r in src.execute("PRAGMA table_info(jobs)")]
             if tuple(cols) not in (COLUMNS, COLUMNS_V1):
                 return old, 0, f"{old} is not an hpcqa job registry (tables/columns differ): not read"
             rows = src.execute(f"SELECT {','.join(cols)} FROM jobs").fetchall()
-        finally:
-            src.close()
     except sqlite3.Error as e:
         return old, 0, f"{old} (the registry of an older hpcqa) could not be read ({str(e)[:80]}): its jobs are not " \
                        "listed; `hpcqa registry recover --registry " + str(old) + "` saves what can be read"
