@@ -90,3 +90,33 @@ def test_a_checkpoint_is_verified_by_the_sizes_and_digests_its_mark_lists(tmp_pa
     assert JobDir.verify_checkpoint(p) == "unreadable completion mark"
     jd.checkpoint_marker(p).write_text(json.dumps({"step": 7}))  # a mark from before marks listed files
     assert JobDir.verify_checkpoint(p) is None
+
+
+def test_a_programs_interrupted_checkpoints_are_found_and_nothing_else(tmp_path):
+    """A user program's Trainer checkpoints (no completion marks: the program saves them): trainer_state.json is what
+    the Trainer writes last, so a checkpoint-N folder without a readable one was cut off mid-save. Only folders
+    changed since the job started count; links, hidden folders and other names are not looked into."""
+    from hpcqa.record import trainerfiles
+    work, ckpts = tmp_path / "work", tmp_path / "checkpoints"
+    out = work / "out"
+    for n, state in ((10, '{"global_step": 10}'), (20, None), (30, '{"global_st')):
+        (out / f"checkpoint-{n}").mkdir(parents=True)
+        (out / f"checkpoint-{n}" / "model.safetensors").write_bytes(b"\0" * 64)
+        if state is not None:
+            (out / f"checkpoint-{n}" / "trainer_state.json").write_text(state)
+    (work / "runs" / "a" / "b" / "checkpoint-5").mkdir(parents=True)        # 4 below: past the depth looked at
+    (work / "runs" / "a" / "checkpoint-6").mkdir(parents=True)              # 3 below (--output_dir runs/a): found
+    (work / ".cache" / "checkpoint-7").mkdir(parents=True)                  # hidden
+    (work / "out" / "checkpoint-40.tmp").mkdir()                              # not a name get_last_checkpoint takes
+    (ckpts / "checkpoint-3").mkdir(parents=True)                              # HPCQA_CHECKPOINT_DIR is looked at too
+    elsewhere = tmp_path / "elsewhere" / "checkpoint-9"
+    elsewhere.mkdir(parents=True)
+    (work / "linked").symlink_to(elsewhere.parent)                            # a link is not followed
+    found = dict(trainerfiles.interrupted([work, ckpts], since=0))
+    assert sorted(found) == sorted([out / "checkpoint-20", out / "checkpoint-30", ckpts / "checkpoint-3",
+                                    work / "runs" / "a" / "checkpoint-6"]), found
+    assert "no trainer_state.json" in found[out / "checkpoint-20"]
+    assert "does not read as JSON" in found[out / "checkpoint-30"]
+    old = time.time() - 3600                                                  # from before this job: not touched
+    os.utime(out / "checkpoint-20", (old, old))
+    assert out / "checkpoint-20" not in dict(trainerfiles.interrupted([work], since=time.time() - 60))

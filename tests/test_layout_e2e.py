@@ -41,8 +41,9 @@ def test_tune_compares_layouts_and_auto_uses_the_winner(cli, tmp_path, env):
 
 
 def test_same_seed_same_weights_and_scores(cli, tmp_path, env):
-    """The first run on a node shape measures the matmul peak (its store starts empty here), the second reads it:
-    the weights are the same all the same."""
+    """The first run on a node shape measures the matmul peak (its store starts empty here); the second reads it
+    when the first kept it (only a measurement on quiet cores is kept: on a busy CI machine the second measures
+    again). The weights are the same all the same."""
     env = {**env, "HPCQA_CACHE": str(tmp_path / "cache")}   # an empty peak store for run a
     results, peaks = [], []
     for run in ("a", "b"):
@@ -53,7 +54,10 @@ def test_same_seed_same_weights_and_scores(cli, tmp_path, env):
         (job,) = job_dirs(out)
         results.append(json.loads((job / "results.json").read_text()))
         peaks.append(json.loads((job / "ranks" / "rank-0.json").read_text())["peak_source"])
-    assert peaks == ["measured", "cached"]
+        if run == "a":
+            kept = list((tmp_path / "cache").rglob("peaks.json"))
+    assert peaks[0].startswith("measured"), peaks      # either rank may have kept it (the same shape)
+    assert peaks[1] == "cached" if kept else peaks[1].startswith("measured"), peaks
     a, b = results
     assert a["world_size"] == b["world_size"] == 2
     assert a["weights_digest"] == b["weights_digest"]

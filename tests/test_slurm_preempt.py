@@ -270,3 +270,70 @@ def test_a_preempted_run_qa_shaped_program_resumes_its_own_checkpoint(slurm, tmp
     (there,) = json.loads(run_cli("status", "--json", job_id, env=home, cwd="/").stdout)
     assert there["state"] == "COMPLETED" and there["name"] == "run_qa"
 
+
+
+SLOW_SAVER = '''"""Saves as the HF Trainer does (checkpoint-N/: the weights first, trainer_state.json last) and resumes as
+run_qa.py does: transformers' get_last_checkpoint(output_dir), then that checkpoint's trainer_state.json. Its
+first attempt saves slowly (a large model on a busy file server)."""
+import json, os, sys, time
+from transformers.trainer_utils import get_last_checkpoint
+
+out, total = sys.argv[1], int(sys.argv[2])
+slow = float(sys.argv[3]) if os.environ.get("HPCQA_ATTEMPT", "0") == "0" else 0.0
+if os.environ["RANK"] != "0":   # rank 0 saves, as the Trainer's
+    while not os.path.exists(os.path.join(out, f"checkpoint-{total}", "trainer_state.json")):
+        time.sleep(0.2)
+    sys.exit(0)
+os.makedirs(out, exist_ok=True)
+step, last = 0, get_last_checkpoint(out)
+if last:
+    with open(os.path.join(last, "trainer_state.json")) as f:
+        step = json.load(f)["global_step"]
+    print(f"Resuming training from checkpoint {last}", flush=True)
+while step < total:
+    step += 1
+    ckpt = os.path.join(out, f"checkpoint-{step}")
+    os.makedirs(ckpt, exist_ok=True)
+    with open(os.path.join(ckpt, "model.safetensors"), "wb") as f:
+        f.write(os.urandom(4096))
+    time.sleep(slow)
+    with open(os.path.join(ckpt, "trainer_state.json"), "w") as f:
+        json.dump({"global_step": step, "max_steps": total, "log_history": []}, f)
+'''
+
+
+def test_a_preemption_during_a_programs_save_resumes_from_the_save_before(slurm, tmp_path):
+    """The fault CI met with run_qa.py: the preemption lands while the Trainer writes checkpoint-N (the folder is
+    there, trainer_state.json not yet), and the requeued program's own resume picks that folder (the highest
+    number) and dies on the missing file. Before the program starts again, hpcqa moves the cut-off folder aside
+    (kept) and says so; the program resumes from the checkpoint before it and the job completes. The program
+    makes the window wide (its first save is slow); the preemption is Slurm's."""
+    work = tmp_path / "prog"
+    work.mkdir()
+    (work / "saver.py").write_text(SLOW_SAVER)
+    home = {**slurm, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
+    r = run_cli("submit", str(ROOT / "configs/quickstart.toml"), "--set", "cluster.executor=slurm",
+                "--set", f"job.output_dir={tmp_path / 'logs'}", "--set", "cluster.time_limit_min=10", "--no-wait",
+                "--", "python", "saver.py", "out", "3", "12", env=home, cwd=work)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().splitlines()[-1]
+    folder = Path(wait_state(home, job_id, {"RUNNING"})["folder"])
+    out = folder / "work" / "out"
+    end = time.time() + 120
+    while time.time() < end and not ((out / "checkpoint-1" / "trainer_state.json").exists()
+                                     and (out / "checkpoint-2").is_dir()):
+        time.sleep(0.2)
+    assert not (out / "checkpoint-2" / "trainer_state.json").exists(), "the save of checkpoint-2 was not slow"
+    _preemptor(home)
+    _start_requeued_now(home, job_id, timeout=240)
+    j = wait_state(home, job_id, {"COMPLETED", "FAILED"}, timeout=300)
+    log = (folder / f"{job_id}_0_log.out").read_text(errors="replace")
+    err = "".join(p.read_text(errors="replace") for p in sorted(folder.glob(f"{job_id}_*_log.err")))
+    assert j["state"] == "COMPLETED", log[-1500:] + err[-2500:]
+    assert "Resuming training from checkpoint out/checkpoint-1" in log, log[-1500:]
+    aside = folder / "work" / "out.set-aside" / "checkpoint-2.attempt-1"
+    assert (aside / "model.safetensors").is_file() and not (aside / "trainer_state.json").exists()   # kept
+    assert err.count("checkpoint out/checkpoint-2 set aside (no trainer_state.json") == 1, err[-2500:]  # one rank
+    assert json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["global_step"] == 3
+    text = " ".join(run_cli("status", job_id, env=home).stdout.split())
+    assert "out/checkpoint-2 set aside" in text, text

@@ -41,7 +41,7 @@ from hpcqa.rank.child import die_with
 from hpcqa.rank.exits import TERM_WAIT_S, code_provenance
 from hpcqa.rank.phase import Phases
 from hpcqa.record import trainerfiles, worktree
-from hpcqa.record.jobdir import JobDir, attempt_from_env, write_json
+from hpcqa.record.jobdir import JobDir, attempt_from_env, read_json, write_json
 from hpcqa.record.phases import Phase
 
 TAIL_LINES = 20
@@ -183,13 +183,15 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
     parent = os.getpid()
     started = time.time()
     cwd = working_folder(plan, jd)
+    roots = [Path(cwd or os.getcwd()), jd.checkpoints]
+    if attempt > 0:
+        _set_aside_interrupted(jd, roots, rank, attempt, report)
     pid, err = _start(job_argv(plan, jd), cwd, child_env(plan, jd, attempt, dict(os.environ)), parent, notices.requeue)
     notices.pid = pid
     phases.enter(Phase.COMMAND, commandmod.display(plan.command)[:120], pid=pid)
     pump = threading.Thread(target=_pump, args=(os.fdopen(err, "rb"), tail), daemon=True)
     pump.start()
     ended = threading.Event()
-    roots = [Path(cwd or os.getcwd()), jd.checkpoints]
     if rank == 0:  # what an HF Trainer program already writes, read into progress.json for submit and status
         threading.Thread(target=_follow, args=(jd, roots, attempt, started, ended), daemon=True).start()
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
@@ -210,6 +212,51 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
         write_json(jd.results, _results(plan, jd, report, roots))
     phases.enter(Phase.DONE)
     return {"rank": rank, "exit_code": 0}
+
+
+def _first_start(jd: JobDir, rank: int) -> float | None:
+    """When this job's first attempt started this rank (its report, kept aside by begin_attempt)."""
+    for a in jd.attempts():
+        old = read_json(jd.attempt_dir(a) / jd.rank_report(rank).name)
+        if isinstance(old, dict) and isinstance(old.get("started"), (int, float)):
+            return float(old["started"])
+    return None
+
+
+def _set_aside_interrupted(jd: JobDir, roots: list[Path], rank: int, attempt: int, report: dict) -> None:
+    """Before a requeued attempt starts the program: a Trainer checkpoint whose save an earlier attempt of this job
+    did not finish (no trainer_state.json: the preemption came mid-save) is moved out of the program's sight, kept,
+    so that the program's own resume (get_last_checkpoint(): the highest number) takes the last complete one instead
+    of dying on the missing file. It goes beside the output folder, not into it (OUT.set-aside/checkpoint-N.attempt-K):
+    run_qa.py refuses an output folder that holds something but no checkpoint, and the Trainer's rotation takes
+    every checkpoint-* name in it for one of its own. Only folders written since the job first started are touched.
+    Every rank looks before its program starts, and no program saves before every rank's has started (the process
+    group forms first): the first rank to look moves it, the others find it gone."""
+    since = _first_start(jd, rank)
+    if since is None:
+        return
+    for path, why in trainerfiles.interrupted(roots, since - 1.0):
+        aside = path.parent.parent / f"{path.parent.name}.set-aside" / f"{path.name}.attempt-{attempt}"
+        try:
+            aside.parent.mkdir(exist_ok=True)
+            os.replace(path, aside)
+        except FileNotFoundError:
+            continue   # another rank moved it first
+        except OSError as e:
+            line = f"checkpoint {_shown(path, roots)} is incomplete ({why}) and could not be moved aside: {e.strerror}"
+        else:
+            line = f"checkpoint {_shown(path, roots)} set aside ({why}): kept as {aside}"
+        print(f"hpcqa: WARNING: {line}", file=sys.stderr, flush=True)
+        report.setdefault("warnings", []).append(line)
+    write_json(jd.rank_report(rank), report)
+
+
+def _shown(path: Path, roots: list[Path]) -> str:
+    """`path` as the program names it: relative to its working folder (out/checkpoint-20) when under it."""
+    try:
+        return str(path.relative_to(roots[0]))
+    except ValueError:
+        return str(path)
 
 
 def _report(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int) -> dict:

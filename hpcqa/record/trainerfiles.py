@@ -7,6 +7,7 @@ field may be missing or of the wrong type."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ RESULTS = ("all_results.json", "eval_results.json", "train_results.json")   # th
 MAX_DEPTH = 3          # out/checkpoint-12/trainer_state.json is 2 below the working folder
 MAX_ENTRIES = 5000     # a folder walked for them: never more than this many entries
 MAX_BYTES = 8 << 20    # a file larger than this is not read (a loss history of millions of steps)
+CHECKPOINT = re.compile(r"checkpoint-\d+")   # the names transformers' get_last_checkpoint() resumes from
 
 
 def newest(roots: list[Path], names: tuple[str, ...]) -> dict[str, Path]:
@@ -75,3 +77,36 @@ def metrics(roots: list[Path]) -> dict[str, Any] | None:
             out.update({k: v for k, v in got.items() if k not in out and isinstance(k, str)})
             sources.append(str(found[name]))
     return {"metrics": out, "sources": sources} if out else None
+
+
+def interrupted(roots: list[Path], since: float) -> list[tuple[Path, str]]:
+    """The Trainer's checkpoint-N folders under `roots` (at most MAX_DEPTH below) changed since `since` whose save
+    did not finish: the Trainer writes trainer_state.json last, so a folder without a readable one was cut off (a
+    preemption, a node lost mid-save). transformers' get_last_checkpoint() picks the highest number whatever is in
+    it, and the program's resume then dies on the missing file. Pure reading; [(folder, why)]."""
+    found: list[tuple[Path, str]] = []
+    seen = 0
+    for root in roots:
+        base = len(Path(root).parts)
+        for top, dirs, files in os.walk(root):
+            seen += len(dirs) + len(files)
+            if seen > MAX_ENTRIES:
+                return found
+            for d in [d for d in dirs if CHECKPOINT.fullmatch(d)]:
+                path = Path(top) / d
+                try:
+                    st = path.lstat()
+                except OSError:
+                    continue
+                if not stat.S_ISDIR(st.st_mode) or st.st_mtime < since:
+                    continue
+                state = path / STATE
+                if not state.is_file():
+                    found.append((path, f"no {STATE}: its save was interrupted"))
+                elif state.stat().st_size <= MAX_BYTES and not isinstance(read_json(state), dict):
+                    found.append((path, f"{STATE} does not read as JSON: its save was interrupted"))
+            if len(Path(top).parts) - base >= MAX_DEPTH - 1:
+                dirs[:] = []
+            dirs[:] = [d for d in dirs if not d.startswith(".") and not CHECKPOINT.fullmatch(d)
+                       and not os.path.islink(os.path.join(top, d))]
+    return found
