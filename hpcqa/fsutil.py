@@ -40,3 +40,29 @@ def owner_umask(group_readable: bool = False):
         yield
     finally:
         os.umask(old)
+
+
+def unwritable(folder: str | Path) -> str | None:
+    """Why this process cannot create files in `folder` (made first, with its parents, when missing), or None. Tried,
+    not predicted from mode bits: a volume's ownership, ACLs, root squash and read-only mounts all show here. The
+    answer names the first folder that refused, its owner, group and mode, and this process's user and groups."""
+    p = Path(folder)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / f".hpcqa-write-test-{socket.gethostname()}-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return None
+    except OSError as e:
+        where = Path(e.filename) if e.filename else p
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        if where.is_file():
+            where = where.parent
+        try:
+            st = where.stat()
+            about = f"{where} is owned by {st.st_uid}:{st.st_gid} with mode {st.st_mode & 0o7777:04o}"
+        except OSError:
+            about = f"{where} cannot be read"
+        return (f"cannot write in {p} ({e.strerror}): {about}; this process is UID {os.getuid()}, groups "
+                f"{','.join(str(g) for g in sorted(set(os.getgroups()) | {os.getgid()}))}")

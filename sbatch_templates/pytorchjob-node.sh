@@ -39,10 +39,24 @@ if [ -n "${PET_NNODES:-}" ] && [ "$PET_NNODES" != "$nodes" ]; then
     echo "hpcqa: the TrainJob runs $PET_NNODES node(s), but the plan has $nodes: numNodes was edited; render it again" >&2
     exit 2
 fi
-# The rendezvous: the PyTorchJob's MASTER_ADDR/PORT, or the torch plugin's PET_MASTER_ADDR/PORT (pod 0's DNS name).
-export MASTER_ADDR="${MASTER_ADDR:-${PET_MASTER_ADDR:-}}" MASTER_PORT="${MASTER_PORT:-${PET_MASTER_PORT:-}}"
-: "${MASTER_ADDR:?neither MASTER_ADDR (PyTorchJob) nor PET_MASTER_ADDR (TrainJob) is set}"
-: "${MASTER_PORT:?neither MASTER_PORT (PyTorchJob) nor PET_MASTER_PORT (TrainJob) is set}"
+if [ -n "${PET_NPROC_PER_NODE:-}" ] && [ "$PET_NPROC_PER_NODE" != "$ppn" ]; then
+    echo "hpcqa: the TrainJob asks for $PET_NPROC_PER_NODE rank(s) per node, but the plan has $ppn:" \
+         "numProcPerNode was edited; change launch.ranks_per_socket and render it again" >&2
+    exit 2
+fi
+# The rendezvous: the torch plugin's PET_MASTER_ADDR/PORT (TrainJob: pod 0's DNS name) when set, else the
+# PyTorchJob's MASTER_ADDR/PORT. PET_* first: a Service named "master" in the namespace would give every pod
+# MASTER_PORT=tcp://IP:PORT through the kubelet's service links (the pods turn them off; a namespace may not).
+if [ -n "${PET_MASTER_ADDR:-}" ]; then
+    export MASTER_ADDR="$PET_MASTER_ADDR" MASTER_PORT="${PET_MASTER_PORT:-}"
+fi
+: "${MASTER_ADDR:?neither PET_MASTER_ADDR (TrainJob) nor MASTER_ADDR (PyTorchJob) is set}"
+case "${MASTER_PORT:-}" in
+    ''|*[!0-9]*) echo "hpcqa: MASTER_PORT is '${MASTER_PORT:-}', not a port number (a Service named master in the" \
+                      "namespace sets MASTER_PORT=tcp://IP:PORT through service links): the job sets it" >&2
+                 exit 2 ;;
+esac
+export MASTER_PORT
 
 # One folder per job on the shared volume; restarted pods find their checkpoints there.
 job_dir=@@JOB_ROOT@@/"k8s-${HPCQA_K8S_NAMESPACE:-default}-@@NAME@@"
@@ -67,7 +81,12 @@ else
     attempt=0
     while [ -e "$attempts/node-$node_rank.$attempt" ]; do attempt=$((attempt + 1)); done
 fi
-mkdir -p "$attempts"
+if ! mkdir -p "$attempts" 2>/dev/null; then
+    echo "hpcqa: cannot write $job_dir on the volume as UID $(id -u) (groups $(id -G | tr ' ' ,)): a ReadWriteMany" \
+         "volume gets no fsGroup; make it writable by this UID or by one of k8s.supplemental_groups (the staging" \
+         "Job checks this first: docs/kubernetes.md, Storage)" >&2
+    exit 2
+fi
 ended() {  # a run's end: its restart count is cleared (PyTorchJob; a TrainJob's is JobSet's), then the exit code
     if [ -z "${HPCQA_JOB_UID:-}" ]; then rm -rf "$attempts"; fi
     exit "$1"

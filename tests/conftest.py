@@ -92,7 +92,7 @@ def pytest_sessionfinish(session, exitstatus):
 STARTS_PROCESSES = {"test_trainjob", "test_k8s", "test_hostile", "test_console", "test_bad_input", "test_install",
                     "test_scaling", "test_preload_e2e", "test_cli", "test_wheel", "test_readme", "test_stage",
                     "test_layout_e2e", "test_local_e2e", "test_slurmroot", "test_doctor", "test_registry_home",
-                    "test_command", "test_secrets", "test_render", "test_tune", "test_status"}
+                    "test_command", "test_secrets", "test_render", "test_tune", "test_status", "test_k8s_walkthrough"}
 
 
 def pytest_collection_modifyitems(config, items):

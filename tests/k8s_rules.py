@@ -132,11 +132,42 @@ def operator_pods(job: dict) -> list[dict]:
     return pods
 
 
-def resolve_env(pod: dict, container: str = "pytorch") -> dict[str, str]:
-    """The container's environment as the kubelet gives it: values, and the downward API's fields of this pod (its
-    namespace, labels, annotations). A secretKeyRef is left out: the Secret is not here."""
+def service_link_env(services: list[dict]) -> dict[str, str]:
+    """The variables the kubelet makes for the Services of a pod's namespace (kubernetes pkg/kubelet/envvars
+    FromServices, makeLinkVariables): for a Service with a cluster IP, NAME (upper case, '-' -> '_')_SERVICE_HOST,
+    _SERVICE_PORT (its first port), _SERVICE_PORT_<PORTNAME>, and the Docker-link ones: NAME_PORT=proto://ip:port
+    of the first port, NAME_PORT_<port>_<PROTO>[_PROTO|_PORT|_ADDR]."""
+    env: dict[str, str] = {}
+    for svc in services:
+        ip = svc["spec"].get("clusterIP") or ""
+        if ip in ("", "None"):
+            continue
+        name = svc["metadata"]["name"].upper().replace("-", "_")
+        ports = svc["spec"].get("ports") or []
+        env[f"{name}_SERVICE_HOST"] = ip
+        if ports:
+            env[f"{name}_SERVICE_PORT"] = str(ports[0]["port"])
+        for p in ports:
+            if p.get("name"):
+                env[f"{name}_SERVICE_PORT_{p['name'].upper().replace('-', '_')}"] = str(p["port"])
+        for i, p in enumerate(ports):
+            proto = p.get("protocol", "TCP").lower()
+            url = f"{proto}://{ip}:{p['port']}"
+            if i == 0:
+                env[f"{name}_PORT"] = url
+            prefix = f"{name}_PORT_{p['port']}_{proto.upper()}"
+            env.update({prefix: url, f"{prefix}_PROTO": proto, f"{prefix}_PORT": str(p["port"]),
+                        f"{prefix}_ADDR": ip})
+    return env
+
+
+def resolve_env(pod: dict, container: str = "pytorch", services: list[dict] = ()) -> dict[str, str]:
+    """The container's environment as the kubelet gives it (kubelet_pods.go makeEnvironmentVariables): the service
+    links of `services` (the namespace's; only with the pod's enableServiceLinks, default true), then the
+    container's own variables, which win: values, and the downward API's fields of this pod (its namespace,
+    labels, annotations). A secretKeyRef is left out: the Secret is not here."""
     (c,) = [c for c in pod["spec"]["containers"] if c["name"] == container]
-    env = {}
+    env = service_link_env(list(services)) if pod["spec"].get("enableServiceLinks", True) else {}
     for e in c.get("env") or []:
         if "value" in e:
             env[e["name"]] = e["value"]
@@ -285,3 +316,24 @@ def pruned_fields(doc, schema: dict, path: str = "") -> list[str]:
         for i, item in enumerate(doc):
             out += pruned_fields(item, schema["items"], f"{path}[{i}]")
     return out
+
+
+# ------------------------------------------------------------------ the kubelet's fsGroup (kubernetes v1.33:
+#     pkg/volume/csi/csi_mounter.go supportsFSGroup, pkg/volume/nfs (no ownership management), storage/v1 CSIDriver
+#     fsGroupPolicy: ReadWriteOnceWithFSType is the default)
+
+NFS, CSI = "nfs", "csi"
+
+
+def fs_group_applied(source: str, access_modes: list[str], fs_group_policy: str | None, fs_type: str) -> bool:
+    """Whether the kubelet changes a volume's ownership to the pod's fsGroup. In-tree NFS: never. CSI, by its
+    driver's fsGroupPolicy: File always, None never, ReadWriteOnceWithFSType (the default) only for a volume whose
+    access modes are exactly ReadWriteOnce (or ReadWriteOncePod) and that has an fsType."""
+    if source == NFS:
+        return False
+    policy = fs_group_policy or "ReadWriteOnceWithFSType"
+    if policy == "File":
+        return True
+    if policy == "None":
+        return False
+    return bool(fs_type) and len(access_modes) == 1 and access_modes[0] in ("ReadWriteOnce", "ReadWriteOncePod")

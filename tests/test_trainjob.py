@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,11 +20,15 @@ from tests.test_k8s import IMAGE, TINY, _step_at_least, _stop, group_gone, sigte
 KUBE_VERSIONS = ["1.27", "1.30", "1.33"]
 
 
-def render(cli, *args, config="configs/squad_spr.toml", target="trainjob"):
-    r = cli("render", config, "--target", target, *args)
-    assert r.returncode == 0, r.stderr
-    docs = list(yaml.safe_load_all(r.stdout))
-    assert [d["kind"] for d in docs] == ["TrainingRuntime", "TrainJob"]  # the runtime first: the job's webhook needs it
+def render(cli, *args, config="configs/squad_spr.toml"):
+    """[TrainingRuntime, TrainJob], each from its own render target (each its own file: applied apart)."""
+    docs = []
+    for target, kind in (("trainingruntime", "TrainingRuntime"), ("trainjob", "TrainJob")):
+        r = cli("render", config, "--target", target, *args)
+        assert r.returncode == 0, r.stderr
+        (doc,) = yaml.safe_load_all(r.stdout)
+        assert doc["kind"] == kind
+        docs.append(doc)
     return docs
 
 
@@ -276,6 +281,48 @@ def test_sigterm_while_waiting_for_pod_0_is_a_checkpointed_stop(cli, tmp_path):
     assert trainer_rules.job_failure(node_job(docs[0]), [143]) == "BackoffLimitExceeded"
 
 
+MASTER_SERVICE = {"metadata": {"name": "master"},   # someone's Service named master in the namespace
+                  "spec": {"clusterIP": "10.96.7.7", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}}
+
+
+def test_a_service_named_master_in_the_namespace_does_not_reach_the_rendezvous(cli, tmp_path):
+    """With service links on (Kubernetes' default) the kubelet gives every pod MASTER_PORT=tcp://10.96.7.7:8080 for
+    a Service named master. The pods turn service links off; where something turns them on again, the pod script
+    takes the torch plugin's PET_MASTER_* over MASTER_*, and a MASTER_PORT that is not a number is refused by name."""
+    mount = tmp_path / "pvc"
+    docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", config="configs/quickstart.toml")
+    (pod, *_) = trainer_rules.pods(trainer_rules.jobset(*docs))
+    assert pod["spec"]["enableServiceLinks"] is False
+    assert "MASTER_PORT" not in trainer_rules.resolve_env(pod, services=[MASTER_SERVICE])
+    linked = json.loads(json.dumps(pod))
+    del linked["spec"]["enableServiceLinks"]
+    env = trainer_rules.resolve_env(linked, services=[MASTER_SERVICE])
+    assert env["MASTER_PORT"] == "tcp://10.96.7.7:8080" and env["PET_MASTER_PORT"] == "29500"
+    # the pod script with that environment: PET_* wins, it waits for pod 0 (SIGTERM there: 143), no exit 2
+    (p,) = start_pods(docs, tmp_path, 29000, only=[1], extra_env={
+        "PET_MASTER_ADDR": "pod-0.invalid", **{k: v for k, v in env.items() if k.startswith("MASTER_")}})
+    out = sigterm_after(p, 3)
+    assert p.returncode == 143 and "SIGTERM while waiting for pod-0.invalid" in out, out
+    # no PET_* (a PyTorchJob's pod) and a link's MASTER_PORT: refused, naming the cause
+    (p,) = start_pods(docs, tmp_path, 29000, only=[1], extra_env={"PET_MASTER_ADDR": "", "MASTER_ADDR": "m",
+                                                                  "MASTER_PORT": "tcp://10.96.7.7:8080"})
+    out = p.communicate(timeout=60)[0]
+    assert p.returncode == 2 and "not a port number" in out and "Service named master" in out, out
+
+
+def test_an_edited_num_proc_per_node_is_refused(cli, tmp_path):
+    """numProcPerNode becomes PET_NPROC_PER_NODE (the torch plugin); the plan fixes the ranks per node, so an
+    edited value is refused with the fix instead of being silently ignored."""
+    mount = tmp_path / "pvc"
+    rt, job = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", config="configs/quickstart.toml")
+    job["spec"]["trainer"]["numProcPerNode"] = 4
+    (pod, *_) = trainer_rules.pods(trainer_rules.jobset(rt, job))
+    assert trainer_rules.resolve_env(pod)["PET_NPROC_PER_NODE"] == "4"
+    (p,) = start_pods([rt, job], tmp_path, 29000, only=[1])
+    out = p.communicate(timeout=60)[0]
+    assert p.returncode == 2 and "numProcPerNode was edited" in out, out
+
+
 def test_restart_count_belongs_to_the_job_uid(cli, tmp_path):
     """The attempt is JobSet's restart count of this JobSet: a job applied again (a new UID) starts at attempt 0
     whatever an earlier job of the same name left on the volume; the files are kept per UID."""
@@ -326,6 +373,52 @@ def test_staging_job_fills_the_volume_the_pods_read(cli, tmp_path):
     cfg = config.load(ROOT / "configs/quickstart.toml", [a for a in args if a != "--set"])
     staged = stagemod.check(pods.pod_config(cfg))
     assert staged["manifest"] and staged["problems"] == [], staged
+
+
+def test_a_fresh_shared_volume_is_checked_as_the_pods_uid_and_the_fix_named(cli):
+    """A fresh ReadWriteMany volume (CephFS, EFS, NFS) is root-owned 0755, and the kubelet's fsGroup does not reach
+    it (k8s_rules.fs_group_applied, its rule). The staging Job's command, run as the pods' UID 1000 (setpriv)
+    against such a folder: it stops before any download with one line and the fix (exit 2). With the volume
+    group-writable for a group the pods get (k8s.supplemental_groups = [2000]: root:2000, mode 2775) it goes on."""
+    import shutil
+    import tempfile
+    for source, modes, policy, fs_type in ((k8s_rules.NFS, ["ReadWriteMany"], None, ""),
+                                           (k8s_rules.CSI, ["ReadWriteMany"], "ReadWriteOnceWithFSType", "ext4"),
+                                           (k8s_rules.CSI, ["ReadWriteOnce"], "ReadWriteOnceWithFSType", "")):
+        assert not k8s_rules.fs_group_applied(source, modes, policy, fs_type)
+    assert k8s_rules.fs_group_applied(k8s_rules.CSI, ["ReadWriteOnce"], "ReadWriteOnceWithFSType", "ext4")
+    assert k8s_rules.fs_group_applied(k8s_rules.CSI, ["ReadWriteMany"], "File", "")
+    top = Path(tempfile.mkdtemp(prefix="hpcqa-volume-", dir="/tmp"))   # tmp_path's parents are root-only 0700
+    try:
+        top.chmod(0o755)
+        mount = top / "pvc"
+        mount.mkdir(mode=0o755)                                         # root:root 0755, as provisioned
+        args = [*TINY, "--set", f"k8s.mount_path={mount}", "--set", "k8s.supplemental_groups=[2000]"]
+        (stage,) = yaml.safe_load_all(cli("render", "configs/quickstart.toml", "--target", "stage-job", *IMAGE,
+                                          *args).stdout)
+        security = stage["spec"]["template"]["spec"]["securityContext"]
+        assert security["runAsUser"] == 1000 and security["supplementalGroups"] == [2000]
+        as_pod = ["setpriv", f"--reuid={security['runAsUser']}", f"--regid={security['runAsGroup']}",
+                  f"--groups={','.join(map(str, security['supplementalGroups']))}", "--"]
+        cmd = [*as_pod, sys.executable, "-m", "hpcqa", "stage", str(ROOT / "configs/quickstart.toml"), "--k8s", *args]
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)},
+                           timeout=120)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert f"{mount} is owned by 0:0 with mode 0755" in r.stderr and "UID 1000" in r.stderr, r.stderr
+        assert "k8s.supplemental_groups" in r.stderr and "chown 1000" in r.stderr, r.stderr
+        assert not list(mount.iterdir())                                # nothing half-made
+        os.chown(mount, 0, 2000)
+        mount.chmod(0o2775)
+        check = [*as_pod, sys.executable, "-c", "import sys; from hpcqa.core import config; "
+                 "from hpcqa.executors.k8s import pods; "
+                 "pods.check_volume(pods.pod_config(config.load(sys.argv[1], sys.argv[2:])))",
+                 str(ROOT / "configs/quickstart.toml"), f"k8s.mount_path={mount}"]
+        r = subprocess.run(check, capture_output=True, text=True, cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)},
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert (mount / "output").stat().st_gid == 2000               # setgid: the pods' group goes on down
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.mark.slow

@@ -205,9 +205,9 @@ def pods(js: dict, uid: str = "0b5e6e1c-6f43-4c3a-9a39-2f1c1b6d0d11", restarts: 
     return out
 
 
-def resolve_env(pod: dict, container: str = "node") -> dict[str, str]:
+def resolve_env(pod: dict, container: str = "node", services: list[dict] = ()) -> dict[str, str]:
     """The trainer container's environment as the kubelet gives it (k8s_rules.resolve_env)."""
-    return k8s_rules.resolve_env(pod, container)
+    return k8s_rules.resolve_env(pod, container, services)
 
 
 # ------------------------------------------------------------------ Kubernetes Jobs (pkg/apis/batch/validation,

@@ -147,8 +147,9 @@ def _add_render(sub) -> None:
     add_config(p)
     p.add_argument("-o", "--output", help="write the script here (default: stdout)")
     p.add_argument("--target", choices=targets.RENDER_TARGETS, default=targets.RENDER_SCRIPT,
-                   help="script (default): sbatch/mpirun; trainjob: a Kubeflow Trainer v2 TrainJob and its "
-                        "TrainingRuntime (YAML, kubectl apply -f); pytorchjob: a training-operator v1 PyTorchJob; "
+                   help="script (default): sbatch/mpirun; trainjob: a Kubeflow Trainer v2 TrainJob (YAML, "
+                        "kubectl apply -f); trainingruntime: the TrainingRuntime it names (apply it first); "
+                        "pytorchjob: a training-operator v1 PyTorchJob; "
                         "stage-job: a Job that stages the model and data into the PVC; dockerfile: "
                         "the image those pods run")
     p.add_argument("--launcher", choices=targets.SCRIPT_LAUNCHERS, help="default: launch.launcher")

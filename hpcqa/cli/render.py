@@ -29,9 +29,15 @@ def cmd_render(args: argparse.Namespace) -> int:
         return _write_rendered(args, pods.to_yaml([trainjob.stage_job(cfg)]), "the staging Job",
                                f"kubectl apply -f {args.output}, then kubectl wait --for=condition=complete job/...",
                                executable=False)
+    if args.target == table.RENDER_TRAININGRUNTIME:
+        ex, lp = table.render(cfg, hostprobe.probe_host(), args.target)
+        return _render_request(args, ex, lp, f"kubectl apply -f {args.output}, then the TrainJob (render --target "
+                                             "trainjob) once the Trainer admits it: docs/kubernetes.md", which=1)
     if args.target in table.RENDER_K8S:
         ex, lp = table.render(cfg, hostprobe.probe_host(), args.target)
-        return _render_request(args, ex, lp, f"kubectl apply -f {args.output}")
+        first = " after its TrainingRuntime (render --target trainingruntime): docs/kubernetes.md" \
+            if args.target == table.RENDER_TRAINJOB else ""
+        return _render_request(args, ex, lp, f"kubectl apply -f {args.output}{first}")
     hosts = _render_hosts(args, cfg, args.launcher or cfg.launch.launcher)
     ex, lp = table.render(cfg, hostprobe.probe_host(), args.target, args.launcher, hosts, args.python)
     how = f"run it on {hosts[0]}: bash {args.output}" if hosts else f"submit with: sbatch {args.output}"
@@ -44,8 +50,9 @@ def _no_script_options(args: argparse.Namespace) -> None:
                          "apply the YAML with kubectl apply -f; drop those options")
 
 
-def _render_request(args: argparse.Namespace, ex: Any, lp: Any, how: str) -> int:
-    """The rendering executor's request for this plan: its script is what render writes, and what --submit sends."""
+def _render_request(args: argparse.Namespace, ex: Any, lp: Any, how: str, which: int = 0) -> int:
+    """The rendering executor's request for this plan: its script is what render writes, and what --submit sends
+    (`which`: a TrainJob request's second document is its TrainingRuntime)."""
     request = ex.dry_run(sweep.single(lp))
     for w in lp.warnings + request.notes:
         warn(w)
@@ -60,7 +67,8 @@ def _render_request(args: argparse.Namespace, ex: Any, lp: Any, how: str) -> int
         done = api.submit_request(ex, request, say=say, warn=warn)
         print(done.ids[0])
         return 0
-    return _write_rendered(args, request.scripts[0], request.summary, how, executable=not isinstance(ex, RenderOnly))
+    summary = request.summary if which == 0 else "the TrainJob's TrainingRuntime"
+    return _write_rendered(args, request.scripts[which], summary, how, executable=not isinstance(ex, RenderOnly))
 
 
 def _write_rendered(args: argparse.Namespace, text: str, what: str, how: str, executable: bool = True) -> int:

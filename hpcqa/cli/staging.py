@@ -17,6 +17,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
     cfg = config.load(args.config, args.overrides)
     if args.k8s:
         cfg = pods.pod_config(cfg)
+        pods.check_volume(cfg)
     manifest = stage.stage(cfg, log=lambda m: print(errors.for_terminal(f"stage: {m}"), file=sys.stderr))
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))

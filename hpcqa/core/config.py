@@ -320,7 +320,7 @@ def _type_name(tp: Any) -> str:
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if origin is tuple:
-        return "a list of strings"
+        return "a list of integers" if typing.get_args(tp)[0] is int else "a list of strings"
     if origin is collections.abc.Mapping:
         return "a table of string values"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
@@ -351,7 +351,10 @@ def _coerce(key: str, value: Any, tp: Any, source: str) -> Any:
                 continue
         raise bad
     if origin is tuple:
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        item = typing.get_args(tp)[0]
+        ok = (lambda v: isinstance(v, int) and not isinstance(v, bool)) if item is int else \
+            (lambda v: isinstance(v, str))
+        if not isinstance(value, (list, tuple)) or not all(ok(v) for v in value):
             raise bad
         return tuple(value)
     if origin is collections.abc.Mapping:

@@ -55,18 +55,28 @@ class K8sConfig:
                                  "runAsNonRoot and the restricted Pod Security profile's settings. 0: the image runs "
                                  "as root (no runAsNonRoot; not admitted in a restricted namespace).",
                            min=0, max=2147483647)
+    supplemental_groups: tuple[int, ...] = opt(tuple, "Group IDs the pods also run with (securityContext."
+                                               "supplementalGroups), e.g. [2000]: a ReadWriteMany volume gets no "
+                                               "fsGroup from the kubelet, so the pods write to it as their UID or as "
+                                               "one of these groups (a volume root owned root:2000, mode 2775).",
+                                               factory=True)
     node_selector: Mapping[str, str] = opt(FrozenDict, "Node labels the pods require, e.g. "
                                                        "{\"node.kubernetes.io/instance-type\" = \"spr\"}.", factory=True)
     queue: str = opt("", "Kueue LocalQueue: the job gets the kueue.x-k8s.io/queue-name label, and Kueue admits all of "
                          "its pods at once or none (a partly scheduled job would spend its restarts on rendezvous "
                          "timeouts). Empty: no Kueue.", pattern=DNS_LABEL)
     priority_class: str = opt("", "PriorityClass of the pods (priorityClassName; Kueue reads it as the workload's "
-                                  "priority). Empty: the cluster's default.", pattern=DNS_LABEL)
+                                  "priority unless k8s.workload_priority_class is set). Empty: the cluster's "
+                                  "default.", pattern=DNS_LABEL)
+    workload_priority_class: str = opt("", "Kueue WorkloadPriorityClass: the job (and the staging Job) get the "
+                                           "kueue.x-k8s.io/priority-class label, Kueue's priority for admission and "
+                                           "preemption in the queue, apart from the pods' priorityClassName. Empty: "
+                                           "none.", pattern=DNS_LABEL)
     tolerations: tuple[str, ...] = opt(tuple, "Taints the pods tolerate, as kubectl taint writes them: "
                                        "\"key=value:Effect\" (operator Equal) or \"key:Effect\" (Exists), Effect one "
                                        "of NoSchedule, PreferNoSchedule, NoExecute; e.g. [\"dedicated=training:"
                                        "NoSchedule\"].", factory=True)
-    runtime: str = opt("hpcqa-torch", "Name prefix of the TrainingRuntime that `render --target trainjob` writes "
-                                      "next to the TrainJob: <runtime>-<digest of its spec>, so jobs of one shape share "
-                                      "it and a changed shape never rewrites the runtime of a queued job.",
+    runtime: str = opt("hpcqa-torch", "Name prefix of the TrainingRuntime that `render --target trainingruntime` "
+                                      "writes for the TrainJob: <runtime>-<digest of its spec>, so jobs of one shape "
+                                      "share it and a changed shape never rewrites the runtime of a queued job.",
                        pattern=DNS_LABEL)

@@ -48,8 +48,10 @@ class Launcher(StrEnum):
 
 # `hpcqa render --target`: what render writes
 RENDER_SCRIPT, RENDER_TRAINJOB, RENDER_PYTORCHJOB = "script", "trainjob", "pytorchjob"
+RENDER_TRAININGRUNTIME = "trainingruntime"   # the TrainJob's runtime: applied (and admitted) before the job
 RENDER_STAGE_JOB, RENDER_DOCKERFILE = "stage-job", "dockerfile"
-RENDER_TARGETS = (RENDER_SCRIPT, RENDER_TRAINJOB, RENDER_PYTORCHJOB, RENDER_STAGE_JOB, RENDER_DOCKERFILE)
+RENDER_TARGETS = (RENDER_SCRIPT, RENDER_TRAINJOB, RENDER_TRAININGRUNTIME, RENDER_PYTORCHJOB, RENDER_STAGE_JOB,
+                  RENDER_DOCKERFILE)
 
 # launch.launcher: the launchers a config may name (the others are the executors' own)
 SCRIPT_LAUNCHERS = (Launcher.SRUN.value, Launcher.MPIRUN.value)

@@ -38,7 +38,9 @@ LOCAL, SLURM, K8S = targets.LocalTarget.name, targets.SlurmTarget.name, targets.
 RENDER_SCRIPT, RENDER_PYTORCHJOB, RENDER_DOCKERFILE = targets.RENDER_SCRIPT, targets.RENDER_PYTORCHJOB, \
     targets.RENDER_DOCKERFILE
 RENDER_TRAINJOB, RENDER_STAGE_JOB = targets.RENDER_TRAINJOB, targets.RENDER_STAGE_JOB
-RENDER_K8S = {RENDER_TRAINJOB: Launcher.TRAINJOB, RENDER_PYTORCHJOB: Launcher.PYTORCHJOB}
+RENDER_TRAININGRUNTIME = targets.RENDER_TRAININGRUNTIME
+RENDER_K8S = {RENDER_TRAINJOB: Launcher.TRAINJOB, RENDER_TRAININGRUNTIME: Launcher.TRAINJOB,
+              RENDER_PYTORCHJOB: Launcher.PYTORCHJOB}
 
 # (target, launcher, mode) -> ("module:Class" under hpcqa/executors, the options its constructor takes, in order).
 # Named, not imported: a verb imports only the executor it uses (`status` of a local job never loads submitit's

@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import posixpath
 import re
 import shlex
 from typing import Any, Callable
 
+from hpcqa import fsutil
 from hpcqa.core import values as valuecheck
 from hpcqa.core.config import Config
 from hpcqa.core.plan import LaunchPlan
-from hpcqa.core.targets import PodExit
-from hpcqa.errors import ConfigError
+from hpcqa.core.targets import Launcher, PodExit
+from hpcqa.errors import ConfigError, UsageError
 from hpcqa.executors import render
 from hpcqa.record import jobdir
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"          # Kueue: the LocalQueue that admits the job
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"   # Kueue: the job's WorkloadPriorityClass
 ISTIO_INJECT = "sidecar.istio.io/inject"           # "false": no Envoy sidecar (it would make the pod Burstable,
                                                    # keep a finished pod running, and fail restricted admission)
 # Kubernetes' name rules (k8s.io/apimachinery/pkg/util/validation): metadata.name of a PyTorchJob and of the
@@ -39,6 +42,23 @@ def pod_config(cfg: Config) -> Config:
         cfg, job=dataclasses.replace(cfg.job, output_dir=on_pvc(k.output_path)),
         model=dataclasses.replace(cfg.model, cache_dir=on_pvc(k.model_cache_path)),
         data=dataclasses.replace(cfg.data, cache_dir=on_pvc(k.data_cache_path)))
+
+
+def check_volume(cfg: Config) -> None:
+    """Where the staging Job (or `hpcqa stage --k8s` on a machine with the PVC mounted) writes: the job folders and
+    both caches on the volume, written by this UID. A fresh ReadWriteMany volume (CephFS, EFS, NFS) is created
+    root-owned 0755, and the kubelet applies fsGroup only to volumes whose driver takes it (a CSI driver declaring
+    fsGroupPolicy File, or ReadWriteOnce with an fsType): everything else refuses the pods' UID. Said here, once,
+    with the fix, instead of as a traceback halfway through the download."""
+    k = cfg.k8s
+    for folder in (cfg.job.output_dir, cfg.model.cache_dir, cfg.data.cache_dir):
+        why = fsutil.unwritable(folder)
+        if why:
+            raise UsageError(f"the volume {k.pvc} at {k.mount_path}: {why}",
+                             f"make the volume writable by UID {os.getuid()} once (e.g. from a root pod: chown "
+                             f"{os.getuid()} {k.mount_path}), or make it group-writable for a group the pods get "
+                             f"(k8s.supplemental_groups); fsGroup does not reach a ReadWriteMany volume: "
+                             "docs/kubernetes.md, Storage")
 
 
 def job_name(plan: LaunchPlan, max_name: int) -> str:
@@ -128,8 +148,11 @@ def meta(name: str, cfg: Config, object_labels: dict[str, str] | None = None) ->
 
 
 def job_labels(cfg: Config) -> dict[str, str]:
-    """The job object's labels: Kueue admits a job that names its LocalQueue, every pod at once or none."""
-    return {**labels(cfg), **({QUEUE_LABEL: cfg.k8s.queue} if cfg.k8s.queue else {})}
+    """The job object's labels: Kueue admits a job that names its LocalQueue, every pod at once or none, at the
+    priority its WorkloadPriorityClass label names. The staging Job carries them too: where Kueue manages plain Jobs,
+    one without a queue stays suspended."""
+    return {**labels(cfg), **({QUEUE_LABEL: cfg.k8s.queue} if cfg.k8s.queue else {}),
+            **({PRIORITY_LABEL: cfg.k8s.workload_priority_class} if cfg.k8s.workload_priority_class else {})}
 
 
 def tolerations(cfg: Config) -> list[dict[str, str]]:
@@ -266,7 +289,9 @@ class PodShape:
 
 def pod_template(plan: LaunchPlan, shape: PodShape):
     """The pod: Guaranteed (requests = limits, whole CPUs), restricted security, the PVC and /dev/shm, one pod per
-    node, the Istio sidecar off, the namespace's scheduling knobs (tolerations, nodeSelector, priorityClass)."""
+    node, the Istio sidecar off, the namespace's scheduling knobs (tolerations, nodeSelector, priorityClass), and
+    no service links (the kubelet would give every pod <SERVICE>_PORT=tcp://IP:PORT for each Service of the
+    namespace: one named master sets MASTER_PORT)."""
     from kubernetes import client as k
     cfg = plan.config
     quantity = {"cpu": str(pod_cpus(plan)), "memory": pod_memory(cfg)}
@@ -289,7 +314,8 @@ def pod_template(plan: LaunchPlan, shape: PodShape):
                        node_selector=dict(cfg.k8s.node_selector) or None, tolerations=tolerations(cfg) or None,
                        priority_class_name=cfg.k8s.priority_class or None,
                        service_account_name=cfg.k8s.service_account or None,
-                       security_context=pod_security(cfg), termination_grace_period_seconds=cfg.cluster.signal_delay_s)
+                       security_context=pod_security(cfg), termination_grace_period_seconds=cfg.cluster.signal_delay_s,
+                       enable_service_links=False)
     return k.V1PodTemplateSpec(metadata=k.V1ObjectMeta(labels={**labels(cfg), ISTIO_INJECT: "false"}), spec=spec)
 
 
@@ -314,7 +340,8 @@ def stage_pod(cfg: Config, command: list[str], env: list[dict]):
         claim_name=cfg.k8s.pvc))]
     spec = k.V1PodSpec(containers=[container], volumes=volumes, restart_policy="Never",
                        node_selector=dict(cfg.k8s.node_selector) or None, tolerations=tolerations(cfg) or None,
-                       service_account_name=cfg.k8s.service_account or None, security_context=pod_security(cfg))
+                       service_account_name=cfg.k8s.service_account or None, security_context=pod_security(cfg),
+                       enable_service_links=False)
     return k.V1PodTemplateSpec(metadata=k.V1ObjectMeta(labels={**labels(cfg), ISTIO_INJECT: "false"}), spec=spec)
 
 
@@ -332,8 +359,11 @@ def pod_security(cfg: Config):
         return k.V1PodSecurityContext(seccomp_profile=seccomp)
     # the image's non-root USER; fsGroup makes the PVC's new files writable by it, and OnRootMismatch changes a
     # volume's ownership only when its root does not match already (not every file of a large volume at every start)
+    # -- where the kubelet applies fsGroup at all: not to a ReadWriteMany volume (NFS, CephFS, EFS), which the pods
+    # write as their UID or as one of k8s.supplemental_groups
     return k.V1PodSecurityContext(run_as_non_root=True, run_as_user=uid, run_as_group=uid, fs_group=uid,
-                                  fs_group_change_policy="OnRootMismatch", seccomp_profile=seccomp)
+                                  fs_group_change_policy="OnRootMismatch", seccomp_profile=seccomp,
+                                  supplemental_groups=list(cfg.k8s.supplemental_groups) or None)
 
 
 def labels(cfg: Config) -> dict[str, str]:
@@ -357,6 +387,12 @@ def plan_notes(plan: LaunchPlan) -> tuple[str, ...]:
     if cpus >= c.sockets_per_node * c.cores_per_socket * c.threads_per_core:
         notes.append(f"each pod asks for all {cpus} CPUs of the declared node: no node can allocate that much "
                      "(the kubelet reserves some); set k8s.cpus to the node's allocatable")
+    k = plan.config.k8s
+    if k.queue and k.tolerations and plan.launcher is Launcher.TRAINJOB:
+        notes.append("k8s.tolerations with a Kueue queue: on admission Kueue adds a runtime patch with its "
+                     "ResourceFlavor's tolerations, and the Trainer's strategic merge replaces the pods' list with "
+                     "it whenever the flavour has any; put these tolerations in the ResourceFlavor's "
+                     "spec.tolerations too")
     return tuple(notes)
 
 

@@ -105,7 +105,8 @@ def trainjob(plan: LaunchPlan, name: str, runtime_name: str) -> dict:
 
 
 def objects(plan: LaunchPlan) -> list[dict]:
-    """[TrainingRuntime, TrainJob]: the runtime first (the TrainJob webhook refuses a job whose runtime is missing)."""
+    """[TrainingRuntime, TrainJob]: the runtime first (the TrainJob webhook refuses a job whose runtime it cannot
+    find), rendered into two files by the render targets."""
     plan = plan.with_requeue(Requeue.POD)
     pods.check(plan.config)
     name = pods.job_name(plan, MAX_NAME)
@@ -130,7 +131,7 @@ def stage_job(cfg: Config) -> dict:
            {"name": "HF_DATASETS_CACHE", "value": pod_cfg.data.cache_dir}]
     env += [ApiClient().sanitize_for_serialization(e) for e in pods.secret_env(cfg)]
     pod = ApiClient().sanitize_for_serialization(pods.stage_pod(cfg, ["bash", "-c", script], env))
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": pods.meta(name, cfg),
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": pods.meta(name, cfg, pods.job_labels(cfg)),
             "spec": {"backoffLimit": 2, "ttlSecondsAfterFinished": 86400, "template": pod}}
 
 
@@ -162,8 +163,11 @@ def node_pod_names(d: dict) -> list[str]:
 
 
 class TrainJobRender(RenderOnly):
-    """Kubernetes with Kubeflow Trainer v2: render only. The request is the TrainingRuntime and the TrainJob (YAML);
-    `kubectl apply -f` submits them, and the Trainer controller runs them through JobSet."""
+    """Kubernetes with Kubeflow Trainer v2: render only. The request's two scripts are the TrainJob and its
+    TrainingRuntime, written apart (`render --target trainjob`, `--target trainingruntime`): the TrainJob webhook
+    looks the runtime up in the controller's cache, so a job applied with its runtime in one file is refused
+    until the cache has caught up, and `kubectl delete -f` of one job must not delete a runtime that other jobs of
+    its shape name. `kubectl apply -f` submits them, the runtime first; the Trainer runs them through JobSet."""
 
     target = targets.K8sTarget
     requeue = Requeue.POD
@@ -181,10 +185,12 @@ class TrainJobRender(RenderOnly):
         docs = objects(plan)
         pods.check_names(docs, plan.config, node_pod_names)
         facts = pod_facts(plan, docs) + common.work_facts(sp, None)
-        name = docs[1]["metadata"]["name"]
-        return Request(self.target.name, self.via, sp, JobRoot.new_submission(), scripts=(pods.to_yaml(docs),),
-                       commands=(("kubectl", "apply", "-f", "<file>"),), facts=facts, notes=pods.plan_notes(plan),
-                       placement=(f"TrainJob {name}",),
-                       summary=f"TrainingRuntime + TrainJob {name}: {facts[0][1]}; {facts[1][1]}")
+        rt, job = docs
+        name = job["metadata"]["name"]
+        return Request(self.target.name, self.via, sp, JobRoot.new_submission(),
+                       scripts=(pods.to_yaml([job]), pods.to_yaml([rt])),
+                       commands=(("kubectl", "apply", "-f", "<runtime file>"), ("kubectl", "apply", "-f", "<file>")),
+                       facts=facts, notes=pods.plan_notes(plan), placement=(f"TrainJob {name}",),
+                       summary=f"TrainJob {name}: {facts[0][1]}; {facts[1][1]}")
 
 
