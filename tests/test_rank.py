@@ -223,3 +223,23 @@ def test_only_a_slurm_start_is_skipped_after_completion(tmp_path, monkeypatch):
     assert already_completed(jd) is True
     monkeypatch.setenv("HPCQA_ATTEMPT", "1")       # a pod script's count: never skipped
     assert already_completed(jd) is False
+
+
+@pytest.mark.process
+def test_a_pod_rank_that_lost_its_peer_without_a_record_is_retryable_by_its_log(tmp_path):
+    """A rank that dies of a peer's loss outside the trainer's handler leaves no failure record; the error its log
+    ends with (torch's "[rank0]: " prefix and all) still makes the pod's exit the retryable 200, while its own
+    error keeps its code (the job fails)."""
+    import sys
+
+    from hpcqa.core.targets import PodExit, Requeue
+    from hpcqa.rank.wrapper import supervise
+    from hpcqa.record.jobdir import JobDir
+    jd = JobDir(tmp_path)
+    log = tmp_path / "rank-0.log"
+    for line, want in (("[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
+                        "closed by peer [10.0.0.7]:29500", int(PodExit.LOST_PEER)),
+                       ("[rank0]: KeyError: 'answers'", 1)):
+        log.write_text("step 4\nTraceback (most recent call last):\n  File \"x.py\", line 1\n" + line + "\n")
+        code = supervise([sys.executable, "-c", "raise SystemExit(1)"], dict(os.environ), 0, jd, Requeue.POD)
+        assert code == want, line

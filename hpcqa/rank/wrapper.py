@@ -303,9 +303,11 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
         except OSError as e:
             print(f"hpcqa.rank: could not record the exit of rank {rank}: {e}", file=sys.stderr)
     if 0 < code < 128 and pod and jd is not None \
-            and failures.lost_peer(jobdir.read_json(jd.rank_failed(rank))):
-        # The operator's ExitCode policy fails the job on 1-127: a rank whose peer went away (an evicted pod, a
-        # lost node) says so with a retryable code, and the job restarts from its last checkpoint.
+            and (failures.lost_peer(record := jobdir.read_json(jd.rank_failed(rank)))
+                 or record is None and failures.lost_peer_in_log(jd.path / f"rank-{rank}.log")):
+        # The operator's ExitCode policy and a TrainJob's podFailurePolicy fail the job on 1-127: a rank whose peer
+        # went away (an evicted pod, a lost node) says so with a retryable code, and the job restarts from its
+        # last checkpoint. Without the trainer's failure record, the error its log (the pod script's) ends with.
         print(f"hpcqa.rank: rank {rank} lost a peer: exit {int(PodExit.LOST_PEER)} (retryable)", file=sys.stderr)
         return int(PodExit.LOST_PEER)
     if code < 0:  # die the same way, so srun / the local controller see what the rank saw

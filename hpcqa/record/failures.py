@@ -20,6 +20,22 @@ def lost_peer(record: Any) -> bool:
     return isinstance(record, dict) and consequence(record) == 2
 
 
+def lost_peer_in_log(path: Any, max_bytes: int = 64 << 10) -> bool:
+    """A rank that left no failure record (it died outside the trainer's handler: in a collective's C++ error path,
+    at import, in a library's own exit) but whose log ends in an error that names a peer going away. The error
+    line read is the last one that names an exception (error_first), in the log's last `max_bytes`."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - max_bytes))
+            tail = [RANK_PREFIX.sub("", line) for line in f.read().decode("utf-8", "replace").splitlines()[-200:]]
+    except OSError:
+        return False
+    first = error_first(tail)
+    return bool(first) and EXCEPTION.match(first[0].strip()) is not None \
+        and any(p in first[0].lower() for p in PEER_LOST)
+
+
 def consequence(record: dict) -> int:
     """0: died of a hard signal (the OOM killer, kill -9, a crash); 1: its own error; 2: lost a peer."""
     error = str(record.get("error", ""))
@@ -28,6 +44,7 @@ def consequence(record: dict) -> int:
     return 2 if any(p in error.lower() for p in PEER_LOST) else 1
 
 
+RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")   # torch's prefix on a rank's uncaught error lines
 CARETS = re.compile(r"^[\s^~]+$")            # Python 3.11's markers under a traceback's source line
 EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b(?::|$)")
 
