@@ -304,7 +304,7 @@ def supervise(command: list[str], env: dict[str, str], rank: int, jd: JobDir | N
             print(f"hpcqa.rank: could not record the exit of rank {rank}: {e}", file=sys.stderr)
     if 0 < code < 128 and pod and jd is not None \
             and (failures.lost_peer(record := jobdir.read_json(jd.rank_failed(rank)))
-                 or record is None and failures.lost_peer_in_log(jd.path / f"rank-{rank}.log")):
+                 or record is None and failures.lost_peer_in_log(jd.script_log(rank))):
         # The operator's ExitCode policy and a TrainJob's podFailurePolicy fail the job on 1-127: a rank whose peer
         # went away (an evicted pod, a lost node) says so with a retryable code, and the job restarts from its
         # last checkpoint. Without the trainer's failure record, the error its log (the pod script's) ends with.

@@ -404,8 +404,12 @@ class JobDir:
 
     def log(self, rank: int, stream: str = "err") -> Path | None:
         """The rank's log: submitit's (stderr or stdout), else a rendered script's (both streams)."""
-        found = sorted(self.path.glob(f"*_{rank}_log.{stream}")) + sorted(self.path.glob(f"rank-{rank}.log"))
+        found = sorted(self.path.glob(f"*_{rank}_log.{stream}")) + sorted(self.path.glob(self.script_log(rank).name))
         return found[0] if found else None
+
+    def script_log(self, rank: int) -> Path:
+        """A rank's log under a pod script or an mpirun-over-ssh script (both streams): rank-N.log."""
+        return self.path / f"rank-{rank}.log"
 
     # ---------------------------------------------------------------- contents
     def read_results(self) -> dict | None:
