@@ -111,10 +111,14 @@ def test_pods_and_staging_job_valid_for_kubernetes(cli, kube):
     rjob = js["spec"]["replicatedJobs"][0]
     kubernetes_validate.validate({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"},
                                   "spec": rjob["template"]["spec"]}, kube, strict=True)
-    r = cli("render", "configs/squad_spr.toml", "--target", "stage-job", *IMAGE)
-    assert r.returncode == 0, r.stderr
-    (stage,) = yaml.safe_load_all(r.stdout)
-    kubernetes_validate.validate(stage, kube, strict=True)
+    for extra in ([], ["--set", "k8s.prepare_volume=true", "--set", "k8s.supplemental_groups=[2000, 3000]",
+                       "--set", "k8s.queue=q", "--set", "k8s.workload_priority_class=low"]):
+        r = cli("render", "configs/squad_spr.toml", "--target", "stage-job", *IMAGE, *extra)
+        assert r.returncode == 0, r.stderr
+        (stage,) = yaml.safe_load_all(r.stdout)
+        kubernetes_validate.validate(stage, kube, strict=True)
+    assert stage["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
+    assert stage["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "low"
     bad = json.loads(json.dumps(pods[0]))
     bad["spec"]["containers"][0]["resource"] = bad["spec"]["containers"][0].pop("resources")
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -185,6 +189,19 @@ def test_kueue_priority_tolerations_deadline_namespace(cli):
     assert pod["spec"]["tolerations"] == [
         {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"},
         {"key": "spr", "operator": "Exists", "effect": "NoExecute"}]
+    # admitted by Kueue through a ResourceFlavor with node labels and a toleration of its own: the labels merge,
+    # the flavour's tolerations replace the job's (the render says so and where to put them)
+    flavored = trainer_rules.kueue_admit(job, {"cloud.example.com/pool": "spr"},
+                                         [{"key": "pool", "operator": "Equal", "value": "spr", "effect": "NoSchedule"}])
+    pod = trainer_rules.pods(trainer_rules.jobset(rt, flavored))[0]
+    assert pod["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "spr", "cloud.example.com/pool": "spr"}
+    assert pod["spec"]["tolerations"] == [{"key": "pool", "operator": "Equal", "value": "spr", "effect": "NoSchedule"}]
+    plain = trainer_rules.pods(trainer_rules.jobset(rt, trainer_rules.kueue_admit(job, {}, [])))[0]
+    assert len(plain["spec"]["tolerations"]) == 2                       # a flavour without tolerations keeps them
+    warned = cli("render", "configs/squad_spr.toml", "--target", "trainjob", *args).stderr
+    assert "replaces the pods' list" in " ".join(warned.split()) and "ResourceFlavor's spec.tolerations" in warned
+    assert "replaces the pods' list" not in cli("render", "configs/squad_spr.toml", "--target", "trainjob", *IMAGE,
+                                               "--set", 'k8s.tolerations=["a:NoSchedule"]').stderr
     # the PyTorchJob of a v1 operator gets the same
     r = cli("render", "configs/squad_spr.toml", "--target", "pytorchjob", *args)
     (pj,) = yaml.safe_load_all(r.stdout)
@@ -417,6 +434,23 @@ def test_a_fresh_shared_volume_is_checked_as_the_pods_uid_and_the_fix_named(cli)
                            timeout=120)
         assert r.returncode == 0, r.stderr
         assert (mount / "output").stat().st_gid == 2000               # setgid: the pods' group goes on down
+        # or k8s.prepare_volume: the staging Job's init container, run as it would be (root, only CAP_CHOWN), on
+        # another fresh volume; then the pods' UID alone (no supplemental group) can write every folder
+        fresh = top / "fresh"
+        fresh.mkdir(mode=0o755)
+        args = [*TINY, "--set", f"k8s.mount_path={fresh}", "--set", "k8s.prepare_volume=true"]
+        (stage,) = yaml.safe_load_all(cli("render", "configs/quickstart.toml", "--target", "stage-job", *IMAGE,
+                                          *args).stdout)
+        (init,) = stage["spec"]["template"]["spec"]["initContainers"]
+        assert init["securityContext"]["capabilities"] == {"add": ["CHOWN"], "drop": ["ALL"]}
+        r = subprocess.run(["setpriv", "--inh-caps=-all,+chown", "--bounding-set=-all,+chown", "--", *init["command"]],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        as_uid = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--"]
+        r = subprocess.run([*as_uid, *check[len(as_pod):-1], f"k8s.mount_path={fresh}"], capture_output=True, text=True,
+                           cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert k8s_rules.restricted_violations({"spec": stage["spec"]["template"]["spec"]}) != []  # baseline only
     finally:
         shutil.rmtree(top, ignore_errors=True)
 

@@ -275,3 +275,27 @@ def jobset_action(js_spec: dict, reason: str, restarts: int) -> str:
     if action == "RestartJobSetAndIgnoreMaxRestarts":
         return "restart"
     return "restart" if restarts < policy.get("maxRestarts", 0) else "fail"
+
+
+# ------------------------------------------------------------------ Kueue v0.19 (pkg/controller/jobs/trainjob: the
+#     webhook's Default adds an empty runtime patch owned by "kueue.x-k8s.io/manager"; RunWithPodSetsInfo fills it on
+#     admission with the podset info of pkg/podset FromAssignment: the ResourceFlavor's nodeLabels and tolerations)
+
+KUEUE_PATCH_MANAGER = "kueue.x-k8s.io/manager"
+
+
+def kueue_admit(job: dict, flavor_node_labels: dict, flavor_tolerations: list[dict]) -> dict:
+    """The TrainJob as Kueue leaves it on admission: its runtime patch (appended after the job's own patches at
+    creation) carries, for each replicated job, the flavour's node labels as nodeSelector and its tolerations;
+    an empty list is left out (omitempty), so a flavour without tolerations changes none. The Trainer then merges
+    the patches in order (jobset() above: a strategic merge, where tolerations are replaced whole)."""
+    out = copy.deepcopy(job)
+    pod_spec: dict = {}
+    if flavor_node_labels:
+        pod_spec["nodeSelector"] = dict(flavor_node_labels)
+    if flavor_tolerations:
+        pod_spec["tolerations"] = copy.deepcopy(flavor_tolerations)
+    out["spec"].setdefault("runtimePatches", []).append({
+        "manager": KUEUE_PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"spec": pod_spec}}}}]}}}})
+    return out

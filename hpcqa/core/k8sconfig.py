@@ -60,6 +60,10 @@ class K8sConfig:
                                                "fsGroup from the kubelet, so the pods write to it as their UID or as "
                                                "one of these groups (a volume root owned root:2000, mode 2775).",
                                                factory=True)
+    prepare_volume: bool = opt(False, "The staging Job first makes the folders the pods write on the volume and gives "
+                                      "them to k8s.run_as_user, in an init container that runs as root with only "
+                                      "CAP_CHOWN: for a fresh ReadWriteMany volume (root-owned, no fsGroup). Not "
+                                      "admitted in a restricted Pod Security namespace (baseline is enough).")
     node_selector: Mapping[str, str] = opt(FrozenDict, "Node labels the pods require, e.g. "
                                                        "{\"node.kubernetes.io/instance-type\" = \"spr\"}.", factory=True)
     queue: str = opt("", "Kueue LocalQueue: the job gets the kueue.x-k8s.io/queue-name label, and Kueue admits all of "

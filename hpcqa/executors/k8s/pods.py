@@ -44,6 +44,16 @@ def pod_config(cfg: Config) -> Config:
         data=dataclasses.replace(cfg.data, cache_dir=on_pvc(k.data_cache_path)))
 
 
+def hf_home(cfg: Config) -> str:
+    """HF_HOME in the pods: on the volume (huggingface_hub keeps its token and xet caches there)."""
+    return posixpath.join(cfg.k8s.mount_path, "hf-home")
+
+
+def volume_folders(cfg: Config) -> tuple[str, ...]:
+    """What the pods write on the volume (cfg: the pods' config, pod_config): the job folders, both caches, HF_HOME."""
+    return (cfg.job.output_dir, cfg.model.cache_dir, cfg.data.cache_dir, hf_home(cfg))
+
+
 def check_volume(cfg: Config) -> None:
     """Where the staging Job (or `hpcqa stage --k8s` on a machine with the PVC mounted) writes: the job folders and
     both caches on the volume, written by this UID. A fresh ReadWriteMany volume (CephFS, EFS, NFS) is created
@@ -51,13 +61,14 @@ def check_volume(cfg: Config) -> None:
     fsGroupPolicy File, or ReadWriteOnce with an fsType): everything else refuses the pods' UID. Said here, once,
     with the fix, instead of as a traceback halfway through the download."""
     k = cfg.k8s
-    for folder in (cfg.job.output_dir, cfg.model.cache_dir, cfg.data.cache_dir):
+    for folder in volume_folders(cfg):
         why = fsutil.unwritable(folder)
         if why:
             raise UsageError(f"the volume {k.pvc} at {k.mount_path}: {why}",
                              f"make the volume writable by UID {os.getuid()} once (e.g. from a root pod: chown "
                              f"{os.getuid()} {k.mount_path}), or make it group-writable for a group the pods get "
-                             f"(k8s.supplemental_groups); fsGroup does not reach a ReadWriteMany volume: "
+                             f"(k8s.supplemental_groups), or let the staging Job do it as root once "
+                             f"(k8s.prepare_volume = true); fsGroup does not reach a ReadWriteMany volume: "
                              "docs/kubernetes.md, Storage")
 
 
@@ -249,7 +260,7 @@ def pod_env(plan: LaunchPlan, name: str, master: tuple[str, int] | None = None,
     from kubernetes.client import V1EnvVar, V1EnvVarSource, V1ObjectFieldSelector
     cfg = plan.config
     values = {"HF_HUB_CACHE": cfg.model.cache_dir, "HF_DATASETS_CACHE": cfg.data.cache_dir,
-              "HF_HOME": posixpath.join(cfg.k8s.mount_path, "hf-home"), "HPCQA_K8S_JOB": name}
+              "HF_HOME": hf_home(cfg), "HPCQA_K8S_JOB": name}
     if master:
         values.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
     if cfg.k8s.offline:
@@ -339,10 +350,32 @@ def stage_pod(cfg: Config, command: list[str], env: list[dict]):
     volumes = [k.V1Volume(name="data", persistent_volume_claim=k.V1PersistentVolumeClaimVolumeSource(
         claim_name=cfg.k8s.pvc))]
     spec = k.V1PodSpec(containers=[container], volumes=volumes, restart_policy="Never",
+                       init_containers=[prepare_volume(cfg)] if cfg.k8s.prepare_volume and cfg.k8s.run_as_user else None,
                        node_selector=dict(cfg.k8s.node_selector) or None, tolerations=tolerations(cfg) or None,
                        service_account_name=cfg.k8s.service_account or None, security_context=pod_security(cfg),
                        enable_service_links=False)
     return k.V1PodTemplateSpec(metadata=k.V1ObjectMeta(labels={**labels(cfg), ISTIO_INJECT: "false"}), spec=spec)
+
+
+def prepare_volume(cfg: Config):
+    """k8s.prepare_volume: the staging Job's init container, the one thing that runs as root: it makes the folders
+    the pods write on the volume (volume_folders) and gives them to the pods' UID and group (not recursively:
+    once, before anything is in them). Only CAP_CHOWN; not admitted in a restricted Pod Security namespace."""
+    from kubernetes import client as k
+    pod_cfg = pod_config(cfg)
+    uid = cfg.k8s.run_as_user
+    folders = " ".join(shlex.quote(f) for f in volume_folders(pod_cfg))
+    # chmod before chown: once the folder is the pods', root without CAP_FOWNER may not change its mode
+    script = "\n".join(["set -eu", f"for d in {folders}; do", '  mkdir -p "$d"', '  chmod 0775 "$d"',
+                        f'  chown {uid}:{uid} "$d"', "done", f'echo "hpcqa: the volume folders belong to {uid}:{uid}"'])
+    return k.V1Container(
+        name="prepare-volume", image=cfg.k8s.image, image_pull_policy="IfNotPresent", command=["sh", "-c", script],
+        resources=k.V1ResourceRequirements(requests={"cpu": "100m", "memory": "64Mi"},
+                                           limits={"cpu": "1", "memory": "256Mi"}),
+        security_context=k.V1SecurityContext(run_as_user=0, run_as_group=0, run_as_non_root=False,
+                                             allow_privilege_escalation=False,
+                                             capabilities=k.V1Capabilities(drop=["ALL"], add=["CHOWN"])),
+        volume_mounts=[k.V1VolumeMount(name="data", mount_path=cfg.k8s.mount_path)])
 
 
 def security_fact(cfg: Config) -> tuple[str, str]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
 import shlex
 
 from hpcqa.core import config as configmod
@@ -126,7 +125,7 @@ def stage_job(cfg: Config) -> dict:
     script = ("set -eu\nprintf '%s' \"$HPCQA_CONFIG_TOML\" > /tmp/hpcqa-stage.toml\n"
               f"exec {shlex.quote(cfg.cluster.python or 'python3')} -m hpcqa stage /tmp/hpcqa-stage.toml --k8s")
     env = [{"name": "HPCQA_CONFIG_TOML", "value": configmod.to_toml(cfg)},
-           {"name": "HF_HOME", "value": posixpath.join(cfg.k8s.mount_path, "hf-home")},
+           {"name": "HF_HOME", "value": pods.hf_home(cfg)},
            {"name": "HF_HUB_CACHE", "value": pod_cfg.model.cache_dir},
            {"name": "HF_DATASETS_CACHE", "value": pod_cfg.data.cache_dir}]
     env += [ApiClient().sanitize_for_serialization(e) for e in pods.secret_env(cfg)]
