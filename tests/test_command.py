@@ -406,3 +406,50 @@ def test_the_mpirun_hosts_script_runs_the_program_under_intel_mpi(tmp_path):
     (tmp_path / "probe.py").write_text("import sys\nsys.exit(4)\n")
     again = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert again.returncode != 0
+
+
+def test_the_programs_stderr_is_passed_on_as_it_comes_in_bounded_memory(monkeypatch):
+    """A progress bar's \\r updates reach the rank's log before any newline; a 20 MiB line without one is passed on
+    whole while the pump's memory stays near one read's size (the old line reader held the whole line), and the
+    failure record keeps its first 500 characters."""
+    import collections
+    import io
+    import os
+    import threading
+    import time
+    import tracemalloc
+
+    from hpcqa.rank import command as rankcmd
+
+    class Sink(io.RawIOBase):
+        def __init__(self):
+            self.n, self.first = 0, bytearray()
+
+        def write(self, b):
+            self.n += len(b)
+            self.first += bytes(b[:max(0, 64 - len(self.first))])
+            return len(b)
+
+    sink = Sink()
+    monkeypatch.setattr(rankcmd.sys, "stderr", type("E", (), {"buffer": sink, "flush": lambda self: None})())
+    read, write = os.pipe()
+    tail: collections.deque = collections.deque(maxlen=rankcmd.TAIL_LINES)
+    pump = threading.Thread(target=rankcmd._pump, args=(os.fdopen(read, "rb"), tail), daemon=True)
+    tracemalloc.start()
+    pump.start()
+    os.write(write, b"epoch 1:  10%\r")
+    end = time.time() + 5
+    while time.time() < end and sink.n < 14:
+        time.sleep(0.01)
+    assert bytes(sink.first) == b"epoch 1:  10%\r"           # before any newline
+    block = b"x" * (1 << 20)
+    for _ in range(20):
+        os.write(write, block)
+    os.write(write, b"\nKeyError: 'answers'\n")
+    os.close(write)
+    pump.join(timeout=30)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert sink.n == 14 + 20 * (1 << 20) + len(b"\nKeyError: 'answers'\n")
+    assert peak < 2 << 20, peak
+    assert list(tail)[-1] == "KeyError: 'answers'" and len(list(tail)[-2]) == rankcmd.TAIL_LINE

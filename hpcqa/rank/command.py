@@ -156,12 +156,31 @@ def _start(argv: list[str], cwd: str, env: dict[str, str], parent: int, requeue:
     return pid, read
 
 
+PUMP_CHUNK = 64 << 10   # read from the program's stderr at a time
+TAIL_LINE = 500         # characters kept of each of the last lines
+
+
 def _pump(stream, tail: collections.deque) -> None:
-    """The program's stderr to this rank's log, line by line, keeping the last lines for the failure record."""
-    for line in iter(stream.readline, b""):
-        sys.stderr.buffer.write(line)
+    """The program's stderr to this rank's log as it comes (a progress bar's \\r updates too, not held until a
+    newline), keeping the last lines, each cut to TAIL_LINE characters, for the failure record. Memory stays
+    bounded whatever the program writes: a 200 MiB line without a newline is passed on in PUMP_CHUNK pieces and
+    only its first TAIL_LINE characters are kept."""
+    fd = stream.fileno()
+    line = bytearray()          # the current line's start (at most TAIL_LINE * 4 bytes: UTF-8)
+    while True:
+        chunk = os.read(fd, PUMP_CHUNK)
+        if not chunk:
+            break
+        sys.stderr.buffer.write(chunk)
         sys.stderr.flush()
-        tail.append(line.decode("utf-8", "replace").rstrip("\n")[:500])
+        *done, rest = chunk.split(b"\n")
+        for piece in done:
+            line += piece[:max(0, TAIL_LINE * 4 - len(line))]
+            tail.append(line.decode("utf-8", "replace")[:TAIL_LINE])
+            line = bytearray()
+        line += rest[:max(0, TAIL_LINE * 4 - len(line))]
+    if line:
+        tail.append(line.decode("utf-8", "replace")[:TAIL_LINE])
 
 
 def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
