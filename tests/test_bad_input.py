@@ -457,3 +457,47 @@ def test_a_job_whose_folder_was_deleted_is_said_alike_by_status_and_logs(cli, tm
     assert s.returncode == 0 and "is gone" in " ".join((s.stdout + s.stderr).split()), s.stdout + s.stderr
     r = cli("logs", "4242", env=env)
     assert r.returncode == 2 and "is gone" in r.stderr and "pending" not in r.stderr, r.stderr
+
+
+def test_recover_of_a_crafted_file_is_bounded_and_leaves_a_working_registry(cli, tmp_path):
+    """The salvage reader trusts nothing in the file: a page size of 0 in the header (was ZeroDivisionError, with the
+    registry already renamed aside and no fresh one), a record claiming more bytes than the file has, overflow
+    pages in a cycle (was unbounded memory). recover always ends with the damaged file kept aside and a working
+    registry in its place."""
+    from hpcqa.record import sqlitescan
+    path = _three_jobs(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[16:18] = b"\x00\x00"                       # page size 0
+    path.write_bytes(bytes(data))
+    r = cli("registry", "recover", "--registry", str(path))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert list(tmp_path.glob("registry.sqlite.damaged-*"))
+    assert cli("registry", "check", "--registry", str(path)).returncode == 0
+    for bad in (b"\x00\x01", b"\x02\x00", b"\x03\x00"):  # 65536 is 1; 512 is the least; not a power of two
+        data[16:18] = bad
+        (tmp_path / "x.sqlite").write_bytes(bytes(data))
+        sqlitescan.table_rows(tmp_path / "x.sqlite", len(registry.COLUMNS))   # no exception, whatever it finds
+    usable = 4096
+    pages = {n: bytes(usable) for n in range(4, 12)}           # a file of ten pages...
+    pages.update({2: (3).to_bytes(4, "big") + bytes(usable - 4), 3: (2).to_bytes(4, "big") + bytes(usable - 4)})
+    least = (usable - 12) * 32 // 255 - 23                     # ...whose overflow chain runs 2 -> 3 -> 2 -> ...
+    page = bytes(least) + (2).to_bytes(4, "big")
+    with pytest.raises(ValueError, match="larger than the file"):   # a record of a terabyte
+        sqlitescan._payload(page, 0, 10**12, usable, pages)
+    with pytest.raises(ValueError, match="cycle"):             # within the file's size, but the chain comes back
+        sqlitescan._payload(page, 0, 6 * usable, usable, pages)
+    with pytest.raises(ValueError):
+        sqlitescan._record(bytes([0x7f, 1, 2]))      # a header of 127 bytes in a record of 3
+
+
+def test_a_registry_path_that_is_a_fifo_or_under_a_file_is_one_line(cli, tmp_path):
+    """status on a FIFO used to hang for ever in SQLite's open; a registry path under a regular file answered
+    "no jobs", exit 0. Both are one line naming the path, exit 2."""
+    fifo = tmp_path / "registry.fifo"
+    os.mkfifo(fifo)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for path, what in ((fifo, "not a regular file"), (afile / "registry.sqlite", "is a file, not a folder")):
+        for verb in (["status", "--all"], ["registry", "check"]):
+            r = cli(*verb, "--registry", str(path))
+            assert r.returncode == 2 and what in r.stderr and "Traceback" not in r.stderr, (verb, r.stderr)

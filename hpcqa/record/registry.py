@@ -202,6 +202,14 @@ class Registry:
                                 "point job.registry / $HPCQA_REGISTRY at a file, or move the directory away")
         self.exists = self.path.exists()
         self.damaged: list[str] = []  # rows jobs() could not read: "rowid N (id X): why"
+        if self.exists and not self.path.is_file():   # a FIFO would block the open for ever, a device worse
+            raise RegistryError(f"job registry {self.path} is not a regular file",
+                                "point job.registry / $HPCQA_REGISTRY at a file")
+        if not self.exists:
+            above = next((p for p in self.path.parents if p.exists()), None)
+            if above is not None and not above.is_dir():
+                raise RegistryError(f"job registry {self.path}: {above} is a file, not a folder",
+                                    "point job.registry / $HPCQA_REGISTRY at a path in a folder")
         if self.exists and self.path.stat().st_size == 0:
             raise _damaged(self.path, "the file is empty (0 bytes): truncated, or not made by hpcqa")
         if not self.exists and not create:
@@ -414,18 +422,20 @@ def recover(path: str | Path | None = None) -> tuple[Path, Path, int, int]:
     """Move a damaged registry aside (kept, never deleted) and copy every job row that can still be read, and reads
     as a job, into a fresh one. -> (new registry, damaged copy, rows saved, rows left behind as damaged)"""
     src = resolve_path(str(path) if path else None)
+    if not src.is_file():
+        raise RegistryError(f"{src} is not a registry file", "name the registry file with --registry")
+    rows, bad = [], 0
+    for r in _salvage(src):     # read where it is, before anything moves: whatever the reading meets, the damaged
+        try:                    # file is then kept aside and a working registry takes its place
+            Registry._row(r)
+            rows.append({k: r[k] for k in COLUMNS if k in r})
+        except (TypeError, ValueError, KeyError, RecursionError):
+            bad += 1
     aside = src.with_name(f"{src.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
     shutil.move(str(src), str(aside))
     for suffix in ("-wal", "-shm"):
         if Path(f"{src}{suffix}").exists():
             shutil.move(f"{src}{suffix}", f"{aside}{suffix}")
-    rows, bad = [], 0
-    for r in _salvage(aside):
-        try:
-            Registry._row(r)
-            rows.append({k: r[k] for k in COLUMNS if k in r})
-        except (TypeError, ValueError, KeyError, RecursionError):
-            bad += 1
     fresh = Registry(src)
     if rows:
         with fresh.db:
@@ -461,6 +471,10 @@ def _salvage(path: Path, give_up_after: int = 1000) -> list[dict]:
                 found[rowid] = dict(zip(["target" if c == "executor" else c for c in cols], row))
     except sqlite3.DatabaseError:
         pass
-    for rowid, values in sqlitescan.table_rows(path, len(COLUMNS)).items():
+    try:
+        scanned = sqlitescan.table_rows(path, len(COLUMNS))
+    except (ValueError, IndexError, KeyError, OverflowError, MemoryError, OSError):
+        scanned = {}            # what SQLite read above still counts
+    for rowid, values in scanned.items():
         found.setdefault(rowid, dict(zip(COLUMNS, values)))
     return [found[k] for k in sorted(found)]

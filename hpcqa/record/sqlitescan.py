@@ -11,6 +11,11 @@ from pathlib import Path
 
 LEAF_TABLE = 0x0D
 WAL_HEADER, WAL_FRAME_HEADER = 32, 24
+MAX_BYTES = 256 << 20   # read at most this much of a file and of its -wal: a registry of millions of jobs is smaller
+MIN_USABLE = 480        # the file format's least usable page size; anything less is not an SQLite file
+
+# The file is data from a damaged (or crafted) source: every size and pointer in it is checked before use, so a
+# scan is bounded by the bytes read -- no loop on a cycle of overflow pages, no record larger than the file.
 
 
 def _varint(buf: bytes, i: int) -> tuple[int, int]:
@@ -50,6 +55,8 @@ def _value(serial: int, buf: bytes, i: int):
 
 def _record(payload: bytes) -> list:
     size, i = _varint(payload, 0)
+    if size > len(payload):
+        raise ValueError("a record header longer than its record")
     serials = []
     while i < size:
         s, i = _varint(payload, i)
@@ -81,12 +88,18 @@ def _payload(page: bytes, i: int, size: int, usable: int, pages: dict[int, bytes
     most = usable - 35
     if size <= most:
         return page[i:i + size]
+    if size > len(pages) * usable:
+        raise ValueError("a record larger than the file")
     least = (usable - 12) * 32 // 255 - 23
     local = least + (size - least) % (usable - 4)
     local = local if local <= most else least
     data = bytearray(page[i:i + local])
     nxt = int.from_bytes(page[i + local:i + local + 4], "big")
+    seen: set[int] = set()
     while len(data) < size and nxt:
+        if nxt in seen:
+            raise ValueError("overflow pages in a cycle")
+        seen.add(nxt)
         over = pages[nxt]  # KeyError: the chain runs into a missing page
         data += over[4:usable]
         nxt = int.from_bytes(over[:4], "big")
@@ -97,16 +110,20 @@ def _payload(page: bytes, i: int, size: int, usable: int, pages: dict[int, bytes
 
 def _pages(path: Path) -> tuple[dict[int, bytes], int]:
     """Every whole page of the file, then the newer copies in its write-ahead log (-wal), by page number."""
-    data = path.read_bytes()
+    with open(path, "rb") as f:
+        data = f.read(MAX_BYTES)
     if len(data) < 100 or not data.startswith(b"SQLite format 3\x00"):
         return {}, 0
     size = int.from_bytes(data[16:18], "big")
     size = 65536 if size == 1 else size
     usable = size - data[20]
+    if size < 512 or size & (size - 1) or usable < MIN_USABLE:   # a power of two, 512 to 65536
+        return {}, 0
     pages = {n + 1: data[n * size:(n + 1) * size] for n in range(len(data) // size)}
     wal = Path(f"{path}-wal")
-    if wal.exists():
-        w = wal.read_bytes()
+    if wal.is_file():
+        with open(wal, "rb") as f:
+            w = f.read(MAX_BYTES)
         at = WAL_HEADER
         while at + WAL_FRAME_HEADER + size <= len(w):
             number = int.from_bytes(w[at:at + 4], "big")
