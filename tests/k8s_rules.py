@@ -337,3 +337,28 @@ def fs_group_applied(source: str, access_modes: list[str], fs_group_policy: str 
     if policy == "None":
         return False
     return bool(fs_type) and len(access_modes) == 1 and access_modes[0] in ("ReadWriteOnce", "ReadWriteOncePod")
+
+
+# ------------------------------------------------------------------ how kubectl reads YAML: sigs.k8s.io/yaml on
+#     go-yaml v2, a YAML 1.1 reader (resolve.go: y/Y/n/N/yes/on/off... as booleans, ~ and null, decimal, 0x, 0b
+#     and 0-octal integers with _, floats that need no dot: yamlStyleFloat); YAML 1.2 readers add 0o octal
+
+def yaml11_loader():
+    """A PyYAML loader with the implicit types of go-yaml v2 that PyYAML's own YAML 1.1 resolver lacks (y, n and
+    their capitals as booleans, 1e3-style floats) and YAML 1.2's 0o octal: a plain scalar any of these readers
+    retypes is read here as not a string."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                 re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)$"),
+                                 list("-+0123456789."))
+    Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?0o[0-7]+$"), list("-+0"))
+    Loader.add_constructor("tag:yaml.org,2002:bool", lambda loader, node: loader.construct_scalar(node) in
+                           ("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"))
+    Loader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: ("int", loader.construct_scalar(node)))
+    Loader.add_constructor("tag:yaml.org,2002:float", lambda loader, node: ("float", loader.construct_scalar(node)))
+    return Loader

@@ -243,6 +243,37 @@ def test_pinned_images_pass(cli):
         assert cli("render", "configs/squad_spr.toml", "--target", "trainjob", "--set", f"k8s.image={image}").returncode == 0
 
 
+def test_values_that_yaml_readers_retype_stay_strings(cli):
+    """y, n, on, 1e3, 0o17, null as label and selector values: written quoted, so a YAML 1.1 reader (kubectl's
+    go-yaml v2) and a YAML 1.2 one read the strings the config gave, not booleans, numbers or null."""
+    values = ["y", "N", "on", "off", "1e3", "1e-3", "0o17", "null", "1_000", "12", "0x1f"]   # label values
+    selector = "{" + ", ".join(f'k{i} = "{v}"' for i, v in enumerate(values)) + "}"
+    for target in ("trainjob", "trainingruntime", "pytorchjob", "stage-job"):
+        r = cli("render", "configs/squad_spr.toml", "--target", target, *IMAGE, "--set", "job.name=y",
+                "--set", f"k8s.node_selector={selector}")
+        assert r.returncode == 0, r.stderr
+        for doc in yaml.load_all(r.stdout, Loader=k8s_rules.yaml11_loader()):
+            found = [(k, v) for k, v in _walk(doc) if k == "nodeSelector" or k == "app.kubernetes.io/instance"]
+            for key, value in found:
+                got = value if isinstance(value, dict) else {key: value}
+                assert all(isinstance(v, str) for v in got.values()), (target, got)
+            selectors = [v for k, v in found if k == "nodeSelector"]
+            assert all(sel == {f"k{i}": v for i, v in enumerate(values)} for sel in selectors), (target, selectors)
+    # the reader bites: unquoted, these are not strings to it
+    assert yaml.load("a: y\nb: 1e3\nc: 0o17", Loader=k8s_rules.yaml11_loader()) == \
+        {"a": True, "b": ("float", "1e3"), "c": ("int", "0o17")}
+
+
+def _walk(node, key=None):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield k, v
+            yield from _walk(v, k)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v, key)
+
+
 def test_runtime_is_named_by_its_content(cli):
     """Jobs of one shape share a runtime; a changed shape gets another, never rewriting a queued job's runtime."""
     a, _ = render(cli, *IMAGE)

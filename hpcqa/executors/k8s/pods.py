@@ -434,6 +434,11 @@ def to_dicts(objs: list[Any]) -> list[dict]:
     return [ApiClient().sanitize_for_serialization(o) for o in objs]
 
 
+RETYPED = re.compile(r"^(?:[yYnN]|~|null|Null|NULL|[-+]?(?:0o[0-7_]+|0x[0-9a-fA-F_]+|0b[01_]+|[0-9][0-9_]*)"
+                     r"|[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
+                     r"|\.(?:nan|NaN|NAN))$")
+
+
 def to_yaml(docs: list[dict]) -> str:
     """YAML for kubectl (of `to_dicts`' output); multi-line strings (the node script, the config) as readable
     literal blocks."""
@@ -444,7 +449,11 @@ def to_yaml(docs: list[dict]) -> str:
 
     def text(dumper, value: str):
         block = "\n" in value and not any(line != line.rstrip() for line in value.splitlines())
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if block else None)
+        if block:
+            return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+        # PyYAML quotes what its own YAML 1.1 resolver would retype (yes, on, 12, 1.5); kubectl's reader (go-yaml)
+        # and YAML 1.2 readers also retype y/n, 1e3, 0o17, .inf: quoted too, so every reader reads a string
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="'" if RETYPED.match(value) else None)
 
     def seq(dumper, value: list):  # a list of numbers (exit codes) on one line
         flow = bool(value) and all(isinstance(v, int) for v in value)
