@@ -343,3 +343,17 @@ def _strings(node) -> list[str]:
     if isinstance(node, list):
         return [s for v in node for s in _strings(v)]
     return []
+
+
+def test_the_credential_check_is_linear_in_the_values_length():
+    """A long word was tried as a URL scheme from each of its letters (quadratic: one 64 KiB argument took 17 s,
+    100 KB 23 s). 256 KiB values of the shapes that were slow check in well under a second now (the bound here is
+    loose on purpose: quadratic would take minutes)."""
+    import time
+
+    from hpcqa.core import values
+    for text in ("a" * (256 << 10), "eyJ" + "a" * (256 << 10), "a-" * (128 << 10), "Bearer " + "a" * (256 << 10)):
+        t0 = time.process_time()
+        values.secret_shape(text)        # (the last is a bearer token by its shape: found, quickly)
+        assert time.process_time() - t0 < 5, text[:12]
+    assert values.secret_shape("pip install git+https://me:hunter22@git.example.com/x") is not None

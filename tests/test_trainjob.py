@@ -650,3 +650,20 @@ def test_sigterm_during_an_evaluation_between_steps_saves_that_step(cli, tmp_pat
     assert report["stopped_at_step"] == 12, report
     assert (jd / "checkpoints" / "checkpoint-12").is_dir()
     assert restart_and_finish(docs, tmp_path, port + 1, jd)["resumed_from_step"] == 12
+
+
+def test_a_plan_over_the_kernels_variable_limit_is_refused_at_render(cli, tmp_path):
+    """One 64 KiB argument is within hpcqa's own limit for an argument, but the plan carries the command twice
+    (argv and its display) and the TrainJob's plan variable grew past Linux's 128 KiB per variable: the kubelet's
+    exec would fail and the pod never start. The render refuses it with the cause and the fix; a pod started
+    with such a variable really is refused by the kernel (E2BIG)."""
+    big = "a" * (64 << 10)
+    r = cli("render", "configs/quickstart.toml", "--target", "trainjob", *IMAGE, *TINY, "--", "python", "prog.py", big)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "over Linux's 131072 byte limit" in r.stderr and "longest argument has 65536" in r.stderr, r.stderr
+    with pytest.raises(OSError) as e:
+        subprocess.run(["true"], env={"HPCQA_PLAN_JSON": "x" * (130 << 10)})
+    assert e.value.errno == 7    # E2BIG: what the container's exec would have met
+    ok = cli("render", "configs/quickstart.toml", "--target", "trainjob", *IMAGE, *TINY, "--", "python", "prog.py",
+             "a" * (16 << 10))
+    assert ok.returncode == 0, ok.stderr

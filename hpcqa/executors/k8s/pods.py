@@ -225,11 +225,25 @@ PLAN_FROM_ENV = ('plan="$(mktemp -d)/@@PLAN_FILE@@"  # the job carries the plan:
                  'printf \'%s\' "${HPCQA_PLAN_JSON:?the job sets HPCQA_PLAN_JSON}" > "$plan"')
 
 
+MAX_VARIABLE = 128 << 10   # Linux's MAX_ARG_STRLEN: one "NAME=value" string of an exec'd environment, NUL included
+
+
 def carried(plan: LaunchPlan, name: str, kind: str) -> list[dict[str, str]]:
     """What the job object itself carries to its pods: the plan and the pod script, as the container's variables
-    (RUN_SCRIPT runs the script). Nothing else is applied with the job, so nothing outlives it."""
-    return [{"name": "HPCQA_PLAN_JSON", "value": plan.dumps()},
-            {"name": "HPCQA_NODE_SCRIPT", "value": node_script(plan, name, kind)}]
+    (RUN_SCRIPT runs the script). Nothing else is applied with the job, so nothing outlives it. A variable the
+    kernel would refuse at the container's exec (over MAX_VARIABLE: the pod could never start) is refused here."""
+    env = [{"name": "HPCQA_PLAN_JSON", "value": plan.dumps()},
+           {"name": "HPCQA_NODE_SCRIPT", "value": node_script(plan, name, kind)}]
+    for e in env:
+        size = len(f"{e['name']}={e['value']}".encode()) + 1
+        if size > MAX_VARIABLE:
+            longest = max(plan.command, key=len, default="")
+            raise UsageError(f"the {kind}'s variable {e['name']} would be {size} bytes: over Linux's {MAX_VARIABLE} "
+                             "byte limit for one variable (MAX_ARG_STRLEN), so its pods could never start",
+                             (f"shorten job.command (its longest argument has {len(longest)} characters): put long "
+                              "values in a file on the volume and pass its path" if plan.command else
+                              "shorten the longest config values (cluster.setup, job.command)"))
+    return env
 
 
 def node_script(plan: LaunchPlan, name: str, kind: str = "PyTorchJob") -> str:
