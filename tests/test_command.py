@@ -88,6 +88,7 @@ def test_named_files_are_the_arguments_that_are_files(tmp_path):
 
 
 def test_cli_double_dash_sets_the_command_and_refuses_elsewhere(tmp_path):
+    (tmp_path / "t.py").write_text("print(1)\n")
     r = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path}", "--dry-run", "--json", "--", "python",
                 "t.py", "--lr", "{train.learning_rate}", "--weird", "a'b\"c$(x)`y`;z", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -453,3 +454,46 @@ def test_the_programs_stderr_is_passed_on_as_it_comes_in_bounded_memory(monkeypa
     assert sink.n == 14 + 20 * (1 << 20) + len(b"\nKeyError: 'answers'\n")
     assert peak < 2 << 20, peak
     assert list(tail)[-1] == "KeyError: 'answers'" and len(list(tail)[-2]) == rankcmd.TAIL_LINE
+
+
+def test_a_program_that_is_not_there_is_refused_at_submit(tmp_path):
+    """`python prog.py` from a folder without prog.py, or `./train.sh`: the job could never start (python exits 2,
+    exec 127). Refused at submit and in the dry run, naming the folder, before anything is queued."""
+    for argv in (["python", "prog.py"], ["./train.sh", "--x"]):
+        for dry in ([], ["--dry-run"]):
+            r = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}", *dry, "--", *argv,
+                        cwd=tmp_path)
+            assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+            assert f"{argv[0] if argv[0] != 'python' else argv[1]} is not in {tmp_path}" in r.stderr, r.stderr
+    assert not (tmp_path / "logs").exists()
+    for argv in (["python", "-m", "json.tool", "--help"], ["python", "-c", "pass"], ["bash", "-c", "true"]):
+        r = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}", "--dry-run", "--", *argv,
+                    cwd=tmp_path)
+        assert r.returncode == 0, (argv, r.stderr)
+
+
+@pytest.mark.slow
+def test_paths_out_of_the_folder_are_passed_absolute_and_the_job_runs(tmp_path):
+    """`python ../other/prog.py --data=../other/data.txt` from a folder of its own: the program runs in a copy of
+    that folder, where the relative paths would name nothing, so they are passed absolute (the dry run shows it)
+    and the file named is checked by digest; the job completes and read the right data."""
+    work, other = tmp_path / "work", tmp_path / "other"
+    work.mkdir()
+    other.mkdir()
+    (other / "prog.py").write_text("import json, os, sys\n"
+                                   "data = open(sys.argv[1].split('=', 1)[1]).read().strip()\n"
+                                   "if os.environ['RANK'] == '0':\n"
+                                   "    json.dump({'data': data}, open(os.environ['HPCQA_RESULTS'], 'w'))\n")
+    (other / "data.txt").write_text("forty-two\n")
+    argv = ["python", "../other/prog.py", "--data=../other/data.txt"]
+    dry = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}", "--dry-run", "--json", "--",
+                  *argv, cwd=work)
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    assert plan["command"][1:] == [str(other / "prog.py"), f"--data={other / 'data.txt'}"], plan["command"]
+    assert sorted(plan["work"]["named"]) == [str(other / "data.txt"), str(other / "prog.py")]
+    r = _submit_local(work, *argv, extra=("--set", f"job.output_dir={tmp_path / 'logs'}"))
+    assert r.returncode == 0, r.stderr
+    job_id = r.stderr.split("local job ")[1].split(":")[0]
+    j = json.loads(run_cli("status", "--json", job_id, "--registry", str(work / "logs" / "reg.sqlite")).stdout)[0]
+    assert j["state"] == "COMPLETED" and j["results"]["metrics"] == {"data": "forty-two"}, j

@@ -125,6 +125,55 @@ def named_files(argv: Sequence[str], cwd: str) -> list[str]:
     return out
 
 
+def outside_relative(argv: Sequence[str], cwd: str) -> dict[str, str]:
+    """Relative paths in the arguments (or `--flag=VALUE` values) that name an existing file or folder outside `cwd`
+    (`../data/train.json`) -> their absolute paths. The program runs in a copy of `cwd`, where such a path would
+    name nothing; passed absolute, it names what the user meant (the files are also checked by digest)."""
+    inside = os.path.realpath(cwd) + os.sep
+    out: dict[str, str] = {}
+    for a in argv:
+        for cand in (a, a.split("=", 1)[1] if a.startswith("-") and "=" in a else ""):
+            if not cand or os.path.isabs(cand) or "\0" in cand or len(cand) > 4095:
+                continue
+            path = os.path.normpath(os.path.join(cwd, cand))
+            if os.path.exists(path) and not (os.path.realpath(path) + os.sep).startswith(inside):
+                out[cand] = path
+    return out
+
+
+def absolute_outside(argv: Sequence[str], cwd: str) -> tuple[str, ...]:
+    """argv with outside_relative's paths made absolute (in `--flag=VALUE` too)."""
+    moved = outside_relative(argv, cwd)
+    out = []
+    for a in argv:
+        if a in moved:
+            out.append(moved[a])
+        elif a.startswith("-") and "=" in a and a.split("=", 1)[1] in moved:
+            flag, value = a.split("=", 1)
+            out.append(f"{flag}={moved[value]}")
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def missing_program(argv: Sequence[str], python: str, cwd: str) -> str | None:
+    """The program a command names by a relative path that is not there (`python prog.py` run from a folder
+    without prog.py, `./train.sh`): the job could never start (python exits 2, exec 127). None when it is there,
+    or named otherwise (a module, -c, a name looked up in PATH at the rank)."""
+    interpreter = bool(argv) and (argv[0] == python or os.path.basename(argv[0]).startswith("python"))
+    args = list(argv[1:]) if interpreter else list(argv)
+    if not args:
+        return None
+    first = args[0]
+    if interpreter and (first.startswith("-") or not first):
+        return None                         # python -m module, python -c code, python -u ...: not a path
+    if not interpreter and "/" not in first:
+        return None                         # bash, torchrun ...: found in PATH where it runs
+    if os.path.isabs(first):
+        return None if os.path.exists(first) else first
+    return None if os.path.exists(os.path.join(cwd, first)) else first
+
+
 def display(argv: Sequence[str]) -> str:
     """The argv as one shell-quoted line, for people (the plan carries the list; no shell ever parses it)."""
     return " ".join(shlex.quote(a) for a in argv)

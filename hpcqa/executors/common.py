@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 from hpcqa.core import command, sweep, targets
 from hpcqa.core.config import Config
 from hpcqa.core.plan import HostProbe, LaunchPlan
+from hpcqa.errors import UsageError
 from hpcqa.executors import snapshot
 from hpcqa.executors.interface import File, Progress
 from hpcqa.record import jobdir, worktree
@@ -40,6 +41,14 @@ def with_work(sp: sweep.SweepPlan, copy: bool) -> tuple[sweep.SweepPlan, worktre
     run_in = str(tree.folder(root / "code") / worktree.TREE) if tree else folder
     plans = []
     for p in sp.plans:
+        if tree:   # the copy is made now, of what is there now: a program missing from it never starts
+            missing = command.missing_program(p.command, p.python, folder)
+            if missing:
+                raise UsageError(f"job.command: {missing} is not in {folder}, the folder the job runs a copy of: "
+                                 "it could never start", "submit from the program's folder (or set job.workdir to "
+                                 "it), or name the program by its absolute path")
+            # a relative path out of the folder names nothing in the copy: passed absolute
+            p = replace(p, command=command.absolute_outside(p.command, folder))
         args = p.command[1:] if p.command[0] == p.python else p.command
         named = worktree.named_digests(command.named_files(args, folder), folder) if tree else {}
         plans.append(p.with_work(run_in=run_in, snapshot=tree.digest if tree else "", named=named))

@@ -119,6 +119,7 @@ def write(tree: WorkTree, code_root: Path) -> Path:
         os.replace(dest, dest.with_name(f"{dest.name}.damaged-{int(time.time())}"))
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".work-{tree.digest}-", dir=dest.parent))
+    (tmp / TREE).mkdir()
     for rel, sha in tree.files.items():
         target = tmp / TREE / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -167,6 +168,7 @@ def lay(copy: str, dest: Path) -> Path:
     as submitted -- copied where it is missing or differs (each by an atomic rename, so ranks that lay the same
     folder at once agree) -- and nothing else touched: the program's own outputs stay for its next attempt."""
     manifest = read_json(os.path.join(copy, MANIFEST))
+    dest.mkdir(parents=True, exist_ok=True)   # even for a folder with nothing to copy: the program runs in it
     for rel, sha in sorted(manifest.items()):
         target = dest / rel
         if target.is_file() and not target.is_symlink() and file_sha256(target) == sha:
