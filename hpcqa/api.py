@@ -25,7 +25,7 @@ from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
 from hpcqa.core import states, sweep
 from hpcqa.core.config import Config
-from hpcqa.errors import ConfigError, JobFailed, UsageError
+from hpcqa.errors import ConfigError, HpcqaError, JobFailed, UsageError
 from hpcqa.executors import cancel as canceller
 from hpcqa.executors import hostprobe, jobs, table
 from hpcqa.executors.interface import Executor, Request, Say, Submitted, silent
@@ -93,6 +93,16 @@ def before_queueing(plans: Sequence[Any], warn=None) -> None:
         raise ConfigError("launch.pass_env", f"{', '.join(missing)} not set in this environment: nothing to pass to "
                           "the ranks", f"export {missing[0]}=... before submitting (the value is passed, never "
                           "written), or drop it from launch.pass_env", plans[0].config.source)
+
+
+def would_refuse(plans: Sequence[Any]) -> HpcqaError | None:
+    """What `submit` would refuse this request for on this machine (before_queueing's checks, which read only), or
+    None: the dry run says it instead of showing a plan that would never be queued."""
+    try:
+        before_queueing(plans)
+    except HpcqaError as e:
+        return e
+    return None
 
 
 def scaling_notes(plans: Sequence[Any]) -> list[str]:

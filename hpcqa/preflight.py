@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from hpcqa.errors import ConfigError
 from hpcqa.record.jobdir import JobRoot
 
 SHOW = 3  # offenders named in a message
+# huggingface_hub's validate_repo_id: [namespace/]name, each of word characters, '-' and '.', at most 96 each
+HUB_ID = re.compile(r"(?:[\w.-]{1,96}/)?[\w.-]{1,96}")
 
 
 def check(cfg: Config) -> list[str]:
@@ -32,7 +35,18 @@ def check(cfg: Config) -> list[str]:
             if path:
                 notes += data_file(cfg, key, path)
     model(cfg)
+    resume_from(cfg)
     return notes
+
+
+def resume_from(cfg: Config) -> None:
+    """train.resume_from names a Trainer checkpoint (a folder with trainer_state.json), as every rank will demand."""
+    path = cfg.train.resume_from
+    if path and not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "trainer_state.json"))):
+        why = "is not there" if not os.path.exists(path) else "is not a folder" if not os.path.isdir(path) else \
+            "is a folder without trainer_state.json: not a Trainer checkpoint"
+        raise ConfigError("train.resume_from", f"{path} {why}", "name a checkpoint-N folder of an earlier job "
+                          "(hpcqa status JOB lists them), or leave it empty", cfg.source)
 
 
 def output_writable(cfg: Config) -> None:
@@ -139,6 +153,10 @@ def model(cfg: Config) -> str:
         return "local directory"
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise ConfigError(key, f"model directory {name!r} not found", "check the path (relative to where you submit)", src)
+    if not HUB_ID.fullmatch(name) or "--" in name or ".." in name or name.endswith(".git"):
+        raise ConfigError(key, f"{name!r} is neither a local directory, a built-in, nor a hub id ([namespace/]name: "
+                          "letters, digits, '-', '_', '.', at most 96 each)", "give the model's folder (it must "
+                          "exist where you submit) or its hub id, e.g. \"bert-base-uncased\"", src)
     if cfg.model.allow_download:
         return "hub id (rank 0 may download it)"
     repo = "models--" + name.replace("/", "--")

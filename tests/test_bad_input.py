@@ -501,3 +501,37 @@ def test_a_registry_path_that_is_a_fifo_or_under_a_file_is_one_line(cli, tmp_pat
         for verb in (["status", "--all"], ["registry", "check"]):
             r = cli(*verb, "--registry", str(path))
             assert r.returncode == 2 and what in r.stderr and "Traceback" not in r.stderr, (verb, r.stderr)
+
+
+def test_the_first_rounds_leftovers_are_one_line_at_submit_and_in_the_dry_run(cli, tmp_path):
+    """From the first round's corpus, what was still silent: a 5,000-character model name (a traceback at submit),
+    train.seed = 2**63-1 (every rank failed at start: numpy takes seeds below 2**32), train.resume_from that is
+    not a checkpoint, k8s.mount_path over the image's system folders. Each is one line, exit 2, naming the key;
+    and the dry run of a request submit would refuse says so instead of showing a plan that is never queued."""
+    out = ["--set", f"job.output_dir={json.dumps(str(tmp_path / 'out'))}"]
+    for setting, key in ((f'model.name_or_path="{"a" * 5000}"', "model.name_or_path"),
+                         (f"train.seed={2**63 - 1}", "train.seed")):
+        for dry in ([], ["--dry-run"]):
+            r = cli("submit", "configs/quickstart.toml", *out, "--set", setting, *dry)
+            assert r.returncode == 2 and key in r.stderr and "Traceback" not in r.stderr, (setting, r.stderr)
+            assert len([ln for ln in r.stderr.splitlines() if ln.startswith("error:")]) == 1
+    r = cli("submit", "configs/quickstart.toml", *out, "--set", 'model.name_or_path="not a hub id"')
+    assert r.returncode == 2 and "neither a local directory" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    for path, why in (("/etc", "without trainer_state.json"), (str(tmp_path / "nope"), "is not there")):
+        r = cli("submit", "configs/quickstart.toml", *out, "--set", f"train.resume_from={json.dumps(path)}")
+        assert r.returncode == 2 and "train.resume_from" in r.stderr and why in r.stderr, r.stderr
+        dry = cli("submit", "configs/quickstart.toml", *out, "--set", f"train.resume_from={json.dumps(path)}",
+                  "--dry-run", "--json")
+        assert dry.returncode == 0 and why in json.loads(dry.stdout)["would_refuse"]["error"], dry.stdout[-500:]
+        assert "submit here would refuse it" not in dry.stderr   # --json: in the object, not on stderr
+    missing = cli("submit", "configs/quickstart.toml", *out, "--set", 'data.dataset=""', "--set",
+                  f"data.train_file={json.dumps(str(tmp_path / 'train.json'))}", "--dry-run")
+    assert missing.returncode == 0 and "would refuse it" in missing.stderr and "data.train_file" in missing.stderr
+    assert not (tmp_path / "out").exists()
+    for mount in ("/", "/dev/shm", "/mnt/../etc", "/etc/hpcqa", "/usr/local/data"):
+        r = cli("render", "configs/squad_spr.toml", "--target", "trainjob", "--set", "k8s.image=r/x:1",
+                "--set", f"k8s.mount_path={json.dumps(mount)}")
+        assert r.returncode == 2 and "k8s.mount_path" in r.stderr and "Traceback" not in r.stderr, (mount, r.stderr)
+    ok = cli("render", "configs/squad_spr.toml", "--target", "trainjob", "--set", "k8s.image=r/x:1",
+             "--set", 'k8s.mount_path="/data/hpcqa"')
+    assert ok.returncode == 0, ok.stderr

@@ -47,7 +47,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"{ex.scheduler} would accept it: {answer}" if ex.scheduler else answer)
         return 0
     if args.dry_run:
-        print_request(ex, request, args.json)
+        refusal = api.would_refuse(request.sweep.plans)
+        print_request(ex, request, args.json, refusal)
+        if refusal and not args.json:   # the message; submit itself gives the fix, --json has both
+            warn(f"submit here would refuse it: {refusal.message}")
         return 0
     done = api.submit_request(ex, request, say=say, warn=warn)
     reg, how = registry.chosen_by(request.sweep.plans[0].config.job.registry)
@@ -69,11 +72,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return report.finish(outcome, done.request.sweep.plans[0], say)
 
 
-def print_request(ex: Any, request: Any, as_json: bool) -> None:
-    """`submit --dry-run`: the request `submit` would be given (plan, files, scripts, commands), nothing run."""
+def print_request(ex: Any, request: Any, as_json: bool, refusal: Any = None) -> None:
+    """`submit --dry-run`: the request `submit` would be given (plan, files, scripts, commands), nothing run; and
+    what submit would refuse it for on this machine (a missing data file, a model not in the cache ...)."""
     sp = request.sweep
     if as_json:
         out = sp.plans[0].to_json()
+        out["would_refuse"] = {"error": refusal.message, "fix": refusal.hint} if refusal else None
         out["plan_digest"] = sp.plans[0].digest
         scripts = list(request.scripts) or None
         out["sbatch"] = scripts[0] if scripts and not sp.is_sweep else scripts

@@ -225,7 +225,8 @@ class TrainConfig:
     ddp_backend: Literal[DDP_BACKENDS] = opt(
         "auto", "auto: ccl when oneccl_bindings_for_pytorch imports and transformers accepts it, "
                 "else gloo. ccl unavailable -> error before training.")
-    seed: int = opt(42, "Random seed.", min=0)
+    seed: int = opt(42, "Random seed (numpy, which the Trainer seeds too, takes 0 to 2**32 - 1).", min=0,
+                    max=2**32 - 1)
     ddp_timeout_s: int = opt(1800, "Timeout of the rendezvous and of every collective: a rank that can't "
                                    "reach MASTER_ADDR or a peer fails after this long.", min=10, max=7 * 86400)
     do_eval: bool = opt(True, "Evaluate (EM/F1) after training.")

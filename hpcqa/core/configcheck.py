@@ -157,10 +157,25 @@ def _check_paths(cfg: Any) -> None:
             raise ConfigError(key, f"a path of {len(raw)} bytes with a name of up to "
                               f"{max(len(p) for p in raw.split(b'/'))}: the kernel takes names of at most 255 bytes "
                               "and paths of at most 4095", f"shorten {key}", cfg.source)
+    _check_model_name(cfg)
     if "%" in cfg.job.output_dir:
         raise ConfigError("job.output_dir", "contains '%': Slurm would expand it in the log names (%j is the job id) "
                           "and the logs would land elsewhere than the job folder", "choose a folder without '%'",
                           cfg.source)
+
+def _check_model_name(cfg: Any) -> None:
+    """model.name_or_path is a built-in, or a path or hub id of a length the kernel takes (255 bytes a name, 4095 the
+    whole: PATH_KEYS' rule); longer, it ended in a traceback where it was first looked up. Whether it is a folder
+    or a hub id is the submit host's to say (preflight.model)."""
+    name, key = cfg.model.name_or_path, "model.name_or_path"
+    raw = name.encode("utf-8", "surrogateescape")
+    if name.startswith("builtin:"):
+        return
+    if len(raw) > 4095 or any(len(part) > 255 for part in raw.split(b"/")):
+        raise ConfigError(key, f"{len(raw)} bytes, with a name of up to {max(len(p) for p in raw.split(b'/'))}: too "
+                          "long for a path (255 bytes a name, 4095 in all) and for a hub id (96 characters a part)",
+                          "give the model's folder or its hub id (namespace/name)", cfg.source)
+
 
 # sbatch options the plan owns -> the key that sets them. sbatch takes the last of repeated options and accepts
 # any unambiguous prefix of a long option (getopt_long), so a prefix of one of these is refused too.
@@ -231,6 +246,11 @@ def _check_env(cfg: Any) -> None:
                               src)
 
 
+# where a volume may not be mounted: the root, and what the image and the kubelet own
+SYSTEM_DIRS = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/root", "/run", "/sbin",
+               "/sys", "/usr", "/var/lib", "/var/run")
+
+
 # Kubernetes' label key ([DNS subdomain prefix/]name, name at most 63) and value (at most 63), apimachinery's rules
 LABEL_KEY = r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 LABEL_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
@@ -241,6 +261,15 @@ def _check_k8s(cfg: Any) -> None:
     for key in ("output_path", "model_cache_path", "data_cache_path"):
         if ".." in getattr(k, key).split("/"):
             raise ConfigError(f"k8s.{key}", "'..' would leave the volume", "give a path inside k8s.mount_path", src)
+    mount = k.mount_path.rstrip("/") or "/"
+    if ".." in mount.split("/") or "." in mount.split("/")[1:]:
+        raise ConfigError("k8s.mount_path", f"{k.mount_path!r} has '.' or '..' in it", "give the plain absolute "
+                          "path, e.g. /mnt/hpcqa", src)
+    system = next((d for d in SYSTEM_DIRS if mount == d or d != "/" and mount.startswith(d + "/")), None)
+    if system:
+        raise ConfigError("k8s.mount_path", f"{k.mount_path!r} would lay the volume over the image's own {system}"
+                          + (" (the pods' /dev/shm is their own memory volume)" if system == "/dev" else ""),
+                          "mount it at a folder of its own, e.g. /mnt/hpcqa", src)
     for name, value in k.node_selector.items():
         if not re.fullmatch(LABEL_KEY, name):
             raise ConfigError(f"k8s.node_selector.{name}", "not a Kubernetes label key",
