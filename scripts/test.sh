@@ -1,6 +1,7 @@
 #!/bin/bash
 # Install everything the tests need on a fresh machine, then run them. `.ci/run` calls this.
-# As root it also installs Debian's Slurm, munge, MariaDB and OpenSSH (the bare-node mpirun test): the integration tests start a real
+# As root it also installs Debian's Slurm, munge, MariaDB and OpenSSH (the bare-node mpirun test), and g++ (train.compile's
+# Inductor kernels): the integration tests start a real
 # throw-away cluster (scripts/devcluster.py) and stop it again. Without root those tests skip,
 # except under CI (CI=true), where a missing cluster is a failure.
 # Then the release-sensitive Slurm tests (-m "slurm and each_release": what depends on the scheduler's own
@@ -9,7 +10,7 @@
 # empty to skip that. The exit status is the first pass's failure, else the later ones'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "$(id -u)" = 0 ] && { ! command -v slurmctld || ! command -v sshd || ! command -v debootstrap; } >/dev/null; then
+if [ "$(id -u)" = 0 ] && { ! command -v slurmctld || ! command -v sshd || ! command -v debootstrap || ! command -v g++; } >/dev/null; then
     # the packages' daemons are started by the tests themselves, never by the package scripts
     policy=""
     if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -19,7 +20,7 @@ if [ "$(id -u)" = 0 ] && { ! command -v slurmctld || ! command -v sshd || ! comm
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         slurmctld slurmd slurm-client slurmdbd munge mariadb-server iproute2 openssh-server openssh-client debootstrap \
-        libgoogle-perftools4 libjemalloc2 >/dev/null
+        libgoogle-perftools4 libjemalloc2 g++ >/dev/null
     if [ -n "$policy" ]; then rm -f "$policy"; fi
 fi
 PY=$(bash scripts/install.sh)  # this checkout's venv, unless one is active

@@ -477,3 +477,27 @@ def test_an_unresolvable_master_addr_fails_the_job_in_ddp_timeout_with_its_reaso
     text = " ".join(s.stdout.split())
     assert "FAILED" in text and "MASTER_ADDR 'rendezvous.invalid' does not resolve" in text, text
     assert "unset a stale MASTER_ADDR" in text, text
+
+
+@pytest.mark.slow
+def test_train_compile_runs_the_compiled_model_and_reports_its_cost(cli, tmp_path, cache_env):
+    """train.compile = true: the Trainer's torch.compile with Inductor's C++ kernels (a real compile: g++ runs), with
+    dynamic shapes from the start and the encoder's layers compiled once. The results say what compiling cost and
+    how many graphs Dynamo made; the loss is the eager run's to float rounding (compiled kernels sum in another
+    order), never another model."""
+    losses = {}
+    for flag in ("false", "true"):
+        out = tmp_path / flag
+        r = cli("submit", "configs/quickstart.toml", *TINY, "--set", "train.max_steps=8", "--set",
+                "train.comm_probe_steps=0", "--set", "train.do_eval=false", "--set", f"train.compile={flag}",
+                "--set", f"job.output_dir={json.dumps(str(out))}", env=cache_env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        (job,) = job_dirs(out)
+        res = json.loads((job / "results.json").read_text())
+        losses[flag] = res["train_loss"]
+        if flag == "true":
+            c = res["compile"]
+            assert c["backend"] == "inductor" and c["graphs"] >= 1 and c["compile_s"] > 1, c
+        else:
+            assert res["compile"] is None
+    assert abs(losses["true"] - losses["false"]) <= 1e-3 * abs(losses["false"]), losses

@@ -185,10 +185,14 @@ class StepTimer(TrainerCallback):
 
     def summary(self, samples_per_step: int) -> dict:
         d, steady = self.durations, self.durations[self.warmup:]
+        step = sum(steady) / len(steady) if steady else None
+        first = d[:self.warmup] if len(d) > self.warmup else []
         return {"train_samples_per_second": samples_per_step * len(d) / sum(d) if d else None,
                 "steady_samples_per_second": samples_per_step * len(steady) / sum(steady) if steady else None,
                 "timed_steps": len(d), "timing_warmup_steps": self.warmup,
-                "step_time_s": sum(steady) / len(steady) if steady else None, "step_split_s": self.split()}
+                "step_time_s": step, "step_split_s": self.split(),
+                # what the warm-up steps took beyond steady steps: torch.compile's compile time when it is on
+                "warmup_excess_s": max(0.0, sum(first) - step * len(first)) if first and step else None}
 
 
 class FinalSave(TrainerCallback):

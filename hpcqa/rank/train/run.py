@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -112,6 +113,7 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     timing["efficiency"] = run_efficiency(r, model, data, timing, own_peak, bf16, trainer.hpcqa_counts)
     timing["comm"] = comm_probe(r, trainer, timing["step_split_s"])
     timing["optimizer"] = optimizer_facts(trainer)
+    timing["compile"] = compile_facts(r, timing)
     timing.update(train_runtime_s=train_time, trainer_samples_per_second=train_out.metrics.get("train_samples_per_second"),
                   best_checkpoint=trainer.state.best_model_checkpoint, best_metric=trainer.state.best_metric)
     digest = weights_digest(trainer.model.module if hasattr(trainer.model, "module") else trainer.model)
@@ -178,6 +180,18 @@ def training_arguments(r: Rank) -> tuple[TrainingArguments, bool]:
     # transformers 5 folded warmup_ratio into warmup_steps (a float < 1 is a ratio)
     warmup = ({"warmup_ratio": tc.warmup_ratio} if "warmup_ratio" in TrainingArguments.__dataclass_fields__
               else {"warmup_steps": tc.warmup_ratio})
+    if tc.compile:
+        compilers = [c for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c and shutil.which(c)]
+        if not compilers:
+            raise RankError(f"train.compile = true, but {socket.gethostname()} has no C++ compiler (g++, c++, "
+                            "clang++ or $CXX): Inductor builds its CPU kernels with one",
+                            "install one on the nodes (Debian: apt-get install g++), or set train.compile = false")
+        # how the Trainer's torch.compile (accelerate's TorchDynamoPlugin) reads the two choices it has no argument
+        # for: dynamic shapes from the first compile (lengths vary from batch to batch: no static compile thrown
+        # away at the second length), and regional compilation (the encoder's identical layers compiled once and
+        # reused, not once each)
+        os.environ.setdefault("ACCELERATE_DYNAMO_USE_DYNAMIC", "1")
+        os.environ.setdefault("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "1")
     try:
         args = TrainingArguments(
             output_dir=str(r.jd.checkpoints), use_cpu=True, ddp_backend=ddp_backend, bf16=bf16, **_eval_arguments(tc),
@@ -188,7 +202,8 @@ def training_arguments(r: Rank) -> tuple[TrainingArguments, bool]:
             seed=tc.seed, logging_steps=tc.logging_steps, optim=tc.optim, ddp_bucket_cap_mb=tc.ddp_bucket_cap_mb,
             save_total_limit=tc.save_total_limit, dataloader_num_workers=tc.dataloader_num_workers,
             report_to=[], disable_tqdm=True,  # TensorBoard: rank 0's own callback (build_trainer), into the job folder
-            ddp_find_unused_parameters=False, log_level="warning", ddp_timeout=tc.ddp_timeout_s, **warmup)
+            ddp_find_unused_parameters=False, log_level="warning", ddp_timeout=tc.ddp_timeout_s,
+            **({"torch_compile": True, "torch_compile_backend": "inductor"} if tc.compile else {}), **warmup)
     finally:  # an error setting the group up is the rank's error: no watchdog after it
         if guard is not None:
             guard.cancel()
@@ -364,6 +379,16 @@ def run_link(r: Rank) -> dict:
     leave_process_group()
     r.phases.enter(Phase.DONE)
     return {"rank": r.rank, "link": link}
+
+
+def compile_facts(r: Rank, timing: dict) -> dict | None:
+    """train.compile: what compiling cost (the warm-up steps' time beyond steady steps) and how many graphs Dynamo
+    made (each new one a compile: lengths that vary are compiled once more as dynamic shapes, then reused)."""
+    if not r.plan.config.train.compile:
+        return None
+    from torch._dynamo.utils import counters
+    return {"backend": "inductor", "compile_s": timing.get("warmup_excess_s"),
+            "graphs": int(counters["stats"]["unique_graphs"])}
 
 
 def write_results(r: Rank, result: dict, data: dict, train_out: TrainOutput, timing: dict, resumed_from: str | None,
