@@ -158,8 +158,9 @@ def absolute_outside(argv: Sequence[str], cwd: str) -> tuple[str, ...]:
 
 def missing_program(argv: Sequence[str], python: str, cwd: str) -> str | None:
     """The program a command names by a relative path that is not there (`python prog.py` run from a folder
-    without prog.py, `./train.sh`): the job could never start (python exits 2, exec 127). None when it is there,
-    or named otherwise (a module, -c, a name looked up in PATH at the rank)."""
+    without prog.py, `./train.sh`): the job, which runs a copy of `cwd`, could never start (python exits 2, exec
+    127). None when it is there, or named otherwise (a module, -c, a name looked up in PATH at the rank, an
+    absolute path, which may exist on the nodes only)."""
     interpreter = bool(argv) and (argv[0] == python or os.path.basename(argv[0]).startswith("python"))
     args = list(argv[1:]) if interpreter else list(argv)
     if not args:
@@ -170,7 +171,7 @@ def missing_program(argv: Sequence[str], python: str, cwd: str) -> str | None:
     if not interpreter and "/" not in first:
         return None                         # bash, torchrun ...: found in PATH where it runs
     if os.path.isabs(first):
-        return None if os.path.exists(first) else first
+        return None                         # not the copy's business: it may live on the nodes only
     return None if os.path.exists(os.path.join(cwd, first)) else first
 
 
