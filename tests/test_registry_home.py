@@ -55,6 +55,8 @@ def test_a_program_names_its_job(argv, name):
 
 def test_a_job_given_a_program_is_named_after_it_unless_job_name_says_otherwise(tmp_path):
     base = ["submit", QUICK, "--set", f"job.output_dir={tmp_path}", "--dry-run", "--json"]
+    for name in ("run_qa.py", "train_it.py"):        # a program missing from its folder is refused at submit
+        (tmp_path / name).write_text("print(1)\n")
     plan = json.loads(run_cli(*base, "--", "python", "run_qa.py", "--output_dir", "out", cwd=tmp_path).stdout)
     assert plan["config"]["job"]["name"] == "run_qa" and "/run_qa/" in plan["job_dir"]
     named = run_cli(*base, "--set", "job.name=mine", "--", "python", "run_qa.py", cwd=tmp_path)
