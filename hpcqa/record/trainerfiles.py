@@ -22,28 +22,34 @@ MAX_BYTES = 8 << 20    # a file larger than this is not read (a loss history of 
 CHECKPOINT = re.compile(r"checkpoint-\d+")   # the names transformers' get_last_checkpoint() resumes from
 
 
-def newest(roots: list[Path], names: tuple[str, ...]) -> dict[str, Path]:
-    """The newest file of each name under `roots` (at most MAX_DEPTH below, MAX_ENTRIES entries looked at)."""
-    best: dict[str, tuple[float, Path]] = {}
+def _walk(roots: list[Path], depth: int, skip=lambda name: False):
+    """(folder, its sub-folders, its files) under `roots`, at most `depth` below each, MAX_ENTRIES entries in all;
+    hidden folders, links and the sub-folders `skip` names are not gone into."""
     seen = 0
     for root in roots:
         base = len(Path(root).parts)
         for top, dirs, files in os.walk(root):
             seen += len(dirs) + len(files)
             if seen > MAX_ENTRIES:
-                return {k: v[1] for k, v in best.items()}
-            if len(Path(top).parts) - base >= MAX_DEPTH:
-                dirs[:] = []
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            for name in set(files) & set(names):
-                path = Path(top) / name
-                try:
-                    st = path.lstat()   # a link is not followed out of the folder
-                except OSError:
-                    continue
-                regular = stat.S_ISREG(st.st_mode)  # a FIFO of that name would block the reader for ever
-                if regular and st.st_size <= MAX_BYTES and (name not in best or st.st_mtime > best[name][0]):
-                    best[name] = (st.st_mtime, path)
+                return
+            yield top, list(dirs), files
+            dirs[:] = [] if len(Path(top).parts) - base >= depth else [
+                d for d in dirs if not d.startswith(".") and not skip(d) and not os.path.islink(os.path.join(top, d))]
+
+
+def newest(roots: list[Path], names: tuple[str, ...]) -> dict[str, Path]:
+    """The newest file of each name under `roots` (at most MAX_DEPTH below, MAX_ENTRIES entries looked at)."""
+    best: dict[str, tuple[float, Path]] = {}
+    for top, _, files in _walk(roots, MAX_DEPTH):
+        for name in set(files) & set(names):
+            path = Path(top) / name
+            try:
+                st = path.lstat()   # a link is not followed out of the folder
+            except OSError:
+                continue
+            regular = stat.S_ISREG(st.st_mode)  # a FIFO of that name would block the reader for ever
+            if regular and st.st_size <= MAX_BYTES and (name not in best or st.st_mtime > best[name][0]):
+                best[name] = (st.st_mtime, path)
     return {k: v[1] for k, v in best.items()}
 
 
@@ -85,28 +91,18 @@ def interrupted(roots: list[Path], since: float) -> list[tuple[Path, str]]:
     preemption, a node lost mid-save). transformers' get_last_checkpoint() picks the highest number whatever is in
     it, and the program's resume then dies on the missing file. Pure reading; [(folder, why)]."""
     found: list[tuple[Path, str]] = []
-    seen = 0
-    for root in roots:
-        base = len(Path(root).parts)
-        for top, dirs, files in os.walk(root):
-            seen += len(dirs) + len(files)
-            if seen > MAX_ENTRIES:
-                return found
-            for d in [d for d in dirs if CHECKPOINT.fullmatch(d)]:
-                path = Path(top) / d
-                try:
-                    st = path.lstat()
-                except OSError:
-                    continue
-                if not stat.S_ISDIR(st.st_mode) or st.st_mtime < since:
-                    continue
-                state = path / STATE
-                if not state.is_file():
-                    found.append((path, f"no {STATE}: its save was interrupted"))
-                elif state.stat().st_size <= MAX_BYTES and not isinstance(read_json(state), dict):
-                    found.append((path, f"{STATE} does not read as JSON: its save was interrupted"))
-            if len(Path(top).parts) - base >= MAX_DEPTH - 1:
-                dirs[:] = []
-            dirs[:] = [d for d in dirs if not d.startswith(".") and not CHECKPOINT.fullmatch(d)
-                       and not os.path.islink(os.path.join(top, d))]
+    for top, dirs, _ in _walk(roots, MAX_DEPTH - 1, skip=CHECKPOINT.fullmatch):
+        for d in [d for d in dirs if CHECKPOINT.fullmatch(d)]:
+            path = Path(top) / d
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            if not stat.S_ISDIR(st.st_mode) or st.st_mtime < since:
+                continue
+            state = path / STATE
+            if not state.is_file():
+                found.append((path, f"no {STATE}: its save was interrupted"))
+            elif state.stat().st_size <= MAX_BYTES and not isinstance(read_json(state), dict):
+                found.append((path, f"{STATE} does not read as JSON: its save was interrupted"))
     return found
