@@ -5,7 +5,8 @@
 Brings up its own throw-away Slurm cluster (scripts/devcluster.py, root): 2 emulated nodes in network namespaces,
 each on a CPU of its own (--core-per-node), the link between them shaped with tc (token bucket). For each rate:
 `hpcqa tune --comm` measures the link with gloo; `hpcqa scaling --predict` predicts 2 nodes from a 1-node run; a
-2-node job measures it. Prints link, predicted, measured and their ratio.
+2-node job measures it. Prints link, predicted, measured and their ratio. Then (--compress, default fp16) the
+same 2-node job with train.ddp_compress: its gradients all-reduced in 16 bits, predicted and measured.
 
 The 1-node reference runs while the same training keeps the other emulated node busy: this VM's two vCPUs slow
 each other down on this workload (the forward+backward took 0.064 s per step alone, 0.09-0.10 s with the other
@@ -104,8 +105,24 @@ def shape(cluster_dir: str, rate: str) -> None:
                     "--nodes", "2", "--link", rate], check=True, capture_output=True, text=True)
 
 
-def experiment(env: dict, cluster_dir: str, rates: list[str], out: Path) -> list[dict]:
-    """On a running 2-node --core-per-node cluster: per rate, the link, the prediction and the measurement."""
+def compressed_prediction(out: Path, refs: list[str], link: dict, compress: str) -> float:
+    """2 nodes predicted from the same 1-node runs with the bytes sent under train.ddp_compress (what `hpcqa scaling
+    --predict` computes for a reference run with that setting: the same model, the buckets on the wire halved)."""
+    sys.path.insert(0, str(ROOT))
+    from hpcqa.core import scaling
+    rates = []
+    for j in refs:
+        res = results(out, j)
+        comm = {**res["comm"], "wire_bucket_bytes": list(scaling.on_the_wire(res["comm"]["bucket_bytes"], compress))}
+        prof = scaling.profile_from_results({**res, "comm": comm}, epochs=1.0)
+        model = scaling.Model.from_run(prof, scaling.Link(link["bandwidth_Bps"], link["latency_s"]))
+        rates.append(model.predict([1, 2])[1].samples_per_second)
+    return sum(rates) / len(rates)
+
+
+def experiment(env: dict, cluster_dir: str, rates: list[str], out: Path, compress: list[str] = ()) -> list[dict]:
+    """On a running 2-node --core-per-node cluster: per rate, the link, the prediction and the measurement; then, per
+    train.ddp_compress mode in `compress`, the same 2-node job with its gradients sent in 16 bits."""
     refs = reference(env, out)
     batch = batch_for(results(out, refs[0])["steady_samples_per_second"])
     extra = [f"train.per_device_train_batch_size={batch}"]
@@ -131,19 +148,31 @@ def experiment(env: dict, cluster_dir: str, rates: list[str], out: Path) -> list
                      "measured": two["steady_samples_per_second"], "ratio": two["steady_samples_per_second"] / pred2,
                      "exposed_measured_s": two["comm"]["exposed_s"],
                      "allreduce_predicted_s": preds[0][2]["allreduce_s"], "warned": warned,
-                     "split": two["step_split_s"]})
+                     "split": two["step_split_s"], "compress": "none", "train_loss": two.get("train_loss")})
+        for mode in compress:
+            sent = results(out, job_id(cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=2",
+                                                                       f"train.ddp_compress={mode}"))))
+            pred = compressed_prediction(out, refs, link, mode)
+            rows.append({**rows[-1], "compress": mode, "predicted": pred,
+                         "measured": sent["steady_samples_per_second"],
+                         "ratio": sent["steady_samples_per_second"] / pred, "warned": None,
+                         "exposed_measured_s": sent["comm"]["exposed_s"], "split": sent["step_split_s"],
+                         "train_loss": sent.get("train_loss")})
     return rows
 
 
 def print_rows(rows: list[dict], markdown: bool) -> None:
     if markdown:
-        print("| link (tc) | measured link | 1 node | 2 nodes predicted | 2 nodes measured | measured / predicted "
-              "| submit warned |")
-        print("|---|---|---|---|---|---|---|")
+        print("| link (tc) | gradients sent in | measured link | 1 node | 2 nodes predicted | 2 nodes measured "
+              "| measured / predicted | all-reduce exposed | train loss | submit warned |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        cells = [r["rate"], f"{8 * r['link_Bps'] / 1e6:.0f} Mbit/s, {1e6 * r['latency_s']:.0f} us",
+        loss = f"{r['train_loss']:.4f}" if isinstance(r.get("train_loss"), (int, float)) else "-"
+        cells = [r["rate"], {"none": "fp32"}.get(r.get("compress", "none"), r.get("compress")),
+                 f"{8 * r['link_Bps'] / 1e6:.0f} Mbit/s, {1e6 * r['latency_s']:.0f} us",
                  f"{r['one_node']:.1f}", f"{r['predicted']:.1f}", f"{r['measured']:.1f}", f"{r['ratio']:.2f}",
-                 "yes" if r["warned"] else "no"]
+                 f"{r['exposed_measured_s']:.3f} s", loss,
+                 "-" if r["warned"] is None else "yes" if r["warned"] else "no"]
         print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
 
 
@@ -151,6 +180,8 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="1gbit,100mbit")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--compress", default="fp16",
+                    help="train.ddp_compress modes also run on 2 nodes at each rate (comma-separated; '' for none)")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
@@ -161,7 +192,8 @@ def main(argv: list[str]) -> int:
         subprocess.run(up, check=True, capture_output=True, text=True, timeout=180)
         try:
             t0 = time.time()
-            rows = experiment(env, str(d / "slurm"), a.rates.split(","), d / "jobs")
+            rows = experiment(env, str(d / "slurm"), a.rates.split(","), d / "jobs",
+                              [m for m in a.compress.split(",") if m])
             print_rows(rows, a.markdown)
             print(f"({time.time() - t0:.0f} s)", file=sys.stderr)
         finally:

@@ -309,7 +309,9 @@ def _comm_rows(res: dict) -> list[tuple[str, str]]:
     if not comm.get("bucket_bytes"):
         return []
     text = (f"{comm['grad_bytes'] / 1e6:.1f} MB of gradients per step in {len(comm['bucket_bytes'])} bucket(s)"
-            + (" (as DDP would build them: one rank)" if comm.get("planned") else ""))
+            + (" (as DDP would build them: one rank)" if comm.get("planned") else "")
+            + (f", sent in {comm['compress']} ({sum(comm.get('wire_bucket_bytes') or []) / 1e6:.1f} MB)"
+               if comm.get("compress") in ("fp16", "bf16") else ""))
     if comm.get("allreduce_s"):
         hidden = max(1 - (comm.get("exposed_s") or 0) / comm["allreduce_s"], 0)
         text += (f"; {comm['allreduce_s']:.3f} s alone, {comm.get('exposed_s', 0):.3f} s exposed "

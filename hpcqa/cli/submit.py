@@ -159,12 +159,27 @@ def program_env(lp: Any, job: str) -> str:
     return "\n".join(lines)
 
 
+def step_lines(tc: Any, world: int) -> list[str]:
+    """What the config changes about the training step beyond run_qa.py's (results differ in the last digits)."""
+    out = []
+    if tc.compile:
+        out.append("torch.compile with Inductor (train.compile): the first steps compile, kernels sum in another "
+                   "order")
+    if tc.ddp_compress != "none":
+        out.append(f"gradients all-reduced in {tc.ddp_compress} (train.ddp_compress): half the bytes on the link, "
+                   "the sums rounded to 16 bits" + ("; one rank: nothing is all-reduced" if world == 1 else ""))
+    return out
+
+
 def builtin_rows(res: Any, lp: Any) -> None:
     """The built-in trainer's rows: model and data, batching, what is staged."""
     m = lp.config.model.name_or_path
     d = lp.config.data.dataset or lp.config.data.train_file
     res.add_row("job", f"{m} on {d}")
     res.add_row("batches", batches_line(lp.config))
+    step = step_lines(lp.config.train, lp.world_size)
+    if step:
+        res.add_row("step", "\n".join(step))
     staged = manifest.check(lp.config)
     if staged["manifest"]:
         res.add_row("staged", "\n".join(f"{k}: {state} ({escape(detail)})" for k, (state, detail) in

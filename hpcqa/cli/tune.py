@@ -122,7 +122,8 @@ def _scaling_from_reference(args: argparse.Namespace, nodes: list[int]) -> int:
                          f"({str(e).splitlines()[0][:160]})", "hpcqa stage the config where the hub is reachable, "
                          "or --set model.name_or_path=DIR (a directory with the model's config.json)") from None
     batch = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps
-    prof = scaling.profile_from_reference(lp.ranks_per_node, batch, args.features, epoch_s, buckets["bucket_bytes"])
+    prof = scaling.profile_from_reference(lp.ranks_per_node, batch, args.features, epoch_s,
+                                          scaling.on_the_wire(buckets["bucket_bytes"], cfg.train.ddp_compress))
     link = scalingruns.link_for(lp.target, cfg.cluster.partition, lp.backend.resolved, args.bandwidth,
                                 args.latency_us)
     model = scaling.Model(prof, link)
@@ -131,7 +132,9 @@ def _scaling_from_reference(args: argparse.Namespace, nodes: list[int]) -> int:
                                   f"{args.features:,} features (given)", "model": model, "predictions": preds,
            "best_layout": {}, "layouts": {}, "slower": scaling.slower_than_one(preds),
            "gradients": f"{buckets['model_type']}, {buckets['parameters'] / 1e6:.1f} M parameters: "
-                        f"{buckets['grad_bytes'] / 1e6:.0f} MB of gradients in {len(buckets['bucket_bytes'])} buckets",
+                        f"{buckets['grad_bytes'] / 1e6:.0f} MB of gradients in {len(buckets['bucket_bytes'])} buckets"
+                        + (f", sent in {cfg.train.ddp_compress} (train.ddp_compress)"
+                           if cfg.train.ddp_compress != "none" else ""),
            "needed": {n: model.bandwidth_for(n, args.efficiency) for n in nodes if n > 1},
            "efficiency_target": args.efficiency}
     if args.json:

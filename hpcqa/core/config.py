@@ -262,6 +262,10 @@ class TrainConfig:
                                       "gradient per step; the same sums).")
     ddp_bucket_cap_mb: int = opt(25, "DDP's all-reduce bucket size (MB): each bucket is one all-reduce, started as "
                                      "soon as its gradients are ready.", min=1, max=4096)
+    ddp_compress: Literal["none", "fp16", "bf16"] = opt(
+        "none", "Gradients all-reduced in 16 bits (DDP's fp16/bf16 compression hook): half the bytes on the link, "
+                "for multi-node links slower than the step; the sums are rounded to 16 bits (fp16 keeps 3 more "
+                "digits, bf16 the range), so results differ in the last digits. none: fp32, as run_qa.py.")
     comm_probe_steps: int = opt(3, "After training, time this many forward+backward passes with DDP's gradient "
                                    "all-reduce and as many under no_sync(): the difference is the all-reduce the "
                                    "backward did not hide (the run's results, \"comm\"; 0: skip).", min=0, max=100)

@@ -83,6 +83,14 @@ def profile_from_reference(ranks_per_node: int, batch_per_rank: float, features:
                    bucket_bytes=tuple(int(b) for b in bucket_bytes), train_samples=int(features), epochs=epochs)
 
 
+COMPRESSED_BYTES = {"none": 1.0, "fp16": 0.5, "bf16": 0.5}  # train.ddp_compress: the share of each bucket sent
+
+
+def on_the_wire(bucket_bytes: Sequence[int], compress: str) -> tuple[int, ...]:
+    """The bytes each of DDP's (fp32) buckets puts on the link under train.ddp_compress."""
+    return tuple(int(b * COMPRESSED_BYTES.get(compress, 1.0)) for b in bucket_bytes)
+
+
 def profile_from_results(res: dict, epochs: float = 0.0, max_steps: int = 0) -> Profile:
     """A Profile from a run's results.json; ValueError naming what is missing."""
     need = [k for k in ("world_size", "nodes", "step_time_s", "steady_samples_per_second") if not res.get(k)]
@@ -95,7 +103,7 @@ def profile_from_results(res: dict, epochs: float = 0.0, max_steps: int = 0) -> 
         raise ValueError("the run's results have no \"comm\" (its gradient buckets and exposed all-reduce): "
                          "the run predates hpcqa measuring them")
     per_rank = res["steady_samples_per_second"] * res["step_time_s"] / world
-    buckets = tuple(int(b) for b in comm["bucket_bytes"])
+    buckets = tuple(int(b) for b in comm.get("wire_bucket_bytes") or comm["bucket_bytes"])
     return Profile(nodes=nodes, ranks_per_node=world // nodes, samples_per_rank_step=per_rank,
                    step_time_s=float(res["step_time_s"]), exposed_s=float(comm.get("exposed_s") or 0.0),
                    allreduce_s=float(comm.get("allreduce_s") or 0.0),

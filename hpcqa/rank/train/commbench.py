@@ -88,7 +88,7 @@ def ddp_buckets(ddp_model: Any) -> dict:
             "gradient_as_bucket_view": bool(data.get("gradient_as_bucket_view"))}
 
 
-def exposed_allreduce(trainer: Any, steps: int) -> dict:
+def exposed_allreduce(trainer: Any, steps: int, compress: str = "none") -> dict:
     """Forward + backward of the first training batch, `steps` times with the all-reduce and `steps` times under
     no_sync() (after one warm-up each), on every rank together; gradients are cleared after, no weight moves.
     -> {"synced_s", "nosync_s", "exposed_s", ...} (medians over the steps)."""
@@ -111,14 +111,25 @@ def exposed_allreduce(trainer: Any, steps: int) -> dict:
     s, q = statistics.median(synced), statistics.median(quiet)
     buckets = ddp_buckets(model)
     return {"synced_s": s, "nosync_s": q, "exposed_s": max(s - q, 0.0), "probe_steps": steps,
-            "allreduce_s": allreduce_alone(buckets["bucket_bytes"], steps), **buckets}
+            "allreduce_s": allreduce_alone(buckets["bucket_bytes"], steps, compress), **buckets,
+            **wire(buckets["bucket_bytes"], compress)}
 
 
-def allreduce_alone(bucket_bytes: list[int], steps: int) -> float:
-    """Seconds to all-reduce one step's buckets with nothing to hide behind (median of `steps`, after a warm-up):
-    with exposed_s, how much of the all-reduce the backward hid (the overlap the scaling model uses)."""
+def wire(bucket_bytes: list[int], compress: str) -> dict:
+    """What train.ddp_compress puts on the link per step: each bucket in 16 bits when it is fp16/bf16."""
+    return {"compress": compress, "wire_bucket_bytes": list(scaling.on_the_wire(bucket_bytes, compress))}
 
-    bufs = [torch.zeros(max(b // 4, 1), dtype=torch.float32) for b in bucket_bytes]
+
+WIRE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def allreduce_alone(bucket_bytes: list[int], steps: int, compress: str = "none") -> float:
+    """Seconds to all-reduce one step's buckets with nothing to hide behind (median of `steps`, after a warm-up),
+    in the dtype DDP sends them in (train.ddp_compress): with exposed_s, how much of the all-reduce the backward hid
+    (the overlap the scaling model uses)."""
+
+    dtype = WIRE_DTYPES.get(compress, torch.float32)
+    bufs = [torch.zeros(max(b // 4, 1), dtype=dtype) for b in bucket_bytes]
 
     def once() -> None:
         for buf in bufs:

@@ -343,10 +343,13 @@ def comm_probe(r: Rank, trainer: Trainer, split: dict) -> dict:
     gains that part and the compute left when it is taken out of forward + backward."""
     inner = trainer.model
     steps = r.plan.config.train.comm_probe_steps
+    compress = r.plan.config.train.ddp_compress
     if r.world > 1 and steps:
-        comm = commbench.exposed_allreduce(trainer, steps)
+        comm = commbench.exposed_allreduce(trainer, steps, compress)
     else:
-        comm = {**commbench.planned_buckets(inner), "exposed_s": 0.0 if r.world == 1 else None}
+        planned = commbench.planned_buckets(inner)
+        comm = {**planned, **commbench.wire(planned["bucket_bytes"], compress),
+                "exposed_s": 0.0 if r.world == 1 else None}
     exposed = comm.get("exposed_s")
     if split.get("forward_backward") is not None and exposed is not None:
         split["allreduce_exposed"] = min(exposed, split["forward_backward"])

@@ -114,4 +114,7 @@ def build_trainer(r: Rank, args: TrainingArguments, model: Any, data: dict, opti
     if getattr(trainer.accelerator, "ddp_handler", None) is not None:
         # the Trainer passes no gradient_as_bucket_view to accelerate; DDP is built from this handler at train()
         trainer.accelerator.ddp_handler.gradient_as_bucket_view = tc.ddp_bucket_view
+        if tc.ddp_compress != "none":  # nor a comm hook: accelerate registers this one when it wraps the model
+            from accelerate.utils import DDPCommunicationHookType
+            trainer.accelerator.ddp_handler.comm_hook = DDPCommunicationHookType(tc.ddp_compress)
     return trainer
