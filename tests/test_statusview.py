@@ -156,6 +156,10 @@ def test_the_step_split_and_the_all_reduce_lines():
     assert rows["step"].startswith("0.300 s: compute 33 %, exposed all-reduce 67 %")
     assert rows["all-reduce"] == ("2.3 MB of gradients per step in 1 bucket(s); 0.200 s alone, 0.150 s exposed "
                                   "(25 % hidden behind the backward)")
+    sent = {**res, "comm": {**res["comm"], "compress": "fp16", "wire_bucket_bytes": [1_174_532]}}
+    v = JobView(id="1", name="n", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=sent)
+    assert dict(statusview._efficiency_rows(v))["all-reduce"].startswith(
+        "2.3 MB of gradients per step in 1 bucket(s), sent in fp16 (1.2 MB); 0.200 s alone")
     link = {"link": {"bandwidth_Bps": 95e6 / 8, "latency_s": 2e-4, "nodes": 2}, "backend": "gloo"}
     v = JobView(id="2", name="n-comm", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=link)
     assert dict(statusview._efficiency_rows(v))["link"] == "95.0 Mbit/s, latency 200 us (gloo, all-reduce among 2 nodes)"
@@ -193,3 +197,24 @@ def test_a_programs_trainer_files_are_read_as_data(tmp_path):
     assert trainerfiles.metrics([tmp_path]) is None                 # the link is not followed
     (ck / "trainer_state.json").write_text(json.dumps({"global_step": "2"}))
     assert trainerfiles.progress([tmp_path]) is None
+
+
+@pytest.mark.parametrize("line, peer", [
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for "
+     "recv operation to complete", True),
+    ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.", True),
+    ("torch.distributed.DistNetworkError: Connection reset by peer", True),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:4242",
+     True),
+    # the rank's own errors: retrying them would only fail again
+    ("requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='huggingface.co', port=443): Read timed out.", False),
+    ("TimeoutError: timed out", False),
+    ("subprocess.TimeoutExpired: Command '['tokenize']' timed out after 30 seconds", False),
+    ("ValueError: broken input", False),
+])
+def test_only_an_error_that_names_a_lost_peer_counts_as_one(tmp_path, line, peer):
+    from hpcqa.record import failures
+    log = tmp_path / "rank.log"
+    log.write_text(f"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n[rank1]: {line}\n")
+    assert failures.lost_peer_in_log(log) is peer
+    assert failures.consequence({"error": line}) == (2 if peer else 1)

@@ -12,7 +12,17 @@ from typing import Any
 
 HARD_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE")
 PEER_LOST = ("connection closed by peer", "connection reset by peer", "remote worker", "broken pipe",
-             "timed out", "gloo/transport")
+             "gloo/transport")
+# "timed out" alone is also a hub download's or the program's own timeout: a peer only when a collective or the
+# rendezvous store timed out (gloo: "Timed out waiting ... for recv", c10d: "DistStoreError ... timed out")
+TIMED_OUT_IN = ("gloo", "c10d", "diststore", "collective", "watchdog", "recv", "send", "allreduce", "all_reduce",
+                "barrier", "process group", "processgroup")
+
+
+def names_peer_loss(line: str) -> bool:
+    """An error line that says a peer went away (or a collective waited for one past its timeout)."""
+    low = line.lower()
+    return any(p in low for p in PEER_LOST) or ("timed out" in low and any(m in low for m in TIMED_OUT_IN))
 
 
 def lost_peer(record: Any) -> bool:
@@ -32,8 +42,7 @@ def lost_peer_in_log(path: Any, max_bytes: int = 64 << 10) -> bool:
     except OSError:
         return False
     first = error_first(tail)
-    return bool(first) and EXCEPTION.match(first[0].strip()) is not None \
-        and any(p in first[0].lower() for p in PEER_LOST)
+    return bool(first) and EXCEPTION.match(first[0].strip()) is not None and names_peer_loss(first[0])
 
 
 def consequence(record: dict) -> int:
@@ -41,7 +50,7 @@ def consequence(record: dict) -> int:
     error = str(record.get("error", ""))
     if any(f"killed by {s}" in error for s in HARD_SIGNALS):
         return 0
-    return 2 if any(p in error.lower() for p in PEER_LOST) else 1
+    return 2 if names_peer_loss(error) else 1
 
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")   # torch's prefix on a rank's uncaught error lines
