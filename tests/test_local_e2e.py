@@ -521,3 +521,28 @@ def test_ddp_compress_sends_the_gradients_in_16_bits_and_says_so(cli, tmp_path, 
     assert sent["compress"] == "fp16" and sent["wire_bucket_bytes"] == [b // 2 for b in sent["bucket_bytes"]]
     assert res["none"]["weights_digest"] != res["fp16"]["weights_digest"]
     assert res["fp16"]["train_loss"] == pytest.approx(res["none"]["train_loss"], rel=1e-2)
+
+
+def test_train_compile_without_a_cpp_compiler_stops_with_the_fix(cli, tmp_path, cache_env):
+    """A node without g++ (the rendered Dockerfile's image has none): train.compile = true stops every rank before
+    training with one line naming the host and the fix, not Inductor's traceback from the first step."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if not os.path.isdir(d):
+            continue
+        for name in os.listdir(d):
+            if name in ("g++", "c++", "clang++") or (bare / name).exists():
+                continue
+            (bare / name).symlink_to(Path(d) / name)
+    import shutil
+    assert shutil.which("g++", path=str(bare)) is None and shutil.which("python3", path=str(bare))
+    env = {**cache_env, "PATH": str(bare), "CXX": ""}
+    r = cli("submit", "configs/quickstart.toml", *TINY, "--set", "train.compile=true", "--set", "train.max_steps=2",
+            "--set", f"job.output_dir={json.dumps(str(tmp_path / 'out'))}", env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    text = " ".join(r.stderr.split())
+    assert "has no C++ compiler" in text and "apt-get install g++" in text and "train.compile = false" in text, text
+    assert "Traceback" not in r.stderr
+    (job,) = job_dirs(tmp_path / "out")
+    assert not (job / "results.json").exists()
