@@ -479,6 +479,15 @@ def test_an_unresolvable_master_addr_fails_the_job_in_ddp_timeout_with_its_reaso
     assert "unset a stale MASTER_ADDR" in text, text
 
 
+def tiny_results(cli, out: Path, env: dict, *sets: str) -> dict:
+    """A finished tiny quickstart job (no evaluation) with these --set values, written under `out` -> its results."""
+    r = cli("submit", "configs/quickstart.toml", *TINY, "--set", "train.do_eval=false",
+            *(a for v in sets for a in ("--set", v)), "--set", f"job.output_dir={json.dumps(str(out))}", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (job,) = job_dirs(out)
+    return json.loads((job / "results.json").read_text())
+
+
 @pytest.mark.slow
 def test_train_compile_runs_the_compiled_model_and_reports_its_cost(cli, tmp_path, cache_env):
     """train.compile = true: the Trainer's torch.compile with Inductor's C++ kernels (a real compile: g++ runs), with
@@ -487,13 +496,8 @@ def test_train_compile_runs_the_compiled_model_and_reports_its_cost(cli, tmp_pat
     order), never another model."""
     losses = {}
     for flag in ("false", "true"):
-        out = tmp_path / flag
-        r = cli("submit", "configs/quickstart.toml", *TINY, "--set", "train.max_steps=8", "--set",
-                "train.comm_probe_steps=0", "--set", "train.do_eval=false", "--set", f"train.compile={flag}",
-                "--set", f"job.output_dir={json.dumps(str(out))}", env=cache_env)
-        assert r.returncode == 0, r.stderr[-3000:]
-        (job,) = job_dirs(out)
-        res = json.loads((job / "results.json").read_text())
+        res = tiny_results(cli, tmp_path / flag, cache_env, "train.max_steps=8", "train.comm_probe_steps=0",
+                           f"train.compile={flag}")
         losses[flag] = res["train_loss"]
         if flag == "true":
             c = res["compile"]
@@ -507,15 +511,8 @@ def test_ddp_compress_sends_the_gradients_in_16_bits_and_says_so(cli, tmp_path, 
     """train.ddp_compress = "fp16": accelerate registers DDP's fp16 compression hook, so the gradients are rounded to
     16 bits before they are summed (the weights are not the fp32 run's, the loss is close to it); the results say
     what was sent and the probe's all-reduce alone is timed in 16 bits."""
-    res = {}
-    for mode in ("none", "fp16"):
-        out = tmp_path / mode
-        r = cli("submit", "configs/quickstart.toml", *TINY, "--set", "train.max_steps=6", "--set",
-                "train.comm_probe_steps=2", "--set", "train.do_eval=false", "--set", f"train.ddp_compress={mode}",
-                "--set", f"job.output_dir={json.dumps(str(out))}", env=cache_env)
-        assert r.returncode == 0, r.stderr[-3000:]
-        (job,) = job_dirs(out)
-        res[mode] = json.loads((job / "results.json").read_text())
+    res = {mode: tiny_results(cli, tmp_path / mode, cache_env, "train.max_steps=6", "train.comm_probe_steps=2",
+                              f"train.ddp_compress={mode}") for mode in ("none", "fp16")}
     plain, sent = res["none"]["comm"], res["fp16"]["comm"]
     assert plain["compress"] == "none" and plain["wire_bucket_bytes"] == plain["bucket_bytes"]
     assert sent["compress"] == "fp16" and sent["wire_bucket_bytes"] == [b // 2 for b in sent["bucket_bytes"]]
