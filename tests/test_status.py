@@ -238,3 +238,22 @@ def test_squeue_asks_only_for_hpcqas_jobs_and_none_left_is_not_an_error():
         return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
     recs, source = Slurm(runner).query(["77"])
     assert recs == {} and source.source is states.Source.SQUEUE and calls[-1][-2:] == ["-j", "77"]
+
+
+@pytest.mark.parametrize("comm", [{"grad_bytes": "x", "bucket_bytes": [1]},
+                                  {"grad_bytes": 1, "bucket_bytes": [1], "compress": "fp16",
+                                   "wire_bucket_bytes": ["a"]}])
+def test_a_results_file_with_values_of_the_wrong_type_is_one_row_not_a_traceback(tmp_path, comm):
+    """A hand-edited or damaged results.json in a shared job folder: `status JOB` shows what is certain (state, job,
+    folder) and one row naming the damage and where to read, exit 0; it was a TypeError traceback."""
+    from tests.conftest import run_cli
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "results.json").write_text(json.dumps({"status": "COMPLETED", "wall_time_s": 3.0, "comm": comm}))
+    reg = registry.Registry(tmp_path / "r.sqlite")
+    reg.add_many([dict(id="7", name="n", target="local", folder=str(job), config={}, source="x", nodes=1,
+                       world_size=2)])
+    r = run_cli("status", "7", "--registry", str(tmp_path / "r.sqlite"), env={"COLUMNS": "200"})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "COMPLETED" in text and str(job) in text and "holds a value of the wrong type (TypeError" in text, text

@@ -226,12 +226,24 @@ def _usage_rows(v: JobView) -> list[tuple[str, str]]:
                              f"{_mb(u.get('max_rss_bytes'))} (largest rank); measured by the ranks")]
 
 
+def checked_detail_lines(v: JobView) -> list[tuple[str, str]]:
+    """detail_lines, or, when a file the ranks wrote has a value of the wrong type (a hand-edited or damaged
+    results.json, progress.json or report), what is certain without it and one row that says which file to read."""
+    try:
+        return detail_lines(v)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        return [("state", v.state), ("job", f"{v.name} ({v.target})"), ("folder", v.folder or "-"),
+                ("damaged", f"a file in the job folder holds a value of the wrong type ({type(e).__name__}: "
+                            f"{_one_line(str(e))[:160]}); read the files in the job folder, or "
+                            "hpcqa status --json")]
+
+
 def print_detail(con, views: Sequence[JobView], source: states.Answer) -> None:
     for v in views:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(no_wrap=True)
         grid.add_column(overflow="fold")
-        for label, text in detail_lines(v):
+        for label, text in checked_detail_lines(v):
             grid.add_row(label, escape(text))
         con.print(Panel(grid, title=f"job {v.id}", expand=False))
         for note in v.notes:
