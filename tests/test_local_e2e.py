@@ -60,6 +60,13 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
     # efficiency in every run: model FLOPs from the model's shapes, each rank's measured peak, MFU -- in
     # results.json, status JOB and the TensorBoard event file
     res = json.loads((job / "results.json").read_text())
+    # the step's recipe as it ran: hpcqa's attention and bulk dropout masks, the model's own dropouts
+    assert res["step_recipe"]["attention"] == "hpcqa" and res["step_recipe"]["dropout_masks"] == "bulk"
+    assert res["step_recipe"]["attention_dropout"] == res["step_recipe"]["hidden_dropout"] == 0.1
+    assert res["step_recipe"]["bulk_dropout_modules"] > 0
+    assert re.search(r"recipe\s+attention hpcqa, bulk dropout masks; dropout 0.1 on attention, 0.1 on hidden\s+"
+                     r"states; allocator glibc-heap", status.stdout), status.stdout
+    assert res["allocator"] == "glibc-heap"   # launch.malloc's default, as the rank's process got it
     eff = res["efficiency"]
     assert len(eff["peak_flops_per_rank"]) == 2 and all(p > 1e8 for p in eff["peak_flops_per_rank"])
     assert 0 < eff["mfu"] < 1 and eff["precision"] == "fp32"
@@ -508,16 +515,21 @@ def test_train_compile_runs_the_compiled_model_and_reports_its_cost(cli, tmp_pat
 
 
 def test_ddp_compress_sends_the_gradients_in_16_bits_and_says_so(cli, tmp_path, cache_env):
-    """train.ddp_compress = "fp16": accelerate registers DDP's fp16 compression hook, so the gradients are rounded to
-    16 bits before they are summed (the weights are not the fp32 run's, the loss is close to it); the results say
-    what was sent and the probe's all-reduce alone is timed in 16 bits."""
+    """train.ddp_compress = "fp16" / "bf16" on 2 real gloo ranks: a compression hook is registered (accelerate's
+    fp16 one; hpcqa's own bf16 one, since torch refuses its stock bf16 hook on a build without CUDA/NCCL), so the
+    gradients are rounded to 16 bits before they are summed (the weights are not the fp32 run's, the loss is close
+    to it, and bf16 rounds differently from fp16); the results say what was sent and the probe's all-reduce alone
+    is timed in 16 bits."""
     res = {mode: tiny_results(cli, tmp_path / mode, cache_env, "train.max_steps=6", "train.comm_probe_steps=2",
-                              f"train.ddp_compress={mode}") for mode in ("none", "fp16")}
-    plain, sent = res["none"]["comm"], res["fp16"]["comm"]
+                              f"train.ddp_compress={mode}") for mode in ("none", "fp16", "bf16")}
+    plain = res["none"]["comm"]
     assert plain["compress"] == "none" and plain["wire_bucket_bytes"] == plain["bucket_bytes"]
-    assert sent["compress"] == "fp16" and sent["wire_bucket_bytes"] == [b // 2 for b in sent["bucket_bytes"]]
-    assert res["none"]["weights_digest"] != res["fp16"]["weights_digest"]
-    assert res["fp16"]["train_loss"] == pytest.approx(res["none"]["train_loss"], rel=1e-2)
+    for mode in ("fp16", "bf16"):
+        sent = res[mode]["comm"]
+        assert sent["compress"] == mode and sent["wire_bucket_bytes"] == [b // 2 for b in sent["bucket_bytes"]]
+        assert res["none"]["weights_digest"] != res[mode]["weights_digest"]
+        assert res[mode]["train_loss"] == pytest.approx(res["none"]["train_loss"], rel=1e-2)
+    assert res["fp16"]["weights_digest"] != res["bf16"]["weights_digest"]
 
 
 def test_train_compile_without_a_cpp_compiler_stops_with_the_fix(cli, tmp_path, cache_env):

@@ -72,6 +72,19 @@ def test_the_plan_names_the_libraries_the_node_resolves():
     assert "HPCQA_PRELOAD" not in spr("launch.malloc=default", "launch.openmp=gomp").ranks[0].env
 
 
+def test_glibc_heap_is_the_default_allocator_and_only_its_own_variables():
+    """launch.malloc = "glibc-heap" (the default): glibc's own variables, no preload; an explicit allocator or glibc
+    as it is gets none of them; launch.env still has the last word."""
+    heap = spr("launch.malloc=glibc-heap", "launch.openmp=gomp").ranks[0].env
+    assert heap["MALLOC_MMAP_MAX_"] == "0" and int(heap["MALLOC_TRIM_THRESHOLD_"]) >= 2 ** 40
+    assert "HPCQA_PRELOAD" not in heap
+    assert config.load(ROOT / "configs" / "quickstart.toml").launch.malloc == "glibc-heap"
+    for other in ("default", "tcmalloc", "jemalloc"):
+        assert "MALLOC_MMAP_MAX_" not in spr(f"launch.malloc={other}").ranks[0].env
+    mine = spr("launch.malloc=glibc-heap", 'launch.env={MALLOC_MMAP_MAX_ = "4"}').ranks[0].env
+    assert mine["MALLOC_MMAP_MAX_"] == "4"
+
+
 def test_unbound_plan_sets_no_threads():
     lp = spr("launch.bind=false")
     assert lp.ranks[0].cpus == () and "OMP_NUM_THREADS" not in lp.ranks[0].env

@@ -331,6 +331,21 @@ def _comm_rows(res: dict) -> list[tuple[str, str]]:
     return [("all-reduce", text)]
 
 
+def _recipe_rows(res: dict) -> list[tuple[str, str]]:
+    """The attention and dropout the step ran with (model.attention, model.dropout, model.*_dropout)."""
+    rec = res.get("step_recipe")
+    if not isinstance(rec, dict) or not isinstance(rec.get("attention"), str):
+        return []
+
+    def rate(key: str) -> str:
+        x = rec.get(key)
+        return f"{x:g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "none"
+    alloc = res.get("allocator")
+    return [("recipe", f"attention {rec['attention'][:40]}, {str(rec.get('dropout_masks'))[:10]} dropout masks; "
+                       f"dropout {rate('attention_dropout')} on attention, {rate('hidden_dropout')} on hidden "
+                       "states" + (f"; allocator {alloc[:20]}" if isinstance(alloc, str) else ""))]
+
+
 def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
     rows = []
     split = (v.results or {}).get("step_split_s") or {}
@@ -345,6 +360,7 @@ def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
         total = sum(known[k] for k in names if k in known)
         rows.append(("step", f"{total:.3f} s: " + ", ".join(f"{names[k]} {100 * known[k] / total:.0f} %"
                                                          for k in names if k in known)))
+    rows += _recipe_rows(v.results or {})
     rows += _comm_rows(v.results or {})
     eff = (v.results or {}).get("efficiency") or {}
     if eff.get("mfu_unreliable"):

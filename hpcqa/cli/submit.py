@@ -159,9 +159,19 @@ def program_env(lp: Any, job: str) -> str:
     return "\n".join(lines)
 
 
-def step_lines(tc: Any, world: int) -> list[str]:
-    """What the config changes about the training step beyond run_qa.py's (results differ in the last digits)."""
-    out = []
+def step_lines(cfg: Any, world: int) -> list[str]:
+    """How the training step computes: attention, dropout, and what the config changes beyond run_qa.py's step."""
+    tc, mc = cfg.train, cfg.model
+    attn = {"auto": "hpcqa", "hpcqa": "hpcqa", "sdpa": "torch's SDPA", "eager": "transformers' eager"}[mc.attention]
+    masks = "bulk-drawn" if mc.dropout in ("auto", "bulk") else "bernoulli_"
+    drops = [f"{kind} {getattr(mc, kind + '_dropout')}" for kind in ("attention", "hidden")
+             if getattr(mc, kind + "_dropout") != "model"]
+    out = [f"attention {attn}, {masks} dropout masks (model.attention = {mc.attention}, model.dropout = "
+           f"{mc.dropout})"]
+    if mc.attention == "auto":
+        out.append("auto: a model that takes no attention function keeps its own (checked at the rank)")
+    out.append("dropout " + (", ".join(drops) + ": a different recipe from the model's" if drops else
+                             "as the model's own (model.attention_dropout, model.hidden_dropout)"))
     if tc.compile:
         out.append("torch.compile with Inductor (train.compile): the first steps compile, kernels sum in another "
                    "order")
@@ -177,9 +187,7 @@ def builtin_rows(res: Any, lp: Any) -> None:
     d = lp.config.data.dataset or lp.config.data.train_file
     res.add_row("job", f"{m} on {d}")
     res.add_row("batches", batches_line(lp.config))
-    step = step_lines(lp.config.train, lp.world_size)
-    if step:
-        res.add_row("step", "\n".join(step))
+    res.add_row("step", "\n".join(step_lines(lp.config, lp.world_size)))
     staged = manifest.check(lp.config)
     if staged["manifest"]:
         res.add_row("staged", "\n".join(f"{k}: {state} ({escape(detail)})" for k, (state, detail) in

@@ -122,8 +122,12 @@ class LaunchConfig:
     openmp: Literal["gomp", "iomp"] = opt(
         "gomp", "OpenMP runtime: gomp (PyTorch's own libgomp: OMP_PLACES/OMP_PROC_BIND) or iomp "
                 "(preload libiomp5: KMP_AFFINITY/KMP_BLOCKTIME/KMP_HW_SUBSET).")
-    malloc: Literal["default", "tcmalloc", "jemalloc"] = opt(
-        "default", "Allocator to LD_PRELOAD (tcmalloc: libgoogle-perftools4; jemalloc: libjemalloc2).")
+    malloc: Literal["glibc-heap", "default", "tcmalloc", "jemalloc"] = opt(
+        "glibc-heap", "The ranks' allocator. glibc-heap: glibc told to keep freed memory on its heap and reuse it "
+                      "(MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_): a training step's big tensors are then not "
+                      "mapped and page-faulted afresh at every allocation (1.6x faster steps where it was "
+                      "measured; docs/performance.md); default: glibc as the process gets it; tcmalloc / jemalloc: "
+                      "LD_PRELOAD (libgoogle-perftools4 / libjemalloc2).")
     kmp_blocktime_ms: int = opt(1, "KMP_BLOCKTIME with iomp.", min=0, max=2147483647)
     bind: bool = opt(True, "Pin each rank to its socket's cores. false = no binding (benchmarks "
                            "only: oversubscription is likely).")
@@ -156,6 +160,22 @@ class ModelConfig:
         "a hub id resolved through the shared cache (offline unless allow_download).")
     cache_dir: str = opt("", "Shared model cache (HF_HUB_CACHE). Empty: the HF default.")
     allow_download: bool = opt(False, "Let rank 0 download a hub model into cache_dir.")
+    attention: Literal["auto", "hpcqa", "sdpa", "eager"] = opt(
+        "auto", "Attention kernel in training: hpcqa = in the step's precision (bf16 stays bf16), dropout on the "
+                "probabilities from bulk-drawn masks, SDPA's fused kernel when there is no dropout (evaluation); "
+                "sdpa = torch's (with dropout on CPU: its math path, bf16 upcast to fp32); eager = transformers' "
+                "own. auto: hpcqa for models that take an attention function (BERT, DistilBERT, RoBERTa...), else "
+                "the model's default. The same recipe either way (docs/performance.md).")
+    dropout: Literal["auto", "bulk", "torch"] = opt(
+        "auto", "How dropout masks are drawn: bulk = four per 64-bit random word (keep probability the model's to "
+                "within 2^-17, scaled exactly); torch = bernoulli_, one random number per element. auto: bulk.")
+    attention_dropout: Literal["model"] | float = opt(
+        "model", "Dropout on the attention probabilities (BERT's attention_probs_dropout_prob, DistilBERT's "
+                 "attention_dropout): model = the model's own (0.1 for BERT). A different value is a different "
+                 "recipe (docs/performance.md: what 0 buys and costs in EM/F1).", min=0.0, max=0.9)
+    hidden_dropout: Literal["model"] | float = opt(
+        "model", "Dropout on hidden states (BERT's hidden_dropout_prob, DistilBERT's dropout): model = the model's "
+                 "own. A different value is a different recipe.", min=0.0, max=0.9)
 
 
 @dataclass(frozen=True)
@@ -263,7 +283,8 @@ class TrainConfig:
     ddp_bucket_cap_mb: int = opt(25, "DDP's all-reduce bucket size (MB): each bucket is one all-reduce, started as "
                                      "soon as its gradients are ready.", min=1, max=4096)
     ddp_compress: Literal["none", "fp16", "bf16"] = opt(
-        "none", "Gradients all-reduced in 16 bits (DDP's fp16/bf16 compression hook): half the bytes on the link, "
+        "none", "Gradients all-reduced in 16 bits (a DDP compression hook: torch's fp16 one, hpcqa's own bf16 one, "
+                "which any backend takes): half the bytes on the link, "
                 "for multi-node links slower than the step; the sums are rounded to 16 bits (fp16 keeps 3 more "
                 "digits, bf16 the range), so results differ in the last digits. none: fp32, as run_qa.py.")
     comm_probe_steps: int = opt(3, "After training, time this many forward+backward passes with DDP's gradient "

@@ -43,7 +43,13 @@ PRELOAD_WANTED = "HPCQA_PRELOAD"  # hpcqa.rank.preload.WANTED: the libraries a r
 def preload_wanted(cfg: Config) -> list[str]:
     """The libraries the config asks to preload: its allocator (launch.malloc) and Intel's OpenMP."""
     la = cfg.launch
-    return [n for n in (la.malloc, "iomp" if la.openmp == "iomp" else "") if n and n != "default"]
+    return [n for n in (la.malloc, "iomp" if la.openmp == "iomp" else "") if n and n not in ("default", "glibc-heap")]
+
+
+# launch.malloc = "glibc-heap": glibc keeps every block on its heap (no mmap per big block, so no page faults at each
+# allocation of a step's big tensors) and never gives the heap's top back (no re-faulting it). The MALLOC_*_ names are
+# glibc's own aliases of its glibc.malloc tunables; another libc ignores them.
+GLIBC_HEAP_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 
 
 LIB_PACKAGES = {
@@ -283,6 +289,8 @@ def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool]
     wanted = preload_wanted(cfg)
     if wanted:  # names, not paths: each rank finds them on its node (hpcqa.rank.preload)
         env[PRELOAD_WANTED] = ":".join(wanted)
+    if la.malloc == "glibc-heap":
+        env.update(GLIBC_HEAP_ENV)
     env.update(la.env)
     return env
 

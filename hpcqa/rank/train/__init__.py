@@ -6,6 +6,7 @@
     facts.py        what a rank is and finds out about itself (Rank), its checks of the plan and the backend
     trainer.py      the HF Trainer as a rank runs it: lockstep length-grouped batches, token counts, EM/F1 in
                     evaluations
+    attention.py    the step's attention and dropout: bf16 stays bf16, masks drawn in bulk (model.attention)
     callbacks.py    the Trainer callbacks: progress, step timer, stop on a notice, final save, checkpoint mark
     evaluate.py     predictions post-processed and scored, run_qa.py's files written
     stop.py         the stop protocol: a notice, the agreement across ranks, the checkpoint, the requeue

@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import transformers
@@ -111,6 +111,15 @@ def _binding_warnings(torch) -> list[str]:
     return warnings
 
 
+def allocator(env: Mapping[str, str]) -> str:
+    """The allocator this process got (launch.malloc as it arrived): a preloaded one by name, glibc told to keep its
+    heap, or glibc as it is."""
+    for name in ("tcmalloc", "jemalloc"):
+        if name in env.get("LD_PRELOAD", ""):
+            return name
+    return "glibc-heap" if env.get("MALLOC_MMAP_MAX_") == "0" else "glibc"
+
+
 def _mapped(ld_preload: str) -> list[str]:
     """The LD_PRELOAD libraries the dynamic loader really mapped into this process (/proc/self/maps)."""
     try:
@@ -134,7 +143,7 @@ def startup_report(plan: LaunchPlan, jd: JobDir) -> dict:
         "cpus": sorted(os.sched_getaffinity(0)), "bind_note": e.get("HPCQA_BIND_NOTE"),
         "preload": preload.decode(e.get(preload.FOUND)), "preload_mapped": _mapped(e.get("LD_PRELOAD", "")),
         "omp_num_threads": e.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads(),
-        "ld_preload": e.get("LD_PRELOAD", ""), "versions": _versions(torch), "warnings": _binding_warnings(torch),
+        "ld_preload": e.get("LD_PRELOAD", ""), "allocator": allocator(e), "versions": _versions(torch), "warnings": _binding_warnings(torch),
         "started": time.time(), "job_dir": str(jd.path), "plan_digest": plan.digest,
         "variant": dict(plan.variant), "variant_index": plan.variant_index,
         # launch.pass_env: whether each name arrived (its value is never recorded)

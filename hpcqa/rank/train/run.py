@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from transformers import AutoModelForQuestionAnswering, PreTrainedModel, Trainer, TrainingArguments, set_seed
+from transformers import PreTrainedModel, Trainer, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 from transformers.training_args import ParallelMode
 
@@ -36,7 +36,7 @@ from hpcqa.core.targets import Requeue
 from hpcqa.errors import HpcqaError, RankError
 from hpcqa.rank.binding import widen_main_thread
 from hpcqa.rank.phase import Phases
-from hpcqa.rank.train import commbench, efficiency
+from hpcqa.rank.train import attention, commbench, efficiency
 from hpcqa.rank.train import data as qa_data
 from hpcqa.rank.train.callbacks import board_efficiency
 from hpcqa.rank.train.evaluate import evaluate, predict
@@ -288,7 +288,9 @@ def build_model(r: Rank, model_path: str, kwargs: dict, bf16: bool
 
     tc = r.plan.config.train
     set_seed(tc.seed)  # before the model: the new QA head's initial weights follow train.seed
-    model = AutoModelForQuestionAnswering.from_pretrained(model_path, **kwargs)
+    model, r.report["step_recipe"] = attention.load_qa_model(model_path, kwargs, r.plan.config.model)
+    r.log("step: attention {attention} ({attention_reason}), dropout masks {dropout_masks}, dropout "
+          "{attention_dropout} on attention, {hidden_dropout} on hidden states".format(**r.report["step_recipe"]))
     if not tc.ipex:
         return model, None, (None, None)
     try:
@@ -409,7 +411,8 @@ def write_results(r: Rank, result: dict, data: dict, train_out: TrainOutput, tim
         variant=dict(r.plan.variant), attempt=rep["attempt"], requeues=rep["attempt"],
         resumed_from_step=int(resumed_from.rsplit("-", 1)[1]) if resumed_from else None,
         notices=r.jd.notices(), code=rep.get("code"),
-        max_seq_length=data["max_seq_length"], tensorboard=rep.get("tensorboard"), warnings=rep["warnings"])
+        max_seq_length=data["max_seq_length"], tensorboard=rep.get("tensorboard"), warnings=rep["warnings"],
+        step_recipe=rep.get("step_recipe"), allocator=rep.get("allocator"))
     write_json(r.jd.results, result)
     board_efficiency(r, result.get("efficiency") or {}, result.get("step_split_s") or {}, train_out.global_step)
     r.log(f"done: EM {result.get('exact_match', float('nan')):.2f}  F1 {result.get('f1', float('nan')):.2f}  "

@@ -114,7 +114,38 @@ def build_trainer(r: Rank, args: TrainingArguments, model: Any, data: dict, opti
     if getattr(trainer.accelerator, "ddp_handler", None) is not None:
         # the Trainer passes no gradient_as_bucket_view to accelerate; DDP is built from this handler at train()
         trainer.accelerator.ddp_handler.gradient_as_bucket_view = tc.ddp_bucket_view
-        if tc.ddp_compress != "none":  # nor a comm hook: accelerate registers this one when it wraps the model
+        if tc.ddp_compress == "fp16":  # nor a comm hook: accelerate registers this one when it wraps the model
             from accelerate.utils import DDPCommunicationHookType
             trainer.accelerator.ddp_handler.comm_hook = DDPCommunicationHookType(tc.ddp_compress)
+        elif tc.ddp_compress == "bf16":
+            register_own_hook(trainer.accelerator.ddp_handler, cpu_bf16_hook)
     return trainer
+
+
+def cpu_bf16_hook(process_group, bucket):  # noqa: ANN001 -- DDP refuses a hook annotated otherwise
+    """DDP's bf16 compression for any backend: the bucket cast to bf16 (divided by the world size first, as the
+    stock hook does), all-reduced, cast back into the bucket. torch's own bf16_compress_hook is refused by name on
+    a build without CUDA/NCCL or XPU ("BF16 all reduce communication hook required CUDA 11+ ..."), gloo included:
+    DDP checks the hook's *name* (bf16_compress_hook), so this one must be called otherwise."""
+    import torch
+    import torch.distributed as dist
+    group = process_group if process_group is not None else dist.group.WORLD
+    buffer = bucket.buffer()
+    compressed = buffer.to(torch.bfloat16).div_(group.size())
+
+    def decompress(fut: Any) -> Any:
+        buffer.copy_(fut.value()[0])
+        return buffer
+    return dist.all_reduce(compressed, group=group, async_op=True).get_future().then(decompress)
+
+
+def register_own_hook(handler: Any, hook: Any) -> None:
+    """Have accelerate register `hook` on the DDP model when it wraps it (where it registers its own). The handler
+    becomes an instance of a subclass: accelerate reads its fields back (to_kwargs), so no attribute is added."""
+    stock = type(handler)
+
+    class OwnHook(stock):  # type: ignore[misc, valid-type]
+        def register_comm_hook(self, model: Any) -> None:
+            super().register_comm_hook(model)
+            model.register_comm_hook(state=None, hook=hook)
+    handler.__class__ = OwnHook

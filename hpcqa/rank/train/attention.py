@@ -1,0 +1,188 @@
+"""The training step's attention and dropout, the model's own recipe made cheaper on CPU (model.attention,
+model.dropout).
+
+Why: in training, BERT's attention dropout keeps torch's SDPA off its fused CPU kernel: the math path runs, and in
+bf16 it upcasts q, k and v to fp32. And every dropout mask comes from `bernoulli_`, one generator call per element
+(~5-16 ns each, pytorch issue 138199): a third of a bf16 step was spent drawing random numbers.
+
+- `attention_forward` ("hpcqa"): scores, softmax and both matmuls in the input's dtype (bf16 stays bf16; the CPU
+  softmax kernel accumulates in fp32 either way), dropout applied to the probabilities with a bulk-drawn mask and
+  its 1/keep scale folded into V (S x D, not S x S). Without dropout (evaluation, or a dropout of 0) it is SDPA,
+  whose fused CPU kernel then runs.
+- Bulk masks: one 64-bit draw from torch's generator gives four 16-bit uniforms; an element is kept when its
+  uniform >= round(p * 65536). The keep probability is the model's to within 2^-17 and the scale is 1 / that
+  keep probability exactly, so the expected output is the input, as with torch's dropout. Seeded by the same
+  generator (transformers' set_seed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModelForQuestionAnswering
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.modeling_utils import AttentionInterface
+from transformers.models.auto.modeling_auto import MODEL_FOR_QUESTION_ANSWERING_MAPPING
+
+from hpcqa.errors import RankError
+
+NAME = "hpcqa"
+LEVELS = 1 << 16  # the resolution of a bulk-drawn uniform
+
+
+def keep_threshold(p: float) -> tuple[int, float]:
+    """Dropout probability p -> (the 16-bit threshold an element's uniform must reach, the exact keep probability)."""
+    threshold = min(max(round(p * LEVELS), 0), LEVELS)
+    return threshold, (LEVELS - threshold) / LEVELS
+
+
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu"
+              ) -> tuple[torch.Tensor, float]:
+    """A bool mask of `shape` (True: kept) with keep probability ~1 - p, drawn four elements per 64-bit random
+    word. -> (mask, 1 / the exact keep probability)."""
+    threshold, keep = keep_threshold(p)
+    n = 1
+    for d in shape:
+        n *= int(d)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2 ** 63), None)
+    # int16 reads a uniform 16-bit word shifted by 2^15: u >= t  <=>  (u - 2^15) >= t - 2^15
+    mask = words.view(torch.int16)[:n] >= (threshold - LEVELS // 2)
+    return mask.view(shape), (1.0 / keep if keep > 0 else 0.0)
+
+
+class _BulkDropout(torch.autograd.Function):
+    """x * mask * scale, saving only the bool mask for the backward (as torch's dropout does)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:  # type: ignore[override]
+        mask, scale = keep_mask(x.shape, p, x.device)
+        ctx.save_for_backward(mask)
+        ctx.scale = scale
+        return x.mul(mask).mul_(scale)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        (mask,) = ctx.saved_tensors
+        return grad.mul(mask).mul_(ctx.scale), None
+
+
+def bulk_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    if not training or p <= 0.0:
+        return x
+    if p >= 1.0:
+        return x * 0.0
+    return _BulkDropout.apply(x, p)
+
+
+class BulkDropout(nn.Dropout):
+    """nn.Dropout with the same p, its mask drawn in bulk (a drop-in: state dicts and repr unchanged)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return bulk_dropout(x, self.p, self.training)
+
+
+def use_bulk_dropout(model: nn.Module) -> int:
+    """Every nn.Dropout of the model becomes a BulkDropout of the same p. -> how many were replaced."""
+    n = 0
+    for module in model.modules():
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Dropout:
+                setattr(module, name, BulkDropout(child.p, child.inplace))
+                n += 1
+    return n
+
+
+def attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                      **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature (q, k, v: [batch, heads, seq, head_dim]) -> ([batch, seq,
+    heads, head_dim], None). The mask is sdpa_mask's: bool, True = attend, or None."""
+    if not module.training or dropout <= 0.0:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=0.0,
+                                      **kwargs)
+    scale = query.size(-1) ** -0.5 if scaling is None else scaling
+    scores = torch.matmul(query * scale, key.transpose(-1, -2))  # scaled on q: S x D multiplies, not S x S
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    probs = torch.softmax(scores, dim=-1)
+    bulk = getattr(module, "hpcqa_bulk_dropout", True)
+    if bulk and dropout < 1.0:
+        mask, inv_keep = keep_mask(probs.shape, dropout, probs.device)
+        out = torch.matmul(probs * mask, value * inv_keep)
+    else:
+        out = torch.matmul(nn.functional.dropout(probs, p=dropout, training=True), value)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register() -> str:
+    """Make "hpcqa" an attention implementation transformers accepts (attn_implementation="hpcqa"), with the
+    masks SDPA gets. Idempotent. -> the name."""
+    AttentionInterface.register(NAME, attention_forward)
+    AttentionMaskInterface.register(NAME, sdpa_mask)
+    return NAME
+
+
+# the config names a model family gives its two dropouts (BERT/RoBERTa/MiniLM, DistilBERT)
+DROPOUT_KEYS = {"attention": ("attention_probs_dropout_prob", "attention_dropout"),
+                "hidden": ("hidden_dropout_prob", "dropout")}
+
+
+def apply_dropouts(config: Any, mc: Any) -> dict[str, float | None]:
+    """model.attention_dropout / model.hidden_dropout onto a transformers config (in place). -> what the model
+    trains with (None: the model has no such setting)."""
+    out: dict[str, float | None] = {}
+    for kind in ("attention", "hidden"):
+        setting = getattr(mc, f"{kind}_dropout")
+        key = next((k for k in DROPOUT_KEYS[kind] if isinstance(getattr(config, k, None), (int, float))), None)
+        if setting != "model":
+            if key is None:
+                raise RankError(f"model.{kind}_dropout = {setting}: the {getattr(config, 'model_type', '?')} model "
+                                f"has no {kind} dropout of a known name ({', '.join(DROPOUT_KEYS[kind])})",
+                                f"set model.{kind}_dropout = \"model\"")
+            setattr(config, key, float(setting))
+        out[f"{kind}_dropout"] = float(getattr(config, key)) if key else None
+    return out
+
+
+def takes_attention_function(config: Any) -> bool:
+    """Does this config's QA model call transformers' attention interface (so "hpcqa" can be plugged in)?"""
+    try:
+        cls = MODEL_FOR_QUESTION_ANSWERING_MAPPING[type(config)]
+    except (KeyError, ValueError):
+        return False
+    return bool(getattr(cls, "_supports_attention_backend", False))
+
+
+def load_qa_model(model_path: str, kwargs: dict, mc: Any) -> tuple[nn.Module, dict]:
+    """The QA model with the step's attention and dropout (model.attention, model.dropout, model.*_dropout).
+    -> (model, what was chosen and why, for the rank's report and results)."""
+    config = AutoConfig.from_pretrained(model_path, **kwargs)
+    facts: dict[str, Any] = apply_dropouts(config, mc)
+    takes = takes_attention_function(config)
+    attn = mc.attention
+    if attn == "auto":
+        attn = NAME if takes else None
+        facts["attention_reason"] = ("auto: the model takes an attention function" if takes else
+                                     f"auto: the {config.model_type} model takes no attention function: its default")
+    else:
+        facts["attention_reason"] = f"model.attention = {attn}"
+    if attn == NAME:
+        if not takes:
+            raise RankError(f"model.attention = \"{NAME}\": the {config.model_type} model takes no attention "
+                            "function", "set model.attention = \"auto\" (the model's default)")
+        register()
+    model = AutoModelForQuestionAnswering.from_pretrained(
+        model_path, config=config, **({"attn_implementation": attn} if attn else {}), **kwargs)
+    bulk = mc.dropout in ("auto", "bulk")
+    facts["dropout_masks"] = "bulk" if bulk else "torch"
+    facts["bulk_dropout_modules"] = use_bulk_dropout(model) if bulk else 0
+    for module in model.modules():
+        module.hpcqa_bulk_dropout = bulk
+    facts["attention"] = getattr(model.config, "_attn_implementation", None) or "default"
+    return model, facts
