@@ -10,6 +10,10 @@
 # empty to skip that. The exit status is the first pass's failure, else the later ones'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# the run's own clock: each phase's seconds, and each pass's test times (junit XML), for scripts/citime.py at the end
+times=$(mktemp -d "$PWD/.citimes.XXXXXX")  # in the checkout: the Slurm root's pass sees it at the same path
+phases=()
+started=$SECONDS
 if [ "$(id -u)" = 0 ] && { ! command -v slurmctld || ! command -v sshd || ! command -v debootstrap || ! command -v g++; } >/dev/null; then
     # the packages' daemons are started by the tests themselves, never by the package scripts
     policy=""
@@ -29,8 +33,12 @@ export PATH="$(dirname "$PY"):$PATH"
 # Intel MPI's runtime (mpirun / hydra) from PyPI: the mpirun launch path is tested for real, not stubbed
 "$PY" -m pip install -q --disable-pip-version-check impi-rt
 if [ "${CI:-}" = true ]; then export HPCQA_REQUIRE_SLURM=1; fi
+phases+=(--phase "install=$((SECONDS - started))")
 status=0
-"$PY" -m pytest -q -ra --durations=40 tests "$@" || status=$?
+t=$SECONDS
+"$PY" -m pytest -q -ra --durations=20 --junitxml="$times/pass1.xml" tests "$@" || status=$?
+host_slurm=$( (slurmctld -V 2>/dev/null || echo "slurm none") | awk '{print $2}')
+phases+=(--phase "pass 1 (Slurm $host_slurm)=$((SECONDS - t)):$times/pass1.xml")
 for release in ${HPCQA_SLURM_RELEASES-24.11}; do
     if [ "$(id -u)" != 0 ]; then
         echo "hpcqa: the Slurm $release pass needs root (a Debian root, mounts): skipped" >&2
@@ -39,9 +47,16 @@ for release in ${HPCQA_SLURM_RELEASES-24.11}; do
     fi
     echo "=== the Slurm integration tests on Slurm $release (scripts/slurmroot.py) ===" >&2
     code=0
+    t=$SECONDS
     "$PY" scripts/slurmroot.py run --release "$release" -- "$PY" -m pytest -q -ra --durations=20 -m "slurm and each_release" \
-        -p no:cacheprovider "${@:-tests}" || code=$?
+        -p no:cacheprovider --junitxml="$times/slurm-$release.xml" "${@:-tests}" || code=$?
+    phases+=(--phase "Slurm $release pass=$((SECONDS - t)):$times/slurm-$release.xml")
     if [ "$code" = 5 ]; then code=0; fi  # the arguments selected no Slurm test
     if [ "$status" = 0 ]; then status=$code; fi
 done
+# each phase's time, the 20 slowest tests of the run, and the suite against its budget (HPCQA_CI_BUDGET_S)
+budget=0
+"$PY" scripts/citime.py "${phases[@]}" || budget=$?
+if [ "$status" = 0 ] && [ "${CI:-}" = true ]; then status=$budget; fi
+rm -rf "$times"
 exit "$status"
