@@ -103,6 +103,16 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.quick)
 
 
+@pytest.fixture(scope="session")
+def matplotlib_fonts():
+    """matplotlib with its font cache built: the first import in a home without one runs fc-list (a process), which
+    a quick test may not start. Session-scoped, so it is set up before quick_guard (function-scoped) refuses it."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.font_manager  # noqa: F401 -- builds the cache
+    return matplotlib
+
+
 @pytest.fixture(autouse=True)
 def quick_guard(request, monkeypatch):
     """A quick test starts no process: one that does fails here, naming the fix."""

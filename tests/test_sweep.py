@@ -111,8 +111,7 @@ def test_scaling_table():
         [(1, 1.0, 1.0), (2, 1.8, 0.9), (4, 3.0, 0.75)]
 
 
-def test_plots_are_png(tmp_path):
-    pytest.importorskip("matplotlib")
+def test_plots_are_png(tmp_path, matplotlib_fonts):
     vs = [view(i, {"train.learning_rate": lr, "train.per_device_train_batch_size": bs}, "COMPLETED", {"f1": f})
           for i, (lr, bs, f) in enumerate([(1e-5, 8, 50.0), (1e-4, 8, 60.0), (1e-5, 16, 55.0), (1e-4, 16, 65.0)])]
     p = tmp_path / "grid.png"
