@@ -166,12 +166,11 @@ def step_lines(cfg: Any, world: int) -> list[str]:
     masks = "bulk-drawn" if mc.dropout in ("auto", "bulk") else "bernoulli_"
     drops = [f"{kind} {getattr(mc, kind + '_dropout')}" for kind in ("attention", "hidden")
              if getattr(mc, kind + "_dropout") != "model"]
+    # auto: a model that takes no attention function keeps its own, checked at the rank (results: step_recipe)
     out = [f"attention {attn}, {masks} dropout masks (model.attention = {mc.attention}, model.dropout = "
            f"{mc.dropout})"]
-    if mc.attention == "auto":
-        out.append("auto: a model that takes no attention function keeps its own (checked at the rank)")
-    out.append("dropout " + (", ".join(drops) + ": a different recipe from the model's" if drops else
-                             "as the model's own (model.attention_dropout, model.hidden_dropout)"))
+    if drops:
+        out.append("dropout " + ", ".join(drops) + ": a different recipe from the model's")
     if tc.compile:
         out.append("torch.compile with Inductor (train.compile): the first steps compile, kernels sum in another "
                    "order")
