@@ -23,7 +23,11 @@ def submit(config: str, overrides: list[str], env: dict[str, str] | None = None)
         if r.returncode != 0:
             return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:]}
         (res,) = Path(tmp).glob("*/*/results.json")
-        return json.loads(res.read_text())
+        out = json.loads(res.read_text())
+        # each rank's own usage (peak RSS, CPU seconds), which results.json does not carry
+        out["rank_usage"] = [json.loads(p.read_text()).get("usage") for p in sorted(res.parent.glob("ranks/rank-*.json"))
+                             if not p.name.endswith(".phase.json")]
+        return out
 
 
 def markdown(title: str, metric: str, rows: list[tuple[str, str, float | None, object]]) -> None:
