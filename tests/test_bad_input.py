@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -330,6 +331,25 @@ def test_submit_check_with_no_controller_says_so_not_that_the_request_is_bad(tmp
     with pytest.raises(SchedulerUnreachable) as e:
         test_only(Slurm(runner), "#!/bin/bash\n")
     assert "not answering" in e.value.message and "hpcqa doctor" in e.value.hint
+
+
+def test_submit_where_slurm_is_not_installed_says_so(cli, tmp_path):
+    """A machine without Slurm's commands (a laptop): not "the controller is not answering, try again", which
+    waiting would never fix, but that Slurm is not here and how to run anyway; exit 2, nothing submitted."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    slurm = {"scontrol", "sbatch", "srun", "squeue", "sacct", "sinfo", "scancel", "salloc"}
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if os.path.isdir(d):
+            for name in os.listdir(d):
+                if name not in slurm and not (bare / name).exists():
+                    (bare / name).symlink_to(Path(d) / name)
+    r = cli("submit", "configs/quickstart.toml", "--set", "cluster.executor=slurm", "--set",
+            f"job.output_dir={json.dumps(str(tmp_path / 'out'))}", env={"PATH": str(bare), "SLURM_CONF": ""})
+    text = " ".join(r.stderr.split())
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Slurm is not installed here" in text and "cluster.executor=local" in text, text
+    assert "not answering" not in text and "Traceback" not in r.stderr
 
 
 def test_validate_checks_every_file(cli, tmp_path):

@@ -336,13 +336,23 @@ class Slurm:
 
     def ping(self) -> tuple[bool, str]:
         """Is the controller answering? (`scontrol ping`: "Slurmctld(primary) at HOST is UP")"""
+        ok, text, _ = self._ping()
+        return ok, text
+
+    def _ping(self) -> tuple[bool, str, bool]:
+        """-> (answering?, its first line, is scontrol missing here?)"""
         proc = self.run(PING)
         text = first_line(proc.stdout) or first_line(proc.stderr)
-        return proc.returncode == 0 and " is UP" in proc.stdout, text
+        return proc.returncode == 0 and " is UP" in proc.stdout, text, proc.returncode == 127
 
     def require_controller(self) -> None:
-        """Before anything is written or submitted: a controller that doesn't answer is one line, exit 2."""
-        ok, text = self.ping()
+        """Before anything is written or submitted: a controller that doesn't answer is one line, exit 2. A machine
+        without Slurm's commands is told so: waiting for a controller would not help there."""
+        ok, text, missing = self._ping()
+        if missing:
+            raise SchedulerUnreachable(f"Slurm is not installed here ({text}): nothing was submitted",
+                                       "submit from a machine with Slurm's commands (a login node), or run on this "
+                                       "one with --set cluster.executor=local")
         if not ok:
             raise SchedulerUnreachable(f"Slurm's controller is not answering ({text or 'scontrol ping failed'}): "
                                        "nothing was submitted", "try again when it is back (scontrol ping; hpcqa doctor says more); "
