@@ -351,8 +351,7 @@ class Slurm:
         ok, text, missing = self._ping()
         if missing:
             raise SchedulerUnreachable(f"Slurm is not installed here ({text}): nothing was submitted",
-                                       "submit from a machine with Slurm's commands (a login node), or run on this "
-                                       "one with --set cluster.executor=local")
+                                       "submit from a login node, or run here: --set cluster.executor=local")
         if not ok:
             raise SchedulerUnreachable(f"Slurm's controller is not answering ({text or 'scontrol ping failed'}): "
                                        "nothing was submitted", "try again when it is back (scontrol ping; hpcqa doctor says more); "
