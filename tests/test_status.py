@@ -179,10 +179,70 @@ def test_a_restarted_rank_moves_its_earlier_attempt_aside(tmp_path):
 
 
 def test_logs_start_at_the_current_attempt():
-    from hpcqa.cli.jobs import attempt_start
-    text = "[hpcqa rank 0] attempt 0 starts\nold\n[hpcqa rank 0] attempt 1 starts\nnew\n"
-    assert text[attempt_start(text):] == "[hpcqa rank 0] attempt 1 starts\nnew\n"
-    assert attempt_start("[hpcqa rank 0] attempt 0 starts\nonly\n") == 0
+    import io
+
+    from hpcqa.record import logtail
+
+    def start(text, **kw):
+        b = text.encode()
+        return b[logtail.start_offset(io.BytesIO(b), **kw):].decode()
+    text = "warn\n[hpcqa rank 0] attempt 0 starts\nold\n[hpcqa rank 0] attempt 1 starts\nnew\n"
+    assert start(text) == "[hpcqa rank 0] attempt 1 starts\nnew\n"
+    assert start(text, all_attempts=True) == text
+    assert start("pre\n[hpcqa rank 0] attempt 0 starts\nonly\n") == "pre\n[hpcqa rank 0] attempt 0 starts\nonly\n"
+    assert start(text, lines=1) == "new\n" and start(text, lines=99) == "[hpcqa rank 0] attempt 1 starts\nnew\n"
+    assert start("a\nb\nc", lines=2) == "b\nc" and start("", lines=3) == "" and start("x\n", lines=5) == "x\n"
+    assert start("[x] attempt 1 startsnot\n[x] attempt 2 starts\n") == "[x] attempt 1 startsnot\n[x] attempt 2 starts\n"
+
+
+class CountingFile:
+    """A sparse file's reads, counted: what logtail holds at once and reads in all."""
+
+    def __init__(self, f):
+        self.f, self.largest, self.total = f, 0, 0
+
+    def read(self, n=-1):
+        b = self.f.read(n)
+        self.largest, self.total = max(self.largest, len(b)), self.total + len(b)
+        return b
+
+    def seek(self, *a):
+        return self.f.seek(*a)
+
+    def tell(self):
+        return self.f.tell()
+
+
+def test_the_tail_of_a_huge_log_reads_only_its_end(tmp_path):
+    """A 2 GiB log (sparse: its first 2 GiB are NULs, then two attempts and a few lines): the first byte to print is
+    found from the end, one block in memory at a time, a few blocks read -- not the file."""
+    from hpcqa.record import logtail
+    log = tmp_path / "rank-0.log"
+    with open(log, "wb") as f:
+        f.truncate(2 << 30)
+        f.seek(0, 2)
+        f.write(b"\n[hpcqa rank 0] attempt 0 starts\nold\n[hpcqa rank 0] attempt 1 starts\n"
+                + b"".join(b"line %d\n" % i for i in range(5000)))
+    with open(log, "rb") as raw:
+        f = CountingFile(raw)
+        off = logtail.start_offset(f, lines=3)
+        assert f.largest <= logtail.BLOCK + logtail.MARKER_TAIL and f.total < 8 * logtail.BLOCK
+        raw.seek(off)
+        assert raw.read() == b"line 4997\nline 4998\nline 4999\n"
+        f = CountingFile(raw)
+        off = logtail.start_offset(f)
+        raw.seek(off)
+        assert raw.read(32) == b"[hpcqa rank 0] attempt 1 starts\n" and f.total < 8 * logtail.BLOCK
+
+
+def test_a_marker_cut_by_a_block_edge_is_found(tmp_path):
+    from hpcqa.record import logtail
+    for cut in range(-40, 40, 3):
+        pad = logtail.BLOCK + cut
+        data = b"x" * 10 + b"\n[r] attempt 0 starts\n" + b"y" * pad + b"\n[r] attempt 12 starts\nz\n"
+        import io
+        f = io.BytesIO(data)
+        assert data[logtail.start_offset(f):] == b"[r] attempt 12 starts\nz\n", cut
 
 
 def test_busy_cores_policy():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import codecs
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from hpcqa.errors import HpcqaError, RegistryError, UsageError
 from hpcqa.executors import cancel, jobs
 from hpcqa.executors.cancel import targets
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.record import registry, results, scalingruns
+from hpcqa.record import logtail, registry, results, scalingruns
 from hpcqa.record.jobdir import JobDir
 
 
@@ -111,7 +110,7 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
     """Print the log (from the current attempt's start, or its last N lines); with -f, what is appended, until the
     job is final -- and then what was written before it ended."""
 
-    pos, slurm, first = 0, Slurm(), True
+    pos, slurm, first, printed = 0, Slurm(), True, 0
     decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode  # a character split across reads
     while True:
         final = False
@@ -121,25 +120,22 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
         path = jd.log(rank, stream)
         if path:
             with open(path, "rb") as f:
+                if first:  # from the end, in bounded memory: the current attempt's start, its last N lines
+                    pos = logtail.start_offset(f, args.lines, args.all_attempts)
+                    first = f.seek(0, 2) == 0
                 f.seek(pos)
-                data = f.read()
-            pos += len(data)
-            chunk = decode(data, final=final or not args.follow)
-            if first and not args.all_attempts:  # from the current attempt's start (logs append)
-                chunk = chunk[attempt_start(chunk):]
-            if first and args.lines:
-                chunk = "\n".join(chunk.splitlines()[-args.lines:]) + "\n"
-            first = first and not data
-            sys.stdout.write(chunk)
+                for block in iter(lambda: f.read(logtail.BLOCK), b""):
+                    pos += len(block)
+                    printed += len(block)
+                    sys.stdout.write(decode(block))
+            sys.stdout.write(decode(b"", final=final or not args.follow))
             sys.stdout.flush()
         if not args.follow or final:
+            if not printed and stream == "err":
+                print(f"hpcqa: rank {rank}'s stderr has nothing to show; its stdout: hpcqa logs {row.id} --rank "
+                      f"{rank} --stdout", file=sys.stderr)
             return
         time.sleep(1)
-
-
-def attempt_start(text: str) -> int:
-    starts = [m.start() for m in re.finditer(r"^.*\] attempt \d+ starts$", text, re.M)]
-    return starts[-1] if len(starts) > 1 else 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
