@@ -218,3 +218,38 @@ def test_only_an_error_that_names_a_lost_peer_counts_as_one(tmp_path, line, peer
     log.write_text(f"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n[rank1]: {line}\n")
     assert failures.lost_peer_in_log(log) is peer
     assert failures.consequence({"error": line}) == (2 if peer else 1)
+
+
+def test_job_files_that_are_not_what_hpcqa_writes_are_passed_over(tmp_path):
+    """A job's program can leave anything in its folder: a FIFO, a link, a huge or non-object or non-finite
+    results.json. Each is read as missing -- never blocking, never a traceback -- and the rest of the job shows."""
+    import os
+    import signal
+
+    from hpcqa.record import jobdir
+    d = tmp_path / "job"
+    (d / "ranks").mkdir(parents=True)
+    os.mkfifo(d / "results.json")                                   # a read would block for ever
+    (d / "progress.json").write_text('"x"')                           # valid JSON, not an object
+    (d / "ranks" / "rank-0.json").write_text("[null]")
+    (d / "ranks" / "rank-1.json").write_text('{"step": NaN}')
+    (tmp_path / "secret.json").write_text('{"rank": 1, "host": "elsewhere"}')
+    (d / "ranks" / "rank-1.phase.json").symlink_to(tmp_path / "secret.json")  # not followed
+    with open(tmp_path / "big.json", "wb") as f:
+        f.truncate(jobdir.MAX_JSON_BYTES + 10)
+    signal.alarm(10)  # a FIFO that blocked would fail the test, not hang it
+    try:
+        for name in ("results.json", "progress.json", "ranks/rank-0.json", "ranks/rank-1.json",
+                     "ranks/rank-1.phase.json"):
+            assert jobdir.read_json(d / name) is None, name
+        assert jobdir.read_json(tmp_path / "big.json") is None
+        assert jobdir.read_json(tmp_path / "secret.json") == {"rank": 1, "host": "elsewhere"}
+        assert jobdir.read_json(tmp_path / "missing.json") is None
+        write_json(d / "ranks" / "rank-0.json", {"rank": 0, "host": "vm", "cpus": [0]})
+        reg = _reg(tmp_path, ["7"], folder_of=lambda i: str(d))
+        f = FakeRunner({"sacct": (0, "7|RUNNING|0:0|00:01:00|1|vm\n", ""), "squeue": (0, "", "")})
+        got, _ = jobs.collect(reg, Slurm(f), ids=["7"])
+        assert got[0].state == "RUNNING" and got[0].results is None
+        statusview.detail_lines(got[0])
+    finally:
+        signal.alarm(0)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -72,12 +73,44 @@ def attempt_from_env(env: Mapping[str, str]) -> int:
     return 0
 
 
-def read_json(path: Path) -> Any:
-    """The parsed file, or None when it is missing, half-written by someone else, or not JSON."""
+MAX_JSON_BYTES = 64 << 20  # hpcqa's own files are kilobytes; a worktree manifest of 100,000 files a few MB
+
+
+def _finite(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"{text} is not a finite number")
+    return x
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON's")
+
+
+def read_json(path: Path | str) -> dict | None:
+    """The file's JSON object, or None when it is missing, half-written, not JSON, or not what hpcqa writes there:
+    every reader of a job folder goes through this, and a job's program or a dying node can leave anything there.
+    Only a regular file is read (opened without following a link and without blocking, then checked: a FIFO named
+    results.json would hang `status`), at most MAX_JSON_BYTES of it; numbers must be finite; the top level must be
+    an object."""
     try:
-        return json.loads(Path(path).read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except (OSError, ValueError):
         return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JSON_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+        if len(data) > MAX_JSON_BYTES:
+            return None
+        got = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
+    except (OSError, ValueError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
+    return got if isinstance(got, dict) else None
 
 
 def write_json(path: Path, obj: Any) -> Path:
