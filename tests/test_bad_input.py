@@ -555,3 +555,22 @@ def test_the_first_rounds_leftovers_are_one_line_at_submit_and_in_the_dry_run(cl
     ok = cli("render", "configs/squad_spr.toml", "--target", "trainjob", "--set", "k8s.image=r/x:1",
              "--set", 'k8s.mount_path="/data/hpcqa"')
     assert ok.returncode == 0, ok.stderr
+
+
+def test_init_writes_a_new_or_regular_file_whole_or_nothing(cli, tmp_path):
+    """hpcqa init --force: a FIFO is not opened (it would block), a link is not written through to its target, a
+    device is refused; an existing regular file is replaced whole. Each refusal is one line, exit 2."""
+    os.mkfifo(tmp_path / "fifo.toml")
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("mine\n")
+    (tmp_path / "link.toml").symlink_to(target)
+    for name, kind in (("fifo.toml", "a FIFO"), ("link.toml", "a link"), ("/dev/null", "not a file")):
+        r = cli("init", "-o", str(tmp_path / name), "--force")
+        assert r.returncode == 2 and f"is {kind}: nothing was written" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert target.read_text() == "mine\n"
+    (tmp_path / "old.toml").write_text("old\n")
+    assert cli("init", "-o", str(tmp_path / "old.toml")).returncode == 2
+    r = cli("init", "-o", str(tmp_path / "old.toml"), "--force")
+    assert r.returncode == 0 and "[cluster]" in (tmp_path / "old.toml").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.txt", "fifo.toml", "link.toml", "old.toml"]
