@@ -120,7 +120,11 @@ def scaling_notes(plans: Sequence[Any]) -> list[str]:
 def submit_request(ex: Executor, request: Request, say: Say = silent, warn=None) -> Submitted:
     """The checks before queueing, then `ex.submit(request)`: the very request the dry run showed."""
     before_queueing(request.sweep.plans, warn)
-    with fsutil.owner_umask(request.sweep.plans[0].config.job.group_readable):
+    job = request.sweep.plans[0].config.job
+    with fsutil.owner_umask(job.group_readable):
+        # made (or opened) before anything is queued: a registry that cannot be created would otherwise be found
+        # out after sbatch, with the job queued and unrecorded
+        registry.Registry(job.registry or None, group_readable=job.group_readable)
         return ex.submit(request, say)
 
 

@@ -574,3 +574,15 @@ def test_init_writes_a_new_or_regular_file_whole_or_nothing(cli, tmp_path):
     r = cli("init", "-o", str(tmp_path / "old.toml"), "--force")
     assert r.returncode == 0 and "[cluster]" in (tmp_path / "old.toml").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.txt", "fifo.toml", "link.toml", "old.toml"]
+
+
+def test_a_registry_that_cannot_be_created_stops_submit_before_anything_runs(cli, tmp_path):
+    """The registry is made before the job is queued or started: one that cannot be (under /proc here; a read-only
+    folder for a normal user) is one line, exit 2, and no job -- not a job queued, run and left unrecorded."""
+    out = tmp_path / "out"
+    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(out))}",
+            env={"HPCQA_REGISTRY": "/proc/hpcqa-no-such/registry.sqlite"})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "cannot create the job registry /proc/hpcqa-no-such/registry.sqlite" in r.stderr
+    assert "recover" not in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists() or not any(out.rglob("*.err"))

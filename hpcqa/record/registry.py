@@ -215,9 +215,14 @@ class Registry:
         if not self.exists and not create:
             self.db = None
             return
-        try:
-            if not self.exists:
+        if not self.exists:
+            try:
                 _create(self.path, 0o640 if group_readable else 0o600)
+            except (OSError, sqlite3.DatabaseError) as e:  # sqlite: "unable to open database file" in a folder it
+                raise RegistryError(f"cannot create the job registry {self.path}: "  # cannot write
+                                    f"{getattr(e, 'strerror', None) or e}",
+                                    "make its folder writable, or set job.registry / $HPCQA_REGISTRY") from None
+        try:
             self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
             # a byte that is not UTF-8 in one row (a bad disk, another tool) reads as U+FFFD, not as an error that
             # hides every other row
