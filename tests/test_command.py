@@ -115,6 +115,16 @@ def test_bad_commands_are_refused_naming_the_entry(tmp_path):
     assert r.returncode == 2 and "job.task" in r.stderr
 
 
+def test_arguments_that_together_pass_the_kernels_limit_are_refused():
+    """40 arguments of 60 KB each pass the per-argument and count limits but not the kernel's ARG_MAX together
+    (every rank would die with "Argument list too long"): refused at the config, naming job.command."""
+    big = ["python", "x.py"] + ["a" * 60_000] * 40
+    with pytest.raises(ConfigError) as e:
+        command.check(big, _values())
+    assert e.value.key == "job.command" and "ARG_MAX" in e.value.message and "a file" in e.value.hint
+    command.check(["python", "x.py"] + ["a" * 60_000] * 10, _values())   # 600 KB: fine
+
+
 def test_tune_refuses_to_time_layouts_for_a_program_it_does_not_run(tmp_path):
     r = run_cli("tune", QUICK, "--set", f"job.output_dir={tmp_path}", "--set", 'job.command=["python", "x.py"]')
     assert r.returncode == 2 and "job.command" in r.stderr and "Traceback" not in r.stderr

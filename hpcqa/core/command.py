@@ -21,6 +21,10 @@ from hpcqa.errors import ConfigError
 PYTHON_NAMES = ("python", "python3")   # a first argument that means "the ranks' interpreter" (cluster.python)
 FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 MAX_ARGS, MAX_ARG_BYTES = 4096, 65536
+# all the arguments together: the kernel's ARG_MAX (2 MiB on most Linux: a quarter of an 8 MiB stack) counts the
+# arguments and the environment together, each string with its NUL and its pointer; half of it is left to the
+# environment, which the ranks' own variables and a user's exported ones make tens of KB
+MAX_COMMAND_BYTES = 1 << 20
 JOB_PATHS = ("job.dir", "job.work_dir", "job.checkpoint_dir")   # filled in by the rank (job_paths)
 
 
@@ -96,6 +100,12 @@ def check(command: Sequence[str], values: Mapping[str, Any], source: str = "") -
     """What the config can say about job.command before a plan exists: sizes, and every placeholder resolves."""
     if len(command) > MAX_ARGS:
         raise ConfigError("job.command", f"{len(command)} arguments; at most {MAX_ARGS}",
+                          "put the arguments in a file your program reads", source)
+    total = sum(len(a.encode("utf-8", "surrogateescape")) + 1 + 8 for a in command)
+    if total > MAX_COMMAND_BYTES:
+        raise ConfigError("job.command", f"the arguments add up to {total:,} bytes; at most {MAX_COMMAND_BYTES:,} "
+                          "(with the environment they must fit the kernel's ARG_MAX, 2 MiB on most Linux: every "
+                          "rank would fail with \"Argument list too long\")",
                           "put the arguments in a file your program reads", source)
     if command and not command[0].strip():
         raise ConfigError("job.command[0]", "the program is empty", "name the program, e.g. \"python\"", source)
