@@ -4,6 +4,7 @@ older hpcqa kept in a folder (logs/registry.sqlite) is copied in; submit names a
 "no such job" names the registry that has it. A job given a command is named after its program."""
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -169,3 +170,21 @@ def test_a_damaged_older_registry_is_one_line_and_the_users_goes_on(tmp_path, da
     lines = [ln for ln in r.stderr.splitlines() if str(old.name) in ln or "logs/registry.sqlite" in ln]
     assert len(lines) >= 1 and r.stderr.count("hpcqa:") == 1, r.stderr
     assert "no jobs" in r.stdout.lower() or r.stdout.strip() == "" or "0 job" in r.stdout
+
+
+def test_another_users_older_registry_is_not_adopted(tmp_path):
+    """An older hpcqa's logs/registry.sqlite that another user owns (their project folder, readable to me) is not
+    copied into my registry: their jobs are not mine to list or cancel. Ownership is what the file system says."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the folder to another user")
+    env = _home(tmp_path)
+    folder = tmp_path / "theirs"
+    _legacy(folder / "logs" / "registry.sqlite")
+    for p in (folder, folder / "logs", folder / "logs" / "registry.sqlite"):
+        os.chown(p, 65534, 65534)
+    r = run_cli("status", "--all", "--json", env=env, cwd=folder)
+    assert r.returncode == 0 and "copied" not in r.stderr, r.stderr
+    assert json.loads(r.stdout or "[]") == []
+    os.chown(folder / "logs" / "registry.sqlite", 0, 0)   # mine, but in their folder: still not adopted
+    r = run_cli("status", "--all", "--json", env=env, cwd=folder)
+    assert "copied" not in r.stderr and json.loads(r.stdout or "[]") == []

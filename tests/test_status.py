@@ -317,3 +317,23 @@ def test_a_results_file_with_values_of_the_wrong_type_is_one_row_not_a_traceback
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     text = " ".join(r.stdout.split())
     assert "COMPLETED" in text and str(job) in text and "holds a value of the wrong type (TypeError" in text, text
+
+
+def test_a_registry_row_with_terminal_control_characters_is_damaged_not_printed(tmp_path):
+    """A row hpcqa did not write (another tool, an old or hand-edited registry) whose name holds an escape or OSC
+    sequence or a bidi override is a damaged row -- named by its rowid -- never text sent to a terminal."""
+    reg = _reg(tmp_path, ["1", "2", "3"])
+    reg.db.execute("UPDATE jobs SET name = ? WHERE id = '2'", ("x\x1b]0;pwned\x07\x1b[2J",))
+    reg.db.execute("UPDATE jobs SET source = ? WHERE id = '3'", ("evil\u202etxt.toml",))
+    rows = reg.jobs()
+    assert [r.id for r in rows] == ["1"]
+    assert len(reg.damaged) == 2 and all("control character" in d for d in reg.damaged), reg.damaged
+    assert not any("\x1b" in d or "\u202e" in d for d in reg.damaged)
+
+
+def test_a_bidi_override_in_a_config_value_is_refused():
+    from hpcqa.core import config
+    from hpcqa.errors import ConfigError
+    with pytest.raises(ConfigError) as e:
+        config.load(ROOT / "configs" / "quickstart.toml", ["job.output_dir=\"logs\u202egnp.x\""])
+    assert "control character" in e.value.message and "\\u202e" in e.value.message

@@ -13,7 +13,9 @@ import re
 # C0 (NUL, tab, newline, CR, ESC ...), DEL, C1 (NEL U+0085 among them) and Unicode's line and paragraph
 # separators (U+2028, U+2029): YAML readers (PyYAML, libyaml, go-yaml) break lines at NEL, LS and PS as at "\n",
 # so in a pod script's block scalar any of them would start a new line of the script.
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# C0, DEL, C1, the line/paragraph separators, and the bidirectional overrides and isolates (U+202A-U+202E,
+# U+2066-U+2069), which reorder what a terminal shows after them
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 # Credential shapes: what providers issue (prefixes documented by Hugging Face, GitHub, AWS, Slack, GitLab,
 # OpenAI), private-key blocks, and URLs with a password in them.

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from hpcqa.core import values as valuecheck
 from hpcqa.errors import HpcqaError, RegistryError, UsageError
 from hpcqa.record import sqlitescan
 
@@ -156,6 +157,8 @@ def adopt_legacy(folder: str | Path = ".") -> tuple[Path | None, int, str]:
     old = Path(folder) / LEGACY_PATH
     if not old.is_file() or _same(old, default_path()):
         return None, 0, ""
+    if not _mine(old):  # another user's old registry in a folder I can read: their jobs are not mine to adopt
+        return None, 0, ""
     try:
         with _read_only(old) as src:
             cols = [r[1] for r in src.execute("PRAGMA table_info(jobs)")]
@@ -183,6 +186,16 @@ def adopt_legacy(folder: str | Path = ".") -> tuple[Path | None, int, str]:
                            good)
         copied = reg.db.total_changes - before
     return old, copied, ""
+
+
+def _mine(path: Path) -> bool:
+    """The file and every folder from it up to the folder it was found from are owned by me (not followed through a
+    link: a link planted there by someone else is not my registry)."""
+    uid = os.getuid()
+    try:
+        return all(os.lstat(p).st_uid == uid for p in (path, path.parent, path.parent.parent))
+    except OSError:
+        return False
 
 
 def _damaged(path: Path, what: str) -> RegistryError:
@@ -340,6 +353,9 @@ class Registry:
                 or not all(isinstance(d[k], int) for k in ("nodes", "world_size")) \
                 or not isinstance(d["submitted_at"], (int, float)) or not (variant is None or isinstance(variant, dict)):
             raise ValueError("a field of the wrong type or empty")
+        bad = next((k for k in texts if valuecheck.control_char(d[k])), None)
+        if bad:  # not from hpcqa (its names are checked): never printed raw to a terminal
+            raise ValueError(f"a control character in {bad} ({valuecheck.control_char(d[bad])})")
         return JobRow(id=d["id"], name=d["name"], target=d["target"], folder=d["folder"],
                       config=config, source=d["source"], submitted_at=d["submitted_at"],
                       nodes=d["nodes"], world_size=d["world_size"], array_size=d["array_size"] or 0,
