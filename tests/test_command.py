@@ -113,6 +113,9 @@ def test_bad_commands_are_refused_naming_the_entry(tmp_path):
         assert r.returncode == 2 and key in r.stderr and "Traceback" not in r.stderr, (argv, r.stderr)
     r = run_cli("submit", QUICK, "--set", "job.task=comm", "--dry-run", "--", "python", "x.py")
     assert r.returncode == 2 and "job.task" in r.stderr
+    # the program twice: --set job.command and after -- (one of them would win silently)
+    r = run_cli("submit", QUICK, "--set", 'job.command=["python", "a.py"]', "--dry-run", "--", "python", "b.py")
+    assert r.returncode == 2 and "given twice" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_arguments_that_together_pass_the_kernels_limit_are_refused():
@@ -123,6 +126,28 @@ def test_arguments_that_together_pass_the_kernels_limit_are_refused():
         command.check(big, _values())
     assert e.value.key == "job.command" and "ARG_MAX" in e.value.message and "a file" in e.value.hint
     command.check(["python", "x.py"] + ["a" * 60_000] * 10, _values())   # 600 KB: fine
+
+
+def test_a_named_file_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, capsys):
+    """`-- python my.py secret.txt` where secret.txt is mode 000 for this (non-root) user: its digest cannot be taken
+    at submit. One line naming the file, exit 2 -- not a PermissionError traceback. (Root reads any mode, so the
+    refusal of open() is stood in for.)"""
+    from hpcqa import cli, fsutil
+    from hpcqa.record import worktree
+    (tmp_path / "my.py").write_text("print(1)\n")
+    outside = tmp_path.parent / f"{tmp_path.name}-secret.txt"
+    outside.write_text("s\n")
+
+    def refuse(path):
+        if str(path) == str(outside):
+            raise PermissionError(13, "Permission denied", str(path))
+        return fsutil.file_sha256(path)
+    monkeypatch.setattr(worktree, "file_sha256", refuse)
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["submit", QUICK, "--set", f"job.output_dir={json.dumps(str(tmp_path / 'out'))}", "--dry-run",
+                     "--", "python", "my.py", str(outside)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and f"job.command names {outside}, which cannot be read here (Permission denied)" in err, err
 
 
 def test_tune_refuses_to_time_layouts_for_a_program_it_does_not_run(tmp_path):

@@ -64,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(errors.for_terminal("hpcqa: nothing after --\n  fix: name the program every rank runs, e.g. "
                                       "-- python my_train.py --lr 3e-5"), file=sys.stderr)
             return 2
+        if any(o.split("=", 1)[0].strip() == "job.command" for o in args.overrides):
+            print(errors.for_terminal("hpcqa: the program is given twice, by --set job.command and after --\n  fix: "
+                                      "keep one of them"), file=sys.stderr)
+            return 2
         args.overrides.append("job.command=" + json.dumps(program))
         if not any(o.strip().startswith("job.name") for o in args.overrides):
             # named after its program (run_qa, not the config's name), unless --set job.name says otherwise

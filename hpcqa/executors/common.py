@@ -50,7 +50,13 @@ def with_work(sp: sweep.SweepPlan, copy: bool) -> tuple[sweep.SweepPlan, worktre
             # a relative path out of the folder names nothing in the copy: passed absolute
             p = replace(p, command=command.absolute_outside(p.command, folder))
         args = p.command[1:] if p.command[0] == p.python else p.command
-        named = worktree.named_digests(command.named_files(args, folder), folder) if tree else {}
+        try:
+            named = worktree.named_digests(command.named_files(args, folder), folder) if tree else {}
+        except OSError as e:  # a file the command names that this user cannot read (mode 000, another user's)
+            raise UsageError(f"job.command names {e.filename}, which cannot be read here ({e.strerror}): its "
+                             "content is recorded at submit so that the ranks can check it", "make it readable "
+                             "to you, or pass it another way (an environment variable, a path your program "
+                             "builds)") from None
         plans.append(p.with_work(run_in=run_in, snapshot=tree.digest if tree else "", named=named))
     return replace(sp, plans=tuple(plans)), tree
 
