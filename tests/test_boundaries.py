@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcqa.core import config, plan, sweep
-from hpcqa.errors import ConfigError, SubmitError
+from hpcqa.errors import ConfigError, SubmitError, UsageError
 from hpcqa.executors import common, local, snapshot
 from hpcqa.executors.slurm import SubmititSlurm
 from hpcqa.fsutil import owner_umask
@@ -179,17 +179,17 @@ def test_a_job_root_that_is_a_symlink_or_holds_one_is_refused(tmp_path):
     target.mkdir(mode=0o755)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "j").symlink_to(target)
-    with pytest.raises(SubmitError) as e:
+    with pytest.raises(UsageError) as e:
         JobRoot.of(str(tmp_path / "out"), "j").ensure()
     assert "symlink" in e.value.message and stat.S_IMODE(target.stat().st_mode) == 0o755
     (tmp_path / "out2" / "k" / "plans").mkdir(parents=True)
     (tmp_path / "out2" / "k" / "plans" / "abc").symlink_to(target)
-    with pytest.raises(SubmitError) as e:
+    with pytest.raises(UsageError) as e:
         JobRoot.of(str(tmp_path / "out2"), "k").ensure()
     assert "plans/abc is a symlink" in e.value.message
     (tmp_path / "out3" / "m").mkdir(parents=True)
     (tmp_path / "out3" / "m" / "123-abcdef").symlink_to(target)  # a job folder
-    with pytest.raises(SubmitError):
+    with pytest.raises(UsageError):
         JobRoot.of(str(tmp_path / "out3"), "m").ensure()
 
 
@@ -198,7 +198,7 @@ def test_a_job_root_owned_by_someone_else_is_refused(tmp_path):
     root = tmp_path / "theirs"
     root.mkdir()
     os.chown(root, 12345, 12345)
-    with pytest.raises(SubmitError) as e:
+    with pytest.raises(UsageError) as e:
         JobRoot(root).ensure()
     assert "uid 12345" in e.value.message
 

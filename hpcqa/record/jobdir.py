@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path  # noqa: F401  (the folder's names, with the rest)
 from hpcqa.core.states import State
-from hpcqa.errors import SubmitError
+from hpcqa.errors import UsageError
 from hpcqa.fsutil import atomic_write_text, file_sha256
 from hpcqa.record import failures
 
@@ -167,17 +167,18 @@ class JobRoot:
     def ensure(self, group_readable: bool = False) -> None:
         """Create the job root: its owner's, and its group's to read where asked; nobody else enters it, and nothing
         in it is group- or other-writable (submit writes under a private umask). A root that is a symlink, belongs
-        to someone else, or holds a symlink where hpcqa writes is refused with one line (HpcqaError)."""
+        to someone else, or holds a symlink where hpcqa writes is refused with one line (UsageError, exit 2: the
+        config's output_dir is what to change)."""
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             bad = self.unsafe()
             if bad:
-                raise SubmitError(f"job root {self.path}: {bad}", "use another job.output_dir or job.name (a folder of "
-                                  "your own), or remove the link")
+                raise UsageError(f"job root {self.path}: {bad}", "use another job.output_dir or job.name (a folder of "
+                                 "your own), or remove the link")
             os.chmod(self.path, 0o750 if group_readable else 0o700)
         except OSError as e:
-            raise SubmitError(f"cannot prepare the job root {self.path}: {e.strerror or e}",
-                              "choose a job.output_dir you own and can write") from None
+            raise UsageError(f"cannot prepare the job root {self.path}: {e.strerror or e}",
+                             "choose a job.output_dir you own and can write") from None
 
     def unsafe(self) -> str | None:
         """Why writing under this root could land elsewhere or in someone else's hands, or None."""
