@@ -22,6 +22,19 @@ def test_a_credential_in_launch_env_is_refused_with_the_fix(name):
     assert e.value.key == f"launch.env.{name}" and f'launch.pass_env = ["{name}"]' in e.value.hint
 
 
+def test_a_key_shaped_value_under_a_neutral_name_is_refused():
+    """A W&B key (40 hex digits) under a name that says nothing (WANDB, X): refused by its shape, before it is
+    written anywhere; 39 or 41 digits, or text around them, pass."""
+    key = uuid.uuid4().hex + uuid.uuid4().hex[:8]
+    for name in ("WANDB", "X"):
+        with pytest.raises(ConfigError) as e:
+            config.load(ROOT / "configs/quickstart.toml", [f'launch.env={{{name} = "{key}"}}'])
+        assert e.value.key == f"launch.env.{name}" and key not in e.value.message + e.value.hint
+        assert f'launch.pass_env = ["{name}"]' in e.value.hint
+    for fine in (key[:39], key + "0", f"rev-{key}"):
+        config.load(ROOT / "configs/quickstart.toml", [f'launch.env={{X = "{fine}"}}'])
+
+
 def test_plain_names_pass_and_pass_env_takes_names_only():
     cfg = config.load(ROOT / "configs/quickstart.toml", ['launch.env={HF_HUB_OFFLINE = "1", KEYBOARD = "us"}',
                                                          'launch.pass_env=["HF_TOKEN"]'])

@@ -220,6 +220,10 @@ def _check_sbatch_flag(key: str, flag: str, src: str) -> None:
                           src)
 
 
+# a bare 40-hex value: a W&B API key's shape (git commit ids share it; passing one by name costs nothing)
+HEX_KEY = re.compile(r"[0-9a-fA-F]{40}")
+
+
 def _check_env(cfg: Any) -> None:
     la, src = cfg.launch, cfg.source
     for name in la.env:
@@ -232,6 +236,12 @@ def _check_env(cfg: Any) -> None:
             raise ConfigError(f"launch.env.{name}", "looks like a credential: launch.env is written into the plan, "
                               "the dry run and the job folder", f"remove it and set launch.pass_env = [\"{name}\"]: "
                               "the value is then passed from your environment and never written", src)
+        if HEX_KEY.fullmatch(la.env[name].strip()):
+            raise ConfigError(f"launch.env.{name}", "the value has the shape of an API key (40 hex digits, as "
+                              "Weights & Biases issues them): launch.env is written into the plan, the registry, "
+                              "the dry run and the job folder", f"set launch.pass_env = [\"{name}\"] and export "
+                              "it where you submit: the value is then passed and never written (a commit id too)",
+                              src)
     for i, name in enumerate(la.pass_env):
         if not re.fullmatch(ENV_NAME, name):
             raise ConfigError(f"launch.pass_env[{i}]", f"{name!r} is not a variable name",
