@@ -66,3 +66,28 @@ def unwritable(folder: str | Path) -> str | None:
             about = f"{where} cannot be read"
         return (f"cannot write in {p} ({e.strerror}): {about}; this process is UID {os.getuid()}, groups "
                 f"{','.join(str(g) for g in sorted(set(os.getgroups()) | {os.getgid()}))}")
+
+
+def own_folder(path: str | Path) -> Path:
+    """`path` as a real folder, made if missing. A link (or a file) where the folder should be is an OSError, never
+    followed: whatever a job's program left there decides nothing about where hpcqa writes."""
+    p = Path(path)
+    try:
+        p.mkdir()
+    except FileExistsError:
+        pass
+    if p.is_symlink() or not p.is_dir():
+        raise OSError(40, f"{p} is a link or not a folder: not written through", str(p))  # 40: ELOOP
+    return p
+
+
+def real_folders(base: Path, rel: str | Path) -> Path:
+    """base/rel as real folders, each component made where missing; a component that is a link or a file (left by
+    the program that runs in `base`) is removed -- the link itself, never what it points at -- and made a folder."""
+    p = Path(base)
+    for part in Path(rel).parts:
+        p = p / part
+        if p.is_symlink() or (p.exists() and not p.is_dir()):
+            p.unlink()
+        p.mkdir(exist_ok=True)
+    return p

@@ -367,3 +367,41 @@ def test_an_exited_controller_not_yet_reaped_is_not_running(tmp_path):
         assert local.identity(child.pid) is None and not local.controller_alive(child.pid, jd)
     finally:
         child.wait()
+
+
+
+def test_writers_in_a_job_folder_do_not_follow_a_programs_links(tmp_path):
+    """A job's program may leave links where hpcqa writes next: OUT.set-aside or checkpoints/set-aside (a checkpoint
+    moved aside), a subfolder of its working folder (the next attempt's re-lay of the submitted files). None is
+    written through: set-aside refuses (its caller keeps the checkpoint and says so), the re-lay makes a real
+    folder in the link's place; the link's target is untouched."""
+    from hpcqa import fsutil
+    from hpcqa.record import worktree
+    from hpcqa.record.jobdir import JobDir
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    ckpts = tmp_path / "job" / "checkpoints"
+    (ckpts / "checkpoint-4").mkdir(parents=True)
+    (ckpts / "set-aside").symlink_to(outside)
+    with pytest.raises(OSError):
+        JobDir.set_aside(ckpts / "checkpoint-4", 1)
+    assert (ckpts / "checkpoint-4").is_dir() and not list(outside.iterdir())
+    (ckpts / "set-aside").unlink()
+    assert JobDir.set_aside(ckpts / "checkpoint-4", 1) == ckpts / "set-aside" / "checkpoint-4.attempt-1"
+    # the re-lay: the submitted tree has sub/a.py; the program made sub a link to outside
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "a.py").write_text("x = 1\n")
+    (src / "run.py").write_text("print(1)\n")
+    tree = worktree.scan(str(src))
+    worktree.write(tree, tmp_path / "code")
+    copy = tree.folder(tmp_path / "code")
+    work = tmp_path / "work"
+    worktree.lay(str(copy), work)
+    (work / "sub" / "a.py").unlink()
+    (work / "sub").rmdir()
+    (work / "sub").symlink_to(outside)
+    worktree.lay(str(copy), work)
+    assert not (work / "sub").is_symlink() and (work / "sub" / "a.py").read_text() == "x = 1\n"
+    assert not list(outside.iterdir())
+    assert fsutil.own_folder(tmp_path / "new").is_dir()

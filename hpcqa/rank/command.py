@@ -37,6 +37,7 @@ from hpcqa.core import command as commandmod
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.errors import RankError
+from hpcqa.fsutil import own_folder
 from hpcqa.rank.child import die_with
 from hpcqa.rank.exits import TERM_WAIT_S, code_provenance
 from hpcqa.rank.phase import Phases
@@ -257,7 +258,7 @@ def _set_aside_interrupted(jd: JobDir, roots: list[Path], rank: int, attempt: in
     for path, why in trainerfiles.interrupted(roots, since - 1.0):
         aside = path.parent.parent / f"{path.parent.name}.set-aside" / f"{path.name}.attempt-{attempt}"
         try:
-            aside.parent.mkdir(exist_ok=True)
+            own_folder(aside.parent)  # the program may have made OUT.set-aside a link: never moved through it
             os.replace(path, aside)
         except FileNotFoundError:
             continue   # another rank moved it first

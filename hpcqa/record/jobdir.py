@@ -36,7 +36,7 @@ from typing import Any, Mapping
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path  # noqa: F401  (the folder's names, with the rest)
 from hpcqa.core.states import State
 from hpcqa.errors import UsageError
-from hpcqa.fsutil import atomic_write_text, file_sha256
+from hpcqa.fsutil import atomic_write_text, file_sha256, own_folder
 from hpcqa.record import failures
 
 TASK_ID = "{array_task_id}"          # the rank wrapper's placeholder for SLURM_ARRAY_TASK_ID
@@ -405,8 +405,7 @@ class JobDir:
         """Move a damaged checkpoint out of the Trainer's sight (kept for a look, never deleted): into
         checkpoints/set-aside/, because the Trainer's rotation (save_total_limit) takes every `checkpoint-*` name
         beside the others for one of its own and deletes it."""
-        aside = checkpoint.parent / "set-aside" / f"{checkpoint.name}.attempt-{attempt}"
-        aside.parent.mkdir(exist_ok=True)
+        aside = own_folder(checkpoint.parent / "set-aside") / f"{checkpoint.name}.attempt-{attempt}"
         os.replace(checkpoint, aside)
         return aside
 

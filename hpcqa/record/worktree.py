@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hpcqa.errors import HpcqaError
-from hpcqa.fsutil import file_sha256
+from hpcqa.fsutil import file_sha256, real_folders
 from hpcqa.record.jobdir import read_json, write_json
 
 MANIFEST = "MANIFEST.json"
@@ -173,7 +173,7 @@ def lay(copy: str, dest: Path) -> Path:
         target = dest / rel
         if target.is_file() and not target.is_symlink() and file_sha256(target) == sha:
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
+        real_folders(dest, Path(rel).parent)  # a folder the program replaced by a link is not written through
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         os.close(fd)
         source = os.path.join(copy, TREE, rel)

@@ -67,7 +67,12 @@ def resume_point(r: Rank, jd: JobDir) -> str | None:
     _broadcast(r, choice)
     if r.rank == 0:
         for path, why in choice[1]:
-            aside = jd.set_aside(Path(path), attempt())
+            try:
+                aside = jd.set_aside(Path(path), attempt())
+            except OSError as e:  # checkpoints/set-aside is a link (a program's) or the disk refuses: leave it
+                r.log(f"WARNING: checkpoint {path} is damaged ({why}) and could not be set aside ({e.strerror})")
+                r.report["warnings"].append(f"checkpoint {Path(path).name} damaged, not set aside: {why}")
+                continue
             r.log(f"WARNING: checkpoint {path} set aside ({why}): now {aside.name}")
             r.report["warnings"].append(f"checkpoint {Path(path).name} set aside: {why}")
         if choice[1]:
