@@ -356,7 +356,10 @@ def yaml11_loader():
     Loader.add_implicit_resolver("tag:yaml.org,2002:float",
                                  re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)$"),
                                  list("-+0123456789."))
-    Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?0o[0-7]+$"), list("-+0"))
+    # go-yaml v2 tries strconv.ParseInt(s, 0, 64), which takes Go's prefixes in either case (0x/0X, 0b/0B, 0o/0O)
+    # and underscores after a prefix
+    Loader.add_implicit_resolver("tag:yaml.org,2002:int",
+                                 re.compile(r"^[-+]?0(?:[oO][0-7_]+|[xX][0-9a-fA-F_]+|[bB][01_]+)$"), list("-+0"))
     Loader.add_constructor("tag:yaml.org,2002:bool", lambda loader, node: loader.construct_scalar(node) in
                            ("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"))
     Loader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: ("int", loader.construct_scalar(node)))

@@ -246,7 +246,8 @@ def test_pinned_images_pass(cli):
 def test_values_that_yaml_readers_retype_stay_strings(cli):
     """y, n, on, 1e3, 0o17, null as label and selector values: written quoted, so a YAML 1.1 reader (kubectl's
     go-yaml v2) and a YAML 1.2 one read the strings the config gave, not booleans, numbers or null."""
-    values = ["y", "N", "on", "off", "1e3", "1e-3", "0o17", "null", "1_000", "12", "0x1f"]   # label values
+    values = ["y", "N", "on", "off", "1e3", "1e-3", "0o17", "null", "1_000", "12", "0x1f", "0X1F", "0B11", "0O17",
+              "0x_1f"]   # label values
     selector = "{" + ", ".join(f'k{i} = "{v}"' for i, v in enumerate(values)) + "}"
     for target in ("trainjob", "trainingruntime", "pytorchjob", "stage-job"):
         r = cli("render", "configs/squad_spr.toml", "--target", target, *IMAGE, "--set", "job.name=y",
@@ -260,8 +261,11 @@ def test_values_that_yaml_readers_retype_stay_strings(cli):
             selectors = [v for k, v in found if k == "nodeSelector"]
             assert all(sel == {f"k{i}": v for i, v in enumerate(values)} for sel in selectors), (target, selectors)
     # the reader bites: unquoted, these are not strings to it
-    assert yaml.load("a: y\nb: 1e3\nc: 0o17", Loader=k8s_rules.yaml11_loader()) == \
-        {"a": True, "b": ("float", "1e3"), "c": ("int", "0o17")}
+    assert yaml.load("a: y\nb: 1e3\nc: 0o17\nd: 0X1F\ne: 0B11", Loader=k8s_rules.yaml11_loader()) == \
+        {"a": True, "b": ("float", "1e3"), "c": ("int", "0o17"), "d": ("int", "0X1F"), "e": ("int", "0B11")}
+    for name in ("0X1F", "0B11", "0O17"):   # a job.name that kubectl would read as a number: quoted
+        r = cli("render", "configs/squad_spr.toml", "--target", "trainjob", *IMAGE, "--set", f"job.name={name}")
+        assert r.returncode == 0 and f"'{name}'" in r.stdout and f": {name}\n" not in r.stdout, r.stderr
 
 
 def _walk(node, key=None):
@@ -474,14 +478,46 @@ def test_a_fresh_shared_volume_is_checked_as_the_pods_uid_and_the_fix_named(cli)
                                           *args).stdout)
         (init,) = stage["spec"]["template"]["spec"]["initContainers"]
         assert init["securityContext"]["capabilities"] == {"add": ["CHOWN"], "drop": ["ALL"]}
-        r = subprocess.run(["setpriv", "--inh-caps=-all,+chown", "--bounding-set=-all,+chown", "--", *init["command"]],
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
+        as_init = ["setpriv", "--inh-caps=-all,+chown", "--bounding-set=-all,+chown", "--", *init["command"]]
+        for _ in range(3):   # idempotent: a second and third staging run find the folders the pods' already
+            r = subprocess.run(as_init, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+        assert all((fresh / d).stat().st_uid == 1000 for d in ("output", "hub", "datasets", "hf-home"))
         as_uid = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--"]
         r = subprocess.run([*as_uid, *check[len(as_pod):-1], f"k8s.mount_path={fresh}"], capture_output=True, text=True,
                            cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
         assert r.returncode == 0, r.stderr
         assert k8s_rules.restricted_violations({"spec": stage["spec"]["template"]["spec"]}) != []  # baseline only
+        # a volume root the pods' UID already owns (given to it beforehand), with one folder planted as a link to a
+        # folder outside: the link is refused in one line, its target untouched; without the link the run succeeds
+        owned = top / "owned"
+        owned.mkdir(mode=0o755)
+        os.chown(owned, 1000, 1000)
+        outside = top / "outside"
+        outside.mkdir(mode=0o700)
+        (owned / "hub").symlink_to(outside)
+        args = [*TINY, "--set", f"k8s.mount_path={owned}", "--set", "k8s.prepare_volume=true"]
+        (stage,) = yaml.safe_load_all(cli("render", "configs/quickstart.toml", "--target", "stage-job", *IMAGE,
+                                          *args).stdout)
+        (init,) = stage["spec"]["template"]["spec"]["initContainers"]
+        as_init = ["setpriv", "--inh-caps=-all,+chown", "--bounding-set=-all,+chown", "--", *init["command"]]
+        r = subprocess.run(as_init, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and f"{owned}/hub is a symbolic link: not followed, nothing changed" in r.stderr
+        assert outside.stat().st_uid == 0 and oct(outside.stat().st_mode & 0o777) == "0o700"
+        (owned / "hub").unlink()
+        for _ in range(2):   # root may not write in the UID's folder: the folders are left to the pods, who may
+            r = subprocess.run(as_init, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0 and "they make" in r.stdout, r.stderr
+        assert not list(owned.iterdir())
+        r = subprocess.run([*as_uid, *check[len(as_pod):-1], f"k8s.mount_path={owned}"], capture_output=True,
+                           text=True, cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+        assert r.returncode == 0, r.stderr                              # the pods' UID writes every folder
+        for _ in range(2):   # and again once the pods made them: theirs, left as they are
+            r = subprocess.run(as_init, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+        os.chown(owned / "hub", 1234, 1234)   # someone else's folder: refused, not taken
+        r = subprocess.run(as_init, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "belongs to UID 1234" in r.stderr and (owned / "hub").stat().st_uid == 1234
     finally:
         shutil.rmtree(top, ignore_errors=True)
 
@@ -667,3 +703,26 @@ def test_a_plan_over_the_kernels_variable_limit_is_refused_at_render(cli, tmp_pa
     ok = cli("render", "configs/quickstart.toml", "--target", "trainjob", *IMAGE, *TINY, "--", "python", "prog.py",
              "a" * (16 << 10))
     assert ok.returncode == 0, ok.stderr
+
+
+def test_kueues_pods_ready_timeout_and_the_ranks_wait_are_kept_apart(cli):
+    """Kueue v0.19 turns waitForPodsReady on with a 30-minute timeout (apis/config/v1beta2/defaults.go:
+    DefaultWaitForPodsReadyTimeout, recoveryTimeout the same), which ties train.ddp_timeout_s's default: the render
+    says so when the job goes through a Kueue queue, and is quiet when the two are apart or there is no queue."""
+    args = ("render", "configs/squad_spr.toml", "--target", "trainjob", *IMAGE)
+    tie = cli(*args, "--set", "k8s.queue=team")
+    assert tie.returncode == 0 and "Kueue's waitForPodsReady" in " ".join(tie.stderr.split()), tie.stderr
+    for extra in (["--set", "k8s.queue=team", "--set", "train.ddp_timeout_s=3600"], []):
+        r = cli(*args, *extra)
+        assert r.returncode == 0 and "waitForPodsReady" not in r.stderr, r.stderr
+
+
+def test_the_stage_job_advice_is_the_docs_wait(cli, tmp_path):
+    """render's line after writing the staging Job advises what the docs do: wait for Complete or Failed, not a
+    `kubectl wait --for=condition=complete`, which sits out its timeout when the Job fails."""
+    r = cli("render", "configs/squad_spr.toml", "--target", "stage-job", *IMAGE, "-o", str(tmp_path / "s.yaml"))
+    text = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 0 and "until it is Complete or Failed" in text, text
+    assert "then kubectl wait --for=condition=complete" not in text
+    docs = (ROOT / "docs" / "kubernetes.md").read_text()
+    assert "*Complete* || $s == *Failed*" in docs

@@ -27,7 +27,9 @@ def cmd_render(args: argparse.Namespace) -> int:
                                f"docker build -f {args.output} -t <registry>/hpcqa:<tag> <hpcqa checkout>")
     if args.target == table.RENDER_STAGE_JOB:
         return _write_rendered(args, pods.to_yaml([trainjob.stage_job(cfg)]), "the staging Job",
-                               f"kubectl apply -f {args.output}, then kubectl wait --for=condition=complete job/...",
+                               f"kubectl apply -f {args.output}, then wait until it is Complete or Failed "
+                               "(docs/kubernetes.md: `kubectl wait --for=condition=complete` sits out its timeout on "
+                               "a failed Job)",
                                executable=False)
     if args.target == table.RENDER_TRAININGRUNTIME:
         ex, lp = table.render(cfg, hostprobe.probe_host(), args.target)

@@ -379,9 +379,7 @@ def prepare_volume(cfg: Config):
     pod_cfg = pod_config(cfg)
     uid = cfg.k8s.run_as_user
     folders = " ".join(shlex.quote(f) for f in volume_folders(pod_cfg))
-    # chmod before chown: once the folder is the pods', root without CAP_FOWNER may not change its mode
-    script = "\n".join(["set -eu", f"for d in {folders}; do", '  mkdir -p "$d"', '  chmod 0775 "$d"',
-                        f'  chown {uid}:{uid} "$d"', "done", f'echo "hpcqa: the volume folders belong to {uid}:{uid}"'])
+    script = "\n".join(prepare_script(folders, uid))
     return k.V1Container(
         name="prepare-volume", image=cfg.k8s.image, image_pull_policy="IfNotPresent", command=["sh", "-c", script],
         resources=k.V1ResourceRequirements(requests={"cpu": "100m", "memory": "64Mi"},
@@ -390,6 +388,26 @@ def prepare_volume(cfg: Config):
                                              allow_privilege_escalation=False,
                                              capabilities=k.V1Capabilities(drop=["ALL"], add=["CHOWN"])),
         volume_mounts=[k.V1VolumeMount(name="data", mount_path=cfg.k8s.mount_path)])
+
+
+def prepare_script(folders: str, uid: int) -> list[str]:
+    """The init container's shell lines, idempotent and never through a link. Root here has CAP_CHOWN and nothing
+    else: it may chmod only what root owns (no CAP_FOWNER), so a folder root owns is made the pods' (chmod first,
+    then `chown -h`), one the pods' UID already owns is left as it is (a second staging run), a missing one in a
+    folder the UID owns is left to the pods (root may not write there: a volume root given to the UID), and one that is a link, not a folder, or someone else's is refused with a line in the
+    Job's log and exit 1: a link planted on the group-writable volume would otherwise get its target chowned."""
+    return ["set -eu", f"for d in {folders}; do",
+            '  if [ -L "$d" ]; then echo "hpcqa: $d is a symbolic link: not followed, nothing changed (remove it)" >&2;'
+            ' exit 1; fi',
+            '  if [ -e "$d" ] && [ ! -d "$d" ]; then echo "hpcqa: $d is not a folder: nothing changed" >&2; exit 1; fi',
+            '  if [ ! -e "$d" ] && [ "$(stat -c %u "$(dirname "$d")")" = ' + str(uid) + ' ]; then',
+            f'    echo "hpcqa: $(dirname "$d") belongs to {uid} (the pods): they make $d themselves"; continue; fi',
+            '  [ -d "$d" ] || mkdir -p "$d"',
+            '  owner=$(stat -c %u "$d")',
+            f'  if [ "$owner" = 0 ]; then chmod 0775 "$d"; chown -h {uid}:{uid} "$d"',
+            f'  elif [ "$owner" != {uid} ]; then echo "hpcqa: $d belongs to UID $owner, neither root nor {uid} '
+            '(the pods): nothing changed" >&2; exit 1',
+            "  fi", "done", f'echo "hpcqa: the volume folders belong to {uid}:{uid}"']
 
 
 def security_fact(cfg: Config) -> tuple[str, str]:
@@ -425,6 +443,11 @@ def deadline_s(cfg: Config) -> int:
     return cfg.cluster.time_limit_min * 60
 
 
+# Kueue v0.19 (config API v1beta2, apis/config/v1beta2/defaults.go): waitForPodsReady is on unless configured off,
+# DefaultWaitForPodsReadyTimeout = 30 min, and its recoveryTimeout defaults to the same
+KUEUE_PODS_READY_S = 30 * 60
+
+
 def plan_notes(plan: LaunchPlan) -> tuple[str, ...]:
     c, cpus = plan.config.cluster, pod_cpus(plan)
     notes = []
@@ -435,6 +458,13 @@ def plan_notes(plan: LaunchPlan) -> tuple[str, ...]:
         notes.append(f"each pod asks for all {cpus} CPUs of the declared node: no node can allocate that much "
                      "(the kubelet reserves some); set k8s.cpus to the node's allocatable")
     k = plan.config.k8s
+    wait = plan.config.train.ddp_timeout_s
+    if k.queue and abs(wait - KUEUE_PODS_READY_S) < 600:
+        notes.append(f"Kueue's waitForPodsReady (on by default in v0.19, timeout {KUEUE_PODS_READY_S // 60} min: "
+                     f"apis/config/v1beta2/defaults.go) is within 10 min of train.ddp_timeout_s = {wait} s, how long a "
+                     "pod waits for its peers: whichever ends first decides between a requeue (Kueue) and a spent "
+                     "restart (the pods); set Kueue's timeout well below it (e.g. 10 min), or train.ddp_timeout_s "
+                     "well above")
     if k.queue and k.tolerations and plan.launcher is Launcher.TRAINJOB:
         notes.append("k8s.tolerations with a Kueue queue: on admission Kueue adds a runtime patch with its "
                      "ResourceFlavor's tolerations, and the Trainer's strategic merge replaces the pods' list with "
@@ -448,7 +478,7 @@ def to_dicts(objs: list[Any]) -> list[dict]:
     return [ApiClient().sanitize_for_serialization(o) for o in objs]
 
 
-RETYPED = re.compile(r"^(?:[yYnN]|~|null|Null|NULL|[-+]?(?:0o[0-7_]+|0x[0-9a-fA-F_]+|0b[01_]+|[0-9][0-9_]*)"
+RETYPED = re.compile(r"^(?:[yYnN]|~|null|Null|NULL|[-+]?(?:0[oO][0-7_]+|0[xX][0-9a-fA-F_]+|0[bB][01_]+|[0-9][0-9_]*)"
                      r"|[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
                      r"|\.(?:nan|NaN|NAN))$")
 
