@@ -204,6 +204,11 @@ def test_a_programs_trainer_files_are_read_as_data(tmp_path):
      "recv operation to complete", True),
     ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.", True),
     ("torch.distributed.DistNetworkError: Connection reset by peer", True),
+    # a peer that never arrived, before the process group formed (the lines torch 2.13 printed with 2 of 3 ranks)
+    ("torch.distributed.DistStoreError: wait timeout after 8000ms, keys: /default_pg/0//cpu//0/0", True),
+    ("torch.distributed.DistNetworkError: The client socket has timed out after 8000ms while trying to connect to "
+     "(127.0.0.1, 29734).", True),
+    ("RankError: the rendezvous at node1:23456 did not complete in 180 s (fix: check that every rank started)", True),
     ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:4242",
      True),
     # the rank's own errors: retrying them would only fail again

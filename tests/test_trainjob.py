@@ -523,6 +523,27 @@ def test_a_fresh_shared_volume_is_checked_as_the_pods_uid_and_the_fix_named(cli)
 
 
 @pytest.mark.slow
+def test_a_peer_that_never_arrives_is_a_retryable_exit(cli, tmp_path):
+    """3 pods, one rank each, pod 2 never starts (its node lost before the process group formed). The two that
+    started wait train.ddp_timeout_s on real gloo, then fail: the store's host with "2/3 clients joined", the other
+    with the store's "wait timeout". Both are a peer that never arrived -- the retryable exit 200, which JobSet's
+    policy answers with a restart -- not a crash (1), which would fail the job with restarts unspent."""
+    mount = tmp_path / "pvc"
+    docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "cluster.nodes=3",
+                  "--set", "train.ddp_timeout_s=12", config="configs/quickstart.toml")
+    pods = start_pods(docs, tmp_path, 29300 + os.getpid() % 500, only=[0, 1])
+    try:
+        outs = [p.communicate(timeout=300)[0] for p in pods]
+    finally:
+        _stop(pods)
+    assert [p.returncode for p in pods] == [200, 200], outs
+    assert all("lost a peer: exit 200 (retryable)" in o for o in outs), outs
+    spec = trainer_rules.jobset(*docs)["spec"]
+    reason = trainer_rules.job_failure(spec["replicatedJobs"][0]["template"]["spec"], [200, 200])
+    assert trainer_rules.jobset_action(spec, reason, 0) == "restart"
+
+
+@pytest.mark.slow
 def test_pods_train_and_resume_after_an_eviction(cli, tmp_path):
     """Two pods, one rank each: SIGTERM (an eviction) to pod 0 mid-run checkpoints both ranks and both pods exit
     143, which restarts the JobSet; the recreated pods (JobSet's restart attempt 1) resume from that step."""

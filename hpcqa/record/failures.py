@@ -16,13 +16,21 @@ PEER_LOST = ("connection closed by peer", "connection reset by peer", "remote wo
 # "timed out" alone is also a hub download's or the program's own timeout: a peer only when a collective or the
 # rendezvous store timed out (gloo: "Timed out waiting ... for recv", c10d: "DistStoreError ... timed out")
 TIMED_OUT_IN = ("gloo", "c10d", "diststore", "collective", "watchdog", "recv", "send", "allreduce", "all_reduce",
-                "barrier", "process group", "processgroup")
+                "barrier", "process group", "processgroup", "distnetwork", "client socket")
+# before the process group forms, a peer that never arrived reads (torch 2.13, seen with 2 of 3 gloo ranks started):
+#   the waiting ranks   "DistStoreError: wait timeout after 8000ms, keys: /default_pg/0//cpu//0/0"
+#   the store's host    "DistStoreError: Timed out after 9 seconds waiting for clients. 2/3 clients joined."
+#   an unreachable host "DistNetworkError: The client socket has timed out after 8000ms while trying to connect to"
+#   hpcqa's watchdog    "RankError: the rendezvous at HOST:PORT did not complete in N s"
+RENDEZVOUS = (("diststore", "wait timeout"), ("rendezvous at", "did not complete"))
 
 
 def names_peer_loss(line: str) -> bool:
-    """An error line that says a peer went away (or a collective waited for one past its timeout)."""
+    """An error line that says a peer went away, or never arrived: a collective or the rendezvous waited for one
+    past its timeout."""
     low = line.lower()
-    return any(p in low for p in PEER_LOST) or ("timed out" in low and any(m in low for m in TIMED_OUT_IN))
+    return any(p in low for p in PEER_LOST) or ("timed out" in low and any(m in low for m in TIMED_OUT_IN)) \
+        or any(a in low and b in low for a, b in RENDEZVOUS)
 
 
 def lost_peer(record: Any) -> bool:
