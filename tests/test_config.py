@@ -133,3 +133,16 @@ def test_reference_covers_every_key_and_readme_lists_them():
     reference = (ROOT / "docs" / "configuration.md").read_text()
     missing = [k for k in keys if f"`{k}`" not in reference]
     assert not missing, f"docs/configuration.md lacks {missing}: run python -m hpcqa.docs"
+
+
+def test_kubernetes_names_are_held_to_what_the_api_server_takes():
+    """A namespace, PVC, service account, priority class, Kueue queue or runtime name past Kubernetes' length for it
+    is refused naming its own key (not job.name, and not by the API server after the render said exit 0); a name
+    at the limit passes."""
+    from hpcqa.core import configcheck
+    quick = ROOT / "configs" / "quickstart.toml"
+    for key, most in configcheck.K8S_NAME_MAX.items():
+        config.load(quick, [f'k8s.{key}="{"a" * most}"'])
+        with pytest.raises(ConfigError) as e:
+            config.load(quick, [f'k8s.{key}="{"a" * (most + 1)}"'])
+        assert e.value.key == f"k8s.{key}" and f"at most {most}" in e.value.message

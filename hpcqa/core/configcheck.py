@@ -266,8 +266,20 @@ LABEL_KEY = r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]
 LABEL_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
 
 
+# the longest value Kubernetes takes for each name: a namespace is a DNS-1123 label (63); a PVC, service account or
+# PriorityClass name a DNS subdomain (253); Kueue's queue and workload priority class reach the objects as label
+# values (63); the runtime's name gets "-<8 hex>" and is a label value on the TrainJob (63)
+K8S_NAME_MAX = {"namespace": 63, "pvc": 253, "service_account": 253, "priority_class": 253, "queue": 63,
+                "workload_priority_class": 63, "runtime": 54}
+
+
 def _check_k8s(cfg: Any) -> None:
     k, src = cfg.k8s, cfg.source
+    for key, most in K8S_NAME_MAX.items():
+        value = getattr(k, key)
+        if len(value) > most:
+            raise ConfigError(f"k8s.{key}", f"a name of {len(value)} characters; Kubernetes takes at most {most} here "
+                              "(the API server would refuse the object)", f"shorten k8s.{key}", src)
     for key in ("output_path", "model_cache_path", "data_cache_path"):
         if ".." in getattr(k, key).split("/"):
             raise ConfigError(f"k8s.{key}", "'..' would leave the volume", "give a path inside k8s.mount_path", src)
