@@ -14,6 +14,7 @@ import shutil
 import socket
 import sqlite3
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,6 +187,25 @@ def adopt_legacy(folder: str | Path = ".") -> tuple[Path | None, int, str]:
                            good)
         copied = reg.db.total_changes - before
     return old, copied, ""
+
+
+def check_creatable(path: str | Path | None = None) -> None:
+    """A registry that does not exist yet can be made where it is to be (RegistryError, with the fix, if not): a
+    file is made and removed in the nearest folder that exists. An existing one is opened as status opens it."""
+    target = resolve_path(str(path) if path else None)
+    if target.exists():
+        Registry(target, create=False)
+        return
+    folder = next((p for p in target.parents if p.exists()), Path("/"))
+    try:
+        if not folder.is_dir():
+            raise NotADirectoryError(20, "Not a directory", str(folder))
+        fd, probe = tempfile.mkstemp(prefix=".hpcqa-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise RegistryError(f"cannot create the job registry {target}: {folder}: {e.strerror or e}",
+                            "make its folder writable, or set job.registry / $HPCQA_REGISTRY") from None
 
 
 def _mine(path: Path) -> bool:
