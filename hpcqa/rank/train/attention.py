@@ -17,6 +17,7 @@ bf16 it upcasts q, k and v to fp32. And every dropout mask comes from `bernoulli
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -44,9 +45,7 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.devic
     """A bool mask of `shape` (True: kept) with keep probability ~1 - p, drawn four elements per 64-bit random
     word. -> (mask, 1 / the exact keep probability)."""
     threshold, keep = keep_threshold(p)
-    n = 1
-    for d in shape:
-        n *= int(d)
+    n = math.prod(int(d) for d in shape)
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2 ** 63), None)
     # int16 reads a uniform 16-bit word shifted by 2^15: u >= t  <=>  (u - 2^15) >= t - 2^15
     mask = words.view(torch.int16)[:n] >= (threshold - LEVELS // 2)

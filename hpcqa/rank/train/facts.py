@@ -18,7 +18,7 @@ import torch
 import transformers
 
 from hpcqa.core import topology
-from hpcqa.core.plan import Backend, LaunchPlan
+from hpcqa.core.plan import GLIBC_HEAP_ENV, Backend, LaunchPlan
 from hpcqa.core.targets import DDPBackend
 from hpcqa.errors import RankError
 from hpcqa.rank import preload
@@ -117,7 +117,8 @@ def allocator(env: Mapping[str, str]) -> str:
     for name in ("tcmalloc", "jemalloc"):
         if name in env.get("LD_PRELOAD", ""):
             return name
-    return "glibc-heap" if env.get("MALLOC_MMAP_MAX_") == "0" else "glibc"
+    mmap_max = "MALLOC_MMAP_MAX_"  # the variable that takes big blocks off mmap (GLIBC_HEAP_ENV)
+    return "glibc-heap" if env.get(mmap_max) == GLIBC_HEAP_ENV[mmap_max] else "glibc"
 
 
 def _mapped(ld_preload: str) -> list[str]:

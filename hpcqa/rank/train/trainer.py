@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator, Sequence
 
+import torch
+import torch.distributed as dist
 from torch.utils.data import Sampler
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, default_data_collator
 from transformers.trainer_pt_utils import LengthGroupedSampler
@@ -127,8 +129,6 @@ def cpu_bf16_hook(process_group, bucket):  # noqa: ANN001 -- DDP refuses a hook 
     stock hook does), all-reduced, cast back into the bucket. torch's own bf16_compress_hook is refused by name on
     a build without CUDA/NCCL or XPU ("BF16 all reduce communication hook required CUDA 11+ ..."), gloo included:
     DDP checks the hook's *name* (bf16_compress_hook), so this one must be called otherwise."""
-    import torch
-    import torch.distributed as dist
     group = process_group if process_group is not None else dist.group.WORLD
     buffer = bucket.buffer()
     compressed = buffer.to(torch.bfloat16).div_(group.size())
