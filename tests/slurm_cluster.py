@@ -43,6 +43,14 @@ def release_mismatch() -> str:
     return ""
 
 
+def instance() -> int:
+    """Which of scripts/devcluster.py's side-by-side clusters this test process brings up: one per pytest-xdist
+    worker (gw0, gw1...; a worker runs one module's cluster at a time), offset by HPCQA_CLUSTER_INSTANCE_BASE (the
+    Slurm root's pass runs beside the first pass with its own)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    return int(os.environ.get("HPCQA_CLUSTER_INSTANCE_BASE", "0")) + int(worker or 0)
+
+
 def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int = 1001, slurmd_timeout: int = 300,
             preempt: str = "off", grace_time: int = 30, core_per_node: bool = False):
     why = available()
@@ -53,7 +61,9 @@ def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int 
     if release_mismatch():
         pytest.fail(release_mismatch())
     d = tmp_path_factory.mktemp(f"slurm{nodes}{'a' if accounting else ''}")
+    k = instance()
     cmd = [sys.executable, str(ROOT / "scripts/devcluster.py"), "up", "--dir", str(d), "--nodes", str(nodes),
+           "--instance", str(k),
            "--max-array-size", str(max_array_size), "--slurmd-timeout", str(slurmd_timeout),
            "--preempt", preempt, "--grace-time", str(grace_time)]
     if accounting:
@@ -65,7 +75,8 @@ def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int 
         assert r.returncode == 0, r.stderr
         yield {"SLURM_CONF": str(d / "slurm.conf"), "HPCQA_REGISTRY": str(d / "registry.sqlite"),
                "HPCQA_CACHE": str(tmp_path_factory.getbasetemp() / "hpcqa-cache"),
-               "HPCQA_TEST_CLUSTER_DIR": str(d)}  # devcluster.py shape needs it
+               "HPCQA_TEST_CLUSTER_DIR": str(d),  # devcluster.py shape needs it
+               "HPCQA_TEST_CLUSTER_NET": f"10.77.{k}"}  # node K is at .1K (scripts/devcluster.py)
     finally:
         subprocess.run([sys.executable, str(ROOT / "scripts/devcluster.py"), "down", "--dir", str(d)],
                        capture_output=True, text=True, timeout=120)
