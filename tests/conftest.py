@@ -34,6 +34,29 @@ def pytest_report_header(config):
     return [f"slurm: {slurm_version() or 'not installed'}" + (f" (HPCQA_SLURM_RELEASE={release})" if release else "")]
 
 
+def as_foreground() -> None:
+    """preexec_fn: the signals as a shell leaves them for a foreground command (Ctrl-C's SIGINT, SIGQUIT, SIGHUP at
+    their defaults), even when the tests run in a background job (`nohup pytest &`, some CI runners)."""
+    import signal
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def as_background() -> None:
+    """preexec_fn: as `nohup cmd &` from a script starts a command: SIGINT and SIGHUP ignored."""
+    import signal
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (the kernel's pick): tests side by side (pytest-xdist) never share one."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture
 def cli():
     return run_cli
@@ -95,12 +118,36 @@ STARTS_PROCESSES = {"test_trainjob", "test_k8s", "test_hostile", "test_console",
                     "test_command", "test_secrets", "test_render", "test_tune", "test_status", "test_k8s_walkthrough"}
 
 
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook reads the xdist_group markers
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if item.get_closest_marker("alone") and item.get_closest_marker("each_release"):
+            raise pytest.UsageError(f"{item.nodeid}: `alone` and `each_release` together -- scripts/test.sh runs the "
+                                    "other releases' tests beside the first pass only; drop one of the two")
+        group = shared_fixture_group(item)
+        if group and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
         module = item.module.__name__.rsplit(".", 1)[-1]
         if module in STARTS_PROCESSES or any(item.get_closest_marker(m) for m in ("slow", "slurm", "process")):
             continue
         item.add_marker(pytest.mark.quick)
+
+
+# ---------------------------------------------------------------- side by side: `pytest -n 3 --dist loadgroup`
+# scripts/test.sh runs the suite on pytest-xdist workers. Tests of a module with a module-scoped fixture (a Slurm
+# cluster, a built wheel, a venv) go to one worker as a group, which sets it up once; a module may split its tests
+# into groups of its own (@pytest.mark.xdist_group), each then on a worker with its own copy of the fixture (a
+# cluster per worker: tests/slurm_cluster.py). Every other test goes wherever a worker is free. A test that must not
+# share the machine (it measures time or speed) is marked `alone`: test.sh runs those after the rest, one at a time.
+
+def shared_fixture_group(item) -> str | None:
+    """The module's name when the test uses a module-scoped fixture, else None."""
+    defs = getattr(item, "_fixtureinfo", None)
+    if defs is None:
+        return None
+    if any(d.scope == "module" for fixturedefs in defs.name2fixturedefs.values() for d in fixturedefs):
+        return item.module.__name__.rsplit(".", 1)[-1]
+    return None
 
 
 @pytest.fixture(scope="session")

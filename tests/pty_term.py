@@ -9,13 +9,14 @@ import fcntl
 import os
 import re
 import select
-import signal
 import struct
 import subprocess
 import sys
 import termios
 import time
 from pathlib import Path
+
+from tests.conftest import as_foreground
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]")
 
@@ -29,10 +30,8 @@ def run(args: list[str], cols: int = 80, rows: int = 60, env: dict | None = None
     full_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "CI")
                 and not k.startswith(("SLURM_", "SUBMITIT_"))}
     full_env.update({"TERM": "xterm-256color", **(env or {})})
-    # as a shell starts a foreground command: Ctrl-C's SIGINT at its default, even when the tests themselves run in
-    # a background job (`nohup pytest &`, some CI runners), which the command would otherwise inherit ignoring it
     proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=full_env, cwd=cwd,
-                            start_new_session=True, preexec_fn=_terminal_signals)
+                            start_new_session=True, preexec_fn=as_foreground)
     os.close(slave)
     chunks = []
     start = time.time()
@@ -58,11 +57,6 @@ def run(args: list[str], cols: int = 80, rows: int = 60, env: dict | None = None
     os.close(master)
     code = proc.wait()
     return code, screen(b"".join(chunks).decode("utf-8", "replace"))
-
-
-def _terminal_signals() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def screen(raw: str) -> str:

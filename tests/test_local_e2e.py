@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpcqa.executors import hostprobe
-from tests.conftest import ROOT
+from tests.conftest import ROOT, as_background, as_foreground
 
 pytestmark = pytest.mark.slow
 TINY = ["--set", "model.name_or_path=builtin:tiny-bert", "--set", "data.synthetic_train_examples=240",
@@ -213,7 +213,11 @@ def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
     assert again["resumed_from"].endswith("checkpoint-6")
 
 
-def test_local_job_in_registry_status_and_cancel(tmp_path, cache_env):
+@pytest.mark.parametrize("started", ["from a terminal", "from a background job"])
+def test_local_job_in_registry_status_and_cancel(tmp_path, cache_env, started):
+    """A --no-wait job is listed, running, and `hpcqa cancel` stops it -- by the SIGINT its controller hears, well
+    within the 10 s after which cancel kills what is left: also when submit ran in a background job (`nohup ... &`
+    in a script), which starts commands with SIGINT ignored."""
     import subprocess
     import sys
     import time
@@ -222,7 +226,8 @@ def test_local_job_in_registry_status_and_cancel(tmp_path, cache_env):
     with open(out, "w") as f, open(err, "w") as e:  # the background controller inherits them: no pipes
         r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
                             "--set", "train.max_steps=100000", "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
-                            "--no-wait"], stdout=f, stderr=e, env=env, cwd=ROOT, timeout=60)
+                            "--no-wait"], stdout=f, stderr=e, env=env, cwd=ROOT, timeout=60,
+                           preexec_fn=as_background if started == "from a background job" else as_foreground)
     assert r.returncode == 0, err.read_text()
     job_id = out.read_text().strip()
 
@@ -235,6 +240,8 @@ def test_local_job_in_registry_status_and_cancel(tmp_path, cache_env):
     while state()["state"] != "RUNNING" and time.time() < end:
         time.sleep(1)
     assert state()["state"] == "RUNNING" and state()["executor"] == "local"
+    while len(list(tmp_path.glob("quickstart/*/ranks/rank-*.phase.json"))) < 2 and time.time() < end:
+        time.sleep(0.5)   # both ranks in hpcqa's code: Python hears SIGINT from here on
     c = subprocess.run([sys.executable, "-m", "hpcqa", "cancel", job_id], capture_output=True, text=True, env=env, cwd=ROOT)
     assert c.returncode == 0, c.stderr
     end = time.time() + 30
@@ -247,27 +254,44 @@ def test_local_job_in_registry_status_and_cancel(tmp_path, cache_env):
     else:
         raise AssertionError("the local controller survived hpcqa cancel")
     assert state()["state"] == "CANCELLED"
+    # the ranks heard the SIGINT (Python's KeyboardInterrupt, wherever it found them), not the SIGKILL cancel
+    # sends what is left after 10 s (which leaves no trace in their logs)
+    (folder,) = job_dirs(tmp_path)
+    for log in sorted(folder.glob(f"{job_id}_[01]_log.err")):
+        assert "KeyboardInterrupt" in log.read_text(), f"{log.name}: the SIGINT was not heard\n" + log.read_text()[-1500:]
     assert not processes_running(f"submitit.core._submit {tmp_path}"), "rank processes survived the cancel"
     assert not list((tmp_path / "quickstart").glob("%j-*")), "submitit's staging folder was left behind"
 
 
-@pytest.mark.parametrize("how", ["SIGINT to the group", "SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("how", ["SIGINT to the group", "SIGTERM", "SIGHUP", "SIGHUP under nohup, then SIGTERM"])
 def test_ctrl_c_stops_every_rank_cleanly(tmp_path, cache_env, how):
     """Ctrl-C as a terminal sends it (SIGINT to the foreground process group, ours, made for the test); a CI
-    runner stopping the command (SIGTERM) or a closed terminal (SIGHUP), to the hpcqa process alone, do the same."""
+    runner stopping the command (SIGTERM) or a closed terminal (SIGHUP), to the hpcqa process alone, do the same.
+    Under `nohup` (SIGHUP ignored, SIGINT too, as `nohup cmd &` leaves them) a closed terminal stops nothing: the
+    job trains on, and the SIGTERM after it stops every rank -- though the ranks inherited nothing that hears it."""
     import signal
     import subprocess
     import sys
     import time
     env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
+    nohup = how.startswith("SIGHUP under nohup")
     p = subprocess.Popen([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
                           "--set", "train.max_steps=100000", "--set", f"job.output_dir={json.dumps(str(tmp_path))}"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=as_background if nohup else as_foreground)
     end = time.time() + 120
     while time.time() < end and not list(tmp_path.glob("quickstart/*/progress.json")):
         time.sleep(0.5)
-    if how == "SIGINT to the group":
+    if nohup:
+        (progress,) = tmp_path.glob("quickstart/*/progress.json")
+        os.kill(p.pid, signal.SIGHUP)
+        step = json.loads(progress.read_text())["step"]
+        end = time.time() + 60
+        while time.time() < end and json.loads(progress.read_text())["step"] < step + 4:
+            time.sleep(0.5)
+        assert p.poll() is None and json.loads(progress.read_text())["step"] >= step + 4, "nohup's job stopped"
+        os.kill(p.pid, signal.SIGTERM)
+    elif how == "SIGINT to the group":
         os.killpg(p.pid, signal.SIGINT)
     else:
         os.kill(p.pid, getattr(signal, how))

@@ -29,9 +29,11 @@ from hpcqa.record.jobdir import SUBMISSION, JobDir
 def cmd_submit(args: argparse.Namespace) -> int:
 
     # a closed terminal (SIGHUP) or a runner stopping us (SIGTERM) is a Ctrl-C: a local job stops every rank, a
-    # Slurm job keeps running and we stop watching it
+    # Slurm job keeps running and we stop watching it. Not a SIGHUP we were told to ignore (`nohup hpcqa submit`):
+    # that job is meant to outlive the terminal.
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, stop_like_ctrl_c)
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, stop_like_ctrl_c)
     if args.json and not args.dry_run:
         raise UsageError("--json prints the dry run's plan; a real submit prints the job id",
                          "add --dry-run (or drop --json)")

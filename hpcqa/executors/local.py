@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -134,7 +135,7 @@ def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None, code=
         if cpus:
             os.sched_setaffinity(0, cpus)  # inherited by the controller and its ranks
         os.environ.update(code.env() if code else {})  # so is the environment
-        with _stdio_to(log):  # the controller inherits our stdio: keep its messages off the terminal
+        with _stdio_to(log), _sigint_heard():  # the controller inherits our stdio and signal dispositions
             job = ex.submit(RankJob(str(path), plan.digest))
     finally:
         os.sched_setaffinity(0, mine)
@@ -294,6 +295,23 @@ def _descendants(pid: int) -> list[tuple[int, str | None]]:
         out += kids
         frontier = kids
     return [(p, identity(p)) for p in out]
+
+
+@contextlib.contextmanager
+def _sigint_heard():
+    """The controller started here hears SIGINT, which is how a cancel or a Ctrl-C stops it. Started from a
+    background job (`nohup hpcqa submit ... &`, `cmd &` in a script, some CI runners), hpcqa inherits SIGINT
+    *ignored*, and a process started from it would too (an ignored signal stays ignored across exec; a handler
+    does not): the controller and its ranks would then ignore every cancel until the grace period's SIGKILL.
+    A handler here while the controller starts gives it the default; ours is put back after."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def cancel(controller_pid: int, expected: str, grace_s: float = 10.0) -> bool:
