@@ -34,26 +34,70 @@ export PATH="$(dirname "$PY"):$PATH"
 "$PY" -m pip install -q --disable-pip-version-check impi-rt
 if [ "${CI:-}" = true ]; then export HPCQA_REQUIRE_SLURM=1; fi
 phases+=(--phase "install=$((SECONDS - started))")
+# pytest-xdist workers, side by side (tests/conftest.py groups what shares a fixture; each worker brings up its own
+# Slurm clusters, scripts/devcluster.py --instance). HPCQA_TEST_WORKERS=0: one process, as before.
+workers=${HPCQA_TEST_WORKERS:-3}
+side=()
+if [ "$workers" != 0 ]; then side=(-n "$workers" --dist loadgroup); fi
+host_slurm=$( (slurmctld -V 2>/dev/null || echo "slurm none") | awk '{print $2}')
+releases=${HPCQA_SLURM_RELEASES-24.11}
+if [ "$(id -u)" != 0 ] && [ -n "$releases" ]; then
+    echo "hpcqa: the Slurm $releases pass needs root (a Debian root, mounts): skipped" >&2
+    if [ "${CI:-}" = true ]; then release_status=1; fi
+    releases=""
+fi
+release_status=${release_status:-0}
+# The release-sensitive Slurm tests on each other release, in that release's root: beside pass 1 (their clusters are
+# instances 5 and up), their output kept until pass 1 has printed its own.
+release_pass() {  # RELEASE MARK XML -> the pytest exit status (5, nothing selected, is 0)
+    local code=0
+    HPCQA_CLUSTER_INSTANCE_BASE=5 "$PY" scripts/slurmroot.py run --release "$1" -- "$PY" -m pytest -q -ra \
+        --durations=20 -m "$2" -p no:cacheprovider -n 2 --dist loadgroup --junitxml="$3" "${@:4}" || code=$?
+    if [ "$code" = 5 ]; then code=0; fi
+    return "$code"
+}
+if [ $# -gt 0 ]; then sel=("$@"); else sel=(tests); fi
+release_pids=()
+for release in $releases; do
+    (
+        t=$SECONDS
+        code=0
+        release_pass "$release" "slurm and each_release and not alone" "$times/slurm-$release.xml" "${sel[@]}" \
+            >"$times/slurm-$release.log" 2>&1 || code=$?
+        echo "$code $((SECONDS - t))" >"$times/slurm-$release.done"
+    ) &
+    release_pids+=($!)
+    break  # one root at a time beside pass 1; the others (if any) after it, below
+done
 status=0
 t=$SECONDS
-"$PY" -m pytest -q -ra --durations=20 --junitxml="$times/pass1.xml" tests "$@" || status=$?
-host_slurm=$( (slurmctld -V 2>/dev/null || echo "slurm none") | awk '{print $2}')
+"$PY" -m pytest -q -ra --durations=20 "${side[@]}" -m "not alone" --junitxml="$times/pass1.xml" "${sel[@]}" || status=$?
 phases+=(--phase "pass 1 (Slurm $host_slurm)=$((SECONDS - t)):$times/pass1.xml")
-for release in ${HPCQA_SLURM_RELEASES-24.11}; do
-    if [ "$(id -u)" != 0 ]; then
-        echo "hpcqa: the Slurm $release pass needs root (a Debian root, mounts): skipped" >&2
-        if [ "${CI:-}" = true ] && [ "$status" = 0 ]; then status=1; fi
-        continue
-    fi
+first=1
+for release in $releases; do
     echo "=== the Slurm integration tests on Slurm $release (scripts/slurmroot.py) ===" >&2
-    code=0
-    t=$SECONDS
-    "$PY" scripts/slurmroot.py run --release "$release" -- "$PY" -m pytest -q -ra --durations=20 -m "slurm and each_release" \
-        -p no:cacheprovider --junitxml="$times/slurm-$release.xml" "${@:-tests}" || code=$?
-    phases+=(--phase "Slurm $release pass=$((SECONDS - t)):$times/slurm-$release.xml")
-    if [ "$code" = 5 ]; then code=0; fi  # the arguments selected no Slurm test
-    if [ "$status" = 0 ]; then status=$code; fi
+    if [ "$first" = 1 ] && [ ${#release_pids[@]} -gt 0 ]; then
+        wait "${release_pids[0]}" || true
+        cat "$times/slurm-$release.log" >&2
+        read -r code took <"$times/slurm-$release.done" || { code=1; took=0; }
+        phases+=(--phase "Slurm $release pass=$took:$times/slurm-$release.xml" --beside "Slurm $release pass")
+    else
+        t=$SECONDS
+        code=0
+        release_pass "$release" "slurm and each_release and not alone" "$times/slurm-$release.xml" "${sel[@]}" || code=$?
+        phases+=(--phase "Slurm $release pass=$((SECONDS - t)):$times/slurm-$release.xml")
+    fi
+    first=0
+    if [ "$release_status" = 0 ]; then release_status=$code; fi
 done
+# the tests that measure time or speed, one at a time with nothing beside them
+t=$SECONDS
+code=0
+"$PY" -m pytest -q -ra --durations=10 -m alone --junitxml="$times/alone.xml" "${sel[@]}" || code=$?
+if [ "$code" = 5 ]; then code=0; fi
+if [ "$status" = 0 ]; then status=$code; fi
+phases+=(--phase "alone (Slurm $host_slurm)=$((SECONDS - t)):$times/alone.xml")
+if [ "$status" = 0 ]; then status=$release_status; fi
 # each phase's time, the 20 slowest tests of the run, and the suite against its budget (HPCQA_CI_BUDGET_S)
 budget=0
 "$PY" scripts/citime.py "${phases[@]}" || budget=$?

@@ -50,3 +50,15 @@ def test_install_time_is_not_the_suites(tmp_path):
 def test_a_bad_phase_is_exit_2(capsys):
     assert citime.main(["--phase", "nonsense"]) == 2
     assert "expected NAME=SECONDS" in capsys.readouterr().err
+
+
+def test_a_phase_beside_the_others_is_shown_not_added(tmp_path, capsys):
+    xml = tmp_path / "p.xml"
+    xml.write_text(JUNIT)
+    code = citime.main(["--phase", "install=100", "--phase", f"pass 1=1000:{xml}", "--phase", f"Slurm 24.11 pass=400:{xml}",
+                        "--phase", "alone=200", "--beside", "Slurm 24.11 pass", "--budget-s", "1250"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Slurm 24.11 pass: 400 s; 2 passed, 1 failed, 1 skipped (ran beside the others)" in out
+    assert "total 1300 s; the test passes 1000 s of a 1250 s budget" in out    # alone has no XML: not a pass
+    assert out.splitlines()[-1] == "total: 4 passed, 2 failed, 2 skipped"      # its tests still counted

@@ -19,7 +19,7 @@ from hpcqa.core.plan import LaunchPlan
 from hpcqa.executors.k8s import pods as k8s_pods
 from hpcqa.executors.k8s import pytorchjob
 from tests import k8s_rules
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port
 
 IMAGE = ["--set", "k8s.image=registry.example.com/hpcqa:1"]
 
@@ -418,7 +418,7 @@ exec {sys.executable} "$@"
     job = render(cli, *IMAGE, *TINY, *ONE_POD_TWO_RANKS, "--set", f"k8s.mount_path={mount}",
                  "--set", f"cluster.python={shim}", config="configs/quickstart.toml")
     t0 = time.time()
-    (pod,) = start_pods(job, tmp_path, 29000 + os.getpid() % 1000 + 7, cpus=f"0-{os.cpu_count() - 1}")
+    (pod,) = start_pods(job, tmp_path, free_port(), cpus=f"0-{os.cpu_count() - 1}")
     try:
         out = pod.communicate(timeout=120)[0]
         gone = group_gone(pod)
@@ -437,7 +437,7 @@ def test_pod_script_sigterm_before_the_ranks_start_is_not_lost(cli, tmp_path):
     mount = tmp_path / "pvc"
     job = render(cli, *IMAGE, *TINY, *ONE_POD_TWO_RANKS, "--set", f"k8s.mount_path={mount}",
                  "--set", 'cluster.setup=["sleep 3"]', config="configs/quickstart.toml")
-    (pod,) = start_pods(job, tmp_path, 29000 + os.getpid() % 1000 + 8)
+    (pod,) = start_pods(job, tmp_path, free_port())
     out = sigterm_after(pod, 1)
     assert pod.returncode == 143, out
     assert "SIGTERM before the ranks started" in out
@@ -455,7 +455,7 @@ def test_pod_script_fails_the_job_when_its_restarts_are_spent(cli, tmp_path):
     (jd / "attempts").mkdir(parents=True)
     for attempt in range(3):  # the first start and two restarts
         (jd / "attempts" / f"node-0.{attempt}").touch()
-    (pod,) = start_pods(job, tmp_path, 29000 + os.getpid() % 1000 + 9)
+    (pod,) = start_pods(job, tmp_path, free_port())
     out = pod.communicate(timeout=60)[0]
     assert pod.returncode == 3, out
     assert k8s_rules.failed_pod_action("ExitCode", pod.returncode) == "fail-job"
@@ -474,7 +474,7 @@ def test_a_lost_pod_is_a_retryable_failure_for_the_others(cli, tmp_path):
     job = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "train.ddp_timeout_s=60",
                  config="configs/quickstart.toml")
     jd = mount / "output" / "quickstart" / f"k8s-default-{job['metadata']['name']}"
-    pods = start_pods(job, tmp_path, 29000 + os.getpid() % 1000 + 2)
+    pods = start_pods(job, tmp_path, free_port())
     try:
         deadline = time.time() + 300
         while time.time() < deadline and not _step_at_least(jd, 4):

@@ -23,7 +23,7 @@ from tests.conftest import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import scaling_bench  # noqa: E402
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.alone]   # it times 1- and 2-node runs
 LOW, HIGH = 0.67, 1.5
 
 

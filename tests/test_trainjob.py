@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests import k8s_rules, trainer_rules
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port
 from tests.test_k8s import IMAGE, TINY, _step_at_least, _stop, group_gone, sigterm_after
 
 KUBE_VERSIONS = ["1.27", "1.30", "1.33"]
@@ -531,7 +531,7 @@ def test_a_peer_that_never_arrives_is_a_retryable_exit(cli, tmp_path):
     mount = tmp_path / "pvc"
     docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "cluster.nodes=3",
                   "--set", "train.ddp_timeout_s=12", config="configs/quickstart.toml")
-    pods = start_pods(docs, tmp_path, 29300 + os.getpid() % 500, only=[0, 1])
+    pods = start_pods(docs, tmp_path, free_port(), only=[0, 1])
     try:
         outs = [p.communicate(timeout=300)[0] for p in pods]
     finally:
@@ -551,7 +551,7 @@ def test_pods_train_and_resume_after_an_eviction(cli, tmp_path):
     docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "train.max_steps=120",
                   config="configs/quickstart.toml")
     jd = job_dir(mount, docs[1])
-    port = 29100 + os.getpid() % 800
+    port = free_port()
     pods = start_pods(docs, tmp_path, port)
     outs = evict_first(pods, lambda: _step_at_least(jd, 6))
     assert [p.returncode for p in pods] == [143, 143], outs
@@ -625,7 +625,7 @@ def test_sigterm_at_the_rendezvous_ends_the_pod_with_the_stopped_code(cli, tmp_p
     mount = tmp_path / "pvc"
     docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", config="configs/quickstart.toml")
     jd = job_dir(mount, docs[1])
-    (pod,) = start_pods(docs, tmp_path, 29100 + os.getpid() % 800 + 2, only=[0])
+    (pod,) = start_pods(docs, tmp_path, free_port(), only=[0])
     try:
         _wait_phase(jd, 0, ("rendezvous",), [pod])
         time.sleep(3)  # inside init_process_group by now
@@ -649,7 +649,7 @@ def test_sigterm_while_loading_ends_the_rank_at_once(cli, tmp_path):
     docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "cluster.nodes=1",
                   "--set", "data.synthetic_train_examples=40000", config="configs/quickstart.toml")
     jd = job_dir(mount, docs[1])
-    (pod,) = start_pods(docs, tmp_path, 29100 + os.getpid() % 800 + 3)
+    (pod,) = start_pods(docs, tmp_path, free_port())
     try:
         _wait_phase(jd, 0, ("loading",), [pod])
         time.sleep(0.5)
@@ -677,7 +677,7 @@ def test_sigterm_during_the_final_evaluation_keeps_the_trained_weights(cli, tmp_
                   "--set", "data.synthetic_eval_examples=2500", "--set", "train.per_device_eval_batch_size=1",
                   config="configs/quickstart.toml")
     jd = job_dir(mount, docs[1])
-    port = 29100 + os.getpid() % 800 + 4
+    port = free_port()
     pods = start_pods(docs, tmp_path, port)
     outs = evict_first(pods, lambda: _phase(jd, 0) == _phase(jd, 1) == "evaluating")
     assert [p.returncode for p in pods] == [143, 143], outs
@@ -699,7 +699,7 @@ def test_sigterm_during_an_evaluation_between_steps_saves_that_step(cli, tmp_pat
                   "--set", "data.synthetic_eval_examples=2500", "--set", "train.per_device_eval_batch_size=1",
                   config="configs/quickstart.toml")
     jd = job_dir(mount, docs[1])
-    port = 29100 + os.getpid() % 800 + 6
+    port = free_port()
     pods = start_pods(docs, tmp_path, port)
     outs = evict_first(pods, lambda: _step_at_least(jd, 12))
     assert [p.returncode for p in pods] == [143, 143], outs
