@@ -61,7 +61,9 @@ class JobConfig:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    executor: Literal[CONFIG_CHOICES] = opt(
+    # Literal of a tuple built from the target table (core/targets.py): one source for the choices, read back with
+    # typing.get_args; a type checker wants literals written out, so it is told this is meant
+    executor: Literal[CONFIG_CHOICES] = opt(  # type: ignore[valid-type]
         "auto", "auto: Slurm when `sbatch` is on PATH, else the local executor.")
     nodes: int = opt(1, "Nodes to allocate.", min=1, max=100000)
     sockets_per_node: int = opt(2, "CPU sockets per node; one rank runs per socket.", min=1, max=64)
@@ -97,7 +99,7 @@ class ClusterConfig:
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    launcher: Literal[SCRIPT_LAUNCHERS] = opt(
+    launcher: Literal[SCRIPT_LAUNCHERS] = opt(  # type: ignore[valid-type]
         "srun", "How ranks start: srun (Slurm), or mpirun (Intel MPI hydra: rendered scripts, and a single `submit` "
                 "job runs the rendered mpirun script; sweeps use srun).")
     rank_domain: Literal["socket", "numa"] = opt(
@@ -247,7 +249,7 @@ class TrainConfig:
                                "saying so). Dynamic shapes from the first compile (lengths vary by batch) and each "
                                "encoder layer compiled once; the first steps compile (results: compile.compile_s). "
                                "Off by default: slower where it was measured (BENCHMARKS.md).")
-    ddp_backend: Literal[DDP_BACKENDS] = opt(
+    ddp_backend: Literal[DDP_BACKENDS] = opt(  # type: ignore[valid-type]
         "auto", "auto: ccl when oneccl_bindings_for_pytorch imports and transformers accepts it, "
                 "else gloo. ccl unavailable -> error before training.")
     seed: int = opt(42, "Random seed (numpy, which the Trainer seeds too, takes 0 to 2**32 - 1).", min=0,
@@ -452,7 +454,7 @@ def _check_bounds(key: str, value: Any, meta: Mapping[str, Any], source: str) ->
         if hi is not None and value > hi:
             raise ConfigError(key, f"{value!r} is above the maximum {hi!r}",
                               f"set {key} to a value <= {hi!r}", source)
-    if key == "job.name" and isinstance(value, str) and not re.fullmatch(pattern, value):
+    if key == "job.name" and isinstance(value, str) and not re.fullmatch(str(pattern), value):
         raise ConfigError(key, f"{value[:80]!r} is not a safe name (it names folders, Slurm jobs and registry rows)",
                           "use 1-64 letters, digits, '-', '_' and '.', not starting with '.'", source)
     if pattern and isinstance(value, str) and not re.fullmatch(pattern, value):

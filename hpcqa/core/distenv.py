@@ -52,9 +52,10 @@ class DistEnv:
         }
 
     def to_json(self) -> dict:
-        d = {k.upper(): v for k, v in self.torch_env().items() if not k.startswith(("GROUP_", "ROLE_"))}
+        d: dict[str, object] = {k.upper(): v for k, v in self.torch_env().items()
+                                if not k.startswith(("GROUP_", "ROLE_"))}
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_PORT"):
-            d[k] = int(d[k])
+            d[k] = int(str(d[k]))
         d.update(hosts=list(self.hosts), source=self.source, job_id=self.job_id)
         return d
 
@@ -65,7 +66,9 @@ _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1

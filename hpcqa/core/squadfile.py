@@ -153,7 +153,11 @@ def problems(rows: list[dict[str, Any]]) -> list[str]:
     if missing:
         out.append(f"{len(missing)} example(s) without context or question (first: #{missing[0]})")
     seen: set[str] = set()
-    dup = [r["id"] for r in rows if r["id"] and (r["id"] in seen or seen.add(r["id"]))]
+    dup = []
+    for r in rows:
+        if r["id"] and r["id"] in seen:
+            dup.append(r["id"])
+        seen.add(r["id"])
     if dup:
         out.append(f"{len(dup)} repeated id(s) (first: {dup[0]!r}); answers are matched to questions by id")
     return out

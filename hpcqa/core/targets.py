@@ -25,7 +25,10 @@ from hpcqa.errors import PlanError
 class SubmitHost(Protocol):
     """What affinity reads of the submitting host (core/plan.py's HostProbe)."""
 
-    schedulers: frozenset[str]   # the targets whose scheduler can be asked from here (its submit command found)
+    @property
+    def schedulers(self) -> frozenset[str]:
+        """The targets whose scheduler can be asked from here (its submit command found)."""
+        ...
 
 
 AUTO = "auto"   # cluster.executor: the target of highest affinity here

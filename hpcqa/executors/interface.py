@@ -12,7 +12,7 @@ was submitted: a rendered mpirun script and a submitit array are both Slurm jobs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from hpcqa.core.config import Config
 from hpcqa.core.plan import HostProbe
@@ -154,6 +154,7 @@ class JobVerbs(Protocol):
         ...
 
 
+@runtime_checkable
 class Renders(Protocol):
     """An executor that renders (`hpcqa render`): the config and host as it renders them."""
 

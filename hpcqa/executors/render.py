@@ -86,10 +86,11 @@ def _heredoc_delim(text: str) -> str:
 def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None = None,
                hosts: tuple[str, ...] = (), code: tuple[str, ...] = ()) -> str:
     """The sbatch script (srun or mpirun), or with `hosts` a script for plain machines (mpirun over ssh)."""
-    launcher = launcher or plan.config.launch.launcher
+    asked = launcher or plan.config.launch.launcher
     python = python or plan.config.cluster.python or "python3"
-    if (launcher, bool(hosts)) not in TEMPLATES:
-        raise ValueError(f"no script template for launcher {launcher!r}" + (" on plain hosts" if hosts else ""))
+    launcher = Launcher(asked) if asked in set(Launcher) else None
+    if launcher is None or (launcher, bool(hosts)) not in TEMPLATES:
+        raise ValueError(f"no script template for launcher {asked!r}" + (" on plain hosts" if hosts else ""))
     if hosts and len(hosts) != plan.nodes:
         raise ValueError(f"{len(hosts)} hosts for a plan of {plan.nodes} nodes")
     template = (template_dir() / TEMPLATES[launcher, bool(hosts)]).read_text()
@@ -150,8 +151,10 @@ def _node_wide_env(plan: LaunchPlan) -> list[tuple[str, str]]:
     out = []
     for k in ENV_FOR_GENV:
         vals = {e.get(k) for e in envs}
-        if len(vals) == 1 and None not in vals:
-            out.append((k, vals.pop()))
+        if len(vals) == 1:
+            (v,) = vals
+            if v is not None:
+                out.append((k, v))
     return out
 
 

@@ -180,7 +180,7 @@ class SlurmJobs:
 
     def usage(self, views) -> dict[str, dict]:
         got, err = self.slurm.usage([v.id for v in views])
-        out = {}
+        out: dict[str, dict] = {}
         for v in views:
             if v.id in got:
                 u = got[v.id]

@@ -240,7 +240,7 @@ def parse_nodes(text: str) -> list[dict[str, str]]:
     """`scontrol show node -o` -> one dict per node (NodeName, Sockets, CoresPerSocket, ...)."""
     nodes = []
     for line in text.splitlines():
-        fields = dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", line))
+        fields = {m[1]: m[2] for m in re.finditer(r"(\w+)=(\S*)", line)}
         if "NodeName" in fields:
             nodes.append(fields)
     return nodes

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence, TypeVar
 
 from hpcqa.core import plan as planmod
 from hpcqa.core import targets
@@ -30,7 +30,6 @@ from hpcqa.core.targets import Launcher
 from hpcqa.errors import PlanError
 from hpcqa.executors.interface import Executor, JobVerbs, Renders
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.record.registry import JobRow
 
 SUBMIT, SCRIPT, HOSTS = "submit", "script", "hosts"   # how a plan is handed on: submitted, rendered, for plain hosts
 MODES = (SUBMIT, SCRIPT, HOSTS)
@@ -110,13 +109,15 @@ def render(cfg: Config, host: HostProbe, target: str, launcher: str | None = Non
     else:
         launcher = Launcher(launcher or cfg.launch.launcher)
         ex = choose_for(SLURM, launcher, HOSTS if hosts else SCRIPT, hosts=hosts, python=python)
+    if not isinstance(ex, Renders):   # every SCRIPT/HOSTS entry of EXECUTORS renders
+        raise PlanError(f"the executor for {target} ({launcher}) does not render", "render another --target")
     cfg, host = ex.prepare_render(cfg, host)
     if python:  # --python is the ranks' interpreter: a command's leading `python` means it too
         host = dataclasses.replace(host, python=python)
     return ex, planmod.build_plan(cfg, host, launcher=launcher)
 
 
-def choose_for(target: str, launcher: str, mode: str, **options: Any) -> Executor:
+def choose_for(target: str, launcher: Launcher, mode: str, **options: Any) -> Executor:
     if (target, launcher, mode) not in EXECUTORS:
         raise PlanError(f"no executor runs a {target} plan with launcher {launcher} ({mode})",
                         "render it (hpcqa render) or change cluster.executor / launch.launcher")
@@ -131,8 +132,17 @@ def verbs(target: str, slurm_: Slurm | None = None) -> JobVerbs:
     return _construct(VERBS[target], {"slurm": slurm_})
 
 
-def by_target(rows: Sequence[JobRow]) -> dict[str, list[JobRow]]:
-    out: dict[str, list[JobRow]] = {}
+class _Targeted(Protocol):
+    @property
+    def target(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Targeted)
+
+
+def by_target(rows: Sequence[R]) -> dict[str, list[R]]:
+    """Registry rows or status views, by the executor that ran them."""
+    out: dict[str, list[R]] = {}
     for r in rows:
         out.setdefault(r.target, []).append(r)
     return out
