@@ -458,3 +458,32 @@ def test_ruff_is_clean(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import sys\nimport json\nimport os\n\nprint(os.sep)\n")
     assert ruff(bad).returncode == 1
+
+
+@pytest.mark.process
+def test_mypy_is_clean_on_the_core_and_the_executors(tmp_path):
+    """mypy (configured in pyproject.toml: hpcqa/core and hpcqa/executors) passes, and fails on a planted error."""
+    def mypy(*paths):
+        return subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"), *map(str, paths)],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+    r = mypy()
+    assert r.returncode == 0 and "Success" in r.stdout, r.stdout + r.stderr
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(x: int) -> str:\n    return x\n")
+    r = mypy(bad)
+    assert r.returncode == 1 and "Incompatible return value" in r.stdout, r.stdout
+
+
+def test_the_scheduler_keeps_a_module_that_shares_a_fixture_on_one_worker(tmp_path):
+    """scripts/test.sh's xdist scheduling (tests/conftest.py): a module with a module-scoped fixture (a cluster) is
+    one unit; any other test is its own; an xdist_group suffix names the unit."""
+    from tests.conftest import shared_fixture_modules, split_scope
+    shared = shared_fixture_modules()
+    assert {"tests/test_slurm.py", "tests/test_slurm_preempt.py", "tests/test_wheel.py"} <= shared
+    assert "tests/test_config.py" not in shared
+    assert split_scope("tests/test_slurm.py::test_two_nodes", shared) == "tests/test_slurm.py"
+    assert split_scope("tests/test_config.py::test_x[a@b]", shared) == "tests/test_config.py::test_x[a@b]"
+    assert split_scope("tests/test_config.py::test_x@cluster", shared) == "cluster"
+    (tmp_path / "test_m.py").write_text('import pytest\n\n@pytest.fixture(scope="module")\ndef f():\n    return 1\n')
+    (tmp_path / "test_n.py").write_text('import pytest\n\n@pytest.fixture\ndef f():\n    return 1\n')
+    assert shared_fixture_modules(tmp_path) == {f"{tmp_path.name}/test_m.py"}
