@@ -1,5 +1,7 @@
 """Bring a real dev Slurm cluster (scripts/devcluster.py) up for a test module and down afterwards."""
 
+import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -80,3 +82,28 @@ def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int 
     finally:
         subprocess.run([sys.executable, str(ROOT / "scripts/devcluster.py"), "down", "--dir", str(d)],
                        capture_output=True, text=True, timeout=120)
+
+
+@contextlib.contextmanager
+def environment(env: dict):
+    """os.environ with `env` over it, for hpcqa called in this process as the CLI would run with it."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def job_states(env: dict, *ids: str) -> dict[str, dict]:
+    """What `hpcqa status --json IDS` prints, by id -- computed in this process. For the waits, which ask every
+    second: a CLI process per ask cost ~0.3 s of CPU (a third of a core for as long as a test waits, on a machine
+    the test workers share). What a test asserts about status it still asks the CLI."""
+    from hpcqa.executors import jobs
+    from hpcqa.executors.slurmcli import Slurm
+    from hpcqa.record import registry
+    with environment(env):
+        reg = registry.Registry(None, create=False)
+        views = jobs.collect(reg, Slurm(), list(ids), False)[0] if reg.exists else []
+        return {v.id: json.loads(json.dumps(v.to_json(), default=str)) for v in views}

@@ -32,8 +32,8 @@ def _wait_port(host: str, port: int, timeout: float = 20) -> None:
 @contextmanager
 def sshd_on_nodes(cluster_dir: Path, work: Path, nodes: int = 2):
     """-> path of an ssh client config that reaches node1..nodeN as root with the test's key."""
-    k = int((cluster_dir / "instance").read_text())   # the devcluster instance: its subnet and namespaces
-    net = f"10.77.{k}"
+    inst = int((cluster_dir / "instance").read_text())   # the devcluster instance: its subnet and namespaces
+    net = f"10.77.{inst}"
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
     assert os.path.exists(sshd), "openssh-server is needed for the bare-node test (scripts/test.sh installs it)"
     work.mkdir(parents=True, exist_ok=True)
@@ -57,7 +57,7 @@ def sshd_on_nodes(cluster_dir: Path, work: Path, nodes: int = 2):
                             f"StrictModes no\nPidFile {work / f'sshd.node{i}.pid'}\nPrintMotd no\n")
             inner = f"mount --bind {cluster_dir}/hosts /etc/hosts && hostname node{i} && exec {sshd} -D -e -f {conf}"
             log = open(work / f"sshd.node{i}.log", "w")
-            procs.append(subprocess.Popen(["nsenter", f"--net=/run/netns/hq{k}-node{i}", "--", "unshare", "--mount",
+            procs.append(subprocess.Popen(["nsenter", f"--net=/run/netns/hq{inst}-node{i}", "--", "unshare", "--mount",
                                            "--uts", "--", "sh", "-c", inner], stdout=log, stderr=subprocess.STDOUT))
         for i in range(1, nodes + 1):
             _wait_port(f"{net}.1{i}", PORT)

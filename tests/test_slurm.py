@@ -38,9 +38,9 @@ def status(env, *ids):
 
 
 def wait_state(env, job_id, want, timeout=120):
-    end = time.time() + timeout
+    end, j = time.time() + timeout, None
     while time.time() < end:
-        j = status(env, job_id).get(job_id)
+        j = slurm_cluster.job_states(env, job_id).get(job_id)
         if j and j["state"] in want:
             return j
         time.sleep(1)

@@ -10,7 +10,7 @@ import pytest
 
 from tests import slurm_cluster
 from tests.conftest import run_cli
-from tests.test_slurm import status, submit, wait_state
+from tests.test_slurm import submit, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -62,7 +62,7 @@ def test_node_failure_is_followed_and_the_job_can_be_cancelled(slurm, tmp_path):
         os.kill(slurmd, signal.SIGKILL)             # the node stops answering; its ranks run on
         seen, end = [], time.time() + 120
         while time.time() < end:
-            state = status(slurm, job_id)[job_id]["state"]
+            state = slurm_cluster.job_states(slurm, job_id)[job_id]["state"]
             if not seen or seen[-1] != state:
                 seen.append(state)
             if state in ("PENDING", "REQUEUED") and len(seen) > 1:

@@ -45,10 +45,9 @@ def planned_digests(dry: dict) -> dict:
 
 
 def wait_sweep(env, sweep_id, n, timeout=300):
-    end = time.time() + timeout
+    end, jobs = time.time() + timeout, []
     while time.time() < end:
-        r = run_cli("status", "--json", sweep_id, env=env)
-        jobs = json.loads(r.stdout)
+        jobs = list(slurm_cluster.job_states(env, sweep_id).values())
         if len(jobs) == n and all(j["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") for j in jobs):
             return jobs
         time.sleep(2)
