@@ -73,7 +73,7 @@ def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int 
     if core_per_node:
         cmd.append("--core-per-node")
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         yield {"SLURM_CONF": str(d / "slurm.conf"), "HPCQA_REGISTRY": str(d / "registry.sqlite"),
                "HPCQA_CACHE": str(tmp_path_factory.getbasetemp() / "hpcqa-cache"),
