@@ -48,11 +48,12 @@ if [ "$(id -u)" != 0 ] && [ -n "$releases" ]; then
 fi
 release_status=${release_status:-0}
 # The release-sensitive Slurm tests on each other release, in that release's root: beside pass 1 (their clusters are
-# instances 5 and up), their output kept until pass 1 has printed its own.
+# instance 5), in one process (they mostly wait on Slurm, and the machine is busy with pass 1's workers), their
+# output kept until pass 1 has printed its own.
 release_pass() {  # RELEASE MARK XML -> the pytest exit status (5, nothing selected, is 0)
     local code=0
     HPCQA_CLUSTER_INSTANCE_BASE=5 "$PY" scripts/slurmroot.py run --release "$1" -- "$PY" -m pytest -q -ra \
-        --durations=20 -m "$2" -p no:cacheprovider -n 2 --dist loadgroup --junitxml="$3" "${@:4}" || code=$?
+        --durations=20 -m "$2" -p no:cacheprovider --junitxml="$3" "${@:4}" || code=$?
     if [ "$code" = 5 ]; then code=0; fi
     return "$code"
 }
