@@ -56,10 +56,12 @@ class Instance:
         self.ctld_port, self.slurmd_port, self.dbd_port = 6817 + 10 * k, 6818 + 10 * k, 6819 + 10 * k
         self.db_port = 3317 + k
 
-    def ns(self, i: int) -> str:
+    def ns(self, i: int | str = "") -> str:
+        """Node i's network namespace; without i, the prefix of all of this instance's."""
         return f"hq{self.k}-node{i}"
 
-    def veth(self, i: int) -> str:
+    def veth(self, i: int | str = "") -> str:
+        """Node i's veth (its peer inside the node ends in "p"); without i, the prefix of all of this instance's."""
         return f"hq{self.k}-v{i}"
 
     @staticmethod
@@ -404,10 +406,10 @@ def down(a: argparse.Namespace) -> int:
     r = sh("ip", "-o", "link", "show", check=False)
     for line in r.stdout.splitlines():
         dev = line.split(":")[1].strip().split("@")[0]
-        if dev.startswith(inst.veth(0)[:-1]) and not dev.endswith("p"):   # this instance's hqK-v1, hqK-v2...
+        if dev.startswith(inst.veth()) and not dev.endswith("p"):
             sh("ip", "link", "del", dev, check=False)
     for ns in sh("ip", "netns", "list", check=False).stdout.split("\n"):
-        if ns.startswith(inst.ns(0)[:-1]):
+        if ns.startswith(inst.ns()):
             sh("ip", "netns", "del", ns.split()[0], check=False)
     sh("ip", "link", "del", inst.bridge, check=False)
     return 0
