@@ -57,44 +57,60 @@ release_pass() {  # RELEASE MARK XML -> the pytest exit status (5, nothing selec
     if [ "$code" = 5 ]; then code=0; fi
     return "$code"
 }
-if [ $# -gt 0 ]; then sel=("$@"); else sel=(tests); fi
-release_pids=()
-for release in $releases; do
+# The caller's own arguments select within each phase: a `-m EXPR` of theirs is and-ed with the phase's mark
+# (pytest keeps only the last -m, so passing it on as is would replace the phase's).
+user_mark=""
+sel=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -m) user_mark=${2:?-m needs an expression}; shift 2 ;;
+        -m*) user_mark=${1#-m}; shift ;;
+        *) sel+=("$1"); shift ;;
+    esac
+done
+if [ ${#sel[@]} = 0 ]; then sel=(tests); fi
+mark() {  # PHASE_MARK -> that phase's -m expression, with the caller's own if any
+    if [ -n "$user_mark" ]; then echo "($user_mark) and ($1)"; else echo "$1"; fi
+}
+release_mark=$(mark "slurm and each_release and not alone")
+read -r -a release_list <<<"$releases"
+# the first release beside pass 1; the others (if any) after it, one root at a time
+beside_pid=""
+if [ ${#release_list[@]} -gt 0 ]; then
     (
         t=$SECONDS
         code=0
-        release_pass "$release" "slurm and each_release and not alone" "$times/slurm-$release.xml" "${sel[@]}" \
-            >"$times/slurm-$release.log" 2>&1 || code=$?
-        echo "$code $((SECONDS - t))" >"$times/slurm-$release.done"
+        release_pass "${release_list[0]}" "$release_mark" "$times/slurm-${release_list[0]}.xml" "${sel[@]}" \
+            >"$times/slurm-${release_list[0]}.log" 2>&1 || code=$?
+        echo "$code $((SECONDS - t))" >"$times/slurm-${release_list[0]}.done"
     ) &
-    release_pids+=($!)
-    break  # one root at a time beside pass 1; the others (if any) after it, below
-done
+    beside_pid=$!
+fi
 status=0
 t=$SECONDS
-"$PY" -m pytest -q -ra --durations=20 "${side[@]}" -m "not alone" --junitxml="$times/pass1.xml" "${sel[@]}" || status=$?
+"$PY" -m pytest -q -ra --durations=20 "${side[@]}" -m "$(mark "not alone")" --junitxml="$times/pass1.xml" \
+    "${sel[@]}" || status=$?
+if [ "$status" = 5 ]; then status=0; fi
 phases+=(--phase "pass 1 (Slurm $host_slurm)=$((SECONDS - t)):$times/pass1.xml")
-first=1
-for release in $releases; do
+for release in "${release_list[@]}"; do
     echo "=== the Slurm integration tests on Slurm $release (scripts/slurmroot.py) ===" >&2
-    if [ "$first" = 1 ] && [ ${#release_pids[@]} -gt 0 ]; then
-        wait "${release_pids[0]}" || true
+    if [ "$release" = "${release_list[0]}" ]; then
+        wait "$beside_pid" || true
         cat "$times/slurm-$release.log" >&2
         read -r code took <"$times/slurm-$release.done" || { code=1; took=0; }
         phases+=(--phase "Slurm $release pass=$took:$times/slurm-$release.xml" --beside "Slurm $release pass")
     else
         t=$SECONDS
         code=0
-        release_pass "$release" "slurm and each_release and not alone" "$times/slurm-$release.xml" "${sel[@]}" || code=$?
+        release_pass "$release" "$release_mark" "$times/slurm-$release.xml" "${sel[@]}" || code=$?
         phases+=(--phase "Slurm $release pass=$((SECONDS - t)):$times/slurm-$release.xml")
     fi
-    first=0
     if [ "$release_status" = 0 ]; then release_status=$code; fi
 done
 # the tests that measure time or speed, one at a time with nothing beside them
 t=$SECONDS
 code=0
-"$PY" -m pytest -q -ra --durations=10 -m alone --junitxml="$times/alone.xml" "${sel[@]}" || code=$?
+"$PY" -m pytest -q -ra --durations=10 -m "$(mark alone)" --junitxml="$times/alone.xml" "${sel[@]}" || code=$?
 if [ "$code" = 5 ]; then code=0; fi
 if [ "$status" = 0 ]; then status=$code; fi
 phases+=(--phase "alone (Slurm $host_slurm)=$((SECONDS - t)):$times/alone.xml")
