@@ -255,6 +255,39 @@ def test_job_files_that_are_not_what_hpcqa_writes_are_passed_over(tmp_path):
         f = FakeRunner({"sacct": (0, "7|RUNNING|0:0|00:01:00|1|vm\n", ""), "squeue": (0, "", "")})
         got, _ = jobs.collect(reg, Slurm(f), ids=["7"])
         assert got[0].state == "RUNNING" and got[0].results is None
-        statusview.detail_lines(got[0])
+        # one row per file that is there and was not used, naming it and why; the readable report is not one
+        damaged = dict(row.split(": ", 1) for row in got[0].damaged)
+        assert damaged == {"results.json": "not a regular file",
+                           "progress.json": "JSON, but a str, not an object",
+                           "ranks/rank-1.json": "a number that is not finite (NaN, Infinity or 1e999)"}, got[0].damaged
+        rows = [text for label, text in statusview.detail_lines(got[0]) if label == "damaged"]
+        assert rows == [f"{row}: not used" for row in got[0].damaged]
+        assert got[0].to_json()["damaged"] == got[0].damaged
     finally:
         signal.alarm(0)
+
+
+@pytest.mark.parametrize("field, value", [("step", 1e308), ("step", -1), ("step", 2.5), ("step", "8"),
+                                          ("total_steps", 10 ** 13), ("eta_s", 1e308), ("eta_s", -5.0),
+                                          ("updated", True), ("loss", "low"), ("phase", 3)])
+def test_progress_numbers_out_of_range_are_a_damaged_file_not_a_bar(tmp_path, field, value):
+    """progress.json with a number no rank writes (a step of 1e308 made the bar's int() overflow): the job shows
+    without progress and one row names the file and the field."""
+    from hpcqa.record import jobdir
+    d = tmp_path / "job"
+    d.mkdir()
+    good = {"phase": "training step", "step": 4, "total_steps": 8, "epoch": 0.5, "loss": 2.5, "eta_s": 3.0,
+            "updated": 1795802219.6, "started": 1795802210.1, "attempt": 0}
+    write_json(d / "progress.json", good)
+    assert jobdir.JobDir(d).read_progress() == good and jobdir.JobDir(d).damaged(1) == []
+    write_json(d / "progress.json", {**good, field: value})
+    reg = _reg(tmp_path, ["7"], folder_of=lambda i: str(d))
+    f = FakeRunner({"sacct": (0, "7|RUNNING|0:0|00:01:00|1|vm\n", ""), "squeue": (0, "", "")})
+    (v,), _ = jobs.collect(reg, Slurm(f), ids=["7"])
+    assert v.progress is None
+    (row,) = v.damaged
+    assert row.startswith(f"progress.json: {field} "), row
+    rows = dict(statusview.detail_lines(v))
+    assert "progress" not in rows and rows["damaged"] == row + ": not used"
+    listed, _ = jobs.collect(reg, Slurm(f))
+    assert listed[0].progress is None and "RUNNING" in render(listed)

@@ -189,7 +189,12 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     for label, path in v.outputs:
         inside = label != "folder" and path.startswith(folder.rstrip("/") + "/")
         rows.append((label, path[len(folder.rstrip("/")) + 1:] if inside else path))
-    return rows
+    return rows + _damaged_rows(v)
+
+
+def _damaged_rows(v: JobView) -> list[tuple[str, str]]:
+    """A row per job file that is there but was not used (jobdir.JobDir.damaged): status shows the job without it."""
+    return [("damaged", f"{text}: not used") for text in v.damaged]
 
 
 def _rank_rows(v: JobView, now: float) -> list[tuple[str, str]]:
@@ -235,7 +240,7 @@ def checked_detail_lines(v: JobView) -> list[tuple[str, str]]:
         return [("state", v.state), ("job", f"{v.name} ({v.target})"), ("folder", v.folder or "-"),
                 ("damaged", f"a file in the job folder holds a value of the wrong type ({type(e).__name__}: "
                             f"{_one_line(str(e))[:160]}); read the files in the job folder, or "
-                            "hpcqa status --json")]
+                            "hpcqa status --json")] + _damaged_rows(v)
 
 
 def print_detail(con, views: Sequence[JobView], source: states.Answer) -> None:

@@ -53,6 +53,7 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
             v.ranks = [rep for k in range(r.world_size) if (rep := jd.read_report(k))]
             v.attempts, v.notices, v.failed = jd.attempts(), jd.notices(), jd.failed_ranks()
             v.logs = [p for k in range(r.world_size) if (p := jd.log(k)) is not None]
+            v.damaged = jd.damaged(r.world_size)
             v.notes += list(dict.fromkeys(w for rep in v.ranks for w in (rep.get("warnings") or [])
                                           if isinstance(w, str) and w.startswith("checkpoint ")))
         if not jd.path.is_dir():  # said by status and logs alike; the state is what Slurm or the registry knows

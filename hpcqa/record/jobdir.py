@@ -22,6 +22,7 @@ file name of the job folder. Writes are atomic (write aside, rename): other rank
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -73,18 +74,23 @@ def attempt_from_env(env: Mapping[str, str]) -> int:
     return 0
 
 
+MAX_LISTED_REPORTS = 256  # a job's view checks this many rank reports, not thousands
 MAX_JSON_BYTES = 64 << 20  # hpcqa's own files are kilobytes; a worktree manifest of 100,000 files a few MB
+
+
+class _NotFinite(ValueError):
+    pass
 
 
 def _finite(text: str) -> float:
     x = float(text)
     if not math.isfinite(x):
-        raise ValueError(f"{text} is not a finite number")
+        raise _NotFinite(f"{text} is not a finite number")
     return x
 
 
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON's")
+    raise _NotFinite(f"{name} is not JSON's")
 
 
 def read_json(path: Path | str) -> dict | None:
@@ -93,24 +99,76 @@ def read_json(path: Path | str) -> dict | None:
     Only a regular file is read (opened without following a link and without blocking, then checked: a FIFO named
     results.json would hang `status`), at most MAX_JSON_BYTES of it; numbers must be finite; the top level must be
     an object."""
+    return load_json(path)[0]
+
+
+def load_json(path: Path | str) -> tuple[dict | None, str | None]:
+    """read_json, with why a file that is there was not read: (object, None), (None, None) when there is no file,
+    (None, reason) when there is one that is damaged."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except (OSError, ValueError):
-        return None
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        return None, "a link, or not readable" if e.errno in (errno.ELOOP, errno.EACCES, errno.EPERM) \
+            else f"not readable ({os.strerror(e.errno or 0)})"
+    except ValueError:
+        return None, "not a path"
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JSON_BYTES:
-            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not a regular file"
+        if st.st_size > MAX_JSON_BYTES:
+            return None, f"larger than {MAX_JSON_BYTES >> 20} MiB"
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(MAX_JSON_BYTES + 1)
         if len(data) > MAX_JSON_BYTES:
-            return None
+            return None, f"larger than {MAX_JSON_BYTES >> 20} MiB"
+        if not data.strip():
+            return None, "empty (being written, or cut short)"
         got = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
-    except (OSError, ValueError, RecursionError):
-        return None
+    except OSError as e:
+        return None, f"not readable ({os.strerror(e.errno or 0)})"
+    except _NotFinite:
+        return None, "a number that is not finite (NaN, Infinity or 1e999)"
+    except (ValueError, RecursionError):
+        return None, "not JSON (cut short, or not hpcqa's)"
     finally:
         os.close(fd)
-    return got if isinstance(got, dict) else None
+    return (got, None) if isinstance(got, dict) else (None, f"JSON, but a {type(got).__name__}, not an object")
+
+
+# progress.json's numbers, as rank 0 writes them; anything outside these is a damaged file, never a bar to draw
+PROGRESS_COUNTS = ("step", "total_steps", "attempt")
+PROGRESS_SECONDS = ("eta_s", "started", "updated")
+MAX_STEPS = 10 ** 12
+MAX_SECONDS = 10 ** 11  # an ETA or a Unix time: about 3,000 years
+
+
+def progress_problem(d: dict) -> str | None:
+    """Why progress.json's numbers are not ones a rank writes (None: they are): counts are whole numbers in
+    0..MAX_STEPS, seconds and the epoch finite and in range, the loss a finite number or null."""
+    for key in PROGRESS_COUNTS:
+        v = d.get(key)
+        if v is None:  # a user program's job has no steps until its trainer saves a state
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_STEPS:
+            return f"{key} {_shown(v)} is not a step count (a whole number 0-{MAX_STEPS:.0e})"
+    for key in (*PROGRESS_SECONDS, "epoch"):
+        v = d.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_SECONDS):
+            return f"{key} {_shown(v)} is out of range"
+    loss = d.get("loss")
+    if loss is not None and (isinstance(loss, bool) or not isinstance(loss, (int, float))):
+        return f"loss {_shown(loss)} is not a number"
+    if not isinstance(d.get("phase", ""), str):
+        return "phase is not text"
+    return None
+
+
+def _shown(v: Any) -> str:
+    text = json.dumps(v, default=str)
+    return text if len(text) <= 24 else text[:23] + "…"
 
 
 def write_json(path: Path, obj: Any) -> Path:
@@ -463,7 +521,22 @@ class JobDir:
         return None
 
     def read_progress(self) -> dict | None:
-        return read_json(self.progress)
+        """progress.json when its numbers are ones a rank writes (progress_problem), else None."""
+        got = read_json(self.progress)
+        return got if got is not None and progress_problem(got) is None else None
+
+    def damaged(self, world_size: int) -> list[str]:
+        """The files hpcqa reads back from this folder that are there but cannot be used, each with why: a job's
+        program, a hand edit or a dying node can leave anything where hpcqa's own files go."""
+        out = []
+        for path in (self.results, self.progress, self.controller_record,
+                     *(self.rank_report(k) for k in range(min(world_size, MAX_LISTED_REPORTS)))):
+            got, why = load_json(path)
+            if why is None and got is not None and path == self.progress:
+                why = progress_problem(got)
+            if why is not None:
+                out.append(f"{path.relative_to(self.path)}: {why}")
+        return out
 
     def read_report(self, rank: int) -> dict | None:
         return read_json(self.rank_report(rank))

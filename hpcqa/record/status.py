@@ -46,13 +46,15 @@ class JobView:
     logs: list[Path] = field(default_factory=list)     # detail view: the ranks' logs (stderr)
     usage: dict | None = None         # detail view: CPU efficiency and peak memory (sacct, or the ranks' own)
     phases: list[dict] = field(default_factory=list)  # unfinished jobs: where each rank is (rank/phase.py)
+    damaged: list[str] = field(default_factory=list)   # detail view: job files there but unusable, with why
 
     def to_json(self) -> dict:
         # "executor": the --json field users read, the target's name
         out = {k: getattr(self, "target" if k == "executor" else k) for k in ("id", "name", "state", "executor",
                                                                               "nodes", "world_size", "elapsed",
                                               "exit_code", "folder", "progress", "results", "sweep_id",
-                                              "task_index", "variant", "reason", "nodelist", "usage", "phases", "notes")}
+                                              "task_index", "variant", "reason", "nodelist", "usage", "phases", "notes",
+                                              "damaged")}
         out["outputs"] = dict(self.outputs)
         out["attempts"] = attempt_text(self)
         return out

@@ -3,8 +3,10 @@ final save, the completion mark of a checkpoint, TensorBoard, and the test hook 
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainerCallback
 from transformers.integrations import TensorBoardCallback
@@ -70,6 +72,11 @@ def board_efficiency(r: Rank, eff: dict, split: dict, step: int) -> None:
                 board.add_scalar(f"hpcqa/step_s/{part}", seconds, step)
 
 
+def _finite(x: Any) -> bool:
+    """A loss JSON can carry: a diverged run's nan or inf would make progress.json unreadable (status: damaged)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 class ProgressCallback(TrainerCallback):
     """Rank 0 writes progress.json (step, total, loss, ETA) for `submit` and `status` to read."""
 
@@ -104,7 +111,7 @@ class ProgressCallback(TrainerCallback):
         elapsed = now - (self.t_begin or now)
         eta = elapsed / done * (total - done) if done and total else None
         write_json(self.path, {"phase": phase, "step": done, "total_steps": total, "epoch": state.epoch,
-                               "loss": self.loss, "eta_s": eta, "updated": now, "started": self.t0,
+                               "loss": self.loss if _finite(self.loss) else None, "eta_s": eta, "updated": now, "started": self.t0,
                                "attempt": attempt()})
 
 
