@@ -188,3 +188,44 @@ def test_another_users_older_registry_is_not_adopted(tmp_path):
     os.chown(folder / "logs" / "registry.sqlite", 0, 0)   # mine, but in their folder: still not adopted
     r = run_cli("status", "--all", "--json", env=env, cwd=folder)
     assert "copied" not in r.stderr and json.loads(r.stdout or "[]") == []
+
+
+def test_a_state_folder_open_to_others_is_closed_and_a_shared_open_one_refused(tmp_path):
+    """A pre-made state folder others can write to (mode 0777: they could swap the registry for theirs or a link) is
+    closed to 0700 with one line, once; a registry named in a folder everyone can write to without the sticky bit is
+    refused before anything is queued; /tmp's kind (1777) and a group's shared folder (2770) are kept."""
+    state = tmp_path / "state" / "hpcqa"
+    state.mkdir(parents=True)
+    state.chmod(0o777)
+    for said in (True, False):
+        r = run_cli("status", env=_home(tmp_path))
+        assert r.returncode == 0, r.stderr
+        assert ("was writable by others (mode 0777): made 0700" in r.stderr) is said, r.stderr
+        assert (state.stat().st_mode & 0o777) == 0o700
+    (tmp_path / "prog.py").write_text(PROG)
+    for mode, refused in ((0o777, True), (0o1777, False), (0o2770, False)):
+        shared = tmp_path / f"shared-{mode:o}"
+        shared.mkdir()
+        shared.chmod(mode)
+        out = tmp_path / f"out-{mode:o}"
+        r = run_cli("submit", QUICK, "--set", f"job.registry={json.dumps(str(shared / 'reg.sqlite'))}",
+                    "--set", f"job.output_dir={json.dumps(str(out))}",
+                    "--", "python", "prog.py", env=_home(tmp_path), cwd=tmp_path)
+        if refused:
+            assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+            assert "writable by everyone (mode 0777, no sticky bit)" in r.stderr and f"chmod o-w {shared}" in r.stderr
+            assert not out.exists() and not (shared / "reg.sqlite").exists()   # nothing queued, nothing made
+        else:
+            assert r.returncode == 0, r.stderr[-2000:]
+            assert (shared / "reg.sqlite").is_file()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to give the folder to another user (CI runs as root)")
+def test_a_state_folder_of_another_user_open_to_others_is_refused(tmp_path):
+    state = tmp_path / "state" / "hpcqa"
+    state.mkdir(parents=True)
+    os.chown(state, 65534, 65534)
+    state.chmod(0o777)
+    r = run_cli("status", env=_home(tmp_path))
+    assert r.returncode == 2 and "belongs to uid 65534 and others can write to it (mode 0777): not used" in r.stderr
+    assert (state.stat().st_mode & 0o777) == 0o777 and not (state / "registry.sqlite").exists()

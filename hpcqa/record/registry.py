@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import sqlite3
+import stat
 import sys
 import tempfile
 import time
@@ -193,6 +194,7 @@ def check_creatable(path: str | Path | None = None) -> None:
     """A registry that does not exist yet can be made where it is to be (RegistryError, with the fix, if not): a
     file is made and removed in the nearest folder that exists. An existing one is opened as status opens it."""
     target = resolve_path(str(path) if path else None)
+    _closed_folder(target)
     if target.exists():
         Registry(target, create=False)
         return
@@ -218,6 +220,34 @@ def _mine(path: Path) -> bool:
         return False
 
 
+def _closed_folder(path: Path) -> None:
+    """The registry's folder is one others cannot write into (they could swap the registry for theirs, or for a
+    link). hpcqa's own state folder (state_dir()) open to group or others is closed to 0700 when it is mine, said
+    once on stderr, and refused when it is not; any other folder writable by everyone without the sticky bit (/tmp
+    has it) is refused with the fix. A group-writable folder named by job.registry is a shared one: kept."""
+    folder = path.parent
+    try:
+        st = folder.stat()
+    except OSError:
+        return  # not made yet (made 0700 by _create), or unreadable: the open says which
+    state = _same(folder, state_dir())
+    open_to = st.st_mode & (stat.S_IWOTH | (stat.S_IWGRP if state else 0))
+    if not stat.S_ISDIR(st.st_mode) or not open_to or (st.st_mode & stat.S_ISVTX and not state):
+        return
+    mode = f"{stat.S_IMODE(st.st_mode):04o}"
+    if state and st.st_uid == os.getuid():
+        os.chmod(folder, 0o700)
+        sys.stderr.write(f"hpcqa: {folder} (hpcqa's state folder, your job registry) was writable by others "
+                         f"(mode {mode}): made 0700\n")
+        return
+    if state:
+        raise RegistryError(f"hpcqa's state folder {folder} belongs to uid {st.st_uid} and others can write to it "
+                            f"(mode {mode}): not used", f"remove it (it is made again, 0700), or set $HPCQA_REGISTRY")
+    raise RegistryError(f"job registry {path}: its folder is writable by everyone (mode {mode}, no sticky bit): "
+                        "anyone could replace the registry", f"chmod o-w {folder}, or set job.registry / "
+                        "$HPCQA_REGISTRY to a path in a folder of yours")
+
+
 def _damaged(path: Path, what: str) -> RegistryError:
     return RegistryError(f"job registry {path}: {what}",
                          f"`hpcqa registry check --registry {path}` says more; `hpcqa registry recover --registry "
@@ -230,6 +260,7 @@ class Registry:
 
     def __init__(self, path: str | Path | None = None, create: bool = True, group_readable: bool = False) -> None:
         self.path = resolve_path(str(path) if path else None)
+        _closed_folder(self.path)
         if self.path.is_dir():
             raise RegistryError(f"job registry {self.path} is a directory",
                                 "point job.registry / $HPCQA_REGISTRY at a file, or move the directory away")
@@ -442,7 +473,7 @@ def _migrate_now(db: sqlite3.Connection) -> None:
 def _create(path: Path, mode: int = 0o600) -> None:
     """A new registry appears whole: built aside, then published with link(), which never replaces a
     registry another process published first (so nobody ever sees a half-made, 0-byte file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750 if mode & 0o040 else 0o700)
     tmp = path.with_name(f".{path.name}.new-{socket.gethostname()}-{os.getpid()}")
     db = sqlite3.connect(str(tmp))
     db.executescript(SCHEMA)
