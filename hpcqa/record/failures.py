@@ -12,7 +12,11 @@ from typing import Any
 
 HARD_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE")
 PEER_LOST = ("connection closed by peer", "connection reset by peer", "remote worker", "broken pipe",
-             "gloo/transport")
+             "gloo/transport",
+             # c10d's TCPStore when its host (rank 0) went away first, e.g. after its own rendezvous timeout:
+             # "DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server
+             # shutdown or crash?" (torch 2.13, seen with 2 of 3 gloo ranks started)
+             "connection was likely closed")
 # "timed out" alone is also a hub download's or the program's own timeout: a peer only when a collective or the
 # rendezvous store timed out (gloo: "Timed out waiting ... for recv", c10d: "DistStoreError ... timed out")
 TIMED_OUT_IN = ("gloo", "c10d", "diststore", "collective", "watchdog", "recv", "send", "allreduce", "all_reduce",
