@@ -46,5 +46,11 @@ def test_two_node_prediction_says_when_two_nodes_pay_at_both_link_speeds(cores, 
     # at 1 Gbit/s two nodes pay; at 100 Mbit/s they are slower than one, predicted, measured and warned about
     assert fast["measured"] > fast["one_node"] and fast["predicted"] > fast["one_node"] and not fast["warned"]
     assert slow["measured"] < slow["one_node"] and slow["predicted"] < slow["one_node"] and slow["warned"]
-    # the exposed all-reduce the run measured (no_sync against normal steps) follows the link
-    assert slow["exposed_measured_s"] > 4 * fast["exposed_measured_s"]
+    # the exposed all-reduce the run measured (no_sync against normal steps) follows the link: what the slower link
+    # added to it is the wire time the model adds for the same bytes (both runs' fixed costs -- gloo's latency, the
+    # casts, a busy core -- cancel in the difference; a ratio of the two exposures carried them, and sat at its
+    # bound, 3.9998 against 4, in one CI run)
+    added = slow["exposed_measured_s"] - fast["exposed_measured_s"]
+    wire = slow["allreduce_predicted_s"] - fast["allreduce_predicted_s"]
+    print(f"exposed all-reduce added by the slower link: {added:.4f} s measured, {wire:.4f} s predicted")
+    assert wire > 0 and LOW <= added / wire <= HIGH, (added, wire)
