@@ -47,7 +47,7 @@ def test_light_commands_do_not_import_torch(argv):
     (["submit", "configs/squad_spr.toml", "--dry-run", "--set", "launch.ccl_workers=56"], "launch.ccl_workers"),
     (["submit", "configs/squad_spr.toml", "--dry-run", "--set", "nodes"], "--set"),
     (["render", "configs/squad_spr.toml", "--set", "job.name=a'b"], "job.name"),
-    (["submit", "configs/missing.toml", "--dry-run"], "not found"),
+    (["submit", "configs/missing.toml", "--dry-run"], "`hpcqa init` writes an example config here"),
     (["validate", "configs/quickstart.toml", "--set", "train.ddp_backend=nccl"], "train.ddp_backend"),
 ])
 def test_bad_input_exits_2_without_traceback(cli, args, key):

@@ -552,7 +552,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UsageError(f"config file {str(p)!r} not found",
-                         "check the path; examples are in configs/") from None
+                         "check the path; `hpcqa init` writes an example config here (--list: all)") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
         raise UsageError(f"cannot read config {str(p)!r}: {e}", "pass a readable TOML file") from None
     try:
