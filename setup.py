@@ -1,5 +1,5 @@
-"""Everything is in pyproject.toml; this adds one build step: the top-level sbatch_templates/ and configs/ go into
-the wheel as package data (hpcqa/_data/), where hpcqa.resources finds them in an installed copy."""
+"""Everything is in pyproject.toml; this adds one build step: the top-level sbatch_templates/, configs/ and examples/
+go into the wheel as package data (hpcqa/_data/), where hpcqa.resources finds them in an installed copy."""
 
 import shutil
 from pathlib import Path
@@ -8,7 +8,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
-DATA = ("sbatch_templates", "configs")
+DATA = ("sbatch_templates", "configs", "examples")
 
 
 class BuildWithData(build_py):

@@ -1,5 +1,6 @@
 """What hpcqa reads at run time besides its code: the script templates (sbatch_templates/: srun and mpirun job
-scripts, the Kubernetes pod's entry point) and the example configs (configs/). Standard library only.
+scripts, the Kubernetes pod's entry point), the example configs (configs/) and the example programs (examples/:
+a torchrun-style loop, an HF Trainer QA script and its data). Standard library only.
 
 An installed hpcqa (a wheel: `pip install .`, `pip install git+...`, a site's environment, an image) carries them
 as package data under hpcqa/_data/ (setup.py copies the top-level folders there when it builds), found through
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from hpcqa.errors import UsageError
 
-FOLDERS = ("sbatch_templates", "configs")
+FOLDERS = ("sbatch_templates", "configs", "examples")
 
 
 def folder(name: str) -> Path:
@@ -35,6 +36,11 @@ def folder(name: str) -> Path:
 def example_configs() -> dict[str, Path]:
     """name (the file's stem) -> path, of the example configs this hpcqa carries."""
     return {p.stem: p for p in sorted(folder("configs").glob("*.toml"))}
+
+
+def example_programs() -> dict[str, Path]:
+    """file name -> path, of the example programs this hpcqa carries (what `hpcqa submit CONFIG -- python X` runs)."""
+    return {p.name: p for p in sorted(folder("examples").glob("*.py"))}
 
 
 def version() -> str:

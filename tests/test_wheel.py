@@ -55,8 +55,10 @@ def _run(bin_dir: Path, cwd: Path, *args: str, timeout: float = 600) -> subproce
 def test_the_wheel_carries_the_templates_and_the_example_configs(installed):
     _, wheel = installed
     names = set(zipfile.ZipFile(wheel).namelist())
-    for folder in ("sbatch_templates", "configs"):
+    for folder in ("sbatch_templates", "configs", "examples"):
         for f in (ROOT / folder).iterdir():
+            if f.name == "__pycache__":
+                continue
             assert f"hpcqa/_data/{folder}/{f.name}" in names, (folder, f.name, sorted(names)[:20])
     assert not any(n.startswith(("tests/", "examples/", "logs/")) for n in names)
 
@@ -83,6 +85,12 @@ def test_installed_from_the_wheel_it_runs_from_any_folder(installed, tmp_path):
     dry = _run(bin_dir, scratch, "hpcqa", "submit", "quickstart.toml", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert _run(bin_dir, scratch, "hpcqa", "init", "squad_spr").returncode == 0
+    # the example programs the docs run (`-- python examples/ddp_loop.py`), which a wheel user has no checkout of
+    prog = _run(bin_dir, scratch, "hpcqa", "init", "ddp_loop.py")
+    assert prog.returncode == 0 and "hpcqa submit quickstart.toml -- python ddp_loop.py" in prog.stdout, prog.stderr
+    assert (scratch / "ddp_loop.py").read_text() == (ROOT / "examples" / "ddp_loop.py").read_text()
+    planned = _run(bin_dir, scratch, "hpcqa", "submit", "quickstart.toml", "--dry-run", "--", "python", "ddp_loop.py")
+    assert planned.returncode == 0 and "ddp_loop.py" in planned.stdout, planned.stderr
     for target in RENDER_TARGETS:   # as the README's sections do: the cluster example, the image named
         out = scratch / f"rendered-{target}"
         r = _run(bin_dir, scratch, "hpcqa", "render", "squad_spr.toml", "--target", target, "-o", str(out),
@@ -101,4 +109,4 @@ def test_installed_from_the_wheel_it_runs_from_any_folder(installed, tmp_path):
     logs = _run(bin_dir, scratch, "hpcqa", "logs", job["id"])
     assert logs.returncode == 0 and logs.stdout, logs.stderr
     assert sorted(p.name for p in scratch.iterdir() if not p.name.startswith((".", "rendered-"))) == \
-        ["logs", "quickstart.toml", "squad_spr.toml"]
+        ["ddp_loop.py", "logs", "quickstart.toml", "squad_spr.toml"]

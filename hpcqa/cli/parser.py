@@ -94,11 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                                    "where it is installed")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("init", help="write an example config (carried with hpcqa) into this folder, to edit",
-                       description="Write one of the example configs hpcqa carries into the current folder "
-                                   "(or -o PATH), to edit and submit. Nothing existing is replaced without --force.")
+    p = sub.add_parser("init", help="write an example config or program here, to edit",
+                       description="Write one of the example configs or programs hpcqa carries into the current "
+                                   "folder (or -o PATH), to edit and submit. Nothing existing is replaced without "
+                                   "--force.")
     p.add_argument("example", nargs="?", default="quickstart", help="which example (default quickstart; --list)")
-    p.add_argument("-o", "--output", metavar="PATH", help="where to write it (default ./EXAMPLE.toml)")
+    p.add_argument("-o", "--output", metavar="PATH", help="where to write it (default ./EXAMPLE.toml, a program ./ITS_NAME.py)")
     p.add_argument("--list", action="store_true", help="the examples, one line each")
     p.add_argument("--force", action="store_true", help="replace an existing file")
 

@@ -1,8 +1,9 @@
-"""init: an example config this hpcqa carries (package data), written into the current folder to edit."""
+"""init: an example config or program this hpcqa carries (package data), written into the current folder to edit."""
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import stat
 import tempfile
@@ -13,12 +14,20 @@ from hpcqa.errors import UsageError
 
 
 def summary(path: Path, width: int = 58) -> str:
-    """What the example is: the first sentence of its leading comment, cut at a word to fit a line."""
-    words = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.startswith("#"):
-            break
-        words += line.lstrip("#").split()
+    """What the example is: the first sentence of its leading comment (a config) or docstring (a program), cut at a
+    word to fit a line."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".py":
+        try:
+            words = (ast.get_docstring(ast.parse(text)) or "").split()
+        except (SyntaxError, ValueError):
+            words = []
+    else:
+        words = []
+        for line in text.splitlines():
+            if not line.startswith("#"):
+                break
+            words += line.lstrip("#").split()
     text = " ".join(words)
     text = text.split(": ")[0].split(". ")[0].rstrip(".")
     if len(text) > width:
@@ -27,21 +36,27 @@ def summary(path: Path, width: int = 58) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    examples = resources.example_configs()
+    configs, programs = resources.example_configs(), resources.example_programs()
     if args.list:
-        for name, path in examples.items():
+        for name, path in {**configs, **programs}.items():
             print(f"{name:18} {summary(path)}")
         return 0
-    if args.example not in examples:
-        raise UsageError(f"no example config {args.example!r}",
-                         f"one of: {', '.join(examples)} (hpcqa init --list says what each is)")
-    out = Path(args.output or f"{args.example}.toml")
+    name = args.example
+    if name not in configs and name not in programs:
+        raise UsageError(f"no example {name!r}", f"one of: {', '.join([*configs, *programs])} (hpcqa init --list "
+                                                 "says what each is)")
+    src = configs.get(name) or programs[name]
+    file_name = src.name
+    out = Path(args.output or file_name)
     if out.is_dir():
-        out = out / f"{args.example}.toml"
-    text = examples[args.example].read_text(encoding="utf-8")
-    _write_new(out, text, args.force)
-    print(f"wrote {out} (the example {args.example!r}: {summary(examples[args.example])})")
-    print(f"next: hpcqa submit {out} --dry-run     (then without --dry-run to run it)")
+        out = out / file_name
+    _write_new(out, src.read_text(encoding="utf-8"), args.force)
+    print(f"wrote {out} (the example {name!r}: {summary(src)})")
+    if name in configs:
+        print(f"next: hpcqa submit {out} --dry-run     (then without --dry-run to run it)")
+    else:
+        print(f"next: hpcqa submit quickstart.toml -- python {out}")
+        print("  (the config: hpcqa init quickstart; the program's arguments: its docstring)")
     return 0
 
 
