@@ -243,3 +243,16 @@ def test_a_pod_rank_that_lost_its_peer_without_a_record_is_retryable_by_its_log(
         log.write_text("step 4\nTraceback (most recent call last):\n  File \"x.py\", line 1\n" + line + "\n")
         code = supervise([sys.executable, "-c", "raise SystemExit(1)"], dict(os.environ), 0, jd, Requeue.POD)
         assert code == want, line
+
+
+@pytest.mark.process
+def test_the_trainer_is_imported_with_the_collector_paused_then_frozen():
+    """A training rank imports torch and transformers through load_trainer: the cyclic collector is paused for the
+    import (benchmarks/import_bench.py: 1.33x less CPU) and on again after it, with what the import made frozen
+    out of later collections. A collector left off would leak every cycle the training makes."""
+    code = ("import gc, json; from hpcqa.rank.job import load_trainer; run = load_trainer(); "
+            "print(json.dumps({'on': gc.isenabled(), 'frozen': gc.get_freeze_count(), 'name': run.__name__, "
+            "'torch': 'torch' in __import__('sys').modules}))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert got == {**got, "on": True, "name": "run_rank", "torch": True} and got["frozen"] > 100_000, got

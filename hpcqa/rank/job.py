@@ -45,8 +45,7 @@ class RankJob(submitit.helpers.Checkpointable):
         if plan.command:  # the user's program: this process only supervises it (no torch here)
             return run_command(plan, jd)
         widen_main_thread()  # before the trainer's imports start threads
-        from hpcqa.rank.train.run import run_rank  # the trainer (torch, transformers): only in a training rank
-        out = run_rank(plan, jd)
+        out = load_trainer()(plan, jd)  # the trainer (torch, transformers): only in a training rank
         if not (isinstance(out, dict) and out.get("requeue")):
             exit_without_teardown()  # done: after submitit has written the result, no teardown
         return out
@@ -82,3 +81,21 @@ def pickles(plan_path: str, plan_digest: str, timeout_min: int, max_requeues: in
     down from its own default)."""
     return {pickled(plan_path, plan_digest, timeout_min, c)
             for c in range(max(max_requeues, SUBMITIT_DEFAULT_TIMEOUTS) + 1)}
+
+
+def load_trainer():  # noqa: ANN201 -- the trainer's run_rank, whose module this one must not import
+    """hpcqa.rank.train.run's run_rank, imported with Python's cyclic garbage collector paused. torch and
+    transformers make over a million objects at import, and every collection those allocations trigger walks the
+    ones made so far: paused, the import costs less CPU (benchmarks/import_bench.py). What the import made is then
+    frozen (gc.freeze: left out of later collections), so the training loop's full collections do not walk it
+    again either; objects that are garbage still go by reference counting."""
+    import gc
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        from hpcqa.rank.train.run import run_rank
+    finally:
+        if was_on:
+            gc.enable()
+    gc.freeze()
+    return run_rank

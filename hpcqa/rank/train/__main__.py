@@ -13,7 +13,7 @@ from hpcqa.errors import HpcqaError
 from hpcqa.rank.binding import widen_main_thread
 from hpcqa.rank.command import CommandFailed, run_command
 from hpcqa.rank.exits import exit_without_teardown
-from hpcqa.rank.job import already_completed
+from hpcqa.rank.job import already_completed, load_trainer
 from hpcqa.record.jobdir import JobDir
 
 
@@ -29,8 +29,7 @@ def main(argv: list[str]) -> int:
         if plan.command:
             return command_rank(plan, jd)
         widen_main_thread()  # before the trainer's imports start threads
-        from hpcqa.rank.train.run import run_rank  # the trainer: not in a user command's supervisor (no torch)
-        out = run_rank(plan, jd)
+        out = load_trainer()(plan, jd)  # the trainer: not in a user command's supervisor (no torch)
     except HpcqaError as e:
         print(f"hpcqa.rank.train: {e.render()}", file=sys.stderr)
         return e.exit_code
