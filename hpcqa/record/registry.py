@@ -242,7 +242,7 @@ def _closed_folder(path: Path) -> None:
         return
     if state:
         raise RegistryError(f"hpcqa's state folder {folder} belongs to uid {st.st_uid} and others can write to it "
-                            f"(mode {mode}): not used", f"remove it (it is made again, 0700), or set $HPCQA_REGISTRY")
+                            f"(mode {mode}): not used", "remove it (it is made again, 0700), or set $HPCQA_REGISTRY")
     raise RegistryError(f"job registry {path}: its folder is writable by everyone (mode {mode}, no sticky bit): "
                         "anyone could replace the registry", f"chmod o-w {folder}, or set job.registry / "
                         "$HPCQA_REGISTRY to a path in a folder of yours")
