@@ -6,6 +6,7 @@ submitit's own executors never import the code they pickle)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import sys
@@ -89,7 +90,6 @@ def load_trainer():  # noqa: ANN201 -- the trainer's run_rank, whose module this
     ones made so far: paused, the import costs less CPU (benchmarks/import_bench.py). What the import made is then
     frozen (gc.freeze: left out of later collections), so the training loop's full collections do not walk it
     again either; objects that are garbage still go by reference counting."""
-    import gc
     was_on = gc.isenabled()
     gc.disable()
     try:
