@@ -124,6 +124,15 @@ STARTS_PROCESSES = {"test_trainjob", "test_k8s", "test_hostile", "test_console",
                     "test_scaling", "test_preload_e2e", "test_cli", "test_wheel", "test_readme", "test_stage",
                     "test_layout_e2e", "test_local_e2e", "test_slurmroot", "test_doctor", "test_registry_home",
                     "test_command", "test_secrets", "test_render", "test_tune", "test_status", "test_k8s_walkthrough"}
+# Modules whose import loads torch (and transformers): seconds before the first test, so not quick; `pytest -m
+# quick` does not even import them (pytest_ignore_collect), which kept the quick tier ~7 s longer.
+IMPORTS_TORCH = {"test_attention", "test_data", "test_stage"}
+
+
+def pytest_ignore_collect(collection_path, config):
+    if (config.getoption("markexpr", "") or "").strip() == "quick" and collection_path.stem in IMPORTS_TORCH:
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -132,7 +141,7 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid}: `alone` and `each_release` together -- scripts/test.sh runs the "
                                     "other releases' tests beside the first pass only; drop one of the two")
         module = item.module.__name__.rsplit(".", 1)[-1]
-        if module in STARTS_PROCESSES or any(item.get_closest_marker(m) for m in ("slow", "slurm", "process")):
+        if module in STARTS_PROCESSES or module in IMPORTS_TORCH or any(item.get_closest_marker(m) for m in ("slow", "slurm", "process")):
             continue
         item.add_marker(pytest.mark.quick)
 

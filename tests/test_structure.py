@@ -4,6 +4,7 @@ names compared only in the executors' table and the plan; the folders show the l
 of parsed code, and each is shown to catch a planted offender."""
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -33,8 +34,13 @@ LAYERS = {"core": "the pure core", "record": "the job record", "executors": "the
 
 
 def modules():
-    for path in sorted(PACKAGE.rglob("*.py")):
-        yield path, ast.parse(path.read_text(), str(path))
+    """(path, tree) of every module of the package, parsed once per test session (the checks only read them)."""
+    return _parsed()
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed() -> tuple:
+    return tuple((path, ast.parse(path.read_text(), str(path))) for path in sorted(PACKAGE.rglob("*.py")))
 
 
 def docstrings(tree):
