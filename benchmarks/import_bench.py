@@ -1,5 +1,5 @@
 """What a training rank's imports cost in CPU, with Python's cyclic garbage collector on (as Python starts) and
-paused (hpcqa.rank.job.load_trainer, what every training rank does).
+paused (hpcqa.rank.job.load_trainer, what every training rank does), for an unbound and a bound rank.
 
     python benchmarks/import_bench.py [--runs 6] [--markdown]
 
@@ -21,9 +21,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+BOUND = "import os; os.environ['HPCQA_BOUND_CPUS'] = ','.join(map(str, sorted(os.sched_getaffinity(0))))"
 VARIANTS = {
     "collector on (a plain import)": "from hpcqa.rank.train.run import run_rank",
     "collector paused, then frozen (load_trainer)": "from hpcqa.rank.job import load_trainer; load_trainer()",
+    # a bound rank (every planned rank is) imports torch first, to widen its main thread: outside the pause (before
+    # load_trainer did the widening itself), and inside it (load_trainer now)
+    "bound rank, torch imported before the pause": f"{BOUND}; from hpcqa.rank.binding import widen_main_thread; "
+                                                   "widen_main_thread(); from hpcqa.rank.job import load_trainer; "
+                                                   "load_trainer()",
+    "bound rank, all in the pause (load_trainer)": f"{BOUND}; from hpcqa.rank.job import load_trainer; load_trainer()",
 }
 
 

@@ -249,10 +249,18 @@ def test_a_pod_rank_that_lost_its_peer_without_a_record_is_retryable_by_its_log(
 def test_the_trainer_is_imported_with_the_collector_paused_then_frozen():
     """A training rank imports torch and transformers through load_trainer: the cyclic collector is paused for the
     import (benchmarks/import_bench.py: 1.33x less CPU) and on again after it, with what the import made frozen
-    out of later collections. A collector left off would leak every cycle the training makes."""
-    code = ("import gc, json; from hpcqa.rank.job import load_trainer; run = load_trainer(); "
+    out of later collections. A collector left off would leak every cycle the training makes. A bound rank (as every
+    planned rank is) first imports torch to widen its main thread: that import is inside the pause too (it once was
+    not, and no collection ran less for it)."""
+    code = ("import gc, json; from hpcqa.rank.job import load_trainer; from hpcqa.rank import binding; "
+            "ran = lambda: sum(s['collections'] for s in gc.get_stats()); before = ran(); run = load_trainer(); "
             "print(json.dumps({'on': gc.isenabled(), 'frozen': gc.get_freeze_count(), 'name': run.__name__, "
-            "'torch': 'torch' in __import__('sys').modules}))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+            "'torch': 'torch' in __import__('sys').modules, 'collections': ran() - before, "
+            "'widened': binding.WIDENED}))")
+    import os
+    bound = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env={**os.environ, "HPCQA_BOUND_CPUS": bound, "HPCQA_KEEP_OPENMP_BINDING": ""})
     got = json.loads(r.stdout.splitlines()[-1])
-    assert got == {**got, "on": True, "name": "run_rank", "torch": True} and got["frozen"] > 100_000, got
+    assert got == {**got, "on": True, "name": "run_rank", "torch": True, "collections": 0}, got
+    assert got["frozen"] > 100_000 and got["widened"].startswith("OpenMP had it on"), got

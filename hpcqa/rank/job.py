@@ -45,7 +45,6 @@ class RankJob(submitit.helpers.Checkpointable):
             return {"already_completed": True}
         if plan.command:  # the user's program: this process only supervises it (no torch here)
             return run_command(plan, jd)
-        widen_main_thread()  # before the trainer's imports start threads
         out = load_trainer()(plan, jd)  # the trainer (torch, transformers): only in a training rank
         if not (isinstance(out, dict) and out.get("requeue")):
             exit_without_teardown()  # done: after submitit has written the result, no teardown
@@ -89,10 +88,12 @@ def load_trainer():  # noqa: ANN201 -- the trainer's run_rank, whose module this
     transformers make over a million objects at import, and every collection those allocations trigger walks the
     ones made so far: paused, the import costs less CPU (benchmarks/import_bench.py). What the import made is then
     frozen (gc.freeze: left out of later collections), so the training loop's full collections do not walk it
-    again either; objects that are garbage still go by reference counting."""
+    again either; objects that are garbage still go by reference counting. The main thread is widened first, in the
+    same pause: a bound rank imports torch there, before the trainer's imports start threads."""
     was_on = gc.isenabled()
     gc.disable()
     try:
+        widen_main_thread()
         from hpcqa.rank.train.run import run_rank
     finally:
         if was_on:

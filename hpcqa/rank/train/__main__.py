@@ -10,7 +10,6 @@ from pathlib import Path
 from hpcqa.core import plan as planmod
 from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.errors import HpcqaError
-from hpcqa.rank.binding import widen_main_thread
 from hpcqa.rank.command import CommandFailed, run_command
 from hpcqa.rank.exits import exit_without_teardown
 from hpcqa.rank.job import already_completed, load_trainer
@@ -28,7 +27,6 @@ def main(argv: list[str]) -> int:
             return 0
         if plan.command:
             return command_rank(plan, jd)
-        widen_main_thread()  # before the trainer's imports start threads
         out = load_trainer()(plan, jd)  # the trainer: not in a user command's supervisor (no torch)
     except HpcqaError as e:
         print(f"hpcqa.rank.train: {e.render()}", file=sys.stderr)

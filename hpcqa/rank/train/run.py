@@ -135,7 +135,7 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
 
 def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     """Report what this rank got; check the plan and the backend before any heavy work."""
-    main_thread = widen_main_thread()  # done before the trainer was imported (RankJob, __main__): what it did
+    main_thread = widen_main_thread()  # done before the trainer was imported (load_trainer): what it did
     report = startup_report(plan, jd)
     report["main_thread"] = main_thread
     report["attempt"] = attempt()
