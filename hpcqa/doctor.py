@@ -15,7 +15,7 @@ from typing import Mapping
 from hpcqa import api
 from hpcqa.core import plan, sweep, topology
 from hpcqa.core.targets import DDPBackend
-from hpcqa.executors import hostprobe, table
+from hpcqa.executors import hostprobe, table, torchbuild
 from hpcqa.executors.slurmcli import Slurm, first_line
 from hpcqa.rank import preload
 from hpcqa.rank import wrapper as rank
@@ -179,6 +179,8 @@ def host_checks(cfg) -> list[Check]:
     for dist in ("torch", "transformers", "accelerate", "datasets", "submitit"):
         v = _version(dist)
         checks.append(Check(dist, "ok" if v else "error", v or "not installed", "" if v else f"pip install {dist}"))
+    if _version("torch"):
+        checks.append(torch_build_check(torchbuild.observe()))
     ccl = hostprobe.extensions().ccl_bindings
     wants_ccl = cfg is None or cfg.train.ddp_backend == DDPBackend.CCL
     checks.append(Check("ccl bindings", "ok" if ccl or not wants_ccl else "warning",
@@ -199,6 +201,25 @@ def host_checks(cfg) -> list[Check]:
     if cfg is not None:
         checks += cpu_checks(cfg, node, where)
     return checks
+
+
+def torch_build_check(b: "torchbuild.Build") -> Check:
+    """A CUDA torch on a node without GPUs works, but its CUDA libraries (PyPI's default torch brings them) take
+    gigabytes of a quota-bound home for nothing: say so, with their size and the CPU build's install line."""
+    if b.cuda is None and b.version is not None:
+        return Check("torch build", "ok", f"CPU build (torch {b.version})")
+    if b.version is None:
+        return Check("torch build", "warning", f"unknown: {b.problem}", "reinstall torch (README, Install)")
+    if b.gpus:
+        return Check("torch build", "ok", f"CUDA {b.cuda} build, {b.gpus} GPU(s) here; hpcqa trains on the CPU")
+    libs = "its CUDA libraries"
+    if b.cuda_dists:
+        libs = (f"{b.cuda_bytes / 1e9:.1f} GB of CUDA libraries ({', '.join(b.cuda_dists[:3])}"
+                f"{', ...' if len(b.cuda_dists) > 3 else ''})")
+    return Check("torch build", "warning",
+                 f"CUDA {b.cuda} build (torch {b.version}) on a node without GPUs: {libs}, which a CPU job never "
+                 "loads", f"a CPU build in a fresh venv: pip install torch=={b.version.split('+')[0]} --index-url "
+                 f"{torchbuild.CPU_INDEX}, then hpcqa (README, Install)")
 
 
 def cpu_checks(cfg, node, where: str = "this host") -> list[Check]:

@@ -1,3 +1,5 @@
+import json
+
 from hpcqa import doctor
 from hpcqa.core import config
 from hpcqa.executors.slurmcli import parse_nodes
@@ -107,3 +109,56 @@ def test_validate_and_dry_run_say_when_an_extension_asked_for_is_missing(cli):
     assert r.returncode == 0 and "train.ipex = true: intel_extension_for_pytorch is not importable here" in r.stderr
     d = cli("submit", "configs/quickstart.toml", "--dry-run", "--set", "train.ipex=true")
     assert "train.ipex = true: intel_extension_for_pytorch is not importable" in " ".join(d.stdout.split())
+
+
+# ------------------------------------------------------------------------------ issue 54, item 1
+
+def test_the_torch_build_line_says_a_cuda_build_costs_a_cpu_node_its_size():
+    from hpcqa.executors.torchbuild import CPU_INDEX, Build
+    cpu = doctor.torch_build_check(Build("2.13.0+cpu", None))
+    assert (cpu.level, cpu.message) == ("ok", "CPU build (torch 2.13.0+cpu)")
+    dists = ["nvidia-cublas-cu12", "nvidia-cudnn-cu12", "nvidia-nccl-cu12", "triton"]
+    cuda = doctor.torch_build_check(Build("2.13.0", "12.8", 0, dists, 4_123_000_000))
+    assert cuda.level == "warning" and "CUDA 12.8 build (torch 2.13.0) on a node without GPUs" in cuda.message
+    assert "4.1 GB of CUDA libraries (nvidia-cublas-cu12, nvidia-cudnn-cu12, nvidia-nccl-cu12, ...)" in cuda.message
+    assert f"pip install torch==2.13.0 --index-url {CPU_INDEX}" in cuda.fix
+    gpu = doctor.torch_build_check(Build("2.13.0", "12.8", 2, dists, 4_123_000_000))
+    assert gpu.level == "ok" and "2 GPU(s)" in gpu.message
+    lost = doctor.torch_build_check(Build(None, None, problem="x/version.py: SyntaxError"))
+    assert lost.level == "warning" and "SyntaxError" in lost.message and lost.fix
+
+
+def test_torch_version_py_is_read_as_data_never_run(tmp_path):
+    from hpcqa.executors.torchbuild import read_version_py
+    p = tmp_path / "version.py"
+    ran = tmp_path / "ran"
+    p.write_text(f"import pathlib\npathlib.Path({str(ran)!r}).write_text('x')\nfrom typing import Optional\n"
+                 "__version__ = '2.13.0'\ncuda: Optional[str] = '12.8'\n")
+    assert read_version_py(p) == ("2.13.0", "12.8", "") and not ran.exists()
+    p.write_text("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\n")
+    assert read_version_py(p) == ("2.13.0+cpu", None, "")
+    for text in ("cuda = (", "cuda = '12.8'\n", ""):
+        p.write_text(text)
+        version, _, problem = read_version_py(p)
+        assert version is None and problem
+    assert read_version_py(tmp_path / "missing.py")[2].endswith("FileNotFoundError")
+
+
+def test_doctor_names_a_cuda_torch_and_its_libraries_on_a_node_without_gpus(cli, tmp_path):
+    """As a plain `pip install` leaves it: torch's version.py says CUDA and nvidia-* distributions sit beside it
+    (their RECORD gives each file's size). Made here as files, first on PYTHONPATH; nothing is imported from them."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('the doctor must not import torch')\n")
+    (tmp_path / "torch" / "version.py").write_text("__version__ = '2.13.0'\ncuda = '12.8'\n")
+    for name, size in (("nvidia_cublas_cu12-12.8.4.1", 2_500_000_000), ("triton-3.5.0", 600_000_000)):
+        info = tmp_path / f"{name}.dist-info"
+        info.mkdir()
+        dist = name.split("-")[0].replace("_", "-")
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {name.split('-')[1]}\n")
+        (info / "RECORD").write_text(f"{dist}/lib/big.so,sha256=x,{size}\n{info.name}/METADATA,,\n")
+    r = cli("doctor", "--json", env={"PYTHONPATH": str(tmp_path)})
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr   # 1: a Slurm check's own error
+    (row,) = [c for c in json.loads(r.stdout) if c["name"] == "torch build"]
+    assert row["level"] == "warning", row
+    assert "CUDA 12.8 build (torch 2.13.0) on a node without GPUs: 3.1 GB of CUDA libraries" in row["message"], row
+    assert "nvidia-cublas-cu12, triton" in row["message"] and "download.pytorch.org/whl/cpu" in row["fix"], row

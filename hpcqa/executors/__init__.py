@@ -14,6 +14,7 @@ table.py. The CLI, the API, sweeps and `tune` all go through the table.
     snapcheck.py    its checker: standard library only, run by the job script with python -I
     slurmcli.py     the one door to Slurm's commands: argv builders, parsers, Slurm(runner)
     hostprobe.py    what the submit host has (sbatch, oneCCL bindings, libraries, tuned layouts) -> HostProbe
+    torchbuild.py   which torch build is installed (CPU or CUDA, read without importing it) and its CUDA libraries
     common.py       plan files, the rank wrapper's command, registry rows, watching and reporting a job
     jobs.py         the job list: registry rows + each target's live states + job files -> job views
     cancel.py       which registry rows a list of ids means, and stopping them
