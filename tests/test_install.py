@@ -83,3 +83,32 @@ def test_python3_m_hpcqa_from_the_checkout_runs_in_that_venv(system_python, tmp_
                             cwd=ROOT, env={**os.environ, "HPCQA_VENV": str(tmp_path / "elsewhere")},
                             capture_output=True, text=True, timeout=120)
     assert inside.returncode == 0 and "using" not in inside.stderr, inside.stderr  # a venv stays itself
+
+
+def test_install_asks_pytorchs_cpu_index_first_and_says_when_it_cannot(tmp_path):
+    """Where PyTorch's CPU wheel index answers, install.sh adds it (torch from there, a CPU build); where it does
+    not, it says so and goes on with PyPI. A real index on loopback (http.server over a folder with torch/), and
+    the same address once it is closed; HPCQA_INSTALL_DRY stops before pip."""
+    import http.server
+    import threading
+    root = tmp_path / "index"
+    (root / "torch").mkdir(parents=True)
+    (root / "torch" / "index.html").write_text("<a href='torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl'>x</a>")
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(root))  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    env = {**os.environ, "HPCQA_INSTALL_DRY": "1", "HPCQA_TORCH_INDEX": url, "PYTHON": sys.executable}
+    try:
+        up = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert up.returncode == 0 and f"hpcqa: torch from {url} (CPU builds" in up.stderr, up.stderr
+    down = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert down.returncode == 0 and f"hpcqa: {url} cannot be reached from here: torch from PyPI" in down.stderr
+    pypi = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env={**env, "HPCQA_TORCH_INDEX": "pypi"},
+                          capture_output=True, text=True, timeout=60)
+    assert pypi.returncode == 0 and "torch from" not in pypi.stderr and "cannot be reached" not in pypi.stderr
