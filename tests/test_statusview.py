@@ -294,3 +294,68 @@ def test_progress_numbers_out_of_range_are_a_damaged_file_not_a_bar(tmp_path, fi
     assert "progress" not in rows and rows["damaged"] == row + ": not used"
     listed, _ = jobs.collect(reg, Slurm(f))
     assert listed[0].progress is None and "RUNNING" in render(listed)
+
+
+# ------------------------------------------------------------------------------ issue 52: a held-out re-test
+# Probes the earlier corpus did not try, on a finished job's folder (each was a traceback, a hang or raw escape
+# sequences on the terminal before the fix).
+
+def test_results_whose_scores_are_not_numbers_are_a_damaged_file(tmp_path):
+    """results.json with an EM that is text (a format code then raised ValueError in the job list)."""
+    d = tmp_path / "job"
+    d.mkdir()
+    write_json(d / "results.json", {"exact_match": "\x1b]0;x\x07", "f1": 5.0})
+    reg = _reg(tmp_path, ["7"], folder_of=lambda i: str(d))
+    f = FakeRunner({"sacct": (0, "7|RUNNING|0:0|00:01:00|1|vm\n", ""), "squeue": (0, "", "")})
+    (v,), _ = jobs.collect(reg, Slurm(f), ids=["7"])
+    assert v.results is None and v.damaged == ['results.json: exact_match "\\u001b]0;x\\u0007" is not a number']
+    listed, _ = jobs.collect(reg, Slurm(f))
+    assert "RUNNING" in render(listed) and "\x1b" not in render(listed)
+
+
+def test_rank_reports_with_usage_of_the_wrong_types_are_left_out_of_the_usage(tmp_path):
+    from hpcqa.executors import local
+    good = {"rank": 1, "usage": {"cpu_s": 5.0, "wall_s": 10.0, "cpus": 1, "max_rss_bytes": 100}}
+    for junk in ({"rank": 0, "usage": {"cpu_s": "x", "wall_s": 0, "cpus": 0, "max_rss_bytes": "y"}},
+                 {"rank": [0], "usage": good["usage"]}, {"usage": good["usage"]},
+                 {"rank": 0, "usage": {**good["usage"], "max_rss_bytes": True}}):
+        v = JobView(id="5", name="n", target="local", state="COMPLETED", nodes=1, world_size=2, ranks=[junk, good])
+        got = local.LocalJobs().usage([v])["5"]
+        assert list(got["per_rank"]) == [1] and got["cpu_efficiency"] == 0.5, junk
+
+
+def test_escape_sequences_in_a_rank_report_are_spelled_out_in_the_detail_view(tmp_path):
+    """A rank report's host and error hold OSC 8 (a hyperlink) and a clear-screen: shown as text, not sent."""
+    v = JobView(id="5", name="n", target="local", state="FAILED", nodes=1, world_size=1, folder=str(tmp_path),
+                ranks=[{"rank": 0, "host": "\x1b]8;;http://evil\x07link\x1b]8;;\x07", "cpus": [0],
+                        "status": "failed", "error": "\x1b[2J boom"}],
+                notes=["warning from a file \x1b[2J"])
+    out = io.StringIO()
+    statusview.print_detail(Console(file=out, width=200), [v], states.Answer(states.Source.SACCT))
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text, repr(text)
+    assert "\\x1b]8;;http://evil\\x07link" in text and "\\x1b[2J" in text
+
+
+def test_a_log_that_is_a_link_or_a_folder_is_refused_not_read(tmp_path):
+    """A program can make its log a link to /dev/zero (read for ever) or a folder: `hpcqa logs` opens only the regular
+    file a job writes, without following a link."""
+    import signal
+
+    from hpcqa.record import logtail
+    (tmp_path / "log.err").write_bytes(b"line\n")
+    with logtail.open_log(tmp_path / "log.err") as f:
+        assert f.read() == b"line\n"
+    (tmp_path / "zero.err").symlink_to("/dev/zero")
+    (tmp_path / "dir.err").mkdir()
+    os_fifo = tmp_path / "fifo.err"
+    import os
+    os.mkfifo(os_fifo)
+    signal.alarm(10)
+    try:
+        for name, why in (("zero.err", "a link"), ("dir.err", "not a regular file"), ("fifo.err", "not a regular")):
+            with pytest.raises(OSError) as e:
+                logtail.open_log(tmp_path / name)
+            assert why in e.value.strerror, name
+    finally:
+        signal.alarm(0)

@@ -119,7 +119,12 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
             final = bool(views) and states.is_final(views[0].state)
         path = jd.log(rank, stream)
         if path:
-            with open(path, "rb") as f:
+            try:
+                log = logtail.open_log(path)
+            except OSError as e:
+                raise UsageError(f"rank {rank}'s log {path} cannot be read: {e.strerror}",
+                                 "hpcqa reads only the regular files a job writes; look at the folder by hand") from None
+            with log as f:
                 if first:  # from the end, in bounded memory: the current attempt's start, its last N lines
                     pos = logtail.start_offset(f, args.lines, args.all_attempts)
                     first = f.seek(0, 2) == 0

@@ -13,7 +13,7 @@ from rich.markup import render as markup
 from rich.panel import Panel
 from rich.table import Table
 
-from hpcqa.core import command, states
+from hpcqa.core import command, states, values
 from hpcqa.core.states import State
 from hpcqa.core.topology import cpu_list
 from hpcqa.record import failures, phases, status
@@ -249,16 +249,22 @@ def print_detail(con, views: Sequence[JobView], source: states.Answer) -> None:
         grid.add_column(no_wrap=True)
         grid.add_column(overflow="fold")
         for label, text in checked_detail_lines(v):
-            grid.add_row(label, escape(text))
+            grid.add_row(label, escape(_printable(text)))
         con.print(Panel(grid, title=f"job {v.id}", expand=False))
         for note in v.notes:
-            con.print(f"[yellow]warning:[/] {escape(note)}", highlight=False)
+            con.print(f"[yellow]warning:[/] {escape(_printable(note))}", highlight=False)
         tb = dict(v.outputs).get("TensorBoard")
         if tb:
             con.print(f"view the curves: tensorboard --logdir {escape(tb)}", highlight=False, soft_wrap=True)
     if not source.answered:
         con.print(f"[yellow]warning:[/] Slurm could not be asked ({escape(_one_line(source.error))}). Fix: hpcqa doctor",
                   highlight=False)
+
+
+def _printable(text: str) -> str:
+    """A detail line as a terminal should get it: what the job folder's files held (a rank's host, its error, a
+    warning) can carry escape sequences; each control character but the line break is spelled out, not sent."""
+    return "\n".join(values.shown(line) for line in str(text).split("\n"))
 
 
 def _by_the_cancel(record: dict) -> bool:

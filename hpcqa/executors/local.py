@@ -381,6 +381,12 @@ def choose_cpus(wanted: set[int], allowed: set[int], busy: dict[str, set[int]], 
                     "wait for it (hpcqa status), cancel it, or set launch.on_busy_cores = \"wait\" (or \"share\")")
 
 
+def _usage_ok(u: object) -> bool:
+    """A rank report's usage as a rank writes it: its numbers are numbers (a report is a file in the user's folder)."""
+    return isinstance(u, dict) and all(isinstance(u.get(k), (int, float)) and not isinstance(u.get(k), bool)
+                                       and u[k] >= 0 for k in ("cpu_s", "wall_s", "cpus", "max_rss_bytes"))
+
+
 class LocalJobs:
     """The job verbs of local jobs: the controller process (the job id is its pid) and the job folder."""
 
@@ -391,7 +397,8 @@ class LocalJobs:
         """From the ranks' own measurements (getrusage), the lowest rank's CPU efficiency."""
         out = {}
         for v in views:
-            per_rank = [(rep["rank"], rep["usage"]) for rep in v.ranks if isinstance(rep.get("usage"), dict)]
+            per_rank = [(rep["rank"], rep["usage"]) for rep in v.ranks
+                        if isinstance(rep.get("rank"), int) and _usage_ok(rep.get("usage"))]
             if per_rank:
                 effs = {k: u["cpu_s"] / (u["wall_s"] * u["cpus"]) for k, u in per_rank if u["wall_s"] and u["cpus"]}
                 out[v.id] = {"source": "ranks", "per_rank": {k: {**u, "cpu_efficiency": effs.get(k)} for k, u in per_rank},

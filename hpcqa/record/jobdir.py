@@ -166,6 +166,21 @@ def progress_problem(d: dict) -> str | None:
     return None
 
 
+# results.json's numbers that the views print as numbers (EM/F1, rates, times): each, when there, a number (finite:
+# the reader already refuses NaN and Infinity), never text or a list; anything else is a damaged file
+RESULTS_NUMBERS = ("exact_match", "f1", "train_samples_per_second", "eval_samples_per_second", "wall_time_s",
+                   "train_runtime_s", "steady_samples_per_second", "step_time_s", "best_metric")
+
+
+def results_problem(d: dict) -> str | None:
+    """Why results.json's numbers are not ones a rank writes (None: they are)."""
+    for key in RESULTS_NUMBERS:
+        v = d.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"{key} {_shown(v)} is not a number"
+    return None
+
+
 def _shown(v: Any) -> str:
     text = json.dumps(v, default=str)
     return text if len(text) <= 24 else text[:23] + "…"
@@ -504,7 +519,9 @@ class JobDir:
 
     # ---------------------------------------------------------------- contents
     def read_results(self) -> dict | None:
-        return read_json(self.results)
+        """results.json when its numbers are numbers (results_problem), else None."""
+        got = read_json(self.results)
+        return got if got is not None and results_problem(got) is None else None
 
     def completed_before(self, attempt: int) -> int | None:
         """The earlier attempt that finished this job's work (its results.json says so), or None. Slurm 24.11 can
@@ -532,8 +549,8 @@ class JobDir:
         for path in (self.results, self.progress, self.controller_record,
                      *(self.rank_report(k) for k in range(min(world_size, MAX_LISTED_REPORTS)))):
             got, why = load_json(path)
-            if why is None and got is not None and path == self.progress:
-                why = progress_problem(got)
+            if why is None and got is not None and path in (self.progress, self.results):
+                why = progress_problem(got) if path == self.progress else results_problem(got)
             if why is not None:
                 out.append(f"{path.relative_to(self.path)}: {why}")
         return out

@@ -7,7 +7,11 @@ one block, so the cost is the part that is printed, not the file.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
+from pathlib import Path
 from typing import BinaryIO
 
 BLOCK = 1 << 20
@@ -89,3 +93,20 @@ def start_offset(f: BinaryIO, lines: int = 0, all_attempts: bool = False) -> int
     """`hpcqa logs`' first byte: the current attempt's start (unless all_attempts), then its last `lines` lines."""
     begin = 0 if all_attempts else attempt_offset(f)
     return max(begin, tail_offset(f, lines)) if lines > 0 else begin
+
+
+def open_log(path: Path) -> BinaryIO:
+    """A rank's log, opened for reading only if it is the regular file a job writes: not a link (a program could
+    point it at /dev/zero, which never ends, or at another user's file), not a folder or a FIFO. OSError naming why
+    otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OSError(e.errno, "a link, not the file the job wrote") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return os.fdopen(fd, "rb")
