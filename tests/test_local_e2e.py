@@ -370,6 +370,33 @@ def test_a_second_local_job_avoids_or_refuses_busy_cores(tmp_path, cache_env):
         subprocess.run([sys.executable, "-m", "hpcqa", "cancel", a_id], env=env, cwd=ROOT, capture_output=True)
 
 
+def test_a_job_on_cores_another_process_keeps_busy_is_told_so(tmp_path, cache_env):
+    """A one-rank job sharing its core with a process that spins on it (launch.on_busy_cores = "share"): its CPU
+    efficiency is low because the core was busy, and `status JOB` says that -- the rank's own schedstat -- instead of
+    pointing at the pinning."""
+    import subprocess
+    import sys
+    env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
+    hog = subprocess.Popen([sys.executable, "-c", "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"])
+    try:
+        r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY, "--set",
+                            "cluster.cores_per_socket=1", "--set", "launch.ranks_per_socket=1", "--set",
+                            "train.max_steps=3", "--set", "train.do_eval=false", "--set",
+                            'launch.on_busy_cores="share"', "--set", f"job.output_dir={json.dumps(str(tmp_path))}"],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert r.returncode == 0, r.stderr
+    (job,) = job_dirs(tmp_path)
+    usage = json.loads((job / "ranks" / "rank-0.json").read_text())["usage"]
+    assert usage["cpus"] == 1 and usage["run_delay_s"] >= 0.2 * usage["wall_s"], usage
+    st = subprocess.run([sys.executable, "-m", "hpcqa", "status", job.name.split("-")[0]], capture_output=True,
+                        text=True, env={**env, "COLUMNS": "300"}, cwd=ROOT, timeout=60)
+    said = " ".join(st.stdout.split())
+    assert "the ranks were ready to run but waited for their cores" in said and "busy node" in said, st.stdout
+
+
 def test_one_node_mpirun_script_runs_here(cli, tmp_path, cache_env):
     """The plain-machine mpirun script on this one host: Intel MPI's hydra starts 2 ranks (no ssh for the
     local host), each bound by the wrapper to its own core, and the job completes."""

@@ -337,3 +337,37 @@ def test_a_bidi_override_in_a_config_value_is_refused():
     with pytest.raises(ConfigError) as e:
         config.load(ROOT / "configs" / "quickstart.toml", ["job.output_dir=\"logs\u202egnp.x\""])
     assert "control character" in e.value.message and "\\u202e" in e.value.message
+
+
+# ------------------------------------------------------------------------------ issue 54, item 5
+
+def test_a_low_cpu_efficiency_on_busy_cores_blames_the_node_not_the_pinning():
+    """The note for a job whose cores sat idle: when the ranks' own schedstat says they were ready to run but had no
+    CPU for a fifth of their core time or more, the node was busy; otherwise the old advice (pinning, data)."""
+    busy = {"usage": {"run_delay_s": 30.0, "wall_s": 100.0, "cpus": 1}}
+    quiet = {"usage": {"run_delay_s": 1.0, "wall_s": 100.0, "cpus": 2}}
+    assert jobs.run_queue_share([quiet, busy]) == 0.3 and jobs.run_queue_share([quiet]) == 0.005
+    for junk in ({"usage": {"run_delay_s": "x", "wall_s": 1, "cpus": 1}}, {"usage": {"run_delay_s": float("nan"),
+                 "wall_s": 1, "cpus": 1}}, {"usage": {"run_delay_s": 1, "wall_s": 0, "cpus": 1}}, {"usage": [1]}, [2],
+                 {"usage": {"wall_s": 1, "cpus": 1}}):
+        assert jobs.run_queue_share([junk]) is None, junk
+    said = jobs.low_efficiency_note(0.45, 0.3)
+    assert said.startswith("CPU efficiency 45% (< 60%): the ranks were ready to run but waited for their cores 30%")
+    assert "busy node" in said and "pinning" not in said
+    for share in (0.05, None):
+        assert "check the pinning" in jobs.low_efficiency_note(0.45, share)
+
+
+def test_run_delay_counts_the_time_another_process_had_the_core():
+    """The kernel's own count, as a rank reads it: a process spinning for 1 s on a CPU that a second spinning process
+    shares waits for it about half the time (more if the machine is busier; never near none)."""
+    spin = "import os, time\nos.sched_setaffinity(0, {0})\nt = time.time()\nwhile time.time() - t < %s: pass\n"
+    hog = subprocess.Popen([sys.executable, "-c", spin % 30])
+    try:
+        r = subprocess.run([sys.executable, "-c", spin % 1.0 + "from hpcqa.rank.binding import run_delay_s\n"
+                            "print(run_delay_s())"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) >= 0.3, r.stdout

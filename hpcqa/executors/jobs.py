@@ -5,6 +5,7 @@ views `hpcqa status`, `logs`, `results` and the API's Job read. Never imports to
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -81,5 +82,33 @@ def add_usage(views: Sequence[JobView], slurm: Slurm) -> None:
     for v in done:
         eff = (v.usage or {}).get("cpu_efficiency")
         if eff is not None and eff < LOW_EFFICIENCY:
-            v.notes.append(f"CPU efficiency {eff:.0%} (< {LOW_EFFICIENCY:.0%}): the ranks' cores mostly waited; check "
-                           "the pinning (`hpcqa topology CONFIG`), oversubscription, or data loading")
+            v.notes.append(low_efficiency_note(eff, run_queue_share(v.ranks)))
+
+
+BUSY_NODE = 0.2  # a rank ready to run but off its cores this share of its core time: others had them
+
+
+def run_queue_share(ranks: Sequence[dict]) -> float | None:
+    """The largest share of a rank's core time (wall x CPUs) that it spent ready to run but waiting for a CPU, from
+    the ranks' own reports (schedstat); None when no report says."""
+    shares = []
+    for rep in ranks:
+        u = rep.get("usage") if isinstance(rep, dict) else None
+        if not isinstance(u, dict):
+            continue
+        delay, wall, cpus = u.get("run_delay_s"), u.get("wall_s"), u.get("cpus")
+        if all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in (delay, wall, cpus)) and wall \
+                and cpus:
+            shares.append(delay / (wall * cpus))
+    return max(shares) if shares else None
+
+
+def low_efficiency_note(eff: float, waited: float | None) -> str:
+    """Why a job's cores sat idle, as far as the ranks measured: busy cores (ready to run, no CPU) are the node's
+    load, not hpcqa's pinning; otherwise the ranks themselves waited (communication, data, a slow peer)."""
+    head = f"CPU efficiency {eff:.0%} (< {LOW_EFFICIENCY:.0%})"
+    if waited is not None and waited >= BUSY_NODE:
+        return (f"{head}: the ranks were ready to run but waited for their cores {min(waited, 1):.0%} of the time: "
+                "other processes had them (a busy node); `hpcqa topology CONFIG` shows whose cores they are")
+    return (f"{head}: the ranks' cores mostly waited; check the pinning (`hpcqa topology CONFIG`), "
+            "oversubscription, or data loading")

@@ -1,10 +1,12 @@
 """A training rank's main thread, bound by OpenMP to one core, given its whole CPU pool back -- first thing in the
 rank, before the trainer's libraries (transformers, datasets, tokenizers) are imported and start threads or
-processes that would inherit the one core (test_layout_e2e's thread census caught a DataLoader worker on it)."""
+processes that would inherit the one core (test_layout_e2e's thread census caught a DataLoader worker on it).
+And what the rank's cores gave it: the time its threads waited for them while other processes had them."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from hpcqa.core import topology
 
@@ -34,3 +36,16 @@ def widen_main_thread() -> str:
     os.sched_setaffinity(0, pool)
     WIDENED = f"OpenMP had it on {before}; widened to the rank's pool {topology.cpu_list(pool)}"
     return WIDENED
+
+
+def run_delay_s() -> float | None:
+    """Seconds this process's threads were ready to run but waited for a CPU (the kernel's schedstat: time on a
+    run queue), summed over its live threads. High against wall x CPUs: other processes had the rank's cores."""
+    total, seen = 0, False
+    for stat in Path("/proc/self/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[1])
+            seen = True
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9 if seen else None

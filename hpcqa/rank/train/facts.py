@@ -21,7 +21,7 @@ from hpcqa.core import topology
 from hpcqa.core.plan import GLIBC_HEAP_ENV, Backend, LaunchPlan
 from hpcqa.core.targets import DDPBackend
 from hpcqa.errors import RankError
-from hpcqa.rank import preload
+from hpcqa.rank import binding, preload
 from hpcqa.rank.exits import code_provenance
 from hpcqa.rank.phase import Phases
 from hpcqa.record.jobdir import JobDir, write_json
@@ -174,7 +174,9 @@ def own_usage(r: Rank) -> dict:
     return {"cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
             "wall_s": process_age_s() or time.time() - r.t_start,
             "cpus": len(r.report.get("cpus") or []) or os.cpu_count() or 1, "max_rss_bytes": me.ru_maxrss * 1024,
-            "threads_outside_cpus": threads_outside(set(r.report.get("cpus") or []))}
+            "threads_outside_cpus": threads_outside(set(r.report.get("cpus") or [])),
+            "run_delay_s": binding.run_delay_s()}
+
 
 
 def threads_outside(cpus: set[int]) -> list[str]:
