@@ -37,7 +37,7 @@ from typing import Any, Mapping
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path  # noqa: F401  (the folder's names, with the rest)
 from hpcqa.core.states import State
 from hpcqa.errors import UsageError
-from hpcqa.fsutil import atomic_write_text, file_sha256, own_folder
+from hpcqa.fsutil import atomic_write_text, file_sha256, open_regular, own_folder
 from hpcqa.record import failures
 
 TASK_ID = "{array_task_id}"          # the rank wrapper's placeholder for SLURM_ARRAY_TASK_ID
@@ -106,18 +106,18 @@ def load_json(path: Path | str) -> tuple[dict | None, str | None]:
     """read_json, with why a file that is there was not read: (object, None), (None, None) when there is no file,
     (None, reason) when there is one that is damaged."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        fd = open_regular(path)
     except FileNotFoundError:
         return None, None
     except OSError as e:
+        if e.errno == errno.EINVAL and e.strerror == "not a regular file":
+            return None, "not a regular file"
         return None, "a link, or not readable" if e.errno in (errno.ELOOP, errno.EACCES, errno.EPERM) \
             else f"not readable ({os.strerror(e.errno or 0)})"
     except ValueError:
         return None, "not a path"
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None, "not a regular file"
         if st.st_size > MAX_JSON_BYTES:
             return None, f"larger than {MAX_JSON_BYTES >> 20} MiB"
         with os.fdopen(fd, "rb", closefd=False) as f:
@@ -549,8 +549,9 @@ class JobDir:
         for path in (self.results, self.progress, self.controller_record,
                      *(self.rank_report(k) for k in range(min(world_size, MAX_LISTED_REPORTS)))):
             got, why = load_json(path)
-            if why is None and got is not None and path in (self.progress, self.results):
-                why = progress_problem(got) if path == self.progress else results_problem(got)
+            check = {self.progress: progress_problem, self.results: results_problem}.get(path)
+            if why is None and got is not None and check is not None:
+                why = check(got)
             if why is not None:
                 out.append(f"{path.relative_to(self.path)}: {why}")
         return out

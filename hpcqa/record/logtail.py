@@ -10,9 +10,10 @@ from __future__ import annotations
 import errno
 import os
 import re
-import stat
 from pathlib import Path
 from typing import BinaryIO
+
+from hpcqa import fsutil
 
 BLOCK = 1 << 20
 NEEDLE = b"] attempt "
@@ -100,13 +101,8 @@ def open_log(path: Path) -> BinaryIO:
     point it at /dev/zero, which never ends, or at another user's file), not a folder or a FIFO. OSError naming why
     otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        return os.fdopen(fsutil.open_regular(path), "rb")
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise OSError(e.errno, "a link, not the file the job wrote") from None
         raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file")
-    return os.fdopen(fd, "rb")
