@@ -28,6 +28,44 @@ def run_cli(*args: str, env: dict | None = None, cwd: str | Path | None = None) 
                           env=full_env, cwd=cwd or ROOT, timeout=600)
 
 
+def run_cli_in_process(*args: str, env: dict | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+    """`hpcqa ...` in this process, as run_cli would run it (same cwd, same environment, its stdout, stderr and exit
+    code): for the verbs that are pure, where a fresh interpreter per call costs more than the call (a Kubernetes
+    render imports the kubernetes client, ~0.9 s of CPU). The tests that check the CLI as a process use run_cli."""
+    import contextlib
+    import io
+
+    from hpcqa.cli import main
+    drop = [k for k in os.environ if k.startswith(("SLURM_", "PMI_", "OMPI_", "SUBMITIT_"))
+            or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")]
+    saved = {k: os.environ.get(k) for k in [*drop, *(env or {})]}
+    before = os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        for k in drop:
+            os.environ.pop(k, None)
+        os.environ.update(env or {})
+        os.chdir(cwd or ROOT)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as e:  # argparse's own refusals
+                code = e.code if isinstance(e.code, int) else 2
+    finally:
+        os.chdir(before)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return subprocess.CompletedProcess(["hpcqa", *args], code, out.getvalue(), err.getvalue())
+
+
+def run_cli_rendering_in_process(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    """run_cli, but `render` in this process (run_cli_in_process)."""
+    return (run_cli_in_process if args[:1] == ("render",) else run_cli)(*args, **kwargs)
+
+
 def pytest_report_header(config):
     from tests.slurm_cluster import slurm_version
     release = os.environ.get("HPCQA_SLURM_RELEASE")

@@ -19,9 +19,16 @@ from hpcqa.core.plan import LaunchPlan
 from hpcqa.executors.k8s import pods as k8s_pods
 from hpcqa.executors.k8s import pytorchjob
 from tests import k8s_rules
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, run_cli_rendering_in_process
 
 IMAGE = ["--set", "k8s.image=registry.example.com/hpcqa:1"]
+
+
+@pytest.fixture
+def cli():
+    """Renders in this process (a fresh interpreter per render imported the kubernetes client each time: ~0.9 s of
+    CPU, a hundred renders here); every other verb as a process (tests/conftest.py: run_cli)."""
+    return run_cli_rendering_in_process
 
 
 def render(cli, *args, config="configs/squad_spr.toml"):

@@ -14,10 +14,17 @@ import pytest
 import yaml
 
 from tests import k8s_rules, trainer_rules
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, run_cli_rendering_in_process
 from tests.test_k8s import IMAGE, TINY, _step_at_least, _stop, group_gone, sigterm_after
 
 KUBE_VERSIONS = ["1.27", "1.30", "1.33"]
+
+
+@pytest.fixture
+def cli():
+    """Renders in this process (a fresh interpreter per render imported the kubernetes client each time: ~0.9 s of
+    CPU, a hundred renders here); every other verb as a process (tests/conftest.py: run_cli)."""
+    return run_cli_rendering_in_process
 
 
 def render(cli, *args, config="configs/squad_spr.toml"):
