@@ -9,6 +9,7 @@ import pytest
 from hpcqa.core import scaling
 from hpcqa.errors import UsageError
 from hpcqa.record import links, registry, scalingruns
+from tests.conftest import run_cli_in_process
 
 MB = 1 << 20
 
@@ -288,11 +289,14 @@ def test_the_link_for_an_efficiency_target_is_the_one_that_gives_it():
     assert slow.bandwidth_for(4, 0.9) is None and slow.bandwidth_for(1, 0.9) == 0.0
 
 
-def test_a_prediction_from_a_config_and_a_time_measured_elsewhere(cli, tmp_path):
+def test_a_prediction_from_a_config_and_a_time_measured_elsewhere(tmp_path):
     """Intel's published Sapphire Rapids run as input: DistilBERT (its shapes from transformers' documented
     DistilBertConfig defaults, which are distilbert-base-uncased's), 2 ranks per node, batch 12, 26 min per epoch
-    of SQuAD v1.1 on one node. The model is built on the meta device: its 66 M parameters give the buckets."""
+    of SQuAD v1.1 on one node. The model is built on the meta device: its 66 M parameters give the buckets.
+    The CLI runs in this process (run_cli_in_process): each call imports transformers, which this test has already
+    imported; as processes, its seven calls took ~20 s of CPU (test_scaling_cli runs `scaling` as a process)."""
     from transformers import DistilBertConfig
+    cli = run_cli_in_process
     model = tmp_path / "distilbert"
     model.mkdir()
     DistilBertConfig(architectures=["DistilBertForQuestionAnswering"]).to_json_file(str(model / "config.json"))
