@@ -39,7 +39,8 @@ print(job.logs(rank=0).splitlines()[-1])
 print("resource use:", job.view().usage)
 
 # 6. A sweep: a config with a [sweep] table gives a handle over its tasks (a local sweep runs them in turn).
+#    Its grid narrowed here as --set would: one batch size, so 2 learning rates + the hand-picked variant = 3 tasks.
 sweep = hpcqa.submit("configs/sweep_quickstart.toml", ["model.name_or_path=builtin:tiny-bert", "train.max_steps=10",
-                                                       "train.bf16=false"])
+                                                       "train.bf16=false", "sweep.train.per_device_train_batch_size=[16]"])
 print(sweep, sweep.wait())
 print([r and r["f1"] for r in sweep.results()])
