@@ -7,6 +7,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# pytest caches the test modules it rewrote (tests/__pycache__, git-ignored) even where PYTHONDONTWRITEBYTECODE is set
+# (this machine's shell and CI set it): rewriting the ~60 modules again took ~4 s of every pytest process's start,
+# a sixth of the quick tier. Processes the tests start still inherit the variable.
+sys.dont_write_bytecode = False
 CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
 SLURM_HERE = frozenset({"slurm"})   # HostProbe.schedulers where sbatch is on PATH
 # `hpcqa tune` results change what ranks_per_socket = "auto" means: tests never see a user's store.
@@ -179,7 +183,7 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid}: `alone` and `each_release` together -- scripts/test.sh runs the "
                                     "other releases' tests beside the first pass only; drop one of the two")
         module = item.module.__name__.rsplit(".", 1)[-1]
-        if module in STARTS_PROCESSES or module in IMPORTS_TORCH or any(item.get_closest_marker(m) for m in ("slow", "slurm", "process")):
+        if module in STARTS_PROCESSES or module in IMPORTS_TORCH or any(item.get_closest_marker(m) for m in ("slow", "slurm", "process", "torch")):
             continue
         item.add_marker(pytest.mark.quick)
 
@@ -239,10 +243,15 @@ def matplotlib_fonts():
 
 @pytest.fixture(autouse=True)
 def quick_guard(request, monkeypatch):
-    """A quick test starts no process: one that does fails here, naming the fix."""
-    if request.node.get_closest_marker("quick"):
+    """A quick test starts no process and imports no torch: one that does fails here, naming the fix (torch and
+    transformers cost seconds to import, most of the quick tier's time when six tests did)."""
+    quick = request.node.get_closest_marker("quick")
+    if quick:
         def refuse(*args, **kwargs):
             raise AssertionError("a quick test (pytest -m quick) starts no process: mark this test "
                                  "@pytest.mark.process, or add its module to STARTS_PROCESSES in tests/conftest.py")
         monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    had_torch = "torch" in sys.modules
     yield
+    if quick and not had_torch and "torch" in sys.modules:
+        pytest.fail("a quick test (pytest -m quick) imports no torch: mark this test @pytest.mark.torch", pytrace=False)

@@ -24,6 +24,7 @@ def test_every_feature_once_in_an_order_fixed_by_seed_and_epoch():
     assert a != batching.lockstep_order(lengths, batch=12, world=4, seed=43, epoch=0)
 
 
+@pytest.mark.torch
 def test_the_global_generators_are_left_alone():
     import torch
     state, py = torch.get_rng_state(), random.getstate()
@@ -49,6 +50,7 @@ def test_steps_pad_little_and_the_longest_comes_first_the_short_group_last():
     assert maxima != sorted(maxima, reverse=True) and maxima != sorted(maxima)
 
 
+@pytest.mark.torch
 def test_accelerates_shards_hand_every_rank_its_part_of_the_same_length_group():
     """The order as the Trainer's data loader really deals it out: a torch BatchSampler of the per-device batch,
     wrapped in accelerate's BatchSamplerShard for each of the ranks (what Accelerator.prepare does with

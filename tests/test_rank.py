@@ -96,6 +96,7 @@ def test_wrapper_bad_plan_exits_2(tmp_path):
     assert res.returncode == 2 and "cannot read plan" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.torch
 def test_a_rank_honours_the_planned_backend_and_never_redecides():
     from hpcqa.errors import RankError
     from hpcqa.rank.train.facts import verify_backend
@@ -114,6 +115,7 @@ def test_a_rank_honours_the_planned_backend_and_never_redecides():
     assert e.value.exit_code == 2 and "does not import" in e.value.message and "ddp_backend" in e.value.hint
 
 
+@pytest.mark.torch
 def test_trainer_refuses_a_plan_other_than_the_one_the_wrapper_applied():
     from hpcqa.errors import RankError
     from hpcqa.rank.train.facts import verify_plan
@@ -166,6 +168,7 @@ def test_a_finished_rank_leaves_without_teardown_unless_an_error_follows(tail, c
     assert r.returncode == code and "done" in r.stdout, r.stderr
 
 
+@pytest.mark.torch
 def test_a_notice_arriving_during_the_agreement_is_agreed_on_at_the_next_call(monkeypatch):
     """The handler of a SIGTERM can run while the rank waits in the all-reduce of STOP.agreed (during evaluation, where
     it agrees after every batch, that is most of the time): that call answers with the reduced flag (the peer had no

@@ -1,3 +1,5 @@
+import pytest
+
 from hpcqa.rank.train import synth
 
 
@@ -28,6 +30,7 @@ def _paragraphs(d: dict) -> list[dict]:
     return d["data"][0]["paragraphs"]
 
 
+@pytest.mark.torch
 def test_squad_shape_has_squads_lengths_measured_with_berts_wordpiece():
     """The "squad" shape against SQuAD v1.1's published shape: paragraphs of ~120 words, questions of ~10, and at
     max_seq_length 384 / doc_stride 128 about 1.3 % more features than examples (the Hugging Face course's
