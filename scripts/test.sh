@@ -14,24 +14,34 @@ cd "$(dirname "$0")/.."
 times=$(mktemp -d "$PWD/.citimes.XXXXXX")  # in the checkout: the Slurm root's pass sees it at the same path
 phases=()
 started=$SECONDS
+# Debian's packages install beside the Python ones (apt and pip share nothing; each mostly waits on its mirror)
+apt_pid=""
 if [ "$(id -u)" = 0 ] && { ! command -v slurmctld || ! command -v sshd || ! command -v debootstrap || ! command -v g++; } >/dev/null; then
-    # the packages' daemons are started by the tests themselves, never by the package scripts
-    policy=""
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        policy=/usr/sbin/policy-rc.d
-        printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        slurmctld slurmd slurm-client slurmdbd munge mariadb-server iproute2 openssh-server openssh-client debootstrap \
-        libgoogle-perftools4 libjemalloc2 g++ >/dev/null
-    if [ -n "$policy" ]; then rm -f "$policy"; fi
+    (
+        # the packages' daemons are started by the tests themselves, never by the package scripts
+        policy=""
+        if [ ! -e /usr/sbin/policy-rc.d ]; then
+            policy=/usr/sbin/policy-rc.d
+            printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
+        fi
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            slurmctld slurmd slurm-client slurmdbd munge mariadb-server iproute2 openssh-server openssh-client \
+            debootstrap libgoogle-perftools4 libjemalloc2 g++ >/dev/null
+        if [ -n "$policy" ]; then rm -f "$policy"; fi
+    ) >"$times/apt.log" 2>&1 &
+    apt_pid=$!
 fi
 PY=$(bash scripts/install.sh)  # this checkout's venv, unless one is active
 # as an activated venv would: its tools first on PATH (mpirun from impi-rt, hpcqa), python3 its interpreter
 export PATH="$(dirname "$PY"):$PATH"
 # Intel MPI's runtime (mpirun / hydra) from PyPI: the mpirun launch path is tested for real, not stubbed
 "$PY" -m pip install -q --disable-pip-version-check impi-rt
+if [ -n "$apt_pid" ] && ! wait "$apt_pid"; then
+    cat "$times/apt.log" >&2
+    echo "hpcqa: installing Debian's packages (Slurm, MariaDB, OpenSSH, g++) failed: the log above" >&2
+    exit 1
+fi
 if [ "${CI:-}" = true ]; then export HPCQA_REQUIRE_SLURM=1; fi
 phases+=(--phase "install=$((SECONDS - started))")
 # pytest-xdist workers, side by side (tests/conftest.py groups what shares a fixture; each worker brings up its own
