@@ -53,6 +53,14 @@ def instance() -> int:
     return int(os.environ.get("HPCQA_CLUSTER_INSTANCE_BASE", "0")) + int(worker or 0)
 
 
+# The emulated nodes of a cluster without --core-per-node are the same machine: each node's slurmd offers all of its
+# cores, so the ranks of two "nodes" are pinned to the same cores, which no real cluster does. Their OpenMP threads
+# spin while they wait (libgomp's default), on cores another node's rank is computing on: a 2-thread DDP step of a
+# tiny BERT took 260 ms of CPU per rank spinning, 125 ms waiting passively (benchmarks/spin_bench.py). The jobs get
+# this from the submitting environment (sbatch exports it); the scaling test's cluster (a core per node) does not.
+SHARED_CORES_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int = 1001, slurmd_timeout: int = 300,
             preempt: str = "off", grace_time: int = 30, core_per_node: bool = False):
     why = available()
@@ -78,7 +86,8 @@ def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int 
         yield {"SLURM_CONF": str(d / "slurm.conf"), "HPCQA_REGISTRY": str(d / "registry.sqlite"),
                "HPCQA_CACHE": str(tmp_path_factory.getbasetemp() / "hpcqa-cache"),
                "HPCQA_TEST_CLUSTER_DIR": str(d),  # devcluster.py shape needs it
-               "HPCQA_TEST_CLUSTER_NET": f"10.77.{k}"}  # node K is at .1K (scripts/devcluster.py)
+               "HPCQA_TEST_CLUSTER_NET": f"10.77.{k}",  # node K is at .1K (scripts/devcluster.py)
+               **({} if core_per_node else SHARED_CORES_ENV)}
     finally:
         subprocess.run([sys.executable, str(ROOT / "scripts/devcluster.py"), "down", "--dir", str(d)],
                        capture_output=True, text=True, timeout=120)
