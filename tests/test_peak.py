@@ -42,7 +42,9 @@ def test_a_peak_measured_on_a_shared_core_is_neither_cached_nor_an_mfu_over_100(
         hog.wait()
     assert not busy["quiet"] and busy["cpu_share"] < 0.8, busy          # the contention is seen
     assert "busy cores" in source and not store.exists(), source         # and nothing is cached
-    assert quiet["cpu_share"] > busy["cpu_share"], (quiet, busy)
+    # against a measurement that was itself quiet: on a saturated machine (a CI run's 4 test workers, once) the
+    # "quiet" one got a third of the core too (0.326 against 0.327), and said so (quiet False)
+    assert not quiet["quiet"] or quiet["cpu_share"] > busy["cpu_share"], (quiet, busy)
     # an MFU against a peak this low would exceed 100 %: it is not given as a figure
     flops = {"per_sample": 1e9, "dense_weights": 10 ** 6, "layers": 2, "hidden": 64, "seq_len": 128, "method": "m"}
     rate = 1.5 * value / 1e9   # samples/s of 1 GFLOP each: 1.5x the busy peak, which a quiet core gives
