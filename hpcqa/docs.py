@@ -28,8 +28,14 @@ OTHERS = {"sbatch_templates": "the job scripts' templates (read by render)",
 
 
 def table() -> str:
-    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    """One table per config section, each under its own heading (`## [job]` ...: the site's sidebar lists them)."""
+    lines: list[str] = []
+    section = None
     for key, tp, default, help_ in reference_rows():
+        if key.split(".", 1)[0] != section:
+            section = key.split(".", 1)[0]
+            lines += [*([""] if lines else []), f"## [{section}]", "", "| key | type | default | meaning |",
+                      "|---|---|---|---|"]
         lines.append(f"| `{key}` | {tp} | `{default}` | {help_.replace('|', '/')} |")
     return "\n".join(lines)
 
