@@ -22,14 +22,18 @@ os.environ["HPCQA_LINK_STORE"] = os.path.join(_STORES, "links.json")
 os.environ["XDG_STATE_HOME"] = os.path.join(_STORES, "state")
 
 
-def run_cli(*args: str, env: dict | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
-    """Run `python -m hpcqa ...` as a user would, in a fresh interpreter."""
+def cli_env(env: dict | None = None) -> dict[str, str]:
+    """The environment the CLI gets in the tests: this one without a launcher's or a rank's variables, plus `env`."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PMI_", "OMPI_", "SUBMITIT_"))}
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         full_env.pop(k, None)
-    full_env.update(env or {})
+    return {**full_env, **(env or {})}
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m hpcqa ...` as a user would, in a fresh interpreter."""
     return subprocess.run([sys.executable, "-m", "hpcqa", *args], capture_output=True, text=True,
-                          env=full_env, cwd=cwd or ROOT, timeout=600)
+                          env=cli_env(env), cwd=cwd or ROOT, timeout=600)
 
 
 def run_cli_in_process(*args: str, env: dict | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
@@ -38,30 +42,21 @@ def run_cli_in_process(*args: str, env: dict | None = None, cwd: str | Path | No
     render imports the kubernetes client, ~0.9 s of CPU). The tests that check the CLI as a process use run_cli."""
     import contextlib
     import io
+    from unittest import mock
 
     from hpcqa.cli import main
-    drop = [k for k in os.environ if k.startswith(("SLURM_", "PMI_", "OMPI_", "SUBMITIT_"))
-            or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")]
-    saved = {k: os.environ.get(k) for k in [*drop, *(env or {})]}
     before = os.getcwd()
     out, err = io.StringIO(), io.StringIO()
-    try:
-        for k in drop:
-            os.environ.pop(k, None)
-        os.environ.update(env or {})
-        os.chdir(cwd or ROOT)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as e:  # argparse's own refusals
-                code = e.code if isinstance(e.code, int) else 2
-    finally:
-        os.chdir(before)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with mock.patch.dict(os.environ, cli_env(env), clear=True):
+        try:
+            os.chdir(cwd or ROOT)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = main(list(args))
+                except SystemExit as e:  # argparse's own refusals
+                    code = e.code if isinstance(e.code, int) else 2
+        finally:
+            os.chdir(before)
     return subprocess.CompletedProcess(["hpcqa", *args], code, out.getvalue(), err.getvalue())
 
 
