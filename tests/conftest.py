@@ -250,3 +250,25 @@ def quick_guard(request, monkeypatch):
     yield
     if quick and not had_torch and "torch" in sys.modules:
         pytest.fail("a quick test (pytest -m quick) imports no torch: mark this test @pytest.mark.torch", pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """HPCQA_TEST_CPU_LOG=FILE: one line per test, the CPU seconds of the processes it started and waited for (its
+    CLI calls, the local executor's ranks; not a Slurm job's, whose processes are slurmd's) and its wall seconds --
+    where the suite's CPU goes, for scripts that sort it."""
+    path = os.environ.get("HPCQA_TEST_CPU_LOG")
+    if not path:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu() -> float:
+        c, s = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+        return c.ru_utime + c.ru_stime + s.ru_utime + s.ru_stime
+
+    before, t = cpu(), time.monotonic()
+    yield
+    with open(path, "a") as f:
+        f.write(f"{cpu() - before:.1f} {time.monotonic() - t:.1f} {item.nodeid}\n")

@@ -15,7 +15,7 @@ import pytest
 
 from tests import slurm_cluster
 from tests.conftest import ROOT, run_cli
-from tests.test_slurm import TINY, _start_requeued_now, status, submit, wait_state
+from tests.test_slurm import ONE_PER_NODE, TINY, _start_requeued_now, status, submit, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 GRACE_S = 15
@@ -37,8 +37,8 @@ def _slurm(env, *argv) -> subprocess.CompletedProcess:
 
 
 def _training(env, tmp_path, step: int = 8) -> tuple[str, Path]:
-    """A job in the low partition, running and past `step`."""
-    r = submit(env, tmp_path, *LONG, wait=False)
+    """A job in the low partition, one rank, running and past `step`."""
+    r = submit(env, tmp_path, *LONG, *ONE_PER_NODE, wait=False)
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip().splitlines()[-1]
     folder = Path(wait_state(env, job_id, {"RUNNING"})["folder"])
@@ -138,7 +138,7 @@ def test_preempt_mode_cancel_says_preempted_and_where_to_continue(slurm, tmp_pat
     detail = run_cli("status", job_id, env={**slurm, "COLUMNS": "250"}).stdout
     assert "PREEMPTED" in detail and f"train.resume_from={checkpoint}" in detail, detail
     # the resubmit continues from that checkpoint
-    again = submit(slurm, tmp_path, *LONG, "--set", "train.max_steps=" + str(report["stopped_at_step"] + 4),
+    again = submit(slurm, tmp_path, *LONG, *ONE_PER_NODE, "--set", "train.max_steps=" + str(report["stopped_at_step"] + 4),
                    "--set", f"train.resume_from={json.dumps(checkpoint)}")
     assert again.returncode == 0 and "COMPLETED" in again.stdout, again.stdout + again.stderr
     (done,) = [p for p in (tmp_path / "quickstart").iterdir() if p.is_dir() and (p / "results.json").exists()]

@@ -85,7 +85,10 @@ def test_the_install_line_brings_a_cpu_torch_and_the_tested_versions(installed):
 
 
 def _run(bin_dir: Path, cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "HPCQA_REGISTRY")
+    # as a user's shell has it: no PYTHONDONTWRITEBYTECODE (CI's shell sets it), so the first process to import a
+    # module of the fresh venv caches its bytecode (pip installed it --no-compile) and the ranks after it reuse it
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "HPCQA_REGISTRY",
+                                                            "PYTHONDONTWRITEBYTECODE")
            and not k.startswith(("SLURM_", "SUBMITIT_"))}
     env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", XDG_STATE_HOME=str(cwd / ".state"),
                HPCQA_CACHE=str(cwd / ".cache"))
