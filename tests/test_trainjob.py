@@ -700,14 +700,14 @@ def test_sigterm_during_the_final_evaluation_keeps_the_trained_weights(cli, tmp_
 @pytest.mark.slow
 def test_sigterm_during_an_evaluation_between_steps_saves_that_step(cli, tmp_path):
     """train.eval_strategy = "steps": the Trainer evaluates after step 12, and the notice arrives in that evaluation
-    (no step boundary for its ~20 s). The ranks agree after an evaluation batch, leave the Trainer's loop, save step
+    (no step boundary for its ~8 s). The ranks agree after an evaluation batch, leave the Trainer's loop, save step
     12 (save_steps would not: 1000) and exit 143; the restarted pods resume at 12 and finish. 20 steps and no final
     evaluation: the restarted pods evaluate nothing (what the test holds is the step-12 notice and the resume)."""
     mount = tmp_path / "pvc"
     docs = render(cli, *IMAGE, *TINY, "--set", f"k8s.mount_path={mount}", "--set", "train.save_steps=1000",
                   "--set", "train.max_steps=20", "--set", "train.do_eval=false",
                   "--set", 'train.eval_strategy="steps"', "--set", "train.eval_steps=12",
-                  "--set", "data.synthetic_eval_examples=2500", "--set", "train.per_device_eval_batch_size=1",
+                  "--set", "data.synthetic_eval_examples=1000", "--set", "train.per_device_eval_batch_size=1",
                   config="configs/quickstart.toml")
     jd = job_dir(mount, docs[1])
     port = free_port()
