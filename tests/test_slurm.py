@@ -217,7 +217,7 @@ def test_a_checkpoint_damaged_after_its_mark_is_set_aside_and_the_previous_one_r
     aside, resumes from the one before and ends COMPLETED; status JOB says what was set aside."""
     steps, every = 40, 5
     env = {**os.environ, **slurm}
-    with _foreground_submit(slurm, tmp_path, 12, "--set", f"train.max_steps={steps}", "--set",
+    with _foreground_submit(slurm, tmp_path, 12, *ONE_PER_NODE, "--set", f"train.max_steps={steps}", "--set",
                             f"train.save_steps={every}", "--set", "train.save_total_limit=3") as (proc, folder):
         job_id = folder.name.split("-")[0]
         assert subprocess.run(["scancel", "--signal=USR2", job_id], env=env).returncode == 0

@@ -78,7 +78,7 @@ def test_preemption_and_an_edited_checkout(slurm, tmp_path):
     submitted code in both attempts. A --no-snapshot job from the same checkout runs the broken tree and fails."""
     co = _checkout_copy(tmp_path)
     blocker = _slurm(slurm, "sbatch", "--parsable", "--output=/dev/null", "-N1", "-n2", "--wrap", "sleep 300").stdout.strip()
-    job_id = _submit_from(slurm, co, tmp_path / "a", *LONG)
+    job_id = _submit_from(slurm, co, tmp_path / "a", *LONG, *ONE_PER_NODE)
     live_id = _submit_from(slurm, co, tmp_path / "b", "--set", "train.max_steps=3", "--no-snapshot")
     assert status(slurm, job_id)[job_id]["state"] == "PENDING"
     (co / "hpcqa" / "rank" / "wrapper.py").write_text("this is not python (\n")
@@ -96,7 +96,7 @@ def test_preemption_and_an_edited_checkout(slurm, tmp_path):
     _a_second_requeue_runs_nothing(folder / f"{job_id}_0_log.err")
     (notice, *_) = res["notices"]
     assert notice["signal"] == "SIGTERM" and notice["attempt"] == 0
-    # one checkpoint at the step the ranks agreed on, and the rerun started there: nothing redone
+    # one checkpoint at the step of the notice, and the rerun started there: nothing redone
     assert res["resumed_from_step"] == notice["step"] and notice["checkpoint"].endswith(f"checkpoint-{notice['step']}")
     first = json.loads((folder / "ranks" / "attempt-0" / "rank-0.json").read_text())
     assert first["stopped_at_step"] == notice["step"] and first["status"] == "checkpointed on SIGTERM"
@@ -243,7 +243,7 @@ def test_a_preempted_run_qa_shaped_program_resumes_its_own_checkpoint(slurm, tmp
     prog, argv = run_qa_like(tmp_path, tmp_path_factory)
     home = {**slurm, "HPCQA_REGISTRY": "", "XDG_STATE_HOME": str(tmp_path / "state")}
     steps = 120
-    r = run_cli("submit", str(ROOT / "configs/quickstart.toml"), "--set", "cluster.executor=slurm",
+    r = run_cli("submit", str(ROOT / "configs/quickstart.toml"), "--set", "cluster.executor=slurm", *ONE_PER_NODE,
                 "--set", f"job.output_dir={tmp_path / 'logs'}", "--set", "cluster.time_limit_min=10", "--no-wait",
                 "--", *argv, "--max_steps", str(steps), "--save_steps", "10", "--max_seq_length", "256",
                 env=home, cwd=prog)
