@@ -507,6 +507,31 @@ def test_a_program_that_is_not_there_is_refused_at_submit(tmp_path):
         assert r.returncode == 0, (argv, r.stderr)
 
 
+def test_a_program_that_is_not_there_is_a_warning_at_render_and_refused_at_render_submit(tmp_path):
+    """A rendered script runs the command in its folder when the job starts: the program may be put there before
+    then, so render warns (naming the folder) and writes the script; `render --submit` queues it now, so it is
+    refused as submit refuses it, nothing written. A pod runs its command in its image: no warning."""
+    script = tmp_path / "run.sh"
+    r = run_cli("render", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}", "-o", str(script), "--",
+                "python", "prog.py", cwd=tmp_path)
+    assert r.returncode == 0 and script.is_file(), r.stderr
+    assert f"warning: job.command: prog.py is not in {tmp_path}, the folder the script runs it in" in \
+        " ".join(r.stderr.split())
+    queued = run_cli("render", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}", "-o", str(tmp_path / "q.sh"),
+                     "--submit", "--", "./train.sh", cwd=tmp_path)
+    assert queued.returncode == 2 and "Traceback" not in queued.stderr, queued.stderr
+    assert "train.sh is not in" in queued.stderr and "nothing was submitted" in " ".join(queued.stderr.split())
+    assert not (tmp_path / "q.sh").exists() and not (tmp_path / "logs").exists()
+    (tmp_path / "prog.py").write_text("pass\n")
+    there = run_cli("render", QUICK, "--set", f"job.output_dir={tmp_path / 'logs'}", "-o", str(script), "--",
+                    "python", "prog.py", cwd=tmp_path)
+    assert there.returncode == 0 and "warning" not in there.stderr, there.stderr
+    pod = run_cli("render", QUICK, "--target", "pytorchjob", "--set", "k8s.image=registry.example.com/hpcqa:1",
+                  "--set", 'k8s.memory="8Gi"', "-o", str(tmp_path / "pj.yaml"), "--", "python", "gone.py",
+                  cwd=tmp_path)
+    assert pod.returncode == 0 and "gone.py is not in" not in pod.stderr, pod.stderr
+
+
 @pytest.mark.slow
 def test_paths_out_of_the_folder_are_passed_absolute_and_the_job_runs(tmp_path):
     """`python ../other/prog.py --data=../other/data.txt` from a folder of its own: the program runs in a copy of

@@ -9,7 +9,7 @@ from typing import Any
 
 from hpcqa import api, errors
 from hpcqa.cli.say import say, warn
-from hpcqa.core import config, distenv, sweep
+from hpcqa.core import command, config, distenv, sweep
 from hpcqa.errors import UsageError
 from hpcqa.executors import hostprobe, table
 from hpcqa.executors.interface import RenderOnly
@@ -56,7 +56,7 @@ def _render_request(args: argparse.Namespace, ex: Any, lp: Any, how: str, which:
     """The rendering executor's request for this plan: its script is what render writes, and what --submit sends
     (`which`: a TrainJob request's second document is its TrainingRuntime)."""
     request = ex.dry_run(sweep.single(lp))
-    for w in lp.warnings + request.notes:
+    for w in lp.warnings + request.notes + _missing_program(lp, args.submit):
         warn(w)
     if isinstance(ex, RenderOnly):  # what only the render can tell (the YAML itself stays on stdout)
         for key, value in request.facts:
@@ -71,6 +71,23 @@ def _render_request(args: argparse.Namespace, ex: Any, lp: Any, how: str, which:
         return 0
     summary = request.summary if which == 0 else "the TrainJob's TrainingRuntime"
     return _write_rendered(args, request.scripts[which], summary, how, executable=not isinstance(ex, RenderOnly))
+
+
+def _missing_program(lp: Any, submitting: bool) -> tuple[str, ...]:
+    """A script runs the command in job.workdir when the job starts: a program named by a relative path that is not
+    there now is a warning (it may be put there before then); queued at once (--submit), it is refused, as submit
+    refuses it."""
+    if not lp.command or not lp.target_type.sees_submit_files or not lp.work.get("dir"):
+        return ()   # a pod runs its command in its image, not in this folder
+    missing = command.missing_program(lp.command, lp.python, lp.work["dir"])
+    if not missing:
+        return ()
+    where = f"job.command: {missing} is not in {lp.work['dir']}, the folder the script runs it in"
+    if submitting:
+        raise UsageError(f"{where}: the job could never start, so nothing was submitted",
+                         "render from the program's folder (or set job.workdir to it), or name the program by "
+                         "its absolute path")
+    return (f"{where}: put it there before the job starts, or name it by its absolute path",)
 
 
 def _write_rendered(args: argparse.Namespace, text: str, what: str, how: str, executable: bool = True) -> int:
