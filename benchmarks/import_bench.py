@@ -28,8 +28,8 @@ VARIANTS = {
     # a bound rank (every planned rank is) imports torch first, to widen its main thread: outside the pause (before
     # load_trainer did the widening itself), and inside it (load_trainer now)
     "bound rank, torch imported before the pause": f"{BOUND}; from hpcqa.rank.binding import widen_main_thread; "
-                                                   "widen_main_thread(); from hpcqa.rank.job import load_trainer; "
-                                                   "load_trainer()",
+    "widen_main_thread(); from hpcqa.rank.job import load_trainer; "
+    "load_trainer()",
     "bound rank, all in the pause (load_trainer)": f"{BOUND}; from hpcqa.rank.job import load_trainer; load_trainer()",
 }
 
@@ -57,7 +57,9 @@ def machine() -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
@@ -67,7 +69,9 @@ def main() -> int:
         for name, code in VARIANTS.items():
             times[name].append(cpu_of(code))
     base = statistics.median(next(iter(times.values())))
-    print(f"machine: {machine()}; {args.runs} runs each, interleaved; python {platform.python_version()}")
+    print(
+        f"machine: {machine()}; {args.runs} runs each, interleaved; python {platform.python_version()}"
+    )
     if args.markdown:
         print("| variant | CPU s (median) | runs | vs first |\n|---|---|---|---|")
     for name, got in times.items():

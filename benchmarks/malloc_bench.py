@@ -19,7 +19,9 @@ from _submit import submit
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--variants", default="glibc-heap,default,tcmalloc")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--seq", type=int, default=128)
@@ -28,26 +30,52 @@ def main(argv: list[str]) -> int:
     chosen = a.variants.split(",")
     common = ["train.bf16=auto", f"train.max_seq_length={a.seq}"]
     if a.seq > 128:
-        common += ["data.synthetic_train_examples=300", "data.synthetic_eval_examples=60", "train.doc_stride=128",
-                   "train.per_device_train_batch_size=12", "data.synthetic_shape=squad"]
+        common += [
+            "data.synthetic_train_examples=300",
+            "data.synthetic_eval_examples=60",
+            "train.doc_stride=128",
+            "train.per_device_train_batch_size=12",
+            "data.synthetic_shape=squad",
+        ]
     runs: dict[str, list[dict]] = {v: [] for v in chosen}
     for _ in range(a.repeat):
         for v in chosen:
             res = submit("configs/quickstart.toml", common + [f"launch.malloc={v}"])
             runs[v].append(res)
             rss = [u.get("max_rss_bytes", 0) / 2**30 for u in res.get("rank_usage") or [] if u]
-            print(f"{v}: {res.get('steady_samples_per_second')} samples/s, peak RSS {rss} GiB, "
-                  f"{res.get('error', '')}", file=sys.stderr)
-    base = statistics.mean(r["steady_samples_per_second"] for r in runs[chosen[0]] if r.get("steady_samples_per_second"))
-    cols = ["launch.malloc", "steady samples/s (each run)", f"vs {chosen[0]}", "peak RSS per rank, GiB (max)", "F1"]
+            print(
+                f"{v}: {res.get('steady_samples_per_second')} samples/s, peak RSS {rss} GiB, "
+                f"{res.get('error', '')}",
+                file=sys.stderr,
+            )
+    base = statistics.mean(
+        r["steady_samples_per_second"]
+        for r in runs[chosen[0]]
+        if r.get("steady_samples_per_second")
+    )
+    cols = [
+        "launch.malloc",
+        "steady samples/s (each run)",
+        f"vs {chosen[0]}",
+        "peak RSS per rank, GiB (max)",
+        "F1",
+    ]
     if a.markdown:
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for v in chosen:
         got = [r.get("steady_samples_per_second") or 0 for r in runs[v]]
-        rss = max((u.get("max_rss_bytes", 0) for r in runs[v] for u in r.get("rank_usage") or [] if u), default=0)
+        rss = max(
+            (u.get("max_rss_bytes", 0) for r in runs[v] for u in r.get("rank_usage") or [] if u),
+            default=0,
+        )
         mean = statistics.mean(got)
-        cells = [v, f"{mean:.2f} ({', '.join(f'{g:.2f}' for g in got)})", f"{mean / base:.2f}x", f"{rss / 2**30:.2f}",
-                 f"{runs[v][-1].get('f1', float('nan')):.2f}"]
+        cells = [
+            v,
+            f"{mean:.2f} ({', '.join(f'{g:.2f}' for g in got)})",
+            f"{mean / base:.2f}x",
+            f"{rss / 2**30:.2f}",
+            f"{runs[v][-1].get('f1', float('nan')):.2f}",
+        ]
         print("| " + " | ".join(cells) + " |" if a.markdown else "  ".join(cells))
     return 0
 

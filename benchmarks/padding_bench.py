@@ -27,53 +27,99 @@ import sys
 
 from _submit import submit
 
-RUN_QA = ["data.pad_to_max_length=true", "data.group_by_length=false", "train.ddp_bucket_view=false"]
+RUN_QA = [
+    "data.pad_to_max_length=true",
+    "data.group_by_length=false",
+    "train.ddp_bucket_view=false",
+]
 # the skilled peer: run_qa.py --pad_to_max_length False --group_by_length (transformers 5:
 # --train_sampling_strategy group_by_length): each batch padded to its longest (no multiple on CPU), transformers'
 # own LengthGroupedSampler dealt round-robin by accelerate
-PEER = ["data.pad_to_max_length=false", "data.group_by_length=true", "data.length_sampler=stock",
-        "data.pad_to_multiple_of=1", "train.ddp_bucket_view=false"]
+PEER = [
+    "data.pad_to_max_length=false",
+    "data.group_by_length=true",
+    "data.length_sampler=stock",
+    "data.pad_to_multiple_of=1",
+    "train.ddp_bucket_view=false",
+]
 HPCQA: list[str] = []
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--epochs", type=float, default=2.0)
     ap.add_argument("--examples", type=int, default=1200)
     ap.add_argument("--seeds", default="42", help="comma-separated train.seed values")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args(argv)
-    common = ["cluster.executor=local", "launch.ranks_per_socket=2", "train.bf16=false", "model.name_or_path=builtin:minilm",
-              "data.dataset=builtin:synthetic-squad", "data.synthetic_shape=squad",
-              f"data.synthetic_train_examples={a.examples}", "data.synthetic_eval_examples=300",
-              "train.max_seq_length=384", "train.doc_stride=128", "train.per_device_train_batch_size=12",
-              f"train.num_train_epochs={a.epochs}", "train.learning_rate=1e-4", "train.save_steps=100000"]
+    common = [
+        "cluster.executor=local",
+        "launch.ranks_per_socket=2",
+        "train.bf16=false",
+        "model.name_or_path=builtin:minilm",
+        "data.dataset=builtin:synthetic-squad",
+        "data.synthetic_shape=squad",
+        f"data.synthetic_train_examples={a.examples}",
+        "data.synthetic_eval_examples=300",
+        "train.max_seq_length=384",
+        "train.doc_stride=128",
+        "train.per_device_train_batch_size=12",
+        f"train.num_train_epochs={a.epochs}",
+        "train.learning_rate=1e-4",
+        "train.save_steps=100000",
+    ]
     seeds = [int(s) for s in a.seeds.split(",")]
-    rows: dict[str, list[dict]] = {"run_qa.py's defaults (pad to 384, random batches)": [],
-                                   "run_qa.py, skilled (dynamic padding, stock group_by_length)": [],
-                                   "hpcqa default (length-grouped in lockstep, padded per batch)": []}
+    rows: dict[str, list[dict]] = {
+        "run_qa.py's defaults (pad to 384, random batches)": [],
+        "run_qa.py, skilled (dynamic padding, stock group_by_length)": [],
+        "hpcqa default (length-grouped in lockstep, padded per batch)": [],
+    }
     for seed in seeds:
         for (name, runs), extra in zip(rows.items(), (RUN_QA, PEER, HPCQA)):
             res = submit("configs/quickstart.toml", common + extra + [f"train.seed={seed}"])
             runs.append(res)
-            print(f"{name} seed {seed}: {res.get('steady_samples_per_second') or res}", file=sys.stderr)
-    base = statistics.mean(r.get("steady_samples_per_second") or 0 for r in rows[next(iter(rows))]) or None
+            print(
+                f"{name} seed {seed}: {res.get('steady_samples_per_second') or res}",
+                file=sys.stderr,
+            )
+    base = (
+        statistics.mean(r.get("steady_samples_per_second") or 0 for r in rows[next(iter(rows))])
+        or None
+    )
     if a.markdown:
-        print("| SQuAD-shaped, MiniLM, 2 ranks x 1 core, fp32, seq 384 | steady samples/s | vs run_qa.py's "
-              "| train time | EM | F1 (per seed) | MFU text / all tokens |")
+        print(
+            "| SQuAD-shaped, MiniLM, 2 ranks x 1 core, fp32, seq 384 | steady samples/s | vs run_qa.py's "
+            "| train time | EM | F1 (per seed) | MFU text / all tokens |"
+        )
         print("|---|---|---|---|---|---|---|")
     for name, runs in rows.items():
         ok = [r for r in runs if r.get("steady_samples_per_second")]
         if not ok:
-            print(f"| {name} | failed: {runs[0].get('error')} |" if a.markdown else f"{name}: failed {runs}")
+            print(
+                f"| {name} | failed: {runs[0].get('error')} |"
+                if a.markdown
+                else f"{name}: failed {runs}"
+            )
             continue
         sps = statistics.mean(r["steady_samples_per_second"] for r in ok)
         t = statistics.mean(r.get("train_runtime_s") or 0 for r in ok)
         em = statistics.mean(r.get("exact_match", float("nan")) for r in ok)
         f1s = " / ".join(f"{r.get('f1', float('nan')):.1f}" for r in ok)
         eff = ok[0].get("efficiency") or {}
-        mfu = f"{100 * (eff.get('mfu') or 0):.1f} % / {100 * (eff.get('mfu_all_tokens') or 0):.1f} %"
-        cells = [name, f"{sps:.2f}", f"{sps / base:.2f}x" if base else "-", f"{t:.0f} s", f"{em:.1f}", f1s, mfu]
+        mfu = (
+            f"{100 * (eff.get('mfu') or 0):.1f} % / {100 * (eff.get('mfu_all_tokens') or 0):.1f} %"
+        )
+        cells = [
+            name,
+            f"{sps:.2f}",
+            f"{sps / base:.2f}x" if base else "-",
+            f"{t:.0f} s",
+            f"{em:.1f}",
+            f1s,
+            mfu,
+        ]
         print("| " + " | ".join(cells) + " |" if a.markdown else "  ".join(cells))
     return 0
 

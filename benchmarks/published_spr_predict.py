@@ -28,9 +28,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PUBLISHED = {"one_node_s": 26 * 60, "four_nodes_s": 7 * 60 + 30, "batch": 32, "one_node_ranks": 1,
-             "nodes": 4, "ranks_per_node": 2}
-FEATURES = 88729       # SQuAD v1.1 training features at 384/128 (the Hugging Face course's count, BERT WordPiece)
+PUBLISHED = {
+    "one_node_s": 26 * 60,
+    "four_nodes_s": 7 * 60 + 30,
+    "batch": 32,
+    "one_node_ranks": 1,
+    "nodes": 4,
+    "ranks_per_node": 2,
+}
+FEATURES = 88729  # SQuAD v1.1 training features at 384/128 (the Hugging Face course's count, BERT WordPiece)
 LATENCY_US = 20
 RATES = {"10gbit": 10e9, "25gbit": 25e9, "50gbit": 50e9, "100gbit": 100e9}
 
@@ -40,6 +46,7 @@ def gradient_buckets() -> dict:
     from transformers import AutoModelForQuestionAnswering, DistilBertConfig
 
     from hpcqa.rank.train import commbench
+
     with torch.device("meta"):
         model = AutoModelForQuestionAnswering.from_config(DistilBertConfig())
     out = commbench.planned_buckets(model, cap_bytes=25 << 20)
@@ -47,36 +54,58 @@ def gradient_buckets() -> dict:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args(argv)
     from hpcqa.core import scaling
+
     buckets = gradient_buckets()
-    ref = scaling.profile_from_reference(PUBLISHED["one_node_ranks"], PUBLISHED["batch"], FEATURES,
-                                         PUBLISHED["one_node_s"], buckets["bucket_bytes"])
+    ref = scaling.profile_from_reference(
+        PUBLISHED["one_node_ranks"],
+        PUBLISHED["batch"],
+        FEATURES,
+        PUBLISHED["one_node_s"],
+        buckets["bucket_bytes"],
+    )
     n, r, b = PUBLISHED["nodes"], PUBLISHED["ranks_per_node"], PUBLISHED["batch"]
     steps4 = -(-FEATURES // (n * r * b))
     published_step = PUBLISHED["four_nodes_s"] / steps4
-    print(f"gradients: {buckets['parameters'] / 1e6:.1f} M parameters, {sum(buckets['bucket_bytes']) / 1e6:.0f} MB "
-          f"in {len(buckets['bucket_bytes'])} buckets; reference: {ref.step_time_s:.3f} s per step of "
-          f"{b} on one node ({scaling.Model(ref, scaling.Link(1, 0)).node_rate():.1f} samples/s); "
-          f"published 4-node step {published_step:.3f} s ({steps4} steps)", file=sys.stderr)
+    print(
+        f"gradients: {buckets['parameters'] / 1e6:.1f} M parameters, {sum(buckets['bucket_bytes']) / 1e6:.0f} MB "
+        f"in {len(buckets['bucket_bytes'])} buckets; reference: {ref.step_time_s:.3f} s per step of "
+        f"{b} on one node ({scaling.Model(ref, scaling.Link(1, 0)).node_rate():.1f} samples/s); "
+        f"published 4-node step {published_step:.3f} s ({steps4} steps)",
+        file=sys.stderr,
+    )
     if a.markdown:
-        print("| link (latency 20 us) | overlap | 4 nodes x 2 ranks: epoch | speedup | vs published 7 min 30 s |")
+        print(
+            "| link (latency 20 us) | overlap | 4 nodes x 2 ranks: epoch | speedup | vs published 7 min 30 s |"
+        )
         print("|---|---|---|---|---|")
     for overlap in (0.0, 0.3):
         for name, bits in RATES.items():
             model = scaling.Model(ref, scaling.Link(bits / 8, LATENCY_US * 1e-6), overlap)
             pred = model.predict_layout(n, r, b)
-            cells = [name, f"{100 * overlap:.0f} %", f"{pred.time_to_train_s / 60:.1f} min", f"{pred.speedup:.2f}x",
-                     f"{pred.time_to_train_s / PUBLISHED['four_nodes_s']:.2f}"]
+            cells = [
+                name,
+                f"{100 * overlap:.0f} %",
+                f"{pred.time_to_train_s / 60:.1f} min",
+                f"{pred.speedup:.2f}x",
+                f"{pred.time_to_train_s / PUBLISHED['four_nodes_s']:.2f}",
+            ]
             print("| " + " | ".join(cells) + " |" if a.markdown else "  ".join(cells))
     print()
     for overlap in (0.0, 0.3):
         model = scaling.Model(ref, scaling.Link(1, LATENCY_US * 1e-6), overlap)
         need = model.bandwidth_for_step(n, r, b, published_step)
-        print(f"overlap {100 * overlap:.0f} %: the published 7 min 30 s is what the model gives on a link of "
-              f"{need * 8 / 1e9:.1f} Gbit/s" if need else f"overlap {100 * overlap:.0f} %: no link is enough")
+        print(
+            f"overlap {100 * overlap:.0f} %: the published 7 min 30 s is what the model gives on a link of "
+            f"{need * 8 / 1e9:.1f} Gbit/s"
+            if need
+            else f"overlap {100 * overlap:.0f} %: no link is enough"
+        )
     return 0
 
 

@@ -25,10 +25,14 @@ VARIANTS = [
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--seeds", default="42,43")
     ap.add_argument("--variants", default="1,2,3,4")
-    ap.add_argument("--precision", choices=["auto", "true", "false"], default="auto", help="train.bf16")
+    ap.add_argument(
+        "--precision", choices=["auto", "true", "false"], default="auto", help="train.bf16"
+    )
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args(argv)
     chosen = [VARIANTS[int(i) - 1] for i in a.variants.split(",")]
@@ -36,25 +40,47 @@ def main(argv: list[str]) -> int:
     runs: dict[str, list[dict]] = {name: [] for name, _ in chosen}
     for seed in seeds:
         for name, extra in chosen:
-            res = submit("configs/quickstart.toml", [f"train.seed={seed}", f"train.bf16={a.precision}"] + extra)
+            res = submit(
+                "configs/quickstart.toml",
+                [f"train.seed={seed}", f"train.bf16={a.precision}"] + extra,
+            )
             runs[name].append(res)
-            print(f"{name}, seed {seed}: {res.get('steady_samples_per_second')} samples/s, "
-                  f"EM {res.get('exact_match')}, F1 {res.get('f1')}, loss {res.get('train_loss')}", file=sys.stderr)
+            print(
+                f"{name}, seed {seed}: {res.get('steady_samples_per_second')} samples/s, "
+                f"EM {res.get('exact_match')}, F1 {res.get('f1')}, loss {res.get('train_loss')}",
+                file=sys.stderr,
+            )
 
     def mean(name: str, key: str) -> float:
         got = [r.get(key) for r in runs[name]]
-        return statistics.mean(got) if all(isinstance(g, (int, float)) for g in got) else float("nan")
+        return (
+            statistics.mean(got) if all(isinstance(g, (int, float)) for g in got) else float("nan")
+        )
 
     base = mean(chosen[0][0], "steady_samples_per_second")
-    cols = ["variant", "samples/s", "vs first", "train loss", "EM (per seed)", "F1 (per seed)", "bf16"]
+    cols = [
+        "variant",
+        "samples/s",
+        "vs first",
+        "train loss",
+        "EM (per seed)",
+        "F1 (per seed)",
+        "bf16",
+    ]
     if a.markdown:
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for name, _ in chosen:
         sps = mean(name, "steady_samples_per_second")
         per = lambda k: ", ".join(f"{r.get(k, float('nan')):.2f}" for r in runs[name])  # noqa: E731
-        cells = [name, f"{sps:.2f}", f"{sps / base:.2f}x", f"{mean(name, 'train_loss'):.4f}",
-                 f"{mean(name, 'exact_match'):.2f} ({per('exact_match')})", f"{mean(name, 'f1'):.2f} ({per('f1')})",
-                 str(runs[name][-1].get("bf16"))]
+        cells = [
+            name,
+            f"{sps:.2f}",
+            f"{sps / base:.2f}x",
+            f"{mean(name, 'train_loss'):.4f}",
+            f"{mean(name, 'exact_match'):.2f} ({per('exact_match')})",
+            f"{mean(name, 'f1'):.2f} ({per('f1')})",
+            str(runs[name][-1].get("bf16")),
+        ]
         print("| " + " | ".join(cells) + " |" if a.markdown else "  ".join(cells))
     return 0
 

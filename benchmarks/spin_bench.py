@@ -44,7 +44,10 @@ print(f"step {(time.process_time() - cpu) / steps:.4f} {(time.perf_counter() - w
 dist.destroy_process_group()
 """
 
-VARIANTS = {"spinning (libgomp's default)": {}, "OMP_WAIT_POLICY=PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"}}
+VARIANTS = {
+    "spinning (libgomp's default)": {},
+    "OMP_WAIT_POLICY=PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
+}
 
 
 def free_port() -> int:
@@ -55,12 +58,25 @@ def free_port() -> int:
 
 def one_run(extra: dict, steps: int) -> tuple[float, float]:
     """(CPU s, wall s) of a step, averaged over the two ranks."""
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "OMP_PROC_BIND": "close", "OMP_PLACES": "{0},{1}", **extra}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "2",
+        "OMP_PROC_BIND": "close",
+        "OMP_PLACES": "{0},{1}",
+        **extra,
+    }
     if not extra:
         env.pop("OMP_WAIT_POLICY", None)
     port = str(free_port())
-    procs = [subprocess.Popen(["taskset", "-c", "0,1", sys.executable, "-c", RANK, str(r), str(steps), port],
-                              env=env, stdout=subprocess.PIPE, text=True) for r in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            ["taskset", "-c", "0,1", sys.executable, "-c", RANK, str(r), str(steps), port],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     if any(p.returncode for p in procs):
         raise SystemExit(f"a rank failed: {outs}")
@@ -71,14 +87,18 @@ def one_run(extra: dict, steps: int) -> tuple[float, float]:
 def machine() -> str:
     try:
         with open("/proc/cpuinfo") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
+            name = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?"
+            )
     except OSError:
         name = platform.processor() or "?"
     return f"{name}, {os.cpu_count()} CPUs"
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--markdown", action="store_true")
@@ -89,7 +109,9 @@ def main(argv: list[str]) -> int:
             got[name].append(one_run(extra, args.steps))
     spin, passive = (statistics.median(c for c, _ in got[v]) for v in VARIANTS)
     if args.markdown:
-        print("| ranks sharing 2 cores, 2 threads each | CPU per step per rank | wall per step | machine |")
+        print(
+            "| ranks sharing 2 cores, 2 threads each | CPU per step per rank | wall per step | machine |"
+        )
         print("|---|---|---|---|")
     for name in VARIANTS:
         cpu = statistics.median(c for c, _ in got[name])

@@ -23,18 +23,32 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def commands(registry: str) -> dict[str, list[str]]:
     py = [sys.executable]
-    return {"python -c pass": [*py, "-c", "pass"],
-            "hpcqa --help": [*py, "-m", "hpcqa", "--help"],
-            "hpcqa status (empty registry)": [*py, "-m", "hpcqa", "status", "--registry", registry],
-            "hpcqa logs (no such job)": [*py, "-m", "hpcqa", "logs", "1", "--registry", registry],
-            "hpcqa submit --dry-run": [*py, "-m", "hpcqa", "submit", "configs/quickstart.toml", "--dry-run"]}
+    return {
+        "python -c pass": [*py, "-c", "pass"],
+        "hpcqa --help": [*py, "-m", "hpcqa", "--help"],
+        "hpcqa status (empty registry)": [*py, "-m", "hpcqa", "status", "--registry", registry],
+        "hpcqa logs (no such job)": [*py, "-m", "hpcqa", "logs", "1", "--registry", registry],
+        "hpcqa submit --dry-run": [
+            *py,
+            "-m",
+            "hpcqa",
+            "submit",
+            "configs/quickstart.toml",
+            "--dry-run",
+        ],
+    }
 
 
 def imported(argv: list[str]) -> list[str]:
     """The modules `python -X importtime ARGV...` imports, in order."""
-    err = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, cwd=ROOT).stderr
-    return [line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")
-            and "|" in line and not line.rstrip().endswith("package")]
+    err = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, cwd=ROOT
+    ).stderr
+    return [
+        line.rsplit("|", 1)[1].strip()
+        for line in err.splitlines()
+        if line.startswith("import time:") and "|" in line and not line.rstrip().endswith("package")
+    ]
 
 
 def main() -> int:

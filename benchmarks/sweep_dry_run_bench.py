@@ -22,7 +22,9 @@ def timed(argv: list[str], repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "hpcqa", *argv], cwd=ROOT, capture_output=True, text=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "hpcqa", *argv], cwd=ROOT, capture_output=True, text=True
+        )
         best = min(best, time.perf_counter() - t0)
         if r.returncode != 0:
             raise SystemExit(f"hpcqa {' '.join(argv[:3])} ... failed: {r.stderr[-500:]}")

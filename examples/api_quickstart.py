@@ -12,8 +12,10 @@ import time
 import hpcqa
 
 # 1. A config, with overrides written as `--set` would take them.
-cfg = hpcqa.load_config("configs/quickstart.toml", ["model.name_or_path=builtin:tiny-bert", "train.max_steps=20",
-                                                    "train.bf16=false"])
+cfg = hpcqa.load_config(
+    "configs/quickstart.toml",
+    ["model.name_or_path=builtin:tiny-bert", "train.max_steps=20", "train.bf16=false"],
+)
 
 # 2. The plan submit will run: every rank's CPUs and environment (what `submit --dry-run` prints).
 plan = hpcqa.plan(cfg)
@@ -29,18 +31,31 @@ print("submitted", job.id, "folder", job.folder)
 while not job.done():
     v = job.view()
     p = v.progress or {}
-    print(f"  {v.state:<10} step {p.get('step', 0)}/{p.get('total_steps') or '?'}"
-          + (f"  waiting: {v.reason}" if v.reason else ""))
+    print(
+        f"  {v.state:<10} step {p.get('step', 0)}/{p.get('total_steps') or '?'}"
+        + (f"  waiting: {v.reason}" if v.reason else "")
+    )
     time.sleep(5)
 
 # 5. Results (raises hpcqa.errors.JobFailed naming the first failing rank), logs, resource use.
-print(json.dumps({k: job.results()[k] for k in ("exact_match", "f1", "train_samples_per_second")}, indent=1))
+print(
+    json.dumps(
+        {k: job.results()[k] for k in ("exact_match", "f1", "train_samples_per_second")}, indent=1
+    )
+)
 print(job.logs(rank=0).splitlines()[-1])
 print("resource use:", job.view().usage)
 
 # 6. A sweep: a config with a [sweep] table gives a handle over its tasks (a local sweep runs them in turn).
 #    Its grid narrowed here as --set would: one batch size, so 2 learning rates + the hand-picked variant = 3 tasks.
-sweep = hpcqa.submit("configs/sweep_quickstart.toml", ["model.name_or_path=builtin:tiny-bert", "train.max_steps=10",
-                                                       "train.bf16=false", "sweep.train.per_device_train_batch_size=[16]"])
+sweep = hpcqa.submit(
+    "configs/sweep_quickstart.toml",
+    [
+        "model.name_or_path=builtin:tiny-bert",
+        "train.max_steps=10",
+        "train.bf16=false",
+        "sweep.train.per_device_train_batch_size=[16]",
+    ],
+)
 print(sweep, sweep.wait())
 print([r and r["f1"] for r in sweep.results()])

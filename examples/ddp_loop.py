@@ -29,7 +29,9 @@ def on_notice(signum, frame):
 
 
 def batch(step: int, rank: int, size: int = 64):
-    g = torch.Generator().manual_seed(1000 * step + rank)  # each rank its own data, the same on every run
+    g = torch.Generator().manual_seed(
+        1000 * step + rank
+    )  # each rank its own data, the same on every run
     x = torch.randn(size, 32, generator=g)
     return x, x[:, :4].sum(dim=1, keepdim=True)
 
@@ -39,13 +41,18 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--save-every", type=int, default=10)
-    p.add_argument("--step-time", type=float, default=0.0, help="seconds to sleep per step (a slower job)")
+    p.add_argument(
+        "--step-time", type=float, default=0.0, help="seconds to sleep per step (a slower job)"
+    )
     args = p.parse_args()
     signal.signal(signal.SIGTERM, on_notice)
     dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
     rank, world = dist.get_rank(), dist.get_world_size()
-    print(f"rank {rank}/{world} on CPUs {sorted(os.sched_getaffinity(0))}, "
-          f"{torch.get_num_threads()} threads, attempt {os.environ.get('HPCQA_ATTEMPT', '-')}", flush=True)
+    print(
+        f"rank {rank}/{world} on CPUs {sorted(os.sched_getaffinity(0))}, "
+        f"{torch.get_num_threads()} threads, attempt {os.environ.get('HPCQA_ATTEMPT', '-')}",
+        flush=True,
+    )
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -63,7 +70,9 @@ def main() -> int:
     def save(step: int) -> None:
         if rank == 0:
             os.makedirs(folder, exist_ok=True)
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, path + ".tmp")
+            torch.save(
+                {"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, path + ".tmp"
+            )
             os.replace(path + ".tmp", path)
         dist.barrier()
 
@@ -89,7 +98,15 @@ def main() -> int:
     dist.all_reduce(final)
     if rank == 0 and os.environ.get("HPCQA_RESULTS"):
         with open(os.environ["HPCQA_RESULTS"], "w") as f:
-            json.dump({"loss": final.item() / world, "steps": args.steps, "resumed_from": start, "lr": args.lr}, f)
+            json.dump(
+                {
+                    "loss": final.item() / world,
+                    "steps": args.steps,
+                    "resumed_from": start,
+                    "lr": args.lr,
+                },
+                f,
+            )
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -34,8 +34,10 @@ def flat(nested: str, out: str) -> None:
 
 def main(out: str, train: int = 1200, dev: int = 200) -> int:
     os.makedirs(out, exist_ok=True)
-    synth.write(os.path.join(out, "train.json"), train, seed=42)          # train.seed = 42, as the quickstart's
-    synth.write(os.path.join(out, "dev.json"), dev, seed=42 + 100003)     # its validation split's seed
+    synth.write(
+        os.path.join(out, "train.json"), train, seed=42
+    )  # train.seed = 42, as the quickstart's
+    synth.write(os.path.join(out, "dev.json"), dev, seed=42 + 100003)  # its validation split's seed
     for split in ("train", "dev"):
         flat(os.path.join(out, f"{split}.json"), os.path.join(out, f"{split}_flat.json"))
     link = os.path.join(out, "model")

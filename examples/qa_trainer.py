@@ -54,9 +54,18 @@ def squad_rows(path):
 def features(tok, max_len, stride):
     """run_qa.py's prepare_train_features: each window of the context labelled with the answer's token span, or
     with the CLS token when the answer is not inside it."""
+
     def prepare(ex):
-        enc = tok(ex["question"], ex["context"], truncation="only_second", max_length=max_len, stride=stride,
-                  return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length")
+        enc = tok(
+            ex["question"],
+            ex["context"],
+            truncation="only_second",
+            max_length=max_len,
+            stride=stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+            padding="max_length",
+        )
         starts, ends = [], []
         for i, offsets in enumerate(enc["offset_mapping"]):
             k = enc["overflow_to_sample_mapping"][i]
@@ -74,6 +83,7 @@ def features(tok, max_len, stride):
         enc.pop("offset_mapping")
         enc.pop("overflow_to_sample_mapping")
         return enc
+
     return prepare
 
 
@@ -119,21 +129,42 @@ def main() -> int:
     if args.validation_file:
         dev = squad_rows(args.validation_file)
         dev = dev.map(prep, batched=True, remove_columns=dev.column_names)
-    targs = TrainingArguments(output_dir=out, learning_rate=args.learning_rate, max_steps=args.max_steps,
-                              num_train_epochs=args.num_train_epochs, save_steps=args.save_steps,
-                              per_device_train_batch_size=args.per_device_train_batch_size, logging_steps=5,
-                              report_to=[], ddp_backend="gloo" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None,
-                              use_cpu=True, seed=42, save_total_limit=2)
-    trainer = Trainer(model=model, args=targs, train_dataset=train, eval_dataset=dev,
-                      data_collator=default_data_collator, callbacks=[StopOnNotice()])
+    targs = TrainingArguments(
+        output_dir=out,
+        learning_rate=args.learning_rate,
+        max_steps=args.max_steps,
+        num_train_epochs=args.num_train_epochs,
+        save_steps=args.save_steps,
+        per_device_train_batch_size=args.per_device_train_batch_size,
+        logging_steps=5,
+        report_to=[],
+        ddp_backend="gloo" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None,
+        use_cpu=True,
+        seed=42,
+        save_total_limit=2,
+    )
+    trainer = Trainer(
+        model=model,
+        args=targs,
+        train_dataset=train,
+        eval_dataset=dev,
+        data_collator=default_data_collator,
+        callbacks=[StopOnNotice()],
+    )
     last = get_last_checkpoint(out) if os.path.isdir(out) else None
     result = trainer.train(resume_from_checkpoint=last)
     if getattr(trainer.state, "stopped_on_notice", False):
-        print(f"notice received: checkpoint of step {trainer.state.global_step} saved in {out}", flush=True)
+        print(
+            f"notice received: checkpoint of step {trainer.state.global_step} saved in {out}",
+            flush=True,
+        )
         return 0
-    metrics = {"train_loss": result.training_loss, "steps": trainer.state.global_step,
-               "train_samples_per_second": result.metrics.get("train_samples_per_second"),
-               "resumed_from": last or ""}
+    metrics = {
+        "train_loss": result.training_loss,
+        "steps": trainer.state.global_step,
+        "train_samples_per_second": result.metrics.get("train_samples_per_second"),
+        "resumed_from": last or "",
+    }
     if dev is not None:
         metrics["eval_loss"] = trainer.evaluate()["eval_loss"]
     if trainer.is_world_process_zero() and os.environ.get("HPCQA_RESULTS"):

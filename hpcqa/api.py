@@ -39,8 +39,10 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     [sweep] is not one config: submit(path) runs every variant, submission(path) plans them."""
     raw = configmod.load_raw(path, list(overrides))
     if sweep.has_sweep(raw):
-        raise UsageError(f"{path} has a [sweep]: it is several configs, not one",
-                         f"hpcqa.submit({str(path)!r}) submits every variant; hpcqa.api.submission(path) plans them")
+        raise UsageError(
+            f"{path} has a [sweep]: it is several configs, not one",
+            f"hpcqa.submit({str(path)!r}) submits every variant; hpcqa.api.submission(path) plans them",
+        )
     return configmod.validate(raw, path, list(overrides))
 
 
@@ -90,9 +92,13 @@ def before_queueing(plans: Sequence[Any], warn=None) -> None:
     registry.Registry(plans[0].config.job.registry or None, create=False)
     missing = [n for n in plans[0].config.launch.pass_env if n not in os.environ]
     if missing:
-        raise ConfigError("launch.pass_env", f"{', '.join(missing)} not set in this environment: nothing to pass to "
-                          "the ranks", f"export {missing[0]}=... before submitting (the value is passed, never "
-                          "written), or drop it from launch.pass_env", plans[0].config.source)
+        raise ConfigError(
+            "launch.pass_env",
+            f"{', '.join(missing)} not set in this environment: nothing to pass to the ranks",
+            f"export {missing[0]}=... before submitting (the value is passed, never "
+            "written), or drop it from launch.pass_env",
+            plans[0].config.source,
+        )
 
 
 def would_refuse(plans: Sequence[Any]) -> HpcqaError | None:
@@ -110,10 +116,14 @@ def scaling_notes(plans: Sequence[Any]) -> list[str]:
     finished run of the same shape are needed; silent without them)."""
     out, seen = [], set()
     for p in plans:
-        if p.nodes < 2 or p.command or (p.nodes, p.config.job.registry) in seen:  # the model knows its own trainer
+        if (
+            p.nodes < 2 or p.command or (p.nodes, p.config.job.registry) in seen
+        ):  # the model knows its own trainer
             continue
         seen.add((p.nodes, p.config.job.registry))
-        out += scalingruns.warnings_for(p, registry.Registry(p.config.job.registry or None, create=False))
+        out += scalingruns.warnings_for(
+            p, registry.Registry(p.config.job.registry or None, create=False)
+        )
     return out
 
 

@@ -17,14 +17,19 @@ START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 LAYOUT_START, LAYOUT_END = "<!-- layout:start -->", "<!-- layout:end -->"
 PACKAGE = Path(__file__).resolve().parent
 ROOT = PACKAGE.parent
-MAP_LINE = re.compile(r"^    (\S+(?:\.py|/))\s{2,}\S")   # "    name.py   what it is" in a folder's docstring
-MORE = re.compile(r"^ {6,}\S")                           # its continuation lines
+MAP_LINE = re.compile(
+    r"^    (\S+(?:\.py|/))\s{2,}\S"
+)  # "    name.py   what it is" in a folder's docstring
+MORE = re.compile(r"^ {6,}\S")  # its continuation lines
 # the checkout's other folders, listed by file (what the documentation's layout names of them is what is there)
-OTHERS = {"sbatch_templates": "the job scripts' templates (read by render)",
-          "docs": "the documentation pages (mkdocs.yml builds them into a site)",
-          "configs": "example configs", "examples": "user programs and the Python API, run under hpcqa",
-          "scripts": "install, test, the local Slurm test clusters, the lock file",
-          "benchmarks": "scripts that print numbers (BENCHMARKS.md)"}
+OTHERS = {
+    "sbatch_templates": "the job scripts' templates (read by render)",
+    "docs": "the documentation pages (mkdocs.yml builds them into a site)",
+    "configs": "example configs",
+    "examples": "user programs and the Python API, run under hpcqa",
+    "scripts": "install, test, the local Slurm test clusters, the lock file",
+    "benchmarks": "scripts that print numbers (BENCHMARKS.md)",
+}
 
 
 def table() -> str:
@@ -34,8 +39,13 @@ def table() -> str:
     for key, tp, default, help_ in reference_rows():
         if key.split(".", 1)[0] != section:
             section = key.split(".", 1)[0]
-            lines += [*([""] if lines else []), f"## [{section}]", "", "| key | type | default | meaning |",
-                      "|---|---|---|---|"]
+            lines += [
+                *([""] if lines else []),
+                f"## [{section}]",
+                "",
+                "| key | type | default | meaning |",
+                "|---|---|---|---|",
+            ]
         lines.append(f"| `{key}` | {tp} | `{default}` | {help_.replace('|', '/')} |")
     return "\n".join(lines)
 
@@ -60,8 +70,9 @@ def folder_map(folder: Path) -> dict[str, list[str]]:
 def unmapped(folder: Path) -> list[str]:
     """Modules and sub-packages of `folder` its map does not name."""
     named = set(folder_map(folder))
-    present = {p.name for p in folder.glob("*.py") if p.name != "__init__.py"} | \
-        {f"{p.parent.name}/" for p in folder.glob("*/__init__.py")}
+    present = {p.name for p in folder.glob("*.py") if p.name != "__init__.py"} | {
+        f"{p.parent.name}/" for p in folder.glob("*/__init__.py")
+    }
     return sorted(present - named)
 
 
@@ -78,7 +89,9 @@ def _tree(folder: Path, depth: int) -> list[str]:
 def layout(root: Path = ROOT) -> str:
     lines = ["hpcqa/", *_tree(root / "hpcqa", 1)]
     for name, what in OTHERS.items():
-        files = sorted(p.name for p in (root / name).iterdir() if p.is_file() and not p.name.startswith("."))
+        files = sorted(
+            p.name for p in (root / name).iterdir() if p.is_file() and not p.name.startswith(".")
+        )
         lines.append(f"{name + '/':<18}{what}:")
         row = " " * 18
         for f in files:
@@ -88,14 +101,19 @@ def layout(root: Path = ROOT) -> str:
             row += f + ", "
         lines.append(row.rstrip().rstrip(","))
     tests = sorted((root / "tests").glob("test_*.py"))
-    lines.append(f"{'tests/':<18}{len(tests)} test modules (test_*.py: unit, golden scripts, hostile text, real Slurm, "
-                 "structure) and their helpers")
+    lines.append(
+        f"{'tests/':<18}{len(tests)} test modules (test_*.py: unit, golden scripts, hostile text, real Slurm, "
+        "structure) and their helpers"
+    )
     return "\n".join(lines)
 
 
 def _replace(text: str, start: str, end: str, body: str, readme: str) -> str:
     if start not in text or end not in text:
-        raise UsageError(f"{readme}: markers {start} / {end} not found", "put them back around the generated part")
+        raise UsageError(
+            f"{readme}: markers {start} / {end} not found",
+            "put them back around the generated part",
+        )
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
     return f"{head}{start}\n{body}\n{end}{tail}"
@@ -106,9 +124,10 @@ REFERENCE_PAGE, LAYOUT_PAGE = "docs/configuration.md", "docs/architecture.md"
 
 def main(docs: str = "docs") -> int:
     """Rewrite the generated parts of the documentation pages under `docs` (the checkout's docs/)."""
-    for page, start, end, body in ((Path(docs) / "configuration.md", START, END, table()),
-                                   (Path(docs) / "architecture.md", LAYOUT_START, LAYOUT_END,
-                                    f"```\n{layout()}\n```")):
+    for page, start, end, body in (
+        (Path(docs) / "configuration.md", START, END, table()),
+        (Path(docs) / "architecture.md", LAYOUT_START, LAYOUT_END, f"```\n{layout()}\n```"),
+    ):
         page.write_text(_replace(page.read_text(), start, end, body, str(page)))
     return 0
 

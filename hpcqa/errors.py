@@ -92,6 +92,7 @@ class RegistryError(HpcqaError):
 
 # ------------------------------------------------------------------ messages for a person
 
+
 def terminal_width(stream: TextIO | None = None) -> int | None:
     """The terminal's columns, or None when `stream` is not a terminal (no wrapping)."""
     stream = stream or sys.stderr
@@ -122,9 +123,18 @@ def fit(text: str, first: str = "", indent: str = "  ", columns: int | None = No
     """`first` + `text`, wrapped at `columns` (None: unwrapped), later lines indented by `indent`."""
     if columns is None:
         return first + text
-    return "\n".join(textwrap.wrap(first + text, columns, subsequent_indent=indent, break_long_words=False,
-                                   break_on_hyphens=False, replace_whitespace=False, drop_whitespace=True)
-                     or [first.rstrip()])
+    return "\n".join(
+        textwrap.wrap(
+            first + text,
+            columns,
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+            replace_whitespace=False,
+            drop_whitespace=True,
+        )
+        or [first.rstrip()]
+    )
 
 
 def for_terminal(text: str, stream: TextIO | None = None) -> str:
@@ -133,7 +143,7 @@ def for_terminal(text: str, stream: TextIO | None = None) -> str:
     out = []
     for line in text.splitlines() or [""]:
         body = line.lstrip(" ")
-        lead = line[:len(line) - len(body)]
+        lead = line[: len(line) - len(body)]
         label, sep, rest = body.partition(": ")
         if sep and len(label) <= 12 and " " not in label:  # "error: ", "fix: ", "warning: "
             out.append(fit(rest, f"{lead}{label}: ", lead + " " * (len(label) + 2), columns))

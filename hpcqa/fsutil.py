@@ -77,11 +77,15 @@ def unwritable(folder: str | Path) -> str | None:
             where = where.parent
         try:
             st = where.stat()
-            about = f"{where} is owned by {st.st_uid}:{st.st_gid} with mode {st.st_mode & 0o7777:04o}"
+            about = (
+                f"{where} is owned by {st.st_uid}:{st.st_gid} with mode {st.st_mode & 0o7777:04o}"
+            )
         except OSError:
             about = f"{where} cannot be read"
-        return (f"cannot write in {p} ({e.strerror}): {about}; this process is UID {os.getuid()}, groups "
-                f"{','.join(str(g) for g in sorted(set(os.getgroups()) | {os.getgid()}))}")
+        return (
+            f"cannot write in {p} ({e.strerror}): {about}; this process is UID {os.getuid()}, groups "
+            f"{','.join(str(g) for g in sorted(set(os.getgroups()) | {os.getgid()}))}"
+        )
 
 
 def own_folder(path: str | Path) -> Path:
@@ -93,7 +97,9 @@ def own_folder(path: str | Path) -> Path:
     except FileExistsError:
         pass
     if p.is_symlink() or not p.is_dir():
-        raise OSError(40, f"{p} is a link or not a folder: not written through", str(p))  # 40: ELOOP
+        raise OSError(
+            40, f"{p} is a link or not a folder: not written through", str(p)
+        )  # 40: ELOOP
     return p
 
 

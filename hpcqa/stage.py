@@ -28,8 +28,19 @@ from hpcqa.record.caches import Caches
 from hpcqa.record.manifest import MANIFEST_VERSION, StageError, caches, identity, manifest_path
 
 # What a QA fine-tune loads from a hub repository; other frameworks' weights stay behind.
-IGNORE = ["*.h5", "*.msgpack", "*.ot", "*.onnx", "onnx/*", "*.tflite", "tf_model*", "flax_model*", "rust_model*",
-          "coreml/*", "openvino/*"]
+IGNORE = [
+    "*.h5",
+    "*.msgpack",
+    "*.ot",
+    "*.onnx",
+    "onnx/*",
+    "*.tflite",
+    "tf_model*",
+    "flax_model*",
+    "rust_model*",
+    "coreml/*",
+    "openvino/*",
+]
 DIGEST_LIMIT = 1 << 30  # files larger than this are listed with their size, not hashed
 
 
@@ -54,26 +65,53 @@ def stage_model(cfg: Config, croot: Caches, offline: bool) -> dict[str, Any]:
     name = cfg.model.name_or_path
     path, kwargs = resolve(cfg.model, croot)
     if "local_files_only" not in kwargs:  # a built-in or a directory: recorded as it is
-        return {"kind": "built-in" if name.startswith("builtin:") else "directory", "name": name, "path": str(path),
-                "files": describe_files(_tree(Path(path)))}
+        return {
+            "kind": "built-in" if name.startswith("builtin:") else "directory",
+            "name": name,
+            "path": str(path),
+            "files": describe_files(_tree(Path(path))),
+        }
     from huggingface_hub import snapshot_download
+
     try:
-        snap = Path(snapshot_download(name, cache_dir=cfg.model.cache_dir or None, ignore_patterns=IGNORE,
-                                      local_files_only=offline))
+        snap = Path(
+            snapshot_download(
+                name,
+                cache_dir=cfg.model.cache_dir or None,
+                ignore_patterns=IGNORE,
+                local_files_only=offline,
+            )
+        )
     except Exception as e:  # noqa: BLE001 - huggingface_hub's errors vary by version; the message is what matters
-        raise StageError(f"model {name!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                         "run `hpcqa stage` where the hub is reachable (or the cache already has it); check "
-                         "model.name_or_path and model.cache_dir") from None
-    return {"kind": "hub", "name": name, "revision": snap.name, "path": str(snap),
-            "cache_dir": cfg.model.cache_dir, "files": describe_files(_tree(snap))}
+        raise StageError(
+            f"model {name!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+            "run `hpcqa stage` where the hub is reachable (or the cache already has it); check "
+            "model.name_or_path and model.cache_dir",
+        ) from None
+    return {
+        "kind": "hub",
+        "name": name,
+        "revision": snap.name,
+        "path": str(snap),
+        "cache_dir": cfg.model.cache_dir,
+        "files": describe_files(_tree(snap)),
+    }
 
 
 def _dataset_entry(cfg: Config, split: str, raw, features) -> dict[str, Any]:
     files = [Path(f["filename"]) for f in getattr(raw, "cache_files", [])]
-    entry = {"split": split, "rows": len(raw), "fingerprint": raw._fingerprint, "files": describe_files(files)}
+    entry = {
+        "split": split,
+        "rows": len(raw),
+        "fingerprint": raw._fingerprint,
+        "files": describe_files(files),
+    }
     if features is not None:
-        entry["features"] = {"rows": len(features), "fingerprint": features._fingerprint,
-                             "files": describe_files([Path(f["filename"]) for f in features.cache_files])}
+        entry["features"] = {
+            "rows": len(features),
+            "fingerprint": features._fingerprint,
+            "files": describe_files([Path(f["filename"]) for f in features.cache_files]),
+        }
     return entry
 
 
@@ -86,18 +124,35 @@ def stage(cfg: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
     model = stage_model(cfg, croot, offline)
     log(f"data and features -> {croot.root}")
     data, warnings = prepare_data(cfg, croot, allow_download=not offline)
-    splits = [_dataset_entry(cfg, name, data[f"{name}_raw"], data[f"{name}_features"])
-              for name in ("train", "eval", "test") if data[f"{name}_raw"] is not None]
+    splits = [
+        _dataset_entry(cfg, name, data[f"{name}_raw"], data[f"{name}_features"])
+        for name in ("train", "eval", "test")
+        if data[f"{name}_raw"] is not None
+    ]
     import datasets
     import huggingface_hub
     import transformers
+
     manifest = {
-        "version": MANIFEST_VERSION, "identity": identity(cfg), "config": cfg.source, "staged_at": time.time(),
-        "seconds": round(time.time() - t0, 1), "cache_root": str(croot.root), "warnings": warnings,
-        "versions": {"transformers": transformers.__version__, "datasets": datasets.__version__,
-                     "huggingface_hub": huggingface_hub.__version__},
-        "model": model, "dataset": {"name": cfg.data.dataset or "files", "config": cfg.data.dataset_config_name,
-                                    "cache_dir": cfg.data.cache_dir, "splits": splits},
+        "version": MANIFEST_VERSION,
+        "identity": identity(cfg),
+        "config": cfg.source,
+        "staged_at": time.time(),
+        "seconds": round(time.time() - t0, 1),
+        "cache_root": str(croot.root),
+        "warnings": warnings,
+        "versions": {
+            "transformers": transformers.__version__,
+            "datasets": datasets.__version__,
+            "huggingface_hub": huggingface_hub.__version__,
+        },
+        "model": model,
+        "dataset": {
+            "name": cfg.data.dataset or "files",
+            "config": cfg.data.dataset_config_name,
+            "cache_dir": cfg.data.cache_dir,
+            "splits": splits,
+        },
     }
     path = manifest_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -70,21 +70,32 @@ def report(phases: list[Phase], budget_s: float, slowest: int = 20) -> tuple[lis
     """-> (lines to print, within budget?)"""
     lines = ["=== CI time ==="]
     for p in phases:
-        tests = (f"; {p.counts['passed']} passed, {p.counts['failed']} failed, {p.counts['skipped']} skipped"
-                 if p.counts else "")
+        tests = (
+            f"; {p.counts['passed']} passed, {p.counts['failed']} failed, {p.counts['skipped']} skipped"
+            if p.counts
+            else ""
+        )
         notes = [n for n in ("ran beside the others" if p.beside else "", p.note) if n]
-        lines.append(f"  {p.name}: {p.seconds:.0f} s{tests}" + (f" ({'; '.join(notes)})" if notes else ""))
+        lines.append(
+            f"  {p.name}: {p.seconds:.0f} s{tests}" + (f" ({'; '.join(notes)})" if notes else "")
+        )
     suite = sum(p.seconds for p in phases if p.xml and not p.beside)
     total = sum(p.seconds for p in phases if not p.beside)
-    lines.append(f"  total {total:.0f} s; the test passes {suite:.0f} s of a {budget_s:.0f} s budget")
-    every = sorted(((t, f"{p.name}: {n}") for p in phases for t, n in p.tests), reverse=True)[:slowest]
+    lines.append(
+        f"  total {total:.0f} s; the test passes {suite:.0f} s of a {budget_s:.0f} s budget"
+    )
+    every = sorted(((t, f"{p.name}: {n}") for p in phases for t, n in p.tests), reverse=True)[
+        :slowest
+    ]
     if every:
         lines.append(f"  the {len(every)} slowest tests:")
         lines += [f"    {t:7.1f} s  {n}" for t, n in every]
     ok = suite <= budget_s
     if not ok:
-        lines.append(f"hpcqa: the test passes took {suite:.0f} s, over the CI budget of {budget_s:.0f} s "
-                     "(HPCQA_CI_BUDGET_S): make the slowest tests above faster, or raise the budget on purpose")
+        lines.append(
+            f"hpcqa: the test passes took {suite:.0f} s, over the CI budget of {budget_s:.0f} s "
+            "(HPCQA_CI_BUDGET_S): make the slowest tests above faster, or raise the budget on purpose"
+        )
     if any(p.counts for p in phases):  # the plain closing line, over every pass
         n = {k: sum(p.counts.get(k, 0) for p in phases) for k in ("passed", "failed", "skipped")}
         lines.append(f"total: {n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped")
@@ -92,10 +103,20 @@ def report(phases: list[Phase], budget_s: float, slowest: int = 20) -> tuple[lis
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--phase", action="append", default=[], help="NAME=SECONDS[:JUNIT_XML], in order")
-    ap.add_argument("--beside", action="append", default=[], help="a phase (by NAME) that ran beside the others")
-    ap.add_argument("--budget-s", type=float, default=float(os.environ.get("HPCQA_CI_BUDGET_S") or DEFAULT_BUDGET_S))
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--phase", action="append", default=[], help="NAME=SECONDS[:JUNIT_XML], in order"
+    )
+    ap.add_argument(
+        "--beside", action="append", default=[], help="a phase (by NAME) that ran beside the others"
+    )
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=float(os.environ.get("HPCQA_CI_BUDGET_S") or DEFAULT_BUDGET_S),
+    )
     ap.add_argument("--slowest", type=int, default=20)
     a = ap.parse_args(argv)
     try:

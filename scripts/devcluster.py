@@ -53,7 +53,11 @@ class Instance:
         self.k = k
         self.net = f"10.77.{k}"
         self.bridge = f"hq{k}-br"
-        self.ctld_port, self.slurmd_port, self.dbd_port = 6817 + 10 * k, 6818 + 10 * k, 6819 + 10 * k
+        self.ctld_port, self.slurmd_port, self.dbd_port = (
+            6817 + 10 * k,
+            6818 + 10 * k,
+            6819 + 10 * k,
+        )
         self.db_port = 3317 + k
 
     def ns(self, i: int | str = "") -> str:
@@ -98,53 +102,92 @@ def node_names(n: int) -> list[str]:
     return [socket.gethostname()] if n == 1 else [f"node{i}" for i in range(1, n + 1)]
 
 
-def write_conf(d: Path, nodes: int, accounting: bool, max_array: int, slurmd_timeout: int = 300,
-               preempt: str = "off", grace_time: int = 30, core_per_node: bool = False,
-               inst: Instance = Instance(0)) -> Path:
+def write_conf(
+    d: Path,
+    nodes: int,
+    accounting: bool,
+    max_array: int,
+    slurmd_timeout: int = 300,
+    preempt: str = "off",
+    grace_time: int = 30,
+    core_per_node: bool = False,
+    inst: Instance = Instance(0),
+) -> Path:
     names = node_names(nodes)
     multi = nodes > 1
     lines = [
         f"ClusterName={CLUSTER}",
         f"SlurmctldHost=localhost({inst.net}.1)" if multi else "SlurmctldHost=localhost",
-        "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", "CredType=cred/munge",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/affinity",
-        "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
-        "SlurmdParameters=config_overrides", "ReturnToService=2", "MailProg=/bin/true",
-        f"SlurmctldPort={inst.ctld_port}", f"SlurmdPort={inst.slurmd_port}",
-        f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool/%n",
-        f"SlurmctldPidFile={d}/slurmctld.pid", f"SlurmdPidFile={d}/slurmd.%n.pid",
-        f"SlurmctldLogFile={d}/slurmctld.log", f"SlurmdLogFile={d}/slurmd.%n.log",
-        "SlurmctldDebug=info", "SlurmdDebug=info", f"MaxArraySize={max_array}",
-        "SchedulerType=sched/backfill", "SchedulerParameters=sched_interval=1",
-        "JobAcctGatherType=jobacct_gather/linux", "JobAcctGatherFrequency=task=2", "MinJobAge=300", "KillWait=5",
-        "InactiveLimit=0", "Waittime=0", "MessageTimeout=20", f"SlurmdTimeout={slurmd_timeout}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/affinity",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=2",
+        "MailProg=/bin/true",
+        f"SlurmctldPort={inst.ctld_port}",
+        f"SlurmdPort={inst.slurmd_port}",
+        f"StateSaveLocation={d}/state",
+        f"SlurmdSpoolDir={d}/spool/%n",
+        f"SlurmctldPidFile={d}/slurmctld.pid",
+        f"SlurmdPidFile={d}/slurmd.%n.pid",
+        f"SlurmctldLogFile={d}/slurmctld.log",
+        f"SlurmdLogFile={d}/slurmd.%n.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        f"MaxArraySize={max_array}",
+        "SchedulerType=sched/backfill",
+        "SchedulerParameters=sched_interval=1",
+        "JobAcctGatherType=jobacct_gather/linux",
+        "JobAcctGatherFrequency=task=2",
+        "MinJobAge=300",
+        "KillWait=5",
+        "InactiveLimit=0",
+        "Waittime=0",
+        "MessageTimeout=20",
+        f"SlurmdTimeout={slurmd_timeout}",
         # job ids apart from a cluster beside it: the ranks' MASTER_PORT comes from the job id, and single-node
         # clusters' ranks share this machine's network
         f"FirstJobId={1000 * inst.k + 1}",
     ]
     if accounting:
-        lines += ["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
-                  f"AccountingStoragePort={inst.dbd_port}"]
+        lines += [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=localhost",
+            f"AccountingStoragePort={inst.dbd_port}",
+        ]
     else:
         lines += ["AccountingStorageType=accounting_storage/none"]
     sockets, cores, threads = (1, 1, 1) if core_per_node else machine_shape()
     for i, name in enumerate(names, start=1):
         addr = f"{inst.net}.1{i}" if multi else "127.0.0.1"
-        lines.append(f"NodeName={name} NodeAddr={addr} Sockets={sockets} CoresPerSocket={cores} "
-                     f"ThreadsPerCore={threads} RealMemory=4000 State=UNKNOWN")
+        lines.append(
+            f"NodeName={name} NodeAddr={addr} Sockets={sockets} CoresPerSocket={cores} "
+            f"ThreadsPerCore={threads} RealMemory=4000 State=UNKNOWN"
+        )
     if preempt == "off":
-        lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP "
-                     f"OverSubscribe=NO")
+        lines.append(
+            f"PartitionName=debug Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP "
+            f"OverSubscribe=NO"
+        )
     else:
         # as production sites run it: a high-priority partition takes nodes from the low one; the victim gets
         # SIGCONT + SIGTERM, SIGKILL after GraceTime, then is requeued (REQUEUE) or ends PREEMPTED (CANCEL)
         # AuthInfo=cred_expire: a requeued job may start again after this (default 120 s); Slurm 24.11 requeues a
         # preempted job once more when it completes, and the tests would wait that out
-        lines += ["PreemptType=preempt/partition_prio", f"PreemptMode={preempt.upper()}", "AuthInfo=cred_expire=15",
-                  f"PartitionName=low Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO "
-                  f"PriorityTier=1 PreemptMode={preempt.upper()} GraceTime={grace_time}",
-                  f"PartitionName=high Nodes={','.join(names)} MaxTime=INFINITE State=UP OverSubscribe=NO "
-                  f"PriorityTier=10 PreemptMode=OFF"]
+        lines += [
+            "PreemptType=preempt/partition_prio",
+            f"PreemptMode={preempt.upper()}",
+            "AuthInfo=cred_expire=15",
+            f"PartitionName=low Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO "
+            f"PriorityTier=1 PreemptMode={preempt.upper()} GraceTime={grace_time}",
+            f"PartitionName=high Nodes={','.join(names)} MaxTime=INFINITE State=UP OverSubscribe=NO "
+            f"PriorityTier=10 PreemptMode=OFF",
+        ]
     conf = d / "slurm.conf"
     conf.write_text("\n".join(lines) + "\n")
     return conf
@@ -155,6 +198,7 @@ def machine_shape() -> tuple[int, int, int]:
     are breaks task/affinity; declaring another shape would test a fiction)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from hpcqa.core import topology
+
     node = topology.read_node(allowed=range(4096))
     shape = node.to_json()
     sockets = len(shape["sockets"])
@@ -162,8 +206,10 @@ def machine_shape() -> tuple[int, int, int]:
 
 
 MUNGE_DIR = Path("/run/munge")
-MUNGE_PID = MUNGE_DIR / "hq-munged.pid"    # a munged a devcluster started (one already running has none)
-MUNGE_USERS = MUNGE_DIR / "hq-clusters"    # one file per instance using it
+MUNGE_PID = (
+    MUNGE_DIR / "hq-munged.pid"
+)  # a munged a devcluster started (one already running has none)
+MUNGE_USERS = MUNGE_DIR / "hq-clusters"  # one file per instance using it
 MUNGE_LOCK = MUNGE_DIR / "hq-clusters.lock"
 
 
@@ -207,8 +253,14 @@ def start_db(d: Path, env: dict, inst: Instance) -> None:
         # once more on a failure, from an empty folder: one of several clusters coming up at once on a loaded
         # machine failed here with exit 1 (seen once in the test suite; not reproduced alone)
         for _ in range(2):
-            r = sh("mariadb-install-db", f"--datadir={db}", "--user=root", "--auth-root-authentication-method=normal",
-                   "--skip-test-db", check=False)
+            r = sh(
+                "mariadb-install-db",
+                f"--datadir={db}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                check=False,
+            )
             if r.returncode == 0:
                 break
             shutil.rmtree(db, ignore_errors=True)
@@ -216,20 +268,51 @@ def start_db(d: Path, env: dict, inst: Instance) -> None:
             raise RuntimeError(f"mariadb-install-db failed twice: {(r.stdout + r.stderr)[-2000:]}")
     # --skip-ssl: MariaDB >= 11.4 (Debian 13's 11.8) turns TLS on by itself, and over TLS Slurm 24.11.5's slurmdbd
     # dies at start ("_check_mysql_concat_is_sane: null result", libmariadb error 5027); 10.11 had it off already
-    subprocess.Popen(["mariadbd", f"--datadir={db}", "--user=root", f"--socket={sock}", f"--port={inst.db_port}",
-                      "--bind-address=127.0.0.1", f"--pid-file={d}/mariadb.pid", f"--log-error={d}/mariadb.log",
-                      "--skip-grant-tables=0", "--skip-ssl"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)
+    subprocess.Popen(
+        [
+            "mariadbd",
+            f"--datadir={db}",
+            "--user=root",
+            f"--socket={sock}",
+            f"--port={inst.db_port}",
+            "--bind-address=127.0.0.1",
+            f"--pid-file={d}/mariadb.pid",
+            f"--log-error={d}/mariadb.log",
+            "--skip-grant-tables=0",
+            "--skip-ssl",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     wait_port("127.0.0.1", inst.db_port)
-    sql = ("CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'hqpw';"
-           "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;")
-    sh("mariadb", f"--socket={sock}", "--skip-ssl", "-uroot", "-e", sql)  # the 11.8 client asks for TLS by itself
+    sql = (
+        "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'hqpw';"
+        "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
+    )
+    sh(
+        "mariadb", f"--socket={sock}", "--skip-ssl", "-uroot", "-e", sql
+    )  # the 11.8 client asks for TLS by itself
     conf = d / "slurmdbd.conf"
-    conf.write_text("\n".join([
-        "AuthType=auth/munge", "DbdHost=localhost", f"DbdPort={inst.dbd_port}", "SlurmUser=root",
-        f"PidFile={d}/slurmdbd.pid", f"LogFile={d}/slurmdbd.log", "StorageType=accounting_storage/mysql",
-        "StorageHost=127.0.0.1", f"StoragePort={inst.db_port}", "StorageUser=slurm", "StoragePass=hqpw",
-        "StorageLoc=slurm_acct_db"]) + "\n")
+    conf.write_text(
+        "\n".join(
+            [
+                "AuthType=auth/munge",
+                "DbdHost=localhost",
+                f"DbdPort={inst.dbd_port}",
+                "SlurmUser=root",
+                f"PidFile={d}/slurmdbd.pid",
+                f"LogFile={d}/slurmdbd.log",
+                "StorageType=accounting_storage/mysql",
+                "StorageHost=127.0.0.1",
+                f"StoragePort={inst.db_port}",
+                "StorageUser=slurm",
+                "StoragePass=hqpw",
+                "StorageLoc=slurm_acct_db",
+            ]
+        )
+        + "\n"
+    )
     conf.chmod(0o600)
     sh("slurmdbd", env=env)
     wait_port("127.0.0.1", inst.dbd_port)
@@ -249,7 +332,9 @@ def setup_network(d: Path, nodes: int, inst: Instance) -> None:
     sh("ip", "link", "add", bridge, "type", "bridge", check=False)
     sh("ip", "addr", "add", f"{net}.1/24", "dev", bridge, check=False)
     sh("ip", "link", "set", bridge, "up")
-    hosts = ["127.0.0.1 localhost", f"{net}.1 ctl"] + [f"{net}.1{i} node{i}" for i in range(1, nodes + 1)]
+    hosts = ["127.0.0.1 localhost", f"{net}.1 ctl"] + [
+        f"{net}.1{i} node{i}" for i in range(1, nodes + 1)
+    ]
     (d / "hosts").write_text("\n".join(hosts) + "\n")
     for i in range(1, nodes + 1):
         ns, veth = inst.ns(i), inst.veth(i)
@@ -275,13 +360,28 @@ def shape_links(nodes: int, rate: str, inst: Instance) -> None:
             bits = tc_bits(rate)
             # a burst of at least one timer tick's worth of bytes, or tbf caps well below its rate
             burst = max(bits // 8 // 100, 32 * 1024)
-            sh("tc", "-n", ns, "qdisc", "add", "dev", NODE_IFACE, "root", "tbf", "rate", rate,
-               "burst", str(burst), "latency", "100ms")
+            sh(
+                "tc",
+                "-n",
+                ns,
+                "qdisc",
+                "add",
+                "dev",
+                NODE_IFACE,
+                "root",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                str(burst),
+                "latency",
+                "100ms",
+            )
 
 
 def tc_bits(rate: str) -> int:
     """'100mbit' -> 100_000_000 (tc's decimal units)."""
-    units = {"kbit": 10 ** 3, "mbit": 10 ** 6, "gbit": 10 ** 9, "bit": 1}
+    units = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "bit": 1}
     for unit, mult in units.items():
         if rate.lower().endswith(unit):
             return int(float(rate[: -len(unit)]) * mult)
@@ -294,8 +394,17 @@ def up(a: argparse.Namespace) -> int:
         (d / sub).mkdir(parents=True, exist_ok=True)
     inst = Instance(a.instance)
     (d / "instance").write_text(str(inst.k))
-    conf = write_conf(d, a.nodes, a.accounting, a.max_array_size, a.slurmd_timeout, a.preempt, a.grace_time,
-                      a.core_per_node, inst)
+    conf = write_conf(
+        d,
+        a.nodes,
+        a.accounting,
+        a.max_array_size,
+        a.slurmd_timeout,
+        a.preempt,
+        a.grace_time,
+        a.core_per_node,
+        inst,
+    )
     env = {**os.environ, "SLURM_CONF": str(conf)}
     start_munge(inst)
     if a.accounting:
@@ -314,8 +423,19 @@ def up(a: argparse.Namespace) -> int:
             # not `ip netns exec`: it remounts /sys and slurmd then finds no cgroup filesystem
             pin = f"taskset -c {(i - 1) % os.cpu_count()} " if a.core_per_node else ""
             inner = f"mount --bind {d}/hosts /etc/hosts && hostname {name} && exec {pin}slurmd -N {name}"
-            sh("nsenter", f"--net=/run/netns/{inst.ns(i)}", "--", "unshare", "--mount", "--uts", "--",
-               "sh", "-c", inner, env=env)
+            sh(
+                "nsenter",
+                f"--net=/run/netns/{inst.ns(i)}",
+                "--",
+                "unshare",
+                "--mount",
+                "--uts",
+                "--",
+                "sh",
+                "-c",
+                inner,
+                env=env,
+            )
     end = time.time() + UP_TIMEOUT_S
     while time.time() < end:
         r = sh("sinfo", "-h", "-o", "%T", env=env, check=False)
@@ -324,7 +444,10 @@ def up(a: argparse.Namespace) -> int:
             print(f"export SLURM_CONF={conf}")
             return 0
         time.sleep(0.5)
-    print(f"devcluster: nodes not idle after {UP_TIMEOUT_S:.0f} s: {r.stdout} {r.stderr}", file=sys.stderr)
+    print(
+        f"devcluster: nodes not idle after {UP_TIMEOUT_S:.0f} s: {r.stdout} {r.stderr}",
+        file=sys.stderr,
+    )
     return 1
 
 
@@ -374,8 +497,11 @@ def _step_daemons(d: Path) -> list[int]:
             procs[int(proc.name)] = (ppid, os.readlink(proc / "cwd"))
         except (OSError, ValueError, IndexError):
             continue
-    mine = {pid for pid, (_, cwd) in procs.items()
-            if cwd.removesuffix(" (deleted)").startswith(str(d)) and _comm(pid) == "slurmstepd"}
+    mine = {
+        pid
+        for pid, (_, cwd) in procs.items()
+        if cwd.removesuffix(" (deleted)").startswith(str(d)) and _comm(pid) == "slurmstepd"
+    }
     grew = True
     while grew:
         more = {pid for pid, (ppid, _) in procs.items() if ppid in mine} - mine
@@ -394,8 +520,13 @@ def _comm(pid: int) -> str:
 def down(a: argparse.Namespace) -> int:
     d = Path(a.dir).absolute()
     inst = Instance.of(d)
-    steps = _step_daemons(d)   # found before their slurmd goes (it is how they are found)
-    files = [*sorted(d.glob("slurmd.*.pid")), d / "slurmctld.pid", d / "slurmdbd.pid", d / "mariadb.pid"]
+    steps = _step_daemons(d)  # found before their slurmd goes (it is how they are found)
+    files = [
+        *sorted(d.glob("slurmd.*.pid")),
+        d / "slurmctld.pid",
+        d / "slurmdbd.pid",
+        d / "mariadb.pid",
+    ]
     _kill_pidfiles(files)
     for pid in steps:
         try:
@@ -416,22 +547,46 @@ def down(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("up")
     p.add_argument("--dir", required=True)
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--accounting", action="store_true")
     p.add_argument("--max-array-size", type=int, default=1001)
-    p.add_argument("--slurmd-timeout", type=int, default=300,
-                   help="seconds before an unresponsive node is DOWN (fault tests: 10)")
-    p.add_argument("--preempt", choices=["off", "requeue", "cancel"], default="off",
-                   help="partitions low (default) and high with partition_prio preemption in this mode")
-    p.add_argument("--grace-time", type=int, default=30, help="the low partition's GraceTime (seconds)")
-    p.add_argument("--core-per-node", action="store_true", help="node K runs on CPU K-1 alone (1 socket x 1 core)")
-    p.add_argument("--link", default="none", help="shape every node's interface to this rate (100mbit, 1gbit)")
-    p.add_argument("--instance", type=int, default=0, choices=range(INSTANCES), metavar="0-9",
-                   help="this cluster's ports, munged, bridge and namespaces: one per cluster side by side")
+    p.add_argument(
+        "--slurmd-timeout",
+        type=int,
+        default=300,
+        help="seconds before an unresponsive node is DOWN (fault tests: 10)",
+    )
+    p.add_argument(
+        "--preempt",
+        choices=["off", "requeue", "cancel"],
+        default="off",
+        help="partitions low (default) and high with partition_prio preemption in this mode",
+    )
+    p.add_argument(
+        "--grace-time", type=int, default=30, help="the low partition's GraceTime (seconds)"
+    )
+    p.add_argument(
+        "--core-per-node",
+        action="store_true",
+        help="node K runs on CPU K-1 alone (1 socket x 1 core)",
+    )
+    p.add_argument(
+        "--link", default="none", help="shape every node's interface to this rate (100mbit, 1gbit)"
+    )
+    p.add_argument(
+        "--instance",
+        type=int,
+        default=0,
+        choices=range(INSTANCES),
+        metavar="0-9",
+        help="this cluster's ports, munged, bridge and namespaces: one per cluster side by side",
+    )
     p = sub.add_parser("shape")
     p.add_argument("--dir", required=True)
     p.add_argument("--nodes", type=int, required=True)

@@ -46,11 +46,35 @@ HOST_RELEASE = "22.05"
 # emulated nodes, git (provenance), OpenSSH (the bare-node mpirun test), and the libraries the host's interpreter
 # and the ranks' preloads link against
 RELEASES = {
-    "24.11": {"suite": "trixie", "packages": [
-        "slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "mariadb-server", "iproute2", "procps",
-        "ca-certificates", "git", "openssh-server", "openssh-client", "libgoogle-perftools4t64", "libjemalloc2",
-        "libexpat1", "libsqlite3-0", "libffi8", "libssl3t64", "libreadline8t64", "libbz2-1.0", "liblzma5", "zlib1g",
-        "libncursesw6", "libuuid1"]},
+    "24.11": {
+        "suite": "trixie",
+        "packages": [
+            "slurmctld",
+            "slurmd",
+            "slurm-client",
+            "slurmdbd",
+            "munge",
+            "mariadb-server",
+            "iproute2",
+            "procps",
+            "ca-certificates",
+            "git",
+            "openssh-server",
+            "openssh-client",
+            "libgoogle-perftools4t64",
+            "libjemalloc2",
+            "libexpat1",
+            "libsqlite3-0",
+            "libffi8",
+            "libssl3t64",
+            "libreadline8t64",
+            "libbz2-1.0",
+            "liblzma5",
+            "zlib1g",
+            "libncursesw6",
+            "libuuid1",
+        ],
+    },
 }
 
 
@@ -66,9 +90,15 @@ def stamp_of(release: str) -> dict:
 def host_mirror(apt: Path = Path("/etc/apt")) -> str:
     """The Debian mirror the host's apt uses (deb822 .sources or one-line lists): the first main archive URI."""
     texts = [p.read_text() for p in sorted(apt.glob("sources.list.d/*.sources"))]
-    texts += [p.read_text() for p in [apt / "sources.list", *sorted(apt.glob("sources.list.d/*.list"))] if p.exists()]
+    texts += [
+        p.read_text()
+        for p in [apt / "sources.list", *sorted(apt.glob("sources.list.d/*.list"))]
+        if p.exists()
+    ]
     for text in texts:
-        for uri in re.findall(r"^URIs:\s*(\S+)", text, re.M) + re.findall(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)", text, re.M):
+        for uri in re.findall(r"^URIs:\s*(\S+)", text, re.M) + re.findall(
+            r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)", text, re.M
+        ):
             if uri.rstrip("/").endswith("/debian"):
                 return uri
     raise SystemExit("slurmroot: no Debian archive in /etc/apt's sources; give --mirror URL")
@@ -113,18 +143,36 @@ def build(release: str, mirror: str | None = None) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         spec = RELEASES[release]
         t0 = time.time()
-        print(f"slurmroot: making a Debian {spec['suite']} root for Slurm {release} in {root} (a few minutes)",
-              file=sys.stderr)
-        r = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(spec['packages'])}",
-                            spec["suite"], str(tmp), mirror or host_mirror()], capture_output=True, text=True)
+        print(
+            f"slurmroot: making a Debian {spec['suite']} root for Slurm {release} in {root} (a few minutes)",
+            file=sys.stderr,
+        )
+        r = subprocess.run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(spec['packages'])}",
+                spec["suite"],
+                str(tmp),
+                mirror or host_mirror(),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0:
-            raise SystemExit(f"slurmroot: debootstrap failed ({r.returncode}): {r.stdout[-1500:]}{r.stderr[-1500:]}")
+            raise SystemExit(
+                f"slurmroot: debootstrap failed ({r.returncode}): {r.stdout[-1500:]}{r.stderr[-1500:]}"
+            )
         got = slurm_version(tmp)
         if not got.startswith(release + "."):
-            raise SystemExit(f"slurmroot: the root's slurmctld is {got or 'missing'}, not {release}")
+            raise SystemExit(
+                f"slurmroot: the root's slurmctld is {got or 'missing'}, not {release}"
+            )
         shutil.rmtree(root, ignore_errors=True)
-        (tmp / ".hpcqa-root.json").write_text(json.dumps({**stamp_of(release), "slurm": got,
-                                                          "built_s": round(time.time() - t0)}) + "\n")
+        (tmp / ".hpcqa-root.json").write_text(
+            json.dumps({**stamp_of(release), "slurm": got, "built_s": round(time.time() - t0)})
+            + "\n"
+        )
         tmp.rename(root)
         print(f"slurmroot: made in {time.time() - t0:.0f} s (Slurm {got})", file=sys.stderr)
         return root
@@ -134,11 +182,35 @@ def needed_paths(extra: list[str]) -> list[Path]:
     """What the command needs at its own path: this checkout, the venv and the interpreter it was made from, the
     current directory; nested ones dropped. An interpreter under /usr (Debian's python3.11) is bound as its binary and
     its standard library: a bind of /usr would hide the root's own."""
-    paths = {ROOT, Path(sys.prefix), Path(sys.base_prefix), Path.cwd(), *(Path(p).resolve() for p in extra)}
-    system = {Path(p) for p in ("/", "/usr", "/usr/local", "/bin", "/lib", "/etc", "/proc", "/sys", "/dev", "/run")}
+    paths = {
+        ROOT,
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path.cwd(),
+        *(Path(p).resolve() for p in extra),
+    }
+    system = {
+        Path(p)
+        for p in (
+            "/",
+            "/usr",
+            "/usr/local",
+            "/bin",
+            "/lib",
+            "/etc",
+            "/proc",
+            "/sys",
+            "/dev",
+            "/run",
+        )
+    }
     if Path(sys.base_prefix).resolve() in system:
         exe = getattr(sys, "_base_executable", sys.executable)
-        paths |= {Path(exe).resolve(), Path(sysconfig.get_path("stdlib")), Path(sysconfig.get_path("platstdlib"))}
+        paths |= {
+            Path(exe).resolve(),
+            Path(sysconfig.get_path("stdlib")),
+            Path(sysconfig.get_path("platstdlib")),
+        }
     keep: list[Path] = []
     for p in sorted(p.resolve() for p in paths if p.exists()):
         if p not in system and not any(p.is_relative_to(k) for k in keep):
@@ -151,14 +223,26 @@ def enter_script(root: Path, scratch: Path, binds: list[Path], cwd: Path, argv: 
     r = q(str(root))
     # the root a mount point of its own: `ip -n NS` (and `ip netns exec`) make "/" rslave, which fails on a plain
     # directory that a chroot made "/"
-    lines = ["set -e", f"mount --bind {r} {r}", f"mount -t proc proc {r}/proc", f"mount --rbind /dev {r}/dev",
-             f"mount --rbind /sys {r}/sys",
-             f"mount -t tmpfs -o mode=755 tmpfs {r}/run", f"mkdir -p {r}/run/lock",
-             f"mount --bind {q(str(scratch))} {r}/tmp", f"chmod 1777 {r}/tmp",
-             f"cp /etc/hosts {r}/etc/hosts", f"cp -L /etc/resolv.conf {r}/etc/resolv.conf 2>/dev/null || true"]
+    lines = [
+        "set -e",
+        f"mount --bind {r} {r}",
+        f"mount -t proc proc {r}/proc",
+        f"mount --rbind /dev {r}/dev",
+        f"mount --rbind /sys {r}/sys",
+        f"mount -t tmpfs -o mode=755 tmpfs {r}/run",
+        f"mkdir -p {r}/run/lock",
+        f"mount --bind {q(str(scratch))} {r}/tmp",
+        f"chmod 1777 {r}/tmp",
+        f"cp /etc/hosts {r}/etc/hosts",
+        f"cp -L /etc/resolv.conf {r}/etc/resolv.conf 2>/dev/null || true",
+    ]
     for p in binds:
         target = q(str(root) + str(p))
-        make = f"mkdir -p {target}" if p.is_dir() else f"mkdir -p {q(str(root) + str(p.parent))} && touch {target}"
+        make = (
+            f"mkdir -p {target}"
+            if p.is_dir()
+            else f"mkdir -p {q(str(root) + str(p.parent))} && touch {target}"
+        )
         lines += [make, f"mount --bind {q(str(p))} {target}"]
     inner = f"cd {q(str(cwd))} && exec {' '.join(q(a) for a in argv)}"
     lines.append(f"exec chroot {r} /bin/sh -c {q(inner)}")
@@ -182,26 +266,46 @@ def run(release: str, argv: list[str], extra: list[str]) -> int:
     if release == HOST_RELEASE:
         got = slurm_version(None)
         if not got.startswith(release + "."):
-            raise SystemExit(f"slurmroot: the host's Slurm is {got or 'not installed'}, not {release}")
+            raise SystemExit(
+                f"slurmroot: the host's Slurm is {got or 'not installed'}, not {release}"
+            )
         return subprocess.run(argv, env={**os.environ, "HPCQA_SLURM_RELEASE": release}).returncode
     root = build(release)
-    lock = open(cache_dir() / f".{release}.run.lock", "w")  # held while the command runs (see leftovers)
+    lock = open(
+        cache_dir() / f".{release}.run.lock", "w"
+    )  # held while the command runs (see leftovers)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise SystemExit(f"slurmroot: another `run` uses the {release} root; two cannot run at once (the clusters "
-                         "share ports and names): wait for it") from None
-    scratch = Path(subprocess.run(["mktemp", "-d", "/var/tmp/hpcqa-slurmroot.XXXXXX"], capture_output=True,
-                                  text=True, check=True).stdout.strip())
+        raise SystemExit(
+            f"slurmroot: another `run` uses the {release} root; two cannot run at once (the clusters "
+            "share ports and names): wait for it"
+        ) from None
+    scratch = Path(
+        subprocess.run(
+            ["mktemp", "-d", "/var/tmp/hpcqa-slurmroot.XXXXXX"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     binds = needed_paths(extra)
     venv_bin = str(Path(sys.executable).parent)
-    env = {**os.environ, "HPCQA_SLURM_RELEASE": release, "TMPDIR": "/tmp",
-           "PATH": f"{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    env = {
+        **os.environ,
+        "HPCQA_SLURM_RELEASE": release,
+        "TMPDIR": "/tmp",
+        "PATH": f"{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    }
     script = enter_script(root, scratch, binds, Path.cwd(), argv)
-    proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "--fork", "--", "sh", "-c", script],
-                            env=env)
+    proc = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "--fork", "--", "sh", "-c", script],
+        env=env,
+    )
     ours, ns = os.readlink("/proc/self/ns/mnt"), ""
-    for _ in range(200):  # unshare moves itself into the new namespace, then forks the command there
+    for _ in range(
+        200
+    ):  # unshare moves itself into the new namespace, then forks the command there
         with contextlib.suppress(OSError):
             ns = os.readlink(f"/proc/{proc.pid}/ns/mnt")
         if ns != ours or proc.poll() is not None:
@@ -215,7 +319,10 @@ def run(release: str, argv: list[str], extra: list[str]) -> int:
     if ns and ns != ours:
         left = leftovers(ns, root)
         if left:
-            print(f"slurmroot: ending {len(left)} process(es) the command left running: {left}", file=sys.stderr)
+            print(
+                f"slurmroot: ending {len(left)} process(es) the command left running: {left}",
+                file=sys.stderr,
+            )
             for pid in left:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -224,14 +331,20 @@ def run(release: str, argv: list[str], extra: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="make or reuse the cached root of a release; prints its path")
     b.add_argument("--release", default="24.11", choices=sorted(RELEASES))
-    b.add_argument("--mirror", help="the Debian archive to bootstrap from (default: the host's apt sources)")
+    b.add_argument(
+        "--mirror", help="the Debian archive to bootstrap from (default: the host's apt sources)"
+    )
     r = sub.add_parser("run", help="run a command against a release's Slurm (-- CMD ...)")
     r.add_argument("--release", default="24.11", choices=sorted([HOST_RELEASE, *RELEASES]))
-    r.add_argument("--bind", action="append", default=[], help="another host path the command needs")
+    r.add_argument(
+        "--bind", action="append", default=[], help="another host path the command needs"
+    )
     r.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     if os.geteuid() != 0:

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # a sixth of the quick tier. Processes the tests start still inherit the variable.
 sys.dont_write_bytecode = False
 CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
-SLURM_HERE = frozenset({"slurm"})   # HostProbe.schedulers where sbatch is on PATH
+SLURM_HERE = frozenset({"slurm"})  # HostProbe.schedulers where sbatch is on PATH
 # `hpcqa tune` results change what ranks_per_socket = "auto" means: tests never see a user's store.
 _STORES = tempfile.mkdtemp(prefix="hpcqa-tests-")
 os.environ["HPCQA_TUNE_STORE"] = os.path.join(_STORES, "tuned.json")
@@ -24,19 +24,33 @@ os.environ["XDG_STATE_HOME"] = os.path.join(_STORES, "state")
 
 def cli_env(env: dict | None = None) -> dict[str, str]:
     """The environment the CLI gets in the tests: this one without a launcher's or a rank's variables, plus `env`."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PMI_", "OMPI_", "SUBMITIT_"))}
+    full_env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "PMI_", "OMPI_", "SUBMITIT_"))
+    }
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         full_env.pop(k, None)
     return {**full_env, **(env or {})}
 
 
-def run_cli(*args: str, env: dict | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, env: dict | None = None, cwd: str | Path | None = None
+) -> subprocess.CompletedProcess:
     """Run `python -m hpcqa ...` as a user would, in a fresh interpreter."""
-    return subprocess.run([sys.executable, "-m", "hpcqa", *args], capture_output=True, text=True,
-                          env=cli_env(env), cwd=cwd or ROOT, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "hpcqa", *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(env),
+        cwd=cwd or ROOT,
+        timeout=600,
+    )
 
 
-def run_cli_in_process(*args: str, env: dict | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+def run_cli_in_process(
+    *args: str, env: dict | None = None, cwd: str | Path | None = None
+) -> subprocess.CompletedProcess:
     """`hpcqa ...` in this process, as run_cli would run it (same cwd, same environment, its stdout, stderr and exit
     code): for the verbs that are pure, where a fresh interpreter per call costs more than the call (a Kubernetes
     render imports the kubernetes client, ~0.9 s of CPU). The tests that check the CLI as a process use run_cli."""
@@ -45,6 +59,7 @@ def run_cli_in_process(*args: str, env: dict | None = None, cwd: str | Path | No
     from unittest import mock
 
     from hpcqa.cli import main
+
     before = os.getcwd()
     out, err = io.StringIO(), io.StringIO()
     with mock.patch.dict(os.environ, cli_env(env), clear=True):
@@ -67,14 +82,19 @@ def run_cli_rendering_in_process(*args: str, **kwargs) -> subprocess.CompletedPr
 
 def pytest_report_header(config):
     from tests.slurm_cluster import slurm_version
+
     release = os.environ.get("HPCQA_SLURM_RELEASE")
-    return [f"slurm: {slurm_version() or 'not installed'}" + (f" (HPCQA_SLURM_RELEASE={release})" if release else "")]
+    return [
+        f"slurm: {slurm_version() or 'not installed'}"
+        + (f" (HPCQA_SLURM_RELEASE={release})" if release else "")
+    ]
 
 
 def as_foreground() -> None:
     """preexec_fn: the signals as a shell leaves them for a foreground command (Ctrl-C's SIGINT, SIGQUIT, SIGHUP at
     their defaults), even when the tests run in a background job (`nohup pytest &`, some CI runners)."""
     import signal
+
     for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
 
@@ -82,6 +102,7 @@ def as_foreground() -> None:
 def as_background() -> None:
     """preexec_fn: as `nohup cmd &` from a script starts a command: SIGINT and SIGHUP ignored."""
     import signal
+
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
 
@@ -91,6 +112,7 @@ def free_port() -> int:
     this pick and the test's bind) and at random, so tests side by side (pytest-xdist) do not pick the same one."""
     import random
     import socket
+
     for _ in range(200):
         port = random.randrange(20000, 32000)
         with socket.socket() as s:
@@ -114,23 +136,46 @@ def run_qa_like(tmp_path: Path, tmp_path_factory) -> tuple[Path, list[str]]:
     import shutil
 
     from hpcqa.rank.train import model
+
     data = tmp_path_factory.mktemp("qa-data-flat")
-    subprocess.run([sys.executable, str(ROOT / "examples/qa_data.py"), str(data)], check=True, cwd=ROOT,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples/qa_data.py"), str(data)],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+    )
     tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny-flat") / "tiny")
     prog = tmp_path / "question-answering"
     shutil.copytree(ROOT / "tests/data/run_qa_like", prog)
-    return prog, ["python", "run_qa.py", "--model_name_or_path", str(tiny), "--train_file",
-                  str(data / "train_flat.json"), "--do_train", "--do_eval", "--per_device_train_batch_size", "4",
-                  "--max_train_samples", "64", "--output_dir", "out"]
+    return prog, [
+        "python",
+        "run_qa.py",
+        "--model_name_or_path",
+        str(tiny),
+        "--train_file",
+        str(data / "train_flat.json"),
+        "--do_train",
+        "--do_eval",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_train_samples",
+        "64",
+        "--output_dir",
+        "out",
+    ]
 
 
 # ---------------------------------------------------------------- the suite leaves the checkout as it found it
 
+
 def checkout_state() -> set[str] | None:
     """`git status --porcelain` of the checkout (untracked files each listed), or None outside a git checkout."""
-    r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     return set(r.stdout.splitlines()) if r.returncode == 0 else None
 
 
@@ -147,7 +192,9 @@ def pytest_sessionfinish(session, exitstatus):
     if left:
         session.config.get_terminal_writer().line(
             "the test suite changed the checkout (write into tmp_path, or pass --output to sbatch):\n  "
-            + "\n  ".join(left), red=True)
+            + "\n  ".join(left),
+            red=True,
+        )
         session.exitstatus = 1
 
 
@@ -157,17 +204,40 @@ def pytest_sessionfinish(session, exitstatus):
 # the pod script under bash, an install): those modules are listed here, and single tests elsewhere are marked
 # `process`. A quick test that starts a process anyway fails, saying so (quick_guard), so the marker cannot
 # quietly grow slow.
-STARTS_PROCESSES = {"test_trainjob", "test_k8s", "test_hostile", "test_console", "test_bad_input", "test_install",
-                    "test_scaling", "test_preload_e2e", "test_cli", "test_wheel", "test_readme", "test_stage",
-                    "test_layout_e2e", "test_local_e2e", "test_slurmroot", "test_doctor", "test_registry_home",
-                    "test_command", "test_secrets", "test_render", "test_tune", "test_status", "test_k8s_walkthrough"}
+STARTS_PROCESSES = {
+    "test_trainjob",
+    "test_k8s",
+    "test_hostile",
+    "test_console",
+    "test_bad_input",
+    "test_install",
+    "test_scaling",
+    "test_preload_e2e",
+    "test_cli",
+    "test_wheel",
+    "test_readme",
+    "test_stage",
+    "test_layout_e2e",
+    "test_local_e2e",
+    "test_slurmroot",
+    "test_doctor",
+    "test_registry_home",
+    "test_command",
+    "test_secrets",
+    "test_render",
+    "test_tune",
+    "test_status",
+    "test_k8s_walkthrough",
+}
 # Modules whose import loads torch (and transformers): seconds before the first test, so not quick; `pytest -m
 # quick` does not even import them (pytest_ignore_collect), which kept the quick tier ~7 s longer.
 IMPORTS_TORCH = {"test_attention", "test_data", "test_stage"}
 
 
 def pytest_ignore_collect(collection_path, config):
-    if (config.getoption("markexpr", "") or "").strip() == "quick" and collection_path.stem in IMPORTS_TORCH:
+    if (
+        config.getoption("markexpr", "") or ""
+    ).strip() == "quick" and collection_path.stem in IMPORTS_TORCH:
         return True
     return None
 
@@ -175,10 +245,16 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("alone") and item.get_closest_marker("each_release"):
-            raise pytest.UsageError(f"{item.nodeid}: `alone` and `each_release` together -- scripts/test.sh runs the "
-                                    "other releases' tests beside the first pass only; drop one of the two")
+            raise pytest.UsageError(
+                f"{item.nodeid}: `alone` and `each_release` together -- scripts/test.sh runs the "
+                "other releases' tests beside the first pass only; drop one of the two"
+            )
         module = item.module.__name__.rsplit(".", 1)[-1]
-        if module in STARTS_PROCESSES or module in IMPORTS_TORCH or any(item.get_closest_marker(m) for m in ("slow", "slurm", "process", "torch")):
+        if (
+            module in STARTS_PROCESSES
+            or module in IMPORTS_TORCH
+            or any(item.get_closest_marker(m) for m in ("slow", "slurm", "process", "torch"))
+        ):
             continue
         item.add_marker(pytest.mark.quick)
 
@@ -192,13 +268,19 @@ def pytest_collection_modifyitems(config, items):
 # The scheduler is ours, not xdist's loadgroup: under pytest 9.2 loadgroup no longer groups anything (the nodeid
 # suffix it relies on is dropped: pytest-dev/pytest-xdist#1386, seen here), and nothing fails to say so.
 
+
 def shared_fixture_modules(folder: Path = ROOT / "tests") -> frozenset[str]:
     """The test modules (as nodeid prefixes, tests/test_x.py) that define a module-scoped fixture."""
     import ast
+
     found = set()
     for path in sorted(folder.glob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.keyword) and node.arg == "scope" and getattr(node.value, "value", None) == "module":
+            if (
+                isinstance(node, ast.keyword)
+                and node.arg == "scope"
+                and getattr(node.value, "value", None) == "module"
+            ):
                 found.add(f"{folder.name}/{path.name}")
     return frozenset(found)
 
@@ -212,11 +294,12 @@ def split_scope(nodeid: str, shared: frozenset[str]) -> str:
     return module if module in shared else nodeid
 
 
-@pytest.hookimpl(optionalhook=True)   # pytest-xdist's hook: known only where it is installed
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: known only where it is installed
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
+
     shared = shared_fixture_modules()
 
     class SharedFixtureScheduling(LoadScopeScheduling):
@@ -233,6 +316,7 @@ def matplotlib_fonts():
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
     import matplotlib.font_manager  # noqa: F401 -- builds the cache
+
     return matplotlib
 
 
@@ -242,14 +326,21 @@ def quick_guard(request, monkeypatch):
     transformers cost seconds to import, most of the quick tier's time when six tests did)."""
     quick = request.node.get_closest_marker("quick")
     if quick:
+
         def refuse(*args, **kwargs):
-            raise AssertionError("a quick test (pytest -m quick) starts no process: mark this test "
-                                 "@pytest.mark.process, or add its module to STARTS_PROCESSES in tests/conftest.py")
+            raise AssertionError(
+                "a quick test (pytest -m quick) starts no process: mark this test "
+                "@pytest.mark.process, or add its module to STARTS_PROCESSES in tests/conftest.py"
+            )
+
         monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
     had_torch = "torch" in sys.modules
     yield
     if quick and not had_torch and "torch" in sys.modules:
-        pytest.fail("a quick test (pytest -m quick) imports no torch: mark this test @pytest.mark.torch", pytrace=False)
+        pytest.fail(
+            "a quick test (pytest -m quick) imports no torch: mark this test @pytest.mark.torch",
+            pytrace=False,
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -265,7 +356,10 @@ def pytest_runtest_protocol(item, nextitem):
     import time
 
     def cpu() -> float:
-        c, s = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+        c, s = (
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+            resource.getrusage(resource.RUSAGE_SELF),
+        )
         return c.ru_utime + c.ru_stime + s.ru_utime + s.ru_stime
 
     before, t = cpu(), time.monotonic()

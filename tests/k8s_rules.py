@@ -24,11 +24,17 @@ def crd_schema(version: str) -> dict:
 
 # ------------------------------------------------------------------ k8s.io/apimachinery/pkg/util/validation
 
-DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")          # IsDNS1035Label, at most 63
-DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")       # IsDNS1123Label, at most 63
-LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")  # IsValidLabelValue, at most 63
-TOTAL_ANNOTATION_SIZE = 256 * 1024   # apimachinery's TotalAnnotationSizeLimitB: kubectl apply's last-applied copy
-CONFIGMAP_DATA_MAX = 1024 * 1024     # core/v1 validation: MaxSecretSize, also applied to a ConfigMap's data
+DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # IsDNS1035Label, at most 63
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # IsDNS1123Label, at most 63
+LABEL_VALUE = re.compile(
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+)  # IsValidLabelValue, at most 63
+TOTAL_ANNOTATION_SIZE = (
+    256 * 1024
+)  # apimachinery's TotalAnnotationSizeLimitB: kubectl apply's last-applied copy
+CONFIGMAP_DATA_MAX = (
+    1024 * 1024
+)  # core/v1 validation: MaxSecretSize, also applied to a ConfigMap's data
 
 
 def is_dns1035(name: str) -> bool:
@@ -70,7 +76,9 @@ def webhook_errors(job: dict) -> list[str]:
     return errs
 
 
-def _init_container(master_addr: str, image: str = "alpine:3.10", max_tries: int = 100) -> list[dict]:
+def _init_container(
+    master_addr: str, image: str = "alpine:3.10", max_tries: int = 100
+) -> list[dict]:
     text = (DATA / "init-pytorch.yaml.tmpl").read_text()
     text = text.replace("{{.InitContainerImage}}", image).replace("{{.MaxTries}}", str(max_tries))
     return yaml.safe_load(text.replace("{{.MasterAddr}}", master_addr))
@@ -100,13 +108,25 @@ def operator_pods(job: dict) -> list[dict]:
         rt = rtype.lower()
         for index in range(spec.get("replicas", 1)):
             template = copy.deepcopy(spec["template"])
-            pod = {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {**template.get("metadata", {}), "name": f"{name}-{rt}-{index}",
-                                "namespace": job["metadata"].get("namespace", "default")},
-                   "spec": template["spec"]}
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    **template.get("metadata", {}),
+                    "name": f"{name}-{rt}-{index}",
+                    "namespace": job["metadata"].get("namespace", "default"),
+                },
+                "spec": template["spec"],
+            }
             labels = dict(pod["metadata"].get("labels") or {})
-            labels.update({JOB_NAME_LABEL: name, REPLICA_TYPE_LABEL: rt, REPLICA_INDEX_LABEL: str(index),
-                           "training.kubeflow.org/operator-name": "pytorchjob-controller"})
+            labels.update(
+                {
+                    JOB_NAME_LABEL: name,
+                    REPLICA_TYPE_LABEL: rt,
+                    REPLICA_INDEX_LABEL: str(index),
+                    "training.kubeflow.org/operator-name": "pytorchjob-controller",
+                }
+            )
             if (rtype == "Master") if has_master else (rtype == "Worker" and index == 0):
                 labels[JOB_ROLE_LABEL] = "master"
             pod["metadata"]["labels"] = labels
@@ -116,18 +136,24 @@ def operator_pods(job: dict) -> list[dict]:
                 env = c.setdefault("env", [])
                 env.append({"name": "PYTHONUNBUFFERED", "value": "1"})
                 if has_master:
-                    env += [{"name": "MASTER_PORT", "value": str(_port(job, "Master"))},
-                            {"name": "MASTER_ADDR", "value": f"{name}-master-0"}]
+                    env += [
+                        {"name": "MASTER_PORT", "value": str(_port(job, "Master"))},
+                        {"name": "MASTER_ADDR", "value": f"{name}-master-0"},
+                    ]
                     rank = index + 1 if rtype == "Worker" else index
-                    env += [{"name": "WORLD_SIZE", "value": str(total * nproc_int)},
-                            {"name": "RANK", "value": str(rank)}, {"name": "PET_NODE_RANK", "value": str(rank)}]
+                    env += [
+                        {"name": "WORLD_SIZE", "value": str(total * nproc_int)},
+                        {"name": "RANK", "value": str(rank)},
+                        {"name": "PET_NODE_RANK", "value": str(rank)},
+                    ]
                 if nproc is not None:
                     env.append({"name": "PET_NPROC_PER_NODE", "value": str(nproc)})
                 if job["spec"].get("elasticPolicy") is None:
                     env.append({"name": "PET_NNODES", "value": str(total)})
             if has_master and rtype == "Worker":
-                pod["spec"]["initContainers"] = (pod["spec"].get("initContainers") or []) + \
-                    _init_container(f"{name}-master-0")
+                pod["spec"]["initContainers"] = (
+                    pod["spec"].get("initContainers") or []
+                ) + _init_container(f"{name}-master-0")
             pods.append(pod)
     return pods
 
@@ -156,8 +182,14 @@ def service_link_env(services: list[dict]) -> dict[str, str]:
             if i == 0:
                 env[f"{name}_PORT"] = url
             prefix = f"{name}_PORT_{p['port']}_{proto.upper()}"
-            env.update({prefix: url, f"{prefix}_PROTO": proto, f"{prefix}_PORT": str(p["port"]),
-                        f"{prefix}_ADDR": ip})
+            env.update(
+                {
+                    prefix: url,
+                    f"{prefix}_PROTO": proto,
+                    f"{prefix}_PORT": str(p["port"]),
+                    f"{prefix}_ADDR": ip,
+                }
+            )
     return env
 
 
@@ -223,6 +255,7 @@ def past_backoff_limit(job: dict, pods: list[dict]) -> bool:
 
 # ------------------------------------------------------------------ Kubernetes (pkg/apis/core/helper/qos)
 
+
 def qos_class(pod_spec: dict) -> str:
     """GetPodQOS: Guaranteed iff every container, init containers included, has cpu and memory limits and any
     request it states equal to its limit; BestEffort iff no container states any request or limit."""
@@ -246,16 +279,34 @@ def qos_class(pod_spec: dict) -> str:
 
 def _quantity(q) -> float:
     m = re.fullmatch(r"([0-9.]+)(m|Ki|Mi|Gi|Ti|k|M|G|T)?", str(q))
-    scale = {None: 1, "m": 1e-3, "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "k": 1e3, "M": 1e6,
-             "G": 1e9, "T": 1e12}[m.group(2)]
+    scale = {
+        None: 1,
+        "m": 1e-3,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+    }[m.group(2)]
     return float(m.group(1)) * scale
 
 
 # ------------------------------------------------------------------ Pod Security Standards, "restricted"
 # https://kubernetes.io/docs/concepts/security/pod-security-standards/ (baseline's checks + restricted's)
 
-RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                      "projected", "secret"}
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 
 
 def restricted_violations(pod: dict) -> list[str]:
@@ -287,7 +338,10 @@ def restricted_violations(pod: dict) -> list[str]:
             out.append(f"{name}: runAsNonRoot not true")
         if sc.get("runAsUser") == 0:
             out.append(f"{name}: runAsUser 0")
-        if (sc.get("seccompProfile") or {}).get("type", pod_seccomp) not in ("RuntimeDefault", "Localhost"):
+        if (sc.get("seccompProfile") or {}).get("type", pod_seccomp) not in (
+            "RuntimeDefault",
+            "Localhost",
+        ):
             out.append(f"{name}: seccompProfile not RuntimeDefault/Localhost")
         if any(p.get("hostPort") for p in c.get("ports") or []):
             out.append(f"{name}: hostPort")
@@ -295,6 +349,7 @@ def restricted_violations(pod: dict) -> list[str]:
 
 
 # ------------------------------------------------------------------ structural schema pruning
+
 
 def pruned_fields(doc, schema: dict, path: str = "") -> list[str]:
     """Fields the API server would drop (structural schema pruning): keys not in `properties` where the schema
@@ -325,7 +380,9 @@ def pruned_fields(doc, schema: dict, path: str = "") -> list[str]:
 NFS, CSI = "nfs", "csi"
 
 
-def fs_group_applied(source: str, access_modes: list[str], fs_group_policy: str | None, fs_type: str) -> bool:
+def fs_group_applied(
+    source: str, access_modes: list[str], fs_group_policy: str | None, fs_type: str
+) -> bool:
     """Whether the kubelet changes a volume's ownership to the pod's fsGroup. In-tree NFS: never. CSI, by its
     driver's fsGroupPolicy: File always, None never, ReadWriteOnceWithFSType (the default) only for a volume whose
     access modes are exactly ReadWriteOnce (or ReadWriteOncePod) and that has an fsType."""
@@ -336,12 +393,17 @@ def fs_group_applied(source: str, access_modes: list[str], fs_group_policy: str 
         return True
     if policy == "None":
         return False
-    return bool(fs_type) and len(access_modes) == 1 and access_modes[0] in ("ReadWriteOnce", "ReadWriteOncePod")
+    return (
+        bool(fs_type)
+        and len(access_modes) == 1
+        and access_modes[0] in ("ReadWriteOnce", "ReadWriteOncePod")
+    )
 
 
 # ------------------------------------------------------------------ how kubectl reads YAML: sigs.k8s.io/yaml on
 #     go-yaml v2, a YAML 1.1 reader (resolve.go: y/Y/n/N/yes/on/off... as booleans, ~ and null, decimal, 0x, 0b
 #     and 0-octal integers with _, floats that need no dot: yamlStyleFloat); YAML 1.2 readers add 0o octal
+
 
 def yaml11_loader():
     """A PyYAML loader with the implicit types of go-yaml v2 that PyYAML's own YAML 1.1 resolver lacks (y, n and
@@ -352,16 +414,32 @@ def yaml11_loader():
     class Loader(yaml.SafeLoader):
         pass
 
-    Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
-    Loader.add_implicit_resolver("tag:yaml.org,2002:float",
-                                 re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)$"),
-                                 list("-+0123456789."))
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN")
+    )
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)$"),
+        list("-+0123456789."),
+    )
     # go-yaml v2 tries strconv.ParseInt(s, 0, 64), which takes Go's prefixes in either case (0x/0X, 0b/0B, 0o/0O)
     # and underscores after a prefix
-    Loader.add_implicit_resolver("tag:yaml.org,2002:int",
-                                 re.compile(r"^[-+]?0(?:[oO][0-7_]+|[xX][0-9a-fA-F_]+|[bB][01_]+)$"), list("-+0"))
-    Loader.add_constructor("tag:yaml.org,2002:bool", lambda loader, node: loader.construct_scalar(node) in
-                           ("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"))
-    Loader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: ("int", loader.construct_scalar(node)))
-    Loader.add_constructor("tag:yaml.org,2002:float", lambda loader, node: ("float", loader.construct_scalar(node)))
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:int",
+        re.compile(r"^[-+]?0(?:[oO][0-7_]+|[xX][0-9a-fA-F_]+|[bB][01_]+)$"),
+        list("-+0"),
+    )
+    Loader.add_constructor(
+        "tag:yaml.org,2002:bool",
+        lambda loader, node: (
+            loader.construct_scalar(node)
+            in ("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON")
+        ),
+    )
+    Loader.add_constructor(
+        "tag:yaml.org,2002:int", lambda loader, node: ("int", loader.construct_scalar(node))
+    )
+    Loader.add_constructor(
+        "tag:yaml.org,2002:float", lambda loader, node: ("float", loader.construct_scalar(node))
+    )
     return Loader

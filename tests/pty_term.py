@@ -21,23 +21,46 @@ from tests.conftest import as_foreground
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]")
 
 
-def run(args: list[str], cols: int = 80, rows: int = 60, env: dict | None = None, cwd: str | Path | None = None,
-        timeout: float = 600, interrupt_after: float | None = None) -> tuple[int, str]:
+def run(
+    args: list[str],
+    cols: int = 80,
+    rows: int = 60,
+    env: dict | None = None,
+    cwd: str | Path | None = None,
+    timeout: float = 600,
+    interrupt_after: float | None = None,
+) -> tuple[int, str]:
     """(exit code, the screen's text: ANSI sequences removed, carriage-return rewrites resolved per line).
     interrupt_after: press Ctrl-C (SIGINT to the command) after that many seconds."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    full_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "CI")
-                and not k.startswith(("SLURM_", "SUBMITIT_"))}
+    full_env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("COLUMNS", "LINES", "NO_COLOR", "CI")
+        and not k.startswith(("SLURM_", "SUBMITIT_"))
+    }
     full_env.update({"TERM": "xterm-256color", **(env or {})})
-    proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=full_env, cwd=cwd,
-                            start_new_session=True, preexec_fn=as_foreground)
+    proc = subprocess.Popen(
+        args,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=full_env,
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=as_foreground,
+    )
     os.close(slave)
     chunks = []
     start = time.time()
     deadline = start + timeout
     while True:
-        if interrupt_after is not None and time.time() - start > interrupt_after and proc.poll() is None:
+        if (
+            interrupt_after is not None
+            and time.time() - start > interrupt_after
+            and proc.poll() is None
+        ):
             proc.send_signal(2)
             interrupt_after = None
         ready, _, _ = select.select([master], [], [], 0.2)

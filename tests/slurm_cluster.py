@@ -61,8 +61,16 @@ def instance() -> int:
 SHARED_CORES_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int = 1001, slurmd_timeout: int = 300,
-            preempt: str = "off", grace_time: int = 30, core_per_node: bool = False):
+def cluster(
+    tmp_path_factory,
+    nodes: int,
+    accounting: bool,
+    max_array_size: int = 1001,
+    slurmd_timeout: int = 300,
+    preempt: str = "off",
+    grace_time: int = 30,
+    core_per_node: bool = False,
+):
     why = available()
     if why:
         if os.environ.get("HPCQA_REQUIRE_SLURM"):
@@ -72,10 +80,25 @@ def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int 
         pytest.fail(release_mismatch())
     d = tmp_path_factory.mktemp(f"slurm{nodes}{'a' if accounting else ''}")
     k = instance()
-    cmd = [sys.executable, str(ROOT / "scripts/devcluster.py"), "up", "--dir", str(d), "--nodes", str(nodes),
-           "--instance", str(k),
-           "--max-array-size", str(max_array_size), "--slurmd-timeout", str(slurmd_timeout),
-           "--preempt", preempt, "--grace-time", str(grace_time)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts/devcluster.py"),
+        "up",
+        "--dir",
+        str(d),
+        "--nodes",
+        str(nodes),
+        "--instance",
+        str(k),
+        "--max-array-size",
+        str(max_array_size),
+        "--slurmd-timeout",
+        str(slurmd_timeout),
+        "--preempt",
+        preempt,
+        "--grace-time",
+        str(grace_time),
+    ]
     if accounting:
         cmd.append("--accounting")
     if core_per_node:
@@ -83,14 +106,21 @@ def cluster(tmp_path_factory, nodes: int, accounting: bool, max_array_size: int 
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
-        yield {"SLURM_CONF": str(d / "slurm.conf"), "HPCQA_REGISTRY": str(d / "registry.sqlite"),
-               "HPCQA_CACHE": str(tmp_path_factory.getbasetemp() / "hpcqa-cache"),
-               "HPCQA_TEST_CLUSTER_DIR": str(d),  # devcluster.py shape needs it
-               "HPCQA_TEST_CLUSTER_NET": f"10.77.{k}",  # node K is at .1K (scripts/devcluster.py)
-               **({} if core_per_node else SHARED_CORES_ENV)}
+        yield {
+            "SLURM_CONF": str(d / "slurm.conf"),
+            "HPCQA_REGISTRY": str(d / "registry.sqlite"),
+            "HPCQA_CACHE": str(tmp_path_factory.getbasetemp() / "hpcqa-cache"),
+            "HPCQA_TEST_CLUSTER_DIR": str(d),  # devcluster.py shape needs it
+            "HPCQA_TEST_CLUSTER_NET": f"10.77.{k}",  # node K is at .1K (scripts/devcluster.py)
+            **({} if core_per_node else SHARED_CORES_ENV),
+        }
     finally:
-        subprocess.run([sys.executable, str(ROOT / "scripts/devcluster.py"), "down", "--dir", str(d)],
-                       capture_output=True, text=True, timeout=120)
+        subprocess.run(
+            [sys.executable, str(ROOT / "scripts/devcluster.py"), "down", "--dir", str(d)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
 
 @contextlib.contextmanager
@@ -112,6 +142,7 @@ def job_states(env: dict, *ids: str) -> dict[str, dict]:
     from hpcqa.executors import jobs
     from hpcqa.executors.slurmcli import Slurm
     from hpcqa.record import registry
+
     with environment(env):
         reg = registry.Registry(None, create=False)
         views = jobs.collect(reg, Slurm(), list(ids), False)[0] if reg.exists else []

@@ -26,6 +26,7 @@ def _normalize(s):
 
 # ---------------------------------------------------------------- v1.1
 
+
 def v1_f1(prediction, ground_truth):
     p = _normalize(prediction).split()
     g = _normalize(ground_truth).split()
@@ -63,6 +64,7 @@ def v1_evaluate(dataset, predictions):
 
 
 # ---------------------------------------------------------------- v2.0
+
 
 def _get_tokens(s):
     if not s:
@@ -125,12 +127,21 @@ def _apply_no_ans_threshold(scores, na_probs, qid_to_has_ans, na_prob_thresh):
 def _make_eval_dict(exact_scores, f1_scores, qid_list=None):
     if not qid_list:
         total = len(exact_scores)
-        return collections.OrderedDict([("exact", 100.0 * sum(exact_scores.values()) / total),
-                                        ("f1", 100.0 * sum(f1_scores.values()) / total), ("total", total)])
+        return collections.OrderedDict(
+            [
+                ("exact", 100.0 * sum(exact_scores.values()) / total),
+                ("f1", 100.0 * sum(f1_scores.values()) / total),
+                ("total", total),
+            ]
+        )
     total = len(qid_list)
-    return collections.OrderedDict([("exact", 100.0 * sum(exact_scores[k] for k in qid_list) / total),
-                                    ("f1", 100.0 * sum(f1_scores[k] for k in qid_list) / total),
-                                    ("total", total)])
+    return collections.OrderedDict(
+        [
+            ("exact", 100.0 * sum(exact_scores[k] for k in qid_list) / total),
+            ("f1", 100.0 * sum(f1_scores[k] for k in qid_list) / total),
+            ("total", total),
+        ]
+    )
 
 
 def _find_best_thresh(preds, scores, na_probs, qid_to_has_ans):
@@ -172,14 +183,30 @@ def v2_evaluate(dataset, preds, na_probs=None, na_prob_thresh=1.0):
         for k, v in _make_eval_dict(exact_thresh, f1_thresh, qid_list=no_ans_qids).items():
             out["NoAns_" + k] = v
     if given:
-        out["best_exact"], out["best_exact_thresh"] = _find_best_thresh(preds, exact_raw, na_probs, has_ans)
+        out["best_exact"], out["best_exact_thresh"] = _find_best_thresh(
+            preds, exact_raw, na_probs, has_ans
+        )
         out["best_f1"], out["best_f1_thresh"] = _find_best_thresh(preds, f1_raw, na_probs, has_ans)
     return out, {q: (exact_thresh[q], f1_thresh[q]) for q in exact_thresh}
 
 
 def nested(golds):
     """{qid: [answer texts]} -> the official data layout (one article, one paragraph per question)."""
-    return [{"title": "t", "paragraphs": [{"context": "c", "qas": [{"id": q, "question": "?",
-                                                                    "answers": [{"text": t, "answer_start": 0}
-                                                                                for t in answers]}]}
-                                          for q, answers in golds.items()]}]
+    return [
+        {
+            "title": "t",
+            "paragraphs": [
+                {
+                    "context": "c",
+                    "qas": [
+                        {
+                            "id": q,
+                            "question": "?",
+                            "answers": [{"text": t, "answer_start": 0} for t in answers],
+                        }
+                    ],
+                }
+                for q, answers in golds.items()
+            ],
+        }
+    ]

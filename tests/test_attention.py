@@ -17,7 +17,7 @@ def test_bulk_masks_keep_the_models_probability(p):
     """The keep rate of a bulk mask is 1 - p to within 2^-17 in expectation and within sampling noise in a draw
     of 4M elements; the scale makes the expected output the input."""
     threshold, keep = attention.keep_threshold(p)
-    assert abs(keep - (1 - p)) <= 2 ** -17
+    assert abs(keep - (1 - p)) <= 2**-17
     torch.manual_seed(0)
     mask, scale = attention.keep_mask((1024, 1024), p)
     n = mask.numel()
@@ -60,10 +60,15 @@ def test_bulk_dropout_matches_a_masked_product_forward_and_backward():
 
 
 def test_use_bulk_dropout_replaces_every_dropout_with_the_same_p():
-    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1), nn.Sequential(nn.Dropout(0.3), nn.ReLU()))
+    model = nn.Sequential(
+        nn.Linear(4, 4), nn.Dropout(0.1), nn.Sequential(nn.Dropout(0.3), nn.ReLU())
+    )
     assert attention.use_bulk_dropout(model) == 2
     drops = [m for m in model.modules() if isinstance(m, nn.Dropout)]
-    assert [type(m) for m in drops] == [attention.BulkDropout] * 2 and [m.p for m in drops] == [0.1, 0.3]
+    assert [type(m) for m in drops] == [attention.BulkDropout] * 2 and [m.p for m in drops] == [
+        0.1,
+        0.3,
+    ]
     assert set(model.state_dict()) == {"0.weight", "0.bias"}
 
 
@@ -122,25 +127,47 @@ def test_attention_in_bf16_stays_bf16():
 
 
 def test_dropout_settings_reach_the_config_or_are_refused():
-    cfg = SimpleNamespace(model_type="bert", attention_probs_dropout_prob=0.1, hidden_dropout_prob=0.1)
-    got = attention.apply_dropouts(cfg, SimpleNamespace(attention_dropout=0.0, hidden_dropout="model"))
-    assert got == {"attention_dropout": 0.0, "hidden_dropout": 0.1} and cfg.attention_probs_dropout_prob == 0.0
+    cfg = SimpleNamespace(
+        model_type="bert", attention_probs_dropout_prob=0.1, hidden_dropout_prob=0.1
+    )
+    got = attention.apply_dropouts(
+        cfg, SimpleNamespace(attention_dropout=0.0, hidden_dropout="model")
+    )
+    assert (
+        got == {"attention_dropout": 0.0, "hidden_dropout": 0.1}
+        and cfg.attention_probs_dropout_prob == 0.0
+    )
     distil = SimpleNamespace(model_type="distilbert", attention_dropout=0.1, dropout=0.1)
-    assert attention.apply_dropouts(distil, SimpleNamespace(attention_dropout="model", hidden_dropout=0.05)) == \
-        {"attention_dropout": 0.1, "hidden_dropout": 0.05}
+    assert attention.apply_dropouts(
+        distil, SimpleNamespace(attention_dropout="model", hidden_dropout=0.05)
+    ) == {"attention_dropout": 0.1, "hidden_dropout": 0.05}
     odd = SimpleNamespace(model_type="odd")
-    assert attention.apply_dropouts(odd, SimpleNamespace(attention_dropout="model", hidden_dropout="model")) == \
-        {"attention_dropout": None, "hidden_dropout": None}
+    assert attention.apply_dropouts(
+        odd, SimpleNamespace(attention_dropout="model", hidden_dropout="model")
+    ) == {"attention_dropout": None, "hidden_dropout": None}
     with pytest.raises(RankError) as e:
-        attention.apply_dropouts(odd, SimpleNamespace(attention_dropout=0.0, hidden_dropout="model"))
-    assert "model.attention_dropout" in e.value.message and 'model.attention_dropout = "model"' in e.value.hint
+        attention.apply_dropouts(
+            odd, SimpleNamespace(attention_dropout=0.0, hidden_dropout="model")
+        )
+    assert (
+        "model.attention_dropout" in e.value.message
+        and 'model.attention_dropout = "model"' in e.value.hint
+    )
 
 
 def _tiny_bert(tmp_path):
     from transformers import BertConfig
-    cfg = BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=64, max_position_embeddings=64)
+
+    cfg = BertConfig(
+        vocab_size=200,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     from transformers import BertForQuestionAnswering
+
     torch.manual_seed(0)
     BertForQuestionAnswering(cfg).save_pretrained(tmp_path)
     return str(tmp_path)
@@ -156,7 +183,11 @@ def test_a_bert_model_trains_with_hpcqa_attention_and_evaluates_like_sdpa(tmp_pa
     is finite and its gradients reach every layer."""
     path = _tiny_bert(tmp_path)
     model, facts = attention.load_qa_model(path, {}, _mc())
-    assert facts["attention"] == "hpcqa" and facts["dropout_masks"] == "bulk" and facts["bulk_dropout_modules"] > 0
+    assert (
+        facts["attention"] == "hpcqa"
+        and facts["dropout_masks"] == "bulk"
+        and facts["bulk_dropout_modules"] > 0
+    )
     assert facts["attention_dropout"] == facts["hidden_dropout"] == 0.1
     ref, _ = attention.load_qa_model(path, {}, _mc(attention="sdpa", dropout="torch"))
     ids = torch.randint(5, 200, (3, 20))
@@ -167,17 +198,30 @@ def test_a_bert_model_trains_with_hpcqa_attention_and_evaluates_like_sdpa(tmp_pa
         a, b = model(input_ids=ids, attention_mask=am), ref(input_ids=ids, attention_mask=am)
     assert torch.allclose(a.start_logits, b.start_logits, atol=1e-5)
     model.train()
-    out = model(input_ids=ids, attention_mask=am, start_positions=torch.tensor([1, 2, 3]),
-                end_positions=torch.tensor([2, 3, 4]))
+    out = model(
+        input_ids=ids,
+        attention_mask=am,
+        start_positions=torch.tensor([1, 2, 3]),
+        end_positions=torch.tensor([2, 3, 4]),
+    )
     out.loss.backward()
     assert torch.isfinite(out.loss)
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for n, p in model.named_parameters()
-               if "encoder" in n)
+    assert all(
+        p.grad is not None and torch.isfinite(p.grad).all()
+        for n, p in model.named_parameters()
+        if "encoder" in n
+    )
 
 
 def test_dropout_zero_and_torch_masks_are_recorded(tmp_path):
     path = _tiny_bert(tmp_path)
-    model, facts = attention.load_qa_model(path, {}, _mc(attention="eager", dropout="torch", attention_dropout=0.0))
-    assert facts["attention"] == "eager" and facts["dropout_masks"] == "torch" and facts["bulk_dropout_modules"] == 0
+    model, facts = attention.load_qa_model(
+        path, {}, _mc(attention="eager", dropout="torch", attention_dropout=0.0)
+    )
+    assert (
+        facts["attention"] == "eager"
+        and facts["dropout_masks"] == "torch"
+        and facts["bulk_dropout_modules"] == 0
+    )
     assert facts["attention_dropout"] == 0.0 and model.config.attention_probs_dropout_prob == 0.0
     assert not any(isinstance(m, attention.BulkDropout) for m in model.modules())

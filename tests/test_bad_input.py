@@ -17,13 +17,17 @@ from hpcqa.errors import ConfigError
 from hpcqa.record import registry
 from tests.conftest import ROOT
 
-OK_ROW = dict(id="7", name="n", target="local", folder="/x", config={}, source="s", nodes=1, world_size=2)
+OK_ROW = dict(
+    id="7", name="n", target="local", folder="/x", config={}, source="s", nodes=1, world_size=2
+)
 
 
 def assert_clean_error(r, *needles):
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
-    assert lines[0].startswith("error: ") and any(x.strip().startswith("fix: ") for x in lines[1:]), r.stderr
+    assert lines[0].startswith("error: ") and any(
+        x.strip().startswith("fix: ") for x in lines[1:]
+    ), r.stderr
     assert "Traceback" not in r.stderr
     for n in needles:
         assert n in r.stderr, (n, r.stderr)
@@ -48,7 +52,9 @@ def damaged(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["garbage", "truncated", "empty", "directory"])
-@pytest.mark.parametrize("verb", [["status"], ["logs", "7"], ["cancel", "7"], ["results", "7"], ["registry", "check"]])
+@pytest.mark.parametrize(
+    "verb", [["status"], ["logs", "7"], ["cancel", "7"], ["results", "7"], ["registry", "check"]]
+)
 def test_damaged_registry_is_one_clear_line(cli, tmp_path, kind, verb):
     path = damaged(tmp_path, kind)
     before = path.read_bytes() if path.is_file() else None
@@ -61,8 +67,15 @@ def test_damaged_registry_is_one_clear_line(cli, tmp_path, kind, verb):
 def test_submit_with_a_damaged_registry_starts_nothing(cli, tmp_path, kind):
     path = damaged(tmp_path, kind)
     out = tmp_path / "out"
-    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(out))}",
-            "--set", "model.name_or_path=\"builtin:tiny-bert\"", env={"HPCQA_REGISTRY": str(path)})
+    r = cli(
+        "submit",
+        "configs/quickstart.toml",
+        "--set",
+        f"job.output_dir={json.dumps(str(out))}",
+        "--set",
+        'model.name_or_path="builtin:tiny-bert"',
+        env={"HPCQA_REGISTRY": str(path)},
+    )
     assert_clean_error(r, str(path))
     assert not out.exists()
 
@@ -129,11 +142,14 @@ def test_a_zeroed_page_is_one_line_and_recover_salvages_the_rest(cli, tmp_path):
     data = bytearray(path.read_bytes())
     page = int.from_bytes(data[16:18], "big") or 65536
     assert len(data) >= 4 * page
-    data[2 * page:3 * page] = bytes(page)   # the third page: a leaf of the jobs table
+    data[2 * page : 3 * page] = bytes(page)  # the third page: a leaf of the jobs table
     path.write_bytes(bytes(data))
     for verb in (["status", "--all"], ["registry", "check"]):
         r = cli(*verb, "--registry", str(path))
-        assert r.returncode == 2 and "Traceback" not in r.stderr and "recover" in r.stderr, (verb, r.stderr)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "recover" in r.stderr, (
+            verb,
+            r.stderr,
+        )
     r = cli("registry", "recover", "--registry", str(path))
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "fresh registry" in r.stdout and list(tmp_path.glob("registry.sqlite.damaged-*"))
@@ -142,23 +158,41 @@ def test_a_zeroed_page_is_one_line_and_recover_salvages_the_rest(cli, tmp_path):
 
 # ------------------------------------------------------------------------------------ pre-flight
 
+
 def squad(tmp_path, name, qas, context="The cat sat on the mat."):
-    doc = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}
+    doc = {
+        "version": "1.1",
+        "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}],
+    }
     p = tmp_path / name
     p.write_text(json.dumps(doc))
     return p
 
 
 def good_qa(i=0, start=4):
-    return {"id": f"q{i}", "question": "Who sat?", "answers": [{"text": "cat", "answer_start": start}]}
+    return {
+        "id": f"q{i}",
+        "question": "Who sat?",
+        "answers": [{"text": "cat", "answer_start": start}],
+    }
 
 
 def submit_files(cli, tmp_path, train, *extra):
     out = tmp_path / "out"
-    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(out))}",
-            "--set", "data.dataset=\"\"", "--set", f"data.train_file={json.dumps(str(train))}",
-            "--set", "model.name_or_path=\"builtin:tiny-bert\"", *extra,
-            env={"HPCQA_REGISTRY": str(tmp_path / "registry.sqlite")})
+    r = cli(
+        "submit",
+        "configs/quickstart.toml",
+        "--set",
+        f"job.output_dir={json.dumps(str(out))}",
+        "--set",
+        'data.dataset=""',
+        "--set",
+        f"data.train_file={json.dumps(str(train))}",
+        "--set",
+        'model.name_or_path="builtin:tiny-bert"',
+        *extra,
+        env={"HPCQA_REGISTRY": str(tmp_path / "registry.sqlite")},
+    )
     return r, out
 
 
@@ -170,7 +204,12 @@ def bad_json(tmp_path):
 
 def jsonl_with_bad_line(tmp_path):
     p = tmp_path / "train.jsonl"
-    good = {"id": "a", "context": "The cat sat.", "question": "Who?", "answers": {"text": ["cat"], "answer_start": [4]}}
+    good = {
+        "id": "a",
+        "context": "The cat sat.",
+        "question": "Who?",
+        "answers": {"text": ["cat"], "answer_start": [4]},
+    }
     p.write_text(json.dumps(good) + "\n" + json.dumps(good) + "\n{oops\n")
     return p
 
@@ -180,9 +219,14 @@ CASES = {
     "malformed JSON": (bad_json, ["data.train_file", "bad.json", "line 3"]),
     "bad JSON line": (jsonl_with_bad_line, ["train.jsonl", "line 3"]),
     "no examples": (lambda t: squad(t, "empty.json", []), ["no examples"]),
-    "empty file": (lambda t: (t / "zero.json").write_text("") and t / "zero.json" or t / "zero.json", ["zero.json"]),
-    "answer_start off": (lambda t: squad(t, "off.json", [good_qa(i, start=5) for i in range(20)]),
-                         ["20 of 20 answers", "'q0' (answer 'cat' at 5)", "max_misaligned_answers"]),
+    "empty file": (
+        lambda t: (t / "zero.json").write_text("") and t / "zero.json" or t / "zero.json",
+        ["zero.json"],
+    ),
+    "answer_start off": (
+        lambda t: squad(t, "off.json", [good_qa(i, start=5) for i in range(20)]),
+        ["20 of 20 answers", "'q0' (answer 'cat' at 5)", "max_misaligned_answers"],
+    ),
 }
 
 
@@ -197,47 +241,78 @@ def test_bad_data_is_refused_before_anything_starts(cli, tmp_path, case):
 def test_a_few_misaligned_answers_pass_within_the_tolerance(tmp_path):
     from hpcqa import preflight
     from hpcqa.core import config
+
     path = squad(tmp_path, "ok.json", [good_qa(i) for i in range(99)] + [good_qa(99, start=0)])
-    cfg = config.load("configs/quickstart.toml", ["data.dataset=\"\"", f"data.train_file={json.dumps(str(path))}",
-                                                  f"job.output_dir={json.dumps(str(tmp_path))}"])
+    cfg = config.load(
+        "configs/quickstart.toml",
+        [
+            'data.dataset=""',
+            f"data.train_file={json.dumps(str(path))}",
+            f"job.output_dir={json.dumps(str(tmp_path))}",
+        ],
+    )
     notes = preflight.check(cfg)
     assert len(notes) == 1 and "1 of 100 answers misaligned" in notes[0]
 
 
-@pytest.mark.parametrize("name,needles", [
-    ("builtin:nosuch", ["unknown built-in"]),
-    ("./models/missing", ["model directory './models/missing' not found"]),
-    ("some-org/not-cached-model", ["not-cached-model", "cache", "allow_download"]),
-])
+@pytest.mark.parametrize(
+    "name,needles",
+    [
+        ("builtin:nosuch", ["unknown built-in"]),
+        ("./models/missing", ["model directory './models/missing' not found"]),
+        ("some-org/not-cached-model", ["not-cached-model", "cache", "allow_download"]),
+    ],
+)
 def test_unloadable_model_is_refused(cli, tmp_path, name, needles):
-    r, out = submit_files(cli, tmp_path, squad(tmp_path, "ok.json", [good_qa()]),
-                          "--set", f"model.name_or_path={json.dumps(name)}")
+    r, out = submit_files(
+        cli,
+        tmp_path,
+        squad(tmp_path, "ok.json", [good_qa()]),
+        "--set",
+        f"model.name_or_path={json.dumps(name)}",
+    )
     assert_clean_error(r, "model.name_or_path", *needles)
 
 
 def test_directory_without_a_model_is_refused(cli, tmp_path):
     (tmp_path / "m").mkdir()
-    r, _ = submit_files(cli, tmp_path, squad(tmp_path, "ok.json", [good_qa()]),
-                        "--set", f"model.name_or_path={json.dumps(str(tmp_path / 'm'))}")
+    r, _ = submit_files(
+        cli,
+        tmp_path,
+        squad(tmp_path, "ok.json", [good_qa()]),
+        "--set",
+        f"model.name_or_path={json.dumps(str(tmp_path / 'm'))}",
+    )
     assert_clean_error(r, "without config.json")
 
 
 def test_output_folder_not_writable(cli, tmp_path):
     blocker = tmp_path / "file-in-the-way"
     blocker.write_text("")
-    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(blocker))}",
-            env={"HPCQA_REGISTRY": str(tmp_path / "registry.sqlite")})
+    r = cli(
+        "submit",
+        "configs/quickstart.toml",
+        "--set",
+        f"job.output_dir={json.dumps(str(blocker))}",
+        env={"HPCQA_REGISTRY": str(tmp_path / "registry.sqlite")},
+    )
     assert_clean_error(r, "job.output_dir", "file-in-the-way")
     assert not (tmp_path / "registry.sqlite").exists()
 
 
 # ---------------------------------------------------------------- values that are not sane (issue 30)
 
-@pytest.mark.parametrize("override,key", [
-    ("train.learning_rate=nan", "train.learning_rate"), ("train.warmup_ratio=inf", "train.warmup_ratio"),
-    ("train.num_train_epochs=0", "train.num_train_epochs"), ("train.ddp_timeout_s=1000000000000000", "train.ddp_timeout_s"),
-    ("cluster.nodes=100000", "cluster.nodes"),
-])
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("train.learning_rate=nan", "train.learning_rate"),
+        ("train.warmup_ratio=inf", "train.warmup_ratio"),
+        ("train.num_train_epochs=0", "train.num_train_epochs"),
+        ("train.ddp_timeout_s=1000000000000000", "train.ddp_timeout_s"),
+        ("cluster.nodes=100000", "cluster.nodes"),
+    ],
+)
 def test_values_that_are_not_sane_are_refused_naming_the_key(override, key):
     with pytest.raises(ConfigError) as e:
         config.load(ROOT / "configs/squad_spr.toml", [override])
@@ -247,42 +322,92 @@ def test_values_that_are_not_sane_are_refused_naming_the_key(override, key):
 def test_sizes_are_bounded_before_anything_is_expanded(cli, tmp_path):
     """64 sockets x 4096 cores on 100,000 nodes, and a 10^10-variant grid: one line each, at once, nothing written."""
     t0 = time.time()
-    r = cli("validate", "configs/squad_spr.toml", "--set", "cluster.nodes=100000", "--set", "cluster.sockets_per_node=64",
-            "--set", "cluster.cores_per_socket=4096", "--set", f"job.output_dir={json.dumps(str(tmp_path))}")
-    assert r.returncode == 2 and "CPUs per node" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = cli(
+        "validate",
+        "configs/squad_spr.toml",
+        "--set",
+        "cluster.nodes=100000",
+        "--set",
+        "cluster.sockets_per_node=64",
+        "--set",
+        "cluster.cores_per_socket=4096",
+        "--set",
+        f"job.output_dir={json.dumps(str(tmp_path))}",
+    )
+    assert r.returncode == 2 and "CPUs per node" in r.stderr and "Traceback" not in r.stderr, (
+        r.stderr
+    )
     sweep = tmp_path / "big.toml"
     axis = json.dumps(list(range(100000)))
-    sweep.write_text((ROOT / "configs/quickstart.toml").read_text() +
-                     f'\n[sweep]\n"train.seed" = {axis}\n"train.max_steps" = {axis}\n')
-    r = cli("submit", str(sweep), "--dry-run", "--set", f"job.output_dir={json.dumps(str(tmp_path))}")
-    assert r.returncode == 2 and "10,000,000,000 variants" in r.stderr and "at most 10,000" in r.stderr, r.stderr
+    sweep.write_text(
+        (ROOT / "configs/quickstart.toml").read_text()
+        + f'\n[sweep]\n"train.seed" = {axis}\n"train.max_steps" = {axis}\n'
+    )
+    r = cli(
+        "submit", str(sweep), "--dry-run", "--set", f"job.output_dir={json.dumps(str(tmp_path))}"
+    )
+    assert (
+        r.returncode == 2 and "10,000,000,000 variants" in r.stderr and "at most 10,000" in r.stderr
+    ), r.stderr
     assert time.time() - t0 < 20 and [p.name for p in tmp_path.iterdir()] == ["big.toml"]
 
 
-def test_more_local_ranks_than_this_machine_has_cores_is_refused_before_anything_is_written(cli, tmp_path):
+def test_more_local_ranks_than_this_machine_has_cores_is_refused_before_anything_is_written(
+    cli, tmp_path
+):
     """512 ranks declared on a machine that lets hpcqa use far fewer cores: the local executor observes the
     machine and refuses (the fix names its real shape); the dry run says submit would refuse."""
-    big = ["--set", "cluster.sockets_per_node=2", "--set", "cluster.cores_per_socket=256",
-           "--set", "launch.ranks_per_socket=256", "--set", f"job.output_dir={json.dumps(str(tmp_path / 'out'))}",
-           "--set", f"job.registry={json.dumps(str(tmp_path / 'r.sqlite'))}"]
+    big = [
+        "--set",
+        "cluster.sockets_per_node=2",
+        "--set",
+        "cluster.cores_per_socket=256",
+        "--set",
+        "launch.ranks_per_socket=256",
+        "--set",
+        f"job.output_dir={json.dumps(str(tmp_path / 'out'))}",
+        "--set",
+        f"job.registry={json.dumps(str(tmp_path / 'r.sqlite'))}",
+    ]
     t0 = time.time()
     r = cli("submit", "configs/quickstart.toml", *big)
     assert_clean_error(r, "would start 512 ranks on this machine", "cluster.sockets_per_node = 1")
     assert re.search(r"lets it use \d+ core", r.stderr), r.stderr
-    assert time.time() - t0 < 20 and not (tmp_path / "out").exists() and not (tmp_path / "r.sqlite").exists()
+    assert (
+        time.time() - t0 < 20
+        and not (tmp_path / "out").exists()
+        and not (tmp_path / "r.sqlite").exists()
+    )
     dry = cli("submit", "configs/quickstart.toml", *big, "--dry-run")
-    assert dry.returncode == 0 and "submit would refuse" in " ".join(dry.stderr.split() + dry.stdout.split())
+    assert dry.returncode == 0 and "submit would refuse" in " ".join(
+        dry.stderr.split() + dry.stdout.split()
+    )
 
 
 def test_a_non_utf8_set_is_one_line_and_writes_nothing(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", "--set",
-                        os.fsencode("job.name=a") + b"\xff", "--set", f"job.output_dir={json.dumps(str(tmp_path))}"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpcqa",
+            "submit",
+            "configs/quickstart.toml",
+            "--set",
+            os.fsencode("job.name=a") + b"\xff",
+            "--set",
+            f"job.output_dir={json.dumps(str(tmp_path))}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert r.returncode == 2 and "UTF-8" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not list(tmp_path.iterdir())
 
 
 # ---------------------------------------------------------------- rough edges a new user meets (issue 30)
+
 
 def test_a_misspelt_command_gets_did_you_mean(cli):
     r = cli("sumbit", "configs/quickstart.toml")
@@ -298,12 +423,18 @@ def test_a_toml_syntax_error_shows_the_line(cli, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[train]\nlearning_rate = 3e-5\nname = hello world\n")
     r = cli("validate", str(bad))
-    assert r.returncode == 2 and "'name = hello world'" in r.stderr and "line 3" in r.stderr, r.stderr
+    assert r.returncode == 2 and "'name = hello world'" in r.stderr and "line 3" in r.stderr, (
+        r.stderr
+    )
 
 
 def test_render_writes_python3_unless_told_and_yaml_is_not_executable(cli, tmp_path):
     r = cli("render", "configs/squad_spr.toml")
-    assert r.returncode == 0 and " python3 -m hpcqa.rank --plan" in r.stdout and sys.executable not in r.stdout
+    assert (
+        r.returncode == 0
+        and " python3 -m hpcqa.rank --plan" in r.stdout
+        and sys.executable not in r.stdout
+    )
     out = tmp_path / "job.yaml"
     r = cli("render", "configs/squad_spr.toml", "--target", "pytorchjob", "-o", str(out))
     assert r.returncode == 0 and not out.stat().st_mode & 0o111, r.stderr
@@ -313,10 +444,20 @@ def test_render_writes_python3_unless_told_and_yaml_is_not_executable(cli, tmp_p
 
 
 def test_stage_of_a_built_in_model_does_not_crash(cli, tmp_path):
-    r = cli("stage", "configs/quickstart.toml", "--set", "model.name_or_path=builtin:tiny-bert",
-            "--set", "data.synthetic_train_examples=40", "--set", "data.synthetic_eval_examples=10",
-            env={"HPCQA_CACHE": str(tmp_path / "cache")})
-    assert r.returncode == 0 and "manifest" in r.stdout + r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = cli(
+        "stage",
+        "configs/quickstart.toml",
+        "--set",
+        "model.name_or_path=builtin:tiny-bert",
+        "--set",
+        "data.synthetic_train_examples=40",
+        "--set",
+        "data.synthetic_eval_examples=10",
+        env={"HPCQA_CACHE": str(tmp_path / "cache")},
+    )
+    assert (
+        r.returncode == 0 and "manifest" in r.stdout + r.stderr and "Traceback" not in r.stderr
+    ), r.stderr
 
 
 def test_submit_check_with_no_controller_says_so_not_that_the_request_is_bad(tmp_path):
@@ -328,6 +469,7 @@ def test_submit_check_with_no_controller_says_so_not_that_the_request_is_bad(tmp
     def runner(argv):
         out = "Slurmctld(primary) at c1 is DOWN\n" if "ping" in argv else ""
         return subprocess.CompletedProcess(argv, 1, out, "")
+
     with pytest.raises(SchedulerUnreachable) as e:
         test_only(Slurm(runner), "#!/bin/bash\n")
     assert "not answering" in e.value.message and "hpcqa doctor" in e.value.hint
@@ -344,8 +486,15 @@ def test_submit_where_slurm_is_not_installed_says_so(cli, tmp_path):
             for name in os.listdir(d):
                 if name not in slurm and not (bare / name).exists():
                     (bare / name).symlink_to(Path(d) / name)
-    r = cli("submit", "configs/quickstart.toml", "--set", "cluster.executor=slurm", "--set",
-            f"job.output_dir={json.dumps(str(tmp_path / 'out'))}", env={"PATH": str(bare), "SLURM_CONF": ""})
+    r = cli(
+        "submit",
+        "configs/quickstart.toml",
+        "--set",
+        "cluster.executor=slurm",
+        "--set",
+        f"job.output_dir={json.dumps(str(tmp_path / 'out'))}",
+        env={"PATH": str(bare), "SLURM_CONF": ""},
+    )
     text = " ".join(r.stderr.split())
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Slurm is not installed here" in text and "cluster.executor=local" in text, text
@@ -356,15 +505,27 @@ def test_validate_checks_every_file(cli, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[train]\nlearning_rate = \n")
     r = cli("validate", str(bad), "configs/quickstart.toml")
-    assert r.returncode == 2 and "ok  configs/quickstart.toml" in r.stdout and "bad.toml" in r.stderr
+    assert (
+        r.returncode == 2 and "ok  configs/quickstart.toml" in r.stdout and "bad.toml" in r.stderr
+    )
 
 
 def test_submit_takes_a_registry(cli, tmp_path):
-    r = cli("submit", "configs/quickstart.toml", "--dry-run", "--json", "--registry", str(tmp_path / "r.sqlite"))
-    assert r.returncode == 0 and json.loads(r.stdout)["config"]["job"]["registry"] == str(tmp_path / "r.sqlite")
+    r = cli(
+        "submit",
+        "configs/quickstart.toml",
+        "--dry-run",
+        "--json",
+        "--registry",
+        str(tmp_path / "r.sqlite"),
+    )
+    assert r.returncode == 0 and json.loads(r.stdout)["config"]["job"]["registry"] == str(
+        tmp_path / "r.sqlite"
+    )
 
 
 # ---------------------------------------------------------------- a registry that is not what it should be (issue 30)
+
 
 def _registry_with(tmp_path, n=36):
     """n jobs with a real config each, each submitted on its own (as they are: one transaction per submit)."""
@@ -387,18 +548,24 @@ def test_damaged_rows_are_found_skipped_with_one_line_and_left_out_by_recover(cl
     db.close()
     env = {"HPCQA_REGISTRY": str(path)}
     r = cli("registry", "check", env=env)
-    assert r.returncode == 2 and "2 damaged row(s)" in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert r.returncode == 2 and "2 damaged row(s)" in r.stderr and "Traceback" not in r.stderr, (
+        r.stdout + r.stderr
+    )
     r = cli("status", "--all", env=env)
-    assert r.returncode == 0 and "2 damaged row(s)" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 0 and "2 damaged row(s)" in r.stderr and "Traceback" not in r.stderr, (
+        r.stderr
+    )
     r = cli("registry", "recover", env=env)
-    assert r.returncode == 0 and "2 job(s) read back, 2 damaged row(s) left out" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "2 job(s) read back, 2 damaged row(s) left out" in r.stdout, (
+        r.stdout + r.stderr
+    )
     assert cli("registry", "check", env=env).returncode == 0
 
 
 def test_recover_salvages_the_rows_before_a_truncation(tmp_path):
     path = _registry_with(tmp_path, 36)
     data = path.read_bytes()
-    path.write_bytes(data[:len(data) // 2])
+    path.write_bytes(data[: len(data) // 2])
     with pytest.raises(Exception):  # SQLite itself reads nothing of it
         sqlite3.connect(path).execute("SELECT COUNT(*) FROM jobs").fetchone()
     new, aside, n, bad = registry.recover(path)
@@ -412,10 +579,22 @@ def test_another_programs_database_is_refused_and_left_untouched(cli, tmp_path):
     db.commit()
     db.close()
     before = other.read_bytes()
-    for args in (["status"], ["registry", "check"],
-                 ["submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(tmp_path / 'o'))}"]):
+    for args in (
+        ["status"],
+        ["registry", "check"],
+        [
+            "submit",
+            "configs/quickstart.toml",
+            "--set",
+            f"job.output_dir={json.dumps(str(tmp_path / 'o'))}",
+        ],
+    ):
         r = cli(*args, env={"HPCQA_REGISTRY": str(other)})
-        assert r.returncode == 2 and "not an hpcqa job registry" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert (
+            r.returncode == 2
+            and "not an hpcqa job registry" in r.stderr
+            and "Traceback" not in r.stderr
+        ), r.stderr
     assert other.read_bytes() == before and not (tmp_path / "app.sqlite-wal").exists()
     assert not (tmp_path / "o").exists()
 
@@ -424,7 +603,9 @@ def test_a_reused_job_id_never_replaces_the_older_job(tmp_path):
     reg = registry.Registry(tmp_path / "r.sqlite")
     reg.add_many([{**OK_ROW, "id": "7", "folder": "/old/7-aaa"}])
     reg.update_states([("7", "COMPLETED", True, "0:0", "1:00", "/old/7-aaa")])
-    reg.add_many([{**OK_ROW, "id": "7", "folder": "/new/7-bbb"}])  # a reset controller gave out 7 again
+    reg.add_many(
+        [{**OK_ROW, "id": "7", "folder": "/new/7-bbb"}]
+    )  # a reset controller gave out 7 again
     rows = reg.jobs(["7"])
     assert sorted(r.folder for r in rows) == ["/new/7-bbb", "/old/7-aaa"]
     assert {r.folder: r.state for r in rows}["/old/7-aaa"] == "COMPLETED"
@@ -433,10 +614,15 @@ def test_a_reused_job_id_never_replaces_the_older_job(tmp_path):
 def test_a_registry_from_before_is_migrated_keeping_its_rows(tmp_path):
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)
-    db.executescript(registry.SCHEMA.replace("id            TEXT NOT NULL,", "id TEXT PRIMARY KEY,")
-                     .replace(",\n    UNIQUE (id, folder)", "").replace("    target        ", "    executor      "))
-    db.execute("INSERT INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, world_size) "
-               "VALUES ('3', 'q', 'local', '/f/3', '{}', 'x.toml', 1.0, 1, 2)")
+    db.executescript(
+        registry.SCHEMA.replace("id            TEXT NOT NULL,", "id TEXT PRIMARY KEY,")
+        .replace(",\n    UNIQUE (id, folder)", "")
+        .replace("    target        ", "    executor      ")
+    )
+    db.execute(
+        "INSERT INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, world_size) "
+        "VALUES ('3', 'q', 'local', '/f/3', '{}', 'x.toml', 1.0, 1, 2)"
+    )
     db.commit()
     db.close()
     reg = registry.Registry(path)
@@ -450,8 +636,10 @@ def _schema_1_registry(path):
     db = sqlite3.connect(path)
     db.executescript(registry.SCHEMA.replace("    target        ", "    executor      "))
     db.execute(f"PRAGMA application_id = {registry.APPLICATION_ID}")
-    db.execute("INSERT INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, world_size) "
-               "VALUES ('5', 'q', 'slurm', '/f/5', '{}', 'x.toml', 1.0, 1, 2)")
+    db.execute(
+        "INSERT INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, world_size) "
+        "VALUES ('5', 'q', 'slurm', '/f/5', '{}', 'x.toml', 1.0, 1, 2)"
+    )
     db.commit()
     db.close()
 
@@ -474,7 +662,9 @@ def test_a_job_whose_folder_was_deleted_is_said_alike_by_status_and_logs(cli, tm
     reg.add_many([{**OK_ROW, "id": "4242", "folder": str(tmp_path / "gone" / "4242-abc")}])
     env = {"HPCQA_REGISTRY": str(path)}
     s = cli("status", "4242", env=env)
-    assert s.returncode == 0 and "is gone" in " ".join((s.stdout + s.stderr).split()), s.stdout + s.stderr
+    assert s.returncode == 0 and "is gone" in " ".join((s.stdout + s.stderr).split()), (
+        s.stdout + s.stderr
+    )
     r = cli("logs", "4242", env=env)
     assert r.returncode == 2 and "is gone" in r.stderr and "pending" not in r.stderr, r.stderr
 
@@ -485,29 +675,43 @@ def test_recover_of_a_crafted_file_is_bounded_and_leaves_a_working_registry(cli,
     pages in a cycle (was unbounded memory). recover always ends with the damaged file kept aside and a working
     registry in its place."""
     from hpcqa.record import sqlitescan
+
     path = _three_jobs(tmp_path)
     data = bytearray(path.read_bytes())
-    data[16:18] = b"\x00\x00"                       # page size 0
+    data[16:18] = b"\x00\x00"  # page size 0
     path.write_bytes(bytes(data))
     r = cli("registry", "recover", "--registry", str(path))
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert list(tmp_path.glob("registry.sqlite.damaged-*"))
     assert cli("registry", "check", "--registry", str(path)).returncode == 0
-    for bad in (b"\x00\x01", b"\x02\x00", b"\x03\x00"):  # 65536 is 1; 512 is the least; not a power of two
+    for bad in (
+        b"\x00\x01",
+        b"\x02\x00",
+        b"\x03\x00",
+    ):  # 65536 is 1; 512 is the least; not a power of two
         data[16:18] = bad
         (tmp_path / "x.sqlite").write_bytes(bytes(data))
-        sqlitescan.table_rows(tmp_path / "x.sqlite", len(registry.COLUMNS))   # no exception, whatever it finds
+        sqlitescan.table_rows(
+            tmp_path / "x.sqlite", len(registry.COLUMNS)
+        )  # no exception, whatever it finds
     usable = 4096
-    pages = {n: bytes(usable) for n in range(4, 12)}           # a file of ten pages...
-    pages.update({2: (3).to_bytes(4, "big") + bytes(usable - 4), 3: (2).to_bytes(4, "big") + bytes(usable - 4)})
-    least = (usable - 12) * 32 // 255 - 23                     # ...whose overflow chain runs 2 -> 3 -> 2 -> ...
+    pages = {n: bytes(usable) for n in range(4, 12)}  # a file of ten pages...
+    pages.update(
+        {
+            2: (3).to_bytes(4, "big") + bytes(usable - 4),
+            3: (2).to_bytes(4, "big") + bytes(usable - 4),
+        }
+    )
+    least = (usable - 12) * 32 // 255 - 23  # ...whose overflow chain runs 2 -> 3 -> 2 -> ...
     page = bytes(least) + (2).to_bytes(4, "big")
-    with pytest.raises(ValueError, match="larger than the file"):   # a record of a terabyte
+    with pytest.raises(ValueError, match="larger than the file"):  # a record of a terabyte
         sqlitescan._payload(page, 0, 10**12, usable, pages)
-    with pytest.raises(ValueError, match="cycle"):             # within the file's size, but the chain comes back
+    with pytest.raises(
+        ValueError, match="cycle"
+    ):  # within the file's size, but the chain comes back
         sqlitescan._payload(page, 0, 6 * usable, usable, pages)
     with pytest.raises(ValueError):
-        sqlitescan._record(bytes([0x7f, 1, 2]))      # a header of 127 bytes in a record of 3
+        sqlitescan._record(bytes([0x7F, 1, 2]))  # a header of 127 bytes in a record of 3
 
 
 def test_a_registry_path_that_is_a_fifo_or_under_a_file_is_one_line(cli, tmp_path):
@@ -517,10 +721,16 @@ def test_a_registry_path_that_is_a_fifo_or_under_a_file_is_one_line(cli, tmp_pat
     os.mkfifo(fifo)
     afile = tmp_path / "afile"
     afile.write_text("x")
-    for path, what in ((fifo, "not a regular file"), (afile / "registry.sqlite", "is a file, not a folder")):
+    for path, what in (
+        (fifo, "not a regular file"),
+        (afile / "registry.sqlite", "is a file, not a folder"),
+    ):
         for verb in (["status", "--all"], ["registry", "check"]):
             r = cli(*verb, "--registry", str(path))
-            assert r.returncode == 2 and what in r.stderr and "Traceback" not in r.stderr, (verb, r.stderr)
+            assert r.returncode == 2 and what in r.stderr and "Traceback" not in r.stderr, (
+                verb,
+                r.stderr,
+            )
 
 
 def test_the_first_rounds_leftovers_are_one_line_at_submit_and_in_the_dry_run(cli, tmp_path):
@@ -529,31 +739,91 @@ def test_the_first_rounds_leftovers_are_one_line_at_submit_and_in_the_dry_run(cl
     not a checkpoint, k8s.mount_path over the image's system folders. Each is one line, exit 2, naming the key;
     and the dry run of a request submit would refuse says so instead of showing a plan that is never queued."""
     out = ["--set", f"job.output_dir={json.dumps(str(tmp_path / 'out'))}"]
-    for setting, key in ((f'model.name_or_path="{"a" * 5000}"', "model.name_or_path"),
-                         (f"train.seed={2**63 - 1}", "train.seed")):
+    for setting, key in (
+        (f'model.name_or_path="{"a" * 5000}"', "model.name_or_path"),
+        (f"train.seed={2**63 - 1}", "train.seed"),
+    ):
         for dry in ([], ["--dry-run"]):
             r = cli("submit", "configs/quickstart.toml", *out, "--set", setting, *dry)
-            assert r.returncode == 2 and key in r.stderr and "Traceback" not in r.stderr, (setting, r.stderr)
+            assert r.returncode == 2 and key in r.stderr and "Traceback" not in r.stderr, (
+                setting,
+                r.stderr,
+            )
             assert len([ln for ln in r.stderr.splitlines() if ln.startswith("error:")]) == 1
     r = cli("submit", "configs/quickstart.toml", *out, "--set", 'model.name_or_path="not a hub id"')
-    assert r.returncode == 2 and "neither a local directory" in r.stderr and "Traceback" not in r.stderr, r.stderr
-    for path, why in (("/etc", "without trainer_state.json"), (str(tmp_path / "nope"), "is not there")):
-        r = cli("submit", "configs/quickstart.toml", *out, "--set", f"train.resume_from={json.dumps(path)}")
+    assert (
+        r.returncode == 2
+        and "neither a local directory" in r.stderr
+        and "Traceback" not in r.stderr
+    ), r.stderr
+    for path, why in (
+        ("/etc", "without trainer_state.json"),
+        (str(tmp_path / "nope"), "is not there"),
+    ):
+        r = cli(
+            "submit",
+            "configs/quickstart.toml",
+            *out,
+            "--set",
+            f"train.resume_from={json.dumps(path)}",
+        )
         assert r.returncode == 2 and "train.resume_from" in r.stderr and why in r.stderr, r.stderr
-        dry = cli("submit", "configs/quickstart.toml", *out, "--set", f"train.resume_from={json.dumps(path)}",
-                  "--dry-run", "--json")
-        assert dry.returncode == 0 and why in json.loads(dry.stdout)["would_refuse"]["error"], dry.stdout[-500:]
-        assert "submit here would refuse it" not in dry.stderr   # --json: in the object, not on stderr
-    missing = cli("submit", "configs/quickstart.toml", *out, "--set", 'data.dataset=""', "--set",
-                  f"data.train_file={json.dumps(str(tmp_path / 'train.json'))}", "--dry-run")
-    assert missing.returncode == 0 and "would refuse it" in missing.stderr and "data.train_file" in missing.stderr
+        dry = cli(
+            "submit",
+            "configs/quickstart.toml",
+            *out,
+            "--set",
+            f"train.resume_from={json.dumps(path)}",
+            "--dry-run",
+            "--json",
+        )
+        assert dry.returncode == 0 and why in json.loads(dry.stdout)["would_refuse"]["error"], (
+            dry.stdout[-500:]
+        )
+        assert (
+            "submit here would refuse it" not in dry.stderr
+        )  # --json: in the object, not on stderr
+    missing = cli(
+        "submit",
+        "configs/quickstart.toml",
+        *out,
+        "--set",
+        'data.dataset=""',
+        "--set",
+        f"data.train_file={json.dumps(str(tmp_path / 'train.json'))}",
+        "--dry-run",
+    )
+    assert (
+        missing.returncode == 0
+        and "would refuse it" in missing.stderr
+        and "data.train_file" in missing.stderr
+    )
     assert not (tmp_path / "out").exists()
     for mount in ("/", "/dev/shm", "/mnt/../etc", "/etc/hpcqa", "/usr/local/data"):
-        r = cli("render", "configs/squad_spr.toml", "--target", "trainjob", "--set", "k8s.image=r/x:1",
-                "--set", f"k8s.mount_path={json.dumps(mount)}")
-        assert r.returncode == 2 and "k8s.mount_path" in r.stderr and "Traceback" not in r.stderr, (mount, r.stderr)
-    ok = cli("render", "configs/squad_spr.toml", "--target", "trainjob", "--set", "k8s.image=r/x:1",
-             "--set", 'k8s.mount_path="/data/hpcqa"')
+        r = cli(
+            "render",
+            "configs/squad_spr.toml",
+            "--target",
+            "trainjob",
+            "--set",
+            "k8s.image=r/x:1",
+            "--set",
+            f"k8s.mount_path={json.dumps(mount)}",
+        )
+        assert r.returncode == 2 and "k8s.mount_path" in r.stderr and "Traceback" not in r.stderr, (
+            mount,
+            r.stderr,
+        )
+    ok = cli(
+        "render",
+        "configs/squad_spr.toml",
+        "--target",
+        "trainjob",
+        "--set",
+        "k8s.image=r/x:1",
+        "--set",
+        'k8s.mount_path="/data/hpcqa"',
+    )
     assert ok.returncode == 0, ok.stderr
 
 
@@ -564,7 +834,11 @@ def test_init_writes_a_new_or_regular_file_whole_or_nothing(cli, tmp_path):
     target = tmp_path / "elsewhere.txt"
     target.write_text("mine\n")
     (tmp_path / "link.toml").symlink_to(target)
-    for name, kind in (("fifo.toml", "a FIFO"), ("link.toml", "a link"), ("/dev/null", "not a file")):
+    for name, kind in (
+        ("fifo.toml", "a FIFO"),
+        ("link.toml", "a link"),
+        ("/dev/null", "not a file"),
+    ):
         r = cli("init", "-o", str(tmp_path / name), "--force")
         assert r.returncode == 2 and f"is {kind}: nothing was written" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
@@ -573,15 +847,25 @@ def test_init_writes_a_new_or_regular_file_whole_or_nothing(cli, tmp_path):
     assert cli("init", "-o", str(tmp_path / "old.toml")).returncode == 2
     r = cli("init", "-o", str(tmp_path / "old.toml"), "--force")
     assert r.returncode == 0 and "[cluster]" in (tmp_path / "old.toml").read_text()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.txt", "fifo.toml", "link.toml", "old.toml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "elsewhere.txt",
+        "fifo.toml",
+        "link.toml",
+        "old.toml",
+    ]
 
 
 def test_a_registry_that_cannot_be_created_stops_submit_before_anything_runs(cli, tmp_path):
     """The registry is made before the job is queued or started: one that cannot be (under /proc here; a read-only
     folder for a normal user) is one line, exit 2, and no job -- not a job queued, run and left unrecorded."""
     out = tmp_path / "out"
-    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(out))}",
-            env={"HPCQA_REGISTRY": "/proc/hpcqa-no-such/registry.sqlite"})
+    r = cli(
+        "submit",
+        "configs/quickstart.toml",
+        "--set",
+        f"job.output_dir={json.dumps(str(out))}",
+        env={"HPCQA_REGISTRY": "/proc/hpcqa-no-such/registry.sqlite"},
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert "cannot create the job registry /proc/hpcqa-no-such/registry.sqlite" in r.stderr
     assert "recover" not in r.stderr and "Traceback" not in r.stderr

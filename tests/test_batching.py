@@ -27,6 +27,7 @@ def test_every_feature_once_in_an_order_fixed_by_seed_and_epoch():
 @pytest.mark.torch
 def test_the_global_generators_are_left_alone():
     import torch
+
     state, py = torch.get_rng_state(), random.getstate()
     batching.lockstep_order(squad_like_lengths(500), batch=8, world=2, seed=1, epoch=3)
     assert torch.equal(torch.get_rng_state(), state) and random.getstate() == py
@@ -42,11 +43,15 @@ def test_steps_pad_little_and_the_longest_comes_first_the_short_group_last():
     grouped = batching.padded_tokens(lengths, order, batch)
     shuffled = batching.padded_tokens(lengths, random_order, batch)
     text = sum(lengths)
-    assert grouped < 1.1 * text < shuffled        # under 10 % padding, where random batches pad far more
-    assert max(lengths[i] for i in order[:group]) == max(lengths)   # a memory limit shows at the first step
-    full = len(order) - 2000 % group   # the short group, last (the accelerate test shows what it keeps aligned)
+    assert grouped < 1.1 * text < shuffled  # under 10 % padding, where random batches pad far more
+    assert max(lengths[i] for i in order[:group]) == max(
+        lengths
+    )  # a memory limit shows at the first step
+    full = (
+        len(order) - 2000 % group
+    )  # the short group, last (the accelerate test shows what it keeps aligned)
     # successive steps are not sorted: the epoch is not a ramp from long to short
-    maxima = [max(lengths[i] for i in order[k:k + group]) for k in range(0, full, group)]
+    maxima = [max(lengths[i] for i in order[k : k + group]) for k in range(0, full, group)]
     assert maxima != sorted(maxima, reverse=True) and maxima != sorted(maxima)
 
 
@@ -65,14 +70,18 @@ def test_accelerates_shards_hand_every_rank_its_part_of_the_same_length_group():
     batch, world = 8, 4
     sampler = LockstepLengthSampler(lengths, batch, world, seed=5)
     sampler.set_epoch(2)
-    per_rank = [list(BatchSamplerShard(BatchSampler(sampler, batch, drop_last=False), world, rank))
-                for rank in range(world)]
+    per_rank = [
+        list(BatchSamplerShard(BatchSampler(sampler, batch, drop_last=False), world, rank))
+        for rank in range(world)
+    ]
     steps = min(len(b) for b in per_rank)
     assert steps == -(-1500 // (batch * world))
     order = batching.lockstep_order(lengths, batch, world, seed=5, epoch=2)
-    for k in range(steps - 1):                      # the last step may be short (and is padded by accelerate)
+    for k in range(steps - 1):  # the last step may be short (and is padded by accelerate)
         step = [per_rank[rank][k] for rank in range(world)]
-        assert sorted(i for b in step for i in b) == sorted(order[k * batch * world:(k + 1) * batch * world])
+        assert sorted(i for b in step for i in b) == sorted(
+            order[k * batch * world : (k + 1) * batch * world]
+        )
         longest = [max(lengths[i] for i in b) for b in step]
         assert max(longest) - min(longest) <= max(3, 0.03 * max(longest)), (k, longest)
 
@@ -89,18 +98,37 @@ def test_a_run_stopped_mid_epoch_resumes_to_the_weights_of_one_that_was_not(cli,
 
     def submit(name: str, *extra: str):
         out = tmp_path / name
-        r = cli("submit", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(out))}",
-                "--set", "launch.ranks_per_socket=2", "--set", "train.max_steps=8", "--set", "train.save_steps=4",
-                "--set", "train.seed=3", *extra, env=env)
+        r = cli(
+            "submit",
+            "configs/quickstart.toml",
+            *TINY,
+            "--set",
+            f"job.output_dir={json.dumps(str(out))}",
+            "--set",
+            "launch.ranks_per_socket=2",
+            "--set",
+            "train.max_steps=8",
+            "--set",
+            "train.save_steps=4",
+            "--set",
+            "train.seed=3",
+            *extra,
+            env=env,
+        )
         return r, job_dirs(out)
 
     whole, (a,) = submit("whole")
     assert whole.returncode == 0, whole.stdout + whole.stderr
     broken, (b,) = submit("broken", "--set", "train.fail_at_step=6")
     assert broken.returncode != 0 and (b / "checkpoints" / "checkpoint-4").is_dir(), broken.stderr
-    again, (c,) = submit("again", "--set", f"train.resume_from={json.dumps(str(b / 'checkpoints' / 'checkpoint-4'))}")
+    again, (c,) = submit(
+        "again", "--set", f"train.resume_from={json.dumps(str(b / 'checkpoints' / 'checkpoint-4'))}"
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     ra, rc = (json.loads((j / "results.json").read_text()) for j in (a, c))
-    assert rc["resumed_from"].endswith("checkpoint-4") and ra["global_steps"] == rc["global_steps"] == 8
+    assert (
+        rc["resumed_from"].endswith("checkpoint-4")
+        and ra["global_steps"] == rc["global_steps"] == 8
+    )
     assert ra["weights_digest"] == rc["weights_digest"]
     assert ra["efficiency"]["tokens"]["padding_share"] < 0.15

@@ -22,15 +22,20 @@ from hpcqa.rank import picklecheck
 from hpcqa.record.jobdir import JobDir, JobRoot
 from tests.conftest import ROOT, SLURM_HERE
 
-HOST = plan.HostProbe(schedulers=SLURM_HERE, ccl_bindings=False, libraries={}, python=sys.executable)
+HOST = plan.HostProbe(
+    schedulers=SLURM_HERE, ccl_bindings=False, libraries={}, python=sys.executable
+)
 
 
 def quick(tmp_path, *overrides):
-    return config.load(ROOT / "configs/quickstart.toml", [f"job.output_dir={json.dumps(str(tmp_path))}",
-                                                         "cluster.executor=slurm", *overrides])
+    return config.load(
+        ROOT / "configs/quickstart.toml",
+        [f"job.output_dir={json.dumps(str(tmp_path))}", "cluster.executor=slurm", *overrides],
+    )
 
 
 # ---------------------------------------------------------------- the snapshot
+
 
 def _snap(tmp_path):
     snap = snapshot.plan(JobRoot.of(str(tmp_path), "j"))
@@ -40,7 +45,11 @@ def _snap(tmp_path):
 
 
 def _verify(snap):
-    return subprocess.run(["bash", "-c", snapshot.verify_command(sys.executable, snap)], capture_output=True, text=True)
+    return subprocess.run(
+        ["bash", "-c", snapshot.verify_command(sys.executable, snap)],
+        capture_output=True,
+        text=True,
+    )
 
 
 @pytest.mark.process
@@ -51,13 +60,19 @@ def test_a_fresh_snapshot_verifies_with_the_scripts_own_command(tmp_path):
     assert json.loads((snap.path / "MANIFEST.json").read_text())["rank/__init__.py"]
 
 
-@pytest.mark.parametrize("tamper,named", [
-    (lambda p: (p / "hpcqa/rank/__init__.py").write_text("open('PWNED', 'w')\n"), "hpcqa/rank/__init__.py"),
-    (lambda p: (p / "json.py").write_text("open('PWNED', 'w')\n"), "json.py"),
-    (lambda p: (p / "hpcqa/rank/evil.py").write_text(""), "hpcqa/rank/evil.py"),
-    (lambda p: (p / "hpcqa/rank/__pycache__").mkdir(), "__pycache__"),
-    (lambda p: (p / "snapcheck.py").write_text("pass\n"), "snapcheck.py changed"),
-])
+@pytest.mark.parametrize(
+    "tamper,named",
+    [
+        (
+            lambda p: (p / "hpcqa/rank/__init__.py").write_text("open('PWNED', 'w')\n"),
+            "hpcqa/rank/__init__.py",
+        ),
+        (lambda p: (p / "json.py").write_text("open('PWNED', 'w')\n"), "json.py"),
+        (lambda p: (p / "hpcqa/rank/evil.py").write_text(""), "hpcqa/rank/evil.py"),
+        (lambda p: (p / "hpcqa/rank/__pycache__").mkdir(), "__pycache__"),
+        (lambda p: (p / "snapcheck.py").write_text("pass\n"), "snapcheck.py changed"),
+    ],
+)
 @pytest.mark.process
 def test_a_changed_snapshot_is_refused_naming_the_file_before_any_import(tmp_path, tamper, named):
     snap = _snap(tmp_path)
@@ -74,9 +89,14 @@ def test_a_tampered_existing_snapshot_is_set_aside_and_made_again(tmp_path, caps
     snap = _snap(tmp_path)
     (snap.path / "hpcqa/rank/__init__.py").write_text("open('PWNED', 'w')\n")
     with owner_umask():
-        snapshot.write(snap, lambda line: print(line, file=sys.stderr))  # as the executors pass submit's `say`
+        snapshot.write(
+            snap, lambda line: print(line, file=sys.stderr)
+        )  # as the executors pass submit's `say`
     assert _verify(snap).returncode == 0
-    assert list(snap.path.parent.glob(f"{snap.digest}.damaged-*")) and "did not verify" in capsys.readouterr().err
+    assert (
+        list(snap.path.parent.glob(f"{snap.digest}.damaged-*"))
+        and "did not verify" in capsys.readouterr().err
+    )
 
 
 @pytest.mark.process
@@ -89,10 +109,12 @@ def test_the_job_script_checks_the_snapshot_before_srun(tmp_path):
 
 # ---------------------------------------------------------------- the pickle
 
+
 def _pickle(path, digest, obj=None):
     from submitit.core.utils import DelayedSubmission
 
     from hpcqa.rank.job import RankJob
+
     d = DelayedSubmission(obj if obj is not None else RankJob(path, digest))
     d.set_timeout(60, 3)
     return pickle.dumps(d)
@@ -109,7 +131,9 @@ def test_the_submitted_pickle_passes_and_a_swapped_one_does_not():
 
     bad = picklecheck.problems(pickle.dumps(Evil()), "/j/plans/a/task-0.json", "abc")
     assert bad and ("REDUCE" in bad or "posix.system" in bad or "os.system" in bad)
-    assert "not a readable pickle" in picklecheck.problems(good[:40], "/j/plans/a/task-0.json", "abc")
+    assert "not a readable pickle" in picklecheck.problems(
+        good[:40], "/j/plans/a/task-0.json", "abc"
+    )
 
 
 def test_a_pickle_others_can_write_is_refused(tmp_path):
@@ -118,20 +142,27 @@ def test_a_pickle_others_can_write_is_refused(tmp_path):
     from submitit.core.utils import DelayedSubmission
 
     from hpcqa.rank.job import RankJob
+
     delayed = DelayedSubmission(RankJob("/x", "d"))
     delayed.set_timeout(60, 3)
     delayed.dump(p)  # as submit (and submitit's requeue) write it
     p.chmod(0o600)
     from hpcqa.rank import job
+
     assert picklecheck.check(p, "/x", "d", lambda: job.pickles("/x", "d", 60, 3), wait_s=0) is None
     p.chmod(0o664)
-    assert "writable by others" in picklecheck.check(p, "/x", "d", lambda: job.pickles("/x", "d", 60, 3), wait_s=0)
+    assert "writable by others" in picklecheck.check(
+        p, "/x", "d", lambda: job.pickles("/x", "d", 60, 3), wait_s=0
+    )
     p.chmod(0o600)
-    assert "differs" in picklecheck.check(p, "/x", "d", lambda: job.pickles("/x", "d", 30, 3), wait_s=0)
+    assert "differs" in picklecheck.check(
+        p, "/x", "d", lambda: job.pickles("/x", "d", 30, 3), wait_s=0
+    )
 
 
 def test_a_plan_file_is_checked_against_the_folder_the_script_names(tmp_path):
     from hpcqa.record import jobdir
+
     group = tmp_path / "plans" / "aaaa"
     group.mkdir(parents=True)
     assert jobdir.plan_problem(group / "task-0.json", "aaaa") is None
@@ -143,10 +174,13 @@ def test_a_plan_file_is_checked_against_the_folder_the_script_names(tmp_path):
     assert "submitted d1" in jobdir.plan_problem(arr / "task-1.json", "dX")
     (arr / "index.json").write_text(jobdir.plan_index_text(["d0", "dX"]))  # the index swapped too
     assert "is not the index" in jobdir.plan_problem(arr / "task-1.json", "dX")
-    assert jobdir.plan_problem(tmp_path / "job" / "plan.json", "x") is None  # a rendered script's own plan
+    assert (
+        jobdir.plan_problem(tmp_path / "job" / "plan.json", "x") is None
+    )  # a rendered script's own plan
 
 
 # ---------------------------------------------------------------- modes, names, job roots
+
 
 @pytest.mark.process
 @pytest.mark.parametrize("group_readable", [False, True])
@@ -164,7 +198,9 @@ def test_modes_do_not_follow_the_umask(tmp_path, group_readable):
     allowed = 0o750 if group_readable else 0o700
     for p in [tmp_path / "modes", *(tmp_path / "modes").rglob("*")]:
         mode = stat.S_IMODE(p.stat().st_mode)
-        assert not mode & ~allowed and (mode & 0o040 or not group_readable), f"{p} has mode {mode:o}"
+        assert not mode & ~allowed and (mode & 0o040 or not group_readable), (
+            f"{p} has mode {mode:o}"
+        )
 
 
 @pytest.mark.parametrize("name", [".", "..", ".hidden", "a/b", "x" * 65])
@@ -205,6 +241,7 @@ def test_a_job_root_owned_by_someone_else_is_refused(tmp_path):
 
 # ---------------------------------------------------------------- cancel acts on the recorded process only
 
+
 class Row:
     def __init__(self, job_id, folder):
         self.id, self.folder, self.final, self.target = str(job_id), str(folder), False, "local"
@@ -234,54 +271,106 @@ def test_cancel_never_signals_a_recycled_pid(tmp_path):
 
 # ---------------------------------------------------------------- sbatch_extra
 
-@pytest.mark.parametrize("flag,names", [
-    ("--output=/tmp/x", "job.output_dir"), ("--array=0-3", "[sweep]"), ("--job-name=x", "job.name"),
-    ("--export=NONE", "launch.env"), ("--nodes=3", "cluster.nodes"), ("--ntasks-per-node=8", "ranks_per_socket"),
-    ("--cpus-per-task=4", "cores per rank"), ("--nod=3", "cluster.nodes"), ("--out=/tmp/x", "job.output_dir"),
-    ("--signal=USR1@30", "cluster.signal_delay_s"), ("--requeue", "cluster.requeue_on_node_fail"),
-    ("--open-mode=truncate", "appended"), ("--chdir=/", "submit from"), ("--clusters=other", "SLURM_CLUSTERS"),
-    ("--time=10", "cluster.time_limit_min"),
-])
+
+@pytest.mark.parametrize(
+    "flag,names",
+    [
+        ("--output=/tmp/x", "job.output_dir"),
+        ("--array=0-3", "[sweep]"),
+        ("--job-name=x", "job.name"),
+        ("--export=NONE", "launch.env"),
+        ("--nodes=3", "cluster.nodes"),
+        ("--ntasks-per-node=8", "ranks_per_socket"),
+        ("--cpus-per-task=4", "cores per rank"),
+        ("--nod=3", "cluster.nodes"),
+        ("--out=/tmp/x", "job.output_dir"),
+        ("--signal=USR1@30", "cluster.signal_delay_s"),
+        ("--requeue", "cluster.requeue_on_node_fail"),
+        ("--open-mode=truncate", "appended"),
+        ("--chdir=/", "submit from"),
+        ("--clusters=other", "SLURM_CLUSTERS"),
+        ("--time=10", "cluster.time_limit_min"),
+    ],
+)
 def test_sbatch_extra_cannot_contradict_the_plan(flag, names):
     with pytest.raises(ConfigError) as e:
-        config.load(ROOT / "configs/quickstart.toml", [f"cluster.sbatch_extra={json.dumps([flag])}"])
+        config.load(
+            ROOT / "configs/quickstart.toml", [f"cluster.sbatch_extra={json.dumps([flag])}"]
+        )
     assert e.value.key == "cluster.sbatch_extra[0]" and names in e.value.hint, e.value.render()
 
 
-@pytest.mark.parametrize("flag", ["--gres=gpu:1", "--gpus=2", "--gpus-per-node=4", "--cpus-per-gpu=8",
-                                  "--tres-per-task=gres/gpu:1"])
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--gres=gpu:1",
+        "--gpus=2",
+        "--gpus-per-node=4",
+        "--cpus-per-gpu=8",
+        "--tres-per-task=gres/gpu:1",
+    ],
+)
 def test_gpu_requests_are_refused(flag):
     with pytest.raises(ConfigError) as e:
-        config.load(ROOT / "configs/quickstart.toml", [f"cluster.sbatch_extra={json.dumps([flag])}"])
+        config.load(
+            ROOT / "configs/quickstart.toml", [f"cluster.sbatch_extra={json.dumps([flag])}"]
+        )
     assert "GPU" in e.value.detail
 
 
 def test_harmless_sbatch_extra_passes():
-    cfg = config.load(ROOT / "configs/quickstart.toml", ["cluster.sbatch_extra=['--reservation=ml','--hold',"
-                                                         "'--mail-type=END','--comment=a b']"])
+    cfg = config.load(
+        ROOT / "configs/quickstart.toml",
+        ["cluster.sbatch_extra=['--reservation=ml','--hold','--mail-type=END','--comment=a b']"],
+    )
     assert len(cfg.cluster.sbatch_extra) == 4
 
 
 # ---------------------------------------------------------------- secrets by value and by name
 
-SECRETS = ["hf_" + "a1B2c3D4" * 4, "ghp_" + "Z9y8X7w6" * 5, "github_pat_" + "11ABCDEFG0" * 3, "AKIAIOSFODNN7EXAMPLE",
-           "xoxb-1234567890-abcdefghij", "glpat-" + "x" * 20, "-----BEGIN OPENSSH PRIVATE KEY-----",
-           "postgres://user:hunter2@db.example:5432/x", "sk-" + "A" * 40, "sk_live_" + "b" * 24,
-           "AIza" + "S" * 35, "npm_" + "n" * 36, "pypi-" + "p" * 60, "eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.sig",
-           "Bearer " + "t" * 30, "https://hooks.slack.com/services/T0/B0/x", "https://x.example/a?token=abcdef12"]
+SECRETS = [
+    "hf_" + "a1B2c3D4" * 4,
+    "ghp_" + "Z9y8X7w6" * 5,
+    "github_pat_" + "11ABCDEFG0" * 3,
+    "AKIAIOSFODNN7EXAMPLE",
+    "xoxb-1234567890-abcdefghij",
+    "glpat-" + "x" * 20,
+    "-----BEGIN OPENSSH PRIVATE KEY-----",
+    "postgres://user:hunter2@db.example:5432/x",
+    "sk-" + "A" * 40,
+    "sk_live_" + "b" * 24,
+    "AIza" + "S" * 35,
+    "npm_" + "n" * 36,
+    "pypi-" + "p" * 60,
+    "eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.sig",
+    "Bearer " + "t" * 30,
+    "https://hooks.slack.com/services/T0/B0/x",
+    "https://x.example/a?token=abcdef12",
+]
 
 
 @pytest.mark.parametrize("secret", SECRETS)
-@pytest.mark.parametrize("where", ["launch.env.PLAIN_NAME", "cluster.setup", "cluster.sbatch_extra",
-                                   "model.name_or_path", "k8s.node_selector.zone", "sweep"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "launch.env.PLAIN_NAME",
+        "cluster.setup",
+        "cluster.sbatch_extra",
+        "model.name_or_path",
+        "k8s.node_selector.zone",
+        "sweep",
+    ],
+)
 def test_a_credential_is_refused_by_its_shape_and_never_echoed(tmp_path, secret, where):
     if where in ("cluster.setup", "cluster.sbatch_extra"):
         text = f"export X={secret}" if where == "cluster.setup" else f"--comment={secret}"
         args = [f"{where}={json.dumps([text])}"]
     elif where == "sweep":
         path = tmp_path / "s.toml"
-        path.write_text((ROOT / "configs/quickstart.toml").read_text() +
-                        f'\n[sweep]\n"model.name_or_path" = ["a", {json.dumps(secret)}]\n')
+        path.write_text(
+            (ROOT / "configs/quickstart.toml").read_text()
+            + f'\n[sweep]\n"model.name_or_path" = ["a", {json.dumps(secret)}]\n'
+        )
         with pytest.raises(ConfigError) as e:
             sweep.expand(config.load_raw(path), str(path))
         assert secret not in e.value.render() and "looks like" in e.value.detail
@@ -294,21 +383,44 @@ def test_a_credential_is_refused_by_its_shape_and_never_echoed(tmp_path, secret,
     assert secret not in e.value.render()
 
 
-@pytest.mark.parametrize("name", ["TOKEN", "APIKEY", "AWS_ACCESS_KEY_ID", "GH_PAT", "GITHUB_PAT", "DB_PASS",
-                                  "SSH_PRIVATE", "AUTH_HEADER", "HF_AUTH", "MY_KEY"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "TOKEN",
+        "APIKEY",
+        "AWS_ACCESS_KEY_ID",
+        "GH_PAT",
+        "GITHUB_PAT",
+        "DB_PASS",
+        "SSH_PRIVATE",
+        "AUTH_HEADER",
+        "HF_AUTH",
+        "MY_KEY",
+    ],
+)
 def test_credential_names_are_refused(name):
     with pytest.raises(ConfigError) as e:
-        config.load(ROOT / "configs/quickstart.toml", [f"launch.env={{{name} = \"x\"}}"])
+        config.load(ROOT / "configs/quickstart.toml", [f'launch.env={{{name} = "x"}}'])
     assert e.value.key == f"launch.env.{name}"
     with pytest.raises(ConfigError):
-        config.load(ROOT / "configs/quickstart.toml", [f"cluster.setup=[\"export {name}=x\"]"])
+        config.load(ROOT / "configs/quickstart.toml", [f'cluster.setup=["export {name}=x"]'])
 
 
-@pytest.mark.parametrize("name", ["PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "HPCQA_CODE",
-                                  "HPCQA_PLAN", "SUBMITIT_EXECUTOR"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+        "HPCQA_CODE",
+        "HPCQA_PLAN",
+        "SUBMITIT_EXECUTOR",
+    ],
+)
 def test_launch_env_may_not_set_what_hpcqa_manages(name):
     with pytest.raises(ConfigError) as e:
-        config.load(ROOT / "configs/quickstart.toml", [f"launch.env={{{name} = \"/x\"}}"])
+        config.load(ROOT / "configs/quickstart.toml", [f'launch.env={{{name} = "/x"}}'])
     assert e.value.key == f"launch.env.{name}" and "itself" in e.value.detail
 
 
@@ -321,32 +433,66 @@ def test_a_credential_read_from_elsewhere_in_setup_passes():
 @pytest.mark.parametrize("flag", ["--overcommit", "--oversubscribe", "--ntasks-per-gpu=1"])
 def test_oversubscription_and_gpu_tasks_are_refused(flag):
     with pytest.raises(ConfigError):
-        config.load(ROOT / "configs/quickstart.toml", [f"cluster.sbatch_extra={json.dumps([flag])}"])
+        config.load(
+            ROOT / "configs/quickstart.toml", [f"cluster.sbatch_extra={json.dumps([flag])}"]
+        )
 
 
 def test_ordinary_names_pass():
-    cfg = config.load(ROOT / "configs/quickstart.toml",
-                      ['launch.env={TOKENIZERS_PARALLELISM = "false", KEYBOARD = "us", HF_HUB_OFFLINE = "1"}'])
+    cfg = config.load(
+        ROOT / "configs/quickstart.toml",
+        ['launch.env={TOKENIZERS_PARALLELISM = "false", KEYBOARD = "us", HF_HUB_OFFLINE = "1"}'],
+    )
     assert cfg.launch.env["TOKENIZERS_PARALLELISM"] == "false"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("group_readable", [False, True])
-def test_a_real_local_job_under_a_group_writable_umask_writes_nothing_others_can_write(tmp_path, group_readable):
+def test_a_real_local_job_under_a_group_writable_umask_writes_nothing_others_can_write(
+    tmp_path, group_readable
+):
     """The whole job -- plans, snapshot, submitit's pickle and logs, the ranks' reports, checkpoints, results, the
     registry -- submitted from a shell whose umask is 000."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
-    env.update(HPCQA_CACHE=str(tmp_path / "cache"), HPCQA_REGISTRY=str(tmp_path / "out" / "reg.sqlite"))
-    args = [sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", "--set",
-            f"job.output_dir={json.dumps(str(tmp_path / 'out'))}", "--set", "model.name_or_path=builtin:tiny-bert",
-            "--set", "data.synthetic_train_examples=60", "--set", "data.synthetic_eval_examples=20",
-            "--set", "train.max_steps=4", "--set", "train.save_steps=2", "--set", "train.bf16=false",
-            "--set", f"job.group_readable={str(group_readable).lower()}"]
-    r = subprocess.run(["bash", "-c", 'umask 000; exec "$@"', "bash", *args], capture_output=True, text=True,
-                       env=env, cwd=ROOT, timeout=600)
+    env.update(
+        HPCQA_CACHE=str(tmp_path / "cache"), HPCQA_REGISTRY=str(tmp_path / "out" / "reg.sqlite")
+    )
+    args = [
+        sys.executable,
+        "-m",
+        "hpcqa",
+        "submit",
+        "configs/quickstart.toml",
+        "--set",
+        f"job.output_dir={json.dumps(str(tmp_path / 'out'))}",
+        "--set",
+        "model.name_or_path=builtin:tiny-bert",
+        "--set",
+        "data.synthetic_train_examples=60",
+        "--set",
+        "data.synthetic_eval_examples=20",
+        "--set",
+        "train.max_steps=4",
+        "--set",
+        "train.save_steps=2",
+        "--set",
+        "train.bf16=false",
+        "--set",
+        f"job.group_readable={str(group_readable).lower()}",
+    ]
+    r = subprocess.run(
+        ["bash", "-c", 'umask 000; exec "$@"', "bash", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     found = [p for p in (tmp_path / "out").rglob("*") if not p.is_symlink()]
-    assert any(p.name.endswith("_submitted.pkl") for p in found) and any(p.name == "hpcqa-complete.json" for p in found)
+    assert any(p.name.endswith("_submitted.pkl") for p in found) and any(
+        p.name == "hpcqa-complete.json" for p in found
+    )
     allowed = 0o750 if group_readable else 0o700
     for p in [tmp_path / "out" / "quickstart", *found]:
         mode = stat.S_IMODE(p.stat().st_mode)
@@ -360,14 +506,18 @@ def test_an_exited_controller_not_yet_reaped_is_not_running(tmp_path):
     child = subprocess.Popen(["true"])
     try:
         end = time.time() + 10
-        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z" and time.time() < end:
+        while (
+            Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            and time.time() < end
+        ):
             time.sleep(0.05)
         jd = JobDir(tmp_path)
-        jd.controller_record.write_text(json.dumps({"pid": child.pid, "identity": "recorded-at-submit"}))
+        jd.controller_record.write_text(
+            json.dumps({"pid": child.pid, "identity": "recorded-at-submit"})
+        )
         assert local.identity(child.pid) is None and not local.controller_alive(child.pid, jd)
     finally:
         child.wait()
-
 
 
 def test_writers_in_a_job_folder_do_not_follow_a_programs_links(tmp_path):
@@ -378,6 +528,7 @@ def test_writers_in_a_job_folder_do_not_follow_a_programs_links(tmp_path):
     from hpcqa import fsutil
     from hpcqa.record import worktree
     from hpcqa.record.jobdir import JobDir
+
     outside = tmp_path / "outside"
     outside.mkdir()
     ckpts = tmp_path / "job" / "checkpoints"
@@ -387,7 +538,10 @@ def test_writers_in_a_job_folder_do_not_follow_a_programs_links(tmp_path):
         JobDir.set_aside(ckpts / "checkpoint-4", 1)
     assert (ckpts / "checkpoint-4").is_dir() and not list(outside.iterdir())
     (ckpts / "set-aside").unlink()
-    assert JobDir.set_aside(ckpts / "checkpoint-4", 1) == ckpts / "set-aside" / "checkpoint-4.attempt-1"
+    assert (
+        JobDir.set_aside(ckpts / "checkpoint-4", 1)
+        == ckpts / "set-aside" / "checkpoint-4.attempt-1"
+    )
     # the re-lay: the submitted tree has sub/a.py; the program made sub a link to outside
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)

@@ -19,8 +19,18 @@ from tests.test_slurm import _start_requeued_now, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 QUICK = str(ROOT / "configs/quickstart.toml")
-TWO = ["--set", "cluster.executor=slurm", "--set", "cluster.nodes=2", "--set", "launch.ranks_per_socket=1",
-       "--set", "cluster.time_limit_min=10", "--set", "train.ddp_timeout_s=120"]
+TWO = [
+    "--set",
+    "cluster.executor=slurm",
+    "--set",
+    "cluster.nodes=2",
+    "--set",
+    "launch.ranks_per_socket=1",
+    "--set",
+    "cluster.time_limit_min=10",
+    "--set",
+    "train.ddp_timeout_s=120",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +49,19 @@ def work(tmp_path):
 
 
 def submit(env, tmp_path, work, *argv, extra=(), wait=True):
-    return run_cli("submit", QUICK, *TWO, "--set", f"job.output_dir={tmp_path / 'logs'}", *extra,
-                   *([] if wait else ["--no-wait"]), "--", *argv, env=env, cwd=work)
+    return run_cli(
+        "submit",
+        QUICK,
+        *TWO,
+        "--set",
+        f"job.output_dir={tmp_path / 'logs'}",
+        *extra,
+        *([] if wait else ["--no-wait"]),
+        "--",
+        *argv,
+        env=env,
+        cwd=work,
+    )
 
 
 def job_of(r) -> str:
@@ -49,20 +70,35 @@ def job_of(r) -> str:
 
 def test_the_ddp_loop_on_two_nodes_is_the_dry_runs_request(slurm, tmp_path, work):
     argv = ["python", "ddp_loop.py", "--steps", "20", "--lr", "{train.learning_rate}"]
-    dry = run_cli("submit", QUICK, *TWO, "--set", f"job.output_dir={tmp_path / 'logs'}", "--dry-run", "--json", "--",
-                  *argv, env=slurm, cwd=work)
+    dry = run_cli(
+        "submit",
+        QUICK,
+        *TWO,
+        "--set",
+        f"job.output_dir={tmp_path / 'logs'}",
+        "--dry-run",
+        "--json",
+        "--",
+        *argv,
+        env=slurm,
+        cwd=work,
+    )
     assert dry.returncode == 0, dry.stderr
     r = submit(slurm, tmp_path, work, *argv)
     assert r.returncode == 0, r.stdout + r.stderr
     job_id = job_of(r)
     (folder,) = (tmp_path / "logs" / "ddp_loop").glob(f"{job_id}-*")
     shown = json.loads(dry.stdout)
-    assert shown["sbatch"].replace(shown["submission"], folder.name.split("-", 1)[1]) == \
-        (folder / f"{job_id}_submission.sh").read_text()
+    assert (
+        shown["sbatch"].replace(shown["submission"], folder.name.split("-", 1)[1])
+        == (folder / f"{job_id}_submission.sh").read_text()
+    )
     reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in range(2)]
     assert [rep["host"] for rep in reports] == ["node1", "node2"]
     assert {rep["plan_digest"] for rep in reports} == {shown["plan_digest"]}
-    assert {rep["master_addr"] for rep in reports} == {"node1"} and [rep["node_rank"] for rep in reports] == [0, 1]
+    assert {rep["master_addr"] for rep in reports} == {"node1"} and [
+        rep["node_rank"] for rep in reports
+    ] == [0, 1]
     out = [p.read_text() for p in sorted(folder.glob(f"{job_id}_*_log.out"))]
     assert "rank 0/2" in out[0] and "rank 1/2" in out[1]
     j = wait_state(slurm, job_id, {"COMPLETED"})
@@ -71,20 +107,41 @@ def test_the_ddp_loop_on_two_nodes_is_the_dry_runs_request(slurm, tmp_path, work
 
 def test_the_hf_trainer_qa_example_on_two_nodes(slurm, tmp_path, work, tmp_path_factory):
     from hpcqa.rank.train import model
+
     data = tmp_path_factory.mktemp("qa-data")
-    subprocess.run([sys.executable, str(ROOT / "examples/qa_data.py"), str(data)], check=True, cwd=ROOT,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples/qa_data.py"), str(data)],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+    )
     tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny"))
-    r = submit(slurm, tmp_path, work, "python", "qa_trainer.py", "--model_name_or_path", str(tiny),
-               "--train_file", str(data / "train.json"), "--validation_file", str(data / "dev.json"),
-               "--max_steps", "6", "--max_train_samples", "120")
+    r = submit(
+        slurm,
+        tmp_path,
+        work,
+        "python",
+        "qa_trainer.py",
+        "--model_name_or_path",
+        str(tiny),
+        "--train_file",
+        str(data / "train.json"),
+        "--validation_file",
+        str(data / "dev.json"),
+        "--max_steps",
+        "6",
+        "--max_train_samples",
+        "120",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     j = wait_state(slurm, job_of(r), {"COMPLETED"})
     assert j["results"]["metrics"]["steps"] == 6 and j["results"]["world_size"] == 2
     assert j["results"]["metrics"]["eval_loss"] > 0
 
 
-def test_a_run_qa_shaped_program_twice_from_its_folder_on_two_nodes(slurm, tmp_path, tmp_path_factory):
+def test_a_run_qa_shaped_program_twice_from_its_folder_on_two_nodes(
+    slurm, tmp_path, tmp_path_factory
+):
     """As run_qa.py's users run it: from its own folder, `--output_dir out`, submitted twice in a row with the
     user's default registry. Each job writes out/ in its own working folder (the second starts from step 0), the
     Trainer's own files give the progress and EM/F1 in `status`, and `status` from another folder finds both."""
@@ -92,30 +149,58 @@ def test_a_run_qa_shaped_program_twice_from_its_folder_on_two_nodes(slurm, tmp_p
     home = {**slurm, "HPCQA_REGISTRY": "", "XDG_STATE_HOME": str(tmp_path / "state")}
     ids = []
     for _ in range(2):
-        r = run_cli("submit", QUICK, *TWO, "--set", f"job.output_dir={tmp_path / 'logs'}", "--", *argv,
-                    "--max_steps", "4", "--save_steps", "2", env=home, cwd=prog)
+        r = run_cli(
+            "submit",
+            QUICK,
+            *TWO,
+            "--set",
+            f"job.output_dir={tmp_path / 'logs'}",
+            "--",
+            *argv,
+            "--max_steps",
+            "4",
+            "--save_steps",
+            "2",
+            env=home,
+            cwd=prog,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         ids.append(job_of(r))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    views = {v["id"]: v for v in json.loads(run_cli("status", "--all", "--json", env=home, cwd=elsewhere).stdout)}
+    views = {
+        v["id"]: v
+        for v in json.loads(run_cli("status", "--all", "--json", env=home, cwd=elsewhere).stdout)
+    }
     assert sorted(views) == sorted(ids), views.keys()
     for job_id in ids:
         j = json.loads(run_cli("status", "--json", job_id, env=home, cwd=elsewhere).stdout)[0]
         assert j["state"] == "COMPLETED" and j["name"] == "run_qa" and j["nodes"] == 2, j
         assert j["progress"]["step"] == j["progress"]["total_steps"] == 4, j["progress"]
-        assert 0 <= j["results"]["f1"] <= 100 and j["results"]["exact_match"] is not None, j["results"]
+        assert 0 <= j["results"]["f1"] <= 100 and j["results"]["exact_match"] is not None, j[
+            "results"
+        ]
         folder = Path(j["folder"])
         state = json.loads((folder / "work" / "out" / "trainer_state.json").read_text())
         assert state["global_step"] == 4
         logs = " ".join(p.read_text(errors="replace") for p in folder.glob("*_log.*"))
-        assert "Resuming training" not in logs, logs[-2000:]   # the second job started from step 0
+        assert "Resuming training" not in logs, logs[-2000:]  # the second job started from step 0
     assert not (prog / "out").exists() and not (prog / "logs").exists()
 
 
 def test_a_sweep_of_the_program_is_an_array_with_the_values_as_arguments(slurm, tmp_path, work):
-    r = submit(slurm, tmp_path, work, "python", "ddp_loop.py", "--steps", "10", "--lr", "{train.learning_rate}",
-               extra=["--set", "sweep.train.learning_rate=[0.01, 0.02]", "--set", "sweep.parallelism=2"])
+    r = submit(
+        slurm,
+        tmp_path,
+        work,
+        "python",
+        "ddp_loop.py",
+        "--steps",
+        "10",
+        "--lr",
+        "{train.learning_rate}",
+        extra=["--set", "sweep.train.learning_rate=[0.01, 0.02]", "--set", "sweep.parallelism=2"],
+    )
     assert r.returncode == 0, r.stderr
     sweep_id = r.stdout.strip().splitlines()[-1]
     end = time.time() + 240
@@ -133,9 +218,11 @@ def test_a_sweep_of_the_program_is_an_array_with_the_values_as_arguments(slurm, 
 
 
 def test_a_failing_program_names_its_exit_code_and_stderr(slurm, tmp_path, work):
-    (work / "bad.py").write_text("import os, sys\nif os.environ['RANK'] == '1':\n"
-                                 "    print('FileNotFoundError: /data/train.json', file=sys.stderr)\n    sys.exit(5)\n"
-                                 "import time; time.sleep(2)\n")
+    (work / "bad.py").write_text(
+        "import os, sys\nif os.environ['RANK'] == '1':\n"
+        "    print('FileNotFoundError: /data/train.json', file=sys.stderr)\n    sys.exit(5)\n"
+        "import time; time.sleep(2)\n"
+    )
     r = submit(slurm, tmp_path, work, "python", "bad.py")
     assert r.returncode == 1 and "Traceback" not in r.stderr and "exited with code 5" in r.stderr
     job_id = job_of(r)
@@ -146,13 +233,24 @@ def test_a_failing_program_names_its_exit_code_and_stderr(slurm, tmp_path, work)
 
 
 def test_a_held_job_runs_what_was_submitted_though_the_checkout_changed(slurm, tmp_path, work):
-    (work / "t.py").write_text("import os, json\njson.dump({'version': 1}, open(os.environ['HPCQA_RESULTS'], 'w'))\n")
-    r = submit(slurm, tmp_path, work, "python", "t.py", extra=["--set", 'cluster.sbatch_extra=["--hold"]'],
-               wait=False)
+    (work / "t.py").write_text(
+        "import os, json\njson.dump({'version': 1}, open(os.environ['HPCQA_RESULTS'], 'w'))\n"
+    )
+    r = submit(
+        slurm,
+        tmp_path,
+        work,
+        "python",
+        "t.py",
+        extra=["--set", 'cluster.sbatch_extra=["--hold"]'],
+        wait=False,
+    )
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip().splitlines()[-1]
     wait_state(slurm, job_id, {"PENDING"})
-    (work / "t.py").write_text("raise SystemExit('the edited checkout ran')\n")   # the checkout moves on meanwhile
+    (work / "t.py").write_text(
+        "raise SystemExit('the edited checkout ran')\n"
+    )  # the checkout moves on meanwhile
     env = {**os.environ, **slurm}
     subprocess.run(["scontrol", "release", job_id], check=True, env=env, capture_output=True)
     j = wait_state(slurm, job_id, {"COMPLETED", "FAILED"}, timeout=120)
@@ -160,9 +258,27 @@ def test_a_held_job_runs_what_was_submitted_though_the_checkout_changed(slurm, t
 
 
 def test_a_rendered_script_checkpoints_the_program_on_usr2_and_requeues(slurm, tmp_path, work):
-    r = run_cli("render", QUICK, *TWO, "--set", f"job.output_dir={tmp_path / 'logs'}", "--python", sys.executable,
-                "--submit", "--", "python", "ddp_loop.py", "--steps", "120", "--step-time", "0.1", "--save-every",
-                "1000", env=slurm, cwd=work)
+    r = run_cli(
+        "render",
+        QUICK,
+        *TWO,
+        "--set",
+        f"job.output_dir={tmp_path / 'logs'}",
+        "--python",
+        sys.executable,
+        "--submit",
+        "--",
+        "python",
+        "ddp_loop.py",
+        "--steps",
+        "120",
+        "--step-time",
+        "0.1",
+        "--save-every",
+        "1000",
+        env=slurm,
+        cwd=work,
+    )
     assert r.returncode == 0, r.stderr
     job_id = r.stderr.split("submitted Slurm job ")[1].split(":")[0]
     folder = tmp_path / "logs" / "ddp_loop" / f"hqtest-{job_id}"
@@ -175,10 +291,14 @@ def test_a_rendered_script_checkpoints_the_program_on_usr2_and_requeues(slurm, t
     _start_requeued_now(slurm, job_id)
     j = wait_state(slurm, job_id, {"COMPLETED", "FAILED"}, timeout=240)
     assert j["state"] == "COMPLETED", _log(folder, 0)
-    saved = int(_log(folder, 0).split("resumed from step ")[1].split()[0])   # the requeued attempt's log
+    saved = int(
+        _log(folder, 0).split("resumed from step ")[1].split()[0]
+    )  # the requeued attempt's log
     assert 20 <= saved < 120 and j["results"]["metrics"]["resumed_from"] == saved
     notice = json.loads((folder / "ranks" / "attempt-0" / "rank-0.json").read_text())["notice"]
-    assert notice["signal"] == "SIGUSR2" and notice["exit_code"] == 0     # the program saved and exited by itself
+    assert (
+        notice["signal"] == "SIGUSR2" and notice["exit_code"] == 0
+    )  # the program saved and exited by itself
     assert (folder / "requeue-requested.0").exists() and "requeued 1x" in j["attempts"]
 
 
@@ -187,20 +307,39 @@ def _log(folder: Path, rank: int) -> str:
     return p.read_text(errors="replace") if p.exists() else ""
 
 
-def test_the_hf_trainer_script_saves_on_the_notice_and_resumes_after_submitits_requeue(slurm, tmp_path, work,
-                                                                                      tmp_path_factory):
+def test_the_hf_trainer_script_saves_on_the_notice_and_resumes_after_submitits_requeue(
+    slurm, tmp_path, work, tmp_path_factory
+):
     """The QA example through submitit on two nodes, USR2 as `--signal` sends it before the time limit: hpcqa passes
     it on as SIGTERM, the Trainer's ranks agree after a step and save a checkpoint in HPCQA_CHECKPOINT_DIR, submitit
     requeues the job, and the next attempt resumes the Trainer from that checkpoint and finishes."""
     from hpcqa.rank.train import model
+
     data = tmp_path_factory.mktemp("qa-data-preempt")
-    subprocess.run([sys.executable, str(ROOT / "examples/qa_data.py"), str(data)], check=True, cwd=ROOT,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples/qa_data.py"), str(data)],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+    )
     tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny-preempt"))
-    steps = 60   # the notice comes after 15 (3 losses logged, every 5 steps): the rest is what the resume trains
-    r = submit(slurm, tmp_path, work, "python", "qa_trainer.py", "--model_name_or_path", str(tiny),
-               "--train_file", str(data / "train.json"), "--max_steps", str(steps), "--per_device_train_batch_size",
-               "4", wait=False)
+    steps = 60  # the notice comes after 15 (3 losses logged, every 5 steps): the rest is what the resume trains
+    r = submit(
+        slurm,
+        tmp_path,
+        work,
+        "python",
+        "qa_trainer.py",
+        "--model_name_or_path",
+        str(tiny),
+        "--train_file",
+        str(data / "train.json"),
+        "--max_steps",
+        str(steps),
+        "--per_device_train_batch_size",
+        "4",
+        wait=False,
+    )
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip().splitlines()[-1]
     folder = Path(wait_state(slurm, job_id, {"RUNNING"})["folder"])
@@ -216,5 +355,9 @@ def test_the_hf_trainer_script_saves_on_the_notice_and_resumes_after_submitits_r
     assert j["state"] == "COMPLETED", log.read_text()[-3000:]
     m = j["results"]["metrics"]
     saved = int(m["resumed_from"].rsplit("checkpoint-", 1)[1])
-    assert m["resumed_from"].startswith(str(folder / "checkpoints")) and 15 <= saved < steps and m["steps"] == steps
+    assert (
+        m["resumed_from"].startswith(str(folder / "checkpoints"))
+        and 15 <= saved < steps
+        and m["steps"] == steps
+    )
     assert j["results"]["requeues"] == 1 and j["attempts"].startswith("requeued 1x (SIGUSR2)")

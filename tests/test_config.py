@@ -8,6 +8,7 @@ from tests.conftest import CONFIGS, ROOT, SLURM_HERE
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_every_shipped_config_validates(path):
     from hpcqa.core import plan
+
     cfg = config.load(path)
     assert plan.build_plan(cfg, plan.HostProbe(schedulers=SLURM_HERE)).world_size >= 1
 
@@ -19,7 +20,11 @@ def test_configs_dir_is_not_empty():
 
 def test_defaults_fill_missing_sections():
     cfg = config.from_dict({})
-    assert cfg.cluster.nodes == 1 and cfg.train.learning_rate == 3e-5 and cfg.train.ddp_backend == "auto"
+    assert (
+        cfg.cluster.nodes == 1
+        and cfg.train.learning_rate == 3e-5
+        and cfg.train.ddp_backend == "auto"
+    )
 
 
 def test_unknown_key_suggests_near_miss():
@@ -35,33 +40,60 @@ def test_unknown_section_suggests_near_miss():
     assert "did you mean 'cluster'" in e.value.render()
 
 
-@pytest.mark.parametrize("raw,key,words", [
-    ({"cluster": {"nodes": 0}}, "cluster.nodes", "below the minimum"),
-    ({"cluster": {"nodes": "2"}}, "cluster.nodes", "expected an integer"),
-    ({"cluster": {"nodes": True}}, "cluster.nodes", "expected an integer"),
-    ({"cluster": {"exclusive": "yes"}}, "cluster.exclusive", "true or false"),
-    ({"train": {"learning_rate": "fast"}}, "train.learning_rate", "expected a number"),
-    ({"train": {"ddp_backend": "mpi"}}, "train.ddp_backend", "not one of"),
-    ({"cluster": {"executor": "slurn"}}, "cluster.executor", "did you mean 'slurm'"),
-    ({"cluster": {"cores_per_socket": 4}, "launch": {"ccl_workers": 4}}, "launch.ccl_workers", "no compute core"),
-    ({"train": {"max_seq_length": 128, "doc_stride": 128}}, "train.doc_stride", "smaller than"),
-    ({"cluster": {"executor": "local", "nodes": 2}}, "cluster.nodes", "one node"),
-    ({"cluster": {"partition": "a b"}}, "cluster.partition", "characters"),
-    ({"job": {"name": "x'; rm -rf /"}}, "job.name", "not a safe name"),
-    ({"cluster": {"sbatch_extra": ["-p x"]}}, "cluster.sbatch_extra[0]", "long sbatch option"),
-    ({"launch": {"env": {"1BAD": "x"}}}, "launch.env.1BAD", "environment variable"),
-    ({"data": {"dataset": ""}}, "data.dataset", "no data"),
-    ({"data": {"dataset": "", "train_file": "t.json"}, "train": {"eval_strategy": "steps"}}, "train.eval_strategy",
-     "no validation data"),
-    ({"train": {"load_best_model_at_end": True}}, "train.load_best_model_at_end", "eval_strategy is \"no\""),
-    ({"train": {"load_best_model_at_end": True, "eval_strategy": "steps", "eval_steps": 30, "save_steps": 100}},
-     "train.save_steps", "not a multiple"),
-    ({"data": {"dataset": "", "train_file": "t.json"}, "train": {"do_predict": True}}, "train.do_predict",
-     "no test data"),
-    ({"train": {"eval_strategy": "sometimes"}}, "train.eval_strategy", "not one of"),
-    ({"train": {"metric_for_best_model": "loss"}}, "train.metric_for_best_model", "not one of"),
-    ({"data": {"dataset_config_name": "x; y"}}, "data.dataset_config_name", "characters"),
-])
+@pytest.mark.parametrize(
+    "raw,key,words",
+    [
+        ({"cluster": {"nodes": 0}}, "cluster.nodes", "below the minimum"),
+        ({"cluster": {"nodes": "2"}}, "cluster.nodes", "expected an integer"),
+        ({"cluster": {"nodes": True}}, "cluster.nodes", "expected an integer"),
+        ({"cluster": {"exclusive": "yes"}}, "cluster.exclusive", "true or false"),
+        ({"train": {"learning_rate": "fast"}}, "train.learning_rate", "expected a number"),
+        ({"train": {"ddp_backend": "mpi"}}, "train.ddp_backend", "not one of"),
+        ({"cluster": {"executor": "slurn"}}, "cluster.executor", "did you mean 'slurm'"),
+        (
+            {"cluster": {"cores_per_socket": 4}, "launch": {"ccl_workers": 4}},
+            "launch.ccl_workers",
+            "no compute core",
+        ),
+        ({"train": {"max_seq_length": 128, "doc_stride": 128}}, "train.doc_stride", "smaller than"),
+        ({"cluster": {"executor": "local", "nodes": 2}}, "cluster.nodes", "one node"),
+        ({"cluster": {"partition": "a b"}}, "cluster.partition", "characters"),
+        ({"job": {"name": "x'; rm -rf /"}}, "job.name", "not a safe name"),
+        ({"cluster": {"sbatch_extra": ["-p x"]}}, "cluster.sbatch_extra[0]", "long sbatch option"),
+        ({"launch": {"env": {"1BAD": "x"}}}, "launch.env.1BAD", "environment variable"),
+        ({"data": {"dataset": ""}}, "data.dataset", "no data"),
+        (
+            {"data": {"dataset": "", "train_file": "t.json"}, "train": {"eval_strategy": "steps"}},
+            "train.eval_strategy",
+            "no validation data",
+        ),
+        (
+            {"train": {"load_best_model_at_end": True}},
+            "train.load_best_model_at_end",
+            'eval_strategy is "no"',
+        ),
+        (
+            {
+                "train": {
+                    "load_best_model_at_end": True,
+                    "eval_strategy": "steps",
+                    "eval_steps": 30,
+                    "save_steps": 100,
+                }
+            },
+            "train.save_steps",
+            "not a multiple",
+        ),
+        (
+            {"data": {"dataset": "", "train_file": "t.json"}, "train": {"do_predict": True}},
+            "train.do_predict",
+            "no test data",
+        ),
+        ({"train": {"eval_strategy": "sometimes"}}, "train.eval_strategy", "not one of"),
+        ({"train": {"metric_for_best_model": "loss"}}, "train.metric_for_best_model", "not one of"),
+        ({"data": {"dataset_config_name": "x; y"}}, "data.dataset_config_name", "characters"),
+    ],
+)
 def test_bad_values_name_the_key(raw, key, words):
     with pytest.raises(ConfigError) as e:
         config.from_dict(raw, source="x.toml")
@@ -75,15 +107,18 @@ def test_int_is_accepted_for_float():
     assert config.from_dict({"train": {"num_train_epochs": 3}}).train.num_train_epochs == 3.0
 
 
-@pytest.mark.parametrize("text,key,value", [
-    ("train.learning_rate=5e-5", "train.learning_rate", 5e-5),
-    ("cluster.nodes=4", "cluster.nodes", 4),
-    ("cluster.exclusive=false", "cluster.exclusive", False),
-    ("train.ddp_backend=ccl", "train.ddp_backend", "ccl"),
-    ('job.name="a=b"', "job.name", "a=b"),
-    ("cluster.sbatch_extra=['--reservation=x']", "cluster.sbatch_extra", ["--reservation=x"]),
-    ("model.name_or_path=/models/bert base", "model.name_or_path", "/models/bert base"),
-])
+@pytest.mark.parametrize(
+    "text,key,value",
+    [
+        ("train.learning_rate=5e-5", "train.learning_rate", 5e-5),
+        ("cluster.nodes=4", "cluster.nodes", 4),
+        ("cluster.exclusive=false", "cluster.exclusive", False),
+        ("train.ddp_backend=ccl", "train.ddp_backend", "ccl"),
+        ('job.name="a=b"', "job.name", "a=b"),
+        ("cluster.sbatch_extra=['--reservation=x']", "cluster.sbatch_extra", ["--reservation=x"]),
+        ("model.name_or_path=/models/bert base", "model.name_or_path", "/models/bert base"),
+    ],
+)
 def test_override_values_are_toml_else_string(text, key, value):
     assert config.parse_override(text) == (key, value)
 
@@ -92,7 +127,11 @@ def test_override_applies_and_is_validated(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text("[cluster]\nnodes = 2\n")
     cfg = config.load(p, ["cluster.nodes=3", "train.learning_rate=1e-4", "launch.env.FOO=bar"])
-    assert cfg.cluster.nodes == 3 and cfg.train.learning_rate == 1e-4 and cfg.launch.env == {"FOO": "bar"}
+    assert (
+        cfg.cluster.nodes == 3
+        and cfg.train.learning_rate == 1e-4
+        and cfg.launch.env == {"FOO": "bar"}
+    )
     with pytest.raises(ConfigError) as e:
         config.load(p, ["cluster.nodes=0"])
     assert e.value.source.startswith("--set") and e.value.key == "cluster.nodes"
@@ -127,8 +166,14 @@ def test_snapshot_round_trips():
 def test_reference_covers_every_key_and_readme_lists_them():
     rows = config.reference_rows()
     keys = {r[0] for r in rows}
-    for fixed in ("cluster.nodes", "cluster.sockets_per_node", "cluster.cores_per_socket",
-                  "cluster.threads_per_core", "launch.ccl_workers", "train.ddp_backend"):
+    for fixed in (
+        "cluster.nodes",
+        "cluster.sockets_per_node",
+        "cluster.cores_per_socket",
+        "cluster.threads_per_core",
+        "launch.ccl_workers",
+        "train.ddp_backend",
+    ):
         assert fixed in keys
     reference = (ROOT / "docs" / "configuration.md").read_text()
     missing = [k for k in keys if f"`{k}`" not in reference]
@@ -140,6 +185,7 @@ def test_kubernetes_names_are_held_to_what_the_api_server_takes():
     is refused naming its own key (not job.name, and not by the API server after the render said exit 0); a name
     at the limit passes."""
     from hpcqa.core import configcheck
+
     quick = ROOT / "configs" / "quickstart.toml"
     for key, most in configcheck.K8S_NAME_MAX.items():
         config.load(quick, [f'k8s.{key}="{"a" * most}"'])

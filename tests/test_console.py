@@ -16,19 +16,29 @@ def test_dry_run_shows_cpu_sets_as_ranges_at_80_columns():
     code, out = pty_term.hpcqa("submit", "configs/squad_spr.toml", "--dry-run", cwd=ROOT)
     assert code == 0, out
     lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if "sbatch script (as it will be submitted)" in line)
+    start = next(
+        i for i, line in enumerate(lines) if "sbatch script (as it will be submitted)" in line
+    )
     end = next(i for i, line in enumerate(lines) if i > start and set(line.strip()) == {"─"})
     assert max(len(line.rstrip()) for line in lines[:start] + lines[end:]) <= 80
-    script = json.loads(pty_term.hpcqa("submit", "configs/squad_spr.toml", "--dry-run", "--json", cwd=ROOT,
-                                       cols=400)[1])["sbatch"]
+    script = json.loads(
+        pty_term.hpcqa(
+            "submit", "configs/squad_spr.toml", "--dry-run", "--json", cwd=ROOT, cols=400
+        )[1]
+    )["sbatch"]
     # the script between the rules is the script, line for line: not wrapped or framed, so it can be copied
     token = re.compile(r"%j-[0-9a-f]{6}")  # each submission's own token
-    assert [token.sub("%j-T", line.rstrip()) for line in lines[start + 1:end]] == \
-        [token.sub("%j-T", line.rstrip()) for line in script.splitlines()]
+    assert [token.sub("%j-T", line.rstrip()) for line in lines[start + 1 : end]] == [
+        token.sub("%j-T", line.rstrip()) for line in script.splitlines()
+    ]
     assert "proclist=[0-55]" in out and "proclist=[56-111]" in out
-    assert not re.search(r"\d+,\d+,\d+,\d+,\d+", out.split("sbatch script")[0]), "a CPU list left unranged"
+    assert not re.search(r"\d+,\d+,\d+,\d+,\d+", out.split("sbatch script")[0]), (
+        "a CPU list left unranged"
+    )
     assert "ranks: RANK = NODE_RANK x 2 + LOCAL_RANK on each of 4 nodes" in out
-    assert re.search(r"│ 0\s+│ 0,2,4,6\s+│ 0-55", out) and re.search(r"│ 1\s+│ 1,3,5,7\s+│ 56-111", out)
+    assert re.search(r"│ 0\s+│ 0,2,4,6\s+│ 0-55", out) and re.search(
+        r"│ 1\s+│ 1,3,5,7\s+│ 56-111", out
+    )
     assert len(lines) < 100, len(lines)
 
 
@@ -44,8 +54,11 @@ def test_every_option_and_argument_has_help():
     for action in climod.build_parser()._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
-                missing += [f"{name} {' '.join(a.option_strings) or a.dest}" for a in sub._actions
-                            if not isinstance(a, argparse._HelpAction) and not a.help]
+                missing += [
+                    f"{name} {' '.join(a.option_strings) or a.dest}"
+                    for a in sub._actions
+                    if not isinstance(a, argparse._HelpAction) and not a.help
+                ]
     assert missing == []
 
 
@@ -72,33 +85,81 @@ def test_topology_of_a_config_shows_each_ranks_environment(tmp_path):
 
 def test_sweep_table_shows_whole_keys_once_per_variant_and_what_was_assumed(tmp_path):
     broken = tmp_path / "slurm.conf"
-    broken.write_text("")  # scontrol fails at once (a missing file would make it retry for a minute)
-    code, out = pty_term.hpcqa("submit", "configs/sweep_quickstart.toml", "--dry-run", "--set",
-                               "cluster.executor=slurm", cwd=ROOT, env={"SLURM_CONF": str(broken)})
+    broken.write_text(
+        ""
+    )  # scontrol fails at once (a missing file would make it retry for a minute)
+    code, out = pty_term.hpcqa(
+        "submit",
+        "configs/sweep_quickstart.toml",
+        "--dry-run",
+        "--set",
+        "cluster.executor=slurm",
+        cwd=ROOT,
+        env={"SLURM_CONF": str(broken)},
+    )
     assert code == 0, out
     table = out.split("MaxArraySize assumed")[0]
-    assert "learning_rate" in table and "per_device_train_batch_size" in table and "num_train_epochs" in table
+    assert (
+        "learning_rate" in table
+        and "per_device_train_batch_size" in table
+        and "num_train_epochs" in table
+    )
     assert "…" not in table
-    assert out.count("--array=0-4%2") == 2  # once in the arrays' list, once in the script, not on every row
+    assert (
+        out.count("--array=0-4%2") == 2
+    )  # once in the arrays' list, once in the script, not on every row
     assert "MaxArraySize 1001 assumed: Slurm could not be asked" in " ".join(out.split())
-    before_script = out.split("sbatch script of array 0")[0]  # the script itself is printed unwrapped, to copy
+    before_script = out.split("sbatch script of array 0")[
+        0
+    ]  # the script itself is printed unwrapped, to copy
     assert max(len(line) for line in before_script.splitlines()) <= 80
 
 
 def test_render_prints_the_plans_warnings(cli):
-    r = cli("render", "configs/squad_spr.toml", "--set", "launch.openmp=iomp", "--set", "launch.malloc=jemalloc")
+    r = cli(
+        "render",
+        "configs/squad_spr.toml",
+        "--set",
+        "launch.openmp=iomp",
+        "--set",
+        "launch.malloc=jemalloc",
+    )
     assert r.returncode == 0 and r.stdout.startswith("#!/bin/bash")
-    assert "warning: iomp not found on this host; each rank looks for it on its node" in r.stderr, r.stderr
+    assert "warning: iomp not found on this host; each rank looks for it on its node" in r.stderr, (
+        r.stderr
+    )
 
 
 def _sweep_registry(tmp_path, target="local"):
     from hpcqa.record import registry
+
     reg = registry.Registry(tmp_path / "r.sqlite")
-    reg.add_many(dict(id=f"900_{i}", name="sw", target=target, folder=str(tmp_path / f"t{i}"), config={},
-                      source="x", nodes=1, world_size=2, sweep_id="900", task_index=i, variant={"seed": i})
-                 for i in range(3))
-    reg.add(id="42", name="single", target=target, folder=str(tmp_path / "j42"), config={}, source="x", nodes=1,
-            world_size=2)
+    reg.add_many(
+        dict(
+            id=f"900_{i}",
+            name="sw",
+            target=target,
+            folder=str(tmp_path / f"t{i}"),
+            config={},
+            source="x",
+            nodes=1,
+            world_size=2,
+            sweep_id="900",
+            task_index=i,
+            variant={"seed": i},
+        )
+        for i in range(3)
+    )
+    reg.add(
+        id="42",
+        name="single",
+        target=target,
+        folder=str(tmp_path / "j42"),
+        config={},
+        source="x",
+        nodes=1,
+        world_size=2,
+    )
     return str(reg.path)
 
 
@@ -116,7 +177,9 @@ def test_status_of_a_sweep_task_is_its_detail_view(tmp_path):
     code, one = pty_term.hpcqa("status", "900_1", "--registry", path, cwd=ROOT)
     code42, single = pty_term.hpcqa("status", "42", "--registry", path, cwd=ROOT)
     assert code == code42 == 0
-    assert "─ job 900_1 ─" in one and "─ job 42 ─" in single  # the same detail panel as a plain job's
+    assert (
+        "─ job 900_1 ─" in one and "─ job 42 ─" in single
+    )  # the same detail panel as a plain job's
     assert "job(s)" not in one and "│ state" in one
 
 
@@ -132,10 +195,20 @@ def test_watch_says_when_and_that_slurm_is_not_answering(tmp_path):
     path = _sweep_registry(tmp_path, target="slurm")
     broken = tmp_path / "slurm.conf"
     broken.write_text("")
-    code, out = pty_term.hpcqa("status", "--watch", "--registry", path, cwd=ROOT, env={"SLURM_CONF": str(broken)},
-                               interrupt_after=7)
-    headers = re.findall(r"hpcqa status at \d\d:\d\d:\d\d, every 5 s \(Ctrl-C stops\); Slurm not answering since "
-                         r"\d\d:\d\d:\d\d, still asking", " ".join(out.split()))
+    code, out = pty_term.hpcqa(
+        "status",
+        "--watch",
+        "--registry",
+        path,
+        cwd=ROOT,
+        env={"SLURM_CONF": str(broken)},
+        interrupt_after=7,
+    )
+    headers = re.findall(
+        r"hpcqa status at \d\d:\d\d:\d\d, every 5 s \(Ctrl-C stops\); Slurm not answering since "
+        r"\d\d:\d\d:\d\d, still asking",
+        " ".join(out.split()),
+    )
     assert len(headers) >= 1, out
     assert "Traceback" not in out
 
@@ -144,13 +217,26 @@ def test_quickstart_on_an_80_column_terminal(tmp_path):
     """The README's first command as a user's terminal shows it: the progress bar (rich, on a tty) and the final
     lines, nothing wider than the terminal."""
     from tests.test_local_e2e import TINY
-    code, out = pty_term.hpcqa("submit", "configs/quickstart.toml", *TINY, "--set", "train.max_steps=12",
-                               "--set", f"job.output_dir={json.dumps(str(tmp_path))}", cwd=ROOT,
-                               env={"HPCQA_CACHE": str(tmp_path / "cache"), "HPCQA_REGISTRY": str(tmp_path / "r.sqlite")})
+
+    code, out = pty_term.hpcqa(
+        "submit",
+        "configs/quickstart.toml",
+        *TINY,
+        "--set",
+        "train.max_steps=12",
+        "--set",
+        f"job.output_dir={json.dumps(str(tmp_path))}",
+        cwd=ROOT,
+        env={"HPCQA_CACHE": str(tmp_path / "cache"), "HPCQA_REGISTRY": str(tmp_path / "r.sqlite")},
+    )
     assert code == 0, out
     lines = [line.rstrip() for line in out.splitlines()]
     # nothing wider than the terminal but a path or command to copy (kept whole: a terminal wraps it)
-    wide = [line for line in lines if len(line) > 80 and not any("/" in t and len(t) > 30 for t in line.split())]
+    wide = [
+        line
+        for line in lines
+        if len(line) > 80 and not any("/" in t and len(t) > 30 for t in line.split())
+    ]
     assert not wide, wide
     bar = [line for line in lines if "12/12 steps" in line]
     assert bar and "━" in bar[-1] and "loss" in bar[-1], out[-3000:]  # the bar, drawn and finished
@@ -161,30 +247,55 @@ def test_quickstart_on_an_80_column_terminal(tmp_path):
 
 def _too_wide(out: str, cols: int = 80) -> list[str]:
     """Lines wider than the terminal, but for a line that is one word (a path or value to copy, kept whole)."""
-    return [line for line in (x.rstrip() for x in out.splitlines()) if len(line) > cols and len(line.split()) > 1]
+    return [
+        line
+        for line in (x.rstrip() for x in out.splitlines())
+        if len(line) > cols and len(line.split()) > 1
+    ]
 
 
 def test_every_help_and_the_usual_messages_fit_80_columns(tmp_path):
     """On a real 80-column terminal: the top-level and every subcommand's --help, errors with their fix lines, render's
     warnings, doctor, a typo'd command. Wrapped lines keep their indent under the text."""
     commands = [["--help"]] + [[name, "--help"] for name in climod.VERBS]
-    commands += [["submit", "configs/quickstart.toml", "--set", "train.learning_rat=1e-4", "--dry-run"],
-                 ["submit", "configs/quickstart.toml", "--set", "train.warmup=1", "--dry-run"],
-                 ["render", "configs/squad_spr.toml", "-o", str(tmp_path / "job.sbatch")],
-                 ["render", "configs/squad_spr.toml", "--target", "pytorchjob", "-o", str(tmp_path / "job.yaml")],
-                 ["validate", "configs/quickstart.toml", "configs/squad_spr.toml"], ["doctor"], ["sumbit"],
-                 ["topology", "configs/squad_spr.toml"]]
+    commands += [
+        ["submit", "configs/quickstart.toml", "--set", "train.learning_rat=1e-4", "--dry-run"],
+        ["submit", "configs/quickstart.toml", "--set", "train.warmup=1", "--dry-run"],
+        ["render", "configs/squad_spr.toml", "-o", str(tmp_path / "job.sbatch")],
+        [
+            "render",
+            "configs/squad_spr.toml",
+            "--target",
+            "pytorchjob",
+            "-o",
+            str(tmp_path / "job.yaml"),
+        ],
+        ["validate", "configs/quickstart.toml", "configs/squad_spr.toml"],
+        ["doctor"],
+        ["sumbit"],
+        ["topology", "configs/squad_spr.toml"],
+    ]
     for args in commands:
-        code, out = pty_term.hpcqa(*args, cwd=ROOT, env={"HPCQA_REGISTRY": str(tmp_path / "r.sqlite")})
+        code, out = pty_term.hpcqa(
+            *args, cwd=ROOT, env={"HPCQA_REGISTRY": str(tmp_path / "r.sqlite")}
+        )
         assert code in (0, 1, 2) and "Traceback" not in out, (args, out)
         assert not _too_wide(out), (args, _too_wide(out))
-    code, out = pty_term.hpcqa("submit", "configs/quickstart.toml", "--set", "train.zzz=1", "--dry-run", cwd=ROOT)
+    code, out = pty_term.hpcqa(
+        "submit", "configs/quickstart.toml", "--set", "train.zzz=1", "--dry-run", cwd=ROOT
+    )
     lines = out.splitlines()
     fix = next(i for i, line in enumerate(lines) if line.startswith("  fix: "))
-    assert lines[fix + 1].startswith("       ") and "warmup_ratio" in out, out  # the list wraps under its text
-    code, out = pty_term.hpcqa("submit", "configs/quickstart.toml", "--set", "train.warmup=1", "--dry-run", cwd=ROOT)
+    assert lines[fix + 1].startswith("       ") and "warmup_ratio" in out, (
+        out
+    )  # the list wraps under its text
+    code, out = pty_term.hpcqa(
+        "submit", "configs/quickstart.toml", "--set", "train.warmup=1", "--dry-run", cwd=ROOT
+    )
     assert "fix: rename it to train.warmup_ratio" in out, out
-    code, out = pty_term.hpcqa("render", "configs/squad_spr.toml", "-o", str(tmp_path / "j.sbatch"), cwd=ROOT)
+    code, out = pty_term.hpcqa(
+        "render", "configs/squad_spr.toml", "-o", str(tmp_path / "j.sbatch"), cwd=ROOT
+    )
     warned = [i for i, line in enumerate(out.splitlines()) if line.startswith("warning: ")]
     assert warned and any(out.splitlines()[i + 1].startswith("  ") for i in warned), out
 
@@ -201,6 +312,7 @@ def test_the_bar_gets_the_last_word_of_a_job_that_ends_between_two_polls(tmp_pat
     that last line on, so the bar a user is left with says 12/12, not the step it saw a second earlier."""
     from hpcqa.executors import common
     from hpcqa.record.jobdir import JobDir
+
     jd = JobDir(tmp_path)
     seen, polls = [], []
 
@@ -217,25 +329,52 @@ def test_the_bar_gets_the_last_word_of_a_job_that_ends_between_two_polls(tmp_pat
 
 
 @pytest.mark.slow
-def test_the_bar_of_a_program_shows_its_phase_or_the_trainers_steps_never_none(tmp_path, tmp_path_factory):
+def test_the_bar_of_a_program_shows_its_phase_or_the_trainers_steps_never_none(
+    tmp_path, tmp_path_factory
+):
     """On a terminal: a program that writes no Trainer files shows its phase and the elapsed time (no step count,
     no `None`, no bar claiming it is done); a run_qa.py-shaped Trainer script shows the Trainer's own step count."""
     from tests.conftest import run_qa_like
+
     (tmp_path / "sleepy.py").write_text("import time\ntime.sleep(4)\n")
     env = {"HPCQA_REGISTRY": str(tmp_path / "r.sqlite")}
-    code, out = pty_term.hpcqa("submit", "configs/quickstart.toml", "--set", f"job.output_dir={tmp_path / 'a'}",
-                               "--", "python", str(tmp_path / "sleepy.py"), cwd=ROOT, env=env)
+    code, out = pty_term.hpcqa(
+        "submit",
+        "configs/quickstart.toml",
+        "--set",
+        f"job.output_dir={tmp_path / 'a'}",
+        "--",
+        "python",
+        str(tmp_path / "sleepy.py"),
+        cwd=ROOT,
+        env=env,
+    )
     assert code == 0, out
     bar = [line for line in out.splitlines() if line.startswith("job ") and "[" in line]
     assert bar and "None" not in out and "steps" not in " ".join(bar), out[-2000:]
     # the elapsed time, at least the program's 4 s less the bar's refresh (how much more is the machine's load)
-    assert any("[command]" in line and (m := re.search(r"\b0:(\d\d):(\d\d)\b", line)) and int(m[1]) * 60 + int(m[2]) >= 3
-               for line in bar), bar
+    assert any(
+        "[command]" in line
+        and (m := re.search(r"\b0:(\d\d):(\d\d)\b", line))
+        and int(m[1]) * 60 + int(m[2]) >= 3
+        for line in bar
+    ), bar
     # the Trainer's files: step and total from trainer_state.json
     prog, argv = run_qa_like(tmp_path, tmp_path_factory)
-    code, out = pty_term.hpcqa("submit", str(ROOT / "configs/quickstart.toml"), "--set",
-                               f"job.output_dir={tmp_path / 'b'}", "--", *argv, "--max_steps", "6", "--save_steps", "3",
-                               cwd=prog, env=env)
+    code, out = pty_term.hpcqa(
+        "submit",
+        str(ROOT / "configs/quickstart.toml"),
+        "--set",
+        f"job.output_dir={tmp_path / 'b'}",
+        "--",
+        *argv,
+        "--max_steps",
+        "6",
+        "--save_steps",
+        "3",
+        cwd=prog,
+        env=env,
+    )
     assert code == 0, out[-3000:]
     assert "None" not in out and any("6/6 steps" in line for line in out.splitlines()), out[-3000:]
 
@@ -243,12 +382,20 @@ def test_the_bar_of_a_program_shows_its_phase_or_the_trainers_steps_never_none(t
 def test_validate_and_the_dry_runs_tokens_fit_80_columns():
     """validate's lines fit (a long one goes on under its path); the dry run keeps a value whole on a line of its
     own (KMP_AFFINITY's proclist), and a warning wraps under its own text, as render's do."""
-    code, out = pty_term.hpcqa("validate", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").glob("*.toml")),
-                               cwd=ROOT)
+    code, out = pty_term.hpcqa(
+        "validate",
+        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").glob("*.toml")),
+        cwd=ROOT,
+    )
     assert code == 0 and not _too_wide(out) and out.count("ok  configs/") == 4, out
     code, out = pty_term.hpcqa("submit", "configs/squad_spr.toml", "--dry-run", cwd=ROOT)
     assert code == 0, out
-    assert "granularity=fine,proclist=[0-55],explicit" in out and "granularity=fine,proclist=[56-111],explicit" in out
+    assert (
+        "granularity=fine,proclist=[0-55],explicit" in out
+        and "granularity=fine,proclist=[56-111],explicit" in out
+    )
     lines = out.splitlines()
     warned = [i for i, line in enumerate(lines) if line.startswith("warning: launch.ccl_workers")]
-    assert warned and lines[warned[0] + 1].startswith(" " * len("warning: ")), lines[warned[0]:warned[0] + 2]
+    assert warned and lines[warned[0] + 1].startswith(" " * len("warning: ")), lines[
+        warned[0] : warned[0] + 2
+    ]

@@ -16,8 +16,22 @@ README = (ROOT / "README.md").read_text()
 
 
 def build(root, tmp_path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(root / "mkdocs.yml"),
-                           "-d", str(tmp_path / "site")], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(root / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_site_builds_in_strict_mode(tmp_path):
@@ -26,7 +40,9 @@ def test_the_site_builds_in_strict_mode(tmp_path):
     assert (tmp_path / "site" / "kubernetes" / "index.html").is_file()
 
 
-@pytest.mark.parametrize("planted", ["[the pinning](pinnning.md)", "[a section](kubernetes.md#no-such-section)"])
+@pytest.mark.parametrize(
+    "planted", ["[the pinning](pinnning.md)", "[a section](kubernetes.md#no-such-section)"]
+)
 def test_a_broken_link_fails_the_build(tmp_path, planted):
     copy = tmp_path / "copy"
     shutil.copytree(ROOT / "docs", copy / "docs")
@@ -42,8 +58,10 @@ def test_the_readme_is_short_and_reaches_every_page():
     linked = set(re.findall(r"\]\(docs/([\w-]+\.md)(?:#[\w-]+)?\)", README))
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
     assert pages == linked, (pages - linked, linked - pages)
-    anchors = {re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-")
-               for h in re.findall(r"^#+ (.+)$", README, re.M)}
+    anchors = {
+        re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", README, re.M)
+    }
     for target in re.findall(r"\]\(#([\w-]+)\)", README):
         assert target in anchors, target
     for target in re.findall(r"\]\(([\w./-]+)\)", README):

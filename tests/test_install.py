@@ -14,32 +14,52 @@ SYSTEM = "/usr/bin/python3"  # Debian's: its stdlib carries the EXTERNALLY-MANAG
 
 def externally_managed(python: str) -> bool:
     code = "import os, sysconfig; print(os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')))"
-    return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
+    return (
+        subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
+        == "True"
+    )
 
 
 @pytest.fixture
 def system_python():
     if not (os.path.exists(SYSTEM) and externally_managed(SYSTEM)):
         if os.environ.get("CI"):
-            pytest.fail(f"{SYSTEM} with its EXTERNALLY-MANAGED marker is expected on the CI machine (Debian)")
+            pytest.fail(
+                f"{SYSTEM} with its EXTERNALLY-MANAGED marker is expected on the CI machine (Debian)"
+            )
         pytest.skip(f"no externally managed {SYSTEM} here")
     return SYSTEM
 
 
 def test_pip_is_refused_and_install_sh_makes_a_venv(system_python, tmp_path):
-    refused = subprocess.run([system_python, "-m", "pip", "install", "--dry-run", "six"], capture_output=True,
-                             text=True)
+    refused = subprocess.run(
+        [system_python, "-m", "pip", "install", "--dry-run", "six"], capture_output=True, text=True
+    )
     assert refused.returncode != 0 and "externally-managed" in refused.stderr
     venv = tmp_path / "venv"
     env = {**os.environ, "PYTHON": system_python, "HPCQA_VENV": str(venv), "HPCQA_INSTALL_DRY": "1"}
     env.pop("VIRTUAL_ENV", None)
-    r = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        ["bash", "scripts/install.sh"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
-    assert "externally managed (PEP 668)" in r.stderr and f"would install with {venv}/bin/python" in r.stderr
+    assert (
+        "externally managed (PEP 668)" in r.stderr
+        and f"would install with {venv}/bin/python" in r.stderr
+    )
     # a venv: pip installs there whatever the base's marker says (PEP 668 exempts virtual environments)
     code = "import sys; print(sys.prefix != sys.base_prefix)"
-    assert subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True).stdout.strip() \
+    assert (
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True
+        ).stdout.strip()
         == "True"
+    )
 
 
 def test_a_shared_python_gets_a_venv_of_the_checkout_an_active_venv_is_used_as_it_is(tmp_path):
@@ -47,23 +67,55 @@ def test_a_shared_python_gets_a_venv_of_the_checkout_an_active_venv_is_used_as_i
     so install.sh makes this checkout's venv. Inside a venv (or told HPCQA_NO_VENV=1) it installs there. The one
     line on stdout names the interpreter (scripts/test.sh runs the tests with it)."""
     base = getattr(sys, "_base_executable", sys.executable)
-    plain = subprocess.run([base, "-c", "import sys; print(sys.prefix == sys.base_prefix)"], capture_output=True,
-                           text=True).stdout.strip() == "True"
+    plain = (
+        subprocess.run(
+            [base, "-c", "import sys; print(sys.prefix == sys.base_prefix)"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        == "True"
+    )
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     env.update(HPCQA_VENV=str(tmp_path / "venv"), HPCQA_INSTALL_DRY="1")
     if plain and not externally_managed(base):
-        r = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env={**env, "PYTHON": base}, capture_output=True,
-                           text=True, timeout=300)
+        r = subprocess.run(
+            ["bash", "scripts/install.sh"],
+            cwd=ROOT,
+            env={**env, "PYTHON": base},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr
-        assert "no venv is active" in r.stderr and r.stdout.strip() == f"{tmp_path}/venv/bin/python", r
+        assert (
+            "no venv is active" in r.stderr and r.stdout.strip() == f"{tmp_path}/venv/bin/python"
+        ), r
         assert (tmp_path / "venv" / "bin" / "python").exists()
-        told = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                              env={**env, "PYTHON": base, "HPCQA_NO_VENV": "1", "HPCQA_VENV": str(tmp_path / "no")})
-        assert told.returncode == 0 and told.stdout.strip() == base and not (tmp_path / "no").exists(), told
+        told = subprocess.run(
+            ["bash", "scripts/install.sh"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**env, "PYTHON": base, "HPCQA_NO_VENV": "1", "HPCQA_VENV": str(tmp_path / "no")},
+        )
+        assert (
+            told.returncode == 0 and told.stdout.strip() == base and not (tmp_path / "no").exists()
+        ), told
     active = tmp_path / "active"
     subprocess.run([base, "-m", "venv", "--without-pip", str(active)], check=True)
-    r = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env={**env, "PYTHON": str(active / "bin" / "python"),
-                       "HPCQA_VENV": str(tmp_path / "other")}, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        ["bash", "scripts/install.sh"],
+        cwd=ROOT,
+        env={
+            **env,
+            "PYTHON": str(active / "bin" / "python"),
+            "HPCQA_VENV": str(tmp_path / "other"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and r.stdout.strip() == str(active / "bin" / "python"), r
     assert not (tmp_path / "other").exists()
 
@@ -74,15 +126,31 @@ def test_python3_m_hpcqa_from_the_checkout_runs_in_that_venv(system_python, tmp_
     installing them again."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    r = subprocess.run([system_python, "-m", "hpcqa", "validate", "configs/quickstart.toml"], cwd=ROOT,
-                       env={**os.environ, "HPCQA_VENV": str(venv)}, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [system_python, "-m", "hpcqa", "validate", "configs/quickstart.toml"],
+        cwd=ROOT,
+        env={**os.environ, "HPCQA_VENV": str(venv)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
-    assert f"using this checkout's venv, where scripts/install.sh put hpcqa:\n  {venv}/bin/python" in r.stderr
+    assert (
+        f"using this checkout's venv, where scripts/install.sh put hpcqa:\n  {venv}/bin/python"
+        in r.stderr
+    )
     assert "ok  configs/quickstart.toml" in r.stdout
-    inside = subprocess.run([str(venv / "bin" / "python"), "-m", "hpcqa", "validate", "configs/quickstart.toml"],
-                            cwd=ROOT, env={**os.environ, "HPCQA_VENV": str(tmp_path / "elsewhere")},
-                            capture_output=True, text=True, timeout=120)
-    assert inside.returncode == 0 and "using" not in inside.stderr, inside.stderr  # a venv stays itself
+    inside = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "hpcqa", "validate", "configs/quickstart.toml"],
+        cwd=ROOT,
+        env={**os.environ, "HPCQA_VENV": str(tmp_path / "elsewhere")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert inside.returncode == 0 and "using" not in inside.stderr, (
+        inside.stderr
+    )  # a venv stays itself
 
 
 def test_install_asks_pytorchs_cpu_index_first_and_says_when_it_cannot(tmp_path):
@@ -91,24 +159,57 @@ def test_install_asks_pytorchs_cpu_index_first_and_says_when_it_cannot(tmp_path)
     the same address once it is closed; HPCQA_INSTALL_DRY stops before pip."""
     import http.server
     import threading
+
     root = tmp_path / "index"
     (root / "torch").mkdir(parents=True)
-    (root / "torch" / "index.html").write_text("<a href='torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl'>x</a>")
+    (root / "torch" / "index.html").write_text(
+        "<a href='torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl'>x</a>"
+    )
     handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(root))  # noqa: E731
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/"
-    env = {**os.environ, "HPCQA_INSTALL_DRY": "1", "HPCQA_TORCH_INDEX": url, "PYTHON": sys.executable}
+    env = {
+        **os.environ,
+        "HPCQA_INSTALL_DRY": "1",
+        "HPCQA_TORCH_INDEX": url,
+        "PYTHON": sys.executable,
+    }
     try:
-        up = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=60)
+        up = subprocess.run(
+            ["bash", "scripts/install.sh"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         server.shutdown()
         server.server_close()
     assert up.returncode == 0 and f"hpcqa: torch from {url} (CPU builds" in up.stderr, up.stderr
-    down = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
-    assert down.returncode == 0 and f"hpcqa: {url} cannot be reached from here: torch from PyPI" in down.stderr
-    pypi = subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env={**env, "HPCQA_TORCH_INDEX": "pypi"},
-                          capture_output=True, text=True, timeout=60)
-    assert pypi.returncode == 0 and "torch from" not in pypi.stderr and "cannot be reached" not in pypi.stderr
+    down = subprocess.run(
+        ["bash", "scripts/install.sh"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        down.returncode == 0
+        and f"hpcqa: {url} cannot be reached from here: torch from PyPI" in down.stderr
+    )
+    pypi = subprocess.run(
+        ["bash", "scripts/install.sh"],
+        cwd=ROOT,
+        env={**env, "HPCQA_TORCH_INDEX": "pypi"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        pypi.returncode == 0
+        and "torch from" not in pypi.stderr
+        and "cannot be reached" not in pypi.stderr
+    )

@@ -27,9 +27,11 @@ def walkthrough() -> str:
 def _bin(tmp: Path) -> Path:
     b = tmp / "bin"
     b.mkdir()
-    for name, body in (("kubectl", f'exec {sys.executable} {KUBECTL} "$@"'),
-                       ("hpcqa", f'exec {sys.executable} -m hpcqa "$@"'),
-                       ("docker", 'echo "docker $*" >> "$FAKE_KUBE_DOCKER"')):
+    for name, body in (
+        ("kubectl", f'exec {sys.executable} {KUBECTL} "$@"'),
+        ("hpcqa", f'exec {sys.executable} -m hpcqa "$@"'),
+        ("docker", 'echo "docker $*" >> "$FAKE_KUBE_DOCKER"'),
+    ):
         (b / name).write_text(f"#!/bin/sh\n{body}\n")
         (b / name).chmod(0o755)
     return b
@@ -40,18 +42,46 @@ def run(tmp: Path, lag: float, stage_result: str = "Complete", timeout: float = 
     work = tmp / "work"
     work.mkdir()
     (work / "configs").symlink_to(ROOT / "configs")
-    env = {**os.environ, "PATH": f"{_bin(tmp)}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
-           "FAKE_KUBE_ROOT": str(ROOT), "FAKE_KUBE_STATE": str(tmp / "state.json"),
-           "FAKE_KUBE_CACHE_LAG": str(lag), "FAKE_KUBE_JOB_RESULT": stage_result,
-           "FAKE_KUBE_DOCKER": str(tmp / "docker.log")}
-    name = yaml.safe_load(subprocess.run(
-        [sys.executable, "-m", "hpcqa", "render", "configs/squad_spr.toml", "--target", "trainjob", "--set",
-         "k8s.image=registry.example.com/hpcqa:1"], cwd=work, env=env, capture_output=True, text=True,
-        check=True).stdout)["metadata"]["name"]
+    env = {
+        **os.environ,
+        "PATH": f"{_bin(tmp)}:{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+        "FAKE_KUBE_ROOT": str(ROOT),
+        "FAKE_KUBE_STATE": str(tmp / "state.json"),
+        "FAKE_KUBE_CACHE_LAG": str(lag),
+        "FAKE_KUBE_JOB_RESULT": stage_result,
+        "FAKE_KUBE_DOCKER": str(tmp / "docker.log"),
+    }
+    name = yaml.safe_load(
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hpcqa",
+                "render",
+                "configs/squad_spr.toml",
+                "--target",
+                "trainjob",
+                "--set",
+                "k8s.image=registry.example.com/hpcqa:1",
+            ],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )["metadata"]["name"]
     script = walkthrough().replace("<job>", name).replace("<pod>", f"{name}-node-0-0-abcde")
     t0 = time.time()
-    p = subprocess.run(["bash", "-e", "-c", script], cwd=work, env=env, capture_output=True, text=True,
-                       timeout=timeout)
+    p = subprocess.run(
+        ["bash", "-e", "-c", script],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     p.seconds = time.time() - t0
     state = json.loads((tmp / "state.json").read_text())
     return p, state, name
@@ -65,11 +95,13 @@ def test_the_walkthrough_applies_the_job_on_its_first_real_apply_and_deletes_onl
     applies = [c for c in state["calls"] if c[0] == "apply" and "job.yaml" in c]
     dry = [c for c in applies if "--dry-run=server" in c]
     real = [c for c in applies if "--dry-run=server" not in c]
-    assert len(dry) >= 2 and len(real) == 1, applies          # refused at first, by the cache's lag
+    assert len(dry) >= 2 and len(real) == 1, applies  # refused at first, by the cache's lag
     assert "specified trainingRuntime must be created before" in p.stderr
     assert f"trainjob/{name} created\n" in p.stdout
     kinds = sorted(k.split("/")[0] for k in state["objects"])
-    assert kinds == ["Job", "TrainingRuntime"], state["objects"].keys()   # the job deleted, the runtime kept
+    assert kinds == ["Job", "TrainingRuntime"], state[
+        "objects"
+    ].keys()  # the job deleted, the runtime kept
     assert "staging: Complete" in p.stdout
 
 
@@ -81,11 +113,21 @@ def test_one_file_applied_at_once_is_refused_by_the_same_rules(tmp_path):
     work = tmp_path / "work"
     both = work / "both.yaml"
     both.write_text((work / "runtime.yaml").read_text() + "---\n" + (work / "job.yaml").read_text())
-    env = {**os.environ, "FAKE_KUBE_ROOT": str(ROOT), "FAKE_KUBE_STATE": str(tmp_path / "state2.json"),
-           "FAKE_KUBE_CACHE_LAG": "3"}
-    r = subprocess.run([sys.executable, str(KUBECTL), "apply", "-n", "team-a", "-f", str(both)], env=env,
-                       capture_output=True, text=True)
-    assert r.returncode == 1 and "specified trainingRuntime must be created before" in r.stderr, r.stderr
+    env = {
+        **os.environ,
+        "FAKE_KUBE_ROOT": str(ROOT),
+        "FAKE_KUBE_STATE": str(tmp_path / "state2.json"),
+        "FAKE_KUBE_CACHE_LAG": "3",
+    }
+    r = subprocess.run(
+        [sys.executable, str(KUBECTL), "apply", "-n", "team-a", "-f", str(both)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 1 and "specified trainingRuntime must be created before" in r.stderr, (
+        r.stderr
+    )
 
 
 def test_a_failed_staging_job_ends_the_walkthrough_at_once(tmp_path):

@@ -11,9 +11,22 @@ from hpcqa.executors import hostprobe
 from tests.conftest import ROOT, as_background, as_foreground
 
 pytestmark = pytest.mark.slow
-TINY = ["--set", "model.name_or_path=builtin:tiny-bert", "--set", "data.synthetic_train_examples=240",
-        "--set", "data.synthetic_eval_examples=60", "--set", "train.num_train_epochs=1",
-        "--set", "train.save_steps=4", "--set", "train.logging_steps=2", "--set", "train.bf16=false"]
+TINY = [
+    "--set",
+    "model.name_or_path=builtin:tiny-bert",
+    "--set",
+    "data.synthetic_train_examples=240",
+    "--set",
+    "data.synthetic_eval_examples=60",
+    "--set",
+    "train.num_train_epochs=1",
+    "--set",
+    "train.save_steps=4",
+    "--set",
+    "train.logging_steps=2",
+    "--set",
+    "train.bf16=false",
+]
 
 
 def processes_running(text: str) -> list[str]:
@@ -29,7 +42,9 @@ def processes_running(text: str) -> list[str]:
 
 
 def job_dirs(out: Path) -> list[Path]:
-    return sorted(p for p in (out / "quickstart").iterdir() if p.is_dir() and p.name.split("-")[0].isdigit())
+    return sorted(
+        p for p in (out / "quickstart").iterdir() if p.is_dir() and p.name.split("-")[0].isdigit()
+    )
 
 
 @pytest.fixture
@@ -38,8 +53,14 @@ def cache_env(tmp_path_factory):
 
 
 def test_two_rank_local_ddp(cli, tmp_path, cache_env):
-    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(tmp_path))}", *TINY,
-            env=cache_env)
+    r = cli(
+        "submit",
+        "configs/quickstart.toml",
+        "--set",
+        f"job.output_dir={json.dumps(str(tmp_path))}",
+        *TINY,
+        env=cache_env,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "COMPLETED" in r.stdout and "EM " in r.stdout
     (job,) = job_dirs(tmp_path)
@@ -61,70 +82,122 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
     # results.json, status JOB and the TensorBoard event file
     res = json.loads((job / "results.json").read_text())
     # the step's recipe as it ran: hpcqa's attention and bulk dropout masks, the model's own dropouts
-    assert res["step_recipe"]["attention"] == "hpcqa" and res["step_recipe"]["dropout_masks"] == "bulk"
+    assert (
+        res["step_recipe"]["attention"] == "hpcqa" and res["step_recipe"]["dropout_masks"] == "bulk"
+    )
     assert res["step_recipe"]["attention_dropout"] == res["step_recipe"]["hidden_dropout"] == 0.1
     assert res["step_recipe"]["bulk_dropout_modules"] > 0
-    assert re.search(r"recipe\s+attention hpcqa, bulk dropout masks; dropout 0.1 on attention, 0.1 on hidden\s+"
-                     r"states; allocator glibc-heap", status.stdout), status.stdout
-    assert res["allocator"] == "glibc-heap"   # launch.malloc's default, as the rank's process got it
+    assert re.search(
+        r"recipe\s+attention hpcqa, bulk dropout masks; dropout 0.1 on attention, 0.1 on hidden\s+"
+        r"states; allocator glibc-heap",
+        status.stdout,
+    ), status.stdout
+    assert res["allocator"] == "glibc-heap"  # launch.malloc's default, as the rank's process got it
     eff = res["efficiency"]
     assert len(eff["peak_flops_per_rank"]) == 2 and all(p > 1e8 for p in eff["peak_flops_per_rank"])
     assert 0 < eff["mfu"] < 1 and eff["precision"] == "fp32"
     split = res["step_split_s"]
-    assert set(split) == {"forward_backward", "compute", "allreduce_exposed", "optimizer", "other", "data_wait"} \
-        and all(x is not None and x >= 0 for x in split.values()), split
+    assert set(split) == {
+        "forward_backward",
+        "compute",
+        "allreduce_exposed",
+        "optimizer",
+        "other",
+        "data_wait",
+    } and all(x is not None and x >= 0 for x in split.values()), split
     # the parts of a step add up to no more than the step (the data wait falls between steps); forward+backward
     # is its compute and the all-reduce the backward did not hide (timed with and without no_sync())
     inside = split["forward_backward"] + split["optimizer"] + split["other"]
     assert split["forward_backward"] > split["optimizer"] and inside <= res["step_time_s"] * 1.01
     assert split["compute"] + split["allreduce_exposed"] == pytest.approx(split["forward_backward"])
     comm = res["comm"]
-    assert comm["probe_steps"] == 3 and comm["synced_s"] > 0 and comm["nosync_s"] > 0 and comm["allreduce_s"] > 0
+    assert (
+        comm["probe_steps"] == 3
+        and comm["synced_s"] > 0
+        and comm["nosync_s"] > 0
+        and comm["allreduce_s"] > 0
+    )
     assert comm["exposed_s"] == pytest.approx(max(comm["synced_s"] - comm["nosync_s"], 0))
-    assert sum(comm["bucket_bytes"]) == comm["grad_bytes"] > 1e6    # tiny-bert: 2.3 MB of fp32 gradients
-    assert re.search(r"step\s+[\d.]+ s: compute \d+ %, exposed all-reduce \d+ %", status.stdout), status.stdout
-    assert re.search(r"all-reduce\s+2\.3 MB of gradients per step in 1 bucket", status.stdout), status.stdout
+    assert (
+        sum(comm["bucket_bytes"]) == comm["grad_bytes"] > 1e6
+    )  # tiny-bert: 2.3 MB of fp32 gradients
+    assert re.search(r"step\s+[\d.]+ s: compute \d+ %, exposed all-reduce \d+ %", status.stdout), (
+        status.stdout
+    )
+    assert re.search(r"all-reduce\s+2\.3 MB of gradients per step in 1 bucket", status.stdout), (
+        status.stdout
+    )
     rate = res["steady_samples_per_second"] or res["train_samples_per_second"]
-    assert abs(eff["achieved_flops"] - eff["model_flops_per_sample"] * rate) < 1e-6 * eff["achieved_flops"]
-    assert re.search(r"MFU on text tokens \d+\.\d %: [\d.]+ of [\d.]+ GFLOP/s \(fp32 matmul peak measured on 2 "
-                     r"rank\(s\)", " ".join(status.stdout.split())), status.stdout
+    assert (
+        abs(eff["achieved_flops"] - eff["model_flops_per_sample"] * rate)
+        < 1e-6 * eff["achieved_flops"]
+    )
+    assert re.search(
+        r"MFU on text tokens \d+\.\d %: [\d.]+ of [\d.]+ GFLOP/s \(fp32 matmul peak measured on 2 "
+        r"rank\(s\)",
+        " ".join(status.stdout.split()),
+    ), status.stdout
     # dynamic padding, length-grouped: the MFU on all tokens counts the little padding left, the counts add up
     tokens = eff["tokens"]
-    assert 0 <= tokens["padding_share"] < 0.15 and tokens["text_per_sample"] <= tokens["all_per_sample"]
+    assert (
+        0 <= tokens["padding_share"] < 0.15
+        and tokens["text_per_sample"] <= tokens["all_per_sample"]
+    )
     assert eff["mfu"] <= eff["mfu_all_tokens"] and "measured" in eff["peak_method"]
-    assert re.search(r"MFU \d+\.\d % on text tokens, \d+\.\d % on all tokens \(\d+ % padding\)", r.stdout), r.stdout
-    assert re.search(r"achieved [\d.]+ GFLOP/s of [\d.]+, the measured fp32 matmul peak", r.stdout), r.stdout
+    assert re.search(
+        r"MFU \d+\.\d % on text tokens, \d+\.\d % on all tokens \(\d+ % padding\)", r.stdout
+    ), r.stdout
+    assert re.search(
+        r"achieved [\d.]+ GFLOP/s of [\d.]+, the measured fp32 matmul peak", r.stdout
+    ), r.stdout
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     board = EventAccumulator(str(job / "tensorboard"))
     board.Reload()
-    assert {"hpcqa/mfu", "hpcqa/step_s/compute", "hpcqa/step_s/allreduce_exposed"} <= set(board.Tags()["scalars"])
+    assert {"hpcqa/mfu", "hpcqa/step_s/compute", "hpcqa/step_s/allreduce_exposed"} <= set(
+        board.Tags()["scalars"]
+    )
     assert abs(board.Scalars("hpcqa/mfu")[-1].value - eff["mfu"]) < 1e-6
     # `hpcqa topology` shows what the ranks really bound (the same function, on the same node)
     topo = cli("topology", "configs/quickstart.toml", "--json")
     assert topo.returncode == 0, topo.stderr
     for rep, view in zip(reports, json.loads(topo.stdout)["ranks"]):
-        assert rep["cpus"] == view["cpus"] and rep["sockets"] == view["socket"] and rep["numa"] == view["numa"]
+        assert (
+            rep["cpus"] == view["cpus"]
+            and rep["sockets"] == view["socket"]
+            and rep["numa"] == view["numa"]
+        )
         assert rep["membind"].startswith("not bound") and rep["plan_digest"]
     # DDP synchronised the gradients: both ranks end with bit-identical weights
     assert reports[0]["weights_digest"] == reports[1]["weights_digest"]
     res = json.loads((job / "results.json").read_text())
     assert res["world_size"] == 2 and res["backend"] == "gloo"
-    assert 0 <= res["exact_match"] <= 100 and 0 <= res["f1"] <= 100 and res["train_samples_per_second"] > 0
+    assert (
+        0 <= res["exact_match"] <= 100
+        and 0 <= res["f1"] <= 100
+        and res["train_samples_per_second"] > 0
+    )
     assert res["weights_digest"] == reports[0]["weights_digest"]
     job_id, submission = job.name.split("-")
-    assert len(submission) == 6 and int(submission, 16) >= 0   # <job id>-<submission>: ids may repeat, this doesn't
+    assert (
+        len(submission) == 6 and int(submission, 16) >= 0
+    )  # <job id>-<submission>: ids may repeat, this doesn't
     assert (job / f"{job_id}_0_log.err").exists() and (job / f"{job_id}_1_log.err").exists()
     # run_qa.py's evaluation outputs (v1 data: no null odds), and TensorBoard curves in the job folder
     answers = json.loads((job / "eval_predictions.json").read_text())
     nbest = json.loads((job / "eval_nbest_predictions.json").read_text())
     assert len(answers) == res["eval_examples"] == 60 and set(nbest) == set(answers)
     assert not (job / "eval_null_odds.json").exists() and res["rules"] == "squad-v1.1"
-    assert res["tensorboard"] == str(job / "tensorboard") and f"tensorboard --logdir {job / 'tensorboard'}" in r.stdout
+    assert (
+        res["tensorboard"] == str(job / "tensorboard")
+        and f"tensorboard --logdir {job / 'tensorboard'}" in r.stdout
+    )
     assert "train/loss" in tensorboard_scalars(job / "tensorboard")
 
 
 def tensorboard_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     assert list(logdir.glob("events.out.tfevents.*")), f"no event file in {logdir}"
     ea = EventAccumulator(str(logdir))
     ea.Reload()
@@ -138,11 +211,30 @@ def test_v2_test_split_predictions_and_best_checkpoint(cli, tmp_path, cache_env)
     from hpcqa.rank.train import synth
     from tests import squad_reference as ref
 
-    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(tmp_path))}", *TINY,
-            "--set", "data.version_2_with_negative=true", "--set", "train.do_predict=true",
-            "--set", "train.eval_strategy=steps", "--set", "train.eval_steps=4", "--set", "train.save_total_limit=1",
-            "--set", "train.load_best_model_at_end=true", "--set", "data.pad_to_max_length=false",
-            "--set", "data.preprocessing_num_workers=2", env=cache_env)
+    r = cli(
+        "submit",
+        "configs/quickstart.toml",
+        "--set",
+        f"job.output_dir={json.dumps(str(tmp_path))}",
+        *TINY,
+        "--set",
+        "data.version_2_with_negative=true",
+        "--set",
+        "train.do_predict=true",
+        "--set",
+        "train.eval_strategy=steps",
+        "--set",
+        "train.eval_steps=4",
+        "--set",
+        "train.save_total_limit=1",
+        "--set",
+        "train.load_best_model_at_end=true",
+        "--set",
+        "data.pad_to_max_length=false",
+        "--set",
+        "data.preprocessing_num_workers=2",
+        env=cache_env,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     (job,) = job_dirs(tmp_path)
     res = json.loads((job / "results.json").read_text())
@@ -157,16 +249,30 @@ def test_v2_test_split_predictions_and_best_checkpoint(cli, tmp_path, cache_env)
     dev = synth.squad_json(60, seed + 100003, True)["data"]
     preds = json.loads((job / "eval_predictions.json").read_text())
     odds = json.loads((job / "eval_null_odds.json").read_text())
-    want, _ = ref.v2_evaluate(dev, preds, odds, na_prob_thresh=0.0)   # train.null_score_diff_threshold
-    got = {"exact": res["exact_match"], "f1": res["f1"], "total": res["count"],
-           **{k: res[k] for k in want if k not in ("exact", "f1", "total")}}
-    assert got == dict(want) and res["rules"] == "squad-v2.0" and "HasAns_total" in res and "NoAns_total" in res
+    want, _ = ref.v2_evaluate(
+        dev, preds, odds, na_prob_thresh=0.0
+    )  # train.null_score_diff_threshold
+    got = {
+        "exact": res["exact_match"],
+        "f1": res["f1"],
+        "total": res["count"],
+        **{k: res[k] for k in want if k not in ("exact", "f1", "total")},
+    }
+    assert (
+        got == dict(want)
+        and res["rules"] == "squad-v2.0"
+        and "HasAns_total" in res
+        and "NoAns_total" in res
+    )
     # evaluated at steps 4 and 8; the best by eval f1 was kept (save_total_limit=1 keeps it) and ended with
     curves = tensorboard_scalars(job / "tensorboard")
     evals = dict(curves["eval/f1"])
     assert sorted(evals) == [4, 8]
     best_step = max(evals, key=lambda s: (evals[s], -s))
-    assert res["best_checkpoint"].endswith(f"checkpoint-{best_step}") and Path(res["best_checkpoint"]).is_dir()
+    assert (
+        res["best_checkpoint"].endswith(f"checkpoint-{best_step}")
+        and Path(res["best_checkpoint"]).is_dir()
+    )
     assert abs(res["best_metric"] - evals[best_step]) < 1e-4
     # `hpcqa status JOB` says where the curves and the files are
     st = cli("status", job.name.split("-")[0], env=cache_env)
@@ -179,8 +285,16 @@ def test_v2_test_split_predictions_and_best_checkpoint(cli, tmp_path, cache_env)
 
 
 def test_failing_rank_fails_the_job(cli, tmp_path, cache_env):
-    r = cli("submit", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(tmp_path))}", *TINY,
-            "--set", "train.fail_at_step=2", env=cache_env)
+    r = cli(
+        "submit",
+        "configs/quickstart.toml",
+        "--set",
+        f"job.output_dir={json.dumps(str(tmp_path))}",
+        *TINY,
+        "--set",
+        "train.fail_at_step=2",
+        env=cache_env,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAILED" in r.stderr and "rank 1" in r.stderr and "fail_at_step" in r.stderr
     assert "Traceback" not in r.stderr
@@ -194,15 +308,36 @@ def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
     import sys
 
     from hpcqa.core import config, plan
-    cfg = config.load(ROOT / "configs/quickstart.toml", [a for a in TINY if a != "--set"] +
-                      [f"job.output_dir={json.dumps(str(tmp_path))}", "cluster.sockets_per_node=1", "launch.ranks_per_socket=1",
-                       "train.max_steps=6", "train.save_steps=3"])
+
+    cfg = config.load(
+        ROOT / "configs/quickstart.toml",
+        [a for a in TINY if a != "--set"]
+        + [
+            f"job.output_dir={json.dumps(str(tmp_path))}",
+            "cluster.sockets_per_node=1",
+            "launch.ranks_per_socket=1",
+            "train.max_steps=6",
+            "train.save_steps=3",
+        ],
+    )
     lp = plan.build_plan(cfg, hostprobe.probe_host())
-    p = tmp_path / "plan.json"          # the file a rendered script's ranks read
+    p = tmp_path / "plan.json"  # the file a rendered script's ranks read
     p.write_text(lp.dumps())
     job = tmp_path / "job"
     env = {**os.environ, **cache_env, "HPCQA_JOB_DIR": str(job)}
-    cmd = [sys.executable, "-m", "hpcqa.rank", "--plan", str(p), "--", sys.executable, "-m", "hpcqa.rank.train", "--plan", str(p)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hpcqa.rank",
+        "--plan",
+        str(p),
+        "--",
+        sys.executable,
+        "-m",
+        "hpcqa.rank.train",
+        "--plan",
+        str(p),
+    ]
     assert subprocess.run(cmd, env=env, capture_output=True, cwd=ROOT).returncode == 0
     first = json.loads((job / "results.json").read_text())
     assert first["resumed_from"] is None and first["global_steps"] == 6
@@ -221,28 +356,62 @@ def test_local_job_in_registry_status_and_cancel(tmp_path, cache_env, started):
     import subprocess
     import sys
     import time
+
     env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
     out, err = tmp_path / "submit.out", tmp_path / "submit.err"
-    with open(out, "w") as f, open(err, "w") as e:  # the background controller inherits them: no pipes
-        r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
-                            "--set", "train.max_steps=100000", "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
-                            "--no-wait"], stdout=f, stderr=e, env=env, cwd=ROOT, timeout=60,
-                           preexec_fn=as_background if started == "from a background job" else as_foreground)
+    with (
+        open(out, "w") as f,
+        open(err, "w") as e,
+    ):  # the background controller inherits them: no pipes
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hpcqa",
+                "submit",
+                "configs/quickstart.toml",
+                *TINY,
+                "--set",
+                "train.max_steps=100000",
+                "--set",
+                f"job.output_dir={json.dumps(str(tmp_path))}",
+                "--no-wait",
+            ],
+            stdout=f,
+            stderr=e,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+            preexec_fn=as_background if started == "from a background job" else as_foreground,
+        )
     assert r.returncode == 0, err.read_text()
     job_id = out.read_text().strip()
 
     def state():
-        s = subprocess.run([sys.executable, "-m", "hpcqa", "status", "--json", job_id], capture_output=True,
-                           text=True, env=env, cwd=ROOT)
+        s = subprocess.run(
+            [sys.executable, "-m", "hpcqa", "status", "--json", job_id],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
         return json.loads(s.stdout)[0]
 
     end = time.time() + 60
     while state()["state"] != "RUNNING" and time.time() < end:
         time.sleep(1)
     assert state()["state"] == "RUNNING" and state()["executor"] == "local"
-    while len(list(tmp_path.glob("quickstart/*/ranks/rank-*.phase.json"))) < 2 and time.time() < end:
-        time.sleep(0.5)   # both ranks in hpcqa's code: Python hears SIGINT from here on
-    c = subprocess.run([sys.executable, "-m", "hpcqa", "cancel", job_id], capture_output=True, text=True, env=env, cwd=ROOT)
+    while (
+        len(list(tmp_path.glob("quickstart/*/ranks/rank-*.phase.json"))) < 2 and time.time() < end
+    ):
+        time.sleep(0.5)  # both ranks in hpcqa's code: Python hears SIGINT from here on
+    c = subprocess.run(
+        [sys.executable, "-m", "hpcqa", "cancel", job_id],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert c.returncode == 0, c.stderr
     end = time.time() + 30
     while time.time() < end:
@@ -258,12 +427,20 @@ def test_local_job_in_registry_status_and_cancel(tmp_path, cache_env, started):
     # sends what is left after 10 s (which leaves no trace in their logs)
     (folder,) = job_dirs(tmp_path)
     for log in sorted(folder.glob(f"{job_id}_[01]_log.err")):
-        assert "KeyboardInterrupt" in log.read_text(), f"{log.name}: the SIGINT was not heard\n" + log.read_text()[-1500:]
-    assert not processes_running(f"submitit.core._submit {tmp_path}"), "rank processes survived the cancel"
-    assert not list((tmp_path / "quickstart").glob("%j-*")), "submitit's staging folder was left behind"
+        assert "KeyboardInterrupt" in log.read_text(), (
+            f"{log.name}: the SIGINT was not heard\n" + log.read_text()[-1500:]
+        )
+    assert not processes_running(f"submitit.core._submit {tmp_path}"), (
+        "rank processes survived the cancel"
+    )
+    assert not list((tmp_path / "quickstart").glob("%j-*")), (
+        "submitit's staging folder was left behind"
+    )
 
 
-@pytest.mark.parametrize("how", ["SIGINT to the group", "SIGTERM", "SIGHUP", "SIGHUP under nohup, then SIGTERM"])
+@pytest.mark.parametrize(
+    "how", ["SIGINT to the group", "SIGTERM", "SIGHUP", "SIGHUP under nohup, then SIGTERM"]
+)
 def test_ctrl_c_stops_every_rank_cleanly(tmp_path, cache_env, how):
     """Ctrl-C as a terminal sends it (SIGINT to the foreground process group, ours, made for the test); a CI
     runner stopping the command (SIGTERM) or a closed terminal (SIGHUP), to the hpcqa process alone, do the same.
@@ -273,12 +450,30 @@ def test_ctrl_c_stops_every_rank_cleanly(tmp_path, cache_env, how):
     import subprocess
     import sys
     import time
+
     env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
     nohup = how.startswith("SIGHUP under nohup")
-    p = subprocess.Popen([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
-                          "--set", "train.max_steps=100000", "--set", f"job.output_dir={json.dumps(str(tmp_path))}"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-                         start_new_session=True, preexec_fn=as_background if nohup else as_foreground)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hpcqa",
+            "submit",
+            "configs/quickstart.toml",
+            *TINY,
+            "--set",
+            "train.max_steps=100000",
+            "--set",
+            f"job.output_dir={json.dumps(str(tmp_path))}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+        preexec_fn=as_background if nohup else as_foreground,
+    )
     end = time.time() + 120
     while time.time() < end and not list(tmp_path.glob("quickstart/*/progress.json")):
         time.sleep(0.5)
@@ -289,7 +484,9 @@ def test_ctrl_c_stops_every_rank_cleanly(tmp_path, cache_env, how):
         end = time.time() + 60
         while time.time() < end and json.loads(progress.read_text())["step"] < step + 4:
             time.sleep(0.5)
-        assert p.poll() is None and json.loads(progress.read_text())["step"] >= step + 4, "nohup's job stopped"
+        assert p.poll() is None and json.loads(progress.read_text())["step"] >= step + 4, (
+            "nohup's job stopped"
+        )
         os.kill(p.pid, signal.SIGTERM)
     elif how == "SIGINT to the group":
         os.killpg(p.pid, signal.SIGINT)
@@ -300,14 +497,23 @@ def test_ctrl_c_stops_every_rank_cleanly(tmp_path, cache_env, how):
     assert p.returncode == 130 and time.time() - t0 < 15, err
     assert "Traceback" not in err and "cancelled" in err
     (job,) = job_dirs(tmp_path)
-    assert sorted(d.name for d in (tmp_path / "quickstart").iterdir()) == sorted(["code", "plans", job.name])   # the snapshot of hpcqa the ranks imported
-    st = subprocess.run([sys.executable, "-m", "hpcqa", "status", "--json"], capture_output=True, text=True,
-                        env=env, cwd=ROOT)
+    assert sorted(d.name for d in (tmp_path / "quickstart").iterdir()) == sorted(
+        ["code", "plans", job.name]
+    )  # the snapshot of hpcqa the ranks imported
+    st = subprocess.run(
+        [sys.executable, "-m", "hpcqa", "status", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert [j["state"] for j in json.loads(st.stdout)] == ["CANCELLED"]
     end = time.time() + 15
     while time.time() < end and os.path.exists(f"/proc/{job.name.split('-')[0]}"):
         time.sleep(0.5)
-    assert not os.path.exists(f"/proc/{job.name.split('-')[0]}"), "the local controller survived Ctrl-C"
+    assert not os.path.exists(f"/proc/{job.name.split('-')[0]}"), (
+        "the local controller survived Ctrl-C"
+    )
 
 
 def test_a_killed_rank_is_named_with_its_signal(tmp_path, cache_env):
@@ -317,36 +523,74 @@ def test_a_killed_rank_is_named_with_its_signal(tmp_path, cache_env):
     import subprocess
     import sys
     import time
+
     env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
-    p = subprocess.Popen([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
-                          "--set", "train.max_steps=100000", "--set", f"job.output_dir={json.dumps(str(tmp_path))}"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hpcqa",
+            "submit",
+            "configs/quickstart.toml",
+            *TINY,
+            "--set",
+            "train.max_steps=100000",
+            "--set",
+            f"job.output_dir={json.dumps(str(tmp_path))}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     end = time.time() + 120
     while time.time() < end and not list(tmp_path.glob("quickstart/*/progress.json")):
         time.sleep(0.5)
     (job,) = job_dirs(tmp_path)
-    victim = json.loads((job / "ranks" / "rank-1.json").read_text())["pid"]   # the training process of rank 1
+    victim = json.loads((job / "ranks" / "rank-1.json").read_text())[
+        "pid"
+    ]  # the training process of rank 1
     os.kill(victim, signal.SIGKILL)
     t0 = time.time()
     out, err = p.communicate(timeout=60)
     assert p.returncode == 1 and time.time() - t0 < 10, err
     first = err.split("FAILED", 1)[1].splitlines()[1]
     assert "rank 1" in first and "SIGKILL" in first, err
-    logs = subprocess.run([sys.executable, "-m", "hpcqa", "logs", job.name.split("-")[0]], capture_output=True,
-                          text=True, env=env, cwd=ROOT)
-    assert logs.returncode == 0 and "first failure: rank 1" in logs.stderr and "SIGKILL" in logs.stderr
+    logs = subprocess.run(
+        [sys.executable, "-m", "hpcqa", "logs", job.name.split("-")[0]],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    assert (
+        logs.returncode == 0 and "first failure: rank 1" in logs.stderr and "SIGKILL" in logs.stderr
+    )
 
 
 def test_a_second_local_job_avoids_or_refuses_busy_cores(tmp_path, cache_env):
     import subprocess
     import sys
     import time
+
     env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
     one_core = ["--set", "cluster.cores_per_socket=1", "--set", "launch.ranks_per_socket=1"]
 
     def submit(out, *extra, wait=True):
-        args = [sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY, *one_core,
-                "--set", f"job.output_dir={json.dumps(str(out))}", *extra, *([] if wait else ["--no-wait"])]
+        args = [
+            sys.executable,
+            "-m",
+            "hpcqa",
+            "submit",
+            "configs/quickstart.toml",
+            *TINY,
+            *one_core,
+            "--set",
+            f"job.output_dir={json.dumps(str(out))}",
+            *extra,
+            *([] if wait else ["--no-wait"]),
+        ]
         with open(tmp_path / "a.out", "w") as o, open(tmp_path / "a.err", "w") as e:
             if not wait:  # the background controller inherits them: files, not pipes
                 return subprocess.run(args, stdout=o, stderr=e, env=env, cwd=ROOT, timeout=120)
@@ -357,17 +601,23 @@ def test_a_second_local_job_avoids_or_refuses_busy_cores(tmp_path, cache_env):
     a_id = (tmp_path / "a.out").read_text().strip()
     try:
         end = time.time() + 60
-        while time.time() < end and not list((tmp_path / "a").glob("quickstart/*/ranks/rank-0.json")):
+        while time.time() < end and not list(
+            (tmp_path / "a").glob("quickstart/*/ranks/rank-0.json")
+        ):
             time.sleep(0.5)
-        refused = submit(tmp_path / "b", "--set", "launch.on_busy_cores=\"refuse\"")
-        assert refused.returncode == 2 and f"pinned by job {a_id} on 0" in refused.stderr, refused.stderr
+        refused = submit(tmp_path / "b", "--set", 'launch.on_busy_cores="refuse"')
+        assert refused.returncode == 2 and f"pinned by job {a_id} on 0" in refused.stderr, (
+            refused.stderr
+        )
         assert "Traceback" not in refused.stderr
         moved = submit(tmp_path / "c", "--set", "train.max_steps=3", "--set", "train.do_eval=false")
         assert moved.returncode == 0 and "runs on the free CPUs 1" in moved.stderr, moved.stderr
         (job,) = job_dirs(tmp_path / "c")
         assert json.loads((job / "ranks" / "rank-0.json").read_text())["cpus"] == [1]
     finally:
-        subprocess.run([sys.executable, "-m", "hpcqa", "cancel", a_id], env=env, cwd=ROOT, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "hpcqa", "cancel", a_id], env=env, cwd=ROOT, capture_output=True
+        )
 
 
 def test_a_job_on_cores_another_process_keeps_busy_is_told_so(tmp_path, cache_env):
@@ -376,14 +626,39 @@ def test_a_job_on_cores_another_process_keeps_busy_is_told_so(tmp_path, cache_en
     pointing at the pinning."""
     import subprocess
     import sys
+
     env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
-    hog = subprocess.Popen([sys.executable, "-c", "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"])
+    hog = subprocess.Popen(
+        [sys.executable, "-c", "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"]
+    )
     try:
-        r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY, "--set",
-                            "cluster.cores_per_socket=1", "--set", "launch.ranks_per_socket=1", "--set",
-                            "train.max_steps=3", "--set", "train.do_eval=false", "--set",
-                            'launch.on_busy_cores="share"', "--set", f"job.output_dir={json.dumps(str(tmp_path))}"],
-                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hpcqa",
+                "submit",
+                "configs/quickstart.toml",
+                *TINY,
+                "--set",
+                "cluster.cores_per_socket=1",
+                "--set",
+                "launch.ranks_per_socket=1",
+                "--set",
+                "train.max_steps=3",
+                "--set",
+                "train.do_eval=false",
+                "--set",
+                'launch.on_busy_cores="share"',
+                "--set",
+                f"job.output_dir={json.dumps(str(tmp_path))}",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=600,
+        )
     finally:
         hog.kill()
         hog.wait()
@@ -391,10 +666,18 @@ def test_a_job_on_cores_another_process_keeps_busy_is_told_so(tmp_path, cache_en
     (job,) = job_dirs(tmp_path)
     usage = json.loads((job / "ranks" / "rank-0.json").read_text())["usage"]
     assert usage["cpus"] == 1 and usage["run_delay_s"] >= 0.2 * usage["wall_s"], usage
-    st = subprocess.run([sys.executable, "-m", "hpcqa", "status", job.name.split("-")[0]], capture_output=True,
-                        text=True, env={**env, "COLUMNS": "300"}, cwd=ROOT, timeout=60)
+    st = subprocess.run(
+        [sys.executable, "-m", "hpcqa", "status", job.name.split("-")[0]],
+        capture_output=True,
+        text=True,
+        env={**env, "COLUMNS": "300"},
+        cwd=ROOT,
+        timeout=60,
+    )
     said = " ".join(st.stdout.split())
-    assert "the ranks were ready to run but waited for their cores" in said and "busy node" in said, st.stdout
+    assert (
+        "the ranks were ready to run but waited for their cores" in said and "busy node" in said
+    ), st.stdout
 
 
 def test_one_node_mpirun_script_runs_here(cli, tmp_path, cache_env):
@@ -404,19 +687,49 @@ def test_one_node_mpirun_script_runs_here(cli, tmp_path, cache_env):
     import socket
     import subprocess
     import sys
-    assert shutil.which("mpirun"), "Intel MPI (pip install impi-rt) is needed: scripts/test.sh installs it"
+
+    assert shutil.which("mpirun"), (
+        "Intel MPI (pip install impi-rt) is needed: scripts/test.sh installs it"
+    )
     script = tmp_path / "run.sh"
-    r = cli("render", "configs/quickstart.toml", "--set", f"job.output_dir={json.dumps(str(tmp_path))}", *TINY,
-            "--set", "cluster.executor=slurm", "--launcher", "mpirun", "--hosts", socket.gethostname(),
-            "--python", sys.executable, "-o", str(script), env=cache_env)
+    r = cli(
+        "render",
+        "configs/quickstart.toml",
+        "--set",
+        f"job.output_dir={json.dumps(str(tmp_path))}",
+        *TINY,
+        "--set",
+        "cluster.executor=slurm",
+        "--launcher",
+        "mpirun",
+        "--hosts",
+        socket.gethostname(),
+        "--python",
+        sys.executable,
+        "-o",
+        str(script),
+        env=cache_env,
+    )
     assert r.returncode == 0, r.stderr
-    run = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                         env={**os.environ, **cache_env})
-    (folder,) = [p for p in (tmp_path / "quickstart").iterdir() if p.name.startswith(socket.gethostname().split(".")[0])]
+    run = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        env={**os.environ, **cache_env},
+    )
+    (folder,) = [
+        p
+        for p in (tmp_path / "quickstart").iterdir()
+        if p.name.startswith(socket.gethostname().split(".")[0])
+    ]
     assert run.returncode == 0, run.stderr[-2000:]
     reports = [json.loads((folder / "ranks" / f"rank-{k}.json").read_text()) for k in (0, 1)]
     assert [rep["env_source"] for rep in reports] == ["intel-mpi", "intel-mpi"]
-    assert reports[0]["cpus"] != reports[1]["cpus"] and all(rep["bind_note"] == "as planned" for rep in reports)
+    assert reports[0]["cpus"] != reports[1]["cpus"] and all(
+        rep["bind_note"] == "as planned" for rep in reports
+    )
     assert not any(rep["warnings"] for rep in reports)
     assert json.loads((folder / "results.json").read_text())["world_size"] == 2
 
@@ -426,13 +739,21 @@ def test_the_api_example_runs(tmp_path, cache_env):
     through the API, then a local sweep narrowed to 3 variants."""
     import subprocess
     import sys
+
     (tmp_path / "configs").symlink_to(ROOT / "configs")
-    r = subprocess.run([sys.executable, str(ROOT / "examples" / "api_quickstart.py")], cwd=tmp_path, text=True,
-                       capture_output=True, timeout=900,
-                       env={**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "registry.sqlite")})
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "api_quickstart.py")],
+        cwd=tmp_path,
+        text=True,
+        capture_output=True,
+        timeout=900,
+        env={**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "registry.sqlite")},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "2 ranks on 1 node(s), executor local" in r.stdout and '"f1"' in r.stdout
-    assert re.search(r"Sweep\('local-\d+', 3 tasks\) \{('\d+': 'COMPLETED'(, )?){3}\}", r.stdout), r.stdout[-2000:]
+    assert re.search(r"Sweep\('local-\d+', 3 tasks\) \{('\d+': 'COMPLETED'(, )?){3}\}", r.stdout), (
+        r.stdout[-2000:]
+    )
     assert len(list((tmp_path / "logs" / "sweep-quickstart").glob("*/results.json"))) == 3
 
 
@@ -440,10 +761,28 @@ def submit_no_wait(env: dict, tmp_path, *sets: str) -> tuple[str, str]:
     """`hpcqa submit` of the tiny quickstart with --no-wait (and these --set values) -> (the job id, its stderr)."""
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
-                        *(a for v in sets for a in ("--set", v)), "--set", f"job.output_dir={json.dumps(str(tmp_path))}",
-                        "--no-wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                       text=True, env=env, cwd=ROOT, timeout=60)
+
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpcqa",
+            "submit",
+            "configs/quickstart.toml",
+            *TINY,
+            *(a for v in sets for a in ("--set", v)),
+            "--set",
+            f"job.output_dir={json.dumps(str(tmp_path))}",
+            "--no-wait",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip().splitlines()[-1], r.stderr
 
@@ -455,17 +794,31 @@ def test_a_job_stuck_at_the_rendezvous_says_where_and_for_how_long(tmp_path, cac
     import subprocess
     import sys
     import time
-    env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite"), "MASTER_ADDR": "rendezvous.invalid"}
+
+    env = {
+        **os.environ,
+        **cache_env,
+        "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite"),
+        "MASTER_ADDR": "rendezvous.invalid",
+    }
     job_id, said = submit_no_wait(env, tmp_path, "train.ddp_timeout_s=900")
 
     def status(*extra):
-        s = subprocess.run([sys.executable, "-m", "hpcqa", "status", *extra, job_id], capture_output=True, text=True,
-                           env=env, cwd=ROOT, timeout=60)
+        s = subprocess.run(
+            [sys.executable, "-m", "hpcqa", "status", *extra, job_id],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+        )
         assert s.returncode == 0, s.stderr
         return s.stdout
 
     try:
-        assert "MASTER_ADDR=rendezvous.invalid is set where you submit" in " ".join(said.split()), said
+        assert "MASTER_ADDR=rendezvous.invalid is set where you submit" in " ".join(said.split()), (
+            said
+        )
         end, view = time.time() + 150, {}
         while time.time() < end:
             view = json.loads(status("--json"))[0]
@@ -477,12 +830,22 @@ def test_a_job_stuck_at_the_rendezvous_says_where_and_for_how_long(tmp_path, cac
         assert {p["phase"] for p in view["phases"]} == {"rendezvous"}
         assert all(p["detail"].startswith("rendezvous.invalid:") for p in view["phases"])
         stuck = next(n for n in view["notes"] if "have waited" in n)
-        assert stuck.startswith("rank(s) 0, 1 have waited 1:") and "rendezvous.invalid:" in stuck, stuck
+        assert stuck.startswith("rank(s) 0, 1 have waited 1:") and "rendezvous.invalid:" in stuck, (
+            stuck
+        )
         text = " ".join(status().split())
-        assert "waiting at the rendezvous (rendezvous.invalid:" in text and "does not resolve on this node" in text, text
+        assert (
+            "waiting at the rendezvous (rendezvous.invalid:" in text
+            and "does not resolve on this node" in text
+        ), text
     finally:
-        subprocess.run([sys.executable, "-m", "hpcqa", "cancel", job_id], capture_output=True, env=env, cwd=ROOT,
-                       timeout=60)
+        subprocess.run(
+            [sys.executable, "-m", "hpcqa", "cancel", job_id],
+            capture_output=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+        )
     end = time.time() + 60
     while time.time() < end and json.loads(status("--json"))[0]["state"] == "RUNNING":
         time.sleep(1)
@@ -496,10 +859,17 @@ def test_logs_follow_streams_a_running_job_to_its_last_line(tmp_path, cache_env)
     import subprocess
     import sys
     import time
+
     env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
     job_id, _ = submit_no_wait(env, tmp_path, "train.max_steps=8")
-    follow = subprocess.Popen([sys.executable, "-m", "hpcqa", "logs", job_id, "-f"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "hpcqa", "logs", job_id, "-f"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     seen: list[tuple[float, str]] = []
     for line in follow.stdout:
         seen.append((time.time(), line.rstrip("\n")))
@@ -507,33 +877,76 @@ def test_logs_follow_streams_a_running_job_to_its_last_line(tmp_path, cache_env)
     text = "\n".join(line for _, line in seen)
     assert "attempt 0 starts" in text and "rank 0/2" in text, text
     assert re.search(r"done: EM \d+\.\d\d\s+F1 \d+\.\d\d", text), text[-2000:]
-    assert any("done: EM" in line for _, line in seen[-5:]), text[-2000:]  # the last lines, read after the end
+    assert any("done: EM" in line for _, line in seen[-5:]), text[
+        -2000:
+    ]  # the last lines, read after the end
     # streamed: the first line was printed while rank 0 still trained, well before the last one; a follow that only
     # found a finished log prints every line in one burst (under 0.1 s apart, measured)
     first = next(t for t, line in seen if "attempt 0 starts" in line)
     done = next(t for t, line in seen if "done: EM" in line)
-    assert done - first > 1.0, f"nothing was printed until the job had ended ({done - first:.2f} s apart)"
-    again = subprocess.run([sys.executable, "-m", "hpcqa", "logs", job_id], capture_output=True, text=True, env=env,
-                           cwd=ROOT, timeout=60)
-    assert again.stdout.splitlines() == [line for _, line in seen], "-f printed something other than the log"
+    assert done - first > 1.0, (
+        f"nothing was printed until the job had ended ({done - first:.2f} s apart)"
+    )
+    again = subprocess.run(
+        [sys.executable, "-m", "hpcqa", "logs", job_id],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert again.stdout.splitlines() == [line for _, line in seen], (
+        "-f printed something other than the log"
+    )
 
 
-def test_an_unresolvable_master_addr_fails_the_job_in_ddp_timeout_with_its_reason(tmp_path, cache_env):
+def test_an_unresolvable_master_addr_fails_the_job_in_ddp_timeout_with_its_reason(
+    tmp_path, cache_env
+):
     """torch's store retries a name that does not resolve long past its timeout (12 minutes with 120 s, measured): each
     rank checks the name itself, and after train.ddp_timeout_s the job FAILS, saying which name and what to do."""
     import subprocess
     import sys
     import time
-    env = {**os.environ, **cache_env, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite"), "MASTER_ADDR": "rendezvous.invalid"}
+
+    env = {
+        **os.environ,
+        **cache_env,
+        "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite"),
+        "MASTER_ADDR": "rendezvous.invalid",
+    }
     t0 = time.time()
-    r = subprocess.run([sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY,
-                        "--set", "train.ddp_timeout_s=15", "--set", f"job.output_dir={json.dumps(str(tmp_path))}"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env,
-                       cwd=ROOT, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpcqa",
+            "submit",
+            "configs/quickstart.toml",
+            *TINY,
+            "--set",
+            "train.ddp_timeout_s=15",
+            "--set",
+            f"job.output_dir={json.dumps(str(tmp_path))}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert r.returncode != 0 and time.time() - t0 < 120, r.stderr[-3000:]
     job_id = next(w for w in r.stderr.split() if w.rstrip(":").isdigit()).rstrip(":")
-    s = subprocess.run([sys.executable, "-m", "hpcqa", "status", job_id], capture_output=True, text=True,
-                       env={**env, "COLUMNS": "400"}, cwd=ROOT, timeout=60)
+    s = subprocess.run(
+        [sys.executable, "-m", "hpcqa", "status", job_id],
+        capture_output=True,
+        text=True,
+        env={**env, "COLUMNS": "400"},
+        cwd=ROOT,
+        timeout=60,
+    )
     text = " ".join(s.stdout.split())
     assert "FAILED" in text and "MASTER_ADDR 'rendezvous.invalid' does not resolve" in text, text
     assert "unset a stale MASTER_ADDR" in text, text
@@ -541,8 +954,17 @@ def test_an_unresolvable_master_addr_fails_the_job_in_ddp_timeout_with_its_reaso
 
 def tiny_results(cli, out: Path, env: dict, *sets: str) -> dict:
     """A finished tiny quickstart job (no evaluation) with these --set values, written under `out` -> its results."""
-    r = cli("submit", "configs/quickstart.toml", *TINY, "--set", "train.do_eval=false",
-            *(a for v in sets for a in ("--set", v)), "--set", f"job.output_dir={json.dumps(str(out))}", env=env)
+    r = cli(
+        "submit",
+        "configs/quickstart.toml",
+        *TINY,
+        "--set",
+        "train.do_eval=false",
+        *(a for v in sets for a in ("--set", v)),
+        "--set",
+        f"job.output_dir={json.dumps(str(out))}",
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     (job,) = job_dirs(out)
     return json.loads((job / "results.json").read_text())
@@ -556,8 +978,14 @@ def test_train_compile_runs_the_compiled_model_and_reports_its_cost(cli, tmp_pat
     order), never another model."""
     losses = {}
     for flag in ("false", "true"):
-        res = tiny_results(cli, tmp_path / flag, cache_env, "train.max_steps=8", "train.comm_probe_steps=0",
-                           f"train.compile={flag}")
+        res = tiny_results(
+            cli,
+            tmp_path / flag,
+            cache_env,
+            "train.max_steps=8",
+            "train.comm_probe_steps=0",
+            f"train.compile={flag}",
+        )
         losses[flag] = res["train_loss"]
         if flag == "true":
             c = res["compile"]
@@ -573,13 +1001,24 @@ def test_ddp_compress_sends_the_gradients_in_16_bits_and_says_so(cli, tmp_path, 
     gradients are rounded to 16 bits before they are summed (the weights are not the fp32 run's, the loss is close
     to it, and bf16 rounds differently from fp16); the results say what was sent and the probe's all-reduce alone
     is timed in 16 bits."""
-    res = {mode: tiny_results(cli, tmp_path / mode, cache_env, "train.max_steps=6", "train.comm_probe_steps=2",
-                              f"train.ddp_compress={mode}") for mode in ("none", "fp16", "bf16")}
+    res = {
+        mode: tiny_results(
+            cli,
+            tmp_path / mode,
+            cache_env,
+            "train.max_steps=6",
+            "train.comm_probe_steps=2",
+            f"train.ddp_compress={mode}",
+        )
+        for mode in ("none", "fp16", "bf16")
+    }
     plain = res["none"]["comm"]
     assert plain["compress"] == "none" and plain["wire_bucket_bytes"] == plain["bucket_bytes"]
     for mode in ("fp16", "bf16"):
         sent = res[mode]["comm"]
-        assert sent["compress"] == mode and sent["wire_bucket_bytes"] == [b // 2 for b in sent["bucket_bytes"]]
+        assert sent["compress"] == mode and sent["wire_bucket_bytes"] == [
+            b // 2 for b in sent["bucket_bytes"]
+        ]
         assert res["none"]["weights_digest"] != res[mode]["weights_digest"]
         assert res[mode]["train_loss"] == pytest.approx(res["none"]["train_loss"], rel=1e-2)
     assert res["fp16"]["weights_digest"] != res["bf16"]["weights_digest"]
@@ -598,13 +1037,28 @@ def test_train_compile_without_a_cpp_compiler_stops_with_the_fix(cli, tmp_path, 
                 continue
             (bare / name).symlink_to(Path(d) / name)
     import shutil
+
     assert shutil.which("g++", path=str(bare)) is None and shutil.which("python3", path=str(bare))
     env = {**cache_env, "PATH": str(bare), "CXX": ""}
-    r = cli("submit", "configs/quickstart.toml", *TINY, "--set", "train.compile=true", "--set", "train.max_steps=2",
-            "--set", f"job.output_dir={json.dumps(str(tmp_path / 'out'))}", env=env)
+    r = cli(
+        "submit",
+        "configs/quickstart.toml",
+        *TINY,
+        "--set",
+        "train.compile=true",
+        "--set",
+        "train.max_steps=2",
+        "--set",
+        f"job.output_dir={json.dumps(str(tmp_path / 'out'))}",
+        env=env,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     text = " ".join(r.stderr.split())
-    assert "has no C++ compiler" in text and "apt-get install g++" in text and "train.compile = false" in text, text
+    assert (
+        "has no C++ compiler" in text
+        and "apt-get install g++" in text
+        and "train.compile = false" in text
+    ), text
     assert "Traceback" not in r.stderr
     (job,) = job_dirs(tmp_path / "out")
     assert not (job / "results.json").exists()

@@ -6,12 +6,15 @@ import pytest
 from hpcqa.rank.train import metrics, postprocess
 
 
-@pytest.mark.parametrize("text,norm", [
-    ("The  Quick, brown fox!", "quick brown fox"),
-    ("an apple a day", "apple day"),
-    ("Theater", "theater"),           # 'the' only as a word
-    ("  1,000  ", "1000"),
-])
+@pytest.mark.parametrize(
+    "text,norm",
+    [
+        ("The  Quick, brown fox!", "quick brown fox"),
+        ("an apple a day", "apple day"),
+        ("Theater", "theater"),  # 'the' only as a word
+        ("  1,000  ", "1000"),
+    ],
+)
 def test_normalize(text, norm):
     assert metrics.normalize_answer(text) == norm
 
@@ -24,12 +27,14 @@ def test_f1_hand_computed():
         # repeated tokens count once each: gold [a, a, b], pred [a, b, b]: common a:1 b:1 -> P=R=2/3
         assert f1("a a b", "a b b") == pytest.approx(2 / 3)
     assert metrics.f1_v2("", "") == 1.0 and metrics.f1_v2("x", "") == 0.0
-    assert metrics.f1_v1("", "") == 0.0 and metrics.f1_v1(".", ".") == 0.0   # v1.1: no shared token -> 0
+    assert (
+        metrics.f1_v1("", "") == 0.0 and metrics.f1_v1(".", ".") == 0.0
+    )  # v1.1: no shared token -> 0
 
 
 def test_squad_v1_scores():
     golds = {"q1": ["Denver Broncos", "Broncos"], "q2": ["1999"], "q3": ["x"]}
-    preds = {"q1": "the Broncos", "q2": "in 1999"}            # q3 unanswered -> 0
+    preds = {"q1": "the Broncos", "q2": "in 1999"}  # q3 unanswered -> 0
     s = metrics.squad_scores(golds, preds)
     assert s["exact_match"] == pytest.approx(100 / 3)
     assert s["f1"] == pytest.approx(100 * (1 + 2 / 3 + 0) / 3)
@@ -49,7 +54,9 @@ def test_the_issue_cases_v1_rules_on_v1_data():
 
 def test_v2_has_answer_from_the_raw_list_and_splits_always_reported():
     # {q1: ["the"]} is a HasAns question for v2.0 (its raw answer list is not empty)
-    s = metrics.squad_scores({"q1": ["the"], "q2": ["cat"]}, {"q1": "", "q2": "cat"}, version_2=True)
+    s = metrics.squad_scores(
+        {"q1": ["the"], "q2": ["cat"]}, {"q1": "", "q2": "cat"}, version_2=True
+    )
     assert (s["HasAns_total"], "NoAns_total" in s) == (2, False)
     assert s["HasAns_exact"] == 100.0 and s["rules"] == "squad-v2.0"
 
@@ -78,7 +85,9 @@ def logits(peaks, n=10, base=0.0):
 
 def run(features, starts, ends, **kw):
     ex = [{"id": "e", "context": CTX}]
-    return postprocess.postprocess(ex, features, np.array(starts), np.array(ends), **kw).answers["e"]
+    return postprocess.postprocess(ex, features, np.array(starts), np.array(ends), **kw).answers[
+        "e"
+    ]
 
 
 def test_best_span():
@@ -104,7 +113,10 @@ def test_max_answer_length():
 
 
 def test_best_over_several_features_of_one_example():
-    f = [{"example_id": "e", "offset_mapping": OFFSETS}, {"example_id": "e", "offset_mapping": OFFSETS}]
+    f = [
+        {"example_id": "e", "offset_mapping": OFFSETS},
+        {"example_id": "e", "offset_mapping": OFFSETS},
+    ]
     starts = [logits({3: 1}), logits({8: 7})]
     ends = [logits({3: 1}), logits({8: 7})]
     assert run(f, starts, ends) == "France"
@@ -112,7 +124,7 @@ def test_best_over_several_features_of_one_example():
 
 def test_v2_null_answer_threshold():
     f = [{"example_id": "e", "offset_mapping": OFFSETS}]
-    s, e = logits({0: 4, 8: 3}), logits({0: 4, 8: 3})   # null 8, best span 6
+    s, e = logits({0: 4, 8: 3}), logits({0: 4, 8: 3})  # null 8, best span 6
     assert run(f, [s], [e], version_2_with_negative=True) == ""
     assert run(f, [s], [e], version_2_with_negative=True, null_score_diff_threshold=2.5) == "France"
     assert run(f, [s], [e], version_2_with_negative=False) == "France"
@@ -120,23 +132,38 @@ def test_v2_null_answer_threshold():
 
 def test_mismatched_rows_are_an_error():
     with pytest.raises(ValueError):
-        postprocess.postprocess([], [{"example_id": "e", "offset_mapping": OFFSETS}], np.zeros((2, 10)),
-                                np.zeros((2, 10)))
+        postprocess.postprocess(
+            [],
+            [{"example_id": "e", "offset_mapping": OFFSETS}],
+            np.zeros((2, 10)),
+            np.zeros((2, 10)),
+        )
 
 
 def test_nbest_lists_and_null_odds_as_run_qa_writes_them():
     f = [{"example_id": "e", "offset_mapping": OFFSETS}]
-    s, e = logits({0: 4, 8: 3, 3: 1}), logits({0: 4, 8: 3, 6: 1})   # null 8; France 6; Paris..capital 2
+    s, e = (
+        logits({0: 4, 8: 3, 3: 1}),
+        logits({0: 4, 8: 3, 6: 1}),
+    )  # null 8; France 6; Paris..capital 2
     ex = [{"id": "e", "context": CTX}]
-    out = postprocess.postprocess(ex, f, np.array([s]), np.array([e]), n_best_size=3, version_2_with_negative=True)
+    out = postprocess.postprocess(
+        ex, f, np.array([s]), np.array([e]), n_best_size=3, version_2_with_negative=True
+    )
     nbest = out.nbest["e"]
-    assert [p["text"] for p in nbest][:2] == ["", "France"]      # the null answer competes in the list
+    assert [p["text"] for p in nbest][:2] == ["", "France"]  # the null answer competes in the list
     assert abs(sum(p["probability"] for p in nbest) - 1) < 1e-9
-    assert [p["probability"] for p in nbest] == sorted((p["probability"] for p in nbest), reverse=True)
+    assert [p["probability"] for p in nbest] == sorted(
+        (p["probability"] for p in nbest), reverse=True
+    )
     assert out.null_odds["e"] == 8.0 - 6.0 and out.answers["e"] == ""
     assert set(nbest[0]) == {"text", "probability", "start_logit", "end_logit"}
     v1 = postprocess.postprocess(ex, f, np.array([s]), np.array([e]), n_best_size=3)
-    assert v1.answers["e"] == "France" and v1.null_odds == {} and "" not in [p["text"] for p in v1.nbest["e"]]
+    assert (
+        v1.answers["e"] == "France"
+        and v1.null_odds == {}
+        and "" not in [p["text"] for p in v1.nbest["e"]]
+    )
 
 
 def test_no_valid_span_lists_runqa_placeholder_but_answers_nothing():
@@ -146,6 +173,12 @@ def test_no_valid_span_lists_runqa_placeholder_but_answers_nothing():
     s, e = logits({0: 2}), logits({0: 1})
     v1 = postprocess.postprocess(ex, f, np.array([s]), np.array([e]))
     assert v1.answers["e"] == "" and v1.nbest["e"][0]["text"] == postprocess.EMPTY
-    v2 = postprocess.postprocess(ex, f, np.array([s]), np.array([e]), version_2_with_negative=True,
-                                 null_score_diff_threshold=10.0)
-    assert v2.answers["e"] == "" and v2.null_odds["e"] == 3.0    # run_qa's odds: null score - 0
+    v2 = postprocess.postprocess(
+        ex,
+        f,
+        np.array([s]),
+        np.array([e]),
+        version_2_with_negative=True,
+        null_score_diff_threshold=10.0,
+    )
+    assert v2.answers["e"] == "" and v2.null_odds["e"] == 3.0  # run_qa's odds: null score - 0

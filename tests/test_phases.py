@@ -18,7 +18,12 @@ def test_a_rank_writes_its_phase_and_training_steps_are_throttled(tmp_path, monk
     p = Phases(jd, 3, attempt=2)
     p.enter("rendezvous", "node1:29500")
     got = json.loads(jd.rank_phase(3).read_text())
-    assert (got["phase"], got["detail"], got["rank"], got["attempt"]) == ("rendezvous", "node1:29500", 3, 2)
+    assert (got["phase"], got["detail"], got["rank"], got["attempt"]) == (
+        "rendezvous",
+        "node1:29500",
+        3,
+        2,
+    )
     p.step(1, 40)  # entering training writes at once
     assert json.loads(jd.rank_phase(3).read_text())["phase"] == "training"
     p.step(2, 40)  # within the throttle: not written yet
@@ -43,17 +48,22 @@ def test_damaged_or_foreign_phase_files_are_skipped(tmp_path):
     jd.rank_phase(0).write_text("{not json")
     jd.rank_phase(1).write_text(json.dumps({"rank": 5, "phase": "training"}))  # claims another rank
     jd.rank_phase(2).write_text(json.dumps(["a", "list"]))
-    jd.rank_phase(3).write_text(json.dumps({"rank": 3, "phase": "training", "step": "x", "since": "soon",
-                                            "detail": "two\nlines"}))
+    jd.rank_phase(3).write_text(
+        json.dumps(
+            {"rank": 3, "phase": "training", "step": "x", "since": "soon", "detail": "two\nlines"}
+        )
+    )
     got = jd.read_phases(4)
     assert [r["rank"] for r in got] == [3]
     assert phases.text(got[0], NOW) == "training (two lines)"
 
 
 def test_phase_text_and_the_list_summary():
-    recs = [{"rank": 0, "phase": "training", "step": 12, "total_steps": 40, "since": NOW - 65},
-            {"rank": 1, "phase": "rendezvous", "detail": "n1:29500", "since": NOW - 200},
-            {"rank": 2, "phase": "rendezvous", "detail": "n1:29500", "since": NOW - 190}]
+    recs = [
+        {"rank": 0, "phase": "training", "step": 12, "total_steps": 40, "since": NOW - 65},
+        {"rank": 1, "phase": "rendezvous", "detail": "n1:29500", "since": NOW - 200},
+        {"rank": 2, "phase": "rendezvous", "detail": "n1:29500", "since": NOW - 190},
+    ]
     assert phases.text(recs[0], NOW) == "training step 12/40, for 1:05"
     assert phases.text(recs[1], NOW) == "waiting at the rendezvous (n1:29500), for 3:20"
     assert phases.summary(recs, 4, NOW) == "waiting at the rendezvous 3:20, 2/4 ranks"
@@ -62,11 +72,15 @@ def test_phase_text_and_the_list_summary():
 
 
 def test_ranks_waiting_more_than_a_minute_at_the_rendezvous_are_named():
-    recs = [{"rank": 0, "phase": "loading", "since": NOW - 100},
-            {"rank": 1, "phase": "rendezvous", "detail": "n1:29500", "since": NOW - 61},
-            {"rank": 2, "phase": "address", "detail": "of ib0", "since": NOW - 3700}]
+    recs = [
+        {"rank": 0, "phase": "loading", "since": NOW - 100},
+        {"rank": 1, "phase": "rendezvous", "detail": "n1:29500", "since": NOW - 61},
+        {"rank": 2, "phase": "address", "detail": "of ib0", "since": NOW - 3700},
+    ]
     line = phases.stuck_at_rendezvous(recs, NOW)
-    assert line.startswith("rank(s) 1, 2 have waited 1:01:40 at the rendezvous for n1:29500, of ib0")
+    assert line.startswith(
+        "rank(s) 1, 2 have waited 1:01:40 at the rendezvous for n1:29500, of ib0"
+    )
     assert "1 other rank(s)" in line and "train.ddp_timeout_s" in line
     assert phases.stuck_at_rendezvous(recs[1:2], NOW - 2) is None  # 59 s: not yet
 
@@ -77,4 +91,6 @@ def test_a_submitting_environment_s_master_addr_is_shown_and_warned(tmp_path):
     assert plan.deferred_env["MASTER_ADDR"] == "login7 (from the submitting environment)"
     assert any(w.startswith("MASTER_ADDR=login7 is set where you submit") for w in plan.warnings)
     plain = build_plan(cfg, HostProbe())
-    assert plain.deferred_env["MASTER_ADDR"] == "127.0.0.1" and not any("MASTER_ADDR" in w for w in plain.warnings)
+    assert plain.deferred_env["MASTER_ADDR"] == "127.0.0.1" and not any(
+        "MASTER_ADDR" in w for w in plain.warnings
+    )

@@ -7,8 +7,12 @@ from hpcqa.errors import ConfigError
 from tests.conftest import ROOT, SLURM_HERE
 
 SPR = ROOT / "configs" / "squad_spr.toml"
-HOST = plan.HostProbe(schedulers=SLURM_HERE, ccl_bindings=False,
-                      libraries={"tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"}, python="python3")
+HOST = plan.HostProbe(
+    schedulers=SLURM_HERE,
+    ccl_bindings=False,
+    libraries={"tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"},
+    python="python3",
+)
 
 
 def spr(*overrides, host=HOST, launcher=None):
@@ -18,7 +22,11 @@ def spr(*overrides, host=HOST, launcher=None):
 def test_spr_has_eight_ranks_one_per_socket():
     lp = spr()
     assert lp.world_size == 8 and len(lp.ranks) == 8
-    assert [(r.rank, r.node_rank, r.local_rank) for r in lp.ranks][:3] == [(0, 0, 0), (1, 0, 1), (2, 1, 0)]
+    assert [(r.rank, r.node_rank, r.local_rank) for r in lp.ranks][:3] == [
+        (0, 0, 0),
+        (1, 0, 1),
+        (2, 1, 0),
+    ]
     assert lp.cpus_per_task == 112  # 56 cores x 2 threads: Slurm allocates the whole socket
 
 
@@ -29,7 +37,10 @@ def test_spr_ccl_matches_the_intel_launcher():
         assert r["CCL_WORKER_AFFINITY"] == "0,1,2,3,56,57,58,59"
         assert r["I_MPI_PIN_DOMAIN"] == "[0xfffffffffffff0,0xfffffffffffff000000000000000]"
         assert r["OMP_NUM_THREADS"] == "52" and r["CCL_WORKER_COUNT"] == "4"
-    assert r0["KMP_AFFINITY"] == "granularity=fine,proclist=[" + ",".join(map(str, range(4, 56))) + "],explicit"
+    assert (
+        r0["KMP_AFFINITY"]
+        == "granularity=fine,proclist=[" + ",".join(map(str, range(4, 56))) + "],explicit"
+    )
     assert lp.ranks[1].cpus == tuple(range(56, 112))
     assert any("NOT importable" in w for w in lp.warnings)
 
@@ -37,7 +48,11 @@ def test_spr_ccl_matches_the_intel_launcher():
 def test_gloo_gives_the_ccl_cores_back():
     lp = spr("launch.ccl_workers=4", "train.ddp_backend=gloo")
     env = lp.ranks[0].env
-    assert env["OMP_NUM_THREADS"] == "56" and "CCL_WORKER_COUNT" not in env and "I_MPI_PIN_DOMAIN" not in env
+    assert (
+        env["OMP_NUM_THREADS"] == "56"
+        and "CCL_WORKER_COUNT" not in env
+        and "I_MPI_PIN_DOMAIN" not in env
+    )
     assert any("not reserved" in w for w in lp.warnings)
 
 
@@ -65,10 +80,16 @@ def test_the_plan_names_the_libraries_the_node_resolves():
     """The plan says what is wanted, by name; where it is, is each node's business. The dry run predicts from
     this host: a library missing here is a warning, not a decision for every node."""
     lp = spr()
-    assert lp.ranks[0].env["HPCQA_PRELOAD"] == "tcmalloc:iomp" and "LD_PRELOAD" not in lp.ranks[0].env
-    assert any("iomp not found on this host; each rank looks for it on its node" in w for w in lp.warnings)
+    assert (
+        lp.ranks[0].env["HPCQA_PRELOAD"] == "tcmalloc:iomp" and "LD_PRELOAD" not in lp.ranks[0].env
+    )
+    assert any(
+        "iomp not found on this host; each rank looks for it on its node" in w for w in lp.warnings
+    )
     bare = spr(host=plan.HostProbe(schedulers=SLURM_HERE))
-    assert bare.ranks[0].env["HPCQA_PRELOAD"] == "tcmalloc:iomp"  # the same plan: nothing frozen from this host
+    assert (
+        bare.ranks[0].env["HPCQA_PRELOAD"] == "tcmalloc:iomp"
+    )  # the same plan: nothing frozen from this host
     assert "HPCQA_PRELOAD" not in spr("launch.malloc=default", "launch.openmp=gomp").ranks[0].env
 
 
@@ -76,7 +97,7 @@ def test_glibc_heap_is_the_default_allocator_and_only_its_own_variables():
     """launch.malloc = "glibc-heap" (the default): glibc's own variables, no preload; an explicit allocator or glibc
     as it is gets none of them; launch.env still has the last word."""
     heap = spr("launch.malloc=glibc-heap", "launch.openmp=gomp").ranks[0].env
-    assert heap["MALLOC_MMAP_MAX_"] == "0" and int(heap["MALLOC_TRIM_THRESHOLD_"]) >= 2 ** 40
+    assert heap["MALLOC_MMAP_MAX_"] == "0" and int(heap["MALLOC_TRIM_THRESHOLD_"]) >= 2**40
     assert "HPCQA_PRELOAD" not in heap
     assert config.load(ROOT / "configs" / "quickstart.toml").launch.malloc == "glibc-heap"
     for other in ("default", "tcmalloc", "jemalloc"):
@@ -92,16 +113,22 @@ def test_unbound_plan_sets_no_threads():
 
 def test_executor_auto_and_local_limits():
 
-
     with pytest.raises(ConfigError):
-        spr("cluster.executor=auto", host=plan.HostProbe(schedulers=frozenset()))  # 4 nodes, no Slurm
-    lp = spr("cluster.executor=auto", "cluster.nodes=1", host=plan.HostProbe(schedulers=frozenset()))
+        spr(
+            "cluster.executor=auto", host=plan.HostProbe(schedulers=frozenset())
+        )  # 4 nodes, no Slurm
+    lp = spr(
+        "cluster.executor=auto", "cluster.nodes=1", host=plan.HostProbe(schedulers=frozenset())
+    )
     assert lp.target == "local" and lp.deferred_env["MASTER_ADDR"] == "127.0.0.1"
 
 
 def test_slurm_parameters():
-    p = spr("cluster.mem_gb=200", "cluster.account=ml", "cluster.sbatch_extra=['--reservation=r1','--hold']") \
-        .slurm_parameters()
+    p = spr(
+        "cluster.mem_gb=200",
+        "cluster.account=ml",
+        "cluster.sbatch_extra=['--reservation=r1','--hold']",
+    ).slurm_parameters()
     assert p["nodes"] == 4 and p["ntasks_per_node"] == 2 and p["cpus_per_task"] == 112
     assert "--cpus-per-task=112" in p["srun_args"] and "--cpu-bind=none" in p["srun_args"]
     assert p["mem"] == "200GB" and p["account"] == "ml" and p["exclusive"] is True
@@ -133,17 +160,29 @@ def test_plan_is_frozen():
 
 def test_find_library():
     from hpcqa.rank import preload
-    assert preload.find_library(("libx.so",), ["/a", "/b"], exists=lambda p: p == "/b/libx.so") == "/b/libx.so"
+
+    assert (
+        preload.find_library(("libx.so",), ["/a", "/b"], exists=lambda p: p == "/b/libx.so")
+        == "/b/libx.so"
+    )
     assert preload.find_library(("libx.so",), ["/a"], exists=lambda p: False) is None
 
 
 def test_library_dirs_follow_the_loaders_configuration(tmp_path):
     from hpcqa.rank import preload
+
     (tmp_path / "ld.so.conf.d").mkdir()
-    (tmp_path / "ld.so.conf").write_text("# comment\ninclude ld.so.conf.d/*.conf\n/opt/direct/lib\n")
+    (tmp_path / "ld.so.conf").write_text(
+        "# comment\ninclude ld.so.conf.d/*.conf\n/opt/direct/lib\n"
+    )
     (tmp_path / "ld.so.conf.d" / "a.conf").write_text("/opt/intel/lib\n")
-    assert preload.ld_so_conf_dirs(str(tmp_path / "ld.so.conf")) == ["/opt/intel/lib", "/opt/direct/lib"]
-    dirs = preload.library_dirs({"LD_LIBRARY_PATH": "/x:/y", "CONDA_PREFIX": "/conda"}, prefix="/venv")
+    assert preload.ld_so_conf_dirs(str(tmp_path / "ld.so.conf")) == [
+        "/opt/intel/lib",
+        "/opt/direct/lib",
+    ]
+    dirs = preload.library_dirs(
+        {"LD_LIBRARY_PATH": "/x:/y", "CONDA_PREFIX": "/conda"}, prefix="/venv"
+    )
     assert dirs[:4] == ["/x", "/y", "/conda/lib", "/venv/lib"]
 
 
@@ -154,17 +193,30 @@ def test_targets_are_one_vocabulary_from_the_config_to_the_registry(tmp_path):
 
     from hpcqa.core import targets
     from hpcqa.errors import PlanError
-    assert set(typing.get_args(typing.get_type_hints(config.ClusterConfig)["executor"])) == set(targets.CONFIG_CHOICES)
+
+    assert set(typing.get_args(typing.get_type_hints(config.ClusterConfig)["executor"])) == set(
+        targets.CONFIG_CHOICES
+    )
     assert targets.resolve("auto", plan.HostProbe(schedulers=SLURM_HERE)) is targets.SlurmTarget
     assert targets.resolve("auto", plan.HostProbe(schedulers=frozenset())) is targets.LocalTarget
-    assert targets.resolve("local", plan.HostProbe(schedulers=SLURM_HERE), "pytorchjob") is targets.K8sTarget
+    assert (
+        targets.resolve("local", plan.HostProbe(schedulers=SLURM_HERE), "pytorchjob")
+        is targets.K8sTarget
+    )
     assert targets.resolve("slurm", plan.HostProbe(schedulers=frozenset())) is targets.SlurmTarget
     with pytest.raises(PlanError, match="unknown executor 'slurm-script'"):
         targets.named("slurm-script")
     lp = spr("cluster.executor=slurm", host=plan.HostProbe(schedulers=frozenset()))
     again = plan.LaunchPlan.loads(lp.dumps())
-    assert again == lp and again.launcher is targets.Launcher.SRUN and again.requeue is targets.Requeue.NONE
-    assert plan.LaunchPlan.loads(lp.with_requeue(targets.Requeue.POD).dumps()).requeue is targets.Requeue.POD
+    assert (
+        again == lp
+        and again.launcher is targets.Launcher.SRUN
+        and again.requeue is targets.Requeue.NONE
+    )
+    assert (
+        plan.LaunchPlan.loads(lp.with_requeue(targets.Requeue.POD).dumps()).requeue
+        is targets.Requeue.POD
+    )
     damaged = tmp_path / "plan.json"
     damaged.write_text(lp.dumps().replace('"requeue": "none"', '"requeue": "sometimes"'))
     with pytest.raises(PlanError, match="not a launch plan"):

@@ -20,8 +20,13 @@ def quick_plan(*overrides):
 
 
 def local_env(rank_, n=2, job="4321"):
-    return {"SUBMITIT_LOCAL_GLOBALID": str(rank_), "SUBMITIT_LOCAL_LOCALID": str(rank_),
-            "SUBMITIT_LOCAL_NTASKS": str(n), "SUBMITIT_LOCAL_JOB_ID": job, "PATH": "/usr/bin"}
+    return {
+        "SUBMITIT_LOCAL_GLOBALID": str(rank_),
+        "SUBMITIT_LOCAL_LOCALID": str(rank_),
+        "SUBMITIT_LOCAL_NTASKS": str(n),
+        "SUBMITIT_LOCAL_JOB_ID": job,
+        "PATH": "/usr/bin",
+    }
 
 
 def test_maps_env_and_binds_as_planned():
@@ -29,15 +34,25 @@ def test_maps_env_and_binds_as_planned():
     env, cpus, warnings = rank.rank_environment(p, local_env(1), TWO, "lap")
     assert cpus == [1] and not warnings
     assert env["RANK"] == "1" and env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2"
-    assert env["MASTER_ADDR"] == "127.0.0.1" and env["OMP_NUM_THREADS"] == "1" and env["OMP_PLACES"] == "{1}"
+    assert (
+        env["MASTER_ADDR"] == "127.0.0.1"
+        and env["OMP_NUM_THREADS"] == "1"
+        and env["OMP_PLACES"] == "{1}"
+    )
     assert env["HPCQA_BOUND_CPUS"] == "1" and env["PATH"] == "/usr/bin"
 
 
 def test_adjusts_when_the_node_lacks_the_planned_cpus():
-    p = quick_plan("cluster.cores_per_socket=8", "launch.ranks_per_socket=2")  # 2 ranks of 4 cores; the node has 2
+    p = quick_plan(
+        "cluster.cores_per_socket=8", "launch.ranks_per_socket=2"
+    )  # 2 ranks of 4 cores; the node has 2
     env, cpus, warnings = rank.rank_environment(p, local_env(0), TWO, "lap")
     assert cpus == [0] and env["OMP_NUM_THREADS"] == "1"
-    assert warnings and "re-derived" in warnings[0] and "planned r0 0-3; r1 4-7 | this node r0 0" in warnings[0]
+    assert (
+        warnings
+        and "re-derived" in warnings[0]
+        and "planned r0 0-3; r1 4-7 | this node r0 0" in warnings[0]
+    )
 
 
 def test_world_size_mismatch_is_refused():
@@ -47,14 +62,19 @@ def test_world_size_mismatch_is_refused():
 
 
 def test_missing_preload_is_dropped(tmp_path):
-    p = quick_plan()  # LD_PRELOAD from the job's environment (launch.env may not set it: hpcqa manages it)
-    env, _, warnings = rank.rank_environment(p, {**local_env(0), "LD_PRELOAD": f"/nonexistent/libx.so:{sys.executable}"},
-                                             TWO, "lap")
+    p = (
+        quick_plan()
+    )  # LD_PRELOAD from the job's environment (launch.env may not set it: hpcqa manages it)
+    env, _, warnings = rank.rank_environment(
+        p, {**local_env(0), "LD_PRELOAD": f"/nonexistent/libx.so:{sys.executable}"}, TWO, "lap"
+    )
     assert env["LD_PRELOAD"] == sys.executable and "not found" in warnings[0]
 
 
 def test_fixed_master_port():
-    env, _, _ = rank.rank_environment(quick_plan("launch.master_port=23456"), local_env(0), TWO, "lap")
+    env, _, _ = rank.rank_environment(
+        quick_plan("launch.master_port=23456"), local_env(0), TWO, "lap"
+    )
     assert env["MASTER_PORT"] == "23456"
 
 
@@ -63,15 +83,32 @@ def test_fixed_master_port():
 def test_real_exec_binds_and_exports(tmp_path):
     p = tmp_path / "plan.json"
     p.write_text(quick_plan().dumps())
-    probe = ("import os, json; print(json.dumps({'cpus': sorted(os.sched_getaffinity(0)), "
-             "'omp': os.environ['OMP_NUM_THREADS'], 'rank': os.environ['RANK'], "
-             "'port': os.environ['MASTER_PORT'], 'digest': os.environ['HPCQA_PLAN_DIGEST'], "
-             "'plan': os.environ['HPCQA_PLAN']}))")
+    probe = (
+        "import os, json; print(json.dumps({'cpus': sorted(os.sched_getaffinity(0)), "
+        "'omp': os.environ['OMP_NUM_THREADS'], 'rank': os.environ['RANK'], "
+        "'port': os.environ['MASTER_PORT'], 'digest': os.environ['HPCQA_PLAN_DIGEST'], "
+        "'plan': os.environ['HPCQA_PLAN']}))"
+    )
     out = []
     for r in (0, 1):
         env = {**os.environ, **local_env(r)}
-        res = subprocess.run([sys.executable, "-m", "hpcqa.rank", "--plan", str(p), "--",
-                              sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=ROOT)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hpcqa.rank",
+                "--plan",
+                str(p),
+                "--",
+                sys.executable,
+                "-c",
+                probe,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         assert res.returncode == 0, res.stderr
         out.append(json.loads(res.stdout))
     assert out[0]["cpus"] == [0] and out[1]["cpus"] == [1]
@@ -80,10 +117,15 @@ def test_real_exec_binds_and_exports(tmp_path):
 
 
 def test_plan_round_trips_typed_and_deep_frozen():
-    p = quick_plan("launch.env.X=\"1\"")
+    p = quick_plan('launch.env.X="1"')
     back = plan.LaunchPlan.loads(p.dumps())
     assert back == p and back.digest == p.digest and back.config.launch.env["X"] == "1"
-    for mapping in (back.ranks[0].env, back.local_ranks[0].env, back.config.launch.env, back.deferred_env):
+    for mapping in (
+        back.ranks[0].env,
+        back.local_ranks[0].env,
+        back.config.launch.env,
+        back.deferred_env,
+    ):
         with pytest.raises(TypeError):
             mapping["X"] = "2"
     assert isinstance(back.config.cluster.sbatch_extra, tuple)
@@ -91,9 +133,15 @@ def test_plan_round_trips_typed_and_deep_frozen():
 
 @pytest.mark.process
 def test_wrapper_bad_plan_exits_2(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "hpcqa.rank", "--plan", str(tmp_path / "none.json"), "--", "true"],
-                         capture_output=True, text=True, cwd=ROOT)
-    assert res.returncode == 2 and "cannot read plan" in res.stderr and "Traceback" not in res.stderr
+    res = subprocess.run(
+        [sys.executable, "-m", "hpcqa.rank", "--plan", str(tmp_path / "none.json"), "--", "true"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert (
+        res.returncode == 2 and "cannot read plan" in res.stderr and "Traceback" not in res.stderr
+    )
 
 
 @pytest.mark.torch
@@ -112,13 +160,18 @@ def test_a_rank_honours_the_planned_backend_and_never_redecides():
     assert "imported" in verify_backend(ccl, importer=lambda name: object())
     with pytest.raises(RankError) as e:
         verify_backend(ccl, importer=no_ccl)
-    assert e.value.exit_code == 2 and "does not import" in e.value.message and "ddp_backend" in e.value.hint
+    assert (
+        e.value.exit_code == 2
+        and "does not import" in e.value.message
+        and "ddp_backend" in e.value.hint
+    )
 
 
 @pytest.mark.torch
 def test_trainer_refuses_a_plan_other_than_the_one_the_wrapper_applied():
     from hpcqa.errors import RankError
     from hpcqa.rank.train.facts import verify_plan
+
     p = quick_plan()
     verify_plan(p, {"HPCQA_PLAN_DIGEST": p.digest})
     verify_plan(p, {})  # started without the wrapper (tests, by hand): nothing to compare
@@ -128,16 +181,27 @@ def test_trainer_refuses_a_plan_other_than_the_one_the_wrapper_applied():
 
 def test_master_interface_first_node_publishes_other_nodes_read(tmp_path):
     from hpcqa.record.jobdir import JobDir
+
     p = quick_plan("launch.master_interface=ib0")
     jd = JobDir(tmp_path)
     addrs = {"node1": "10.0.0.1", "node2": "10.0.0.2"}
-    first = rank.master_address(p, {"NODE_RANK": "0", "LOCAL_RANK": "0"}, jd, "node1", lambda i: addrs["node1"])
-    other = rank.master_address(p, {"NODE_RANK": "1", "LOCAL_RANK": "0"}, jd, "node2", lambda i: addrs["node2"])
+    first = rank.master_address(
+        p, {"NODE_RANK": "0", "LOCAL_RANK": "0"}, jd, "node1", lambda i: addrs["node1"]
+    )
+    other = rank.master_address(
+        p, {"NODE_RANK": "1", "LOCAL_RANK": "0"}, jd, "node2", lambda i: addrs["node2"]
+    )
     assert first == other == "10.0.0.1"
     # a requeued attempt never reads the address of an earlier one
     with pytest.raises(HpcqaError, match="did not publish"):
-        rank.master_address(p, {"NODE_RANK": "1", "SLURM_RESTART_COUNT": "1"}, jd, "node2", lambda i: "10.0.0.2",
-                            wait_s=0.3)
+        rank.master_address(
+            p,
+            {"NODE_RANK": "1", "SLURM_RESTART_COUNT": "1"},
+            jd,
+            "node2",
+            lambda i: "10.0.0.2",
+            wait_s=0.3,
+        )
 
 
 def test_master_interface_missing_on_a_node_names_it():
@@ -146,14 +210,23 @@ def test_master_interface_missing_on_a_node_names_it():
         rank.master_address(p, {"NODE_RANK": "1"}, None, "node7", lambda i: None)
     text = e.value.render()
     assert "'ib0'" in text and "node7" in text and "launch.master_interface" in text
-    assert rank.master_address(quick_plan(), {}, None, "x") is None   # unset: the first host's name stays
+    assert (
+        rank.master_address(quick_plan(), {}, None, "x") is None
+    )  # unset: the first host's name stays
 
 
 def test_master_interface_reads_a_real_interface():
     from hpcqa.rank import netif
-    assert netif.ipv4("lo") == "127.0.0.1" and "lo" in netif.names() and netif.ipv4("no-such-if0") is None
+
+    assert (
+        netif.ipv4("lo") == "127.0.0.1"
+        and "lo" in netif.names()
+        and netif.ipv4("no-such-if0") is None
+    )
     p = quick_plan("launch.master_interface=lo")
-    assert rank.master_address(p, {"NODE_RANK": "0", "LOCAL_RANK": "1"}, None, "here") == "127.0.0.1"
+    assert (
+        rank.master_address(p, {"NODE_RANK": "0", "LOCAL_RANK": "1"}, None, "here") == "127.0.0.1"
+    )
 
 
 @pytest.mark.process
@@ -161,10 +234,14 @@ def test_master_interface_reads_a_real_interface():
 def test_a_finished_rank_leaves_without_teardown_unless_an_error_follows(tail, code):
     """exit_without_teardown: status 0 through os._exit once the work is done (gloo's threads can abort the
     interpreter's teardown); an exception that reaches the top after it keeps its own exit."""
-    prog = ("import threading, time\nfrom hpcqa.rank.exits import exit_without_teardown\n"
-            "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
-            f"exit_without_teardown()\nprint('done', flush=True)\n{tail}\n")
-    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    prog = (
+        "import threading, time\nfrom hpcqa.rank.exits import exit_without_teardown\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        f"exit_without_teardown()\nprint('done', flush=True)\n{tail}\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert r.returncode == code and "done" in r.stdout, r.stderr
 
 
@@ -179,34 +256,43 @@ def test_a_notice_arriving_during_the_agreement_is_agreed_on_at_the_next_call(mo
     import torch.distributed as dist
 
     from hpcqa.rank.train.stop import _Stop
+
     stop = _Stop()
     seen = []
 
-    def all_reduce(t, op=None):  # the peer's flag is 0; this rank's notice lands inside the collective, once
+    def all_reduce(
+        t, op=None
+    ):  # the peer's flag is 0; this rank's notice lands inside the collective, once
         seen.append(int(t.item()))
         if len(seen) == 1:
             stop._raise_flag(signal.SIGTERM, None)
         t.copy_(torch.tensor([max(int(t.item()), 0)], dtype=torch.int32))
 
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
-    assert stop.agreed(2) is False            # what the peer answers too: the reduced flag was 0
+    assert stop.agreed(2) is False  # what the peer answers too: the reduced flag was 0
     assert stop.agreed(2) is True and seen == [0, stop.TERM] and stop.name == "SIGTERM"
 
 
-@pytest.mark.parametrize("results,attempt,expected", [
-    ({"status": "COMPLETED", "attempt": 1}, 2, 1),                       # the built-in trainer's results
-    ({"task": "command", "exit_code": 0, "requeues": 0}, 1, 0),          # a user command's
-    ({"status": "COMPLETED", "attempt": 1}, 1, None),                    # this attempt's own (a re-run rank)
-    ({"status": "FAILED", "attempt": 0}, 1, None),
-    ({"task": "command", "exit_code": 3, "requeues": 0}, 1, None),
-    ({"status": "COMPLETED", "attempt": True}, 2, None),                 # damaged: not a count
-    ({"status": "COMPLETED", "attempt": "0"}, 2, None),
-    (["COMPLETED"], 2, None),
-])
-def test_a_start_after_the_job_completed_is_recognised_from_its_results(tmp_path, results, attempt, expected):
+@pytest.mark.parametrize(
+    "results,attempt,expected",
+    [
+        ({"status": "COMPLETED", "attempt": 1}, 2, 1),  # the built-in trainer's results
+        ({"task": "command", "exit_code": 0, "requeues": 0}, 1, 0),  # a user command's
+        ({"status": "COMPLETED", "attempt": 1}, 1, None),  # this attempt's own (a re-run rank)
+        ({"status": "FAILED", "attempt": 0}, 1, None),
+        ({"task": "command", "exit_code": 3, "requeues": 0}, 1, None),
+        ({"status": "COMPLETED", "attempt": True}, 2, None),  # damaged: not a count
+        ({"status": "COMPLETED", "attempt": "0"}, 2, None),
+        (["COMPLETED"], 2, None),
+    ],
+)
+def test_a_start_after_the_job_completed_is_recognised_from_its_results(
+    tmp_path, results, attempt, expected
+):
     """Slurm 24.11 requeues a preempted job once more when its next attempt completes: that start finds results.json
     of an earlier attempt that finished, and runs nothing (RankJob / python -m hpcqa.rank.train)."""
     from hpcqa.record.jobdir import JobDir
+
     jd = JobDir(tmp_path)
     assert jd.completed_before(attempt) is None  # no results yet
     jd.results.write_text(json.dumps(results))
@@ -216,15 +302,16 @@ def test_a_start_after_the_job_completed_is_recognised_from_its_results(tmp_path
 def test_only_a_slurm_start_is_skipped_after_completion(tmp_path, monkeypatch):
     from hpcqa.rank.job import already_completed
     from hpcqa.record.jobdir import JobDir
+
     jd = JobDir(tmp_path)
     jd.results.write_text(json.dumps({"status": "COMPLETED", "attempt": 0}))
     for k in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "HPCQA_ATTEMPT"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    assert already_completed(jd) is False          # not under Slurm
+    assert already_completed(jd) is False  # not under Slurm
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     assert already_completed(jd) is True
-    monkeypatch.setenv("HPCQA_ATTEMPT", "1")       # a pod script's count: never skipped
+    monkeypatch.setenv("HPCQA_ATTEMPT", "1")  # a pod script's count: never skipped
     assert already_completed(jd) is False
 
 
@@ -238,13 +325,23 @@ def test_a_pod_rank_that_lost_its_peer_without_a_record_is_retryable_by_its_log(
     from hpcqa.core.targets import PodExit, Requeue
     from hpcqa.rank.wrapper import supervise
     from hpcqa.record.jobdir import JobDir
+
     jd = JobDir(tmp_path)
     log = tmp_path / "rank-0.log"
-    for line, want in (("[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
-                        "closed by peer [10.0.0.7]:29500", int(PodExit.LOST_PEER)),
-                       ("[rank0]: KeyError: 'answers'", 1)):
-        log.write_text("step 4\nTraceback (most recent call last):\n  File \"x.py\", line 1\n" + line + "\n")
-        code = supervise([sys.executable, "-c", "raise SystemExit(1)"], dict(os.environ), 0, jd, Requeue.POD)
+    for line, want in (
+        (
+            "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
+            "closed by peer [10.0.0.7]:29500",
+            int(PodExit.LOST_PEER),
+        ),
+        ("[rank0]: KeyError: 'answers'", 1),
+    ):
+        log.write_text(
+            'step 4\nTraceback (most recent call last):\n  File "x.py", line 1\n' + line + "\n"
+        )
+        code = supervise(
+            [sys.executable, "-c", "raise SystemExit(1)"], dict(os.environ), 0, jd, Requeue.POD
+        )
         assert code == want, line
 
 
@@ -255,15 +352,24 @@ def test_the_trainer_is_imported_with_the_collector_paused_then_frozen():
     out of later collections. A collector left off would leak every cycle the training makes. A bound rank (as every
     planned rank is) first imports torch to widen its main thread: that import is inside the pause too (it once was
     not, and no collection ran less for it)."""
-    code = ("import gc, json; from hpcqa.rank.job import load_trainer; from hpcqa.rank import binding; "
-            "ran = lambda: sum(s['collections'] for s in gc.get_stats()); before = ran(); run = load_trainer(); "
-            "print(json.dumps({'on': gc.isenabled(), 'frozen': gc.get_freeze_count(), 'name': run.__name__, "
-            "'torch': 'torch' in __import__('sys').modules, 'collections': ran() - before, "
-            "'widened': binding.WIDENED}))")
+    code = (
+        "import gc, json; from hpcqa.rank.job import load_trainer; from hpcqa.rank import binding; "
+        "ran = lambda: sum(s['collections'] for s in gc.get_stats()); before = ran(); run = load_trainer(); "
+        "print(json.dumps({'on': gc.isenabled(), 'frozen': gc.get_freeze_count(), 'name': run.__name__, "
+        "'torch': 'torch' in __import__('sys').modules, 'collections': ran() - before, "
+        "'widened': binding.WIDENED}))"
+    )
     import os
+
     bound = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                       env={**os.environ, "HPCQA_BOUND_CPUS": bound, "HPCQA_KEEP_OPENMP_BINDING": ""})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "HPCQA_BOUND_CPUS": bound, "HPCQA_KEEP_OPENMP_BINDING": ""},
+    )
     got = json.loads(r.stdout.splitlines()[-1])
     assert got == {**got, "on": True, "name": "run_rank", "torch": True, "collections": 0}, got
     assert got["frozen"] > 100_000 and got["widened"].startswith("OpenMP had it on"), got

@@ -31,34 +31,47 @@ def test_the_default_registry_is_in_the_users_state_folder(tmp_path, monkeypatch
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "st"))
     assert registry.resolve_path() == tmp_path / "st" / "hpcqa" / "registry.sqlite"
     assert registry.chosen_by("") == (tmp_path / "st" / "hpcqa" / "registry.sqlite", "your default")
-    monkeypatch.setenv("XDG_STATE_HOME", "relative/ignored")   # the XDG spec: a relative value is invalid
+    monkeypatch.setenv(
+        "XDG_STATE_HOME", "relative/ignored"
+    )  # the XDG spec: a relative value is invalid
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert registry.default_path() == tmp_path / "home" / ".local" / "state" / "hpcqa" / "registry.sqlite"
+    assert (
+        registry.default_path()
+        == tmp_path / "home" / ".local" / "state" / "hpcqa" / "registry.sqlite"
+    )
     assert registry.chosen_by(str(tmp_path / "x.sqlite"))[1] == "job.registry"
     monkeypatch.setenv("HPCQA_REGISTRY", str(tmp_path / "env.sqlite"))
     assert registry.chosen_by("") == (tmp_path / "env.sqlite", "$HPCQA_REGISTRY")
 
 
-@pytest.mark.parametrize("argv, name", [
-    (["python", "run_qa.py", "--output_dir", "out"], "run_qa"),
-    (["python3", "-u", "train.py"], "train"),
-    (["python", "-m", "pkg.train", "--x"], "pkg.train"),
-    (["python", "-c", "print(1)"], "python"),
-    (["./train.sh", "a"], "train"),
-    (["env", "A=1", "python", "/abs/my train.py"], "my-train"),
-    (["python", "/x/über.py"], "ber"),
-    (["python", "/x/ü.py"], ""),
-    ([], ""),
-])
+@pytest.mark.parametrize(
+    "argv, name",
+    [
+        (["python", "run_qa.py", "--output_dir", "out"], "run_qa"),
+        (["python3", "-u", "train.py"], "train"),
+        (["python", "-m", "pkg.train", "--x"], "pkg.train"),
+        (["python", "-c", "print(1)"], "python"),
+        (["./train.sh", "a"], "train"),
+        (["env", "A=1", "python", "/abs/my train.py"], "my-train"),
+        (["python", "/x/über.py"], "ber"),
+        (["python", "/x/ü.py"], ""),
+        ([], ""),
+    ],
+)
 def test_a_program_names_its_job(argv, name):
     assert program_name(argv) == name
 
 
 def test_a_job_given_a_program_is_named_after_it_unless_job_name_says_otherwise(tmp_path):
     base = ["submit", QUICK, "--set", f"job.output_dir={tmp_path}", "--dry-run", "--json"]
-    for name in ("run_qa.py", "train_it.py"):        # a program missing from its folder is refused at submit
+    for name in (
+        "run_qa.py",
+        "train_it.py",
+    ):  # a program missing from its folder is refused at submit
         (tmp_path / name).write_text("print(1)\n")
-    plan = json.loads(run_cli(*base, "--", "python", "run_qa.py", "--output_dir", "out", cwd=tmp_path).stdout)
+    plan = json.loads(
+        run_cli(*base, "--", "python", "run_qa.py", "--output_dir", "out", cwd=tmp_path).stdout
+    )
     assert plan["config"]["job"]["name"] == "run_qa" and "/run_qa/" in plan["job_dir"]
     named = run_cli(*base, "--set", "job.name=mine", "--", "python", "run_qa.py", cwd=tmp_path)
     assert json.loads(named.stdout)["config"]["job"]["name"] == "mine"
@@ -77,16 +90,37 @@ def test_status_logs_and_cancel_find_a_job_from_any_folder(tmp_path):
     prog.mkdir(), elsewhere.mkdir()
     (prog / "probe.py").write_text(PROG)
     env = _home(tmp_path)
-    dry = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'out'}", "--dry-run", "--json", "--",
-                  "python", "probe.py", env=env, cwd=prog)
+    dry = run_cli(
+        "submit",
+        QUICK,
+        "--set",
+        f"job.output_dir={tmp_path / 'out'}",
+        "--dry-run",
+        "--json",
+        "--",
+        "python",
+        "probe.py",
+        env=env,
+        cwd=prog,
+    )
     default = tmp_path / "state" / "hpcqa" / "registry.sqlite"
     assert json.loads(dry.stdout)["registry"] == {"path": str(default), "chosen_by": "your default"}
-    r = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'out'}", "--", "python", "probe.py", "a b",
-                env=env, cwd=prog)
+    r = run_cli(
+        "submit",
+        QUICK,
+        "--set",
+        f"job.output_dir={tmp_path / 'out'}",
+        "--",
+        "python",
+        "probe.py",
+        "a b",
+        env=env,
+        cwd=prog,
+    )
     assert r.returncode == 0, r.stderr
-    assert "registry" not in r.stderr   # the default goes without saying
+    assert "registry" not in r.stderr  # the default goes without saying
     job_id = r.stderr.split("local job ")[1].split(":")[0]
-    assert not (prog / "logs").exists()   # no registry (nor anything else) in the program's folder
+    assert not (prog / "logs").exists()  # no registry (nor anything else) in the program's folder
     assert default.is_file()
     (j,) = json.loads(run_cli("status", "--json", job_id, env=env, cwd=elsewhere).stdout)
     assert j["state"] == "COMPLETED" and j["name"] == "probe"
@@ -94,23 +128,41 @@ def test_status_logs_and_cancel_find_a_job_from_any_folder(tmp_path):
     assert [v["id"] for v in json.loads(listed.stdout)] == [job_id]
     log = run_cli("logs", job_id, "--stdout", env=env, cwd=elsewhere)
     assert log.returncode == 0 and "rank 0 done" in log.stdout, log.stderr
-    ended = run_cli("cancel", job_id, env=env, cwd=elsewhere)   # found; it has ended, so nothing is signalled
+    ended = run_cli(
+        "cancel", job_id, env=env, cwd=elsewhere
+    )  # found; it has ended, so nothing is signalled
     assert ended.returncode == 0 and "no job" not in ended.stderr, ended.stderr
     # with a registry of its own, submit names it and how to find the job again
     own = tmp_path / "team.sqlite"
-    r2 = run_cli("submit", QUICK, "--set", f"job.output_dir={tmp_path / 'out'}", "--registry", str(own), "--",
-                 "python", "probe.py", env=env, cwd=prog)
+    r2 = run_cli(
+        "submit",
+        QUICK,
+        "--set",
+        f"job.output_dir={tmp_path / 'out'}",
+        "--registry",
+        str(own),
+        "--",
+        "python",
+        "probe.py",
+        env=env,
+        cwd=prog,
+    )
     assert r2.returncode == 0, r2.stderr
     said = " ".join(r2.stderr.split())
-    assert f"registry {own} (job.registry; not your default: status, logs and cancel need --registry {own})" in said
+    assert (
+        f"registry {own} (job.registry; not your default: status, logs and cancel need --registry {own})"
+        in said
+    )
     other_id = r2.stderr.split("local job ")[1].split(":")[0]
     missing = run_cli("status", other_id, env=env, cwd=elsewhere)
-    if other_id != job_id:   # ids are controller PIDs: they differ unless the PID was reused
+    if other_id != job_id:  # ids are controller PIDs: they differ unless the PID was reused
         assert missing.returncode == 2 and "Traceback" not in missing.stderr
         assert f"no job {other_id} in {default}" in " ".join(missing.stderr.split())
     # and the other way round: a job of the default asked of another registry names the default
     wrong = run_cli("status", job_id, "--registry", str(own), env=env, cwd=elsewhere)
-    assert wrong.returncode == 2 and f"it is in {default}: add --registry {default}" in " ".join(wrong.stderr.split())
+    assert wrong.returncode == 2 and f"it is in {default}: add --registry {default}" in " ".join(
+        wrong.stderr.split()
+    )
 
 
 def _legacy(path: Path, rows: int = 2) -> list[str]:
@@ -118,14 +170,29 @@ def _legacy(path: Path, rows: int = 2) -> list[str]:
     logs/registry.sqlite under the folder it ran in."""
     path.parent.mkdir(parents=True)
     db = sqlite3.connect(path)
-    db.executescript(registry.SCHEMA.replace("target        TEXT NOT NULL", "executor      TEXT NOT NULL"))
+    db.executescript(
+        registry.SCHEMA.replace("target        TEXT NOT NULL", "executor      TEXT NOT NULL")
+    )
     ids = []
     for k in range(rows):
         ids.append(str(9000 + k))
-        db.execute("INSERT INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, world_size, "
-                   "state, final) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                   (ids[-1], f"old-{k}", "local", str(path.parent / f"gone-{k}"), "{}", "c.toml", 1.7e9 + k, 1, 2,
-                    "COMPLETED", 1))
+        db.execute(
+            "INSERT INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, world_size, "
+            "state, final) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                ids[-1],
+                f"old-{k}",
+                "local",
+                str(path.parent / f"gone-{k}"),
+                "{}",
+                "c.toml",
+                1.7e9 + k,
+                1,
+                2,
+                "COMPLETED",
+                1,
+            ),
+        )
     db.commit()
     db.close()
     return ids
@@ -142,12 +209,16 @@ def test_an_older_folders_registry_is_copied_into_the_users_once(tmp_path):
     assert "copied 2 job(s) from logs/registry.sqlite" in " ".join(first.stderr.split())
     assert sorted(v["id"] for v in json.loads(first.stdout)) == ids
     again = run_cli("status", "--all", "--json", env=env, cwd=old_folder)
-    assert "copied" not in again.stderr and len(json.loads(again.stdout)) == 2   # once: the rows are not doubled
-    there = run_cli("status", "--json", ids[0], env=env, cwd=elsewhere)   # found from any folder now
+    assert (
+        "copied" not in again.stderr and len(json.loads(again.stdout)) == 2
+    )  # once: the rows are not doubled
+    there = run_cli("status", "--json", ids[0], env=env, cwd=elsewhere)  # found from any folder now
     assert json.loads(there.stdout)[0]["name"] == "old-0"
-    assert (old_folder / "logs" / "registry.sqlite").read_bytes() == before   # read, never changed
+    assert (old_folder / "logs" / "registry.sqlite").read_bytes() == before  # read, never changed
     # an explicit registry is left alone: nothing is copied into it
-    mine = run_cli("status", "--all", "--registry", str(tmp_path / "mine.sqlite"), env=env, cwd=old_folder)
+    mine = run_cli(
+        "status", "--all", "--registry", str(tmp_path / "mine.sqlite"), env=env, cwd=old_folder
+    )
     assert mine.returncode == 0 and "copied" not in mine.stderr
 
 
@@ -167,7 +238,9 @@ def test_a_damaged_older_registry_is_one_line_and_the_users_goes_on(tmp_path, da
         db.close()
     r = run_cli("status", "--all", env=env, cwd=folder)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if str(old.name) in ln or "logs/registry.sqlite" in ln]
+    lines = [
+        ln for ln in r.stderr.splitlines() if str(old.name) in ln or "logs/registry.sqlite" in ln
+    ]
     assert len(lines) >= 1 and r.stderr.count("hpcqa:") == 1, r.stderr
     assert "no jobs" in r.stdout.lower() or r.stdout.strip() == "" or "0 job" in r.stdout
 
@@ -185,7 +258,9 @@ def test_another_users_older_registry_is_not_adopted(tmp_path):
     r = run_cli("status", "--all", "--json", env=env, cwd=folder)
     assert r.returncode == 0 and "copied" not in r.stderr, r.stderr
     assert json.loads(r.stdout or "[]") == []
-    os.chown(folder / "logs" / "registry.sqlite", 0, 0)   # mine, but in their folder: still not adopted
+    os.chown(
+        folder / "logs" / "registry.sqlite", 0, 0
+    )  # mine, but in their folder: still not adopted
     r = run_cli("status", "--all", "--json", env=env, cwd=folder)
     assert "copied" not in r.stderr and json.loads(r.stdout or "[]") == []
 
@@ -208,24 +283,44 @@ def test_a_state_folder_open_to_others_is_closed_and_a_shared_open_one_refused(t
         shared.mkdir()
         shared.chmod(mode)
         out = tmp_path / f"out-{mode:o}"
-        r = run_cli("submit", QUICK, "--set", f"job.registry={json.dumps(str(shared / 'reg.sqlite'))}",
-                    "--set", f"job.output_dir={json.dumps(str(out))}",
-                    "--", "python", "prog.py", env=_home(tmp_path), cwd=tmp_path)
+        r = run_cli(
+            "submit",
+            QUICK,
+            "--set",
+            f"job.registry={json.dumps(str(shared / 'reg.sqlite'))}",
+            "--set",
+            f"job.output_dir={json.dumps(str(out))}",
+            "--",
+            "python",
+            "prog.py",
+            env=_home(tmp_path),
+            cwd=tmp_path,
+        )
         if refused:
             assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-            assert "writable by everyone (mode 0777, no sticky bit)" in r.stderr and f"chmod o-w {shared}" in r.stderr
-            assert not out.exists() and not (shared / "reg.sqlite").exists()   # nothing queued, nothing made
+            assert (
+                "writable by everyone (mode 0777, no sticky bit)" in r.stderr
+                and f"chmod o-w {shared}" in r.stderr
+            )
+            assert (
+                not out.exists() and not (shared / "reg.sqlite").exists()
+            )  # nothing queued, nothing made
         else:
             assert r.returncode == 0, r.stderr[-2000:]
             assert (shared / "reg.sqlite").is_file()
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="needs root to give the folder to another user (CI runs as root)")
+@pytest.mark.skipif(
+    os.getuid() != 0, reason="needs root to give the folder to another user (CI runs as root)"
+)
 def test_a_state_folder_of_another_user_open_to_others_is_refused(tmp_path):
     state = tmp_path / "state" / "hpcqa"
     state.mkdir(parents=True)
     os.chown(state, 65534, 65534)
     state.chmod(0o777)
     r = run_cli("status", env=_home(tmp_path))
-    assert r.returncode == 2 and "belongs to uid 65534 and others can write to it (mode 0777): not used" in r.stderr
+    assert (
+        r.returncode == 2
+        and "belongs to uid 65534 and others can write to it (mode 0777): not used" in r.stderr
+    )
     assert (state.stat().st_mode & 0o777) == 0o777 and not (state / "registry.sqlite").exists()

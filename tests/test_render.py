@@ -20,32 +20,45 @@ from hpcqa.executors import common, render, table
 from tests.conftest import ROOT, SLURM_HERE
 
 GOLDEN = ROOT / "tests" / "golden"
-HOST = plan.HostProbe(schedulers=SLURM_HERE, ccl_bindings=False,
-                      libraries={"tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"}, python="python3")
+HOST = plan.HostProbe(
+    schedulers=SLURM_HERE,
+    ccl_bindings=False,
+    libraries={"tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"},
+    python="python3",
+)
 
 
 def rendered(launcher, *overrides):
-    cfg = config.load("configs/squad_spr.toml" if Path("configs").exists() else ROOT / "configs/squad_spr.toml",
-                      list(overrides))
+    cfg = config.load(
+        "configs/squad_spr.toml" if Path("configs").exists() else ROOT / "configs/squad_spr.toml",
+        list(overrides),
+    )
     return render.standalone(plan.build_plan(cfg, HOST, launcher=launcher), launcher)
 
 
-@pytest.mark.parametrize("launcher,overrides", [
-    ("srun", []),
-    ("mpirun", ["cluster.threads_per_core=2", "launch.ccl_workers=4", "train.ddp_backend=ccl"]),
-])
+@pytest.mark.parametrize(
+    "launcher,overrides",
+    [
+        ("srun", []),
+        ("mpirun", ["cluster.threads_per_core=2", "launch.ccl_workers=4", "train.ddp_backend=ccl"]),
+    ],
+)
 def test_golden(launcher, overrides, monkeypatch):
     monkeypatch.chdir(ROOT)
     text = rendered(launcher, *overrides)
     path = GOLDEN / f"squad_spr.{launcher}.sbatch"
     if os.environ.get("HPCQA_REGEN_GOLDEN"):
         path.write_text(text)
-    assert text == path.read_text(), f"rendered script changed; if intended: HPCQA_REGEN_GOLDEN=1 pytest {__file__}"
+    assert text == path.read_text(), (
+        f"rendered script changed; if intended: HPCQA_REGEN_GOLDEN=1 pytest {__file__}"
+    )
 
 
 def test_mpirun_script_follows_the_seed_recipe_but_leaves_pinning_to_the_wrapper(monkeypatch):
     monkeypatch.chdir(ROOT)
-    text = rendered("mpirun", "cluster.threads_per_core=2", "launch.ccl_workers=4", "train.ddp_backend=ccl")
+    text = rendered(
+        "mpirun", "cluster.threads_per_core=2", "launch.ccl_workers=4", "train.ddp_backend=ccl"
+    )
     assert 'mpirun -f "$hostfile" -n 8 -ppn 2' in text
     # hydra pins to an explicit I_MPI_PIN_DOMAIN even with I_MPI_PIN=0: the domain stays in the plan (each
     # rank's environment), not on mpirun's command line
@@ -78,9 +91,13 @@ def _fake_bin(tmp_path: Path) -> Path:
     b = tmp_path / "bin"
     b.mkdir()
     for name in ("srun", "mpirun"):
-        (b / name).write_text('#!/bin/bash\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$FAKE_LOG"\n')
+        (b / name).write_text(
+            '#!/bin/bash\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$FAKE_LOG"\n'
+        )
     # `python3 -m hpcqa hosts` must work: use the real interpreter for that call only
-    (b / "python3").write_text(f'#!/bin/bash\nexec {shlex.quote(__import__("sys").executable)} "$@"\n')
+    (b / "python3").write_text(
+        f'#!/bin/bash\nexec {shlex.quote(__import__("sys").executable)} "$@"\n'
+    )
     for f in b.iterdir():
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
     return b
@@ -91,16 +108,27 @@ def _fake_bin(tmp_path: Path) -> Path:
 def test_hostile_text_survives_the_script(tmp_path, text, launcher):
     work = tmp_path / "work"
     work.mkdir()
-    cfg = config.load(ROOT / "configs/squad_spr.toml",
-                      [f"job.output_dir={json.dumps(str(work / text))}",
-                       f"model.name_or_path={json.dumps(text)}",
-                       f"launch.env.HOSTILE={json.dumps(text)}"])
+    cfg = config.load(
+        ROOT / "configs/squad_spr.toml",
+        [
+            f"job.output_dir={json.dumps(str(work / text))}",
+            f"model.name_or_path={json.dumps(text)}",
+            f"launch.env.HOSTILE={json.dumps(text)}",
+        ],
+    )
     script = render.standalone(plan.build_plan(cfg, HOST, launcher=launcher), launcher)
     (tmp_path / "job.sbatch").write_text(script)
     log = tmp_path / "argv"
-    env = {"PATH": f"{_fake_bin(tmp_path)}:/usr/bin:/bin", "SLURM_JOB_ID": "31", "FAKE_LOG": str(log),
-           "SLURM_JOB_NODELIST": "cn[1-4]", "PYTHONPATH": str(ROOT)}
-    r = subprocess.run(["bash", str(tmp_path / "job.sbatch")], cwd=work, env=env, capture_output=True, text=True)
+    env = {
+        "PATH": f"{_fake_bin(tmp_path)}:/usr/bin:/bin",
+        "SLURM_JOB_ID": "31",
+        "FAKE_LOG": str(log),
+        "SLURM_JOB_NODELIST": "cn[1-4]",
+        "PYTHONPATH": str(ROOT),
+    }
+    r = subprocess.run(
+        ["bash", str(tmp_path / "job.sbatch")], cwd=work, env=env, capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
     assert not list(tmp_path.rglob("PWNED")), "config text was executed"
     job_dir = work / text / "squad-spr" / "slurm-31"
@@ -114,8 +142,9 @@ def test_hostile_text_survives_the_script(tmp_path, text, launcher):
         assert argv[argv.index("MASTER_ADDR") + 1] == "cn1"
 
 
-@pytest.mark.parametrize("key", ["job.name", "cluster.partition", "cluster.account", "cluster.qos",
-                                 "cluster.constraint"])
+@pytest.mark.parametrize(
+    "key", ["job.name", "cluster.partition", "cluster.account", "cluster.qos", "cluster.constraint"]
+)
 @pytest.mark.parametrize("text", ["a b", "a'b", "a\nb", "$(x)", 'a"b'])
 def test_sbatch_line_values_are_restricted(key, text):
     with pytest.raises(ConfigError) as e:
@@ -134,15 +163,27 @@ def test_sbatch_preview_is_the_submission_with_the_real_plan_path(tmp_path):
     lp = plan.build_plan(cfg, HOST)
     request = table.for_sweep(sweep.single(lp)).dry_run(sweep.single(lp))
     (text,) = request.scripts
-    assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=2" in text and "--array" not in text
+    assert (
+        "#SBATCH --nodes=4" in text
+        and "#SBATCH --ntasks-per-node=2" in text
+        and "--array" not in text
+    )
     assert "--cpus-per-task=112" in text.split("srun", 1)[1]
-    (handed,) = request.sweep.plans  # the plan as this executor hands it on: submitit requeues its ranks
-    assert handed.requeue is Requeue.SUBMITIT and lp.requeue is Requeue.NONE and handed.config == lp.config
+    (handed,) = (
+        request.sweep.plans
+    )  # the plan as this executor hands it on: submitit requeues its ranks
+    assert (
+        handed.requeue is Requeue.SUBMITIT
+        and lp.requeue is Requeue.NONE
+        and handed.config == lp.config
+    )
     (path,) = common.plan_paths([handed])
     assert path.name == "task-0.json" and path.parent.name == handed.digest
     folder = shlex.quote(str(out / "squad-spr" / f"%j-{request.submission}"))
-    assert f"-m hpcqa.rank --plan {shlex.quote(str(path))} --job-dir {folder} -- python3 -u -m submitit.core._submit" \
+    assert (
+        f"-m hpcqa.rank --plan {shlex.quote(str(path))} --job-dir {folder} -- python3 -u -m submitit.core._submit"
         in text
+    )
     assert not out.exists()  # a dry run writes nothing
 
 
@@ -164,24 +205,38 @@ def test_setup_lines_run_first_as_written_and_nothing_else(tmp_path, launcher):
     work = tmp_path / "work"
     work.mkdir()
     setup = [f"printf '%s\\n' {shlex.quote(t)} >> setup.log" for t in SETUP_TEXTS]
-    setup += ["export SETUP_MARK=\"$UNSET_IN_ACTIVATE_SCRIPTS\"ok", ": HPCQA_PLAN_EOF @@PLAN@@ @@SBATCH@@",
-              "printenv SETUP_MARK >> setup.log"]
-    cfg = config.load(ROOT / "configs/squad_spr.toml",
-                      [f"job.output_dir={json.dumps(str(work))}", f"cluster.setup={json.dumps(setup)}"])
+    setup += [
+        'export SETUP_MARK="$UNSET_IN_ACTIVATE_SCRIPTS"ok',
+        ": HPCQA_PLAN_EOF @@PLAN@@ @@SBATCH@@",
+        "printenv SETUP_MARK >> setup.log",
+    ]
+    cfg = config.load(
+        ROOT / "configs/squad_spr.toml",
+        [f"job.output_dir={json.dumps(str(work))}", f"cluster.setup={json.dumps(setup)}"],
+    )
     lp = plan.build_plan(cfg, HOST, launcher=launcher)
     (tmp_path / "job.sbatch").write_text(render.standalone(lp, launcher))
     log = tmp_path / "argv"
-    env = {"PATH": f"{_fake_bin(tmp_path)}:/usr/bin:/bin", "SLURM_JOB_ID": "31", "FAKE_LOG": str(log),
-           "SLURM_JOB_NODELIST": "cn[1-4]", "PYTHONPATH": str(ROOT)}
-    r = subprocess.run(["bash", str(tmp_path / "job.sbatch")], cwd=work, env=env, capture_output=True, text=True)
+    env = {
+        "PATH": f"{_fake_bin(tmp_path)}:/usr/bin:/bin",
+        "SLURM_JOB_ID": "31",
+        "FAKE_LOG": str(log),
+        "SLURM_JOB_NODELIST": "cn[1-4]",
+        "PYTHONPATH": str(ROOT),
+    }
+    r = subprocess.run(
+        ["bash", str(tmp_path / "job.sbatch")], cwd=work, env=env, capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
     assert (work / "setup.log").read_text().splitlines() == SETUP_TEXTS + ["ok"]
-    assert not list(tmp_path.rglob("PWNED")) and log.exists()   # the launcher ran after the setup
+    assert not list(tmp_path.rglob("PWNED")) and log.exists()  # the launcher ran after the setup
     # the submitit path carries the same lines in its sbatch script, and the dry run shows them
     (text,) = sbatch_preview(sweep.single(plan.build_plan(cfg, HOST)))
     body = text.splitlines()
-    assert all(line in body for line in setup) and body.index(setup[-1]) < [i for i, x in enumerate(body)
-                                                                            if x.startswith("srun")][0]
+    assert (
+        all(line in body for line in setup)
+        and body.index(setup[-1]) < [i for i, x in enumerate(body) if x.startswith("srun")][0]
+    )
 
 
 @pytest.mark.parametrize("entry", ["module load x\ntouch PWNED", "a\rb", "   ", ""])
@@ -206,9 +261,20 @@ def test_cluster_python_is_the_ranks_interpreter_quoted(tmp_path):
 def test_plain_machine_script_and_its_errors(tmp_path):
     from hpcqa.executors.slurmcli import parse_sbatch_parsable
     from tests.conftest import run_cli
+
     q = ["--set", "cluster.executor=slurm", "--set", "cluster.nodes=2"]
     out = tmp_path / "run.sh"
-    r = run_cli("render", "configs/quickstart.toml", *q, "--launcher", "mpirun", "--hosts", "n[1-2]", "-o", str(out))
+    r = run_cli(
+        "render",
+        "configs/quickstart.toml",
+        *q,
+        "--launcher",
+        "mpirun",
+        "--hosts",
+        "n[1-2]",
+        "-o",
+        str(out),
+    )
     assert r.returncode == 0 and "run it on n1" in r.stderr, r.stderr
     text = out.read_text()
     assert "#SBATCH" not in text and "printf '%s\\n' n1 n2 >" in text
@@ -217,15 +283,22 @@ def test_plain_machine_script_and_its_errors(tmp_path):
     assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
     hf = tmp_path / "hosts"
     hf.write_text("# the nodes\nn7:2\nn9 slots=2\n")
-    r = run_cli("render", "configs/quickstart.toml", *q, "--launcher", "mpirun", "--hostfile", str(hf))
+    r = run_cli(
+        "render", "configs/quickstart.toml", *q, "--launcher", "mpirun", "--hostfile", str(hf)
+    )
     assert r.returncode == 0 and "printf '%s\\n' n7 n9 >" in r.stdout
-    for bad, words in ((["--launcher", "mpirun", "--hosts", "n[1-3]"], "cluster.nodes = 2"),
-                       (["--hosts", "n[1-2]", "--launcher", "srun"], "--launcher mpirun"),
-                       (["--launcher", "mpirun", "--hosts", "n1,n1"], "distinct"),
-                       (["--launcher", "mpirun", "--hosts", "n[1-2]", "--submit"], "plain machines")):
+    for bad, words in (
+        (["--launcher", "mpirun", "--hosts", "n[1-3]"], "cluster.nodes = 2"),
+        (["--hosts", "n[1-2]", "--launcher", "srun"], "--launcher mpirun"),
+        (["--launcher", "mpirun", "--hosts", "n1,n1"], "distinct"),
+        (["--launcher", "mpirun", "--hosts", "n[1-2]", "--submit"], "plain machines"),
+    ):
         r = run_cli("render", "configs/quickstart.toml", *q, *bad)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert parse_sbatch_parsable("42\n") == ("42", None) and parse_sbatch_parsable("7;hq\n") == ("7", "hq")
+    assert parse_sbatch_parsable("42\n") == ("42", None) and parse_sbatch_parsable("7;hq\n") == (
+        "7",
+        "hq",
+    )
     with pytest.raises(ValueError):
         parse_sbatch_parsable("sbatch: error: invalid partition")
 
@@ -244,20 +317,39 @@ def test_every_executor_hands_its_ranks_a_plan_that_says_who_requeues(key, monke
     plan the ranks read (a plan file, or the plan inside a script or a Kubernetes job) says it, and nothing else does."""
     monkeypatch.chdir(ROOT)
     target, launcher, mode = key
-    cfg = config.load("configs/squad_spr.toml", ["cluster.nodes=1", "cluster.executor=local"] if target == table.LOCAL else [])
+    cfg = config.load(
+        "configs/squad_spr.toml",
+        ["cluster.nodes=1", "cluster.executor=local"] if target == table.LOCAL else [],
+    )
     if mode == table.SUBMIT:
-        lp = plan.build_plan(cfg, replace(HOST, schedulers=SLURM_HERE if target == table.SLURM else frozenset()), launcher=launcher)
+        lp = plan.build_plan(
+            cfg,
+            replace(HOST, schedulers=SLURM_HERE if target == table.SLURM else frozenset()),
+            launcher=launcher,
+        )
         ex = table.choose(lp, mode, snapshot=False)
     else:
         hosts = ("n1", "n2", "n3", "n4") if mode == table.HOSTS else ()
         k8s_target = {t: name for name, t in table.RENDER_K8S.items()}.get(launcher)
-        ex, lp = table.render(cfg, HOST, k8s_target if target == table.K8S else table.RENDER_SCRIPT,
-                              None if target == table.K8S else launcher, hosts)
+        ex, lp = table.render(
+            cfg,
+            HOST,
+            k8s_target if target == table.K8S else table.RENDER_SCRIPT,
+            None if target == table.K8S else launcher,
+            hosts,
+        )
     assert (lp.target, lp.launcher) == (target, launcher) and ex.target.name == target
     request = ex.dry_run(sweep.single(lp))
     (handed,) = request.sweep.plans
     assert handed.requeue is ex.requeue and request.target == target
-    assert any(handed.dumps() in text for text in (*request.scripts, *(f.text for f in request.files)))
+    assert any(
+        handed.dumps() in text for text in (*request.scripts, *(f.text for f in request.files))
+    )
     assert not any("HPCQA_REQUEUE" in text for text in request.scripts)
-    expected = {table.HOSTS: Requeue.NONE, table.SCRIPT: Requeue.POD if target == table.K8S else Requeue.SCRIPT}
-    assert ex.requeue is expected.get(mode, Requeue.SCRIPT if launcher == "mpirun" else Requeue.SUBMITIT)
+    expected = {
+        table.HOSTS: Requeue.NONE,
+        table.SCRIPT: Requeue.POD if target == table.K8S else Requeue.SCRIPT,
+    }
+    assert ex.requeue is expected.get(
+        mode, Requeue.SCRIPT if launcher == "mpirun" else Requeue.SUBMITIT
+    )

@@ -23,20 +23,31 @@ from tests.conftest import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import scaling_bench  # noqa: E402
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.alone]   # it times 1- and 2-node runs
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.alone]  # it times 1- and 2-node runs
 LOW, HIGH = 0.67, 1.5
 
 
 @pytest.fixture(scope="module")
 def cores(tmp_path_factory):
-    yield from slurm_cluster.cluster(tmp_path_factory, nodes=2, accounting=False, core_per_node=True)
+    yield from slurm_cluster.cluster(
+        tmp_path_factory, nodes=2, accounting=False, core_per_node=True
+    )
 
 
 def test_two_node_prediction_says_when_two_nodes_pay_at_both_link_speeds(cores, tmp_path):
     # a cache of its own: the links stored here must not reach the other modules' multi-node submits
-    env = {**os.environ, **cores, "HPCQA_CACHE": str(tmp_path / "cache"), "HPCQA_LINK_STORE": str(tmp_path / "links.json")}
-    rows = {r["rate"]: r for r in scaling_bench.experiment(env, cores["HPCQA_TEST_CLUSTER_DIR"],
-                                                            ["1gbit", "100mbit"], tmp_path)}
+    env = {
+        **os.environ,
+        **cores,
+        "HPCQA_CACHE": str(tmp_path / "cache"),
+        "HPCQA_LINK_STORE": str(tmp_path / "links.json"),
+    }
+    rows = {
+        r["rate"]: r
+        for r in scaling_bench.experiment(
+            env, cores["HPCQA_TEST_CLUSTER_DIR"], ["1gbit", "100mbit"], tmp_path
+        )
+    }
     scaling_bench.print_rows(list(rows.values()), markdown=True)
     fast, slow = rows["1gbit"], rows["100mbit"]
     # tc shaped what tune --comm measured (gloo over TCP reaches 85-100 % of the token bucket's rate)
@@ -44,13 +55,23 @@ def test_two_node_prediction_says_when_two_nodes_pay_at_both_link_speeds(cores, 
     for r in rows.values():
         assert LOW <= r["ratio"] <= HIGH, r
     # at 1 Gbit/s two nodes pay; at 100 Mbit/s they are slower than one, predicted, measured and warned about
-    assert fast["measured"] > fast["one_node"] and fast["predicted"] > fast["one_node"] and not fast["warned"]
-    assert slow["measured"] < slow["one_node"] and slow["predicted"] < slow["one_node"] and slow["warned"]
+    assert (
+        fast["measured"] > fast["one_node"]
+        and fast["predicted"] > fast["one_node"]
+        and not fast["warned"]
+    )
+    assert (
+        slow["measured"] < slow["one_node"]
+        and slow["predicted"] < slow["one_node"]
+        and slow["warned"]
+    )
     # the exposed all-reduce the run measured (no_sync against normal steps) follows the link: what the slower link
     # added to it is the wire time the model adds for the same bytes (both runs' fixed costs -- gloo's latency, the
     # casts, a busy core -- cancel in the difference; a ratio of the two exposures carried them, and sat at its
     # bound, 3.9998 against 4, in one CI run)
     added = slow["exposed_measured_s"] - fast["exposed_measured_s"]
     wire = slow["allreduce_predicted_s"] - fast["allreduce_predicted_s"]
-    print(f"exposed all-reduce added by the slower link: {added:.4f} s measured, {wire:.4f} s predicted")
+    print(
+        f"exposed all-reduce added by the slower link: {added:.4f} s measured, {wire:.4f} s predicted"
+    )
     assert wire > 0 and LOW <= added / wire <= HIGH, (added, wire)

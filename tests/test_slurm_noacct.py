@@ -14,7 +14,10 @@ def slurm(tmp_path_factory):
     yield from slurm_cluster.cluster(tmp_path_factory, nodes=1, accounting=False)
 
 
-ONE_RANK = ("--set", "launch.ranks_per_socket=1")   # the states are the job's: a second rank added only its imports
+ONE_RANK = (
+    "--set",
+    "launch.ranks_per_socket=1",
+)  # the states are the job's: a second rank added only its imports
 
 
 @slurm_cluster.EACH_RELEASE

@@ -20,18 +20,29 @@ from tests.test_slurm import ONE_PER_NODE, TINY, _start_requeued_now, status, su
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 GRACE_S = 15
 STEPS = 200
-LONG = ["--set", f"train.max_steps={STEPS}", "--set", "train.save_steps=100000", "--set", "train.do_eval=false",
-        "--set", "train.logging_steps=5"]
+LONG = [
+    "--set",
+    f"train.max_steps={STEPS}",
+    "--set",
+    "train.save_steps=100000",
+    "--set",
+    "train.do_eval=false",
+    "--set",
+    "train.logging_steps=5",
+]
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    yield from slurm_cluster.cluster(tmp_path_factory, nodes=1, accounting=True, preempt="requeue",
-                                     grace_time=GRACE_S)
+    yield from slurm_cluster.cluster(
+        tmp_path_factory, nodes=1, accounting=True, preempt="requeue", grace_time=GRACE_S
+    )
 
 
 def _slurm(env, *argv) -> subprocess.CompletedProcess:
-    r = subprocess.run(list(argv), capture_output=True, text=True, env={**os.environ, **env}, timeout=60)
+    r = subprocess.run(
+        list(argv), capture_output=True, text=True, env={**os.environ, **env}, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     return r
 
@@ -48,14 +59,29 @@ def _training(env, tmp_path, step: int = 8) -> tuple[str, Path]:
 
 def _preemptor(env) -> str:
     """A real job in the high partition that needs the victim's cores."""
-    r = _slurm(env, "sbatch", "--parsable", "--output=/dev/null", "-p", "high", "-N1", "-n2", "--wrap", "sleep 5")
+    r = _slurm(
+        env,
+        "sbatch",
+        "--parsable",
+        "--output=/dev/null",
+        "-p",
+        "high",
+        "-N1",
+        "-n2",
+        "--wrap",
+        "sleep 5",
+    )
     return r.stdout.strip().split(";")[0]
 
 
 def _step_reached(folder: Path, step: int, timeout: float = 180) -> None:
     end = time.time() + timeout
     while time.time() < end:
-        p = json.loads((folder / "progress.json").read_text()) if (folder / "progress.json").exists() else {}
+        p = (
+            json.loads((folder / "progress.json").read_text())
+            if (folder / "progress.json").exists()
+            else {}
+        )
         if p.get("step", 0) >= step:
             return
         time.sleep(0.5)
@@ -67,7 +93,9 @@ def _a_second_requeue_runs_nothing(err_log: Path) -> None:
     when its next attempt completes; 22.05 does not. That start runs nothing and the results stay the completing
     attempt's (JobDir.completed_before). Called once the job has left the queue (wait_state waits for that)."""
     skipped = "attempt 2 of a job that attempt 1 completed" in err_log.read_text()
-    assert skipped == slurm_cluster.slurm_version().startswith("24.11."), err_log.read_text()[-2000:]
+    assert skipped == slurm_cluster.slurm_version().startswith("24.11."), err_log.read_text()[
+        -2000:
+    ]
 
 
 @slurm_cluster.EACH_RELEASE
@@ -77,7 +105,9 @@ def test_preemption_and_an_edited_checkout(slurm, tmp_path):
     high-priority job. It checkpoints once, is requeued by Slurm, resumes at that step, and completes -- on the
     submitted code in both attempts. A --no-snapshot job from the same checkout runs the broken tree and fails."""
     co = _checkout_copy(tmp_path)
-    blocker = _slurm(slurm, "sbatch", "--parsable", "--output=/dev/null", "-N1", "-n2", "--wrap", "sleep 300").stdout.strip()
+    blocker = _slurm(
+        slurm, "sbatch", "--parsable", "--output=/dev/null", "-N1", "-n2", "--wrap", "sleep 300"
+    ).stdout.strip()
     job_id = _submit_from(slurm, co, tmp_path / "a", *LONG, *ONE_PER_NODE)
     live_id = _submit_from(slurm, co, tmp_path / "b", "--set", "train.max_steps=3", "--no-snapshot")
     assert status(slurm, job_id)[job_id]["state"] == "PENDING"
@@ -97,19 +127,27 @@ def test_preemption_and_an_edited_checkout(slurm, tmp_path):
     (notice, *_) = res["notices"]
     assert notice["signal"] == "SIGTERM" and notice["attempt"] == 0
     # one checkpoint at the step of the notice, and the rerun started there: nothing redone
-    assert res["resumed_from_step"] == notice["step"] and notice["checkpoint"].endswith(f"checkpoint-{notice['step']}")
+    assert res["resumed_from_step"] == notice["step"] and notice["checkpoint"].endswith(
+        f"checkpoint-{notice['step']}"
+    )
     first = json.loads((folder / "ranks" / "attempt-0" / "rank-0.json").read_text())
-    assert first["stopped_at_step"] == notice["step"] and first["status"] == "checkpointed on SIGTERM"
+    assert (
+        first["stopped_at_step"] == notice["step"] and first["status"] == "checkpointed on SIGTERM"
+    )
     log = (folder / f"{job_id}_0_log.err").read_text()
     assert "SIGTERM (preemption, scancel or the time limit): checkpoint of step" in log
     assert "Bypassing signal SIGTERM" not in log
     # the submitted code, in both attempts
     assert res["code"]["snapshot"] and res["code"]["describe"] == "not a git checkout"
-    assert first["code"]["digest"] == res["code"]["digest"] and res["code"]["imported_from"].startswith(
-        res["code"]["snapshot"])
+    assert first["code"]["digest"] == res["code"]["digest"] and res["code"][
+        "imported_from"
+    ].startswith(res["code"]["snapshot"])
     assert wait_state(slurm, live_id, {"COMPLETED", "FAILED"}, timeout=300)["state"] == "FAILED"
     detail = run_cli("status", job_id, env={**slurm, "COLUMNS": "200"}).stdout
-    assert f"SIGTERM at step {notice['step']}" in detail and f"resumed from step {notice['step']}" in detail, detail
+    assert (
+        f"SIGTERM at step {notice['step']}" in detail
+        and f"resumed from step {notice['step']}" in detail
+    ), detail
     assert f"snapshot {res['code']['digest']}" in detail, detail
 
 
@@ -118,7 +156,9 @@ def test_a_cancel_ends_the_job_it_does_not_come_back(slurm, tmp_path):
     r = run_cli("cancel", job_id, env=slurm)
     assert r.returncode == 0, r.stderr
     assert wait_state(slurm, job_id, {"CANCELLED"}, timeout=60)["state"] == "CANCELLED"
-    time.sleep(8)   # a requeue would show by now (the state, and a second attempt's start in the log)
+    time.sleep(
+        8
+    )  # a requeue would show by now (the state, and a second attempt's start in the log)
     assert status(slurm, job_id)[job_id]["state"] == "CANCELLED"
     assert "attempt 1 starts" not in (folder / f"{job_id}_0_log.err").read_text()
 
@@ -128,7 +168,9 @@ def test_preempt_mode_cancel_says_preempted_and_where_to_continue(slurm, tmp_pat
     try:
         job_id, folder = _training(slurm, tmp_path)
         _preemptor(slurm)
-        j = wait_state(slurm, job_id, {"PREEMPTED", "CANCELLED", "FAILED", "COMPLETED"}, timeout=120)
+        j = wait_state(
+            slurm, job_id, {"PREEMPTED", "CANCELLED", "FAILED", "COMPLETED"}, timeout=120
+        )
     finally:
         _slurm(slurm, "scontrol", "update", "PartitionName=low", "PreemptMode=REQUEUE")
     assert j["state"] == "PREEMPTED", j
@@ -138,10 +180,22 @@ def test_preempt_mode_cancel_says_preempted_and_where_to_continue(slurm, tmp_pat
     detail = run_cli("status", job_id, env={**slurm, "COLUMNS": "250"}).stdout
     assert "PREEMPTED" in detail and f"train.resume_from={checkpoint}" in detail, detail
     # the resubmit continues from that checkpoint
-    again = submit(slurm, tmp_path, *LONG, *ONE_PER_NODE, "--set", "train.max_steps=" + str(report["stopped_at_step"] + 4),
-                   "--set", f"train.resume_from={json.dumps(checkpoint)}")
+    again = submit(
+        slurm,
+        tmp_path,
+        *LONG,
+        *ONE_PER_NODE,
+        "--set",
+        "train.max_steps=" + str(report["stopped_at_step"] + 4),
+        "--set",
+        f"train.resume_from={json.dumps(checkpoint)}",
+    )
     assert again.returncode == 0 and "COMPLETED" in again.stdout, again.stdout + again.stderr
-    (done,) = [p for p in (tmp_path / "quickstart").iterdir() if p.is_dir() and (p / "results.json").exists()]
+    (done,) = [
+        p
+        for p in (tmp_path / "quickstart").iterdir()
+        if p.is_dir() and (p / "results.json").exists()
+    ]
     assert json.loads((done / "results.json").read_text())["resumed_from"] == checkpoint
 
 
@@ -150,6 +204,7 @@ def _checkout_copy(tmp_path) -> Path:
     import shutil
 
     from tests.conftest import ROOT
+
     co = tmp_path / "checkout"
     for part in ("hpcqa", "configs", "sbatch_templates"):
         shutil.copytree(ROOT / part, co / part, ignore=shutil.ignore_patterns("__pycache__"))
@@ -157,16 +212,31 @@ def _checkout_copy(tmp_path) -> Path:
 
 
 def _submit_from(env, co: Path, out: Path, *extra) -> str:
-    args = ["submit", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(out))}", *extra,
-            "--no-wait"]
-    r = subprocess.run([sys.executable, "-m", "hpcqa", *args], capture_output=True, text=True, cwd=co,
-                       env={**os.environ, **env}, timeout=120)
+    args = [
+        "submit",
+        "configs/quickstart.toml",
+        *TINY,
+        "--set",
+        f"job.output_dir={json.dumps(str(out))}",
+        *extra,
+        "--no-wait",
+    ]
+    r = subprocess.run(
+        [sys.executable, "-m", "hpcqa", *args],
+        capture_output=True,
+        text=True,
+        cwd=co,
+        env={**os.environ, **env},
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip().splitlines()[-1]
 
 
 def _ping(env) -> bool:
-    r = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env={**os.environ, **env}, timeout=30)
+    r = subprocess.run(
+        ["scontrol", "ping"], capture_output=True, text=True, env={**os.environ, **env}, timeout=30
+    )
     return r.returncode == 0 and " is UP" in r.stdout
 
 
@@ -176,6 +246,7 @@ def test_the_controller_goes_away_and_comes_back(slurm, tmp_path):
     (accounting and the job's files), a submit meanwhile is one line and exit 2 with nothing registered, and the
     job ends COMPLETED once the controller is back."""
     import signal
+
     job_id, folder = _training(slurm, tmp_path)
     pidfile = Path(slurm["SLURM_CONF"]).parent / "slurmctld.pid"
     pid = int(pidfile.read_text())
@@ -187,14 +258,22 @@ def test_the_controller_goes_away_and_comes_back(slurm, tmp_path):
         assert not _ping(slurm)
         before = json.loads((folder / "progress.json").read_text())["step"]
         st = run_cli("status", "--json", job_id, env=slurm)
-        assert st.returncode == 0 and json.loads(st.stdout)[0]["state"] == "RUNNING", st.stdout + st.stderr
+        assert st.returncode == 0 and json.loads(st.stdout)[0]["state"] == "RUNNING", (
+            st.stdout + st.stderr
+        )
         jobs_before = len(json.loads(run_cli("status", "--json", "--all", env=slurm).stdout))
         down = submit(slurm, tmp_path / "down", *LONG)
         assert down.returncode == 2 and "Traceback" not in down.stderr, down.stderr
-        assert "controller is not answering" in down.stderr and "nothing was submitted" in down.stderr
-        assert len(json.loads(run_cli("status", "--json", "--all", env=slurm).stdout)) == jobs_before
+        assert (
+            "controller is not answering" in down.stderr and "nothing was submitted" in down.stderr
+        )
+        assert (
+            len(json.loads(run_cli("status", "--json", "--all", env=slurm).stdout)) == jobs_before
+        )
         time.sleep(3)
-        assert json.loads((folder / "progress.json").read_text())["step"] > before   # training went on
+        assert (
+            json.loads((folder / "progress.json").read_text())["step"] > before
+        )  # training went on
     finally:
         subprocess.run(["slurmctld"], env={**os.environ, **slurm}, check=True, timeout=60)
         end = time.time() + 60
@@ -213,10 +292,28 @@ def test_a_preempted_program_resumes_from_its_own_checkpoint(slurm, tmp_path):
     work = tmp_path / "w"
     work.mkdir()
     shutil.copy(ROOT / "examples/ddp_loop.py", work)
-    r = run_cli("submit", str(ROOT / "configs/quickstart.toml"), "--set", "cluster.executor=slurm",
-                "--set", f"job.output_dir={tmp_path / 'logs'}", "--set", "cluster.time_limit_min=10", "--no-wait",
-                "--", "python", "ddp_loop.py", "--steps", "150", "--step-time", "0.1", "--save-every", "1000",
-                env=slurm, cwd=work)
+    r = run_cli(
+        "submit",
+        str(ROOT / "configs/quickstart.toml"),
+        "--set",
+        "cluster.executor=slurm",
+        "--set",
+        f"job.output_dir={tmp_path / 'logs'}",
+        "--set",
+        "cluster.time_limit_min=10",
+        "--no-wait",
+        "--",
+        "python",
+        "ddp_loop.py",
+        "--steps",
+        "150",
+        "--step-time",
+        "0.1",
+        "--save-every",
+        "1000",
+        env=slurm,
+        cwd=work,
+    )
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip().splitlines()[-1]
     folder = Path(wait_state(slurm, job_id, {"RUNNING"})["folder"])
@@ -225,7 +322,9 @@ def test_a_preempted_program_resumes_from_its_own_checkpoint(slurm, tmp_path):
     while time.time() < end and "step 20 " not in (log.read_text() if log.exists() else ""):
         time.sleep(0.5)
     _preemptor(slurm)
-    _start_requeued_now(slurm, job_id, timeout=240)   # not Slurm's ~2 minutes of BeginTime (as above)
+    _start_requeued_now(
+        slurm, job_id, timeout=240
+    )  # not Slurm's ~2 minutes of BeginTime (as above)
     j = wait_state(slurm, job_id, {"COMPLETED", "FAILED"}, timeout=300)
     assert j["state"] == "COMPLETED", log.read_text()[-2000:]
     resumed = j["results"]["metrics"]["resumed_from"]
@@ -235,23 +334,46 @@ def test_a_preempted_program_resumes_from_its_own_checkpoint(slurm, tmp_path):
     assert f"rank 0: resumed from step {resumed}" in log.read_text()
 
 
-def test_a_preempted_run_qa_shaped_program_resumes_its_own_checkpoint(slurm, tmp_path, tmp_path_factory):
+def test_a_preempted_run_qa_shaped_program_resumes_its_own_checkpoint(
+    slurm, tmp_path, tmp_path_factory
+):
     """run_qa.py has no SIGTERM handler: preempted, it dies, and its next attempt resumes from the last checkpoint
     the Trainer saved under its relative --output_dir. That folder is the job's own working folder, kept across
     the job's attempts: the requeued attempt resumes from it, and the job ends COMPLETED at max_steps."""
     from tests.conftest import run_qa_like
+
     prog, argv = run_qa_like(tmp_path, tmp_path_factory)
     home = {**slurm, "HPCQA_REGISTRY": "", "XDG_STATE_HOME": str(tmp_path / "state")}
     steps = 120
-    r = run_cli("submit", str(ROOT / "configs/quickstart.toml"), "--set", "cluster.executor=slurm", *ONE_PER_NODE,
-                "--set", f"job.output_dir={tmp_path / 'logs'}", "--set", "cluster.time_limit_min=10", "--no-wait",
-                "--", *argv, "--max_steps", str(steps), "--save_steps", "10", "--max_seq_length", "256",
-                env=home, cwd=prog)
+    r = run_cli(
+        "submit",
+        str(ROOT / "configs/quickstart.toml"),
+        "--set",
+        "cluster.executor=slurm",
+        *ONE_PER_NODE,
+        "--set",
+        f"job.output_dir={tmp_path / 'logs'}",
+        "--set",
+        "cluster.time_limit_min=10",
+        "--no-wait",
+        "--",
+        *argv,
+        "--max_steps",
+        str(steps),
+        "--save_steps",
+        "10",
+        "--max_seq_length",
+        "256",
+        env=home,
+        cwd=prog,
+    )
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip().splitlines()[-1]
     folder = Path(wait_state(home, job_id, {"RUNNING"})["folder"])
     end = time.time() + 180
-    while time.time() < end and not list((folder / "work" / "out").glob("checkpoint-*/trainer_state.json")):
+    while time.time() < end and not list(
+        (folder / "work" / "out").glob("checkpoint-*/trainer_state.json")
+    ):
         time.sleep(0.5)
     saved = sorted((folder / "work" / "out").glob("checkpoint-*"))
     assert saved, (folder / f"{job_id}_0_log.err").read_text()[-2000:]
@@ -259,17 +381,21 @@ def test_a_preempted_run_qa_shaped_program_resumes_its_own_checkpoint(slurm, tmp
     _start_requeued_now(home, job_id, timeout=240)
     j = wait_state(home, job_id, {"COMPLETED", "FAILED"}, timeout=400)
     out = (folder / f"{job_id}_0_log.out").read_text(errors="replace")
-    assert j["state"] == "COMPLETED", out[-2000:] + (folder / f"{job_id}_0_log.err").read_text()[-2000:]
+    assert j["state"] == "COMPLETED", (
+        out[-2000:] + (folder / f"{job_id}_0_log.err").read_text()[-2000:]
+    )
     resumed = [ln for ln in out.splitlines() if "Resuming training from checkpoint" in ln]
     assert resumed and "out/checkpoint-" in resumed[-1], out[-2000:]
     step = int(resumed[-1].rsplit("checkpoint-", 1)[1])
     assert 10 <= step < steps and j["results"]["requeues"] >= 1
     assert j["progress"]["step"] == steps and 0 <= j["results"]["f1"] <= 100
-    assert json.loads((folder / "work" / "out" / "trainer_state.json").read_text())["global_step"] == steps
+    assert (
+        json.loads((folder / "work" / "out" / "trainer_state.json").read_text())["global_step"]
+        == steps
+    )
     # found from another folder, with the default registry
     (there,) = json.loads(run_cli("status", "--json", job_id, env=home, cwd="/").stdout)
     assert there["state"] == "COMPLETED" and there["name"] == "run_qa"
-
 
 
 SLOW_SAVER = '''"""Saves as the HF Trainer does (checkpoint-N/: the weights first, trainer_state.json last) and resumes as
@@ -312,18 +438,37 @@ def test_a_preemption_during_a_programs_save_resumes_from_the_save_before(slurm,
     work.mkdir()
     (work / "saver.py").write_text(SLOW_SAVER)
     home = {**slurm, "HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}
-    r = run_cli("submit", str(ROOT / "configs/quickstart.toml"), "--set", "cluster.executor=slurm",
-                "--set", f"job.output_dir={tmp_path / 'logs'}", "--set", "cluster.time_limit_min=10", "--no-wait",
-                "--", "python", "saver.py", "out", "3", "12", env=home, cwd=work)
+    r = run_cli(
+        "submit",
+        str(ROOT / "configs/quickstart.toml"),
+        "--set",
+        "cluster.executor=slurm",
+        "--set",
+        f"job.output_dir={tmp_path / 'logs'}",
+        "--set",
+        "cluster.time_limit_min=10",
+        "--no-wait",
+        "--",
+        "python",
+        "saver.py",
+        "out",
+        "3",
+        "12",
+        env=home,
+        cwd=work,
+    )
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip().splitlines()[-1]
     folder = Path(wait_state(home, job_id, {"RUNNING"})["folder"])
     out = folder / "work" / "out"
     end = time.time() + 120
-    while time.time() < end and not ((out / "checkpoint-1" / "trainer_state.json").exists()
-                                     and (out / "checkpoint-2").is_dir()):
+    while time.time() < end and not (
+        (out / "checkpoint-1" / "trainer_state.json").exists() and (out / "checkpoint-2").is_dir()
+    ):
         time.sleep(0.2)
-    assert not (out / "checkpoint-2" / "trainer_state.json").exists(), "the save of checkpoint-2 was not slow"
+    assert not (out / "checkpoint-2" / "trainer_state.json").exists(), (
+        "the save of checkpoint-2 was not slow"
+    )
     _preemptor(home)
     _start_requeued_now(home, job_id, timeout=240)
     j = wait_state(home, job_id, {"COMPLETED", "FAILED"}, timeout=300)
@@ -332,8 +477,12 @@ def test_a_preemption_during_a_programs_save_resumes_from_the_save_before(slurm,
     assert j["state"] == "COMPLETED", log[-1500:] + err[-2500:]
     assert "Resuming training from checkpoint out/checkpoint-1" in log, log[-1500:]
     aside = folder / "work" / "out.set-aside" / "checkpoint-2.attempt-1"
-    assert (aside / "model.safetensors").is_file() and not (aside / "trainer_state.json").exists()   # kept
-    assert err.count("checkpoint out/checkpoint-2 set aside (no trainer_state.json") == 1, err[-2500:]  # one rank
+    assert (aside / "model.safetensors").is_file() and not (
+        aside / "trainer_state.json"
+    ).exists()  # kept
+    assert err.count("checkpoint out/checkpoint-2 set aside (no trainer_state.json") == 1, err[
+        -2500:
+    ]  # one rank
     assert json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["global_step"] == 3
     text = " ".join(run_cli("status", job_id, env=home).stdout.split())
     assert "out/checkpoint-2 set aside" in text, text

@@ -38,9 +38,11 @@ def dataset_repo(root: Path) -> Path:
     for split in ("train", "validation"):
         (root / f"{split}.jsonl").parent.mkdir(parents=True, exist_ok=True)
         (root / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    (root / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n"
-                                    "  - split: train\n    path: train.jsonl\n"
-                                    "  - split: validation\n    path: validation.jsonl\n---\n")
+    (root / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n"
+        "  - split: train\n    path: train.jsonl\n"
+        "  - split: validation\n    path: validation.jsonl\n---\n"
+    )
     return root
 
 
@@ -48,22 +50,47 @@ def dataset_repo(root: Path) -> Path:
 def staged_setup(tmp_path):
     hub = hub_cache(tmp_path / "shared" / "hub", tmp_path)
     data = dataset_repo(tmp_path / "my-squad")
-    sets = ["--set", f"model.name_or_path={REPO_ID}", "--set", f"model.cache_dir={json.dumps(str(hub))}",
-            "--set", f"data.dataset={json.dumps(str(data))}",
-            "--set", "data.version_2_with_negative=true",  # ROWS has an unanswerable question: SQuAD v2 data
-            "--set", f"data.cache_dir={json.dumps(str(tmp_path / 'shared' / 'datasets'))}",
-            "--set", f"job.output_dir={json.dumps(str(tmp_path / 'out'))}",
-            "--set", f"job.registry={json.dumps(str(tmp_path / 'registry.sqlite'))}",
-            "--set", "train.max_steps=4", "--set", "train.bf16=false", "--set", "train.max_seq_length=64",
-            "--set", "train.doc_stride=16", "--set", "train.per_device_train_batch_size=4"]
+    sets = [
+        "--set",
+        f"model.name_or_path={REPO_ID}",
+        "--set",
+        f"model.cache_dir={json.dumps(str(hub))}",
+        "--set",
+        f"data.dataset={json.dumps(str(data))}",
+        "--set",
+        "data.version_2_with_negative=true",  # ROWS has an unanswerable question: SQuAD v2 data
+        "--set",
+        f"data.cache_dir={json.dumps(str(tmp_path / 'shared' / 'datasets'))}",
+        "--set",
+        f"job.output_dir={json.dumps(str(tmp_path / 'out'))}",
+        "--set",
+        f"job.registry={json.dumps(str(tmp_path / 'registry.sqlite'))}",
+        "--set",
+        "train.max_steps=4",
+        "--set",
+        "train.bf16=false",
+        "--set",
+        "train.max_seq_length=64",
+        "--set",
+        "train.doc_stride=16",
+        "--set",
+        "train.per_device_train_batch_size=4",
+    ]
     # offline, and no cache but the staged one
-    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "empty-hf-home"),
-           "HPCQA_CACHE": ""}
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "empty-hf-home"),
+        "HPCQA_CACHE": "",
+    }
     return tmp_path, hub, sets, env
 
 
 def features(tmp: Path) -> dict[str, float]:
-    return {str(p): p.stat().st_mtime for p in (tmp / "shared" / "datasets" / "hpcqa" / "features").glob("*")}
+    return {
+        str(p): p.stat().st_mtime
+        for p in (tmp / "shared" / "datasets" / "hpcqa" / "features").glob("*")
+    }
 
 
 def test_stage_then_offline_submit(cli, staged_setup):
@@ -82,14 +109,18 @@ def test_stage_then_offline_submit(cli, staged_setup):
     assert staged_features
 
     dry = cli("submit", "configs/quickstart.toml", *sets, "--dry-run", env=env)
-    assert dry.returncode == 0 and "model: staged" in dry.stdout and REVISION[:12] in dry.stdout, dry.stdout
+    assert dry.returncode == 0 and "model: staged" in dry.stdout and REVISION[:12] in dry.stdout, (
+        dry.stdout
+    )
     doc = cli("doctor", "configs/quickstart.toml", *sets, "--json", env=env)
     checks = {c["name"]: c for c in json.loads(doc.stdout)}
     assert all(checks[f"staged {k}"]["level"] == "ok" for k in ("model", "data", "features"))
 
     run = cli("submit", "configs/quickstart.toml", *sets, env=env)
     assert run.returncode == 0 and "COMPLETED" in run.stdout, run.stdout + run.stderr
-    assert features(tmp) == staged_features, "the ranks must load the staged features, not tokenise again"
+    assert features(tmp) == staged_features, (
+        "the ranks must load the staged features, not tokenise again"
+    )
 
     # a staged file goes missing: submit refuses before anything starts
     blob.unlink()
@@ -98,7 +129,11 @@ def test_stage_then_offline_submit(cli, staged_setup):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
     assert "model.safetensors is missing" in bad.stderr and "hpcqa stage" in bad.stderr
     assert sorted((tmp / "out").rglob("results.json")) == jobs_before
-    folders = [p for p in (tmp / "out" / "quickstart").iterdir() if p.is_dir() and p.name.split("-")[0].isdigit()]
+    folders = [
+        p
+        for p in (tmp / "out" / "quickstart").iterdir()
+        if p.is_dir() and p.name.split("-")[0].isdigit()
+    ]
     assert len(folders) == 1, "no new job folder"
     doc = cli("doctor", "configs/quickstart.toml", *sets, "--json", env=env)
     assert {c["name"]: c["level"] for c in json.loads(doc.stdout)}["staged model"] == "error"
@@ -106,14 +141,33 @@ def test_stage_then_offline_submit(cli, staged_setup):
 
 def test_stage_without_the_model_anywhere_fails_clearly(cli, staged_setup):
     tmp, hub, sets, env = staged_setup
-    r = cli("stage", "configs/quickstart.toml", *sets, "--set", "model.name_or_path=hpcqa-test/not-there", env=env)
-    assert r.returncode == 2 and "hpcqa-test/not-there" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = cli(
+        "stage",
+        "configs/quickstart.toml",
+        *sets,
+        "--set",
+        "model.name_or_path=hpcqa-test/not-there",
+        env=env,
+    )
+    assert (
+        r.returncode == 2 and "hpcqa-test/not-there" in r.stderr and "Traceback" not in r.stderr
+    ), r.stderr
 
 
 def test_a_hub_dataset_with_unanswerable_questions_under_v1_rules_is_refused(cli, staged_setup):
     """A hub dataset's version is read from its rows (no file to read at submit): its 20 unanswerable questions
     under data.version_2_with_negative = false stop the run with the key named, before any training."""
     tmp, hub, sets, env = staged_setup
-    r = cli("stage", "configs/quickstart.toml", *sets, "--set", "data.version_2_with_negative=false", env=env)
+    r = cli(
+        "stage",
+        "configs/quickstart.toml",
+        *sets,
+        "--set",
+        "data.version_2_with_negative=false",
+        env=env,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert "is SQuAD v2 data (20 of 60 questions have no answer), but data.version_2_with_negative = false" in r.stderr
+    assert (
+        "is SQuAD v2 data (20 of 60 questions have no answer), but data.version_2_with_negative = false"
+        in r.stderr
+    )

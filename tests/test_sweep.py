@@ -22,11 +22,20 @@ def raw(extra_sweep: dict, base="configs/quickstart.toml"):
 
 
 def test_grid_then_explicit_variants():
-    vs, par = sweep.expand(raw({"parallelism": 2, "train": {"learning_rate": [3e-5, 5e-5], "seed": [1, 2, 3]},
-                                "variants": [{"train": {"learning_rate": 1e-3}, "cluster": {"nodes": 2}}]}))
+    vs, par = sweep.expand(
+        raw(
+            {
+                "parallelism": 2,
+                "train": {"learning_rate": [3e-5, 5e-5], "seed": [1, 2, 3]},
+                "variants": [{"train": {"learning_rate": 1e-3}, "cluster": {"nodes": 2}}],
+            }
+        )
+    )
     assert par == 2 and len(vs) == 7
-    assert [dict(v.params) for v in vs[:2]] == [{"train.learning_rate": 3e-5, "train.seed": 1},
-                                                 {"train.learning_rate": 3e-5, "train.seed": 2}]
+    assert [dict(v.params) for v in vs[:2]] == [
+        {"train.learning_rate": 3e-5, "train.seed": 1},
+        {"train.learning_rate": 3e-5, "train.seed": 2},
+    ]
     assert vs[6].config.cluster.nodes == 2 and vs[6].config.train.learning_rate == 1e-3
     assert vs[6].config.train.seed == 42  # untouched keys keep the base value
 
@@ -40,11 +49,16 @@ def test_every_variant_is_validated_before_submission():
     assert "did you mean 'learning_rate'" in e.value.render()
 
 
-@pytest.mark.parametrize("bad,key", [({"parallelism": -1}, "sweep.parallelism"),
-                                     ({"train": {"seed": 3}}, "sweep.train.seed"),
-                                     ({"train": {"seed": []}}, "sweep.train.seed"),
-                                     ({"variants": [1, 2]}, "sweep.variants"),
-                                     ({"nosuch": {"x": [1]}}, "sweep.nosuch.x")])
+@pytest.mark.parametrize(
+    "bad,key",
+    [
+        ({"parallelism": -1}, "sweep.parallelism"),
+        ({"train": {"seed": 3}}, "sweep.train.seed"),
+        ({"train": {"seed": []}}, "sweep.train.seed"),
+        ({"variants": [1, 2]}, "sweep.variants"),
+        ({"nosuch": {"x": [1]}}, "sweep.nosuch.x"),
+    ],
+)
 def test_bad_sweep_tables(bad, key):
     with pytest.raises(ConfigError) as e:
         sweep.expand(raw(bad))
@@ -52,10 +66,27 @@ def test_bad_sweep_tables(bad, key):
 
 
 def test_one_array_for_uniform_resources_and_one_per_node_count():
-    sp = sweep.build(raw({"parallelism": 2, "train": {"learning_rate": [1e-5, 2e-5, 3e-5],
-                                                       "per_device_train_batch_size": [8, 16]}}), "x", HOST, lambda p: (1001, "scontrol show config"))
+    sp = sweep.build(
+        raw(
+            {
+                "parallelism": 2,
+                "train": {
+                    "learning_rate": [1e-5, 2e-5, 3e-5],
+                    "per_device_train_batch_size": [8, 16],
+                },
+            }
+        ),
+        "x",
+        HOST,
+        lambda p: (1001, "scontrol show config"),
+    )
     assert len(sp.arrays) == 1 and sp.array_lines() == ["--array=0-5%2"]
-    scaling = sweep.build(config.read_toml(ROOT / "configs/scaling_spr.toml"), "x", HOST, lambda p: (1001, "scontrol show config"))
+    scaling = sweep.build(
+        config.read_toml(ROOT / "configs/scaling_spr.toml"),
+        "x",
+        HOST,
+        lambda p: (1001, "scontrol show config"),
+    )
     assert [len(a.variants) for a in scaling.arrays] == [1, 1, 1]
     assert [p.nodes for p in scaling.plans] == [1, 2, 4]
 
@@ -67,14 +98,23 @@ def test_large_sweep_is_split_by_max_array_size_and_dry_run_is_fast():
     elapsed = time.perf_counter() - t
     assert [len(a.variants) for a in sp.arrays] == [300, 300, 300, 100]
     assert len(sp.arrays) == -(-1000 // 300) == 4
-    assert sorted(v.index for a in sp.arrays for v in a.variants) == list(range(1000))  # each exactly once
+    assert sorted(v.index for a in sp.arrays for v in a.variants) == list(
+        range(1000)
+    )  # each exactly once
     assert sp.to_json()["arrays"][1]["after_previous"] is True
     assert elapsed < 30  # a sanity bound, not a benchmark: the dry run must not be pathological
 
 
 @pytest.mark.process
 def test_dry_run_json_lists_variants_and_arrays(cli):
-    r = cli("submit", "configs/sweep_quickstart.toml", "--dry-run", "--json", "--set", "cluster.executor=slurm")
+    r = cli(
+        "submit",
+        "configs/sweep_quickstart.toml",
+        "--dry-run",
+        "--json",
+        "--set",
+        "cluster.executor=slurm",
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert len(d["sweep"]["variants"]) == 5 and d["sweep"]["parallelism"] == 2
@@ -82,19 +122,34 @@ def test_dry_run_json_lists_variants_and_arrays(cli):
 
 
 def test_max_array_size_from_scontrol():
-    assert parse_max_array_size("ClusterName = x\nMaxArraySize            = 6\nMaxJobCount = 10000\n") == 6
+    assert (
+        parse_max_array_size("ClusterName = x\nMaxArraySize            = 6\nMaxJobCount = 10000\n")
+        == 6
+    )
     assert parse_max_array_size("nothing") is None
 
 
 def view(task, params, state, res=None):
-    return status.JobView(id=f"9_{task}", name="n", target="slurm", state=state, nodes=params.get("cluster.nodes", 1),
-                          world_size=2, results=res, sweep_id="9", task_index=task, variant=params)
+    return status.JobView(
+        id=f"9_{task}",
+        name="n",
+        target="slurm",
+        state=state,
+        nodes=params.get("cluster.nodes", 1),
+        world_size=2,
+        results=res,
+        sweep_id="9",
+        task_index=task,
+        variant=params,
+    )
 
 
 def test_result_rows_sorted_best_marked_failed_kept():
-    vs = [view(0, {"train.learning_rate": 1e-5}, "COMPLETED", {"f1": 60.0, "exact_match": 50.0}),
-          view(1, {"train.learning_rate": 3e-5}, "FAILED"),
-          view(2, {"train.learning_rate": 5e-5}, "COMPLETED", {"f1": 70.0, "exact_match": 65.0})]
+    vs = [
+        view(0, {"train.learning_rate": 1e-5}, "COMPLETED", {"f1": 60.0, "exact_match": 50.0}),
+        view(1, {"train.learning_rate": 3e-5}, "FAILED"),
+        view(2, {"train.learning_rate": 5e-5}, "COMPLETED", {"f1": 70.0, "exact_match": 65.0}),
+    ]
     table = results.rows(vs, "f1")
     assert [r["task"] for r in table] == [2, 0, 1]
     assert [r["best"] for r in table] == [True, False, False]
@@ -104,21 +159,42 @@ def test_result_rows_sorted_best_marked_failed_kept():
 
 
 def test_scaling_table():
-    vs = [view(i, {"cluster.nodes": n}, "COMPLETED", {"train_samples_per_second": s})
-          for i, (n, s) in enumerate([(1, 100.0), (2, 180.0), (4, 300.0)])]
+    vs = [
+        view(i, {"cluster.nodes": n}, "COMPLETED", {"train_samples_per_second": s})
+        for i, (n, s) in enumerate([(1, 100.0), (2, 180.0), (4, 300.0)])
+    ]
     sc = results.scaling(results.rows(vs, "f1"))
-    assert [(r["nodes"], round(r["speedup"], 2), round(r["efficiency"], 2)) for r in sc] == \
-        [(1, 1.0, 1.0), (2, 1.8, 0.9), (4, 3.0, 0.75)]
+    assert [(r["nodes"], round(r["speedup"], 2), round(r["efficiency"], 2)) for r in sc] == [
+        (1, 1.0, 1.0),
+        (2, 1.8, 0.9),
+        (4, 3.0, 0.75),
+    ]
 
 
 def test_plots_are_png(tmp_path, matplotlib_fonts):
-    vs = [view(i, {"train.learning_rate": lr, "train.per_device_train_batch_size": bs}, "COMPLETED", {"f1": f})
-          for i, (lr, bs, f) in enumerate([(1e-5, 8, 50.0), (1e-4, 8, 60.0), (1e-5, 16, 55.0), (1e-4, 16, 65.0)])]
+    vs = [
+        view(
+            i,
+            {"train.learning_rate": lr, "train.per_device_train_batch_size": bs},
+            "COMPLETED",
+            {"f1": f},
+        )
+        for i, (lr, bs, f) in enumerate(
+            [(1e-5, 8, 50.0), (1e-4, 8, 60.0), (1e-5, 16, 55.0), (1e-4, 16, 65.0)]
+        )
+    ]
     p = tmp_path / "grid.png"
-    results.plot(results.rows(vs, "f1"), ["train.learning_rate", "train.per_device_train_batch_size"], "f1", str(p))
+    results.plot(
+        results.rows(vs, "f1"),
+        ["train.learning_rate", "train.per_device_train_batch_size"],
+        "f1",
+        str(p),
+    )
     assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    sc = [view(i, {"cluster.nodes": n}, "COMPLETED", {"train_samples_per_second": s})
-          for i, (n, s) in enumerate([(1, 10.0), (2, 19.0)])]
+    sc = [
+        view(i, {"cluster.nodes": n}, "COMPLETED", {"train_samples_per_second": s})
+        for i, (n, s) in enumerate([(1, 10.0), (2, 19.0)])
+    ]
     q = tmp_path / "scaling.png"
     results.plot(results.rows(sc, "f1"), ["cluster.nodes"], "f1", str(q))
     assert q.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -130,12 +206,32 @@ def test_wrapper_picks_the_array_tasks_plan(tmp_path, monkeypatch):
     import sys
 
     from tests.test_rank import quick_plan
+
     (tmp_path / "task-0.json").write_text(quick_plan().dumps())
     (tmp_path / "task-3.json").write_text(quick_plan("launch.master_port=23001").dumps())
-    env = {"SUBMITIT_LOCAL_GLOBALID": "0", "SUBMITIT_LOCAL_LOCALID": "0", "SUBMITIT_LOCAL_NTASKS": "2",
-           "SLURM_ARRAY_TASK_ID": "3", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "hpcqa.rank", "--plan", str(tmp_path / "task-{array_task_id}.json"),
-                        "--", sys.executable, "-c", "import os; print(os.environ['MASTER_PORT'], os.environ['HPCQA_PLAN_DIGEST'])"],
-                       env=env, capture_output=True, text=True)
+    env = {
+        "SUBMITIT_LOCAL_GLOBALID": "0",
+        "SUBMITIT_LOCAL_LOCALID": "0",
+        "SUBMITIT_LOCAL_NTASKS": "2",
+        "SLURM_ARRAY_TASK_ID": "3",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpcqa.rank",
+            "--plan",
+            str(tmp_path / "task-{array_task_id}.json"),
+            "--",
+            sys.executable,
+            "-c",
+            "import os; print(os.environ['MASTER_PORT'], os.environ['HPCQA_PLAN_DIGEST'])",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["23001", quick_plan("launch.master_port=23001").digest]

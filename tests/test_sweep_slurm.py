@@ -21,9 +21,21 @@ def slurm(tmp_path_factory):
 def sweep_args(out, *sets):
     """A task is one rank: what these tests hold is the arrays (which variant each task ran, throttling, splitting,
     cancelling), and a second rank per task cost ~7 s of CPU for its imports alone (multi-rank jobs: test_slurm)."""
-    args = ["submit", "configs/quickstart.toml", *TINY, "--set", f"job.output_dir={json.dumps(str(out))}",
-            "--set", "cluster.exclusive=false", "--set", "train.max_steps=6", "--set", "train.do_eval=true",
-            "--set", "launch.ranks_per_socket=1"]
+    args = [
+        "submit",
+        "configs/quickstart.toml",
+        *TINY,
+        "--set",
+        f"job.output_dir={json.dumps(str(out))}",
+        "--set",
+        "cluster.exclusive=false",
+        "--set",
+        "train.max_steps=6",
+        "--set",
+        "train.do_eval=true",
+        "--set",
+        "launch.ranks_per_socket=1",
+    ]
     for s in sets:
         args += ["--set", s]
     return args
@@ -51,20 +63,34 @@ def wait_sweep(env, sweep_id, n, timeout=300):
     end, jobs = time.time() + timeout, []
     while time.time() < end:
         jobs = list(slurm_cluster.job_states(env, sweep_id).values())
-        if len(jobs) == n and all(j["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") for j in jobs):
+        if len(jobs) == n and all(
+            j["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") for j in jobs
+        ):
             return jobs
         time.sleep(2)
-    raise AssertionError(f"sweep {sweep_id} did not finish: {[(j['id'], j['state']) for j in jobs]}")
+    raise AssertionError(
+        f"sweep {sweep_id} did not finish: {[(j['id'], j['state']) for j in jobs]}"
+    )
 
 
 @slurm_cluster.EACH_RELEASE
 def test_three_variants_one_array_throttled_to_two(slurm, tmp_path):
-    sweep_id, err = sweep(slurm, tmp_path, "sweep.parallelism=2", "sweep.train.learning_rate=[1e-4, 1e-3]",
-                          "sweep.variants=[{train = {per_device_train_batch_size = 4}}]")
-    assert len([x for x in err.splitlines() if x.startswith("array ")]) == 1 and "3 variants in 1 array(s)" in err
+    sweep_id, err = sweep(
+        slurm,
+        tmp_path,
+        "sweep.parallelism=2",
+        "sweep.train.learning_rate=[1e-4, 1e-3]",
+        "sweep.variants=[{train = {per_device_train_batch_size = 4}}]",
+    )
+    assert (
+        len([x for x in err.splitlines() if x.startswith("array ")]) == 1
+        and "3 variants in 1 array(s)" in err
+    )
     jobs = wait_sweep(slurm, sweep_id, 3)
     assert {j["state"] for j in jobs} == {"COMPLETED"}
-    assert {j["id"].split("_")[0] for j in jobs} == {sweep_id} and sorted(j["task_index"] for j in jobs) == list(range(3))
+    assert {j["id"].split("_")[0] for j in jobs} == {sweep_id} and sorted(
+        j["task_index"] for j in jobs
+    ) == list(range(3))
     # from the tasks' own clocks: start of rank 0, end = results written
     spans = []
     for j in jobs:
@@ -76,16 +102,23 @@ def test_three_variants_one_array_throttled_to_two(slurm, tmp_path):
     res = run_cli("results", sweep_id, "--json", "--plot", str(tmp_path / "sweep.png"), env=slurm)
     assert res.returncode == 0, res.stderr
     table = json.loads(res.stdout)["variants"]
-    assert len(table) == 3 and all(r["f1"] is not None for r in table) and sum(r["best"] for r in table) == 1
+    assert (
+        len(table) == 3
+        and all(r["f1"] is not None for r in table)
+        and sum(r["best"] for r in table) == 1
+    )
     assert table[0]["f1"] == max(r["f1"] for r in table)
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sweep_id in run_cli("status", env=slurm).stdout   # the sweep is one row of the overview
+    assert sweep_id in run_cli("status", env=slurm).stdout  # the sweep is one row of the overview
 
 
 def test_sweep_larger_than_max_array_size_is_split_and_a_failure_stays_visible(slurm, tmp_path):
     # 4 grid variants + 1 explicit failing one = 5 > MaxArraySize 3: two arrays, each variant once
-    sets = ("sweep.parallelism=3", "sweep.train.seed=[1, 2, 3, 4]",
-            "sweep.variants=[{train = {fail_at_step = 1, seed = 5}}]")
+    sets = (
+        "sweep.parallelism=3",
+        "sweep.train.seed=[1, 2, 3, 4]",
+        "sweep.variants=[{train = {fail_at_step = 1, seed = 5}}]",
+    )
     dry = dry_run(slurm, tmp_path, *sets)
     planned = planned_digests(dry)
     assert len(set(planned.values())) == 5
@@ -103,9 +136,12 @@ def test_sweep_larger_than_max_array_size_is_split_and_a_failure_stays_visible(s
     assert sorted(j["task_index"] for j in jobs) == list(range(5))
     ran = []
     for j in jobs:  # from each task's own rank reports: which plan (and so which variant) it ran
-        reports = [json.loads(p.read_text()) for p in sorted(Path(j["folder"]).glob("ranks/rank-*.json"))
-                   if p.name.count(".") == 1]   # rank-K.json, not rank-K.phase.json
-        assert len(reports) == 1, reports   # the plan's one rank
+        reports = [
+            json.loads(p.read_text())
+            for p in sorted(Path(j["folder"]).glob("ranks/rank-*.json"))
+            if p.name.count(".") == 1
+        ]  # rank-K.json, not rank-K.phase.json
+        assert len(reports) == 1, reports  # the plan's one rank
         assert {rep["plan_digest"] for rep in reports} == {planned[j["task_index"]]}
         assert {rep["variant_index"] for rep in reports} == {j["task_index"]}
         assert {rep["variant"]["train.seed"] for rep in reports} == {j["variant"]["train.seed"]}
@@ -119,8 +155,13 @@ def test_sweep_larger_than_max_array_size_is_split_and_a_failure_stays_visible(s
 
 @slurm_cluster.EACH_RELEASE
 def test_cancel_a_sweep_task_and_the_sweep(slurm, tmp_path):
-    sweep_id, _ = sweep(slurm, tmp_path, "sweep.parallelism=1", "sweep.train.seed=[1, 2, 3]",
-                        "train.max_steps=100000")
+    sweep_id, _ = sweep(
+        slurm,
+        tmp_path,
+        "sweep.parallelism=1",
+        "sweep.train.seed=[1, 2, 3]",
+        "train.max_steps=100000",
+    )
     r = run_cli("cancel", sweep_id, "--task", "2", env=slurm)
     assert r.returncode == 0 and f"{sweep_id}_2" in r.stdout, r.stderr
     r = run_cli("cancel", sweep_id, env=slurm)

@@ -9,7 +9,7 @@ def test_deterministic_and_spans_are_real():
     for para in a["data"][0]["paragraphs"]:
         for qa in para["qas"]:
             for ans in qa["answers"]:
-                assert para["context"][ans["answer_start"]:][:len(ans["text"])] == ans["text"]
+                assert para["context"][ans["answer_start"] :][: len(ans["text"])] == ans["text"]
 
 
 def test_v2_has_unanswerable_questions():
@@ -47,22 +47,33 @@ def test_squad_shape_has_squads_lengths_measured_with_berts_wordpiece():
         words = statistics.mean(len(p["context"].split()) for p in ps)
         qwords = statistics.mean(len(p["qas"][0]["question"].split()) for p in ps)
         assert 110 <= words <= 130 and 9 <= qwords <= 12, (words, qwords)
-        enc = tok([p["qas"][0]["question"] for p in ps], [p["context"] for p in ps], truncation="only_second",
-                  max_length=384, stride=128, return_overflowing_tokens=True)
+        enc = tok(
+            [p["qas"][0]["question"] for p in ps],
+            [p["context"] for p in ps],
+            truncation="only_second",
+            max_length=384,
+            stride=128,
+            return_overflowing_tokens=True,
+        )
         extra = len(enc["input_ids"]) / len(ps) - 1
-        assert 0.005 <= extra <= 0.03, extra          # some contexts split, as on SQuAD; most do not
+        assert 0.005 <= extra <= 0.03, extra  # some contexts split, as on SQuAD; most do not
         lengths = sorted(len(x) for x in enc["input_ids"])
         median = lengths[len(lengths) // 2]
-        assert 130 <= median <= 200, median             # padded to 384, over half of a batch would be padding
-        for p in ps:                                    # the facts are still real spans in the longer prose
+        assert 130 <= median <= 200, median  # padded to 384, over half of a batch would be padding
+        for p in ps:  # the facts are still real spans in the longer prose
             for ans in p["qas"][0]["answers"]:
-                assert p["context"][ans["answer_start"]:][:len(ans["text"])] == ans["text"]
+                assert p["context"][ans["answer_start"] :][: len(ans["text"])] == ans["text"]
     short = _paragraphs(synth.squad_json(300, seed=11))
     assert max(len(p["context"].split()) for p in short) < 80  # the quick shape stays short
 
 
 def test_shapes_are_cached_apart(tmp_path):
     from hpcqa.record.caches import Caches
+
     c = Caches(tmp_path)
-    assert c.synthetic_data(False, "train", 10, 1) != c.synthetic_data(False, "train", 10, 1, "squad")
-    assert c.synthetic_data(False, "train", 10, 1).name == "synthetic-v1-train-10-1.json"  # older caches stay valid
+    assert c.synthetic_data(False, "train", 10, 1) != c.synthetic_data(
+        False, "train", 10, 1, "squad"
+    )
+    assert (
+        c.synthetic_data(False, "train", 10, 1).name == "synthetic-v1-train-10-1.json"
+    )  # older caches stay valid

@@ -22,8 +22,16 @@ def test_ice_lake_example_mask():
 
 def test_cpu_id_is_not_core_id():
     # siblings interleaved (cpu 0/1 = core 0), socket 1 first in id order
-    cpus = [Cpu(0, 1, 0), Cpu(1, 1, 0), Cpu(2, 1, 1), Cpu(3, 1, 1),
-            Cpu(4, 0, 0), Cpu(5, 0, 0), Cpu(6, 0, 1), Cpu(7, 0, 1)]
+    cpus = [
+        Cpu(0, 1, 0),
+        Cpu(1, 1, 0),
+        Cpu(2, 1, 1),
+        Cpu(3, 1, 1),
+        Cpu(4, 0, 0),
+        Cpu(5, 0, 0),
+        Cpu(6, 0, 1),
+        Cpu(7, 0, 1),
+    ]
     pools = topology.layout(cpus, 2, 2, 1).pools
     assert pools[0].physical == (4, 6) and pools[0].siblings == (5, 7)
     assert pools[1].physical == (0, 2) and pools[1].ccl == (0,) and pools[1].compute == (2,)
@@ -38,7 +46,9 @@ def test_virtual_sockets_on_a_one_socket_machine():
 def test_not_enough_cores_is_a_plan_error():
     with pytest.raises(PlanError) as e:
         topology.layout([Cpu(0, 0, 0), Cpu(1, 0, 1)], 4, 1, 0)
-    assert "4 ranks need at least 4 physical cores" in e.value.render() and "0-1" in e.value.render()
+    assert (
+        "4 ranks need at least 4 physical cores" in e.value.render() and "0-1" in e.value.render()
+    )
 
 
 @pytest.mark.parametrize("cpus,text", [([0, 1, 2, 5, 7, 8], "0-2,5,7-8"), ([3], "3"), ([], "none")])

@@ -26,14 +26,28 @@ def test_candidates_and_their_parsing():
 
 
 def test_heuristic_one_rank_per_four_cores_or_per_core_on_small_sockets():
-    assert [plan.heuristic_ranks_per_domain(n) for n in (1, 2, 4, 7, 8, 16, 56, 60)] == [1, 2, 4, 7, 2, 4, 14, 15]
+    assert [plan.heuristic_ranks_per_domain(n) for n in (1, 2, 4, 7, 8, 16, 56, 60)] == [
+        1,
+        2,
+        4,
+        7,
+        2,
+        4,
+        14,
+        15,
+    ]
 
 
 def test_the_key_is_the_shape_a_measurement_applies_to():
     base = plan.shape_key(quick())
-    assert plan.shape_key(quick("train.learning_rate=1e-3")) == base          # doesn't change speed
-    for other in ("train.max_seq_length=256", "train.per_device_train_batch_size=8", "train.bf16=false",
-                  "model.name_or_path=\"builtin:tiny-bert\"", "cluster.cores_per_socket=4"):
+    assert plan.shape_key(quick("train.learning_rate=1e-3")) == base  # doesn't change speed
+    for other in (
+        "train.max_seq_length=256",
+        "train.per_device_train_batch_size=8",
+        "train.bf16=false",
+        'model.name_or_path="builtin:tiny-bert"',
+        "cluster.cores_per_socket=4",
+    ):
         assert plan.shape_key(quick(other)) != base, other
 
 
@@ -44,15 +58,18 @@ def test_auto_uses_a_stored_result_for_its_shape_only(tmp_path, monkeypatch):
     before = plan.build_plan(cfg, hostprobe.probe_host())
     assert before.ranks_per_domain == 2 and "heuristic" in before.layout_source
     entry = tune.record(cfg, {1: 9.5, 2: 7.25}, "lap", 0.0)
-    assert entry["ranks_per_socket"] == 1 and "1x2 fastest on lap: 1x2 9.50, 2x1 7.25" in entry["summary"]
+    assert (
+        entry["ranks_per_socket"] == 1
+        and "1x2 fastest on lap: 1x2 9.50, 2x1 7.25" in entry["summary"]
+    )
     after = plan.build_plan(cfg, hostprobe.probe_host())
     assert (after.ranks_per_domain, after.world_size, after.cpus_per_task) == (1, 1, 2)
     assert after.layout_source.startswith("auto: `hpcqa tune` (1x2 fastest")
     other = plan.build_plan(quick("train.max_seq_length=256"), hostprobe.probe_host())
-    assert other.ranks_per_domain == 2                                         # not measured for that shape
+    assert other.ranks_per_domain == 2  # not measured for that shape
     fixed = plan.build_plan(quick("launch.ranks_per_socket=2"), hostprobe.probe_host())
     assert fixed.ranks_per_domain == 2 and fixed.layout_source == "launch.ranks_per_socket = 2"
-    store.write_text("not json")                                               # a broken store only costs speed
+    store.write_text("not json")  # a broken store only costs speed
     assert plan.build_plan(cfg, hostprobe.probe_host()).ranks_per_domain == 2
 
 

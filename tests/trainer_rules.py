@@ -28,13 +28,26 @@ def crd_schema(kind: str) -> dict:
 #                                                                     pkg/runtime/framework/plugins/{torch,jobset})
 
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
-ANCESTOR_CONTAINER = {"trainer": "node", "dataset-initializer": "dataset-initializer",
-                      "model-initializer": "model-initializer"}
-TORCH_RESERVED_ENV = {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"}
+ANCESTOR_CONTAINER = {
+    "trainer": "node",
+    "dataset-initializer": "dataset-initializer",
+    "model-initializer": "model-initializer",
+}
+TORCH_RESERVED_ENV = {
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+}
 CONTAINER_TRAINER_PORT = 29500
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-TRAINJOB_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")   # the TrainJob CRD's CEL rule on metadata.name
-DOMAIN_PREFIXED_PATH = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/.+")
+TRAINJOB_NAME = re.compile(
+    r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+)  # the TrainJob CRD's CEL rule on metadata.name
+DOMAIN_PREFIXED_PATH = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/.+"
+)
 
 
 def webhook_errors(runtime: dict, job: dict) -> list[str]:
@@ -47,38 +60,53 @@ def webhook_errors(runtime: dict, job: dict) -> list[str]:
         errs.append("metadata.name must match RFC 1035 DNS label format, at most 63 characters")
     rjobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
     for i, rjob in enumerate(rjobs):
-        ancestor = ((rjob["template"].get("metadata") or {}).get("labels") or {}).get(ANCESTOR_LABEL)
+        ancestor = ((rjob["template"].get("metadata") or {}).get("labels") or {}).get(
+            ANCESTOR_LABEL
+        )
         if ancestor in ANCESTOR_CONTAINER:
             if rjob.get("replicas", 1) != 1:
                 errs.append(f"replicatedJobs[{i}].replicas: must be 1")
             names = [c["name"] for c in rjob["template"]["spec"]["template"]["spec"]["containers"]]
             if ANCESTOR_CONTAINER[ancestor] not in names:
-                errs.append(f"replicatedJobs[{i}]: must have container {ANCESTOR_CONTAINER[ancestor]}")
+                errs.append(
+                    f"replicatedJobs[{i}]: must have container {ANCESTOR_CONTAINER[ancestor]}"
+                )
     ref = job["spec"]["runtimeRef"]
     if ref.get("kind", "ClusterTrainingRuntime") == "TrainingRuntime":
-        if ref["name"] != runtime["metadata"]["name"] or \
-                job["metadata"].get("namespace") != runtime["metadata"].get("namespace"):
-            errs.append("spec.runtimeRef: the TrainingRuntime must exist in the TrainJob's namespace")
+        if ref["name"] != runtime["metadata"]["name"] or job["metadata"].get(
+            "namespace"
+        ) != runtime["metadata"].get("namespace"):
+            errs.append(
+                "spec.runtimeRef: the TrainingRuntime must exist in the TrainJob's namespace"
+            )
     env = {e["name"] for e in (job["spec"].get("trainer") or {}).get("env") or []}
     if env & TORCH_RESERVED_ENV:
-        errs.append(f"spec.trainer.env: must not have reserved envs {sorted(env & TORCH_RESERVED_ENV)}")
+        errs.append(
+            f"spec.trainer.env: must not have reserved envs {sorted(env & TORCH_RESERVED_ENV)}"
+        )
     errs += _patch_errors(runtime, job)
     return errs
 
 
 def _patch_errors(runtime: dict, job: dict) -> list[str]:
     errs = []
-    containers = {r["name"]: {c["name"] for c in r["template"]["spec"]["template"]["spec"]["containers"]}
-                  for r in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
+    containers = {
+        r["name"]: {c["name"] for c in r["template"]["spec"]["template"]["spec"]["containers"]}
+        for r in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    }
     for patch in job["spec"].get("runtimePatches") or []:
         if not DOMAIN_PREFIXED_PATH.fullmatch(patch["manager"]):
-            errs.append(f"runtimePatches.manager {patch['manager']!r}: must be a domain-prefixed path")
+            errs.append(
+                f"runtimePatches.manager {patch['manager']!r}: must be a domain-prefixed path"
+            )
         spec = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
         for rpatch in spec.get("replicatedJobs") or []:
             if rpatch["name"] not in containers:
                 errs.append("runtimePatches: replicated job not in the runtime")
                 continue
-            pod = (((rpatch.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+            pod = (((rpatch.get("template") or {}).get("spec") or {}).get("template") or {}).get(
+                "spec"
+            ) or {}
             for c in pod.get("containers") or []:
                 if c["name"] not in containers[rpatch["name"]]:
                     errs.append("runtimePatches: container not in the runtime")
@@ -92,8 +120,13 @@ def _merge(base: dict, patch: dict) -> dict:
     (maps merge; these fields are replaced)."""
     out = copy.deepcopy(base)
     for key, value in patch.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
-            and key not in ("affinity",) else copy.deepcopy(value)
+        out[key] = (
+            _merge(out[key], value)
+            if isinstance(value, dict)
+            and isinstance(out.get(key), dict)
+            and key not in ("affinity",)
+            else copy.deepcopy(value)
+        )
     return out
 
 
@@ -104,16 +137,21 @@ def jobset(runtime: dict, job: dict) -> dict:
     name = job["metadata"]["name"]
     spec = copy.deepcopy(runtime["spec"]["template"]["spec"])
     for patch in job["spec"].get("runtimePatches") or []:
-        for rpatch in ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec", {}).get(
-                "replicatedJobs") or []:
+        for rpatch in ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get(
+            "spec", {}
+        ).get("replicatedJobs") or []:
             (rjob,) = [r for r in spec["replicatedJobs"] if r["name"] == rpatch["name"]]
             pod_patch = rpatch["template"]["spec"]["template"]["spec"]
-            rjob["template"]["spec"]["template"]["spec"] = _merge(rjob["template"]["spec"]["template"]["spec"], pod_patch)
+            rjob["template"]["spec"]["template"]["spec"] = _merge(
+                rjob["template"]["spec"]["template"]["spec"], pod_patch
+            )
     trainer = job["spec"].get("trainer") or {}
     nodes = trainer.get("numNodes", runtime["spec"].get("mlPolicy", {}).get("numNodes", 1))
     nproc = trainer.get("numProcPerNode", "auto")
     for rjob in spec["replicatedJobs"]:
-        if (rjob["template"].get("metadata") or {}).get("labels", {}).get(ANCESTOR_LABEL) != "trainer":
+        if (rjob["template"].get("metadata") or {}).get("labels", {}).get(
+            ANCESTOR_LABEL
+        ) != "trainer":
             continue
         rjob["replicas"] = 1
         rjob["template"]["spec"]["parallelism"] = rjob["template"]["spec"]["completions"] = nodes
@@ -124,17 +162,30 @@ def jobset(runtime: dict, job: dict) -> dict:
                 if trainer.get(key) is not None:
                     c[key] = trainer[key]
             _upsert_env(c, trainer.get("env") or [])
-            _upsert_env(c, [{"name": "PET_NNODES", "value": str(nodes)},
-                            {"name": "PET_NPROC_PER_NODE", "value": str(nproc)},
-                            {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {
-                                "fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}},
-                            {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
-                            {"name": "PET_MASTER_PORT", "value": str(CONTAINER_TRAINER_PORT)}])
+            _upsert_env(
+                c,
+                [
+                    {"name": "PET_NNODES", "value": str(nodes)},
+                    {"name": "PET_NPROC_PER_NODE", "value": str(nproc)},
+                    {
+                        "name": "PET_NODE_RANK",
+                        "valueFrom": {
+                            "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}
+                        },
+                    },
+                    {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
+                    {"name": "PET_MASTER_PORT", "value": str(CONTAINER_TRAINER_PORT)},
+                ],
+            )
             ports = c.setdefault("ports", [])
             if not any(p["containerPort"] == CONTAINER_TRAINER_PORT for p in ports):
                 ports.append({"containerPort": CONTAINER_TRAINER_PORT})
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": name, "namespace": job["metadata"].get("namespace", "default")}, "spec": spec}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": job["metadata"].get("namespace", "default")},
+        "spec": spec,
+    }
 
 
 def _upsert_env(container: dict, env: list[dict]) -> None:
@@ -155,8 +206,13 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-JOB_FAILURE_REASONS = {"BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes", "MaxFailedIndexesExceeded",
-                       "PodFailurePolicy"}
+JOB_FAILURE_REASONS = {
+    "BackoffLimitExceeded",
+    "DeadlineExceeded",
+    "FailedIndexes",
+    "MaxFailedIndexesExceeded",
+    "PodFailurePolicy",
+}
 
 
 def jobset_errors(js: dict) -> list[str]:
@@ -181,7 +237,9 @@ def jobset_errors(js: dict) -> list[str]:
     return errs
 
 
-def pods(js: dict, uid: str = "0b5e6e1c-6f43-4c3a-9a39-2f1c1b6d0d11", restarts: int = 0) -> list[dict]:
+def pods(
+    js: dict, uid: str = "0b5e6e1c-6f43-4c3a-9a39-2f1c1b6d0d11", restarts: int = 0
+) -> list[dict]:
     """The pods of a JobSet: its Jobs (labelAndAnnotateObject's labels; subdomain = the JobSet's name, its webhook's
     default with DNS hostnames on), and each Job's indexed pods (the Job controller's completion-index annotation
     and hostname <job>-<index>)."""
@@ -193,14 +251,31 @@ def pods(js: dict, uid: str = "0b5e6e1c-6f43-4c3a-9a39-2f1c1b6d0d11", restarts: 
             for index in range(rjob["template"]["spec"].get("completions", 1)):
                 template = copy.deepcopy(rjob["template"]["spec"]["template"])
                 meta = template.get("metadata") or {}
-                labels = {**(meta.get("labels") or {}), JOBSET_NAME_LABEL: name, JOBSET_UID_LABEL: uid,
-                          RESTART_LABEL: str(restarts), "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
-                          "jobset.sigs.k8s.io/job-index": str(job_index), "batch.kubernetes.io/job-name": job_name,
-                          COMPLETION_INDEX: str(index)}
-                pod = {"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"name": f"{job_name}-{index}-abcde", "namespace": js["metadata"]["namespace"],
-                                    "labels": labels, "annotations": {COMPLETION_INDEX: str(index)}},
-                       "spec": {**template["spec"], "hostname": f"{job_name}-{index}", "subdomain": name}}
+                labels = {
+                    **(meta.get("labels") or {}),
+                    JOBSET_NAME_LABEL: name,
+                    JOBSET_UID_LABEL: uid,
+                    RESTART_LABEL: str(restarts),
+                    "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
+                    "jobset.sigs.k8s.io/job-index": str(job_index),
+                    "batch.kubernetes.io/job-name": job_name,
+                    COMPLETION_INDEX: str(index),
+                }
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{job_name}-{index}-abcde",
+                        "namespace": js["metadata"]["namespace"],
+                        "labels": labels,
+                        "annotations": {COMPLETION_INDEX: str(index)},
+                    },
+                    "spec": {
+                        **template["spec"],
+                        "hostname": f"{job_name}-{index}",
+                        "subdomain": name,
+                    },
+                }
                 out.append(pod)
     return out
 
@@ -212,6 +287,7 @@ def resolve_env(pod: dict, container: str = "node", services: list[dict] = ()) -
 
 # ------------------------------------------------------------------ Kubernetes Jobs (pkg/apis/batch/validation,
 #                                                                     pkg/controller/job: pod failure policy)
+
 
 def job_errors(job_spec: dict) -> list[str]:
     """validatePodFailurePolicy: restartPolicy Never; onExitCodes values unique, ascending, at most 255, no 0 for
@@ -295,7 +371,18 @@ def kueue_admit(job: dict, flavor_node_labels: dict, flavor_tolerations: list[di
         pod_spec["nodeSelector"] = dict(flavor_node_labels)
     if flavor_tolerations:
         pod_spec["tolerations"] = copy.deepcopy(flavor_tolerations)
-    out["spec"].setdefault("runtimePatches", []).append({
-        "manager": KUEUE_PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-            {"name": "node", "template": {"spec": {"template": {"spec": pod_spec}}}}]}}}})
+    out["spec"].setdefault("runtimePatches", []).append(
+        {
+            "manager": KUEUE_PATCH_MANAGER,
+            "trainingRuntimeSpec": {
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {"name": "node", "template": {"spec": {"template": {"spec": pod_spec}}}}
+                        ]
+                    }
+                }
+            },
+        }
+    )
     return out

@@ -33,5 +33,8 @@ def print_checks(checks: Sequence[Any]) -> None:
     grid.add_column(no_wrap=True)
     grid.add_column(overflow="fold")
     for c in checks:
-        grid.add_row(mark[c.level], escape(f"{c.name}: {c.message}") + (f"\nfix: {escape(c.fix)}" if c.fix else ""))
+        grid.add_row(
+            mark[c.level],
+            escape(f"{c.name}: {c.message}") + (f"\nfix: {escape(c.fix)}" if c.fix else ""),
+        )
     Console().print(grid, highlight=False)

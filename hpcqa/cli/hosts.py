@@ -13,7 +13,9 @@ from hpcqa.errors import UsageError
 def cmd_hosts(args: argparse.Namespace) -> int:
     text = args.nodelist or os.environ.get("SLURM_JOB_NODELIST", "")
     if not text:
-        raise UsageError("no nodelist given and SLURM_JOB_NODELIST is not set",
-                         "pass one: hpcqa hosts 'cn[01-04]'")
+        raise UsageError(
+            "no nodelist given and SLURM_JOB_NODELIST is not set",
+            "pass one: hpcqa hosts 'cn[01-04]'",
+        )
     print("\n".join(distenv.expand_nodelist(text)))
     return 0

@@ -23,13 +23,21 @@ from hpcqa.rank import wrapper as rank
 
 def cmd_topology(args: argparse.Namespace) -> int:
     if args.sysfs and not Path(args.sysfs, "cpu").is_dir():
-        raise UsageError(f"--sysfs {args.sysfs!r}: no cpu/ folder in it",
-                         "pass a folder laid out like /sys/devices/system (cpu/cpuN/topology, node/nodeK)")
+        raise UsageError(
+            f"--sysfs {args.sysfs!r}: no cpu/ folder in it",
+            "pass a folder laid out like /sys/devices/system (cpu/cpuN/topology, node/nodeK)",
+        )
     allowed = topology.parse_cpu_list(args.allowed) if args.allowed else None
-    node = topology.read_node(args.sysfs or "/sys/devices/system", allowed,
-                              None if args.sysfs else "/proc/cpuinfo", saved=bool(args.sysfs))
+    node = topology.read_node(
+        args.sysfs or "/sys/devices/system",
+        allowed,
+        None if args.sysfs else "/proc/cpuinfo",
+        saved=bool(args.sysfs),
+    )
     if not node.cpus:
-        raise UsageError("no usable CPU: --allowed names none of the node's online CPUs", "check --allowed")
+        raise UsageError(
+            "no usable CPU: --allowed names none of the node's online CPUs", "check --allowed"
+        )
     view: dict[str, Any] = {"node": node.to_json()}
     if args.config:
         cfg = config.load(args.config, args.overrides)
@@ -43,8 +51,11 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
 def _print_topology(view: dict) -> None:
     con, n = Console(), view["node"]
-    con.print(f"this node: {len(n['sockets'])} socket(s), {len(n['numa_nodes'])} NUMA node(s), {n['cores']} cores, "
-              f"{n['threads_per_core']} thread(s) per core", highlight=False)
+    con.print(
+        f"this node: {len(n['sockets'])} socket(s), {len(n['numa_nodes'])} NUMA node(s), {n['cores']} cores, "
+        f"{n['threads_per_core']} thread(s) per core",
+        highlight=False,
+    )
     t = Table()
     for col in ("socket", "cores", "CPUs"):
         t.add_column(col)
@@ -53,8 +64,10 @@ def _print_topology(view: dict) -> None:
     con.print(t)
     numa = "; ".join(f"node {x['node']}: {x['cpus']}" for x in n["numa_nodes"])
     con.print(f"NUMA: {numa}", highlight=False)
-    con.print(f"allowed CPUs: {n['allowed']} (online {n['online']}); ISA: {', '.join(n['isa']) or 'none of note'}",
-              highlight=False)
+    con.print(
+        f"allowed CPUs: {n['allowed']} (online {n['online']}); ISA: {', '.join(n['isa']) or 'none of note'}",
+        highlight=False,
+    )
     if "ranks" not in view:
         return
     for note in view["notes"]:
@@ -63,10 +76,16 @@ def _print_topology(view: dict) -> None:
     for col in ("rank", "socket", "NUMA", "CPUs", "CCL", "planned", "OMP_NUM_THREADS", "memory"):
         r.add_column(col)
     for x in view["ranks"]:
-        r.add_row(str(x["local_rank"]), ",".join(map(str, x["socket"])), ",".join(map(str, x["numa"])),
-                  topology_list(x["cpus"]), topology_list(x["ccl"]),
-                  "same" if x["as_planned"] else topology_list(x["planned_cpus"]),
-                  x["env"].get("OMP_NUM_THREADS", "-"), x["membind"])
+        r.add_row(
+            str(x["local_rank"]),
+            ",".join(map(str, x["socket"])),
+            ",".join(map(str, x["numa"])),
+            topology_list(x["cpus"]),
+            topology_list(x["ccl"]),
+            "same" if x["as_planned"] else topology_list(x["planned_cpus"]),
+            x["env"].get("OMP_NUM_THREADS", "-"),
+            x["membind"],
+        )
     con.print(r)
     env = Table(title="environment of each local rank (as the rank wrapper sets it here)")
     env.add_column("rank", no_wrap=True)

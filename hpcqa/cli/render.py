@@ -23,33 +23,58 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.target != table.RENDER_SCRIPT:
         _no_script_options(args)
     if args.target == table.RENDER_DOCKERFILE:
-        return _write_rendered(args, image.dockerfile(cfg), "Dockerfile",
-                               f"docker build -f {args.output} -t <registry>/hpcqa:<tag> <hpcqa checkout>")
+        return _write_rendered(
+            args,
+            image.dockerfile(cfg),
+            "Dockerfile",
+            f"docker build -f {args.output} -t <registry>/hpcqa:<tag> <hpcqa checkout>",
+        )
     if args.target == table.RENDER_STAGE_JOB:
-        return _write_rendered(args, pods.to_yaml([trainjob.stage_job(cfg)]), "the staging Job",
-                               f"kubectl apply -f {args.output}, then wait until it is Complete or Failed "
-                               "(docs/kubernetes.md: `kubectl wait --for=condition=complete` sits out its timeout on "
-                               "a failed Job)",
-                               executable=False)
+        return _write_rendered(
+            args,
+            pods.to_yaml([trainjob.stage_job(cfg)]),
+            "the staging Job",
+            f"kubectl apply -f {args.output}, then wait until it is Complete or Failed "
+            "(docs/kubernetes.md: `kubectl wait --for=condition=complete` sits out its timeout on "
+            "a failed Job)",
+            executable=False,
+        )
     if args.target == table.RENDER_TRAININGRUNTIME:
         ex, lp = table.render(cfg, hostprobe.probe_host(), args.target)
-        return _render_request(args, ex, lp, f"kubectl apply -f {args.output}, then the TrainJob (render --target "
-                                             "trainjob) once the Trainer admits it: docs/kubernetes.md", which=1)
+        return _render_request(
+            args,
+            ex,
+            lp,
+            f"kubectl apply -f {args.output}, then the TrainJob (render --target "
+            "trainjob) once the Trainer admits it: docs/kubernetes.md",
+            which=1,
+        )
     if args.target in table.RENDER_K8S:
         ex, lp = table.render(cfg, hostprobe.probe_host(), args.target)
-        first = " after its TrainingRuntime (render --target trainingruntime): docs/kubernetes.md" \
-            if args.target == table.RENDER_TRAINJOB else ""
+        first = (
+            " after its TrainingRuntime (render --target trainingruntime): docs/kubernetes.md"
+            if args.target == table.RENDER_TRAINJOB
+            else ""
+        )
         return _render_request(args, ex, lp, f"kubectl apply -f {args.output}{first}")
     hosts = _render_hosts(args, cfg, args.launcher or cfg.launch.launcher)
-    ex, lp = table.render(cfg, hostprobe.probe_host(), args.target, args.launcher, hosts, args.python)
-    how = f"run it on {hosts[0]}: bash {args.output}" if hosts else f"submit with: sbatch {args.output}"
+    ex, lp = table.render(
+        cfg, hostprobe.probe_host(), args.target, args.launcher, hosts, args.python
+    )
+    how = (
+        f"run it on {hosts[0]}: bash {args.output}"
+        if hosts
+        else f"submit with: sbatch {args.output}"
+    )
     return _render_request(args, ex, lp, how)
 
 
 def _no_script_options(args: argparse.Namespace) -> None:
     if args.submit or args.hosts or args.hostfile or args.launcher:
-        raise UsageError(f"--target {args.target} takes none of --submit, --hosts, --hostfile, --launcher",
-                         "apply the YAML with kubectl apply -f; drop those options")
+        raise UsageError(
+            f"--target {args.target} takes none of --submit, --hosts, --hostfile, --launcher",
+            "apply the YAML with kubectl apply -f; drop those options",
+        )
 
 
 def _render_request(args: argparse.Namespace, ex: Any, lp: Any, how: str, which: int = 0) -> int:
@@ -58,7 +83,9 @@ def _render_request(args: argparse.Namespace, ex: Any, lp: Any, how: str, which:
     request = ex.dry_run(sweep.single(lp))
     for w in lp.warnings + request.notes + _missing_program(lp, args.submit):
         warn(w)
-    if isinstance(ex, RenderOnly):  # what only the render can tell (the YAML itself stays on stdout)
+    if isinstance(
+        ex, RenderOnly
+    ):  # what only the render can tell (the YAML itself stays on stdout)
         for key, value in request.facts:
             print(errors.for_terminal(f"{key}: {value}"), file=sys.stderr)
     if args.submit:
@@ -70,7 +97,9 @@ def _render_request(args: argparse.Namespace, ex: Any, lp: Any, how: str, which:
         print(done.ids[0])
         return 0
     summary = request.summary if which == 0 else "the TrainJob's TrainingRuntime"
-    return _write_rendered(args, request.scripts[which], summary, how, executable=not isinstance(ex, RenderOnly))
+    return _write_rendered(
+        args, request.scripts[which], summary, how, executable=not isinstance(ex, RenderOnly)
+    )
 
 
 def _missing_program(lp: Any, submitting: bool) -> tuple[str, ...]:
@@ -78,19 +107,23 @@ def _missing_program(lp: Any, submitting: bool) -> tuple[str, ...]:
     there now is a warning (it may be put there before then); queued at once (--submit), it is refused, as submit
     refuses it."""
     if not lp.command or not lp.target_type.sees_submit_files or not lp.work.get("dir"):
-        return ()   # a pod runs its command in its image, not in this folder
+        return ()  # a pod runs its command in its image, not in this folder
     missing = command.missing_program(lp.command, lp.python, lp.work["dir"])
     if not missing:
         return ()
     where = f"job.command: {missing} is not in {lp.work['dir']}, the folder the script runs it in"
     if submitting:
-        raise UsageError(f"{where}: the job could never start, so nothing was submitted",
-                         "render from the program's folder (or set job.workdir to it), or name the program by "
-                         "its absolute path")
+        raise UsageError(
+            f"{where}: the job could never start, so nothing was submitted",
+            "render from the program's folder (or set job.workdir to it), or name the program by "
+            "its absolute path",
+        )
     return (f"{where}: put it there before the job starts, or name it by its absolute path",)
 
 
-def _write_rendered(args: argparse.Namespace, text: str, what: str, how: str, executable: bool = True) -> int:
+def _write_rendered(
+    args: argparse.Namespace, text: str, what: str, how: str, executable: bool = True
+) -> int:
     """A script is written executable (0755: it is run); YAML and a Dockerfile are read, not run (0644)."""
     if not args.output:
         sys.stdout.write(text)
@@ -105,20 +138,36 @@ def _render_hosts(args: argparse.Namespace, cfg: Any, launcher: str) -> tuple[st
     if not (args.hosts or args.hostfile):
         return ()
     if not table.renders_for_hosts(launcher):
-        raise UsageError("--hosts/--hostfile make a script for plain machines, started with mpirun over ssh",
-                         "add --launcher mpirun")
+        raise UsageError(
+            "--hosts/--hostfile make a script for plain machines, started with mpirun over ssh",
+            "add --launcher mpirun",
+        )
     try:
         if args.hostfile:
             with open(args.hostfile, encoding="utf-8") as f:
-                hosts = tuple(h.split()[0].split(":")[0] for h in f if h.strip() and not h.lstrip().startswith("#"))
+                hosts = tuple(
+                    h.split()[0].split(":")[0]
+                    for h in f
+                    if h.strip() and not h.lstrip().startswith("#")
+                )
         else:
             hosts = tuple(distenv.expand_nodelist(args.hosts))
     except (OSError, ValueError) as e:
-        raise UsageError(f"can't read the hosts: {e}", "give --hosts 'n[1-2]' or a hostfile with one host per "
-                                                       "line") from None
-    if not hosts or len(set(hosts)) != len(hosts) or any(not re.fullmatch(r"[A-Za-z0-9._-]+", h) for h in hosts):
-        raise UsageError(f"hosts {list(hosts)!r}: expected distinct host names", "e.g. --hosts 'n[1-2]'")
+        raise UsageError(
+            f"can't read the hosts: {e}",
+            "give --hosts 'n[1-2]' or a hostfile with one host per line",
+        ) from None
+    if (
+        not hosts
+        or len(set(hosts)) != len(hosts)
+        or any(not re.fullmatch(r"[A-Za-z0-9._-]+", h) for h in hosts)
+    ):
+        raise UsageError(
+            f"hosts {list(hosts)!r}: expected distinct host names", "e.g. --hosts 'n[1-2]'"
+        )
     if len(hosts) != cfg.cluster.nodes:
-        raise UsageError(f"{len(hosts)} host(s) given, the config plans cluster.nodes = {cfg.cluster.nodes}",
-                         f"add --set cluster.nodes={len(hosts)}, or list {cfg.cluster.nodes} hosts")
+        raise UsageError(
+            f"{len(hosts)} host(s) given, the config plans cluster.nodes = {cfg.cluster.nodes}",
+            f"add --set cluster.nodes={len(hosts)}, or list {cfg.cluster.nodes} hosts",
+        )
     return hosts

@@ -15,7 +15,7 @@ from hpcqa.errors import JobFailed
 from hpcqa.record import failures
 from hpcqa.record.jobdir import JobDir
 
-STDERR_LINES = 8   # of a failed program's stderr, error first, in submit's report
+STDERR_LINES = 8  # of a failed program's stderr, error first, in submit's report
 
 
 class CountedBar(BarColumn):
@@ -30,28 +30,48 @@ class CountedBar(BarColumn):
 def progress_bar(title: str) -> Iterator[Callable[[dict], None]]:
     """A rich progress bar on stderr (only on a terminal); yields the callback an executor's wait feeds. The texts
     are data, not rich markup: "[command]" is a phase shown as it is."""
-    columns = [TextColumn("{task.description}", markup=False), CountedBar(),
-               TextColumn("{task.fields[steps]}", markup=False), TextColumn("{task.fields[loss]}", markup=False),
-               TimeElapsedColumn(), TimeRemainingColumn()]
+    columns = [
+        TextColumn("{task.description}", markup=False),
+        CountedBar(),
+        TextColumn("{task.fields[steps]}", markup=False),
+        TextColumn("{task.fields[loss]}", markup=False),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
     with Progress(*columns, transient=False, disable=not sys.stderr.isatty(), console=None) as bar:
         task = bar.add_task(f"{title} [starting]", total=None, loss="", steps="")
 
         def show(p: dict) -> None:
             step, total = p.get("step"), p.get("total_steps")
             counted = isinstance(step, int) and isinstance(total, int) and total > 0
-            steps = f"{step}/{total} steps" if counted else f"step {step}" if isinstance(step, int) else ""
+            steps = (
+                f"{step}/{total} steps"
+                if counted
+                else f"step {step}"
+                if isinstance(step, int)
+                else ""
+            )
             phase = str(p.get("phase") or "")[:20]
-            bar.update(task, completed=step if counted else 0, total=total if counted else None, steps=steps,
-                       loss=f"loss {p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else "",
-                       description=f"{title} [{phase}]" if phase else title)
+            bar.update(
+                task,
+                completed=step if counted else 0,
+                total=total if counted else None,
+                steps=steps,
+                loss=f"loss {p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else "",
+                description=f"{title} [{phase}]" if phase else title,
+            )
+
         yield show
 
 
 def finish(outcome: Any, plan: Any, say: Callable[[str], None]) -> int:
     """The exit code of a followed job, after saying how it ended: 130 when the following was interrupted."""
     if outcome.interrupted:
-        say(f"\nstopped watching; job {outcome.job_id} keeps running (hpcqa cancel {outcome.job_id})"
-            if outcome.keeps_running else f"\ninterrupted: local job {outcome.job_id} cancelled (all ranks stopped)")
+        say(
+            f"\nstopped watching; job {outcome.job_id} keeps running (hpcqa cancel {outcome.job_id})"
+            if outcome.keeps_running
+            else f"\ninterrupted: local job {outcome.job_id} cancelled (all ranks stopped)"
+        )
         return 130
     return report(outcome.job_id, JobDir(Path(outcome.folder)), outcome.state, plan)
 
@@ -67,16 +87,23 @@ def report(job_id: str, jd: JobDir, state: str, plan: Any) -> int:
         return 0
     lines = [f"job {job_id} {'FAILED' if states.succeeded(state) else state}"]
     for i, f in enumerate(failed):
-        lines.append(f"rank {f['rank']} on {f['host']}: {f['error']}" + ("  <- first failure" if i == 0 and
-                                                                          len(failed) > 1 else ""))
+        lines.append(
+            f"rank {f['rank']} on {f['host']}: {f['error']}"
+            + ("  <- first failure" if i == 0 and len(failed) > 1 else "")
+        )
         if i == 0 and isinstance(f.get("stderr_tail"), list):  # a program's: its own error, first
-            lines += ["    " + line[:200] for line in failures.error_first(f["stderr_tail"])[:STDERR_LINES]]
+            lines += [
+                "    " + line[:200]
+                for line in failures.error_first(f["stderr_tail"])[:STDERR_LINES]
+            ]
     if not failed:
         for r in range(plan.world_size):
             t = failures.error_first(jd.tail(r, 20))[:6]
             if t:
                 lines.append(f"rank {r} stderr tail:\n    " + "\n    ".join(t))
-    raise JobFailed("\n  ".join(lines), f"logs: hpcqa logs {job_id} [--rank N]  (files in {jd.path})")
+    raise JobFailed(
+        "\n  ".join(lines), f"logs: hpcqa logs {job_id} [--rank N]  (files in {jd.path})"
+    )
 
 
 def mfu_lines(eff: dict) -> list[str]:
@@ -90,21 +117,32 @@ def mfu_lines(eff: dict) -> list[str]:
     line = f"MFU {100 * eff['mfu']:.1f} % on text tokens"
     if eff.get("mfu_all_tokens") is not None:
         padding = (eff.get("tokens") or {}).get("padding_share")
-        line += f", {100 * eff['mfu_all_tokens']:.1f} % on all tokens" + \
-            (f" ({100 * padding:.0f} % padding)" if padding is not None else "")
-    return [line, f"achieved {eff['achieved_flops'] / 1e9:.2f} GFLOP/s of {eff['peak_flops'] / 1e9:.1f}, the measured "
-                  f"{eff['precision']} matmul peak"]
+        line += f", {100 * eff['mfu_all_tokens']:.1f} % on all tokens" + (
+            f" ({100 * padding:.0f} % padding)" if padding is not None else ""
+        )
+    return [
+        line,
+        f"achieved {eff['achieved_flops'] / 1e9:.2f} GFLOP/s of {eff['peak_flops'] / 1e9:.1f}, the measured "
+        f"{eff['precision']} matmul peak",
+    ]
 
 
 def command_lines(results: dict) -> list[str]:
     """A user command's job: that it ended well on every rank, and the metrics its rank 0 wrote (HPCQA_RESULTS)."""
     wall = results.get("wall_time_s")
-    lines = [f"the command ended with 0 on {results.get('world_size')} rank(s)"
-             + (f"; rank 0 ran {wall:.0f} s" if isinstance(wall, (int, float)) else "")]
+    lines = [
+        f"the command ended with 0 on {results.get('world_size')} rank(s)"
+        + (f"; rank 0 ran {wall:.0f} s" if isinstance(wall, (int, float)) else "")
+    ]
     metrics = results.get("metrics")
     if isinstance(metrics, dict) and metrics:
-        lines.append("metrics: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                                             for k, v in list(metrics.items())[:8]))
+        lines.append(
+            "metrics: "
+            + ", ".join(
+                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in list(metrics.items())[:8]
+            )
+        )
     elif results.get("metrics_error"):
         lines.append(str(results["metrics_error"]))
     return lines
@@ -115,27 +153,39 @@ def summary_lines(results: dict) -> list[str]:
         return command_lines(results)
     lines = []
     if "exact_match" in results:
-        lines.append(f"EM {results['exact_match']:.2f}  F1 {results['f1']:.2f}  ({results.get('eval_examples')} "
-                     "questions)")
+        lines.append(
+            f"EM {results['exact_match']:.2f}  F1 {results['f1']:.2f}  ({results.get('eval_examples')} "
+            "questions)"
+        )
         if results.get("baseline"):  # one line each: an 80-column terminal shows them whole
             b = results["baseline"]
-            lines.append(f"baseline '{b['name'].split(' ')[0]}': EM {b['exact_match']:.2f}  F1 {b['f1']:.2f}")
+            lines.append(
+                f"baseline '{b['name'].split(' ')[0]}': EM {b['exact_match']:.2f}  F1 {b['f1']:.2f}"
+            )
     tps = results.get("train_samples_per_second")
     if tps:
-        lines.append(f"train {tps:.2f} samples/s over {results.get('world_size')} rank(s), "
-                     f"{results.get('threads_per_rank')} thread(s) each; {results.get('train_runtime_s', 0):.0f} s")
+        lines.append(
+            f"train {tps:.2f} samples/s over {results.get('world_size')} rank(s), "
+            f"{results.get('threads_per_rank')} thread(s) each; {results.get('train_runtime_s', 0):.0f} s"
+        )
         lines.append(f"backend {results.get('backend')}; bf16 {results.get('bf16')}")
     eff = results.get("efficiency") or {}
     lines += mfu_lines(eff)
     if results.get("eval_samples_per_second"):
-        lines.append(f"eval {results['eval_samples_per_second']:.1f} features/s; wall time "
-                     f"{results.get('wall_time_s', 0):.0f} s")
+        lines.append(
+            f"eval {results['eval_samples_per_second']:.1f} features/s; wall time "
+            f"{results.get('wall_time_s', 0):.0f} s"
+        )
     if results.get("best_checkpoint"):
         lines.append(f"best checkpoint {results['best_checkpoint']} ({results.get('best_metric')})")
     for stage in ("files", "predict"):
-        files = (results.get(stage) or {}).get("files") if stage == "predict" else results.get("files")
+        files = (
+            (results.get(stage) or {}).get("files") if stage == "predict" else results.get("files")
+        )
         if files:
-            lines.append(f"{'test' if stage == 'predict' else 'eval'} predictions: {files.get('predictions')}")
+            lines.append(
+                f"{'test' if stage == 'predict' else 'eval'} predictions: {files.get('predictions')}"
+            )
     if results.get("tensorboard"):
         lines.append(f"TensorBoard: tensorboard --logdir {results['tensorboard']}")
     return lines

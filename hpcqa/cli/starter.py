@@ -43,8 +43,10 @@ def cmd_init(args: argparse.Namespace) -> int:
         return 0
     name = args.example
     if name not in configs and name not in programs:
-        raise UsageError(f"no example {name!r}", f"one of: {', '.join([*configs, *programs])} (hpcqa init --list "
-                                                 "says what each is)")
+        raise UsageError(
+            f"no example {name!r}",
+            f"one of: {', '.join([*configs, *programs])} (hpcqa init --list says what each is)",
+        )
     src = configs.get(name) or programs[name]
     file_name = src.name
     out = Path(args.output or file_name)
@@ -68,12 +70,26 @@ def _write_new(out: Path, text: str, force: bool) -> None:
     except FileNotFoundError:
         st = None
     except OSError as e:
-        raise UsageError(f"cannot write {out}: {e.strerror or e}", "pass -o with a writable path") from None
+        raise UsageError(
+            f"cannot write {out}: {e.strerror or e}", "pass -o with a writable path"
+        ) from None
     if st is not None and not force:
-        raise UsageError(f"{out} exists: nothing was written", "edit it, pass -o OTHER.toml, or --force to replace it")
+        raise UsageError(
+            f"{out} exists: nothing was written",
+            "edit it, pass -o OTHER.toml, or --force to replace it",
+        )
     if st is not None and not stat.S_ISREG(st.st_mode):
-        kind = "a link" if stat.S_ISLNK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a file"
-        raise UsageError(f"{out} is {kind}: nothing was written", "pass -o with the path of a new or regular file")
+        kind = (
+            "a link"
+            if stat.S_ISLNK(st.st_mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(st.st_mode)
+            else "not a file"
+        )
+        raise UsageError(
+            f"{out} is {kind}: nothing was written",
+            "pass -o with the path of a new or regular file",
+        )
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
@@ -87,4 +103,6 @@ def _write_new(out: Path, text: str, force: bool) -> None:
                 os.unlink(tmp)
             except OSError:
                 pass
-        raise UsageError(f"cannot write {out}: {e.strerror or e}", "pass -o with a writable path") from None
+        raise UsageError(
+            f"cannot write {out}: {e.strerror or e}", "pass -o with a writable path"
+        ) from None

@@ -22,8 +22,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
             host = plan.HostProbe(schedulers=frozenset({targets.SlurmTarget.name}))
             if sweep.has_sweep(raw):
                 # every variant of a [sweep] is validated as submit would, swept keys included
-                sp = sweep.build(raw, str(path), host,
-                                 lambda p: (sweep.DEFAULT_MAX_ARRAY_SIZE, "assumed: validate asks no scheduler"))
+                sp = sweep.build(
+                    raw,
+                    str(path),
+                    host,
+                    lambda p: (sweep.DEFAULT_MAX_ARRAY_SIZE, "assumed: validate asks no scheduler"),
+                )
                 lp, what = sp.plans[0], f"{len(sp.variants)} variants, the first: "
             else:
                 lp, what = plan.build_plan(config.validate(raw, path, args.overrides), host), ""
@@ -32,8 +36,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             bad += 1
             continue
         cores = len(lp.local_ranks[0].compute)
-        detail = f"{what}{plural(lp.world_size, 'rank')} ({lp.nodes} x {lp.ranks_per_node}), " \
-                 f"{plural(cores, 'compute core')} per rank"
+        detail = (
+            f"{what}{plural(lp.world_size, 'rank')} ({lp.nodes} x {lp.ranks_per_node}), "
+            f"{plural(cores, 'compute core')} per rank"
+        )
         line = f"ok  {path}: {detail}"
         # 80 columns: a long line goes on under the path, indented (the path stays whole, to copy)
         print(line if len(line) <= 80 else f"ok  {path}:\n      {detail}")

@@ -18,14 +18,17 @@ from typing import Any, Mapping, Sequence
 
 from hpcqa.errors import ConfigError
 
-PYTHON_NAMES = ("python", "python3")   # a first argument that means "the ranks' interpreter" (cluster.python)
+PYTHON_NAMES = (
+    "python",
+    "python3",
+)  # a first argument that means "the ranks' interpreter" (cluster.python)
 FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 MAX_ARGS, MAX_ARG_BYTES = 4096, 65536
 # all the arguments together: the kernel's ARG_MAX (2 MiB on most Linux: a quarter of an 8 MiB stack) counts the
 # arguments and the environment together, each string with its NUL and its pointer; half of it is left to the
 # environment, which the ranks' own variables and a user's exported ones make tens of KB
 MAX_COMMAND_BYTES = 1 << 20
-JOB_PATHS = ("job.dir", "job.work_dir", "job.checkpoint_dir")   # filled in by the rank (job_paths)
+JOB_PATHS = ("job.dir", "job.work_dir", "job.checkpoint_dir")  # filled in by the rank (job_paths)
 
 
 def _text(value: Any) -> str:
@@ -47,9 +50,12 @@ def _lookup(values: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
     return True, node
 
 
-def fill(arg: str, values: Mapping[str, Any], where: str, source: str = "", later: bool = False) -> str:
+def fill(
+    arg: str, values: Mapping[str, Any], where: str, source: str = "", later: bool = False
+) -> str:
     """One argument with its placeholders replaced by the config's values. later: the argument names a job path,
     filled in at the rank -- it stays a template there (the job path kept, the rest escaped, braces doubled)."""
+
     def one(m: re.Match) -> str:
         token = m.group(0)
         if token in ("{{", "}}"):
@@ -58,34 +64,52 @@ def fill(arg: str, values: Mapping[str, Any], where: str, source: str = "", late
         if later and name is not None and name.strip() in JOB_PATHS:
             return "{" + name.strip() + "}"
         if name is None:
-            raise ConfigError(where, f"a lone {token!r} in {arg[:80]!r}",
-                              "write {{ or }} for a literal brace, {section.key} for a config value", source)
+            raise ConfigError(
+                where,
+                f"a lone {token!r} in {arg[:80]!r}",
+                "write {{ or }} for a literal brace, {section.key} for a config value",
+                source,
+            )
         found, value = _lookup(values, name.strip())
         if not found:
-            raise ConfigError(where, f"{{{name}}} names no config key",
-                              "use a dotted key such as {train.learning_rate} (hpcqa config-reference lists "
-                              "them), or {{ and }} for literal braces", source)
+            raise ConfigError(
+                where,
+                f"{{{name}}} names no config key",
+                "use a dotted key such as {train.learning_rate} (hpcqa config-reference lists "
+                "them), or {{ and }} for literal braces",
+                source,
+            )
         text = _text(value)
         return text.replace("{", "{{").replace("}", "}}") if later else text
+
     return FIELD.sub(one, arg)
 
 
 def names_job_path(arg: str) -> bool:
-    return any(m.group(1) is not None and m.group(1).strip() in JOB_PATHS for m in FIELD.finditer(arg))
+    return any(
+        m.group(1) is not None and m.group(1).strip() in JOB_PATHS for m in FIELD.finditer(arg)
+    )
 
 
 def job_paths(argv: Sequence[str], templates: Sequence[int], paths: Mapping[str, str]) -> list[str]:
     """At the rank: the arguments at `templates` (made by resolve) with the job's paths filled in."""
     out = list(argv)
     for i in templates:
-        out[i] = FIELD.sub(lambda m: m.group(0)[0] if m.group(1) is None else paths[m.group(1)], out[i])
+        out[i] = FIELD.sub(
+            lambda m: m.group(0)[0] if m.group(1) is None else paths[m.group(1)], out[i]
+        )
     return out
 
 
-def resolve(command: Sequence[str], values: Mapping[str, Any], python: str, source: str = "") -> tuple[str, ...]:
+def resolve(
+    command: Sequence[str], values: Mapping[str, Any], python: str, source: str = ""
+) -> tuple[str, ...]:
     """The argv every rank runs: placeholders filled, a leading `python`/`python3` made the ranks' interpreter.
     An argument that names a job path stays a template for the rank (templates())."""
-    out = [fill(a, values, f"job.command[{i}]", source, later=names_job_path(a)) for i, a in enumerate(command)]
+    out = [
+        fill(a, values, f"job.command[{i}]", source, later=names_job_path(a))
+        for i, a in enumerate(command)
+    ]
     if out and out[0] in PYTHON_NAMES:
         out[0] = python
     return tuple(out)
@@ -99,26 +123,43 @@ def templates(command: Sequence[str]) -> list[int]:
 def check(command: Sequence[str], values: Mapping[str, Any], source: str = "") -> None:
     """What the config can say about job.command before a plan exists: sizes, and every placeholder resolves."""
     if len(command) > MAX_ARGS:
-        raise ConfigError("job.command", f"{len(command)} arguments; at most {MAX_ARGS}",
-                          "put the arguments in a file your program reads", source)
+        raise ConfigError(
+            "job.command",
+            f"{len(command)} arguments; at most {MAX_ARGS}",
+            "put the arguments in a file your program reads",
+            source,
+        )
     total = sum(len(a.encode("utf-8", "surrogateescape")) + 1 + 8 for a in command)
     if total > MAX_COMMAND_BYTES:
-        raise ConfigError("job.command", f"the arguments add up to {total:,} bytes; at most {MAX_COMMAND_BYTES:,} "
-                          "(with the environment they must fit the kernel's ARG_MAX, 2 MiB on most Linux: every "
-                          "rank would fail with \"Argument list too long\")",
-                          "put the arguments in a file your program reads", source)
+        raise ConfigError(
+            "job.command",
+            f"the arguments add up to {total:,} bytes; at most {MAX_COMMAND_BYTES:,} "
+            "(with the environment they must fit the kernel's ARG_MAX, 2 MiB on most Linux: every "
+            'rank would fail with "Argument list too long")',
+            "put the arguments in a file your program reads",
+            source,
+        )
     if command and not command[0].strip():
-        raise ConfigError("job.command[0]", "the program is empty", "name the program, e.g. \"python\"", source)
+        raise ConfigError(
+            "job.command[0]", "the program is empty", 'name the program, e.g. "python"', source
+        )
     for i, a in enumerate(command):
         if len(a.encode("utf-8", "surrogateescape")) > MAX_ARG_BYTES:
-            raise ConfigError(f"job.command[{i}]", f"an argument of {len(a):,} characters; at most {MAX_ARG_BYTES:,} "
-                              "bytes", "put it in a file your program reads", source)
+            raise ConfigError(
+                f"job.command[{i}]",
+                f"an argument of {len(a):,} characters; at most {MAX_ARG_BYTES:,} bytes",
+                "put it in a file your program reads",
+                source,
+            )
         fill(a, values, f"job.command[{i}]", source, later=names_job_path(a))
 
 
 def sweep_env(variant: Mapping[str, Any]) -> dict[str, str]:
     """A sweep variant's values as environment variables: train.learning_rate -> HPCQA_SWEEP_TRAIN_LEARNING_RATE."""
-    return {"HPCQA_SWEEP_" + re.sub(r"[^A-Za-z0-9]", "_", k).upper(): _text(v) for k, v in sorted(variant.items())}
+    return {
+        "HPCQA_SWEEP_" + re.sub(r"[^A-Za-z0-9]", "_", k).upper(): _text(v)
+        for k, v in sorted(variant.items())
+    }
 
 
 def named_files(argv: Sequence[str], cwd: str) -> list[str]:
@@ -171,17 +212,19 @@ def missing_program(argv: Sequence[str], python: str, cwd: str) -> str | None:
     without prog.py, `./train.sh`): the job, which runs a copy of `cwd`, could never start (python exits 2, exec
     127). None when it is there, or named otherwise (a module, -c, a name looked up in PATH at the rank, an
     absolute path, which may exist on the nodes only)."""
-    interpreter = bool(argv) and (argv[0] == python or os.path.basename(argv[0]).startswith("python"))
+    interpreter = bool(argv) and (
+        argv[0] == python or os.path.basename(argv[0]).startswith("python")
+    )
     args = list(argv[1:]) if interpreter else list(argv)
     if not args:
         return None
     first = args[0]
     if interpreter and (first.startswith("-") or not first):
-        return None                         # python -m module, python -c code, python -u ...: not a path
+        return None  # python -m module, python -c code, python -u ...: not a path
     if not interpreter and "/" not in first:
-        return None                         # bash, torchrun ...: found in PATH where it runs
+        return None  # bash, torchrun ...: found in PATH where it runs
     if os.path.isabs(first):
-        return None                         # not the copy's business: it may live on the nodes only
+        return None  # not the copy's business: it may live on the nodes only
     return None if os.path.exists(os.path.join(cwd, first)) else first
 
 
@@ -200,7 +243,7 @@ def program_name(argv: Sequence[str]) -> str:
     train); fitted to job.name's pattern (letters, digits, '.', '-', '_', at most 64, not starting with '.').
     "" when nothing usable is left."""
     args = list(argv)
-    while args and (os.path.basename(args[0]) in LAUNCHERS or "=" in args[0]):   # env X=1 python ...
+    while args and (os.path.basename(args[0]) in LAUNCHERS or "=" in args[0]):  # env X=1 python ...
         args = args[1:]
     if not args:
         return ""
@@ -211,10 +254,20 @@ def program_name(argv: Sequence[str]) -> str:
             rest = rest[1:]
         if rest[:1] == ["-m"] and len(rest) > 1:
             chosen = rest[1]
-        elif rest and rest[0] != "-c":   # python -c CODE: named python
+        elif rest and rest[0] != "-c":  # python -c CODE: named python
             chosen = rest[0]
     base = os.path.basename(chosen.rstrip("/"))
-    stem = base[:-3] if base.endswith(".py") else base.rsplit(".", 1)[0] if base.endswith((".sh", ".bash")) else base
+    stem = (
+        base[:-3]
+        if base.endswith(".py")
+        else base.rsplit(".", 1)[0]
+        if base.endswith((".sh", ".bash"))
+        else base
+    )
     name = NAME_BAD.sub("-", stem).strip(".-")[:64]
-    return name if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", name) and re.search(r"[A-Za-z0-9]", name) else ""
-
+    return (
+        name
+        if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", name)
+        and re.search(r"[A-Za-z0-9]", name)
+        else ""
+    )

@@ -42,19 +42,35 @@ class DistEnv:
     def torch_env(self) -> dict[str, str]:
         """The variables torch.distributed / accelerate read."""
         return {
-            "RANK": str(self.rank), "WORLD_SIZE": str(self.world_size),
-            "LOCAL_RANK": str(self.local_rank), "LOCAL_WORLD_SIZE": str(self.local_world_size),
-            "NODE_RANK": str(self.node_rank), "GROUP_RANK": str(self.node_rank),
-            "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port),
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "NODE_RANK": str(self.node_rank),
+            "GROUP_RANK": str(self.node_rank),
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
             # torchrun's names too: a script written for torchrun reads these
             "GROUP_WORLD_SIZE": str(max(self.world_size // max(self.local_world_size, 1), 1)),
-            "ROLE_RANK": str(self.rank), "ROLE_WORLD_SIZE": str(self.world_size), "ROLE_NAME": "default",
+            "ROLE_RANK": str(self.rank),
+            "ROLE_WORLD_SIZE": str(self.world_size),
+            "ROLE_NAME": "default",
         }
 
     def to_json(self) -> dict:
-        d: dict[str, object] = {k.upper(): v for k, v in self.torch_env().items()
-                                if not k.startswith(("GROUP_", "ROLE_"))}
-        for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_PORT"):
+        d: dict[str, object] = {
+            k.upper(): v
+            for k, v in self.torch_env().items()
+            if not k.startswith(("GROUP_", "ROLE_"))
+        }
+        for k in (
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "NODE_RANK",
+            "MASTER_PORT",
+        ):
             d[k] = int(str(d[k]))
         d.update(hosts=list(self.hosts), source=self.source, job_id=self.job_id)
         return d
@@ -77,7 +93,9 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
         elif ch == "]":
             depth -= 1
             if depth < 0:
-                raise DistEnvError(f"nodelist {text!r}: ']' without '['", "check SLURM_JOB_NODELIST")
+                raise DistEnvError(
+                    f"nodelist {text!r}: ']' without '['", "check SLURM_JOB_NODELIST"
+                )
         if ch == sep and depth == 0:
             parts.append("".join(cur))
             cur = []
@@ -94,18 +112,23 @@ def _expand_bracket(body: str, whole: str) -> list[str]:
     for item in body.split(","):
         m = _RANGE.match(item.strip())
         if not m:
-            raise DistEnvError(f"nodelist {whole!r}: bad range {item!r} in brackets",
-                               "ranges look like 1-4 or 01-10, separated by commas")
+            raise DistEnvError(
+                f"nodelist {whole!r}: bad range {item!r} in brackets",
+                "ranges look like 1-4 or 01-10, separated by commas",
+            )
         lo_s, hi_s = m.group(1), m.group(2)
         lo, hi = int(lo_s), int(hi_s) if hi_s is not None else int(lo_s)
         if hi < lo:
-            raise DistEnvError(f"nodelist {whole!r}: range {item!r} runs backwards",
-                               "write the lower bound first")
+            raise DistEnvError(
+                f"nodelist {whole!r}: range {item!r} runs backwards", "write the lower bound first"
+            )
         width = len(lo_s)  # Slurm pads to the width of the lower bound: a[08-10] -> a08 a09 a10
         out.extend(str(i).zfill(width) for i in range(lo, hi + 1))
         if len(out) > MAX_HOSTS:
-            raise DistEnvError(f"nodelist {whole!r} expands to more than {MAX_HOSTS} hosts",
-                               "check SLURM_JOB_NODELIST")
+            raise DistEnvError(
+                f"nodelist {whole!r} expands to more than {MAX_HOSTS} hosts",
+                "check SLURM_JOB_NODELIST",
+            )
     return out
 
 
@@ -117,10 +140,13 @@ def expand_nodelist(text: str) -> list[str]:
     hosts: list[str] = []
     for group in _split_top(text):
         if not group:
-            raise DistEnvError(f"nodelist {text!r}: empty host name (stray comma?)",
-                               "check SLURM_JOB_NODELIST")
+            raise DistEnvError(
+                f"nodelist {text!r}: empty host name (stray comma?)", "check SLURM_JOB_NODELIST"
+            )
         if re.search(r"\s", group):
-            raise DistEnvError(f"nodelist {text!r}: whitespace in {group!r}", "check SLURM_JOB_NODELIST")
+            raise DistEnvError(
+                f"nodelist {text!r}: whitespace in {group!r}", "check SLURM_JOB_NODELIST"
+            )
         # literal / [bracket] pieces; several bracket groups expand as a product
         pieces = re.split(r"(\[[^\]]*\])", group)
         names = [""]
@@ -129,12 +155,16 @@ def expand_nodelist(text: str) -> list[str]:
                 options = _expand_bracket(piece[1:-1], text)
             else:
                 if "[" in piece or "]" in piece:
-                    raise DistEnvError(f"nodelist {text!r}: unbalanced brackets", "check the nodelist")
+                    raise DistEnvError(
+                        f"nodelist {text!r}: unbalanced brackets", "check the nodelist"
+                    )
                 options = [piece]
             names = [n + o for n in names for o in options]
             if len(names) > MAX_HOSTS:
-                raise DistEnvError(f"nodelist {text!r} expands to more than {MAX_HOSTS} hosts",
-                                   "check SLURM_JOB_NODELIST")
+                raise DistEnvError(
+                    f"nodelist {text!r} expands to more than {MAX_HOSTS} hosts",
+                    "check SLURM_JOB_NODELIST",
+                )
         hosts.extend(names)
     return hosts
 
@@ -145,16 +175,21 @@ def parse_tasks_per_node(text: str, nnodes: int | None = None) -> list[int]:
     for part in text.strip().split(","):
         m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
         if not m:
-            raise DistEnvError(f"SLURM_TASKS_PER_NODE {text!r}: cannot read {part!r}",
-                               "expected a form like 2(x3),1")
+            raise DistEnvError(
+                f"SLURM_TASKS_PER_NODE {text!r}: cannot read {part!r}",
+                "expected a form like 2(x3),1",
+            )
         out.extend([int(m.group(1))] * int(m.group(2) or 1))
     if nnodes is not None and len(out) != nnodes:
-        raise DistEnvError(f"SLURM_TASKS_PER_NODE {text!r} describes {len(out)} nodes, the nodelist "
-                           f"has {nnodes}", "the allocation's variables disagree; re-run inside srun")
+        raise DistEnvError(
+            f"SLURM_TASKS_PER_NODE {text!r} describes {len(out)} nodes, the nodelist has {nnodes}",
+            "the allocation's variables disagree; re-run inside srun",
+        )
     return out
 
 
 # ---------------------------------------------------------------------------------------- port
+
 
 def master_port(job_id: str | int | None, array_task_id: str | int | None = None) -> int:
     """A port below the ephemeral range, a pure function of the job (and array task).
@@ -174,11 +209,14 @@ def master_port(job_id: str | int | None, array_task_id: str | int | None = None
 
 # ---------------------------------------------------------------------------------------- detect
 
+
 def _int(env: Mapping[str, str], name: str) -> int:
     try:
         v = int(env[name])
     except ValueError:
-        raise DistEnvError(f"{name}={env[name]!r} is not an integer", f"unset or fix {name}") from None
+        raise DistEnvError(
+            f"{name}={env[name]!r} is not an integer", f"unset or fix {name}"
+        ) from None
     if v < 0:
         raise DistEnvError(f"{name}={v} is negative", f"unset or fix {name}")
     return v
@@ -210,18 +248,26 @@ def _job_port(env: Mapping[str, str]) -> int:
     return master_port(_first(env, "HPCQA_JOB_ID", "SUBMITIT_LOCAL_JOB_ID", "PMI_JOBID"))
 
 
-def _check(source: str, rank: int, world: int, local: int, local_world: int, node: int, nnodes: int) -> None:
+def _check(
+    source: str, rank: int, world: int, local: int, local_world: int, node: int, nnodes: int
+) -> None:
     if world < 1:
         raise DistEnvError(f"{source}: world size {world} < 1", "check the launcher's variables")
     if rank >= world:
-        raise DistEnvError(f"{source}: rank {rank} is not below world size {world}",
-                           "the launcher's variables disagree")
+        raise DistEnvError(
+            f"{source}: rank {rank} is not below world size {world}",
+            "the launcher's variables disagree",
+        )
     if local >= local_world:
-        raise DistEnvError(f"{source}: local rank {local} is not below local size {local_world}",
-                           "the launcher's variables disagree")
+        raise DistEnvError(
+            f"{source}: local rank {local} is not below local size {local_world}",
+            "the launcher's variables disagree",
+        )
     if nnodes and node >= nnodes:
-        raise DistEnvError(f"{source}: node {node} is not below the node count {nnodes}",
-                           "the launcher's variables disagree")
+        raise DistEnvError(
+            f"{source}: node {node} is not below the node count {nnodes}",
+            "the launcher's variables disagree",
+        )
 
 
 @dataclass(frozen=True)
@@ -233,9 +279,9 @@ class Placement:
     local: int
     local_world: int
     node: int
-    nnodes: int = 0                   # 0: the launcher doesn't say
+    nnodes: int = 0  # 0: the launcher doesn't say
     hosts: tuple[str, ...] | None = None  # None: keep the Slurm nodelist's
-    addr: str | None = None           # rendezvous address when nothing else names one
+    addr: str | None = None  # rendezvous address when nothing else names one
 
 
 def _opt(env: Mapping[str, str], name: str, default: int) -> int:
@@ -251,9 +297,15 @@ def _torchrun(env: Mapping[str, str], hosts: list[str], hostname: str) -> Placem
 
 def _mpi(rank_var: str, world_var: str, local_var: str, local_world_var: str):
     """Intel MPI (PMI_*) and Open MPI (OMPI_COMM_WORLD_*): ranks placed in blocks per node (-ppn)."""
+
     def read(env: Mapping[str, str], hosts: list[str], hostname: str) -> Placement:
-        rank, world, local_world = _int(env, rank_var), _int(env, world_var), _opt(env, local_world_var, 1)
+        rank, world, local_world = (
+            _int(env, rank_var),
+            _int(env, world_var),
+            _opt(env, local_world_var, 1),
+        )
         return Placement(rank, world, _opt(env, local_var, 0), local_world, rank // local_world)
+
     return read
 
 
@@ -263,27 +315,46 @@ def _slurm(env: Mapping[str, str], hosts: list[str], hostname: str) -> Placement
     node = _opt(env, "SLURM_NODEID", 0)
     tpn_text = _first(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
     if not tpn_text:
-        return Placement(rank, world, _opt(env, "SLURM_LOCALID", 0), world // max(len(hosts), 1), node, len(hosts))
+        return Placement(
+            rank,
+            world,
+            _opt(env, "SLURM_LOCALID", 0),
+            world // max(len(hosts), 1),
+            node,
+            len(hosts),
+        )
     tpn = parse_tasks_per_node(tpn_text, len(hosts) or None)
     if sum(tpn) != world:
-        raise DistEnvError(f"SLURM_TASKS_PER_NODE={tpn_text!r} adds up to {sum(tpn)} tasks, SLURM_NTASKS is {world}",
-                           "the batch script's variables describe the job, not this step; run inside srun")
+        raise DistEnvError(
+            f"SLURM_TASKS_PER_NODE={tpn_text!r} adds up to {sum(tpn)} tasks, SLURM_NTASKS is {world}",
+            "the batch script's variables describe the job, not this step; run inside srun",
+        )
     if node >= len(tpn):
-        raise DistEnvError(f"SLURM_NODEID={node} but SLURM_TASKS_PER_NODE={tpn_text!r} lists {len(tpn)} nodes",
-                           "the allocation's variables disagree")
+        raise DistEnvError(
+            f"SLURM_NODEID={node} but SLURM_TASKS_PER_NODE={tpn_text!r} lists {len(tpn)} nodes",
+            "the allocation's variables disagree",
+        )
     return Placement(rank, world, _opt(env, "SLURM_LOCALID", 0), tpn[node], node, len(hosts))
 
 
 def _submitit_local(env: Mapping[str, str], hosts: list[str], hostname: str) -> Placement:
     rank, world = _int(env, "SUBMITIT_LOCAL_GLOBALID"), _int(env, "SUBMITIT_LOCAL_NTASKS")
-    return Placement(rank, world, _opt(env, "SUBMITIT_LOCAL_LOCALID", rank), world, 0, 1,
-                  tuple(hosts) or (hostname,), "127.0.0.1")
+    return Placement(
+        rank,
+        world,
+        _opt(env, "SUBMITIT_LOCAL_LOCALID", rank),
+        world,
+        0,
+        1,
+        tuple(hosts) or (hostname,),
+        "127.0.0.1",
+    )
 
 
 @dataclass(frozen=True)
 class LaunchEnv:
     name: str
-    needs: tuple[tuple[str, ...], ...]   # every group must have one variable set
+    needs: tuple[tuple[str, ...], ...]  # every group must have one variable set
     read: Callable[[Mapping[str, str], list[str], str], Placement]
 
     def present(self, env: Mapping[str, str]) -> bool:
@@ -293,13 +364,27 @@ class LaunchEnv:
 # Most specific first: the launcher closest to the process wins.
 LAUNCHERS: tuple[LaunchEnv, ...] = (
     LaunchEnv("torchrun", (("RANK",), ("WORLD_SIZE",)), _torchrun),
-    LaunchEnv("intel-mpi", (("PMI_RANK",), ("PMI_SIZE",)),
-             _mpi("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")),
-    LaunchEnv("open-mpi", (("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",)),
-             _mpi("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                  "OMPI_COMM_WORLD_LOCAL_SIZE")),
+    LaunchEnv(
+        "intel-mpi",
+        (("PMI_RANK",), ("PMI_SIZE",)),
+        _mpi("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+    ),
+    LaunchEnv(
+        "open-mpi",
+        (("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",)),
+        _mpi(
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+        ),
+    ),
     LaunchEnv("slurm", (("SLURM_PROCID",), ("SLURM_NTASKS", "SLURM_NPROCS")), _slurm),
-    LaunchEnv("submitit-local", (("SUBMITIT_LOCAL_GLOBALID",), ("SUBMITIT_LOCAL_NTASKS",)), _submitit_local),
+    LaunchEnv(
+        "submitit-local",
+        (("SUBMITIT_LOCAL_GLOBALID",), ("SUBMITIT_LOCAL_NTASKS",)),
+        _submitit_local,
+    ),
 )
 SINGLE = Placement(0, 1, 0, 1, 0, 1, None, "127.0.0.1")
 
@@ -307,7 +392,12 @@ SINGLE = Placement(0, 1, 0, 1, 0, 1, None, "127.0.0.1")
 def detect(env: Mapping[str, str], hostname: str = "localhost") -> DistEnv:
     """Map a process environment to ranks, hosts and rendezvous address."""
     hosts = _slurm_hosts(env)
-    job_id = _first(env, "SLURM_JOB_ID", "SLURM_JOBID", "HPCQA_JOB_ID", "SUBMITIT_LOCAL_JOB_ID", "PMI_JOBID") or ""
+    job_id = (
+        _first(
+            env, "SLURM_JOB_ID", "SLURM_JOBID", "HPCQA_JOB_ID", "SUBMITIT_LOCAL_JOB_ID", "PMI_JOBID"
+        )
+        or ""
+    )
     port = _job_port(env)
     launcher = next((la for la in LAUNCHERS if la.present(env)), None)
     source = launcher.name if launcher else "single"
@@ -317,9 +407,21 @@ def detect(env: Mapping[str, str], hostname: str = "localhost") -> DistEnv:
     addr = env.get("MASTER_ADDR") or (hosts[0] if hosts and not lay.addr else None) or lay.addr
     if addr is None:
         if lay.world > lay.local_world:
-            raise DistEnvError(f"{source}: {lay.world} ranks span several nodes but no MASTER_ADDR and no "
-                               "Slurm nodelist is set", "export MASTER_ADDR=<first host> for every rank")
+            raise DistEnvError(
+                f"{source}: {lay.world} ranks span several nodes but no MASTER_ADDR and no "
+                "Slurm nodelist is set",
+                "export MASTER_ADDR=<first host> for every rank",
+            )
         addr = "127.0.0.1"
-    return DistEnv(source=source, rank=lay.rank, world_size=lay.world, local_rank=lay.local,
-                   local_world_size=lay.local_world, node_rank=lay.node, master_addr=addr, master_port=port,
-                   hosts=tuple(hosts), job_id=job_id)
+    return DistEnv(
+        source=source,
+        rank=lay.rank,
+        world_size=lay.world,
+        local_rank=lay.local,
+        local_world_size=lay.local_world,
+        node_rank=lay.node,
+        master_addr=addr,
+        master_port=port,
+        hosts=tuple(hosts),
+        job_id=job_id,
+    )

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-JOB_ID = "%j"                        # submitit's placeholder for the job id in a folder path
-SUBMISSION = "SUBMISSION"            # a dry run's stand-in for the token a submission picks (plain: unquoted in scripts)
+JOB_ID = "%j"  # submitit's placeholder for the job id in a folder path
+SUBMISSION = "SUBMISSION"  # a dry run's stand-in for the token a submission picks (plain: unquoted in scripts)
 
 
 def root_path(output_dir: str, name: str) -> str:

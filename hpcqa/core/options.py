@@ -7,8 +7,15 @@ from dataclasses import field
 from typing import Any
 
 
-def opt(default: Any, help: str, *, min: float | None = None, max: float | None = None,
-        pattern: str | None = None, factory: bool = False) -> Any:
+def opt(
+    default: Any,
+    help: str,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    pattern: str | None = None,
+    factory: bool = False,
+) -> Any:
     meta = {"help": help, "min": min, "max": max, "pattern": pattern}
     if factory:
         return field(default_factory=default, metadata=meta)

@@ -41,11 +41,16 @@ def fit_link(points: Sequence[Sequence[float]], nodes: int) -> dict:
     ys = [t - steps * latency for _, t in big]
     slope = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
     bandwidth = 1.0 / slope if slope > 0 else float("inf")
-    return {"bandwidth_Bps": bandwidth, "latency_s": latency,
-            "method": f"ring all-reduce among {q} node leaders: t = 2(q-1) x latency + 2(q-1)/q x bytes / bandwidth"}
+    return {
+        "bandwidth_Bps": bandwidth,
+        "latency_s": latency,
+        "method": f"ring all-reduce among {q} node leaders: t = 2(q-1) x latency + 2(q-1)/q x bytes / bandwidth",
+    }
 
 
-def ring_allreduce_s(bucket_bytes: Sequence[int], ranks: int, bandwidth_Bps: float, latency_s: float) -> float:
+def ring_allreduce_s(
+    bucket_bytes: Sequence[int], ranks: int, bandwidth_Bps: float, latency_s: float
+) -> float:
     """Seconds for one step's gradient all-reduce, bucket by bucket, over `ranks` ranks on the link."""
     if ranks <= 1:
         return 0.0
@@ -56,34 +61,53 @@ def ring_allreduce_s(bucket_bytes: Sequence[int], ranks: int, bandwidth_Bps: flo
 @dataclass(frozen=True)
 class Profile:
     """What a finished run observed (results.json), in the units the model needs."""
+
     nodes: int
     ranks_per_node: int
-    samples_per_rank_step: float      # per-device batch x gradient accumulation
-    step_time_s: float                # steady, per optimizer step
-    exposed_s: float                  # the all-reduce the backward did not hide (0 for one rank)
-    allreduce_s: float                # the same all-reduce timed alone, in the run (0: not measured)
-    bucket_bytes: tuple[int, ...]     # what DDP all-reduces per step
-    train_samples: int = 0            # features per epoch
-    epochs: float = 0.0               # the run trains epochs ...
-    max_steps: int = 0                # ... or a fixed number of optimizer steps (train.max_steps)
+    samples_per_rank_step: float  # per-device batch x gradient accumulation
+    step_time_s: float  # steady, per optimizer step
+    exposed_s: float  # the all-reduce the backward did not hide (0 for one rank)
+    allreduce_s: float  # the same all-reduce timed alone, in the run (0: not measured)
+    bucket_bytes: tuple[int, ...]  # what DDP all-reduces per step
+    train_samples: int = 0  # features per epoch
+    epochs: float = 0.0  # the run trains epochs ...
+    max_steps: int = 0  # ... or a fixed number of optimizer steps (train.max_steps)
 
     @property
     def t_local(self) -> float:
         return max(self.step_time_s - self.exposed_s, 1e-9)
 
 
-def profile_from_reference(ranks_per_node: int, batch_per_rank: float, features: int, epoch_s: float,
-                           bucket_bytes: Sequence[int], epochs: float = 1.0) -> Profile:
+def profile_from_reference(
+    ranks_per_node: int,
+    batch_per_rank: float,
+    features: int,
+    epoch_s: float,
+    bucket_bytes: Sequence[int],
+    epochs: float = 1.0,
+) -> Profile:
     """A one-node Profile from a time measured elsewhere (a published figure, another cluster): an epoch of
     `features` at ranks_per_node x batch_per_rank samples per step took epoch_s. The one-node all-reduce is in
     that time (it is the reference's); nothing is exposed beyond it."""
     steps = -(-int(features) // int(ranks_per_node * batch_per_rank))
-    return Profile(nodes=1, ranks_per_node=ranks_per_node, samples_per_rank_step=batch_per_rank,
-                   step_time_s=epoch_s / steps, exposed_s=0.0, allreduce_s=0.0,
-                   bucket_bytes=tuple(int(b) for b in bucket_bytes), train_samples=int(features), epochs=epochs)
+    return Profile(
+        nodes=1,
+        ranks_per_node=ranks_per_node,
+        samples_per_rank_step=batch_per_rank,
+        step_time_s=epoch_s / steps,
+        exposed_s=0.0,
+        allreduce_s=0.0,
+        bucket_bytes=tuple(int(b) for b in bucket_bytes),
+        train_samples=int(features),
+        epochs=epochs,
+    )
 
 
-COMPRESSED_BYTES = {"none": 1.0, "fp16": 0.5, "bf16": 0.5}  # train.ddp_compress: the share of each bucket sent
+COMPRESSED_BYTES = {
+    "none": 1.0,
+    "fp16": 0.5,
+    "bf16": 0.5,
+}  # train.ddp_compress: the share of each bucket sent
 
 
 def on_the_wire(bucket_bytes: Sequence[int], compress: str) -> tuple[int, ...]:
@@ -93,22 +117,37 @@ def on_the_wire(bucket_bytes: Sequence[int], compress: str) -> tuple[int, ...]:
 
 def profile_from_results(res: dict, epochs: float = 0.0, max_steps: int = 0) -> Profile:
     """A Profile from a run's results.json; ValueError naming what is missing."""
-    need = [k for k in ("world_size", "nodes", "step_time_s", "steady_samples_per_second") if not res.get(k)]
+    need = [
+        k
+        for k in ("world_size", "nodes", "step_time_s", "steady_samples_per_second")
+        if not res.get(k)
+    ]
     if need:
-        raise ValueError(f"the run's results have no {', '.join(need)} (a run from before hpcqa measured them, "
-                         "or one too short to time)")
+        raise ValueError(
+            f"the run's results have no {', '.join(need)} (a run from before hpcqa measured them, "
+            "or one too short to time)"
+        )
     world, nodes = int(res["world_size"]), int(res["nodes"])
     comm = res.get("comm") or {}
     if not comm.get("bucket_bytes"):
-        raise ValueError("the run's results have no \"comm\" (its gradient buckets and exposed all-reduce): "
-                         "the run predates hpcqa measuring them")
+        raise ValueError(
+            'the run\'s results have no "comm" (its gradient buckets and exposed all-reduce): '
+            "the run predates hpcqa measuring them"
+        )
     per_rank = res["steady_samples_per_second"] * res["step_time_s"] / world
     buckets = tuple(int(b) for b in comm.get("wire_bucket_bytes") or comm["bucket_bytes"])
-    return Profile(nodes=nodes, ranks_per_node=world // nodes, samples_per_rank_step=per_rank,
-                   step_time_s=float(res["step_time_s"]), exposed_s=float(comm.get("exposed_s") or 0.0),
-                   allreduce_s=float(comm.get("allreduce_s") or 0.0),
-                   bucket_bytes=buckets, train_samples=int(res.get("train_features") or 0), epochs=epochs,
-                   max_steps=max(int(max_steps), 0))
+    return Profile(
+        nodes=nodes,
+        ranks_per_node=world // nodes,
+        samples_per_rank_step=per_rank,
+        step_time_s=float(res["step_time_s"]),
+        exposed_s=float(comm.get("exposed_s") or 0.0),
+        allreduce_s=float(comm.get("allreduce_s") or 0.0),
+        bucket_bytes=buckets,
+        train_samples=int(res.get("train_features") or 0),
+        epochs=epochs,
+        max_steps=max(int(max_steps), 0),
+    )
 
 
 @dataclass(frozen=True)
@@ -145,7 +184,12 @@ class Model:
         if profile.nodes < 2 or profile.allreduce_s <= 0:
             return cls(profile, link)
         o = min(max(1.0 - profile.exposed_s / profile.allreduce_s, 0.0), 1.0)
-        return cls(profile, link, o, f"measured on {profile.nodes} nodes: {100 * o:.0f} % of the all-reduce hidden")
+        return cls(
+            profile,
+            link,
+            o,
+            f"measured on {profile.nodes} nodes: {100 * o:.0f} % of the all-reduce hidden",
+        )
 
     def at(self, nodes: int, ranks_per_node: int | None = None) -> tuple[float, float]:
         """(full all-reduce s, exposed s) per step at `nodes` nodes."""
@@ -155,11 +199,14 @@ class Model:
             # within one node: what the run measured there, else nothing to add
             exposed = p.exposed_s if p.nodes == 1 and r == p.ranks_per_node else 0.0
             return exposed, exposed
-        full = ring_allreduce_s(p.bucket_bytes, nodes * r, self.link.bandwidth_Bps, self.link.latency_s)
+        full = ring_allreduce_s(
+            p.bucket_bytes, nodes * r, self.link.bandwidth_Bps, self.link.latency_s
+        )
         return full, (1.0 - self.overlap) * full
 
-    def predict(self, nodes: Sequence[int], ranks_per_node: int | None = None,
-                t_local: float | None = None) -> list[Prediction]:
+    def predict(
+        self, nodes: Sequence[int], ranks_per_node: int | None = None, t_local: float | None = None
+    ) -> list[Prediction]:
         p = self.profile
         r = ranks_per_node or p.ranks_per_node
         local = t_local if t_local is not None else p.t_local
@@ -170,8 +217,19 @@ class Model:
             step = local + exposed
             rate = n * r * p.samples_per_rank_step / step
             base = base or rate
-            out.append(Prediction(n, r, step, full, exposed, rate, rate / base, rate / base / n,
-                                  self.time_to_train(rate, step)))
+            out.append(
+                Prediction(
+                    n,
+                    r,
+                    step,
+                    full,
+                    exposed,
+                    rate,
+                    rate / base,
+                    rate / base / n,
+                    self.time_to_train(rate, step),
+                )
+            )
         return [x for x in out if x.nodes in set(nodes)]
 
     def time_to_train(self, rate: float, step: float) -> float | None:
@@ -209,17 +267,33 @@ class Model:
         compute is its share of the node's rate, plus the exposed part of the ring all-reduce among all ranks."""
         p = self.profile
         local = ranks_per_node * batch_per_rank / self.node_rate()
-        full = ring_allreduce_s(p.bucket_bytes, nodes * ranks_per_node, self.link.bandwidth_Bps,
-                                self.link.latency_s) if nodes * ranks_per_node > 1 else 0.0
+        full = (
+            ring_allreduce_s(
+                p.bucket_bytes, nodes * ranks_per_node, self.link.bandwidth_Bps, self.link.latency_s
+            )
+            if nodes * ranks_per_node > 1
+            else 0.0
+        )
         exposed = (1.0 - self.overlap) * full
         step = local + exposed
         rate = nodes * ranks_per_node * batch_per_rank / step
         base = self.node_rate()
         seconds = p.train_samples * p.epochs / rate if p.train_samples and p.epochs else None
-        return Prediction(nodes, ranks_per_node, step, full, exposed, rate, rate / base, rate / base / nodes, seconds)
+        return Prediction(
+            nodes,
+            ranks_per_node,
+            step,
+            full,
+            exposed,
+            rate,
+            rate / base,
+            rate / base / nodes,
+            seconds,
+        )
 
-    def bandwidth_for_step(self, nodes: int, ranks_per_node: int, batch_per_rank: float,
-                           step_s: float) -> float | None:
+    def bandwidth_for_step(
+        self, nodes: int, ranks_per_node: int, batch_per_rank: float, step_s: float
+    ) -> float | None:
         """The link bandwidth (bytes/s, at this link's latency and the model's overlap) at which that layout's
         step takes `step_s`: the inverse of predict_layout. None when the compute and latency alone take longer."""
         p = self.profile
@@ -231,7 +305,9 @@ class Model:
             return None
         return 2 * (ranks - 1) / ranks * sum(p.bucket_bytes) / (full - latency)
 
-    def best_layout(self, nodes: int, local_by_layout: dict[int, float]) -> tuple[int, float] | None:
+    def best_layout(
+        self, nodes: int, local_by_layout: dict[int, float]
+    ) -> tuple[int, float] | None:
         """Among measured one-node layouts {ranks per node: t_local}, the one with the most samples/s at `nodes`."""
         best = None
         for r, local in local_by_layout.items():
@@ -244,7 +320,9 @@ class Model:
 def slower_than_one(preds: Sequence[Prediction]) -> list[Prediction]:
     """The node counts predicted to train slower than one node."""
     one = next((x for x in preds if x.nodes == 1), None)
-    return [x for x in preds if one and x.nodes > 1 and x.samples_per_second < one.samples_per_second]
+    return [
+        x for x in preds if one and x.nodes > 1 and x.samples_per_second < one.samples_per_second
+    ]
 
 
 def human_rate(bps: float) -> str:

@@ -35,7 +35,11 @@ def _parse(text: str) -> tuple[str, list[dict[str, Any]], str | None]:
         doc = json.loads(text)
     except json.JSONDecodeError as whole:
         return "jsonl", _json_lines(text, whole), None
-    declared = doc.get("version") if isinstance(doc, dict) and isinstance(doc.get("version"), str) else None
+    declared = (
+        doc.get("version")
+        if isinstance(doc, dict) and isinstance(doc.get("version"), str)
+        else None
+    )
     if isinstance(doc, dict) and isinstance(doc.get("data"), list):
         items = [x for x in doc["data"] if isinstance(x, dict)]
         if any("paragraphs" in x for x in items):
@@ -55,9 +59,13 @@ def _json_lines(text: str, whole: json.JSONDecodeError) -> list[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             err = whole if i == 1 else e
-            raise ValueError(f"line {err.lineno if i == 1 else i}, column {err.colno}: {err.msg}") from None
+            raise ValueError(
+                f"line {err.lineno if i == 1 else i}, column {err.colno}: {err.msg}"
+            ) from None
         if not isinstance(row, dict):
-            raise ValueError(f"line {i}: a JSON {type(row).__name__}, not an object with id, context, question")
+            raise ValueError(
+                f"line {i}: a JSON {type(row).__name__}, not an object with id, context, question"
+            )
         rows.append(row)
     return rows
 
@@ -66,9 +74,15 @@ def _flatten(articles: list[dict]) -> Iterator[dict[str, Any]]:
     for a in articles:
         for p in a.get("paragraphs") or []:
             for q in p.get("qas") or []:
-                yield {"id": q.get("id"), "title": a.get("title"), "context": p.get("context"),
-                       "question": q.get("question"), "answers": q.get("answers") or [],
-                       "first_fact": q.get("first_fact"), "is_impossible": q.get("is_impossible")}
+                yield {
+                    "id": q.get("id"),
+                    "title": a.get("title"),
+                    "context": p.get("context"),
+                    "question": q.get("question"),
+                    "answers": q.get("answers") or [],
+                    "first_fact": q.get("first_fact"),
+                    "is_impossible": q.get("is_impossible"),
+                }
 
 
 def columnar(answers: Any) -> dict[str, list]:
@@ -91,9 +105,14 @@ def _int(x: Any) -> int:
 
 
 def normalise(row: dict[str, Any]) -> dict[str, Any]:
-    return {"id": "" if row.get("id") is None else str(row["id"]), "title": str(row.get("title") or ""),
-            "context": str(row.get("context") or ""), "question": str(row.get("question") or ""),
-            "answers": columnar(row.get("answers")), "first_fact": str(row.get("first_fact") or "")}
+    return {
+        "id": "" if row.get("id") is None else str(row["id"]),
+        "title": str(row.get("title") or ""),
+        "context": str(row.get("context") or ""),
+        "question": str(row.get("question") or ""),
+        "answers": columnar(row.get("answers")),
+        "first_fact": str(row.get("first_fact") or ""),
+    }
 
 
 def read(path: str | Path) -> tuple[str, list[dict[str, Any]]]:
@@ -109,15 +128,23 @@ def read_with_facts(path: str | Path) -> tuple[str, list[dict[str, Any]], dict[s
     return fmt, rows, facts(rows, declared, raw)
 
 
-def facts(rows: list[dict[str, Any]], declared: str | None = None,
-          raw: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def facts(
+    rows: list[dict[str, Any]], declared: str | None = None, raw: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The version the file declares ("version": "v2.0"), its unanswerable questions (no answer), and the
     malformed ones: marked is_impossible yet with answers (the official script scores them as answerable).
     rows: anything with columnar answers ({"answers": {"text": [...]}}), a file's or a hub dataset's."""
-    marked = [str(r.get("id")) for r, row in zip(raw or [], rows) if r.get("is_impossible") and row["answers"]["text"]]
-    return {"declared": declared, "rows": len(rows),
-            "unanswerable": sum(1 for row in rows if not row["answers"]["text"]),
-            "impossible_with_answers": marked}
+    marked = [
+        str(r.get("id"))
+        for r, row in zip(raw or [], rows)
+        if r.get("is_impossible") and row["answers"]["text"]
+    ]
+    return {
+        "declared": declared,
+        "rows": len(rows),
+        "unanswerable": sum(1 for row in rows if not row["answers"]["text"]),
+        "impossible_with_answers": marked,
+    }
 
 
 def version_check(facts_: dict[str, Any], v2: bool, where: str) -> tuple[str | None, list[str]]:
@@ -127,19 +154,27 @@ def version_check(facts_: dict[str, Any], v2: bool, where: str) -> tuple[str | N
     warnings = []
     bad = facts_.get("impossible_with_answers") or []
     if bad:
-        warnings.append(f"{where}: {len(bad)} question(s) marked is_impossible still have answers (first: "
-                        f"{bad[0]!r}); scored as answerable, as the official SQuAD v2.0 script does")
+        warnings.append(
+            f"{where}: {len(bad)} question(s) marked is_impossible still have answers (first: "
+            f"{bad[0]!r}); scored as answerable, as the official SQuAD v2.0 script does"
+        )
     is_v2 = declared.startswith("2") or unanswerable > 0
     if is_v2 and not v2:
-        why = (f"it declares version {facts_['declared']!r}" if declared.startswith("2") else "") + \
-              (", " if declared.startswith("2") and unanswerable else "") + \
-              (f"{unanswerable} of {n} questions have no answer" if unanswerable else "")
-        return (f"{where} is SQuAD v2 data ({why}), but data.version_2_with_negative = false: by v1 rules an "
-                "unanswerable question has no gold answer to match, and even perfect predictions would score "
-                "far below 100"), warnings
+        why = (
+            (f"it declares version {facts_['declared']!r}" if declared.startswith("2") else "")
+            + (", " if declared.startswith("2") and unanswerable else "")
+            + (f"{unanswerable} of {n} questions have no answer" if unanswerable else "")
+        )
+        return (
+            f"{where} is SQuAD v2 data ({why}), but data.version_2_with_negative = false: by v1 rules an "
+            "unanswerable question has no gold answer to match, and even perfect predictions would score "
+            "far below 100"
+        ), warnings
     if v2 and not is_v2 and declared.startswith("1"):
-        warnings.append(f"{where} is SQuAD v{declared} data (no unanswerable question) scored by v2 rules: the "
-                        "model may answer \"\" (no answer); set data.version_2_with_negative = false")
+        warnings.append(
+            f"{where} is SQuAD v{declared} data (no unanswerable question) scored by v2 rules: the "
+            'model may answer "" (no answer); set data.version_2_with_negative = false'
+        )
     return None, warnings
 
 
@@ -159,5 +194,7 @@ def problems(rows: list[dict[str, Any]]) -> list[str]:
             dup.append(r["id"])
         seen.add(r["id"])
     if dup:
-        out.append(f"{len(dup)} repeated id(s) (first: {dup[0]!r}); answers are matched to questions by id")
+        out.append(
+            f"{len(dup)} repeated id(s) (first: {dup[0]!r}); answers are matched to questions by id"
+        )
     return out

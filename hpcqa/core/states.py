@@ -38,29 +38,57 @@ class State(StrEnum):
     PREEMPTED = "PREEMPTED"
     REVOKED = "REVOKED"
     CANCELLED = "CANCELLED"
-    UNKNOWN = "UNKNOWN"     # not Slurm's: a state nobody could tell (never final)
+    UNKNOWN = "UNKNOWN"  # not Slurm's: a state nobody could tell (never final)
 
 
 # state -> (finished?, outcome). Outcome groups: pending, running, ok, failed, cancelled.
-_PENDING = (State.PENDING, State.CONFIGURING, State.REQUEUED, State.REQUEUE_FED, State.REQUEUE_HOLD,
-            State.RESV_DEL_HOLD, State.SPECIAL_EXIT)
-_RUNNING = (State.RESIZING, State.SIGNALING, State.STAGE_OUT, State.STOPPED, State.SUSPENDED, State.RUNNING,
-            State.COMPLETING)
-_FAILED = (State.FAILED, State.TIMEOUT, State.NODE_FAIL, State.OUT_OF_MEMORY, State.BOOT_FAIL, State.DEADLINE,
-           State.PREEMPTED)
+_PENDING = (
+    State.PENDING,
+    State.CONFIGURING,
+    State.REQUEUED,
+    State.REQUEUE_FED,
+    State.REQUEUE_HOLD,
+    State.RESV_DEL_HOLD,
+    State.SPECIAL_EXIT,
+)
+_RUNNING = (
+    State.RESIZING,
+    State.SIGNALING,
+    State.STAGE_OUT,
+    State.STOPPED,
+    State.SUSPENDED,
+    State.RUNNING,
+    State.COMPLETING,
+)
+_FAILED = (
+    State.FAILED,
+    State.TIMEOUT,
+    State.NODE_FAIL,
+    State.OUT_OF_MEMORY,
+    State.BOOT_FAIL,
+    State.DEADLINE,
+    State.PREEMPTED,
+)
 STATES: Mapping[str, tuple[bool, str]] = {
-    **{s: (False, "pending") for s in _PENDING}, **{s: (False, "running") for s in _RUNNING},
-    State.COMPLETED: (True, "ok"), **{s: (True, "failed") for s in _FAILED},
-    State.REVOKED: (True, "cancelled"), State.CANCELLED: (True, "cancelled"),
+    **{s: (False, "pending") for s in _PENDING},
+    **{s: (False, "running") for s in _RUNNING},
+    State.COMPLETED: (True, "ok"),
+    **{s: (True, "failed") for s in _FAILED},
+    State.REVOKED: (True, "cancelled"),
+    State.CANCELLED: (True, "cancelled"),
 }
 # NODE_FAIL and PREEMPTED are final only when Slurm no longer has the job: Slurm may requeue the job under
 # the same id (requeue allowed), so a query replaces them with squeue's live state while it does.
 REQUEUABLE = (State.NODE_FAIL, State.PREEMPTED)
 
 # submitit's local controller says FINISHED/DONE where Slurm says COMPLETED; INTERRUPTED is its cancel.
-SUBMITIT_LOCAL: Mapping[str, State] = {"FINISHED": State.COMPLETED, "DONE": State.COMPLETED,
-                                       "INTERRUPTED": State.CANCELLED, "READY": State.PENDING,
-                                       "UNKNOWN": State.FAILED}
+SUBMITIT_LOCAL: Mapping[str, State] = {
+    "FINISHED": State.COMPLETED,
+    "DONE": State.COMPLETED,
+    "INTERRUPTED": State.CANCELLED,
+    "READY": State.PENDING,
+    "UNKNOWN": State.FAILED,
+}
 
 
 def state(name: str) -> State | str:
@@ -91,10 +119,14 @@ def from_submitit_local(name: str) -> State | str:
 class Source(StrEnum):
     """Where a query's live states came from."""
 
-    SACCT = "sacct"      # Slurm's accounting: every job it recorded, finished or not
-    SQUEUE = "squeue"    # accounting off: the jobs Slurm still has; a job it no longer lists has ended
-    NOBODY = "none"      # nothing to ask a scheduler (no Slurm jobs, or local jobs: their own processes)
-    FAILED = "failed"    # the scheduler could not be asked: `Answer.error` says why
+    SACCT = "sacct"  # Slurm's accounting: every job it recorded, finished or not
+    SQUEUE = (
+        "squeue"  # accounting off: the jobs Slurm still has; a job it no longer lists has ended
+    )
+    NOBODY = (
+        "none"  # nothing to ask a scheduler (no Slurm jobs, or local jobs: their own processes)
+    )
+    FAILED = "failed"  # the scheduler could not be asked: `Answer.error` says why
 
 
 @dataclass(frozen=True)

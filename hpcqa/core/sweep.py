@@ -39,14 +39,14 @@ DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default
 @dataclass(frozen=True)
 class Variant:
     index: int
-    params: Mapping[str, Any]      # the swept keys -> this variant's values (read-only)
+    params: Mapping[str, Any]  # the swept keys -> this variant's values (read-only)
     config: configmod.Config
 
 
 @dataclass(frozen=True)
 class ArrayPlan:
     variants: tuple[Variant, ...]
-    slurm_key: str                 # what sbatch is asked for, shared by the array's tasks
+    slurm_key: str  # what sbatch is asked for, shared by the array's tasks
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -82,36 +82,60 @@ def has_sweep(raw: Mapping[str, Any]) -> bool:
 MAX_VARIANTS = 10_000
 
 
-def parse(raw: Mapping[str, Any], source: str = "") -> tuple[dict[str, list], list[dict[str, Any]], int]:
+def parse(
+    raw: Mapping[str, Any], source: str = ""
+) -> tuple[dict[str, list], list[dict[str, Any]], int]:
     """-> (grid axes, explicit variants, parallelism). Errors name sweep.<key>."""
     sw = raw.get("sweep")
     if sw is None:
         return {}, [], 0
     if not isinstance(sw, dict):
-        raise ConfigError("sweep", "expected a table [sweep]", "write it as a [sweep] section", source)
+        raise ConfigError(
+            "sweep", "expected a table [sweep]", "write it as a [sweep] section", source
+        )
     par = sw.get("parallelism", 0)
     if isinstance(par, bool) or not isinstance(par, int) or par < 0:
-        raise ConfigError("sweep.parallelism", f"expected an integer >= 0, got {par!r}",
-                          "set sweep.parallelism to how many variants may run at once (0: no limit)", source)
+        raise ConfigError(
+            "sweep.parallelism",
+            f"expected an integer >= 0, got {par!r}",
+            "set sweep.parallelism to how many variants may run at once (0: no limit)",
+            source,
+        )
     grid = _flatten({k: v for k, v in sw.items() if k not in RESERVED})
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
-            raise ConfigError(f"sweep.{key}", f"a grid axis must be a non-empty list, got {values!r}",
-                              f"write sweep.{key} = [value1, value2, ...]", source)
+            raise ConfigError(
+                f"sweep.{key}",
+                f"a grid axis must be a non-empty list, got {values!r}",
+                f"write sweep.{key} = [value1, value2, ...]",
+                source,
+            )
         if key.split(".")[0] not in configmod.SECTIONS:
-            raise ConfigError(f"sweep.{key}", f"{key!r} is not a config key",
-                              "sweep keys are config keys such as train.learning_rate", source)
+            raise ConfigError(
+                f"sweep.{key}",
+                f"{key!r} is not a config key",
+                "sweep keys are config keys such as train.learning_rate",
+                source,
+            )
     explicit = sw.get("variants", [])
     if not isinstance(explicit, list) or not all(isinstance(v, dict) for v in explicit):
-        raise ConfigError("sweep.variants", "expected [[sweep.variants]] tables",
-                          "write each variant as a [[sweep.variants]] table of config keys", source)
+        raise ConfigError(
+            "sweep.variants",
+            "expected [[sweep.variants]] tables",
+            "write each variant as a [[sweep.variants]] table of config keys",
+            source,
+        )
     size = math.prod(len(v) for v in grid.values()) if grid else 0
     if size + len(explicit) > MAX_VARIANTS:  # counted before anything is expanded
-        raise ConfigError("sweep", f"{size + len(explicit):,} variants (the grid's axes multiply: "
-                          f"{' x '.join(str(len(v)) for v in grid.values()) or '0'}, plus {len(explicit)} listed); "
-                          f"hpcqa submits at most {MAX_VARIANTS:,}",
-                          f"split the sweep into several configs of at most {MAX_VARIANTS:,} variants (each is "
-                          "validated, planned and registered, and every array task is a Slurm job)", source)
+        raise ConfigError(
+            "sweep",
+            f"{size + len(explicit):,} variants (the grid's axes multiply: "
+            f"{' x '.join(str(len(v)) for v in grid.values()) or '0'}, plus {len(explicit)} listed); "
+            f"hpcqa submits at most {MAX_VARIANTS:,}",
+            f"split the sweep into several configs of at most {MAX_VARIANTS:,} variants (each is "
+            "validated, planned and registered, and every array task is a Slurm job)",
+            source,
+        )
     return grid, [_flatten(v) for v in explicit], par
 
 
@@ -136,7 +160,9 @@ def expand(raw: Mapping[str, Any], source: str = "") -> tuple[list[Variant], int
             cfg = configmod.from_dict(r, source=source)
         except ConfigError as e:
             where = ", ".join(f"{k}={v!r}" for k, v in params.items())
-            raise ConfigError(e.key, f"in sweep variant {i} ({where}): {e.detail}", e.hint, source) from None
+            raise ConfigError(
+                e.key, f"in sweep variant {i} ({where}): {e.detail}", e.hint, source
+            ) from None
         variants.append(Variant(index=i, params=freeze(params), config=cfg))
     return variants, par
 
@@ -157,7 +183,9 @@ def group(variants_with_plans: list[tuple[Variant, Any]], max_array_size: int) -
     arrays = []
     for key, vs in groups.items():
         for start in range(0, len(vs), max_array_size):
-            arrays.append(ArrayPlan(variants=tuple(vs[start:start + max_array_size]), slurm_key=key))
+            arrays.append(
+                ArrayPlan(variants=tuple(vs[start : start + max_array_size]), slurm_key=key)
+            )
     return arrays
 
 
@@ -181,9 +209,11 @@ class SweepPlan:
     arrays: tuple[ArrayPlan, ...]
     parallelism: int
     max_array_size: int
-    target: str                      # the plans' target's name ("executor" in JSON)
+    target: str  # the plans' target's name ("executor" in JSON)
     is_sweep: bool = True
-    max_array_size_known: str = ""   # how max_array_size is known: "scontrol show config", or "assumed: <why>"
+    max_array_size_known: str = (
+        ""  # how max_array_size is known: "scontrol show config", or "assumed: <why>"
+    )
 
     def with_requeue(self, requeue: Requeue) -> "SweepPlan":
         """Every plan as the executor that submits them hands them to the ranks."""
@@ -197,31 +227,78 @@ class SweepPlan:
         return min(self.parallelism or len(array.variants), len(array.variants))
 
     def array_lines(self) -> list[str]:
-        return [f"--array=0-{len(a.variants) - 1}%{self.throttle(a)}" if len(a.variants) > 1 else "(a single job)"
-                for a in self.arrays]
+        return [
+            f"--array=0-{len(a.variants) - 1}%{self.throttle(a)}"
+            if len(a.variants) > 1
+            else "(a single job)"
+            for a in self.arrays
+        ]
 
     def to_json(self) -> dict[str, Any]:
-        return {"executor": self.target, "parallelism": self.parallelism, "max_array_size": self.max_array_size,
-                "max_array_size_known": self.max_array_size_known,
-                "variants": [{"index": v.index, "params": dict(v.params), "world_size": p.world_size,
-                              "plan_digest": p.digest} for v, p in zip(self.variants, self.plans)],
-                "arrays": [{"size": len(a.variants), "variants": [v.index for v in a.variants], "sbatch_array": line,
-                            "after_previous": i > 0}
-                           for i, (a, line) in enumerate(zip(self.arrays, self.array_lines()))]}
+        return {
+            "executor": self.target,
+            "parallelism": self.parallelism,
+            "max_array_size": self.max_array_size,
+            "max_array_size_known": self.max_array_size_known,
+            "variants": [
+                {
+                    "index": v.index,
+                    "params": dict(v.params),
+                    "world_size": p.world_size,
+                    "plan_digest": p.digest,
+                }
+                for v, p in zip(self.variants, self.plans)
+            ],
+            "arrays": [
+                {
+                    "size": len(a.variants),
+                    "variants": [v.index for v in a.variants],
+                    "sbatch_array": line,
+                    "after_previous": i > 0,
+                }
+                for i, (a, line) in enumerate(zip(self.arrays, self.array_lines()))
+            ],
+        }
 
 
 def single(plan: planmod.LaunchPlan) -> SweepPlan:
     v = Variant(index=0, params=freeze({}), config=plan.config)
-    return SweepPlan((v,), (plan,), (ArrayPlan((v,), slurm_key(plan)),), 0, DEFAULT_MAX_ARRAY_SIZE,
-                     plan.target, is_sweep=False)
+    return SweepPlan(
+        (v,),
+        (plan,),
+        (ArrayPlan((v,), slurm_key(plan)),),
+        0,
+        DEFAULT_MAX_ARRAY_SIZE,
+        plan.target,
+        is_sweep=False,
+    )
 
 
-def build(raw: Mapping[str, Any], source: str, host: planmod.HostProbe,
-          max_array_size: Callable[[planmod.LaunchPlan], tuple[int, str]] | None = None) -> SweepPlan:
+def build(
+    raw: Mapping[str, Any],
+    source: str,
+    host: planmod.HostProbe,
+    max_array_size: Callable[[planmod.LaunchPlan], tuple[int, str]] | None = None,
+) -> SweepPlan:
     """Variants -> validated plans -> arrays. `max_array_size(first plan)`: how large an array may be where the
     plans run, and how that is known (asked once; the executors' table answers: Slurm's MaxArraySize)."""
     variants, par = expand(raw, source)
-    plans = [planmod.build_plan(v.config, host, via_submitit=True).with_variant(v.index, v.params) for v in variants]
-    mas, known = max_array_size(plans[0]) if max_array_size else (DEFAULT_MAX_ARRAY_SIZE, "assumed: not asked")
+    plans = [
+        planmod.build_plan(v.config, host, via_submitit=True).with_variant(v.index, v.params)
+        for v in variants
+    ]
+    mas, known = (
+        max_array_size(plans[0])
+        if max_array_size
+        else (DEFAULT_MAX_ARRAY_SIZE, "assumed: not asked")
+    )
     arrays = group(list(zip(variants, plans)), mas)
-    return SweepPlan(tuple(variants), tuple(plans), tuple(arrays), par, mas, plans[0].target, max_array_size_known=known)
+    return SweepPlan(
+        tuple(variants),
+        tuple(plans),
+        tuple(arrays),
+        par,
+        mas,
+        plans[0].target,
+        max_array_size_known=known,
+    )

@@ -31,17 +31,17 @@ class SubmitHost(Protocol):
         ...
 
 
-AUTO = "auto"   # cluster.executor: the target of highest affinity here
+AUTO = "auto"  # cluster.executor: the target of highest affinity here
 
 
 class Launcher(StrEnum):
     """How a plan's ranks are started."""
 
-    SRUN = "srun"              # Slurm's srun (submitit's, or a rendered script's)
-    MPIRUN = "mpirun"          # Intel MPI's hydra (in a batch shell, or over ssh on plain machines)
-    LOCAL = "local"            # submitit's local controller, one process per rank
+    SRUN = "srun"  # Slurm's srun (submitit's, or a rendered script's)
+    MPIRUN = "mpirun"  # Intel MPI's hydra (in a batch shell, or over ssh on plain machines)
+    LOCAL = "local"  # submitit's local controller, one process per rank
     PYTORCHJOB = "pytorchjob"  # the training operator starts one pod per node; the pod script starts the ranks
-    TRAINJOB = "trainjob"      # Kubeflow Trainer v2 (JobSet) starts one pod per node; the pod script starts the ranks
+    TRAINJOB = "trainjob"  # Kubeflow Trainer v2 (JobSet) starts one pod per node; the pod script starts the ranks
 
     @property
     def is_intel_mpi(self) -> bool:
@@ -51,10 +51,18 @@ class Launcher(StrEnum):
 
 # `hpcqa render --target`: what render writes
 RENDER_SCRIPT, RENDER_TRAINJOB, RENDER_PYTORCHJOB = "script", "trainjob", "pytorchjob"
-RENDER_TRAININGRUNTIME = "trainingruntime"   # the TrainJob's runtime: applied (and admitted) before the job
+RENDER_TRAININGRUNTIME = (
+    "trainingruntime"  # the TrainJob's runtime: applied (and admitted) before the job
+)
 RENDER_STAGE_JOB, RENDER_DOCKERFILE = "stage-job", "dockerfile"
-RENDER_TARGETS = (RENDER_SCRIPT, RENDER_TRAINJOB, RENDER_TRAININGRUNTIME, RENDER_PYTORCHJOB, RENDER_STAGE_JOB,
-                  RENDER_DOCKERFILE)
+RENDER_TARGETS = (
+    RENDER_SCRIPT,
+    RENDER_TRAINJOB,
+    RENDER_TRAININGRUNTIME,
+    RENDER_PYTORCHJOB,
+    RENDER_STAGE_JOB,
+    RENDER_DOCKERFILE,
+)
 
 # launch.launcher: the launchers a config may name (the others are the executors' own)
 SCRIPT_LAUNCHERS = (Launcher.SRUN.value, Launcher.MPIRUN.value)
@@ -63,21 +71,23 @@ SCRIPT_LAUNCHERS = (Launcher.SRUN.value, Launcher.MPIRUN.value)
 class DDPBackend(StrEnum):
     """The torch.distributed backend: train.ddp_backend asks, the plan resolves, the rank checks."""
 
-    AUTO = "auto"   # ccl where the oneCCL bindings import, else gloo
+    AUTO = "auto"  # ccl where the oneCCL bindings import, else gloo
     GLOO = "gloo"
     CCL = "ccl"
 
 
-DDP_BACKENDS = tuple(b.value for b in DDPBackend)   # train.ddp_backend's choices
+DDP_BACKENDS = tuple(b.value for b in DDPBackend)  # train.ddp_backend's choices
 
 
 class Requeue(StrEnum):
     """Who brings a rank back after it saved a checkpoint on the requeue signal (the plan's `requeue`)."""
 
-    NONE = "none"           # nothing (plain machines): the rank ends after its checkpoint
-    SUBMITIT = "submitit"   # submitit's handler on global rank 0 (`scontrol requeue`); the local controller
-    SCRIPT = "script"       # the rendered batch script, after its step ended (the rank asks in the job folder)
-    POD = "pod"             # the training operator restarts the pod: the rank exits with the "stopped" code
+    NONE = "none"  # nothing (plain machines): the rank ends after its checkpoint
+    SUBMITIT = (
+        "submitit"  # submitit's handler on global rank 0 (`scontrol requeue`); the local controller
+    )
+    SCRIPT = "script"  # the rendered batch script, after its step ended (the rank asks in the job folder)
+    POD = "pod"  # the training operator restarts the pod: the rank exits with the "stopped" code
 
     @property
     def by_the_job_script(self) -> bool:
@@ -89,9 +99,11 @@ class PodExit(IntEnum):
     """A PyTorchJob rank's exit codes, read by the operator's ExitCode restart policy (>= 128: recreate the pod;
     1-127: fail the job): a checkpointed stop and a lost peer are retried, a crash is not."""
 
-    STOPPED = 143          # a rank that checkpointed on a signal (128 + SIGTERM)
-    LOST_PEER = 200        # a rank that failed because a peer went away (another pod evicted, a node lost)
-    RESTARTS_SPENT = 3     # the pod script: k8s.max_restarts job restarts used up
+    STOPPED = 143  # a rank that checkpointed on a signal (128 + SIGTERM)
+    LOST_PEER = (
+        200  # a rank that failed because a peer went away (another pod evicted, a node lost)
+    )
+    RESTARTS_SPENT = 3  # the pod script: k8s.max_restarts job restarts used up
 
 
 class Target:
@@ -99,10 +111,14 @@ class Target:
 
     name: ClassVar[str]
     launchers: ClassVar[tuple[Launcher, ...]]
-    max_nodes: ClassVar[int | None] = None        # None: as many as the config asks
-    configurable: ClassVar[bool] = True           # may be named in cluster.executor
-    inherits_submitting_env: ClassVar[bool] = True  # the ranks inherit the submitting shell's environment
-    sees_submit_files: ClassVar[bool] = True  # the ranks see the submitting host's files (a shared filesystem)
+    max_nodes: ClassVar[int | None] = None  # None: as many as the config asks
+    configurable: ClassVar[bool] = True  # may be named in cluster.executor
+    inherits_submitting_env: ClassVar[bool] = (
+        True  # the ranks inherit the submitting shell's environment
+    )
+    sees_submit_files: ClassVar[bool] = (
+        True  # the ranks see the submitting host's files (a shared filesystem)
+    )
 
     @classmethod
     def affinity(cls, host: SubmitHost) -> int:
@@ -131,8 +147,12 @@ class LocalTarget(Target):
 
     @classmethod
     def derived_env(cls, fixed_port: int) -> dict[str, str]:
-        return {"MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(fixed_port) if fixed_port else "derived from the local job id at start (10000-32767)"}
+        return {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(fixed_port)
+            if fixed_port
+            else "derived from the local job id at start (10000-32767)",
+        }
 
 
 class SlurmTarget(Target):
@@ -150,15 +170,20 @@ class SlurmTarget(Target):
 
     @classmethod
     def derived_env(cls, fixed_port: int) -> dict[str, str]:
-        return {"MASTER_ADDR": "first host of SLURM_JOB_NODELIST (unknown until allocation)",
-                "MASTER_PORT": str(fixed_port) if fixed_port else
-                "derived from SLURM_JOB_ID at start (10000-32767, distinct per array task)"}
+        return {
+            "MASTER_ADDR": "first host of SLURM_JOB_NODELIST (unknown until allocation)",
+            "MASTER_PORT": str(fixed_port)
+            if fixed_port
+            else "derived from SLURM_JOB_ID at start (10000-32767, distinct per array task)",
+        }
 
 
 class K8sTarget(Target):
     name = "k8s"
     launchers = (Launcher.TRAINJOB, Launcher.PYTORCHJOB)
-    configurable = False      # `hpcqa render --target trainjob|pytorchjob`, whatever cluster.executor says
+    configurable = (
+        False  # `hpcqa render --target trainjob|pytorchjob`, whatever cluster.executor says
+    )
     inherits_submitting_env = False
     sees_submit_files = False  # pods see their image and the volume
 
@@ -168,9 +193,11 @@ class K8sTarget(Target):
 
     @classmethod
     def derived_env(cls, fixed_port: int) -> dict[str, str]:
-        return {"MASTER_ADDR": "the DNS name of pod 0: TrainJob <job>-node-0-0.<job> (PET_MASTER_ADDR); "
-                               "PyTorchJob <job>-worker-0",
-                "MASTER_PORT": "TrainJob 29500 (PET_MASTER_PORT); PyTorchJob 23456 (pytorchjob-port)"}
+        return {
+            "MASTER_ADDR": "the DNS name of pod 0: TrainJob <job>-node-0-0.<job> (PET_MASTER_ADDR); "
+            "PyTorchJob <job>-worker-0",
+            "MASTER_PORT": "TrainJob 29500 (PET_MASTER_PORT); PyTorchJob 23456 (pytorchjob-port)",
+        }
 
 
 TARGETS: tuple[type[Target], ...] = (LocalTarget, SlurmTarget, K8sTarget)
@@ -182,8 +209,10 @@ def named(name: str) -> type[Target]:
     for t in TARGETS:
         if t.name == name:
             return t
-    raise PlanError(f"unknown executor {name!r} (this hpcqa knows {', '.join(t.name for t in TARGETS)})",
-                    "use the hpcqa version that wrote it")
+    raise PlanError(
+        f"unknown executor {name!r} (this hpcqa knows {', '.join(t.name for t in TARGETS)})",
+        "use the hpcqa version that wrote it",
+    )
 
 
 def resolve(choice: str, host: SubmitHost, launcher: str | None = None) -> type[Target]:

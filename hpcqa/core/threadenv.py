@@ -14,11 +14,22 @@ from hpcqa.core.config import LaunchConfig
 
 # What depends on the pool itself: the rank re-derives these for the pool it observes; the others (KMP_BLOCKTIME,
 # KMP_HW_SUBSET, OMP_PROC_BIND, CCL_WORKER_COUNT) stay as the plan gave them, a launch.env override included.
-POOL_KEYS = ("OMP_NUM_THREADS", "KMP_AFFINITY", "OMP_PLACES", "CCL_WORKER_AFFINITY", "I_MPI_PIN_DOMAIN")
+POOL_KEYS = (
+    "OMP_NUM_THREADS",
+    "KMP_AFFINITY",
+    "OMP_PLACES",
+    "CCL_WORKER_AFFINITY",
+    "I_MPI_PIN_DOMAIN",
+)
 
 
-def pool_env(la: LaunchConfig, pool: topology.Pool, pools: Sequence[topology.Pool], ccl: bool,
-             pin_domain: bool) -> dict[str, str]:
+def pool_env(
+    la: LaunchConfig,
+    pool: topology.Pool,
+    pools: Sequence[topology.Pool],
+    ccl: bool,
+    pin_domain: bool,
+) -> dict[str, str]:
     """OMP/KMP/CCL/I_MPI variables of one local rank's pool (`pools`: every local rank's, for the node-wide
     lists). `ccl`: the backend is ccl (CCL worker variables); `pin_domain`: Intel MPI's I_MPI_PIN_DOMAIN (ccl, or
     the mpirun launcher). No LD_PRELOAD and no launch.env: those don't depend on the pool."""

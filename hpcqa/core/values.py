@@ -37,21 +37,54 @@ SECRET_SHAPES: tuple[tuple[str, re.Pattern], ...] = (
     ("a private key block", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY")),
     # the scheme starts where no scheme character precedes it: tried from every letter of a long word, the match
     # was quadratic (a 64 KiB argument took 17 s to check)
-    ("a URL with a password (user:password@host)",
-     re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")),
-    ("a credential given as a parameter (password=, token=, api_key= ...)",
-     re.compile(r"\b(password|passwd|secret|api_?key|access_token|auth_token|token)=[^\s&$'\"]{4,}", re.I)),
+    (
+        "a URL with a password (user:password@host)",
+        re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@"),
+    ),
+    (
+        "a credential given as a parameter (password=, token=, api_key= ...)",
+        re.compile(
+            r"\b(password|passwd|secret|api_?key|access_token|auth_token|token)=[^\s&$'\"]{4,}",
+            re.I,
+        ),
+    ),
 )
 
 # Parts of a variable name (split on '_') that say it carries a credential; TOKENIZERS_PARALLELISM passes.
-_CREDENTIAL_PARTS = {"token", "tokens", "apikey", "secret", "secrets", "password", "passwd", "pass", "pwd",
-                     "credential", "credentials", "pat", "auth", "private", "privatekey", "passphrase", "cookie"}
-_CREDENTIAL_PAIRS = {("api", "key"), ("access", "key"), ("secret", "key"), ("private", "key"), ("auth", "header")}
+_CREDENTIAL_PARTS = {
+    "token",
+    "tokens",
+    "apikey",
+    "secret",
+    "secrets",
+    "password",
+    "passwd",
+    "pass",
+    "pwd",
+    "credential",
+    "credentials",
+    "pat",
+    "auth",
+    "private",
+    "privatekey",
+    "passphrase",
+    "cookie",
+}
+_CREDENTIAL_PAIRS = {
+    ("api", "key"),
+    ("access", "key"),
+    ("secret", "key"),
+    ("private", "key"),
+    ("auth", "header"),
+}
 
 # Variables hpcqa sets itself (the snapshot's import path, the preloads, its own protocol): launch.env and
 # launch.pass_env may not set them, or the provenance would name code that did not run.
-MANAGED_ENV = re.compile(r"PYTHON(PATH|HOME|SAFEPATH|STARTUP|USERBASE|NOUSERSITE|PLATLIBDIR|EXECUTABLE)|LD_[A-Z_]+"
-                         r"|HPCQA_[A-Za-z0-9_]*|SUBMITIT_[A-Za-z0-9_]*", re.I)
+MANAGED_ENV = re.compile(
+    r"PYTHON(PATH|HOME|SAFEPATH|STARTUP|USERBASE|NOUSERSITE|PLATLIBDIR|EXECUTABLE)|LD_[A-Z_]+"
+    r"|HPCQA_[A-Za-z0-9_]*|SUBMITIT_[A-Za-z0-9_]*",
+    re.I,
+)
 
 
 def control_char(text: str) -> str | None:
@@ -84,11 +117,16 @@ def credential_name(name: str) -> bool:
     return any(pair in _CREDENTIAL_PAIRS for pair in zip(parts, parts[1:]))
 
 
-ASSIGNMENT = re.compile(r"(?:^|[\s;&|(])(?:export\s+|declare\s+-x\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\S?)(\S?)")
+ASSIGNMENT = re.compile(
+    r"(?:^|[\s;&|(])(?:export\s+|declare\s+-x\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\S?)(\S?)"
+)
 
 
 def assigned_credentials(line: str) -> list[str]:
     """Variables with credential names that a shell line sets to a literal (`export HF_TOKEN=hf_...`). Taking it from
     elsewhere (`HF_TOKEN=$(cat ~/.hf_token)`, `="$TOKEN_FROM_ENV"`) writes no secret: allowed."""
-    return [name for name, first, second in ASSIGNMENT.findall(line)
-            if credential_name(name) and first and first != "$" and (first, second) != ('"', "$")]
+    return [
+        name
+        for name, first, second in ASSIGNMENT.findall(line)
+        if credential_name(name) and first and first != "$" and (first, second) != ('"', "$")
+    ]

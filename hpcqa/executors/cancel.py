@@ -23,8 +23,10 @@ def targets(reg, ids: Sequence[str], task: int | None) -> list:
         if sweep_rows:
             chosen = [r for r in sweep_rows if task is None or r.task_index == task]
             if not chosen:
-                raise UsageError(f"sweep {job_id} has no task {task}",
-                                 f"tasks are 0-{max(r.task_index for r in sweep_rows)}")
+                raise UsageError(
+                    f"sweep {job_id} has no task {task}",
+                    f"tasks are 0-{max(r.task_index for r in sweep_rows)}",
+                )
             rows += chosen
             continue
         found = [r for r in reg.jobs([job_id]) if r.id == job_id] if reg.exists else []

@@ -24,7 +24,9 @@ from hpcqa.record.registry import Registry
 def script_config(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
     """A rendered script's config and host: a Slurm-shaped plan (whatever executor the config names), and the
     interpreter the script runs where it is taken -- cluster.python, else python3 (not this host's own path)."""
-    return replace(cfg, cluster=replace(cfg.cluster, executor=targets.SlurmTarget.name)), replace(host, python="python3")
+    return replace(cfg, cluster=replace(cfg.cluster, executor=targets.SlurmTarget.name)), replace(
+        host, python="python3"
+    )
 
 
 def with_work(sp: sweep.SweepPlan, copy: bool) -> tuple[sweep.SweepPlan, worktree.WorkTree | None]:
@@ -36,27 +38,46 @@ def with_work(sp: sweep.SweepPlan, copy: bool) -> tuple[sweep.SweepPlan, worktre
         return sp, None
     folder = p0.work["dir"]
     root = job_root(p0).path
-    tree = worktree.scan(folder, [str(root), os.path.abspath(p0.config.job.output_dir)],
-                         snapshot.git_describe(folder)) if copy else None
+    tree = (
+        worktree.scan(
+            folder,
+            [str(root), os.path.abspath(p0.config.job.output_dir)],
+            snapshot.git_describe(folder),
+        )
+        if copy
+        else None
+    )
     run_in = str(tree.folder(root / "code") / worktree.TREE) if tree else folder
     plans = []
     for p in sp.plans:
-        if tree:   # the copy is made now, of what is there now: a program missing from it never starts
+        if (
+            tree
+        ):  # the copy is made now, of what is there now: a program missing from it never starts
             missing = command.missing_program(p.command, p.python, folder)
             if missing:
-                raise UsageError(f"job.command: {missing} is not in {folder}, the folder the job runs a copy of: "
-                                 "it could never start", "submit from the program's folder (or set job.workdir to "
-                                 "it), or name the program by its absolute path")
+                raise UsageError(
+                    f"job.command: {missing} is not in {folder}, the folder the job runs a copy of: "
+                    "it could never start",
+                    "submit from the program's folder (or set job.workdir to "
+                    "it), or name the program by its absolute path",
+                )
             # a relative path out of the folder names nothing in the copy: passed absolute
             p = replace(p, command=command.absolute_outside(p.command, folder))
         args = p.command[1:] if p.command[0] == p.python else p.command
         try:
-            named = worktree.named_digests(command.named_files(args, folder), folder) if tree else {}
-        except OSError as e:  # a file the command names that this user cannot read (mode 000, another user's)
-            raise UsageError(f"job.command names {e.filename}, which cannot be read here ({e.strerror}): its "
-                             "content is recorded at submit so that the ranks can check it", "make it readable "
-                             "to you, or pass it another way (an environment variable, a path your program "
-                             "builds)") from None
+            named = (
+                worktree.named_digests(command.named_files(args, folder), folder) if tree else {}
+            )
+        except (
+            OSError
+        ) as e:  # a file the command names that this user cannot read (mode 000, another user's)
+            raise UsageError(
+                f"job.command names {e.filename}, which cannot be read here ({e.strerror}): its "
+                "content is recorded at submit so that the ranks can check it",
+                "make it readable "
+                "to you, or pass it another way (an environment variable, a path your program "
+                "builds)",
+            ) from None
         plans.append(p.with_work(run_in=run_in, snapshot=tree.digest if tree else "", named=named))
     return replace(sp, plans=tuple(plans)), tree
 
@@ -74,19 +95,35 @@ def work_facts(sp: sweep.SweepPlan, tree: worktree.WorkTree | None) -> tuple[tup
     if not p0.command:
         return ()
     w = p0.work
-    where = (f"<job folder>/work, the job's own, laid before every attempt from {w['run_in']} (a copy of "
-             f"{tree.source}: {len(tree.files)} files, {tree.size / 2**20:.1f} MiB, {tree.provenance.get('describe')}; "
-             "verified by every rank before it starts); what the program writes by relative path stays with the job"
-             if tree else
-             f"{w['run_in']} (not copied: the ranks run what is there when they start)" if w["run_in"] else
-             "the image's working directory (or job.workdir): the program must be in the image or on the volume")
-    rows = [("command", command.display(p0.command) + (f"  (variant 0 of {len(sp.plans)})" if sp.is_sweep else "")),
-            ("runs in", where)]
+    where = (
+        f"<job folder>/work, the job's own, laid before every attempt from {w['run_in']} (a copy of "
+        f"{tree.source}: {len(tree.files)} files, {tree.size / 2**20:.1f} MiB, {tree.provenance.get('describe')}; "
+        "verified by every rank before it starts); what the program writes by relative path stays with the job"
+        if tree
+        else f"{w['run_in']} (not copied: the ranks run what is there when they start)"
+        if w["run_in"]
+        else "the image's working directory (or job.workdir): the program must be in the image or on the volume"
+    )
+    rows = [
+        (
+            "command",
+            command.display(p0.command)
+            + (f"  (variant 0 of {len(sp.plans)})" if sp.is_sweep else ""),
+        ),
+        ("runs in", where),
+    ]
     if tree and tree.skipped:
-        rows.append(("not copied", ", ".join(tree.skipped[:6]) + (" ..." if len(tree.skipped) > 6 else "")))
+        rows.append(
+            ("not copied", ", ".join(tree.skipped[:6]) + (" ..." if len(tree.skipped) > 6 else ""))
+        )
     if w.get("named"):
-        rows.append(("checked", ", ".join(sorted(w["named"])) + " (named by the command, outside its folder: their "
-                                "digests are checked by every rank)"))
+        rows.append(
+            (
+                "checked",
+                ", ".join(sorted(w["named"])) + " (named by the command, outside its folder: their "
+                "digests are checked by every rank)",
+            )
+        )
     return tuple(rows)
 
 
@@ -108,7 +145,12 @@ def plan_files(plans: Sequence[LaunchPlan]) -> list:
     paths = plan_paths(plans)
     files = [File(str(path), p.dumps()) for path, p in zip(paths, plans)]
     if len(plans) > 1:
-        files.append(File(str(JobRoot.plan_index(paths[0].parent)), jobdir.plan_index_text([p.digest for p in plans])))
+        files.append(
+            File(
+                str(JobRoot.plan_index(paths[0].parent)),
+                jobdir.plan_index_text([p.digest for p in plans]),
+            )
+        )
     return files
 
 
@@ -137,23 +179,43 @@ def wrapper_python(python: str, plan_arg: str, folder: str) -> str:
     return f"{q(python)} -m hpcqa.rank --plan {q(plan_arg)} --job-dir {q(folder)} -- {q(python)}"
 
 
-def registry_row(sp: sweep.SweepPlan, plan: LaunchPlan, job_id: str, folder: Path, sweep_id: str | None) -> dict:
+def registry_row(
+    sp: sweep.SweepPlan, plan: LaunchPlan, job_id: str, folder: Path, sweep_id: str | None
+) -> dict:
     keys = sweep.swept_keys(list(sp.variants))
-    row = dict(id=str(job_id), name=plan.config.job.name, target=plan.target, folder=str(folder),
-               config=plan.config.to_dict(), source=plan.config.source, nodes=plan.nodes,
-               world_size=plan.world_size)
+    row = dict(
+        id=str(job_id),
+        name=plan.config.job.name,
+        target=plan.target,
+        folder=str(folder),
+        config=plan.config.to_dict(),
+        source=plan.config.source,
+        nodes=plan.nodes,
+        world_size=plan.world_size,
+    )
     if sp.is_sweep:
-        row.update(array_size=len(sp.variants), sweep_id=sweep_id, task_index=plan.variant_index,
-                   variant={k: plan.variant.get(k) for k in keys})
+        row.update(
+            array_size=len(sp.variants),
+            sweep_id=sweep_id,
+            task_index=plan.variant_index,
+            variant={k: plan.variant.get(k) for k in keys},
+        )
     return row
 
 
 def register(plan: LaunchPlan, rows: list[dict]) -> None:
-    Registry(plan.config.job.registry or None, group_readable=plan.config.job.group_readable).add_many(rows)
+    Registry(
+        plan.config.job.registry or None, group_readable=plan.config.job.group_readable
+    ).add_many(rows)
 
 
-def watch(jd: JobDir, is_done: Callable[[], bool], progress: Progress | None = None,
-          fail_fast: Callable[[], None] | None = None, poll_s: float = 1.0) -> None:
+def watch(
+    jd: JobDir,
+    is_done: Callable[[], bool],
+    progress: Progress | None = None,
+    fail_fast: Callable[[], None] | None = None,
+    poll_s: float = 1.0,
+) -> None:
     """Poll until is_done(), passing rank 0's progress on when it changed. fail_fast: called 10 s after a rank
     failed (the other ranks had time to fail on their own), to stop the rest of a local job."""
     failed_at, last = None, None

@@ -19,17 +19,25 @@ from hpcqa.record import tuned as tune
 
 def extensions() -> HostProbe:
     """Only which Intel extensions import here (the oneCCL bindings, IPEX): no libraries, no tuned store."""
-    return HostProbe(ccl_bindings=importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None,
-                     ipex=importlib.util.find_spec("intel_extension_for_pytorch") is not None)
+    return HostProbe(
+        ccl_bindings=importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None,
+        ipex=importlib.util.find_spec("intel_extension_for_pytorch") is not None,
+    )
 
 
 def probe_host() -> HostProbe:
     """Look at this host: sbatch on PATH, ccl bindings importable, libraries to preload. No torch import."""
     libs = preload.available()  # the dry run's prediction; each rank looks again on its node
     ext = extensions()
-    return HostProbe(schedulers=frozenset({SlurmTarget.name}) if shutil.which("sbatch") else frozenset(), ccl_bindings=ext.ccl_bindings, ipex=ext.ipex,
-                     libraries=FrozenDict(libs), python=sys.executable, tuned=freeze(tune.load_store()),
-                     inherited=FrozenDict({k: os.environ[k] for k in RENDEZVOUS_VARS if os.environ.get(k)}))
+    return HostProbe(
+        schedulers=frozenset({SlurmTarget.name}) if shutil.which("sbatch") else frozenset(),
+        ccl_bindings=ext.ccl_bindings,
+        ipex=ext.ipex,
+        libraries=FrozenDict(libs),
+        python=sys.executable,
+        tuned=freeze(tune.load_store()),
+        inherited=FrozenDict({k: os.environ[k] for k in RENDEZVOUS_VARS if os.environ.get(k)}),
+    )
 
 
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")

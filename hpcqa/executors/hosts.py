@@ -14,12 +14,16 @@ from hpcqa.record.jobdir import JobRoot
 
 
 class Hosts(RenderOnly):
-    target = targets.SlurmTarget     # a Slurm-shaped plan (nodes x tasks, mpirun), started on hosts named by hand
+    target = (
+        targets.SlurmTarget
+    )  # a Slurm-shaped plan (nodes x tasks, mpirun), started on hosts named by hand
     requeue = Requeue.NONE
     via = "mpirun over ssh on plain machines"
     no_scheduler = "plain machines: no scheduler to ask"
-    refusal = ("--submit sends the script to Slurm; a --hosts script runs on plain machines",
-               "drop --submit and run the script on the first host")
+    refusal = (
+        "--submit sends the script to Slurm; a --hosts script runs on plain machines",
+        "drop --submit and run the script on the first host",
+    )
 
     def __init__(self, hosts: tuple[str, ...], python: str | None = None) -> None:
         self.hosts, self.python = hosts, python
@@ -33,8 +37,17 @@ class Hosts(RenderOnly):
             raise PlanError("a plain-machine script runs one job", "render one variant at a time")
         sp = sp.with_requeue(self.requeue)
         plan = sp.plans[0]
-        text = render.standalone(plan, plan.launcher, python=self.python or plan.python, hosts=self.hosts)
-        return Request(self.target.name, self.via, sp, JobRoot.new_submission(), scripts=(text,),
-                       commands=(("bash", "<script>"),), facts=(("hosts", " ".join(self.hosts)),),
-                       summary=f"{plan.launcher}, {plan.world_size} ranks on {plan.nodes} host(s)",
-                       placement=(f"mpirun over ssh on {self.hosts[0]}...",))
+        text = render.standalone(
+            plan, plan.launcher, python=self.python or plan.python, hosts=self.hosts
+        )
+        return Request(
+            self.target.name,
+            self.via,
+            sp,
+            JobRoot.new_submission(),
+            scripts=(text,),
+            commands=(("bash", "<script>"),),
+            facts=(("hosts", " ".join(self.hosts)),),
+            summary=f"{plan.launcher}, {plan.world_size} ranks on {plan.nodes} host(s)",
+            placement=(f"mpirun over ssh on {self.hosts[0]}...",),
+        )

@@ -25,8 +25,12 @@ from hpcqa.record.registry import JobRow
 from hpcqa.record.status import JobView
 from hpcqa.record.worktree import WorkTree
 
-Say = Callable[[str], None]   # where an executor reports what it is doing (the CLI: stderr; the API: nowhere)
-Progress = Callable[[dict], None]  # rank 0's progress (progress.json) each time it is read while a job is followed
+Say = Callable[
+    [str], None
+]  # where an executor reports what it is doing (the CLI: stderr; the API: nowhere)
+Progress = Callable[
+    [dict], None
+]  # rank 0's progress (progress.json) each time it is read while a job is followed
 
 
 def silent(_: str) -> None:
@@ -47,30 +51,62 @@ class File:
 class Request:
     """Everything `submit` will do, computed by `dry_run`. Printed as it is by `submit --dry-run`."""
 
-    target: str                                # the target's name (core/targets.py): local, slurm, k8s
-    via: str                                   # how the executor that made it submits ("submitit", ...)
+    target: str  # the target's name (core/targets.py): local, slurm, k8s
+    via: str  # how the executor that made it submits ("submitit", ...)
     sweep: SweepPlan
-    submission: str                            # the token that names this submission's job folders
-    files: tuple[File, ...] = ()               # written first (plan files are content-addressed: kept if present)
-    scripts: tuple[str, ...] = ()              # batch script per array (Slurm), the script (mpirun, hosts), YAML (k8s)
+    submission: str  # the token that names this submission's job folders
+    files: tuple[
+        File, ...
+    ] = ()  # written first (plan files are content-addressed: kept if present)
+    scripts: tuple[
+        str, ...
+    ] = ()  # batch script per array (Slurm), the script (mpirun, hosts), YAML (k8s)
     commands: tuple[tuple[str, ...], ...] = ()  # what is run to submit, in order
-    facts: tuple[tuple[str, str], ...] = ()    # what the dry run shows besides the plan (time limit, hosts ...)
-    notes: tuple[str, ...] = ()                # warnings observed while making the request (this node's cores ...)
-    summary: str = ""                          # one line: what this request runs
-    placement: tuple[str, ...] = ()            # per variant: where it runs ("array 0: --array=0-3%2", "local ...")
-    code: Snapshot | None = None               # the snapshot of hpcqa the ranks import, or None (the installed one)
-    work: WorkTree | None = None               # job.command's folder, copied for the ranks (None: no command/copy)
+    facts: tuple[
+        tuple[str, str], ...
+    ] = ()  # what the dry run shows besides the plan (time limit, hosts ...)
+    notes: tuple[
+        str, ...
+    ] = ()  # warnings observed while making the request (this node's cores ...)
+    summary: str = ""  # one line: what this request runs
+    placement: tuple[
+        str, ...
+    ] = ()  # per variant: where it runs ("array 0: --array=0-3%2", "local ...")
+    code: Snapshot | None = (
+        None  # the snapshot of hpcqa the ranks import, or None (the installed one)
+    )
+    work: WorkTree | None = (
+        None  # job.command's folder, copied for the ranks (None: no command/copy)
+    )
 
     def to_json(self) -> dict[str, Any]:
-        default = 0o640 if self.sweep.plans[0].config.job.group_readable else 0o600  # submit's owner umask
-        return {"executor": self.target, "via": self.via, "submission": self.submission,
-                "files": [{"path": f.path, "mode": oct(f.mode or default), "bytes": len(f.text)} for f in self.files],
-                "scripts": list(self.scripts), "commands": [list(c) for c in self.commands],
-                "facts": dict(self.facts), "notes": list(self.notes),
-                "code": {"path": str(self.code.path), **self.code.provenance} if self.code else None,
-                "work": {"source": self.work.source, "digest": self.work.digest, "files": len(self.work.files),
-                         "bytes": self.work.size, "skipped": list(self.work.skipped), **self.work.provenance}
-                if self.work else None}
+        default = (
+            0o640 if self.sweep.plans[0].config.job.group_readable else 0o600
+        )  # submit's owner umask
+        return {
+            "executor": self.target,
+            "via": self.via,
+            "submission": self.submission,
+            "files": [
+                {"path": f.path, "mode": oct(f.mode or default), "bytes": len(f.text)}
+                for f in self.files
+            ],
+            "scripts": list(self.scripts),
+            "commands": [list(c) for c in self.commands],
+            "facts": dict(self.facts),
+            "notes": list(self.notes),
+            "code": {"path": str(self.code.path), **self.code.provenance} if self.code else None,
+            "work": {
+                "source": self.work.source,
+                "digest": self.work.digest,
+                "files": len(self.work.files),
+                "bytes": self.work.size,
+                "skipped": list(self.work.skipped),
+                **self.work.provenance,
+            }
+            if self.work
+            else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -82,8 +118,10 @@ class Submitted:
     ids: tuple[str, ...]
     sweep_id: str | None = None
     folders: tuple[str, ...] = ()
-    exit_code: int = 0                         # a local sweep has run to its end when submit returns
-    handles: tuple[object, ...] = ()           # what the executor follows its jobs by (local: submitit's jobs)
+    exit_code: int = 0  # a local sweep has run to its end when submit returns
+    handles: tuple[
+        object, ...
+    ] = ()  # what the executor follows its jobs by (local: submitit's jobs)
 
 
 @dataclass(frozen=True)
@@ -92,7 +130,7 @@ class Outcome:
     keeps running. Executors return it; the CLI reports it."""
 
     job_id: str
-    state: str                  # a name of the states table (final unless interrupted)
+    state: str  # a name of the states table (final unless interrupted)
     folder: str
     interrupted: bool = False
     keeps_running: bool = False
@@ -104,11 +142,13 @@ class Executor(Protocol):
     it hands them), how it submits, and what it makes of a config it renders."""
 
     target: type[Target]  # where its plans run: the name of the plan, the registry and `status`
-    requeue: Requeue      # who brings a rank back after a checkpoint on a signal (the plan's field)
-    via: str              # how it submits, for people: "submitit", "a rendered script under sbatch" ...
-    runs_here: bool      # the ranks run on this machine (its cores and registry decide where)
-    scheduler: str | None  # the scheduler that takes the submission and can judge it beforehand (`check`):
-                           # "Slurm"; None where nothing is asked (this machine, a script handed to the user)
+    requeue: Requeue  # who brings a rank back after a checkpoint on a signal (the plan's field)
+    via: str  # how it submits, for people: "submitit", "a rendered script under sbatch" ...
+    runs_here: bool  # the ranks run on this machine (its cores and registry decide where)
+    scheduler: (
+        str | None
+    )  # the scheduler that takes the submission and can judge it beforehand (`check`):
+    # "Slurm"; None where nothing is asked (this machine, a script handed to the user)
 
     def max_array_size(self) -> tuple[int, str]:
         """How many tasks one array may hold where it runs, and how that is known."""
@@ -134,7 +174,7 @@ class Live:
     state: str
     exit_code: str = ""
     elapsed: str = ""
-    reason: str = ""          # why a PENDING job waits
+    reason: str = ""  # why a PENDING job waits
     nodelist: str = ""
 
 
@@ -173,6 +213,7 @@ class RenderOnly:
 
     def max_array_size(self) -> tuple[int, str]:
         return 1, "no arrays: one rendered job"
+
     refusal: tuple[str, str] = ("hpcqa only renders this", "run what it rendered")
 
     def check(self, request: Request) -> tuple[bool, str]:

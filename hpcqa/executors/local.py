@@ -59,13 +59,28 @@ class Local:
         submission = root.new_submission()
         paths = [common.plan_paths([p])[0] for p in plans]
         folder = str(root.folder_pattern(submission))
-        commands = tuple((f"{common.wrapper_python(p.python, str(path), folder)} -u -m submitit.core._submit "
-                          f"{shlex.quote(folder)}",) for p, path in zip(plans, paths))
+        commands = tuple(
+            (
+                f"{common.wrapper_python(p.python, str(path), folder)} -u -m submitit.core._submit "
+                f"{shlex.quote(folder)}",
+            )
+            for p, path in zip(plans, paths)
+        )
         where = "local, one after another" if sp.is_sweep else "local"
         code = snapshot.plan(root) if self.snapshot else None
-        return Request(self.target.name, self.via, sp, submission, tuple(f for p in plans for f in common.plan_files([p])),
-                       commands=commands, notes=tuple(preview(plans[0])), placement=tuple(where for _ in plans),
-                       facts=(snapshot.fact(code), *common.work_facts(sp, work)), code=code, work=work)
+        return Request(
+            self.target.name,
+            self.via,
+            sp,
+            submission,
+            tuple(f for p in plans for f in common.plan_files([p])),
+            commands=commands,
+            notes=tuple(preview(plans[0])),
+            placement=tuple(where for _ in plans),
+            facts=(snapshot.fact(code), *common.work_facts(sp, work)),
+            code=code,
+            work=work,
+        )
 
     def check(self, request: Request) -> tuple[bool, str]:
         return True, "local executor: nothing to ask Slurm"
@@ -86,7 +101,9 @@ class Local:
         common.register(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)])
         say(f"local job {job.job_id}: {plan.world_size} ranks, folder {jd.path}")
         for r, lr in zip(range(plan.world_size), plan.local_ranks):
-            say(f"  rank {r}: CPUs {','.join(map(str, lr.cpus)) or 'unbound'}  log {jd.submitit_log(job.job_id, r)}")
+            say(
+                f"  rank {r}: CPUs {','.join(map(str, lr.cpus)) or 'unbound'}  log {jd.submitit_log(job.job_id, r)}"
+            )
         return Submitted(request, (str(job.job_id),), None, (str(jd.path),), handles=(job,))
 
     def wait(self, submitted: Submitted, progress: Progress | None = None) -> Outcome:
@@ -103,7 +120,9 @@ class Local:
             ids.append(str(job.job_id))
             folders.append(str(jd.path))
             common.register(p, [common.registry_row(sp, p, job.job_id, jd.path, sweep_id)])
-            say(f"sweep {sweep_id}: variant {p.variant_index} {dict(p.variant)} -> local job {job.job_id}")
+            say(
+                f"sweep {sweep_id}: variant {p.variant_index} {dict(p.variant)} -> local job {job.job_id}"
+            )
             end = finish(job, jd, p)
             if end.interrupted:
                 say(f"interrupted: sweep {sweep_id} stopped at variant {p.variant_index}")
@@ -111,11 +130,18 @@ class Local:
             if not states.succeeded(end.state) or not jd.read_results():
                 failed += 1
                 first = (jd.failed_ranks() or [{}])[0]
-                say(f"variant {p.variant_index}: job {job.job_id} {end.state}"
-                    + (f": rank {first['rank']}: {first.get('error')}" if first else "") + f" (hpcqa logs {job.job_id})")
-        say(f"sweep {sweep_id}: {len(sp.variants) - failed} of {len(sp.variants)} variants completed; "
-            f"hpcqa results {sweep_id}")
-        return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=1 if failed else 0)
+                say(
+                    f"variant {p.variant_index}: job {job.job_id} {end.state}"
+                    + (f": rank {first['rank']}: {first.get('error')}" if first else "")
+                    + f" (hpcqa logs {job.job_id})"
+                )
+        say(
+            f"sweep {sweep_id}: {len(sp.variants) - failed} of {len(sp.variants)} variants completed; "
+            f"hpcqa results {sweep_id}"
+        )
+        return Submitted(
+            request, tuple(ids), sweep_id, tuple(folders), exit_code=1 if failed else 0
+        )
 
 
 def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None, code=None):
@@ -124,9 +150,14 @@ def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None, code=
     (path,) = common.plan_paths([plan])
     root = common.job_root(plan)
     folder = str(root.folder_pattern(submission))
-    ex = submitit.LocalExecutor(folder=folder, python=common.wrapper_python(plan.python, str(path), folder))
-    ex.update_parameters(tasks_per_node=plan.ranks_per_node, timeout_min=plan.config.cluster.time_limit_min,
-                         signal_delay_s=min(plan.config.cluster.signal_delay_s, 60))
+    ex = submitit.LocalExecutor(
+        folder=folder, python=common.wrapper_python(plan.python, str(path), folder)
+    )
+    ex.update_parameters(
+        tasks_per_node=plan.ranks_per_node,
+        timeout_min=plan.config.cluster.time_limit_min,
+        signal_delay_s=min(plan.config.cluster.signal_delay_s, 60),
+    )
     log = root.controller_log(submission)
     if code:
         snapshot.verify(code)  # the controller starts now and imports it
@@ -135,7 +166,10 @@ def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None, code=
         if cpus:
             os.sched_setaffinity(0, cpus)  # inherited by the controller and its ranks
         os.environ.update(code.env() if code else {})  # so is the environment
-        with _stdio_to(log), _sigint_heard():  # the controller inherits our stdio and signal dispositions
+        with (
+            _stdio_to(log),
+            _sigint_heard(),
+        ):  # the controller inherits our stdio and signal dispositions
             job = ex.submit(RankJob(str(path), plan.digest))
     finally:
         os.sched_setaffinity(0, mine)
@@ -143,7 +177,9 @@ def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None, code=
         os.environ.update(saved)
     jd = JobDir(Path(job.paths.folder))
     jd.path.mkdir(parents=True, exist_ok=True)
-    write_json(jd.controller_record, {"pid": int(job.job_id), "identity": identity(int(job.job_id))})
+    write_json(
+        jd.controller_record, {"pid": int(job.job_id), "identity": identity(int(job.job_id))}
+    )
     os.replace(log, jd.controller_log)  # the controller keeps writing through its open descriptor
     root.tidy(submission)
     return job, jd
@@ -178,14 +214,21 @@ def cpus_for(plan: LaunchPlan, poll_s: float = 5.0, say: Say = silent) -> set[in
     wanted = {c for p in lay.pools for c in p.cpus}
     said = False
     while True:
-        cpus, message = choose_cpus(wanted, set(node.allowed), busy_cpus(reg), plan.ranks_per_node,
-                                    plan.config.launch.on_busy_cores)
+        cpus, message = choose_cpus(
+            wanted,
+            set(node.allowed),
+            busy_cpus(reg),
+            plan.ranks_per_node,
+            plan.config.launch.on_busy_cores,
+        )
         if message != "wait":
             if message:
                 say(f"warning: {message}" if "OVERSUB" in message else message)
             return cpus
         if not said:
-            say("waiting: this job's CPUs are pinned by a running local job (launch.on_busy_cores = \"wait\")")
+            say(
+                'waiting: this job\'s CPUs are pinned by a running local job (launch.on_busy_cores = "wait")'
+            )
             said = True
         time.sleep(poll_s)
 
@@ -198,12 +241,14 @@ def too_many_ranks(plan: LaunchPlan, node: topology.Node) -> PlanError | None:
         return None
     c = plan.config.cluster
     sockets = len({cpu.socket for cpu in node.cpus}) or 1
-    return PlanError(f"cluster: the local executor would start {plan.ranks_per_node} ranks on this machine, which "
-                     f"lets it use {len(cores)} core(s) (the config declares {c.sockets_per_node} socket(s) of "
-                     f"{c.cores_per_socket} cores)",
-                     f"set cluster.sockets_per_node = {sockets} and cluster.cores_per_socket = "
-                     f"{max(len(cores) // sockets, 1)} (what `hpcqa topology` shows here), or lower "
-                     "launch.ranks_per_socket")
+    return PlanError(
+        f"cluster: the local executor would start {plan.ranks_per_node} ranks on this machine, which "
+        f"lets it use {len(cores)} core(s) (the config declares {c.sockets_per_node} socket(s) of "
+        f"{c.cores_per_socket} cores)",
+        f"set cluster.sockets_per_node = {sockets} and cluster.cores_per_socket = "
+        f"{max(len(cores) // sockets, 1)} (what `hpcqa topology` shows here), or lower "
+        "launch.ranks_per_socket",
+    )
 
 
 def preview(plan: LaunchPlan) -> list[str]:
@@ -217,8 +262,9 @@ def preview(plan: LaunchPlan) -> list[str]:
     wanted = {c for p in lay.pools for c in p.cpus}
     try:
         busy = busy_cpus(Registry(plan.config.job.registry or None, create=False))
-        _, message = choose_cpus(wanted, set(node.allowed), busy, plan.ranks_per_node,
-                                 plan.config.launch.on_busy_cores)
+        _, message = choose_cpus(
+            wanted, set(node.allowed), busy, plan.ranks_per_node, plan.config.launch.on_busy_cores
+        )
         if message == "wait":
             message = "this job's CPUs are pinned by a running local job: submit would wait for it"
     except PlanError as e:
@@ -237,17 +283,24 @@ def finish(job, jd: JobDir, plan: LaunchPlan, progress: Progress | None = None) 
         jd.mark_cancelled("interrupted (Ctrl-C)")  # status: CANCELLED, not FAILED
         return Outcome(str(job.job_id), State.CANCELLED, str(jd.path), interrupted=True)
     finally:
-        common.job_root(plan).tidy_all()  # after the last poll: submitit re-creates its '%j-...' folder
+        common.job_root(
+            plan
+        ).tidy_all()  # after the last poll: submitit re-creates its '%j-...' folder
     state = State.FAILED if jd.failed_ranks() else states.from_submitit_local(job.state)
     return Outcome(str(job.job_id), state, str(jd.path))
 
 
 # ------------------------------------------------------------------------------------ state and cancel
 
+
 def local_state(job_id: str, jd: JobDir, pid_alive: Callable[[int], bool] | None = None) -> str:
     """A local job's state: its controller process (the job id is its pid, checked against the identity recorded at
     submit) and its folder."""
-    alive = (pid_alive or (lambda pid: controller_alive(pid, jd)))(int(job_id)) if job_id.isdigit() else False
+    alive = (
+        (pid_alive or (lambda pid: controller_alive(pid, jd)))(int(job_id))
+        if job_id.isdigit()
+        else False
+    )
     from_files = jd.state_from_files()
     if from_files == State.CANCELLED:
         return from_files
@@ -262,7 +315,10 @@ def identity(pid: int) -> str | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        if fields[0] in ("Z", "X"):  # exited, not yet reaped by its parent: no process runs there any more
+        if fields[0] in (
+            "Z",
+            "X",
+        ):  # exited, not yet reaped by its parent: no process runs there any more
             return None
         return f"{boot}:{fields[19]}:{os.stat(f'/proc/{pid}').st_uid}"
     except (OSError, IndexError):
@@ -304,7 +360,10 @@ def _sigint_heard():
     *ignored*, and a process started from it would too (an ignored signal stays ignored across exec; a handler
     does not): the controller and its ranks would then ignore every cancel until the grace period's SIGKILL.
     A handler here while the controller starts gives it the default; ours is put back after."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) != signal.SIG_IGN
+    ):
         yield
         return
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -343,6 +402,7 @@ def cancel(controller_pid: int, expected: str, grace_s: float = 10.0) -> bool:
 
 # ------------------------------------------------------------------------------------ busy cores
 
+
 def busy_cpus(reg, pid_alive: Callable[[int], bool] | None = None) -> dict[str, set[int]]:
     """CPUs that running local jobs of the registry have pinned ranks on: job id -> CPUs."""
     out: dict[str, set[int]] = {}
@@ -352,14 +412,17 @@ def busy_cpus(reg, pid_alive: Callable[[int], bool] | None = None) -> dict[str, 
         jd = JobDir(Path(row.folder))
         if not (pid_alive or (lambda pid: controller_alive(pid, jd)))(int(row.id)):
             continue
-        cpus = {c for r in range(row.world_size) for c in ((jd.read_report(r) or {}).get("cpus") or [])}
+        cpus = {
+            c for r in range(row.world_size) for c in ((jd.read_report(r) or {}).get("cpus") or [])
+        }
         if cpus:
             out[row.id] = cpus
     return out
 
 
-def choose_cpus(wanted: set[int], allowed: set[int], busy: dict[str, set[int]], ranks: int,
-                policy: str) -> tuple[set[int] | None, str]:
+def choose_cpus(
+    wanted: set[int], allowed: set[int], busy: dict[str, set[int]], ranks: int, policy: str
+) -> tuple[set[int] | None, str]:
     """Pure: (CPUs to run on, or None to keep this process's; what to tell the user).
     Raises PlanError for "refuse", and for "other-cores" when the free CPUs can't give every rank one."""
     taken = set().union(*busy.values()) if busy else set()
@@ -369,22 +432,36 @@ def choose_cpus(wanted: set[int], allowed: set[int], busy: dict[str, set[int]], 
     who = ", ".join(f"job {j} on {topology.cpu_list(c)}" for j, c in busy.items() if c & wanted)
     free = allowed - taken
     if policy == "share":
-        return None, f"OVERSUBSCRIBED: CPUs {topology.cpu_list(clash)} are already pinned by {who}; sharing them " \
-                     "(launch.on_busy_cores = \"share\")"
+        return (
+            None,
+            f"OVERSUBSCRIBED: CPUs {topology.cpu_list(clash)} are already pinned by {who}; sharing them "
+            '(launch.on_busy_cores = "share")',
+        )
     if policy == "wait":
         return None, "wait"
     if policy == "other-cores" and len(free) >= ranks:
-        return free, f"CPUs {topology.cpu_list(clash)} are pinned by {who}: this job runs on the free CPUs " \
-                     f"{topology.cpu_list(free)} (launch.on_busy_cores = \"other-cores\")"
-    raise PlanError(f"this job's CPUs {topology.cpu_list(clash)} are already pinned by {who}"
-                    + (f"; {len(free)} free CPU(s) can't give {ranks} ranks one each" if policy == "other-cores" else ""),
-                    "wait for it (hpcqa status), cancel it, or set launch.on_busy_cores = \"wait\" (or \"share\")")
+        return (
+            free,
+            f"CPUs {topology.cpu_list(clash)} are pinned by {who}: this job runs on the free CPUs "
+            f'{topology.cpu_list(free)} (launch.on_busy_cores = "other-cores")',
+        )
+    raise PlanError(
+        f"this job's CPUs {topology.cpu_list(clash)} are already pinned by {who}"
+        + (
+            f"; {len(free)} free CPU(s) can't give {ranks} ranks one each"
+            if policy == "other-cores"
+            else ""
+        ),
+        'wait for it (hpcqa status), cancel it, or set launch.on_busy_cores = "wait" (or "share")',
+    )
 
 
 def _usage_ok(u: object) -> bool:
     """A rank report's usage as a rank writes it: its numbers are numbers (a report is a file in the user's folder)."""
-    return isinstance(u, dict) and all(isinstance(u.get(k), (int, float)) and not isinstance(u.get(k), bool)
-                                       and u[k] >= 0 for k in ("cpu_s", "wall_s", "cpus", "max_rss_bytes"))
+    return isinstance(u, dict) and all(
+        isinstance(u.get(k), (int, float)) and not isinstance(u.get(k), bool) and u[k] >= 0
+        for k in ("cpu_s", "wall_s", "cpus", "max_rss_bytes")
+    )
 
 
 class LocalJobs:
@@ -397,13 +474,23 @@ class LocalJobs:
         """From the ranks' own measurements (getrusage), the lowest rank's CPU efficiency."""
         out = {}
         for v in views:
-            per_rank = [(rep["rank"], rep["usage"]) for rep in v.ranks
-                        if isinstance(rep.get("rank"), int) and _usage_ok(rep.get("usage"))]
+            per_rank = [
+                (rep["rank"], rep["usage"])
+                for rep in v.ranks
+                if isinstance(rep.get("rank"), int) and _usage_ok(rep.get("usage"))
+            ]
             if per_rank:
-                effs = {k: u["cpu_s"] / (u["wall_s"] * u["cpus"]) for k, u in per_rank if u["wall_s"] and u["cpus"]}
-                out[v.id] = {"source": "ranks", "per_rank": {k: {**u, "cpu_efficiency": effs.get(k)} for k, u in per_rank},
-                             "cpu_efficiency": min(effs.values()) if effs else None,
-                             "max_rss_bytes": max(u["max_rss_bytes"] for _, u in per_rank)}
+                effs = {
+                    k: u["cpu_s"] / (u["wall_s"] * u["cpus"])
+                    for k, u in per_rank
+                    if u["wall_s"] and u["cpus"]
+                }
+                out[v.id] = {
+                    "source": "ranks",
+                    "per_rank": {k: {**u, "cpu_efficiency": effs.get(k)} for k, u in per_rank},
+                    "cpu_efficiency": min(effs.values()) if effs else None,
+                    "max_rss_bytes": max(u["max_rss_bytes"] for _, u in per_rank),
+                }
         return out
 
     def cancel(self, rows, whole_sweeps: bool) -> list[str]:
@@ -411,14 +498,24 @@ class LocalJobs:
         for row in rows:
             jd = JobDir(Path(row.folder))
             record = read_json(jd.controller_record)
-            if not (isinstance(record, dict) and record.get("pid") == int(row.id) and record.get("identity")):
-                out.append(f"job {row.id}: no record of its process in {jd.path}; nothing signalled (pid {row.id} "
-                           "may belong to another process now)")
+            if not (
+                isinstance(record, dict)
+                and record.get("pid") == int(row.id)
+                and record.get("identity")
+            ):
+                out.append(
+                    f"job {row.id}: no record of its process in {jd.path}; nothing signalled (pid {row.id} "
+                    "may belong to another process now)"
+                )
                 continue
             if not cancel(int(row.id), record["identity"]):
-                out.append(f"job {row.id} is not running (its process is gone; pid {row.id} is not it)")
+                out.append(
+                    f"job {row.id} is not running (its process is gone; pid {row.id} is not it)"
+                )
                 continue
             JobDir(Path(row.folder)).mark_cancelled("cancelled by hpcqa cancel")
-            JobDir(Path(row.folder)).tidy_staging()  # a job cancelled before its rank 0 started tidies nothing
+            JobDir(
+                Path(row.folder)
+            ).tidy_staging()  # a job cancelled before its rank 0 started tidies nothing
             out.append(f"cancelled local job {row.id}")
         return out

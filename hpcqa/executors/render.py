@@ -21,13 +21,22 @@ from hpcqa.record import jobdir
 # Not I_MPI_PIN_DOMAIN: seen with Intel MPI 2021.18 under Slurm, hydra pins every rank to an explicit
 # I_MPI_PIN_DOMAIN even with I_MPI_PIN=0 or off (as -genv or exported), and the rank's wrapper would then see
 # one core. The wrapper binds instead (see mpirun.sbatch); the plan still gives each rank the variable.
-ENV_FOR_GENV = ("OMP_NUM_THREADS", "CCL_WORKER_COUNT", "CCL_WORKER_AFFINITY", "KMP_BLOCKTIME", "KMP_HW_SUBSET",
-                "LD_PRELOAD")
+ENV_FOR_GENV = (
+    "OMP_NUM_THREADS",
+    "CCL_WORKER_COUNT",
+    "CCL_WORKER_AFFINITY",
+    "KMP_BLOCKTIME",
+    "KMP_HW_SUBSET",
+    "LD_PRELOAD",
+)
 
 
 # (launcher, on plain hosts) -> template in sbatch_templates/; each launcher's name for a rank's log
-TEMPLATES = {(Launcher.SRUN, False): "srun.sbatch", (Launcher.MPIRUN, False): "mpirun.sbatch",
-             (Launcher.MPIRUN, True): "mpirun-hosts.sh"}
+TEMPLATES = {
+    (Launcher.SRUN, False): "srun.sbatch",
+    (Launcher.MPIRUN, False): "mpirun.sbatch",
+    (Launcher.MPIRUN, True): "mpirun-hosts.sh",
+}
 RANK_LOGS = {Launcher.SRUN: jobdir.SRUN_LOG, Launcher.MPIRUN: jobdir.MPIRUN_LOG}
 
 
@@ -45,7 +54,9 @@ def sbatch_directives(plan: LaunchPlan, own: dict[str, object] | None = None) ->
     """The #SBATCH lines of a plan (and of `own`: options of the script that writes them, e.g. its logs),
     every one through `directive`."""
     p = plan.slurm_parameters()
-    params: dict[str, object] = {k: p[k] for k in ("job_name", "nodes", "ntasks_per_node", "cpus_per_task", "time")}
+    params: dict[str, object] = {
+        k: p[k] for k in ("job_name", "nodes", "ntasks_per_node", "cpus_per_task", "time")
+    }
     params["signal"] = f"{plan.config.launch.requeue_signal}@{p['signal_delay_s']}"
     for key in ("partition", "account", "qos", "constraint", "mem", "exclusive"):
         if key in p:
@@ -73,7 +84,9 @@ def directive(key: str, value: object) -> str:
     text = str(value)
     if re.search(r"[\x00-\x1f\x7f]", text):
         raise ValueError(f"--{key}: a control character cannot go on an #SBATCH line: {text!r}")
-    return f"#SBATCH --{key}=" + "".join(c if _DIRECTIVE_PLAIN.fullmatch(c) else "\\" + c for c in text)
+    return f"#SBATCH --{key}=" + "".join(
+        c if _DIRECTIVE_PLAIN.fullmatch(c) else "\\" + c for c in text
+    )
 
 
 def _heredoc_delim(text: str) -> str:
@@ -83,14 +96,21 @@ def _heredoc_delim(text: str) -> str:
     return tag
 
 
-def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None = None,
-               hosts: tuple[str, ...] = (), code: tuple[str, ...] = ()) -> str:
+def standalone(
+    plan: LaunchPlan,
+    launcher: str | None = None,
+    python: str | None = None,
+    hosts: tuple[str, ...] = (),
+    code: tuple[str, ...] = (),
+) -> str:
     """The sbatch script (srun or mpirun), or with `hosts` a script for plain machines (mpirun over ssh)."""
     asked = launcher or plan.config.launch.launcher
     python = python or plan.config.cluster.python or "python3"
     launcher = Launcher(asked) if asked in set(Launcher) else None
     if launcher is None or (launcher, bool(hosts)) not in TEMPLATES:
-        raise ValueError(f"no script template for launcher {asked!r}" + (" on plain hosts" if hosts else ""))
+        raise ValueError(
+            f"no script template for launcher {asked!r}" + (" on plain hosts" if hosts else "")
+        )
     if hosts and len(hosts) != plan.nodes:
         raise ValueError(f"{len(hosts)} hosts for a plan of {plan.nodes} nodes")
     template = (template_dir() / TEMPLATES[launcher, bool(hosts)]).read_text()
@@ -120,9 +140,12 @@ def standalone(plan: LaunchPlan, launcher: str | None = None, python: str | None
         "MAX_REQUEUES": str(plan.config.cluster.max_requeues),
         "REQUEUE_SIGNAL": plan.config.launch.requeue_signal,
         "HOSTS": " ".join(shlex.quote(h) for h in hosts),
-        "IFACE": (f"export I_MPI_HYDRA_IFACE={shlex.quote(plan.config.launch.master_interface)}  "
-                  "# launch.master_interface: hydra's own traffic on that network too"
-                  if plan.config.launch.master_interface else "# launch.master_interface: not set"),
+        "IFACE": (
+            f"export I_MPI_HYDRA_IFACE={shlex.quote(plan.config.launch.master_interface)}  "
+            "# launch.master_interface: hydra's own traffic on that network too"
+            if plan.config.launch.master_interface
+            else "# launch.master_interface: not set"
+        ),
         "RANK_LOG": plain(RANK_LOGS[launcher]),
     }
     return fill(template, values)
@@ -136,7 +159,9 @@ def setup_block(lines: tuple[str, ...]) -> str:
         return "# cluster.setup: none"
     if any(ch in line for line in lines for ch in "\n\r\0"):
         raise ValueError("a cluster.setup entry spans lines")
-    return "\n".join(["# cluster.setup, in order, before anything else runs", "set +u", *lines, "set -u"])
+    return "\n".join(
+        ["# cluster.setup, in order, before anything else runs", "set +u", *lines, "set -u"]
+    )
 
 
 def plain(name: str) -> str:
@@ -158,23 +183,45 @@ def _node_wide_env(plan: LaunchPlan) -> list[tuple[str, str]]:
     return out
 
 
-def submitit_batch(plan: LaunchPlan, folder: str, command: str, tasks: int = 1, throttle: int = 0,
-                   code: tuple[str, ...] = ()) -> str:
+def submitit_batch(
+    plan: LaunchPlan,
+    folder: str,
+    command: str,
+    tasks: int = 1,
+    throttle: int = 0,
+    code: tuple[str, ...] = (),
+) -> str:
     """The sbatch script of a job (tasks = 1) or an array whose tasks run `command` -- submitit's task runtime
     behind the rank wrapper -- under srun, one step with every rank. Written by hpcqa, submitted by hpcqa:
     the dry run shows this very text. Log names are submitit's (%j_%t_log.out/err in the job folder; an
     array's %j is %A_%a), so submitit's runtime and `hpcqa logs` find them."""
     p = plan.slurm_parameters()
     job = "%A_%a" if tasks > 1 else "%j"
-    stdout, stderr = (folder.replace(jobdir.JOB_ID, job) + "/" + jobdir.SUBMITIT_LOG.format(job=job, stream=s)
-                      for s in ("out", "err"))
+    stdout, stderr = (
+        folder.replace(jobdir.JOB_ID, job) + "/" + jobdir.SUBMITIT_LOG.format(job=job, stream=s)
+        for s in ("out", "err")
+    )
     own: dict[str, object] = {"array": f"0-{tasks - 1}%{throttle or tasks}"} if tasks > 1 else {}
-    own.update({"output": stdout.replace("%t", "0"), "error": stderr.replace("%t", "0"), "open_mode": "append"})
-    srun = " ".join(shlex.quote(a) for a in ["srun", "--unbuffered", "--output", stdout, "--error", stderr,
-                                              *p["srun_args"]])
-    lines = ["#!/bin/bash", f"# hpcqa: {plan.config.source.replace(chr(10), ' ') or 'a config'}",
-             "# " + (f"an array of {tasks} tasks" if tasks > 1 else "one job") + ", each rank through submitit's task runtime",
-             *sbatch_directives(plan, own), ""]
+    own.update(
+        {
+            "output": stdout.replace("%t", "0"),
+            "error": stderr.replace("%t", "0"),
+            "open_mode": "append",
+        }
+    )
+    srun = " ".join(
+        shlex.quote(a)
+        for a in ["srun", "--unbuffered", "--output", stdout, "--error", stderr, *p["srun_args"]]
+    )
+    lines = [
+        "#!/bin/bash",
+        f"# hpcqa: {plan.config.source.replace(chr(10), ' ') or 'a config'}",
+        "# "
+        + (f"an array of {tasks} tasks" if tasks > 1 else "one job")
+        + ", each rank through submitit's task runtime",
+        *sbatch_directives(plan, own),
+        "",
+    ]
     setup = plan.config.cluster.setup
     if any(ch in line for line in setup for ch in "\n\r\0"):
         raise ValueError("a cluster.setup entry spans lines")

@@ -30,7 +30,7 @@ from hpcqa.executors.slurmcli import Slurm
 from hpcqa.rank import job
 from hpcqa.record.jobdir import JobDir, JobRoot
 
-PREVIOUS = "<previous array's job id>"   # the only part of a request not known before submission
+PREVIOUS = "<previous array's job id>"  # the only part of a request not known before submission
 
 
 class SubmititSlurm:
@@ -59,21 +59,53 @@ class SubmititSlurm:
             plans = sp.plans_of(array)
             paths = common.plan_paths(plans)
             files += common.plan_files(plans)
-            command = f"{common.wrapper_python(plans[0].python, common.plan_argument(paths), folder)} " \
-                      f"-u -m submitit.core._submit {shlex.quote(folder)}"
-            text = render.submitit_batch(plans[0], folder, command, len(plans), sp.throttle(array),
-                                         tuple(code.shell_lines(plans[0].python)) if code else ())
+            command = (
+                f"{common.wrapper_python(plans[0].python, common.plan_argument(paths), folder)} "
+                f"-u -m submitit.core._submit {shlex.quote(folder)}"
+            )
+            text = render.submitit_batch(
+                plans[0],
+                folder,
+                command,
+                len(plans),
+                sp.throttle(array),
+                tuple(code.shell_lines(plans[0].python)) if code else (),
+            )
             script = root.batch_script(submission, n)
             files.append(File(str(script), text))
             scripts.append(text)
-            commands.append(("sbatch", "--parsable", *((f"--dependency=afterany:{PREVIOUS}",) if n else ()),
-                             str(script)))
+            commands.append(
+                (
+                    "sbatch",
+                    "--parsable",
+                    *((f"--dependency=afterany:{PREVIOUS}",) if n else ()),
+                    str(script),
+                )
+            )
             placement.update({v.index: f"array {n}: {line}" for v in array.variants})
         c = plans0.config.cluster
-        facts = (("time / mem", f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default")),
-                 ("hosts", "unknown until Slurm allocates the job"), snapshot.fact(code), *common.work_facts(sp, work))
-        return Request(self.target.name, self.via, sp, submission, tuple(files), tuple(scripts), tuple(commands), facts=facts,
-                       placement=tuple(placement[v.index] for v in sp.variants), code=code, work=work)
+        facts = (
+            (
+                "time / mem",
+                f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default"),
+            ),
+            ("hosts", "unknown until Slurm allocates the job"),
+            snapshot.fact(code),
+            *common.work_facts(sp, work),
+        )
+        return Request(
+            self.target.name,
+            self.via,
+            sp,
+            submission,
+            tuple(files),
+            tuple(scripts),
+            tuple(commands),
+            facts=facts,
+            placement=tuple(placement[v.index] for v in sp.variants),
+            code=code,
+            work=work,
+        )
 
     def check(self, request: Request) -> tuple[bool, str]:
         return test_only(self.slurm, request.scripts[0])
@@ -96,22 +128,36 @@ class SubmititSlurm:
                 raise SubmitError(f"sbatch refused {what}: {e.message}", e.hint) from None
             tasks = [f"{array_id}_{i}" for i in range(len(plans))] if len(plans) > 1 else [array_id]
             paths = common.plan_paths(plans)
-            jds = [self._hand_over(request, p, path, job_id) for p, path, job_id in zip(plans, paths, tasks)]
+            jds = [
+                self._hand_over(request, p, path, job_id)
+                for p, path, job_id in zip(plans, paths, tasks)
+            ]
             jds[0].submission_file(array_id).symlink_to(command[-1])
             sweep_id, previous = sweep_id or array_id, array_id
-            common.register(plans[0], [common.registry_row(sp, p, j, jd.path, sweep_id)
-                                       for j, jd, p in zip(tasks, jds, plans)])
+            common.register(
+                plans[0],
+                [
+                    common.registry_row(sp, p, j, jd.path, sweep_id)
+                    for j, jd, p in zip(tasks, jds, plans)
+                ],
+            )
             ids += tasks
             folders += [str(jd.path) for jd in jds]
             if sp.is_sweep:
                 idx = [str(p.variant_index) for p in plans]
-                say(f"array {array_id}: {len(plans)} variant(s) [{', '.join(idx[:8])}{'...' if len(idx) > 8 else ''}]")
+                say(
+                    f"array {array_id}: {len(plans)} variant(s) [{', '.join(idx[:8])}{'...' if len(idx) > 8 else ''}]"
+                )
         if sp.is_sweep:
-            say(f"sweep {sweep_id}: {len(sp.variants)} variants in {len(sp.arrays)} array(s); "
-                f"hpcqa status {sweep_id} / hpcqa results {sweep_id}")
+            say(
+                f"sweep {sweep_id}: {len(sp.variants)} variants in {len(sp.arrays)} array(s); "
+                f"hpcqa status {sweep_id} / hpcqa results {sweep_id}"
+            )
         else:
             p, jd = sp.plans[0], JobDir(Path(folders[0]))
-            say(f"submitted Slurm job {ids[0]}: {p.world_size} ranks on {p.nodes} node(s); folder {jd.path}")
+            say(
+                f"submitted Slurm job {ids[0]}: {p.world_size} ranks on {p.nodes} node(s); folder {jd.path}"
+            )
             say(f"  logs: {jd.submitit_log(ids[0], '<rank>', 'out|err')}")
         return Submitted(request, tuple(ids), sweep_id if sp.is_sweep else None, tuple(folders))
 
@@ -157,7 +203,13 @@ def follow(slurm: Slurm, job_id: str, jd: JobDir, progress: Progress | None = No
     try:
         common.watch(jd, done, progress, poll_s=2.0)
     except KeyboardInterrupt:
-        return Outcome(job_id, last.get("state", State.UNKNOWN), str(jd.path), interrupted=True, keeps_running=True)
+        return Outcome(
+            job_id,
+            last.get("state", State.UNKNOWN),
+            str(jd.path),
+            interrupted=True,
+            keeps_running=True,
+        )
     return Outcome(job_id, last.get("state", State.UNKNOWN), str(jd.path))
 
 
@@ -172,10 +224,20 @@ class SlurmJobs:
         out = {}
         for r in rows:
             rec = recs.get(r.id)
-            state, code, elapsed = live_state(r.id, JobDir(Path(r.folder)), recs, source,
-                                              (r.state, r.exit_code or "", r.elapsed or ""))
-            out[r.id] = Live(state, code, elapsed, rec.reason if rec and state == State.PENDING else "",
-                             rec.nodelist if rec else "")
+            state, code, elapsed = live_state(
+                r.id,
+                JobDir(Path(r.folder)),
+                recs,
+                source,
+                (r.state, r.exit_code or "", r.elapsed or ""),
+            )
+            out[r.id] = Live(
+                state,
+                code,
+                elapsed,
+                rec.reason if rec and state == State.PENDING else "",
+                rec.nodelist if rec else "",
+            )
         return out, source
 
     def usage(self, views) -> dict[str, dict]:
@@ -184,8 +246,14 @@ class SlurmJobs:
         for v in views:
             if v.id in got:
                 u = got[v.id]
-                out[v.id] = {"source": states.Source.SACCT, "cpu_efficiency": u.cpu_efficiency, "max_rss_bytes": u.max_rss_bytes,
-                             "cpu_s": u.total_cpu_s, "elapsed_s": u.elapsed_s, "cpus": u.alloc_cpus}
+                out[v.id] = {
+                    "source": states.Source.SACCT,
+                    "cpu_efficiency": u.cpu_efficiency,
+                    "max_rss_bytes": u.max_rss_bytes,
+                    "cpu_s": u.total_cpu_s,
+                    "elapsed_s": u.elapsed_s,
+                    "cpus": u.alloc_cpus,
+                }
             elif err:
                 out[v.id] = {"source": states.Source.SACCT, "error": err}
         return out
@@ -195,14 +263,18 @@ class SlurmJobs:
         ids = sorted({r.id.split("_")[0] for r in whole}) + [r.id for r in rows if r not in whole]
         proc = self.slurm.cancel(ids)
         if proc.returncode != 0:
-            raise SubmitError(f"scancel {' '.join(ids)} failed: {proc.stderr.strip()}", "check the ids with hpcqa status")
+            raise SubmitError(
+                f"scancel {' '.join(ids)} failed: {proc.stderr.strip()}",
+                "check the ids with hpcqa status",
+            )
         for row in rows:
             JobDir(Path(row.folder)).mark_cancelled("cancelled by hpcqa cancel")
         return [f"cancelled slurm job {r.id}" for r in rows]
 
 
-def live_state(job_id: str, jd: JobDir, recs, source: states.Answer,
-               known: tuple[str, str, str]) -> tuple[str, str, str]:
+def live_state(
+    job_id: str, jd: JobDir, recs, source: states.Answer, known: tuple[str, str, str]
+) -> tuple[str, str, str]:
     """(state, exit code, elapsed) of an unfinished Slurm job from the scheduler's answer."""
     if job_id in recs:
         rec = recs[job_id]

@@ -25,14 +25,21 @@ def run_command(argv: Sequence[str], timeout_s: float = 60) -> "subprocess.Compl
     SLURM_CONF naming a missing file fails at once: every Slurm command would retry it for a minute first."""
     conf = os.environ.get("SLURM_CONF")
     if conf and not os.path.exists(conf):
-        return subprocess.CompletedProcess(list(argv), 1, "", f"SLURM_CONF={conf}: no such file (unset SLURM_CONF, or "
-                                                              "point it at the cluster's slurm.conf)")
+        return subprocess.CompletedProcess(
+            list(argv),
+            1,
+            "",
+            f"SLURM_CONF={conf}: no such file (unset SLURM_CONF, or "
+            "point it at the cluster's slurm.conf)",
+        )
     try:
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError:
         return subprocess.CompletedProcess(list(argv), 127, "", f"{argv[0]}: command not found")
     except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(list(argv), 124, "", f"{argv[0]}: timed out after {timeout_s:g} s")
+        return subprocess.CompletedProcess(
+            list(argv), 124, "", f"{argv[0]}: timed out after {timeout_s:g} s"
+        )
 
 
 @dataclass(frozen=True)
@@ -43,12 +50,13 @@ class SchedRecord:
     elapsed: str = ""
     nodes: str = ""
     nodelist: str = ""
-    reason: str = ""          # squeue's %r: why a PENDING job waits (Priority, Resources, Dependency, ...)
+    reason: str = ""  # squeue's %r: why a PENDING job waits (Priority, Resources, Dependency, ...)
 
 
 @dataclass(frozen=True)
 class Usage:
     """What a finished job used (sacct): CPU seconds of all its steps, the largest step's peak RSS."""
+
     job_id: str
     total_cpu_s: float
     elapsed_s: float
@@ -97,7 +105,6 @@ def scancel_argv(ids: Iterable[str]) -> list[str]:
     return ["scancel", *ids]
 
 
-
 SHOW_CONFIG = ["scontrol", "show", "config"]
 SHOW_NODES = ["scontrol", "show", "node", "-o"]
 SINFO_VERSION = ["sinfo", "--version"]
@@ -106,6 +113,7 @@ SACCT_PROBE = ["sacct", "-n", "-X", "-S", "now", "-o", "JobID"]
 
 
 # ------------------------------------------------------------------------------------ parsers
+
 
 def normalise_state(raw: str) -> str:
     """'CANCELLED by 0' -> CANCELLED; 'RUNNING+' ... -> RUNNING."""
@@ -129,7 +137,9 @@ def expand_array_id(jid: str) -> list[str]:
     return ids
 
 
-def _records(text: str, width: int, make: Callable[[str, str, list[str]], SchedRecord]) -> dict[str, SchedRecord]:
+def _records(
+    text: str, width: int, make: Callable[[str, str, list[str]], SchedRecord]
+) -> dict[str, SchedRecord]:
     out: dict[str, SchedRecord] = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
@@ -149,9 +159,13 @@ def parse_sacct(text: str) -> dict[str, SchedRecord]:
 
 def parse_squeue(text: str) -> dict[str, SchedRecord]:
     """`squeue -h -a -r -o '%i|%T|%M|%D|%N|%r'` -> id -> record (-r: one line per array task)."""
+
     def make(jid: str, st: str, r: list[str]) -> SchedRecord:
         reason = r[3].strip()
-        return SchedRecord(jid, st, "", r[0], r[1], r[2], "" if reason in ("None", "(null)") else reason)
+        return SchedRecord(
+            jid, st, "", r[0], r[1], r[2], "" if reason in ("None", "(null)") else reason
+        )
+
     return _records(text, 4, make)
 
 
@@ -189,15 +203,21 @@ def parse_usage(text: str) -> dict[str, Usage]:
         if rss is not None:
             j["rss"] = max(j["rss"] or 0, rss)
         if not step:
-            j.update(cpu=duration_s(parts[1]), elapsed=duration_s(parts[2]),
-                     cpus=int(parts[3]) if parts[3].strip().isdigit() else 0)
+            j.update(
+                cpu=duration_s(parts[1]),
+                elapsed=duration_s(parts[2]),
+                cpus=int(parts[3]) if parts[3].strip().isdigit() else 0,
+            )
     return {k: Usage(k, v["cpu"], v["elapsed"], v["cpus"], v["rss"]) for k, v in jobs.items()}
 
 
 def accounting_disabled(proc: "subprocess.CompletedProcess[str]") -> bool:
     text = (proc.stderr + proc.stdout).lower()
-    return proc.returncode != 0 and ("accounting storage is disabled" in text or "slurmdbd" in text
-                                    or "not running a supported accounting_storage plugin" in text)
+    return proc.returncode != 0 and (
+        "accounting storage is disabled" in text
+        or "slurmdbd" in text
+        or "not running a supported accounting_storage plugin" in text
+    )
 
 
 def first_line(text: str) -> str:
@@ -248,6 +268,7 @@ def parse_nodes(text: str) -> list[dict[str, str]]:
 
 # ------------------------------------------------------------------------------------ Slurm
 
+
 class Slurm:
     """The scheduler as hpcqa asks it. One instance per command; the runner is passed in."""
 
@@ -268,7 +289,11 @@ class Slurm:
             recs = parse_sacct(proc.stdout)
             # not recorded yet (just submitted), or maybe requeued: squeue knows what Slurm still has
             # (and pending ones: squeue says why they wait)
-            ask = [i for i in ids if i not in recs or recs[i].state in states.REQUEUABLE + (State.PENDING,)]
+            ask = [
+                i
+                for i in ids
+                if i not in recs or recs[i].state in states.REQUEUABLE + (State.PENDING,)
+            ]
             if ask:
                 sq = self.run(squeue_argv(ask))
                 if sq.returncode == 0:
@@ -304,16 +329,22 @@ class Slurm:
         when it refuses."""
         proc = self.run(list(argv))
         if proc.returncode != 0:
-            raise SubmitError(f"sbatch refused {argv[-1]}: {(proc.stderr or proc.stdout).strip()}",
-                              "check partition/account/qos and the node shape with `hpcqa doctor`")
+            raise SubmitError(
+                f"sbatch refused {argv[-1]}: {(proc.stderr or proc.stdout).strip()}",
+                "check partition/account/qos and the node shape with `hpcqa doctor`",
+            )
         try:
             return parse_sbatch_parsable(proc.stdout)
         except ValueError as e:
-            raise SubmitError(str(e), "check what sbatch prints on this cluster (sbatch --parsable)") from None
+            raise SubmitError(
+                str(e), "check what sbatch prints on this cluster (sbatch --parsable)"
+            ) from None
 
     def cluster_name(self) -> str:
         conf = self.run(SHOW_CONFIG)
-        return (config_value(conf.stdout, "ClusterName") if conf.returncode == 0 else None) or "slurm"
+        return (
+            config_value(conf.stdout, "ClusterName") if conf.returncode == 0 else None
+        ) or "slurm"
 
     def cancel(self, ids: Sequence[str]) -> "subprocess.CompletedProcess[str]":
         return self.run(scancel_argv(ids))
@@ -350,12 +381,17 @@ class Slurm:
         without Slurm's commands is told so: waiting for a controller would not help there."""
         ok, text, missing = self._ping()
         if missing:
-            raise SchedulerUnreachable(f"Slurm is not installed here ({text}): nothing was submitted",
-                                       "submit from a login node, or run here: --set cluster.executor=local")
+            raise SchedulerUnreachable(
+                f"Slurm is not installed here ({text}): nothing was submitted",
+                "submit from a login node, or run here: --set cluster.executor=local",
+            )
         if not ok:
-            raise SchedulerUnreachable(f"Slurm's controller is not answering ({text or 'scontrol ping failed'}): "
-                                       "nothing was submitted", "try again when it is back (scontrol ping; hpcqa doctor says more); "
-                                       "`hpcqa status` keeps reading accounting and the jobs' files meanwhile")
+            raise SchedulerUnreachable(
+                f"Slurm's controller is not answering ({text or 'scontrol ping failed'}): "
+                "nothing was submitted",
+                "try again when it is back (scontrol ping; hpcqa doctor says more); "
+                "`hpcqa status` keeps reading accounting and the jobs' files meanwhile",
+            )
 
     def version(self) -> tuple[bool, str]:
         proc = self.run(SINFO_VERSION)

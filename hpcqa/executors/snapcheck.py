@@ -29,18 +29,26 @@ def problems(folder, digest):
     files, extra = [], []
     pkg = os.path.join(folder, "hpcqa")
     for entry in sorted(os.listdir(folder)):
-        if entry not in ("hpcqa", MANIFEST, PROVENANCE, CHECKER) or os.path.islink(os.path.join(folder, entry)):
+        if entry not in ("hpcqa", MANIFEST, PROVENANCE, CHECKER) or os.path.islink(
+            os.path.join(folder, entry)
+        ):
             extra.append(entry)
     for top, dirs, names in os.walk(pkg):
         for name in sorted(dirs + names):
             path = os.path.join(top, name)
             rel = os.path.relpath(path, pkg)
-            if os.path.islink(path) or name == "__pycache__" or (name in names and not name.endswith(".py")):
+            if (
+                os.path.islink(path)
+                or name == "__pycache__"
+                or (name in names and not name.endswith(".py"))
+            ):
                 extra.append(os.path.join("hpcqa", rel))
             elif name in names:
                 with open(path, "rb") as f:
                     files.append((rel, f.read()))
-        dirs[:] = [d for d in dirs if d != "__pycache__" and not os.path.islink(os.path.join(top, d))]
+        dirs[:] = [
+            d for d in dirs if d != "__pycache__" and not os.path.islink(os.path.join(top, d))
+        ]
     if extra:
         return f"{os.path.join(folder, extra[0])} was not in the submitted snapshot"
     if digest_of(files) == digest:
@@ -51,7 +59,9 @@ def problems(folder, digest):
     except (OSError, ValueError):
         manifest = {}
     now = {rel: hashlib.sha256(data).hexdigest() for rel, data in files}
-    changed = sorted(set(now) ^ set(manifest) | {r for r in now if manifest.get(r) not in (None, now[r])})
+    changed = sorted(
+        set(now) ^ set(manifest) | {r for r in now if manifest.get(r) not in (None, now[r])}
+    )
     where = os.path.join(folder, "hpcqa", changed[0]) if changed else folder
     return f"{where} changed after submit (snapshot digest {digest_of(files)}, submitted {digest})"
 
@@ -59,5 +69,7 @@ def problems(folder, digest):
 if __name__ == "__main__":  # python -I FOLDER/snapcheck.py FOLDER DIGEST
     bad = problems(sys.argv[1], sys.argv[2])
     if bad:
-        print(f"hpcqa: refusing to run: {bad}; re-submit to snapshot the code again", file=sys.stderr)
+        print(
+            f"hpcqa: refusing to run: {bad}; re-submit to snapshot the code again", file=sys.stderr
+        )
         sys.exit(2)

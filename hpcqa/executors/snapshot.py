@@ -26,39 +26,53 @@ from hpcqa.executors import snapcheck
 from hpcqa.record.jobdir import JobRoot, write_json
 from hpcqa.version import __version__
 
-PACKAGE = Path(__file__).resolve().parent.parent   # the hpcqa package this process runs
+PACKAGE = Path(__file__).resolve().parent.parent  # the hpcqa package this process runs
 
 
 @dataclass(frozen=True)
 class Snapshot:
     digest: str
-    path: Path                      # <root>/code/<digest>: PYTHONPATH entry (holds the hpcqa package)
-    source: Path                    # the package it copies
+    path: Path  # <root>/code/<digest>: PYTHONPATH entry (holds the hpcqa package)
+    source: Path  # the package it copies
     provenance: Mapping[str, Any] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
         """What the ranks' environment gets (the existing PYTHONPATH stays behind the snapshot). No bytecode is
         written into the snapshot: a cached .pyc would run instead of the verified source."""
-        return {"PYTHONPATH": os.pathsep.join([str(self.path), *filter(None, [os.environ.get("PYTHONPATH", "")])]),
-                "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1", "HPCQA_CODE": str(self.path)}
+        return {
+            "PYTHONPATH": os.pathsep.join(
+                [str(self.path), *filter(None, [os.environ.get("PYTHONPATH", "")])]
+            ),
+            "PYTHONSAFEPATH": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HPCQA_CODE": str(self.path),
+        }
 
     def shell_lines(self, python: str) -> list[str]:
         """The same for a batch script (the job's PYTHONPATH stays behind the snapshot), after `python` verified the
         snapshot against the digest this script names (every attempt: a requeued job runs the script again)."""
         q = shlex.quote(str(self.path))
-        return [f"# hpcqa {self.provenance.get('version')} as submitted ({self.provenance.get('describe')}):",
-                "# the ranks import this copy, not the live tree, once it matches its digest",
-                f"{verify_command(python, self)} || exit 2",
-                f'export PYTHONPATH={q}"${{PYTHONPATH:+:$PYTHONPATH}}" PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1 '
-                f'HPCQA_CODE={q}']
+        return [
+            f"# hpcqa {self.provenance.get('version')} as submitted ({self.provenance.get('describe')}):",
+            "# the ranks import this copy, not the live tree, once it matches its digest",
+            f"{verify_command(python, self)} || exit 2",
+            f'export PYTHONPATH={q}"${{PYTHONPATH:+:$PYTHONPATH}}" PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1 '
+            f"HPCQA_CODE={q}",
+        ]
 
 
 def fact(snap: Snapshot | None) -> tuple[str, str]:
     """The dry run's line about the code the ranks will run."""
     if snap is None:
-        return "code", "the live tree (submit --no-snapshot): the ranks import whatever hpcqa is there when they start"
-    return "code", f"{snap.path} (snapshot of {snap.source}: hpcqa {snap.provenance.get('version')}, " \
-                   f"{snap.provenance.get('describe')})"
+        return (
+            "code",
+            "the live tree (submit --no-snapshot): the ranks import whatever hpcqa is there when they start",
+        )
+    return (
+        "code",
+        f"{snap.path} (snapshot of {snap.source}: hpcqa {snap.provenance.get('version')}, "
+        f"{snap.provenance.get('describe')})",
+    )
 
 
 def files(package: Path = PACKAGE) -> list[Path]:
@@ -66,7 +80,9 @@ def files(package: Path = PACKAGE) -> list[Path]:
 
 
 def content_digest(package: Path = PACKAGE) -> str:
-    return snapcheck.digest_of((str(p.relative_to(package)), p.read_bytes()) for p in files(package))
+    return snapcheck.digest_of(
+        (str(p.relative_to(package)), p.read_bytes()) for p in files(package)
+    )
 
 
 def verify_command(python: str, snap: Snapshot) -> str:
@@ -75,27 +91,44 @@ def verify_command(python: str, snap: Snapshot) -> str:
     changed."""
     checker = snap.path / snapcheck.CHECKER
     q = shlex.quote
-    return (f"printf '%s  %s\\n' {fsutil.file_sha256(snapcheck.__file__)} {q(str(checker))} | sha256sum --check "
-            f"--status || {{ echo {q(f'hpcqa: refusing to run: {checker} changed after submit')} >&2; exit 2; }}\n"
-            f"{q(python)} -I {q(str(checker))} {q(str(snap.path))} {snap.digest}")
+    return (
+        f"printf '%s  %s\\n' {fsutil.file_sha256(snapcheck.__file__)} {q(str(checker))} | sha256sum --check "
+        f"--status || {{ echo {q(f'hpcqa: refusing to run: {checker} changed after submit')} >&2; exit 2; }}\n"
+        f"{q(python)} -I {q(str(checker))} {q(str(snap.path))} {snap.digest}"
+    )
 
 
 def verify(snap: Snapshot) -> None:
     checker = snap.path / snapcheck.CHECKER
-    same = checker.is_file() and not checker.is_symlink() and \
-        fsutil.file_sha256(checker) == fsutil.file_sha256(snapcheck.__file__)
-    bad = snapcheck.problems(str(snap.path), snap.digest) if same else f"{checker} changed after submit"
+    same = (
+        checker.is_file()
+        and not checker.is_symlink()
+        and fsutil.file_sha256(checker) == fsutil.file_sha256(snapcheck.__file__)
+    )
+    bad = (
+        snapcheck.problems(str(snap.path), snap.digest)
+        if same
+        else f"{checker} changed after submit"
+    )
     if bad:
-        raise SubmitError(f"the code snapshot does not verify: {bad}", "re-submit (a fresh snapshot is made)")
+        raise SubmitError(
+            f"the code snapshot does not verify: {bad}", "re-submit (a fresh snapshot is made)"
+        )
 
 
 def provenance(package: Path = PACKAGE) -> dict[str, Any]:
-    out: dict[str, Any] = {"version": __version__, "python": sys.version.split()[0], "source": str(package)}
+    out: dict[str, Any] = {
+        "version": __version__,
+        "python": sys.version.split()[0],
+        "source": str(package),
+    }
     top = package.parent
     if (top / ".git").exists():
         out.update(git_describe(str(top), "hpcqa"))
     else:
-        out["describe"] = "not a git checkout" if shutil.which("git") else "git not installed: commit unknown"
+        out["describe"] = (
+            "not a git checkout" if shutil.which("git") else "git not installed: commit unknown"
+        )
     return out
 
 
@@ -104,14 +137,19 @@ def git_describe(folder: str, pathspec: str = ".") -> dict[str, Any]:
     git = shutil.which("git")
     if not git:
         return {"describe": "git not installed: commit unknown"}
-    run = lambda *a: subprocess.run([git, "-C", folder, *a], capture_output=True, text=True, timeout=10)  # noqa: E731
+    run = lambda *a: subprocess.run(
+        [git, "-C", folder, *a], capture_output=True, text=True, timeout=10
+    )  # noqa: E731
     head = run("rev-parse", "HEAD")
     if head.returncode != 0:
         return {"describe": "not a git checkout"}
     dirty = bool(run("status", "--porcelain", "--", pathspec).stdout.strip())
     commit = head.stdout.strip()
-    return {"commit": commit, "dirty": dirty,
-            "describe": f"git {commit[:12]}" + (" + uncommitted changes" if dirty else "")}
+    return {
+        "commit": commit,
+        "dirty": dirty,
+        "describe": f"git {commit[:12]}" + (" + uncommitted changes" if dirty else ""),
+    }
 
 
 def plan(root: JobRoot, package: Path = PACKAGE) -> Snapshot:

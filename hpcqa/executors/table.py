@@ -31,15 +31,25 @@ from hpcqa.errors import PlanError
 from hpcqa.executors.interface import Executor, JobVerbs, Renders
 from hpcqa.executors.slurmcli import Slurm
 
-SUBMIT, SCRIPT, HOSTS = "submit", "script", "hosts"   # how a plan is handed on: submitted, rendered, for plain hosts
+SUBMIT, SCRIPT, HOSTS = (
+    "submit",
+    "script",
+    "hosts",
+)  # how a plan is handed on: submitted, rendered, for plain hosts
 MODES = (SUBMIT, SCRIPT, HOSTS)
 LOCAL, SLURM, K8S = targets.LocalTarget.name, targets.SlurmTarget.name, targets.K8sTarget.name
-RENDER_SCRIPT, RENDER_PYTORCHJOB, RENDER_DOCKERFILE = targets.RENDER_SCRIPT, targets.RENDER_PYTORCHJOB, \
-    targets.RENDER_DOCKERFILE
+RENDER_SCRIPT, RENDER_PYTORCHJOB, RENDER_DOCKERFILE = (
+    targets.RENDER_SCRIPT,
+    targets.RENDER_PYTORCHJOB,
+    targets.RENDER_DOCKERFILE,
+)
 RENDER_TRAINJOB, RENDER_STAGE_JOB = targets.RENDER_TRAINJOB, targets.RENDER_STAGE_JOB
 RENDER_TRAININGRUNTIME = targets.RENDER_TRAININGRUNTIME
-RENDER_K8S = {RENDER_TRAINJOB: Launcher.TRAINJOB, RENDER_TRAININGRUNTIME: Launcher.TRAINJOB,
-              RENDER_PYTORCHJOB: Launcher.PYTORCHJOB}
+RENDER_K8S = {
+    RENDER_TRAINJOB: Launcher.TRAINJOB,
+    RENDER_TRAININGRUNTIME: Launcher.TRAINJOB,
+    RENDER_PYTORCHJOB: Launcher.PYTORCHJOB,
+}
 
 # (target, launcher, mode) -> ("module:Class" under hpcqa/executors, the options its constructor takes, in order).
 # Named, not imported: a verb imports only the executor it uses (`status` of a local job never loads submitit's
@@ -64,7 +74,7 @@ VERBS: Mapping[str, tuple[str, tuple[str, ...]]] = {
 
 
 def load(ref: str) -> Any:
-    """"module:Name" of hpcqa/executors -> the object, its module imported now."""
+    """ "module:Name" of hpcqa/executors -> the object, its module imported now."""
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(f"hpcqa.executors.{module}"), name)
 
@@ -99,8 +109,14 @@ def render_config(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def render(cfg: Config, host: HostProbe, target: str, launcher: str | None = None, hosts: tuple[str, ...] = (),
-           python: str | None = None) -> tuple[Renders, LaunchPlan]:
+def render(
+    cfg: Config,
+    host: HostProbe,
+    target: str,
+    launcher: str | None = None,
+    hosts: tuple[str, ...] = (),
+    python: str | None = None,
+) -> tuple[Renders, LaunchPlan]:
     """`hpcqa render --target TARGET`: the executor that renders, and the plan it renders -- the config and host
     as that executor prepares them (a script's interpreter, a pod's image)."""
     if target in RENDER_K8S:
@@ -109,8 +125,10 @@ def render(cfg: Config, host: HostProbe, target: str, launcher: str | None = Non
     else:
         launcher = Launcher(launcher or cfg.launch.launcher)
         ex = choose_for(SLURM, launcher, HOSTS if hosts else SCRIPT, hosts=hosts, python=python)
-    if not isinstance(ex, Renders):   # every SCRIPT/HOSTS entry of EXECUTORS renders
-        raise PlanError(f"the executor for {target} ({launcher}) does not render", "render another --target")
+    if not isinstance(ex, Renders):  # every SCRIPT/HOSTS entry of EXECUTORS renders
+        raise PlanError(
+            f"the executor for {target} ({launcher}) does not render", "render another --target"
+        )
     cfg, host = ex.prepare_render(cfg, host)
     if python:  # --python is the ranks' interpreter: a command's leading `python` means it too
         host = dataclasses.replace(host, python=python)
@@ -119,16 +137,20 @@ def render(cfg: Config, host: HostProbe, target: str, launcher: str | None = Non
 
 def choose_for(target: str, launcher: Launcher, mode: str, **options: Any) -> Executor:
     if (target, launcher, mode) not in EXECUTORS:
-        raise PlanError(f"no executor runs a {target} plan with launcher {launcher} ({mode})",
-                        "render it (hpcqa render) or change cluster.executor / launch.launcher")
+        raise PlanError(
+            f"no executor runs a {target} plan with launcher {launcher} ({mode})",
+            "render it (hpcqa render) or change cluster.executor / launch.launcher",
+        )
     return _construct(EXECUTORS[target, launcher, mode], options)
 
 
 def verbs(target: str, slurm_: Slurm | None = None) -> JobVerbs:
     """The job verbs of a registry row's target."""
     if target not in VERBS:
-        raise PlanError(f"the registry names an executor this hpcqa does not know: {target!r}",
-                        "use the hpcqa version that submitted the job")
+        raise PlanError(
+            f"the registry names an executor this hpcqa does not know: {target!r}",
+            "use the hpcqa version that submitted the job",
+        )
     return _construct(VERBS[target], {"slurm": slurm_})
 
 

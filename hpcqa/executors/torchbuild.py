@@ -10,16 +10,16 @@ import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CPU_INDEX = "https://download.pytorch.org/whl/cpu"   # PyTorch's own index of CPU-only builds
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own index of CPU-only builds
 
 
 @dataclass(frozen=True)
 class Build:
-    version: str | None          # torch.__version__, None when version.py could not be read
-    cuda: str | None             # torch.version.cuda: None for a CPU build
-    gpus: int = 0                # NVIDIA GPUs this node shows (/proc/driver/nvidia/gpus)
+    version: str | None  # torch.__version__, None when version.py could not be read
+    cuda: str | None  # torch.version.cuda: None for a CPU build
+    gpus: int = 0  # NVIDIA GPUs this node shows (/proc/driver/nvidia/gpus)
     cuda_dists: list[str] = field(default_factory=list)
-    cuda_bytes: int = 0          # what those distributions' files take
+    cuda_bytes: int = 0  # what those distributions' files take
     problem: str = ""
 
 

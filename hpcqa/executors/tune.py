@@ -23,8 +23,15 @@ from hpcqa.record import tuned as tune
 from hpcqa.record.jobdir import JobDir
 
 
-def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates: Sequence[int] | None,
-        show: Callable[[dict[int, float | None], int, int], None] | None = None, say: Say = silent) -> dict:
+def run(
+    path: str,
+    overrides: Sequence[str],
+    steps: int,
+    warmup: int,
+    candidates: Sequence[int] | None,
+    show: Callable[[dict[int, float | None], int, int], None] | None = None,
+    say: Say = silent,
+) -> dict:
     """-> {"key", "entry", "measured", "jobs"}; raises JobFailed when no candidate ran."""
 
     base = config.load(path, list(overrides))
@@ -33,10 +40,18 @@ def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates
     measured: dict[int, float | None] = {k: None for k in cands}
     jobs = {}
     for i, rps in enumerate(cands):
-        cfg = config.load(path, [*overrides, *tune.tune_overrides(rps, steps, warmup),
-                                 f"job.name={base.job.name}-tune"])
+        cfg = config.load(
+            path,
+            [
+                *overrides,
+                *tune.tune_overrides(rps, steps, warmup),
+                f"job.name={base.job.name}-tune",
+            ],
+        )
         p = planmod.build_plan(cfg, host, via_submitit=True)
-        job_id, jd, state = _run_one(p, f"tune {rps}x{base.cores_per_domain // rps} ({i + 1}/{len(cands)})", say)
+        job_id, jd, state = _run_one(
+            p, f"tune {rps}x{base.cores_per_domain // rps} ({i + 1}/{len(cands)})", say
+        )
         res = jd.read_results() or {}
         measured[rps] = res.get("steady_samples_per_second") if states.succeeded(state) else None
         jobs[rps] = {"id": job_id, "state": state, "folder": str(jd.path)}
@@ -44,11 +59,20 @@ def run(path: str, overrides: Sequence[str], steps: int, warmup: int, candidates
             show(measured, base.cores_per_domain, i + 1)
     done = {k: v for k, v in measured.items() if v}
     if not done:
-        raise JobFailed("no candidate layout completed: " + ", ".join(f"{k}: {j['state']}" for k, j in jobs.items()),
-                        "hpcqa logs <job id> shows why; the ids are in hpcqa status")
+        raise JobFailed(
+            "no candidate layout completed: "
+            + ", ".join(f"{k}: {j['state']}" for k, j in jobs.items()),
+            "hpcqa logs <job id> shows why; the ids are in hpcqa status",
+        )
     entry = tune.record(base, done, socket.gethostname(), time.time())
-    return {"key": planmod.shape_key(base), "entry": entry, "measured": measured, "jobs": jobs,
-            "cores_per_domain": base.cores_per_domain, "store": str(tune.store_path())}
+    return {
+        "key": planmod.shape_key(base),
+        "entry": entry,
+        "measured": measured,
+        "jobs": jobs,
+        "cores_per_domain": base.cores_per_domain,
+        "store": str(tune.store_path()),
+    }
 
 
 def _run_one(p: planmod.LaunchPlan, title: str, say: Say) -> tuple[str, JobDir, str]:
@@ -68,18 +92,38 @@ def run_comm(path: str, overrides: Sequence[str], say: Say = silent) -> dict:
     host = hostprobe.probe_host()
     most = planmod.build_plan(base, host).target_type.max_nodes
     if most is not None and most < 2:
-        raise ConfigError("cluster.executor", "`tune --comm` measures the link between two nodes; the local executor "
-                                              "has one machine", "run it where Slurm is (cluster.executor = \"slurm\" "
-                                                                 "or \"auto\" with sbatch on PATH)", path)
+        raise ConfigError(
+            "cluster.executor",
+            "`tune --comm` measures the link between two nodes; the local executor has one machine",
+            'run it where Slurm is (cluster.executor = "slurm" or "auto" with sbatch on PATH)',
+            path,
+        )
     nodes = max(base.cluster.nodes, 2)
-    cfg = config.load(path, [*overrides, "job.task=comm", "job.command=[]", f"cluster.nodes={nodes}",
-                             "train.do_eval=false", f"job.name={base.job.name}-comm"])  # the link, whatever the program
+    cfg = config.load(
+        path,
+        [
+            *overrides,
+            "job.task=comm",
+            "job.command=[]",
+            f"cluster.nodes={nodes}",
+            "train.do_eval=false",
+            f"job.name={base.job.name}-comm",
+        ],
+    )  # the link, whatever the program
     p = planmod.build_plan(cfg, host, via_submitit=True)
     job_id, jd, state = _run_one(p, f"tune --comm ({nodes} nodes, {p.backend.resolved})", say)
     link = (jd.read_results() or {}).get("link") or {}
     if not states.succeeded(state) or not link.get("bandwidth_Bps"):
-        raise JobFailed(f"the link measurement (job {job_id}) ended {state}: {link.get('error', 'no link measured')}",
-                        f"hpcqa logs {job_id} shows why")
+        raise JobFailed(
+            f"the link measurement (job {job_id}) ended {state}: {link.get('error', 'no link measured')}",
+            f"hpcqa logs {job_id} shows why",
+        )
     k = links.key(p.target, cfg.cluster.partition, p.backend.resolved)
-    return {"key": k, "entry": links.record(k, link, job_id), "link": link, "job": job_id, "folder": str(jd.path),
-            "store": str(links.caches.link_store())}
+    return {
+        "key": k,
+        "entry": links.record(k, link, job_id),
+        "link": link,
+        "job": job_id,
+        "folder": str(jd.path),
+        "store": str(links.caches.link_store()),
+    }

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hpcqa.core import topology
 
-WIDENED: str | None = None   # what widen_main_thread did, once per process
+WIDENED: str | None = None  # what widen_main_thread did, once per process
 
 
 def widen_main_thread() -> str:
@@ -25,11 +25,13 @@ def widen_main_thread() -> str:
     bound = os.environ.get("HPCQA_BOUND_CPUS", "")
     if not bound:
         return "not bound"
-    if os.environ.get("HPCQA_KEEP_OPENMP_BINDING") == "1":  # benchmarks/layout_bench.py: the old behaviour
+    if (
+        os.environ.get("HPCQA_KEEP_OPENMP_BINDING") == "1"
+    ):  # benchmarks/layout_bench.py: the old behaviour
         return "left as OpenMP bound it (HPCQA_KEEP_OPENMP_BINDING=1)"
     import torch  # the first import of torch in a training rank: before transformers, datasets and their threads
 
-    torch.ones(1 << 20).sum()                       # a parallel region: OpenMP binds its threads now
+    torch.ones(1 << 20).sum()  # a parallel region: OpenMP binds its threads now
     torch.ones(64, 64) @ torch.ones(64, 64)
     before = topology.cpu_list(os.sched_getaffinity(0))
     pool = topology.parse_cpu_list(bound)

@@ -38,8 +38,10 @@ class RankJob(submitit.helpers.Checkpointable):
 
         plan = planmod.load(self.plan_path)
         if plan.digest != self.plan_digest:
-            raise RankError(f"plan file {self.plan_path} has digest {plan.digest}, submitted {self.plan_digest}",
-                            "plan files are content-addressed and never rewritten: re-submit")
+            raise RankError(
+                f"plan file {self.plan_path} has digest {plan.digest}, submitted {self.plan_digest}",
+                "plan files are content-addressed and never rewritten: re-submit",
+            )
         jd = JobDir(Path(submitit.JobEnvironment().paths.folder))
         if already_completed(jd):
             return {"already_completed": True}
@@ -59,13 +61,17 @@ def already_completed(jd: JobDir) -> bool:
     done = jd.completed_before(attempt)
     if done is None:
         return False
-    print(f"hpcqa: attempt {attempt} of a job that attempt {done} completed (Slurm requeued it after it finished: "
-          "Slurm 24.11 does so once after a preemption); nothing to do, the results stay attempt "
-          f"{done}'s", file=sys.stderr, flush=True)
+    print(
+        f"hpcqa: attempt {attempt} of a job that attempt {done} completed (Slurm requeued it after it finished: "
+        "Slurm 24.11 does so once after a preemption); nothing to do, the results stay attempt "
+        f"{done}'s",
+        file=sys.stderr,
+        flush=True,
+    )
     return True
 
 
-SUBMITIT_DEFAULT_TIMEOUTS = 3   # submitit's max_num_timeout, which its LocalExecutor gives every job
+SUBMITIT_DEFAULT_TIMEOUTS = 3  # submitit's max_num_timeout, which its LocalExecutor gives every job
 
 
 def pickled(plan_path: str, plan_digest: str, timeout_min: int, countdown: int) -> bytes:
@@ -79,8 +85,10 @@ def pickled(plan_path: str, plan_digest: str, timeout_min: int, countdown: int) 
 def pickles(plan_path: str, plan_digest: str, timeout_min: int, max_requeues: int) -> set[bytes]:
     """Every pickle submit or submitit's requeue can have written for this plan (submitit's LocalExecutor counts
     down from its own default)."""
-    return {pickled(plan_path, plan_digest, timeout_min, c)
-            for c in range(max(max_requeues, SUBMITIT_DEFAULT_TIMEOUTS) + 1)}
+    return {
+        pickled(plan_path, plan_digest, timeout_min, c)
+        for c in range(max(max_requeues, SUBMITIT_DEFAULT_TIMEOUTS) + 1)
+    }
 
 
 def load_trainer():  # noqa: ANN201 -- the trainer's run_rank, whose module this one must not import

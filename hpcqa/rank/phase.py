@@ -35,8 +35,17 @@ class Phases:
     def enter(self, phase: Phase, detail: str = "", **extra: Any) -> None:
         phase = Phase(phase)  # a name that is no phase fails here, not in status
         now = time.time()
-        self.record = {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(), "attempt": self.attempt,
-                       "phase": phase, "detail": detail, "since": now, "updated": now, **extra}
+        self.record = {
+            "rank": self.rank,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "attempt": self.attempt,
+            "phase": phase,
+            "detail": detail,
+            "since": now,
+            "updated": now,
+            **extra,
+        }
         self._write()
 
     def note(self, detail: str) -> None:
@@ -60,5 +69,9 @@ class Phases:
             write_json(self.jd.rank_phase(self.rank), self.record)
         except OSError as e:
             self.broken = True
-            print(f"[hpcqa rank {self.rank}] WARNING: could not write the phase file ({e}); status will not show "
-                  "this rank's phase", file=sys.stderr, flush=True)
+            print(
+                f"[hpcqa rank {self.rank}] WARNING: could not write the phase file ({e}); status will not show "
+                "this rank's phase",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -20,11 +20,48 @@ from typing import Callable
 ALLOWED = {("submitit.core.utils", "DelayedSubmission"), ("hpcqa.rank.job", "RankJob")}
 # Opcodes that build plain data or call one of ALLOWED's constructors; REDUCE, GET/BINGET (a memo could
 # carry another global), INST, OBJ, NEWOBJ_EX, EXT*, PERSID and the rest are refused.
-SAFE_OPS = {"PROTO", "FRAME", "STOP", "MARK", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT", "SHORT_BINUNICODE",
-            "BINUNICODE", "BINUNICODE8", "UNICODE", "STACK_GLOBAL", "GLOBAL", "EMPTY_TUPLE", "TUPLE", "TUPLE1",
-            "TUPLE2", "TUPLE3", "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS", "EMPTY_LIST", "LIST", "APPEND",
-            "APPENDS", "NEWOBJ", "BUILD", "NONE", "NEWTRUE", "NEWFALSE", "INT", "BININT", "BININT1", "BININT2",
-            "LONG", "LONG1", "BINFLOAT", "FLOAT"}
+SAFE_OPS = {
+    "PROTO",
+    "FRAME",
+    "STOP",
+    "MARK",
+    "MEMOIZE",
+    "PUT",
+    "BINPUT",
+    "LONG_BINPUT",
+    "SHORT_BINUNICODE",
+    "BINUNICODE",
+    "BINUNICODE8",
+    "UNICODE",
+    "STACK_GLOBAL",
+    "GLOBAL",
+    "EMPTY_TUPLE",
+    "TUPLE",
+    "TUPLE1",
+    "TUPLE2",
+    "TUPLE3",
+    "EMPTY_DICT",
+    "DICT",
+    "SETITEM",
+    "SETITEMS",
+    "EMPTY_LIST",
+    "LIST",
+    "APPEND",
+    "APPENDS",
+    "NEWOBJ",
+    "BUILD",
+    "NONE",
+    "NEWTRUE",
+    "NEWFALSE",
+    "INT",
+    "BININT",
+    "BININT1",
+    "BININT2",
+    "LONG",
+    "LONG1",
+    "BINFLOAT",
+    "FLOAT",
+}
 
 
 def problems(data: bytes, plan_path: str, plan_digest: str) -> str | None:
@@ -69,8 +106,13 @@ def owner_only(path: Path) -> str | None:
     return None
 
 
-def check(path: Path, plan_path: str, plan_digest: str, allowed: Callable[[], set[bytes]],
-          wait_s: float = 120.0) -> str | None:
+def check(
+    path: Path,
+    plan_path: str,
+    plan_digest: str,
+    allowed: Callable[[], set[bytes]],
+    wait_s: float = 120.0,
+) -> str | None:
     """Wait for the pickle (the Slurm executor writes it right after sbatch returns) and check it against `allowed()`
     (the pickles submit could have written: hpcqa.rank.job.pickles)."""
     deadline = time.time() + wait_s
@@ -83,4 +125,7 @@ def check(path: Path, plan_path: str, plan_digest: str, allowed: Callable[[], se
         return f"it cannot be read ({e.strerror or e})"
     if bad or data in allowed():
         return bad
-    return problems(data, plan_path, plan_digest) or "it differs from every pickle submit could have written for this plan"
+    return (
+        problems(data, plan_path, plan_digest)
+        or "it differs from every pickle submit could have written for this plan"
+    )

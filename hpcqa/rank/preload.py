@@ -19,10 +19,21 @@ LIBRARIES = {
     "jemalloc": ("libjemalloc.so", "libjemalloc.so.2"),
     "iomp": ("libiomp5.so",),
 }
-WANTED = "HPCQA_PRELOAD"      # the plan's names, colon-separated
-FOUND = "HPCQA_PRELOADED"     # what the rank resolved: name=path (empty path: not found), ';'-separated
-SYSTEM_DIRS = ("/usr/local/lib", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
-               "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+WANTED = "HPCQA_PRELOAD"  # the plan's names, colon-separated
+FOUND = (
+    "HPCQA_PRELOADED"  # what the rank resolved: name=path (empty path: not found), ';'-separated
+)
+SYSTEM_DIRS = (
+    "/usr/local/lib",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+)
 
 
 def find_library(names: tuple[str, ...], dirs: list[str], exists=os.path.exists) -> str | None:
@@ -75,7 +86,9 @@ def available(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def resolve(wanted: list[str], dirs: list[str]) -> tuple[list[str], dict[str, str]]:
     """(paths to preload, name -> path or "" where not found) for the names wanted, looked up in `dirs`."""
-    found = {name: find_library(LIBRARIES.get(name, (f"lib{name}.so",)), dirs) or "" for name in wanted}
+    found = {
+        name: find_library(LIBRARIES.get(name, (f"lib{name}.so",)), dirs) or "" for name in wanted
+    }
     return [p for p in found.values() if p], found
 
 

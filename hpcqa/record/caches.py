@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-SYNTH_SHAPE_VERSION = "1"  # bumped when the "squad" shape's generator changes: a new cache file, never a stale one
+SYNTH_SHAPE_VERSION = (
+    "1"  # bumped when the "squad" shape's generator changes: a new cache file, never a stale one
+)
 
 
 def _home_cache(env: Mapping[str, str]) -> Path:
@@ -40,9 +42,15 @@ class Caches:
     def tiny_model(self, version: int) -> Path:
         return self.root / "models" / f"tiny-bert-v{version}"
 
-    def synthetic_data(self, negatives: bool, split: str, examples: int, seed: int, shape: str = "short") -> Path:
+    def synthetic_data(
+        self, negatives: bool, split: str, examples: int, seed: int, shape: str = "short"
+    ) -> Path:
         shaped = "" if shape == "short" else f"{shape}{SYNTH_SHAPE_VERSION}-"
-        return self.root / "data" / f"synthetic-{'v2' if negatives else 'v1'}-{shaped}{split}-{examples}-{seed}.json"
+        return (
+            self.root
+            / "data"
+            / f"synthetic-{'v2' if negatives else 'v1'}-{shaped}{split}-{examples}-{seed}.json"
+        )
 
     def features(self, split: str, key: str) -> Path:
         return self.root / "features" / f"{split}-{key}.arrow"

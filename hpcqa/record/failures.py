@@ -11,16 +11,35 @@ import re
 from typing import Any
 
 HARD_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE")
-PEER_LOST = ("connection closed by peer", "connection reset by peer", "remote worker", "broken pipe",
-             "gloo/transport",
-             # c10d's TCPStore when its host (rank 0) went away first, e.g. after its own rendezvous timeout:
-             # "DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server
-             # shutdown or crash?" (torch 2.13, seen with 2 of 3 gloo ranks started)
-             "connection was likely closed")
+PEER_LOST = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "remote worker",
+    "broken pipe",
+    "gloo/transport",
+    # c10d's TCPStore when its host (rank 0) went away first, e.g. after its own rendezvous timeout:
+    # "DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server
+    # shutdown or crash?" (torch 2.13, seen with 2 of 3 gloo ranks started)
+    "connection was likely closed",
+)
 # "timed out" alone is also a hub download's or the program's own timeout: a peer only when a collective or the
 # rendezvous store timed out (gloo: "Timed out waiting ... for recv", c10d: "DistStoreError ... timed out")
-TIMED_OUT_IN = ("gloo", "c10d", "diststore", "collective", "watchdog", "recv", "send", "allreduce", "all_reduce",
-                "barrier", "process group", "processgroup", "distnetwork", "client socket")
+TIMED_OUT_IN = (
+    "gloo",
+    "c10d",
+    "diststore",
+    "collective",
+    "watchdog",
+    "recv",
+    "send",
+    "allreduce",
+    "all_reduce",
+    "barrier",
+    "process group",
+    "processgroup",
+    "distnetwork",
+    "client socket",
+)
 # before the process group forms, a peer that never arrived reads (torch 2.13, seen with 2 of 3 gloo ranks started):
 #   the waiting ranks   "DistStoreError: wait timeout after 8000ms, keys: /default_pg/0//cpu//0/0"
 #   the store's host    "DistStoreError: Timed out after 9 seconds waiting for clients. 2/3 clients joined."
@@ -33,8 +52,11 @@ def names_peer_loss(line: str) -> bool:
     """An error line that says a peer went away, or never arrived: a collective or the rendezvous waited for one
     past its timeout."""
     low = line.lower()
-    return any(p in low for p in PEER_LOST) or ("timed out" in low and any(m in low for m in TIMED_OUT_IN)) \
+    return (
+        any(p in low for p in PEER_LOST)
+        or ("timed out" in low and any(m in low for m in TIMED_OUT_IN))
         or any(a in low and b in low for a, b in RENDEZVOUS)
+    )
 
 
 def lost_peer(record: Any) -> bool:
@@ -50,11 +72,16 @@ def lost_peer_in_log(path: Any, max_bytes: int = 64 << 10) -> bool:
         with open(path, "rb") as f:
             f.seek(0, 2)
             f.seek(max(0, f.tell() - max_bytes))
-            tail = [RANK_PREFIX.sub("", line) for line in f.read().decode("utf-8", "replace").splitlines()[-200:]]
+            tail = [
+                RANK_PREFIX.sub("", line)
+                for line in f.read().decode("utf-8", "replace").splitlines()[-200:]
+            ]
     except OSError:
         return False
     first = error_first(tail)
-    return bool(first) and EXCEPTION.match(first[0].strip()) is not None and names_peer_loss(first[0])
+    return (
+        bool(first) and EXCEPTION.match(first[0].strip()) is not None and names_peer_loss(first[0])
+    )
 
 
 def consequence(record: dict) -> int:
@@ -65,9 +92,11 @@ def consequence(record: dict) -> int:
     return 2 if names_peer_loss(error) else 1
 
 
-RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")   # torch's prefix on a rank's uncaught error lines
-CARETS = re.compile(r"^[\s^~]+$")            # Python 3.11's markers under a traceback's source line
-EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b(?::|$)")
+RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")  # torch's prefix on a rank's uncaught error lines
+CARETS = re.compile(r"^[\s^~]+$")  # Python 3.11's markers under a traceback's source line
+EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b(?::|$)"
+)
 
 
 def error_first(tail: list[str]) -> list[str]:
@@ -75,4 +104,4 @@ def error_first(tail: list[str]) -> list[str]:
     the rest in order; Python's caret-only marker lines left out. Empty lines are dropped too."""
     lines = [str(x) for x in tail if str(x).strip() and not CARETS.match(str(x))]
     at = next((i for i in range(len(lines) - 1, -1, -1) if EXCEPTION.match(lines[i].strip())), None)
-    return lines if at is None else [lines[at], *lines[:at], *lines[at + 1:]]
+    return lines if at is None else [lines[at], *lines[:at], *lines[at + 1 :]]

@@ -26,8 +26,14 @@ def load(path: Path | None = None) -> dict[str, Any]:
 
 
 def record(k: str, link: Mapping[str, Any], job_id: str, path: Path | None = None) -> dict:
-    entry = {"bandwidth_Bps": link["bandwidth_Bps"], "latency_s": link["latency_s"], "nodes": link.get("nodes"),
-             "points": link.get("points"), "job": job_id, "when": time.time()}
+    entry = {
+        "bandwidth_Bps": link["bandwidth_Bps"],
+        "latency_s": link["latency_s"],
+        "nodes": link.get("nodes"),
+        "points": link.get("points"),
+        "job": job_id,
+        "when": time.time(),
+    }
     p = path or caches.link_store()
     data = load(p)
     data[k] = entry

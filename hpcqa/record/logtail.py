@@ -17,7 +17,9 @@ from hpcqa import fsutil
 
 BLOCK = 1 << 20
 NEEDLE = b"] attempt "
-MARKER = re.compile(rb"\] attempt \d+ starts(?:\r?\n|$)")  # the rank's own line as each attempt starts
+MARKER = re.compile(
+    rb"\] attempt \d+ starts(?:\r?\n|$)"
+)  # the rank's own line as each attempt starts
 MARKER_TAIL = 40  # bytes after NEEDLE that a marker can need (digits, " starts", the newline)
 
 
@@ -45,10 +47,14 @@ def markers(f: BinaryIO, want: int = 2) -> list[int]:
     while end > 0 and len(found) < want:
         start = max(0, end - BLOCK)
         f.seek(start)
-        buf = f.read(min(end + MARKER_TAIL, size) - start)  # a little past `end`: a marker cut by the block edge
+        buf = f.read(
+            min(end + MARKER_TAIL, size) - start
+        )  # a little past `end`: a marker cut by the block edge
         i = min(end - start, len(buf))
         while len(found) < want:
-            i = buf.rfind(NEEDLE, 0, i + len(NEEDLE) - 1)  # a needle that starts before i (rfind: wholly inside)
+            i = buf.rfind(
+                NEEDLE, 0, i + len(NEEDLE) - 1
+            )  # a needle that starts before i (rfind: wholly inside)
             if i < 0:
                 break
             if MARKER.match(buf, i):

@@ -30,11 +30,18 @@ def caches(cfg: Config) -> Caches:
 def identity(cfg: Config) -> dict[str, Any]:
     """What decides the staged items."""
     m, t = cfg.model, cfg.train
-    data = {k: v for k, v in cfg.to_dict()["data"].items() if k not in ("max_misaligned_answers",
-                                                                        "preprocessing_num_workers")}
-    return {"model": [m.name_or_path, m.cache_dir], "data": data, "seed": t.seed,
-            "features": [t.max_seq_length, t.doc_stride, t.do_eval, t.do_predict, t.eval_strategy],
-            "v": MANIFEST_VERSION}
+    data = {
+        k: v
+        for k, v in cfg.to_dict()["data"].items()
+        if k not in ("max_misaligned_answers", "preprocessing_num_workers")
+    }
+    return {
+        "model": [m.name_or_path, m.cache_dir],
+        "data": data,
+        "seed": t.seed,
+        "features": [t.max_seq_length, t.doc_stride, t.do_eval, t.do_predict, t.eval_strategy],
+        "v": MANIFEST_VERSION,
+    }
 
 
 def manifest_path(cfg: Config) -> Path:
@@ -63,22 +70,39 @@ def check(cfg: Config) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {"manifest": None, "problems": [], "items": {
-            k: ("not staged", f"no manifest {path.name} in {path.parent}") for k in ("model", "data", "features")}}
+        return {
+            "manifest": None,
+            "problems": [],
+            "items": {
+                k: ("not staged", f"no manifest {path.name} in {path.parent}")
+                for k in ("model", "data", "features")
+            },
+        }
     model = manifest["model"]
     splits = manifest["dataset"]["splits"]
     groups = {
-        "model": (_missing(model["files"]), f"{model['name']} ({model['kind']}"
-                  + (f", revision {model['revision'][:12]}" if model.get("revision") else "") + ")"),
-        "data": ([m for s in splits for m in _missing(s["files"])],
-                 ", ".join(f"{s['split']} {s['rows']} rows" for s in splits)),
-        "features": ([m for s in splits for m in _missing(s.get("features", {}).get("files", []))],
-                     ", ".join(f"{s['split']} {s['features']['rows']}" for s in splits if "features" in s)),
+        "model": (
+            _missing(model["files"]),
+            f"{model['name']} ({model['kind']}"
+            + (f", revision {model['revision'][:12]}" if model.get("revision") else "")
+            + ")",
+        ),
+        "data": (
+            [m for s in splits for m in _missing(s["files"])],
+            ", ".join(f"{s['split']} {s['rows']} rows" for s in splits),
+        ),
+        "features": (
+            [m for s in splits for m in _missing(s.get("features", {}).get("files", []))],
+            ", ".join(f"{s['split']} {s['features']['rows']}" for s in splits if "features" in s),
+        ),
     }
     items, problems = {}, []
     for key, (bad, detail) in groups.items():
-        items[key] = ("missing", bad[0] + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")) if bad else \
-            ("staged", detail)
+        items[key] = (
+            ("missing", bad[0] + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""))
+            if bad
+            else ("staged", detail)
+        )
         problems += [f"{key}: {b}" for b in bad]
     return {"manifest": str(path), "items": items, "problems": problems}
 
@@ -87,7 +111,10 @@ def require(cfg: Config) -> None:
     """submit: a manifest for this config whose files are gone fails here, before anything is queued."""
     got = check(cfg)
     if got["problems"]:
-        shown = "; ".join(got["problems"][:3]) + (f" (+{len(got['problems']) - 3} more)" if len(got["problems"]) > 3
-                                                  else "")
-        raise StageError(f"staged items are missing ({got['manifest']}): {shown}",
-                         f"run `hpcqa stage {cfg.source or 'CONFIG'}` again on a machine with network")
+        shown = "; ".join(got["problems"][:3]) + (
+            f" (+{len(got['problems']) - 3} more)" if len(got["problems"]) > 3 else ""
+        )
+        raise StageError(
+            f"staged items are missing ({got['manifest']}): {shown}",
+            f"run `hpcqa stage {cfg.source or 'CONFIG'}` again on a machine with network",
+        )

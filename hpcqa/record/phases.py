@@ -43,11 +43,11 @@ NAMES = {
     Phase.FAILED: "failed",
 }
 BEFORE_TRAINING = (Phase.STARTING, Phase.ADDRESS, Phase.RENDEZVOUS, Phase.LOADING)
-WAITING = (Phase.RENDEZVOUS, Phase.ADDRESS)   # for a peer: the rendezvous warning
+WAITING = (Phase.RENDEZVOUS, Phase.ADDRESS)  # for a peer: the rendezvous warning
 
 
 def text(record: dict, now: float | None = None) -> str:
-    """"training step 12/40, for 1:05" -- one rank's phase, for status. The file is read back: any field may be
+    """ "training step 12/40, for 1:05" -- one rank's phase, for status. The file is read back: any field may be
     missing or of the wrong type, and the text is cut to one line."""
     now = now or time.time()
     phase = str(record.get("phase", "?"))
@@ -87,7 +87,9 @@ def summary(records: list[dict], world_size: int, now: float | None = None) -> s
 
 def duration(s: float) -> str:
     s = max(int(s), 0)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    return (
+        f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )
 
 
 RENDEZVOUS_WARN_S = 60.0
@@ -97,15 +99,22 @@ def stuck_at_rendezvous(records: list[dict], now: float | None = None) -> str | 
     """The one line status prints when ranks have waited at the rendezvous (or for the first host's address) for
     longer than a minute: which ranks, how long, for which address, and what to check. None otherwise."""
     now = now or time.time()
-    waiting = [r for r in records if r.get("phase") in WAITING
-               and isinstance(r.get("since"), (int, float)) and now - r["since"] > RENDEZVOUS_WARN_S]
+    waiting = [
+        r
+        for r in records
+        if r.get("phase") in WAITING
+        and isinstance(r.get("since"), (int, float))
+        and now - r["since"] > RENDEZVOUS_WARN_S
+    ]
     if not waiting:
         return None
     ranks = ", ".join(str(r.get("rank")) for r in sorted(waiting, key=lambda r: r.get("rank", 0)))
     longest = max(now - r["since"] for r in waiting)
     where = sorted({" ".join(str(r.get("detail") or "?").split())[:80] for r in waiting})
     arrived = [r for r in records if r not in waiting]
-    return (f"rank(s) {ranks} have waited {duration(longest)} at the rendezvous for {', '.join(where)}"
-            + (f" ({len(arrived)} other rank(s) are past it or not started)" if arrived else "")
-            + ": check that this address resolves and its port is reachable from every node (launch.master_interface,"
-              " launch.master_port); the ranks give up after train.ddp_timeout_s")
+    return (
+        f"rank(s) {ranks} have waited {duration(longest)} at the rendezvous for {', '.join(where)}"
+        + (f" ({len(arrived)} other rank(s) are past it or not started)" if arrived else "")
+        + ": check that this address resolves and its port is reachable from every node (launch.master_interface,"
+        " launch.master_port); the ranks give up after train.ddp_timeout_s"
+    )

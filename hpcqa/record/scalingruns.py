@@ -16,19 +16,27 @@ from hpcqa.errors import UsageError
 from hpcqa.record import links, tuned
 from hpcqa.record.jobdir import JobDir
 
-RECENT = 200   # registry rows searched for a run of the same shape (newest first)
+RECENT = 200  # registry rows searched for a run of the same shape (newest first)
 
 
 def parse_rate(text: str) -> float:
     """'10gbit', '100mbit', '1.5gbit', '117MB/s' -> bytes/s."""
     t = text.strip().lower().replace(" ", "")
-    for unit, mult in (("gbit", 1e9 / 8), ("mbit", 1e6 / 8), ("kbit", 1e3 / 8), ("gb/s", 1e9), ("mb/s", 1e6)):
+    for unit, mult in (
+        ("gbit", 1e9 / 8),
+        ("mbit", 1e6 / 8),
+        ("kbit", 1e3 / 8),
+        ("gb/s", 1e9),
+        ("mb/s", 1e6),
+    ):
         if t.endswith(unit):
             try:
                 return float(t[: -len(unit)]) * mult
             except ValueError:
                 break
-    raise UsageError(f"--bandwidth {text!r}: not a link speed", "write it as 10gbit, 100mbit or 117MB/s")
+    raise UsageError(
+        f"--bandwidth {text!r}: not a link speed", "write it as 10gbit, 100mbit or 117MB/s"
+    )
 
 
 DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
@@ -39,7 +47,9 @@ def parse_duration(text: str) -> float:
     m = DURATION.match(text.strip().lower().replace(" ", "").replace("min", "m"))
     total = sum(float(x) * unit for x, unit in zip(m.groups(), (3600, 60, 1)) if x) if m else 0.0
     if total <= 0:
-        raise UsageError(f"--epoch-time {text!r}: not a duration", "write it as 26m, 7m30s, 1560s or 1.5h")
+        raise UsageError(
+            f"--epoch-time {text!r}: not a duration", "write it as 26m, 7m30s, 1560s or 1.5h"
+        )
     return total
 
 
@@ -47,35 +57,61 @@ def results_of(row: Any) -> dict:
     return JobDir(Path(row.folder)).read_results() or {}
 
 
-def link_for(executor: str, partition: str, backend: str, bandwidth: str | None = None,
-             latency_us: float | None = None) -> scaling.Link:
+def link_for(
+    executor: str,
+    partition: str,
+    backend: str,
+    bandwidth: str | None = None,
+    latency_us: float | None = None,
+) -> scaling.Link:
     """The given link, else the one stored for this executor, partition and backend; UsageError naming the fix."""
     k = links.key(executor, partition, backend)
     stored = links.lookup(k)
     if bandwidth:
-        lat = latency_us * 1e-6 if latency_us is not None else (stored or {}).get("latency_s", 50e-6)
-        return scaling.Link(parse_rate(bandwidth), lat, "given: --bandwidth" + (" --latency-us" if latency_us else ""))
+        lat = (
+            latency_us * 1e-6 if latency_us is not None else (stored or {}).get("latency_s", 50e-6)
+        )
+        return scaling.Link(
+            parse_rate(bandwidth),
+            lat,
+            "given: --bandwidth" + (" --latency-us" if latency_us else ""),
+        )
     if not stored:
-        raise UsageError(f"no link measured for {k} (store {links.caches.link_store()})",
-                         "run `hpcqa tune --comm CONFIG` on that partition (it measures the link between 2 nodes "
-                         "with the job's backend), or give --bandwidth 10gbit [--latency-us 20]")
+        raise UsageError(
+            f"no link measured for {k} (store {links.caches.link_store()})",
+            "run `hpcqa tune --comm CONFIG` on that partition (it measures the link between 2 nodes "
+            "with the job's backend), or give --bandwidth 10gbit [--latency-us 20]",
+        )
     lat = stored["latency_s"] if latency_us is None else latency_us * 1e-6
-    return scaling.Link(stored["bandwidth_Bps"], lat, f"`hpcqa tune --comm` job {stored.get('job')}")
+    return scaling.Link(
+        stored["bandwidth_Bps"], lat, f"`hpcqa tune --comm` job {stored.get('job')}"
+    )
 
 
-def link_of_run(row: Any, bandwidth: str | None = None, latency_us: float | None = None) -> scaling.Link:
+def link_of_run(
+    row: Any, bandwidth: str | None = None, latency_us: float | None = None
+) -> scaling.Link:
     """link_for the executor, partition and backend a recorded run had."""
-    return link_for(row.target, (row.config.get("cluster") or {}).get("partition", ""),
-                    results_of(row).get("backend") or "gloo", bandwidth, latency_us)
+    return link_for(
+        row.target,
+        (row.config.get("cluster") or {}).get("partition", ""),
+        results_of(row).get("backend") or "gloo",
+        bandwidth,
+        latency_us,
+    )
 
 
 def model_for(res: dict, cfg: configmod.Config, link: scaling.Link) -> scaling.Model:
     try:
         t = cfg.train
-        prof = scaling.profile_from_results(res, t.num_train_epochs if t.max_steps < 0 else 0.0, max(t.max_steps, 0))
+        prof = scaling.profile_from_results(
+            res, t.num_train_epochs if t.max_steps < 0 else 0.0, max(t.max_steps, 0)
+        )
     except ValueError as e:
-        raise UsageError(f"cannot predict from this run: {e}", "predict from a completed training run of "
-                                                               "this hpcqa version") from None
+        raise UsageError(
+            f"cannot predict from this run: {e}",
+            "predict from a completed training run of this hpcqa version",
+        ) from None
     return scaling.Model.from_run(prof, link)
 
 
@@ -99,21 +135,33 @@ def predict_job(row: Any, nodes: Sequence[int], link: scaling.Link) -> dict:
     """The prediction from one finished run: per node count, and the best measured layout at each."""
     res, cfg = results_of(row), job_config(row)
     if res.get("task") == "comm":
-        raise UsageError(f"job {row.id} measured a link; it trained nothing to predict from",
-                         "give the id of a finished training run")
+        raise UsageError(
+            f"job {row.id} measured a link; it trained nothing to predict from",
+            "give the id of a finished training run",
+        )
     model = model_for(res, cfg, link)
     preds = model.predict(nodes)
     layouts = measured_layouts(cfg, model.profile)
     best = {n: model.best_layout(n, layouts) for n in nodes} if len(layouts) > 1 else {}
-    return {"job": row.id, "model": model, "predictions": preds, "best_layout": best, "layouts": layouts,
-            "slower": scaling.slower_than_one(preds)}
+    return {
+        "job": row.id,
+        "model": model,
+        "predictions": preds,
+        "best_layout": best,
+        "layouts": layouts,
+        "slower": scaling.slower_than_one(preds),
+    }
 
 
 def study(rows: Sequence[Any], link: scaling.Link | None) -> list[dict]:
     """A sweep over cluster.nodes: measured samples/s per node count, and (with a link) the prediction from its
     smallest run, with measured/predicted."""
     done = [(r, results_of(r)) for r in rows if r.state == State.COMPLETED]
-    done = [(r, res) for r, res in done if res.get("steady_samples_per_second") or res.get("train_samples_per_second")]
+    done = [
+        (r, res)
+        for r, res in done
+        if res.get("steady_samples_per_second") or res.get("train_samples_per_second")
+    ]
     if not done:
         return []
     done.sort(key=lambda x: x[1].get("nodes") or x[0].nodes)
@@ -121,15 +169,24 @@ def study(rows: Sequence[Any], link: scaling.Link | None) -> list[dict]:
     pred = {}
     if link is not None:
         model = model_for(base_res, job_config(base_row), link)
-        pred = {p.nodes: p for p in model.predict(sorted({res.get("nodes") or r.nodes for r, res in done}))}
+        pred = {
+            p.nodes: p
+            for p in model.predict(sorted({res.get("nodes") or r.nodes for r, res in done}))
+        }
     out = []
     for r, res in done:
         n = res.get("nodes") or r.nodes
         measured = res.get("steady_samples_per_second") or res.get("train_samples_per_second")
         p = pred.get(n)
-        out.append({"nodes": n, "job": r.id, "measured": measured,
-                    "predicted": p.samples_per_second if p else None,
-                    "ratio": measured / p.samples_per_second if p else None})
+        out.append(
+            {
+                "nodes": n,
+                "job": r.id,
+                "measured": measured,
+                "predicted": p.samples_per_second if p else None,
+                "ratio": measured / p.samples_per_second if p else None,
+            }
+        )
     return out
 
 
@@ -140,7 +197,9 @@ def same_shape_run(reg: Any, cfg: configmod.Config) -> Any | None:
     want, fallback = planmod.shape_key(cfg), None
     for row in reg.jobs(limit=RECENT) if reg.exists else []:
         # the registry's state may lag (no one asked Slurm since): a results.json that says COMPLETED counts
-        if (row.final and row.state != State.COMPLETED) or (row.config.get("job") or {}).get("task", "train") != "train":
+        if (row.final and row.state != State.COMPLETED) or (row.config.get("job") or {}).get(
+            "task", "train"
+        ) != "train":
             continue
         try:
             if planmod.shape_key(job_config(row)) != want:
@@ -148,7 +207,11 @@ def same_shape_run(reg: Any, cfg: configmod.Config) -> Any | None:
         except Exception:  # a config an older hpcqa wrote: not comparable
             continue
         res = results_of(row)
-        if res.get("status") == State.COMPLETED and (res.get("comm") or {}).get("bucket_bytes") and res.get("step_time_s"):
+        if (
+            res.get("status") == State.COMPLETED
+            and (res.get("comm") or {}).get("bucket_bytes")
+            and res.get("step_time_s")
+        ):
             if (res.get("nodes") or row.nodes) == 1:
                 return row
             fallback = fallback or row
@@ -160,13 +223,17 @@ def warnings_for(plan: planmod.LaunchPlan, reg: Any) -> list[str]:
     stored link for its partition and backend and a finished run of its shape; silent otherwise."""
     if plan.nodes < 2 or plan.config.job.task != "train":
         return []
-    stored = links.lookup(links.key(plan.target, plan.config.cluster.partition, plan.backend.resolved))
+    stored = links.lookup(
+        links.key(plan.target, plan.config.cluster.partition, plan.backend.resolved)
+    )
     if not stored:
         return []
     row = same_shape_run(reg, plan.config)
     if row is None:
         return []
-    link = scaling.Link(stored["bandwidth_Bps"], stored["latency_s"], f"tune --comm job {stored.get('job')}")
+    link = scaling.Link(
+        stored["bandwidth_Bps"], stored["latency_s"], f"tune --comm job {stored.get('job')}"
+    )
     try:
         model = model_for(results_of(row), job_config(row), link)
     except UsageError:
@@ -174,8 +241,10 @@ def warnings_for(plan: planmod.LaunchPlan, reg: Any) -> list[str]:
     one, here = model.predict([1, plan.nodes])
     if here.samples_per_second >= one.samples_per_second:
         return []
-    return [f"predicted slower on {plan.nodes} nodes than on 1: {here.samples_per_second:.1f} vs "
-            f"{one.samples_per_second:.1f} train samples/s (the gradient all-reduce, {here.allreduce_s:.2f} s per "
-            f"step over the {scaling.human_rate(link.bandwidth_Bps)} link measured by {link.source}, against "
-            f"{model.profile.t_local:.2f} s of compute; from job {row.id}). `hpcqa scaling --predict {row.id}` "
-            "shows every node count; fewer nodes, a larger per-rank batch or a faster partition would help"]
+    return [
+        f"predicted slower on {plan.nodes} nodes than on 1: {here.samples_per_second:.1f} vs "
+        f"{one.samples_per_second:.1f} train samples/s (the gradient all-reduce, {here.allreduce_s:.2f} s per "
+        f"step over the {scaling.human_rate(link.bandwidth_Bps)} link measured by {link.source}, against "
+        f"{model.profile.t_local:.2f} s of compute; from job {row.id}). `hpcqa scaling --predict {row.id}` "
+        "shows every node count; fewer nodes, a larger per-rank batch or a faster partition would help"
+    ]

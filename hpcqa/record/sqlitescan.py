@@ -11,8 +11,10 @@ from pathlib import Path
 
 LEAF_TABLE = 0x0D
 WAL_HEADER, WAL_FRAME_HEADER = 32, 24
-MAX_BYTES = 256 << 20   # read at most this much of a file and of its -wal: a registry of millions of jobs is smaller
-MIN_USABLE = 480        # the file format's least usable page size; anything less is not an SQLite file
+MAX_BYTES = (
+    256 << 20
+)  # read at most this much of a file and of its -wal: a registry of millions of jobs is smaller
+MIN_USABLE = 480  # the file format's least usable page size; anything less is not an SQLite file
 
 # The file is data from a damaged (or crafted) source: every size and pointer in it is checked before use, so a
 # scan is bounded by the bytes read -- no loop on a cycle of overflow pages, no record larger than the file.
@@ -34,7 +36,7 @@ def _value(serial: int, buf: bytes, i: int):
     sizes = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 6, 6: 8, 7: 8, 8: 0, 9: 0}
     if serial in sizes:
         n = sizes[serial]
-        raw = buf[i:i + n]
+        raw = buf[i : i + n]
         if len(raw) != n:
             raise ValueError("short value")
         if serial == 0:
@@ -47,7 +49,7 @@ def _value(serial: int, buf: bytes, i: int):
     if serial < 12:
         raise ValueError("reserved serial type")
     n = (serial - 12) // 2 if serial % 2 == 0 else (serial - 13) // 2
-    raw = buf[i:i + n]
+    raw = buf[i : i + n]
     if len(raw) != n:
         raise ValueError("short value")
     return (bytes(raw) if serial % 2 == 0 else raw.decode("utf-8")), i + n
@@ -70,11 +72,11 @@ def _record(payload: bytes) -> list:
 
 def _cells(page: bytes, start: int, usable: int, pages: dict[int, bytes]) -> list[tuple[int, list]]:
     """(rowid, values) of every cell of a table-leaf page; a cell that cannot be read is skipped."""
-    count = int.from_bytes(page[start + 3:start + 5], "big")
+    count = int.from_bytes(page[start + 3 : start + 5], "big")
     out = []
     for c in range(count):
         try:
-            at = int.from_bytes(page[start + 8 + 2 * c:start + 10 + 2 * c], "big")
+            at = int.from_bytes(page[start + 8 + 2 * c : start + 10 + 2 * c], "big")
             size, i = _varint(page, at)
             rowid, i = _varint(page, i)
             payload = _payload(page, i, size, usable, pages)
@@ -87,14 +89,14 @@ def _cells(page: bytes, start: int, usable: int, pages: dict[int, bytes]) -> lis
 def _payload(page: bytes, i: int, size: int, usable: int, pages: dict[int, bytes]) -> bytes:
     most = usable - 35
     if size <= most:
-        return page[i:i + size]
+        return page[i : i + size]
     if size > len(pages) * usable:
         raise ValueError("a record larger than the file")
     least = (usable - 12) * 32 // 255 - 23
     local = least + (size - least) % (usable - 4)
     local = local if local <= most else least
-    data = bytearray(page[i:i + local])
-    nxt = int.from_bytes(page[i + local:i + local + 4], "big")
+    data = bytearray(page[i : i + local])
+    nxt = int.from_bytes(page[i + local : i + local + 4], "big")
     seen: set[int] = set()
     while len(data) < size and nxt:
         if nxt in seen:
@@ -117,18 +119,18 @@ def _pages(path: Path) -> tuple[dict[int, bytes], int]:
     size = int.from_bytes(data[16:18], "big")
     size = 65536 if size == 1 else size
     usable = size - data[20]
-    if size < 512 or size & (size - 1) or usable < MIN_USABLE:   # a power of two, 512 to 65536
+    if size < 512 or size & (size - 1) or usable < MIN_USABLE:  # a power of two, 512 to 65536
         return {}, 0
-    pages = {n + 1: data[n * size:(n + 1) * size] for n in range(len(data) // size)}
+    pages = {n + 1: data[n * size : (n + 1) * size] for n in range(len(data) // size)}
     wal = Path(f"{path}-wal")
     if wal.is_file():
         with open(wal, "rb") as f:
             w = f.read(MAX_BYTES)
         at = WAL_HEADER
         while at + WAL_FRAME_HEADER + size <= len(w):
-            number = int.from_bytes(w[at:at + 4], "big")
+            number = int.from_bytes(w[at : at + 4], "big")
             if number:
-                pages[number] = w[at + WAL_FRAME_HEADER:at + WAL_FRAME_HEADER + size]
+                pages[number] = w[at + WAL_FRAME_HEADER : at + WAL_FRAME_HEADER + size]
             at += WAL_FRAME_HEADER + size
     return pages, usable
 

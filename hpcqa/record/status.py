@@ -16,14 +16,16 @@ from hpcqa.core import states
 from hpcqa.core.states import State
 from hpcqa.record import phases
 
-LIST_PHASES = 16  # rank files the list view reads per unfinished job (status JOB reads every rank's)
+LIST_PHASES = (
+    16  # rank files the list view reads per unfinished job (status JOB reads every rank's)
+)
 
 
 @dataclass
 class JobView:
     id: str
     name: str
-    target: str                       # where it runs: local | slurm ("executor" in --json and the list)
+    target: str  # where it runs: local | slurm ("executor" in --json and the list)
     state: str
     nodes: int
     world_size: int
@@ -37,39 +39,78 @@ class JobView:
     variant: dict | None = None
     notes: list[str] = field(default_factory=list)
     outputs: list[tuple[str, str]] = field(default_factory=list)
-    reason: str = ""                  # why a PENDING job waits (squeue %r)
+    reason: str = ""  # why a PENDING job waits (squeue %r)
     nodelist: str = ""
-    ranks: list[dict] = field(default_factory=list)   # detail view: each rank's report (host, CPUs, usage)
-    attempts: list[int] = field(default_factory=list)  # detail view: earlier attempts whose files were kept
-    notices: list[dict] = field(default_factory=list)  # detail view: stops on SIGTERM / the requeue signal
-    failed: list[dict] = field(default_factory=list)   # detail view: failing ranks, causes first
-    logs: list[Path] = field(default_factory=list)     # detail view: the ranks' logs (stderr)
-    usage: dict | None = None         # detail view: CPU efficiency and peak memory (sacct, or the ranks' own)
-    phases: list[dict] = field(default_factory=list)  # unfinished jobs: where each rank is (rank/phase.py)
-    damaged: list[str] = field(default_factory=list)   # detail view: job files there but unusable, with why
+    ranks: list[dict] = field(
+        default_factory=list
+    )  # detail view: each rank's report (host, CPUs, usage)
+    attempts: list[int] = field(
+        default_factory=list
+    )  # detail view: earlier attempts whose files were kept
+    notices: list[dict] = field(
+        default_factory=list
+    )  # detail view: stops on SIGTERM / the requeue signal
+    failed: list[dict] = field(default_factory=list)  # detail view: failing ranks, causes first
+    logs: list[Path] = field(default_factory=list)  # detail view: the ranks' logs (stderr)
+    usage: dict | None = (
+        None  # detail view: CPU efficiency and peak memory (sacct, or the ranks' own)
+    )
+    phases: list[dict] = field(
+        default_factory=list
+    )  # unfinished jobs: where each rank is (rank/phase.py)
+    damaged: list[str] = field(
+        default_factory=list
+    )  # detail view: job files there but unusable, with why
 
     def to_json(self) -> dict:
         # "executor": the --json field users read, the target's name
-        out = {k: getattr(self, "target" if k == "executor" else k) for k in ("id", "name", "state", "executor",
-                                                                              "nodes", "world_size", "elapsed",
-                                              "exit_code", "folder", "progress", "results", "sweep_id",
-                                              "task_index", "variant", "reason", "nodelist", "usage", "phases", "notes",
-                                              "damaged")}
+        out = {
+            k: getattr(self, "target" if k == "executor" else k)
+            for k in (
+                "id",
+                "name",
+                "state",
+                "executor",
+                "nodes",
+                "world_size",
+                "elapsed",
+                "exit_code",
+                "folder",
+                "progress",
+                "results",
+                "sweep_id",
+                "task_index",
+                "variant",
+                "reason",
+                "nodelist",
+                "usage",
+                "phases",
+                "notes",
+                "damaged",
+            )
+        }
         out["outputs"] = dict(self.outputs)
         out["attempts"] = attempt_text(self)
         return out
 
 
 def attempt_text(v: JobView) -> str:
-    """"requeued N times, resumed from step S" when the job was restarted."""
+    """ "requeued N times, resumed from step S" when the job was restarted."""
     r, p = v.results or {}, v.progress or {}
     n = r.get("requeues", p.get("attempt", 0)) or 0
     if not n:
         return ""
     step = r.get("resumed_from_step")
-    why = ", ".join(f"{x.get('signal')}" + (f" at step {x['step']}" if x.get("step") is not None else "")
-                    for x in r.get("notices") or [] if isinstance(x, dict))
-    return f"requeued {n}x" + (f" ({why})" if why else "") + (f", resumed from step {step}" if step else "")
+    why = ", ".join(
+        f"{x.get('signal')}" + (f" at step {x['step']}" if x.get("step") is not None else "")
+        for x in r.get("notices") or []
+        if isinstance(x, dict)
+    )
+    return (
+        f"requeued {n}x"
+        + (f" ({why})" if why else "")
+        + (f", resumed from step {step}" if step else "")
+    )
 
 
 def progress_text(v: JobView, now: float | None = None) -> str:
@@ -79,7 +120,9 @@ def progress_text(v: JobView, now: float | None = None) -> str:
         return f"EM {v.results['exact_match']:.1f} F1 {v.results['f1']:.1f}{again}"
     link = (v.results or {}).get("link") or {}
     if link.get("bandwidth_Bps"):
-        return f"link {8 * link['bandwidth_Bps'] / 1e6:.0f} Mbit/s, {1e6 * link['latency_s']:.0f} us"
+        return (
+            f"link {8 * link['bandwidth_Bps'] / 1e6:.0f} Mbit/s, {1e6 * link['latency_s']:.0f} us"
+        )
     p = v.progress
     if states.is_final(v.state):
         return ""
@@ -103,4 +146,6 @@ def _attempt_now(v: JobView) -> int:
 
 def _dur(s: float) -> str:
     s = int(s)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    return (
+        f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )

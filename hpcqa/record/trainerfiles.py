@@ -15,11 +15,17 @@ from typing import Any
 from hpcqa.record.jobdir import read_json
 
 STATE = "trainer_state.json"
-RESULTS = ("all_results.json", "eval_results.json", "train_results.json")   # the first found wins; the others add
-MAX_DEPTH = 3          # out/checkpoint-12/trainer_state.json is 2 below the working folder
-MAX_ENTRIES = 5000     # a folder walked for them: never more than this many entries
-MAX_BYTES = 8 << 20    # a file larger than this is not read (a loss history of millions of steps)
-CHECKPOINT = re.compile(r"checkpoint-\d+")   # the names transformers' get_last_checkpoint() resumes from
+RESULTS = (
+    "all_results.json",
+    "eval_results.json",
+    "train_results.json",
+)  # the first found wins; the others add
+MAX_DEPTH = 3  # out/checkpoint-12/trainer_state.json is 2 below the working folder
+MAX_ENTRIES = 5000  # a folder walked for them: never more than this many entries
+MAX_BYTES = 8 << 20  # a file larger than this is not read (a loss history of millions of steps)
+CHECKPOINT = re.compile(
+    r"checkpoint-\d+"
+)  # the names transformers' get_last_checkpoint() resumes from
 
 
 def _walk(roots: list[Path], depth: int, skip=lambda name: False):
@@ -33,8 +39,17 @@ def _walk(roots: list[Path], depth: int, skip=lambda name: False):
             if seen > MAX_ENTRIES:
                 return
             yield top, list(dirs), files
-            dirs[:] = [] if len(Path(top).parts) - base >= depth else [
-                d for d in dirs if not d.startswith(".") and not skip(d) and not os.path.islink(os.path.join(top, d))]
+            dirs[:] = (
+                []
+                if len(Path(top).parts) - base >= depth
+                else [
+                    d
+                    for d in dirs
+                    if not d.startswith(".")
+                    and not skip(d)
+                    and not os.path.islink(os.path.join(top, d))
+                ]
+            )
 
 
 def newest(roots: list[Path], names: tuple[str, ...]) -> dict[str, Path]:
@@ -44,11 +59,17 @@ def newest(roots: list[Path], names: tuple[str, ...]) -> dict[str, Path]:
         for name in set(files) & set(names):
             path = Path(top) / name
             try:
-                st = path.lstat()   # a link is not followed out of the folder
+                st = path.lstat()  # a link is not followed out of the folder
             except OSError:
                 continue
-            regular = stat.S_ISREG(st.st_mode)  # a FIFO of that name would block the reader for ever
-            if regular and st.st_size <= MAX_BYTES and (name not in best or st.st_mtime > best[name][0]):
+            regular = stat.S_ISREG(
+                st.st_mode
+            )  # a FIFO of that name would block the reader for ever
+            if (
+                regular
+                and st.st_size <= MAX_BYTES
+                and (name not in best or st.st_mtime > best[name][0])
+            ):
                 best[name] = (st.st_mtime, path)
     return {k: v[1] for k, v in best.items()}
 
@@ -67,8 +88,13 @@ def progress(roots: list[Path]) -> dict[str, Any] | None:
     losses = [_number(h.get("loss")) for h in history if isinstance(h, dict)]
     losses = [x for x in losses if x is not None]
     total = state.get("max_steps")
-    return {"step": state["global_step"], "total_steps": total if isinstance(total, int) and total > 0 else None,
-            "epoch": _number(state.get("epoch")), "loss": losses[-1] if losses else None, "source": str(path)}
+    return {
+        "step": state["global_step"],
+        "total_steps": total if isinstance(total, int) and total > 0 else None,
+        "epoch": _number(state.get("epoch")),
+        "loss": losses[-1] if losses else None,
+        "source": str(path),
+    }
 
 
 def metrics(roots: list[Path]) -> dict[str, Any] | None:

@@ -41,11 +41,11 @@ class WorkError(HpcqaError):
 
 @dataclass(frozen=True)
 class WorkTree:
-    source: str                         # the folder as submitted
+    source: str  # the folder as submitted
     digest: str
-    files: Mapping[str, str]            # relative path -> sha256
+    files: Mapping[str, str]  # relative path -> sha256
     size: int
-    skipped: tuple[str, ...] = ()       # what was left out, for the dry run
+    skipped: tuple[str, ...] = ()  # what was left out, for the dry run
     provenance: Mapping[str, Any] = field(default_factory=dict)
 
     def folder(self, code_root: Path) -> Path:
@@ -74,10 +74,15 @@ def list_digest(files: Mapping[str, str]) -> str:
     return h.hexdigest()[:16]
 
 
-def scan(folder: str, exclude: Sequence[str] = (), provenance: Mapping[str, Any] | None = None) -> WorkTree:
+def scan(
+    folder: str, exclude: Sequence[str] = (), provenance: Mapping[str, Any] | None = None
+) -> WorkTree:
     """List and digest `folder` (what would be copied); refuses a folder too large to copy per submission."""
     if not os.path.isdir(folder):
-        raise WorkError(f"job.workdir: {folder} is not a folder", "set job.workdir to the folder your command runs in")
+        raise WorkError(
+            f"job.workdir: {folder} is not a folder",
+            "set job.workdir to the folder your command runs in",
+        )
     files, skipped, size = {}, [], 0
     for top, dirs, names in os.walk(folder):
         keep = []
@@ -92,19 +97,28 @@ def scan(folder: str, exclude: Sequence[str] = (), provenance: Mapping[str, Any]
             path = os.path.join(top, n)
             if n.startswith("."):
                 continue
-            if os.path.islink(path):   # never followed: a link to /proc/self/environ would copy the environment
-                skipped.append(f"{os.path.relpath(path, folder)} (a symlink: not copied; name its target by path)")
+            if os.path.islink(
+                path
+            ):  # never followed: a link to /proc/self/environ would copy the environment
+                skipped.append(
+                    f"{os.path.relpath(path, folder)} (a symlink: not copied; name its target by path)"
+                )
                 continue
             if not os.path.isfile(path):
                 continue
             if not os.access(path, os.R_OK):
-                raise WorkError(f"job.workdir: {path} cannot be read, so it cannot be copied for the job",
-                                "make it readable, move it out of the folder, or submit --no-snapshot")
+                raise WorkError(
+                    f"job.workdir: {path} cannot be read, so it cannot be copied for the job",
+                    "make it readable, move it out of the folder, or submit --no-snapshot",
+                )
             size += os.path.getsize(path)
             if len(files) >= MAX_FILES or size > MAX_BYTES:
-                raise WorkError(f"job.workdir: {folder} holds more than {MAX_FILES:,} files or {MAX_BYTES >> 20} MiB "
-                                "to copy for the job", "run from (or set job.workdir to) the folder of your program "
-                                "alone, keep data outside it (name it by path), or submit --no-snapshot")
+                raise WorkError(
+                    f"job.workdir: {folder} holds more than {MAX_FILES:,} files or {MAX_BYTES >> 20} MiB "
+                    "to copy for the job",
+                    "run from (or set job.workdir to) the folder of your program "
+                    "alone, keep data outside it (name it by path), or submit --no-snapshot",
+                )
             files[os.path.relpath(path, folder)] = file_sha256(path)
     return WorkTree(folder, list_digest(files), files, size, tuple(skipped), dict(provenance or {}))
 
@@ -126,12 +140,22 @@ def write(tree: WorkTree, code_root: Path) -> Path:
         shutil.copyfile(os.path.join(tree.source, rel), target)
         if file_sha256(target) != sha:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise WorkError(f"{os.path.join(tree.source, rel)} changed while it was copied",
-                            "submit again once nothing writes into the folder")
+            raise WorkError(
+                f"{os.path.join(tree.source, rel)} changed while it was copied",
+                "submit again once nothing writes into the folder",
+            )
         shutil.copymode(os.path.join(tree.source, rel), target)
     write_json(tmp / MANIFEST, dict(tree.files))
-    write_json(tmp / PROVENANCE, {"source": tree.source, "digest": tree.digest, "files": len(tree.files),
-                                  "bytes": tree.size, **tree.provenance})
+    write_json(
+        tmp / PROVENANCE,
+        {
+            "source": tree.source,
+            "digest": tree.digest,
+            "files": len(tree.files),
+            "bytes": tree.size,
+            **tree.provenance,
+        },
+    )
     try:
         os.rename(tmp, dest)
     except OSError:  # another submission published the same digest first
@@ -168,12 +192,16 @@ def lay(copy: str, dest: Path) -> Path:
     as submitted -- copied where it is missing or differs (each by an atomic rename, so ranks that lay the same
     folder at once agree) -- and nothing else touched: the program's own outputs stay for its next attempt."""
     manifest = read_json(os.path.join(copy, MANIFEST))
-    dest.mkdir(parents=True, exist_ok=True)   # even for a folder with nothing to copy: the program runs in it
+    dest.mkdir(
+        parents=True, exist_ok=True
+    )  # even for a folder with nothing to copy: the program runs in it
     for rel, sha in sorted(manifest.items()):
         target = dest / rel
         if target.is_file() and not target.is_symlink() and file_sha256(target) == sha:
             continue
-        real_folders(dest, Path(rel).parent)  # a folder the program replaced by a link is not written through
+        real_folders(
+            dest, Path(rel).parent
+        )  # a folder the program replaced by a link is not written through
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         os.close(fd)
         source = os.path.join(copy, TREE, rel)

@@ -61,16 +61,20 @@ from hpcqa.executors.k8s.pods import (
 )
 from hpcqa.record.jobdir import JobRoot
 
-CONTAINER = "pytorch"            # the operator looks up the port on the container of this name
+CONTAINER = "pytorch"  # the operator looks up the port on the container of this name
 PORT_NAME = "pytorchjob-port"
-PORT = 23456                      # the operator's default port
+PORT = 23456  # the operator's default port
 # The pod script runs from a file made of the job's own variable: under `bash -c`, bash 5.2's `wait -n -p` does not
 # find a rank that has already ended ("no such job"), and the script must see every rank's exit code.
-RUN_SCRIPT = ('script="$(mktemp)" && printf \'%s\' "${HPCQA_NODE_SCRIPT:?the job sets HPCQA_NODE_SCRIPT}" > "$script" '
-              '&& exec bash "$script"')
-MAX_NAME = 45                     # <name>-worker-<i> is a service name (63 characters at most)
-REPLICA = "Worker"                # see the module's docstring: no Master, so no init container
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"   # the operator labels each pod with its index
+RUN_SCRIPT = (
+    'script="$(mktemp)" && printf \'%s\' "${HPCQA_NODE_SCRIPT:?the job sets HPCQA_NODE_SCRIPT}" > "$script" '
+    '&& exec bash "$script"'
+)
+MAX_NAME = 45  # <name>-worker-<i> is a service name (63 characters at most)
+REPLICA = "Worker"  # see the module's docstring: no Master, so no init container
+REPLICA_INDEX_LABEL = (
+    "training.kubeflow.org/replica-index"  # the operator labels each pod with its index
+)
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 
 
@@ -79,26 +83,42 @@ def objects(plan: LaunchPlan) -> list[Any]:
     pod script itself: no ConfigMap to outlive the job."""
     from kubeflow.training import models as kf
     from kubernetes import client as k
+
     plan = plan.with_requeue(Requeue.POD)
     cfg = plan.config
     check(cfg)
     name = job_name(plan, MAX_NAME)
     # no Master replica, so the operator sets neither MASTER_ADDR nor the rank: rank 0 is on Worker 0, behind its
     # headless service; the node rank is the operator's replica-index label
-    env = tuple(pod_env(plan, name, (f"{name}-{REPLICA.lower()}-0", PORT), REPLICA_INDEX_LABEL)) + tuple(k.V1EnvVar(**e) for e in carried(plan, name, "PyTorchJob"))
-    template = pod_template(plan, PodShape(CONTAINER, ("bash", "-c", RUN_SCRIPT), env, PORT, PORT_NAME,
-                                           (JOB_NAME_LABEL, name)))
+    env = tuple(
+        pod_env(plan, name, (f"{name}-{REPLICA.lower()}-0", PORT), REPLICA_INDEX_LABEL)
+    ) + tuple(k.V1EnvVar(**e) for e in carried(plan, name, "PyTorchJob"))
+    template = pod_template(
+        plan,
+        PodShape(
+            CONTAINER, ("bash", "-c", RUN_SCRIPT), env, PORT, PORT_NAME, (JOB_NAME_LABEL, name)
+        ),
+    )
     # Workers only (no Master: no injected init container), ExitCode restarts (see the module's docstring); no
     # backoffLimit: it counts container restarts, which ExitCode's recreated pods never have; the node script
     # counts job restarts instead. cleanPodPolicy Running: a failed job's still-running pods are deleted.
-    replicas = {REPLICA: kf.KubeflowOrgV1ReplicaSpec(replicas=plan.nodes, restart_policy="ExitCode", template=template)}
+    replicas = {
+        REPLICA: kf.KubeflowOrgV1ReplicaSpec(
+            replicas=plan.nodes, restart_policy="ExitCode", template=template
+        )
+    }
     job = kf.KubeflowOrgV1PyTorchJob(
-        api_version="kubeflow.org/v1", kind="PyTorchJob",
+        api_version="kubeflow.org/v1",
+        kind="PyTorchJob",
         metadata=k.V1ObjectMeta(**meta(name, cfg, job_labels(cfg))),
         spec=kf.KubeflowOrgV1PyTorchJobSpec(
-            nproc_per_node=str(plan.ranks_per_node), pytorch_replica_specs=replicas,
-            run_policy=kf.KubeflowOrgV1RunPolicy(clean_pod_policy="Running",
-                                                 active_deadline_seconds=deadline_s(cfg))))
+            nproc_per_node=str(plan.ranks_per_node),
+            pytorch_replica_specs=replicas,
+            run_policy=kf.KubeflowOrgV1RunPolicy(
+                clean_pod_policy="Running", active_deadline_seconds=deadline_s(cfg)
+            ),
+        ),
+    )
     return [job]
 
 
@@ -108,19 +128,38 @@ def pod_facts(plan: LaunchPlan, job: dict) -> tuple[tuple[str, str], ...]:
     cfg = plan.config
     spec = job["spec"]["pytorchReplicaSpecs"][REPLICA]["template"]["spec"]
     qos = qos_class(spec)
-    node = cfg.cluster.sockets_per_node * cfg.cluster.cores_per_socket * cfg.cluster.threads_per_core
+    node = (
+        cfg.cluster.sockets_per_node * cfg.cluster.cores_per_socket * cfg.cluster.threads_per_core
+    )
     cpus = pod_cpus(plan)
-    how = (f"k8s.cpus = {cpus}" if cfg.k8s.cpus else
-           f"{node} of the declared node less k8s.reserved_cores = {cfg.k8s.reserved_cores} per socket")
-    facts = [("pods", f"{plan.nodes} Worker pod(s) x {plan.ranks_per_node} rank(s), {cpus} CPUs ({how}) / "
-                      f"{pod_memory(cfg)} each"),
-             ("QoS", f"every pod {qos}" + (" with whole CPUs: a static CPU manager gives it exclusive cores"
-                                          if qos == "Guaranteed" and whole_cpus(spec) else
-                                          ": no exclusive cores") +
-              " (Workers only: the operator adds no init container)"),
-             ("restarts", f"an eviction or a lost peer restarts every pod from the last checkpoint, at most "
-                          f"{cfg.k8s.max_restarts} time(s) (k8s.max_restarts); a crash fails the job"),
-             security_fact(cfg)]
+    how = (
+        f"k8s.cpus = {cpus}"
+        if cfg.k8s.cpus
+        else f"{node} of the declared node less k8s.reserved_cores = {cfg.k8s.reserved_cores} per socket"
+    )
+    facts = [
+        (
+            "pods",
+            f"{plan.nodes} Worker pod(s) x {plan.ranks_per_node} rank(s), {cpus} CPUs ({how}) / "
+            f"{pod_memory(cfg)} each",
+        ),
+        (
+            "QoS",
+            f"every pod {qos}"
+            + (
+                " with whole CPUs: a static CPU manager gives it exclusive cores"
+                if qos == "Guaranteed" and whole_cpus(spec)
+                else ": no exclusive cores"
+            )
+            + " (Workers only: the operator adds no init container)",
+        ),
+        (
+            "restarts",
+            f"an eviction or a lost peer restarts every pod from the last checkpoint, at most "
+            f"{cfg.k8s.max_restarts} time(s) (k8s.max_restarts); a crash fails the job",
+        ),
+        security_fact(cfg),
+    ]
     return tuple(facts)
 
 
@@ -140,7 +179,10 @@ class PyTorchJobRender(RenderOnly):
     requeue = Requeue.POD
     via = "a PyTorchJob for the training operator"
     no_scheduler = "Kubernetes: no API server is asked (kubectl apply --dry-run=server would)"
-    refusal = ("hpcqa renders the PyTorchJob; the training operator runs it", "apply the YAML with kubectl apply -f")
+    refusal = (
+        "hpcqa renders the PyTorchJob; the training operator runs it",
+        "apply the YAML with kubectl apply -f",
+    )
 
     @staticmethod
     def prepare_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
@@ -152,10 +194,20 @@ class PyTorchJobRender(RenderOnly):
             raise UsageError("a PyTorchJob runs one job", "render one variant at a time")
         sp = sp.with_requeue(self.requeue)
         plan = sp.plans[0]
-        docs = to_dicts(objects(plan))  # serialised once: checked, described and written from the same dicts
+        docs = to_dicts(
+            objects(plan)
+        )  # serialised once: checked, described and written from the same dicts
         check_names(docs, plan.config, worker_names)
         facts = pod_facts(plan, docs[0]) + common.work_facts(sp, None)
-        return Request(self.target.name, self.via, sp, JobRoot.new_submission(), scripts=(to_yaml(docs),),
-                       commands=(("kubectl", "apply", "-f", "<file>"),), facts=facts, notes=plan_notes(plan),
-                       placement=(f"PyTorchJob {job_name(plan, MAX_NAME)}",),
-                       summary=f"PyTorchJob {job_name(plan, MAX_NAME)}: {facts[0][1]}; {facts[1][1]}")
+        return Request(
+            self.target.name,
+            self.via,
+            sp,
+            JobRoot.new_submission(),
+            scripts=(to_yaml(docs),),
+            commands=(("kubectl", "apply", "-f", "<file>"),),
+            facts=facts,
+            notes=plan_notes(plan),
+            placement=(f"PyTorchJob {job_name(plan, MAX_NAME)}",),
+            summary=f"PyTorchJob {job_name(plan, MAX_NAME)}: {facts[0][1]}; {facts[1][1]}",
+        )

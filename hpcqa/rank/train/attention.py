@@ -40,13 +40,14 @@ def keep_threshold(p: float) -> tuple[int, float]:
     return threshold, (LEVELS - threshold) / LEVELS
 
 
-def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu"
-              ) -> tuple[torch.Tensor, float]:
+def keep_mask(
+    shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, float]:
     """A bool mask of `shape` (True: kept) with keep probability ~1 - p, drawn four elements per 64-bit random
     word. -> (mask, 1 / the exact keep probability)."""
     threshold, keep = keep_threshold(p)
     n = math.prod(int(d) for d in shape)
-    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2 ** 63), None)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), None)
     # int16 reads a uniform 16-bit word shifted by 2^15: u >= t  <=>  (u - 2^15) >= t - 2^15
     mask = words.view(torch.int16)[:n] >= (threshold - LEVELS // 2)
     return mask.view(shape), (1.0 / keep if keep > 0 else 0.0)
@@ -94,16 +95,26 @@ def use_bulk_dropout(model: nn.Module) -> int:
     return n
 
 
-def attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
-                      **kwargs: Any) -> tuple[torch.Tensor, None]:
+def attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature (q, k, v: [batch, heads, seq, head_dim]) -> ([batch, seq,
     heads, head_dim], None). The mask is sdpa_mask's: bool, True = attend, or None."""
     if not module.training or dropout <= 0.0:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=0.0,
-                                      **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=0.0, **kwargs
+        )
     scale = query.size(-1) ** -0.5 if scaling is None else scaling
-    scores = torch.matmul(query * scale, key.transpose(-1, -2))  # scaled on q: S x D multiplies, not S x S
+    scores = torch.matmul(
+        query * scale, key.transpose(-1, -2)
+    )  # scaled on q: S x D multiplies, not S x S
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
@@ -128,8 +139,10 @@ def register() -> str:
 
 
 # the config names a model family gives its two dropouts (BERT/RoBERTa/MiniLM, DistilBERT)
-DROPOUT_KEYS = {"attention": ("attention_probs_dropout_prob", "attention_dropout"),
-                "hidden": ("hidden_dropout_prob", "dropout")}
+DROPOUT_KEYS = {
+    "attention": ("attention_probs_dropout_prob", "attention_dropout"),
+    "hidden": ("hidden_dropout_prob", "dropout"),
+}
 
 
 def apply_dropouts(config: Any, mc: Any) -> dict[str, float | None]:
@@ -138,12 +151,17 @@ def apply_dropouts(config: Any, mc: Any) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for kind in ("attention", "hidden"):
         setting = getattr(mc, f"{kind}_dropout")
-        key = next((k for k in DROPOUT_KEYS[kind] if isinstance(getattr(config, k, None), (int, float))), None)
+        key = next(
+            (k for k in DROPOUT_KEYS[kind] if isinstance(getattr(config, k, None), (int, float))),
+            None,
+        )
         if setting != "model":
             if key is None:
-                raise RankError(f"model.{kind}_dropout = {setting}: the {getattr(config, 'model_type', '?')} model "
-                                f"has no {kind} dropout of a known name ({', '.join(DROPOUT_KEYS[kind])})",
-                                f"set model.{kind}_dropout = \"model\"")
+                raise RankError(
+                    f"model.{kind}_dropout = {setting}: the {getattr(config, 'model_type', '?')} model "
+                    f"has no {kind} dropout of a known name ({', '.join(DROPOUT_KEYS[kind])})",
+                    f'set model.{kind}_dropout = "model"',
+                )
             setattr(config, key, float(setting))
         out[f"{kind}_dropout"] = float(getattr(config, key)) if key else None
     return out
@@ -167,17 +185,24 @@ def load_qa_model(model_path: str, kwargs: dict, mc: Any) -> tuple[nn.Module, di
     attn = mc.attention
     if attn == "auto":
         attn = NAME if takes else None
-        facts["attention_reason"] = ("auto: the model takes an attention function" if takes else
-                                     f"auto: the {config.model_type} model takes no attention function: its default")
+        facts["attention_reason"] = (
+            "auto: the model takes an attention function"
+            if takes
+            else f"auto: the {config.model_type} model takes no attention function: its default"
+        )
     else:
         facts["attention_reason"] = f"model.attention = {attn}"
     if attn == NAME:
         if not takes:
-            raise RankError(f"model.attention = \"{NAME}\": the {config.model_type} model takes no attention "
-                            "function", "set model.attention = \"auto\" (the model's default)")
+            raise RankError(
+                f'model.attention = "{NAME}": the {config.model_type} model takes no attention '
+                "function",
+                'set model.attention = "auto" (the model\'s default)',
+            )
         register()
     model = AutoModelForQuestionAnswering.from_pretrained(
-        model_path, config=config, **({"attn_implementation": attn} if attn else {}), **kwargs)
+        model_path, config=config, **({"attn_implementation": attn} if attn else {}), **kwargs
+    )
     bulk = mc.dropout in ("auto", "bulk")
     facts["dropout_masks"] = "bulk" if bulk else "torch"
     facts["bulk_dropout_modules"] = use_bulk_dropout(model) if bulk else 0

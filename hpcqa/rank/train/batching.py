@@ -23,11 +23,12 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
-MEGA = 50   # step groups sorted together: large enough to group well, small enough to stay random across the epoch
+MEGA = 50  # step groups sorted together: large enough to group well, small enough to stay random across the epoch
 
 
-def lockstep_order(lengths: Sequence[int], batch: int, world: int, seed: int, epoch: int,
-                   mega: int = MEGA) -> list[int]:
+def lockstep_order(
+    lengths: Sequence[int], batch: int, world: int, seed: int, epoch: int, mega: int = MEGA
+) -> list[int]:
     """Every feature index once, in step groups of world x batch features of similar length."""
     n, group = len(lengths), max(batch, 1) * max(world, 1)
     rng = random.Random(f"hpcqa-lockstep:{seed}:{epoch}")
@@ -36,9 +37,9 @@ def lockstep_order(lengths: Sequence[int], batch: int, world: int, seed: int, ep
     full: list[list[int]] = []
     short: list[int] = []
     for i in range(0, n, group * mega):
-        chunk = sorted(perm[i:i + group * mega], key=lambda j: (-lengths[j], j))
+        chunk = sorted(perm[i : i + group * mega], key=lambda j: (-lengths[j], j))
         for k in range(0, len(chunk), group):
-            g = chunk[k:k + group]
+            g = chunk[k : k + group]
             if len(g) == group:
                 full.append(_dealt(g, batch, world))
             else:
@@ -57,12 +58,14 @@ def _dealt(group: list[int], batch: int, world: int) -> list[int]:
     return [group[t * world + rank] for rank in range(world) for t in range(batch)]
 
 
-def padded_tokens(lengths: Sequence[int], order: Sequence[int], batch: int, multiple: int = 1) -> int:
+def padded_tokens(
+    lengths: Sequence[int], order: Sequence[int], batch: int, multiple: int = 1
+) -> int:
     """Tokens a pass over `order` computes when each batch of `batch` is padded to its longest feature, rounded up
     to `multiple`: what the grouping saves, counted (tests and the dry run's arithmetic)."""
     total = 0
     for k in range(0, len(order), batch):
-        b = [lengths[i] for i in order[k:k + batch]]
+        b = [lengths[i] for i in order[k : k + batch]]
         longest = -(-max(b) // multiple) * multiple
         total += longest * len(b)
     return total

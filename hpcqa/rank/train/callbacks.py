@@ -28,7 +28,9 @@ class Board(TensorBoardCallback):
 
     def on_train_begin(self, args, state, control, **kw):
         if self.tb_writer is None:
-            self.tb_writer = self.writer(log_dir=str(self.logdir), purge_step=state.global_step or None)
+            self.tb_writer = self.writer(
+                log_dir=str(self.logdir), purge_step=state.global_step or None
+            )
         super().on_train_begin(args, state, control, **kw)
 
     def on_train_end(self, args, state, control, **kw):
@@ -45,7 +47,9 @@ def tensorboard_callback(r: Rank) -> Board | None:
     try:
         from torch.utils.tensorboard import SummaryWriter  # tensorboard is optional at run time
     except ImportError as e:
-        r.log(f"WARNING: no TensorBoard curves: {e} (pip install tensorboard, or train.report_to = \"none\")")
+        r.log(
+            f'WARNING: no TensorBoard curves: {e} (pip install tensorboard, or train.report_to = "none")'
+        )
         r.report["warnings"].append("tensorboard not installed: no training curves")
         return None
     r.save_report(tensorboard=str(r.jd.tensorboard))
@@ -110,9 +114,20 @@ class ProgressCallback(TrainerCallback):
         total = state.max_steps or 0
         elapsed = now - (self.t_begin or now)
         eta = elapsed / done * (total - done) if done and total else None
-        write_json(self.path, {"phase": phase, "step": done, "total_steps": total, "epoch": state.epoch,
-                               "loss": self.loss if _finite(self.loss) else None, "eta_s": eta, "updated": now, "started": self.t0,
-                               "attempt": attempt()})
+        write_json(
+            self.path,
+            {
+                "phase": phase,
+                "step": done,
+                "total_steps": total,
+                "epoch": state.epoch,
+                "loss": self.loss if _finite(self.loss) else None,
+                "eta_s": eta,
+                "updated": now,
+                "started": self.t0,
+                "attempt": attempt(),
+            },
+        )
 
 
 class StopOnSignal(TrainerCallback):
@@ -150,7 +165,12 @@ class StepTimer(TrainerCallback):
     def __init__(self, warmup: int, r: Rank) -> None:
         self.warmup, self.r = warmup, r
         self.durations: list[float] = []
-        self.parts: dict[str, list[float]] = {"forward_backward": [], "optimizer": [], "other": [], "data_wait": []}
+        self.parts: dict[str, list[float]] = {
+            "forward_backward": [],
+            "optimizer": [],
+            "other": [],
+            "data_wait": [],
+        }
         self.t0 = self.t_pre = self.t_opt = 0.0
         self.t_end: float | None = None
         self.busy = False  # the Trainer logged, saved or evaluated since the last step ended
@@ -177,29 +197,40 @@ class StepTimer(TrainerCallback):
             self.parts["forward_backward"].append(self.t_pre - self.t0)
             self.parts["optimizer"].append(self.t_opt - self.t_pre)
             self.parts["other"].append(now - self.t_opt)
-        self.t_end, self.busy = now, bool(control.should_log or control.should_save or control.should_evaluate)
+        self.t_end, self.busy = (
+            now,
+            bool(control.should_log or control.should_save or control.should_evaluate),
+        )
         if len(self.durations) == min(2, state.max_steps or 2):
             self.r.save_report(threads=thread_census())
-        self.r.phases.step(state.global_step, state.max_steps)  # where every rank is, for status (throttled)
+        self.r.phases.step(
+            state.global_step, state.max_steps
+        )  # where every rank is, for status (throttled)
 
     def split(self) -> dict:
         """Mean seconds per step of each part, after the warm-up steps."""
         out = {}
         for name, values in self.parts.items():
-            steady = values[self.warmup:] if len(values) > self.warmup else values
+            steady = values[self.warmup :] if len(values) > self.warmup else values
             out[name] = sum(steady) / len(steady) if steady else None
         return out
 
     def summary(self, samples_per_step: int) -> dict:
-        d, steady = self.durations, self.durations[self.warmup:]
+        d, steady = self.durations, self.durations[self.warmup :]
         step = sum(steady) / len(steady) if steady else None
-        first = d[:self.warmup] if len(d) > self.warmup else []
-        return {"train_samples_per_second": samples_per_step * len(d) / sum(d) if d else None,
-                "steady_samples_per_second": samples_per_step * len(steady) / sum(steady) if steady else None,
-                "timed_steps": len(d), "timing_warmup_steps": self.warmup,
-                "step_time_s": step, "step_split_s": self.split(),
-                # what the warm-up steps took beyond steady steps: torch.compile's compile time when it is on
-                "warmup_excess_s": max(0.0, sum(first) - step * len(first)) if first and step else None}
+        first = d[: self.warmup] if len(d) > self.warmup else []
+        return {
+            "train_samples_per_second": samples_per_step * len(d) / sum(d) if d else None,
+            "steady_samples_per_second": samples_per_step * len(steady) / sum(steady)
+            if steady
+            else None,
+            "timed_steps": len(d),
+            "timing_warmup_steps": self.warmup,
+            "step_time_s": step,
+            "step_split_s": self.split(),
+            # what the warm-up steps took beyond steady steps: torch.compile's compile time when it is on
+            "warmup_excess_s": max(0.0, sum(first) - step * len(first)) if first and step else None,
+        }
 
 
 class FinalSave(TrainerCallback):
@@ -228,9 +259,16 @@ class MarkComplete(TrainerCallback):
         if r.rank == 0:
             path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if path.is_dir():
-                write_json(r.jd.checkpoint_marker(path), {"step": state.global_step, "time": time.time(),
-                                                          "world_size": r.world, "attempt": attempt(),
-                                                          "files": r.jd.checkpoint_files(path)})
+                write_json(
+                    r.jd.checkpoint_marker(path),
+                    {
+                        "step": state.global_step,
+                        "time": time.time(),
+                        "world_size": r.world,
+                        "attempt": attempt(),
+                        "files": r.jd.checkpoint_files(path),
+                    },
+                )
 
 
 class FailAt(TrainerCallback):

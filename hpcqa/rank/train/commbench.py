@@ -26,7 +26,7 @@ from hpcqa.record.caches import Caches
 
 # message sizes (bytes) for the link: one small (latency), then sizes where bandwidth dominates
 LINK_SIZES = (8, 65536, 1 << 20, 4 << 20, 16 << 20)
-LINK_SECONDS = 0.6        # per size, after one warm-up: at least 3 repetitions, more while under this
+LINK_SECONDS = 0.6  # per size, after one warm-up: at least 3 repetitions, more while under this
 
 
 def leaders(node_of_rank: list[int]) -> list[int]:
@@ -37,7 +37,9 @@ def leaders(node_of_rank: list[int]) -> list[int]:
     return [first[n] for n in sorted(first)]
 
 
-def _timed(fn: Callable[[], None], seconds: float, min_reps: int = 3, max_reps: int = 50) -> list[float]:
+def _timed(
+    fn: Callable[[], None], seconds: float, min_reps: int = 3, max_reps: int = 50
+) -> list[float]:
     fn()  # warm-up: connections, buffers
     out: list[float] = []
     start = time.perf_counter()
@@ -48,7 +50,9 @@ def _timed(fn: Callable[[], None], seconds: float, min_reps: int = 3, max_reps: 
     return out
 
 
-def measure_link(node_rank: int, sizes: tuple[int, ...] = LINK_SIZES, seconds: float = LINK_SECONDS) -> dict:
+def measure_link(
+    node_rank: int, sizes: tuple[int, ...] = LINK_SIZES, seconds: float = LINK_SECONDS
+) -> dict:
     """Every rank calls this (the process group is up). -> {"points": [[bytes, median s], ...], "fit": ...} on
     every rank; only the node leaders communicate, the others wait at the closing barrier."""
 
@@ -58,7 +62,9 @@ def measure_link(node_rank: int, sizes: tuple[int, ...] = LINK_SIZES, seconds: f
     group_ranks = leaders([n for n, _ in seen])
     if len(group_ranks) < 2:
         dist.barrier()
-        return {"error": "one node: no link between nodes to measure (set cluster.nodes = 2 or more)"}
+        return {
+            "error": "one node: no link between nodes to measure (set cluster.nodes = 2 or more)"
+        }
     group = dist.new_group(ranks=group_ranks)
     points: list[list[float]] = []
     if dist.get_rank() in group_ranks:
@@ -74,18 +80,28 @@ def measure_link(node_rank: int, sizes: tuple[int, ...] = LINK_SIZES, seconds: f
     dist.barrier()
     points = shared[0]
     fit = scaling.fit_link(points, len(group_ranks))
-    return {"points": points, "nodes": len(group_ranks), "leaders": group_ranks,
-            "hosts": [seen[r][1] for r in group_ranks], **fit}
+    return {
+        "points": points,
+        "nodes": len(group_ranks),
+        "leaders": group_ranks,
+        "hosts": [seen[r][1] for r in group_ranks],
+        **fit,
+    }
 
 
 def ddp_buckets(ddp_model: Any) -> dict:
     """What DDP all-reduces per step: gradient bytes, its buckets (as DDP built them) and its bucket cap."""
     data = ddp_model._get_ddp_logging_data() if hasattr(ddp_model, "_get_ddp_logging_data") else {}
     sizes = [int(s) for s in str(data.get("bucket_sizes") or "").split(",") if s.strip().isdigit()]
-    grad_bytes = sum(p.numel() * p.element_size() for p in ddp_model.parameters() if p.requires_grad)
-    return {"grad_bytes": grad_bytes, "bucket_bytes": sizes or [grad_bytes],
-            "bucket_cap_bytes": int(data.get("bucket_cap_bytes") or 0) or None,
-            "gradient_as_bucket_view": bool(data.get("gradient_as_bucket_view"))}
+    grad_bytes = sum(
+        p.numel() * p.element_size() for p in ddp_model.parameters() if p.requires_grad
+    )
+    return {
+        "grad_bytes": grad_bytes,
+        "bucket_bytes": sizes or [grad_bytes],
+        "bucket_cap_bytes": int(data.get("bucket_cap_bytes") or 0) or None,
+        "gradient_as_bucket_view": bool(data.get("gradient_as_bucket_view")),
+    }
 
 
 def exposed_allreduce(trainer: Any, steps: int, compress: str = "none") -> dict:
@@ -110,14 +126,23 @@ def exposed_allreduce(trainer: Any, steps: int, compress: str = "none") -> dict:
     model.zero_grad(set_to_none=True)
     s, q = statistics.median(synced), statistics.median(quiet)
     buckets = ddp_buckets(model)
-    return {"synced_s": s, "nosync_s": q, "exposed_s": max(s - q, 0.0), "probe_steps": steps,
-            "allreduce_s": allreduce_alone(buckets["bucket_bytes"], steps, compress), **buckets,
-            **wire(buckets["bucket_bytes"], compress)}
+    return {
+        "synced_s": s,
+        "nosync_s": q,
+        "exposed_s": max(s - q, 0.0),
+        "probe_steps": steps,
+        "allreduce_s": allreduce_alone(buckets["bucket_bytes"], steps, compress),
+        **buckets,
+        **wire(buckets["bucket_bytes"], compress),
+    }
 
 
 def wire(bucket_bytes: list[int], compress: str) -> dict:
     """What train.ddp_compress puts on the link per step: each bucket in 16 bits when it is fp16/bf16."""
-    return {"compress": compress, "wire_bucket_bytes": list(scaling.on_the_wire(bucket_bytes, compress))}
+    return {
+        "compress": compress,
+        "wire_bucket_bytes": list(scaling.on_the_wire(bucket_bytes, compress)),
+    }
 
 
 WIRE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -149,8 +174,13 @@ def planned_buckets(model: Any, cap_bytes: int = 25 << 20, first_bytes: int = 1 
             current, cap = 0, cap_bytes
     if current:
         sizes.append(current)
-    return {"grad_bytes": sum(sizes), "bucket_bytes": sizes, "bucket_cap_bytes": cap_bytes,
-            "gradient_as_bucket_view": False, "planned": True}
+    return {
+        "grad_bytes": sum(sizes),
+        "bucket_bytes": sizes,
+        "bucket_cap_bytes": cap_bytes,
+        "gradient_as_bucket_view": False,
+        "planned": True,
+    }
 
 
 def model_buckets(cfg: Any) -> dict:
@@ -162,4 +192,8 @@ def model_buckets(cfg: Any) -> dict:
     with torch.device("meta"):
         model = AutoModelForQuestionAnswering.from_config(conf)
     out = planned_buckets(model, cap_bytes=int(cfg.train.ddp_bucket_cap_mb * (1 << 20)))
-    return {**out, "parameters": sum(p.numel() for p in model.parameters()), "model_type": conf.model_type}
+    return {
+        **out,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "model_type": conf.model_type,
+    }

@@ -32,7 +32,7 @@ import torch
 
 from hpcqa.fsutil import atomic_write_text
 
-PEAK_SIZE = 1024          # matmul n: big enough to be compute-bound, small enough for a 1-core node
+PEAK_SIZE = 1024  # matmul n: big enough to be compute-bound, small enough for a 1-core node
 PEAK_SECONDS = 0.6
 
 
@@ -44,9 +44,15 @@ def model_flops(model: Any, seq_len: int) -> dict:
     layers = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layers", 0) or 0)
     hidden = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "dim", 0) or 0)
     forward = 2 * dense * seq_len + 4 * layers * seq_len * seq_len * hidden
-    return {"per_sample": 3 * forward, "forward_per_sample": forward, "dense_weights": dense, "layers": layers,
-            "hidden": hidden, "seq_len": seq_len,
-            "method": "3 x (2 x Linear weights x S + 4 x layers x S^2 x hidden): forward + backward (2x forward)"}
+    return {
+        "per_sample": 3 * forward,
+        "forward_per_sample": forward,
+        "dense_weights": dense,
+        "layers": layers,
+        "hidden": hidden,
+        "seq_len": seq_len,
+        "method": "3 x (2 x Linear weights x S + 4 x layers x S^2 x hidden): forward + backward (2x forward)",
+    }
 
 
 def new_counts() -> dict:
@@ -84,7 +90,9 @@ def per_sample(flops: dict, counts: dict | None, which: str) -> float:
         return float(flops["per_sample"])
     n = counts["samples"]
     mean_s, mean_sq = counts[which] / n, counts[f"{which}_sq"] / n
-    return 3 * (2 * flops["dense_weights"] * mean_s + 4 * flops["layers"] * mean_sq * flops["hidden"])
+    return 3 * (
+        2 * flops["dense_weights"] * mean_s + 4 * flops["layers"] * mean_sq * flops["hidden"]
+    )
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -93,7 +101,11 @@ def _cpuinfo() -> dict[str, str]:
         first = Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0]
     except OSError:
         return {}
-    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines()) if k.strip()}
+    return {
+        k.strip(): v.strip()
+        for k, _, v in (line.partition(":") for line in first.splitlines())
+        if k.strip()
+    }
 
 
 def silicon() -> str:
@@ -103,9 +115,13 @@ def silicon() -> str:
     info = _cpuinfo()
     if not info:
         return platform.processor() or platform.machine()
-    flags = hashlib.sha256(" ".join(sorted(info.get("flags", "").split())).encode()).hexdigest()[:12]
-    return (f"{info.get('vendor_id', '?')} family {info.get('cpu family', '?')} model {info.get('model', '?')} "
-            f"stepping {info.get('stepping', '?')} flags {flags} ({info.get('model name', '?')})")
+    flags = hashlib.sha256(" ".join(sorted(info.get("flags", "").split())).encode()).hexdigest()[
+        :12
+    ]
+    return (
+        f"{info.get('vendor_id', '?')} family {info.get('cpu family', '?')} model {info.get('model', '?')} "
+        f"stepping {info.get('stepping', '?')} flags {flags} ({info.get('model name', '?')})"
+    )
 
 
 def shape_key(cpus: int, threads: int, precision: str) -> str:
@@ -113,9 +129,13 @@ def shape_key(cpus: int, threads: int, precision: str) -> str:
     return f"{silicon()} | {cpus} cpus, {threads} threads | {precision} | torch {torch.__version__}"
 
 
-PEAK_RUNS = 5             # short runs: the best is the peak, their spread and CPU share say whether it was quiet
-QUIET_CPU_SHARE = 0.85    # of the wall time x threads: below it, something else ran on these cores
-QUIET_SPREAD = 0.15       # (best - worst) / best of the runs: above it, the rate moved under the measurement
+PEAK_RUNS = (
+    5  # short runs: the best is the peak, their spread and CPU share say whether it was quiet
+)
+QUIET_CPU_SHARE = 0.85  # of the wall time x threads: below it, something else ran on these cores
+QUIET_SPREAD = (
+    0.15  # (best - worst) / best of the runs: above it, the rate moved under the measurement
+)
 
 
 def measure_peak(precision: str, size: int = PEAK_SIZE, seconds: float = PEAK_SECONDS) -> dict:
@@ -142,17 +162,28 @@ def measure_peak(precision: str, size: int = PEAK_SIZE, seconds: float = PEAK_SE
             if wall >= seconds / PEAK_RUNS and n >= 2:
                 break
         share = (time.process_time() - c0) / (wall * threads)
-        runs.append({"flops": 2 * size ** 3 * n / wall, "cpu_share": round(min(share, 1.0), 3)})
+        runs.append({"flops": 2 * size**3 * n / wall, "cpu_share": round(min(share, 1.0), 3)})
     rates = [r["flops"] for r in runs]
     best, worst = max(rates), min(rates)
     share = min(r["cpu_share"] for r in runs)
     spread = (best - worst) / best
-    return {"flops": best, "cpu_share": share, "spread": round(spread, 3), "threads": threads,
-            "quiet": share >= QUIET_CPU_SHARE and spread <= QUIET_SPREAD, "runs": runs}
+    return {
+        "flops": best,
+        "cpu_share": share,
+        "spread": round(spread, 3),
+        "threads": threads,
+        "quiet": share >= QUIET_CPU_SHARE and spread <= QUIET_SPREAD,
+        "runs": runs,
+    }
 
 
-def peak(store: Path, cpus: int, threads: int, precision: str,
-         measure: Callable[[str], dict] = measure_peak) -> tuple[float, str]:
+def peak(
+    store: Path,
+    cpus: int,
+    threads: int,
+    precision: str,
+    measure: Callable[[str], dict] = measure_peak,
+) -> tuple[float, str]:
     """(FLOP/s, where it came from): "cached" when a quiet measurement of this shape is in the store; else measured
     now -- and stored (written whole, so concurrent ranks never read half a file) only when it was quiet: a peak
     taken on busy cores would make every later MFU of the shape too high. An entry from before the quiet check (a
@@ -164,33 +195,69 @@ def peak(store: Path, cpus: int, threads: int, precision: str,
     except (OSError, ValueError):
         known = {}
     entry = known.get(key)
-    if isinstance(entry, dict) and entry.get("quiet") is True and isinstance(entry.get("flops"), (int, float)) \
-            and entry["flops"] > 0:
+    if (
+        isinstance(entry, dict)
+        and entry.get("quiet") is True
+        and isinstance(entry.get("flops"), (int, float))
+        and entry["flops"] > 0
+    ):
         return float(entry["flops"]), "cached"
     m = measure(precision)
     if not m["quiet"]:
-        return m["flops"], (f"measured on busy cores (CPU share {m['cpu_share']:.2f}, spread {m['spread']:.2f}): "
-                            "not cached")
+        return m["flops"], (
+            f"measured on busy cores (CPU share {m['cpu_share']:.2f}, spread {m['spread']:.2f}): "
+            "not cached"
+        )
     store.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(store, json.dumps({**known, key: {"flops": m["flops"], "quiet": True, "cpu_share": m["cpu_share"],
-                                                        "spread": m["spread"], "measured_at": time.time()}},
-                                        indent=1, sort_keys=True))
+    atomic_write_text(
+        store,
+        json.dumps(
+            {
+                **known,
+                key: {
+                    "flops": m["flops"],
+                    "quiet": True,
+                    "cpu_share": m["cpu_share"],
+                    "spread": m["spread"],
+                    "measured_at": time.time(),
+                },
+            },
+            indent=1,
+            sort_keys=True,
+        ),
+    )
     return m["flops"], "measured"
 
 
 PEAK_METHOD = f"measured: {PEAK_SIZE}x{PEAK_SIZE} matmuls at the run's precision on each rank's cores and threads"
 
 
-def summary(flops: dict, samples_per_second: float | None, peaks: list[float], precision: str,
-            peak_source: str, counts: dict | None = None, store: str = "") -> dict:
+def summary(
+    flops: dict,
+    samples_per_second: float | None,
+    peaks: list[float],
+    precision: str,
+    peak_source: str,
+    counts: dict | None = None,
+    store: str = "",
+) -> dict:
     """results.json's "efficiency": achieved model FLOP/s and MFU against the ranks' summed measured peaks, on the
     tokens that carry text and on all tokens (padding included). An MFU over 100 % says the peak is wrong (measured
     on busy cores, or another machine's), not that the run beat the cores: it is not given as a figure but under
     "mfu_unreliable", with why and how to measure again."""
     total = sum(peaks)
-    out = {"peak_flops": total, "peak_flops_per_rank": peaks, "precision": precision, "peak_source": peak_source,
-           "peak_method": PEAK_METHOD, "flops_method": flops["method"], "dense_weights": flops["dense_weights"],
-           "layers": flops["layers"], "hidden": flops["hidden"], "seq_len": flops["seq_len"]}
+    out = {
+        "peak_flops": total,
+        "peak_flops_per_rank": peaks,
+        "precision": precision,
+        "peak_source": peak_source,
+        "peak_method": PEAK_METHOD,
+        "flops_method": flops["method"],
+        "dense_weights": flops["dense_weights"],
+        "layers": flops["layers"],
+        "hidden": flops["hidden"],
+        "seq_len": flops["seq_len"],
+    }
     for which, suffix in (("text", ""), ("all", "_all_tokens")):
         f = per_sample(flops, counts, which)
         achieved = f * samples_per_second if samples_per_second else None
@@ -200,14 +267,19 @@ def summary(flops: dict, samples_per_second: float | None, peaks: list[float], p
     over = [out[k] for k in ("mfu", "mfu_all_tokens") if out[k] is not None and out[k] > 1.0]
     if over:
         out["mfu_unreliable"] = {
-            "mfu": out["mfu"], "mfu_all_tokens": out["mfu_all_tokens"],
+            "mfu": out["mfu"],
+            "mfu_all_tokens": out["mfu_all_tokens"],
             "why": f"the run achieved more than the measured peak ({total / 1e9:.1f} GFLOP/s, {peak_source}): the "
-                   "peak is wrong -- measured while the cores were busy, or on other silicon",
+            "peak is wrong -- measured while the cores were busy, or on other silicon",
             "fix": f"delete {store or 'peaks.json in the data cache (<cache>/hpcqa/peaks.json)'} (or its entry "
-                   "for this shape) and run again on quiet cores: the peak is measured again"}
+            "for this shape) and run again on quiet cores: the peak is measured again",
+        }
         out["mfu"] = out["mfu_all_tokens"] = None
     if counts and counts.get("samples"):
-        out["tokens"] = {"samples": counts["samples"], "text_per_sample": counts["text"] / counts["samples"],
-                         "all_per_sample": counts["all"] / counts["samples"],
-                         "padding_share": 1 - counts["text"] / counts["all"] if counts["all"] else 0.0}
+        out["tokens"] = {
+            "samples": counts["samples"],
+            "text_per_sample": counts["text"] / counts["samples"],
+            "all_per_sample": counts["all"] / counts["samples"],
+            "padding_share": 1 - counts["text"] / counts["all"] if counts["all"] else 0.0,
+        }
     return out

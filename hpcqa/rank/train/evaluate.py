@@ -22,15 +22,21 @@ def _split_index(data: dict, split: str) -> dict:
         raw, features = data[f"{split}_raw"], data[f"{split}_features"]
         data[key] = {
             "examples": [{"id": i, "context": c} for i, c in zip(raw["id"], raw["context"])],
-            "features": [{"example_id": e, "offset_mapping": o}
-                         for e, o in zip(features["example_id"], features["offset_mapping"])],
+            "features": [
+                {"example_id": e, "offset_mapping": o}
+                for e, o in zip(features["example_id"], features["offset_mapping"])
+            ],
             "golds": {i: a["text"] for i, a in zip(raw["id"], raw["answers"])},
-            "first_facts": dict(zip(raw["id"], raw["first_fact"])) if "first_fact" in raw.column_names else {}}
+            "first_facts": dict(zip(raw["id"], raw["first_fact"]))
+            if "first_fact" in raw.column_names
+            else {},
+        }
     return data[key]
 
 
-def score(r: Rank, data: dict, split: str, predictions: tuple, with_golds: bool = True
-          ) -> tuple[dict[str, Any], postprocess.Predictions]:
+def score(
+    r: Rank, data: dict, split: str, predictions: tuple, with_golds: bool = True
+) -> tuple[dict[str, Any], postprocess.Predictions]:
     """Logits of a split ("eval" or "test") -> (scores by the official rules of the data's version,
     postprocess.Predictions)."""
     cfg = r.plan.config
@@ -38,19 +44,35 @@ def score(r: Rank, data: dict, split: str, predictions: tuple, with_golds: bool 
     index = _split_index(data, split)
     start_logits, end_logits = predictions[:2]
     out = postprocess.postprocess(
-        index["examples"], index["features"], start_logits, end_logits, n_best_size=cfg.train.n_best_size,
-        max_answer_length=cfg.train.max_answer_length, version_2_with_negative=v2,
-        null_score_diff_threshold=cfg.train.null_score_diff_threshold)
+        index["examples"],
+        index["features"],
+        start_logits,
+        end_logits,
+        n_best_size=cfg.train.n_best_size,
+        max_answer_length=cfg.train.max_answer_length,
+        version_2_with_negative=v2,
+        null_score_diff_threshold=cfg.train.null_score_diff_threshold,
+    )
     if not with_golds:
         return {}, out
     golds = index["golds"]
     # v2: the official script fed our null odds and our threshold (--na-prob-file, --na-prob-thresh)
-    result: dict[str, Any] = dict(metrics.squad_scores(golds, out.answers, v2, out.null_odds if v2 else None,
-                                                       cfg.train.null_score_diff_threshold))
+    result: dict[str, Any] = dict(
+        metrics.squad_scores(
+            golds,
+            out.answers,
+            v2,
+            out.null_odds if v2 else None,
+            cfg.train.null_score_diff_threshold,
+        )
+    )
     if any(index["first_facts"].values()):
         base = metrics.squad_scores(golds, index["first_facts"], v2)
-        result["baseline"] = {"name": "first_fact (answer with the context's first fact)",
-                              "exact_match": base["exact_match"], "f1": base["f1"]}
+        result["baseline"] = {
+            "name": "first_fact (answer with the context's first fact)",
+            "exact_match": base["exact_match"],
+            "f1": base["f1"],
+        }
     return result, out
 
 
@@ -76,8 +98,12 @@ def evaluate(r: Rank, trainer: Trainer, data: dict) -> dict:
         return {}
     result, out = score(r, data, "eval", pred.predictions)
     result["files"] = _write_predictions(r, "eval", out)
-    result.update(eval_runtime_s=eval_time, eval_samples_per_second=len(data["eval_features"]) / eval_time,
-                  eval_examples=len(data["eval_raw"]), eval_features=len(data["eval_features"]))
+    result.update(
+        eval_runtime_s=eval_time,
+        eval_samples_per_second=len(data["eval_features"]) / eval_time,
+        eval_examples=len(data["eval_raw"]),
+        eval_features=len(data["eval_features"]),
+    )
     return result
 
 
@@ -89,5 +115,9 @@ def predict(r: Rank, trainer: Trainer, data: dict) -> dict:
     if r.rank != 0:
         return {}
     _, out = score(r, data, "test", pred.predictions, with_golds=False)
-    return {"files": _write_predictions(r, "predict", out), "examples": len(data["test_raw"]),
-            "features": len(data["test_features"]), "runtime_s": time.time() - t0}
+    return {
+        "files": _write_predictions(r, "predict", out),
+        "examples": len(data["test_raw"]),
+        "features": len(data["test_features"]),
+        "runtime_s": time.time() - t0,
+    }

@@ -68,10 +68,12 @@ def verify_backend(backend: Backend, importer: Callable[[str], Any] = __import__
     try:
         importer("oneccl_bindings_for_pytorch")
     except Exception as e:  # ImportError, or an ABI mismatch with this torch
-        raise RankError(f"the plan runs DDP over ccl ({backend.reason}), but oneccl_bindings_for_pytorch does "
-                        f"not import on {socket.gethostname()} ({type(e).__name__}: {e})",
-                        "install oneccl_bind_pt built for this torch on the compute nodes, or submit with "
-                        "train.ddp_backend = \"gloo\"") from None
+        raise RankError(
+            f"the plan runs DDP over ccl ({backend.reason}), but oneccl_bindings_for_pytorch does "
+            f"not import on {socket.gethostname()} ({type(e).__name__}: {e})",
+            "install oneccl_bind_pt built for this torch on the compute nodes, or submit with "
+            'train.ddp_backend = "gloo"',
+        ) from None
     return f"ccl as planned ({backend.reason}); oneccl_bindings_for_pytorch imported"
 
 
@@ -79,14 +81,24 @@ def verify_plan(plan: LaunchPlan, env: dict | os._Environ = os.environ) -> None:
     """The wrapper exported the digest of the plan it applied: the trainer must run that very plan."""
     applied = env.get("HPCQA_PLAN_DIGEST")
     if applied and applied != plan.digest:
-        raise RankError(f"the rank wrapper applied plan {applied}, the trainer was given plan {plan.digest}",
-                        "submit through hpcqa: the wrapper and the trainer must read the same plan file")
+        raise RankError(
+            f"the rank wrapper applied plan {applied}, the trainer was given plan {plan.digest}",
+            "submit through hpcqa: the wrapper and the trainer must read the same plan file",
+        )
 
 
 def _versions(torch) -> dict:
-    versions = {"python": platform.python_version(), "torch": torch.__version__,
-                "transformers": transformers.__version__}
-    for mod in ("accelerate", "datasets", "intel_extension_for_pytorch", "oneccl_bindings_for_pytorch"):
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    for mod in (
+        "accelerate",
+        "datasets",
+        "intel_extension_for_pytorch",
+        "oneccl_bindings_for_pytorch",
+    ):
         try:
             versions[mod] = __import__(mod).__version__
         except Exception:
@@ -105,7 +117,9 @@ def _binding_warnings(torch) -> list[str]:
     if omp and threads != int(omp):
         warnings.append(f"torch uses {threads} threads, OMP_NUM_THREADS={omp}")
     if threads * local_world > ncpu:
-        warnings.append(f"OVERSUBSCRIBED: {local_world} ranks x {threads} threads > {ncpu} CPUs on this node")
+        warnings.append(
+            f"OVERSUBSCRIBED: {local_world} ranks x {threads} threads > {ncpu} CPUs on this node"
+        )
     if allowed and threads > len(allowed):
         warnings.append(f"OVERSUBSCRIBED: {threads} threads on {len(allowed)} allowed CPUs")
     return warnings
@@ -135,18 +149,35 @@ def startup_report(plan: LaunchPlan, jd: JobDir) -> dict:
 
     e = os.environ
     return {
-        "host": socket.gethostname(), "pid": os.getpid(), "rank": int(e.get("RANK", "0")),
-        "local_rank": int(e.get("LOCAL_RANK", "0")), "node_rank": int(e.get("NODE_RANK", "0")),
-        "world_size": int(e.get("WORLD_SIZE", "1")), "local_world_size": int(e.get("LOCAL_WORLD_SIZE", "1")),
-        "master_addr": e.get("MASTER_ADDR"), "master_port": e.get("MASTER_PORT"),
-        "env_source": e.get("HPCQA_ENV_SOURCE"), "planned_cpus": e.get("HPCQA_PLANNED_CPUS"),
-        "sockets": _ints(e.get("HPCQA_SOCKETS")), "numa": _ints(e.get("HPCQA_NUMA")), "membind": e.get("HPCQA_MEMBIND"),
-        "cpus": sorted(os.sched_getaffinity(0)), "bind_note": e.get("HPCQA_BIND_NOTE"),
-        "preload": preload.decode(e.get(preload.FOUND)), "preload_mapped": _mapped(e.get("LD_PRELOAD", "")),
-        "omp_num_threads": e.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads(),
-        "ld_preload": e.get("LD_PRELOAD", ""), "allocator": allocator(e), "versions": _versions(torch), "warnings": _binding_warnings(torch),
-        "started": time.time(), "job_dir": str(jd.path), "plan_digest": plan.digest,
-        "variant": dict(plan.variant), "variant_index": plan.variant_index,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "rank": int(e.get("RANK", "0")),
+        "local_rank": int(e.get("LOCAL_RANK", "0")),
+        "node_rank": int(e.get("NODE_RANK", "0")),
+        "world_size": int(e.get("WORLD_SIZE", "1")),
+        "local_world_size": int(e.get("LOCAL_WORLD_SIZE", "1")),
+        "master_addr": e.get("MASTER_ADDR"),
+        "master_port": e.get("MASTER_PORT"),
+        "env_source": e.get("HPCQA_ENV_SOURCE"),
+        "planned_cpus": e.get("HPCQA_PLANNED_CPUS"),
+        "sockets": _ints(e.get("HPCQA_SOCKETS")),
+        "numa": _ints(e.get("HPCQA_NUMA")),
+        "membind": e.get("HPCQA_MEMBIND"),
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "bind_note": e.get("HPCQA_BIND_NOTE"),
+        "preload": preload.decode(e.get(preload.FOUND)),
+        "preload_mapped": _mapped(e.get("LD_PRELOAD", "")),
+        "omp_num_threads": e.get("OMP_NUM_THREADS"),
+        "torch_threads": torch.get_num_threads(),
+        "ld_preload": e.get("LD_PRELOAD", ""),
+        "allocator": allocator(e),
+        "versions": _versions(torch),
+        "warnings": _binding_warnings(torch),
+        "started": time.time(),
+        "job_dir": str(jd.path),
+        "plan_digest": plan.digest,
+        "variant": dict(plan.variant),
+        "variant_index": plan.variant_index,
         # launch.pass_env: whether each name arrived (its value is never recorded)
         "passed_env": {name: name in e for name in plan.config.launch.pass_env},
         "code": code_provenance(e),
@@ -168,15 +199,20 @@ def weights_digest(model) -> str:
 def own_usage(r: Rank) -> dict:
     """What this rank used, measured by itself (seff's numbers for local jobs): CPU seconds of the process and
     its waited-for children (tokenising/DataLoader workers), wall seconds, its CPUs, peak RSS."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     # getrusage counts from the process's exec (its imports of torch and transformers included), so the wall
     # time must too: timed from start-up instead, a 1-CPU rank once "used" 165 % of its CPU
-    return {"cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
-            "wall_s": process_age_s() or time.time() - r.t_start,
-            "cpus": len(r.report.get("cpus") or []) or os.cpu_count() or 1, "max_rss_bytes": me.ru_maxrss * 1024,
-            "threads_outside_cpus": threads_outside(set(r.report.get("cpus") or [])),
-            "run_delay_s": binding.run_delay_s()}
-
+    return {
+        "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+        "wall_s": process_age_s() or time.time() - r.t_start,
+        "cpus": len(r.report.get("cpus") or []) or os.cpu_count() or 1,
+        "max_rss_bytes": me.ru_maxrss * 1024,
+        "threads_outside_cpus": threads_outside(set(r.report.get("cpus") or [])),
+        "run_delay_s": binding.run_delay_s(),
+    }
 
 
 def threads_outside(cpus: set[int]) -> list[str]:
@@ -186,7 +222,9 @@ def threads_outside(cpus: set[int]) -> list[str]:
     out = []
     for status in Path("/proc/self/task").glob("*/status"):
         try:
-            line = next(x for x in status.read_text().splitlines() if x.startswith("Cpus_allowed_list:"))
+            line = next(
+                x for x in status.read_text().splitlines() if x.startswith("Cpus_allowed_list:")
+            )
         except (OSError, StopIteration):
             continue
         if not set(topology.parse_cpu_list(line.split(":", 1)[1].strip())) <= cpus:
@@ -207,6 +245,7 @@ def process_age_s() -> float | None:
 def logger(rank: int):
     def log(msg: str) -> None:
         print(f"[hpcqa rank {rank}] {msg}", file=sys.stderr, flush=True)
+
     return log
 
 
@@ -218,12 +257,23 @@ def thread_census(pid: int | None = None) -> list[dict]:
     for proc in procs:
         for task in sorted(Path(f"/proc/{proc}/task").glob("[0-9]*")):
             try:
-                mask = next(x.split()[1] for x in (task / "status").read_text().splitlines()
-                            if x.startswith("Cpus_allowed_list"))
+                mask = next(
+                    x.split()[1]
+                    for x in (task / "status").read_text().splitlines()
+                    if x.startswith("Cpus_allowed_list")
+                )
                 name = (task / "comm").read_text().strip()
             except (OSError, StopIteration):
                 continue
-            out.append({"pid": proc, "tid": int(task.name), "name": name, "cpus": mask, "main": int(task.name) == proc})
+            out.append(
+                {
+                    "pid": proc,
+                    "tid": int(task.name),
+                    "name": name,
+                    "cpus": mask,
+                    "main": int(task.name) == proc,
+                }
+            )
     return out
 
 

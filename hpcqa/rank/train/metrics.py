@@ -48,6 +48,7 @@ def _shared(g: list[str], p: list[str]) -> float:
 
 # ------------------------------------------------------------------------------------ v1.1
 
+
 def exact_v1(gold: str, pred: str) -> float:
     return float(normalize_answer(pred) == normalize_answer(gold))
 
@@ -85,6 +86,7 @@ def scores_v1(golds: Mapping[str, Sequence[str]], preds: Mapping[str, str]) -> d
 
 # ------------------------------------------------------------------------------------ v2.0
 
+
 def exact_v2(gold: str, pred: str) -> float:
     return float(normalize_answer(gold) == normalize_answer(pred))
 
@@ -114,17 +116,27 @@ def per_question_v2(golds: Mapping[str, Sequence[str]], preds: Mapping[str, str]
     return em, f1
 
 
-def _apply_threshold(scores: dict[str, float], na_probs: Mapping[str, float], has_ans: Mapping[str, bool],
-                     thresh: float) -> dict[str, float]:
+def _apply_threshold(
+    scores: dict[str, float],
+    na_probs: Mapping[str, float],
+    has_ans: Mapping[str, bool],
+    thresh: float,
+) -> dict[str, float]:
     return {q: (float(not has_ans[q]) if na_probs[q] > thresh else s) for q, s in scores.items()}
 
 
 def _mean(scores: Mapping[str, float], ids: Sequence[str]) -> float:
-    return 100.0 * sum(scores[q] for q in ids) / len(ids)  # built-in sum, as the script (compensated on 3.12+)
+    return (
+        100.0 * sum(scores[q] for q in ids) / len(ids)
+    )  # built-in sum, as the script (compensated on 3.12+)
 
 
-def best_threshold(preds: Mapping[str, str], scores: Mapping[str, float], na_probs: Mapping[str, float],
-                   has_ans: Mapping[str, bool]) -> tuple[float, float]:
+def best_threshold(
+    preds: Mapping[str, str],
+    scores: Mapping[str, float],
+    na_probs: Mapping[str, float],
+    has_ans: Mapping[str, bool],
+) -> tuple[float, float]:
     """The no-answer threshold that would have scored best, and that score (the script's sweep)."""
     cur = best = float(sum(1 for q in has_ans if not has_ans[q]))
     thresh = 0.0
@@ -140,8 +152,12 @@ def best_threshold(preds: Mapping[str, str], scores: Mapping[str, float], na_pro
     return 100.0 * best / len(scores), thresh
 
 
-def scores_v2(golds: Mapping[str, Sequence[str]], preds: Mapping[str, str],
-              na_probs: Mapping[str, float] | None = None, na_prob_thresh: float = 1.0) -> dict[str, float]:
+def scores_v2(
+    golds: Mapping[str, Sequence[str]],
+    preds: Mapping[str, str],
+    na_probs: Mapping[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
+) -> dict[str, float]:
     """evaluate-v2.0.py [--na-prob-file] [--na-prob-thresh]: exact (as exact_match), f1, total (as count),
     HasAns_*, NoAns_*, and with na_probs best_exact/best_f1 and their thresholds."""
     has_ans = {q: bool(a) for q, a in golds.items()}
@@ -152,19 +168,36 @@ def scores_v2(golds: Mapping[str, Sequence[str]], preds: Mapping[str, str],
     scored = list(em)
     if not scored:
         return {"exact_match": 0.0, "f1": 0.0, "count": 0}
-    out: dict[str, float] = {"exact_match": _mean(em, scored), "f1": _mean(f1, scored), "count": len(scored)}
+    out: dict[str, float] = {
+        "exact_match": _mean(em, scored),
+        "f1": _mean(f1, scored),
+        "count": len(scored),
+    }
     for name, keep in (("HasAns", True), ("NoAns", False)):
-        ids = [q for q in golds if has_ans[q] == keep and q in em]  # the script's lists, minus unscored ids
+        ids = [
+            q for q in golds if has_ans[q] == keep and q in em
+        ]  # the script's lists, minus unscored ids
         if any(has_ans[q] == keep for q in golds) and ids:
-            out.update({f"{name}_exact": _mean(em, ids), f"{name}_f1": _mean(f1, ids), f"{name}_total": len(ids)})
+            out.update(
+                {
+                    f"{name}_exact": _mean(em, ids),
+                    f"{name}_f1": _mean(f1, ids),
+                    f"{name}_total": len(ids),
+                }
+            )
     if na_probs is not None:
         out["best_exact"], out["best_exact_thresh"] = best_threshold(preds, em_raw, probs, has_ans)
         out["best_f1"], out["best_f1_thresh"] = best_threshold(preds, f1_raw, probs, has_ans)
     return out
 
 
-def squad_scores(golds: Mapping[str, Sequence[str]], preds: Mapping[str, str], version_2: bool = False,
-                 na_probs: Mapping[str, float] | None = None, na_prob_thresh: float = 1.0) -> dict[str, float]:
+def squad_scores(
+    golds: Mapping[str, Sequence[str]],
+    preds: Mapping[str, str],
+    version_2: bool = False,
+    na_probs: Mapping[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
+) -> dict[str, float]:
     """golds: id -> the raw answer texts ([] = no answer); preds: id -> text ("" = no answer).
 
     Percentages by the official rules of the data's version: v1.1 (version_2 false) or v2.0.

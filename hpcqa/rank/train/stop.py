@@ -40,7 +40,9 @@ class _Stop:
         self.kind = 0
         self.previous: Any = None
         self.agreed_at: int | None = None
-        self.early_exit = False   # a pod before training began: a notice ends the rank at once (nothing to save)
+        self.early_exit = (
+            False  # a pod before training began: a notice ends the rank at once (nothing to save)
+        )
 
     def install(self, requeue_signal: str = "USR2", early_exit: bool = False) -> None:
         # submitit's checkpoint-and-requeue listens on USR2; kept to be called once the checkpoint is saved
@@ -51,12 +53,18 @@ class _Stop:
             signal.signal(sig, self._raise_flag)
 
     def _raise_flag(self, signum, frame) -> None:
-        with contextlib.suppress(OSError):  # the rank's log says when each notice arrived (a raw write: in a handler)
-            os.write(2, f"hpcqa: {signal.Signals(signum).name} received at {time.time():.3f}\n".encode())
+        with contextlib.suppress(
+            OSError
+        ):  # the rank's log says when each notice arrived (a raw write: in a handler)
+            os.write(
+                2, f"hpcqa: {signal.Signals(signum).name} received at {time.time():.3f}\n".encode()
+            )
         kind = self.TERM if signum == signal.SIGTERM else self.REQUEUE
         if kind > self.kind:
             self.signum, self.kind = signum, kind
-        if self.early_exit:  # loading, preprocessing, the rendezvous: no step boundary will come soon
+        if (
+            self.early_exit
+        ):  # loading, preprocessing, the rendezvous: no step boundary will come soon
             self.early_exit = False
             raise NoticeBeforeTraining(self.name)
 
@@ -84,15 +92,29 @@ STOP = _Stop()
 def stop_after_checkpoint(r: Rank, step: int) -> dict:
     """The checkpoint of `step` is saved on every rank. A requeue signal: hpcqa requeues (submitit's handler:
     global rank 0 requeues; a rendered script or a pod: the script / the operator). SIGTERM: Slurm decides."""
-    notice = {"signal": STOP.name, "step": step, "attempt": attempt(), "time": time.time(),
-              "checkpoint": str(r.jd.checkpoints / f"checkpoint-{step}")}
-    r.save_report(status=f"checkpointed on {STOP.name}", stopped_at_step=step, stopped_at=time.time(), notice=notice)
+    notice = {
+        "signal": STOP.name,
+        "step": step,
+        "attempt": attempt(),
+        "time": time.time(),
+        "checkpoint": str(r.jd.checkpoints / f"checkpoint-{step}"),
+    }
+    r.save_report(
+        status=f"checkpointed on {STOP.name}",
+        stopped_at_step=step,
+        stopped_at=time.time(),
+        notice=notice,
+    )
     if STOP.kind == STOP.TERM and r.plan.requeue is not Requeue.POD:
-        r.log(f"SIGTERM (preemption, scancel or the time limit): checkpoint of step {step} saved; Slurm decides "
-              "what follows (PreemptMode=REQUEUE brings the job back, a cancel ends it)")
+        r.log(
+            f"SIGTERM (preemption, scancel or the time limit): checkpoint of step {step} saved; Slurm decides "
+            "what follows (PreemptMode=REQUEUE brings the job back, a cancel ends it)"
+        )
         if os.environ.get("SLURM_JOB_ID"):
             time.sleep(TERM_WAIT_S)
-        raise RankStopped(f"stopped at step {step} on SIGTERM; checkpoint saved ({notice['checkpoint']})")
+        raise RankStopped(
+            f"stopped at step {step} on SIGTERM; checkpoint saved ({notice['checkpoint']})"
+        )
     r.log(f"{STOP.name} received: checkpoint of step {step} saved; requeueing")
     if r.plan.requeue.by_the_job_script:  # the job script requeues (a pod: is restarted)
         if r.rank == 0:
@@ -102,7 +124,9 @@ def stop_after_checkpoint(r: Rank, step: int) -> dict:
         STOP.previous(signal.SIGUSR2, None)  # rank 0: checkpoint pickle, scontrol requeue, exit
     if r.rank != 0:
         time.sleep(300)  # the requeue ends this step; a rank 0 that couldn't requeue ends it too
-    raise RankStopped(f"stopped at step {step} on a signal; checkpoint saved (no scheduler to requeue it)")
+    raise RankStopped(
+        f"stopped at step {step} on a signal; checkpoint saved (no scheduler to requeue it)"
+    )
 
 
 class RankStopped(Exception):
@@ -129,7 +153,9 @@ def save_at_notice(r: Rank, trainer, during: str) -> int:
     r.phases.enter(Phase.STOPPING, f"{STOP.name} at step {step}, during {during}")
     if not r.jd.checkpoint_marker(r.jd.checkpoints / f"checkpoint-{step}").exists():
         trainer._save_checkpoint(trainer.model_wrapped, trial=None)
-        trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+        trainer.control = trainer.callback_handler.on_save(
+            trainer.args, trainer.state, trainer.control
+        )
     return step
 
 

@@ -27,14 +27,78 @@ from pathlib import Path
 
 from hpcqa.fsutil import atomic_write_text
 
-SYL = ["ka", "lo", "mi", "ren", "to", "va", "zu", "bel", "dor", "fi", "gan", "hu", "jor", "kel", "mar",
-       "nor", "pel", "quin", "ros", "sil", "tam", "ul", "vex", "wen", "yar", "zen"]
-FIRST = ["Ada", "Boris", "Clara", "Dmitri", "Elena", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kira",
-         "Lars", "Mona", "Nils", "Olga", "Pavel", "Rosa", "Sven", "Tara", "Umar", "Vera", "Wim"]
-COLORS = ["red", "green", "blue", "yellow", "white", "black", "orange", "purple", "silver", "golden"]
-FILLER = ["The region is known for its mild winters.", "Many travellers pass through in spring.",
-          "Local markets open early in the morning.", "The old roads were rebuilt last century.",
-          "Historians still debate its early records.", "Fishing remains a common trade there."]
+SYL = [
+    "ka",
+    "lo",
+    "mi",
+    "ren",
+    "to",
+    "va",
+    "zu",
+    "bel",
+    "dor",
+    "fi",
+    "gan",
+    "hu",
+    "jor",
+    "kel",
+    "mar",
+    "nor",
+    "pel",
+    "quin",
+    "ros",
+    "sil",
+    "tam",
+    "ul",
+    "vex",
+    "wen",
+    "yar",
+    "zen",
+]
+FIRST = [
+    "Ada",
+    "Boris",
+    "Clara",
+    "Dmitri",
+    "Elena",
+    "Farid",
+    "Greta",
+    "Hugo",
+    "Ines",
+    "Jonas",
+    "Kira",
+    "Lars",
+    "Mona",
+    "Nils",
+    "Olga",
+    "Pavel",
+    "Rosa",
+    "Sven",
+    "Tara",
+    "Umar",
+    "Vera",
+    "Wim",
+]
+COLORS = [
+    "red",
+    "green",
+    "blue",
+    "yellow",
+    "white",
+    "black",
+    "orange",
+    "purple",
+    "silver",
+    "golden",
+]
+FILLER = [
+    "The region is known for its mild winters.",
+    "Many travellers pass through in spring.",
+    "Local markets open early in the morning.",
+    "The old roads were rebuilt last century.",
+    "Historians still debate its early records.",
+    "Fishing remains a common trade there.",
+]
 
 
 def _name(rng: random.Random, parts: int = 2) -> str:
@@ -43,42 +107,119 @@ def _name(rng: random.Random, parts: int = 2) -> str:
 
 RELATIONS = {
     "capital": ("The capital of {e} is {v}.", "What is the capital of {e}?", lambda r: _name(r, 3)),
-    "founder": ("{e} was founded by {v}.", "Who founded {e}?", lambda r: f"{r.choice(FIRST)} {_name(r, 2)}"),
-    "year": ("{e} was established in {v}.", "In which year was {e} established?", lambda r: str(r.randint(1100, 1990))),
-    "river": ("The main river of {e} is the {v}.", "What is the main river of {e}?", lambda r: _name(r, 2)),
-    "population": ("{e} has a population of {v} people.", "How many people live in {e}?",
-                   lambda r: f"{r.randint(2, 990)},{r.randint(0, 999):03d}"),
-    "color": ("The flag of {e} is mostly {v}.", "What color is the flag of {e}?", lambda r: r.choice(COLORS)),
+    "founder": (
+        "{e} was founded by {v}.",
+        "Who founded {e}?",
+        lambda r: f"{r.choice(FIRST)} {_name(r, 2)}",
+    ),
+    "year": (
+        "{e} was established in {v}.",
+        "In which year was {e} established?",
+        lambda r: str(r.randint(1100, 1990)),
+    ),
+    "river": (
+        "The main river of {e} is the {v}.",
+        "What is the main river of {e}?",
+        lambda r: _name(r, 2),
+    ),
+    "population": (
+        "{e} has a population of {v} people.",
+        "How many people live in {e}?",
+        lambda r: f"{r.randint(2, 990)},{r.randint(0, 999):03d}",
+    ),
+    "color": (
+        "The flag of {e} is mostly {v}.",
+        "What color is the flag of {e}?",
+        lambda r: r.choice(COLORS),
+    ),
 }
 
 
 SHAPES = ("short", "squad")
 
 # the "squad" shape: prose of common words around the facts, lengths drawn to SQuAD v1.1's
-CONTEXT_WORDS_MEDIAN, CONTEXT_WORDS_SIGMA = 101.0, 0.47   # log-normal: mean ~120 words, ~1-3 % past 384 tokens
+CONTEXT_WORDS_MEDIAN, CONTEXT_WORDS_SIGMA = (
+    101.0,
+    0.47,
+)  # log-normal: mean ~120 words, ~1-3 % past 384 tokens
 CONTEXT_WORDS_RANGE = (30, 700)
 QUESTION_WORDS_MEDIAN, QUESTION_WORDS_SIGMA = 8.5, 0.30  # mean ~10 words
 GRAMMAR = {
-    "subject": ["The old harbour", "The northern district", "A later survey", "The regional council", "Its university",
-                "The main railway", "A local guild", "The cathedral chapter", "The provincial archive", "Its first museum",
-                "The coastal trade", "A small community of weavers", "The royal court", "The eastern valley",
-                "Most of the early settlers", "The annual festival", "A second bridge", "The textile industry"],
-    "verb": ["expanded", "declined", "was rebuilt", "gained importance", "was described", "remained active",
-             "attracted visitors", "was reorganised", "lost much of its influence", "was recorded",
-             "changed hands several times", "grew steadily", "was largely destroyed", "became a centre of learning"],
-    "when": ["during the following decades", "after the great flood", "in the late medieval period",
-             "under the new administration", "throughout the nineteenth century", "before the war",
-             "in the years that followed", "after a long dispute with its neighbours", "during a period of reform",
-             "for almost two hundred years", "in the early modern era"],
-    "tail": ["according to contemporary accounts", "as several historians have noted", "despite repeated setbacks",
-             "which shaped the character of the town", "although the records are incomplete",
-             "while trade with the interior continued", "and its population rose accordingly",
-             "as described in a survey of the period", "with support from wealthy merchants"],
+    "subject": [
+        "The old harbour",
+        "The northern district",
+        "A later survey",
+        "The regional council",
+        "Its university",
+        "The main railway",
+        "A local guild",
+        "The cathedral chapter",
+        "The provincial archive",
+        "Its first museum",
+        "The coastal trade",
+        "A small community of weavers",
+        "The royal court",
+        "The eastern valley",
+        "Most of the early settlers",
+        "The annual festival",
+        "A second bridge",
+        "The textile industry",
+    ],
+    "verb": [
+        "expanded",
+        "declined",
+        "was rebuilt",
+        "gained importance",
+        "was described",
+        "remained active",
+        "attracted visitors",
+        "was reorganised",
+        "lost much of its influence",
+        "was recorded",
+        "changed hands several times",
+        "grew steadily",
+        "was largely destroyed",
+        "became a centre of learning",
+    ],
+    "when": [
+        "during the following decades",
+        "after the great flood",
+        "in the late medieval period",
+        "under the new administration",
+        "throughout the nineteenth century",
+        "before the war",
+        "in the years that followed",
+        "after a long dispute with its neighbours",
+        "during a period of reform",
+        "for almost two hundred years",
+        "in the early modern era",
+    ],
+    "tail": [
+        "according to contemporary accounts",
+        "as several historians have noted",
+        "despite repeated setbacks",
+        "which shaped the character of the town",
+        "although the records are incomplete",
+        "while trade with the interior continued",
+        "and its population rose accordingly",
+        "as described in a survey of the period",
+        "with support from wealthy merchants",
+    ],
 }
-Q_PREFIX = ["According to the passage,", "Based on the text,", "In the account given,", "As the context states,"]
-Q_CLAUSE = ["the place whose old harbour expanded", "the region described in the survey",
-            "which is mentioned in the passage", "known for its annual festival", "whose records are incomplete",
-            "where the textile industry grew"]
+Q_PREFIX = [
+    "According to the passage,",
+    "Based on the text,",
+    "In the account given,",
+    "As the context states,",
+]
+Q_CLAUSE = [
+    "the place whose old harbour expanded",
+    "the region described in the survey",
+    "which is mentioned in the passage",
+    "known for its annual festival",
+    "whose records are incomplete",
+    "where the textile industry grew",
+]
 
 
 def _prose(rng: random.Random, names: list[str]) -> str:
@@ -124,7 +265,9 @@ def example(rng: random.Random, idx: int, negatives: bool, shape: str = "short")
     facts = facts[:6]
     sentences = [RELATIONS[rel][0].format(e=e, v=v) for e, rel, v in facts]
     if shape == "squad":
-        target = _lognormal_int(rng, CONTEXT_WORDS_MEDIAN, CONTEXT_WORDS_SIGMA, *CONTEXT_WORDS_RANGE)
+        target = _lognormal_int(
+            rng, CONTEXT_WORDS_MEDIAN, CONTEXT_WORDS_SIGMA, *CONTEXT_WORDS_RANGE
+        )
         words = sum(_words(x) for x in sentences)
         while words < target:
             extra = _prose(rng, entities)
@@ -142,21 +285,36 @@ def example(rng: random.Random, idx: int, negatives: bool, shape: str = "short")
         if missing:
             rel = rng.choice(missing)
             question = RELATIONS[rel][1].format(e=e)
-            return {"id": f"syn-{idx}", "context": context,
-                    "question": _long_question(rng, question) if shape == "squad" else question,
-                    "answers": [], "is_impossible": True, "first_fact": first_value}
+            return {
+                "id": f"syn-{idx}",
+                "context": context,
+                "question": _long_question(rng, question) if shape == "squad" else question,
+                "answers": [],
+                "is_impossible": True,
+                "first_fact": first_value,
+            }
     e, rel, v = rng.choice(facts)
     sentence = RELATIONS[rel][0].format(e=e, v=v)
-    start = context.index(sentence) + sentence.index(v) if rel != "river" else \
-        context.index(sentence) + sentence.rindex(v)
-    assert context[start:start + len(v)] == v
+    start = (
+        context.index(sentence) + sentence.index(v)
+        if rel != "river"
+        else context.index(sentence) + sentence.rindex(v)
+    )
+    assert context[start : start + len(v)] == v
     question = RELATIONS[rel][1].format(e=e)
-    return {"id": f"syn-{idx}", "question": _long_question(rng, question) if shape == "squad" else question,
-            "context": context, "answers": [{"text": v, "answer_start": start}], "is_impossible": False,
-            "first_fact": first_value}
+    return {
+        "id": f"syn-{idx}",
+        "question": _long_question(rng, question) if shape == "squad" else question,
+        "context": context,
+        "answers": [{"text": v, "answer_start": start}],
+        "is_impossible": False,
+        "first_fact": first_value,
+    }
 
 
-def squad_json(n: int, seed: int, negatives: bool = False, title: str = "synthetic", shape: str = "short") -> dict:
+def squad_json(
+    n: int, seed: int, negatives: bool = False, title: str = "synthetic", shape: str = "short"
+) -> dict:
     """Official SQuAD nested format: data[].paragraphs[].qas[]."""
     if shape not in SHAPES:
         raise ValueError(f"synthetic shape {shape!r}: one of {', '.join(SHAPES)}")
@@ -164,15 +322,24 @@ def squad_json(n: int, seed: int, negatives: bool = False, title: str = "synthet
     paragraphs = []
     for i in range(n):
         ex = example(rng, i, negatives, shape)
-        qa = {"id": ex["id"], "question": ex["question"], "answers": ex["answers"],
-              "first_fact": ex["first_fact"]}
+        qa = {
+            "id": ex["id"],
+            "question": ex["question"],
+            "answers": ex["answers"],
+            "first_fact": ex["first_fact"],
+        }
         if negatives:
             qa["is_impossible"] = ex["is_impossible"]
         paragraphs.append({"context": ex["context"], "qas": [qa]})
-    return {"version": "v2.0" if negatives else "1.1", "data": [{"title": title, "paragraphs": paragraphs}]}
+    return {
+        "version": "v2.0" if negatives else "1.1",
+        "data": [{"title": title, "paragraphs": paragraphs}],
+    }
 
 
-def write(path: str | Path, n: int, seed: int, negatives: bool = False, shape: str = "short") -> Path:
+def write(
+    path: str | Path, n: int, seed: int, negatives: bool = False, shape: str = "short"
+) -> Path:
     """Write atomically (several ranks or jobs may race for the same cache file)."""
     p = Path(path)
     if p.exists():

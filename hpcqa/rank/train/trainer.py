@@ -30,7 +30,13 @@ class LockstepLengthSampler(Sampler):
     """batching.lockstep_order as a torch Sampler; set_epoch is called by accelerate's data loader at each epoch."""
 
     def __init__(self, lengths: Sequence[int], batch: int, world: int, seed: int) -> None:
-        self.lengths, self.batch, self.world, self.seed, self.epoch = list(lengths), batch, world, seed, 0
+        self.lengths, self.batch, self.world, self.seed, self.epoch = (
+            list(lengths),
+            batch,
+            world,
+            seed,
+            0,
+        )
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -39,7 +45,9 @@ class LockstepLengthSampler(Sampler):
         return len(self.lengths)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(batching.lockstep_order(self.lengths, self.batch, self.world, self.seed, self.epoch))
+        return iter(
+            batching.lockstep_order(self.lengths, self.batch, self.world, self.seed, self.epoch)
+        )
 
 
 class CountingTrainer(Trainer):
@@ -58,15 +66,25 @@ class CountingTrainer(Trainer):
         ds = train_dataset if train_dataset is not None else self.train_dataset
         if dc.pad_to_max_length or not dc.group_by_length or ds is None:
             return super()._get_train_sampler(train_dataset)
-        if dc.length_sampler == "stock":   # transformers' own, as run_qa.py --group_by_length runs it
-            return LengthGroupedSampler(self.args.train_batch_size * self.args.gradient_accumulation_steps,
-                                        lengths=batching.feature_lengths(ds))
-        return LockstepLengthSampler(batching.feature_lengths(ds), self.args.per_device_train_batch_size,
-                                     self.hpcqa_rank.world, self.args.seed)
+        if (
+            dc.length_sampler == "stock"
+        ):  # transformers' own, as run_qa.py --group_by_length runs it
+            return LengthGroupedSampler(
+                self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                lengths=batching.feature_lengths(ds),
+            )
+        return LockstepLengthSampler(
+            batching.feature_lengths(ds),
+            self.args.per_device_train_batch_size,
+            self.hpcqa_rank.world,
+            self.args.seed,
+        )
 
     def training_step(self, model, inputs, *args, **kwargs):
         if "input_ids" in inputs:
-            efficiency.count_batch(self.hpcqa_counts, inputs["input_ids"], inputs.get("attention_mask"))
+            efficiency.count_batch(
+                self.hpcqa_counts, inputs["input_ids"], inputs.get("attention_mask")
+            )
         return super().training_step(model, inputs, *args, **kwargs)
 
 
@@ -80,19 +98,30 @@ class QATrainer(CountingTrainer):
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
         t0 = time.time()
-        loop = self.evaluation_loop(self.get_eval_dataloader(self.qa_data["eval_features"]), description="Evaluation",
-                                    prediction_loss_only=False, ignore_keys=ignore_keys,
-                                    metric_key_prefix=metric_key_prefix)
+        loop = self.evaluation_loop(
+            self.get_eval_dataloader(self.qa_data["eval_features"]),
+            description="Evaluation",
+            prediction_loss_only=False,
+            ignore_keys=ignore_keys,
+            metric_key_prefix=metric_key_prefix,
+        )
         scores, _ = score(self.hpcqa_rank, self.qa_data, "eval", loop.predictions)
-        metrics = {f"{metric_key_prefix}_{k}": v for k, v in scores.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        metrics = {
+            f"{metric_key_prefix}_{k}": v
+            for k, v in scores.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         metrics[f"{metric_key_prefix}_runtime"] = time.time() - t0
         self.log(metrics)
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        self.control = self.callback_handler.on_evaluate(
+            self.args, self.state, self.control, metrics
+        )
         return metrics
 
 
-def build_trainer(r: Rank, args: TrainingArguments, model: Any, data: dict, optimizers: tuple) -> CountingTrainer:
+def build_trainer(
+    r: Rank, args: TrainingArguments, model: Any, data: dict, optimizers: tuple
+) -> CountingTrainer:
     tc = r.plan.config.train
     timer = StepTimer(tc.timing_warmup_steps, r)
     callbacks = [timer, FinalSave(tc.save_final_checkpoint), StopOnSignal(r), MarkComplete(r)]
@@ -104,20 +133,37 @@ def build_trainer(r: Rank, args: TrainingArguments, model: Any, data: dict, opti
     if tc.fail_at_step:
         callbacks.append(FailAt(tc.fail_at_step, r.rank == r.world - 1))
     dc = r.plan.config.data
-    collator = default_data_collator if dc.pad_to_max_length else \
-        DataCollatorWithPadding(data["tokenizer"], pad_to_multiple_of=dc.pad_to_multiple_of if
-                                dc.pad_to_multiple_of > 1 else None)
+    collator = (
+        default_data_collator
+        if dc.pad_to_max_length
+        else DataCollatorWithPadding(
+            data["tokenizer"],
+            pad_to_multiple_of=dc.pad_to_multiple_of if dc.pad_to_multiple_of > 1 else None,
+        )
+    )
     evaluates = tc.eval_strategy != "no"
     extra = {"qa_data": data} if evaluates else {}
     trainer = (QATrainer if evaluates else CountingTrainer)(
-        model=model, args=args, train_dataset=data["train_features"], processing_class=data["tokenizer"],
-        eval_dataset=data["eval_features"] if evaluates else None, data_collator=collator, callbacks=callbacks,
-        optimizers=optimizers, hpcqa_rank=r, timer=timer, **extra)
+        model=model,
+        args=args,
+        train_dataset=data["train_features"],
+        processing_class=data["tokenizer"],
+        eval_dataset=data["eval_features"] if evaluates else None,
+        data_collator=collator,
+        callbacks=callbacks,
+        optimizers=optimizers,
+        hpcqa_rank=r,
+        timer=timer,
+        **extra,
+    )
     if getattr(trainer.accelerator, "ddp_handler", None) is not None:
         # the Trainer passes no gradient_as_bucket_view to accelerate; DDP is built from this handler at train()
         trainer.accelerator.ddp_handler.gradient_as_bucket_view = tc.ddp_bucket_view
-        if tc.ddp_compress == "fp16":  # nor a comm hook: accelerate registers this one when it wraps the model
+        if (
+            tc.ddp_compress == "fp16"
+        ):  # nor a comm hook: accelerate registers this one when it wraps the model
             from accelerate.utils import DDPCommunicationHookType
+
             trainer.accelerator.ddp_handler.comm_hook = DDPCommunicationHookType(tc.ddp_compress)
         elif tc.ddp_compress == "bf16":
             register_own_hook(trainer.accelerator.ddp_handler, cpu_bf16_hook)
@@ -136,6 +182,7 @@ def cpu_bf16_hook(process_group, bucket):  # noqa: ANN001 -- DDP refuses a hook 
     def decompress(fut: Any) -> Any:
         buffer.copy_(fut.value()[0])
         return buffer
+
     return dist.all_reduce(compressed, group=group, async_op=True).get_future().then(decompress)
 
 
@@ -148,4 +195,5 @@ def register_own_hook(handler: Any, hook: Any) -> None:
         def register_comm_hook(self, model: Any) -> None:
             super().register_comm_hook(model)
             model.register_comm_hook(state=None, hook=hook)
+
     handler.__class__ = OwnHook

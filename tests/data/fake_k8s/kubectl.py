@@ -66,31 +66,50 @@ def main(argv: list[str]) -> int:
                 rt_key = f"TrainingRuntime/{d['metadata'].get('namespace') or ns}/{d['spec']['runtimeRef']['name']}"
                 seen = objs.get(rt_key)
                 if seen is None or seen["created"] > now - LAG:
-                    print(f'Error from server (Forbidden): error when creating "{files[0]}": admission webhook '
-                          f'"validate.trainjob.trainer.kubeflow.org" denied the request: spec.runtimeRef: '
-                          f'trainingruntimes.trainer.kubeflow.org "{d["spec"]["runtimeRef"]["name"]}" not found: '
-                          'specified trainingRuntime must be created before the TrainJob is created', file=sys.stderr)
+                    print(
+                        f'Error from server (Forbidden): error when creating "{files[0]}": admission webhook '
+                        f'"validate.trainjob.trainer.kubeflow.org" denied the request: spec.runtimeRef: '
+                        f'trainingruntimes.trainer.kubeflow.org "{d["spec"]["runtimeRef"]["name"]}" not found: '
+                        "specified trainingRuntime must be created before the TrainJob is created",
+                        file=sys.stderr,
+                    )
                     code = 1
                     continue
                 rt = dict(seen["doc"])
-                errs = trainer_rules.webhook_errors({**rt, "metadata": {**rt["metadata"], "namespace": d["metadata"].get("namespace")}}, d)
+                errs = trainer_rules.webhook_errors(
+                    {
+                        **rt,
+                        "metadata": {**rt["metadata"], "namespace": d["metadata"].get("namespace")},
+                    },
+                    d,
+                )
                 if errs:
                     print(f"Error from server (Forbidden): {'; '.join(errs)}", file=sys.stderr)
                     code = 1
                     continue
-            print(f"{d['kind'].lower()}/{d['metadata']['name']} {'created (server dry run)' if dry else 'created'}")
+            print(
+                f"{d['kind'].lower()}/{d['metadata']['name']} {'created (server dry run)' if dry else 'created'}"
+            )
             if not dry:
                 objs[k] = {"doc": d, "created": now}
                 if d["kind"] == "Job":
-                    objs[k]["doc"]["status"] = {"conditions": [
-                        {"type": os.environ.get("FAKE_KUBE_JOB_RESULT", "Complete"), "status": "True"}]}
+                    objs[k]["doc"]["status"] = {
+                        "conditions": [
+                            {
+                                "type": os.environ.get("FAKE_KUBE_JOB_RESULT", "Complete"),
+                                "status": "True",
+                            }
+                        ]
+                    }
     elif verb == "get":
         if docs:
             for d in docs:
                 found = objs.get(key(d, ns))
                 if found is None:
-                    print(f'Error from server (NotFound): {d["kind"]} "{d["metadata"]["name"]}" not found',
-                          file=sys.stderr)
+                    print(
+                        f'Error from server (NotFound): {d["kind"]} "{d["metadata"]["name"]}" not found',
+                        file=sys.stderr,
+                    )
                     code = 1
                 elif out == f"jsonpath={CONDITIONS}":
                     conds = found["doc"].get("status", {}).get("conditions", [])
@@ -103,7 +122,10 @@ def main(argv: list[str]) -> int:
     elif verb == "delete":
         for d in docs:
             if objs.pop(key(d, ns), None) is None:
-                print(f'Error from server (NotFound): {d["kind"]} "{d["metadata"]["name"]}" not found', file=sys.stderr)
+                print(
+                    f'Error from server (NotFound): {d["kind"]} "{d["metadata"]["name"]}" not found',
+                    file=sys.stderr,
+                )
                 code = 1
             else:
                 print(f"{d['kind'].lower()}/{d['metadata']['name']} deleted")

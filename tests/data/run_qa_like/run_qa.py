@@ -8,7 +8,13 @@ import argparse
 import os
 
 from datasets import load_dataset
-from transformers import AutoModelForQuestionAnswering, AutoTokenizer, Trainer, TrainingArguments, default_data_collator
+from transformers import (
+    AutoModelForQuestionAnswering,
+    AutoTokenizer,
+    Trainer,
+    TrainingArguments,
+    default_data_collator,
+)
 from transformers.trainer_utils import get_last_checkpoint
 from utils_qa import prepare_train_features
 
@@ -31,25 +37,43 @@ def main() -> None:
     if a.max_train_samples:
         raw = raw.select(range(a.max_train_samples))
     tokenizer = AutoTokenizer.from_pretrained(a.model_name_or_path)
-    features = raw.map(lambda b: prepare_train_features(b, tokenizer, a.max_seq_length, a.doc_stride),
-                       batched=True, remove_columns=raw.column_names)
+    features = raw.map(
+        lambda b: prepare_train_features(b, tokenizer, a.max_seq_length, a.doc_stride),
+        batched=True,
+        remove_columns=raw.column_names,
+    )
     last = get_last_checkpoint(a.output_dir) if os.path.isdir(a.output_dir) else None
     if last:
         print(f"Resuming training from checkpoint {last}", flush=True)
-    args = TrainingArguments(output_dir=a.output_dir, use_cpu=True, per_device_train_batch_size=a.per_device_train_batch_size,
-                             learning_rate=a.learning_rate, max_steps=a.max_steps, save_steps=a.save_steps,
-                             logging_steps=1, report_to=[], disable_tqdm=True, seed=42)
+    args = TrainingArguments(
+        output_dir=a.output_dir,
+        use_cpu=True,
+        per_device_train_batch_size=a.per_device_train_batch_size,
+        learning_rate=a.learning_rate,
+        max_steps=a.max_steps,
+        save_steps=a.save_steps,
+        logging_steps=1,
+        report_to=[],
+        disable_tqdm=True,
+        seed=42,
+    )
     model = AutoModelForQuestionAnswering.from_pretrained(a.model_name_or_path)
-    trainer = Trainer(model=model, args=args, train_dataset=features, data_collator=default_data_collator)
+    trainer = Trainer(
+        model=model, args=args, train_dataset=features, data_collator=default_data_collator
+    )
     result = trainer.train(resume_from_checkpoint=last)
     trainer.save_metrics("train", {**result.metrics, "train_samples": len(features)})
     trainer.save_state()
-    if a.do_eval:  # on the training features' spans (the test data has no other): run_qa.py's metric names
+    if (
+        a.do_eval
+    ):  # on the training features' spans (the test data has no other): run_qa.py's metric names
         out = trainer.predict(features)
         start, end = out.predictions[0].argmax(-1), out.predictions[1].argmax(-1)
         gold_s, gold_e = out.label_ids
         exact = float(((start == gold_s) & (end == gold_e)).mean() * 100)
-        trainer.save_metrics("eval", {"eval_exact_match": exact, "eval_f1": span_f1(start, end, gold_s, gold_e)})
+        trainer.save_metrics(
+            "eval", {"eval_exact_match": exact, "eval_f1": span_f1(start, end, gold_s, gold_e)}
+        )
 
 
 def span_f1(start, end, gold_s, gold_e) -> float:
