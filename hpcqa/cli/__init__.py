@@ -22,6 +22,7 @@ them (stage; scaling from a config's model); the training side imports them insi
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import importlib
 import json
@@ -33,11 +34,24 @@ from hpcqa.cli.parser import build_parser
 from hpcqa.errors import HpcqaError
 
 # verb -> "module:function": the module is imported only when its verb runs
-VERBS = {"submit": "submit:cmd_submit", "render": "render:cmd_render", "stage": "staging:cmd_stage",
-         "env": "node:cmd_env", "topology": "node:cmd_topology", "hosts": "hosts:cmd_hosts", "tune": "tune:cmd_tune",
-         "scaling": "tune:cmd_scaling", "validate": "validate:cmd_validate", "doctor": "checks:cmd_doctor",
-         "status": "jobs:cmd_status", "logs": "jobs:cmd_logs", "cancel": "jobs:cmd_cancel",
-         "registry": "jobs:cmd_registry", "results": "jobs:cmd_results", "init": "starter:cmd_init"}
+VERBS = {
+    "submit": "submit:cmd_submit",
+    "render": "render:cmd_render",
+    "stage": "staging:cmd_stage",
+    "env": "node:cmd_env",
+    "topology": "node:cmd_topology",
+    "hosts": "hosts:cmd_hosts",
+    "tune": "tune:cmd_tune",
+    "scaling": "tune:cmd_scaling",
+    "validate": "validate:cmd_validate",
+    "doctor": "checks:cmd_doctor",
+    "status": "jobs:cmd_status",
+    "logs": "jobs:cmd_logs",
+    "cancel": "jobs:cmd_cancel",
+    "registry": "jobs:cmd_registry",
+    "results": "jobs:cmd_results",
+    "init": "starter:cmd_init",
+}
 
 
 def verb(name: str) -> Callable[..., int]:
@@ -50,31 +64,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     if argv and not argv[0].startswith("-") and argv[0] not in VERBS:
         close = difflib.get_close_matches(argv[0], list(VERBS), n=1, cutoff=0.6)
-        print(errors.for_terminal(f"hpcqa: no command {argv[0][:40]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                               + "\n  fix: hpcqa --help lists the commands"), file=sys.stderr)
+        print(
+            errors.for_terminal(
+                f"hpcqa: no command {argv[0][:40]!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + "\n  fix: hpcqa --help lists the commands"
+            ),
+            file=sys.stderr,
+        )
         return 2
     argv, program = split_program(argv)
     args = parser.parse_args(argv)
-    if program is not None:
-        if args.command not in ("submit", "render"):
-            print(errors.for_terminal(f"hpcqa {args.command}: a program after -- is only for submit and render"
-                                      "\n  fix: hpcqa submit CONFIG -- python my_train.py ..."), file=sys.stderr)
-            return 2
-        if not program:
-            print(errors.for_terminal("hpcqa: nothing after --\n  fix: name the program every rank runs, e.g. "
-                                      "-- python my_train.py --lr 3e-5"), file=sys.stderr)
-            return 2
-        if any(o.split("=", 1)[0].strip() == "job.command" for o in args.overrides):
-            print(errors.for_terminal("hpcqa: the program is given twice, by --set job.command and after --\n  fix: "
-                                      "keep one of them"), file=sys.stderr)
-            return 2
-        args.overrides.append("job.command=" + json.dumps(program))
-        if not any(o.strip().startswith("job.name") for o in args.overrides):
-            # named after its program (run_qa, not the config's name), unless --set job.name says otherwise
-            from hpcqa.core.command import program_name
-
-            if name := program_name(program):
-                args.overrides.append("job.name=" + json.dumps(name))
+    if program is not None and (refused := _take_program(args, program)):
+        return refused
     if not args.command:
         parser.print_help()
         return 0
@@ -91,12 +93,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def _take_program(args: argparse.Namespace, program: list[str]) -> int:
+    """The program after `--` as job.command (and the job named after it): 0, or 2 with one line said."""
+    if args.command not in ("submit", "render"):
+        print(
+            errors.for_terminal(
+                f"hpcqa {args.command}: a program after -- is only for submit and render"
+                "\n  fix: hpcqa submit CONFIG -- python my_train.py ..."
+            ),
+            file=sys.stderr,
+        )
+        return 2
+    if not program:
+        print(
+            errors.for_terminal(
+                "hpcqa: nothing after --\n  fix: name the program every rank runs, e.g. "
+                "-- python my_train.py --lr 3e-5"
+            ),
+            file=sys.stderr,
+        )
+        return 2
+    if any(o.split("=", 1)[0].strip() == "job.command" for o in args.overrides):
+        print(
+            errors.for_terminal(
+                "hpcqa: the program is given twice, by --set job.command and after --\n  fix: "
+                "keep one of them"
+            ),
+            file=sys.stderr,
+        )
+        return 2
+    args.overrides.append("job.command=" + json.dumps(program))
+    if not any(o.strip().startswith("job.name") for o in args.overrides):
+        # named after its program (run_qa, not the config's name), unless --set job.name says otherwise
+        from hpcqa.core.command import program_name
+
+        if name := program_name(program):
+            args.overrides.append("job.name=" + json.dumps(name))
+    return 0
+
+
 def split_program(argv: list[str]) -> tuple[list[str], list[str] | None]:
     """`hpcqa submit CONFIG [options] -- PROGRAM ARGS...`: hpcqa's arguments, and the program's (None: no --)."""
     if "--" not in argv:
         return argv, None
     cut = argv.index("--")
-    return argv[:cut], argv[cut + 1:]
+    return argv[:cut], argv[cut + 1 :]
 
 
 # the verbs that read or write the job registry
@@ -108,7 +149,11 @@ def adopt_legacy_registry(args) -> None:
     default registry, with one line, when this verb uses the default (no --registry, no $HPCQA_REGISTRY)."""
     import os
 
-    if args.command not in REGISTRY_VERBS or getattr(args, "registry", None) or os.environ.get("HPCQA_REGISTRY"):
+    if (
+        args.command not in REGISTRY_VERBS
+        or getattr(args, "registry", None)
+        or os.environ.get("HPCQA_REGISTRY")
+    ):
         return
     if any(o.startswith("job.registry=") for o in getattr(args, "overrides", None) or ()):
         return
@@ -118,7 +163,11 @@ def adopt_legacy_registry(args) -> None:
     if note:
         print(errors.for_terminal(f"hpcqa: {note}"), file=sys.stderr)
     elif copied:
-        print(errors.for_terminal(f"hpcqa: copied {copied} job(s) from {old} (an older hpcqa's registry of this "
-                                  f"folder) into your registry {registry.default_path()}; the old file is left "
-                                  "as it was"), file=sys.stderr)
-
+        print(
+            errors.for_terminal(
+                f"hpcqa: copied {copied} job(s) from {old} (an older hpcqa's registry of this "
+                f"folder) into your registry {registry.default_path()}; the old file is left "
+                "as it was"
+            ),
+            file=sys.stderr,
+        )

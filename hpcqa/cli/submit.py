@@ -35,38 +35,52 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if signal.getsignal(sig) != signal.SIG_IGN:
             signal.signal(sig, stop_like_ctrl_c)
     if args.json and not args.dry_run:
-        raise UsageError("--json prints the dry run's plan; a real submit prints the job id",
-                         "add --dry-run (or drop --json)")
-    overrides = args.overrides + ([f"job.registry={json.dumps(args.registry)}"] if args.registry else [])
+        raise UsageError(
+            "--json prints the dry run's plan; a real submit prints the job id",
+            "add --dry-run (or drop --json)",
+        )
+    overrides = args.overrides + (
+        [f"job.registry={json.dumps(args.registry)}"] if args.registry else []
+    )
     sp = api.submission(args.config, overrides)
     ex, request = api.dry_run(sp, snapshot=not args.no_snapshot)
     if args.check:
         ok, answer = ex.check(request)
         if not ok:
-            raise UsageError(f"{ex.scheduler or 'submit'} would refuse this request: {answer}",
-                             "fix the key it names (cluster.partition, account, qos, time_limit_min, nodes ...); "
-                             "nothing was queued")
+            raise UsageError(
+                f"{ex.scheduler or 'submit'} would refuse this request: {answer}",
+                "fix the key it names (cluster.partition, account, qos, time_limit_min, nodes ...); "
+                "nothing was queued",
+            )
         print(f"{ex.scheduler} would accept it: {answer}" if ex.scheduler else answer)
         return 0
     if args.dry_run:
         refusal = api.would_refuse(request.sweep.plans)
         print_request(ex, request, args.json, refusal)
-        if refusal and not args.json:   # the message; submit itself gives the fix, --json has both
+        if refusal and not args.json:  # the message; submit itself gives the fix, --json has both
             warn(f"submit here would refuse it: {refusal.message}")
         return 0
     done = api.submit_request(ex, request, say=say, warn=warn)
     reg, how = registry.chosen_by(request.sweep.plans[0].config.job.registry)
     if how != "your default":
-        say(f"  registry {reg} ({how}; not your default: status, logs and cancel need "
-            + ("the same $HPCQA_REGISTRY)" if how[0] == "$" else f"--registry {shlex.quote(str(reg))})"))
+        say(
+            f"  registry {reg} ({how}; not your default: status, logs and cancel need "
+            + (
+                "the same $HPCQA_REGISTRY)"
+                if how[0] == "$"
+                else f"--registry {shlex.quote(str(reg))})"
+            )
+        )
     if done.sweep_id:
         if not ex.runs_here:
             print(done.sweep_id)
         return done.exit_code
     if args.no_wait:
         if ex.runs_here:
-            say(f"  runs on in the background: hpcqa status {done.ids[0]} / hpcqa logs {done.ids[0]} -f / "
-                 f"hpcqa cancel {done.ids[0]}")
+            say(
+                f"  runs on in the background: hpcqa status {done.ids[0]} / hpcqa logs {done.ids[0]} -f / "
+                f"hpcqa cancel {done.ids[0]}"
+            )
         print(done.ids[0])
         return 0
     with report.progress_bar(f"job {done.ids[0]}") as show:
@@ -104,9 +118,14 @@ def print_sweep(ex: Any, request: Any) -> None:
     keys = sweep.swept_keys(list(sp.variants))
     known = sp.max_array_size_known
     assumed = known.startswith("assumed")
-    limit = f"MaxArraySize {sp.max_array_size}" + (" assumed: Slurm could not be asked" if assumed else "")
-    shape = "one after another, on this machine" if ex.runs_here else \
-        f"{len(sp.arrays)} array(s) ({limit}; parallelism {sp.parallelism or 'unlimited'})"
+    limit = f"MaxArraySize {sp.max_array_size}" + (
+        " assumed: Slurm could not be asked" if assumed else ""
+    )
+    shape = (
+        "one after another, on this machine"
+        if ex.runs_here
+        else f"{len(sp.arrays)} array(s) ({limit}; parallelism {sp.parallelism or 'unlimited'})"
+    )
     t = Table(title=f"sweep: {len(sp.variants)} variants, {shape} -- dry run, nothing submitted")
     t.add_column("#", no_wrap=True)
     for key in keys:  # the whole key, wrapped at its dots and underscores rather than cut
@@ -122,8 +141,12 @@ def print_sweep(ex: Any, request: Any) -> None:
         return cfg.to_dict().get(section, {}).get(name, "-")
 
     for v, p in list(zip(sp.variants, sp.plans))[:50]:
-        t.add_row(str(v.index), *[repr(value(v.config, k)) for k in keys], str(p.world_size),
-                  *([str(array_of[v.index])] if several else []))
+        t.add_row(
+            str(v.index),
+            *[repr(value(v.config, k)) for k in keys],
+            str(p.world_size),
+            *([str(array_of[v.index])] if several else []),
+        )
     con.print(t)
     if len(sp.variants) > 50:
         con.print(f"... and {len(sp.variants) - 50} more variants (--json lists them all)")
@@ -133,7 +156,9 @@ def print_sweep(ex: Any, request: Any) -> None:
     if assumed:
         con.print(f"MaxArraySize {known}", style="dim", highlight=False)
     for i, (a, argv, line) in enumerate(zip(sp.arrays, request.commands, sp.array_lines())):
-        con.print(f"array {i}: {len(a.variants)} task(s), {line}: {' '.join(argv)}", highlight=False)
+        con.print(
+            f"array {i}: {len(a.variants)} task(s), {line}: {' '.join(argv)}", highlight=False
+        )
     if request.scripts:
         print_script(con, request.scripts[0], "sbatch script of array 0 (as it will be submitted)")
 
@@ -152,33 +177,51 @@ def batches_line(cfg: Any) -> str:
 def program_env(lp: Any, job: str) -> str:
     """What a user command gets besides the ranks' variables (hpcqa.rank.command sets them at the rank)."""
     jd = JobDir(Path(job))
-    lines = [f"HPCQA_JOB_DIR={job}", f"HPCQA_CHECKPOINT_DIR={jd.checkpoints} (every attempt's)",
-             "HPCQA_ATTEMPT=0 (1 after the first requeue ...), HPCQA_RESUMING=0|1",
-             f"HPCQA_RESULTS={jd.command_results} (rank 0 may write metrics there)",
-             f"TORCHELASTIC_RESTART_COUNT=HPCQA_ATTEMPT, TORCHELASTIC_MAX_RESTARTS={lp.config.cluster.max_requeues}",
-             *(f"{k}={v}" for k, v in command.sweep_env(lp.variant).items()),
-             "notices (SIGTERM, the requeue signal) reach the program's process group as SIGTERM"]
+    lines = [
+        f"HPCQA_JOB_DIR={job}",
+        f"HPCQA_CHECKPOINT_DIR={jd.checkpoints} (every attempt's)",
+        "HPCQA_ATTEMPT=0 (1 after the first requeue ...), HPCQA_RESUMING=0|1",
+        f"HPCQA_RESULTS={jd.command_results} (rank 0 may write metrics there)",
+        f"TORCHELASTIC_RESTART_COUNT=HPCQA_ATTEMPT, TORCHELASTIC_MAX_RESTARTS={lp.config.cluster.max_requeues}",
+        *(f"{k}={v}" for k, v in command.sweep_env(lp.variant).items()),
+        "notices (SIGTERM, the requeue signal) reach the program's process group as SIGTERM",
+    ]
     return "\n".join(lines)
 
 
 def step_lines(cfg: Any, world: int) -> list[str]:
     """How the training step computes: attention, dropout, and what the config changes beyond run_qa.py's step."""
     tc, mc = cfg.train, cfg.model
-    attn = {"auto": "hpcqa", "hpcqa": "hpcqa", "sdpa": "torch's SDPA", "eager": "transformers' eager"}[mc.attention]
+    attn = {
+        "auto": "hpcqa",
+        "hpcqa": "hpcqa",
+        "sdpa": "torch's SDPA",
+        "eager": "transformers' eager",
+    }[mc.attention]
     masks = "bulk-drawn" if mc.dropout in ("auto", "bulk") else "bernoulli_"
-    drops = [f"{kind} {getattr(mc, kind + '_dropout')}" for kind in ("attention", "hidden")
-             if getattr(mc, kind + "_dropout") != "model"]
+    drops = [
+        f"{kind} {getattr(mc, kind + '_dropout')}"
+        for kind in ("attention", "hidden")
+        if getattr(mc, kind + "_dropout") != "model"
+    ]
     # auto: a model that takes no attention function keeps its own, checked at the rank (results: step_recipe)
-    out = [f"attention {attn}, {masks} dropout masks (model.attention = {mc.attention}, model.dropout = "
-           f"{mc.dropout})"]
+    out = [
+        f"attention {attn}, {masks} dropout masks (model.attention = {mc.attention}, model.dropout = "
+        f"{mc.dropout})"
+    ]
     if drops:
         out.append("dropout " + ", ".join(drops) + ": a different recipe from the model's")
     if tc.compile:
-        out.append("torch.compile with Inductor (train.compile): the first steps compile, kernels sum in another "
-                   "order")
+        out.append(
+            "torch.compile with Inductor (train.compile): the first steps compile, kernels sum in another "
+            "order"
+        )
     if tc.ddp_compress != "none":
-        out.append(f"gradients all-reduced in {tc.ddp_compress} (train.ddp_compress): half the bytes on the link, "
-                   "the sums rounded to 16 bits" + ("; one rank: nothing is all-reduced" if world == 1 else ""))
+        out.append(
+            f"gradients all-reduced in {tc.ddp_compress} (train.ddp_compress): half the bytes on the link, "
+            "the sums rounded to 16 bits"
+            + ("; one rank: nothing is all-reduced" if world == 1 else "")
+        )
     return out
 
 
@@ -191,36 +234,82 @@ def builtin_rows(res: Any, lp: Any) -> None:
     res.add_row("step", "\n".join(step_lines(lp.config, lp.world_size)))
     staged = manifest.check(lp.config)
     if staged["manifest"]:
-        res.add_row("staged", "\n".join(f"{k}: {state} ({escape(detail)})" for k, (state, detail) in
-                                         staged["items"].items()) + "\nchecked again by submit before queueing")
+        res.add_row(
+            "staged",
+            "\n".join(
+                f"{k}: {state} ({escape(detail)})" for k, (state, detail) in staged["items"].items()
+            )
+            + "\nchecked again by submit before queueing",
+        )
     else:
-        res.add_row("staged", f"nothing: no manifest {escape(str(manifest.manifest_path(lp.config)))} (`hpcqa stage CONFIG` "
-                              "puts model, data and features in the shared caches for offline nodes)")
+        res.add_row(
+            "staged",
+            f"nothing: no manifest {escape(str(manifest.manifest_path(lp.config)))} (`hpcqa stage CONFIG` "
+            "puts model, data and features in the shared caches for offline nodes)",
+        )
 
 
 def print_plan(ex: Any, request: Any) -> None:
-
     con = Console()
+    lp = request.sweep.plans[0]
+    con.print(
+        Panel(
+            plan_table(ex, request), title="hpcqa plan (dry run: nothing submitted)", expand=False
+        )
+    )
+    for w in lp.warnings:
+        print_warning(con, "warning:", w)
+    for w in request.notes:
+        print_warning(con, "warning (this node):", w)
+    for w in api.scaling_notes([lp]):
+        print_warning(con, "warning (prediction):", w)
+    print_ranks(con, lp)
+    if request.scripts:
+        print_script(con, request.scripts[0], "sbatch script (as it will be submitted)")
+        con.print("submitted with: " + " ".join(request.commands[0]), highlight=False)
+
+
+def plan_table(ex: Any, request: Any) -> Any:
+    """The dry run's panel: the job as a whole (config, executor, ranks, backend, folder, registry, ...)."""
     lp = request.sweep.plans[0]
     c = lp.config.cluster
     res = Table.grid(padding=(0, 2))
     res.add_column(no_wrap=True)
-    res.add_column(overflow="fold")  # paths are folded, never cut: the dry run shows what will happen
+    res.add_column(
+        overflow="fold"
+    )  # paths are folded, never cut: the dry run shows what will happen
     res.add_row("config", lp.config.source)
-    res.add_row("executor", f"{lp.target}" + (f" (cluster.executor = {c.executor})" if c.executor != lp.target else "")
-                + f"; submitted by {request.via}")
+    res.add_row(
+        "executor",
+        f"{lp.target}"
+        + (f" (cluster.executor = {c.executor})" if c.executor != lp.target else "")
+        + f"; submitted by {request.via}",
+    )
     dom = lp.config.launch.rank_domain
-    res.add_row("ranks", f"{lp.world_size} = {lp.nodes} node(s) x {lp.config.domains_per_node} {dom}(s) x "
-                         f"{lp.ranks_per_domain} rank(s) per {dom}")
+    res.add_row(
+        "ranks",
+        f"{lp.world_size} = {lp.nodes} node(s) x {lp.config.domains_per_node} {dom}(s) x "
+        f"{lp.ranks_per_domain} rank(s) per {dom}",
+    )
     res.add_row("layout", lp.layout_source)
-    res.add_row("per rank", f"{lp.cpus_per_task} CPUs allocated, {len(lp.local_ranks[0].compute)} compute "
-                            f"cores, {len(lp.local_ranks[0].ccl)} CCL cores")
+    res.add_row(
+        "per rank",
+        f"{lp.cpus_per_task} CPUs allocated, {len(lp.local_ranks[0].compute)} compute "
+        f"cores, {len(lp.local_ranks[0].ccl)} CCL cores",
+    )
     res.add_row("ddp backend", f"{lp.backend.resolved} ({lp.backend.reason})")
     res.add_row("python", escape(lp.python))
     if c.setup:
-        res.add_row("setup", escape("\n".join(c.setup)) + ("" if not ex.runs_here else
-                                                   "\n(Slurm jobs and rendered scripts only: the local "
-                                                   "executor runs in this shell's environment)"))
+        res.add_row(
+            "setup",
+            escape("\n".join(c.setup))
+            + (
+                ""
+                if not ex.runs_here
+                else "\n(Slurm jobs and rendered scripts only: the local "
+                "executor runs in this shell's environment)"
+            ),
+        )
     for k, v in request.facts:
         res.add_row(k, escape(v))
     for k, v in lp.deferred_env.items():
@@ -233,17 +322,7 @@ def print_plan(ex: Any, request: Any) -> None:
         res.add_row("program env", escape(program_env(lp, folder)))
     else:
         builtin_rows(res, lp)
-    con.print(Panel(res, title="hpcqa plan (dry run: nothing submitted)", expand=False))
-    for w in lp.warnings:
-        print_warning(con, "warning:", w)
-    for w in request.notes:
-        print_warning(con, "warning (this node):", w)
-    for w in api.scaling_notes([lp]):
-        print_warning(con, "warning (prediction):", w)
-    print_ranks(con, lp)
-    if request.scripts:
-        print_script(con, request.scripts[0], "sbatch script (as it will be submitted)")
-        con.print("submitted with: " + " ".join(request.commands[0]), highlight=False)
+    return res
 
 
 def print_warning(con: Any, label: str, text: str) -> None:
@@ -279,7 +358,9 @@ def print_script(con: Any, script: str, title: str) -> None:
 def ranges_in(value: str) -> str:
     """Runs of 4+ comma-separated CPU numbers shown as ranges (0,1,2,...,55 -> 0-55): the human view only."""
 
-    return re.sub(r"\d+(?:,\d+){3,}", lambda m: cpu_list(int(x) for x in m.group(0).split(",")), value)
+    return re.sub(
+        r"\d+(?:,\d+){3,}", lambda m: cpu_list(int(x) for x in m.group(0).split(",")), value
+    )
 
 
 TORCHRUN_ALIASES = ("GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME")
@@ -288,7 +369,6 @@ TORCHRUN_ALIASES = ("GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_S
 def print_ranks(con: Any, lp: Any) -> None:
     """Every node runs the same local ranks: one row per local rank (its global ranks follow from the node), CPU
     lists as ranges. `--json` has every rank's exact values."""
-
 
     # what follows from the row, and torchrun's aliases (GROUP_RANK = NODE_RANK ...): the note below names them
     derived = {"RANK", "NODE_RANK", *TORCHRUN_ALIASES}
@@ -303,16 +383,26 @@ def print_ranks(con: Any, lp: Any) -> None:
             t.add_row(k, ranges_in(v))
         con.print(t)
     ppn = lp.ranks_per_node
-    t = Table(title=f"ranks: RANK = NODE_RANK x {ppn} + LOCAL_RANK on each of {lp.nodes} nodes"
-                    if lp.nodes > 1 else "ranks")
+    t = Table(
+        title=f"ranks: RANK = NODE_RANK x {ppn} + LOCAL_RANK on each of {lp.nodes} nodes"
+        if lp.nodes > 1
+        else "ranks"
+    )
     for col in ("local", "ranks", "CPUs"):
         t.add_column(col, no_wrap=True)
     t.add_column("environment of this local rank", overflow="fold")
     for r in lp.ranks[:ppn]:
         ranks = [str(r.rank + n * ppn) for n in range(lp.nodes)]
         shown = ",".join(ranks) if len(ranks) <= 4 else f"{ranks[0]},{ranks[1]},…,{ranks[-1]}"
-        own = "\n".join(env_line(k, ranges_in(v)) for k, v in r.env.items() if k not in common and k not in derived)
+        own = "\n".join(
+            env_line(k, ranges_in(v))
+            for k, v in r.env.items()
+            if k not in common and k not in derived
+        )
         t.add_row(str(r.local_rank), shown, cpu_list(r.cpus) if r.cpus else "unbound", Text(own))
     con.print(t)
-    con.print("CPU lists as ranges; torchrun's GROUP_*/ROLE_* too; --json: every rank's exact values.",
-              style="dim", highlight=False)
+    con.print(
+        "CPU lists as ranges; torchrun's GROUP_*/ROLE_* too; --json: every rank's exact values.",
+        style="dim",
+        highlight=False,
+    )

@@ -15,8 +15,14 @@ def rows(views: Sequence[Any], metric: str) -> list[dict[str, Any]]:
     out = []
     for v in views:
         r = v.results or {}
-        row = {"task": v.task_index, "id": v.id, "state": v.state, "params": dict(v.variant or {}),
-               "nodes": v.nodes, "world_size": v.world_size}
+        row = {
+            "task": v.task_index,
+            "id": v.id,
+            "state": v.state,
+            "params": dict(v.variant or {}),
+            "nodes": v.nodes,
+            "world_size": v.world_size,
+        }
         for k in NUMERIC:
             row[k] = r.get(k)
         row[metric] = r.get(metric)
@@ -26,15 +32,22 @@ def rows(views: Sequence[Any], metric: str) -> list[dict[str, Any]]:
     best = (min if lower_is_better else max)(good, key=lambda x: x[metric]) if good else None
     for x in out:
         x["best"] = x is best
-    key = (lambda x: (x[metric] is None, x[metric] if lower_is_better else -(x[metric] or 0), x["task"] or 0))
+    key = lambda x: (
+        x[metric] is None,
+        x[metric] if lower_is_better else -(x[metric] or 0),
+        x["task"] or 0,
+    )
     return sorted(out, key=key)
 
 
 def lower_better(metric: str) -> bool:
     """Times, losses, errors and perplexities are better low; everything else (EM, F1, throughput, accuracy) high."""
     name = metric.lower()
-    return name in ("wall_time_s", "train_runtime_s") or name.endswith("_s") or \
-        any(w in name for w in ("loss", "error", "perplexity", "time"))
+    return (
+        name in ("wall_time_s", "train_runtime_s")
+        or name.endswith("_s")
+        or any(w in name for w in ("loss", "error", "perplexity", "time"))
+    )
 
 
 def scaling(table: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -48,15 +61,31 @@ def scaling(table: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     out = []
     for n in sorted(done):
         sp = done[n]["train_samples_per_second"] / base
-        out.append({"nodes": n, "train_samples_per_second": done[n]["train_samples_per_second"],
-                    "speedup": sp, "efficiency": sp / n})
+        out.append(
+            {
+                "nodes": n,
+                "train_samples_per_second": done[n]["train_samples_per_second"],
+                "speedup": sp,
+                "efficiency": sp / n,
+            }
+        )
     return out
 
 
 def to_csv(table: list[dict[str, Any]], keys: list[str], metric: str) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    cols = ["task", "id", "state", *keys, "exact_match", "f1", "train_samples_per_second", "wall_time_s", "best"]
+    cols = [
+        "task",
+        "id",
+        "state",
+        *keys,
+        "exact_match",
+        "f1",
+        "train_samples_per_second",
+        "wall_time_s",
+        "best",
+    ]
     if metric not in cols:
         cols.insert(-1, metric)
     w.writerow(cols)
@@ -67,6 +96,7 @@ def to_csv(table: list[dict[str, Any]], keys: list[str], metric: str) -> str:
 
 def plot(table: list[dict[str, Any]], keys: list[str], metric: str, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -80,36 +110,54 @@ def plot(table: list[dict[str, Any]], keys: list[str], metric: str, path: str) -
         ax.set_ylabel("speedup vs 1 node (train samples/s)")
         ax.set_title("scaling")
     else:
-        done = [r for r in table if isinstance(r.get(metric), (int, float))]
-        x_key = keys[0] if keys else None
-        other = keys[1:]
-        groups: dict[tuple, list] = {}
-        for r in done:
-            groups.setdefault(tuple(r["params"].get(k) for k in other), []).append(r)
-        for g, rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
-            rs = sorted(rs, key=lambda r: _num(r["params"].get(x_key)))
-            xs = [_num(r["params"].get(x_key)) for r in rs]
-            label = ", ".join(f"{k}={v}" for k, v in zip(other, g)) or None
-            ax.plot(xs, [r[metric] for r in rs], "o-", label=label)
-        best = next((r for r in done if r["best"]), None)
-        if best:
-            ax.plot([_num(best["params"].get(x_key))], [best[metric]], "*", markersize=16, color="gold",
-                    markeredgecolor="black", label="best")
-        ax.set_xlabel(x_key or "variant")
-        ax.set_ylabel(metric)
-        if x_key and all(isinstance(_num(r["params"].get(x_key)), float) and _num(r["params"].get(x_key)) > 0
-                         for r in done) and len(done) > 1:
-            vals = [_num(r["params"].get(x_key)) for r in done]
-            if max(vals) / min(vals) >= 10:
-                ax.set_xscale("log")
-        failed = [r for r in table if r not in done]
-        ax.set_title(f"{metric} per variant" + (f" ({len(failed)} without result)" if failed else ""))
+        _plot_variants(ax, table, keys, metric)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _plot_variants(ax: Any, table: list[dict[str, Any]], keys: list[str], metric: str) -> None:
+    """A sweep's metric against its first swept key, a line per value of the others, the best starred."""
+    done = [r for r in table if isinstance(r.get(metric), (int, float))]
+    x_key = keys[0] if keys else None
+    other = keys[1:]
+    groups: dict[tuple, list] = {}
+    for r in done:
+        groups.setdefault(tuple(r["params"].get(k) for k in other), []).append(r)
+    for g, rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        rs = sorted(rs, key=lambda r: _num(r["params"].get(x_key)))
+        xs = [_num(r["params"].get(x_key)) for r in rs]
+        label = ", ".join(f"{k}={v}" for k, v in zip(other, g)) or None
+        ax.plot(xs, [r[metric] for r in rs], "o-", label=label)
+    best = next((r for r in done if r["best"]), None)
+    if best:
+        ax.plot(
+            [_num(best["params"].get(x_key))],
+            [best[metric]],
+            "*",
+            markersize=16,
+            color="gold",
+            markeredgecolor="black",
+            label="best",
+        )
+    ax.set_xlabel(x_key or "variant")
+    ax.set_ylabel(metric)
+    if (
+        x_key
+        and all(
+            isinstance(_num(r["params"].get(x_key)), float) and _num(r["params"].get(x_key)) > 0
+            for r in done
+        )
+        and len(done) > 1
+    ):
+        vals = [_num(r["params"].get(x_key)) for r in done]
+        if max(vals) / min(vals) >= 10:
+            ax.set_xscale("log")
+    failed = [r for r in table if r not in done]
+    ax.set_title(f"{metric} per variant" + (f" ({len(failed)} without result)" if failed else ""))
 
 
 def _num(v: Any) -> float:
