@@ -31,7 +31,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     reg, slurm = registry.Registry(args.registry, create=False), Slurm()
     unreachable_since = None
     while True:
-        views, source = jobs.collect(reg, slurm, args.jobs, args.all) if reg.exists else ([], states.NOBODY)
+        views, source = (
+            jobs.collect(reg, slurm, args.jobs, args.all) if reg.exists else ([], states.NOBODY)
+        )
         if args.jobs and not views:
             raise registry.not_found(args.jobs, reg.path)
         if args.json:
@@ -45,8 +47,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                 _watch_header(unreachable_since)
             print_status(views, source, reg.path, args.jobs, wide=args.wide)
         if reg.damaged:
-            warn(f"{len(reg.damaged)} damaged row(s) in {reg.path} skipped (hpcqa registry check names them; "
-                  "hpcqa registry recover keeps the rest)")
+            warn(
+                f"{len(reg.damaged)} damaged row(s) in {reg.path} skipped (hpcqa registry check names them; "
+                "hpcqa registry recover keeps the rest)"
+            )
         if not args.watch or all(states.is_final(v.state) for v in views):
             return 0
         time.sleep(WATCH_S)
@@ -67,7 +71,9 @@ def _watch_header(unreachable_since: str | None) -> None:
     con.print(line, style="bold", highlight=False)
 
 
-def print_status(views, source: states.Answer, path, asked: list[str] | None = None, wide: bool = False) -> None:
+def print_status(
+    views, source: states.Answer, path, asked: list[str] | None = None, wide: bool = False
+) -> None:
     """The detail view for the jobs asked for by id (a sweep task, 900_1, is a job too); the list otherwise, and
     for a whole sweep (its tasks listed under it)."""
 
@@ -88,20 +94,31 @@ def cmd_logs(args: argparse.Namespace) -> int:
     reg, row = find_job(args.registry, args.job)
     jd = JobDir(Path(row.folder))
     if not jd.path.is_dir():
-        raise UsageError(f"job {row.id}'s folder {jd.path} is gone (deleted or moved): its logs went with it",
-                         "hpcqa status JOB shows what the registry and Slurm still know")
+        raise UsageError(
+            f"job {row.id}'s folder {jd.path} is gone (deleted or moved): its logs went with it",
+            "hpcqa status JOB shows what the registry and Slurm still know",
+        )
     rank = args.rank
     if rank is None:
         failed = jd.failed_ranks()
         rank = int(failed[0]["rank"]) if failed else 0
         if failed:
-            print(errors.for_terminal(f"first failure: rank {rank} on {failed[0].get('host')}: {failed[0].get('error')}"),
-                  file=sys.stderr)
+            print(
+                errors.for_terminal(
+                    f"first failure: rank {rank} on {failed[0].get('host')}: {failed[0].get('error')}"
+                ),
+                file=sys.stderr,
+            )
     if not 0 <= rank < row.world_size:
-        raise UsageError(f"job {row.id} has ranks 0-{row.world_size - 1}, not {rank}", "pass --rank N in that range")
+        raise UsageError(
+            f"job {row.id} has ranks 0-{row.world_size - 1}, not {rank}",
+            "pass --rank N in that range",
+        )
     stream = "out" if args.stdout else "err"
     if jd.log(rank, stream) is None and not args.follow:
-        raise UsageError(f"no log for rank {rank} in {jd.path} yet", "the job may still be pending; try -f")
+        raise UsageError(
+            f"no log for rank {rank} in {jd.path} yet", "the job may still be pending; try -f"
+        )
     _follow(reg, row, jd, rank, stream, args)
     return 0
 
@@ -111,7 +128,9 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
     job is final -- and then what was written before it ended."""
 
     pos, slurm, first, printed = 0, Slurm(), True, 0
-    decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode  # a character split across reads
+    decode = codecs.getincrementaldecoder("utf-8")(
+        errors="replace"
+    ).decode  # a character split across reads
     while True:
         final = False
         if args.follow:  # asked before reading, so that the last read comes after the end
@@ -122,10 +141,14 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
             try:
                 log = logtail.open_log(path)
             except OSError as e:
-                raise UsageError(f"rank {rank}'s log {path} cannot be read: {e.strerror}",
-                                 "hpcqa reads only the regular files a job writes; look at the folder by hand") from None
+                raise UsageError(
+                    f"rank {rank}'s log {path} cannot be read: {e.strerror}",
+                    "hpcqa reads only the regular files a job writes; look at the folder by hand",
+                ) from None
             with log as f:
-                if first:  # from the end, in bounded memory: the current attempt's start, its last N lines
+                if (
+                    first
+                ):  # from the end, in bounded memory: the current attempt's start, its last N lines
                     pos = logtail.start_offset(f, args.lines, args.all_attempts)
                     first = f.seek(0, 2) == 0
                 f.seek(pos)
@@ -137,15 +160,20 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
             sys.stdout.flush()
         if not args.follow or final:
             if not printed and stream == "err":
-                print(f"hpcqa: rank {rank}'s stderr has nothing to show; its stdout: hpcqa logs {row.id} --rank "
-                      f"{rank} --stdout", file=sys.stderr)
+                print(
+                    f"hpcqa: rank {rank}'s stderr has nothing to show; its stdout: hpcqa logs {row.id} --rank "
+                    f"{rank} --stdout",
+                    file=sys.stderr,
+                )
             return
         time.sleep(1)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     reg = registry.Registry(args.registry, create=False)
-    for line in cancel.cancel(cancel.targets(reg, args.jobs, args.task), args.task is None, Slurm()):
+    for line in cancel.cancel(
+        cancel.targets(reg, args.jobs, args.task), args.task is None, Slurm()
+    ):
         print(line)
     return 0
 
@@ -162,14 +190,19 @@ def cmd_registry(args: argparse.Namespace) -> int:
             if "is not an hpcqa job registry" in e.message:
                 raise
         new, aside, n, bad = registry.recover(path)
-        print(f"{new}: fresh registry with {n} job(s) read back" + (f", {bad} damaged row(s) left out" if bad else "")
-              + f"; the damaged file is kept as {aside}")
+        print(
+            f"{new}: fresh registry with {n} job(s) read back"
+            + (f", {bad} damaged row(s) left out" if bad else "")
+            + f"; the damaged file is kept as {aside}"
+        )
         return 0
     reg = registry.Registry(args.registry, create=False)
     jobs, verdict = reg.check()
     if verdict not in ("ok", "no registry yet"):
-        raise RegistryError(f"job registry {reg.path}: SQLite integrity check: {verdict}",
-                            f"hpcqa registry recover --registry {reg.path}")
+        raise RegistryError(
+            f"job registry {reg.path}: SQLite integrity check: {verdict}",
+            f"hpcqa registry recover --registry {reg.path}",
+        )
     print(f"{reg.path}: {verdict}, {jobs} job(s)")
     return 0
 
@@ -184,43 +217,73 @@ def cmd_results(args: argparse.Namespace) -> int:
     for v in views:
         keys += [k for k in (v.variant or {}) if k not in keys]
     table = results.rows(views, args.metric)
-    if args.metric not in results.NUMERIC and not any(isinstance(r.get(args.metric), (int, float)) for r in table):
-        raise UsageError(f"no variant has a metric {args.metric!r}",
-                         f"use one of: {', '.join(results.NUMERIC)}")
+    if args.metric not in results.NUMERIC and not any(
+        isinstance(r.get(args.metric), (int, float)) for r in table
+    ):
+        raise UsageError(
+            f"no variant has a metric {args.metric!r}", f"use one of: {', '.join(results.NUMERIC)}"
+        )
     sc = results.scaling(table)
     if args.plot:
         results.plot(table, keys, args.metric, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"sweep": args.sweep, "metric": args.metric, "variants": table, "scaling": sc}, indent=2))
+        print(
+            json.dumps(
+                {"sweep": args.sweep, "metric": args.metric, "variants": table, "scaling": sc},
+                indent=2,
+            )
+        )
         return 0
     if args.csv:
         sys.stdout.write(results.to_csv(table, keys, args.metric))
         return 0
     con = Console()
-    t = Table(title=f"sweep {args.sweep}: {len(table)} variants, sorted by {args.metric}")
-    own = [] if args.metric in results.NUMERIC else [args.metric]   # a program's own metric (HPCQA_RESULTS)
+    con.print(_variants_table(args.sweep, args.metric, table, keys))
+    if sc:
+        _print_scaling(con, reg, args.sweep, sc)
+    return 0
+
+
+def _variants_table(sweep_id: str, metric: str, table: list[dict], keys: list[str]) -> Table:
+    t = Table(title=f"sweep {sweep_id}: {len(table)} variants, sorted by {metric}")
+    own = [] if metric in results.NUMERIC else [metric]  # a program's own metric (HPCQA_RESULTS)
     for col in ["", "task", *keys, "state", *own, "EM", "F1", "train samples/s", "wall s"]:
         t.add_column(col)
     f = lambda x, d=2: "-" if not isinstance(x, (int, float)) else f"{x:.{d}f}"  # noqa: E731
     for r in table:
-        t.add_row("[bold green]best[/]" if r["best"] else "", str(r["task"]), *[repr(r["params"].get(k)) for k in keys],
-                  r["state"], *[f"{r.get(m):.4g}" if isinstance(r.get(m), (int, float)) else "-" for m in own],
-                  f(r["exact_match"]), f(r["f1"]), f(r["train_samples_per_second"]), f(r["wall_time_s"], 0))
-    con.print(t)
-    if sc:
-        predicted, why = predicted_for_sweep(reg, args.sweep)
-        s2 = Table(title="scaling vs 1 node")
-        for col in ("nodes", "train samples/s", "speedup", "efficiency", "predicted steady samples/s"):
-            s2.add_column(col)
-        for r in sc:
-            p = predicted.get(r["nodes"])
-            s2.add_row(str(r["nodes"]), f"{r['train_samples_per_second']:.2f}", f"{r['speedup']:.2f}x",
-                       f"{100 * r['efficiency']:.0f} %", f"{p:.2f}" if p else "-")
-        con.print(s2)
-        if why:
-            con.print(why, style="dim", highlight=False)
-    return 0
+        t.add_row(
+            "[bold green]best[/]" if r["best"] else "",
+            str(r["task"]),
+            *[repr(r["params"].get(k)) for k in keys],
+            r["state"],
+            *[f"{r.get(m):.4g}" if isinstance(r.get(m), (int, float)) else "-" for m in own],
+            f(r["exact_match"]),
+            f(r["f1"]),
+            f(r["train_samples_per_second"]),
+            f(r["wall_time_s"], 0),
+        )
+    return t
+
+
+def _print_scaling(con: Console, reg, sweep_id: str, sc: list[dict]) -> None:
+    """A sweep over cluster.nodes: each node count against 1 node, measured and predicted."""
+    predicted, why = predicted_for_sweep(reg, sweep_id)
+    s2 = Table(title="scaling vs 1 node")
+    for col in ("nodes", "train samples/s", "speedup", "efficiency", "predicted steady samples/s"):
+        s2.add_column(col)
+    for r in sc:
+        p = predicted.get(r["nodes"])
+        s2.add_row(
+            str(r["nodes"]),
+            f"{r['train_samples_per_second']:.2f}",
+            f"{r['speedup']:.2f}x",
+            f"{100 * r['efficiency']:.0f} %",
+            f"{p:.2f}" if p else "-",
+        )
+    con.print(s2)
+    if why:
+        con.print(why, style="dim", highlight=False)
 
 
 def predicted_for_sweep(reg, sweep_id: str) -> tuple[dict[int, float], str]:

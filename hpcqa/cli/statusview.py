@@ -19,7 +19,13 @@ from hpcqa.core.topology import cpu_list
 from hpcqa.record import failures, phases, status
 from hpcqa.record.status import JobView
 
-COLOUR = {"ok": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "pending": "blue"}
+COLOUR = {
+    "ok": "green",
+    "failed": "red",
+    "cancelled": "yellow",
+    "running": "cyan",
+    "pending": "blue",
+}
 
 
 def _state(v: JobView) -> str:
@@ -44,21 +50,65 @@ def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
             counts: dict[str, int] = {}
             for x in tasks:
                 counts[x.state] = counts.get(x.state, 0) + 1
-            best = max((x.results["f1"] for x in tasks if x.results and "f1" in x.results), default=None)
-            rows.append([f"[bold]{v.sweep_id}[/]", f"{v.name} (sweep of {len(tasks)})", v.target,
-                         ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), "", "", "",
-                         f"best F1 {best:.1f}" if best is not None else "", ""])
+            best = max(
+                (x.results["f1"] for x in tasks if x.results and "f1" in x.results), default=None
+            )
+            rows.append(
+                [
+                    f"[bold]{v.sweep_id}[/]",
+                    f"{v.name} (sweep of {len(tasks)})",
+                    v.target,
+                    ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
+                    "",
+                    "",
+                    "",
+                    f"best F1 {best:.1f}" if best is not None else "",
+                    "",
+                ]
+            )
             if expand:
-                rows += [[f" {x.id}", f" variant {x.task_index}", x.target, _state(x), str(x.nodes),
-                          str(x.world_size), x.elapsed, _progress(x), x.exit_code or ""]
-                         for x in sorted(tasks, key=lambda x: x.task_index or 0)]
+                rows += [
+                    [
+                        f" {x.id}",
+                        f" variant {x.task_index}",
+                        x.target,
+                        _state(x),
+                        str(x.nodes),
+                        str(x.world_size),
+                        x.elapsed,
+                        _progress(x),
+                        x.exit_code or "",
+                    ]
+                    for x in sorted(tasks, key=lambda x: x.task_index or 0)
+                ]
             continue
-        rows.append([v.id, v.name, v.target, _state(v), str(v.nodes), str(v.world_size), v.elapsed, _progress(v),
-                     v.exit_code or ""])
+        rows.append(
+            [
+                v.id,
+                v.name,
+                v.target,
+                _state(v),
+                str(v.nodes),
+                str(v.world_size),
+                v.elapsed,
+                _progress(v),
+                v.exit_code or "",
+            ]
+        )
     return rows
 
 
-COLUMNS = ("id", "name", "executor", "state", "nodes", "ranks", "elapsed", "progress / result", "exit")
+COLUMNS = (
+    "id",
+    "name",
+    "executor",
+    "state",
+    "nodes",
+    "ranks",
+    "elapsed",
+    "progress / result",
+    "exit",
+)
 # never cut: these are short and a cut one would mislead ("OUT_OF_MEM..." or half a job id)
 WHOLE = ("id", "executor", "state", "nodes", "ranks", "elapsed", "exit")
 
@@ -74,7 +124,10 @@ def job_table(views: Sequence[JobView], expand: bool = False, wide: bool = False
         keep.remove(2)
         if 4 in keep:  # nodes folded into ranks: "8 on 4"
             keep.remove(4)
-            rows = [[*r[:5], f"{r[5]} on {r[4]}" if r[4] not in ("1", "") else r[5], *r[6:]] for r in rows]
+            rows = [
+                [*r[:5], f"{r[5]} on {r[4]}" if r[4] not in ("1", "") else r[5], *r[6:]]
+                for r in rows
+            ]
     counts: dict[str, int] = {}
     top = [r for r in rows if not r[0].startswith(" ")]  # a sweep is one job however it is shown
     for r in top:
@@ -90,11 +143,20 @@ def job_table(views: Sequence[JobView], expand: bool = False, wide: bool = False
         widths[1] = max(min(need[1], spare - progress), 8)
         if 7 in keep:
             widths[7] = max(spare - widths[1], 12)
-    title = f"{len(top)} job(s): " + ", ".join(f"{n} {e}" for e, n in sorted(counts.items())) + \
-        (f" ({n_tasks} sweep task(s))" if n_tasks else "")
-    t = Table(title=None if wide else title,
-              title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
-              expand=False)
+    title = (
+        f"{len(top)} job(s): "
+        + ", ".join(f"{n} {e}" for e, n in sorted(counts.items()))
+        + (f" ({n_tasks} sweep task(s))" if n_tasks else "")
+    )
+    t = Table(
+        title=None if wide else title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        collapse_padding=True,
+        pad_edge=False,
+        expand=False,
+    )
     for i in keep:
         opts: dict[str, Any] = {"overflow": "ellipsis", "no_wrap": i != 7}
         if not wide:
@@ -105,15 +167,24 @@ def job_table(views: Sequence[JobView], expand: bool = False, wide: bool = False
     return t
 
 
-def print_list(con, views: Sequence[JobView], source: states.Answer, path: Path | str, expand: bool = False,
-               wide: bool = False) -> None:
+def print_list(
+    con,
+    views: Sequence[JobView],
+    source: states.Answer,
+    path: Path | str,
+    expand: bool = False,
+    wide: bool = False,
+) -> None:
     if not views:
         con.print(f"no jobs in {path}", highlight=False)
         return
     con.print(job_table(views, expand, wide, con.width))
     if not source.answered:
-        con.print(f"[yellow]warning:[/] Slurm could not be asked ({_one_line(source.error)}); states are the last known, "
-                  "or what the jobs' own files say. Fix: hpcqa doctor", highlight=False)
+        con.print(
+            f"[yellow]warning:[/] Slurm could not be asked ({_one_line(source.error)}); states are the last known, "
+            "or what the jobs' own files say. Fix: hpcqa doctor",
+            highlight=False,
+        )
     for v in views:
         if v.notes:
             con.print(f"[bold]{v.id}[/]: " + "; ".join(v.notes), highlight=False)
@@ -121,7 +192,7 @@ def print_list(con, views: Sequence[JobView], source: states.Answer, path: Path 
 
 def _one_line(text: str, limit: int = 120) -> str:
     line = " ".join(text.split())
-    return line if len(line) <= limit else line[:limit - 1] + "…"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _bar(p: dict, width: int = 30) -> str:
@@ -133,7 +204,7 @@ def _bar(p: dict, width: int = 30) -> str:
 
 
 def _mb(n: int | None) -> str:
-    return "-" if n is None else f"{n / 2 ** 20:.0f} MiB" if n < 2 ** 30 else f"{n / 2 ** 30:.1f} GiB"
+    return "-" if n is None else f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
 
 
 def _eff(x: float | None) -> str:
@@ -143,38 +214,46 @@ def _eff(x: float | None) -> str:
 def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     """(label, text) rows of `hpcqa status JOB`."""
     now = now or time.time()
-    rows = [("state", v.state + (f" -- waiting: {v.reason}" if v.reason else "") +
-             (f" (exit {v.exit_code})" if v.exit_code and v.exit_code != "0:0" else "")),
-            ("job", f"{v.name} ({v.target}), {v.world_size} rank(s) on {v.nodes} node(s)"
-             + (f": {v.nodelist}" if v.nodelist else "")),
-            ("elapsed", v.elapsed or (status._dur((v.results or {})["wall_time_s"]) + " (the ranks' wall time)"
-                                      if (v.results or {}).get("wall_time_s") else "-"))]
+    rows = [
+        (
+            "state",
+            v.state
+            + (f" -- waiting: {v.reason}" if v.reason else "")
+            + (f" (exit {v.exit_code})" if v.exit_code and v.exit_code != "0:0" else ""),
+        ),
+        (
+            "job",
+            f"{v.name} ({v.target}), {v.world_size} rank(s) on {v.nodes} node(s)"
+            + (f": {v.nodelist}" if v.nodelist else ""),
+        ),
+        (
+            "elapsed",
+            v.elapsed
+            or (
+                status._dur((v.results or {})["wall_time_s"]) + " (the ranks' wall time)"
+                if (v.results or {}).get("wall_time_s")
+                else "-"
+            ),
+        ),
+    ]
     attempts = v.attempts
     again = status.attempt_text(v)
     if len(attempts) > 1 or again:
         rows.append(("attempts", f"{max(len(attempts), 1)}" + (f" ({again})" if again else "")))
-    p = v.progress or {}
-    if p and not v.results:
-        text = _bar(p)
-        if isinstance(p.get("loss"), (int, float)):
-            text += f", last loss {p['loss']:.4f}"
-        if p.get("eta_s") and v.state == State.RUNNING:
-            text += f", ETA {status._dur(p['eta_s'])}"
-        if p.get("updated"):
-            text += f" (updated {int(now - p['updated'])} s ago)"
-        rows.append(("progress", text))
-    code = (v.results or {}).get("code") or next((rep.get("code") for rep in v.ranks if rep.get("code")), None)
+    rows += _progress_rows(v, now)
+    code = (v.results or {}).get("code") or next(
+        (rep.get("code") for rep in v.ranks if rep.get("code")), None
+    )
     if code:
-        rows.append(("code", ("snapshot " + str(code.get("digest", "?")) + ", " if code.get("snapshot") else "")
-                     + f"hpcqa {code.get('version', '?')}, {code.get('describe', '?')}"))
+        rows.append(
+            (
+                "code",
+                ("snapshot " + str(code.get("digest", "?")) + ", " if code.get("snapshot") else "")
+                + f"hpcqa {code.get('version', '?')}, {code.get('describe', '?')}",
+            )
+        )
     rows += _command_rows(v)
-    stops = v.notices
-    if stops and not v.results:
-        last = stops[-1]
-        rows.append(("stopped", f"{last['signal']} at step {last['step']} (attempt {last['attempt']}): checkpoint "
-                                f"{last['checkpoint']}"))
-        if states.is_final(v.state):
-            rows.append(("continue", f"hpcqa submit CONFIG --set train.resume_from={last['checkpoint']}"))
+    rows += _stop_rows(v)
     rows += _failure_rows(v)
     if v.results and "f1" in v.results:
         rows.append(("results", f"EM {v.results['exact_match']:.2f}  F1 {v.results['f1']:.2f}"))
@@ -184,12 +263,49 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     rows += _rank_rows(v, now)
     logs = v.logs
     if logs:
-        rows.append(("logs", f"{len(logs)} rank log(s), e.g. {logs[0].name}: hpcqa logs {v.id} [--rank N]"))
+        rows.append(
+            ("logs", f"{len(logs)} rank log(s), e.g. {logs[0].name}: hpcqa logs {v.id} [--rank N]")
+        )
     folder = dict(v.outputs).get("folder", v.folder)
     for label, path in v.outputs:
         inside = label != "folder" and path.startswith(folder.rstrip("/") + "/")
-        rows.append((label, path[len(folder.rstrip("/")) + 1:] if inside else path))
+        rows.append((label, path[len(folder.rstrip("/")) + 1 :] if inside else path))
     return rows + _damaged_rows(v)
+
+
+def _progress_rows(v: JobView, now: float) -> list[tuple[str, str]]:
+    """A job still training: its bar, last loss, ETA and how fresh that is."""
+    p = v.progress or {}
+    if not p or v.results:
+        return []
+    text = _bar(p)
+    if isinstance(p.get("loss"), (int, float)):
+        text += f", last loss {p['loss']:.4f}"
+    if p.get("eta_s") and v.state == State.RUNNING:
+        text += f", ETA {status._dur(p['eta_s'])}"
+    if p.get("updated"):
+        text += f" (updated {int(now - p['updated'])} s ago)"
+    return [("progress", text)]
+
+
+def _stop_rows(v: JobView) -> list[tuple[str, str]]:
+    """The last notice a job without results stopped at, and (once it is over) how to continue from it."""
+    stops = v.notices
+    if not stops or v.results:
+        return []
+    last = stops[-1]
+    rows = [
+        (
+            "stopped",
+            f"{last['signal']} at step {last['step']} (attempt {last['attempt']}): checkpoint "
+            f"{last['checkpoint']}",
+        )
+    ]
+    if states.is_final(v.state):
+        rows.append(
+            ("continue", f"hpcqa submit CONFIG --set train.resume_from={last['checkpoint']}")
+        )
+    return rows
 
 
 def _damaged_rows(v: JobView) -> list[tuple[str, str]]:
@@ -210,7 +326,9 @@ def _rank_rows(v: JobView, now: float) -> list[tuple[str, str]]:
         if rep:
             parts.append(f"CPUs {cpu_list(rep.get('cpus') or []) or '-'}")
         if u:
-            parts.append(f"CPU efficiency {_eff(u.get('cpu_efficiency'))}, peak {_mb(u.get('max_rss_bytes'))}")
+            parts.append(
+                f"CPU efficiency {_eff(u.get('cpu_efficiency'))}, peak {_mb(u.get('max_rss_bytes'))}"
+            )
         if ph and not states.is_final(v.state):
             parts.append(phases.text(ph, now))
         rows.append((f"rank {k}", ", ".join(parts)))
@@ -224,11 +342,21 @@ def _usage_rows(v: JobView) -> list[tuple[str, str]]:
     if u.get("error"):
         return [("resource use", f"sacct could not say ({u['error']})")]
     if u["source"] == states.Source.SACCT:
-        return [("resource use", f"CPU efficiency {_eff(u.get('cpu_efficiency'))} ({u['cpu_s']:.0f} CPU-s of "
-                                 f"{u['elapsed_s']:.0f} s x {u['cpus']} CPUs), peak memory {_mb(u.get('max_rss_bytes'))}"
-                                 " (largest step, sacct MaxRSS)")]
-    return [("resource use", f"CPU efficiency {_eff(u.get('cpu_efficiency'))} (lowest rank), peak memory "
-                             f"{_mb(u.get('max_rss_bytes'))} (largest rank); measured by the ranks")]
+        return [
+            (
+                "resource use",
+                f"CPU efficiency {_eff(u.get('cpu_efficiency'))} ({u['cpu_s']:.0f} CPU-s of "
+                f"{u['elapsed_s']:.0f} s x {u['cpus']} CPUs), peak memory {_mb(u.get('max_rss_bytes'))}"
+                " (largest step, sacct MaxRSS)",
+            )
+        ]
+    return [
+        (
+            "resource use",
+            f"CPU efficiency {_eff(u.get('cpu_efficiency'))} (lowest rank), peak memory "
+            f"{_mb(u.get('max_rss_bytes'))} (largest rank); measured by the ranks",
+        )
+    ]
 
 
 def checked_detail_lines(v: JobView) -> list[tuple[str, str]]:
@@ -237,10 +365,17 @@ def checked_detail_lines(v: JobView) -> list[tuple[str, str]]:
     try:
         return detail_lines(v)
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
-        return [("state", v.state), ("job", f"{v.name} ({v.target})"), ("folder", v.folder or "-"),
-                ("damaged", f"a file in the job folder holds a value of the wrong type ({type(e).__name__}: "
-                            f"{_one_line(str(e))[:160]}); read the files in the job folder, or "
-                            "hpcqa status --json")] + _damaged_rows(v)
+        return [
+            ("state", v.state),
+            ("job", f"{v.name} ({v.target})"),
+            ("folder", v.folder or "-"),
+            (
+                "damaged",
+                f"a file in the job folder holds a value of the wrong type ({type(e).__name__}: "
+                f"{_one_line(str(e))[:160]}); read the files in the job folder, or "
+                "hpcqa status --json",
+            ),
+        ] + _damaged_rows(v)
 
 
 def print_detail(con, views: Sequence[JobView], source: states.Answer) -> None:
@@ -255,10 +390,16 @@ def print_detail(con, views: Sequence[JobView], source: states.Answer) -> None:
             con.print(f"[yellow]warning:[/] {escape(_printable(note))}", highlight=False)
         tb = dict(v.outputs).get("TensorBoard")
         if tb:
-            con.print(f"view the curves: tensorboard --logdir {escape(tb)}", highlight=False, soft_wrap=True)
+            con.print(
+                f"view the curves: tensorboard --logdir {escape(tb)}",
+                highlight=False,
+                soft_wrap=True,
+            )
     if not source.answered:
-        con.print(f"[yellow]warning:[/] Slurm could not be asked ({escape(_one_line(source.error))}). Fix: hpcqa doctor",
-                  highlight=False)
+        con.print(
+            f"[yellow]warning:[/] Slurm could not be asked ({escape(_one_line(source.error))}). Fix: hpcqa doctor",
+            highlight=False,
+        )
 
 
 def _printable(text: str) -> str:
@@ -270,8 +411,9 @@ def _printable(text: str) -> str:
 def _by_the_cancel(record: dict) -> bool:
     """A rank's end that a cancel causes: Ctrl-C / SIGINT (KeyboardInterrupt), or killed by SIGINT/TERM/KILL."""
     error = str(record.get("error", ""))
-    return error.startswith("KeyboardInterrupt") or any(f"killed by {s}" in error
-                                                        for s in ("SIGINT", "SIGTERM", "SIGKILL"))
+    return error.startswith("KeyboardInterrupt") or any(
+        f"killed by {s}" in error for s in ("SIGINT", "SIGTERM", "SIGKILL")
+    )
 
 
 def _preload_rows(v: JobView) -> list[tuple[str, str]]:
@@ -280,15 +422,22 @@ def _preload_rows(v: JobView) -> list[tuple[str, str]]:
     for rep in v.ranks:
         found = rep.get("preload") or {}
         if found:
-            text = "; ".join(f"{name} {path}" if path else f"{name} not found" for name, path in found.items())
+            text = "; ".join(
+                f"{name} {path}" if path else f"{name} not found" for name, path in found.items()
+            )
             seen.setdefault(text, []).append(str(rep.get("host", "?")))
-    return [("preloaded", f"{text} (on {', '.join(sorted(set(hosts)))})") for text, hosts in seen.items()]
+    return [
+        ("preloaded", f"{text} (on {', '.join(sorted(set(hosts)))})")
+        for text, hosts in seen.items()
+    ]
 
 
 def _failure_rows(v: JobView) -> list[tuple[str, str]]:
     """The first failing rank and its error; for a cancelled job, the ranks the cancel interrupted are not it."""
     rows, failed = [], v.failed
-    if v.state == State.CANCELLED:  # the cancel itself stops the ranks: an interrupt then is not a failure
+    if (
+        v.state == State.CANCELLED
+    ):  # the cancel itself stops the ranks: an interrupt then is not a failure
         stopped = [f for f in failed if _by_the_cancel(f)]
         failed = [f for f in failed if not _by_the_cancel(f)]
         if stopped:
@@ -306,17 +455,29 @@ def _command_rows(v: JobView) -> list[tuple[str, str]]:
     """A user command's job: what ran, where, as submitted; the metrics it wrote to HPCQA_RESULTS."""
     rep = next((r for r in v.ranks if isinstance(r.get("command"), list)), None)
     res = v.results or {}
-    argv = res.get("command") if isinstance(res.get("command"), list) else (rep or {}).get("command")
+    argv = (
+        res.get("command") if isinstance(res.get("command"), list) else (rep or {}).get("command")
+    )
     if not argv:
         return []
     work = res.get("work") if isinstance(res.get("work"), dict) else (rep or {}).get("work") or {}
-    where = f"in a copy of {work.get('dir')} (snapshot {work.get('snapshot')}, verified)" if work.get("snapshot") \
+    where = (
+        f"in a copy of {work.get('dir')} (snapshot {work.get('snapshot')}, verified)"
+        if work.get("snapshot")
         else f"in {work.get('run_in') or 'the image default folder'}"
+    )
     rows = [("command", command.display([str(a) for a in argv])[:400] + "\n" + where)]
     metrics = res.get("metrics")
     if isinstance(metrics, dict) and metrics:
-        rows.append(("metrics", ", ".join(f"{k} {val:.4g}" if isinstance(val, float) else f"{k} {val}"
-                                          for k, val in list(metrics.items())[:12])[:400]))
+        rows.append(
+            (
+                "metrics",
+                ", ".join(
+                    f"{k} {val:.4g}" if isinstance(val, float) else f"{k} {val}"
+                    for k, val in list(metrics.items())[:12]
+                )[:400],
+            )
+        )
     if res.get("metrics_error"):
         rows.append(("metrics", str(res["metrics_error"])[:200]))
     return rows
@@ -326,19 +487,31 @@ def _comm_rows(res: dict) -> list[tuple[str, str]]:
     """What DDP all-reduced per step and how much the backward hid; for a `tune --comm` job, the link."""
     link = res.get("link") or {}
     if link.get("bandwidth_Bps"):
-        return [("link", f"{8 * link['bandwidth_Bps'] / 1e6:.1f} Mbit/s, latency {1e6 * link['latency_s']:.0f} us "
-                         f"({res.get('backend')}, all-reduce among {link.get('nodes')} nodes)")]
+        return [
+            (
+                "link",
+                f"{8 * link['bandwidth_Bps'] / 1e6:.1f} Mbit/s, latency {1e6 * link['latency_s']:.0f} us "
+                f"({res.get('backend')}, all-reduce among {link.get('nodes')} nodes)",
+            )
+        ]
     comm = res.get("comm") or {}
     if not comm.get("bucket_bytes"):
         return []
-    text = (f"{comm['grad_bytes'] / 1e6:.1f} MB of gradients per step in {len(comm['bucket_bytes'])} bucket(s)"
-            + (" (as DDP would build them: one rank)" if comm.get("planned") else "")
-            + (f", sent in {comm['compress']} ({sum(comm.get('wire_bucket_bytes') or []) / 1e6:.1f} MB)"
-               if comm.get("compress") in ("fp16", "bf16") else ""))
+    text = (
+        f"{comm['grad_bytes'] / 1e6:.1f} MB of gradients per step in {len(comm['bucket_bytes'])} bucket(s)"
+        + (" (as DDP would build them: one rank)" if comm.get("planned") else "")
+        + (
+            f", sent in {comm['compress']} ({sum(comm.get('wire_bucket_bytes') or []) / 1e6:.1f} MB)"
+            if comm.get("compress") in ("fp16", "bf16")
+            else ""
+        )
+    )
     if comm.get("allreduce_s"):
         hidden = max(1 - (comm.get("exposed_s") or 0) / comm["allreduce_s"], 0)
-        text += (f"; {comm['allreduce_s']:.3f} s alone, {comm.get('exposed_s', 0):.3f} s exposed "
-                 f"({100 * hidden:.0f} % hidden behind the backward)")
+        text += (
+            f"; {comm['allreduce_s']:.3f} s alone, {comm.get('exposed_s', 0):.3f} s exposed "
+            f"({100 * hidden:.0f} % hidden behind the backward)"
+        )
     return [("all-reduce", text)]
 
 
@@ -351,10 +524,16 @@ def _recipe_rows(res: dict) -> list[tuple[str, str]]:
     def rate(key: str) -> str:
         x = rec.get(key)
         return f"{x:g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "none"
+
     alloc = res.get("allocator")
-    return [("recipe", f"attention {rec['attention'][:40]}, {str(rec.get('dropout_masks'))[:10]} dropout masks; "
-                       f"dropout {rate('attention_dropout')} on attention, {rate('hidden_dropout')} on hidden "
-                       "states" + (f"; allocator {alloc[:20]}" if isinstance(alloc, str) else ""))]
+    return [
+        (
+            "recipe",
+            f"attention {rec['attention'][:40]}, {str(rec.get('dropout_masks'))[:10]} dropout masks; "
+            f"dropout {rate('attention_dropout')} on attention, {rate('hidden_dropout')} on hidden "
+            "states" + (f"; allocator {alloc[:20]}" if isinstance(alloc, str) else ""),
+        )
+    ]
 
 
 def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
@@ -362,15 +541,33 @@ def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
     split = (v.results or {}).get("step_split_s") or {}
     known = {k: x for k, x in split.items() if isinstance(x, (int, float))}
     if known:
-        if "compute" in known:   # forward+backward split into its compute and the all-reduce it did not hide
-            names = {"compute": "compute", "allreduce_exposed": "exposed all-reduce", "optimizer": "optimizer",
-                     "other": "scheduler etc.", "data_wait": "waiting for data"}
+        if (
+            "compute" in known
+        ):  # forward+backward split into its compute and the all-reduce it did not hide
+            names = {
+                "compute": "compute",
+                "allreduce_exposed": "exposed all-reduce",
+                "optimizer": "optimizer",
+                "other": "scheduler etc.",
+                "data_wait": "waiting for data",
+            }
         else:
-            names = {"forward_backward": "forward+backward (with the all-reduce)", "optimizer": "optimizer",
-                     "other": "scheduler etc.", "data_wait": "waiting for data"}
+            names = {
+                "forward_backward": "forward+backward (with the all-reduce)",
+                "optimizer": "optimizer",
+                "other": "scheduler etc.",
+                "data_wait": "waiting for data",
+            }
         total = sum(known[k] for k in names if k in known)
-        rows.append(("step", f"{total:.3f} s: " + ", ".join(f"{names[k]} {100 * known[k] / total:.0f} %"
-                                                         for k in names if k in known)))
+        rows.append(
+            (
+                "step",
+                f"{total:.3f} s: "
+                + ", ".join(
+                    f"{names[k]} {100 * known[k] / total:.0f} %" for k in names if k in known
+                ),
+            )
+        )
     rows += _recipe_rows(v.results or {})
     rows += _comm_rows(v.results or {})
     eff = (v.results or {}).get("efficiency") or {}
@@ -380,10 +577,19 @@ def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
     if eff.get("mfu") is None:
         return rows
     tokens = eff.get("tokens") or {}
-    all_tokens = (f"; on all tokens {100 * eff['mfu_all_tokens']:.1f} % ({100 * tokens['padding_share']:.0f} % "
-                  f"padding, {tokens['text_per_sample']:.0f} of {tokens['all_per_sample']:.0f} tokens per sample "
-                  "carry text)" if eff.get("mfu_all_tokens") is not None and tokens else "")
-    return rows + [("efficiency", f"MFU on text tokens {100 * eff['mfu']:.1f} %: {eff['achieved_flops'] / 1e9:.2f} "
-                                  f"of {eff['peak_flops'] / 1e9:.1f} GFLOP/s ({eff['precision']} matmul peak measured on "
-                                  f"{len(eff['peak_flops_per_rank'])} rank(s), {eff['peak_source']}); "
-                                  f"{eff['model_flops_per_sample'] / 1e9:.2f} GFLOP per sample{all_tokens}")]
+    all_tokens = (
+        f"; on all tokens {100 * eff['mfu_all_tokens']:.1f} % ({100 * tokens['padding_share']:.0f} % "
+        f"padding, {tokens['text_per_sample']:.0f} of {tokens['all_per_sample']:.0f} tokens per sample "
+        "carry text)"
+        if eff.get("mfu_all_tokens") is not None and tokens
+        else ""
+    )
+    return rows + [
+        (
+            "efficiency",
+            f"MFU on text tokens {100 * eff['mfu']:.1f} %: {eff['achieved_flops'] / 1e9:.2f} "
+            f"of {eff['peak_flops'] / 1e9:.1f} GFLOP/s ({eff['precision']} matmul peak measured on "
+            f"{len(eff['peak_flops_per_rank'])} rank(s), {eff['peak_source']}); "
+            f"{eff['model_flops_per_sample'] / 1e9:.2f} GFLOP per sample{all_tokens}",
+        )
+    ]
