@@ -18,8 +18,9 @@ from hpcqa.record.jobdir import JobDir
 from hpcqa.record.status import LIST_PHASES, JobView
 
 
-def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
-            limit: int = 20) -> tuple[list[JobView], states.Answer]:
+def collect(
+    reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False, limit: int = 20
+) -> tuple[list[JobView], states.Answer]:
     """Rows from the registry, with live states for the unfinished ones (one call per executor: one sacct for
     every Slurm job). -> (views, where Slurm's states came from: sacct, squeue, none, or the error)"""
     rows = reg.jobs(ids=ids, limit=None if (ids or all_jobs) else limit)
@@ -29,7 +30,9 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
         live.update(got)
         source = said if said.source is not states.Source.NOBODY else source
     views, updates, seen = [], [], set()
-    for r in rows:  # newest first: a reused id's live state is its newest job's; the older keep their record
+    for r in (
+        rows
+    ):  # newest first: a reused id's live state is its newest job's; the older keep their record
         jd = JobDir(Path(r.folder))
         state, code, elapsed = r.state, r.exit_code or "", r.elapsed or ""
         now = live.get(r.id) if r.id not in seen else None
@@ -39,26 +42,29 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
             final = states.is_final(state)
             if final or state != r.state:
                 updates.append((r.id, state, final, code or None, elapsed or None, r.folder))
-        v = JobView(id=r.id, name=r.name, target=r.target, state=state, nodes=r.nodes, world_size=r.world_size,
-                    elapsed=elapsed, exit_code=code, folder=r.folder, sweep_id=r.sweep_id, task_index=r.task_index,
-                    variant=r.variant, reason=now.reason if now else "", nodelist=now.nodelist if now else "")
-        v.progress = jd.read_progress()
-        v.results = jd.read_results()
-        if not states.is_final(state):  # the list reads a few ranks' phases; a job's own view reads them all
-            v.phases = jd.read_phases(r.world_size if ids else min(r.world_size, LIST_PHASES))
-            stuck = phases.stuck_at_rendezvous(v.phases) if state == State.RUNNING else None
-            if stuck:
-                v.notes.append(stuck)
-        if ids:
-            v.outputs = [(label, str(p)) for label, p in jd.outputs(v.results)]
-            v.ranks = [rep for k in range(r.world_size) if (rep := jd.read_report(k))]
-            v.attempts, v.notices, v.failed = jd.attempts(), jd.notices(), jd.failed_ranks()
-            v.logs = [p for k in range(r.world_size) if (p := jd.log(k)) is not None]
-            v.damaged = jd.damaged(r.world_size)
-            v.notes += list(dict.fromkeys(w for rep in v.ranks for w in (rep.get("warnings") or [])
-                                          if isinstance(w, str) and w.startswith("checkpoint ")))
-        if not jd.path.is_dir():  # said by status and logs alike; the state is what Slurm or the registry knows
-            v.notes.append(f"its folder {r.folder} is gone (deleted or moved): logs and results with it")
+        v = JobView(
+            id=r.id,
+            name=r.name,
+            target=r.target,
+            state=state,
+            nodes=r.nodes,
+            world_size=r.world_size,
+            elapsed=elapsed,
+            exit_code=code,
+            folder=r.folder,
+            sweep_id=r.sweep_id,
+            task_index=r.task_index,
+            variant=r.variant,
+            reason=now.reason if now else "",
+            nodelist=now.nodelist if now else "",
+        )
+        _read_folder(v, jd, bool(ids))
+        if (
+            not jd.path.is_dir()
+        ):  # said by status and logs alike; the state is what Slurm or the registry knows
+            v.notes.append(
+                f"its folder {r.folder} is gone (deleted or moved): logs and results with it"
+            )
         elif states.succeeded(state) and not v.results:
             v.notes.append("no results file")
         views.append(v)
@@ -69,7 +75,35 @@ def collect(reg, slurm: Slurm, ids: Sequence[str] = (), all_jobs: bool = False,
     return views, source
 
 
-LOW_EFFICIENCY = 0.6  # below this, the ranks' cores mostly waited: pinning, oversubscription, or I/O
+def _read_folder(v: JobView, jd: JobDir, detail: bool) -> None:
+    """What a job's folder says into its view: progress, results, and the phases of a job not over (a few ranks'
+    in a list); for the job's own view (`detail`) also its ranks, attempts, notices, logs and damaged files."""
+    v.progress = jd.read_progress()
+    v.results = jd.read_results()
+    if not states.is_final(v.state):
+        v.phases = jd.read_phases(v.world_size if detail else min(v.world_size, LIST_PHASES))
+        stuck = phases.stuck_at_rendezvous(v.phases) if v.state == State.RUNNING else None
+        if stuck:
+            v.notes.append(stuck)
+    if detail:
+        v.outputs = [(label, str(p)) for label, p in jd.outputs(v.results)]
+        v.ranks = [rep for k in range(v.world_size) if (rep := jd.read_report(k))]
+        v.attempts, v.notices, v.failed = jd.attempts(), jd.notices(), jd.failed_ranks()
+        v.logs = [p for k in range(v.world_size) if (p := jd.log(k)) is not None]
+        v.damaged = jd.damaged(v.world_size)
+        v.notes += list(
+            dict.fromkeys(
+                w
+                for rep in v.ranks
+                for w in (rep.get("warnings") or [])
+                if isinstance(w, str) and w.startswith("checkpoint ")
+            )
+        )
+
+
+LOW_EFFICIENCY = (
+    0.6  # below this, the ranks' cores mostly waited: pinning, oversubscription, or I/O
+)
 
 
 def add_usage(views: Sequence[JobView], slurm: Slurm) -> None:
@@ -85,7 +119,9 @@ def add_usage(views: Sequence[JobView], slurm: Slurm) -> None:
             v.notes.append(low_efficiency_note(eff, run_queue_share(v.ranks)))
 
 
-BUSY_NODE = 0.2  # a rank ready to run but off its cores this share of its core time: others had them
+BUSY_NODE = (
+    0.2  # a rank ready to run but off its cores this share of its core time: others had them
+)
 
 
 def run_queue_share(ranks: Sequence[dict]) -> float | None:
@@ -97,8 +133,14 @@ def run_queue_share(ranks: Sequence[dict]) -> float | None:
         if not isinstance(u, dict):
             continue
         delay, wall, cpus = u.get("run_delay_s"), u.get("wall_s"), u.get("cpus")
-        if all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in (delay, wall, cpus)) and wall \
-                and cpus:
+        if (
+            all(
+                isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
+                for x in (delay, wall, cpus)
+            )
+            and wall
+            and cpus
+        ):
             shares.append(delay / (wall * cpus))
     return max(shares) if shares else None
 
@@ -108,7 +150,11 @@ def low_efficiency_note(eff: float, waited: float | None) -> str:
     load, not hpcqa's pinning; otherwise the ranks themselves waited (communication, data, a slow peer)."""
     head = f"CPU efficiency {eff:.0%} (< {LOW_EFFICIENCY:.0%})"
     if waited is not None and waited >= BUSY_NODE:
-        return (f"{head}: the ranks were ready to run but waited for their cores {min(waited, 1):.0%} of the time: "
-                "other processes had them (a busy node); `hpcqa topology CONFIG` shows whose cores they are")
-    return (f"{head}: the ranks' cores mostly waited; check the pinning (`hpcqa topology CONFIG`), "
-            "oversubscription, or data loading")
+        return (
+            f"{head}: the ranks were ready to run but waited for their cores {min(waited, 1):.0%} of the time: "
+            "other processes had them (a busy node); `hpcqa topology CONFIG` shows whose cores they are"
+        )
+    return (
+        f"{head}: the ranks' cores mostly waited; check the pinning (`hpcqa topology CONFIG`), "
+        "oversubscription, or data loading"
+    )

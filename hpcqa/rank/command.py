@@ -60,15 +60,24 @@ class CommandFailed(RankError):
 def child_env(plan: LaunchPlan, jd: JobDir, attempt: int, base: dict[str, str]) -> dict[str, str]:
     """What the program gets: the rank's environment and the job's variables (the docstring's table)."""
     env = dict(base)
-    env.pop("PYTHONSAFEPATH", None)  # hpcqa's own import isolation; a script imports its neighbours as usual
+    env.pop(
+        "PYTHONSAFEPATH", None
+    )  # hpcqa's own import isolation; a script imports its neighbours as usual
     ckpt = jd.checkpoints
     earlier = attempt > 0 and ckpt.is_dir() and any(ckpt.iterdir())
-    env.update({"HPCQA_JOB_DIR": str(jd.path), "HPCQA_CHECKPOINT_DIR": str(ckpt), "HPCQA_ATTEMPT": str(attempt),
-                "HPCQA_RESUMING": "1" if earlier else "0", "HPCQA_RESULTS": str(jd.command_results),
-                "TORCHELASTIC_RESTART_COUNT": str(attempt),
-                "TORCHELASTIC_MAX_RESTARTS": str(plan.config.cluster.max_requeues),
-                "TORCHELASTIC_RUN_ID": env.get("SLURM_JOB_ID") or jd.path.name,
-                **commandmod.sweep_env(plan.variant)})
+    env.update(
+        {
+            "HPCQA_JOB_DIR": str(jd.path),
+            "HPCQA_CHECKPOINT_DIR": str(ckpt),
+            "HPCQA_ATTEMPT": str(attempt),
+            "HPCQA_RESUMING": "1" if earlier else "0",
+            "HPCQA_RESULTS": str(jd.command_results),
+            "TORCHELASTIC_RESTART_COUNT": str(attempt),
+            "TORCHELASTIC_MAX_RESTARTS": str(plan.config.cluster.max_requeues),
+            "TORCHELASTIC_RUN_ID": env.get("SLURM_JOB_ID") or jd.path.name,
+            **commandmod.sweep_env(plan.variant),
+        }
+    )
     return env
 
 
@@ -100,9 +109,15 @@ def job_argv(plan: LaunchPlan, jd: JobDir) -> list[str]:
     """The command with the job's own paths filled in ({job.dir}, {job.work_dir}, {job.checkpoint_dir}: known here,
     at the rank, once the job has its folder)."""
     run_in = jd.work if plan.work.get("snapshot") else Path(plan.work.get("run_in") or os.getcwd())
-    return commandmod.job_paths(list(plan.command), plan.work.get("job_paths") or (),
-                                {"job.dir": str(jd.path), "job.work_dir": str(run_in),
-                                 "job.checkpoint_dir": str(jd.checkpoints)})
+    return commandmod.job_paths(
+        list(plan.command),
+        plan.work.get("job_paths") or (),
+        {
+            "job.dir": str(jd.path),
+            "job.work_dir": str(run_in),
+            "job.checkpoint_dir": str(jd.checkpoints),
+        },
+    )
 
 
 class _Notices:
@@ -111,7 +126,7 @@ class _Notices:
 
     def __init__(self, requeue_signal: str) -> None:
         self.requeue = getattr(signal, f"SIG{requeue_signal}")
-        self.kind: int | None = None       # the signal that first asked for a stop (SIGTERM wins)
+        self.kind: int | None = None  # the signal that first asked for a stop (SIGTERM wins)
         self.previous: Any = None
         self.pid: int | None = None
 
@@ -130,7 +145,9 @@ class _Notices:
                 pass
 
 
-def _start(argv: list[str], cwd: str, env: dict[str, str], parent: int, requeue: int) -> tuple[int, int]:
+def _start(
+    argv: list[str], cwd: str, env: dict[str, str], parent: int, requeue: int
+) -> tuple[int, int]:
     """Fork and exec the program in a process group of its own, its stderr into a pipe (-> pid, the pipe's read end).
     Before the exec it is made to die with this process, and to ignore the requeue signal (SIG_IGN survives exec,
     until the program sets a handler of its own): Slurm signals every process of the step -- `--signal=USR2@N` and
@@ -157,8 +174,8 @@ def _start(argv: list[str], cwd: str, env: dict[str, str], parent: int, requeue:
     return pid, read
 
 
-PUMP_CHUNK = 64 << 10   # read from the program's stderr at a time
-TAIL_LINE = 500         # characters kept of each of the last lines
+PUMP_CHUNK = 64 << 10  # read from the program's stderr at a time
+TAIL_LINE = 500  # characters kept of each of the last lines
 
 
 def _pump(stream, tail: collections.deque) -> None:
@@ -167,7 +184,7 @@ def _pump(stream, tail: collections.deque) -> None:
     bounded whatever the program writes: a 200 MiB line without a newline is passed on in PUMP_CHUNK pieces and
     only its first TAIL_LINE characters are kept."""
     fd = stream.fileno()
-    line = bytearray()          # the current line's start (at most TAIL_LINE * 4 bytes: UTF-8)
+    line = bytearray()  # the current line's start (at most TAIL_LINE * 4 bytes: UTF-8)
     while True:
         chunk = os.read(fd, PUMP_CHUNK)
         if not chunk:
@@ -176,27 +193,17 @@ def _pump(stream, tail: collections.deque) -> None:
         sys.stderr.flush()
         *done, rest = chunk.split(b"\n")
         for piece in done:
-            line += piece[:max(0, TAIL_LINE * 4 - len(line))]
+            line += piece[: max(0, TAIL_LINE * 4 - len(line))]
             tail.append(line.decode("utf-8", "replace")[:TAIL_LINE])
             line = bytearray()
-        line += rest[:max(0, TAIL_LINE * 4 - len(line))]
+        line += rest[: max(0, TAIL_LINE * 4 - len(line))]
     if line:
         tail.append(line.decode("utf-8", "replace")[:TAIL_LINE])
 
 
 def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
     rank, attempt = int(os.environ.get("RANK", "0")), attempt_from_env(os.environ)
-    jd.begin_attempt(rank, attempt)
-    if rank == 0:
-        jd.tidy_staging()
-    phases = Phases(jd, rank, attempt)
-    phases.enter(Phase.STARTING, "checking the command's files")
-    report = _report(plan, jd, rank, attempt)
-    write_json(jd.rank_report(rank), report)
-    bad = verify(plan)
-    if bad:
-        _failed(jd, rank, attempt, f"refusing to run: {bad}; re-submit to copy the files again", None, [])
-        raise RankError(f"refusing to run the command: {bad}", "re-submit (the folder is copied again)")
+    phases, report = _begin(plan, jd, rank, attempt)
     notices = _Notices(plan.config.launch.requeue_signal)
     notices.install()
     tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
@@ -206,14 +213,24 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
     roots = [Path(cwd or os.getcwd()), jd.checkpoints]
     if attempt > 0:
         _set_aside_interrupted(jd, roots, rank, attempt, report)
-    pid, err = _start(job_argv(plan, jd), cwd, child_env(plan, jd, attempt, dict(os.environ)), parent, notices.requeue)
+    pid, err = _start(
+        job_argv(plan, jd),
+        cwd,
+        child_env(plan, jd, attempt, dict(os.environ)),
+        parent,
+        notices.requeue,
+    )
     notices.pid = pid
     phases.enter(Phase.COMMAND, commandmod.display(plan.command)[:120], pid=pid)
     pump = threading.Thread(target=_pump, args=(os.fdopen(err, "rb"), tail), daemon=True)
     pump.start()
     ended = threading.Event()
-    if rank == 0:  # what an HF Trainer program already writes, read into progress.json for submit and status
-        threading.Thread(target=_follow, args=(jd, roots, attempt, started, ended), daemon=True).start()
+    if (
+        rank == 0
+    ):  # what an HF Trainer program already writes, read into progress.json for submit and status
+        threading.Thread(
+            target=_follow, args=(jd, roots, attempt, started, ended), daemon=True
+        ).start()
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     ended.set()
     pump.join(timeout=5)
@@ -234,6 +251,32 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
     return {"rank": rank, "exit_code": 0}
 
 
+def _begin(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int) -> tuple[Phases, dict]:
+    """The attempt begun, its report written, the command's files verified against what was submitted (a
+    mismatch is refused). -> (the rank's phases, its report)"""
+    jd.begin_attempt(rank, attempt)
+    if rank == 0:
+        jd.tidy_staging()
+    phases = Phases(jd, rank, attempt)
+    phases.enter(Phase.STARTING, "checking the command's files")
+    report = _report(plan, jd, rank, attempt)
+    write_json(jd.rank_report(rank), report)
+    bad = verify(plan)
+    if bad:
+        _failed(
+            jd,
+            rank,
+            attempt,
+            f"refusing to run: {bad}; re-submit to copy the files again",
+            None,
+            [],
+        )
+        raise RankError(
+            f"refusing to run the command: {bad}", "re-submit (the folder is copied again)"
+        )
+    return phases, report
+
+
 def _first_start(jd: JobDir, rank: int) -> float | None:
     """When this job's first attempt started this rank (its report, kept aside by begin_attempt)."""
     for a in jd.attempts():
@@ -243,7 +286,9 @@ def _first_start(jd: JobDir, rank: int) -> float | None:
     return None
 
 
-def _set_aside_interrupted(jd: JobDir, roots: list[Path], rank: int, attempt: int, report: dict) -> None:
+def _set_aside_interrupted(
+    jd: JobDir, roots: list[Path], rank: int, attempt: int, report: dict
+) -> None:
     """Before a requeued attempt starts the program: a Trainer checkpoint whose save an earlier attempt of this job
     did not finish (no trainer_state.json: the preemption came mid-save) is moved out of the program's sight, kept,
     so that the program's own resume (get_last_checkpoint(): the highest number) takes the last complete one instead
@@ -256,12 +301,16 @@ def _set_aside_interrupted(jd: JobDir, roots: list[Path], rank: int, attempt: in
     if since is None:
         return
     for path, why in trainerfiles.interrupted(roots, since - 1.0):
-        aside = path.parent.parent / f"{path.parent.name}.set-aside" / f"{path.name}.attempt-{attempt}"
+        aside = (
+            path.parent.parent / f"{path.parent.name}.set-aside" / f"{path.name}.attempt-{attempt}"
+        )
         try:
-            own_folder(aside.parent)  # the program may have made OUT.set-aside a link: never moved through it
+            own_folder(
+                aside.parent
+            )  # the program may have made OUT.set-aside a link: never moved through it
             os.replace(path, aside)
         except FileNotFoundError:
-            continue   # another rank moved it first
+            continue  # another rank moved it first
         except OSError as e:
             line = f"checkpoint {_shown(path, roots)} is incomplete ({why}) and could not be moved aside: {e.strerror}"
         else:
@@ -281,29 +330,68 @@ def _shown(path: Path, roots: list[Path]) -> str:
 
 def _report(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int) -> dict:
     e = os.environ
-    return {"host": socket.gethostname(), "pid": os.getpid(), "rank": rank, "attempt": attempt,
-            "local_rank": int(e.get("LOCAL_RANK", "0")), "node_rank": int(e.get("NODE_RANK", "0")),
-            "world_size": int(e.get("WORLD_SIZE", "1")), "master_addr": e.get("MASTER_ADDR"),
-            "master_port": e.get("MASTER_PORT"), "cpus": sorted(os.sched_getaffinity(0)),
-            "bind_note": e.get("HPCQA_BIND_NOTE"), "omp_num_threads": e.get("OMP_NUM_THREADS"),
-            "ld_preload": e.get("LD_PRELOAD", ""), "started": time.time(), "job_dir": str(jd.path),
-            "plan_digest": plan.digest, "variant": dict(plan.variant), "variant_index": plan.variant_index,
-            "command": list(plan.command), "work": dict(plan.work),
-            "code": code_provenance(e)}
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "rank": rank,
+        "attempt": attempt,
+        "local_rank": int(e.get("LOCAL_RANK", "0")),
+        "node_rank": int(e.get("NODE_RANK", "0")),
+        "world_size": int(e.get("WORLD_SIZE", "1")),
+        "master_addr": e.get("MASTER_ADDR"),
+        "master_port": e.get("MASTER_PORT"),
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "bind_note": e.get("HPCQA_BIND_NOTE"),
+        "omp_num_threads": e.get("OMP_NUM_THREADS"),
+        "ld_preload": e.get("LD_PRELOAD", ""),
+        "started": time.time(),
+        "job_dir": str(jd.path),
+        "plan_digest": plan.digest,
+        "variant": dict(plan.variant),
+        "variant_index": plan.variant_index,
+        "command": list(plan.command),
+        "work": dict(plan.work),
+        "code": code_provenance(e),
+    }
 
 
-def _failed(jd: JobDir, rank: int, attempt: int, error: str, code: int | None, tail: list[str]) -> None:
-    write_json(jd.rank_failed(rank), {"rank": rank, "host": socket.gethostname(), "error": error, "exit_code": code,
-                                      "stderr_tail": tail, "time": time.time(), "attempt": attempt})
+def _failed(
+    jd: JobDir, rank: int, attempt: int, error: str, code: int | None, tail: list[str]
+) -> None:
+    write_json(
+        jd.rank_failed(rank),
+        {
+            "rank": rank,
+            "host": socket.gethostname(),
+            "error": error,
+            "exit_code": code,
+            "stderr_tail": tail,
+            "time": time.time(),
+            "attempt": attempt,
+        },
+    )
 
 
-def _after_notice(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int, notices: _Notices, code: int,
-                  report: dict) -> dict:
+def _after_notice(
+    plan: LaunchPlan,
+    jd: JobDir,
+    rank: int,
+    attempt: int,
+    notices: _Notices,
+    code: int,
+    report: dict,
+) -> dict:
     """The program has stopped on a notice: whatever it saved in HPCQA_CHECKPOINT_DIR is what the next attempt
     resumes from. The requeue signal: hpcqa requeues; SIGTERM: Slurm decides (or, with no Slurm, the job ends)."""
     name = signal.Signals(notices.kind).name
-    notice = {"signal": name, "attempt": attempt, "time": time.time(), "exit_code": code,
-              "checkpoint": str(jd.checkpoints), "step": None}
+    notice = {
+        "signal": name,
+        "attempt": attempt,
+        "time": time.time(),
+        "exit_code": code,
+        "checkpoint": str(jd.checkpoints),
+        "step": None,
+    }
     report.update(status=f"stopped on {name}", notice=notice)
     write_json(jd.rank_report(rank), report)
     Phases(jd, rank, attempt).enter(Phase.STOPPING, f"{name}: the command exited with {code}")
@@ -313,17 +401,23 @@ def _after_notice(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int, notices
     if term:
         if os.environ.get("SLURM_JOB_ID"):
             time.sleep(TERM_WAIT_S)  # Slurm requeues (PreemptMode=REQUEUE) or ends the job
-        raise RankError(f"rank {rank}: stopped on SIGTERM (the command exited with {code})",
-                        "a SIGTERM without Slurm's requeue ends the job; submit again to continue")
+        raise RankError(
+            f"rank {rank}: stopped on SIGTERM (the command exited with {code})",
+            "a SIGTERM without Slurm's requeue ends the job; submit again to continue",
+        )
     if plan.requeue.by_the_job_script:
         if rank == 0:
             write_json(jd.requeue_request(attempt), {"time": time.time(), "signal": name})
         return {"rank": rank, "requeue": "asked of the job script"}
     if callable(notices.previous):
-        notices.previous(signal.SIGUSR2, None)  # submitit: rank 0 checkpoints its pickle, requeues, exits
+        notices.previous(
+            signal.SIGUSR2, None
+        )  # submitit: rank 0 checkpoints its pickle, requeues, exits
     if rank != 0:
         time.sleep(300)
-    raise RankError(f"rank {rank}: stopped on {name}; nothing requeued it", "submit again to continue")
+    raise RankError(
+        f"rank {rank}: stopped on {name}; nothing requeued it", "submit again to continue"
+    )
 
 
 FOLLOW_S = 5.0
@@ -334,14 +428,29 @@ def _progress(jd: JobDir, roots: list[Path], attempt: int, started: float) -> No
     got = trainerfiles.progress(roots)
     now = time.time()
     step, total = (got or {}).get("step"), (got or {}).get("total_steps")
-    eta = (now - started) / step * (total - step) if got and step and total and total > step else None
-    write_json(jd.progress, {"phase": Phase.TRAINING if got else Phase.COMMAND, "step": step, "total_steps": total,
-                             "epoch": (got or {}).get("epoch"), "loss": (got or {}).get("loss"), "eta_s": eta,
-                             "updated": now, "started": started, "attempt": attempt,
-                             "source": (got or {}).get("source")})
+    eta = (
+        (now - started) / step * (total - step) if got and step and total and total > step else None
+    )
+    write_json(
+        jd.progress,
+        {
+            "phase": Phase.TRAINING if got else Phase.COMMAND,
+            "step": step,
+            "total_steps": total,
+            "epoch": (got or {}).get("epoch"),
+            "loss": (got or {}).get("loss"),
+            "eta_s": eta,
+            "updated": now,
+            "started": started,
+            "attempt": attempt,
+            "source": (got or {}).get("source"),
+        },
+    )
 
 
-def _follow(jd: JobDir, roots: list[Path], attempt: int, started: float, ended: threading.Event) -> None:
+def _follow(
+    jd: JobDir, roots: list[Path], attempt: int, started: float, ended: threading.Event
+) -> None:
     """Rank 0, while the program runs: its progress every FOLLOW_S (a report: a failure here is not the job's)."""
     while not ended.is_set():
         try:
@@ -354,10 +463,18 @@ def _follow(jd: JobDir, roots: list[Path], attempt: int, started: float, ended: 
 def _results(plan: LaunchPlan, jd: JobDir, report: dict, roots: list[Path]) -> dict:
     """results.json of a command job: what ran, how long, and its metrics -- those the program wrote to
     HPCQA_RESULTS, else those an HF Trainer program saved (all_results.json ...)."""
-    out: dict[str, Any] = {"command": list(plan.command), "exit_code": 0, "world_size": plan.world_size,
-                           "wall_time_s": report.get("run_s"), "work": dict(plan.work), "code": report.get("code"),
-                           "variant": dict(plan.variant), "task": "command",
-                           "requeues": report.get("attempt", 0), "notices": jd.notices(0)}
+    out: dict[str, Any] = {
+        "command": list(plan.command),
+        "exit_code": 0,
+        "world_size": plan.world_size,
+        "wall_time_s": report.get("run_s"),
+        "work": dict(plan.work),
+        "code": report.get("code"),
+        "variant": dict(plan.variant),
+        "task": "command",
+        "requeues": report.get("attempt", 0),
+        "notices": jd.notices(0),
+    }
     path = jd.command_results
     if path.exists():
         try:
@@ -378,7 +495,10 @@ def _results(plan: LaunchPlan, jd: JobDir, report: dict, roots: list[Path]) -> d
         for k, v in saved["metrics"].items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in out:
                 out[k] = v
-        for k in ("exact_match", "f1"):  # run_qa.py's eval_exact_match / eval_f1: the list's result column
+        for k in (
+            "exact_match",
+            "f1",
+        ):  # run_qa.py's eval_exact_match / eval_f1: the list's result column
             if k not in out and isinstance(saved["metrics"].get(f"eval_{k}"), (int, float)):
                 out[k] = saved["metrics"][f"eval_{k}"]
     return out

@@ -37,10 +37,19 @@ SPLITS = ("train", "validation", "test")
 
 
 def _features():
-    return Features({"id": Value("string"), "title": Value("string"), "context": Value("string"),
-                     "question": Value("string"),
-                     "answers": {"text": Sequence(Value("string")), "answer_start": Sequence(Value("int32"))},
-                     "first_fact": Value("string")})
+    return Features(
+        {
+            "id": Value("string"),
+            "title": Value("string"),
+            "context": Value("string"),
+            "question": Value("string"),
+            "answers": {
+                "text": Sequence(Value("string")),
+                "answer_start": Sequence(Value("int32")),
+            },
+            "first_fact": Value("string"),
+        }
+    )
 
 
 def load_file(path: str, split: str):
@@ -57,7 +66,9 @@ def load_file(path: str, split: str):
     if bad:
         raise ValueError(f"{path} ({fmt}): {'; '.join(bad)}")
     ds = Dataset.from_list(rows, features=_features(), split=split)
-    identity = hashlib.sha256(f"{file_sha256(path)}/{squadfile.READER_VERSION}".encode()).hexdigest()[:32]
+    identity = hashlib.sha256(
+        f"{file_sha256(path)}/{squadfile.READER_VERSION}".encode()
+    ).hexdigest()[:32]
     return Dataset(ds.data, info=ds.info, split=ds.split, fingerprint=identity)
 
 
@@ -79,9 +90,11 @@ def load_raw(data_cfg: "DataConfig", seed: int, caches: Caches, allow_download: 
     if name == "builtin:synthetic-squad":
         neg = data_cfg.version_2_with_negative
         files = {}
-        for split, n, s in (("train", data_cfg.synthetic_train_examples, seed),
-                            ("validation", data_cfg.synthetic_eval_examples, seed + 100003),
-                            ("test", data_cfg.synthetic_eval_examples, seed + 200003)):
+        for split, n, s in (
+            ("train", data_cfg.synthetic_train_examples, seed),
+            ("validation", data_cfg.synthetic_eval_examples, seed + 100003),
+            ("test", data_cfg.synthetic_eval_examples, seed + 200003),
+        ):
             path = caches.synthetic_data(neg, split, n, s, data_cfg.synthetic_shape)
             files[split] = str(synth.write(path, n, s, neg, data_cfg.synthetic_shape))
         return load_local(files)
@@ -94,7 +107,11 @@ def load_raw(data_cfg: "DataConfig", seed: int, caches: Caches, allow_download: 
             if missing:
                 ds[split] = ds[split].map(_hub_columns, desc=f"columns {split}")
         return ds
-    files = {k: v for k, v in zip(SPLITS, (data_cfg.train_file, data_cfg.validation_file, data_cfg.test_file)) if v}
+    files = {
+        k: v
+        for k, v in zip(SPLITS, (data_cfg.train_file, data_cfg.validation_file, data_cfg.test_file))
+        if v
+    }
     return load_local(files)
 
 
@@ -104,13 +121,22 @@ def _tokenize(batch: dict[str, list], tokenizer, max_len: int, stride: int, pad:
     -> (encoding, which sequence id is the context)."""
     pad_right = tokenizer.padding_side == "right"
     questions = [q.lstrip() for q in batch["question"]]
-    enc = tokenizer(questions if pad_right else batch["context"], batch["context"] if pad_right else questions,
-                    truncation="only_second" if pad_right else "only_first", max_length=max_len, stride=stride,
-                    return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length" if pad else False)
+    enc = tokenizer(
+        questions if pad_right else batch["context"],
+        batch["context"] if pad_right else questions,
+        truncation="only_second" if pad_right else "only_first",
+        max_length=max_len,
+        stride=stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding="max_length" if pad else False,
+    )
     return enc, 1 if pad_right else 0
 
 
-def prepare_train(batch: dict[str, list], tokenizer, max_len: int, stride: int, pad: bool = True) -> dict[str, list]:
+def prepare_train(
+    batch: dict[str, list], tokenizer, max_len: int, stride: int, pad: bool = True
+) -> dict[str, list]:
     enc, context_id = _tokenize(batch, tokenizer, max_len, stride, pad)
     sample_map = enc.pop("overflow_to_sample_mapping")
     offsets_all = enc.pop("offset_mapping")
@@ -139,53 +165,87 @@ def prepare_train(batch: dict[str, list], tokenizer, max_len: int, stride: int, 
     return enc
 
 
-def prepare_eval(batch: dict[str, list], tokenizer, max_len: int, stride: int, pad: bool = True) -> dict[str, list]:
+def prepare_eval(
+    batch: dict[str, list], tokenizer, max_len: int, stride: int, pad: bool = True
+) -> dict[str, list]:
     enc, context_id = _tokenize(batch, tokenizer, max_len, stride, pad)
     sample_map = enc.pop("overflow_to_sample_mapping")
     enc["example_id"] = []
     for i in range(len(enc["input_ids"])):
         seq = enc.sequence_ids(i)
         enc["example_id"].append(batch["id"][sample_map[i]])
-        enc["offset_mapping"][i] = [o if seq[k] == context_id else None for k, o in enumerate(enc["offset_mapping"][i])]
+        enc["offset_mapping"][i] = [
+            o if seq[k] == context_id else None for k, o in enumerate(enc["offset_mapping"][i])
+        ]
     return enc
 
 
-def feature_cache_key(ds, tokenizer, split: str, max_len: int, stride: int, pad: bool = True) -> str:
-    key = json.dumps({"data": ds._fingerprint, "tok": tokenizer.name_or_path, "cls": type(tokenizer).__name__,
-                      "vocab": len(tokenizer), "side": tokenizer.padding_side, "split": split,
-                      "max_len": max_len, "stride": stride, "pad": pad, "v": FEATURES_VERSION}, sort_keys=True)
+def feature_cache_key(
+    ds, tokenizer, split: str, max_len: int, stride: int, pad: bool = True
+) -> str:
+    key = json.dumps(
+        {
+            "data": ds._fingerprint,
+            "tok": tokenizer.name_or_path,
+            "cls": type(tokenizer).__name__,
+            "vocab": len(tokenizer),
+            "side": tokenizer.padding_side,
+            "split": split,
+            "max_len": max_len,
+            "stride": stride,
+            "pad": pad,
+            "v": FEATURES_VERSION,
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
-def featurize(ds, tokenizer, split: str, max_len: int, stride: int, caches: Caches, pad: bool = True,
-              num_proc: int | None = None):
+def featurize(
+    ds,
+    tokenizer,
+    split: str,
+    max_len: int,
+    stride: int,
+    caches: Caches,
+    pad: bool = True,
+    num_proc: int | None = None,
+):
     """Tokenised features of one split (train: with answer positions; others: with example ids and context
     offsets), through the feature cache. num_proc: datasets' worker processes (run_qa's
     preprocessing_num_workers)."""
     fn = prepare_train if split == "train" else prepare_eval
-    key = feature_cache_key(ds, tokenizer, "train" if split == "train" else "eval", max_len, stride, pad)
+    key = feature_cache_key(
+        ds, tokenizer, "train" if split == "train" else "eval", max_len, stride, pad
+    )
     path = caches.features(split, key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return ds.map(fn, batched=True, remove_columns=ds.column_names, cache_file_name=str(path),
-                  load_from_cache_file=True, num_proc=num_proc or None,
-                  fn_kwargs={"tokenizer": tokenizer, "max_len": max_len, "stride": stride, "pad": pad},
-                  desc=f"tokenize {split}")
+    return ds.map(
+        fn,
+        batched=True,
+        remove_columns=ds.column_names,
+        cache_file_name=str(path),
+        load_from_cache_file=True,
+        num_proc=num_proc or None,
+        fn_kwargs={"tokenizer": tokenizer, "max_len": max_len, "stride": stride, "pad": pad},
+        desc=f"tokenize {split}",
+    )
 
 
 def capped_length(wanted: int, tokenizer) -> tuple[int, str | None]:
     """run_qa.py: max_seq_length is capped at what the model takes. -> (length, warning or None)."""
     limit = getattr(tokenizer, "model_max_length", None)
     if isinstance(limit, int) and 0 < limit < wanted:
-        return limit, (f"train.max_seq_length = {wanted} is longer than the model takes ({limit}, the tokenizer's "
-                       f"model_max_length): using {limit}")
+        return limit, (
+            f"train.max_seq_length = {wanted} is longer than the model takes ({limit}, the tokenizer's "
+            f"model_max_length): using {limit}"
+        )
     return wanted, None
 
 
 def prepare_data(cfg, croot: Caches, allow_download: bool | None = None) -> tuple[dict, list[str]]:
     """What load_data gives a rank, and what `hpcqa stage` puts in the caches beforehand (same code, same
     cache keys). allow_download None: model.allow_download decides."""
-
-
     tc, dc = cfg.train, cfg.data
     download = cfg.model.allow_download if allow_download is None else allow_download
     model_path, kwargs = resolve(cfg.model, croot)
@@ -193,41 +253,90 @@ def prepare_data(cfg, croot: Caches, allow_download: bool | None = None) -> tupl
         kwargs["local_files_only"] = False
     tokenizer = AutoTokenizer.from_pretrained(model_path, **kwargs)
     max_len, warning = capped_length(tc.max_seq_length, tokenizer)
-    limit, multiple = getattr(tokenizer, "model_max_length", None), dc.pad_to_multiple_of
-    if not dc.pad_to_max_length and isinstance(limit, int) and -(-max_len // multiple) * multiple > limit:
-        raise RankError(f"data.pad_to_multiple_of = {multiple} pads a batch of {max_len} tokens to "
-                        f"{-(-max_len // multiple) * multiple}, more than the model takes ({limit})",
-                        f"set data.pad_to_multiple_of to a divisor of {max_len} (8 suits the CPU kernels)")
-    if tc.doc_stride >= max_len:
-        raise RankError(f"train.doc_stride {tc.doc_stride} is not below the usable max_seq_length {max_len}",
-                        f"set train.doc_stride below {max_len}")
+    _check_lengths(cfg, tokenizer, max_len)
     raw = load_raw(dc, tc.seed, croot, download)
-    for split in ("train", "validation"):  # v2 data scored by v1 rules would mis-score without a word
-        if split in raw and not dc.train_file and not dc.validation_file:  # local files: checked at submit
-            facts = squadfile.facts([{"answers": a} for a in raw[split]["answers"]])
-            mismatch, _ = squadfile.version_check(facts, dc.version_2_with_negative, f"{dc.dataset} ({split})")
-            if mismatch:
-                raise RankError(mismatch, "set data.version_2_with_negative = true")
+    _check_version(dc, raw)
     train_raw = _first(raw["train"], dc.max_train_samples)
     need_eval = tc.do_eval or tc.eval_strategy != "no"
-    eval_raw = _first(raw["validation"], dc.max_eval_samples) if "validation" in raw and need_eval else None
+    eval_raw = (
+        _first(raw["validation"], dc.max_eval_samples)
+        if "validation" in raw and need_eval
+        else None
+    )
     if tc.eval_strategy != "no" and eval_raw is None:
-        raise RankError(f"train.eval_strategy = \"{tc.eval_strategy}\", but the data has no validation split",
-                        "set data.validation_file, or train.eval_strategy = \"no\"")
-    test_raw = _first(raw["test"], dc.max_predict_samples) if "test" in raw and tc.do_predict else None
+        raise RankError(
+            f'train.eval_strategy = "{tc.eval_strategy}", but the data has no validation split',
+            'set data.validation_file, or train.eval_strategy = "no"',
+        )
+    test_raw = (
+        _first(raw["test"], dc.max_predict_samples) if "test" in raw and tc.do_predict else None
+    )
     if tc.do_predict and test_raw is None:
-        raise RankError(f"train.do_predict = true, but the data has no test split (splits: {', '.join(raw)})",
-                        "set data.test_file, or train.do_predict = false")
+        raise RankError(
+            f"train.do_predict = true, but the data has no test split (splits: {', '.join(raw)})",
+            "set data.test_file, or train.do_predict = false",
+        )
 
     def features(ds, split):
         if ds is None:
             return None
-        return featurize(ds, tokenizer, split, max_len, tc.doc_stride, croot, pad=dc.pad_to_max_length,
-                                 num_proc=dc.preprocessing_num_workers)
-    return {"model_path": model_path, "model_kwargs": kwargs, "tokenizer": tokenizer, "max_seq_length": max_len,
-            "train_raw": train_raw, "eval_raw": eval_raw, "test_raw": test_raw,
-            "train_features": features(train_raw, "train"), "eval_features": features(eval_raw, "validation"),
-            "test_features": features(test_raw, "test")}, [warning] if warning else []
+        return featurize(
+            ds,
+            tokenizer,
+            split,
+            max_len,
+            tc.doc_stride,
+            croot,
+            pad=dc.pad_to_max_length,
+            num_proc=dc.preprocessing_num_workers,
+        )
+
+    return {
+        "model_path": model_path,
+        "model_kwargs": kwargs,
+        "tokenizer": tokenizer,
+        "max_seq_length": max_len,
+        "train_raw": train_raw,
+        "eval_raw": eval_raw,
+        "test_raw": test_raw,
+        "train_features": features(train_raw, "train"),
+        "eval_features": features(eval_raw, "validation"),
+        "test_features": features(test_raw, "test"),
+    }, [warning] if warning else []
+
+
+def _check_lengths(cfg, tokenizer, max_len: int) -> None:
+    """The usable sequence length against the padding multiple and the stride."""
+    tc, dc = cfg.train, cfg.data
+    limit, multiple = getattr(tokenizer, "model_max_length", None), dc.pad_to_multiple_of
+    if (
+        not dc.pad_to_max_length
+        and isinstance(limit, int)
+        and -(-max_len // multiple) * multiple > limit
+    ):
+        raise RankError(
+            f"data.pad_to_multiple_of = {multiple} pads a batch of {max_len} tokens to "
+            f"{-(-max_len // multiple) * multiple}, more than the model takes ({limit})",
+            f"set data.pad_to_multiple_of to a divisor of {max_len} (8 suits the CPU kernels)",
+        )
+    if tc.doc_stride >= max_len:
+        raise RankError(
+            f"train.doc_stride {tc.doc_stride} is not below the usable max_seq_length {max_len}",
+            f"set train.doc_stride below {max_len}",
+        )
+
+
+def _check_version(dc, raw) -> None:
+    """v2 data (unanswerable questions) scored by v1 rules would mis-score without a word: refused. Local files
+    were checked at submit."""
+    for split in ("train", "validation"):
+        if split in raw and not dc.train_file and not dc.validation_file:
+            facts = squadfile.facts([{"answers": a} for a in raw[split]["answers"]])
+            mismatch, _ = squadfile.version_check(
+                facts, dc.version_2_with_negative, f"{dc.dataset} ({split})"
+            )
+            if mismatch:
+                raise RankError(mismatch, "set data.version_2_with_negative = true")
 
 
 def _first(ds, n: int):

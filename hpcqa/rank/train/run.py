@@ -71,9 +71,14 @@ def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
     try:
         return _run(plan, jd)
     except NoticeBeforeTraining as e:  # a pod's notice before training began: nothing to save
-        Phases(jd, rank, attempt()).enter(Phase.STOPPING, f"{e} before training began: nothing to checkpoint")
-        print(f"hpcqa rank {rank}: {e} before training began: nothing to checkpoint; the restarted pod starts "
-              "again from the last checkpoint", file=sys.stderr)
+        Phases(jd, rank, attempt()).enter(
+            Phase.STOPPING, f"{e} before training began: nothing to checkpoint"
+        )
+        print(
+            f"hpcqa rank {rank}: {e} before training began: nothing to checkpoint; the restarted pod starts "
+            "again from the last checkpoint",
+            file=sys.stderr,
+        )
         return {"rank": rank, "requeue": "before training"}
     except SystemExit:
         if STOP.agreed_at is not None:  # submitit's requeue exits this process: not a failure
@@ -86,12 +91,23 @@ def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
 
 
 def write_failed(jd: JobDir, rank: int, e: BaseException | None) -> None:
-    error = f"{type(e).__name__}: {e.message} (fix: {e.hint})" if isinstance(e, HpcqaError) and e.hint \
+    error = (
+        f"{type(e).__name__}: {e.message} (fix: {e.hint})"
+        if isinstance(e, HpcqaError) and e.hint
         else f"{type(e).__name__}: {e}"
+    )
     Phases(jd, rank, attempt()).enter(Phase.FAILED, error[:200])
-    write_json(jd.rank_failed(rank), {"rank": rank, "host": socket.gethostname(), "error": error,
-                                      "traceback": traceback.format_exc().splitlines()[-30:],
-                                      "time": time.time(), "attempt": attempt()})
+    write_json(
+        jd.rank_failed(rank),
+        {
+            "rank": rank,
+            "host": socket.gethostname(),
+            "error": error,
+            "traceback": traceback.format_exc().splitlines()[-30:],
+            "time": time.time(),
+            "attempt": attempt(),
+        },
+    )
 
 
 def _run(plan: LaunchPlan, jd: JobDir) -> dict:
@@ -109,17 +125,29 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     if STOP.agreed_at is not None:
         return stop_after_checkpoint(r, trainer.state.global_step)
     cfg = plan.config.train
-    timing = trainer.hpcqa_timer.summary(cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * r.world)
-    timing["efficiency"] = run_efficiency(r, model, data, timing, own_peak, bf16, trainer.hpcqa_counts)
+    timing = trainer.hpcqa_timer.summary(
+        cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * r.world
+    )
+    timing["efficiency"] = run_efficiency(
+        r, model, data, timing, own_peak, bf16, trainer.hpcqa_counts
+    )
     timing["comm"] = comm_probe(r, trainer, timing["step_split_s"])
     timing["optimizer"] = optimizer_facts(trainer)
     timing["compile"] = compile_facts(r, timing)
-    timing.update(train_runtime_s=train_time, trainer_samples_per_second=train_out.metrics.get("train_samples_per_second"),
-                  best_checkpoint=trainer.state.best_model_checkpoint, best_metric=trainer.state.best_metric)
-    digest = weights_digest(trainer.model.module if hasattr(trainer.model, "module") else trainer.model)
+    timing.update(
+        train_runtime_s=train_time,
+        trainer_samples_per_second=train_out.metrics.get("train_samples_per_second"),
+        best_checkpoint=trainer.state.best_model_checkpoint,
+        best_metric=trainer.state.best_metric,
+    )
+    digest = weights_digest(
+        trainer.model.module if hasattr(trainer.model, "module") else trainer.model
+    )
     r.save_report(weights_digest=digest, finished=time.time(), status="trained")
     try:
-        result = evaluate(r, trainer, data) if data["eval_features"] is not None and cfg.do_eval else {}
+        result = (
+            evaluate(r, trainer, data) if data["eval_features"] is not None and cfg.do_eval else {}
+        )
         if data["test_features"] is not None:
             result["predict"] = predict(r, trainer, data)
     except StopNotice:  # trained, then a notice during the evaluation: the trained weights are kept
@@ -130,12 +158,18 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
         write_results(r, result, data, train_out, timing, resumed_from, digest, bf16, ipex_used)
     leave_process_group()
     r.phases.enter(Phase.DONE)
-    return {"rank": r.rank, "weights_digest": digest, **({"results": result} if r.rank == 0 else {})}
+    return {
+        "rank": r.rank,
+        "weights_digest": digest,
+        **({"results": result} if r.rank == 0 else {}),
+    }
 
 
 def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     """Report what this rank got; check the plan and the backend before any heavy work."""
-    main_thread = widen_main_thread()  # done before the trainer was imported (load_trainer): what it did
+    main_thread = (
+        widen_main_thread()
+    )  # done before the trainer was imported (load_trainer): what it did
     report = startup_report(plan, jd)
     report["main_thread"] = main_thread
     report["attempt"] = attempt()
@@ -143,16 +177,28 @@ def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
     if report["rank"] == 0:
         jd.tidy_staging()
     STOP.install(plan.config.launch.requeue_signal, early_exit=plan.requeue is Requeue.POD)
-    r = Rank(plan, jd, report, logger(report["rank"]), phases=Phases(jd, report["rank"], report["attempt"]))
+    r = Rank(
+        plan,
+        jd,
+        report,
+        logger(report["rank"]),
+        phases=Phases(jd, report["rank"], report["attempt"]),
+    )
     missing = [name for name, there in report["passed_env"].items() if not there]
     if missing:
-        report["warnings"].append(f"launch.pass_env: {', '.join(missing)} did not reach this rank (a site default "
-                                  "of sbatch --export=NONE, or not set where the job was submitted)")
+        report["warnings"].append(
+            f"launch.pass_env: {', '.join(missing)} did not reach this rank (a site default "
+            "of sbatch --export=NONE, or not set where the job was submitted)"
+        )
     for w in report["warnings"]:
         r.log(f"WARNING: {w}")
-    r.log(f"attempt {report['attempt']} starts")  # `hpcqa logs` shows a log from its attempt's start
-    r.log(f"rank {r.rank}/{r.world} on {report['host']}: CPUs {topology.cpu_list(report['cpus'])}, "
-          f"{report['torch_threads']} threads ({report['bind_note']}); plan {plan.digest}")
+    r.log(
+        f"attempt {report['attempt']} starts"
+    )  # `hpcqa logs` shows a log from its attempt's start
+    r.log(
+        f"rank {r.rank}/{r.world} on {report['host']}: CPUs {topology.cpu_list(report['cpus'])}, "
+        f"{report['torch_threads']} threads ({report['bind_note']}); plan {plan.digest}"
+    )
     r.save_report(backend=plan.backend.resolved, backend_reason=plan.backend.reason)
     verify_plan(plan)
     checked = verify_backend(plan.backend)
@@ -169,49 +215,95 @@ def training_arguments(r: Rank) -> tuple[TrainingArguments, bool]:
     backend = r.plan.backend.resolved
     bf16, bf16_reason = bf16_choice(tc.bf16, cpu_flags())
     r.report["bf16_reason"] = bf16_reason
-    accepted = TrainingArguments.__dataclass_fields__["ddp_backend"].metadata.get("choices", [])
-    ddp_backend = backend if backend in accepted else None
-    guard = rendezvous(r, tc.ddp_timeout_s) if r.world > 1 else None  # the process group is set up below
-    if r.world > 1 and ddp_backend is None:
-        # Newer transformers dropped "ccl": set the process group up ourselves; accelerate adopts it.
-
-        dist.init_process_group(backend=backend, rank=r.rank, world_size=r.world,
-                                timeout=datetime.timedelta(seconds=tc.ddp_timeout_s))
+    ddp_backend, guard = _process_group(r, backend, tc.ddp_timeout_s)
     # transformers 5 folded warmup_ratio into warmup_steps (a float < 1 is a ratio)
-    warmup = ({"warmup_ratio": tc.warmup_ratio} if "warmup_ratio" in TrainingArguments.__dataclass_fields__
-              else {"warmup_steps": tc.warmup_ratio})
+    warmup = (
+        {"warmup_ratio": tc.warmup_ratio}
+        if "warmup_ratio" in TrainingArguments.__dataclass_fields__
+        else {"warmup_steps": tc.warmup_ratio}
+    )
     if tc.compile:
-        compilers = [c for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c and shutil.which(c)]
-        if not compilers:
-            raise RankError(f"train.compile = true, but {socket.gethostname()} has no C++ compiler (g++, c++, "
-                            "clang++ or $CXX): Inductor builds its CPU kernels with one",
-                            "install one on the nodes (Debian: apt-get install g++), or set train.compile = false")
-        # how the Trainer's torch.compile (accelerate's TorchDynamoPlugin) reads the two choices it has no argument
-        # for: dynamic shapes from the first compile (lengths vary from batch to batch: no static compile thrown
-        # away at the second length), and regional compilation (the encoder's identical layers compiled once and
-        # reused, not once each)
-        os.environ.setdefault("ACCELERATE_DYNAMO_USE_DYNAMIC", "1")
-        os.environ.setdefault("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "1")
+        _prepare_compile()
     try:
         args = TrainingArguments(
-            output_dir=str(r.jd.checkpoints), use_cpu=True, ddp_backend=ddp_backend, bf16=bf16, **_eval_arguments(tc),
-            learning_rate=tc.learning_rate, num_train_epochs=tc.num_train_epochs, max_steps=tc.max_steps,
+            output_dir=str(r.jd.checkpoints),
+            use_cpu=True,
+            ddp_backend=ddp_backend,
+            bf16=bf16,
+            **_eval_arguments(tc),
+            learning_rate=tc.learning_rate,
+            num_train_epochs=tc.num_train_epochs,
+            max_steps=tc.max_steps,
             per_device_train_batch_size=tc.per_device_train_batch_size,
             per_device_eval_batch_size=tc.per_device_eval_batch_size,
-            gradient_accumulation_steps=tc.gradient_accumulation_steps, weight_decay=tc.weight_decay,
-            seed=tc.seed, logging_steps=tc.logging_steps, optim=tc.optim, ddp_bucket_cap_mb=tc.ddp_bucket_cap_mb,
-            save_total_limit=tc.save_total_limit, dataloader_num_workers=tc.dataloader_num_workers,
-            report_to=[], disable_tqdm=True,  # TensorBoard: rank 0's own callback (build_trainer), into the job folder
-            ddp_find_unused_parameters=False, log_level="warning", ddp_timeout=tc.ddp_timeout_s,
-            **({"torch_compile": True, "torch_compile_backend": "inductor"} if tc.compile else {}), **warmup)
+            gradient_accumulation_steps=tc.gradient_accumulation_steps,
+            weight_decay=tc.weight_decay,
+            seed=tc.seed,
+            logging_steps=tc.logging_steps,
+            optim=tc.optim,
+            ddp_bucket_cap_mb=tc.ddp_bucket_cap_mb,
+            save_total_limit=tc.save_total_limit,
+            dataloader_num_workers=tc.dataloader_num_workers,
+            report_to=[],
+            disable_tqdm=True,  # TensorBoard: rank 0's own callback (build_trainer), into the job folder
+            ddp_find_unused_parameters=False,
+            log_level="warning",
+            ddp_timeout=tc.ddp_timeout_s,
+            **({"torch_compile": True, "torch_compile_backend": "inductor"} if tc.compile else {}),
+            **warmup,
+        )
     finally:  # an error setting the group up is the rank's error: no watchdog after it
         if guard is not None:
             guard.cancel()
-    if r.world > 1 and (args.parallel_mode != ParallelMode.DISTRIBUTED or args.world_size != r.world):
-        raise RuntimeError(f"the Trainer did not set up DDP (parallel_mode={args.parallel_mode}, "
-                           f"world_size={args.world_size}, expected {r.world}): every rank would train alone")
+    if r.world > 1 and (
+        args.parallel_mode != ParallelMode.DISTRIBUTED or args.world_size != r.world
+    ):
+        raise RuntimeError(
+            f"the Trainer did not set up DDP (parallel_mode={args.parallel_mode}, "
+            f"world_size={args.world_size}, expected {r.world}): every rank would train alone"
+        )
     r.phases.enter(Phase.LOADING, "rank 0 first" if r.world > 1 else "")
     return args, bf16
+
+
+def _process_group(
+    r: Rank, backend: str, timeout_s: float
+) -> tuple[str | None, threading.Timer | None]:
+    """-> (the ddp_backend the Trainer sets the process group up with, or None where hpcqa did it here; the
+    rendezvous watchdog, for the caller to cancel once the group is up)."""
+    accepted = TrainingArguments.__dataclass_fields__["ddp_backend"].metadata.get("choices", [])
+    ddp_backend = backend if backend in accepted else None
+    guard = (
+        rendezvous(r, timeout_s) if r.world > 1 else None
+    )  # the process group is set up here or by the Trainer
+    if r.world > 1 and ddp_backend is None:
+        # Newer transformers dropped "ccl": set the process group up ourselves; accelerate adopts it.
+        dist.init_process_group(
+            backend=backend,
+            rank=r.rank,
+            world_size=r.world,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+    return ddp_backend, guard
+
+
+def _prepare_compile() -> None:
+    """train.compile: a C++ compiler on this node (else one line and the fix), and the compile's two choices."""
+    compilers = [
+        c for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c and shutil.which(c)
+    ]
+    if not compilers:
+        raise RankError(
+            f"train.compile = true, but {socket.gethostname()} has no C++ compiler (g++, c++, "
+            "clang++ or $CXX): Inductor builds its CPU kernels with one",
+            "install one on the nodes (Debian: apt-get install g++), or set train.compile = false",
+        )
+    # how the Trainer's torch.compile (accelerate's TorchDynamoPlugin) reads the two choices it has no argument
+    # for: dynamic shapes from the first compile (lengths vary from batch to batch: no static compile thrown
+    # away at the second length), and regional compilation (the encoder's identical layers compiled once and
+    # reused, not once each)
+    os.environ.setdefault("ACCELERATE_DYNAMO_USE_DYNAMIC", "1")
+    os.environ.setdefault("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "1")
 
 
 RESOLVE_RETRY_S = 5.0
@@ -220,7 +312,9 @@ RESOLVE_RETRY_S = 5.0
 WATCHDOG_GRACE_S = 60.0
 
 
-def rendezvous(r: Rank, timeout_s: float, lookup: Callable[..., Any] = socket.getaddrinfo) -> threading.Timer:
+def rendezvous(
+    r: Rank, timeout_s: float, lookup: Callable[..., Any] = socket.getaddrinfo
+) -> threading.Timer:
     """Before the process group is set up: MASTER_ADDR must resolve on this node (retried until timeout_s: a name can
     appear late), because torch's store retries an unresolvable name well past its timeout (seen here: 12 minutes with
     train.ddp_timeout_s = 120, the job RUNNING all along). Then a watchdog: a rendezvous that has not completed
@@ -236,23 +330,30 @@ def rendezvous(r: Rank, timeout_s: float, lookup: Callable[..., Any] = socket.ge
         except (OSError, UnicodeError) as e:
             why = e
         if time.time() >= deadline:
-            raise RankError(f"MASTER_ADDR {addr!r} does not resolve on {socket.gethostname()} ({why}); retried for "
-                            f"{timeout_s:.0f} s (train.ddp_timeout_s)",
-                            "unset a stale MASTER_ADDR where you submit (the ranks inherit it), or set "
-                            "launch.master_interface so that the ranks meet at an IPv4 address")
+            raise RankError(
+                f"MASTER_ADDR {addr!r} does not resolve on {socket.gethostname()} ({why}); retried for "
+                f"{timeout_s:.0f} s (train.ddp_timeout_s)",
+                "unset a stale MASTER_ADDR where you submit (the ranks inherit it), or set "
+                "launch.master_interface so that the ranks meet at an IPv4 address",
+            )
         if not said:
-            r.log(f"WARNING: MASTER_ADDR {addr!r} does not resolve here ({why}); retrying until train.ddp_timeout_s")
+            r.log(
+                f"WARNING: MASTER_ADDR {addr!r} does not resolve here ({why}); retrying until train.ddp_timeout_s"
+            )
             r.phases.note(f"{addr}:{port}; the name does not resolve on this node, retrying")
             said = True
         time.sleep(RESOLVE_RETRY_S)
 
     def give_up() -> None:
-        error = RankError(f"the rendezvous at {addr}:{port} did not complete in {timeout_s + WATCHDOG_GRACE_S:.0f} s",
-                          "check that every rank started (hpcqa status JOB) and that the port is reachable from "
-                          "every node (launch.master_port)")
+        error = RankError(
+            f"the rendezvous at {addr}:{port} did not complete in {timeout_s + WATCHDOG_GRACE_S:.0f} s",
+            "check that every rank started (hpcqa status JOB) and that the port is reachable from "
+            "every node (launch.master_port)",
+        )
         r.log(f"ERROR: {error.message}; ending this rank")
         write_failed(r.jd, r.rank, error)
         os._exit(1)
+
     guard = threading.Timer(timeout_s + WATCHDOG_GRACE_S, give_up)
     guard.daemon = True
     guard.start()
@@ -262,11 +363,19 @@ def rendezvous(r: Rank, timeout_s: float, lookup: Callable[..., Any] = socket.ge
 def _eval_arguments(tc: TrainConfig) -> dict:
     """Evaluation during training and the best checkpoint (run_qa.py's --eval_strategy, --eval_steps,
     --load_best_model_at_end); checkpoints follow the evaluations when the best one is kept."""
-    out: dict[str, Any] = {"eval_strategy": tc.eval_strategy, "save_strategy": "steps", "save_steps": tc.save_steps}
+    out: dict[str, Any] = {
+        "eval_strategy": tc.eval_strategy,
+        "save_strategy": "steps",
+        "save_steps": tc.save_steps,
+    }
     if tc.eval_strategy == "steps":
         out["eval_steps"] = tc.eval_steps or tc.logging_steps
     if tc.load_best_model_at_end:
-        out.update(load_best_model_at_end=True, metric_for_best_model=tc.metric_for_best_model, greater_is_better=True)
+        out.update(
+            load_best_model_at_end=True,
+            metric_for_best_model=tc.metric_for_best_model,
+            greater_is_better=True,
+        )
         if tc.eval_strategy == "epoch":
             out["save_strategy"] = "epoch"
     return out
@@ -274,46 +383,69 @@ def _eval_arguments(tc: TrainConfig) -> dict:
 
 def load_data(r: Rank) -> dict:
     """Tokenizer, raw splits (truncated as configured) and tokenised features."""
-    out, warnings = qa_data.prepare_data(r.plan.config, Caches.for_data_cache(r.plan.config.data.cache_dir))
+    out, warnings = qa_data.prepare_data(
+        r.plan.config, Caches.for_data_cache(r.plan.config.data.cache_dir)
+    )
     for warning in warnings:
         r.log(f"WARNING: {warning}")
         r.report["warnings"].append(warning)
     return out
 
 
-def build_model(r: Rank, model_path: str, kwargs: dict, bf16: bool
-                ) -> tuple[PreTrainedModel, str | None, tuple[torch.optim.Optimizer | None, None]]:
+def build_model(
+    r: Rank, model_path: str, kwargs: dict, bf16: bool
+) -> tuple[PreTrainedModel, str | None, tuple[torch.optim.Optimizer | None, None]]:
     """The QA model; IPEX `optimize` when asked for and installed. -> (model, ipex version, optimizers)"""
-
 
     tc = r.plan.config.train
     set_seed(tc.seed)  # before the model: the new QA head's initial weights follow train.seed
-    model, r.report["step_recipe"] = attention.load_qa_model(model_path, kwargs, r.plan.config.model)
-    r.log("step: attention {attention} ({attention_reason}), dropout masks {dropout_masks}, dropout "
-          "{attention_dropout} on attention, {hidden_dropout} on hidden states".format(**r.report["step_recipe"]))
+    model, r.report["step_recipe"] = attention.load_qa_model(
+        model_path, kwargs, r.plan.config.model
+    )
+    r.log(
+        "step: attention {attention} ({attention_reason}), dropout masks {dropout_masks}, dropout "
+        "{attention_dropout} on attention, {hidden_dropout} on hidden states".format(
+            **r.report["step_recipe"]
+        )
+    )
     if not tc.ipex:
         return model, None, (None, None)
     try:
         import intel_extension_for_pytorch as ipex
     except ImportError:
-        r.log("train.ipex = true but intel_extension_for_pytorch is not installed: continuing without it")
+        r.log(
+            "train.ipex = true but intel_extension_for_pytorch is not installed: continuing without it"
+        )
         return model, None, (None, None)
     opt = torch.optim.AdamW(model.parameters(), lr=tc.learning_rate, weight_decay=tc.weight_decay)
-    model, opt = ipex.optimize(model, optimizer=opt, dtype=torch.bfloat16 if bf16 else torch.float32)
+    model, opt = ipex.optimize(
+        model, optimizer=opt, dtype=torch.bfloat16 if bf16 else torch.float32
+    )
     return model, ipex.__version__, (opt, None)
 
 
 def rank_peak(r: Rank, bf16: bool) -> tuple[float, str]:
     """This rank's matmul peak at the run's precision on its own cores (cached per node shape)."""
     store = Caches.for_data_cache(r.plan.config.data.cache_dir).peak_store()
-    value, source = efficiency.peak(store, len(r.report.get("cpus") or []) or 1, torch.get_num_threads(),
-                                    "bf16" if bf16 else "fp32")
+    value, source = efficiency.peak(
+        store,
+        len(r.report.get("cpus") or []) or 1,
+        torch.get_num_threads(),
+        "bf16" if bf16 else "fp32",
+    )
     r.save_report(peak_flops=value, peak_source=source)
     return value, source
 
 
-def run_efficiency(r: Rank, model: torch.nn.Module, data: dict, timing: dict, own_peak: tuple[float, str], bf16: bool,
-                   counts: dict | None = None) -> dict:
+def run_efficiency(
+    r: Rank,
+    model: torch.nn.Module,
+    data: dict,
+    timing: dict,
+    own_peak: tuple[float, str],
+    bf16: bool,
+    counts: dict | None = None,
+) -> dict:
     """Every rank's peak and token counts (gathered), the model's FLOPs per sample, the run's achieved FLOP/s and
     MFU on text tokens and on all tokens."""
     mine = (own_peak, counts or efficiency.new_counts())
@@ -327,17 +459,28 @@ def run_efficiency(r: Rank, model: torch.nn.Module, data: dict, timing: dict, ow
     rate = timing.get("steady_samples_per_second") or timing.get("train_samples_per_second")
     sources = {s for _, s in peaks}
     store = Caches.for_data_cache(r.plan.config.data.cache_dir).peak_store()
-    return efficiency.summary(flops, rate, [p for p, _ in peaks], "bf16" if bf16 else "fp32",
-                              sources.pop() if len(sources) == 1 else "mixed",
-                              efficiency.add_counts([c for _, c in gathered]), store=str(store))
+    return efficiency.summary(
+        flops,
+        rate,
+        [p for p, _ in peaks],
+        "bf16" if bf16 else "fp32",
+        sources.pop() if len(sources) == 1 else "mixed",
+        efficiency.add_counts([c for _, c in gathered]),
+        store=str(store),
+    )
 
 
 def optimizer_facts(trainer: Trainer) -> dict:
     """The optimizer that ran (the Trainer wraps it in accelerate's), and whether it was the fused kernel."""
     opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
     defaults = getattr(opt, "defaults", {}) or {}
-    return {"class": f"{type(opt).__module__}.{type(opt).__name__}", "fused": bool(defaults.get("fused")),
-            "setting": trainer.args.optim if isinstance(trainer.args.optim, str) else trainer.args.optim.value}
+    return {
+        "class": f"{type(opt).__module__}.{type(opt).__name__}",
+        "fused": bool(defaults.get("fused")),
+        "setting": trainer.args.optim
+        if isinstance(trainer.args.optim, str)
+        else trainer.args.optim.value,
+    }
 
 
 def comm_probe(r: Rank, trainer: Trainer, split: dict) -> dict:
@@ -350,8 +493,11 @@ def comm_probe(r: Rank, trainer: Trainer, split: dict) -> dict:
         comm = commbench.exposed_allreduce(trainer, steps, compress)
     else:
         planned = commbench.planned_buckets(inner)
-        comm = {**planned, **commbench.wire(planned["bucket_bytes"], compress),
-                "exposed_s": 0.0 if r.world == 1 else None}
+        comm = {
+            **planned,
+            **commbench.wire(planned["bucket_bytes"], compress),
+            "exposed_s": 0.0 if r.world == 1 else None,
+        }
     exposed = comm.get("exposed_s")
     if split.get("forward_backward") is not None and exposed is not None:
         split["allreduce_exposed"] = min(exposed, split["forward_backward"])
@@ -363,24 +509,42 @@ def comm_probe(r: Rank, trainer: Trainer, split: dict) -> dict:
 def run_link(r: Rank) -> dict:
     """job.task = "comm": the link between the nodes, measured with the training's backend (commbench)."""
     guard = rendezvous(r, r.plan.config.train.ddp_timeout_s)
-    dist.init_process_group(backend=r.plan.backend.resolved, rank=r.rank, world_size=r.world,
-                            timeout=datetime.timedelta(seconds=r.plan.config.train.ddp_timeout_s))
+    dist.init_process_group(
+        backend=r.plan.backend.resolved,
+        rank=r.rank,
+        world_size=r.world,
+        timeout=datetime.timedelta(seconds=r.plan.config.train.ddp_timeout_s),
+    )
     guard.cancel()
     r.phases.enter(Phase.LINK)
     t0 = time.time()
     link = commbench.measure_link(int(r.report.get("node_rank") or 0))
     r.save_report(link=link, finished=time.time(), status="measured")
     if r.rank == 0:
-        write_json(r.jd.results, {"status": State.COMPLETED, "task": "comm", "link": link, "world_size": r.world,
-                                  "nodes": link.get("nodes"), "backend": r.plan.backend.resolved,
-                                  "hosts": link.get("hosts"), "measure_s": time.time() - t0,
-                                  "job_dir": str(r.jd.path), "plan_digest": r.plan.digest,
-                                  "finished_at": time.time(), "wall_time_s": time.time() - r.t_start})
+        write_json(
+            r.jd.results,
+            {
+                "status": State.COMPLETED,
+                "task": "comm",
+                "link": link,
+                "world_size": r.world,
+                "nodes": link.get("nodes"),
+                "backend": r.plan.backend.resolved,
+                "hosts": link.get("hosts"),
+                "measure_s": time.time() - t0,
+                "job_dir": str(r.jd.path),
+                "plan_digest": r.plan.digest,
+                "finished_at": time.time(),
+                "wall_time_s": time.time() - r.t_start,
+            },
+        )
         if "error" in link:
             r.log(f"link: {link['error']}")
         else:
-            r.log(f"link: {scaling.human_rate(link['bandwidth_Bps'])}, latency {1e6 * link['latency_s']:.0f} us "
-                  f"({r.plan.backend.resolved}, {link['nodes']} nodes)")
+            r.log(
+                f"link: {scaling.human_rate(link['bandwidth_Bps'])}, latency {1e6 * link['latency_s']:.0f} us "
+                f"({r.plan.backend.resolved}, {link['nodes']} nodes)"
+            )
     leave_process_group()
     r.phases.enter(Phase.DONE)
     return {"rank": r.rank, "link": link}
@@ -392,30 +556,67 @@ def compile_facts(r: Rank, timing: dict) -> dict | None:
     if not r.plan.config.train.compile:
         return None
     from torch._dynamo.utils import counters
-    return {"backend": "inductor", "compile_s": timing.get("warmup_excess_s"),
-            "graphs": int(counters["stats"]["unique_graphs"])}
+
+    return {
+        "backend": "inductor",
+        "compile_s": timing.get("warmup_excess_s"),
+        "graphs": int(counters["stats"]["unique_graphs"]),
+    }
 
 
-def write_results(r: Rank, result: dict, data: dict, train_out: TrainOutput, timing: dict, resumed_from: str | None,
-                  digest: str, bf16: bool, ipex_used: str | None) -> None:
+def write_results(
+    r: Rank,
+    result: dict,
+    data: dict,
+    train_out: TrainOutput,
+    timing: dict,
+    resumed_from: str | None,
+    digest: str,
+    bf16: bool,
+    ipex_used: str | None,
+) -> None:
     cfg, rep, m = r.plan.config, r.report, train_out.metrics
     result.update(timing)
     result.update(
-        status=State.COMPLETED, job_dir=str(r.jd.path), world_size=r.world, nodes=r.world // rep["local_world_size"],
-        backend=r.plan.backend.resolved, backend_reason=r.plan.backend.reason, bf16=bf16,
-        bf16_reason=rep.get("bf16_reason"), ipex=ipex_used, model=cfg.model.name_or_path,
-        dataset=cfg.data.dataset or cfg.data.train_file, train_examples=len(data["train_raw"]),
-        train_features=len(data["train_features"]), train_loss=m.get("train_loss"), global_steps=train_out.global_step,
-        resumed_from=resumed_from, wall_time_s=time.time() - r.t_start, threads_per_rank=rep["torch_threads"],
-        versions=rep["versions"], weights_digest=digest, finished_at=time.time(), plan_digest=r.plan.digest,
-        variant=dict(r.plan.variant), attempt=rep["attempt"], requeues=rep["attempt"],
+        status=State.COMPLETED,
+        job_dir=str(r.jd.path),
+        world_size=r.world,
+        nodes=r.world // rep["local_world_size"],
+        backend=r.plan.backend.resolved,
+        backend_reason=r.plan.backend.reason,
+        bf16=bf16,
+        bf16_reason=rep.get("bf16_reason"),
+        ipex=ipex_used,
+        model=cfg.model.name_or_path,
+        dataset=cfg.data.dataset or cfg.data.train_file,
+        train_examples=len(data["train_raw"]),
+        train_features=len(data["train_features"]),
+        train_loss=m.get("train_loss"),
+        global_steps=train_out.global_step,
+        resumed_from=resumed_from,
+        wall_time_s=time.time() - r.t_start,
+        threads_per_rank=rep["torch_threads"],
+        versions=rep["versions"],
+        weights_digest=digest,
+        finished_at=time.time(),
+        plan_digest=r.plan.digest,
+        variant=dict(r.plan.variant),
+        attempt=rep["attempt"],
+        requeues=rep["attempt"],
         resumed_from_step=int(resumed_from.rsplit("-", 1)[1]) if resumed_from else None,
-        notices=r.jd.notices(), code=rep.get("code"),
-        max_seq_length=data["max_seq_length"], tensorboard=rep.get("tensorboard"), warnings=rep["warnings"],
-        step_recipe=rep.get("step_recipe"), allocator=rep.get("allocator"))
+        notices=r.jd.notices(),
+        code=rep.get("code"),
+        max_seq_length=data["max_seq_length"],
+        tensorboard=rep.get("tensorboard"),
+        warnings=rep["warnings"],
+        step_recipe=rep.get("step_recipe"),
+        allocator=rep.get("allocator"),
+    )
     write_json(r.jd.results, result)
-    board_efficiency(r, result.get("efficiency") or {}, result.get("step_split_s") or {}, train_out.global_step)
-    r.log(f"done: EM {result.get('exact_match', float('nan')):.2f}  F1 {result.get('f1', float('nan')):.2f}  "
-          f"train {result['train_samples_per_second']:.1f} samples/s")
-
-
+    board_efficiency(
+        r, result.get("efficiency") or {}, result.get("step_split_s") or {}, train_out.global_step
+    )
+    r.log(
+        f"done: EM {result.get('exact_match', float('nan')):.2f}  F1 {result.get('f1', float('nan')):.2f}  "
+        f"train {result['train_samples_per_second']:.1f} samples/s"
+    )
