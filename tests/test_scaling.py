@@ -304,6 +304,51 @@ def test_leaders_and_planned_buckets():
     assert math.isclose(sum(b["bucket_bytes"]), b["grad_bytes"])
 
 
+# one node leader of a 2-rank gloo group; its clock runs FAST times as fast (its own view of `seconds` ends early)
+_LEADER = """
+import json, sys, time, types
+import torch.distributed as dist
+from hpcqa.rank.train import commbench
+rank, store, fast = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+t0 = time.perf_counter()
+commbench.time = types.SimpleNamespace(perf_counter=lambda: t0 + (time.perf_counter() - t0) * fast)
+calls = []
+real = dist.all_reduce
+commbench.dist.all_reduce = lambda t, *a, **k: (calls.append(t.numel()), real(t, *a, **k))[1]
+dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2,
+                        timeout=__import__("datetime").timedelta(seconds=30))
+out = commbench.measure_link(rank, sizes=(8, 65536), seconds=0.3)
+print(json.dumps({"calls": calls, "points": out["points"]}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.process
+@pytest.mark.torch
+def test_link_leaders_run_the_same_all_reduces_whatever_their_clocks_say(tmp_path):
+    """measure_link times each size for about `seconds`: a count of repetitions each leader took from its own clock
+    differed now and then, and gloo aborted the job on the mismatched all-reduce (seen in a 2-node `tune --comm`).
+    Here one leader's clock runs 4x fast: both still run the same all-reduces, and agree on every point."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "store"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _LEADER, str(rank), str(store), str(fast)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank, fast in ((0, 1.0), (1, 4.0))
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for _, e in outs]
+    a, b = (json.loads(o.splitlines()[-1]) for o, _ in outs)
+    assert a["calls"] == b["calls"] and len(a["calls"]) >= 2 * 4, (a["calls"], b["calls"])
+    assert a["points"] == b["points"] and [p[0] for p in a["points"]] == [8, 65536]
+
+
 def test_scaling_imports_no_torch(tmp_path):
     import subprocess
     import sys

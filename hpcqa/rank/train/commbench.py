@@ -37,17 +37,32 @@ def leaders(node_of_rank: list[int]) -> list[int]:
     return [first[n] for n in sorted(first)]
 
 
-def _timed(
-    fn: Callable[[], None], seconds: float, min_reps: int = 3, max_reps: int = 50
+def _timed(fn: Callable[[], None], reps: int) -> list[float]:
+    """`reps` timings of `fn`, after one warm-up (connections, buffers). A fixed count: every rank runs the same
+    collectives."""
+    fn()
+    return [_once(fn) for _ in range(reps)]
+
+
+def _timed_together(
+    fn: Callable[[], None], seconds: float, group: Any, min_reps: int = 3, max_reps: int = 50
 ) -> list[float]:
-    fn()  # warm-up: connections, buffers
-    out: list[float] = []
-    start = time.perf_counter()
-    while len(out) < min_reps or (time.perf_counter() - start < seconds and len(out) < max_reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
+    """_timed for a collective `fn` among `group`: every member runs it the same number of times. A count each
+    member took from its own clock differed by one now and then (the ranks cross `seconds` a few microseconds
+    apart), and the member that stopped first met the other's next all-reduce with its own next collective:
+    gloo aborts the job ("Received data size doesn't match expected size"). Here the count comes from
+    `min_reps` timed repetitions, the slowest member's median agreed by an all-reduce (MAX)."""
+    out = _timed(fn, min_reps)
+    per = torch.tensor([statistics.median(out)], dtype=torch.float64)
+    dist.all_reduce(per, op=dist.ReduceOp.MAX, group=group)
+    reps = min(max_reps, max(min_reps, int(seconds / max(float(per.item()), 1e-9))))
+    return out + [_once(fn) for _ in range(reps - min_reps)]
+
+
+def _once(fn: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def measure_link(
@@ -70,8 +85,8 @@ def measure_link(
     if dist.get_rank() in group_ranks:
         for size in sizes:
             buf = torch.ones(max(size // 4, 1), dtype=torch.float32)
-            times = _timed(lambda: dist.all_reduce(buf, group=group), seconds)
-            # every leader must agree on the number of repetitions: take the slowest leader's median
+            times = _timed_together(lambda: dist.all_reduce(buf, group=group), seconds, group)
+            # the slowest leader's median
             med = torch.tensor([statistics.median(times)], dtype=torch.float64)
             dist.all_reduce(med, op=dist.ReduceOp.MAX, group=group)
             points.append([buf.numel() * 4, float(med.item())])
@@ -120,9 +135,9 @@ def exposed_allreduce(trainer: Any, steps: int, compress: str = "none") -> dict:
         with model.no_sync():
             trainer.training_step(model, batch)
 
-    quiet = _timed(nosync, 0.0, min_reps=steps, max_reps=steps)
+    quiet = _timed(nosync, steps)
     model.zero_grad(set_to_none=True)
-    synced = _timed(step, 0.0, min_reps=steps, max_reps=steps)
+    synced = _timed(step, steps)
     model.zero_grad(set_to_none=True)
     s, q = statistics.median(synced), statistics.median(quiet)
     buckets = ddp_buckets(model)
@@ -160,7 +175,7 @@ def allreduce_alone(bucket_bytes: list[int], steps: int, compress: str = "none")
         for buf in bufs:
             dist.all_reduce(buf)
 
-    return statistics.median(_timed(once, 0.0, min_reps=steps, max_reps=steps))
+    return statistics.median(_timed(once, steps))
 
 
 def planned_buckets(model: Any, cap_bytes: int = 25 << 20, first_bytes: int = 1 << 20) -> dict:
