@@ -85,33 +85,46 @@ def batch_for(samples_per_second: float) -> int:
     return int(min(64, max(BATCH, 4 * round(want / 4))))
 
 
-def reference(env: dict, out: Path, *extra: str) -> list[str]:
+def reference(env: dict, out: Path) -> tuple[list[str], int]:
     """The 1-node run, on one emulated node while the same training keeps the other node busy (see the module's
-    docstring): the neighbour is submitted first and cancelled once the reference has finished. -> [its id]."""
+    docstring): the neighbour is submitted first, its speed picks the batch (batch_for), and it is cancelled once
+    the reference has finished. -> ([the reference's id], its batch)."""
     neighbour = cli(
         env,
         "submit",
         CONFIG,
-        *sets(out, *extra, "cluster.nodes=1", "train.max_steps=100000"),
+        *sets(out, "cluster.nodes=1", "train.max_steps=100000"),
         "--no-wait",
     )
     if neighbour.returncode != 0:
         raise RuntimeError(f"the neighbour job failed: {neighbour.stderr[-2000:]}")
     nid = neighbour.stdout.strip().splitlines()[-1]
     try:
-        end = time.time() + 180
-        while time.time() < end:  # until it trains (its progress.json counts steps)
-            view = json.loads(cli(env, "status", "--json", nid).stdout or "[]")
-            if view and ((view[0].get("progress") or {}).get("step") or 0) > 5:
-                break
-            if view and view[0]["state"] not in ("SUBMITTED", "PENDING", "RUNNING"):
-                raise RuntimeError(f"the neighbour job {nid} ended: {view[0]['state']}")
-            time.sleep(1)
-        else:
-            raise RuntimeError(f"the neighbour job {nid} did not start training in 180 s")
-        return [job_id(cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=1")))]
+        batch = batch_for(training_rate(env, nid))
+        extra = f"train.per_device_train_batch_size={batch}"
+        return [job_id(cli(env, "submit", CONFIG, *sets(out, "cluster.nodes=1", extra)))], batch
     finally:
         cli(env, "cancel", nid)
+
+
+def training_rate(env: dict, jid: str, timeout: float = 180) -> float:
+    """Samples/s of a training job at batch BATCH, from two of its progress readings (step, when) 2 s or more
+    apart once it trains (progress.json is rewritten every second)."""
+    first = None
+    end = time.time() + timeout
+    while time.time() < end:
+        view = json.loads(cli(env, "status", "--json", jid).stdout or "[]")
+        if view and view[0]["state"] not in ("SUBMITTED", "PENDING", "RUNNING"):
+            raise RuntimeError(f"the job {jid} ended: {view[0]['state']}")
+        p = (view[0].get("progress") or {}) if view else {}
+        step, when = p.get("step") or 0, p.get("updated")
+        if step > 5 and when:
+            if first is None:
+                first = (step, when)
+            elif when - first[1] >= 2.0 and step > first[0]:
+                return BATCH * (step - first[0]) / (when - first[1])
+        time.sleep(0.5)
+    raise RuntimeError(f"the job {jid} did not train for 2 s within {timeout:.0f} s")
 
 
 def predicted(env: dict, jid: str, nodes: int = 2) -> dict:
@@ -164,11 +177,8 @@ def experiment(
 ) -> list[dict]:
     """On a running 2-node --core-per-node cluster: per rate, the link, the prediction and the measurement; then, per
     train.ddp_compress mode in `compress`, the same 2-node job with its gradients sent in 16 bits."""
-    refs = reference(env, out)
-    batch = batch_for(results(out, refs[0])["steady_samples_per_second"])
+    refs, batch = reference(env, out)
     extra = [f"train.per_device_train_batch_size={batch}"]
-    if batch != BATCH:
-        refs = reference(env, out, *extra)
     ref_rates = [results(out, j)["steady_samples_per_second"] for j in refs]
     rows = []
     for rate in rates:
