@@ -47,13 +47,15 @@ print(job.logs(rank=0).splitlines()[-1])
 print("resource use:", job.view().usage)
 
 # 6. A sweep: a config with a [sweep] table gives a handle over its tasks (a local sweep runs them in turn).
-#    Its grid narrowed here as --set would: one batch size, so 2 learning rates + the hand-picked variant = 3 tasks.
+#    Its grid narrowed here as --set would: one learning rate and one batch size, so 1 grid point + the hand-picked
+#    variant = 2 tasks.
 sweep = hpcqa.submit(
     "configs/sweep_quickstart.toml",
     [
         "model.name_or_path=builtin:tiny-bert",
         "train.max_steps=10",
         "train.bf16=false",
+        "sweep.train.learning_rate=[1e-4]",
         "sweep.train.per_device_train_batch_size=[16]",
     ],
 )
