@@ -346,8 +346,9 @@ def quick_guard(request, monkeypatch):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """HPCQA_TEST_CPU_LOG=FILE: one line per test, the CPU seconds of the processes it started and waited for (its
-    CLI calls, the local executor's ranks; not a Slurm job's, whose processes are slurmd's) and its wall seconds --
-    where the suite's CPU goes, for scripts that sort it."""
+    CLI calls, the local executor's ranks; not a Slurm job's, whose processes are slurmd's), its wall seconds, when
+    it started (epoch seconds) and on which xdist worker, then its id -- where the suite's CPU goes and how the
+    workers filled the run, for scripts that sort it."""
     path = os.environ.get("HPCQA_TEST_CPU_LOG")
     if not path:
         yield
@@ -362,7 +363,10 @@ def pytest_runtest_protocol(item, nextitem):
         )
         return c.ru_utime + c.ru_stime + s.ru_utime + s.ru_stime
 
-    before, t = cpu(), time.monotonic()
+    before, t, start = cpu(), time.monotonic(), time.time()
     yield
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(path, "a") as f:
-        f.write(f"{cpu() - before:.1f} {time.monotonic() - t:.1f} {item.nodeid}\n")
+        f.write(
+            f"{cpu() - before:.1f} {time.monotonic() - t:.1f} {start:.1f} {worker} {item.nodeid}\n"
+        )
