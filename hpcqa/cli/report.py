@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from hpcqa.core import states
+from hpcqa.core import eta, states
 from hpcqa.errors import JobFailed
 from hpcqa.record import failures
 from hpcqa.record.jobdir import JobDir
@@ -29,39 +30,35 @@ class CountedBar(BarColumn):
 @contextlib.contextmanager
 def progress_bar(title: str) -> Iterator[Callable[[dict], None]]:
     """A rich progress bar on stderr (only on a terminal); yields the callback an executor's wait feeds. The texts
-    are data, not rich markup: "[command]" is a phase shown as it is."""
+    are data, not rich markup: "[command]" is a phase shown as it is. Its ETA is the one `status` shows (the rank's
+    estimate, hpcqa.core.eta), not one of rich's own from how often the bar was fed."""
     columns = [
         TextColumn("{task.description}", markup=False),
         CountedBar(),
         TextColumn("{task.fields[steps]}", markup=False),
         TextColumn("{task.fields[loss]}", markup=False),
         TimeElapsedColumn(),
-        TimeRemainingColumn(),
+        TextColumn("{task.fields[eta]}", markup=False),
     ]
     with Progress(*columns, transient=False, disable=not sys.stderr.isatty(), console=None) as bar:
-        task = bar.add_task(f"{title} [starting]", total=None, loss="", steps="")
+        task = bar.add_task(f"{title} [starting]", total=None, loss="", steps="", eta="")
+        yield lambda p: bar.update(task, **bar_fields(title, p, time.time()))
 
-        def show(p: dict) -> None:
-            step, total = p.get("step"), p.get("total_steps")
-            counted = isinstance(step, int) and isinstance(total, int) and total > 0
-            steps = (
-                f"{step}/{total} steps"
-                if counted
-                else f"step {step}"
-                if isinstance(step, int)
-                else ""
-            )
-            phase = str(p.get("phase") or "")[:20]
-            bar.update(
-                task,
-                completed=step if counted else 0,
-                total=total if counted else None,
-                steps=steps,
-                loss=f"loss {p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else "",
-                description=f"{title} [{phase}]" if phase else title,
-            )
 
-        yield show
+def bar_fields(title: str, p: dict, now: float) -> dict[str, Any]:
+    """What the bar shows of one progress reading at `now`."""
+    step, total = p.get("step"), p.get("total_steps")
+    counted = isinstance(step, int) and isinstance(total, int) and total > 0
+    steps = f"{step}/{total} steps" if counted else f"step {step}" if isinstance(step, int) else ""
+    phase = str(p.get("phase") or "")[:20]
+    return {
+        "completed": step if counted else 0,
+        "total": total if counted else None,
+        "steps": steps,
+        "loss": f"loss {p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else "",
+        "eta": eta.eta_text(p, now),
+        "description": f"{title} [{phase}]" if phase else title,
+    }
 
 
 def finish(outcome: Any, plan: Any, say: Callable[[str], None]) -> int:

@@ -13,7 +13,7 @@ from rich.markup import render as markup
 from rich.panel import Panel
 from rich.table import Table
 
-from hpcqa.core import command, states, values
+from hpcqa.core import command, eta, states, values
 from hpcqa.core.states import State
 from hpcqa.core.topology import cpu_list
 from hpcqa.record import failures, phases, status
@@ -230,7 +230,7 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
             "elapsed",
             v.elapsed
             or (
-                status._dur((v.results or {})["wall_time_s"]) + " (the ranks' wall time)"
+                eta.clock((v.results or {})["wall_time_s"]) + " (the ranks' wall time)"
                 if (v.results or {}).get("wall_time_s")
                 else "-"
             ),
@@ -281,8 +281,8 @@ def _progress_rows(v: JobView, now: float) -> list[tuple[str, str]]:
     text = _bar(p)
     if isinstance(p.get("loss"), (int, float)):
         text += f", last loss {p['loss']:.4f}"
-    if p.get("eta_s") and v.state == State.RUNNING:
-        text += f", ETA {status._dur(p['eta_s'])}"
+    if v.state == State.RUNNING and (left := eta.eta_text(p, now)):
+        text += f", {left}"
     if p.get("updated"):
         text += f" (updated {int(now - p['updated'])} s ago)"
     return [("progress", text)]

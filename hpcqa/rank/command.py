@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcqa.core import command as commandmod
+from hpcqa.core.eta import StepRate
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.errors import RankError
@@ -423,14 +424,22 @@ def _after_notice(
 FOLLOW_S = 5.0
 
 
-def _progress(jd: JobDir, roots: list[Path], attempt: int, started: float) -> None:
-    """progress.json from the program's newest trainer_state.json; without one, the program's phase (no steps)."""
+def _progress(
+    jd: JobDir, roots: list[Path], attempt: int, started: float, rate: StepRate | None = None
+) -> None:
+    """progress.json from the program's newest trainer_state.json; without one, the program's phase (no steps).
+    `rate`: the steps seen so far (from the attempt's start), for the ETA."""
     got = trainerfiles.progress(roots)
     now = time.time()
     step, total = (got or {}).get("step"), (got or {}).get("total_steps")
-    eta = (
-        (now - started) / step * (total - step) if got and step and total and total > step else None
-    )
+    rate = rate or StepRate()
+    if (
+        not rate.samples
+    ):  # the first look, as the program starts: a step seen now is where it resumes from
+        rate.add(started, step if isinstance(step, int) else 0)
+    if isinstance(step, int):
+        rate.add(now, step)
+    eta = rate.eta(now, total) if isinstance(total, int) else None
     write_json(
         jd.progress,
         {
@@ -452,9 +461,10 @@ def _follow(
     jd: JobDir, roots: list[Path], attempt: int, started: float, ended: threading.Event
 ) -> None:
     """Rank 0, while the program runs: its progress every FOLLOW_S (a report: a failure here is not the job's)."""
+    rate = StepRate()
     while not ended.is_set():
         try:
-            _progress(jd, roots, attempt, started)
+            _progress(jd, roots, attempt, started, rate)
         except OSError:
             pass
         ended.wait(FOLLOW_S)

@@ -9,10 +9,11 @@ longer lists has ended, and its folder says how (jobdir.JobDir.state_from_files)
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcqa.core import states
+from hpcqa.core import eta, states
 from hpcqa.core.states import State
 from hpcqa.record import phases
 
@@ -133,8 +134,8 @@ def progress_text(v: JobView, now: float | None = None) -> str:
     text = f"{p.get('step', 0)}/{p.get('total_steps') or '?'}"
     if isinstance(p.get("loss"), (int, float)):
         text += f" loss {p['loss']:.3f}"
-    if p.get("eta_s") and v.state == State.RUNNING:
-        text += f" ETA {_dur(p['eta_s'])}"
+    if v.state == State.RUNNING and (left := eta.eta_text(p, time.time() if now is None else now)):
+        text += f" {left}"
     return text + again
 
 
@@ -142,10 +143,3 @@ def _attempt_now(v: JobView) -> int:
     """The attempt the ranks are in now, as their phase files say (the progress file may be an earlier attempt's)."""
     got = [r.get("attempt") for r in v.phases if isinstance(r.get("attempt"), int)]
     return max(got) if got else (v.progress or {}).get("attempt", 0)
-
-
-def _dur(s: float) -> str:
-    s = int(s)
-    return (
-        f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-    )

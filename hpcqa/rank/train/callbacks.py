@@ -11,6 +11,7 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.integrations import TensorBoardCallback
 
+from hpcqa.core.eta import StepRate
 from hpcqa.rank.train.facts import Rank, thread_census
 from hpcqa.rank.train.resume import barrier
 from hpcqa.rank.train.stop import STOP, StopNotice, attempt
@@ -88,10 +89,9 @@ class ProgressCallback(TrainerCallback):
         self.path, self.t0 = path, t0
         self.last_write = 0.0
         self.loss = None
-        self.t_begin = None
+        self.rate = StepRate()
 
     def on_train_begin(self, args, state, control, **kw):
-        self.t_begin = time.time()
         self._write(state, Phase.TRAINING, force=True)
 
     def on_log(self, args, state, control, logs=None, **kw):
@@ -107,13 +107,13 @@ class ProgressCallback(TrainerCallback):
 
     def _write(self, state, phase: Phase, force: bool = False) -> None:
         now = time.time()
+        done = state.global_step
+        total = state.max_steps or 0
+        self.rate.add(now, done)
         if not force and now - self.last_write < 1.0:
             return
         self.last_write = now
-        done = state.global_step
-        total = state.max_steps or 0
-        elapsed = now - (self.t_begin or now)
-        eta = elapsed / done * (total - done) if done and total else None
+        eta = self.rate.eta(now, total)
         write_json(
             self.path,
             {
