@@ -26,16 +26,22 @@ EPILOG = """examples:
 """
 
 
+SET_HELP = (
+    "override a config key; VALUE is parsed as TOML, else taken as a string "
+    "(repeatable): --set train.learning_rate=5e-5"
+)
+SET_HELP_SHORT = "override a config key, e.g. --set train.max_steps=20 (repeatable)"
+
+
 def add_config(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="job config (TOML), e.g. configs/quickstart.toml")
+    add_set(p)
+
+
+def add_set(p: argparse.ArgumentParser, help: str = SET_HELP) -> None:
+    """--set KEY=VALUE (repeatable) into args.overrides."""
     p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key; VALUE is parsed as TOML, else taken as a string "
-        "(repeatable): --set train.learning_rate=5e-5",
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help
     )
 
 
@@ -130,13 +136,7 @@ def _add_scaling_of_a_config(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with a config: training features per epoch (SQuAD v1.1 at 384/128: about 88,700)",
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="with a config: override a key",
-    )
+    add_set(p, "with a config: override a key")
     p.add_argument(
         "--efficiency",
         type=float,
@@ -251,14 +251,7 @@ def _add_node_verbs(sub: Any) -> None:
     p.add_argument(
         "config", nargs="?", help="also show the CPU pool and environment of each local rank"
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set train.max_steps=20 (repeatable)",
-    )
+    add_set(p, SET_HELP_SHORT)
     p.add_argument(
         "--sysfs", metavar="DIR", help="read a saved tree laid out like /sys/devices/system"
     )
@@ -399,14 +392,7 @@ def _add_checks(sub: Any) -> None:
         "doctor", help="check Slurm, accounting, node topology, libraries, torch, backend"
     )
     p.add_argument("config", nargs="?", help="also check this config against the partition's nodes")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set train.max_steps=20 (repeatable)",
-    )
+    add_set(p, SET_HELP_SHORT)
     p.add_argument("--json", action="store_true", help="every check as JSON")
 
     p = sub.add_parser("registry", help="check the job registry, or recover a damaged one")
@@ -419,11 +405,4 @@ def _add_checks(sub: Any) -> None:
 
     p = sub.add_parser("validate", help="check configs, each of them; exit 2 if any is bad")
     p.add_argument("configs", nargs="+", help="config files (a sweep file: every variant)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set train.max_steps=20 (repeatable)",
-    )
+    add_set(p, SET_HELP_SHORT)

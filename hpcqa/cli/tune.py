@@ -133,7 +133,7 @@ def _scaling_from_reference(args: argparse.Namespace, nodes: list[int]) -> int:
     device) gives the gradient buckets; the link is given or stored."""
     _check_reference_args(args)
     epoch_s = scalingruns.parse_duration(args.epoch_time)
-    cfg = config.load(args.id, list(args.set))
+    cfg = config.load(args.id, list(args.overrides))
     lp = plan.build_plan(cfg, hostprobe.probe_host())
     buckets = _model_buckets(cfg)
     batch = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps
