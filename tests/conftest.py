@@ -230,20 +230,45 @@ STARTS_PROCESSES = {
     "test_k8s_walkthrough",
 }
 # Modules whose import loads torch (and transformers): seconds before the first test, so not quick; `pytest -m
-# quick` does not even import them (pytest_ignore_collect), which kept the quick tier ~7 s longer.
+# quick` does not even import them (pytest_ignore_collect), which kept the quick tier ~7 s longer. Nor does a run
+# that can select only cluster tests (scripts/test.sh's `alone` and other-release passes: 7 s of CPU each).
 IMPORTS_TORCH = {"test_attention", "test_data", "test_stage"}
+CLUSTER_MARKS = (
+    "slurm",
+    "alone",
+    "each_release",
+)  # never on a test of IMPORTS_TORCH (checked below)
 
 
 def pytest_ignore_collect(collection_path, config):
-    if (
-        config.getoption("markexpr", "") or ""
-    ).strip() == "quick" and collection_path.stem in IMPORTS_TORCH:
+    if collection_path.stem not in IMPORTS_TORCH:
+        return None
+    expr = (config.getoption("markexpr", "") or "").strip()
+    if expr == "quick" or (expr and not _selects_without(expr, CLUSTER_MARKS)):
         return True
     return None
 
 
+def _selects_without(expr: str, absent: tuple[str, ...]) -> bool:
+    """Whether the -m expression can select a test that has none of `absent` (whatever its other marks)."""
+    from _pytest.mark.expression import Expression
+
+    compiled = Expression.compile(expr)
+    return any(
+        compiled.evaluate(lambda name, *_, other=other, **__: name not in absent and other)
+        for other in (False, True)
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in IMPORTS_TORCH and any(
+            item.get_closest_marker(m) for m in CLUSTER_MARKS
+        ):
+            raise pytest.UsageError(
+                f"{item.nodeid}: a cluster test in a module that imports torch at collection (IMPORTS_TORCH), "
+                "which the cluster-only passes do not collect: move it to a module of its own"
+            )
         if item.get_closest_marker("alone") and item.get_closest_marker("each_release"):
             raise pytest.UsageError(
                 f"{item.nodeid}: `alone` and `each_release` together -- scripts/test.sh runs the "
