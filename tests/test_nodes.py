@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcqa.core import config, plan, topology
+from hpcqa.core import config, plan, ranklayout, topology
 from hpcqa.rank import wrapper as rank
 from tests.conftest import ROOT, SLURM_HERE
 
@@ -246,7 +246,7 @@ def test_more_ranks_than_cores_is_loud(tmp_path):
     node = topology.read_node(
         write_tree(tmp_path, socket_major(1, 1, 1)), allowed=[0], cpuinfo=None
     )
-    lay = plan.node_layout(p, node)
+    lay = ranklayout.node_layout(p, node)
     assert [p.cpus for p in lay.pools] == [(0,), (0,)] and "OVERSUBSCRIBED" in lay.notes[0]
 
 
@@ -256,7 +256,7 @@ def test_memory_binding_only_where_there_is_a_choice(tmp_path):
         write_tree(tmp_path / "a", socket_major(2, 8, 1), snc), allowed=range(16), cpuinfo=None
     )
     p = spr("cluster.cores_per_socket=8")
-    pools = plan.node_layout(p, node).pools
+    pools = ranklayout.node_layout(p, node).pools
     assert (
         rank.memory_nodes(p, pools[1], node) == "2,3"
     )  # a rank per socket spans both of its NUMA nodes
@@ -271,7 +271,7 @@ def test_memory_binding_only_where_there_is_a_choice(tmp_path):
         allowed=range(16),
         cpuinfo=None,
     )
-    assert rank.memory_nodes(p, plan.node_layout(p, one).pools[0], one) == ""
+    assert rank.memory_nodes(p, ranklayout.node_layout(p, one).pools[0], one) == ""
 
 
 @pytest.mark.process

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hpcqa.core import config, plan
+from hpcqa.core import config, plan, ranklayout
 from hpcqa.errors import UsageError
 from hpcqa.executors import hostprobe
 from hpcqa.record import tuned as tune
@@ -26,7 +26,7 @@ def test_candidates_and_their_parsing():
 
 
 def test_heuristic_one_rank_per_four_cores_or_per_core_on_small_sockets():
-    assert [plan.heuristic_ranks_per_domain(n) for n in (1, 2, 4, 7, 8, 16, 56, 60)] == [
+    assert [ranklayout.heuristic_ranks_per_domain(n) for n in (1, 2, 4, 7, 8, 16, 56, 60)] == [
         1,
         2,
         4,
@@ -39,8 +39,8 @@ def test_heuristic_one_rank_per_four_cores_or_per_core_on_small_sockets():
 
 
 def test_the_key_is_the_shape_a_measurement_applies_to():
-    base = plan.shape_key(quick())
-    assert plan.shape_key(quick("train.learning_rate=1e-3")) == base  # doesn't change speed
+    base = ranklayout.shape_key(quick())
+    assert ranklayout.shape_key(quick("train.learning_rate=1e-3")) == base  # doesn't change speed
     for other in (
         "train.max_seq_length=256",
         "train.per_device_train_batch_size=8",
@@ -48,7 +48,7 @@ def test_the_key_is_the_shape_a_measurement_applies_to():
         'model.name_or_path="builtin:tiny-bert"',
         "cluster.cores_per_socket=4",
     ):
-        assert plan.shape_key(quick(other)) != base, other
+        assert ranklayout.shape_key(quick(other)) != base, other
 
 
 def test_auto_uses_a_stored_result_for_its_shape_only(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@
                     nodelists; ports
     targets.py      where a plan runs (local, slurm, k8s): affinity, launchers, run-time env; Launcher, Requeue
     plan.py         build_plan(config, host) -> LaunchPlan: what every rank gets (deep-frozen, digest, JSON)
+    ranklayout.py   how many ranks a node runs and on which CPUs: declared, tuned or heuristic; on the node
     folders.py      the placeholders a plan names its job folder with (%j, the submission token)
     command.py      job.command: placeholders filled, the interpreter, the files it names, sweep variables
     sweep.py        [sweep] -> validated variants -> Slurm arrays (SweepPlan; a plain job is a sweep of one)

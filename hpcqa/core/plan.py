@@ -15,14 +15,14 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-from hpcqa.core import command, targets, threadenv, topology
+from hpcqa.core import command, ranklayout, targets, threadenv, topology
 from hpcqa.core.config import Config, from_dict
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path
 from hpcqa.core.frozen import FrozenDict, freeze
 from hpcqa.core.targets import DDPBackend, Launcher, Requeue
-from hpcqa.errors import ConfigError, HpcqaError, PlanError
+from hpcqa.errors import ConfigError, PlanError
 
 
 def bf16_choice(setting: str, flags: set[str] | frozenset[str]) -> tuple[bool, str]:
@@ -30,20 +30,33 @@ def bf16_choice(setting: str, flags: set[str] | frozenset[str]) -> tuple[bool, s
     bf16 = true still runs, emulated and slower than fp32."""
     hw = sorted(set(flags) & {"amx_bf16", "avx512_bf16"})
     if setting == "true":
-        return True, "train.bf16 = true" + (f" (CPU has {', '.join(hw)})" if hw else
-                                             ": no AMX / avx512_bf16 on this CPU, bf16 is emulated (slower than fp32)")
+        return True, "train.bf16 = true" + (
+            f" (CPU has {', '.join(hw)})"
+            if hw
+            else ": no AMX / avx512_bf16 on this CPU, bf16 is emulated (slower than fp32)"
+        )
     if setting == "false":
         return False, "train.bf16 = false"
-    return (True, f"auto: CPU has {', '.join(hw)}") if hw else (False, "auto: no AMX / avx512_bf16 on this CPU")
+    return (
+        (True, f"auto: CPU has {', '.join(hw)}")
+        if hw
+        else (False, "auto: no AMX / avx512_bf16 on this CPU")
+    )
 
 
-PRELOAD_WANTED = "HPCQA_PRELOAD"  # hpcqa.rank.preload.WANTED: the libraries a rank preloads, by name
+PRELOAD_WANTED = (
+    "HPCQA_PRELOAD"  # hpcqa.rank.preload.WANTED: the libraries a rank preloads, by name
+)
 
 
 def preload_wanted(cfg: Config) -> list[str]:
     """The libraries the config asks to preload: its allocator (launch.malloc) and Intel's OpenMP."""
     la = cfg.launch
-    return [n for n in (la.malloc, "iomp" if la.openmp == "iomp" else "") if n and n not in ("default", "glibc-heap")]
+    return [
+        n
+        for n in (la.malloc, "iomp" if la.openmp == "iomp" else "")
+        if n and n not in ("default", "glibc-heap")
+    ]
 
 
 # launch.malloc = "glibc-heap": glibc keeps every block on its heap (no mmap per big block, so no page faults at each
@@ -63,12 +76,18 @@ LIB_PACKAGES = {
 class HostProbe:
     """What planning needs to know about the submitting host; `probe_host()` fills it in."""
 
-    schedulers: frozenset[str] = frozenset()   # targets whose scheduler is reachable here: {"slurm"} with sbatch
+    schedulers: frozenset[str] = (
+        frozenset()
+    )  # targets whose scheduler is reachable here: {"slurm"} with sbatch
     ccl_bindings: bool = False
-    ipex: bool = False                # intel_extension_for_pytorch importable
-    libraries: Mapping[str, str] = field(default_factory=FrozenDict)  # name -> path, only those found
+    ipex: bool = False  # intel_extension_for_pytorch importable
+    libraries: Mapping[str, str] = field(
+        default_factory=FrozenDict
+    )  # name -> path, only those found
     python: str = sys.executable
-    tuned: Mapping[str, Any] = field(default_factory=FrozenDict)  # `hpcqa tune` results by shape key
+    tuned: Mapping[str, Any] = field(
+        default_factory=FrozenDict
+    )  # `hpcqa tune` results by shape key
     # MASTER_ADDR / MASTER_PORT set where hpcqa submits: local and Slurm ranks inherit the environment, and the
     # rank's environment wins over the derived values (torchrun's and Lightning's convention)
     inherited: Mapping[str, str] = field(default_factory=FrozenDict)
@@ -97,14 +116,14 @@ class LocalRankPlan:
 @dataclass(frozen=True)
 class Backend:
     requested: DDPBackend
-    resolved: DDPBackend    # never AUTO
+    resolved: DDPBackend  # never AUTO
     reason: str
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
     config: Config
-    target: str                   # a target's name (core/targets.py): slurm | local | k8s ("executor" in JSON)
+    target: str  # a target's name (core/targets.py): slurm | local | k8s ("executor" in JSON)
     launcher: Launcher
     backend: Backend
     nodes: int
@@ -113,17 +132,25 @@ class LaunchPlan:
     cpus_per_task: int
     local_ranks: tuple[LocalRankPlan, ...]
     ranks: tuple[RankPlan, ...]
-    deferred_env: Mapping[str, str]   # decided at run time, and by what
-    job_dir_pattern: str              # %j = job id
+    deferred_env: Mapping[str, str]  # decided at run time, and by what
+    job_dir_pattern: str  # %j = job id
     warnings: tuple[str, ...]
     python: str
-    variant: Mapping[str, Any] = field(default_factory=FrozenDict)  # a sweep task's swept keys -> values
+    variant: Mapping[str, Any] = field(
+        default_factory=FrozenDict
+    )  # a sweep task's swept keys -> values
     variant_index: int = 0
-    ranks_per_domain: int = 1         # ranks per socket (per NUMA node with rank_domain = "numa")
-    layout_source: str = ""           # where ranks_per_domain came from (config, tuned, heuristic)
-    requeue: Requeue = Requeue.NONE   # who brings a rank back after a checkpoint on a signal (set by the executor)
-    command: tuple[str, ...] = ()     # job.command resolved (empty: hpcqa's trainer); no shell ever parses it
-    work: Mapping[str, Any] = field(default_factory=FrozenDict)  # the command's folder: dir, run_in, snapshot, named
+    ranks_per_domain: int = 1  # ranks per socket (per NUMA node with rank_domain = "numa")
+    layout_source: str = ""  # where ranks_per_domain came from (config, tuned, heuristic)
+    requeue: Requeue = (
+        Requeue.NONE
+    )  # who brings a rank back after a checkpoint on a signal (set by the executor)
+    command: tuple[
+        str, ...
+    ] = ()  # job.command resolved (empty: hpcqa's trainer); no shell ever parses it
+    work: Mapping[str, Any] = field(
+        default_factory=FrozenDict
+    )  # the command's folder: dir, run_in, snapshot, named
 
     def slurm_parameters(self) -> dict[str, Any]:
         """The Slurm request, in submitit's parameter names: hpcqa's one writer of #SBATCH lines
@@ -138,8 +165,11 @@ class LaunchPlan:
             "signal_delay_s": c.signal_delay_s,
             # Slurm's binding doesn't know the CCL/compute split: the rank wrapper binds instead.
             # 22.05-23.02 srun doesn't inherit --cpus-per-task from sbatch: pass it again.
-            "srun_args": ["--cpu-bind=none", f"--cpus-per-task={self.cpus_per_task}",
-                          "--kill-on-bad-exit=1"],
+            "srun_args": [
+                "--cpu-bind=none",
+                f"--cpus-per-task={self.cpus_per_task}",
+                "--kill-on-bad-exit=1",
+            ],
             "stderr_to_stdout": False,
         }
         if c.setup:
@@ -175,10 +205,26 @@ class LaunchPlan:
             "deferred_env": dict(self.deferred_env),
             "job_dir": self.job_dir_pattern,
             "warnings": list(self.warnings),
-            "local_ranks": [{"local_rank": lr.local_rank, "cpus": list(lr.cpus), "compute": list(lr.compute),
-                             "ccl": list(lr.ccl), "env": dict(lr.env)} for lr in self.local_ranks],
-            "ranks": [{"rank": r.rank, "node_rank": r.node_rank, "local_rank": r.local_rank,
-                       "cpus": list(r.cpus), "env": dict(r.env)} for r in self.ranks],
+            "local_ranks": [
+                {
+                    "local_rank": lr.local_rank,
+                    "cpus": list(lr.cpus),
+                    "compute": list(lr.compute),
+                    "ccl": list(lr.ccl),
+                    "env": dict(lr.env),
+                }
+                for lr in self.local_ranks
+            ],
+            "ranks": [
+                {
+                    "rank": r.rank,
+                    "node_rank": r.node_rank,
+                    "local_rank": r.local_rank,
+                    "cpus": list(r.cpus),
+                    "env": dict(r.env),
+                }
+                for r in self.ranks
+            ],
             "config": self.config.to_dict(),
             "source": self.config.source,
             "python": self.python,
@@ -198,19 +244,41 @@ class LaunchPlan:
     def from_json(cls, d: Mapping[str, Any]) -> "LaunchPlan":
         """The typed plan back from `to_json()` output (the config is validated again on the way)."""
         return cls(
-            config=from_dict(d["config"], source=d.get("source", "")), target=targets.named(d["executor"]).name,
-            launcher=Launcher(d["launcher"]), backend=Backend(DDPBackend(d["backend"]["requested"]), DDPBackend(d["backend"]["resolved"]),
-                                  d["backend"]["reason"]), nodes=d["nodes"],
-            ranks_per_node=d["ranks_per_node"], world_size=d["world_size"], cpus_per_task=d["cpus_per_task"],
-            local_ranks=tuple(LocalRankPlan(lr["local_rank"], tuple(lr["cpus"]), tuple(lr["compute"]),
-                                            tuple(lr["ccl"]), FrozenDict(lr["env"])) for lr in d["local_ranks"]),
+            config=from_dict(d["config"], source=d.get("source", "")),
+            target=targets.named(d["executor"]).name,
+            launcher=Launcher(d["launcher"]),
+            backend=Backend(
+                DDPBackend(d["backend"]["requested"]),
+                DDPBackend(d["backend"]["resolved"]),
+                d["backend"]["reason"],
+            ),
+            nodes=d["nodes"],
+            ranks_per_node=d["ranks_per_node"],
+            world_size=d["world_size"],
+            cpus_per_task=d["cpus_per_task"],
+            local_ranks=tuple(
+                LocalRankPlan(
+                    lr["local_rank"],
+                    tuple(lr["cpus"]),
+                    tuple(lr["compute"]),
+                    tuple(lr["ccl"]),
+                    FrozenDict(lr["env"]),
+                )
+                for lr in d["local_ranks"]
+            ),
             ranks=(),
-            deferred_env=FrozenDict(d["deferred_env"]), job_dir_pattern=d["job_dir"],
-            warnings=tuple(d["warnings"]), python=d["python"], variant=freeze(d.get("variant") or {}),
-            variant_index=d.get("variant_index", 0), ranks_per_domain=d.get("ranks_per_domain", 1),
+            deferred_env=FrozenDict(d["deferred_env"]),
+            job_dir_pattern=d["job_dir"],
+            warnings=tuple(d["warnings"]),
+            python=d["python"],
+            variant=freeze(d.get("variant") or {}),
+            variant_index=d.get("variant_index", 0),
+            ranks_per_domain=d.get("ranks_per_domain", 1),
             layout_source=d.get("layout_source", ""),
-            requeue=Requeue(d.get("requeue", Requeue.NONE)), command=tuple(d.get("command") or ()),
-            work=freeze(d.get("work") or {})).with_global_ranks()
+            requeue=Requeue(d.get("requeue", Requeue.NONE)),
+            command=tuple(d.get("command") or ()),
+            work=freeze(d.get("work") or {}),
+        ).with_global_ranks()
 
     @classmethod
     def loads(cls, text: str) -> "LaunchPlan":
@@ -262,14 +330,23 @@ def resolve_backend(requested: str, ccl_bindings: bool) -> Backend:
     if asked is DDPBackend.GLOO:
         return Backend(asked, DDPBackend.GLOO, "requested")
     if asked is DDPBackend.CCL:
-        reason = "requested" if ccl_bindings else (
-            "requested; oneccl_bindings_for_pytorch is NOT importable here: ranks will stop at "
-            "start-up unless the compute nodes have it")
+        reason = (
+            "requested"
+            if ccl_bindings
+            else (
+                "requested; oneccl_bindings_for_pytorch is NOT importable here: ranks will stop at "
+                "start-up unless the compute nodes have it"
+            )
+        )
         return Backend(asked, DDPBackend.CCL, reason)
     if ccl_bindings:
         return Backend(asked, DDPBackend.CCL, "auto: oneccl_bindings_for_pytorch is importable")
-    return Backend(asked, DDPBackend.GLOO, "auto: oneccl_bindings_for_pytorch is not installed (current "
-                                   "transformers/accelerate run CPU DDP over gloo)")
+    return Backend(
+        asked,
+        DDPBackend.GLOO,
+        "auto: oneccl_bindings_for_pytorch is not installed (current "
+        "transformers/accelerate run CPU DDP over gloo)",
+    )
 
 
 def pool_variables(backend: DDPBackend, launcher: Launcher) -> tuple[bool, bool]:
@@ -280,8 +357,13 @@ def pool_variables(backend: DDPBackend, launcher: Launcher) -> tuple[bool, bool]
     return ccl, ccl or launcher.is_intel_mpi
 
 
-def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool], backend: DDPBackend,
-                    launcher: Launcher) -> dict[str, str]:
+def rank_static_env(
+    cfg: Config,
+    pool: topology.Pool,
+    pools: list[topology.Pool],
+    backend: DDPBackend,
+    launcher: Launcher,
+) -> dict[str, str]:
     """Environment of one local rank that does not depend on the allocation."""
     la = cfg.launch
     ccl, pin_domain = pool_variables(backend, launcher)
@@ -295,46 +377,87 @@ def rank_static_env(cfg: Config, pool: topology.Pool, pools: list[topology.Pool]
     return env
 
 
-def build_plan(cfg: Config, host: HostProbe, launcher: str | None = None, via_submitit: bool = False) -> LaunchPlan:
+def build_plan(
+    cfg: Config, host: HostProbe, launcher: str | None = None, via_submitit: bool = False
+) -> LaunchPlan:
     """The frozen plan. `launcher`: a rendered script's (default: launch.launcher); `via_submitit`: submitit
     starts the ranks (a sweep's arrays, or any srun job of `submit`), which under Slurm means srun."""
     c, la = cfg.cluster, cfg.launch
     target = targets.resolve(c.executor, host, launcher)
     if target.max_nodes == 1 and c.nodes > 1:
-        raise ConfigError("cluster.nodes", f"the {target.name} executor runs on one node, not {c.nodes}",
-                          "set cluster.nodes = 1 for a local run, or run where Slurm is installed",
-                          cfg.source)
-    launcher = Launcher(launcher) if launcher else target.launcher(Launcher(la.launcher), via_submitit)
+        raise ConfigError(
+            "cluster.nodes",
+            f"the {target.name} executor runs on one node, not {c.nodes}",
+            "set cluster.nodes = 1 for a local run, or run where Slurm is installed",
+            cfg.source,
+        )
+    launcher = (
+        Launcher(launcher) if launcher else target.launcher(Launcher(la.launcher), via_submitit)
+    )
     backend = resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
+    rpd, layout_source = ranklayout.ranks_per_domain(cfg, {} if cfg.job.command else host.tuned)
+    workers = _ccl_workers(cfg, backend, rpd)
+    ranks_per_node = cfg.domains_per_node * rpd
+    pools = ranklayout.declared_pools(cfg, rpd, workers)
+    local_ranks = tuple(
+        LocalRankPlan(
+            local_rank=p.local_rank,
+            cpus=p.cpus if la.bind else (),
+            compute=p.compute,
+            ccl=p.ccl,
+            env=FrozenDict(rank_static_env(cfg, p, pools, backend.resolved, launcher)),
+        )
+        for p in pools
+    )
+    return LaunchPlan(
+        config=cfg,
+        target=target.name,
+        launcher=launcher,
+        backend=backend,
+        nodes=c.nodes,
+        ranks_per_node=ranks_per_node,
+        world_size=c.nodes * ranks_per_node,
+        cpus_per_task=cfg.cores_per_domain // rpd * c.threads_per_core,
+        local_ranks=local_ranks,
+        ranks=_global_ranks(c.nodes, local_ranks),
+        deferred_env=FrozenDict(_deferred_env(target, la.master_port, inherited(target, host))),
+        job_dir_pattern=os.path.join(
+            root_path(cfg.job.output_dir, cfg.job.name), f"{JOB_ID}-{SUBMISSION}"
+        ),
+        warnings=(
+            _warnings(cfg, host, backend, pools)
+            + _inherited_warning(target, host)
+            + _launcher_warning(target, launcher, Launcher(la.launcher), via_submitit)
+        ),
+        python=c.python or host.python,
+        ranks_per_domain=rpd,
+        layout_source=layout_source,
+        **_command(cfg, target, c.python or host.python),
+    )
+
+
+def _ccl_workers(cfg: Config, backend: Backend, rpd: int) -> int:
+    """The oneCCL worker threads each rank reserves cores for (0 unless the backend is ccl), checked against the
+    cores a rank has."""
+    la = cfg.launch
     workers = la.ccl_workers if backend.resolved is DDPBackend.CCL else 0
     if backend.resolved is DDPBackend.CCL and not workers:
-        raise ConfigError("launch.ccl_workers", "0: the ccl backend needs at least one oneCCL worker thread per rank "
-                          "(CCL_WORKER_COUNT), and its cores", "set launch.ccl_workers = 1 (or more), or "
-                          "train.ddp_backend = \"gloo\"", cfg.source)
-    rpd, layout_source = ranks_per_domain(cfg, {} if cfg.job.command else host.tuned)
-    ranks_per_node = cfg.domains_per_node * rpd
+        raise ConfigError(
+            "launch.ccl_workers",
+            "0: the ccl backend needs at least one oneCCL worker thread per rank "
+            "(CCL_WORKER_COUNT), and its cores",
+            'set launch.ccl_workers = 1 (or more), or train.ddp_backend = "gloo"',
+            cfg.source,
+        )
     if workers >= cfg.cores_per_domain // rpd:
-        raise ConfigError("launch.ccl_workers", f"{workers} CCL workers leave no compute core for {rpd} ranks on a "
-                          f"{cfg.cores_per_domain}-core {la.rank_domain}",
-                          "lower launch.ccl_workers or launch.ranks_per_socket", cfg.source)
-    lay = declared_layout(c.sockets_per_node, c.cores_per_socket, c.threads_per_core, c.numa_per_socket,
-                          ranks_per_node, cfg.cores_per_domain, workers, la.rank_domain, rpd)
-    pools = list((topology.with_siblings(lay) if la.use_siblings else lay).pools)
-    local_ranks = tuple(
-        LocalRankPlan(local_rank=p.local_rank, cpus=p.cpus if la.bind else (),
-                      compute=p.compute, ccl=p.ccl,
-                      env=FrozenDict(rank_static_env(cfg, p, pools, backend.resolved, launcher)))
-        for p in pools)
-    return LaunchPlan(config=cfg, target=target.name, launcher=launcher, backend=backend,
-                      nodes=c.nodes, ranks_per_node=ranks_per_node, world_size=c.nodes * ranks_per_node,
-                      cpus_per_task=cfg.cores_per_domain // rpd * c.threads_per_core,
-                      local_ranks=local_ranks, ranks=_global_ranks(c.nodes, local_ranks),
-                      deferred_env=FrozenDict(_deferred_env(target, la.master_port, inherited(target, host))),
-                      job_dir_pattern=os.path.join(root_path(cfg.job.output_dir, cfg.job.name), f"{JOB_ID}-{SUBMISSION}"),
-                      warnings=(_warnings(cfg, host, backend, pools) + _inherited_warning(target, host)
-                                + _launcher_warning(target, launcher, Launcher(la.launcher), via_submitit)),
-                      python=c.python or host.python,
-                      ranks_per_domain=rpd, layout_source=layout_source, **_command(cfg, target, c.python or host.python))
+        raise ConfigError(
+            "launch.ccl_workers",
+            f"{workers} CCL workers leave no compute core for {rpd} ranks on a "
+            f"{cfg.cores_per_domain}-core {la.rank_domain}",
+            "lower launch.ccl_workers or launch.ranks_per_socket",
+            cfg.source,
+        )
+    return workers
 
 
 def _command(cfg: Config, target: type[targets.Target], python: str) -> dict[str, Any]:
@@ -342,55 +465,21 @@ def _command(cfg: Config, target: type[targets.Target], python: str) -> dict[str
     if not cfg.job.command:
         return {}
     argv = command.resolve(cfg.job.command, cfg.to_dict(), python, cfg.source)
-    folder = os.path.abspath(cfg.job.workdir or ".") if target.sees_submit_files else cfg.job.workdir
-    return {"command": argv, "work": FrozenDict({"dir": folder, "run_in": folder, "snapshot": "", "named": {},
-                                                 "job_paths": tuple(command.templates(cfg.job.command))})}
-
-
-def shape_key(cfg: Config) -> str:
-    """What a layout measurement depends on: model, data and its padding, batch, precision, node shape."""
-    c, t, d = cfg.cluster, cfg.train, cfg.data
-    padding = "max" if d.pad_to_max_length else f"batch/{d.pad_to_multiple_of}/{'grouped' if d.group_by_length else 'random'}"
-    shape = {"model": cfg.model.name_or_path, "max_seq_length": t.max_seq_length, "doc_stride": t.doc_stride,
-             "data": [d.dataset or d.train_file, d.synthetic_shape], "padding": padding,
-             "batch": t.per_device_train_batch_size, "accumulation": t.gradient_accumulation_steps,
-             "bf16": t.bf16, "node": [c.sockets_per_node, c.cores_per_socket, c.threads_per_core,
-                                      c.numa_per_socket, cfg.launch.rank_domain]}
-    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
-
-
-@functools.lru_cache(maxsize=256)
-def declared_layout(sockets: int, cores: int, threads: int, numa: int, ranks_per_node: int, cores_per_domain: int,
-                    workers: int, rank_domain: str, rpd: int) -> topology.Layout:
-    """The pools of the declared node (pure, so computed once per shape: a sweep's variants mostly share it)."""
-    node = topology.declared_node(sockets, cores, threads, numa)
-    return topology.layout(node, ranks_per_node, cores_per_domain, workers, rank_domain, rpd)
-
-
-# One rank per 4 cores was the fastest layout measured on a 16-core Xeon for a MiniLM-size model (4x4:
-# 2.1x one rank per socket); on sockets under 8 cores one rank per core won (2 cores: 2x1 over 1x2).
-HEURISTIC_CORES_PER_RANK = 4
-
-
-def heuristic_ranks_per_domain(cores: int) -> int:
-    if cores < 2 * HEURISTIC_CORES_PER_RANK:
-        return cores
-    want = max(cores // HEURISTIC_CORES_PER_RANK, 1)
-    return max(d for d in range(1, want + 1) if cores % d == 0)
-
-
-def ranks_per_domain(cfg: Config, tuned: Mapping[str, Any]) -> tuple[int, str]:
-    """launch.ranks_per_socket resolved: (ranks per domain, where that came from)."""
-    value = cfg.launch.ranks_per_socket
-    if value != "auto":
-        return value, f"launch.ranks_per_socket = {value}"
-    hit = tuned.get(shape_key(cfg))
-    if hit and hit.get("ranks_per_socket", 0) <= cfg.cores_per_domain:
-        return hit["ranks_per_socket"], f"auto: `hpcqa tune` ({hit.get('summary', 'measured')})"
-    n = heuristic_ranks_per_domain(cfg.cores_per_domain)
-    return n, (f"auto: not tuned for this shape; heuristic: one rank per "
-               f"{'core' if cfg.cores_per_domain < 2 * HEURISTIC_CORES_PER_RANK else f'{cfg.cores_per_domain // n} cores'}"
-               f" (`hpcqa tune CONFIG` measures)")
+    folder = (
+        os.path.abspath(cfg.job.workdir or ".") if target.sees_submit_files else cfg.job.workdir
+    )
+    return {
+        "command": argv,
+        "work": FrozenDict(
+            {
+                "dir": folder,
+                "run_in": folder,
+                "snapshot": "",
+                "named": {},
+                "job_paths": tuple(command.templates(cfg.job.command)),
+            }
+        ),
+    }
 
 
 def _global_ranks(nodes: int, local_ranks: tuple[LocalRankPlan, ...]) -> tuple[RankPlan, ...]:
@@ -399,12 +488,28 @@ def _global_ranks(nodes: int, local_ranks: tuple[LocalRankPlan, ...]) -> tuple[R
     for node in range(nodes):
         for lr in local_ranks:
             rank = node * per_node + lr.local_rank
-            env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(lr.local_rank),
-                   "LOCAL_WORLD_SIZE": str(per_node), "NODE_RANK": str(node), "GROUP_RANK": str(node),
-                   "GROUP_WORLD_SIZE": str(nodes), "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(world),
-                   "ROLE_NAME": "default", **lr.env}
-            ranks.append(RankPlan(rank=rank, node_rank=node, local_rank=lr.local_rank, cpus=lr.cpus,
-                                  env=FrozenDict(env)))
+            env = {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world),
+                "LOCAL_RANK": str(lr.local_rank),
+                "LOCAL_WORLD_SIZE": str(per_node),
+                "NODE_RANK": str(node),
+                "GROUP_RANK": str(node),
+                "GROUP_WORLD_SIZE": str(nodes),
+                "ROLE_RANK": str(rank),
+                "ROLE_WORLD_SIZE": str(world),
+                "ROLE_NAME": "default",
+                **lr.env,
+            }
+            ranks.append(
+                RankPlan(
+                    rank=rank,
+                    node_rank=node,
+                    local_rank=lr.local_rank,
+                    cpus=lr.cpus,
+                    env=FrozenDict(env),
+                )
+            )
     return tuple(ranks)
 
 
@@ -418,11 +523,15 @@ def _inherited_warning(target: type[targets.Target], host: HostProbe) -> tuple[s
     if not got:
         return ()
     text = " and ".join(f"{k}={v}" for k, v in sorted(got.items()))
-    return (f"{text} is set where you submit: the ranks inherit it and meet there, not where hpcqa would put them "
-            f"(unset {' '.join(sorted(got))} before submitting, unless you mean it)",)
+    return (
+        f"{text} is set where you submit: the ranks inherit it and meet there, not where hpcqa would put them "
+        f"(unset {' '.join(sorted(got))} before submitting, unless you mean it)",
+    )
 
 
-def _deferred_env(target: type[targets.Target], fixed_port: int, given: Mapping[str, str] | None = None) -> dict[str, str]:
+def _deferred_env(
+    target: type[targets.Target], fixed_port: int, given: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """What is decided at run time, and by what. `given`: values the ranks inherit from the submitting
     environment, which win."""
     out = target.derived_env(fixed_port)
@@ -431,12 +540,15 @@ def _deferred_env(target: type[targets.Target], fixed_port: int, given: Mapping[
     return out
 
 
-def _launcher_warning(target: type[targets.Target], launcher: Launcher, asked: Launcher,
-                      via_submitit: bool) -> tuple[str, ...]:
+def _launcher_warning(
+    target: type[targets.Target], launcher: Launcher, asked: Launcher, via_submitit: bool
+) -> tuple[str, ...]:
     if via_submitit and asked in target.launchers and launcher is not asked:
-        return (f"launch.launcher = \"{asked}\": a sweep's arrays start their ranks through submitit with {launcher} "
-                "(hydra's own srun, nested in a step that already holds every CPU, would wait for CPUs that never "
-                "free up); a single job runs the rendered mpirun script",)
+        return (
+            f'launch.launcher = "{asked}": a sweep\'s arrays start their ranks through submitit with {launcher} '
+            "(hydra's own srun, nested in a step that already holds every CPU, would wait for CPUs that never "
+            "free up); a single job runs the rendered mpirun script",
+        )
     return ()
 
 
@@ -447,26 +559,36 @@ def extension_warnings(cfg: Config, host: HostProbe, backend: Backend | None = N
     if backend.resolved is DDPBackend.CCL and not host.ccl_bindings:
         out.append(f"ddp backend ccl: {backend.reason}")
     if cfg.train.ipex and not host.ipex:
-        out.append("train.ipex = true: intel_extension_for_pytorch is not importable here; the ranks continue "
-                   "without it unless the nodes have it (IPEX's last release, 2.8, needs torch 2.8)")
+        out.append(
+            "train.ipex = true: intel_extension_for_pytorch is not importable here; the ranks continue "
+            "without it unless the nodes have it (IPEX's last release, 2.8, needs torch 2.8)"
+        )
     return out
 
 
-def _warnings(cfg: Config, host: HostProbe, backend: Backend, pools: list[topology.Pool]) -> tuple[str, ...]:
+def _warnings(
+    cfg: Config, host: HostProbe, backend: Backend, pools: list[topology.Pool]
+) -> tuple[str, ...]:
     la = cfg.launch
     out = extension_warnings(cfg, host, backend)
     if la.ccl_workers and backend.resolved is not DDPBackend.CCL:
-        out.append(f"launch.ccl_workers={la.ccl_workers} not reserved: backend is "
-                   f"{backend.resolved}, no CCL worker threads run, all cores compute")
+        out.append(
+            f"launch.ccl_workers={la.ccl_workers} not reserved: backend is "
+            f"{backend.resolved}, no CCL worker threads run, all cores compute"
+        )
     for name in preload_wanted(cfg):
         if name not in host.libraries:
-            out.append(f"{name} not found on this host; each rank looks for it on its node and runs without it "
-                       f"where it is missing (install: {LIB_PACKAGES[name]})")
+            out.append(
+                f"{name} not found on this host; each rank looks for it on its node and runs without it "
+                f"where it is missing (install: {LIB_PACKAGES[name]})"
+            )
     if not la.bind:
         out.append("launch.bind = false: ranks are not pinned; expect oversubscription")
     if la.omp_num_threads and la.omp_num_threads > len(pools[0].compute):
-        out.append(f"launch.omp_num_threads={la.omp_num_threads} exceeds the "
-                   f"{len(pools[0].compute)} compute cores per rank: oversubscribed")
+        out.append(
+            f"launch.omp_num_threads={la.omp_num_threads} exceeds the "
+            f"{len(pools[0].compute)} compute cores per rank: oversubscribed"
+        )
     return tuple(out)
 
 
@@ -476,29 +598,15 @@ def load(path: str | os.PathLike) -> LaunchPlan:
     try:
         text = Path(path).read_text()
     except OSError as e:
-        raise PlanError(f"cannot read plan {str(path)!r}: {e.strerror or e}",
-                        "submit through hpcqa (it writes the plan before any rank starts)") from None
+        raise PlanError(
+            f"cannot read plan {str(path)!r}: {e.strerror or e}",
+            "submit through hpcqa (it writes the plan before any rank starts)",
+        ) from None
     try:
         return LaunchPlan.loads(text)
     except (ValueError, KeyError, TypeError) as e:
-        raise PlanError(f"cannot read plan {str(path)!r}: not a launch plan of this hpcqa version "
-                        f"({type(e).__name__}: {e})", "re-submit, or re-render the script") from None
-
-
-def node_layout(plan: LaunchPlan, node: topology.Node | Sequence[topology.Cpu]) -> topology.Layout:
-    """Every local rank's pool on this node, by the same rule (and function) the plan used for the
-    declared node. `hpcqa topology CONFIG` shows exactly this."""
-    cfg = plan.config
-    workers = cfg.launch.ccl_workers if plan.backend.resolved is DDPBackend.CCL else 0
-    try:
-        lay = topology.layout(node, plan.ranks_per_node, cfg.cores_per_domain, workers, cfg.launch.rank_domain,
-                              plan.ranks_per_domain)
-        return topology.with_siblings(lay) if cfg.launch.use_siblings else lay
-    except HpcqaError:
-        # fewer cores than ranks: share them round-robin rather than refuse to start, and say so loudly
-        cpus = node.cpus if isinstance(node, topology.Node) else node
-        cores = [c for c, _ in topology.physical_cores(cpus)]
-        pools = tuple(topology.Pool(k, (cores[k % len(cores)],), (), (), (cores[k % len(cores)],))
-                      for k in range(plan.ranks_per_node))
-        return topology.Layout(pools, True, (f"OVERSUBSCRIBED: {plan.ranks_per_node} ranks share this node's "
-                                             f"{len(cores)} core(s)",))
+        raise PlanError(
+            f"cannot read plan {str(path)!r}: not a launch plan of this hpcqa version "
+            f"({type(e).__name__}: {e})",
+            "re-submit, or re-render the script",
+        ) from None

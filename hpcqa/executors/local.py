@@ -24,7 +24,7 @@ import submitit
 
 from hpcqa.core import states, sweep, targets, topology
 from hpcqa.core.plan import LaunchPlan
-from hpcqa.core.plan import node_layout as plan_node_layout
+from hpcqa.core.ranklayout import node_layout as plan_node_layout
 from hpcqa.core.states import State
 from hpcqa.core.targets import Requeue
 from hpcqa.errors import HpcqaError, PlanError

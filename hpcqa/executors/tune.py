@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from hpcqa.core import config, states, sweep
+from hpcqa.core import config, ranklayout, states, sweep
 from hpcqa.core import plan as planmod
 from hpcqa.errors import ConfigError, JobFailed
 from hpcqa.executors import hostprobe, table
@@ -66,7 +66,7 @@ def run(
         )
     entry = tune.record(base, done, socket.gethostname(), time.time())
     return {
-        "key": planmod.shape_key(base),
+        "key": ranklayout.shape_key(base),
         "entry": entry,
         "measured": measured,
         "jobs": jobs,

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from hpcqa.core import distenv, threadenv, topology
+from hpcqa.core import distenv, ranklayout, threadenv, topology
 from hpcqa.core import plan as planmod
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.targets import PodExit, Requeue
@@ -56,7 +56,7 @@ def choose_binding(
             "pool": None,
             "layout": None,
         }
-    lay = planmod.node_layout(plan, node)
+    lay = ranklayout.node_layout(plan, node)
     pool = lay.pools[local_rank]
     # the plan's rule on the observed pool, for the variables the plan gave this rank
     ccl, pin_domain = plan.pool_variables  # the plan's decision, not re-derived from its variables

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
-from hpcqa.core import scaling
+from hpcqa.core import ranklayout, scaling
 from hpcqa.core.states import State
 from hpcqa.errors import UsageError
 from hpcqa.record import links, tuned
@@ -123,7 +123,7 @@ def measured_layouts(cfg: configmod.Config, prof: scaling.Profile) -> dict[int, 
     """{ranks per node: per-rank seconds per step on one node} for the layouts `hpcqa tune` measured for this shape
     (one node, so the intra-node all-reduce is in them), plus the run's own."""
     out = {prof.ranks_per_node: prof.t_local}
-    hit = tuned.load_store().get(planmod.shape_key(cfg)) or {}
+    hit = tuned.load_store().get(ranklayout.shape_key(cfg)) or {}
     for rps, sps in (hit.get("samples_per_second") or {}).items():
         if sps:
             r = int(rps) * cfg.domains_per_node
@@ -194,7 +194,7 @@ def same_shape_run(reg: Any, cfg: configmod.Config) -> Any | None:
     """The newest completed training run of this config's shape (model, data shape, batch, precision, node) whose
     results the model can use: a one-node run if there is one (the model's reference: its compute is not mixed
     with a link's), else the newest multi-node run."""
-    want, fallback = planmod.shape_key(cfg), None
+    want, fallback = ranklayout.shape_key(cfg), None
     for row in reg.jobs(limit=RECENT) if reg.exists else []:
         # the registry's state may lag (no one asked Slurm since): a results.json that says COMPLETED counts
         if (row.final and row.state != State.COMPLETED) or (row.config.get("job") or {}).get(
@@ -202,7 +202,7 @@ def same_shape_run(reg: Any, cfg: configmod.Config) -> Any | None:
         ) != "train":
             continue
         try:
-            if planmod.shape_key(job_config(row)) != want:
+            if ranklayout.shape_key(job_config(row)) != want:
                 continue
         except Exception:  # a config an older hpcqa wrote: not comparable
             continue

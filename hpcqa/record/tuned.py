@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hpcqa.core import plan
+from hpcqa.core import ranklayout
 from hpcqa.core.config import Config
 from hpcqa.errors import UsageError
 from hpcqa.fsutil import atomic_write_text
@@ -50,7 +50,7 @@ def record(
     }
     p = path or store_path()
     data = load_store(p)
-    data[plan.shape_key(cfg)] = entry
+    data[ranklayout.shape_key(cfg)] = entry
     atomic_write_text(p, json.dumps(data, indent=2, sort_keys=True))
     return entry
 
