@@ -14,7 +14,7 @@ import pytest
 
 from hpcqa.core import config
 from hpcqa.errors import ConfigError
-from hpcqa.record import registry
+from hpcqa.record import registry, registryfix
 from tests.conftest import ROOT
 
 OK_ROW = dict(
@@ -100,7 +100,7 @@ def test_recover_reads_back_what_it_can(tmp_path):
     reg = registry.Registry(path)
     reg.add_many([{**OK_ROW, "id": str(i)} for i in range(5)])
     reg.db.close()
-    new, aside, n, bad = registry.recover(path)
+    new, aside, n, bad = registryfix.recover(path)
     assert n == 5 and bad == 0 and aside.exists() and len(registry.Registry(new).jobs()) == 5
     assert sqlite3.connect(aside).execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 5
 
@@ -568,7 +568,7 @@ def test_recover_salvages_the_rows_before_a_truncation(tmp_path):
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(Exception):  # SQLite itself reads nothing of it
         sqlite3.connect(path).execute("SELECT COUNT(*) FROM jobs").fetchone()
-    new, aside, n, bad = registry.recover(path)
+    new, aside, n, bad = registryfix.recover(path)
     assert n >= 12 and bad == 0 and len(registry.Registry(new).jobs()) == n, n
 
 

@@ -157,9 +157,9 @@ def adopt_legacy_registry(args) -> None:
         return
     if any(o.startswith("job.registry=") for o in getattr(args, "overrides", None) or ()):
         return
-    from hpcqa.record import registry
+    from hpcqa.record import registry, registryfix
 
-    old, copied, note = registry.adopt_legacy()
+    old, copied, note = registryfix.adopt_legacy()
     if note:
         print(errors.for_terminal(f"hpcqa: {note}"), file=sys.stderr)
     elif copied:

@@ -22,7 +22,7 @@ from hpcqa.errors import HpcqaError, RegistryError, UsageError
 from hpcqa.executors import cancel, jobs
 from hpcqa.executors.cancel import targets
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.record import logtail, registry, results, scalingruns
+from hpcqa.record import logtail, registry, registryfix, results, scalingruns
 from hpcqa.record.jobdir import JobDir
 
 
@@ -189,7 +189,7 @@ def cmd_registry(args: argparse.Namespace) -> int:
         except HpcqaError as e:
             if "is not an hpcqa job registry" in e.message:
                 raise
-        new, aside, n, bad = registry.recover(path)
+        new, aside, n, bad = registryfix.recover(path)
         print(
             f"{new}: fresh registry with {n} job(s) read back"
             + (f", {bad} damaged row(s) left out" if bad else "")

@@ -8,7 +8,8 @@
     manifest.py     the staging manifest read back: what `hpcqa stage` staged, and whether it is still there
     tuned.py        `hpcqa tune` results: the candidates, the store of measured layouts
     links.py        the links `hpcqa tune --comm` measured, per cluster, partition and backend
-    registry.py     the job registry (SQLite, WAL): its rows checked, salvage of a damaged one
+    registry.py     the job registry (SQLite, WAL): where it lives, its file and rows checked
+    registryfix.py  an older hpcqa's per-folder registry adopted; a damaged one recovered (rows salvaged)
     sqlitescan.py   rows read straight from an SQLite file's pages (recover, when SQLite cannot read it)
     status.py       the job view (state, progress, results) and its texts
     trainerfiles.py  what an HF Trainer program leaves (trainer_state.json, *_results.json), read back

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import sqlite3
 import stat
@@ -23,13 +22,12 @@ from typing import Any, Iterable, Iterator
 
 from hpcqa.core import values as valuecheck
 from hpcqa.errors import HpcqaError, RegistryError, UsageError
-from hpcqa.record import sqlitescan
 
 # Before, the default was a registry per folder (logs/registry.sqlite under the folder submit ran in): a job
 # submitted from a script's own folder was then invisible from anywhere else. The default is now the user's.
 LEGACY_PATH = os.path.join("logs", "registry.sqlite")
 APPLICATION_ID = 0x68717267  # "hqrg" in the SQLite header (PRAGMA application_id): this file is an hpcqa registry
-SCHEMA_VERSION = 2           # PRAGMA user_version; 2: the column "executor" is named "target"
+SCHEMA_VERSION = 2  # PRAGMA user_version; 2: the column "executor" is named "target"
 # A job is (id, folder): ids repeat (a reset controller starts again at 1, several clusters share a filesystem), the
 # folder -- which carries the submission's own token -- does not. A reused id adds a row; it never replaces one.
 SCHEMA = """
@@ -86,7 +84,7 @@ def state_dir() -> Path:
     ~/.local/state/hpcqa (the XDG base directory default, Linux and other Unix); ~/Library/Application
     Support/hpcqa on macOS."""
     xdg = os.environ.get("XDG_STATE_HOME", "")
-    if os.path.isabs(xdg):   # the spec: a relative value is invalid and is ignored
+    if os.path.isabs(xdg):  # the spec: a relative value is invalid and is ignored
         return Path(xdg) / "hpcqa"
     home = Path.home()
     if sys.platform == "darwin":
@@ -130,64 +128,36 @@ def _read_only(path: Path) -> Iterator[sqlite3.Connection]:
 
 
 def not_found(ids: Iterable[str], path: Path, what: str = "job") -> UsageError:
-    """"no job X in PATH", with the fix that would find it: another registry this user has that holds it (the
+    """ "no job X in PATH", with the fix that would find it: another registry this user has that holds it (the
     default, $HPCQA_REGISTRY, this folder's logs/registry.sqlite) named with --registry, else how to look."""
     ids = [str(i) for i in ids]
-    for other in dict.fromkeys([default_path(), Path(os.environ.get("HPCQA_REGISTRY") or default_path()),
-                                Path(LEGACY_PATH)]):
+    for other in dict.fromkeys(
+        [
+            default_path(),
+            Path(os.environ.get("HPCQA_REGISTRY") or default_path()),
+            Path(LEGACY_PATH),
+        ]
+    ):
         if _same(other, path) or not other.is_file():
             continue
         marks = ",".join("?" * len(ids))
         try:
             with _read_only(other) as db:
-                hit = db.execute(f"SELECT 1 FROM jobs WHERE id IN ({marks}) OR sweep_id IN ({marks}) LIMIT 1",
-                                 ids + ids).fetchone()
+                hit = db.execute(
+                    f"SELECT 1 FROM jobs WHERE id IN ({marks}) OR sweep_id IN ({marks}) LIMIT 1",
+                    ids + ids,
+                ).fetchone()
         except sqlite3.Error:
             continue
         if hit:
-            return UsageError(f"no {what} {', '.join(ids)} in {path}", f"it is in {other}: add --registry {other}")
-    return UsageError(f"no {what} {', '.join(ids)} in {path}",
-                         "`hpcqa status --all` lists this registry's jobs; a job submitted with another registry "
-                         "(job.registry, $HPCQA_REGISTRY) is found with --registry PATH")
-
-
-def adopt_legacy(folder: str | Path = ".") -> tuple[Path | None, int, str]:
-    """The registry an hpcqa from before kept in `folder`/logs/registry.sqlite: its jobs copied into the user's
-    default registry (a job already there, same id and folder, is left as it is), so `status` finds them from any
-    folder. The old file is read, never changed. -> (the old file or None, jobs copied, a note when it could not be
-    read). Never raises: a damaged old registry is one line and the default registry goes on without it."""
-    old = Path(folder) / LEGACY_PATH
-    if not old.is_file() or _same(old, default_path()):
-        return None, 0, ""
-    if not _mine(old):  # another user's old registry in a folder I can read: their jobs are not mine to adopt
-        return None, 0, ""
-    try:
-        with _read_only(old) as src:
-            cols = [r[1] for r in src.execute("PRAGMA table_info(jobs)")]
-            if tuple(cols) not in (COLUMNS, COLUMNS_V1):
-                return old, 0, f"{old} is not an hpcqa job registry (tables/columns differ): not read"
-            rows = src.execute(f"SELECT {','.join(cols)} FROM jobs").fetchall()
-    except sqlite3.Error as e:
-        return old, 0, f"{old} (the registry of an older hpcqa) could not be read ({str(e)[:80]}): its jobs are not " \
-                       "listed; `hpcqa registry recover --registry " + str(old) + "` saves what can be read"
-    good = []
-    for r in rows:
-        d = dict(zip(COLUMNS, r))   # COLUMNS_V1 differs only in the name of the third column
-        try:
-            Registry._row(d)
-        except (TypeError, ValueError, KeyError, RecursionError):
-            continue
-        good.append(r)
-    if not good:
-        return old, 0, ""
-    reg = Registry(default_path())
-    with reg.db:
-        reg.db.execute("BEGIN IMMEDIATE")
-        before = reg.db.total_changes
-        reg.db.executemany(f"INSERT OR IGNORE INTO jobs ({','.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})",
-                           good)
-        copied = reg.db.total_changes - before
-    return old, copied, ""
+            return UsageError(
+                f"no {what} {', '.join(ids)} in {path}", f"it is in {other}: add --registry {other}"
+            )
+    return UsageError(
+        f"no {what} {', '.join(ids)} in {path}",
+        "`hpcqa status --all` lists this registry's jobs; a job submitted with another registry "
+        "(job.registry, $HPCQA_REGISTRY) is found with --registry PATH",
+    )
 
 
 def check_creatable(path: str | Path | None = None) -> None:
@@ -206,18 +176,10 @@ def check_creatable(path: str | Path | None = None) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise RegistryError(f"cannot create the job registry {target}: {folder}: {e.strerror or e}",
-                            "make its folder writable, or set job.registry / $HPCQA_REGISTRY") from None
-
-
-def _mine(path: Path) -> bool:
-    """The file and every folder from it up to the folder it was found from are owned by me (not followed through a
-    link: a link planted there by someone else is not my registry)."""
-    uid = os.getuid()
-    try:
-        return all(os.lstat(p).st_uid == uid for p in (path, path.parent, path.parent.parent))
-    except OSError:
-        return False
+        raise RegistryError(
+            f"cannot create the job registry {target}: {folder}: {e.strerror or e}",
+            "make its folder writable, or set job.registry / $HPCQA_REGISTRY",
+        ) from None
 
 
 def _closed_folder(path: Path) -> None:
@@ -237,70 +199,106 @@ def _closed_folder(path: Path) -> None:
     mode = f"{stat.S_IMODE(st.st_mode):04o}"
     if state and st.st_uid == os.getuid():
         os.chmod(folder, 0o700)
-        sys.stderr.write(f"hpcqa: {folder} (hpcqa's state folder, your job registry) was writable by others "
-                         f"(mode {mode}): made 0700\n")
+        sys.stderr.write(
+            f"hpcqa: {folder} (hpcqa's state folder, your job registry) was writable by others "
+            f"(mode {mode}): made 0700\n"
+        )
         return
     if state:
-        raise RegistryError(f"hpcqa's state folder {folder} belongs to uid {st.st_uid} and others can write to it "
-                            f"(mode {mode}): not used", "remove it (it is made again, 0700), or set $HPCQA_REGISTRY")
-    raise RegistryError(f"job registry {path}: its folder is writable by everyone (mode {mode}, no sticky bit): "
-                        "anyone could replace the registry", f"chmod o-w {folder}, or set job.registry / "
-                        "$HPCQA_REGISTRY to a path in a folder of yours")
+        raise RegistryError(
+            f"hpcqa's state folder {folder} belongs to uid {st.st_uid} and others can write to it "
+            f"(mode {mode}): not used",
+            "remove it (it is made again, 0700), or set $HPCQA_REGISTRY",
+        )
+    raise RegistryError(
+        f"job registry {path}: its folder is writable by everyone (mode {mode}, no sticky bit): "
+        "anyone could replace the registry",
+        f"chmod o-w {folder}, or set job.registry / $HPCQA_REGISTRY to a path in a folder of yours",
+    )
 
 
 def _damaged(path: Path, what: str) -> RegistryError:
-    return RegistryError(f"job registry {path}: {what}",
-                         f"`hpcqa registry check --registry {path}` says more; `hpcqa registry recover --registry "
-                         f"{path}` keeps the damaged file aside and saves what can be read")
+    return RegistryError(
+        f"job registry {path}: {what}",
+        f"`hpcqa registry check --registry {path}` says more; `hpcqa registry recover --registry "
+        f"{path}` keeps the damaged file aside and saves what can be read",
+    )
+
+
+def _checked_file(path: Path) -> bool:
+    """Whether the registry file exists, once it is one a registry can be (RegistryError naming the fix if not)."""
+    if path.is_dir():
+        raise RegistryError(
+            f"job registry {path} is a directory",
+            "point job.registry / $HPCQA_REGISTRY at a file, or move the directory away",
+        )
+    exists = path.exists()
+    if exists and not path.is_file():  # a FIFO would block the open for ever, a device worse
+        raise RegistryError(
+            f"job registry {path} is not a regular file",
+            "point job.registry / $HPCQA_REGISTRY at a file",
+        )
+    if not exists:
+        above = next((p for p in path.parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise RegistryError(
+                f"job registry {path}: {above} is a file, not a folder",
+                "point job.registry / $HPCQA_REGISTRY at a path in a folder",
+            )
+    if exists and path.stat().st_size == 0:
+        raise _damaged(path, "the file is empty (0 bytes): truncated, or not made by hpcqa")
+    return exists
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    """The registry's connection, its owner checked before anything is written and its schema brought up to date."""
+    db = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
+    # a byte that is not UTF-8 in one row (a bad disk, another tool) reads as U+FFFD, not as an error that hides
+    # every other row
+    db.text_factory = lambda b: b.decode("utf-8", "replace")
+    db.execute("PRAGMA busy_timeout = 30000")
+    _own_or_refuse(db, path)  # before anything is written to it
+    db.execute("PRAGMA journal_mode = WAL")
+    _migrate(db)
+    db.execute("SELECT id, name, folder, state FROM jobs LIMIT 1").fetchall()
+    return db
 
 
 class Registry:
     """Opening checks the file: a directory, an empty file or one that isn't a job registry is an
     error naming the file and the fix (RegistryError, exit 2), never a traceback or "no jobs"."""
 
-    def __init__(self, path: str | Path | None = None, create: bool = True, group_readable: bool = False) -> None:
+    def __init__(
+        self, path: str | Path | None = None, create: bool = True, group_readable: bool = False
+    ) -> None:
         self.path = resolve_path(str(path) if path else None)
         _closed_folder(self.path)
-        if self.path.is_dir():
-            raise RegistryError(f"job registry {self.path} is a directory",
-                                "point job.registry / $HPCQA_REGISTRY at a file, or move the directory away")
-        self.exists = self.path.exists()
+        self.exists = _checked_file(self.path)
         self.damaged: list[str] = []  # rows jobs() could not read: "rowid N (id X): why"
-        if self.exists and not self.path.is_file():   # a FIFO would block the open for ever, a device worse
-            raise RegistryError(f"job registry {self.path} is not a regular file",
-                                "point job.registry / $HPCQA_REGISTRY at a file")
-        if not self.exists:
-            above = next((p for p in self.path.parents if p.exists()), None)
-            if above is not None and not above.is_dir():
-                raise RegistryError(f"job registry {self.path}: {above} is a file, not a folder",
-                                    "point job.registry / $HPCQA_REGISTRY at a path in a folder")
-        if self.exists and self.path.stat().st_size == 0:
-            raise _damaged(self.path, "the file is empty (0 bytes): truncated, or not made by hpcqa")
         if not self.exists and not create:
             self.db = None
             return
         if not self.exists:
             try:
                 _create(self.path, 0o640 if group_readable else 0o600)
-            except (OSError, sqlite3.DatabaseError) as e:  # sqlite: "unable to open database file" in a folder it
-                raise RegistryError(f"cannot create the job registry {self.path}: "  # cannot write
-                                    f"{getattr(e, 'strerror', None) or e}",
-                                    "make its folder writable, or set job.registry / $HPCQA_REGISTRY") from None
+            except (
+                OSError,
+                sqlite3.DatabaseError,
+            ) as e:  # sqlite: "unable to open database file" in a folder it
+                raise RegistryError(
+                    f"cannot create the job registry {self.path}: "  # cannot write
+                    f"{getattr(e, 'strerror', None) or e}",
+                    "make its folder writable, or set job.registry / $HPCQA_REGISTRY",
+                ) from None
         try:
-            self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
-            # a byte that is not UTF-8 in one row (a bad disk, another tool) reads as U+FFFD, not as an error that
-            # hides every other row
-            self.db.text_factory = lambda b: b.decode("utf-8", "replace")
-            self.db.execute("PRAGMA busy_timeout = 30000")
-            _own_or_refuse(self.db, self.path)  # before anything is written to it
-            self.db.execute("PRAGMA journal_mode = WAL")
-            _migrate(self.db)
-            self.db.execute("SELECT id, name, folder, state FROM jobs LIMIT 1").fetchall()
+            self.db = _open(self.path)
         except sqlite3.DatabaseError as e:
             raise _damaged(self.path, f"not a readable job registry ({e})") from None
         except OSError as e:
-            raise RegistryError(f"cannot create the job registry {self.path}: {e.strerror or e}",
-                                "make its folder writable, or set job.registry / $HPCQA_REGISTRY") from None
+            raise RegistryError(
+                f"cannot create the job registry {self.path}: {e.strerror or e}",
+                "make its folder writable, or set job.registry / $HPCQA_REGISTRY",
+            ) from None
         self.exists = True
 
     def check(self) -> tuple[int, str]:
@@ -310,31 +308,82 @@ class Registry:
         try:
             verdict = self.db.execute("PRAGMA integrity_check").fetchone()[0]
             rows = self.jobs()
-        except (sqlite3.DatabaseError, HpcqaError) as e:   # a page SQLite cannot read: a verdict, not a traceback
+        except (
+            sqlite3.DatabaseError,
+            HpcqaError,
+        ) as e:  # a page SQLite cannot read: a verdict, not a traceback
             return 0, f"damaged: {getattr(e, 'message', None) or e}"
         if verdict == "ok" and self.damaged:
-            verdict = f"{len(self.damaged)} damaged row(s): " + "; ".join(self.damaged[:3]) + \
-                ("; ..." if len(self.damaged) > 3 else "")
+            verdict = (
+                f"{len(self.damaged)} damaged row(s): "
+                + "; ".join(self.damaged[:3])
+                + ("; ..." if len(self.damaged) > 3 else "")
+            )
         return len(rows), verdict
 
-    def add(self, *, id: str, name: str, target: str, folder: str, config: dict, source: str,
-            nodes: int, world_size: int, array_size: int = 0, sweep_id: str | None = None,
-            task_index: int | None = None, variant: dict | None = None) -> None:
-        self.add_many([dict(id=id, name=name, target=target, folder=folder, config=config, source=source,
-                            nodes=nodes, world_size=world_size, array_size=array_size, sweep_id=sweep_id,
-                            task_index=task_index, variant=variant)])
+    def add(
+        self,
+        *,
+        id: str,
+        name: str,
+        target: str,
+        folder: str,
+        config: dict,
+        source: str,
+        nodes: int,
+        world_size: int,
+        array_size: int = 0,
+        sweep_id: str | None = None,
+        task_index: int | None = None,
+        variant: dict | None = None,
+    ) -> None:
+        self.add_many(
+            [
+                dict(
+                    id=id,
+                    name=name,
+                    target=target,
+                    folder=folder,
+                    config=config,
+                    source=source,
+                    nodes=nodes,
+                    world_size=world_size,
+                    array_size=array_size,
+                    sweep_id=sweep_id,
+                    task_index=task_index,
+                    variant=variant,
+                )
+            ]
+        )
 
     def add_many(self, rows: Iterable[dict[str, Any]]) -> None:
         now = time.time()
-        data = [(r["id"], r["name"], r["target"], r["folder"], json.dumps(r["config"]), r["source"], now,
-                 r["nodes"], r["world_size"], r.get("array_size", 0), r.get("sweep_id"), r.get("task_index"),
-                 json.dumps(r["variant"]) if r.get("variant") is not None else None) for r in rows]
+        data = [
+            (
+                r["id"],
+                r["name"],
+                r["target"],
+                r["folder"],
+                json.dumps(r["config"]),
+                r["source"],
+                now,
+                r["nodes"],
+                r["world_size"],
+                r.get("array_size", 0),
+                r.get("sweep_id"),
+                r.get("task_index"),
+                json.dumps(r["variant"]) if r.get("variant") is not None else None,
+            )
+            for r in rows
+        ]
         with self._writing():
             self.db.execute("BEGIN IMMEDIATE")
             # the same job (id and folder) registered again replaces its row; a reused id adds one
             self.db.executemany(
                 "INSERT OR REPLACE INTO jobs (id, name, target, folder, config, source, submitted_at, nodes, "
-                "world_size, array_size, sweep_id, task_index, variant) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", data)
+                "world_size, array_size, sweep_id, task_index, variant) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                data,
+            )
 
     def update_states(self, updates: Iterable[tuple]) -> None:
         """(id, state, final, exit_code, elapsed[, folder]): with the folder, only that job's row (ids repeat)."""
@@ -342,12 +391,16 @@ class Registry:
         by_id, by_job = [], []
         for u in updates:
             jid, state, final, code, elapsed = u[:5]
-            (by_job if len(u) > 5 else by_id).append((state, int(final), code, elapsed, now, jid, *u[5:6]))
+            (by_job if len(u) > 5 else by_id).append(
+                (state, int(final), code, elapsed, now, jid, *u[5:6])
+            )
         if not by_id and not by_job:
             return
         with self._writing():
             self.db.execute("BEGIN IMMEDIATE")
-            set_ = "UPDATE jobs SET state=?, final=?, exit_code=?, elapsed=?, updated_at=? WHERE id=?"
+            set_ = (
+                "UPDATE jobs SET state=?, final=?, exit_code=?, elapsed=?, updated_at=? WHERE id=?"
+            )
             self.db.executemany(set_, by_id)
             self.db.executemany(set_ + " AND folder=?", by_job)
 
@@ -362,7 +415,9 @@ class Registry:
                 raise
             raise _damaged(self.path, f"SQLite cannot write it ({e})") from None
 
-    def jobs(self, ids: Iterable[str] = (), limit: int | None = None, sweep_id: str | None = None) -> list[JobRow]:
+    def jobs(
+        self, ids: Iterable[str] = (), limit: int | None = None, sweep_id: str | None = None
+    ) -> list[JobRow]:
         if self.db is None:
             return []
         ids = list(ids)
@@ -391,32 +446,78 @@ class Registry:
             d = dict(zip(cols, r))
             try:
                 out.append(self._row(d))
-            except (TypeError, ValueError, KeyError, RecursionError) as e:  # a row written by hand, a bad disk
-                self.damaged.append(f"rowid {d.get('_rowid')} (id {str(d.get('id'))[:20]!r}): {str(e)[:60]}")
+            except (
+                TypeError,
+                ValueError,
+                KeyError,
+                RecursionError,
+            ) as e:  # a row written by hand, a bad disk
+                self.damaged.append(
+                    f"rowid {d.get('_rowid')} (id {str(d.get('id'))[:20]!r}): {str(e)[:60]}"
+                )
         return out
 
     @staticmethod
     def _row(d: dict) -> JobRow:
         """A row as status uses it, checked: anything else raises ValueError (the row is reported damaged)."""
-        config, variant = json.loads(d["config"]), json.loads(d["variant"]) if d["variant"] else None
+        config, variant = (
+            json.loads(d["config"]),
+            json.loads(d["variant"]) if d["variant"] else None,
+        )
         texts = ("id", "name", "target", "folder", "source", "state")
-        if not all(isinstance(d[k], str) and d[k] for k in texts) or not isinstance(config, dict) \
-                or not all(isinstance(d[k], int) for k in ("nodes", "world_size")) \
-                or not isinstance(d["submitted_at"], (int, float)) or not (variant is None or isinstance(variant, dict)):
+        if (
+            not all(isinstance(d[k], str) and d[k] for k in texts)
+            or not isinstance(config, dict)
+            or not all(isinstance(d[k], int) for k in ("nodes", "world_size"))
+            or not isinstance(d["submitted_at"], (int, float))
+            or not (variant is None or isinstance(variant, dict))
+        ):
             raise ValueError("a field of the wrong type or empty")
         bad = next((k for k in texts if valuecheck.control_char(d[k])), None)
         if bad:  # not from hpcqa (its names are checked): never printed raw to a terminal
             raise ValueError(f"a control character in {bad} ({valuecheck.control_char(d[bad])})")
-        return JobRow(id=d["id"], name=d["name"], target=d["target"], folder=d["folder"],
-                      config=config, source=d["source"], submitted_at=d["submitted_at"],
-                      nodes=d["nodes"], world_size=d["world_size"], array_size=d["array_size"] or 0,
-                      sweep_id=d["sweep_id"], task_index=d["task_index"], variant=variant, state=d["state"],
-                      final=bool(d["final"]), exit_code=d["exit_code"], elapsed=d["elapsed"])
+        return JobRow(
+            id=d["id"],
+            name=d["name"],
+            target=d["target"],
+            folder=d["folder"],
+            config=config,
+            source=d["source"],
+            submitted_at=d["submitted_at"],
+            nodes=d["nodes"],
+            world_size=d["world_size"],
+            array_size=d["array_size"] or 0,
+            sweep_id=d["sweep_id"],
+            task_index=d["task_index"],
+            variant=variant,
+            state=d["state"],
+            final=bool(d["final"]),
+            exit_code=d["exit_code"],
+            elapsed=d["elapsed"],
+        )
 
 
-COLUMNS = ("id", "name", "target", "folder", "config", "source", "submitted_at", "nodes", "world_size", "array_size",
-           "sweep_id", "task_index", "variant", "state", "final", "exit_code", "elapsed", "updated_at")
-COLUMNS_V1 = tuple("executor" if c == "target" else c for c in COLUMNS)   # before schema version 2
+COLUMNS = (
+    "id",
+    "name",
+    "target",
+    "folder",
+    "config",
+    "source",
+    "submitted_at",
+    "nodes",
+    "world_size",
+    "array_size",
+    "sweep_id",
+    "task_index",
+    "variant",
+    "state",
+    "final",
+    "exit_code",
+    "elapsed",
+    "updated_at",
+)
+COLUMNS_V1 = tuple("executor" if c == "target" else c for c in COLUMNS)  # before schema version 2
 
 
 def _own_or_refuse(db: sqlite3.Connection, path: Path) -> None:
@@ -425,18 +526,30 @@ def _own_or_refuse(db: sqlite3.Connection, path: Path) -> None:
     app = db.execute("PRAGMA application_id").fetchone()[0]
     if app == APPLICATION_ID:
         return
-    tables = sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
-                                             "AND name NOT LIKE 'sqlite_%'"))
+    tables = sorted(
+        r[0]
+        for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    )
     cols = [r[1] for r in db.execute("PRAGMA table_info(jobs)")] if tables == ["jobs"] else []
     if app != 0 or tables != ["jobs"] or tuple(cols) not in (COLUMNS, COLUMNS_V1):
-        what = f"application id {app:#x}" if app else ("tables " + ", ".join(tables[:5]) if tables else "no tables")
-        raise RegistryError(f"{path} is not an hpcqa job registry ({what}); nothing was written to it",
-                            "point job.registry / $HPCQA_REGISTRY at a registry hpcqa made, or at a new path")
+        what = (
+            f"application id {app:#x}"
+            if app
+            else ("tables " + ", ".join(tables[:5]) if tables else "no tables")
+        )
+        raise RegistryError(
+            f"{path} is not an hpcqa job registry ({what}); nothing was written to it",
+            "point job.registry / $HPCQA_REGISTRY at a registry hpcqa made, or at a new path",
+        )
 
 
 def _current(db: sqlite3.Connection) -> bool:
-    return db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID and \
-        db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION
+    return (
+        db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        and db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION
+    )
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -461,8 +574,12 @@ def _migrate_now(db: sqlite3.Connection) -> None:
             for stmt in SCHEMA.split(";"):
                 if stmt.strip():
                     db.execute(stmt)
-            db.execute(f"INSERT INTO jobs ({','.join(COLUMNS)}) SELECT {','.join(COLUMNS)} FROM jobs_v1")
-            db.execute("DROP TABLE jobs_v1")  # and its indexes, which kept their names: made again for the new table
+            db.execute(
+                f"INSERT INTO jobs ({','.join(COLUMNS)}) SELECT {','.join(COLUMNS)} FROM jobs_v1"
+            )
+            db.execute(
+                "DROP TABLE jobs_v1"
+            )  # and its indexes, which kept their names: made again for the new table
             for stmt in SCHEMA.split(";"):
                 if stmt.strip():
                     db.execute(stmt)
@@ -488,65 +605,3 @@ def _create(path: Path, mode: int = 0o600) -> None:
         pass
     finally:
         tmp.unlink()
-
-
-def recover(path: str | Path | None = None) -> tuple[Path, Path, int, int]:
-    """Move a damaged registry aside (kept, never deleted) and copy every job row that can still be read, and reads
-    as a job, into a fresh one. -> (new registry, damaged copy, rows saved, rows left behind as damaged)"""
-    src = resolve_path(str(path) if path else None)
-    if not src.is_file():
-        raise RegistryError(f"{src} is not a registry file", "name the registry file with --registry")
-    rows, bad = [], 0
-    for r in _salvage(src):     # read where it is, before anything moves: whatever the reading meets, the damaged
-        try:                    # file is then kept aside and a working registry takes its place
-            Registry._row(r)
-            rows.append({k: r[k] for k in COLUMNS if k in r})
-        except (TypeError, ValueError, KeyError, RecursionError):
-            bad += 1
-    aside = src.with_name(f"{src.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-    shutil.move(str(src), str(aside))
-    for suffix in ("-wal", "-shm"):
-        if Path(f"{src}{suffix}").exists():
-            shutil.move(f"{src}{suffix}", f"{aside}{suffix}")
-    fresh = Registry(src)
-    if rows:
-        with fresh.db:
-            fresh.db.execute("BEGIN IMMEDIATE")
-            for r in rows:
-                cols = list(r)
-                fresh.db.execute(f"INSERT OR REPLACE INTO jobs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
-                                 tuple(r[c] for c in cols))
-    return src, aside, len(rows), bad
-
-
-def _salvage(path: Path, give_up_after: int = 1000) -> list[dict]:
-    """Every row that can still be read: through SQLite one rowid at a time (a full scan stops at the first bad page),
-    then straight from the file's table pages for what SQLite cannot reach (a truncated file loses the pages that
-    lead to its rows, not only the rows on the pages it lost)."""
-    found: dict[int, dict] = {}
-    try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        cols = [r[1] for r in db.execute("PRAGMA table_info(jobs)")]
-        try:
-            top = db.execute("SELECT max(rowid) FROM jobs").fetchone()[0] or 0
-        except sqlite3.DatabaseError:
-            top = None
-        rowid, misses = 0, 0
-        while cols and (top is None or rowid < top) and misses < give_up_after:
-            rowid += 1
-            try:
-                row = db.execute("SELECT * FROM jobs WHERE rowid = ?", (rowid,)).fetchone()
-            except sqlite3.DatabaseError:
-                row = None
-            misses = 0 if row else misses + 1
-            if row:
-                found[rowid] = dict(zip(["target" if c == "executor" else c for c in cols], row))
-    except sqlite3.DatabaseError:
-        pass
-    try:
-        scanned = sqlitescan.table_rows(path, len(COLUMNS))
-    except (ValueError, IndexError, KeyError, OverflowError, MemoryError, OSError):
-        scanned = {}            # what SQLite read above still counts
-    for rowid, values in scanned.items():
-        found.setdefault(rowid, dict(zip(COLUMNS, values)))
-    return [found[k] for k in sorted(found)]
