@@ -373,7 +373,7 @@ def test_job_files_that_are_not_what_hpcqa_writes_are_passed_over(tmp_path):
     import os
     import signal
 
-    from hpcqa.record import jobdir
+    from hpcqa.record import jobdir, jsonfiles
 
     d = tmp_path / "job"
     (d / "ranks").mkdir(parents=True)
@@ -384,7 +384,7 @@ def test_job_files_that_are_not_what_hpcqa_writes_are_passed_over(tmp_path):
     (tmp_path / "secret.json").write_text('{"rank": 1, "host": "elsewhere"}')
     (d / "ranks" / "rank-1.phase.json").symlink_to(tmp_path / "secret.json")  # not followed
     with open(tmp_path / "big.json", "wb") as f:
-        f.truncate(jobdir.MAX_JSON_BYTES + 10)
+        f.truncate(jsonfiles.MAX_JSON_BYTES + 10)
     signal.alarm(10)  # a FIFO that blocked would fail the test, not hang it
     try:
         for name in (

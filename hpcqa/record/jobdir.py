@@ -22,10 +22,8 @@ file name of the job folder. Writes are atomic (write aside, rename): other rank
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
-import math
 import os
 import re
 import secrets
@@ -37,17 +35,22 @@ from typing import Any, Mapping
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path  # noqa: F401  (the folder's names, with the rest)
 from hpcqa.core.states import State
 from hpcqa.errors import UsageError
-from hpcqa.fsutil import atomic_write_text, file_sha256, open_regular, own_folder
+from hpcqa.fsutil import atomic_write_text, file_sha256, own_folder
 from hpcqa.record import failures
+from hpcqa.record.jsonfiles import load_json, progress_problem, read_json, results_problem
 
-TASK_ID = "{array_task_id}"          # the rank wrapper's placeholder for SLURM_ARRAY_TASK_ID
+TASK_ID = "{array_task_id}"  # the rank wrapper's placeholder for SLURM_ARRAY_TASK_ID
 # Per-rank log names that launchers expand themselves: srun --output (%t) and mpirun (%r).
 SRUN_LOG = "rank-%t.log"
-SUBMITIT_LOG = "{job}_%t_log.{stream}"  # submitit's task log names (job: %j, or an array's %A_%a; %t = task)
+SUBMITIT_LOG = (
+    "{job}_%t_log.{stream}"  # submitit's task log names (job: %j, or an array's %A_%a; %t = task)
+)
 MPIRUN_LOG = "rank-%r.log"
 SCRIPT_PLAN = "plan.json"
 SCRIPT_HOSTFILE = "hostfile"
-REQUEUE_REQUEST = "requeue-requested"   # + ".<attempt>": rank 0 asks a rendered script to requeue the job
+REQUEUE_REQUEST = (
+    "requeue-requested"  # + ".<attempt>": rank 0 asks a rendered script to requeue the job
+)
 
 
 def folder_from_env(pattern: str, env: Mapping[str, str]) -> Path | None:
@@ -75,115 +78,6 @@ def attempt_from_env(env: Mapping[str, str]) -> int:
 
 
 MAX_LISTED_REPORTS = 256  # a job's view checks this many rank reports, not thousands
-MAX_JSON_BYTES = 64 << 20  # hpcqa's own files are kilobytes; a worktree manifest of 100,000 files a few MB
-
-
-class _NotFinite(ValueError):
-    pass
-
-
-def _finite(text: str) -> float:
-    x = float(text)
-    if not math.isfinite(x):
-        raise _NotFinite(f"{text} is not a finite number")
-    return x
-
-
-def _no_constant(name: str) -> Any:
-    raise _NotFinite(f"{name} is not JSON's")
-
-
-def read_json(path: Path | str) -> dict | None:
-    """The file's JSON object, or None when it is missing, half-written, not JSON, or not what hpcqa writes there:
-    every reader of a job folder goes through this, and a job's program or a dying node can leave anything there.
-    Only a regular file is read (opened without following a link and without blocking, then checked: a FIFO named
-    results.json would hang `status`), at most MAX_JSON_BYTES of it; numbers must be finite; the top level must be
-    an object."""
-    return load_json(path)[0]
-
-
-def load_json(path: Path | str) -> tuple[dict | None, str | None]:
-    """read_json, with why a file that is there was not read: (object, None), (None, None) when there is no file,
-    (None, reason) when there is one that is damaged."""
-    try:
-        fd = open_regular(path)
-    except FileNotFoundError:
-        return None, None
-    except OSError as e:
-        if e.errno == errno.EINVAL and e.strerror == "not a regular file":
-            return None, "not a regular file"
-        return None, "a link, or not readable" if e.errno in (errno.ELOOP, errno.EACCES, errno.EPERM) \
-            else f"not readable ({os.strerror(e.errno or 0)})"
-    except ValueError:
-        return None, "not a path"
-    try:
-        st = os.fstat(fd)
-        if st.st_size > MAX_JSON_BYTES:
-            return None, f"larger than {MAX_JSON_BYTES >> 20} MiB"
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_JSON_BYTES + 1)
-        if len(data) > MAX_JSON_BYTES:
-            return None, f"larger than {MAX_JSON_BYTES >> 20} MiB"
-        if not data.strip():
-            return None, "empty (being written, or cut short)"
-        got = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
-    except OSError as e:
-        return None, f"not readable ({os.strerror(e.errno or 0)})"
-    except _NotFinite:
-        return None, "a number that is not finite (NaN, Infinity or 1e999)"
-    except (ValueError, RecursionError):
-        return None, "not JSON (cut short, or not hpcqa's)"
-    finally:
-        os.close(fd)
-    return (got, None) if isinstance(got, dict) else (None, f"JSON, but a {type(got).__name__}, not an object")
-
-
-# progress.json's numbers, as rank 0 writes them; anything outside these is a damaged file, never a bar to draw
-PROGRESS_COUNTS = ("step", "total_steps", "attempt")
-PROGRESS_SECONDS = ("eta_s", "started", "updated")
-MAX_STEPS = 10 ** 12
-MAX_SECONDS = 10 ** 11  # an ETA or a Unix time: about 3,000 years
-
-
-def progress_problem(d: dict) -> str | None:
-    """Why progress.json's numbers are not ones a rank writes (None: they are): counts are whole numbers in
-    0..MAX_STEPS, seconds and the epoch finite and in range, the loss a finite number or null."""
-    for key in PROGRESS_COUNTS:
-        v = d.get(key)
-        if v is None:  # a user program's job has no steps until its trainer saves a state
-            continue
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_STEPS:
-            return f"{key} {_shown(v)} is not a step count (a whole number 0-{MAX_STEPS:.0e})"
-    for key in (*PROGRESS_SECONDS, "epoch"):
-        v = d.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_SECONDS):
-            return f"{key} {_shown(v)} is out of range"
-    loss = d.get("loss")
-    if loss is not None and (isinstance(loss, bool) or not isinstance(loss, (int, float))):
-        return f"loss {_shown(loss)} is not a number"
-    if not isinstance(d.get("phase", ""), str):
-        return "phase is not text"
-    return None
-
-
-# results.json's numbers that the views print as numbers (EM/F1, rates, times): each, when there, a number (finite:
-# the reader already refuses NaN and Infinity), never text or a list; anything else is a damaged file
-RESULTS_NUMBERS = ("exact_match", "f1", "train_samples_per_second", "eval_samples_per_second", "wall_time_s",
-                   "train_runtime_s", "steady_samples_per_second", "step_time_s", "best_metric")
-
-
-def results_problem(d: dict) -> str | None:
-    """Why results.json's numbers are not ones a rank writes (None: they are)."""
-    for key in RESULTS_NUMBERS:
-        v = d.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            return f"{key} {_shown(v)} is not a number"
-    return None
-
-
-def _shown(v: Any) -> str:
-    text = json.dumps(v, default=str)
-    return text if len(text) <= 24 else text[:23] + "…"
 
 
 def write_json(path: Path, obj: Any) -> Path:
@@ -246,12 +140,17 @@ class JobRoot:
             self.path.mkdir(parents=True, exist_ok=True)
             bad = self.unsafe()
             if bad:
-                raise UsageError(f"job root {self.path}: {bad}", "use another job.output_dir or job.name (a folder of "
-                                 "your own), or remove the link")
+                raise UsageError(
+                    f"job root {self.path}: {bad}",
+                    "use another job.output_dir or job.name (a folder of "
+                    "your own), or remove the link",
+                )
             os.chmod(self.path, 0o750 if group_readable else 0o700)
         except OSError as e:
-            raise UsageError(f"cannot prepare the job root {self.path}: {e.strerror or e}",
-                             "choose a job.output_dir you own and can write") from None
+            raise UsageError(
+                f"cannot prepare the job root {self.path}: {e.strerror or e}",
+                "choose a job.output_dir you own and can write",
+            ) from None
 
     def unsafe(self) -> str | None:
         """Why writing under this root could land elsewhere or in someone else's hands, or None."""
@@ -388,16 +287,27 @@ class JobDir:
     def predictions(self, stage: str = "eval", kind: str = "predictions") -> Path:
         """run_qa.py's names: <stage>_predictions.json, <stage>_nbest_predictions.json, <stage>_null_odds.json
         (stage: eval or predict)."""
-        if stage not in ("eval", "predict") or kind not in ("predictions", "nbest_predictions", "null_odds"):
+        if stage not in ("eval", "predict") or kind not in (
+            "predictions",
+            "nbest_predictions",
+            "null_odds",
+        ):
             raise ValueError(f"no prediction file {stage}/{kind}")
         return self.path / f"{stage}_{kind}.json"
 
     def outputs(self, results: Mapping[str, Any] | None = None) -> list[tuple[str, Path]]:
         """What a finished (or running) job has written, for `hpcqa status JOB`: label, path (existing ones).
         `results`: its results.json when the caller has read it already."""
-        found = [("folder", self.path), ("results", self.results), ("TensorBoard", self.tensorboard)]
-        found += [(f"{stage} {kind.replace('_', ' ')}", self.predictions(stage, kind))
-                  for stage in ("eval", "predict") for kind in ("predictions", "nbest_predictions", "null_odds")]
+        found = [
+            ("folder", self.path),
+            ("results", self.results),
+            ("TensorBoard", self.tensorboard),
+        ]
+        found += [
+            (f"{stage} {kind.replace('_', ' ')}", self.predictions(stage, kind))
+            for stage in ("eval", "predict")
+            for kind in ("predictions", "nbest_predictions", "null_odds")
+        ]
         best = ((self.read_results() if results is None else results) or {}).get("best_checkpoint")
         if best:
             found.append(("best checkpoint", Path(best)))
@@ -428,7 +338,11 @@ class JobDir:
         """The Trainer's checkpoint-N folders, newest first: (complete and readable, [(damaged, why)]). Pure reading."""
         if not self.checkpoints.is_dir():
             return [], []
-        found = [p for p in self.checkpoints.iterdir() if p.is_dir() and re.fullmatch(r"checkpoint-\d+", p.name)]
+        found = [
+            p
+            for p in self.checkpoints.iterdir()
+            if p.is_dir() and re.fullmatch(r"checkpoint-\d+", p.name)
+        ]
         good, bad = [], []
         for p in sorted(found, key=lambda p: int(p.name.split("-")[1]), reverse=True):
             state = read_json(p / "trainer_state.json")
@@ -446,7 +360,10 @@ class JobDir:
         out = {}
         for p in sorted(checkpoint.rglob("*")):
             if p.is_file() and p.name != JobDir.checkpoint_marker(checkpoint).name:
-                out[str(p.relative_to(checkpoint))] = {"size": p.stat().st_size, "sha256": file_sha256(p)}
+                out[str(p.relative_to(checkpoint))] = {
+                    "size": p.stat().st_size,
+                    "sha256": file_sha256(p),
+                }
         return out
 
     @staticmethod
@@ -510,7 +427,9 @@ class JobDir:
 
     def log(self, rank: int, stream: str = "err") -> Path | None:
         """The rank's log: submitit's (stderr or stdout), else a rendered script's (both streams)."""
-        found = sorted(self.path.glob(f"*_{rank}_log.{stream}")) + sorted(self.path.glob(self.script_log(rank).name))
+        found = sorted(self.path.glob(f"*_{rank}_log.{stream}")) + sorted(
+            self.path.glob(self.script_log(rank).name)
+        )
         return found[0] if found else None
 
     def script_log(self, rank: int) -> Path:
@@ -532,8 +451,15 @@ class JobDir:
         if not isinstance(res, dict):
             return None
         done_at = res.get("attempt", res.get("requeues"))
-        finished = res.get("status") == State.COMPLETED or (res.get("task") == "command" and res.get("exit_code") == 0)
-        if finished and isinstance(done_at, int) and not isinstance(done_at, bool) and 0 <= done_at < attempt:
+        finished = res.get("status") == State.COMPLETED or (
+            res.get("task") == "command" and res.get("exit_code") == 0
+        )
+        if (
+            finished
+            and isinstance(done_at, int)
+            and not isinstance(done_at, bool)
+            and 0 <= done_at < attempt
+        ):
             return done_at
         return None
 
@@ -546,8 +472,12 @@ class JobDir:
         """The files hpcqa reads back from this folder that are there but cannot be used, each with why: a job's
         program, a hand edit or a dying node can leave anything where hpcqa's own files go."""
         out = []
-        for path in (self.results, self.progress, self.controller_record,
-                     *(self.rank_report(k) for k in range(min(world_size, MAX_LISTED_REPORTS)))):
+        for path in (
+            self.results,
+            self.progress,
+            self.controller_record,
+            *(self.rank_report(k) for k in range(min(world_size, MAX_LISTED_REPORTS))),
+        ):
             got, why = load_json(path)
             check = {self.progress: progress_problem, self.results: results_problem}.get(path)
             if why is None and got is not None and check is not None:
@@ -578,11 +508,20 @@ class JobDir:
             if not d:
                 continue
             seen = by_rank.get(d.get("rank", -1))
-            merged = {**(seen or {}), **d, "time": min(d.get("time", 0), (seen or d).get("time", 0))}
-            if seen and "killed by" in str(seen.get("error", "")):  # a signal outranks what the rank wrote
+            merged = {
+                **(seen or {}),
+                **d,
+                "time": min(d.get("time", 0), (seen or d).get("time", 0)),
+            }
+            if seen and "killed by" in str(
+                seen.get("error", "")
+            ):  # a signal outranks what the rank wrote
                 merged["error"] = seen["error"]
             by_rank[d.get("rank", -1)] = merged
-        return sorted(by_rank.values(), key=lambda d: (failures.consequence(d), d.get("time", 0), d.get("rank", 0)))
+        return sorted(
+            by_rank.values(),
+            key=lambda d: (failures.consequence(d), d.get("time", 0), d.get("rank", 0)),
+        )
 
     def has_started(self) -> bool:
         return self.ranks.is_dir() or self.progress.exists()
@@ -591,7 +530,9 @@ class JobDir:
         """How a job that the scheduler no longer lists ended, from its own files."""
         if self.cancel_marker.exists():
             return State.CANCELLED
-        if self.ranks.is_dir() and (any(self.ranks.glob("rank-*.failed")) or any(self.ranks.glob("rank-*.exit"))):
+        if self.ranks.is_dir() and (
+            any(self.ranks.glob("rank-*.failed")) or any(self.ranks.glob("rank-*.exit"))
+        ):
             return State.FAILED
         if self.results.exists():
             return State.COMPLETED
@@ -624,14 +565,24 @@ class JobDir:
 
     def attempts(self) -> list[int]:
         """Earlier attempts whose files were kept."""
-        return sorted(int(p.name.split("-")[1]) for p in self.ranks.glob("attempt-*")) if self.ranks.is_dir() else []
+        return (
+            sorted(int(p.name.split("-")[1]) for p in self.ranks.glob("attempt-*"))
+            if self.ranks.is_dir()
+            else []
+        )
 
     def notices(self, rank: int = 0) -> list[dict]:
         """The stops on a notice (SIGTERM, the requeue signal) of every attempt, oldest first, from `rank`'s reports:
         which signal, at which step, which checkpoint it saved."""
-        reports = [read_json(self.attempt_dir(a) / self.rank_report(rank).name) for a in self.attempts()]
+        reports = [
+            read_json(self.attempt_dir(a) / self.rank_report(rank).name) for a in self.attempts()
+        ]
         reports.append(read_json(self.rank_report(rank)))
-        return [rep["notice"] for rep in reports if isinstance(rep, dict) and isinstance(rep.get("notice"), dict)]
+        return [
+            rep["notice"]
+            for rep in reports
+            if isinstance(rep, dict) and isinstance(rep.get("notice"), dict)
+        ]
 
     def mark_cancelled(self, why: str) -> None:
         atomic_write_text(self.cancel_marker, why + "\n")
