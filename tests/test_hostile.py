@@ -20,7 +20,7 @@ from hpcqa.core import config, plan, sweep
 from hpcqa.errors import ConfigError
 from hpcqa.executors import render
 from hpcqa.executors.k8s import image as k8s_image
-from hpcqa.executors.k8s import pods, pytorchjob, trainjob
+from hpcqa.executors.k8s import manifest, pods, pytorchjob, trainjob
 from hpcqa.executors.slurm import SubmititSlurm
 from tests.conftest import ROOT, SLURM_HERE
 
@@ -187,8 +187,8 @@ def test_every_string_key_is_refused_or_arrives_unchanged(tmp_path, monkeypatch,
     try:
         docs = list(
             yaml.safe_load_all(
-                pods.to_yaml(
-                    pods.to_dicts(
+                manifest.to_yaml(
+                    manifest.to_dicts(
                         pytorchjob.objects(
                             plan.build_plan(pods.pod_config(cfg), k8s_image.image_host(HOST, cfg))
                         )
@@ -340,8 +340,8 @@ def test_every_key_at_once_through_the_rendered_scripts_runs_nothing(tmp_path, m
         dataclasses.replace(cfg, launch=dataclasses.replace(cfg.launch, pass_env=()))
     )
     docs = yaml.safe_load_all(
-        pods.to_yaml(
-            pods.to_dicts(
+        manifest.to_yaml(
+            manifest.to_dicts(
                 pytorchjob.objects(plan.build_plan(pod_cfg, k8s_image.image_host(HOST, cfg)))
             )
         )
@@ -376,7 +376,7 @@ def test_every_key_at_once_through_the_rendered_scripts_runs_nothing(tmp_path, m
     # the TrainJob's pod: its command (the script) with the plan from its environment, as JobSet starts node 0
     (tmp_path / "argv.python").unlink()
     runtime, job = yaml.safe_load_all(
-        pods.to_yaml(
+        manifest.to_yaml(
             trainjob.objects(
                 plan.build_plan(pod_cfg, k8s_image.image_host(HOST, cfg), launcher="trainjob")
             )

@@ -16,6 +16,7 @@ import yaml
 
 from hpcqa.core import config
 from hpcqa.core.plan import LaunchPlan
+from hpcqa.executors.k8s import manifest as k8s_manifest
 from hpcqa.executors.k8s import pods as k8s_pods
 from hpcqa.executors.k8s import pytorchjob
 from tests import k8s_rules
@@ -137,11 +138,11 @@ def test_render_says_what_the_pods_get(cli):
 def test_round_trips_through_the_client_deserialisers(cli):
     job = render(cli)
     for doc, kind in ((job, "PyTorchJob"),):
-        model = k8s_pods.load(doc, kind)
-        assert k8s_pods.to_dicts([model])[0] == doc
+        model = k8s_manifest.load(doc, kind)
+        assert k8s_manifest.to_dicts([model])[0] == doc
     from kubeflow.training.models import KubeflowOrgV1PyTorchJob
 
-    assert isinstance(k8s_pods.load(job, "PyTorchJob"), KubeflowOrgV1PyTorchJob)
+    assert isinstance(k8s_manifest.load(job, "PyTorchJob"), KubeflowOrgV1PyTorchJob)
 
 
 def test_the_schema_refuses_what_the_operator_would(cli):

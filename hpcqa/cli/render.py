@@ -13,7 +13,7 @@ from hpcqa.core import command, config, distenv, sweep
 from hpcqa.errors import UsageError
 from hpcqa.executors import hostprobe, table
 from hpcqa.executors.interface import RenderOnly
-from hpcqa.executors.k8s import image, pods, trainjob
+from hpcqa.executors.k8s import image, manifest, trainjob
 from hpcqa.fsutil import atomic_write_text
 
 
@@ -32,7 +32,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.target == table.RENDER_STAGE_JOB:
         return _write_rendered(
             args,
-            pods.to_yaml([trainjob.stage_job(cfg)]),
+            manifest.to_yaml([trainjob.stage_job(cfg)]),
             "the staging Job",
             f"kubectl apply -f {args.output}, then wait until it is Complete or Failed "
             "(docs/kubernetes.md: `kubectl wait --for=condition=complete` sits out its timeout on "

@@ -4,6 +4,7 @@ libraries the ranks preload (tcmalloc, jemalloc), and what planning may assume o
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from hpcqa.core import values as valuecheck
 from hpcqa.core.config import Config
@@ -79,3 +80,14 @@ def dockerfile(cfg: Config, base: str = BASE_IMAGE) -> str:
         "WORKDIR /opt/hpcqa",
     ]
     return "\n".join(lines) + "\n"
+
+
+def unpinned(image: str) -> str:
+    """Why an image reference does not pin what runs ('' when it does): no tag, or the moving tag latest. A digest
+    pins it whatever the tag says."""
+    if "@sha256:" in image:
+        return "" if re.fullmatch(r".+@sha256:[0-9a-f]{64}", image) else "has a malformed digest"
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return "has no tag (it means latest)"
+    return "is tagged latest" if last.rsplit(":", 1)[1] == "latest" else ""

@@ -38,6 +38,7 @@ from hpcqa.errors import UsageError
 from hpcqa.executors import common
 from hpcqa.executors.interface import RenderOnly, Request
 from hpcqa.executors.k8s.image import image_host
+from hpcqa.executors.k8s.manifest import to_dicts, to_yaml
 from hpcqa.executors.k8s.pods import (
     PodShape,
     carried,
@@ -55,8 +56,6 @@ from hpcqa.executors.k8s.pods import (
     pod_template,
     qos_class,
     security_fact,
-    to_dicts,
-    to_yaml,
     whole_cpus,
 )
 from hpcqa.record.jobdir import JobRoot

@@ -33,7 +33,7 @@ from hpcqa.core.targets import Requeue
 from hpcqa.errors import UsageError
 from hpcqa.executors import common
 from hpcqa.executors.interface import RenderOnly, Request
-from hpcqa.executors.k8s import pods, pytorchjob
+from hpcqa.executors.k8s import manifest, pods, pytorchjob
 from hpcqa.record.jobdir import JobRoot
 
 API = "trainer.kubeflow.org/v1alpha1"
@@ -318,7 +318,7 @@ class TrainJobRender(RenderOnly):
             self.via,
             sp,
             JobRoot.new_submission(),
-            scripts=(pods.to_yaml([job]), pods.to_yaml([rt])),
+            scripts=(manifest.to_yaml([job]), manifest.to_yaml([rt])),
             commands=(
                 ("kubectl", "apply", "-f", "<runtime file>"),
                 ("kubectl", "apply", "-f", "<file>"),
