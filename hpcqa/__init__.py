@@ -33,5 +33,6 @@ _API = ("load_config", "plan", "submit", "submission", "Job", "Sweep")
 def __getattr__(name: str):
     if name in _API:
         from hpcqa import api
+
         return getattr(api, name)
     raise AttributeError(f"module 'hpcqa' has no attribute {name!r}")

@@ -17,10 +17,9 @@ START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 LAYOUT_START, LAYOUT_END = "<!-- layout:start -->", "<!-- layout:end -->"
 PACKAGE = Path(__file__).resolve().parent
 ROOT = PACKAGE.parent
-MAP_LINE = re.compile(
-    r"^    (\S+(?:\.py|/))\s{2,}\S"
-)  # "    name.py   what it is" in a folder's docstring
-MORE = re.compile(r"^ {6,}\S")  # its continuation lines
+# "name.py   what it is" in a folder's docstring, at the map's indent (`ruff format` dedents a docstring's body:
+# either is read); its continuation lines are indented deeper
+MAP_LINE = re.compile(r"^( *)(\S+(?:\.py|/))\s{2,}\S")
 # the checkout's other folders, listed by file (what the documentation's layout names of them is what is there)
 OTHERS = {
     "sbatch_templates": "the job scripts' templates (read by render)",
@@ -54,16 +53,18 @@ def folder_map(folder: Path) -> dict[str, list[str]]:
     """A package's map, from its __init__.py docstring: entry name (`x.py`, `sub/`) -> its lines."""
     doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()), clean=False) or ""
     out: dict[str, list[str]] = {}
-    current: list[str] | None = None
+    current: list[str] = []
+    indent = -1  # the map's, from its first line
     for line in doc.splitlines():
         m = MAP_LINE.match(line)
-        if m:
-            current = out.setdefault(m.group(1), [])
-            current.append(line[4:])
-        elif current is not None and MORE.match(line):
-            current.append(line[4:])
-        else:
-            current = None
+        if m and indent in (-1, len(m.group(1))):
+            indent = len(m.group(1))
+            current = out.setdefault(m.group(2), [])
+            current.append(line[indent:])
+        elif current and line.strip() and len(line) - len(line.lstrip(" ")) > indent + 1:
+            current.append(line[indent:])
+        elif out:
+            break  # the map is one block: what follows it is prose
     return out
 
 

@@ -603,6 +603,27 @@ def test_every_module_is_named_in_its_folders_map(tmp_path):
     assert docs.unmapped(tmp_path) == ["b.py"]
 
 
+def test_a_folder_map_reads_the_same_indented_or_as_the_formatter_lays_it_out(tmp_path):
+    """`ruff format` dedents a docstring's body: the map is read at whatever indent its first entry has."""
+    maps = {}
+    for indent in ("    ", ""):
+        folder = tmp_path / f"p{len(indent)}"
+        folder.mkdir()
+        (folder / "__init__.py").write_text(
+            f'"""A folder: prose first.\n\n{indent}a.py   the first,\n{indent}                on two lines\n'
+            f'{indent}sub/   a package\n\nprose.py  after the map is not an entry\n"""\n'
+        )
+        maps[indent] = docs.folder_map(folder)
+    assert (
+        maps["    "]
+        == maps[""]
+        == {
+            "a.py": ["a.py   the first,", "                on two lines"],
+            "sub/": ["sub/   a package"],
+        }
+    ), maps
+
+
 def test_the_docs_layout_is_the_generated_one():
     readme = (ROOT / "docs" / "architecture.md").read_text()
     block = readme.split(docs.LAYOUT_START, 1)[1].split(docs.LAYOUT_END, 1)[0].strip()

@@ -1,22 +1,22 @@
 """The training side: runs inside each rank. Only this package imports torch / transformers, at its modules' tops.
 
-    __main__.py     `python -m hpcqa.rank.train --plan PLAN.json`: one rank, as a rendered script starts it
-    run.py          the rank in named stages: startup, training arguments (DDP really on?), data, model, trainer,
-                    train, evaluate, results
-    facts.py        what a rank is and finds out about itself (Rank), its checks of the plan and the backend
-    trainer.py      the HF Trainer as a rank runs it: lockstep length-grouped batches, token counts, EM/F1 in
-                    evaluations
-    attention.py    the step's attention and dropout: bf16 stays bf16, masks drawn in bulk (model.attention)
-    callbacks.py    the Trainer callbacks: progress, step timer, stop on a notice, final save, checkpoint mark
-    evaluate.py     predictions post-processed and scored, run_qa.py's files written
-    stop.py         the stop protocol: a notice, the agreement across ranks, the checkpoint, the requeue
-    resume.py       checkpoints read back: where to resume, the training call around it
-    data.py         SQuAD-format data -> model features, as run_qa.py does it (ranks and `hpcqa stage`)
-    model.py        model names -> a directory or a hub id (builtin:minilm, builtin:tiny-bert)
-    synth.py        a synthetic SQuAD-format data set: deterministic, seeded, real character spans
-    batching.py     the lockstep length-grouped order of the features (pure)
-    postprocess.py  start/end logits -> answers, n-best lists and null odds (numpy)
-    metrics.py      SQuAD exact match and F1 by the official scripts' rules (pure Python)
-    efficiency.py   model FLOPs per sample, each rank's matmul peak, MFU
-    commbench.py    what communication costs: the all-reduce the backward did not hide, the link between nodes
+__main__.py     `python -m hpcqa.rank.train --plan PLAN.json`: one rank, as a rendered script starts it
+run.py          the rank in named stages: startup, training arguments (DDP really on?), data, model, trainer,
+                train, evaluate, results
+facts.py        what a rank is and finds out about itself (Rank), its checks of the plan and the backend
+trainer.py      the HF Trainer as a rank runs it: lockstep length-grouped batches, token counts, EM/F1 in
+                evaluations
+attention.py    the step's attention and dropout: bf16 stays bf16, masks drawn in bulk (model.attention)
+callbacks.py    the Trainer callbacks: progress, step timer, stop on a notice, final save, checkpoint mark
+evaluate.py     predictions post-processed and scored, run_qa.py's files written
+stop.py         the stop protocol: a notice, the agreement across ranks, the checkpoint, the requeue
+resume.py       checkpoints read back: where to resume, the training call around it
+data.py         SQuAD-format data -> model features, as run_qa.py does it (ranks and `hpcqa stage`)
+model.py        model names -> a directory or a hub id (builtin:minilm, builtin:tiny-bert)
+synth.py        a synthetic SQuAD-format data set: deterministic, seeded, real character spans
+batching.py     the lockstep length-grouped order of the features (pure)
+postprocess.py  start/end logits -> answers, n-best lists and null odds (numpy)
+metrics.py      SQuAD exact match and F1 by the official scripts' rules (pure Python)
+efficiency.py   model FLOPs per sample, each rank's matmul peak, MFU
+commbench.py    what communication costs: the all-reduce the backward did not hide, the link between nodes
 """
