@@ -40,7 +40,7 @@ from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.errors import RankError
 from hpcqa.fsutil import own_folder
 from hpcqa.rank.child import die_with
-from hpcqa.rank.exits import TERM_WAIT_S, code_provenance
+from hpcqa.rank.exits import TERM_WAIT_S, code_provenance, requeue_through_submitit
 from hpcqa.rank.phase import Phases
 from hpcqa.record import trainerfiles, worktree
 from hpcqa.record.jobdir import JobDir, attempt_from_env, read_json, write_json
@@ -410,10 +410,12 @@ def _after_notice(
         if rank == 0:
             write_json(jd.requeue_request(attempt), {"time": time.time(), "signal": name})
         return {"rank": rank, "requeue": "asked of the job script"}
-    if callable(notices.previous):
-        notices.previous(
-            signal.SIGUSR2, None
-        )  # submitit: rank 0 checkpoints its pickle, requeues, exits
+    if callable(notices.previous):  # submitit: rank 0 checkpoints its pickle, requeues, exits
+        requeue_through_submitit(
+            notices.previous,
+            lambda: notices.kind == signal.SIGTERM,
+            lambda line: print(f"[hpcqa rank {rank}] {line}", file=sys.stderr, flush=True),
+        )
     if rank != 0:
         time.sleep(300)
     raise RankError(

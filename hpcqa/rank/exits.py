@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from hpcqa.record.jobdir import JobRoot, read_json
 
@@ -49,3 +50,23 @@ def exit_without_teardown() -> None:
 
     sys.excepthook = hook
     atexit.register(leave)
+
+
+def requeue_through_submitit(
+    handler: Any, sigterm_arrived: Callable[[], bool], log: Callable[[str], None]
+) -> None:
+    """Call submitit's USR2 handler: on global rank 0, its checkpoint pickle, `scontrol requeue`, then exit. The
+    requeue ends the step: Slurm sends SIGTERM to every process in it, `scontrol` included, and on a busy
+    controller that came before scontrol returned (its exit, -15, was submitit's error: a failed rank 0 in a job
+    that came back and completed). A requeue call that fails once a SIGTERM has arrived is the requeue taking
+    effect: the rank leaves as submitit would have (exit -1). Without a SIGTERM the error is the requeue's own."""
+    try:
+        handler(signal.SIGUSR2, None)
+    except Exception as e:
+        if not sigterm_arrived():
+            raise
+        log(
+            f"SIGTERM while requeueing ({type(e).__name__}: {e}): Slurm ended the step for the requeue; "
+            "leaving, the checkpoint saved"
+        )
+        raise SystemExit(-1) from None

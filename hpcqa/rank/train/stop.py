@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from hpcqa.core.targets import Requeue
-from hpcqa.rank.exits import TERM_WAIT_S
+from hpcqa.rank.exits import TERM_WAIT_S, requeue_through_submitit
 from hpcqa.rank.train.facts import Rank
 from hpcqa.record.jobdir import attempt_from_env, write_json
 from hpcqa.record.phases import Phase
@@ -120,8 +120,8 @@ def stop_after_checkpoint(r: Rank, step: int) -> dict:
         if r.rank == 0:
             write_json(r.jd.requeue_request(attempt()), {"step": step, "time": time.time()})
         return {"rank": r.rank, "stopped_at_step": step, "requeue": "asked of the job script"}
-    if callable(STOP.previous):
-        STOP.previous(signal.SIGUSR2, None)  # rank 0: checkpoint pickle, scontrol requeue, exit
+    if callable(STOP.previous):  # rank 0: submitit's checkpoint pickle, scontrol requeue, exit
+        requeue_through_submitit(STOP.previous, lambda: STOP.kind == STOP.TERM, r.log)
     if r.rank != 0:
         time.sleep(300)  # the requeue ends this step; a rank 0 that couldn't requeue ends it too
     raise RankStopped(
