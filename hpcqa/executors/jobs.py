@@ -5,7 +5,6 @@ views `hpcqa status`, `logs`, `results` and the API's Job read. Never imports to
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Sequence
 
@@ -15,6 +14,7 @@ from hpcqa.executors import table
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.record import phases
 from hpcqa.record.jobdir import JobDir
+from hpcqa.record.jsonfiles import usage_numbers
 from hpcqa.record.status import LIST_PHASES, JobView
 
 
@@ -124,24 +124,17 @@ BUSY_NODE = (
 )
 
 
+USAGE_QUEUED = ("run_delay_s", "wall_s", "cpus")
+
+
 def run_queue_share(ranks: Sequence[dict]) -> float | None:
     """The largest share of a rank's core time (wall x CPUs) that it spent ready to run but waiting for a CPU, from
     the ranks' own reports (schedstat); None when no report says."""
     shares = []
     for rep in ranks:
-        u = rep.get("usage") if isinstance(rep, dict) else None
-        if not isinstance(u, dict):
-            continue
-        delay, wall, cpus = u.get("run_delay_s"), u.get("wall_s"), u.get("cpus")
-        if (
-            all(
-                isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
-                for x in (delay, wall, cpus)
-            )
-            and wall
-            and cpus
-        ):
-            shares.append(delay / (wall * cpus))
+        u = usage_numbers(rep.get("usage") if isinstance(rep, dict) else None, USAGE_QUEUED)
+        if u and u["wall_s"] and u["cpus"]:
+            shares.append(u["run_delay_s"] / (u["wall_s"] * u["cpus"]))
     return max(shares) if shares else None
 
 

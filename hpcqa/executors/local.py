@@ -32,6 +32,7 @@ from hpcqa.executors import common, snapshot
 from hpcqa.executors.interface import Live, Outcome, Progress, Request, Say, Submitted, silent
 from hpcqa.rank.job import RankJob
 from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
+from hpcqa.record.jsonfiles import usage_numbers
 from hpcqa.record.registry import Registry
 
 
@@ -456,12 +457,7 @@ def choose_cpus(
     )
 
 
-def _usage_ok(u: object) -> bool:
-    """A rank report's usage as a rank writes it: its numbers are numbers (a report is a file in the user's folder)."""
-    return isinstance(u, dict) and all(
-        isinstance(u.get(k), (int, float)) and not isinstance(u.get(k), bool) and u[k] >= 0
-        for k in ("cpu_s", "wall_s", "cpus", "max_rss_bytes")
-    )
+USAGE = ("cpu_s", "wall_s", "cpus", "max_rss_bytes")  # what a local job's rank reports measure
 
 
 class LocalJobs:
@@ -475,9 +471,10 @@ class LocalJobs:
         out = {}
         for v in views:
             per_rank = [
-                (rep["rank"], rep["usage"])
+                (rep["rank"], u)
                 for rep in v.ranks
-                if isinstance(rep.get("rank"), int) and _usage_ok(rep.get("usage"))
+                if isinstance(rep.get("rank"), int)
+                and (u := usage_numbers(rep.get("usage"), USAGE)) is not None
             ]
             if per_rank:
                 effs = {

@@ -10,7 +10,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from hpcqa.fsutil import open_regular
 
@@ -138,6 +138,19 @@ def results_problem(d: dict) -> str | None:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             return f"{key} {_shown(v)} is not a number"
     return None
+
+
+def usage_numbers(u: object, keys: Sequence[str]) -> dict[str, float] | None:
+    """A rank report's `usage` (a file in the user's folder) as numbers: each of `keys` a finite number >= 0, never
+    a bool or text (None: one is missing or is not). Every reader of a rank's usage asks here."""
+    if not isinstance(u, dict):
+        return None
+    got = {k: u.get(k) for k in keys}
+    ok = all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        for v in got.values()
+    )
+    return got if ok else None  # type: ignore[return-value]
 
 
 def _shown(v: Any) -> str:
