@@ -10,10 +10,33 @@
 # empty to skip that. The exit status is the first pass's failure, else the later ones'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The caller's own arguments select within each phase: a `-m EXPR` of theirs is and-ed with the phase's mark
+# (pytest keeps only the last -m, so passing it on as is would replace the phase's).
+user_mark=""
+sel=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -m) user_mark=${2:?-m needs an expression}; shift 2 ;;
+        -m*) user_mark=${1#-m}; shift ;;
+        *) sel+=("$1"); shift ;;
+    esac
+done
+if [ ${#sel[@]} = 0 ]; then sel=(tests); fi
 # the run's own clock: each phase's seconds, and each pass's test times (junit XML), for scripts/citime.py at the end
 times=$(mktemp -d "$PWD/.citimes.XXXXXX")  # in the checkout: the Slurm root's pass sees it at the same path
 phases=()
 started=$SECONDS
+wheel_pid=""
+wheel_dir=""
+cleanup() {  # however the run ends: the wheel's venv, if still being made (no test waited for it), and the clock
+    if [ -n "$wheel_pid" ]; then
+        kill -- "-$wheel_pid" 2>/dev/null || true  # our child, not yet waited for: its PID is still its own
+        wait "$wheel_pid" 2>/dev/null || true
+        rm -rf "$wheel_dir"
+    fi
+    rm -rf "$times"
+}
+trap cleanup EXIT
 # Debian's packages install beside the Python ones (apt and pip share nothing; each mostly waits on its mirror)
 apt_pid=""
 if [ "$(id -u)" = 0 ] && { ! command -v slurmctld || ! command -v sshd || ! command -v debootstrap || ! command -v g++; } >/dev/null; then
@@ -35,6 +58,16 @@ fi
 PY=$(bash scripts/install.sh)  # this checkout's venv, unless one is active
 # as an activated venv would: its tools first on PATH (mpirun from impi-rt, hpcqa), python3 its interpreter
 export PATH="$(dirname "$PY"):$PATH"
+# The wheel a user installs, in a fresh venv outside the checkout by the README's install line (tests/test_wheel.py
+# checks it against this checkout before using it): made beside the rest of the install, which leaves a core idle,
+# where the tests asked for include those of test_wheel.py
+if [ "${sel[*]}" = tests ] || [[ "${sel[*]}" == *test_wheel* ]]; then
+    wheel_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpcqa-wheel.XXXXXX")
+    # its own process group (setsid): ended with everything it started if the tests end first
+    setsid "$PY" scripts/wheelvenv.py "$wheel_dir" >"$times/wheel.log" 2>&1 &
+    wheel_pid=$!
+    export HPCQA_TEST_WHEEL=$wheel_dir
+fi
 # Intel MPI's runtime (mpirun / hydra) from PyPI: the mpirun launch path is tested for real, not stubbed
 "$PY" -m pip install -q --disable-pip-version-check impi-rt
 if [ -n "$apt_pid" ] && ! wait "$apt_pid"; then
@@ -67,18 +100,6 @@ release_pass() {  # RELEASE MARK XML -> the pytest exit status (5, nothing selec
     if [ "$code" = 5 ]; then code=0; fi
     return "$code"
 }
-# The caller's own arguments select within each phase: a `-m EXPR` of theirs is and-ed with the phase's mark
-# (pytest keeps only the last -m, so passing it on as is would replace the phase's).
-user_mark=""
-sel=()
-while [ $# -gt 0 ]; do
-    case "$1" in
-        -m) user_mark=${2:?-m needs an expression}; shift 2 ;;
-        -m*) user_mark=${1#-m}; shift ;;
-        *) sel+=("$1"); shift ;;
-    esac
-done
-if [ ${#sel[@]} = 0 ]; then sel=(tests); fi
 mark() {  # PHASE_MARK -> that phase's -m expression, with the caller's own if any
     if [ -n "$user_mark" ]; then echo "($user_mark) and ($1)"; else echo "$1"; fi
 }
@@ -125,9 +146,13 @@ if [ "$code" = 5 ]; then code=0; fi
 if [ "$status" = 0 ]; then status=$code; fi
 phases+=(--phase "alone (Slurm $host_slurm)=$((SECONDS - t)):$times/alone.xml")
 if [ "$status" = 0 ]; then status=$release_status; fi
+if [ -n "$wheel_dir" ] && [ -f "$wheel_dir/done.json" ]; then  # made beside the install and the first pass
+    took=$("$PY" -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["seconds"]))' \
+        "$wheel_dir/done.json" 2>/dev/null) || took=0
+    phases+=(--phase "the wheel's venv=$took" --beside "the wheel's venv")
+fi
 # each phase's time, the 20 slowest tests of the run, and the suite against its budget (HPCQA_CI_BUDGET_S)
 budget=0
 "$PY" scripts/citime.py "${phases[@]}" || budget=$?
 if [ "$status" = 0 ] && [ "${CI:-}" = true ]; then status=$budget; fi
-rm -rf "$times"
 exit "$status"

