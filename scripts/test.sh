@@ -29,6 +29,12 @@ started=$SECONDS
 wheel_pid=""
 wheel_dir=""
 cleanup() {  # however the run ends: the wheel's venv, if still being made (no test waited for it), and the clock
+    local pid
+    pid=$(cat "$times/roots.pid" 2>/dev/null) || pid=""
+    # a root build still under way (the run ended before its release pass): by PID, once /proc says it is that build
+    if [ -n "$pid" ] && grep -qa "slurmroot.py" "/proc/$pid/cmdline" 2>/dev/null; then
+        kill -- "-$pid" 2>/dev/null || true
+    fi
     if [ -n "$wheel_pid" ]; then
         kill -- "-$wheel_pid" 2>/dev/null || true  # our child, not yet waited for: its PID is still its own
         wait "$wheel_pid" 2>/dev/null || true
@@ -37,6 +43,17 @@ cleanup() {  # however the run ends: the wheel's venv, if still being made (no t
     rm -rf "$times"
 }
 trap cleanup EXIT
+# The other releases' Debian roots (scripts/slurmroot.py build: made once and cached, minutes of mirror and dpkg on
+# a fresh machine) start as soon as debootstrap is there, beside the rest of the install, which leaves CPU idle;
+# the release pass's `slurmroot.py run` waits for a build under way (the root's lock) and reuses what it made.
+# A failure here is left to that pass, which builds again and says why.
+releases=${HPCQA_SLURM_RELEASES-24.11}
+start_roots() {
+    if [ "$(id -u)" != 0 ] || [ -z "$releases" ] || ! command -v debootstrap >/dev/null; then return 0; fi
+    setsid bash -c 'for r in $1; do python3 scripts/slurmroot.py build --release "$r"; done' _ "$releases" \
+        >"$times/roots.log" 2>&1 &
+    echo "$!" >"$times/roots.pid"
+}
 # Debian's packages install beside the Python ones (apt and pip share nothing; each mostly waits on its mirror)
 apt_pid=""
 if [ "$(id -u)" = 0 ] && { ! command -v slurmctld || ! command -v sshd || ! command -v debootstrap || ! command -v g++; } >/dev/null; then
@@ -52,8 +69,11 @@ if [ "$(id -u)" = 0 ] && { ! command -v slurmctld || ! command -v sshd || ! comm
             slurmctld slurmd slurm-client slurmdbd munge mariadb-server iproute2 openssh-server openssh-client \
             debootstrap libgoogle-perftools4 libjemalloc2 g++ >/dev/null
         if [ -n "$policy" ]; then rm -f "$policy"; fi
+        start_roots
     ) >"$times/apt.log" 2>&1 &
     apt_pid=$!
+else
+    start_roots
 fi
 PY=$(bash scripts/install.sh)  # this checkout's venv, unless one is active
 # as an activated venv would: its tools first on PATH (mpirun from impi-rt, hpcqa), python3 its interpreter
@@ -61,7 +81,7 @@ export PATH="$(dirname "$PY"):$PATH"
 # The wheel a user installs, in a fresh venv outside the checkout by the README's install line (tests/test_wheel.py
 # checks it against this checkout before using it): made beside the rest of the install, which leaves a core idle,
 # where the tests asked for include those of test_wheel.py
-if [ "${sel[*]}" = tests ] || [[ "${sel[*]}" == *test_wheel* ]]; then
+if [ "${sel[*]}" = tests ] || [[ "${sel[*]}" == *test_wheel.py* ]]; then
     wheel_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpcqa-wheel.XXXXXX")
     # its own process group (setsid): ended with everything it started if the tests end first
     setsid "$PY" scripts/wheelvenv.py "$wheel_dir" >"$times/wheel.log" 2>&1 &
@@ -83,7 +103,6 @@ workers=${HPCQA_TEST_WORKERS:-3}
 side=()
 if [ "$workers" != 0 ]; then side=(-n "$workers" --dist loadgroup); fi
 host_slurm=$( (slurmctld -V 2>/dev/null || echo "slurm none") | awk '{print $2}')
-releases=${HPCQA_SLURM_RELEASES-24.11}
 if [ "$(id -u)" != 0 ] && [ -n "$releases" ]; then
     echo "hpcqa: the Slurm $releases pass needs root (a Debian root, mounts): skipped" >&2
     if [ "${CI:-}" = true ]; then release_status=1; fi
