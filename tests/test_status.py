@@ -397,6 +397,28 @@ def test_the_cause_is_named_before_its_consequences(tmp_path):
     assert [f["rank"] for f in jd.failed_ranks()] == [3, 0, 2]
 
 
+def test_a_rank_killed_by_the_teardown_another_ranks_error_began_is_not_the_cause(tmp_path):
+    """What a CI run met under load (Slurm 22.05): rank 1's program exited 5; Slurm ended the step, SIGTERM then
+    SIGKILL after KillWait, and rank 0, slow to stop, was recorded killed by SIGKILL 5 s later. The detail view
+    named that SIGKILL as the first failure; the cause is rank 1's exit. A hard signal recorded within a second
+    of a peer's error still comes first (the OOM killer's victim is found a moment after its peers fail)."""
+    jd = JobDir(tmp_path)
+    jd.ranks.mkdir()
+    own = {"rank": 1, "host": "node2", "time": 505.65, "error": "the command exited with code 5"}
+    jd.rank_failed(1).write_text(json.dumps({**own, "exit_code": 5}))
+    jd.rank_exit(1).write_text(
+        json.dumps({**own, "time": 505.81, "error": "rank process exited with code 1"})
+    )
+    kill = {"rank": 0, "host": "node1", "exit_code": -9, "error": "rank process killed by SIGKILL"}
+    jd.rank_exit(0).write_text(json.dumps({**kill, "time": 510.94}))
+    first = jd.failed_ranks()[0]
+    assert (first["rank"], first["error"]) == (1, "the command exited with code 5")
+    jd.rank_exit(0).write_text(
+        json.dumps({**kill, "time": 506.2})
+    )  # within the second: the kill was first
+    assert [f["rank"] for f in jd.failed_ranks()] == [0, 1]
+
+
 def test_a_missing_slurm_conf_fails_at_once(monkeypatch, tmp_path):
     import time
 

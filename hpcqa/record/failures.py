@@ -92,6 +92,27 @@ def consequence(record: dict) -> int:
     return 2 if names_peer_loss(error) else 1
 
 
+# How much earlier than its record a hard signal may have struck: a rank killed outright is recorded when its wrapper
+# sees it gone, a moment after; its peers' own errors within that moment are its consequences.
+HARD_SIGNAL_LEAD_S = 1.0
+
+
+def cause_order(record: dict) -> tuple[bool, float, int]:
+    """Sort key of failure records, the likely cause first. A rank that only lost a peer is never the cause. Among
+    the rest the earliest is: a hard signal counts from a second before its record (the OOM killer's victim is
+    found after its peers' first errors), but a rank SIGKILLed seconds after another rank's own error was killed by
+    the teardown that error began (Slurm ends the step: SIGTERM, then SIGKILL after KillWait), not the reverse."""
+    t = record.get("time", 0)
+    t = t if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
+    rank = record.get("rank", 0)
+    kind = consequence(record)
+    return (
+        kind == 2,
+        t - (HARD_SIGNAL_LEAD_S if kind == 0 else 0.0),
+        rank if isinstance(rank, int) else 0,
+    )
+
+
 RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")  # torch's prefix on a rank's uncaught error lines
 CARETS = re.compile(r"^[\s^~]+$")  # Python 3.11's markers under a traceback's source line
 EXCEPTION = re.compile(

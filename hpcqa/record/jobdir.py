@@ -520,7 +520,7 @@ class JobDir:
             by_rank[d.get("rank", -1)] = merged
         return sorted(
             by_rank.values(),
-            key=lambda d: (failures.consequence(d), d.get("time", 0), d.get("rank", 0)),
+            key=failures.cause_order,
         )
 
     def has_started(self) -> bool:
