@@ -294,9 +294,11 @@ def test_usr2_checkpoints_requeues_and_resumes_where_it_stopped(slurm, tmp_path)
     shim = tmp_path / "bin"
     shim.mkdir()
     mark = tmp_path / "scontrol-ended-by-sigterm"
+    # the trap is set before the real call: a SIGTERM that lands while it runs is seen too (it waits for the call)
     (shim / "scontrol").write_text(
-        f'#!/bin/sh\n{shutil.which("scontrol")} "$@"; rc=$?\n'
-        f'if [ "$1" = requeue ]; then trap \'echo "$rc" > {mark}; exit 143\' TERM; sleep 20 & wait $!; fi\n'
+        f'#!/bin/sh\nif [ "$1" = requeue ]; then trap \'echo "$rc" > {mark}; exit 143\' TERM; fi\n'
+        f'{shutil.which("scontrol")} "$@"; rc=$?\n'
+        'if [ "$1" = requeue ]; then sleep 20 & wait $!; fi\n'
         "exit $rc\n"
     )
     (shim / "scontrol").chmod(0o755)
