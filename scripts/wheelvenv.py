@@ -23,8 +23,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcqa.resources import FOLDERS  # what setup.py copies into hpcqa/_data/
+
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-DATA = ("sbatch_templates", "configs", "examples")  # setup.py: top-level folders -> hpcqa/_data/
 
 
 WARM = (
@@ -132,9 +133,9 @@ def wait(out: Path, timeout: float = 1800) -> Made:
 
 
 def _checkout_file(root: Path, name: str) -> Path:
-    """Where a wheel entry hpcqa/... comes from in the checkout (setup.py puts DATA under hpcqa/_data/)."""
+    """Where a wheel entry hpcqa/... comes from in the checkout (setup.py puts FOLDERS under hpcqa/_data/)."""
     parts = name.split("/")
-    if parts[:2] == ["hpcqa", "_data"] and len(parts) > 3 and parts[2] in DATA:
+    if parts[:2] == ["hpcqa", "_data"] and len(parts) > 3 and parts[2] in FOLDERS:
         return root.joinpath(*parts[2:])
     return root.joinpath(*parts)
 
