@@ -287,18 +287,22 @@ def test_usr2_checkpoints_requeues_and_resumes_where_it_stopped(slurm, tmp_path)
     step, save one checkpoint, the job is requeued and resumes from it; the waiting submit follows
     the job through REQUEUED/PENDING to its real end.
 
-    The controller is slow to answer the requeue, as a busy one is: `scontrol` (first on the job's PATH) returns
-    20 s after its real call, so the requeue's own SIGTERM ends it before it does (it leaves a mark) -- the race
+    The controller is slow to answer the requeue, as a busy one is: `scontrol` (first on the job's PATH) does not
+    return after its real call; the requeue's own SIGTERM ends it (it leaves a mark) -- the race
     one CI run met by chance, when a rank 0 whose job came back and completed was recorded as failed."""
     steps = 40
     shim = tmp_path / "bin"
     shim.mkdir()
-    mark = tmp_path / "scontrol-ended-by-sigterm"
-    # the trap is set before the real call: a SIGTERM that lands while it runs is seen too (it waits for the call)
+    mark, trace = tmp_path / "scontrol-ended-by-sigterm", tmp_path / "scontrol-times"
+    # the trap is set before the real call: a SIGTERM that lands while it runs is seen too (it waits for the call).
+    # After the call it waits for the SIGTERM however long a busy controller takes to deliver it (CI's 24.11 pass
+    # once took over 20 s); the trace says when each part happened if it never comes.
     (shim / "scontrol").write_text(
-        f'#!/bin/sh\nif [ "$1" = requeue ]; then trap \'echo "$rc" > {mark}; exit 143\' TERM; fi\n'
+        f'#!/bin/sh\nif [ "$1" = requeue ]; then trap \'echo "$rc" > {mark}; exit 143\' TERM;'
+        f' echo "call $(date +%s.%N)" >> {trace}; fi\n'
         f'{shutil.which("scontrol")} "$@"; rc=$?\n'
-        'if [ "$1" = requeue ]; then sleep 20 & wait $!; fi\n'
+        f'if [ "$1" = requeue ]; then echo "returned $rc $(date +%s.%N)" >> {trace};'
+        f' sleep 200 & wait $!; echo "no SIGTERM $(date +%s.%N)" >> {trace}; fi\n'
         "exit $rc\n"
     )
     (shim / "scontrol").chmod(0o755)
@@ -344,7 +348,7 @@ def test_usr2_checkpoints_requeues_and_resumes_where_it_stopped(slurm, tmp_path)
     failed = [*folder.glob("ranks/*.failed"), *folder.glob("ranks/attempt-0/*.failed")]
     assert not failed, {str(f): f.read_text() for f in failed}
     assert mark.exists(), (
-        "the requeue's SIGTERM did not end scontrol first"
+        f"the requeue's SIGTERM did not end scontrol: {trace.read_text() if trace.exists() else 'no call'}"
     )  # the race, met every time
     j = wait_state(slurm, job_id, {"COMPLETED"})
     assert j["attempts"] == f"requeued 1x (SIGUSR2 at step {stopped}), resumed from step {stopped}"
