@@ -293,6 +293,8 @@ def test_failing_rank_fails_the_job(cli, tmp_path, cache_env):
         *TINY,
         "--set",
         "train.fail_at_step=2",
+        "--set",
+        "train.save_steps=1",
         env=cache_env,
     )
     assert r.returncode == 1, r.stdout + r.stderr
@@ -300,6 +302,9 @@ def test_failing_rank_fails_the_job(cli, tmp_path, cache_env):
     assert "Traceback" not in r.stderr
     (job,) = job_dirs(tmp_path)
     assert not (job / "results.json").exists()
+    # the checkpoint saved before the failure outlives it, whole (train.resume_from can continue from it)
+    saved = job / "checkpoints" / "checkpoint-1"
+    assert (saved / "trainer_state.json").is_file() and (saved / "hpcqa-complete.json").is_file()
 
 
 def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
