@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,6 +17,10 @@ CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
 SLURM_HERE = frozenset({"slurm"})  # HostProbe.schedulers where sbatch is on PATH
 # `hpcqa tune` results change what ranks_per_socket = "auto" means: tests never see a user's store.
 _STORES = tempfile.mkdtemp(prefix="hpcqa-tests-")
+# removed when this pytest process ends (each xdist worker has its own); not by a process forked from it
+atexit.register(
+    lambda pid=os.getpid(): os.getpid() == pid and shutil.rmtree(_STORES, ignore_errors=True)
+)
 os.environ["HPCQA_TUNE_STORE"] = os.path.join(_STORES, "tuned.json")
 # so do the links `hpcqa tune --comm` stored: they add warnings to multi-node submits
 os.environ["HPCQA_LINK_STORE"] = os.path.join(_STORES, "links.json")
@@ -133,7 +139,6 @@ def run_qa_like(tmp_path: Path, tmp_path_factory) -> tuple[Path, list[str]]:
     """tests/data/run_qa_like (a run_qa.py-shaped HF Trainer script: load_dataset("json", field="data"), a
     relative --output_dir whose last checkpoint it resumes, the Trainer's own files) in a folder of its own, and
     its arguments as run_qa.py's README gives them, on data and a model the project makes."""
-    import shutil
 
     from hpcqa.rank.train import model
 
