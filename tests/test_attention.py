@@ -46,6 +46,44 @@ def test_bulk_masks_follow_the_seed():
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
+def test_bulk_masks_are_the_words_random_gives():
+    """The words are the generator's 64-bit draws as `random_()` over int64's range gives them (as before
+    torch.compile could trace the draw): one draw per word, the same masks for the same seed."""
+    torch.manual_seed(11)
+    words = torch.empty(250, dtype=torch.int64).random_(-(2**63), None)
+    threshold, _ = attention.keep_threshold(0.1)
+    torch.manual_seed(11)
+    mask, _ = attention.keep_mask((10, 100), 0.1)
+    assert torch.equal(mask, (words.view(torch.int16) >= threshold - 2**15).view(10, 100))
+
+
+def test_the_masks_are_traced_whole_by_torch_compile():
+    """Dynamo refuses `Tensor.random_` (under train.compile every dropout of the tiny BERT was a graph break, 17 of
+    them). The masks' draw is traced: a layer's dropouts compile as one graph (fullgraph: no break) with dynamic
+    shapes, and give eager's values and gradients for the same seed."""
+
+    def layer(x, probs, v):
+        h = attention.bulk_dropout(x, 0.1)
+        mask, inv_keep = attention.keep_mask(probs.shape, 0.1)
+        return h, torch.matmul(probs * mask, v * inv_keep)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager", dynamic=True)
+    probs, v = torch.rand(2, 3, 5, 5), torch.randn(2, 3, 5, 4)
+    runs = []
+    for fn in (layer, compiled):
+        x = torch.randn(6, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        torch.manual_seed(7)
+        h, out = fn(x, probs, v)
+        (h.sum() + out.sum()).backward()
+        runs.append((h.detach(), out, x.grad))
+    torch._dynamo.reset()
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    assert not torch.equal(
+        runs[0][0], torch.randn(6, 8, generator=torch.Generator().manual_seed(1))
+    )
+
+
 def test_bulk_dropout_matches_a_masked_product_forward_and_backward():
     x = torch.randn(64, 96, requires_grad=True)
     torch.manual_seed(3)

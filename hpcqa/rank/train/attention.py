@@ -17,7 +17,6 @@ bf16 it upcasts q, k and v to fp32. And every dropout mask comes from `bernoulli
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -46,8 +45,15 @@ def keep_mask(
     """A bool mask of `shape` (True: kept) with keep probability ~1 - p, drawn four elements per 64-bit random
     word. -> (mask, 1 / the exact keep probability)."""
     threshold, keep = keep_threshold(p)
-    n = math.prod(int(d) for d in shape)
-    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), None)
+    n = 1
+    for d in shape:  # a plain loop: under torch.compile's dynamic shapes the sizes stay symbolic
+        n *= d
+    # randint over int64's range takes one 64-bit draw per word, as random_() does, and gives that word with its
+    # top bit flipped (it adds the low bound): the xor gives the same words back. Unlike random_(), which Dynamo
+    # refuses (a graph break at every dropout), torch.compile traces it.
+    words = torch.randint(
+        -(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, device=device
+    ).bitwise_xor_(-(2**63))
     # int16 reads a uniform 16-bit word shifted by 2^15: u >= t  <=>  (u - 2^15) >= t - 2^15
     mask = words.view(torch.int16)[:n] >= (threshold - LEVELS // 2)
     return mask.view(shape), (1.0 / keep if keep > 0 else 0.0)

@@ -288,7 +288,7 @@ def _process_group(
 
 
 def _prepare_compile() -> None:
-    """train.compile: a C++ compiler on this node (else one line and the fix), and the compile's two choices."""
+    """train.compile: a C++ compiler on this node (else one line and the fix), and the compile's choices."""
     compilers = [
         c for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c and shutil.which(c)
     ]
@@ -304,6 +304,11 @@ def _prepare_compile() -> None:
     # reused, not once each)
     os.environ.setdefault("ACCELERATE_DYNAMO_USE_DYNAMIC", "1")
     os.environ.setdefault("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "1")
+    # the dropout masks, traced into the graphs (attention.keep_mask), drawn from torch's generator as the eager
+    # step draws them: the compiled run trains the eager run's model for a seed (Inductor's own generator would not)
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fallback_random = True
 
 
 RESOLVE_RETRY_S = 5.0
