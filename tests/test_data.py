@@ -26,6 +26,22 @@ def test_tiny_tokenizer_adds_cls_and_sep(tokenizer):
     assert len(tokenizer) > 100
 
 
+def test_the_tiny_model_is_the_same_wherever_it_is_built(tmp_path):
+    """Two builds (two nodes with caches of their own) write the same bytes: the tokenizer too. It was trained at each
+    build, and tokenizers' trainer breaks ties in hash order: three builds gave three tokenizer.json, one in four
+    another vocabulary, so ranks on two nodes could read one text as different ids."""
+    import hashlib
+
+    built = [model.build_tiny_bert(tmp_path / f"node{k}" / "tiny") for k in (1, 2)]
+    for name in model.TINY_FILES:
+        a, b = (hashlib.sha256((d / name).read_bytes()).hexdigest() for d in built)
+        assert a == b, name
+    vocab = json.loads((built[0] / "tokenizer.json").read_text())["model"]["vocab"]
+    assert len(vocab) == 2000 and [t for t, i in sorted(vocab.items(), key=lambda kv: kv[1])][
+        :5
+    ] == list(model.SPECIAL_TOKENS)
+
+
 def test_nested_json_and_jsonl_load_the_same_rows(tmp_path):
     nested = synth.write(tmp_path / "d.json", 20, seed=5)
     rows = [

@@ -14,6 +14,7 @@ resume.py       checkpoints read back: where to resume, the training call around
 data.py         SQuAD-format data -> model features, as run_qa.py does it (ranks and `hpcqa stage`)
 model.py        model names -> a directory or a hub id (builtin:minilm, builtin:tiny-bert)
 synth.py        a synthetic SQuAD-format data set: deterministic, seeded, real character spans
+tiny_vocab.py   the tiny test model's WordPiece vocabulary, trained once (data: the same on every node)
 batching.py     the lockstep length-grouped order of the features (pure)
 postprocess.py  start/end logits -> answers, n-best lists and null odds (numpy)
 metrics.py      SQuAD exact match and F1 by the official scripts' rules (pure Python)

