@@ -135,21 +135,57 @@ def cli():
     return run_cli
 
 
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """A folder `make(folder)` fills, made once per test run and shared by the tests (and the pytest-xdist workers)
+    that only read it: the first to ask makes it under a lock, the others wait for it and reuse it. A make that
+    failed leaves nothing behind, and the next test to ask tries again."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the workers' basetemps share this folder
+    done = base / "made-once" / name
+    done.parent.mkdir(exist_ok=True)
+    with open(done.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_dir():
+            part = done.parent / f"{name}.part-{os.getpid()}"
+            shutil.rmtree(part, ignore_errors=True)
+            part.mkdir()
+            make(part)
+            part.rename(done)
+    return done
+
+
+def qa_data(tmp_path_factory) -> Path:
+    """examples/qa_data.py's SQuAD-format files (train.json, train_flat.json ...), made once per test run."""
+    return made_once(
+        tmp_path_factory,
+        "qa-data",
+        lambda d: subprocess.run(
+            [sys.executable, str(ROOT / "examples/qa_data.py"), str(d)],
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+        ),
+    )
+
+
+def tiny_model(tmp_path_factory) -> Path:
+    """builtin:tiny-bert saved as a model folder (what --model_name_or_path takes), made once per test run."""
+    from hpcqa.rank.train import model
+
+    return (
+        made_once(tmp_path_factory, "tiny-bert", lambda d: model.build_tiny_bert(d / "model"))
+        / "model"
+    )
+
+
 def run_qa_like(tmp_path: Path, tmp_path_factory) -> tuple[Path, list[str]]:
     """tests/data/run_qa_like (a run_qa.py-shaped HF Trainer script: load_dataset("json", field="data"), a
     relative --output_dir whose last checkpoint it resumes, the Trainer's own files) in a folder of its own, and
     its arguments as run_qa.py's README gives them, on data and a model the project makes."""
-
-    from hpcqa.rank.train import model
-
-    data = tmp_path_factory.mktemp("qa-data-flat")
-    subprocess.run(
-        [sys.executable, str(ROOT / "examples/qa_data.py"), str(data)],
-        check=True,
-        cwd=ROOT,
-        capture_output=True,
-    )
-    tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny-flat") / "tiny")
+    data, tiny = qa_data(tmp_path_factory), tiny_model(tmp_path_factory)
     prog = tmp_path / "question-answering"
     shutil.copytree(ROOT / "tests/data/run_qa_like", prog)
     return prog, [

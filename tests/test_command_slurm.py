@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import slurm_cluster
-from tests.conftest import ROOT, run_cli, run_qa_like
+from tests.conftest import ROOT, qa_data, run_cli, run_qa_like, tiny_model
 from tests.test_slurm import _start_requeued_now, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -106,16 +106,8 @@ def test_the_ddp_loop_on_two_nodes_is_the_dry_runs_request(slurm, tmp_path, work
 
 
 def test_the_hf_trainer_qa_example_on_two_nodes(slurm, tmp_path, work, tmp_path_factory):
-    from hpcqa.rank.train import model
-
-    data = tmp_path_factory.mktemp("qa-data")
-    subprocess.run(
-        [sys.executable, str(ROOT / "examples/qa_data.py"), str(data)],
-        check=True,
-        cwd=ROOT,
-        capture_output=True,
-    )
-    tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny"))
+    data = qa_data(tmp_path_factory)
+    tiny = tiny_model(tmp_path_factory)
     r = submit(
         slurm,
         tmp_path,
@@ -313,17 +305,9 @@ def test_the_hf_trainer_script_saves_on_the_notice_and_resumes_after_submitits_r
     """The QA example through submitit on two nodes, USR2 as `--signal` sends it before the time limit: hpcqa passes
     it on as SIGTERM, the Trainer's ranks agree after a step and save a checkpoint in HPCQA_CHECKPOINT_DIR, submitit
     requeues the job, and the next attempt resumes the Trainer from that checkpoint and finishes."""
-    from hpcqa.rank.train import model
-
-    data = tmp_path_factory.mktemp("qa-data-preempt")
-    subprocess.run(
-        [sys.executable, str(ROOT / "examples/qa_data.py"), str(data)],
-        check=True,
-        cwd=ROOT,
-        capture_output=True,
-    )
-    tiny = model.build_tiny_bert(tmp_path_factory.mktemp("tiny-preempt"))
-    steps = 60  # the notice comes after 15 (3 losses logged, every 5 steps): the rest is what the resume trains
+    data = qa_data(tmp_path_factory)
+    tiny = tiny_model(tmp_path_factory)
+    steps = 35  # the notice comes after 15 (3 losses logged, every 5 steps): the rest is what the resume trains
     r = submit(
         slurm,
         tmp_path,
