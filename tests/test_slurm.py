@@ -487,7 +487,7 @@ def _start_requeued_now(slurm, job_id: str, timeout: float = 120) -> None:
                 )
         elif requeued:
             return
-        time.sleep(1)
+        time.sleep(0.5)
     raise AssertionError(f"job {job_id} was not requeued and restarted")
 
 
