@@ -177,69 +177,83 @@ def experiment(
 ) -> list[dict]:
     """On a running 2-node --core-per-node cluster: per rate, the link, the prediction and the measurement; then, per
     train.ddp_compress mode in `compress`, the same 2-node job with its gradients sent in 16 bits."""
+    ref = reference_runs(env, out)
+    return [row for rate in rates for row in at_rate(env, cluster_dir, rate, out, ref, compress)]
+
+
+def reference_runs(env: dict, out: Path) -> dict:
+    """The 1-node runs every rate's prediction starts from, and the batch size they chose."""
     refs, batch = reference(env, out)
+    return {
+        "refs": refs,
+        "batch": batch,
+        "one_node": sum(results(out, j)["steady_samples_per_second"] for j in refs) / len(refs),
+    }
+
+
+def at_rate(
+    env: dict, cluster_dir: str, rate: str, out: Path, ref: dict, compress: list[str] = ()
+) -> list[dict]:
+    """The link shaped to `rate`: measured by tune --comm, 2 nodes predicted from `ref`'s runs, the dry run's
+    warning, a real 2-node job; then that job again per train.ddp_compress mode in `compress`."""
+    refs, batch = ref["refs"], ref["batch"]
     extra = [f"train.per_device_train_batch_size={batch}"]
-    ref_rates = [results(out, j)["steady_samples_per_second"] for j in refs]
-    rows = []
-    for rate in rates:
-        shape(cluster_dir, rate)
-        tuned = cli(env, "tune", CONFIG, *sets(out, *extra), "--comm", "--json")
-        if tuned.returncode != 0:
-            raise RuntimeError(f"tune --comm failed: {tuned.stderr[-2000:]}")
-        link = json.loads(tuned.stdout)["link"]
-        preds = [predicted(env, j) for j in refs]
-        dry = cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=2"), "--dry-run")
-        if dry.returncode != 0:
-            raise RuntimeError(f"the dry run failed: {dry.stderr[-2000:]}")
-        warned = "predicted slower on 2 nodes" in " ".join(dry.stdout.split())
-        two = results(
-            out, job_id(cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=2")))
+    shape(cluster_dir, rate)
+    tuned = cli(env, "tune", CONFIG, *sets(out, *extra), "--comm", "--json")
+    if tuned.returncode != 0:
+        raise RuntimeError(f"tune --comm failed: {tuned.stderr[-2000:]}")
+    link = json.loads(tuned.stdout)["link"]
+    preds = [predicted(env, j) for j in refs]
+    dry = cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=2"), "--dry-run")
+    if dry.returncode != 0:
+        raise RuntimeError(f"the dry run failed: {dry.stderr[-2000:]}")
+    warned = "predicted slower on 2 nodes" in " ".join(dry.stdout.split())
+    two = results(out, job_id(cli(env, "submit", CONFIG, *sets(out, *extra, "cluster.nodes=2"))))
+    pred2 = sum(p[2]["samples_per_second"] for p in preds) / len(preds)
+    rows = [
+        {
+            "rate": rate,
+            "batch": batch,
+            "link_Bps": link["bandwidth_Bps"],
+            "latency_s": link["latency_s"],
+            "one_node": ref["one_node"],
+            "predicted": pred2,
+            "measured": two["steady_samples_per_second"],
+            "ratio": two["steady_samples_per_second"] / pred2,
+            "exposed_measured_s": two["comm"]["exposed_s"],
+            "allreduce_predicted_s": preds[0][2]["allreduce_s"],
+            "warned": warned,
+            "split": two["step_split_s"],
+            "compress": "none",
+            "train_loss": two.get("train_loss"),
+        }
+    ]
+    for mode in compress:
+        sent = results(
+            out,
+            job_id(
+                cli(
+                    env,
+                    "submit",
+                    CONFIG,
+                    *sets(out, *extra, "cluster.nodes=2", f"train.ddp_compress={mode}"),
+                )
+            ),
         )
-        pred2 = sum(p[2]["samples_per_second"] for p in preds) / len(preds)
+        pred = compressed_prediction(out, refs, link, mode)
         rows.append(
             {
-                "rate": rate,
-                "batch": batch,
-                "link_Bps": link["bandwidth_Bps"],
-                "latency_s": link["latency_s"],
-                "one_node": sum(ref_rates) / len(ref_rates),
-                "predicted": pred2,
-                "measured": two["steady_samples_per_second"],
-                "ratio": two["steady_samples_per_second"] / pred2,
-                "exposed_measured_s": two["comm"]["exposed_s"],
-                "allreduce_predicted_s": preds[0][2]["allreduce_s"],
-                "warned": warned,
-                "split": two["step_split_s"],
-                "compress": "none",
-                "train_loss": two.get("train_loss"),
+                **rows[0],
+                "compress": mode,
+                "predicted": pred,
+                "measured": sent["steady_samples_per_second"],
+                "ratio": sent["steady_samples_per_second"] / pred,
+                "warned": None,
+                "exposed_measured_s": sent["comm"]["exposed_s"],
+                "split": sent["step_split_s"],
+                "train_loss": sent.get("train_loss"),
             }
         )
-        for mode in compress:
-            sent = results(
-                out,
-                job_id(
-                    cli(
-                        env,
-                        "submit",
-                        CONFIG,
-                        *sets(out, *extra, "cluster.nodes=2", f"train.ddp_compress={mode}"),
-                    )
-                ),
-            )
-            pred = compressed_prediction(out, refs, link, mode)
-            rows.append(
-                {
-                    **rows[-1],
-                    "compress": mode,
-                    "predicted": pred,
-                    "measured": sent["steady_samples_per_second"],
-                    "ratio": sent["steady_samples_per_second"] / pred,
-                    "warned": None,
-                    "exposed_measured_s": sent["comm"]["exposed_s"],
-                    "split": sent["step_split_s"],
-                    "train_loss": sent.get("train_loss"),
-                }
-            )
     return rows
 
 
