@@ -25,16 +25,20 @@ GRACE_S = 5
 STEPS = 200  # the controller test trains on through the controller's absence
 # a preempted job: the notice lands near step 15 (step 8 + the scheduler's second); the rest is what the resume trains
 PREEMPTED_STEPS = 50
-LONG = [
-    "--set",
-    f"train.max_steps={STEPS}",
-    "--set",
-    "train.save_steps=100000",
-    "--set",
-    "train.do_eval=false",
-    "--set",
-    "train.logging_steps=5",
-]
+
+
+def long(steps: int = STEPS) -> list[str]:
+    """A job of `steps` steps that saves only when told to (a notice) and does not evaluate."""
+    return [
+        "--set",
+        f"train.max_steps={steps}",
+        "--set",
+        "train.save_steps=100000",
+        "--set",
+        "train.do_eval=false",
+        "--set",
+        "train.logging_steps=5",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +58,7 @@ def _slurm(env, *argv) -> subprocess.CompletedProcess:
 
 def _training(env, tmp_path, step: int = 8) -> tuple[str, Path]:
     """A job in the low partition, one rank, running and past `step`."""
-    r = submit(env, tmp_path, *LONG, *ONE_PER_NODE, wait=False)
+    r = submit(env, tmp_path, *long(), *ONE_PER_NODE, wait=False)
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip().splitlines()[-1]
     folder = Path(wait_state(env, job_id, {"RUNNING"})["folder"])
@@ -117,10 +121,8 @@ def test_preemption_and_an_edited_checkout(slurm, tmp_path):
         slurm,
         co,
         tmp_path / "a",
-        *LONG,
+        *long(PREEMPTED_STEPS),
         *ONE_PER_NODE,
-        "--set",
-        f"train.max_steps={PREEMPTED_STEPS}",
     )
     live_id = _submit_from(slurm, co, tmp_path / "b", "--set", "train.max_steps=3", "--no-snapshot")
     assert status(slurm, job_id)[job_id]["state"] == "PENDING"
@@ -196,10 +198,8 @@ def test_preempt_mode_cancel_says_preempted_and_where_to_continue(slurm, tmp_pat
     again = submit(
         slurm,
         tmp_path,
-        *LONG,
+        *long(report["stopped_at_step"] + 4),
         *ONE_PER_NODE,
-        "--set",
-        "train.max_steps=" + str(report["stopped_at_step"] + 4),
         "--set",
         f"train.resume_from={json.dumps(checkpoint)}",
     )
@@ -275,7 +275,7 @@ def test_the_controller_goes_away_and_comes_back(slurm, tmp_path):
             st.stdout + st.stderr
         )
         jobs_before = len(json.loads(run_cli("status", "--json", "--all", env=slurm).stdout))
-        down = submit(slurm, tmp_path / "down", *LONG)
+        down = submit(slurm, tmp_path / "down", *long())
         assert down.returncode == 2 and "Traceback" not in down.stderr, down.stderr
         assert (
             "controller is not answering" in down.stderr and "nothing was submitted" in down.stderr
