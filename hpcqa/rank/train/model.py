@@ -42,13 +42,20 @@ def _complete(d: Path) -> bool:
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
+def _bert_wordpiece(wordpiece: models.WordPiece) -> Tokenizer:
+    """A tokenizer over `wordpiece` that splits text as BERT's (uncased): what the vocabulary is trained with and
+    what the model's tokenizer reads it with."""
+    tok = Tokenizer(wordpiece)
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tok
+
+
 def train_tiny_vocab() -> list[str]:
     """A WordPiece vocabulary of 2,000 trained on synth.corpus(): the special tokens, then the rest sorted. Run once
     to write tiny_vocab.py (scripts/tiny_vocab.py); not at each build: the trainer breaks ties in hash order, so
     two runs give other ids and, about one run in four, other tokens."""
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok = _bert_wordpiece(models.WordPiece(unk_token="[UNK]"))
     tok.train_from_iterator(
         synth.corpus(),
         trainers.WordPieceTrainer(vocab_size=2000, special_tokens=list(SPECIAL_TOKENS)),
@@ -64,9 +71,9 @@ def tiny_tokenizer() -> BertTokenizerFast:
         raise RuntimeError(
             "hpcqa/rank/train/tiny_vocab.py is damaged: regenerate it (scripts/tiny_vocab.py)"
         )
-    tok = Tokenizer(models.WordPiece(vocab={t: i for i, t in enumerate(tokens)}, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok = _bert_wordpiece(
+        models.WordPiece(vocab={t: i for i, t in enumerate(tokens)}, unk_token="[UNK]")
+    )
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
