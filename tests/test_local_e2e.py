@@ -975,10 +975,7 @@ def tiny_results(cli, out: Path, env: dict, *sets: str) -> dict:
     return json.loads((job / "results.json").read_text())
 
 
-# alone: its compile keeps both cores busy with g++ for ~55 s (24 kernels, cold cache); beside pass 1's workers it
-# took 147 s and slowed the tests that ran with it
 @pytest.mark.slow
-@pytest.mark.alone
 def test_train_compile_runs_the_compiled_model_and_reports_its_cost(cli, tmp_path, cache_env):
     """train.compile = true: the Trainer's torch.compile with Inductor's C++ kernels (a real compile: g++ runs), with
     dynamic shapes from the start and the encoder's layers compiled once. The results say what compiling cost and
