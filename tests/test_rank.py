@@ -373,3 +373,62 @@ def test_the_trainer_is_imported_with_the_collector_paused_then_frozen():
     got = json.loads(r.stdout.splitlines()[-1])
     assert got == {**got, "on": True, "name": "run_rank", "torch": True, "collections": 0}, got
     assert got["frozen"] > 100_000 and got["widened"].startswith("OpenMP had it on"), got
+
+
+SQUEUE_STANDIN = """#!/bin/sh
+# squeue -h -j ID -o %T, as Slurm answers it: the state the test wrote, or no answer at all
+[ -f "$STATE_FILE" ] || exit 1
+cat "$STATE_FILE"
+"""
+
+
+@pytest.mark.process
+def test_after_its_checkpoint_a_slurm_rank_leaves_only_once_slurm_has_ended_the_job(tmp_path):
+    """wait_for_slurms_end, the rule a rank follows after its SIGTERM checkpoint (the real preemptions are in
+    tests/test_slurm_preempt.py): it asks squeue at once and at each later SIGTERM. No answer and RUNNING (the grace
+    time: a second notice) keep it waiting; once Slurm shows the job otherwise (the grace time's end) it leaves at
+    once, by SIGTERM, saying so -- not KillWait later by Slurm's SIGKILL."""
+    import signal
+    import time
+
+    (tmp_path / "squeue").write_text(SQUEUE_STANDIN)
+    (tmp_path / "squeue").chmod(0o755)
+    state = tmp_path / "state"
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_ID": "77",
+        "STATE_FILE": str(state),
+    }
+    prog = (
+        "import sys\nfrom hpcqa.rank.exits import wait_for_slurms_end\n"
+        "print('waiting', flush=True)\n"
+        "wait_for_slurms_end(lambda line: print(line, file=sys.stderr, flush=True), 60)\n"
+        "print('waited it out', flush=True)\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", prog],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        assert p.stdout.readline() == "waiting\n"
+        for answer in (None, "RUNNING\n"):  # squeue has no answer; then the job still runs
+            if answer:
+                state.write_text(answer)
+            time.sleep(0.5)
+            p.send_signal(signal.SIGTERM)
+            time.sleep(1.0)
+            assert p.poll() is None, p.communicate()
+        state.write_text("COMPLETING\n")  # the grace time ended: Slurm is ending the job
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == -signal.SIGTERM and "waited it out" not in out, err
+    assert "Slurm shows the job COMPLETING: this rank leaves now" in err

@@ -152,6 +152,8 @@ def test_preemption_and_an_edited_checkout(slurm, tmp_path):
     log = (folder / f"{job_id}_0_log.err").read_text()
     assert "SIGTERM (preemption, scancel or the time limit): checkpoint of step" in log
     assert "Bypassing signal SIGTERM" not in log
+    # the rank waited through the grace time and left on Slurm's kill, not KillWait later on its SIGKILL
+    assert "this rank leaves now" in log.split("attempt 1 starts")[0], log[-3000:]
     # the submitted code, in both attempts
     assert res["code"]["snapshot"] and res["code"]["describe"] == "not a git checkout"
     assert first["code"]["digest"] == res["code"]["digest"] and res["code"][

@@ -40,7 +40,7 @@ from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.errors import RankError
 from hpcqa.fsutil import own_folder
 from hpcqa.rank.child import die_with
-from hpcqa.rank.exits import TERM_WAIT_S, code_provenance, requeue_through_submitit
+from hpcqa.rank.exits import code_provenance, requeue_through_submitit, wait_for_slurms_end
 from hpcqa.rank.phase import Phases
 from hpcqa.record import trainerfiles, worktree
 from hpcqa.record.jobdir import JobDir, attempt_from_env, read_json, write_json
@@ -397,11 +397,15 @@ def _after_notice(
     write_json(jd.rank_report(rank), report)
     Phases(jd, rank, attempt).enter(Phase.STOPPING, f"{name}: the command exited with {code}")
     term = notices.kind == signal.SIGTERM
+
+    def say(line: str) -> None:
+        print(f"[hpcqa rank {rank}] {line}", file=sys.stderr, flush=True)
+
     if plan.requeue is Requeue.POD:
         sys.exit(int(PodExit.STOPPED))
     if term:
         if os.environ.get("SLURM_JOB_ID"):
-            time.sleep(TERM_WAIT_S)  # Slurm requeues (PreemptMode=REQUEUE) or ends the job
+            wait_for_slurms_end(say)  # Slurm requeues (PreemptMode=REQUEUE) or ends the job
         raise RankError(
             f"rank {rank}: stopped on SIGTERM (the command exited with {code})",
             "a SIGTERM without Slurm's requeue ends the job; submit again to continue",
@@ -411,13 +415,9 @@ def _after_notice(
             write_json(jd.requeue_request(attempt), {"time": time.time(), "signal": name})
         return {"rank": rank, "requeue": "asked of the job script"}
     if callable(notices.previous):  # submitit: rank 0 checkpoints its pickle, requeues, exits
-        requeue_through_submitit(
-            notices.previous,
-            lambda: notices.kind == signal.SIGTERM,
-            lambda line: print(f"[hpcqa rank {rank}] {line}", file=sys.stderr, flush=True),
-        )
+        requeue_through_submitit(notices.previous, lambda: notices.kind == signal.SIGTERM, say)
     if rank != 0:
-        time.sleep(300)
+        wait_for_slurms_end(say, 300)
     raise RankError(
         f"rank {rank}: stopped on {name}; nothing requeued it", "submit again to continue"
     )

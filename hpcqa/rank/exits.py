@@ -6,7 +6,9 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -16,6 +18,52 @@ from hpcqa.record.jobdir import JobRoot, read_json
 # SIGKILL then a requeue for PreemptMode=REQUEUE; CANCELLED for scancel; TIMEOUT) -- a job that exited by
 # itself during the grace time would count as ended, and a preempted one would not come back.
 TERM_WAIT_S = 900
+SQUEUE_TIMEOUT_S = 15.0
+
+
+def slurm_job_state(job_id: str) -> str | None:
+    """What squeue says of the job now (RUNNING, COMPLETING, PENDING ...), or None if it could not tell."""
+    try:
+        r = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T"],
+            capture_output=True,
+            text=True,
+            timeout=SQUEUE_TIMEOUT_S,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = r.stdout.split()
+    return words[0] if r.returncode == 0 and len(words) == 1 else None
+
+
+def wait_for_slurms_end(log: Callable[[str], None], seconds: float = TERM_WAIT_S) -> None:
+    """Wait for Slurm to end this job its own way (see TERM_WAIT_S). Slurm ends a step with SIGTERM, then SIGKILL
+    KillWait later (30 s by default): when a SIGTERM comes now, ask Slurm, and once it no longer shows the job
+    RUNNING (the grace time's end: requeued or preempted; cancelled; timed out; requeued by `scontrol requeue`),
+    leave at once, as SIGTERM ends a process, and the node is free that much sooner. While Slurm still shows it
+    RUNNING (the grace time: a second notice, a user's `scancel --signal=TERM`) the rank waits on. With no Slurm
+    job, or no answer from squeue, it waits as before. First asked at once: the notice may have been a cancel."""
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if not job_id:
+        time.sleep(seconds)
+        return
+    came = [True]
+    previous = signal.signal(signal.SIGTERM, lambda *_: came.append(True))
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if came:
+            came.clear()
+            state = slurm_job_state(job_id)
+            if state not in (None, "RUNNING"):
+                log(f"Slurm shows the job {state}: this rank leaves now")
+                sys.stdout.flush()
+                sys.stderr.flush()
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+                os._exit(128 + signal.SIGTERM)  # not reached: the signal ends the process
+        time.sleep(0.2)
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def code_provenance(env: Mapping[str, str]) -> dict:

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from hpcqa.core.targets import Requeue
-from hpcqa.rank.exits import TERM_WAIT_S, requeue_through_submitit
+from hpcqa.rank.exits import requeue_through_submitit, wait_for_slurms_end
 from hpcqa.rank.train.facts import Rank
 from hpcqa.record.jobdir import attempt_from_env, write_json
 from hpcqa.record.phases import Phase
@@ -111,7 +111,7 @@ def stop_after_checkpoint(r: Rank, step: int) -> dict:
             "what follows (PreemptMode=REQUEUE brings the job back, a cancel ends it)"
         )
         if os.environ.get("SLURM_JOB_ID"):
-            time.sleep(TERM_WAIT_S)
+            wait_for_slurms_end(r.log)
         raise RankStopped(
             f"stopped at step {step} on SIGTERM; checkpoint saved ({notice['checkpoint']})"
         )
@@ -122,8 +122,8 @@ def stop_after_checkpoint(r: Rank, step: int) -> dict:
         return {"rank": r.rank, "stopped_at_step": step, "requeue": "asked of the job script"}
     if callable(STOP.previous):  # rank 0: submitit's checkpoint pickle, scontrol requeue, exit
         requeue_through_submitit(STOP.previous, lambda: STOP.kind == STOP.TERM, r.log)
-    if r.rank != 0:
-        time.sleep(300)  # the requeue ends this step; a rank 0 that couldn't requeue ends it too
+    if r.rank != 0:  # the requeue ends this step; a rank 0 that couldn't requeue ends it too
+        wait_for_slurms_end(r.log, 300)
     raise RankStopped(
         f"stopped at step {step} on a signal; checkpoint saved (no scheduler to requeue it)"
     )
