@@ -916,6 +916,10 @@ def test_a_peer_that_never_arrives_is_a_retryable_exit(cli, tmp_path):
         _stop(pods)
     assert [p.returncode for p in pods] == [200, 200], outs
     assert all("lost a peer: exit 200 (retryable)" in o for o in outs), outs
+    # ended by gloo's own timeout, train.ddp_timeout_s, not a minute later by hpcqa's rendezvous watchdog
+    # (transformers 5.23 gave the group torch's default of 30 min on the CPU)
+    logs = [p.read_text() for p in sorted(mount.rglob("rank-*.log"))]
+    assert len(logs) == 2 and not any("did not complete in" in t for t in logs), logs
     spec = trainer_rules.jobset(*docs)["spec"]
     reason = trainer_rules.job_failure(spec["replicatedJobs"][0]["template"]["spec"], [200, 200])
     assert trainer_rules.jobset_action(spec, reason, 0) == "restart"

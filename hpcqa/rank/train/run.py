@@ -269,15 +269,15 @@ def training_arguments(r: Rank) -> tuple[TrainingArguments, bool]:
 def _process_group(
     r: Rank, backend: str, timeout_s: float
 ) -> tuple[str | None, threading.Timer | None]:
-    """-> (the ddp_backend the Trainer sets the process group up with, or None where hpcqa did it here; the
-    rendezvous watchdog, for the caller to cancel once the group is up)."""
+    """The process group, set up here with train.ddp_timeout_s; accelerate adopts it. Not left to the Trainer:
+    transformers 5.23 passes ddp_timeout to accelerate only off the CPU, so with use_cpu the group had torch's
+    default (30 min) for the rendezvous and every collective (a rendezvous with a peer missing hung until hpcqa's
+    watchdog); and newer transformers dropped "ccl". -> (the ddp_backend to name in TrainingArguments, None where
+    it accepts no such name; the rendezvous watchdog, for the caller to cancel once the group is up)."""
     accepted = TrainingArguments.__dataclass_fields__["ddp_backend"].metadata.get("choices", [])
     ddp_backend = backend if backend in accepted else None
-    guard = (
-        rendezvous(r, timeout_s) if r.world > 1 else None
-    )  # the process group is set up here or by the Trainer
-    if r.world > 1 and ddp_backend is None:
-        # Newer transformers dropped "ccl": set the process group up ourselves; accelerate adopts it.
+    guard = rendezvous(r, timeout_s) if r.world > 1 else None
+    if r.world > 1:
         dist.init_process_group(
             backend=backend,
             rank=r.rank,
