@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from hpcqa.core.states import State
 from hpcqa.record.jobdir import JobRoot, read_json
 
 # After a SIGTERM checkpoint a Slurm rank waits to be killed: Slurm ends the job its own way (the grace time's
@@ -22,7 +23,8 @@ SQUEUE_TIMEOUT_S = 15.0
 
 
 def slurm_job_state(job_id: str) -> str | None:
-    """What squeue says of the job now (RUNNING, COMPLETING, PENDING ...), or None if it could not tell."""
+    """What squeue says of the job now (RUNNING, COMPLETING, PENDING ...), or None if it could not tell. The rank
+    side's one question to Slurm (it cannot reach the executors' Slurm object: the layers point down)."""
     try:
         r = subprocess.run(
             ["squeue", "-h", "-j", job_id, "-o", "%T"],
@@ -54,7 +56,7 @@ def wait_for_slurms_end(log: Callable[[str], None], seconds: float = TERM_WAIT_S
         if came:
             came.clear()
             state = slurm_job_state(job_id)
-            if state not in (None, "RUNNING"):
+            if state is not None and state != State.RUNNING:
                 log(f"Slurm shows the job {state}: this rank leaves now")
                 sys.stdout.flush()
                 sys.stderr.flush()
