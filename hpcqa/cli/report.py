@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -107,8 +108,13 @@ def mfu_lines(eff: dict) -> list[str]:
     """MFU on the tokens that carry text and on all tokens, against the measured peak (80 columns); an unreliable
     peak (the run beat it) is said as such, with the fix, never as an MFU over 100 %."""
     if eff.get("mfu_unreliable"):
-        bad = eff["mfu_unreliable"]
-        return [f"MFU not given: {bad['why']}", f"  fix: {bad['fix']}"]
+        bad = eff[
+            "mfu_unreliable"
+        ]  # the lines are printed indented by 2: each within 76 columns here
+        return [
+            *textwrap.wrap(f"MFU not given: {bad['why']}", 76, subsequent_indent="  "),
+            *textwrap.wrap(f"  fix: {bad['fix']}", 76, subsequent_indent="       "),
+        ]
     if eff.get("mfu") is None:
         return []
     line = f"MFU {100 * eff['mfu']:.1f} % on text tokens"
