@@ -108,9 +108,8 @@ def mfu_lines(eff: dict) -> list[str]:
     """MFU on the tokens that carry text and on all tokens, against the measured peak (80 columns); an unreliable
     peak (the run beat it) is said as such, with the fix, never as an MFU over 100 %."""
     if eff.get("mfu_unreliable"):
-        bad = eff[
-            "mfu_unreliable"
-        ]  # the lines are printed indented by 2: each within 76 columns here
+        bad = eff["mfu_unreliable"]
+        # printed indented by 2: each line within 76 columns here
         return [
             *textwrap.wrap(f"MFU not given: {bad['why']}", 76, subsequent_indent="  "),
             *textwrap.wrap(f"  fix: {bad['fix']}", 76, subsequent_indent="       "),
