@@ -492,7 +492,12 @@ def test_model_flops_count_from_the_models_shapes(tmp_path):
     state = torch.get_rng_state()
     peak = efficiency.measure_peak("fp32", size=256, seconds=0.05)
     assert 1e8 < peak["flops"] < 1e13  # a CPU core's fp32 matmul rate, in FLOP/s
-    assert len(peak["runs"]) == efficiency.PEAK_RUNS and 0 < peak["cpu_share"] <= 1
+    assert 0 < peak["cpu_share"] <= 1
+    # all the runs, unless one was busy (this machine shared): then it was the last
+    runs = peak["runs"]
+    assert len(runs) == efficiency.PEAK_RUNS or (
+        len(runs) < efficiency.PEAK_RUNS and runs[-1]["cpu_share"] < efficiency.QUIET_CPU_SHARE
+    ), runs
     assert torch.equal(
         torch.get_rng_state(), state
     )  # measured after the seed: the training's draws stay the same

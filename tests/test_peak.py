@@ -48,6 +48,14 @@ def test_a_peak_measured_on_a_shared_core_is_neither_cached_nor_an_mfu_over_100(
         hog.kill()
         hog.wait()
     assert not busy["quiet"] and busy["cpu_share"] < 0.8, busy  # the contention is seen
+    # and ends the measurement: the runs before the first busy one were quiet, none came after it
+    *before, last = busy["runs"]
+    assert last["cpu_share"] < efficiency.QUIET_CPU_SHARE and all(
+        r["cpu_share"] >= efficiency.QUIET_CPU_SHARE for r in before
+    ), busy
+    assert len(busy["runs"]) < efficiency.PEAK_RUNS, busy  # the hog ran from before the first run
+    if quiet["quiet"]:
+        assert len(quiet["runs"]) == efficiency.PEAK_RUNS, quiet
     assert "busy cores" in source and not store.exists(), source  # and nothing is cached
     # against a measurement that was itself quiet: on a saturated machine (a CI run's 4 test workers, once) the
     # "quiet" one got a third of the core too (0.326 against 0.327), and said so (quiet False)

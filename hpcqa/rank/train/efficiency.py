@@ -143,9 +143,12 @@ def measure_peak(precision: str, size: int = PEAK_SIZE, seconds: float = PEAK_SE
     records its FLOP/s and the CPU time the process got (all its threads) against wall time x threads: on cores
     another process shares, the rank gets less CPU than it asked for and its runs spread. -> {"flops": the best
     run, "cpu_share", "spread", "quiet", "runs"}. Quiet: every run got QUIET_CPU_SHARE of its cores and the runs
-    agree within QUIET_SPREAD; only a quiet peak is cached (peak()). Its operands come from a generator of its own:
-    measured after the seed is set, it must not move the global one (the first run on a node shape measures, later
-    ones read the store -- with the global generator they trained on other dropout masks)."""
+    agree within QUIET_SPREAD; only a quiet peak is cached (peak()). The first run that was not quiet ends the
+    measurement: it can no longer be quiet, and on a busy node (a shared one, a CI machine) the other runs would
+    cost their wall time at every rank start for a number reported as unreliable either way. Its operands come from
+    a generator of its own: measured after the seed is set, it must not move the global one (the first run on a
+    node shape measures, later ones read the store -- with the global generator they trained on other dropout
+    masks)."""
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     threads = max(1, torch.get_num_threads())
@@ -163,6 +166,8 @@ def measure_peak(precision: str, size: int = PEAK_SIZE, seconds: float = PEAK_SE
                 break
         share = (time.process_time() - c0) / (wall * threads)
         runs.append({"flops": 2 * size**3 * n / wall, "cpu_share": round(min(share, 1.0), 3)})
+        if share < QUIET_CPU_SHARE:
+            break  # busy cores: not quiet whatever the other runs show
     rates = [r["flops"] for r in runs]
     best, worst = max(rates), min(rates)
     share = min(r["cpu_share"] for r in runs)
