@@ -414,7 +414,8 @@ def pytest_runtest_protocol(item, nextitem):
     """HPCQA_TEST_CPU_LOG=FILE: one line per test, the CPU seconds of the processes it started and waited for (its
     CLI calls, the local executor's ranks; not a Slurm job's, whose processes are slurmd's), its wall seconds, when
     it started (epoch seconds) and on which xdist worker, then its id -- where the suite's CPU goes and how the
-    workers filled the run, for scripts that sort it."""
+    workers filled the run, for scripts that sort it. The Slurm jobs' own lines come from tests/slurm_cluster.py
+    (log_jobs_cpu), as each cluster goes down."""
     path = os.environ.get("HPCQA_TEST_CPU_LOG")
     if not path:
         yield

@@ -115,6 +115,8 @@ def cluster(
             **({} if core_per_node else SHARED_CORES_ENV),
         }
     finally:
+        if accounting:
+            log_jobs_cpu(d)
         subprocess.run(
             [sys.executable, str(ROOT / "scripts/devcluster.py"), "down", "--dir", str(d)],
             capture_output=True,
@@ -133,6 +135,43 @@ def environment(env: dict):
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def log_jobs_cpu(d) -> None:
+    """HPCQA_TEST_CPU_LOG (tests/conftest.py): before a cluster with accounting goes down, a line per job it ran in
+    the tests' own layout, `CPU_S ELAPSED_S START WORKER slurm-job:JOBID:NAME:STATE:CLUSTER_DIR` -- the CPU of
+    the Slurm jobs, which the tests' lines leave out (their processes are slurmd's): sacct's TotalCPU, the job's
+    steps summed (a step Slurm killed -- a cancel, a preemption -- counts little or nothing). A diagnostic: whatever
+    goes wrong here is not the test's failure."""
+    path = os.environ.get("HPCQA_TEST_CPU_LOG")
+    if not path:
+        return
+    from hpcqa.executors.slurmcli import duration_s
+
+    try:
+        r = subprocess.run(
+            ["sacct", "-a", "-n", "-P", "-S", "2000-01-01"]
+            + ["-o", "JobID,JobName,State,TotalCPU,Elapsed,Start"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "SLURM_CONF": str(d / "slurm.conf"), "SLURM_TIME_FORMAT": "%s"},
+            timeout=60,
+        )
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        rows = []
+        for line in r.stdout.splitlines():
+            parts = line.split("|")
+            # the job's own line (no '.'): TotalCPU summed over its steps
+            if len(parts) == 6 and "." not in parts[0]:
+                jid, name, state, cpu, elapsed, start = parts
+                rows.append(
+                    f"{duration_s(cpu):.1f} {duration_s(elapsed):.1f} {start if start.isdigit() else 0} "
+                    f"{worker} slurm-job:{jid}:{name}:{(state.split() or ['?'])[0]}:{d.name}\n"
+                )
+        with open(path, "a") as f:
+            f.writelines(rows)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
 
 
 def job_states(env: dict, *ids: str) -> dict[str, dict]:
