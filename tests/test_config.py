@@ -34,6 +34,22 @@ def test_unknown_key_suggests_near_miss():
     assert "did you mean 'learning_rate'" in e.value.render()
 
 
+def test_a_key_of_another_section_names_its_section():
+    """The common slip: a [model] key written under [train] (or --set train.hidden_dropout). The error names the
+    section it belongs to, not the 40 keys of the one it was put in."""
+    with pytest.raises(ConfigError) as e:
+        config.from_dict({"train": {"hidden_dropout": 0.0}})
+    said = e.value.render()
+    assert e.value.key == "train.hidden_dropout" and "is a key of [model]" in said, said
+    assert (
+        "fix: put it under [model]: model.hidden_dropout" in said and "learning_rate" not in said
+    ), said
+    # a near miss of its own section's key still reads as a typo of that key
+    with pytest.raises(ConfigError) as e:
+        config.from_dict({"job": {"nme": "x"}})
+    assert "did you mean 'name'" in e.value.render()
+
+
 def test_unknown_section_suggests_near_miss():
     with pytest.raises(ConfigError) as e:
         config.from_dict({"clustr": {}})

@@ -474,6 +474,10 @@ def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) ->
         key = f"{name}.{k}"
         if k not in fields:
             close = difflib.get_close_matches(k, list(fields), n=1, cutoff=0.6)
+            home = [s for s, c in SECTIONS.items() if s != name and k in {f.name for f in dataclasses.fields(c)}]
+            if home and not close:  # a key of another section: the common slip, train.hidden_dropout
+                raise ConfigError(key, f"unknown key: {k} is a key of [{home[0]}]",
+                                  f"put it under [{home[0]}]: {home[0]}.{k}", source)
             raise ConfigError(key, "unknown key" + _near(k, list(fields)),
                               f"rename it to {name}.{close[0]}" if close else
                               f"remove it or use one of: {', '.join(fields)}", source)
