@@ -44,10 +44,18 @@ def test_a_key_of_another_section_names_its_section():
     assert (
         "fix: put it under [model]: model.hidden_dropout" in said and "learning_rate" not in said
     ), said
-    # a near miss of its own section's key still reads as a typo of that key
+    # a near miss of its own section's key still reads as a typo of that key, and so does the start of one:
+    # model.name is name_or_path, not job.name
     with pytest.raises(ConfigError) as e:
         config.from_dict({"job": {"nme": "x"}})
     assert "did you mean 'name'" in e.value.render()
+    with pytest.raises(ConfigError) as e:
+        config.from_dict({"model": {"name": "x"}})
+    assert "fix: rename it to model.name_or_path" in e.value.render(), e.value.render()
+    # part of a key of its own section: no other section is named (cluster.queue is not k8s.queue)
+    with pytest.raises(ConfigError) as e:
+        config.from_dict({"cluster": {"queue": "x"}})
+    assert "[k8s]" not in e.value.render() and "partition" in e.value.render()
 
 
 def test_unknown_section_suggests_near_miss():

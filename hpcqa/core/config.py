@@ -473,12 +473,15 @@ def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) ->
     for k, v in raw.items():
         key = f"{name}.{k}"
         if k not in fields:
-            close = difflib.get_close_matches(k, list(fields), n=1, cutoff=0.6)
+            close = difflib.get_close_matches(k, list(fields), n=1, cutoff=0.6) or (
+                [f for f in fields if f.startswith(k)] if sum(f.startswith(k) for f in fields) == 1 else [])
+            # a key of another section (the common slip: train.hidden_dropout), unless this section has a key
+            # it is part of (model.name is more likely name_or_path than job.name; cluster.queue not k8s.queue)
             home = [s for s, c in SECTIONS.items() if s != name and k in {f.name for f in dataclasses.fields(c)}]
-            if home and not close:  # a key of another section: the common slip, train.hidden_dropout
+            if home and not close and not any(k in f for f in fields):
                 raise ConfigError(key, f"unknown key: {k} is a key of [{home[0]}]",
                                   f"put it under [{home[0]}]: {home[0]}.{k}", source)
-            raise ConfigError(key, "unknown key" + _near(k, list(fields)),
+            raise ConfigError(key, "unknown key" + (f" (did you mean {close[0]!r}?)" if close else ""),
                               f"rename it to {name}.{close[0]}" if close else
                               f"remove it or use one of: {', '.join(fields)}", source)
         check_text(key, v, source)
