@@ -473,8 +473,8 @@ def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) ->
     for k, v in raw.items():
         key = f"{name}.{k}"
         if k not in fields:
-            close = difflib.get_close_matches(k, list(fields), n=1, cutoff=0.6) or (
-                [f for f in fields if f.startswith(k)] if sum(f.startswith(k) for f in fields) == 1 else [])
+            starts = [f for f in fields if f.startswith(k)]  # model.name: the one key it begins
+            close = difflib.get_close_matches(k, list(fields), n=1, cutoff=0.6) or (starts if len(starts) == 1 else [])
             # a key of another section (the common slip: train.hidden_dropout), unless this section has a key
             # it is part of (model.name is more likely name_or_path than job.name; cluster.queue not k8s.queue)
             home = [s for s, c in SECTIONS.items() if s != name and k in {f.name for f in dataclasses.fields(c)}]
