@@ -432,3 +432,83 @@ def test_after_its_checkpoint_a_slurm_rank_leaves_only_once_slurm_has_ended_the_
             p.wait()
     assert p.returncode == -signal.SIGTERM and "waited it out" not in out, err
     assert "Slurm shows the job COMPLETING: this rank leaves now" in err
+
+
+JOB_LINE = (
+    "JobId=77 JobName=quickstart UserId=u(1) JobState=RUNNING Reason=None Requeue={requeue} Restarts=0 "
+    "PreemptEligibleTime=2026-11-29T03:04:00 PreemptTime={preempt} Partition={partition} Command=/a b/c.sh"
+)
+CONFIG = "PreemptExemptTime       = 00:00:00\nPreemptMode             = REQUEUE\nPreemptType             = {kind}\n"
+PARTITION = "PartitionName=low GraceTime=5 Hidden=NO PreemptMode={mode} State=UP TotalCPUs=2"
+
+
+@pytest.mark.parametrize(
+    "preempt, requeue, kind, mode, partition, requeues",
+    [
+        ("2026-11-29T03:04:20", "1", "preempt/partition_prio", "REQUEUE", "low", True),
+        ("2026-11-29T03:04:20", "1", "preempt/partition_prio", "GANG,REQUEUE", "low,high", True),
+        ("None", "1", "preempt/partition_prio", "REQUEUE", "low", False),  # scancel, time limit
+        (
+            "2026-11-29T03:04:20",
+            "0",
+            "preempt/partition_prio",
+            "REQUEUE",
+            "low",
+            False,
+        ),  # --no-requeue
+        ("2026-11-29T03:04:20", "1", "preempt/partition_prio", "CANCEL", "low", False),
+        (
+            "2026-11-29T03:04:20",
+            "1",
+            "preempt/qos",
+            "REQUEUE",
+            "low",
+            False,
+        ),  # the preemptor's QOS decides
+    ],
+)
+def test_a_rank_requeues_a_preemption_only_when_slurm_would(
+    monkeypatch, preempt, requeue, kind, mode, partition, requeues
+):
+    """preempted_to_requeue reads what Slurm shows (the real preemptions, REQUEUE and CANCEL, are in
+    tests/test_slurm_preempt.py): a PreemptTime, Requeue=1, partition_prio and the job's partition's mode."""
+    from hpcqa.rank import exits
+
+    asked = []
+
+    def answer(argv):
+        asked.append(argv)
+        if argv[:3] == ["scontrol", "show", "job"]:
+            return JOB_LINE.format(requeue=requeue, preempt=preempt, partition=partition)
+        if argv[:3] == ["scontrol", "show", "config"]:
+            return CONFIG.format(kind=kind)
+        if argv[:3] == ["scontrol", "show", "partition"]:
+            assert argv[-1] == "low"
+            return PARTITION.format(mode=mode)
+        raise AssertionError(argv)
+
+    monkeypatch.setattr(exits, "_slurm_words", answer)
+    why = exits.preempted_to_requeue("77")
+    assert bool(why) == requeues, (why, asked)
+    if requeues:
+        assert why.startswith(f"preempted at {preempt}, partition low: PreemptMode={mode}")
+    monkeypatch.setattr(
+        exits, "_slurm_words", lambda argv: None
+    )  # Slurm not answering: wait as before
+    assert exits.preempted_to_requeue("77") is None
+
+
+def test_rank_0_requeues_only_once_every_rank_of_this_attempt_has_saved(tmp_path):
+    from hpcqa.rank.exits import all_ranks_stopped
+    from hpcqa.record.jobdir import JobDir, write_json
+
+    jd = JobDir(tmp_path)
+    jd.ranks.mkdir()
+    write_json(jd.rank_report(0), {"notice": {"attempt": 1}})
+    assert not all_ranks_stopped(jd, 2, 1)  # rank 1 has not reported
+    write_json(jd.rank_report(1), {"notice": {"attempt": 0}})
+    assert not all_ranks_stopped(jd, 2, 1)  # its report is the attempt before's
+    jd.rank_report(1).write_text("[1, 2]")
+    assert not all_ranks_stopped(jd, 2, 1)  # damaged
+    write_json(jd.rank_report(1), {"notice": {"attempt": 1}})
+    assert all_ranks_stopped(jd, 2, 1)

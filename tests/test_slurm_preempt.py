@@ -19,8 +19,9 @@ from tests.test_slurm import ONE_PER_NODE, TINY, _start_requeued_now, status, su
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 # the grace time a rank needs here: its SIGTERM checkpoint of the tiny model took ~35 ms on an idle machine, so 5 s
-# leave a wide margin for CI's load (production sites give minutes). Every preemption waits it out: hpcqa's rank
-# waits for Slurm's kill.
+# leave a wide margin for CI's load (production sites give minutes). With PreemptMode=REQUEUE rank 0 requeues the
+# job once every rank has saved (hpcqa.rank.exits.preempted_to_requeue); with CANCEL the ranks wait out the grace
+# time and Slurm's pass that enforces it.
 GRACE_S = 5
 STEPS = 200  # the controller test trains on through the controller's absence
 # a preempted job: the notice lands near step 15 (step 8 + the scheduler's second); the rest is what the resume trains
@@ -152,8 +153,11 @@ def test_preemption_and_an_edited_checkout(slurm, tmp_path):
     log = (folder / f"{job_id}_0_log.err").read_text()
     assert "SIGTERM (preemption, scancel or the time limit): checkpoint of step" in log
     assert "Bypassing signal SIGTERM" not in log
-    # the rank waited through the grace time and left on Slurm's kill, not KillWait later on its SIGKILL
-    assert "this rank leaves now" in log.split("attempt 1 starts")[0], log[-3000:]
+    # once every rank had saved, rank 0 requeued the job itself (Slurm would have, at the grace time's end), and
+    # the rank left on that requeue, not KillWait later on its SIGKILL
+    first_attempt = log.split("attempt 1 starts")[0]
+    assert "every rank has saved: requeued now (scontrol requeue)" in first_attempt, log[-3000:]
+    assert "this rank leaves now" in first_attempt, log[-3000:]
     # the submitted code, in both attempts
     assert res["code"]["snapshot"] and res["code"]["describe"] == "not a git checkout"
     assert first["code"]["digest"] == res["code"]["digest"] and res["code"][
@@ -191,6 +195,8 @@ def test_preempt_mode_cancel_says_preempted_and_where_to_continue(slurm, tmp_pat
     finally:
         _slurm(slurm, "scontrol", "update", "PartitionName=low", "PreemptMode=REQUEUE")
     assert j["state"] == "PREEMPTED", j
+    # PreemptMode=CANCEL, read from the partition: the rank left the job to Slurm, which did not bring it back
+    assert "requeued now" not in (folder / f"{job_id}_0_log.err").read_text()
     report = json.loads((folder / "ranks" / "rank-0.json").read_text())
     checkpoint = report["notice"]["checkpoint"]
     assert Path(checkpoint, "trainer_state.json").is_file()
@@ -399,6 +405,9 @@ def test_a_preempted_run_qa_shaped_program_resumes_its_own_checkpoint(
     assert j["state"] == "COMPLETED", (
         out[-2000:] + (folder / f"{job_id}_0_log.err").read_text()[-2000:]
     )
+    # the program died on the notice; its supervisor (rank 0 of 1) requeued the job without the grace time's wait
+    err = (folder / f"{job_id}_0_log.err").read_text(errors="replace")
+    assert "every rank has saved: requeued now" in err, err[-2000:]
     resumed = [ln for ln in out.splitlines() if "Resuming training from checkpoint" in ln]
     assert resumed and "out/checkpoint-" in resumed[-1], out[-2000:]
     step = int(resumed[-1].rsplit("checkpoint-", 1)[1])

@@ -40,7 +40,12 @@ from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.errors import RankError
 from hpcqa.fsutil import own_folder
 from hpcqa.rank.child import die_with
-from hpcqa.rank.exits import code_provenance, requeue_through_submitit, wait_for_slurms_end
+from hpcqa.rank.exits import (
+    all_ranks_stopped,
+    code_provenance,
+    requeue_through_submitit,
+    wait_for_slurms_end,
+)
 from hpcqa.rank.phase import Phases
 from hpcqa.record import trainerfiles, worktree
 from hpcqa.record.jobdir import JobDir, attempt_from_env, read_json, write_json
@@ -404,8 +409,11 @@ def _after_notice(
     if plan.requeue is Requeue.POD:
         sys.exit(int(PodExit.STOPPED))
     if term:
-        if os.environ.get("SLURM_JOB_ID"):
-            wait_for_slurms_end(say)  # Slurm requeues (PreemptMode=REQUEUE) or ends the job
+        if os.environ.get("SLURM_JOB_ID"):  # Slurm requeues (PreemptMode=REQUEUE) or ends the job
+            world = int(report.get("world_size") or 1)
+            wait_for_slurms_end(
+                say, saved=(lambda: all_ranks_stopped(jd, world, attempt)) if rank == 0 else None
+            )
         raise RankError(
             f"rank {rank}: stopped on SIGTERM (the command exited with {code})",
             "a SIGTERM without Slurm's requeue ends the job; submit again to continue",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,11 +14,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from hpcqa.core.states import State
-from hpcqa.record.jobdir import JobRoot, read_json
+from hpcqa.record.jobdir import JobDir, JobRoot, read_json
 
 # After a SIGTERM checkpoint a Slurm rank waits to be killed: Slurm ends the job its own way (the grace time's
 # SIGKILL then a requeue for PreemptMode=REQUEUE; CANCELLED for scancel; TIMEOUT) -- a job that exited by
-# itself during the grace time would count as ended, and a preempted one would not come back.
+# itself during the grace time would count as ended (COMPLETED, measured on 22.05), and a preempted one would not
+# come back. The one exception: a preemption Slurm will requeue anyway (see preempted_to_requeue).
 TERM_WAIT_S = 900
 SQUEUE_TIMEOUT_S = 15.0
 
@@ -25,26 +27,79 @@ SQUEUE_TIMEOUT_S = 15.0
 def slurm_job_state(job_id: str) -> str | None:
     """What squeue says of the job now (RUNNING, COMPLETING, PENDING ...), or None if it could not tell. The rank
     side's one question to Slurm (it cannot reach the executors' Slurm object: the layers point down)."""
+    words = (_slurm_words(["squeue", "-h", "-j", job_id, "-o", "%T"]) or "").split()
+    return words[0] if len(words) == 1 else None
+
+
+def _slurm_words(argv: list[str]) -> str | None:
+    """One Slurm command's output, or None if it failed or did not answer in time."""
     try:
-        r = subprocess.run(
-            ["squeue", "-h", "-j", job_id, "-o", "%T"],
-            capture_output=True,
-            text=True,
-            timeout=SQUEUE_TIMEOUT_S,
-        )
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return None
-    words = r.stdout.split()
-    return words[0] if r.returncode == 0 and len(words) == 1 else None
+    return r.stdout if r.returncode == 0 else None
 
 
-def wait_for_slurms_end(log: Callable[[str], None], seconds: float = TERM_WAIT_S) -> None:
+def _field(text: str, key: str) -> str | None:
+    """KEY=VALUE's value in `scontrol show ... -o` output (one line of space-separated fields)."""
+    m = re.search(rf"(?:^|\s){re.escape(key)}=(\S*)", text)
+    return m.group(1) if m else None
+
+
+def preempted_to_requeue(job_id: str) -> str | None:
+    """Why Slurm will requeue this job when its grace time ends, or None when it cannot tell that it will.
+
+    `scontrol show job` has a PreemptTime once the job is selected for preemption (never for a scancel, a
+    signal or the time limit); the job must be requeueable (Requeue=1); and the mode that applies must requeue.
+    That mode is read, not assumed: with PreemptType=preempt/partition_prio it is the job's partition's
+    PreemptMode. Under preempt/qos the mode is the preemptor's QOS's, which a rank cannot see: None, and the rank
+    waits for Slurm as before. Any answer missing or unexpected is None too."""
+    job = _slurm_words(["scontrol", "show", "job", "-o", job_id])
+    if job is None:
+        return None
+    preempt_time, requeue, partition = (
+        _field(job, k) for k in ("PreemptTime", "Requeue", "Partition")
+    )
+    if preempt_time in (None, "", "None", "Unknown") or requeue != "1" or not partition:
+        return None
+    config = _slurm_words(["scontrol", "show", "config"]) or ""
+    kind = re.search(r"^PreemptType\s*=\s*(\S+)", config, re.M)
+    if not kind or kind.group(1) != "preempt/partition_prio":
+        return None
+    part = _slurm_words(["scontrol", "show", "partition", "-o", partition.split(",")[0]])
+    mode = _field(part or "", "PreemptMode") or ""
+    if "REQUEUE" not in mode.upper().split(","):
+        return None
+    return f"preempted at {preempt_time}, partition {partition.split(',')[0]}: PreemptMode={mode}"
+
+
+def all_ranks_stopped(jd: JobDir, world: int, attempt: int) -> bool:
+    """Every rank of this attempt has written its report with its notice: whatever it saves, it has saved."""
+    for k in range(world):
+        report = read_json(jd.rank_report(k)) or {}
+        notice = report.get("notice")
+        if not isinstance(notice, dict) or notice.get("attempt") != attempt:
+            return False
+    return True
+
+
+def wait_for_slurms_end(
+    log: Callable[[str], None],
+    seconds: float = TERM_WAIT_S,
+    saved: Callable[[], bool] | None = None,
+) -> None:
     """Wait for Slurm to end this job its own way (see TERM_WAIT_S). Slurm ends a step with SIGTERM, then SIGKILL
     KillWait later (30 s by default): when a SIGTERM comes now, ask Slurm, and once it no longer shows the job
     RUNNING (the grace time's end: requeued or preempted; cancelled; timed out; requeued by `scontrol requeue`),
     leave at once, as SIGTERM ends a process, and the node is free that much sooner. While Slurm still shows it
     RUNNING (the grace time: a second notice, a user's `scancel --signal=TERM`) the rank waits on. With no Slurm
-    job, or no answer from squeue, it waits as before. First asked at once: the notice may have been a cancel."""
+    job, or no answer from squeue, it waits as before. First asked at once: the notice may have been a cancel.
+
+    `saved` (global rank 0 only: has every rank saved?): when Slurm is preempting the job and will requeue it
+    anyway (preempted_to_requeue), rank 0 requeues it itself (`scontrol requeue`) once every rank has saved,
+    instead of waiting out the grace time -- and Slurm's periodic pass that enforces it, up to 30 s later. The
+    preemptor gets the nodes that much sooner, and the job is requeued as Slurm would have (its attempt shows
+    REQUEUED rather than PREEMPTED)."""
     job_id = os.environ.get("SLURM_JOB_ID")
     if not job_id:
         time.sleep(seconds)
@@ -52,7 +107,18 @@ def wait_for_slurms_end(log: Callable[[str], None], seconds: float = TERM_WAIT_S
     came = [True]
     previous = signal.signal(signal.SIGTERM, lambda *_: came.append(True))
     end = time.monotonic() + seconds
+    why: str | None = None
     while time.monotonic() < end:
+        if saved is not None and not came and why is None:
+            why = preempted_to_requeue(job_id) or ""
+        if why and saved is not None and saved():
+            saved = None  # asked once
+            r = _slurm_words(["scontrol", "requeue", job_id])
+            log(
+                f"{why}; every rank has saved: requeued now (scontrol requeue), not at the grace time's end"
+                if r is not None or came
+                else f"{why}; scontrol requeue failed: waiting for Slurm's own requeue"
+            )
         if came:
             came.clear()
             state = slurm_job_state(job_id)

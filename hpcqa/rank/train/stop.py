@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from hpcqa.core.targets import Requeue
-from hpcqa.rank.exits import requeue_through_submitit, wait_for_slurms_end
+from hpcqa.rank.exits import all_ranks_stopped, requeue_through_submitit, wait_for_slurms_end
 from hpcqa.rank.train.facts import Rank
 from hpcqa.record.jobdir import attempt_from_env, write_json
 from hpcqa.record.phases import Phase
@@ -111,7 +111,11 @@ def stop_after_checkpoint(r: Rank, step: int) -> dict:
             "what follows (PreemptMode=REQUEUE brings the job back, a cancel ends it)"
         )
         if os.environ.get("SLURM_JOB_ID"):
-            wait_for_slurms_end(r.log)
+            a = attempt()
+            wait_for_slurms_end(
+                r.log,
+                saved=(lambda: all_ranks_stopped(r.jd, r.world, a)) if r.rank == 0 else None,
+            )
         raise RankStopped(
             f"stopped at step {step} on SIGTERM; checkpoint saved ({notice['checkpoint']})"
         )
