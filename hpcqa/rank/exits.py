@@ -108,17 +108,21 @@ def wait_for_slurms_end(
     previous = signal.signal(signal.SIGTERM, lambda *_: came.append(True))
     end = time.monotonic() + seconds
     why: str | None = None
+    looked = 0.0  # the ranks' reports are read once a second (a shared file system, many ranks)
     while time.monotonic() < end:
         if saved is not None and not came and why is None:
             why = preempted_to_requeue(job_id) or ""
-        if why and saved is not None and saved():
-            saved = None  # asked once
-            r = _slurm_words(["scontrol", "requeue", job_id])
-            log(
-                f"{why}; every rank has saved: requeued now (scontrol requeue), not at the grace time's end"
-                if r is not None or came
-                else f"{why}; scontrol requeue failed: waiting for Slurm's own requeue"
-            )
+        if why and saved is not None and time.monotonic() - looked >= 1.0:
+            looked = time.monotonic()
+            if saved():
+                saved = None  # asked once
+                r = _slurm_words(["scontrol", "requeue", job_id])
+                log(
+                    f"{why}; every rank has saved: requeued now (scontrol requeue), not at the grace time's "
+                    "end"
+                    if r is not None or came
+                    else f"{why}; scontrol requeue failed: waiting for Slurm's own requeue"
+                )
         if came:
             came.clear()
             state = slurm_job_state(job_id)
