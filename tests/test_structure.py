@@ -32,8 +32,8 @@ JOB_FOLDER_DIRS = {
     "checkpoints",
     "hostfile",
 }  # as whole strings (they are also English words)
-# slurmcli.py: every scheduler command of the front and the executors; exits.py: the rank's one squeue, after its
-# SIGTERM checkpoint (the rank side may not import the executors)
+# slurmcli.py: every scheduler command of the front and the executors; exits.py: the rank's questions after its
+# SIGTERM checkpoint (squeue; scontrol for a preemption it may requeue) -- the rank side may not import the executors
 SUBPROCESS_OWNERS = {"slurmcli.py", "exits.py"}
 # Heavy at import (seconds, or optional): only these may be imported inside a function, to keep the light paths light.
 HEAVY = {

@@ -341,9 +341,17 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _near(name: str, candidates: list[str]) -> str:
+def _closest(name: str, candidates: list[str]) -> str | None:
     close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return close[0] if close else None
+
+
+def _did_you_mean(match: str | None) -> str:
+    return f" (did you mean {match!r}?)" if match else ""
+
+
+def _near(name: str, candidates: list[str]) -> str:
+    return _did_you_mean(_closest(name, candidates))
 
 
 def _type_name(tp: Any) -> str:
@@ -474,15 +482,15 @@ def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) ->
         key = f"{name}.{k}"
         if k not in fields:
             starts = [f for f in fields if f.startswith(k)]  # model.name: the one key it begins
-            close = difflib.get_close_matches(k, list(fields), n=1, cutoff=0.6) or (starts if len(starts) == 1 else [])
+            close = _closest(k, list(fields)) or (starts[0] if len(starts) == 1 else None)
             # a key of another section (the common slip: train.hidden_dropout), unless this section has a key
             # it is part of (model.name is more likely name_or_path than job.name; cluster.queue not k8s.queue)
             home = [s for s, c in SECTIONS.items() if s != name and k in {f.name for f in dataclasses.fields(c)}]
             if home and not close and not any(k in f for f in fields):
                 raise ConfigError(key, f"unknown key: {k} is a key of [{home[0]}]",
                                   f"put it under [{home[0]}]: {home[0]}.{k}", source)
-            raise ConfigError(key, "unknown key" + (f" (did you mean {close[0]!r}?)" if close else ""),
-                              f"rename it to {name}.{close[0]}" if close else
+            raise ConfigError(key, "unknown key" + _did_you_mean(close),
+                              f"rename it to {name}.{close}" if close else
                               f"remove it or use one of: {', '.join(fields)}", source)
         check_text(key, v, source)
         value = _coerce(key, v, hints[k], source)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from hpcqa.core import states
+from hpcqa.core.slurmtext import config_value, show_fields
 from hpcqa.core.states import State
 from hpcqa.errors import SchedulerUnreachable, SubmitError
 
@@ -229,15 +230,6 @@ def first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
-def config_value(scontrol_config: str, key: str) -> str | None:
-    """One value of `scontrol show config`."""
-    for line in scontrol_config.splitlines():
-        k, _, v = line.partition("=")
-        if k.strip() == key:
-            return v.strip()
-    return None
-
-
 def parse_sbatch_parsable(text: str) -> tuple[str, str | None]:
     """`sbatch --parsable` -> (job id, cluster or None): it prints "<id>" or "<id>;<cluster>"."""
     first = text.strip().splitlines()[-1] if text.strip() else ""
@@ -260,7 +252,7 @@ def parse_nodes(text: str) -> list[dict[str, str]]:
     """`scontrol show node -o` -> one dict per node (NodeName, Sockets, CoresPerSocket, ...)."""
     nodes = []
     for line in text.splitlines():
-        fields = {m[1]: m[2] for m in re.finditer(r"(\w+)=(\S*)", line)}
+        fields = show_fields(line)
         if "NodeName" in fields:
             nodes.append(fields)
     return nodes

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from hpcqa.core.slurmtext import config_value, show_fields
 from hpcqa.core.states import State
 from hpcqa.record.jobdir import JobDir, JobRoot, read_json
 
@@ -40,12 +40,6 @@ def _slurm_words(argv: list[str]) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
-def _field(text: str, key: str) -> str | None:
-    """KEY=VALUE's value in `scontrol show ... -o` output (one line of space-separated fields)."""
-    m = re.search(rf"(?:^|\s){re.escape(key)}=(\S*)", text)
-    return m.group(1) if m else None
-
-
 def preempted_to_requeue(job_id: str) -> str | None:
     """Why Slurm will requeue this job when its grace time ends, or None when it cannot tell that it will.
 
@@ -54,20 +48,15 @@ def preempted_to_requeue(job_id: str) -> str | None:
     That mode is read, not assumed: with PreemptType=preempt/partition_prio it is the job's partition's
     PreemptMode. Under preempt/qos the mode is the preemptor's QOS's, which a rank cannot see: None, and the rank
     waits for Slurm as before. Any answer missing or unexpected is None too."""
-    job = _slurm_words(["scontrol", "show", "job", "-o", job_id])
-    if job is None:
-        return None
-    preempt_time, requeue, partition = (
-        _field(job, k) for k in ("PreemptTime", "Requeue", "Partition")
-    )
-    if preempt_time in (None, "", "None", "Unknown") or requeue != "1" or not partition:
+    job = show_fields(_slurm_words(["scontrol", "show", "job", "-o", job_id]) or "")
+    preempt_time, partition = job.get("PreemptTime"), job.get("Partition")
+    if preempt_time in (None, "", "None", "Unknown") or job.get("Requeue") != "1" or not partition:
         return None
     config = _slurm_words(["scontrol", "show", "config"]) or ""
-    kind = re.search(r"^PreemptType\s*=\s*(\S+)", config, re.M)
-    if not kind or kind.group(1) != "preempt/partition_prio":
+    if config_value(config, "PreemptType") != "preempt/partition_prio":
         return None
     part = _slurm_words(["scontrol", "show", "partition", "-o", partition.split(",")[0]])
-    mode = _field(part or "", "PreemptMode") or ""
+    mode = show_fields(part or "").get("PreemptMode") or ""
     if "REQUEUE" not in mode.upper().split(","):
         return None
     return f"preempted at {preempt_time}, partition {partition.split(',')[0]}: PreemptMode={mode}"
