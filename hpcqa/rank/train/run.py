@@ -309,6 +309,14 @@ def _prepare_compile() -> None:
     import torch._inductor.config as inductor_config
 
     inductor_config.fallback_random = True
+    # the modules' float settings (LayerNorm's eps, Embedding's norm_type, Dropout's p) as the
+    # constants they are in a run. Left symbolic (torch's default under dynamic shapes), every
+    # graph holding one was traced, partly compiled, thrown away and traced again ("Restarting
+    # analysis due to ... _tensorify_python_scalars"). A cold compile of the tiny model: 37 s and
+    # 56 CPU-s, against 45 s and 64 (medians of 3, benchmarks/compile_start_bench.py)
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.specialize_float = True
 
 
 RESOLVE_RETRY_S = 5.0
