@@ -28,19 +28,36 @@ import wheelvenv  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def installed(tmp_path_factory):
     """(the venv's bin folder, the wheel) -- the wheel built from this checkout, installed into a fresh venv by the
     README's line: its dependencies resolved, at the versions of constraints.txt. scripts/test.sh makes it during
-    its install phase (HPCQA_TEST_WHEEL: the folder); made here otherwise. Checked against the checkout either way."""
+    its install phase (HPCQA_TEST_WHEEL: the folder); made here otherwise, once for the whole run (the first test
+    to ask makes it, the others -- on any pytest-xdist worker -- wait for it). Checked against the checkout either
+    way. Not module-scoped: this module's tests are not one unit, and run on whichever workers are free."""
     made_by = os.environ.get("HPCQA_TEST_WHEEL")
-    if made_by:
-        made = wheelvenv.wait(Path(made_by).resolve())
-    else:
-        made = wheelvenv.build(ROOT, tmp_path_factory.mktemp("wheel"))
+    out = Path(made_by).resolve() if made_by else _made_once(tmp_path_factory)
+    made = wheelvenv.wait(out)
     problems = wheelvenv.verify(ROOT, made)
     assert not problems, problems[:10]
     return made.bin, made.wheel
+
+
+def _made_once(tmp_path_factory) -> Path:
+    """The folder the run's one venv is made in: the first to take the lock makes it (a venv cannot be moved once
+    made, so not conftest's made_once, which renames), and a made one -- failed or not -- is not made again."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the workers' basetemps share this folder
+    out = base / "wheel-venv"
+    with open(base / "wheel-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "done.json").is_file():
+            out.mkdir(exist_ok=True)
+            wheelvenv.make(ROOT, out)
+    return out
 
 
 def test_the_install_line_brings_a_cpu_torch_and_the_tested_versions(installed):
@@ -188,6 +205,20 @@ def test_installed_from_the_wheel_it_runs_from_any_folder(installed, tmp_path):
         )
         assert r.returncode == 0 and "Traceback" not in r.stderr, (target, r.stderr[-2000:])
         assert out.exists() and out.stat().st_size > 0, target
+    # nothing else was written into the user's folder: the dry runs wrote nothing
+    assert sorted(
+        p.name for p in scratch.iterdir() if not p.name.startswith((".", "rendered-"))
+    ) == ["ddp_loop.py", "quickstart.toml", "squad_spr.toml"]
+
+
+def test_installed_from_the_wheel_the_quickstart_runs_in_an_empty_folder(installed, tmp_path):
+    """The README's first run for an installed copy, in an empty folder: `hpcqa init`, then the quickstart on the
+    local executor, then status and logs -- the ranks run the installed copy's snapshot, never the checkout."""
+    bin_dir, _ = installed
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    init = _run(bin_dir, scratch, "hpcqa", "init")
+    assert init.returncode == 0 and (scratch / "quickstart.toml").is_file(), init.stderr
     # the quickstart itself on the local executor, then status and logs, as the README runs them
     # three steps and no probe of the all-reduce after them (a test of its own): what is held here is that the run
     # works from the installed copy, not its numbers
@@ -214,6 +245,7 @@ def test_installed_from_the_wheel_it_runs_from_any_folder(installed, tmp_path):
     assert str(ROOT) not in json.dumps(code), code  # the ranks ran the installed copy's snapshot
     logs = _run(bin_dir, scratch, "hpcqa", "logs", job["id"])
     assert logs.returncode == 0 and logs.stdout, logs.stderr
-    assert sorted(
-        p.name for p in scratch.iterdir() if not p.name.startswith((".", "rendered-"))
-    ) == ["ddp_loop.py", "logs", "quickstart.toml", "squad_spr.toml"]
+    assert sorted(p.name for p in scratch.iterdir() if not p.name.startswith(".")) == [
+        "logs",
+        "quickstart.toml",
+    ]
