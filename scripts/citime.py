@@ -43,7 +43,8 @@ def parse_phase(text: str) -> Phase:
 
 
 def read_junit(phase: Phase) -> None:
-    """The pass's tests and outcomes from pytest's junit XML (time per test: setup + call + teardown)."""
+    """The pass's tests and outcomes from pytest's junit XML (time per test: setup + call + teardown, less the
+    shared fixtures tests/shared_setup.py names, which are listed apart)."""
     try:
         root = ET.parse(phase.xml).getroot()
     except (OSError, ET.ParseError) as e:
@@ -62,8 +63,27 @@ def read_junit(phase: Phase) -> None:
             t = float(case.get("time") or 0)
         except ValueError:
             t = 0.0
-        phase.tests.append((t, f"{case.get('classname', '')}::{case.get('name', '')}"))
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        shared_s, shared = _shared(case)
+        phase.tests.append((max(t - shared_s, 0.0), name))
+        if shared_s:  # a module's cluster, set up in its first test: a line of its own
+            phase.tests.append((shared_s, f"{'; '.join(shared)} (in {name})"))
     phase.counts = counts
+
+
+def _shared(case: ET.Element) -> tuple[float, list[str]]:
+    """What tests/shared_setup.py put on a test: the seconds of the shared fixtures its setup or teardown ran (a
+    Slurm cluster of the module), and which. A damaged value counts as none."""
+    seconds, what = 0.0, []
+    for prop in case.iter("property"):
+        if prop.get("name") == "shared_s":
+            try:
+                seconds += max(float(prop.get("value") or 0), 0.0)
+            except ValueError:
+                continue
+        elif prop.get("name") == "shared":
+            what.append(prop.get("value") or "")
+    return seconds, what
 
 
 def report(phases: list[Phase], budget_s: float, slowest: int = 20) -> tuple[list[str], bool]:
@@ -88,7 +108,9 @@ def report(phases: list[Phase], budget_s: float, slowest: int = 20) -> tuple[lis
         :slowest
     ]
     if every:
-        lines.append(f"  the {len(every)} slowest tests:")
+        lines.append(
+            f"  the {len(every)} slowest tests (a shared fixture's set-up and teardown on a line of its own):"
+        )
         lines += [f"    {t:7.1f} s  {n}" for t, n in every]
     ok = suite <= budget_s
     if not ok:

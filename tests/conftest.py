@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+# shared fixtures' time, apart from the tests' (scripts/citime.py)
+pytest_plugins = ["tests.shared_setup"]
+
 ROOT = Path(__file__).resolve().parent.parent
 # pytest caches the test modules it rewrote (tests/__pycache__, git-ignored) even where PYTHONDONTWRITEBYTECODE is set
 # (this machine's shell and CI set it): rewriting the ~60 modules again took ~4 s of every pytest process's start,
@@ -327,7 +330,7 @@ def pytest_collection_modifyitems(config, items):
 
 # ---------------------------------------------------------------- side by side: `pytest -n 3 --dist loadgroup`
 # scripts/test.sh runs the suite on pytest-xdist workers. The tests of a module with a module-scoped fixture (a Slurm
-# cluster, a built wheel, a venv) go to one worker as a unit, which sets the fixture up once; every other test goes
+# cluster, a node's venv) go to one worker as a unit, which sets the fixture up once; every other test goes
 # wherever a worker is free, the largest units first. Each worker brings up its own clusters (tests/slurm_cluster.py:
 # one devcluster instance per worker). A test that must not share the machine (it times runs) is marked `alone`:
 # test.sh runs those after the rest, one at a time.

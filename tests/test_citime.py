@@ -1,6 +1,10 @@
 """scripts/citime.py: the CI run's time at its end -- phases, counts, the slowest tests, the budget."""
 
+import os
+import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -98,3 +102,90 @@ def test_a_phase_beside_the_others_is_shown_not_added(tmp_path, capsys):
         "total 1300 s; the test passes 1000 s of a 1250 s budget" in out
     )  # alone has no XML: not a pass
     assert out.splitlines()[-1] == "total: 4 passed, 2 failed, 2 skipped"  # its tests still counted
+
+
+SHARED = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.test_c" name="test_first" time="94.0"><properties>
+<property name="shared_s" value="14.5"/><property name="shared" value="slurm (module) set up"/></properties>
+</testcase>
+<testcase classname="tests.test_c" name="test_last" time="30.0"><properties>
+<property name="shared_s" value="x"/><property name="shared_s" value="5.0"/>
+<property name="shared" value="slurm (module) torn down"/></properties></testcase>
+</testsuite></testsuites>"""
+
+
+def test_a_shared_fixtures_time_is_a_line_of_its_own(tmp_path):
+    """A module's cluster, set up in its first test and torn down in its last: the tests' own times without it, and
+    the fixture's time on a line of its own (a damaged value is no time)."""
+    xml = tmp_path / "p.xml"
+    xml.write_text(SHARED)
+    p = citime.parse_phase(f"pass=200:{xml}")
+    citime.read_junit(p)
+    assert sorted(p.tests, reverse=True) == [
+        (79.5, "tests.test_c::test_first"),
+        (25.0, "tests.test_c::test_last"),
+        (14.5, "slurm (module) set up (in tests.test_c::test_first)"),
+        (5.0, "slurm (module) torn down (in tests.test_c::test_last)"),
+    ]
+    assert p.counts["passed"] == 2
+
+
+MODULE = """
+import time
+import pytest
+
+
+@pytest.fixture(scope="session")
+def base():
+    time.sleep(1.0)
+    yield
+
+
+@pytest.fixture(scope="module")
+def cluster(base):
+    time.sleep(0.2)
+    yield
+    time.sleep(1.0)
+
+
+@pytest.fixture
+def own():
+    time.sleep(0.4)
+
+
+def test_first(cluster, own):
+    time.sleep(0.1)
+
+
+def test_last(cluster):
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.process
+def test_the_plugin_times_what_the_tests_share(tmp_path):
+    """tests/shared_setup.py in a real pytest run: the module fixture's set-up (with the session one it needs,
+    counted once) on the first test, its teardown on the last, the function fixture left the test's own."""
+    (tmp_path / "test_mod.py").write_text(MODULE)
+    xml = tmp_path / "out.xml"
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.shared_setup", "-p", "no:cacheprovider"]
+        + [f"--junitxml={xml}", "--rootdir", str(tmp_path), str(tmp_path / "test_mod.py")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    p = citime.parse_phase(f"pass=10:{xml}")
+    citime.read_junit(p)
+    got = dict((name, t) for t, name in p.tests)
+    first, last = "test_mod::test_first", "test_mod::test_last"
+    up = next(n for n in got if n.startswith("base (session) set up; cluster (module) set up"))
+    down = next(n for n in got if n.startswith("cluster (module) torn down"))
+    # bounds that hold on a busy machine and still tell the cases apart: the session fixture counted twice would be
+    # 2.2 s; the module's set-up or teardown left on a test would put it over 1.2 s
+    assert 1.2 <= got[up] < 2.0, got  # 1.0 + 0.2
+    assert 1.0 <= got[down] < 1.9, got
+    assert 0.5 <= got[first] < 1.2, got  # its own: the function fixture (0.4) and its body (0.1)
+    assert 0.1 <= got[last] < 0.9, got
