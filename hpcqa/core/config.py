@@ -246,8 +246,9 @@ class TrainConfig:
     ipex: bool = opt(False, "Apply intel_extension_for_pytorch.optimize when it is installed.")
     compile: bool = opt(False, "torch.compile the model with Inductor (C++ kernels on CPU: needs a C++ compiler on "
                                "the nodes, which the rendered Dockerfile's image lacks; a rank without one stops "
-                               "saying so). Dynamic shapes from the first compile (lengths vary by batch) and each "
-                               "encoder layer compiled once; the first steps compile (results: compile.compile_s). "
+                               "saying so). Dynamic shapes from the first compile (lengths vary by batch), the "
+                               "modules' float settings (eps, dropout) as constants, and each encoder layer "
+                               "compiled once; the first steps compile (results: compile.compile_s). "
                                "Off by default: slower where it was measured (BENCHMARKS.md).")
     ddp_backend: Literal[DDP_BACKENDS] = opt(  # type: ignore[valid-type]
         "auto", "auto: ccl when oneccl_bindings_for_pytorch imports and transformers accepts it, "
