@@ -185,7 +185,8 @@ def test_the_plugin_times_what_the_tests_share(tmp_path):
     down = next(n for n in got if n.startswith("cluster (module) torn down"))
     # bounds that hold on a busy machine and still tell the cases apart: the session fixture counted twice would be
     # 2.2 s; the module's set-up or teardown left on a test would put it over 1.2 s
-    assert 1.2 <= got[up] < 2.0, got  # 1.0 + 0.2
-    assert 1.0 <= got[down] < 1.9, got
-    assert 0.5 <= got[first] < 1.2, got  # its own: the function fixture (0.4) and its body (0.1)
-    assert 0.1 <= got[last] < 0.9, got
+    # (the lower bounds loose too: junit's time and the plugin's clock are read at slightly different moments)
+    assert 1.1 <= got[up] < 2.0, got  # 1.0 + 0.2
+    assert 0.9 <= got[down] < 1.9, got
+    assert 0.4 <= got[first] < 1.2, got  # its own: the function fixture (0.4) and its body (0.1)
+    assert 0.05 <= got[last] < 0.9, got
