@@ -117,7 +117,9 @@ release_pass() {  # RELEASE MARK XML -> the pytest exit status (5, nothing selec
     # HPCQA_TEST_CPU_LOG: the root has a /tmp of its own, so the pass writes into $times (the checkout, seen at
     # the same path) and its lines join the caller's file afterwards, their worker named after the release
     if [ -n "${HPCQA_TEST_CPU_LOG:-}" ]; then cpu_log="$times/cpu-$1.log"; fi
-    HPCQA_TEST_CPU_LOG=$cpu_log HPCQA_CLUSTER_INSTANCE_BASE=5 "$PY" scripts/slurmroot.py run --release "$1" -- \
+    # its modules in reverse order (tests/conftest.py): not the same 4-rank job as pass 1's first, at the same time
+    HPCQA_TEST_MODULES_REVERSED=1 HPCQA_TEST_CPU_LOG=$cpu_log HPCQA_CLUSTER_INSTANCE_BASE=5 \
+        "$PY" scripts/slurmroot.py run --release "$1" -- \
         "$PY" -m pytest -q -ra --durations=20 -m "$2" -p no:cacheprovider --junitxml="$3" "${@:4}" || code=$?
     if [ -n "$cpu_log" ] && [ -f "$cpu_log" ]; then
         awk -v w="slurm-$1" '{ $4 = w; print }' "$cpu_log" >>"$HPCQA_TEST_CPU_LOG"

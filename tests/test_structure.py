@@ -765,6 +765,27 @@ def test_mypy_is_clean_on_the_core_and_the_executors(tmp_path):
     assert r.returncode == 1 and "Incompatible return value" in r.stdout, r.stdout
 
 
+def test_the_pass_beside_runs_its_modules_last_first():
+    """scripts/test.sh's other-release pass (HPCQA_TEST_MODULES_REVERSED=1): the modules in reverse order, each
+    module's tests in the order collected, so a module's cluster still serves one run of its tests."""
+    from types import SimpleNamespace
+
+    from tests.conftest import reverse_modules
+
+    def item(module: str, name: str):
+        return SimpleNamespace(module=SimpleNamespace(__name__=module), name=name)
+
+    items = [item("a", "1"), item("a", "2"), item("b", "1"), item("c", "1"), item("c", "2")]
+    reverse_modules(items)
+    assert [(i.module.__name__, i.name) for i in items] == [
+        ("c", "1"),
+        ("c", "2"),
+        ("b", "1"),
+        ("a", "1"),
+        ("a", "2"),
+    ]
+
+
 def test_the_scheduler_keeps_a_module_that_shares_a_fixture_on_one_worker(tmp_path):
     """scripts/test.sh's xdist scheduling (tests/conftest.py): a module with a module-scoped fixture (a cluster) is
     one unit; any other test is its own; an xdist_group suffix names the unit."""
