@@ -24,9 +24,8 @@ SHARED_SCOPES = frozenset({"class", "module", "package", "session"})
 
 class _Clock:
     def __init__(self) -> None:
-        self.depth = (
-            0  # shared set-ups in progress (one inside another is counted in the outer one)
-        )
+        # shared set-ups in progress (one inside another is counted in the outer one)
+        self.depth = 0
         self.seconds = 0.0
         self.what: list[str] = []
         self.last = 0.0  # teardown: when the previous fixture finished finalizing
