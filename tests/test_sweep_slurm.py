@@ -1,4 +1,6 @@
-"""Sweeps as real Slurm job arrays: 2 emulated nodes, accounting, MaxArraySize = 3."""
+"""Sweeps as real Slurm job arrays: 3 emulated nodes, accounting, MaxArraySize = 3. A task takes a node, so three
+nodes let an array's throttle be what limits it (with two, `%2` could not be told from the node count), and an
+array of three runs at once."""
 
 import json
 import time
@@ -15,7 +17,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    yield from slurm_cluster.cluster(tmp_path_factory, nodes=2, accounting=True, max_array_size=3)
+    yield from slurm_cluster.cluster(tmp_path_factory, nodes=3, accounting=True, max_array_size=3)
 
 
 def sweep_args(out, *sets):
