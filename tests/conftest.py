@@ -138,16 +138,19 @@ def cli():
     return run_cli
 
 
+def run_folder(tmp_path_factory) -> Path:
+    """The folder this test run's processes share: pytest's basetemp, or the pytest-xdist workers' common parent."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 def made_once(tmp_path_factory, name: str, make) -> Path:
     """A folder `make(folder)` fills, made once per test run and shared by the tests (and the pytest-xdist workers)
     that only read it: the first to ask makes it under a lock, the others wait for it and reuse it. A make that
     failed leaves nothing behind, and the next test to ask tries again."""
     import fcntl
 
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the workers' basetemps share this folder
-    done = base / "made-once" / name
+    done = run_folder(tmp_path_factory) / "made-once" / name
     done.parent.mkdir(exist_ok=True)
     with open(done.parent / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

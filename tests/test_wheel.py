@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from hpcqa.core.targets import RENDER_TARGETS
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_folder
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import wheelvenv  # noqa: E402
@@ -48,9 +48,7 @@ def _made_once(tmp_path_factory) -> Path:
     made, so not conftest's made_once, which renames), and a made one -- failed or not -- is not made again."""
     import fcntl
 
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the workers' basetemps share this folder
+    base = run_folder(tmp_path_factory)
     out = base / "wheel-venv"
     with open(base / "wheel-venv.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
