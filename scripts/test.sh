@@ -165,7 +165,7 @@ for release in "${release_list[@]}"; do
     fi
     if [ "$release_status" = 0 ]; then release_status=$code; fi
 done
-# the tests that measure time or speed, one at a time with nothing beside them
+# the tests that measure time or speed (and the cold compile), one at a time with nothing beside them
 t=$SECONDS
 code=0
 "$PY" -m pytest -q -ra --durations=10 -m "$(mark alone)" --junitxml="$times/alone.xml" "${sel[@]}" || code=$?

@@ -348,8 +348,8 @@ def reverse_modules(items: list) -> None:
 # scripts/test.sh runs the suite on pytest-xdist workers. The tests of a module with a module-scoped fixture (a Slurm
 # cluster, a node's venv) go to one worker as a unit, which sets the fixture up once; every other test goes
 # wherever a worker is free, the largest units first. Each worker brings up its own clusters (tests/slurm_cluster.py:
-# one devcluster instance per worker). A test that must not share the machine (it times runs) is marked `alone`:
-# test.sh runs those after the rest, one at a time.
+# one devcluster instance per worker). A test that must not share the machine (it times runs, or a cold compile takes
+# both cores for a minute) is marked `alone`: test.sh runs those after the rest, one at a time.
 # The scheduler is ours, not xdist's loadgroup: under pytest 9.2 loadgroup no longer groups anything (the nodeid
 # suffix it relies on is dropped: pytest-dev/pytest-xdist#1386, seen here), and nothing fails to say so.
 

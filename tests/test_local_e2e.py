@@ -976,13 +976,15 @@ def tiny_results(cli, out: Path, env: dict, *sets: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # a cold compile: ~65 CPU-s, 29 g++ runs; beside 3 workers it took 113-157 s, alone ~60 s
 def test_train_compile_runs_the_compiled_model_and_reports_its_cost(cli, tmp_path, cache_env):
     """train.compile = true: the Trainer's torch.compile with Inductor's C++ kernels (a real compile: g++ runs), with
     dynamic shapes from the start and the encoder's layers compiled once. The results say what compiling cost and
     how many graphs Dynamo made; the loss is the eager run's to float rounding (compiled kernels sum in another
     order), never another model. One rank: compiling is each rank's own work (a second rank on this machine's two
     cores compiles the same graphs again, ~70 s of CPU), and what this holds is compiling, not DDP. The eager job
-    runs beside the compiled one (two local jobs at once, as a user may start them): it is done long before."""
+    runs beside the compiled one (two local jobs at once, as a user may start them): it is done long before.
+    `alone`: the suite's dearest test in CPU, so it runs where it does not share the two cores with three workers."""
     from concurrent.futures import ThreadPoolExecutor
 
     def run(flag: str) -> dict:
