@@ -83,6 +83,32 @@ def test_ranks_waiting_more_than_a_minute_at_the_rendezvous_are_named():
     )
     assert "1 other rank(s)" in line and "train.ddp_timeout_s" in line
     assert phases.stuck_at_rendezvous(recs[1:2], NOW - 2) is None  # 59 s: not yet
+    assert (
+        "(" not in line.rsplit("train.ddp_timeout_s", 1)[1]
+    )  # no timeout in the records: none said
+
+
+def test_a_short_ddp_timeout_is_warned_of_at_half_of_it_and_said():
+    """train.ddp_timeout_s = 40: a minute's warning would come after the ranks gave up; it comes at 20 s, with
+    when they give up. A damaged timeout (a string, a bool, inf, negative) is a minute's, as before."""
+    rec = {
+        "rank": 0,
+        "phase": "rendezvous",
+        "detail": "n1:29500",
+        "since": NOW - 21,
+        "timeout_s": 40,
+    }
+    line = phases.stuck_at_rendezvous([rec], NOW)
+    assert line.startswith("rank(s) 0 have waited 0:21") and line.endswith(
+        "give up after train.ddp_timeout_s (0:40)"
+    ), line
+    assert phases.stuck_at_rendezvous([rec], NOW - 2) is None  # 19 s
+    assert phases.warn_after({**rec, "timeout_s": 1800}) == 60
+    for bad in ("40", True, float("inf"), float("nan"), -5, 0, None):
+        assert phases.warn_after({**rec, "timeout_s": bad}) == 60, bad
+        assert phases.stuck_at_rendezvous([{**rec, "timeout_s": bad}], NOW) is None, bad
+    mixed = [rec, {**rec, "rank": 1, "timeout_s": 50, "since": NOW - 30}]
+    assert phases.stuck_at_rendezvous(mixed, NOW).endswith("give up after train.ddp_timeout_s")
 
 
 def test_a_submitting_environment_s_master_addr_is_shown_and_warned(tmp_path):

@@ -204,6 +204,24 @@ def test_master_interface_first_node_publishes_other_nodes_read(tmp_path):
         )
 
 
+def test_a_node_waiting_for_the_first_hosts_address_records_when_it_gives_up(tmp_path):
+    """The first phase a rank writes: on a node after the first with launch.master_interface, waiting for the first
+    host's address with train.ddp_timeout_s in the record (status warns at half of a short one); else starting."""
+    from hpcqa.rank.phase import Phases
+    from hpcqa.record.jobdir import JobDir
+
+    p = quick_plan("launch.master_interface=ib0", "train.ddp_timeout_s=40")
+    jd = JobDir(tmp_path)
+    waiting = Phases(jd, 2)
+    assert rank.enter_first_phase(waiting, p, {"NODE_RANK": "1"}) is True
+    (rec,) = jd.read_phases(3)  # rank 2's, the one written
+    assert (rec["phase"], rec["detail"], rec["timeout_s"]) == ("address", "of ib0", 40), rec
+    for plan_, env in ((p, {"NODE_RANK": "0"}), (quick_plan(), {"NODE_RANK": "1"})):
+        first = Phases(None, 0)
+        assert rank.enter_first_phase(first, plan_, env) is False
+        assert first.record["phase"] == "starting" and "timeout_s" not in first.record
+
+
 def test_master_interface_missing_on_a_node_names_it():
     p = quick_plan("launch.master_interface=ib0")
     with pytest.raises(HpcqaError) as e:

@@ -251,6 +251,18 @@ def _options(argv: list[str]) -> dict[str, str] | None:
     return opts if "plan" in opts else None
 
 
+def enter_first_phase(phases: Phases, plan: LaunchPlan, env: Mapping[str, str]) -> bool:
+    """Starting; or, on a node after the first with launch.master_interface, waiting for the first host to publish
+    its address, which master_address gives up on after train.ddp_timeout_s (the record says so: status warns
+    before it). -> whether it waits (then starting follows once the address is there)."""
+    iface = plan.config.launch.master_interface
+    if iface and env.get("NODE_RANK", "0") != "0":
+        phases.enter(Phase.ADDRESS, f"of {iface}", timeout_s=plan.config.train.ddp_timeout_s)
+        return True
+    phases.enter(Phase.STARTING)
+    return False
+
+
 def main(argv: list[str]) -> int:
     opts = _options(argv)
     if opts is None:
@@ -293,11 +305,7 @@ def main(argv: list[str]) -> int:
     if jd is not None and env.get("RANK") == "0":
         jd.tidy_staging()  # as early as a rank can: status counts a job with a phase file as started
     phases = Phases(jd, int(env["RANK"]), jobdir.attempt_from_env(env))
-    iface = plan.config.launch.master_interface
-    waits = (
-        bool(iface) and env.get("NODE_RANK", "0") != "0"
-    )  # for the first host to publish its address
-    phases.enter(Phase.ADDRESS if waits else "starting", f"of {iface}" if waits else "")
+    waits = enter_first_phase(phases, plan, env)
     try:
         addr = master_address(plan, env, jd, socket.gethostname())
     except HpcqaError as e:

@@ -95,16 +95,32 @@ def duration(s: float) -> str:
 RENDEZVOUS_WARN_S = 60.0
 
 
+def _timeout_s(record: dict) -> float | None:
+    """The rendezvous timeout a rank wrote into its phase record (train.ddp_timeout_s), if it is a sane one."""
+    t = record.get("timeout_s")
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < float("inf"):
+        return float(t)
+    return None
+
+
+def warn_after(record: dict) -> float:
+    """How long a rank may wait at the rendezvous before status warns: a minute, or half the rank's own timeout
+    where that is shorter (with train.ddp_timeout_s = 60 a minute's warning would come as the rank fails)."""
+    t = _timeout_s(record)
+    return min(RENDEZVOUS_WARN_S, t / 2) if t is not None else RENDEZVOUS_WARN_S
+
+
 def stuck_at_rendezvous(records: list[dict], now: float | None = None) -> str | None:
     """The one line status prints when ranks have waited at the rendezvous (or for the first host's address) for
-    longer than a minute: which ranks, how long, for which address, and what to check. None otherwise."""
+    longer than a minute (or half their timeout, if shorter): which ranks, how long, for which address, what to
+    check and when they give up. None otherwise."""
     now = now or time.time()
     waiting = [
         r
         for r in records
         if r.get("phase") in WAITING
         and isinstance(r.get("since"), (int, float))
-        and now - r["since"] > RENDEZVOUS_WARN_S
+        and now - r["since"] > warn_after(r)
     ]
     if not waiting:
         return None
@@ -112,9 +128,12 @@ def stuck_at_rendezvous(records: list[dict], now: float | None = None) -> str | 
     longest = max(now - r["since"] for r in waiting)
     where = sorted({" ".join(str(r.get("detail") or "?").split())[:80] for r in waiting})
     arrived = [r for r in records if r not in waiting]
+    limits = {_timeout_s(r) for r in waiting}
+    limit = next(iter(limits)) if len(limits) == 1 else None
     return (
         f"rank(s) {ranks} have waited {duration(longest)} at the rendezvous for {', '.join(where)}"
         + (f" ({len(arrived)} other rank(s) are past it or not started)" if arrived else "")
         + ": check that this address resolves and its port is reachable from every node (launch.master_interface,"
         " launch.master_port); the ranks give up after train.ddp_timeout_s"
+        + (f" ({duration(limit)})" if limit is not None else "")
     )

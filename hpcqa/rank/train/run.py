@@ -334,7 +334,7 @@ def rendezvous(
     timeout_s + a minute later ends this rank with a record of why (the main thread is inside c10d and cannot be
     interrupted). -> the watchdog; cancel it once the group is up."""
     addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
-    r.phases.enter(Phase.RENDEZVOUS, f"{addr}:{port}")
+    r.phases.enter(Phase.RENDEZVOUS, f"{addr}:{port}", timeout_s=timeout_s)
     deadline, said = time.time() + timeout_s, False
     while True:
         try:
