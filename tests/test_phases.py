@@ -1,8 +1,10 @@
 """Where each rank is (rank/phase.py writes, record/phases.py reads): pure unit tests. The real hang at the
 rendezvous is tested end to end in test_local_e2e.py."""
 
+import dataclasses
 import json
 
+from hpcqa.core import config
 from hpcqa.core.config import load as load_config
 from hpcqa.core.plan import HostProbe, build_plan
 from hpcqa.rank.phase import Phases
@@ -90,7 +92,8 @@ def test_ranks_waiting_more_than_a_minute_at_the_rendezvous_are_named():
 
 def test_a_short_ddp_timeout_is_warned_of_at_half_of_it_and_said():
     """train.ddp_timeout_s = 40: a minute's warning would come after the ranks gave up; it comes at 20 s, with
-    when they give up. A damaged timeout (a string, a bool, inf, negative) is a minute's, as before."""
+    when they give up. A damaged timeout (a string, a bool, inf, negative, past the config's bound) is a minute's,
+    as before, and not said."""
     rec = {
         "rank": 0,
         "phase": "rendezvous",
@@ -104,9 +107,15 @@ def test_a_short_ddp_timeout_is_warned_of_at_half_of_it_and_said():
     ), line
     assert phases.stuck_at_rendezvous([rec], NOW - 2) is None  # 19 s
     assert phases.warn_after({**rec, "timeout_s": 1800}) == 60
-    for bad in ("40", True, float("inf"), float("nan"), -5, 0, None):
+    for bad in ("40", True, float("inf"), float("nan"), -5, 0, None, 1e308):
         assert phases.warn_after({**rec, "timeout_s": bad}) == 60, bad
         assert phases.stuck_at_rendezvous([{**rec, "timeout_s": bad}], NOW) is None, bad
+        late = phases.stuck_at_rendezvous([{**rec, "timeout_s": bad, "since": NOW - 61}], NOW)
+        assert late.endswith("give up after train.ddp_timeout_s"), (bad, late)
+    bound = {f.name: f for f in dataclasses.fields(config.TrainConfig)}["ddp_timeout_s"]
+    # the largest timeout the config lets through is said
+    assert phases.TIMEOUT_MAX_S == bound.metadata["max"]
+    assert phases.warn_after({**rec, "timeout_s": phases.TIMEOUT_MAX_S}) == 60
     mixed = [rec, {**rec, "rank": 1, "timeout_s": 50, "since": NOW - 30}]
     assert phases.stuck_at_rendezvous(mixed, NOW).endswith("give up after train.ddp_timeout_s")
 

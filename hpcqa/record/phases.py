@@ -95,10 +95,14 @@ def duration(s: float) -> str:
 RENDEZVOUS_WARN_S = 60.0
 
 
+TIMEOUT_MAX_S = 7 * 86400  # train.ddp_timeout_s's own bound
+
+
 def _timeout_s(record: dict) -> float | None:
-    """The rendezvous timeout a rank wrote into its phase record (train.ddp_timeout_s), if it is a sane one."""
+    """The rendezvous timeout a rank wrote into its phase record (train.ddp_timeout_s), if it is one the config
+    allows (a phase file is anyone's to damage: 1e308 would print as 300 digits)."""
     t = record.get("timeout_s")
-    if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < float("inf"):
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= TIMEOUT_MAX_S:
         return float(t)
     return None
 
