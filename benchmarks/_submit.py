@@ -35,6 +35,21 @@ def submit(config: str, overrides: list[str], env: dict[str, str] | None = None)
         return out
 
 
+def recipe_shape(seq: int) -> list[str]:
+    """Overrides of configs/quickstart.toml for a sequence length: at 128 none; longer, the recipe's shape (SQuAD-
+    shaped questions, doc stride 128, batch 12 per rank) with fewer examples, so that a run stays minutes."""
+    out = [f"train.max_seq_length={seq}"]
+    if seq > 128:
+        out += [
+            "data.synthetic_train_examples=300",
+            "data.synthetic_eval_examples=60",
+            "train.doc_stride=128",
+            "train.per_device_train_batch_size=12",
+            "data.synthetic_shape=squad",
+        ]
+    return out
+
+
 def markdown(title: str, metric: str, rows: list[tuple[str, str, float | None, object]]) -> None:
     """rows: (layout, precision, samples/s or None, error)."""
     print(f"\n| {title} | precision | {metric} |")

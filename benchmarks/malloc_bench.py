@@ -15,7 +15,7 @@ import argparse
 import statistics
 import sys
 
-from _submit import submit
+from _submit import recipe_shape, submit
 
 
 def main(argv: list[str]) -> int:
@@ -28,15 +28,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args(argv)
     chosen = a.variants.split(",")
-    common = ["train.bf16=auto", f"train.max_seq_length={a.seq}"]
-    if a.seq > 128:
-        common += [
-            "data.synthetic_train_examples=300",
-            "data.synthetic_eval_examples=60",
-            "train.doc_stride=128",
-            "train.per_device_train_batch_size=12",
-            "data.synthetic_shape=squad",
-        ]
+    common = ["train.bf16=auto"] + recipe_shape(a.seq)
     runs: dict[str, list[dict]] = {v: [] for v in chosen}
     for _ in range(a.repeat):
         for v in chosen:

@@ -1,7 +1,8 @@
 """What the step's recipe switches buy and cost, end to end: the quickstart (2 pinned ranks, MiniLM, 1,200
 generated questions, 2 epochs) per variant and seed, interleaved, with train samples/s, loss and EM/F1.
 
-    python benchmarks/recipe_bench.py [--seeds 42,43] [--variants 1,2,3,4] [--markdown]
+    python benchmarks/recipe_bench.py [--seeds 42,43] [--variants 1,2,3,4] [--precision auto|true|false]
+        [--seq 128] [--markdown]
 
 The first variant is the baseline (the step before model.attention / model.dropout existed: torch's SDPA and
 bernoulli_ masks). The two-seed spread of the baseline is the noise a variant's EM/F1 is judged against.
@@ -13,7 +14,7 @@ import argparse
 import statistics
 import sys
 
-from _submit import submit
+from _submit import recipe_shape, submit
 
 VARIANTS = [
     ("sdpa + bernoulli_ masks (before)", ["model.attention=sdpa", "model.dropout=torch"]),
@@ -33,6 +34,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--precision", choices=["auto", "true", "false"], default="auto", help="train.bf16"
     )
+    ap.add_argument(
+        "--seq", type=int, default=128, help="384: the recipe's shape (benchmarks/_submit.py)"
+    )
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args(argv)
     chosen = [VARIANTS[int(i) - 1] for i in a.variants.split(",")]
@@ -42,7 +46,7 @@ def main(argv: list[str]) -> int:
         for name, extra in chosen:
             res = submit(
                 "configs/quickstart.toml",
-                [f"train.seed={seed}", f"train.bf16={a.precision}"] + extra,
+                [f"train.seed={seed}", f"train.bf16={a.precision}"] + recipe_shape(a.seq) + extra,
             )
             runs[name].append(res)
             print(
