@@ -59,24 +59,25 @@ def test_bulk_masks_are_the_words_random_gives():
 
 def test_the_masks_are_traced_whole_by_torch_compile():
     """Dynamo refuses `Tensor.random_` (under train.compile every dropout of the tiny BERT was a graph break, 17 of
-    them). The masks' draw is traced: a layer's dropouts compile as one graph (fullgraph: no break) with dynamic
-    shapes, and give eager's values and gradients for the same seed."""
+    them). The masks' draw is traced, and so is the padding mask's in-place fill (an autograd.Function): a layer's
+    dropouts and its attention compile as one graph (fullgraph: no break) with dynamic shapes, and give eager's
+    values and gradients for the same seed."""
+    module, mask = nn.Module().train(), _padding_mask()
 
-    def layer(x, probs, v):
+    def layer(x, q, k, v):
         h = attention.bulk_dropout(x, 0.1)
-        mask, inv_keep = attention.keep_mask(probs.shape, 0.1)
-        return h, torch.matmul(probs * mask, v * inv_keep)
+        return h, attention.attention_forward(module, q, k, v, mask, dropout=0.1)[0]
 
     torch._dynamo.reset()
     compiled = torch.compile(layer, fullgraph=True, backend="aot_eager", dynamic=True)
-    probs, v = torch.rand(2, 3, 5, 5), torch.randn(2, 3, 5, 4)
     runs = []
     for fn in (layer, compiled):
         x = torch.randn(6, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        q, k, v = _qkv(4)
         torch.manual_seed(7)
-        h, out = fn(x, probs, v)
+        h, out = fn(x, q, k, v)
         (h.sum() + out.sum()).backward()
-        runs.append((h.detach(), out, x.grad))
+        runs.append((h.detach(), out.detach(), x.grad, q.grad, k.grad))
     torch._dynamo.reset()
     assert all(torch.equal(a, b) for a, b in zip(*runs))
     assert not torch.equal(
@@ -156,6 +157,44 @@ def test_attention_with_dropout_is_the_eager_recipe(bulk):
     refs = torch.autograd.grad(ref, (q, k, v), g)
     for a, b in zip(grads, refs):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_attention_in_bf16_copies_no_s_by_s_tensor_and_keeps_its_numbers():
+    """The S x S tensors (scores, probabilities, their gradients) are a step's largest: at 12 x 12 x 384^2 one pass
+    over one costs more than a layer's dense matmuls on AMX. Neither direction copies one (no clone before the
+    padding mask, no cast of the bool dropout mask for a product), and the values are the product formulation's,
+    bit for bit, forward and backward."""
+    from torch.profiler import ProfilerActivity, profile
+
+    q, k, v = _qkv(3, s=64)
+    mask = _padding_mask(s=64)
+    module = nn.Module().train()
+
+    def run(fn):
+        torch.manual_seed(5)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = fn()
+        return out, torch.autograd.grad(out.float().sum(), (q, k, v))
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        out, grads = run(lambda: attention.attention_forward(module, q, k, v, mask, dropout=0.1)[0])
+    copies = [
+        e.key
+        for e in prof.key_averages(group_by_input_shape=True)
+        if e.key in ("aten::copy_", "aten::clone", "aten::_to_copy")
+        and any(list(s)[-2:] == [64, 64] for s in e.input_shapes if s)
+    ]
+    assert copies == []
+
+    def product():
+        scores = torch.matmul(q * 8**-0.5, k.transpose(-1, -2))
+        probs = torch.softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=-1)
+        keep, scale = attention.keep_mask(probs.shape, 0.1)
+        return torch.matmul(probs * keep, v * scale).transpose(1, 2).contiguous()
+
+    ref, ref_grads = run(product)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, ref)
+    assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
 
 
 def test_attention_in_bf16_stays_bf16():

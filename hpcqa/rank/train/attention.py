@@ -101,6 +101,24 @@ def use_bulk_dropout(model: nn.Module) -> int:
     return n
 
 
+class _FillMasked(torch.autograd.Function):
+    """scores.masked_fill(masked, value), filled in place (the scores are the matmul's fresh output, which its
+    backward does not keep), the gradient zeroed there by `where`: torch's masked_fill clones its input forward and
+    its gradient backward, an S x S copy each way."""
+
+    @staticmethod
+    def forward(ctx: Any, scores: torch.Tensor, masked: torch.Tensor, value: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(masked)
+        ctx.mark_dirty(scores)
+        scores.masked_fill_(masked, value)
+        return scores  # the dirty input itself, which Dynamo asks for (torch.compile traces the function)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        (masked,) = ctx.saved_tensors
+        return torch.where(masked, 0, grad), None, None
+
+
 def attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -123,14 +141,16 @@ def attention_forward(
     )  # scaled on q: S x D multiplies, not S x S
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+            scores = _FillMasked.apply(scores, ~attention_mask, torch.finfo(scores.dtype).min)
         else:
             scores = scores + attention_mask
     probs = torch.softmax(scores, dim=-1)
     bulk = getattr(module, "hpcqa_bulk_dropout", True)
     if bulk and dropout < 1.0:
         mask, inv_keep = keep_mask(probs.shape, dropout, probs.device)
-        out = torch.matmul(probs * mask, value * inv_keep)
+        # where, not probs * mask: a bool operand of a product is first copied into the product's dtype, an
+        # S x S pass each way (forward and backward) that `where` does not make; the values are the same
+        out = torch.matmul(torch.where(mask, probs, 0), value * inv_keep)
     else:
         out = torch.matmul(nn.functional.dropout(probs, p=dropout, training=True), value)
     return out.transpose(1, 2).contiguous(), None
