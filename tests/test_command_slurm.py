@@ -6,6 +6,7 @@ rendered script that checkpoints the program on USR2 and requeues itself."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -249,7 +250,16 @@ def test_a_held_job_runs_what_was_submitted_though_the_checkout_changed(slurm, t
     assert j["state"] == "COMPLETED" and j["results"]["metrics"] == {"version": 1}
 
 
-def test_a_rendered_script_checkpoints_the_program_on_usr2_and_requeues(slurm, tmp_path, work):
+@pytest.mark.parametrize("heard_by", ["every node", "the second node only"])
+def test_a_rendered_script_checkpoints_the_program_on_usr2_and_requeues(
+    slurm, tmp_path, work, heard_by
+):
+    """USR2 from `scancel --signal`, which Slurm delivers to each node in its own time: the program's ranks agree to
+    stop (ddp_loop.py: every rank ends the same step, rank 0 saves, all exit 0), and the script requeues the job.
+    The second case is the race a full run met: the notice reached the second node's rank, the program on the
+    first node then ended with 0 before that node's notice came -- rank 0 took it for done and the job ended at
+    step 28 of 120, complete. Here the first node never hears it: rank 0 learns of it from the other rank's
+    report."""
     r = run_cli(
         "render",
         QUICK,
@@ -279,7 +289,15 @@ def test_a_rendered_script_checkpoints_the_program_on_usr2_and_requeues(slurm, t
         time.sleep(0.5)
     assert "step 20 " in _log(folder, 0), _log(folder, 0)
     env = {**os.environ, **slurm}
-    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, env=env, capture_output=True)
+    if heard_by == "every node":
+        subprocess.run(
+            ["scancel", "--signal=USR2", job_id], check=True, env=env, capture_output=True
+        )
+    else:  # the rank on node2, by the PID its report gives, once /proc says it is this job's rank
+        pid = json.loads((folder / "ranks" / "rank-1.json").read_text())["pid"]
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"hpcqa.rank.train" in argv and str(folder / "plan.json").encode() in argv, argv
+        os.kill(pid, signal.SIGUSR2)
     _start_requeued_now(slurm, job_id)
     j = wait_state(slurm, job_id, {"COMPLETED", "FAILED"}, timeout=240)
     assert j["state"] == "COMPLETED", _log(folder, 0)

@@ -530,3 +530,87 @@ def test_rank_0_requeues_only_once_every_rank_of_this_attempt_has_saved(tmp_path
     assert not all_ranks_stopped(jd, 2, 1)  # damaged
     write_json(jd.rank_report(1), {"notice": {"attempt": 1}})
     assert all_ranks_stopped(jd, 2, 1)
+
+
+def _peer_report(jd, k, attempt=0, finished=True, notice=None):
+    from hpcqa.record.jobdir import write_json
+
+    jd.ranks.mkdir(parents=True, exist_ok=True)
+    report = {"rank": k, "attempt": attempt, "world_size": 3}
+    if finished:
+        report.update(exit_code=0, finished=1.0)
+    if notice is not None:
+        report["notice"] = notice
+    write_json(jd.rank_report(k), report)
+
+
+NAMES = frozenset({"SIGUSR2", "SIGTERM"})
+
+
+def test_rank_0_takes_a_notice_only_another_rank_heard_from_its_report(tmp_path):
+    """A program whose ranks agree to stop ends on rank 0 with 0 when Slurm's notice reached another node first
+    (seen on a 2-node rendered script: rank 0 wrote complete results, the job was never requeued). Rank 0 reads the
+    other ranks' reports of this attempt once they have finished: a notice one of them recorded is rank 0's."""
+    import signal
+    import threading
+    import time
+
+    from hpcqa.rank.command import _peers_notice
+    from hpcqa.record.jobdir import JobDir
+
+    jd = JobDir(tmp_path / "job")
+    _peer_report(jd, 1)
+    _peer_report(jd, 2, notice={"signal": "SIGUSR2", "attempt": 0})
+    assert _peers_notice(jd, 3, 0, NAMES) == signal.SIGUSR2
+    # every rank finished without one: done, at once (no wait)
+    _peer_report(jd, 2)
+    t = time.monotonic()
+    assert _peers_notice(jd, 3, 0, NAMES, wait_s=30) is None and time.monotonic() - t < 5
+    # what a report cannot make a notice: another attempt's, a signal that is no notice, a bool attempt, a non-object
+    for bad in (
+        {"signal": "SIGUSR2", "attempt": 1},
+        {"signal": "SIGKILL", "attempt": 0},
+        {"signal": "SIGUSR2", "attempt": False},
+        ["SIGUSR2", 0],
+        {"signal": "__class__", "attempt": 0},
+    ):
+        _peer_report(jd, 2, notice=bad)
+        assert _peers_notice(jd, 3, 0, NAMES, wait_s=0.2) is None, bad
+    # a report of an earlier attempt is not this one's: waited for, then no notice
+    _peer_report(jd, 2, attempt=1, notice={"signal": "SIGTERM", "attempt": 1})
+    assert _peers_notice(jd, 3, 2, NAMES, wait_s=0.3) is None
+    # a rank still running is waited for, and its notice taken when its report says it finished
+    _peer_report(jd, 2, finished=False)
+    later = threading.Timer(
+        0.5, _peer_report, (jd, 2), {"notice": {"signal": "SIGTERM", "attempt": 0}}
+    )
+    later.start()
+    try:
+        assert _peers_notice(jd, 3, 0, NAMES, wait_s=20) == signal.SIGTERM
+    finally:
+        later.join()
+
+
+def test_a_notice_after_the_program_ended_is_ignored_not_fatal_at_exit():
+    """Python puts a handler back to the default as the interpreter exits: a notice reaching the node late (after
+    the rank decided how its program ended) killed the rank then. Once settled, the notices are ignored."""
+    import signal
+
+    from hpcqa.rank.command import _Notices
+
+    saved = {
+        s: signal.getsignal(s)
+        for s in (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    }
+    try:
+        notices = _Notices("USR2")
+        notices.install()
+        assert callable(signal.getsignal(signal.SIGUSR2))
+        notices.settle()
+        assert (
+            signal.getsignal(signal.SIGUSR2) == signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        )
+        assert notices.names() == {"SIGUSR2", "SIGTERM"}
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)

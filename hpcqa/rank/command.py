@@ -141,6 +141,18 @@ class _Notices:
         for sig in {self.requeue, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}:
             signal.signal(sig, self._on)
 
+    def names(self) -> frozenset[str]:
+        """The notices' names as a rank's report records them."""
+        return frozenset({signal.Signals(self.requeue).name, "SIGTERM"})
+
+    def settle(self) -> None:
+        """The program has ended and the rank has decided how: a notice from now on has nothing to stop, and is
+        ignored. Left to Python, the handlers go back to the default at the interpreter's exit, and a notice that
+        reaches this node late -- Slurm signals each node in its own time -- killed the rank there (seen: a rank
+        whose program had ended cleanly, killed by SIGUSR2 as it exited, and srun's --kill-on-bad-exit with it)."""
+        for sig in {self.requeue, signal.SIGTERM}:
+            signal.signal(sig, signal.SIG_IGN)
+
     def _on(self, signum: int, frame: Any) -> None:
         if signum in (signal.SIGTERM, self.requeue) and self.kind != signal.SIGTERM:
             self.kind = signum
@@ -243,7 +255,16 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
     if rank == 0:
         _progress(jd, roots, attempt, started)
     report.update(exit_code=code, finished=time.time(), run_s=time.time() - started)
+    # the notice in the same write as `finished`: rank 0, reading it, sees both or neither
+    if notices.kind is not None:
+        report.update(_notice(notices.kind, attempt, code, jd))
     write_json(jd.rank_report(rank), report)
+    world = int(report.get("world_size") or 1)
+    if notices.kind is None and code == 0 and rank == 0 and world > 1:
+        notices.kind = _peers_notice(jd, world, attempt, notices.names())
+        if notices.kind is not None:
+            report.update(_notice(notices.kind, attempt, code, jd))
+    notices.settle()
     if notices.kind is not None:
         return _after_notice(plan, jd, rank, attempt, notices, code, report)
     if code != 0:
@@ -387,18 +408,10 @@ def _after_notice(
     code: int,
     report: dict,
 ) -> dict:
-    """The program has stopped on a notice: whatever it saved in HPCQA_CHECKPOINT_DIR is what the next attempt
-    resumes from. The requeue signal: hpcqa requeues; SIGTERM: Slurm decides (or, with no Slurm, the job ends)."""
+    """The program has stopped on a notice (`report` records it): whatever it saved in HPCQA_CHECKPOINT_DIR is what
+    the next attempt resumes from. The requeue signal: hpcqa requeues; SIGTERM: Slurm decides (or, with no Slurm,
+    the job ends)."""
     name = signal.Signals(notices.kind).name
-    notice = {
-        "signal": name,
-        "attempt": attempt,
-        "time": time.time(),
-        "exit_code": code,
-        "checkpoint": str(jd.checkpoints),
-        "step": None,
-    }
-    report.update(status=f"stopped on {name}", notice=notice)
     write_json(jd.rank_report(rank), report)
     Phases(jd, rank, attempt).enter(Phase.STOPPING, f"{name}: the command exited with {code}")
     term = notices.kind == signal.SIGTERM
@@ -429,6 +442,62 @@ def _after_notice(
     raise RankError(
         f"rank {rank}: stopped on {name}; nothing requeued it", "submit again to continue"
     )
+
+
+def _notice(kind: int, attempt: int, code: int, jd: JobDir) -> dict:
+    """A rank report's record of the notice its program stopped on."""
+    name = signal.Signals(kind).name
+    notice = {
+        "signal": name,
+        "attempt": attempt,
+        "time": time.time(),
+        "exit_code": code,
+        "checkpoint": str(jd.checkpoints),
+        "step": None,
+    }
+    return {"status": f"stopped on {name}", "notice": notice}
+
+
+# how long rank 0 waits for the other ranks' reports once its own program has ended
+PEER_WAIT_S = 30.0
+
+
+def _peers_notice(
+    jd: JobDir, world: int, attempt: int, names: frozenset[str], wait_s: float = PEER_WAIT_S
+) -> int | None:
+    """Rank 0's program ended with 0 and no notice reached rank 0: a program whose ranks agree to stop (every rank
+    ends the same step, rank 0 saves, all exit 0) ends so too when the notice has reached another node only, as
+    Slurm signals each node in its own time (seen: this node's notice 0.4 s after the program had ended). Taken
+    for done, the job was neither requeued nor run again (its results said complete). The other ranks' reports of
+    this attempt say: once each has finished (at most wait_s; they end with the same step), the first notice one
+    of them recorded -- a name in `names`, of this attempt; anything else in the file is no notice. -> its signal,
+    or None."""
+    end = time.monotonic() + wait_s
+    pending = set(range(1, world))
+    while True:
+        for k in sorted(pending):
+            got = read_json(jd.rank_report(k))
+            if (
+                not isinstance(got, dict)
+                or not _is_attempt(got.get("attempt"), attempt)
+                or not isinstance(got.get("finished"), (int, float))
+            ):
+                continue
+            pending.discard(k)
+            notice = got.get("notice")
+            if (
+                isinstance(notice, dict)
+                and _is_attempt(notice.get("attempt"), attempt)
+                and notice.get("signal") in names
+            ):
+                return int(getattr(signal, notice["signal"]))
+        if not pending or time.monotonic() > end:
+            return None
+        time.sleep(0.2)
+
+
+def _is_attempt(value: object, attempt: int) -> bool:
+    return type(value) is int and value == attempt  # not a bool, nor a float that equals it
 
 
 FOLLOW_S = 5.0

@@ -409,6 +409,9 @@ def supervise(
     for sig in FORWARDED:
         signal.signal(sig, lambda signum, frame: _forward(pid, signum, watch))
     status = os.waitpid(pid, 0)[1]
+    # nothing left to pass on: a late notice must not kill the wrapper as Python exits
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_IGN)
     code = os.waitstatus_to_exitcode(status)
     if watch is not None and watch.reaped():
         print(
