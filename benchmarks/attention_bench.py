@@ -1,7 +1,7 @@
 """The training step's attention and dropout (model.attention, model.dropout), as ratios measured in one process.
 
     python benchmarks/attention_bench.py [--model minilm|distilbert] [--precision auto|fp32|bf16] [--steps 6]
-        [--loss-steps 30] [--profile] [--markdown]
+        [--loss-steps 30] [--loss-seeds 42,43] [--profile] [--markdown]
 
 One thread (a pinned 1-core rank's step), batch 12 x 384 (the recipe's shape; the last quarter of every second
 sequence is padding, as SQuAD features are), forward + backward + fused AdamW. Each variant is its own copy of the
@@ -163,6 +163,11 @@ def main(argv: list[str]) -> int:
         help="also train each variant this many steps for its loss",
     )
     ap.add_argument(
+        "--loss-seeds",
+        default="42",
+        help="the loss column's seeds (weights' head and dropout draws), comma-separated: their mean and each",
+    )
+    ap.add_argument(
         "--variants", default="", help="1-based, comma-separated (the first is the baseline)"
     )
     ap.add_argument("--batch", type=int, default=12)
@@ -188,13 +193,15 @@ def main(argv: list[str]) -> int:
             r.step(data[1 + i % (len(data) - 1)])
             times[n].append(time.thread_time() - t)
             print(f"  {n}: {times[n][-1]:.3f} s", file=sys.stderr)
-    losses: dict[str, float] = {}
+    losses: dict[str, list[float]] = {n: [] for n in chosen}
     if a.loss_steps:
-        for n in chosen:
-            torch.manual_seed(42)
-            r = Runner(build(a.model, *VARIANTS[n]), bf16)
-            for b in data[: a.loss_steps]:
-                losses[n] = r.step(b)
+        for seed in [int(x) for x in a.loss_seeds.split(",")]:
+            for n in chosen:
+                r = Runner(build(a.model, *VARIANTS[n], seed=seed), bf16)
+                for b in data[: a.loss_steps]:
+                    loss = r.step(b)
+                losses[n].append(loss)
+                print(f"  loss, {n}, seed {seed}: {loss:.4f}", file=sys.stderr)
     from hpcqa.rank.train.efficiency import model_flops
 
     flops = model_flops(runners[chosen[0]].model, a.seq)["per_sample"]
@@ -208,15 +215,23 @@ def main(argv: list[str]) -> int:
     )
     print(head)
     cols = ["variant", "step s (median)", "vs first", "MFU (text tokens)"] + (
-        ["loss"] if losses else []
+        [
+            f"loss after {a.loss_steps} steps"
+            + (" (mean of the seeds)" if "," in a.loss_seeds else "")
+        ]
+        if a.loss_steps
+        else []
     )
     if a.markdown:
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for n in chosen:
         med = statistics.median(times[n])
         cells = [n, f"{med:.3f}", f"{base / med:.2f}x", f"{flops * text / med / pk:.1%}"]
-        if losses:
-            cells.append(f"{losses[n]:.4f}")
+        if a.loss_steps:
+            each = ", ".join(f"{x:.4f}" for x in losses[n])
+            cells.append(
+                f"{statistics.mean(losses[n]):.4f}" + (f" ({each})" if len(losses[n]) > 1 else "")
+            )
         print("| " + " | ".join(cells) + " |" if a.markdown else "  ".join(cells))
     if a.profile:
         for n in chosen:
