@@ -145,14 +145,6 @@ class _Notices:
         """The notices' names as a rank's report records them."""
         return frozenset({signal.Signals(self.requeue).name, "SIGTERM"})
 
-    def settle(self) -> None:
-        """The program has ended and the rank has decided how: a notice from now on has nothing to stop, and is
-        ignored. Left to Python, the handlers go back to the default at the interpreter's exit, and a notice that
-        reaches this node late -- Slurm signals each node in its own time -- killed the rank there (seen: a rank
-        whose program had ended cleanly, killed by SIGUSR2 as it exited, and srun's --kill-on-bad-exit with it)."""
-        for sig in {self.requeue, signal.SIGTERM}:
-            signal.signal(sig, signal.SIG_IGN)
-
     def _on(self, signum: int, frame: Any) -> None:
         if signum in (signal.SIGTERM, self.requeue) and self.kind != signal.SIGTERM:
             self.kind = signum
@@ -264,7 +256,6 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
         notices.kind = _peers_notice(jd, world, attempt, notices.names())
         if notices.kind is not None:
             report.update(_notice(notices.kind, attempt, code, jd))
-    notices.settle()
     if notices.kind is not None:
         return _after_notice(plan, jd, rank, attempt, notices, code, report)
     if code != 0:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from hpcqa.core.slurmtext import config_value, show_fields
 from hpcqa.core.states import State
@@ -179,3 +179,13 @@ def requeue_through_submitit(
             "leaving, the checkpoint saved"
         )
         raise SystemExit(-1) from None
+
+
+def ignore_at_exit(signals: Iterable[int]) -> None:
+    """For a process that exits next (a rank's wrapper, a command's rank): these signals are ignored from here on.
+    Left as they are, Python puts its handlers back to the default as the interpreter exits, and a notice that
+    reaches the node late -- Slurm signals each node in its own time -- killed the process then (seen: a rank whose
+    program had ended cleanly, killed by SIGUSR2 as it exited, and srun's --kill-on-bad-exit with it). Not for a
+    process that goes on to start others: an ignored signal stays ignored across exec."""
+    for sig in signals:
+        signal.signal(sig, signal.SIG_IGN)

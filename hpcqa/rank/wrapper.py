@@ -36,6 +36,7 @@ from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.errors import HpcqaError
 from hpcqa.rank import netif, picklecheck, preload
 from hpcqa.rank.child import die_with
+from hpcqa.rank.exits import ignore_at_exit
 from hpcqa.rank.phase import Phases
 from hpcqa.record import failures, jobdir
 from hpcqa.record.jobdir import TASK_ID, JobDir
@@ -315,7 +316,9 @@ def main(argv: list[str]) -> int:
         env["MASTER_ADDR"] = addr
     if waits:
         phases.enter(Phase.STARTING)
-    return supervise(command, env, int(env["RANK"]), jd, plan.requeue)
+    code = supervise(command, env, int(env["RANK"]), jd, plan.requeue)
+    ignore_at_exit(FORWARDED)  # nothing left to pass them on to
+    return code
 
 
 def _submitted_pickle_ok(jd: JobDir, plan: LaunchPlan, plan_path: str) -> bool:
@@ -409,9 +412,6 @@ def supervise(
     for sig in FORWARDED:
         signal.signal(sig, lambda signum, frame: _forward(pid, signum, watch))
     status = os.waitpid(pid, 0)[1]
-    # nothing left to pass on: a late notice must not kill the wrapper as Python exits
-    for sig in FORWARDED:
-        signal.signal(sig, signal.SIG_IGN)
     code = os.waitstatus_to_exitcode(status)
     if watch is not None and watch.reaped():
         print(

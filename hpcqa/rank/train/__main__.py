@@ -4,6 +4,7 @@ Runs behind the rank wrapper (python -m hpcqa.rank); the job folder comes from H
 """
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from hpcqa.core import plan as planmod
 from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.errors import HpcqaError
 from hpcqa.rank.command import CommandFailed, run_command
-from hpcqa.rank.exits import exit_without_teardown
+from hpcqa.rank.exits import exit_without_teardown, ignore_at_exit
 from hpcqa.rank.job import already_completed, load_trainer
 from hpcqa.record.jobdir import JobDir
 
@@ -45,6 +46,8 @@ def command_rank(plan: planmod.LaunchPlan, jd: JobDir) -> int:
     except CommandFailed as e:
         print(f"hpcqa.rank.train: {e.message}", file=sys.stderr)
         return e.code if e.code > 0 else 128 - e.code
+    finally:  # the program has ended and the rank has decided how: a notice now has nothing to stop
+        ignore_at_exit((signal.SIGTERM, getattr(signal, f"SIG{plan.config.launch.requeue_signal}")))
     return 0
 
 
