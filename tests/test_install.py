@@ -1,6 +1,7 @@
 """README command 1 on a stock Debian/Ubuntu Python: PEP 668 ("externally managed") refuses pip there, so
 scripts/install.sh makes and uses a venv, and `python3 -m hpcqa` from the checkout runs in it."""
 
+import json
 import os
 import subprocess
 import sys
@@ -213,3 +214,117 @@ def test_install_asks_pytorchs_cpu_index_first_and_says_when_it_cannot(tmp_path)
         and "torch from" not in pypi.stderr
         and "cannot be reached" not in pypi.stderr
     )
+
+
+def _fake_wheel(folder, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    """A minimal valid wheel of `name` `version` (py3-none-any) in folder/<name>/: what pip reads of a wheel to
+    resolve it (its METADATA), and nothing else."""
+    import zipfile
+
+    dist = f"{name.replace('-', '_')}-{version}"
+    project = folder / name
+    project.mkdir(parents=True, exist_ok=True)
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    with zipfile.ZipFile(project / f"{dist}-py3-none-any.whl", "w") as z:
+        z.writestr(f"{dist}.dist-info/METADATA", meta)
+        z.writestr(
+            f"{dist}.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        z.writestr(f"{dist}.dist-info/RECORD", "")
+
+
+def test_the_readme_line_takes_torch_from_the_cpu_index_over_pypis_cuda_build(tmp_path):
+    """Where PyTorch's CPU index answers, the README's wheel install line gets torch from there, although PyPI has
+    the same version as a CUDA build: real pip resolving the line's own options (read from the README: the index,
+    -c constraints.txt) and hpcqa's torch requirement (from pyproject.toml) against two indexes laid out as those
+    two are -- PyPI with torch 2.13.0 that needs nvidia-* libraries, the CPU index with 2.13.0+cpu -- the CPU index
+    served over HTTP on loopback. Where it does not answer, pip takes PyPI's CUDA build: what `hpcqa doctor` and
+    install.sh then say (tested above and in test_doctor)."""
+    import http.server
+    import re
+    import shlex
+    import threading
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text()
+    (line,) = re.findall(r"^pip install .*hpcqa-[^ ]*\.whl.*$", readme, re.M)
+    words = shlex.split(line)[2:]
+    wheel = next(w for w in words if ".whl" in w)
+    options = [w for w in words if w != wheel]
+    assert "--extra-index-url" in options and "-c" in options, line
+    at = options.index("--extra-index-url") + 1
+    assert options[at] == "https://download.pytorch.org/whl/cpu", line
+    (torch_req,) = [
+        d
+        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+        if re.match(r"torch\b", d)
+    ]
+    pypi, cpu = tmp_path / "pypi", tmp_path / "cpu"
+    _fake_wheel(pypi, "torch", "2.13.0", ("nvidia-cublas-cu12==12.8.4.1",))
+    _fake_wheel(pypi, "nvidia-cublas-cu12", "12.8.4.1")
+    _fake_wheel(
+        pypi, "torch", "2.14.0", ("nvidia-cublas-cu12==12.8.4.1",)
+    )  # newer, and not what was tested
+    _fake_wheel(cpu, "torch", "2.13.0+cpu")
+
+    def serve(folder):
+        handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(folder))  # noqa: E731
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+    pypi_server, pypi_url = serve(pypi)
+    server, url = serve(cpu)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = (
+        os.devnull
+    )  # this machine's pip.conf names its own mirrors: none of them here
+
+    def resolve(cpu_index: str) -> dict[str, str]:
+        opts = [*options[:at], cpu_index, *options[at + 1 :]]
+        report = tmp_path / "report.json"
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--quiet",
+                "--report",
+                str(report),
+            ]
+            + [
+                "--disable-pip-version-check",
+                "--no-cache-dir",
+                "--ignore-installed",
+                "--retries",
+                "0",
+            ]
+            + ["--index-url", pypi_url]
+            + [*opts, torch_req],
+            cwd=ROOT,  # -c constraints.txt: the README's line is run beside it
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stderr
+        got = json.loads(report.read_text())["install"]
+        return {i["metadata"]["name"]: i["metadata"]["version"] for i in got}
+
+    try:
+        try:
+            reached = resolve(url)
+        finally:
+            server.shutdown()
+            server.server_close()
+        unreached = resolve(url)  # the same address, closed
+    finally:
+        pypi_server.shutdown()
+        pypi_server.server_close()
+    assert reached == {"torch": "2.13.0+cpu"}, reached  # the CPU build, at the pin, and no nvidia-*
+    assert unreached == {"torch": "2.13.0", "nvidia-cublas-cu12": "12.8.4.1"}, unreached

