@@ -262,6 +262,33 @@ def test_a_restarted_rank_moves_its_earlier_attempt_aside(tmp_path):
     assert jd.state_from_files() is None and jd.attempts() == [0] and jd.failed_ranks() == []
 
 
+def test_attempt_folders_and_numbers_a_rank_did_not_write_are_passed_over(tmp_path):
+    """ranks/ is in the job's folder, where the program runs: `attempt--1`, `attempt-x`, a non-ASCII digit, a 40-digit
+    number, a file or a link of that name are not attempts (`attempt--1` was a ValueError in status, logs and cancel);
+    a report whose attempt is text, a bool or a float is replaced, not compared (a TypeError at the rank's start)."""
+    jd = JobDir(tmp_path)
+    jd.ranks.mkdir()
+    for name in (
+        "attempt-2",
+        "attempt--1",
+        "attempt-x",
+        "attempt-\u0663",
+        "attempt-" + "9" * 40,
+        "attempt-03",
+    ):
+        (jd.ranks / name).mkdir()
+    (jd.ranks / "attempt-5").write_text("a file")
+    (jd.ranks / "attempt-6").symlink_to("/")
+    assert jd.attempts() == [2]
+    for planted in ("1", True, 0.0, [0], None):
+        jd.rank_report(0).write_text(json.dumps({"attempt": planted}))
+        jd.begin_attempt(0, 1)  # passed over: the new report replaces it
+        assert jd.rank_report(0).exists() and not (jd.attempt_dir(0) / "rank-0.json").exists()
+    jd.rank_report(0).write_text(json.dumps({"attempt": 0}))
+    jd.begin_attempt(0, 1)
+    assert (jd.attempt_dir(0) / "rank-0.json").exists() and jd.attempts() == [0, 2]
+
+
 def test_logs_start_at_the_current_attempt():
     import io
 
@@ -334,6 +361,39 @@ def test_the_tail_of_a_huge_log_reads_only_its_end(tmp_path):
         off = logtail.start_offset(f)
         raw.seek(off)
         assert raw.read(32) == b"[hpcqa rank 0] attempt 1 starts\n" and f.total < 8 * logtail.BLOCK
+
+
+def test_the_tail_of_a_long_attempt_or_after_a_long_attempt_reads_only_its_end(tmp_path):
+    """The layouts a real 2 GiB log has: one attempt whose marker is at the top (2 GiB of steps after it), and a
+    requeued job whose first attempt wrote 2 GiB before the second started. `logs -n 3` and `logs` (the current
+    attempt) read a few blocks of either, not the 2 GiB between the markers or after the first (sparse files: the
+    steps are NULs)."""
+    from hpcqa.record import logtail
+
+    one = tmp_path / "one.log"
+    with open(one, "wb") as f:
+        f.write(b"import warning\n[hpcqa rank 0] attempt 0 starts\n")
+        f.truncate(2 << 30)
+        f.seek(0, 2)
+        f.write(b"\nstep 1\nstep 2\nstep 3\n")
+    two = tmp_path / "two.log"
+    with open(two, "wb") as f:
+        f.write(b"[hpcqa rank 0] attempt 0 starts\n")
+        f.truncate(2 << 30)
+        f.seek(0, 2)
+        f.write(b"\n[hpcqa rank 0] attempt 1 starts\nresumed\nstep 9\n")
+    for log, kw, want in (
+        (one, {"lines": 3}, b"step 1\nstep 2\nstep 3\n"),
+        (two, {"lines": 3}, b"[hpcqa rank 0] attempt 1 starts\nresumed\nstep 9\n"),
+        (two, {"lines": 2}, b"resumed\nstep 9\n"),
+        (two, {}, b"[hpcqa rank 0] attempt 1 starts\nresumed\nstep 9\n"),
+    ):
+        with open(log, "rb") as raw:
+            f = CountingFile(raw)
+            off = logtail.start_offset(f, **kw)
+            assert f.total < 8 * logtail.BLOCK, (log.name, kw, f.total)
+            raw.seek(off)
+            assert raw.read() == want, (log.name, kw)
 
 
 def test_a_marker_cut_by_a_block_edge_is_found(tmp_path):

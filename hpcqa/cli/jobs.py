@@ -128,6 +128,7 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
     job is final -- and then what was written before it ended."""
 
     pos, slurm, first, printed = 0, Slurm(), True, 0
+    shown = logtail.for_terminal if sys.stdout.isatty() else str
     decode = codecs.getincrementaldecoder("utf-8")(
         errors="replace"
     ).decode  # a character split across reads
@@ -155,8 +156,8 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
                 for block in iter(lambda: f.read(logtail.BLOCK), b""):
                     pos += len(block)
                     printed += len(block)
-                    sys.stdout.write(decode(block))
-            sys.stdout.write(decode(b"", final=final or not args.follow))
+                    sys.stdout.write(shown(decode(block)))
+            sys.stdout.write(shown(decode(b"", final=final or not args.follow)))
             sys.stdout.flush()
         if not args.follow or final:
             if not printed and stream == "err":

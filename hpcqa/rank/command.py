@@ -48,7 +48,7 @@ from hpcqa.rank.exits import (
 )
 from hpcqa.rank.phase import Phases
 from hpcqa.record import trainerfiles, worktree
-from hpcqa.record.jobdir import JobDir, attempt_from_env, read_json, write_json
+from hpcqa.record.jobdir import JobDir, attempt_from_env, attempt_number, read_json, write_json
 from hpcqa.record.phases import Phase
 
 TAIL_LINES = 20
@@ -488,7 +488,7 @@ def _peers_notice(
 
 
 def _is_attempt(value: object, attempt: int) -> bool:
-    return type(value) is int and value == attempt  # not a bool, nor a float that equals it
+    return attempt_number(value) == attempt  # not a bool, nor a float that equals it
 
 
 FOLLOW_S = 5.0

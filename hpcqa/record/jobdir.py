@@ -236,6 +236,14 @@ class JobRoot:
             pass
 
 
+_ATTEMPT_DIR = re.compile(r"attempt-(0|[1-9][0-9]{0,8})", re.A)
+
+
+def attempt_number(value: object) -> int | None:
+    """`value` as an attempt a rank writes (an int from 0, not a bool, a float or text), or None."""
+    return value if type(value) is int and 0 <= value < 10**9 else None
+
+
 @dataclass(frozen=True)
 class JobDir:
     """One job's folder (one array task's, for a sweep)."""
@@ -450,18 +458,11 @@ class JobDir:
         res = self.read_results()
         if not isinstance(res, dict):
             return None
-        done_at = res.get("attempt", res.get("requeues"))
+        done_at = attempt_number(res.get("attempt", res.get("requeues")))
         finished = res.get("status") == State.COMPLETED or (
             res.get("task") == "command" and res.get("exit_code") == 0
         )
-        if (
-            finished
-            and isinstance(done_at, int)
-            and not isinstance(done_at, bool)
-            and 0 <= done_at < attempt
-        ):
-            return done_at
-        return None
+        return done_at if finished and done_at is not None and done_at < attempt else None
 
     def read_progress(self) -> dict | None:
         """progress.json when its numbers are ones a rank writes (progress_problem), else None."""
@@ -554,9 +555,9 @@ class JobDir:
         """A (re)started rank moves its files of an earlier attempt aside (each rank its own: no race),
         so markers of an attempt that was preempted or lost a node never speak for this one."""
         old = read_json(self.rank_report(rank))
-        previous = old.get("attempt", 0) if isinstance(old, dict) else None
+        previous = attempt_number(old.get("attempt", 0)) if isinstance(old, dict) else None
         if previous is None or previous >= attempt:
-            return
+            return  # none, this attempt's, or not what a rank writes: the new report replaces it
         keep = self.attempt_dir(previous)
         keep.mkdir(parents=True, exist_ok=True)
         for path in (self.rank_report(rank), self.rank_failed(rank), self.rank_exit(rank)):
@@ -564,12 +565,16 @@ class JobDir:
                 os.replace(path, keep / path.name)
 
     def attempts(self) -> list[int]:
-        """Earlier attempts whose files were kept."""
-        return (
-            sorted(int(p.name.split("-")[1]) for p in self.ranks.glob("attempt-*"))
-            if self.ranks.is_dir()
-            else []
-        )
+        """Earlier attempts whose files were kept: the folders `attempt-N` begin_attempt makes (a name that is not
+        one, a link or a file of that name is something else, passed over)."""
+        if not self.ranks.is_dir() or self.ranks.is_symlink():
+            return []
+        found = []
+        for p in self.ranks.glob("attempt-*"):
+            n = _ATTEMPT_DIR.fullmatch(p.name)
+            if n and not p.is_symlink() and p.is_dir():
+                found.append(int(n.group(1)))
+        return sorted(found)
 
     def notices(self, rank: int = 0) -> list[dict]:
         """The stops on a notice (SIGTERM, the requeue signal) of every attempt, oldest first, from `rank`'s reports:

@@ -41,10 +41,11 @@ def line_start(f: BinaryIO, offset: int) -> int:
     return 0
 
 
-def markers(f: BinaryIO, want: int = 2) -> list[int]:
-    """Line starts of the last `want` attempt markers, newest first (fewer when the log has fewer)."""
+def markers(f: BinaryIO, want: int = 2, floor: int = 0) -> list[int]:
+    """Line starts of the last `want` attempt markers, newest first (fewer when the log has fewer), read backwards
+    from the end down to about `floor`."""
     size, end, found = _size(f), _size(f), []
-    while end > 0 and len(found) < want:
+    while end > floor and len(found) < want:
         start = max(0, end - BLOCK)
         f.seek(start)
         buf = f.read(
@@ -64,11 +65,43 @@ def markers(f: BinaryIO, want: int = 2) -> list[int]:
     return found
 
 
-def attempt_offset(f: BinaryIO) -> int:
+def _marker_in(f: BinaryIO, start: int, end: int) -> bool:
+    """Whether an attempt marker starts in [start, end) (read a little past `end`: a marker cut by the edge)."""
+    f.seek(start)
+    buf = f.read(end - start + MARKER_TAIL)
+    i = buf.find(NEEDLE)
+    while 0 <= i < end - start:
+        if MARKER.match(buf, i):
+            return True
+        i = buf.find(NEEDLE, i + 1)
+    return False
+
+
+def marker_before(f: BinaryIO, stop: int) -> bool:
+    """Whether an attempt marker starts before byte `stop`. Read a block at a time from both ends, alternately: from
+    the file's start (the first attempt's marker is among a rank's first lines) and backwards from `stop` (the
+    attempt before is the nearest), so the cost is the nearer of the two, not the whole of the attempts before."""
+    lo, hi = 0, stop
+    while lo < hi:
+        if _marker_in(f, lo, min(lo + BLOCK, hi)):
+            return True
+        lo += BLOCK
+        if lo < hi:
+            if _marker_in(f, max(lo, hi - BLOCK), hi):
+                return True
+            hi -= BLOCK
+    return False
+
+
+def attempt_offset(f: BinaryIO, after: int = 0) -> int:
     """Where the current attempt's lines start: its marker when there are two or more attempts, else the file's
-    start (what a first attempt printed before its marker, imports and warnings, is its own)."""
-    found = markers(f, 2)
-    return found[0] if len(found) > 1 else 0
+    start (what a first attempt printed before its marker, imports and warnings, is its own). `after`: only a
+    marker that starts at or past it matters (the last lines asked for start there), so only that much is read
+    backwards; 0 when the last marker is before it."""
+    found = markers(f, 1, floor=after)
+    if not found or found[0] < after:
+        return 0
+    return found[0] if marker_before(f, found[0]) else 0
 
 
 def tail_offset(f: BinaryIO, lines: int) -> int:
@@ -98,8 +131,12 @@ def tail_offset(f: BinaryIO, lines: int) -> int:
 
 def start_offset(f: BinaryIO, lines: int = 0, all_attempts: bool = False) -> int:
     """`hpcqa logs`' first byte: the current attempt's start (unless all_attempts), then its last `lines` lines."""
-    begin = 0 if all_attempts else attempt_offset(f)
-    return max(begin, tail_offset(f, lines)) if lines > 0 else begin
+    if lines <= 0:
+        return 0 if all_attempts else attempt_offset(f)
+    tail = tail_offset(
+        f, lines
+    )  # the last lines first: then only a marker among them can start later
+    return tail if all_attempts else max(tail, attempt_offset(f, after=tail))
 
 
 def open_log(path: Path) -> BinaryIO:
@@ -112,3 +149,17 @@ def open_log(path: Path) -> BinaryIO:
         if e.errno == errno.ELOOP:
             raise OSError(e.errno, "a link, not the file the job wrote") from None
         raise
+
+
+# What a log may send a terminal: the line ends and tabs, a progress bar's \r, colours and the cursor moves and
+# erases that progress bars draw with (CSI ... A-H, J, K, m). Anything else a program printed -- OSC (8: links,
+# 52: the clipboard, 0/2: the title), DCS, device queries (CSI 6n makes the terminal type a reply into the shell),
+# C1 controls, a backspace that overwrites, bidi overrides -- is spelled out.
+_TERMINAL_SAFE = re.compile(
+    r"(\x1b\[[0-9;]{0,32}[A-HJKm])|([\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069])"
+)
+
+
+def for_terminal(text: str) -> str:
+    """A log's text as `hpcqa logs` writes it to a terminal (piped, the bytes go as they are, as with `cat`)."""
+    return _TERMINAL_SAFE.sub(lambda m: m.group(1) or repr(m.group(2))[1:-1], text)
