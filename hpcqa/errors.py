@@ -11,6 +11,8 @@ import sys
 import textwrap
 from typing import TextIO
 
+from hpcqa.core.values import shown
+
 
 class HpcqaError(Exception):
     """Base of every error hpcqa raises on purpose; exit code 2 means bad input."""
@@ -138,10 +140,13 @@ def fit(text: str, first: str = "", indent: str = "  ", columns: int | None = No
 
 
 def for_terminal(text: str, stream: TextIO | None = None) -> str:
-    """A multi-line message (an error and its `  fix:` line): each line wrapped and indented past its label."""
+    """A multi-line message (an error and its `  fix:` line): each line wrapped and indented past its label, and
+    each control character in it spelled out (a message names what the user or a job folder gave: a job id that is
+    an escape sequence reaches the terminal as text, not as a command to it)."""
     columns = terminal_width(stream)
     out = []
-    for line in text.splitlines() or [""]:
+    for line in text.split("\n"):
+        line = shown(line)
         body = line.lstrip(" ")
         lead = line[: len(line) - len(body)]
         label, sep, rest = body.partition(": ")

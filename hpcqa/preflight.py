@@ -67,21 +67,10 @@ def resume_from(cfg: Config) -> None:
 def output_writable(cfg: Config) -> None:
     """Job folders can be made under <output_dir>/<name> (checked without creating anything)."""
     root = JobRoot.of(cfg.job.output_dir, cfg.job.name).path
-    existing = root
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    why = ""
-    if not existing.is_dir():
-        why = f"{existing} is a file, not a folder"
-    elif not os.access(existing, os.W_OK | os.X_OK):
-        why = f"{existing} is not writable"
-    elif existing == root:
-        probe = root / f".hpcqa-write-test-{os.getpid()}"
-        try:
-            probe.write_text("")
-            probe.unlink()
-        except OSError as e:
-            why = f"{root}: {e.strerror or e}"
+    try:
+        why = _unwritable_root(root)
+    except PermissionError as e:  # a folder on the way that I may not enter
+        why = f"{e.filename or root}: permission denied"
     if why:
         raise ConfigError(
             "job.output_dir",
@@ -89,6 +78,24 @@ def output_writable(cfg: Config) -> None:
             "set job.output_dir to a writable folder (on a filesystem every node sees)",
             cfg.source,
         )
+
+
+def _unwritable_root(root: Path) -> str:
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    if existing == root:
+        probe = root / f".hpcqa-write-test-{os.getpid()}"
+        try:
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            return f"{root}: {e.strerror or e}"
+    return ""
 
 
 # ------------------------------------------------------------------------------------ data

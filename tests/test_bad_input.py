@@ -870,3 +870,190 @@ def test_a_registry_that_cannot_be_created_stops_submit_before_anything_runs(cli
     assert "cannot create the job registry /proc/hpcqa-no-such/registry.sqlite" in r.stderr
     assert "recover" not in r.stderr and "Traceback" not in r.stderr
     assert not out.exists() or not any(out.rglob("*.err"))
+
+
+def test_render_writes_only_over_a_regular_file(cli, tmp_path):
+    """render -o replaces a regular file whole, as before; anything else it names is refused, one line, exit 2,
+    and left as it was. Written by a rename, a FIFO, a link or a device node would be swapped for the script: `hpcqa
+    render -o /dev/full` as root replaced the device node with a file, and a link would lose its target."""
+    os.mkfifo(tmp_path / "fifo.sbatch")
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("mine\n")
+    (tmp_path / "link.sbatch").symlink_to(target)
+    (tmp_path / "folder").mkdir()
+    for name, kind in (
+        ("fifo.sbatch", "a FIFO"),
+        ("link.sbatch", "a link"),
+        ("folder", "not a file"),
+    ):
+        r = cli("render", "configs/squad_spr.toml", "-o", str(tmp_path / name))
+        assert r.returncode == 2 and f"is {kind}: nothing was written" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert (tmp_path / "fifo.sbatch").is_fifo() and (tmp_path / "link.sbatch").is_symlink()
+    assert target.read_text() == "mine\n" and not any((tmp_path / "folder").iterdir())
+    (tmp_path / "old.sbatch").write_text("old\n")
+    r = cli("render", "configs/squad_spr.toml", "-o", str(tmp_path / "old.sbatch"))
+    assert r.returncode == 0, r.stderr
+    assert "#SBATCH" in (tmp_path / "old.sbatch").read_text()
+    assert os.stat(tmp_path / "old.sbatch").st_mode & 0o777 == 0o755  # a script: run, so executable
+
+
+def test_a_config_path_that_is_not_a_config_file_is_one_line(cli, tmp_path):
+    """A FIFO named as the config used to hang submit (read_text waits for a writer for ever) and /dev/zero was read
+    until the memory ran out; a folder, an oversized file, TOML nested past Python's recursion limit and an integer
+    of 5,000 digits (tomllib raises RecursionError and ValueError for those, not its own error) were tracebacks or
+    worse. Each is one line now, exit 2, in `submit --dry-run` and `validate`, from the file and from --set."""
+    os.mkfifo(tmp_path / "fifo.toml")
+    (tmp_path / "big.toml").write_text("# " + "x" * (5 << 20) + "\n")
+    (tmp_path / "deep.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    (tmp_path / "digits.toml").write_text("[train]\nseed = " + "9" * 5000 + "\n")
+    cases = {
+        "fifo.toml": "not a regular file",
+        "/dev/zero": "not a regular file",
+        str(tmp_path): "a folder, not a file",
+        "big.toml": "larger than 4 MiB",
+        "deep.toml": "nested too deeply",
+        "digits.toml": "a number that cannot be read",
+    }
+    for path, said in cases.items():
+        for verb in (("submit", "--dry-run"), ("validate",)):
+            r = cli(verb[0], str(tmp_path / path), *verb[1:])
+            assert r.returncode == 2 and said in r.stderr, (path, verb, r.stderr)
+            assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 4, r.stderr
+    for value in ("[" * 5000 + "]" * 5000, "9" * 5000):
+        r = cli("submit", "configs/quickstart.toml", "--dry-run", "--set", f"train.seed={value}")
+        assert r.returncode == 2 and "--set train.seed: the value cannot be read" in r.stderr, (
+            r.stderr
+        )
+        assert "Traceback" not in r.stderr
+
+
+def test_what_a_message_repeats_reaches_the_terminal_as_text(cli, tmp_path):
+    """An error names what it was given: a job id (from a script, a pasted log line) holding an escape sequence --
+    OSC 52 writes the terminal's clipboard, a bidi override reverses what follows -- is spelled out in the
+    message, never sent to the terminal as a command."""
+    for job in ("\x1b]52;c;cHduZWQ=\x07", "a\u202eb", "x\x9by"):
+        r = cli("status", job, env={"HPCQA_REGISTRY": str(tmp_path / "registry.sqlite")})
+        assert r.returncode == 2 and "no job" in r.stderr, r.stderr
+        assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]", r.stderr), ascii(r.stderr)
+    r = cli("status", "\x1b]52;c;x\x07", env={"HPCQA_REGISTRY": str(tmp_path / "registry.sqlite")})
+    assert "\\x1b]52;c;x\\x07" in r.stderr, ascii(r.stderr)
+
+
+def test_logs_spell_out_what_a_program_printed_for_a_terminal_to_obey(cli, tmp_path):
+    """A log holds whatever the program printed (a dataset's text included): on a terminal, `hpcqa logs` passes line
+    ends, tabs, a progress bar's \\r and the colours and cursor moves bars draw with, and spells out the rest -- OSC 52
+    (writes the clipboard), OSC 8 (a link), CSI 6n (makes the terminal type into the shell), a bidi override.
+    Piped, the bytes go through as they are, as `cat` would (a file is not a terminal)."""
+    from tests import pty_term
+
+    path = tmp_path / "r.sqlite"
+    folder = tmp_path / "4242-abc"
+    folder.mkdir()
+    hostile = "step 1\r\x1b[32mok\x1b[0m\x1b[K\n\x1b]52;c;cHduZWQ=\x07 \x1b]8;;http://x\x07link \x1b[6n a\u202eb\n"
+    (folder / "4242_0_log.err").write_text(hostile)
+    registry.Registry(path).add_many([{**OK_ROW, "id": "4242", "folder": str(folder)}])
+    env = {"HPCQA_REGISTRY": str(path)}
+    piped = cli("logs", "4242", env=env)
+    # (text mode reads the \r as a line end)
+    assert piped.returncode == 0 and piped.stdout == hostile.replace("\r", "\n"), ascii(
+        piped.stdout
+    )
+    code, screen = pty_term.hpcqa("logs", "4242", env=env, timeout=60)
+    assert code == 0, screen
+    for spelled in (
+        "\\x1b]52;c;cHduZWQ=\\x07",
+        "\\x1b]8;;http://x\\x07link",
+        "\\x1b[6n",
+        "a\\u202eb",
+    ):
+        assert spelled in screen, (spelled, screen)
+    assert (
+        "ok" in screen and "\\x1b[32m" not in screen
+    )  # the colour was passed to the terminal, not spelled
+
+
+@pytest.fixture
+def as_a_user():
+    """(run, folder): `run(*args, env=...)` is `python -m hpcqa ARGS` as a normal user -- UID 1000 through setpriv when
+    the tests run as root (CI does: root reads every file, so no permission is ever refused), else as this user --
+    from `folder`/work, in a fresh folder of theirs under /tmp that is their HOME too."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="hpcqa-user-", dir="/tmp"))
+    (folder / "work").mkdir()
+    prefix = []
+    if os.geteuid() == 0:
+        for p in (folder, folder / "work"):
+            os.chown(p, 1000, 1000)
+        prefix = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--"]
+
+    def run(*args, env=None):
+        full = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPCQA_"))},
+            "HOME": str(folder),
+            "PYTHONPATH": str(ROOT),
+            **(env or {}),
+        }
+        return subprocess.run(
+            [*prefix, sys.executable, "-m", "hpcqa", *args],
+            capture_output=True,
+            text=True,
+            cwd=folder / "work",
+            env=full,
+            timeout=120,
+        )
+
+    yield run, folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_paths_a_user_may_not_read_are_one_line_each(as_a_user, tmp_path):
+    """As a normal user (pathlib's exists()/is_dir() raise PermissionError in a folder they may not enter): another
+    user's registry named by --registry or $HPCQA_REGISTRY, job.output_dir under such a folder, a config or a file
+    the command names that they may not read. Each was a traceback or is refused in one line, exit 2, with nothing
+    queued; the dry run says what submit would refuse."""
+    run, folder = as_a_user
+    closed = tmp_path / "closed"  # under pytest's root-owned 0700 base: closed to UID 1000
+    closed.mkdir(mode=0o700)
+    registry.Registry(closed / "registry.sqlite").add_many([{**OK_ROW, "id": "77"}])
+    work = folder / "work"
+    (work / "p.py").write_text("print(1)\n")
+    config = work / "job.toml"
+    config.write_text(
+        '[cluster]\nexecutor = "local"\nsockets_per_node = 1\ncores_per_socket = 2\n'
+        "[launch]\nranks_per_socket = 1\nccl_workers = 0\n"
+    )
+    (folder / "secret.txt").write_text("s\n")
+    if os.geteuid() == 0:
+        for p in (work / "p.py", config, folder / "secret.txt"):
+            os.chown(p, 1000, 1000)
+    (folder / "secret.txt").chmod(0)
+    theirs = str(closed / "registry.sqlite")
+    for args, env in (
+        (("status", "--registry", theirs), None),
+        (("logs", "77", "--registry", theirs), None),
+        (("status",), {"HPCQA_REGISTRY": theirs}),
+    ):
+        r = run(*args, env=env)
+        assert r.returncode == 2 and f"job registry {theirs} cannot be read" in r.stderr, r.stderr
+    r = run("submit", "job.toml", "--", "python", "p.py", env={"HPCQA_REGISTRY": theirs})
+    assert r.returncode == 2 and "cannot be read" in r.stderr and "Traceback" not in r.stderr
+    assert not (work / "logs").exists()  # nothing started
+    out = f'job.output_dir="{closed / "out"}"'
+    r = run("submit", "job.toml", "--dry-run", "--set", out, "--", "python", "p.py")
+    assert r.returncode == 0 and "permission denied" in r.stderr and "Traceback" not in r.stderr
+    r = run("submit", "job.toml", "--set", out, "--", "python", "p.py")
+    assert r.returncode == 2 and "job.output_dir" in r.stderr and "permission denied" in r.stderr
+    r = run("submit", "job.toml", "--dry-run", "--", "python", "p.py", str(folder / "secret.txt"))
+    assert r.returncode == 2 and "cannot be read here (Permission denied)" in r.stderr, r.stderr
+    (work / "data").mkdir(mode=0)  # a folder the copy cannot list was left out of it, silently
+    if os.geteuid() == 0:
+        os.chown(work / "data", 1000, 1000)
+    r = run("submit", "job.toml", "--dry-run", "--", "python", "p.py")
+    assert r.returncode == 2 and f"the folder {work / 'data'} cannot be read" in r.stderr, r.stderr
+    (work / "data").rmdir()
+    config.chmod(0)
+    r = run("submit", "job.toml", "--dry-run", "--", "python", "p.py")
+    assert r.returncode == 2 and "cannot read config 'job.toml': Permission denied" in r.stderr

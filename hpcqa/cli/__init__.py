@@ -14,6 +14,7 @@
     validate.py     validate (no rich: it runs wherever the config model imports)
     staging.py      stage
     starter.py      init (an example config the package carries, written here to edit)
+    outfile.py      a file named with -o (init, render): written whole, only over a regular file
 
 A verb's module is imported when that verb runs (VERBS), and imports what it needs at its top: `hpcqa --help`
 loads the grammar alone. Heavy modules (torch, transformers, datasets) are imported only by the verbs that need
@@ -86,6 +87,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HpcqaError as e:
         print(errors.for_terminal(e.render()), file=sys.stderr)
         return e.exit_code
+    except (
+        PermissionError
+    ) as e:  # a path of another user's, met where no check named it: still one line
+        print(
+            errors.for_terminal(
+                f"error: {e.filename or 'a file'}: permission denied\n  fix: check who may read it "
+                "and its folders (ls -ld), or name a path of yours"
+            ),
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from hpcqa import api, errors
+from hpcqa.cli.outfile import write_whole
 from hpcqa.cli.say import say, warn
 from hpcqa.core import command, config, distenv, sweep
 from hpcqa.errors import UsageError
 from hpcqa.executors import hostprobe, table
 from hpcqa.executors.interface import RenderOnly
 from hpcqa.executors.k8s import image, manifest, trainjob
-from hpcqa.fsutil import atomic_write_text
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -92,7 +93,7 @@ def _render_request(args: argparse.Namespace, ex: Any, lp: Any, how: str, which:
         if isinstance(ex, RenderOnly):
             raise UsageError(*ex.refusal)
         if args.output:
-            atomic_write_text(args.output, request.scripts[0], mode=0o755)
+            write_whole(Path(args.output), request.scripts[0], force=True, mode=0o755)
         done = api.submit_request(ex, request, say=say, warn=warn)
         print(done.ids[0])
         return 0
@@ -128,7 +129,7 @@ def _write_rendered(
     if not args.output:
         sys.stdout.write(text)
         return 0
-    atomic_write_text(args.output, text, mode=0o755 if executable else 0o644)
+    write_whole(Path(args.output), text, force=True, mode=0o755 if executable else 0o644)
     print(errors.for_terminal(f"wrote {args.output} ({what}); {how}"), file=sys.stderr)
     return 0
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import ast
-import os
-import stat
-import tempfile
 from pathlib import Path
 
 from hpcqa import resources
+from hpcqa.cli.outfile import write_whole
 from hpcqa.errors import UsageError
 
 
@@ -52,7 +50,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     out = Path(args.output or file_name)
     if out.is_dir():
         out = out / file_name
-    _write_new(out, src.read_text(encoding="utf-8"), args.force)
+    write_whole(out, src.read_text(encoding="utf-8"), args.force)
     print(f"wrote {out} (the example {name!r}: {summary(src)})")
     if name in configs:
         print(f"next: hpcqa submit {out} --dry-run     (then without --dry-run to run it)")
@@ -60,49 +58,3 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"next: hpcqa submit quickstart.toml -- python {out}")
         print("  (the config: hpcqa init quickstart; the program's arguments: its docstring)")
     return 0
-
-
-def _write_new(out: Path, text: str, force: bool) -> None:
-    """Write `out` whole or not at all: an existing file only with --force, and only a regular file (a link would be
-    written through to its target, a FIFO would block, a device would take anything); a full disk leaves nothing."""
-    try:
-        st = os.lstat(out)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise UsageError(
-            f"cannot write {out}: {e.strerror or e}", "pass -o with a writable path"
-        ) from None
-    if st is not None and not force:
-        raise UsageError(
-            f"{out} exists: nothing was written",
-            "edit it, pass -o OTHER.toml, or --force to replace it",
-        )
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        kind = (
-            "a link"
-            if stat.S_ISLNK(st.st_mode)
-            else "a FIFO"
-            if stat.S_ISFIFO(st.st_mode)
-            else "not a file"
-        )
-        raise UsageError(
-            f"{out} is {kind}: nothing was written",
-            "pass -o with the path of a new or regular file",
-        )
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except OSError as e:
-        if tmp:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        raise UsageError(
-            f"cannot write {out}: {e.strerror or e}", "pass -o with a writable path"
-        ) from None

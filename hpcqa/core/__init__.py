@@ -1,6 +1,7 @@
 """The pure core: config -> plan. No subprocess, no scheduler, no torch.
 
 config.py       TOML -> validated, frozen Config (unknown keys fail with "did you mean")
+tomlfile.py     the config file read: a regular file of a config's size, hostile TOML as one syntax error
 configcheck.py  the rules across keys (cores, stride, nodes, paths, setup, sbatch flags, names, sizes)
 options.py      a field's default, help and bounds, read by the validator and the config reference
 values.py       what a config string may hold: no control characters, no credential shapes or names

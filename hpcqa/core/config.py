@@ -28,6 +28,7 @@ from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.k8sconfig import K8sConfig
 from hpcqa.core.options import opt
 from hpcqa.core.targets import CONFIG_CHOICES, DDP_BACKENDS, SCRIPT_LAUNCHERS
+from hpcqa.core.tomlfile import read_toml
 from hpcqa.errors import ConfigError, UsageError
 
 # Values that end up on "#SBATCH" lines are not shell-parsed, so they cannot be quoted: restrict them.
@@ -541,6 +542,9 @@ def parse_override(text: str) -> tuple[str, Any]:
         parsed = tomllib.loads(f"v = {value}")["v"]
     except tomllib.TOMLDecodeError:
         parsed = value
+    except (RecursionError, ValueError):  # nested too deeply; an integer of more than 4,300 digits
+        raise UsageError(f"--set {key}: the value cannot be read: nested too deeply or a number too long",
+                         f"give {key} a value of the kind `hpcqa validate` shows for it") from None
     return key, parsed
 
 
@@ -560,26 +564,6 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
                 raise ConfigError(key, "is not a table", "override the whole value instead", "--set")
         node[rest[-1]] = value
     return out
-
-
-def read_toml(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"config file {str(p)!r} not found",
-                         "check the path; `hpcqa init` writes an example config here (--list: all)") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read config {str(p)!r}: {e}", "pass a readable TOML file") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        m = re.search(r"line (\d+)", str(e))
-        shown = ""
-        if m and 0 < int(m.group(1)) <= len(text.splitlines()):
-            shown = f": {text.splitlines()[int(m.group(1)) - 1].strip()[:60]!r}"
-        raise ConfigError("", f"TOML syntax error: {e}{shown}",
-                          "fix that line (strings need quotes, tables [section])", str(p)) from None
 
 
 def load(path: str | Path, overrides: list[str] | None = None) -> Config:

@@ -227,6 +227,16 @@ def _damaged(path: Path, what: str) -> RegistryError:
 
 def _checked_file(path: Path) -> bool:
     """Whether the registry file exists, once it is one a registry can be (RegistryError naming the fix if not)."""
+    try:
+        return _checked_kind(path)
+    except PermissionError as e:  # another user's registry, or one in a folder closed to me
+        raise RegistryError(
+            f"job registry {path} cannot be read: permission denied on {e.filename or path}",
+            "point job.registry / $HPCQA_REGISTRY (or --registry) at a registry of yours",
+        ) from None
+
+
+def _checked_kind(path: Path) -> bool:
     if path.is_dir():
         raise RegistryError(
             f"job registry {path} is a directory",

@@ -84,7 +84,17 @@ def scan(
             "set job.workdir to the folder your command runs in",
         )
     files, skipped, size = {}, [], 0
-    for top, dirs, names in os.walk(folder):
+
+    def unreadable(
+        e: OSError,
+    ) -> None:  # os.walk passes over a folder it cannot list, silently by default
+        raise WorkError(
+            f"job.workdir: the folder {e.filename} cannot be read ({e.strerror}), so it cannot be copied for "
+            "the job",
+            "make it readable, move it out of the folder, or submit --no-snapshot",
+        )
+
+    for top, dirs, names in os.walk(folder, onerror=unreadable):
         keep = []
         for d in sorted(dirs):
             why = _skip_dir(os.path.join(top, d), d, exclude)
