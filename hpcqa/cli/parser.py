@@ -7,20 +7,19 @@ from typing import Any
 
 from hpcqa.core import targets
 
-EPILOG = """examples:
-  # installed, not cloned: an example config to edit, here
+EPILOG = """examples (`hpcqa init NAME` writes each config and program named here into this
+folder; a checkout also has them in configs/ and examples/):
+  # an example config to edit, then train on this machine (the local executor)
   hpcqa init && hpcqa submit quickstart.toml
-  # train on this machine (the local executor)
-  hpcqa submit configs/quickstart.toml
   # every rank's CPUs and environment, and the sbatch script; nothing runs
-  hpcqa submit configs/squad_spr.toml --dry-run
+  hpcqa init squad_spr && hpcqa submit squad_spr.toml --dry-run
   # change keys for one submission
-  hpcqa submit configs/squad_spr.toml --set cluster.nodes=2 \\
+  hpcqa submit squad_spr.toml --set cluster.nodes=2 \\
       --set train.learning_rate=5e-5
   # your own program on every rank, with the plan's environment and pinning
-  hpcqa submit configs/quickstart.toml -- python examples/ddp_loop.py
+  hpcqa init ddp_loop.py && hpcqa submit quickstart.toml -- python ddp_loop.py
   # a standalone script for sbatch, ranks started by Intel MPI's mpirun
-  hpcqa render configs/squad_spr.toml --launcher mpirun -o job.sbatch
+  hpcqa render squad_spr.toml --launcher mpirun -o job.sbatch
   # inside srun/salloc: what this process's environment maps to
   hpcqa env --json
 """
@@ -34,7 +33,7 @@ SET_HELP_SHORT = "override a config key, e.g. --set train.max_steps=20 (repeatab
 
 
 def add_config(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="job config (TOML), e.g. configs/quickstart.toml")
+    p.add_argument("config", help="job config (TOML), e.g. quickstart.toml (hpcqa init writes it)")
     add_set(p)
 
 
