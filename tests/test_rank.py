@@ -528,6 +528,9 @@ def test_rank_0_requeues_only_once_every_rank_of_this_attempt_has_saved(tmp_path
     assert not all_ranks_stopped(jd, 2, 1)  # its report is the attempt before's
     jd.rank_report(1).write_text("[1, 2]")
     assert not all_ranks_stopped(jd, 2, 1)  # damaged
+    for planted in (True, 1.0, "1"):  # equal to 1 to Python, not an attempt a rank writes
+        write_json(jd.rank_report(1), {"notice": {"attempt": planted}})
+        assert not all_ranks_stopped(jd, 2, 1), planted
     write_json(jd.rank_report(1), {"notice": {"attempt": 1}})
     assert all_ranks_stopped(jd, 2, 1)
 

@@ -48,7 +48,14 @@ from hpcqa.rank.exits import (
 )
 from hpcqa.rank.phase import Phases
 from hpcqa.record import trainerfiles, worktree
-from hpcqa.record.jobdir import JobDir, attempt_from_env, attempt_number, read_json, write_json
+from hpcqa.record.jobdir import (
+    JobDir,
+    attempt_from_env,
+    attempt_notice,
+    attempt_number,
+    read_json,
+    write_json,
+)
 from hpcqa.record.phases import Phase
 
 TAIL_LINES = 20
@@ -470,25 +477,17 @@ def _peers_notice(
             got = read_json(jd.rank_report(k))
             if (
                 not isinstance(got, dict)
-                or not _is_attempt(got.get("attempt"), attempt)
+                or attempt_number(got.get("attempt")) != attempt
                 or not isinstance(got.get("finished"), (int, float))
             ):
                 continue
             pending.discard(k)
-            notice = got.get("notice")
-            if (
-                isinstance(notice, dict)
-                and _is_attempt(notice.get("attempt"), attempt)
-                and notice.get("signal") in names
-            ):
+            notice = attempt_notice(got, attempt)
+            if notice and notice.get("signal") in names:
                 return int(getattr(signal, notice["signal"]))
         if not pending or time.monotonic() > end:
             return None
         time.sleep(0.2)
-
-
-def _is_attempt(value: object, attempt: int) -> bool:
-    return attempt_number(value) == attempt  # not a bool, nor a float that equals it
 
 
 FOLLOW_S = 5.0

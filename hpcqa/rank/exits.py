@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from hpcqa.core.slurmtext import config_value, show_fields
 from hpcqa.core.states import State
-from hpcqa.record.jobdir import JobDir, JobRoot, read_json
+from hpcqa.record.jobdir import JobDir, JobRoot, attempt_notice, read_json
 
 # After a SIGTERM checkpoint a Slurm rank waits to be killed: Slurm ends the job its own way (the grace time's
 # SIGKILL then a requeue for PreemptMode=REQUEUE; CANCELLED for scancel; TIMEOUT) -- a job that exited by
@@ -64,12 +64,7 @@ def preempted_to_requeue(job_id: str) -> str | None:
 
 def all_ranks_stopped(jd: JobDir, world: int, attempt: int) -> bool:
     """Every rank of this attempt has written its report with its notice: whatever it saves, it has saved."""
-    for k in range(world):
-        report = read_json(jd.rank_report(k)) or {}
-        notice = report.get("notice")
-        if not isinstance(notice, dict) or notice.get("attempt") != attempt:
-            return False
-    return True
+    return all(attempt_notice(read_json(jd.rank_report(k)), attempt) for k in range(world))
 
 
 def wait_for_slurms_end(

@@ -244,6 +244,15 @@ def attempt_number(value: object) -> int | None:
     return value if type(value) is int and 0 <= value < 10**9 else None
 
 
+def attempt_notice(report: object, attempt: int) -> dict | None:
+    """The notice (SIGTERM, the requeue signal) a rank's report recorded in `attempt`, or None: a report that is not
+    an object, a notice that is not one, or one of another attempt (an int, not a bool or a float) is no notice."""
+    notice = report.get("notice") if isinstance(report, dict) else None
+    if isinstance(notice, dict) and attempt_number(notice.get("attempt")) == attempt:
+        return notice
+    return None
+
+
 @dataclass(frozen=True)
 class JobDir:
     """One job's folder (one array task's, for a sweep)."""
