@@ -559,3 +559,39 @@ def test_writers_in_a_job_folder_do_not_follow_a_programs_links(tmp_path):
     assert not (work / "sub").is_symlink() and (work / "sub" / "a.py").read_text() == "x = 1\n"
     assert not list(outside.iterdir())
     assert fsutil.own_folder(tmp_path / "new").is_dir()
+
+
+@pytest.mark.process
+def test_cancel_never_signals_a_process_a_forged_controller_record_names(tmp_path):
+    """controller.json is in the job's folder: anything of the user's can write there the exact identity (boot id,
+    start time, owner) of another process that took a dead controller's pid. Its command line, which the kernel
+    keeps, is not submitit's controller of this folder: cancel signals nothing and status does not call the job
+    running; nor does a process whose arguments merely name the module and the folder. The command line of this
+    folder's controller is recognised."""
+    jd = JobDir(tmp_path / "7-abc")
+    jd.path.mkdir()
+    stranger = subprocess.Popen(["sleep", "60"])
+    twin = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "submitit.local._local", str(jd.path)]
+    )
+    controller = subprocess.Popen(  # its command line ends as a controller's: -m submitit.local._local FOLDER
+        [sys.executable, "-c", "import time; time.sleep(60)", "-m", "submitit.local._local"]
+        + [str(tmp_path / "%j-abc")]
+    )
+    try:
+        for p in (stranger, twin):
+            forged = {"pid": p.pid, "identity": local.identity(p.pid)}
+            jd.controller_record.write_text(json.dumps(forged))
+            out = local.LocalJobs().cancel([Row(p.pid, jd.path)], True)
+            assert "not running" in out[0], out
+            assert not local.controller_alive(p.pid, jd)
+        time.sleep(0.2)
+        assert stranger.poll() is None and twin.poll() is None, (
+            "a process not the job's was signalled"
+        )
+        assert not local.controls(twin.pid, tmp_path / "other-abc")  # its folder is not this one
+        assert local.controls(controller.pid, tmp_path / f"{controller.pid}-abc")
+    finally:
+        for p in (stranger, twin, controller):
+            p.kill()
+            p.wait()

@@ -326,16 +326,29 @@ def identity(pid: int) -> str | None:
         return None
 
 
-def controller_alive(pid: int, jd: JobDir) -> bool:
-    """The job's own controller still runs under `pid` (the identity recorded at submit matches). A folder without the
-    record (a job from before it was kept, or a damaged file): the process must at least be submitit's."""
-    record = read_json(jd.controller_record)
-    if isinstance(record, dict) and record.get("pid") == pid and record.get("identity"):
-        return identity(pid) == record["identity"]
+def controls(pid: int, folder: Path) -> bool:
+    """`pid` runs submitit's local controller of the job folder `folder` (its command line: python -m
+    submitit.local._local <root>/%j-<submission>, with %j its own pid). The identity in controller.json is a file
+    in the job's folder, where the job's program -- or anything of the user's -- can write the identity of another
+    process that took a dead controller's pid; its command line is the kernel's."""
     try:
-        return b"submitit" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
     except OSError:
         return False
+    if argv[-3:-1] != [b"-m", b"submitit.local._local"]:
+        return False
+    named = os.fsdecode(argv[-1]).replace("%j", str(pid))
+    return os.path.realpath(named) == os.path.realpath(folder)
+
+
+def controller_alive(pid: int, jd: JobDir) -> bool:
+    """The job's own controller still runs under `pid`: the identity recorded at submit matches, and the process
+    is the controller of this folder (controls). A folder without the record (a job from before it was kept, or a
+    damaged file): the process must at least be its controller."""
+    record = read_json(jd.controller_record)
+    if isinstance(record, dict) and record.get("pid") == pid and record.get("identity"):
+        return identity(pid) == record["identity"] and controls(pid, jd.path)
+    return controls(pid, jd.path)
 
 
 def _descendants(pid: int) -> list[tuple[int, str | None]]:
@@ -374,14 +387,17 @@ def _sigint_heard():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def cancel(controller_pid: int, expected: str, grace_s: float = 10.0) -> bool:
+def cancel(controller_pid: int, expected: str, folder: Path, grace_s: float = 10.0) -> bool:
     """Stop a local job: SIGINT to submitit's controller, which stops its ranks (SIGINT, then SIGKILL).
     SIGTERM would not do: submitit's job processes bypass it (on Slurm it precedes preemption).
     Whatever is left after the grace period is killed. Every signal goes only to a process whose identity is the one
-    recorded (the controller's at submit, the ranks' when listed): a recycled pid is never signalled.
+    recorded (the controller's at submit, the ranks' when listed) and the controller is that of `folder` (its
+    command line says so): a recycled pid is never signalled, nor one a forged controller.json names.
     False if the job's controller is not running."""
     if identity(controller_pid) != expected or not expected.endswith(f":{os.getuid()}"):
         return False  # not the recorded process, or not this user's: root could signal anyone's
+    if not controls(controller_pid, folder):
+        return False
     procs = [*_descendants(controller_pid), (controller_pid, expected)]
     try:
         os.kill(controller_pid, signal.SIGINT)
@@ -505,7 +521,7 @@ class LocalJobs:
                     "may belong to another process now)"
                 )
                 continue
-            if not cancel(int(row.id), record["identity"]):
+            if not cancel(int(row.id), record["identity"], jd.path):
                 out.append(
                     f"job {row.id} is not running (its process is gone; pid {row.id} is not it)"
                 )
