@@ -1217,3 +1217,59 @@ def test_the_stage_job_advice_is_the_docs_wait(cli, tmp_path):
     assert "then kubectl wait --for=condition=complete" not in text
     docs = (ROOT / "docs" / "kubernetes.md").read_text()
     assert "*Complete* || $s == *Failed*" in docs
+
+
+def test_a_notice_that_reaches_one_pod_only_stops_every_pod(cli, tmp_path):
+    """A user's program whose ranks agree to stop (examples/ddp_loop.py: every rank ends the same step, rank 0 saves,
+    all exit 0) under SIGTERM to pod 1 only -- the kubelet evicts pods one at a time, as Slurm signals each node in
+    its own time. Pod 0's program then ends with 0 and no notice reached pod 0: taken for done, its pod exited 0,
+    results.json said complete, and JobSet would not have restarted the job. Pod 0's rank reads pod 1's report on
+    the shared volume and stops as pod 1 did: both pods exit 143 (a restart), and the recreated pods resume from
+    the saved step and finish."""
+    mount = tmp_path / "pvc"
+    program = [sys.executable, str(ROOT / "examples/ddp_loop.py"), "--steps", "400"]
+    docs = render(
+        cli,
+        *IMAGE,
+        *TINY,
+        "--set",
+        f"k8s.mount_path={mount}",
+        "--",
+        *program,
+        "--step-time",
+        "0.05",
+        config="configs/quickstart.toml",
+    )
+    # the job is named after its program (job.name unset)
+    jd = mount / "output" / "ddp_loop" / f"k8s-default-{docs[1]['metadata']['name']}"
+    port = free_port()
+    pods = start_pods(docs, tmp_path, port)
+    try:
+        # some steps in: the program's first checkpoint (every 10 steps)
+        _wait(pods, (jd / "checkpoints" / "ddp_loop.pt").exists, within_s=120)
+        pods[1].send_signal(signal.SIGTERM)
+        outs = [p.communicate(timeout=180)[0] for p in pods]
+    finally:
+        _stop(pods)
+    assert [p.returncode for p in pods] == [143, 143], outs
+    assert not (jd / "results.json").exists() or (
+        json.loads((jd / "results.json").read_text()).get("exit_code") != 0
+    ), "the job was taken for complete"
+    report = json.loads((jd / "ranks" / "rank-0.json").read_text())
+    assert report["notice"]["signal"] == "SIGTERM" and report["notice"]["attempt"] == 0, report
+    saved = torch_step(jd)
+    assert 0 < saved < 400
+    pods = start_pods(docs, tmp_path, port + 1, restarts=1)
+    try:
+        outs = [p.communicate(timeout=300)[0] for p in pods]
+    finally:
+        _stop(pods)
+    assert [p.returncode for p in pods] == [0, 0], outs
+    assert f"rank 0: resumed from step {saved}" in outs[0], outs[0][-2000:]
+
+
+def torch_step(jd: Path) -> int:
+    """The step ddp_loop.py saved in the job's checkpoint folder (its own file, read as the program reads it)."""
+    import torch
+
+    return int(torch.load(jd / "checkpoints" / "ddp_loop.pt")["step"])
