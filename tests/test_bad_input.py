@@ -950,7 +950,10 @@ def test_logs_spell_out_what_a_program_printed_for_a_terminal_to_obey(cli, tmp_p
     path = tmp_path / "r.sqlite"
     folder = tmp_path / "4242-abc"
     folder.mkdir()
-    hostile = "step 1\r\x1b[32mok\x1b[0m\x1b[K\n\x1b]52;c;cHduZWQ=\x07 \x1b]8;;http://x\x07link \x1b[6n a\u202eb\n"
+    hostile = (
+        "step 1\r\x1b[32mok\x1b[0m\x1b[K\n\x1b]52;c;cHduZWQ=\x07 \x1b]8;;http://x\x07link \x1b[6n a\u202eb\n"
+        "\x1b[2Jcleared\n"
+    )
     (folder / "4242_0_log.err").write_text(hostile)
     registry.Registry(path).add_many([{**OK_ROW, "id": "4242", "folder": str(folder)}])
     env = {"HPCQA_REGISTRY": str(path)}
@@ -966,6 +969,7 @@ def test_logs_spell_out_what_a_program_printed_for_a_terminal_to_obey(cli, tmp_p
         "\\x1b]8;;http://x\\x07link",
         "\\x1b[6n",
         "a\\u202eb",
+        "\\x1b[2Jcleared",  # clearing the whole screen would hide what came before
     ):
         assert spelled in screen, (spelled, screen)
     assert (

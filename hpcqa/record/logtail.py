@@ -151,12 +151,14 @@ def open_log(path: Path) -> BinaryIO:
         raise
 
 
-# What a log may send a terminal: the line ends and tabs, a progress bar's \r, colours and the cursor moves and
-# erases that progress bars draw with (CSI ... A-H, J, K, m). Anything else a program printed -- OSC (8: links,
-# 52: the clipboard, 0/2: the title), DCS, device queries (CSI 6n makes the terminal type a reply into the shell),
-# C1 controls, a backspace that overwrites, bidi overrides -- is spelled out.
+# What a log may send a terminal: the line ends and tabs, a progress bar's \r, colours and what progress bars draw
+# with -- cursor moves (CSI n A-H) and erasing the rest of a line or of the screen below (CSI K, CSI J). Anything else
+# a program printed -- OSC (8: links, 52: the clipboard, 0/2: the title), DCS, device queries (CSI 6n makes the
+# terminal type a reply into the shell), clearing the whole screen (CSI 2J, 3J: hides what came before), C1
+# controls, a backspace that overwrites, bidi overrides -- is spelled out.
 _TERMINAL_SAFE = re.compile(
-    r"(\x1b\[[0-9;]{0,32}[A-HJKm])|([\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069])"
+    r"(\x1b\[(?:[0-9;]{0,32}[A-Hm]|[01]?[JK]|2K))"
+    r"|([\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069])"
 )
 
 
