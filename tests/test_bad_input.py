@@ -1061,3 +1061,24 @@ def test_paths_a_user_may_not_read_are_one_line_each(as_a_user, tmp_path):
     config.chmod(0)
     r = run("submit", "job.toml", "--dry-run", "--", "python", "p.py")
     assert r.returncode == 2 and "cannot read config 'job.toml': Permission denied" in r.stderr
+
+
+def test_an_error_in_the_program_after_dashes_is_said_of_it(cli):
+    """The program after `--` reaches the config as job.command: its errors named a `--set` the user never typed,
+    or (for one argument, job.command[2]) the config file. They name the program after --; a --set job.command
+    is named as the --set; a control character's fix no longer talks of cluster.setup."""
+    r = cli("submit", "configs/quickstart.toml", "--dry-run", "--", "python", "p.py", "a\tb")
+    assert r.returncode == 2, r.stderr
+    assert (
+        "error: the program after -- (on configs/quickstart.toml): job.command[2]: contains a control"
+        in (" ".join(r.stderr.split()))
+    ), r.stderr
+    assert "cluster.setup" not in r.stderr
+    r = cli(
+        "submit", "configs/quickstart.toml", "--dry-run", "--set", 'job.command=["python", "a\\tb"]'
+    )
+    assert r.returncode == 2 and "--set (on configs/quickstart.toml): job.command[1]" in r.stderr, (
+        r.stderr
+    )
+    r = cli("submit", "configs/quickstart.toml", "--dry-run", "--set", 'cluster.setup=["a\\nb"]')
+    assert r.returncode == 2 and "several lines, several entries" in r.stderr, r.stderr

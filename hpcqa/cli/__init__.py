@@ -85,11 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         adopt_legacy_registry(args)
         return int(verb(args.command)(args) or 0)
     except HpcqaError as e:
+        if program is not None:
+            e = _from_the_program(e)
         print(errors.for_terminal(e.render()), file=sys.stderr)
         return e.exit_code
-    except (
-        PermissionError
-    ) as e:  # a path of another user's, met where no check named it: still one line
+    # a path of another user's, met where no check named it: still one line
+    except PermissionError as e:
         print(
             errors.for_terminal(
                 f"error: {e.filename or 'a file'}: permission denied\n  fix: check who may read it "
@@ -103,6 +104,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `hpcqa ... | head`
         return 0
+
+
+def _from_the_program(e: HpcqaError) -> HpcqaError:
+    """An error in job.command when the program came after `--` (_take_program passes it on as --set job.command):
+    said of the program after --, not of a --set the user never typed."""
+    if (
+        isinstance(e, errors.ConfigError)
+        and e.key.startswith("job.command")
+        and e.source.startswith("--set")
+    ):
+        return errors.ConfigError(
+            e.key, e.detail, e.hint, e.source.replace("--set", "the program after --", 1)
+        )
+    return e
 
 
 def _take_program(args: argparse.Namespace, program: list[str]) -> int:

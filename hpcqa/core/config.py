@@ -450,9 +450,10 @@ def check_text(key: str, value: Any, source: str) -> None:
                           f"give {key} as UTF-8 text", source)
     bad = valuecheck.control_char(value)
     if bad:
+        several = ("; cluster.setup takes one command per entry: several lines, several entries"
+                   if key.startswith("cluster.setup") else "")
         raise ConfigError(key, f"contains a control character ({bad}): a config value is one line of text",
-                          "remove it (cluster.setup takes one command per entry; several lines: several entries)",
-                          source)
+                          f"remove it{several}", source)
 
 
 def _check_bounds(key: str, value: Any, meta: Mapping[str, Any], source: str) -> None:
@@ -577,7 +578,8 @@ def validate(raw: Mapping[str, Any], path: str | Path, overrides: list[str]) -> 
         return from_dict(raw, source=str(path))
     except ConfigError as e:
         overridden = {parse_override(o)[0] for o in overrides}
-        if any(e.key == k or e.key.startswith(k + ".") or k.startswith(e.key + ".") for k in overridden):
+        if any(e.key == k or e.key.startswith((k + ".", k + "[")) or k.startswith(e.key + ".")
+               for k in overridden):
             raise ConfigError(e.key, e.detail, e.hint, f"--set (on {path})") from None
         raise
 
