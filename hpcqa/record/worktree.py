@@ -85,9 +85,8 @@ def scan(
         )
     files, skipped, size = {}, [], 0
 
-    def unreadable(
-        e: OSError,
-    ) -> None:  # os.walk passes over a folder it cannot list, silently by default
+    # os.walk passes over a folder it cannot list, silently by default
+    def unreadable(e: OSError) -> None:
         raise WorkError(
             f"job.workdir: the folder {e.filename} cannot be read ({e.strerror}), so it cannot be copied for "
             "the job",
