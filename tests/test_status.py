@@ -338,19 +338,27 @@ class CountingFile:
         return self.f.tell()
 
 
+def sparse_log(path, head: bytes, tail: bytes):
+    """A 2 GiB log that takes no disk: `head`, NULs up to 2 GiB, then `tail`."""
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(2 << 30)
+        f.seek(0, 2)
+        f.write(tail)
+    return path
+
+
 def test_the_tail_of_a_huge_log_reads_only_its_end(tmp_path):
     """A 2 GiB log (sparse: its first 2 GiB are NULs, then two attempts and a few lines): the first byte to print is
     found from the end, one block in memory at a time, a few blocks read -- not the file."""
     from hpcqa.record import logtail
 
-    log = tmp_path / "rank-0.log"
-    with open(log, "wb") as f:
-        f.truncate(2 << 30)
-        f.seek(0, 2)
-        f.write(
-            b"\n[hpcqa rank 0] attempt 0 starts\nold\n[hpcqa rank 0] attempt 1 starts\n"
-            + b"".join(b"line %d\n" % i for i in range(5000))
-        )
+    log = sparse_log(
+        tmp_path / "rank-0.log",
+        b"",
+        b"\n[hpcqa rank 0] attempt 0 starts\nold\n[hpcqa rank 0] attempt 1 starts\n"
+        + b"".join(b"line %d\n" % i for i in range(5000)),
+    )
     with open(log, "rb") as raw:
         f = CountingFile(raw)
         off = logtail.start_offset(f, lines=3)
@@ -370,18 +378,16 @@ def test_the_tail_of_a_long_attempt_or_after_a_long_attempt_reads_only_its_end(t
     steps are NULs)."""
     from hpcqa.record import logtail
 
-    one = tmp_path / "one.log"
-    with open(one, "wb") as f:
-        f.write(b"import warning\n[hpcqa rank 0] attempt 0 starts\n")
-        f.truncate(2 << 30)
-        f.seek(0, 2)
-        f.write(b"\nstep 1\nstep 2\nstep 3\n")
-    two = tmp_path / "two.log"
-    with open(two, "wb") as f:
-        f.write(b"[hpcqa rank 0] attempt 0 starts\n")
-        f.truncate(2 << 30)
-        f.seek(0, 2)
-        f.write(b"\n[hpcqa rank 0] attempt 1 starts\nresumed\nstep 9\n")
+    one = sparse_log(
+        tmp_path / "one.log",
+        b"import warning\n[hpcqa rank 0] attempt 0 starts\n",
+        b"\nstep 1\nstep 2\nstep 3\n",
+    )
+    two = sparse_log(
+        tmp_path / "two.log",
+        b"[hpcqa rank 0] attempt 0 starts\n",
+        b"\n[hpcqa rank 0] attempt 1 starts\nresumed\nstep 9\n",
+    )
     for log, kw, want in (
         (one, {"lines": 3}, b"step 1\nstep 2\nstep 3\n"),
         (two, {"lines": 3}, b"[hpcqa rank 0] attempt 1 starts\nresumed\nstep 9\n"),

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from hpcqa import fsutil
+from hpcqa.core import values
 
 BLOCK = 1 << 20
 NEEDLE = b"] attempt "
@@ -157,11 +158,10 @@ def open_log(path: Path) -> BinaryIO:
 # terminal type a reply into the shell), clearing the whole screen (CSI 2J, 3J: hides what came before), C1
 # controls, a backspace that overwrites, bidi overrides -- is spelled out.
 _TERMINAL_SAFE = re.compile(
-    r"(\x1b\[(?:[0-9;]{0,32}[A-Hm]|[01]?[JK]|2K))"
-    r"|([\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069])"
+    r"(\x1b\[(?:[0-9;]{0,32}[A-Hm]|[01]?[JK]|2K))|((?![\t\n\r])" + values.CONTROL.pattern + ")"
 )
 
 
 def for_terminal(text: str) -> str:
     """A log's text as `hpcqa logs` writes it to a terminal (piped, the bytes go as they are, as with `cat`)."""
-    return _TERMINAL_SAFE.sub(lambda m: m.group(1) or repr(m.group(2))[1:-1], text)
+    return _TERMINAL_SAFE.sub(lambda m: m.group(1) or values.shown(m.group(2)), text)
