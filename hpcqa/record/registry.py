@@ -285,8 +285,8 @@ class Registry:
         _closed_folder(self.path)
         self.exists = _checked_file(self.path)
         self.damaged: list[str] = []  # rows jobs() could not read: "rowid N (id X): why"
+        self.db: sqlite3.Connection | None = None
         if not self.exists and not create:
-            self.db = None
             return
         if not self.exists:
             try:
@@ -310,6 +310,15 @@ class Registry:
                 "make its folder writable, or set job.registry / $HPCQA_REGISTRY",
             ) from None
         self.exists = True
+
+    def writable(self) -> sqlite3.Connection:
+        """The open registry to write to. One opened with create=False where there is no file has none."""
+        if self.db is None:
+            raise RegistryError(
+                f"no job registry at {self.path} to write to",
+                "submit a job first, or set job.registry / $HPCQA_REGISTRY to an existing one",
+            )
+        return self.db
 
     def check(self) -> tuple[int, str]:
         """(jobs, verdict): SQLite's integrity check, then every row read as status reads it."""
@@ -386,10 +395,10 @@ class Registry:
             )
             for r in rows
         ]
-        with self._writing():
-            self.db.execute("BEGIN IMMEDIATE")
+        with self._writing() as db:
+            db.execute("BEGIN IMMEDIATE")
             # the same job (id and folder) registered again replaces its row; a reused id adds one
-            self.db.executemany(
+            db.executemany(
                 "INSERT OR REPLACE INTO jobs (id, name, target, folder, config, source, submitted_at, nodes, "
                 "world_size, array_size, sweep_id, task_index, variant) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 data,
@@ -398,7 +407,8 @@ class Registry:
     def update_states(self, updates: Iterable[tuple]) -> None:
         """(id, state, final, exit_code, elapsed[, folder]): with the folder, only that job's row (ids repeat)."""
         now = time.time()
-        by_id, by_job = [], []
+        by_id: list[tuple] = []
+        by_job: list[tuple] = []
         for u in updates:
             jid, state, final, code, elapsed = u[:5]
             (by_job if len(u) > 5 else by_id).append(
@@ -406,20 +416,21 @@ class Registry:
             )
         if not by_id and not by_job:
             return
-        with self._writing():
-            self.db.execute("BEGIN IMMEDIATE")
+        with self._writing() as db:
+            db.execute("BEGIN IMMEDIATE")
             set_ = (
                 "UPDATE jobs SET state=?, final=?, exit_code=?, elapsed=?, updated_at=? WHERE id=?"
             )
-            self.db.executemany(set_, by_id)
-            self.db.executemany(set_ + " AND folder=?", by_job)
+            db.executemany(set_, by_id)
+            db.executemany(set_ + " AND folder=?", by_job)
 
     @contextlib.contextmanager
-    def _writing(self) -> Iterator[None]:
+    def _writing(self) -> Iterator[sqlite3.Connection]:
         """A write transaction; a page SQLite cannot read or write is the registry's one-line error."""
+        db = self.writable()
         try:
-            with self.db:
-                yield
+            with db:
+                yield db
         except sqlite3.DatabaseError as e:
             if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
                 raise

@@ -62,15 +62,15 @@ def adopt_legacy(folder: str | Path = ".") -> tuple[Path | None, int, str]:
         good.append(r)
     if not good:
         return old, 0, ""
-    reg = Registry(default_path())
-    with reg.db:
-        reg.db.execute("BEGIN IMMEDIATE")
-        before = reg.db.total_changes
-        reg.db.executemany(
+    db = Registry(default_path()).writable()
+    with db:
+        db.execute("BEGIN IMMEDIATE")
+        before = db.total_changes
+        db.executemany(
             f"INSERT OR IGNORE INTO jobs ({','.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})",
             good,
         )
-        copied = reg.db.total_changes - before
+        copied = db.total_changes - before
     return old, copied, ""
 
 
@@ -106,13 +106,13 @@ def recover(path: str | Path | None = None) -> tuple[Path, Path, int, int]:
     for suffix in ("-wal", "-shm"):
         if Path(f"{src}{suffix}").exists():
             shutil.move(f"{src}{suffix}", f"{aside}{suffix}")
-    fresh = Registry(src)
+    fresh = Registry(src).writable()
     if rows:
-        with fresh.db:
-            fresh.db.execute("BEGIN IMMEDIATE")
+        with fresh:
+            fresh.execute("BEGIN IMMEDIATE")
             for r in rows:
                 cols = list(r)
-                fresh.db.execute(
+                fresh.execute(
                     f"INSERT OR REPLACE INTO jobs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
                     tuple(r[c] for c in cols),
                 )
