@@ -566,3 +566,27 @@ def test_a_log_that_is_a_link_or_a_folder_is_refused_not_read(tmp_path):
             assert why in e.value.strerror, name
     finally:
         signal.alarm(0)
+
+
+def test_a_programs_folder_record_that_is_not_an_object_is_passed_over():
+    """A user command's job: results.json and the rank report both may hold "work" (where the program ran), and the
+    program may have written either. A "work" that is not an object is not read as one: the view shows the command
+    and the next record that is an object (an AttributeError before)."""
+    ran = {"dir": "/home/u/prog", "snapshot": "abc123"}
+    for results, report, where in (
+        (None, {"work": "x"}, "in the image default folder"),
+        ({"work": [1]}, {"work": ran}, "in a copy of /home/u/prog (snapshot abc123, verified)"),
+        ({"work": ran}, {"work": 7}, "in a copy of /home/u/prog (snapshot abc123, verified)"),
+    ):
+        v = JobView(
+            id="7",
+            name="q",
+            target="local",
+            state="COMPLETED",
+            nodes=1,
+            world_size=1,
+            results=results,
+            ranks=[{"rank": 0, "command": ["python", "a.py"], **report}],
+        )
+        text = " ".join(t for _, t in statusview.detail_lines(v))
+        assert "python a.py" in text and where in text, text

@@ -460,7 +460,8 @@ def _command_rows(v: JobView) -> list[tuple[str, str]]:
     )
     if not argv:
         return []
-    work = res.get("work") if isinstance(res.get("work"), dict) else (rep or {}).get("work") or {}
+    # results first, then the rank's report; either may hold anything (the job folder is the program's too)
+    work = next((w for w in (res.get("work"), (rep or {}).get("work")) if isinstance(w, dict)), {})
     where = (
         f"in a copy of {work.get('dir')} (snapshot {work.get('snapshot')}, verified)"
         if work.get("snapshot")

@@ -45,7 +45,8 @@ def line_start(f: BinaryIO, offset: int) -> int:
 def markers(f: BinaryIO, want: int = 2, floor: int = 0) -> list[int]:
     """Line starts of the last `want` attempt markers, newest first (fewer when the log has fewer), read backwards
     from the end down to about `floor`."""
-    size, end, found = _size(f), _size(f), []
+    size, end = _size(f), _size(f)
+    found: list[int] = []
     while end > floor and len(found) < want:
         start = max(0, end - BLOCK)
         f.seek(start)

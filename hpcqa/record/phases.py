@@ -27,7 +27,7 @@ class Phase(StrEnum):
 
 
 # what status prints for each phase, in the order a rank passes them
-NAMES = {
+NAMES: dict[str, str] = {
     Phase.STARTING: "starting (importing, checking the plan)",
     Phase.ADDRESS: "waiting for the first host's address",
     Phase.RENDEZVOUS: "waiting at the rendezvous",

@@ -153,15 +153,20 @@ def predict_job(row: Any, nodes: Sequence[int], link: scaling.Link) -> dict:
     }
 
 
+def _rate(res: dict) -> float | None:
+    """A run's samples/s (steady, else the Trainer's): a positive number, or None (results.json is read back)."""
+    for key in ("steady_samples_per_second", "train_samples_per_second"):
+        v = res.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return float(v)
+    return None
+
+
 def study(rows: Sequence[Any], link: scaling.Link | None) -> list[dict]:
     """A sweep over cluster.nodes: measured samples/s per node count, and (with a link) the prediction from its
     smallest run, with measured/predicted."""
     done = [(r, results_of(r)) for r in rows if r.state == State.COMPLETED]
-    done = [
-        (r, res)
-        for r, res in done
-        if res.get("steady_samples_per_second") or res.get("train_samples_per_second")
-    ]
+    done = [(r, res) for r, res in done if _rate(res) is not None]
     if not done:
         return []
     done.sort(key=lambda x: x[1].get("nodes") or x[0].nodes)
@@ -176,7 +181,7 @@ def study(rows: Sequence[Any], link: scaling.Link | None) -> list[dict]:
     out = []
     for r, res in done:
         n = res.get("nodes") or r.nodes
-        measured = res.get("steady_samples_per_second") or res.get("train_samples_per_second")
+        measured = _rate(res) or 0.0
         p = pred.get(n)
         out.append(
             {

@@ -141,5 +141,8 @@ def progress_text(v: JobView, now: float | None = None) -> str:
 
 def _attempt_now(v: JobView) -> int:
     """The attempt the ranks are in now, as their phase files say (the progress file may be an earlier attempt's)."""
-    got = [r.get("attempt") for r in v.phases if isinstance(r.get("attempt"), int)]
-    return max(got) if got else (v.progress or {}).get("attempt", 0)
+    got = [a for r in v.phases if isinstance(a := r.get("attempt"), int)]
+    if got:
+        return max(got)
+    a = (v.progress or {}).get("attempt")
+    return a if isinstance(a, int) else 0

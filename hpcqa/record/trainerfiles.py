@@ -84,7 +84,9 @@ def progress(roots: list[Path]) -> dict[str, Any] | None:
     state = read_json(path) if path else None
     if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
         return None
-    history = state.get("log_history") if isinstance(state.get("log_history"), list) else []
+    history = state.get("log_history")
+    if not isinstance(history, list):
+        history = []
     losses = [_number(h.get("loss")) for h in history if isinstance(h, dict)]
     losses = [x for x in losses if x is not None]
     total = state.get("max_steps")

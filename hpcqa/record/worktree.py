@@ -83,7 +83,9 @@ def scan(
             f"job.workdir: {folder} is not a folder",
             "set job.workdir to the folder your command runs in",
         )
-    files, skipped, size = {}, [], 0
+    files: dict[str, str] = {}
+    skipped: list[str] = []
+    size = 0
 
     # os.walk passes over a folder it cannot list, silently by default
     def unreadable(e: OSError) -> None:
@@ -201,6 +203,8 @@ def lay(copy: str, dest: Path) -> Path:
     as submitted -- copied where it is missing or differs (each by an atomic rename, so ranks that lay the same
     folder at once agree) -- and nothing else touched: the program's own outputs stay for its next attempt."""
     manifest = read_json(os.path.join(copy, MANIFEST))
+    if manifest is None:  # verified at the rank's start; gone or damaged since
+        raise WorkError(f"{copy}/{MANIFEST} is missing or damaged", "submit the job again")
     dest.mkdir(
         parents=True, exist_ok=True
     )  # even for a folder with nothing to copy: the program runs in it
