@@ -10,7 +10,7 @@ import importlib.metadata as md
 import importlib.util
 import shutil
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from hpcqa import api
 from hpcqa.core import plan, sweep, topology
@@ -30,7 +30,7 @@ class Check:
     fix: str = ""
 
 
-def topology_checks(cfg, nodes: list[Mapping[str, str]]) -> list[Check]:
+def topology_checks(cfg, nodes: Sequence[Mapping[str, str]]) -> list[Check]:
     c = cfg.cluster
     part = c.partition
     pool = [n for n in nodes if not part or part in n.get("Partitions", "").split(",")]

@@ -115,7 +115,8 @@ def _columns() -> int:
         columns = 0
     if columns <= 0:
         try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+            out = sys.__stdout__  # None under pythonw and some embedders
+            columns = os.get_terminal_size(out.fileno()).columns if out is not None else 0
         except (AttributeError, ValueError, OSError):
             columns = 0
     return columns or 80

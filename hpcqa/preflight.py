@@ -103,7 +103,8 @@ def _unwritable_root(root: Path) -> str:
 
 def misaligned(examples: list[dict[str, Any]]) -> tuple[int, int, list[str]]:
     """(answers checked, answers whose answer_start doesn't index their text, first offenders)."""
-    total, bad, first = 0, 0, []
+    total, bad = 0, 0
+    first: list[str] = []
     for ex in examples:
         ctx, answers = ex.get("context") or "", ex.get("answers") or []
         if isinstance(answers, dict):  # HF's columnar {"text": [...], "answer_start": [...]}

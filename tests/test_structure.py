@@ -738,8 +738,8 @@ def test_ruff_format_leaves_the_tree_as_it_is(tmp_path):
 
 
 @pytest.mark.process
-def test_mypy_is_clean_on_the_core_and_the_executors(tmp_path):
-    """mypy (configured in pyproject.toml: hpcqa/core and hpcqa/executors) passes, and fails on a planted error."""
+def test_mypy_is_clean_on_all_of_hpcqa(tmp_path):
+    """mypy (configured in pyproject.toml: all of hpcqa) passes, and fails on a planted error."""
 
     def mypy(*paths):
         return subprocess.run(

@@ -25,17 +25,17 @@ from hpcqa.core.targets import DDPBackend, Launcher, Requeue
 from hpcqa.errors import ConfigError, PlanError
 
 
-def bf16_choice(setting: str, flags: set[str] | frozenset[str]) -> tuple[bool, str]:
+def bf16_choice(setting: str | bool, flags: set[str] | frozenset[str]) -> tuple[bool, str]:
     """train.bf16 on a CPU with these /proc/cpuinfo flags -> (autocast bf16?, why). Without AMX or avx512_bf16,
     bf16 = true still runs, emulated and slower than fp32."""
     hw = sorted(set(flags) & {"amx_bf16", "avx512_bf16"})
-    if setting == "true":
+    if setting in ("true", True):
         return True, "train.bf16 = true" + (
             f" (CPU has {', '.join(hw)})"
             if hw
             else ": no AMX / avx512_bf16 on this CPU, bf16 is emulated (slower than fp32)"
         )
-    if setting == "false":
+    if setting in ("false", False):
         return False, "train.bf16 = false"
     return (
         (True, f"auto: CPU has {', '.join(hw)}")

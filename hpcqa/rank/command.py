@@ -409,7 +409,7 @@ def _after_notice(
     """The program has stopped on a notice (`report` records it): whatever it saved in HPCQA_CHECKPOINT_DIR is what
     the next attempt resumes from. The requeue signal: hpcqa requeues; SIGTERM: Slurm decides (or, with no Slurm,
     the job ends)."""
-    name = signal.Signals(notices.kind).name
+    name = signal.Signals(notices.kind).name if notices.kind else "a notice"
     write_json(jd.rank_report(rank), report)
     Phases(jd, rank, attempt).enter(Phase.STOPPING, f"{name}: the command exited with {code}")
     term = notices.kind == signal.SIGTERM

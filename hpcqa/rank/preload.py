@@ -74,8 +74,7 @@ def library_dirs(env: Mapping[str, str] | None = None, prefix: str | None = None
         dirs.append(os.path.join(env["CONDA_PREFIX"], "lib"))
     dirs.append(os.path.join(prefix or sys.prefix, "lib"))
     dirs += ld_so_conf_dirs() + list(SYSTEM_DIRS)
-    seen: set[str] = set()
-    return [d for d in dirs if not (d in seen or seen.add(d))]
+    return list(dict.fromkeys(dirs))  # each once, in order
 
 
 def available(env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -147,20 +147,23 @@ def prepare_train(
         seq = enc.sequence_ids(i)
         answers = batch["answers"][sample_map[i]]
         if not answers["answer_start"]:
-            starts.append(cls), ends.append(cls)
+            starts.append(cls)
+            ends.append(cls)
             continue
         a0 = answers["answer_start"][0]
         a1 = a0 + len(answers["text"][0])
         t0 = seq.index(context_id)
         t1 = len(seq) - 1 - seq[::-1].index(context_id)
         if not (offsets[t0][0] <= a0 and offsets[t1][1] >= a1):
-            starts.append(cls), ends.append(cls)  # the answer is not in this window
+            starts.append(cls)  # the answer is not in this window
+            ends.append(cls)
             continue
         while t0 < len(offsets) and seq[t0] == context_id and offsets[t0][0] <= a0:
             t0 += 1
         while seq[t1] == context_id and offsets[t1][1] >= a1:
             t1 -= 1
-        starts.append(t0 - 1), ends.append(t1 + 1)
+        starts.append(t0 - 1)
+        ends.append(t1 + 1)
     enc["start_positions"], enc["end_positions"] = starts, ends
     return enc
 

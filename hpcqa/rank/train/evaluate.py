@@ -35,7 +35,7 @@ def _split_index(data: dict, split: str) -> dict:
 
 
 def score(
-    r: Rank, data: dict, split: str, predictions: tuple, with_golds: bool = True
+    r: Rank, data: dict, split: str, predictions: Any, with_golds: bool = True
 ) -> tuple[dict[str, Any], postprocess.Predictions]:
     """Logits of a split ("eval" or "test") -> (scores by the official rules of the data's version,
     postprocess.Predictions)."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import collections
 import re
 import string
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 _PUNCT = set(string.punctuation)
 
@@ -197,16 +197,12 @@ def squad_scores(
     version_2: bool = False,
     na_probs: Mapping[str, float] | None = None,
     na_prob_thresh: float = 1.0,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """golds: id -> the raw answer texts ([] = no answer); preds: id -> text ("" = no answer).
 
     Percentages by the official rules of the data's version: v1.1 (version_2 false) or v2.0.
     Returns exact_match, f1, count (+ the v2.0 splits and best_* thresholds) and `rules`.
     """
     if version_2:
-        out = scores_v2(golds, preds, na_probs, na_prob_thresh)
-        out["rules"] = "squad-v2.0"
-    else:
-        out = scores_v1(golds, preds)
-        out["rules"] = "squad-v1.1"
-    return out
+        return {**scores_v2(golds, preds, na_probs, na_prob_thresh), "rules": "squad-v2.0"}
+    return {**scores_v1(golds, preds), "rules": "squad-v1.1"}

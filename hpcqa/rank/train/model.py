@@ -16,12 +16,14 @@ import os
 import shutil
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
+
+# transformers 5 keeps BertTokenizerFast as an untyped alias of BertTokenizer (4.x: the fast class itself)
+from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast  # type: ignore[attr-defined]
 
 from hpcqa.rank.train import synth, tiny_vocab
 from hpcqa.record.caches import Caches
@@ -29,7 +31,7 @@ from hpcqa.record.caches import Caches
 if TYPE_CHECKING:
     from hpcqa.core.config import ModelConfig
 
-TINY_VERSION = "2"  # 2: the vocabulary read from tiny_vocab.py, not trained at each build
+TINY_VERSION = 2  # 2: the vocabulary read from tiny_vocab.py, not trained at each build
 
 
 TINY_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
@@ -150,7 +152,7 @@ def resolve(model_cfg: "ModelConfig", caches: Caches) -> tuple[str, dict]:
         )
     if Path(name).is_dir():
         return name, {}
-    kwargs = {"local_files_only": not model_cfg.allow_download}
+    kwargs: dict[str, Any] = {"local_files_only": not model_cfg.allow_download}
     if model_cfg.cache_dir:
         kwargs["cache_dir"] = model_cfg.cache_dir
     return name, kwargs

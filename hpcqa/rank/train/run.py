@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from transformers import PreTrainedModel, Trainer, TrainingArguments, set_seed
+from transformers import Trainer, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 from transformers.training_args import ParallelMode
 
@@ -140,9 +140,8 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
         best_checkpoint=trainer.state.best_model_checkpoint,
         best_metric=trainer.state.best_metric,
     )
-    digest = weights_digest(
-        trainer.model.module if hasattr(trainer.model, "module") else trainer.model
-    )
+    trained = trainer.model
+    digest = weights_digest(getattr(trained, "module", trained))  # DDP's wrapper holds the model
     r.save_report(weights_digest=digest, finished=time.time(), status="trained")
     try:
         result = (
@@ -217,13 +216,15 @@ def training_arguments(r: Rank) -> tuple[TrainingArguments, bool]:
     r.report["bf16_reason"] = bf16_reason
     ddp_backend, guard = _process_group(r, backend, tc.ddp_timeout_s)
     # transformers 5 folded warmup_ratio into warmup_steps (a float < 1 is a ratio)
-    warmup = (
+    warmup: dict[str, Any] = (
         {"warmup_ratio": tc.warmup_ratio}
         if "warmup_ratio" in TrainingArguments.__dataclass_fields__
         else {"warmup_steps": tc.warmup_ratio}
     )
+    compiled: dict[str, Any] = {}
     if tc.compile:
         _prepare_compile()
+        compiled = {"torch_compile": True, "torch_compile_backend": "inductor"}
     try:
         args = TrainingArguments(
             output_dir=str(r.jd.checkpoints),
@@ -249,7 +250,7 @@ def training_arguments(r: Rank) -> tuple[TrainingArguments, bool]:
             ddp_find_unused_parameters=False,
             log_level="warning",
             ddp_timeout=tc.ddp_timeout_s,
-            **({"torch_compile": True, "torch_compile_backend": "inductor"} if tc.compile else {}),
+            **compiled,
             **warmup,
         )
     finally:  # an error setting the group up is the rank's error: no watchdog after it
@@ -373,7 +374,7 @@ def rendezvous(
     return guard
 
 
-def _eval_arguments(tc: TrainConfig) -> dict:
+def _eval_arguments(tc: TrainConfig) -> dict[str, Any]:
     """Evaluation during training and the best checkpoint (run_qa.py's --eval_strategy, --eval_steps,
     --load_best_model_at_end); checkpoints follow the evaluations when the best one is kept."""
     out: dict[str, Any] = {
@@ -407,7 +408,7 @@ def load_data(r: Rank) -> dict:
 
 def build_model(
     r: Rank, model_path: str, kwargs: dict, bf16: bool
-) -> tuple[PreTrainedModel, str | None, tuple[torch.optim.Optimizer | None, None]]:
+) -> tuple[torch.nn.Module, str | None, tuple[torch.optim.Optimizer | None, None]]:
     """The QA model; IPEX `optimize` when asked for and installed. -> (model, ipex version, optimizers)"""
 
     tc = r.plan.config.train
