@@ -511,7 +511,8 @@ def test_rank_reports_with_usage_of_the_wrong_types_are_left_out_of_the_usage(tm
 
 
 def test_escape_sequences_in_a_rank_report_are_spelled_out_in_the_detail_view(tmp_path):
-    """A rank report's host and error hold OSC 8 (a hyperlink) and a clear-screen: shown as text, not sent."""
+    """A rank report's host and error hold OSC 8 (a hyperlink) and a clear-screen, another's rank number OSC 52 (a
+    clipboard write, in the row's label): shown as text, not sent."""
     v = JobView(
         id="5",
         name="n",
@@ -527,7 +528,8 @@ def test_escape_sequences_in_a_rank_report_are_spelled_out_in_the_detail_view(tm
                 "cpus": [0],
                 "status": "failed",
                 "error": "\x1b[2J boom",
-            }
+            },
+            {"rank": "\x1b]52;c;aGk=\x07[bold]", "host": "h"},
         ],
         notes=["warning from a file \x1b[2J"],
     )
@@ -536,6 +538,7 @@ def test_escape_sequences_in_a_rank_report_are_spelled_out_in_the_detail_view(tm
     text = out.getvalue()
     assert "\x1b" not in text and "\x07" not in text, repr(text)
     assert "\\x1b]8;;http://evil\\x07link" in text and "\\x1b[2J" in text
+    assert "rank \\x1b]52;c;aGk=\\x07[bold]" in text, text
 
 
 def test_a_log_that_is_a_link_or_a_folder_is_refused_not_read(tmp_path):

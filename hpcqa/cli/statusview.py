@@ -384,7 +384,8 @@ def print_detail(con, views: Sequence[JobView], source: states.Answer) -> None:
         grid.add_column(no_wrap=True)
         grid.add_column(overflow="fold")
         for label, text in checked_detail_lines(v):
-            grid.add_row(label, escape(_printable(text)))
+            # labels too: a rank's number comes from its report ("rank 0"), which the program can rewrite
+            grid.add_row(escape(_printable(label)), escape(_printable(text)))
         con.print(Panel(grid, title=f"job {v.id}", expand=False))
         for note in v.notes:
             con.print(f"[yellow]warning:[/] {escape(_printable(note))}", highlight=False)
