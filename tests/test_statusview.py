@@ -593,3 +593,58 @@ def test_a_programs_folder_record_that_is_not_an_object_is_passed_over():
         )
         text = " ".join(t for _, t in statusview.detail_lines(v))
         assert "python a.py" in text and where in text, text
+
+
+@pytest.mark.parametrize(
+    "file, field, value",
+    [
+        ("results.json", "requeues", "[/]"),  # rich markup: a MarkupError in the list
+        ("results.json", "requeues", "\x1b]52;c;aGk=\x07"),  # was sent raw in the list
+        ("results.json", "best_checkpoint", 7),  # Path(7): TypeError
+        ("results.json", "best_checkpoint", "x" * 5000),  # exists(): ENAMETOOLONG
+        ("results.json", "f1", None),  # format(None): TypeError
+        ("results.json", "link", {"bandwidth_Bps": 1e8}),  # no latency: KeyError
+        ("results.json", "link", [1]),
+        ("results.json", "notices", 7),
+        ("results.json", "resumed_from_step", "[bold]"),
+        ("ranks/rank-0.json", "warnings", 7),  # iterated: TypeError
+    ],
+)
+def test_a_finished_jobs_records_with_fields_of_the_wrong_type_still_show(
+    tmp_path, file, field, value
+):
+    """A finished job's results.json or rank report with one field rewritten (the folder is the program's too): the
+    list, the detail view and --json all still show the job, nothing raw reaches the terminal, and the bad field
+    is not shown as if it were good. Each case was a traceback or a raw escape sequence (2,484- and 8,000-case
+    mutation runs over real job folders)."""
+    d = tmp_path / "job"
+    (d / "ranks").mkdir(parents=True)
+    results = {
+        "exact_match": 40.0,
+        "f1": 50.0,
+        "requeues": 1,
+        "resumed_from_step": 3,
+        "status": "COMPLETED",
+    }
+    if field == "link":  # a link measurement's results hold no scores (the list shows scores first)
+        results = {"status": "COMPLETED"}
+    report = {"rank": 0, "host": "vm", "cpus": [0], "status": "trained"}
+    write_json(d / "results.json", {**results, field: value} if file == "results.json" else results)
+    write_json(
+        d / "ranks/rank-0.json", {**report, field: value} if file != "results.json" else report
+    )
+    reg = _reg(tmp_path, ["7"], folder_of=lambda i: str(d))
+    f = FakeRunner({"sacct": (0, "7|COMPLETED|0:0|00:01:00|1|vm\n", ""), "squeue": (0, "", "")})
+    listed, source = jobs.collect(reg, Slurm(f))
+    # the state is final and kept now; the detail view asks sacct only for usage, which this job has none of
+    (one,), _ = jobs.collect(reg, Slurm(FakeRunner({"sacct": (0, "", "")})), ids=["7"])
+    text = render(listed, wide=True) + render(listed)
+    out = io.StringIO()
+    statusview.print_detail(Console(file=out, width=200), [one], source)
+    text += out.getvalue() + json.dumps(one.to_json())
+    assert "\x1b" not in text and "\x07" not in text, repr(text)
+    assert "7" in text and "COMPLETED" in text, text
+    if field == "requeues":
+        assert "requeued" not in text, text  # a count that is not a whole number is not a count
+    if field == "resumed_from_step":
+        assert "requeued 1x" in text and "resumed from step" not in text, text

@@ -29,13 +29,19 @@ COLOUR = {
 
 
 def _state(v: JobView) -> str:
-    return f"[{COLOUR.get(states.outcome(v.state), 'white')}]{v.state}[/]"
+    return f"[{COLOUR.get(states.outcome(v.state), 'white')}]{_cell(v.state)}[/]"
 
 
 def _progress(v: JobView) -> str:
     if v.state == State.PENDING and v.reason:
-        return f"waiting: {v.reason}"
-    return status.progress_text(v)
+        return _cell(f"waiting: {v.reason}")
+    return _cell(status.progress_text(v))
+
+
+def _cell(text: object) -> str:
+    """A table cell from what files and schedulers said (the registry, results.json, squeue): control characters
+    spelled out, rich's markup brackets escaped ("[/]" in a results.json was a MarkupError)."""
+    return escape(values.shown(str(text)))
 
 
 def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
@@ -50,15 +56,13 @@ def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
             counts: dict[str, int] = {}
             for x in tasks:
                 counts[x.state] = counts.get(x.state, 0) + 1
-            best = max(
-                (x.results["f1"] for x in tasks if x.results and "f1" in x.results), default=None
-            )
+            best = max((got[1] for x in tasks if (got := status.scores(x.results))), default=None)
             rows.append(
                 [
-                    f"[bold]{v.sweep_id}[/]",
-                    f"{v.name} (sweep of {len(tasks)})",
-                    v.target,
-                    ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
+                    f"[bold]{_cell(v.sweep_id)}[/]",
+                    _cell(f"{v.name} (sweep of {len(tasks)})"),
+                    _cell(v.target),
+                    _cell(", ".join(f"{n} {s}" for s, n in sorted(counts.items()))),
                     "",
                     "",
                     "",
@@ -69,30 +73,30 @@ def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
             if expand:
                 rows += [
                     [
-                        f" {x.id}",
-                        f" variant {x.task_index}",
-                        x.target,
+                        _cell(f" {x.id}"),
+                        _cell(f" variant {x.task_index}"),
+                        _cell(x.target),
                         _state(x),
-                        str(x.nodes),
-                        str(x.world_size),
-                        x.elapsed,
+                        _cell(x.nodes),
+                        _cell(x.world_size),
+                        _cell(x.elapsed),
                         _progress(x),
-                        x.exit_code or "",
+                        _cell(x.exit_code or ""),
                     ]
                     for x in sorted(tasks, key=lambda x: x.task_index or 0)
                 ]
             continue
         rows.append(
             [
-                v.id,
-                v.name,
-                v.target,
+                _cell(v.id),
+                _cell(v.name),
+                _cell(v.target),
                 _state(v),
-                str(v.nodes),
-                str(v.world_size),
-                v.elapsed,
+                _cell(v.nodes),
+                _cell(v.world_size),
+                _cell(v.elapsed),
                 _progress(v),
-                v.exit_code or "",
+                _cell(v.exit_code or ""),
             ]
         )
     return rows

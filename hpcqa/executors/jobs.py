@@ -14,7 +14,7 @@ from hpcqa.executors import table
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.record import phases
 from hpcqa.record.jobdir import JobDir
-from hpcqa.record.jsonfiles import usage_numbers
+from hpcqa.record.jsonfiles import list_at, usage_numbers
 from hpcqa.record.status import LIST_PHASES, JobView
 
 
@@ -95,7 +95,7 @@ def _read_folder(v: JobView, jd: JobDir, detail: bool) -> None:
             dict.fromkeys(
                 w
                 for rep in v.ranks
-                for w in (rep.get("warnings") or [])
+                for w in list_at(rep, "warnings")
                 if isinstance(w, str) and w.startswith("checkpoint ")
             )
         )

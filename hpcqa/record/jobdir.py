@@ -253,6 +253,14 @@ def attempt_notice(report: object, attempt: int) -> dict | None:
     return None
 
 
+def _exists(p: Path) -> bool:
+    """Path.exists, with a name too long for the file system (ENAMETOOLONG, which exists() raises) as absent."""
+    try:
+        return p.exists()
+    except OSError:
+        return False
+
+
 @dataclass(frozen=True)
 class JobDir:
     """One job's folder (one array task's, for a sweep)."""
@@ -326,9 +334,11 @@ class JobDir:
             for kind in ("predictions", "nbest_predictions", "null_odds")
         ]
         best = ((self.read_results() if results is None else results) or {}).get("best_checkpoint")
-        if best:
+        if (
+            isinstance(best, str) and best and "\0" not in best
+        ):  # results.json is the program's to rewrite
             found.append(("best checkpoint", Path(best)))
-        return [(label, p) for label, p in found if p.exists()]
+        return [(label, p) for label, p in found if _exists(p)]
 
     @property
     def tensorboard(self) -> Path:

@@ -153,6 +153,12 @@ def usage_numbers(u: object, keys: Sequence[str]) -> dict[str, float] | None:
     return got if ok else None  # type: ignore[return-value]
 
 
+def list_at(d: dict, key: str) -> list:
+    """d[key] when it is a list, else [] (a job file's field that the program may have rewritten as anything)."""
+    v = d.get(key)
+    return v if isinstance(v, list) else []
+
+
 def _shown(v: Any) -> str:
     text = json.dumps(v, default=str)
     return text if len(text) <= 24 else text[:23] + "…"
