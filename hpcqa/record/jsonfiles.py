@@ -153,6 +153,17 @@ def usage_numbers(u: object, keys: Sequence[str]) -> dict[str, float] | None:
     return got if ok else None  # type: ignore[return-value]
 
 
+def number(v: object) -> int | float | None:
+    """`v` when it is a number (an int or a float, never a bool), else None: a job file's field as read back
+    (read_json has already refused NaN and Infinity)."""
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def count(v: object) -> int | None:
+    """`v` when it is a whole number >= 0 (never a bool), else None: a count or a step from a job file."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
 def list_at(d: dict, key: str) -> list:
     """d[key] when it is a list, else [] (a job file's field that the program may have rewritten as anything)."""
     v = d.get(key)

@@ -15,6 +15,7 @@ from hpcqa.core.states import State
 from hpcqa.errors import UsageError
 from hpcqa.record import links, tuned
 from hpcqa.record.jobdir import JobDir
+from hpcqa.record.jsonfiles import number
 
 RECENT = 200  # registry rows searched for a run of the same shape (newest first)
 
@@ -156,8 +157,8 @@ def predict_job(row: Any, nodes: Sequence[int], link: scaling.Link) -> dict:
 def _rate(res: dict) -> float | None:
     """A run's samples/s (steady, else the Trainer's): a positive number, or None (results.json is read back)."""
     for key in ("steady_samples_per_second", "train_samples_per_second"):
-        v = res.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+        v = number(res.get(key))
+        if v is not None and v > 0:
             return float(v)
     return None
 

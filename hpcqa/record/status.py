@@ -16,7 +16,7 @@ from pathlib import Path
 from hpcqa.core import eta, states
 from hpcqa.core.states import State
 from hpcqa.record import phases
-from hpcqa.record.jsonfiles import list_at
+from hpcqa.record.jsonfiles import count, list_at, number
 
 LIST_PHASES = (
     16  # rank files the list view reads per unfinished job (status JOB reads every rank's)
@@ -96,31 +96,21 @@ class JobView:
         return out
 
 
-def _count(v: object) -> int | None:
-    """A whole number >= 0 from a file the job's program can rewrite (never a bool), else None."""
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
-
-
-def _number(v: object) -> float | None:
-    """A finite number from such a file (read_json refused NaN and Infinity), else None."""
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def scores(results: dict | None) -> tuple[float, float] | None:
     """(EM, F1) when results.json holds both as numbers."""
-    em, f1 = (_number((results or {}).get(k)) for k in ("exact_match", "f1"))
+    em, f1 = (number((results or {}).get(k)) for k in ("exact_match", "f1"))
     return (em, f1) if em is not None and f1 is not None else None
 
 
 def attempt_text(v: JobView) -> str:
     """ "requeued N times, resumed from step S" when the job was restarted."""
     r, p = v.results or {}, v.progress or {}
-    n = _count(r.get("requeues", p.get("attempt", 0))) or 0
+    n = count(r.get("requeues", p.get("attempt", 0))) or 0
     if not n:
         return ""
-    step = _count(r.get("resumed_from_step"))
+    step = count(r.get("resumed_from_step"))
     why = ", ".join(
-        f"{x.get('signal')}" + (f" at step {s}" if (s := _count(x.get("step"))) is not None else "")
+        f"{x.get('signal')}" + (f" at step {s}" if (s := count(x.get("step"))) is not None else "")
         for x in list_at(r, "notices")
         if isinstance(x, dict)
     )
@@ -138,7 +128,7 @@ def progress_text(v: JobView, now: float | None = None) -> str:
         return f"EM {got[0]:.1f} F1 {got[1]:.1f}{again}"
     link = (v.results or {}).get("link")
     bandwidth, latency = (
-        _number(link.get(k)) if isinstance(link, dict) else None
+        number(link.get(k)) if isinstance(link, dict) else None
         for k in ("bandwidth_Bps", "latency_s")
     )
     if bandwidth and latency is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcqa.record.jobdir import read_json
+from hpcqa.record.jsonfiles import number
 
 STATE = "trainer_state.json"
 RESULTS = (
@@ -74,10 +75,6 @@ def newest(roots: list[Path], names: tuple[str, ...]) -> dict[str, Path]:
     return {k: v[1] for k, v in best.items()}
 
 
-def _number(x: Any) -> float | None:
-    return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
-
 def progress(roots: list[Path]) -> dict[str, Any] | None:
     """{"step", "total_steps", "epoch", "loss", "source"} from the newest trainer_state.json; None without one."""
     path = newest(roots, (STATE,)).get(STATE)
@@ -87,13 +84,13 @@ def progress(roots: list[Path]) -> dict[str, Any] | None:
     history = state.get("log_history")
     if not isinstance(history, list):
         history = []
-    losses = [_number(h.get("loss")) for h in history if isinstance(h, dict)]
+    losses = [number(h.get("loss")) for h in history if isinstance(h, dict)]
     losses = [x for x in losses if x is not None]
     total = state.get("max_steps")
     return {
         "step": state["global_step"],
         "total_steps": total if isinstance(total, int) and total > 0 else None,
-        "epoch": _number(state.get("epoch")),
+        "epoch": number(state.get("epoch")),
         "loss": losses[-1] if losses else None,
         "source": str(path),
     }
