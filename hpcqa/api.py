@@ -6,6 +6,7 @@
     job = hpcqa.submit(cfg)             # returns once queued (Slurm) or started (local)
     job.wait()                          # -> final state: COMPLETED, FAILED, CANCELLED, ...
     job.results()                       # results.json as a dict; JobFailed names the first failing rank
+    job.model_path()                    # the trained model's folder (from_pretrained loads it), or None
     job.logs(rank=0)                    # that rank's log text
     job.cancel()
 
@@ -197,6 +198,11 @@ class Job:
             first = f": rank {failed[0]['rank']}: {failed[0]['error']}" if failed else ""
             raise JobFailed(f"job {self.id} ended {state}{first}", f"hpcqa logs {self.id}")
         return v.results
+
+    def model_path(self) -> Path | None:
+        """The trained model's folder (train.save_model) once the job has written it whole, else None: what
+        `AutoModelForQuestionAnswering.from_pretrained` and `AutoTokenizer.from_pretrained` load."""
+        return JobDir(self.folder).saved_model()
 
     def cancel(self) -> list[str]:
         reg = registry.Registry(self.registry, create=False)

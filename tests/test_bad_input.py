@@ -498,6 +498,8 @@ def test_submit_where_slurm_is_not_installed_says_so(cli, tmp_path):
     text = " ".join(r.stderr.split())
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Slurm is not installed here" in text and "cluster.executor=local" in text, text
+    # every line of the answer fits 80 columns, even unwrapped (not a terminal)
+    assert max(len(line) for line in r.stderr.splitlines()) <= 80, r.stderr
     assert "not answering" not in text and "Traceback" not in r.stderr
 
 

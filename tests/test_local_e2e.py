@@ -193,6 +193,72 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
         and f"tensorboard --logdir {job / 'tensorboard'}" in r.stdout
     )
     assert "train/loss" in tensorboard_scalars(job / "tensorboard")
+    # the product: the trained model and its tokenizer, kept (76 steps is no multiple of save_steps: no checkpoint
+    # would hold it), loaded back as a user loads it, answering as the job's own evaluation answered
+    assert res["model_dir"] == str(job / "model") and (job / "model" / "config.json").is_file()
+    assert f"trained model (from_pretrained): {job / 'model'}" in r.stdout
+    assert not list(job.glob(".model-*"))  # the partial folder was renamed into place
+    dev = synth_examples(60, 42 + 100003)  # train.seed's validation split
+    assert answers_of(job / "model", dev) == answers
+    js = json.loads(cli("status", job_id, "--json", env=cache_env).stdout)[0]
+    assert js["outputs"]["trained model"] == str(job / "model")
+
+
+def synth_examples(n: int, seed: int, negatives: bool = False) -> list[dict]:
+    """The synthetic data set's examples as flat rows (id, context, question, answers)."""
+    from hpcqa.core import squadfile
+    from hpcqa.rank.train import synth
+
+    _, rows = squadfile.parse(json.dumps(synth.squad_json(n, seed, negatives)))
+    return [squadfile.normalise(row) for row in rows]
+
+
+def answers_of(model_dir: Path, examples: list[dict], max_len: int = 128, stride: int = 32) -> dict:
+    """What a saved model answers, loaded as a user loads it (the Auto classes, nothing of hpcqa's model code), its
+    logits post-processed by run_qa's rule (hpcqa's postprocess)."""
+    import torch
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    from hpcqa.rank.train import postprocess
+
+    model = AutoModelForQuestionAnswering.from_pretrained(str(model_dir)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    enc = tokenizer(
+        [e["question"].lstrip() for e in examples],
+        [e["context"] for e in examples],
+        truncation="only_second",
+        max_length=max_len,
+        stride=stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding=True,
+        return_tensors="pt",
+    )
+    features = [
+        {
+            "example_id": examples[int(i)]["id"],
+            "offset_mapping": [
+                o.tolist() if enc.sequence_ids(k)[j] == 1 else None
+                for j, o in enumerate(enc["offset_mapping"][k])
+            ],
+        }
+        for k, i in enumerate(enc["overflow_to_sample_mapping"])
+    ]
+    with torch.no_grad():
+        out = model(
+            input_ids=enc["input_ids"],
+            attention_mask=enc["attention_mask"],
+            **({"token_type_ids": enc["token_type_ids"]} if "token_type_ids" in enc else {}),
+        )
+    got = postprocess.postprocess(
+        [{"id": e["id"], "context": e["context"]} for e in examples],
+        features,
+        out.start_logits.numpy(),
+        out.end_logits.numpy(),
+        n_best_size=20,
+        max_answer_length=30,
+    )
+    return got.answers
 
 
 def tensorboard_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -282,6 +348,24 @@ def test_v2_test_split_predictions_and_best_checkpoint(cli, tmp_path, cache_env)
     assert js["outputs"]["predict null odds"] == str(job / "predict_null_odds.json")
     # the detail view names the folder once, and the files in it by name
     assert re.search(r"predict null odds +predict_null_odds\.json", st.stdout), st.stdout
+    # v2: answerable and unanswerable questions apart, and the threshold that would have scored best, in the
+    # summary and status JOB, as the official script's numbers
+    for text in (" ".join(r.stdout.split()), " ".join(st.stdout.split())):
+        for key, label in (("HasAns", "answerable"), ("NoAns", "unanswerable")):
+            line = f"{label}: EM {want[key + '_exact']:.2f} F1 {want[key + '_f1']:.2f} ({want[key + '_total']} questions)"
+            assert line in text, (line, text)
+        assert (
+            f"best train.null_score_diff_threshold {want['best_f1_thresh']:.4g}: F1 {want['best_f1']:.2f}"
+            in text
+        )
+    # load_best_model_at_end: the model kept is the best checkpoint's
+    from safetensors.torch import load_file
+
+    kept, best = (
+        load_file(str(p / "model.safetensors"))
+        for p in (job / "model", Path(res["best_checkpoint"]))
+    )
+    assert kept.keys() == best.keys() and all(kept[k].equal(best[k]) for k in kept)
 
 
 def test_failing_rank_fails_the_job(cli, tmp_path, cache_env):
@@ -1084,3 +1168,12 @@ def test_train_compile_without_a_cpp_compiler_stops_with_the_fix(cli, tmp_path, 
     assert "Traceback" not in r.stderr
     (job,) = job_dirs(tmp_path / "out")
     assert not (job / "results.json").exists()
+
+
+def test_save_model_false_keeps_scores_only(cli, tmp_path, cache_env):
+    """train.save_model = false (a sweep that wants scores only): no model folder, results.json says none."""
+    res = tiny_results(cli, tmp_path, cache_env, "train.save_model=false", "train.max_steps=2")
+    (job,) = job_dirs(tmp_path)
+    assert (
+        res["model_dir"] is None and not (job / "model").exists() and not list(job.glob(".model-*"))
+    )

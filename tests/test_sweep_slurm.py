@@ -3,6 +3,7 @@ nodes let an array's throttle be what limits it (with two, `%2` could not be tol
 array of three runs at once."""
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -111,6 +112,19 @@ def test_three_variants_one_array_throttled_to_two(slurm, tmp_path):
     )
     assert table[0]["f1"] == max(r["f1"] for r in table)
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # each variant's trained model, by job id, the best marked: in --json, and on an 80-column terminal asked from
+    # the output folder (paths relative to it), every line within 80 columns
+    assert all(Path(r["model"], "config.json").is_file() for r in table), table
+    text = run_cli("results", sweep_id, env={**slurm, "COLUMNS": "80"}, cwd=tmp_path).stdout
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    for r in table:
+        shown = str(Path(r["model"]).relative_to(tmp_path))
+        assert re.search(
+            rf"{'best' if r['best'] else ''}\s+job {re.escape(r['id'])}\s+{re.escape(shown)}$",
+            text,
+            re.M,
+        ), text
+        assert re.search(rf"│\s*{r['task']}\s*│\s*{re.escape(r['id'])}\s*│", text), text
     assert sweep_id in run_cli("status", env=slurm).stdout  # the sweep is one row of the overview
 
 

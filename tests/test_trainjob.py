@@ -1188,14 +1188,19 @@ def test_a_plan_over_the_kernels_variable_limit_is_refused_at_render(cli, tmp_pa
 
 def test_kueues_pods_ready_timeout_and_the_ranks_wait_are_kept_apart(cli):
     """Kueue v0.19 turns waitForPodsReady on with a 30-minute timeout (apis/config/v1beta2/defaults.go:
-    DefaultWaitForPodsReadyTimeout, recoveryTimeout the same), which ties train.ddp_timeout_s's default: the render
-    says so when the job goes through a Kueue queue, and is quiet when the two are apart or there is no queue."""
+    DefaultWaitForPodsReadyTimeout, recoveryTimeout the same). train.ddp_timeout_s's default stays clear of it (Kueue's
+    requeue comes first); the render says so when the two are within 10 minutes and the job goes through a Kueue
+    queue, and is quiet when the two are apart or there is no queue."""
     args = ("render", "configs/squad_spr.toml", "--target", "trainjob", *IMAGE)
-    tie = cli(*args, "--set", "k8s.queue=team")
+    tie = cli(*args, "--set", "k8s.queue=team", "--set", "train.ddp_timeout_s=1800")
     assert tie.returncode == 0 and "Kueue's waitForPodsReady" in " ".join(tie.stderr.split()), (
         tie.stderr
     )
-    for extra in (["--set", "k8s.queue=team", "--set", "train.ddp_timeout_s=3600"], []):
+    for extra in (
+        ["--set", "k8s.queue=team"],
+        ["--set", "k8s.queue=team", "--set", "train.ddp_timeout_s=3600"],
+        [],
+    ):
         r = cli(*args, *extra)
         assert r.returncode == 0 and "waitForPodsReady" not in r.stderr, r.stderr
 

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from hpcqa import errors
 from hpcqa.cli import statusview
 from hpcqa.cli.say import warn
-from hpcqa.core import states
+from hpcqa.core import states, values
 from hpcqa.core.states import State
 from hpcqa.errors import HpcqaError, RegistryError, UsageError
 from hpcqa.executors import cancel, jobs
@@ -241,6 +242,8 @@ def cmd_results(args: argparse.Namespace) -> int:
         return 0
     con = Console()
     con.print(_variants_table(args.sweep, args.metric, table, keys))
+    for line in _model_lines(table):
+        con.print(line, highlight=False, markup=False, soft_wrap=True)
     if sc:
         _print_scaling(con, reg, args.sweep, sc)
     return 0
@@ -249,13 +252,14 @@ def cmd_results(args: argparse.Namespace) -> int:
 def _variants_table(sweep_id: str, metric: str, table: list[dict], keys: list[str]) -> Table:
     t = Table(title=f"sweep {sweep_id}: {len(table)} variants, sorted by {metric}")
     own = [] if metric in results.NUMERIC else [metric]  # a program's own metric (HPCQA_RESULTS)
-    for col in ["", "task", *keys, "state", *own, "EM", "F1", "train samples/s", "wall s"]:
+    for col in ["", "task", "job", *keys, "state", *own, "EM", "F1", "train samples/s", "wall s"]:
         t.add_column(col)
     f = lambda x, d=2: "-" if not isinstance(x, (int, float)) else f"{x:.{d}f}"  # noqa: E731
     for r in table:
         t.add_row(
             "[bold green]best[/]" if r["best"] else "",
             str(r["task"]),
+            escape(values.shown(str(r["id"]))),
             *[repr(r["params"].get(k)) for k in keys],
             r["state"],
             *[f"{r.get(m):.4g}" if isinstance(r.get(m), (int, float)) else "-" for m in own],
@@ -265,6 +269,33 @@ def _variants_table(sweep_id: str, metric: str, table: list[dict], keys: list[st
             f(r["wall_time_s"], 0),
         )
     return t
+
+
+def _model_lines(table: list[dict]) -> list[str]:
+    """Where each variant's trained model is (train.save_model), best first: a path to copy, shortened to ~ or to the
+    folder you ask from."""
+    kept = [r for r in table if r.get("model")]
+    if not kept:
+        return []
+    width = max(len(str(r["id"])) for r in kept)
+    lines = ["trained models (AutoModelForQuestionAnswering.from_pretrained):"]
+    for r in kept:
+        mark = "best" if r["best"] else ""
+        lines.append(
+            f"  {mark:4}  job {values.shown(str(r['id'])):{width}}  {values.shown(short_path(r['model']))}"
+        )
+    return lines
+
+
+def short_path(path: str) -> str:
+    """A path as the user would type it: relative to the current folder when inside it, else with ~ for home."""
+    p = Path(path)
+    for base, shown in ((Path.cwd(), ""), (Path.home(), "~/")):
+        try:
+            return shown + str(p.relative_to(base))
+        except ValueError:
+            continue
+    return path
 
 
 def _print_scaling(con: Console, reg, sweep_id: str, sc: list[dict]) -> None:

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from hpcqa.core import eta, states
 from hpcqa.errors import JobFailed
-from hpcqa.record import failures
+from hpcqa.record import failures, status
 from hpcqa.record.jobdir import JobDir
 
 STDERR_LINES = 8  # of a failed program's stderr, error first, in submit's report
@@ -82,6 +82,9 @@ def report(job_id: str, jd: JobDir, state: str, plan: Any) -> int:
         print(f"job {job_id} COMPLETED  ({jd.path})")
         for line in summary_lines(results):
             print("  " + line)
+        model = jd.saved_model()
+        if model is not None:  # the folder itself, not what results.json says of it
+            print(f"  trained model (from_pretrained): {model}")
         return 0
     lines = [f"job {job_id} {'FAILED' if states.succeeded(state) else state}"]
     for i, f in enumerate(failed):
@@ -159,6 +162,7 @@ def summary_lines(results: dict) -> list[str]:
             f"EM {results['exact_match']:.2f}  F1 {results['f1']:.2f}  ({results.get('eval_examples')} "
             "questions)"
         )
+        lines += status.v2_lines(results)
         if results.get("baseline"):  # one line each: an 80-column terminal shows them whole
             b = results["baseline"]
             lines.append(

@@ -259,8 +259,7 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     rows += _command_rows(v)
     rows += _stop_rows(v)
     rows += _failure_rows(v)
-    if v.results and "f1" in v.results:
-        rows.append(("results", f"EM {v.results['exact_match']:.2f}  F1 {v.results['f1']:.2f}"))
+    rows += _score_rows(v)
     rows += _efficiency_rows(v)
     rows += _usage_rows(v)
     rows += _preload_rows(v)
@@ -275,6 +274,14 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
         inside = label != "folder" and path.startswith(folder.rstrip("/") + "/")
         rows.append((label, path[len(folder.rstrip("/")) + 1 :] if inside else path))
     return rows + _damaged_rows(v)
+
+
+def _score_rows(v: JobView) -> list[tuple[str, str]]:
+    """EM/F1, and for SQuAD v2 data the answerable and unanswerable questions apart."""
+    if not v.results or "f1" not in v.results:
+        return []
+    rows = [("results", f"EM {v.results['exact_match']:.2f}  F1 {v.results['f1']:.2f}")]
+    return rows + [("", line) for line in status.v2_lines(v.results)]
 
 
 def _progress_rows(v: JobView, now: float) -> list[tuple[str, str]]:

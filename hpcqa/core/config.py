@@ -256,7 +256,9 @@ class TrainConfig:
                 "else gloo. ccl unavailable -> error before training.")
     seed: int = opt(42, "Random seed (numpy, which the Trainer seeds too, takes 0 to 2**32 - 1).", min=0,
                     max=2**32 - 1)
-    ddp_timeout_s: int = opt(1800, "Timeout of the rendezvous and of every collective: a rank that can't "
+    # not torch's 30 min: Kueue v0.19's waitForPodsReady is 30 min by default, and a tie decides at random between
+    # Kueue's requeue and a spent restart; 45 min lets Kueue's come first (k8s/pods.py warns within 10 min of it)
+    ddp_timeout_s: int = opt(2700, "Timeout of the rendezvous and of every collective: a rank that can't "
                                    "reach MASTER_ADDR or a peer fails after this long.", min=10, max=7 * 86400)
     do_eval: bool = opt(True, "Evaluate (EM/F1) after training.")
     do_predict: bool = opt(False, "Predict the test split (data.test_file, or the hub dataset's \"test\") after "
@@ -277,6 +279,9 @@ class TrainConfig:
     save_total_limit: int = opt(2, "Checkpoints kept.", min=1)
     resume_from: str = opt("", "A checkpoint folder (checkpoint-N of an earlier job, e.g. one stopped by a preemption "
                                "with PreemptMode=CANCEL) to continue from when this job's folder has none yet.")
+    save_model: bool = opt(True, "At the end, save the trained model (weights, config, tokenizer; no optimizer state) "
+                                 "in the job folder's model/, as run_qa.py does: it loads with from_pretrained. Off: "
+                                 "scores only (a sweep that keeps no model).")
     save_final_checkpoint: bool = opt(False, "Also save a full checkpoint at the last step when it isn't a multiple "
                                              "of save_steps (the Trainer's default; off: the run is over).")
     optim: Literal["adamw_torch_fused", "adamw_torch"] = opt(

@@ -374,7 +374,7 @@ class Slurm:
         ok, text, missing = self._ping()
         if missing:
             raise SchedulerUnreachable(
-                f"Slurm is not installed here ({text}): nothing was submitted",
+                "Slurm is not installed here (no scontrol on PATH): nothing was submitted",
                 "submit from a login node, or run here: --set cluster.executor=local",
             )
         if not ok:

@@ -12,6 +12,7 @@
             eval_predictions.json, eval_nbest_predictions.json, eval_null_odds.json
             predict_predictions.json, ...        rank 0's post-processed answers (run_qa.py's names)
             tensorboard/, checkpoints/           training curves (rank 0), the Trainer's checkpoints
+            model/                               the trained model and its tokenizer (train.save_model)
             cancelled                            written by `hpcqa cancel`
             attempts/node-<n>.<attempt>          a PyTorchJob pod's starts (k8s-<namespace>-<job> folders)
 
@@ -333,6 +334,9 @@ class JobDir:
             for stage in ("eval", "predict")
             for kind in ("predictions", "nbest_predictions", "null_odds")
         ]
+        model = self.saved_model()
+        if model is not None:
+            found.insert(1, ("trained model", model))
         best = ((self.read_results() if results is None else results) or {}).get("best_checkpoint")
         if (
             isinstance(best, str) and best and "\0" not in best
@@ -348,6 +352,22 @@ class JobDir:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    @property
+    def model(self) -> Path:
+        """The trained model (train.save_model): save_pretrained's files of the model and its tokenizer, written
+        aside and renamed, so a folder here is whole."""
+        return self.path / "model"
+
+    def saved_model(self) -> Path | None:
+        """The model folder when it is there and whole (a regular config.json in a real folder), else None."""
+        config = self.model / "config.json"
+        try:
+            whole = not self.model.is_symlink() and self.model.is_dir() and config.is_file()
+            whole = whole and not config.is_symlink()
+        except (OSError, ValueError):
+            return None
+        return self.model if whole else None
 
     @property
     def work(self) -> Path:

@@ -8,6 +8,8 @@ import math
 from typing import Any, Sequence
 
 NUMERIC = ("exact_match", "f1", "train_samples_per_second", "wall_time_s", "train_runtime_s")
+# SQuAD v2 data: the answerable and unanswerable questions apart (the official v2.0 script's names)
+V2_SPLITS = ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_f1", "best_f1_thresh")
 
 
 def rows(views: Sequence[Any], metric: str) -> list[dict[str, Any]]:
@@ -25,6 +27,12 @@ def rows(views: Sequence[Any], metric: str) -> list[dict[str, Any]]:
         }
         for k in NUMERIC:
             row[k] = r.get(k)
+        for k in V2_SPLITS:
+            if k in r:
+                row[k] = r.get(k)
+        row["model"] = dict(v.outputs).get(
+            "trained model"
+        )  # the folder as found, not as results.json says
         row[metric] = r.get(metric)
         out.append(row)
     good = [x for x in out if isinstance(x.get(metric), (int, float))]
@@ -84,6 +92,8 @@ def to_csv(table: list[dict[str, Any]], keys: list[str], metric: str) -> str:
         "f1",
         "train_samples_per_second",
         "wall_time_s",
+        *[k for k in V2_SPLITS if any(k in r for r in table)],
+        "model",
         "best",
     ]
     if metric not in cols:

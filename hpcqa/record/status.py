@@ -102,6 +102,20 @@ def scores(results: dict | None) -> tuple[float, float] | None:
     return (em, f1) if em is not None and f1 is not None else None
 
 
+def v2_lines(results: dict) -> list[str]:
+    """SQuAD v2: the answerable and unanswerable questions' scores apart, and the no-answer threshold that would
+    have scored best (the official v2.0 script's HasAns_*, NoAns_*, best_f1), each line within 78 columns."""
+    lines = []
+    for key, label in (("HasAns", "answerable"), ("NoAns", "unanswerable")):
+        em, f1, n = (number(results.get(f"{key}_{k}")) for k in ("exact", "f1", "total"))
+        if em is not None and f1 is not None and n is not None:
+            lines.append(f"{label}: EM {em:.2f}  F1 {f1:.2f}  ({n:.0f} questions)")
+    best, thresh = number(results.get("best_f1")), number(results.get("best_f1_thresh"))
+    if best is not None and thresh is not None:
+        lines.append(f"best train.null_score_diff_threshold {thresh:.4g}: F1 {best:.2f}")
+    return lines
+
+
 def attempt_text(v: JobView) -> str:
     """ "requeued N times, resumed from step S" when the job was restarted."""
     r, p = v.results or {}, v.progress or {}

@@ -9,6 +9,7 @@ trainer.py      the HF Trainer as a rank runs it: lockstep length-grouped batche
 attention.py    the step's attention and dropout: bf16 stays bf16, masks drawn in bulk (model.attention)
 callbacks.py    the Trainer callbacks: progress, step timer, stop on a notice, final save, checkpoint mark
 evaluate.py     predictions post-processed and scored, run_qa.py's files written
+finalmodel.py   the trained model and its tokenizer saved in the job folder (train.save_model)
 stop.py         the stop protocol: a notice, the agreement across ranks, the checkpoint, the requeue
 resume.py       checkpoints read back: where to resume, the training call around it
 data.py         SQuAD-format data -> model features, as run_qa.py does it (ranks and `hpcqa stage`)

@@ -36,7 +36,7 @@ from hpcqa.core.targets import Requeue
 from hpcqa.errors import HpcqaError, RankError
 from hpcqa.rank.binding import widen_main_thread
 from hpcqa.rank.phase import Phases
-from hpcqa.rank.train import attention, commbench, efficiency
+from hpcqa.rank.train import attention, commbench, efficiency, finalmodel
 from hpcqa.rank.train import data as qa_data
 from hpcqa.rank.train.callbacks import board_efficiency
 from hpcqa.rank.train.evaluate import evaluate, predict
@@ -143,6 +143,7 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     trained = trainer.model
     digest = weights_digest(getattr(trained, "module", trained))  # DDP's wrapper holds the model
     r.save_report(weights_digest=digest, finished=time.time(), status="trained")
+    model_dir = keep_model(r, trained, data["tokenizer"])
     try:
         result = (
             evaluate(r, trainer, data) if data["eval_features"] is not None and cfg.do_eval else {}
@@ -154,6 +155,7 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     r.save_report(usage=own_usage(r))
     r.phases.enter(Phase.FINISHING)
     if r.rank == 0:
+        result["model_dir"] = model_dir
         write_results(r, result, data, train_out, timing, resumed_from, digest, bf16, ipex_used)
     leave_process_group()
     r.phases.enter(Phase.DONE)
@@ -162,6 +164,16 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
         "weights_digest": digest,
         **({"results": result} if r.rank == 0 else {}),
     }
+
+
+def keep_model(r: Rank, model: Any, tokenizer: Any) -> str | None:
+    """train.save_model: rank 0 saves the trained model and its tokenizer in the job folder. -> its path, or None."""
+    if r.rank != 0 or not r.plan.config.train.save_model:
+        return None
+    t0 = time.time()
+    path = finalmodel.save(r.jd, model, tokenizer)
+    r.log(f"model saved in {time.time() - t0:.1f} s: {path}")
+    return str(path)
 
 
 def startup(plan: LaunchPlan, jd: JobDir) -> Rank:
