@@ -12,6 +12,7 @@ generated from it and from each folder's own):
     api.py        the Python API: load_config, plan, submission, dry_run, submit -> Job / Sweep (the CLI uses it)
     stage.py      `hpcqa stage`: model, data and features into the shared caches, with a manifest (heavy)
     preflight.py  data and output checks on the submit host before anything is queued
+    modelcheck.py  the model's files against the job (tokenizer, positions, questions, unknown tokens)
     doctor.py     `hpcqa doctor`: the checks before submitting, each with its fix
     docs.py       `python -m hpcqa.docs`: the docs' config reference and layout, generated
     errors.py     HpcqaError > ConfigError(key, hint), PlanError, RankError, ...; messages for a terminal

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from hpcqa import modelcheck
 from hpcqa.core import squadfile
 from hpcqa.core.config import Config
 from hpcqa.errors import ConfigError
@@ -27,7 +28,8 @@ HUB_ID = re.compile(r"(?:[\w.-]{1,96}/)?[\w.-]{1,96}")
 def check(cfg: Config) -> list[str]:
     """Raise ConfigError on the first blocking problem; -> notes worth printing (e.g. a few bad spans)."""
     output_writable(cfg)
-    notes = []
+    notes: list[str] = []
+    rows: dict[str, list[dict[str, Any]]] = {}
     d = cfg.data
     if not d.dataset:
         for key, path in (
@@ -36,10 +38,40 @@ def check(cfg: Config) -> list[str]:
             ("data.test_file", d.test_file),
         ):
             if path:
-                notes += data_file(cfg, key, path)
+                got, rows[key] = data_file(cfg, key, path)
+                notes += got
     model(cfg)
+    folder = model_folder(cfg)
+    if folder is not None:
+        notes += modelcheck.check(cfg, folder, rows)
     resume_from(cfg)
     return notes
+
+
+def model_folder(cfg: Config) -> Path | None:
+    """The folder of the model's files here: a local directory, or a hub id's snapshot in the cache (the revision
+    refs/main names, else the newest); None for the built-ins and what is not here (rank 0 downloads it)."""
+    name = cfg.model.name_or_path
+    if name.startswith("builtin:"):
+        return None
+    if os.path.isdir(name):
+        return Path(name)
+    repo = "models--" + name.replace("/", "--")
+    for d in hub_cache_dirs(cfg):
+        snapshots = d / repo / "snapshots"
+        try:
+            ref = (d / repo / "refs" / "main").read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            ref = ""
+        if ref and re.fullmatch(r"[0-9a-f]{40}", ref) and (snapshots / ref).is_dir():
+            return snapshots / ref
+        try:
+            found = sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime)
+        except OSError:
+            continue
+        if found:
+            return found[-1]
+    return None
 
 
 def resume_from(cfg: Config) -> None:
@@ -122,7 +154,8 @@ def misaligned(examples: list[dict[str, Any]]) -> tuple[int, int, list[str]]:
     return total, bad, first
 
 
-def data_file(cfg: Config, key: str, path: str) -> list[str]:
+def data_file(cfg: Config, key: str, path: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """A local data file checked. -> (notes, its rows)"""
     src = cfg.source
     if not os.path.isfile(path):
         raise ConfigError(
@@ -150,7 +183,7 @@ def data_file(cfg: Config, key: str, path: str) -> list[str]:
             src,
         )
     if key == "data.test_file":
-        return []  # predictions only: answers, if any, are not used
+        return [], examples  # predictions only: answers, if any, are not used
     mismatch, version_notes = squadfile.version_check(facts, cfg.data.version_2_with_negative, path)
     if mismatch:
         raise ConfigError(
@@ -176,7 +209,7 @@ def data_file(cfg: Config, key: str, path: str) -> list[str]:
         ]
         if bad
         else []
-    )
+    ), examples
 
 
 # ------------------------------------------------------------------------------------ model

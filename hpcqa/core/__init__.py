@@ -22,4 +22,5 @@ states.py       the one table of job states (State) and of a scheduler's answers
 slurmtext.py    Slurm's `scontrol show` text, parsed: -o lines' KEY=VALUE fields, config values
 eta.py          how long a training has left: the recent step rate, read the same by every view
 squadfile.py    SQuAD-format data files, parsed (nested, flat, JSON lines)
+modelfacts.py   a model's files as rules: its positions, its tokenizer's kind, the share of unknown tokens
 """

@@ -220,6 +220,9 @@ class DataConfig:
     preprocessing_num_workers: int = opt(0, "Processes that tokenise the data (datasets' num_proc; 0: in the "
                                             "rank's own process).", min=0, max=256)
     cache_dir: str = opt("", "Shared datasets cache (HF_DATASETS_CACHE). Empty: the HF default.")
+    max_unknown_token_share: float = opt(0.05, "Share of a data sample's tokens that may be the tokenizer's unknown "
+                                                "token ([UNK]) before submit refuses the data: a vocabulary that does "
+                                                "not cover the text's language or script.", min=0.0, max=1.0)
     max_misaligned_answers: float = opt(0.01, "Fraction of answers whose answer_start may miss their text before "
                                               "submit refuses the data (checked on the submit host).", min=0.0, max=1.0)
 

@@ -184,9 +184,16 @@ def problems(rows: list[dict[str, Any]]) -> list[str]:
     no_id = [i for i, r in enumerate(rows) if not r["id"]]
     if no_id:
         out.append(f"{len(no_id)} example(s) without an id (first: #{no_id[0]})")
-    missing = [i for i, r in enumerate(rows) if not r["context"] or not r["question"]]
+    missing = [
+        f"{r['id']!r}" if r["id"] else f"#{i}"
+        for i, r in enumerate(rows)
+        if not r["context"].strip() or not r["question"].strip()
+    ]
     if missing:
-        out.append(f"{len(missing)} example(s) without context or question (first: #{missing[0]})")
+        out.append(
+            f"{len(missing)} example(s) whose context or question is empty or only whitespace "
+            f"(first: {', '.join(missing[:3])})"
+        )
     seen: set[str] = set()
     dup = []
     for r in rows:

@@ -20,9 +20,9 @@ import os
 from typing import TYPE_CHECKING
 
 from datasets import Dataset, DatasetDict, Features, Sequence, Value, load_dataset
-from transformers import AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
-from hpcqa.core import squadfile
+from hpcqa.core import modelfacts, squadfile
 from hpcqa.errors import RankError
 from hpcqa.fsutil import file_sha256
 from hpcqa.rank.train import synth
@@ -254,11 +254,10 @@ def prepare_data(cfg, croot: Caches, allow_download: bool | None = None) -> tupl
     model_path, kwargs = resolve(cfg.model, croot)
     if download and "local_files_only" in kwargs:
         kwargs["local_files_only"] = False
-    tokenizer = AutoTokenizer.from_pretrained(model_path, **kwargs)
+    tokenizer = fast_tokenizer(cfg, model_path, kwargs)
     max_len, warning = capped_length(tc.max_seq_length, tokenizer)
-    _check_lengths(cfg, tokenizer, max_len)
-    raw = load_raw(dc, tc.seed, croot, download)
-    _check_version(dc, raw)
+    _check_lengths(cfg, tokenizer, max_len, model_path, kwargs)
+    raw = checked_raw(cfg, croot, download, tokenizer, max_len)
     train_raw = _first(raw["train"], dc.max_train_samples)
     need_eval = tc.do_eval or tc.eval_strategy != "no"
     eval_raw = (
@@ -308,8 +307,72 @@ def prepare_data(cfg, croot: Caches, allow_download: bool | None = None) -> tupl
     }, [warning] if warning else []
 
 
-def _check_lengths(cfg, tokenizer, max_len: int) -> None:
-    """The usable sequence length against the padding multiple and the stride."""
+def fast_tokenizer(cfg, model_path: str, kwargs: dict):
+    """The model's tokenizer, refused unless it is a fast one (run_qa.py's same limit)."""
+    tokenizer = AutoTokenizer.from_pretrained(model_path, **kwargs)
+    if not getattr(tokenizer, "is_fast", False):
+        raise RankError(
+            f"the tokenizer of {cfg.model.name_or_path} is a {type(tokenizer).__name__}, not a fast one: "
+            + modelfacts.RUN_QA_SAYS,
+            "use a model whose folder has a tokenizer.json (a fast tokenizer saved with save_pretrained)",
+        )
+    return tokenizer
+
+
+def checked_raw(cfg, croot: Caches, download: bool, tokenizer, max_len: int):
+    """The raw splits, checked: the SQuAD version against the config, blank and over-long questions."""
+    raw = load_raw(cfg.data, cfg.train.seed, croot, download)
+    _check_version(cfg.data, raw)
+    _check_questions(cfg, tokenizer, raw, max_len)
+    return raw
+
+
+def _check_positions(model_path: str, kwargs: dict, max_len: int) -> None:
+    """The usable length against the model's position embeddings (a tensor-size error at the first step otherwise)."""
+    config = AutoConfig.from_pretrained(model_path, **kwargs).to_dict()
+    limit, why = modelfacts.position_limit(config)
+    if limit is not None and max_len > limit:
+        raise RankError(
+            f"train.max_seq_length {max_len} is more than the {config.get('model_type')} model's positions take "
+            f"({limit}: {why})",
+            f"set train.max_seq_length to at most {limit}",
+        )
+
+
+def _check_questions(cfg, tokenizer, raw, max_len: int) -> None:
+    """Every question leaves more than doc_stride tokens of context in a window (the tokenizer panics otherwise),
+    and the contexts and questions are not blank: refused with the first ids (submit checked local files)."""
+    room = max_len - tokenizer.num_special_tokens_to_add(pair=True) - cfg.train.doc_stride - 1
+    for split in raw:
+        ds = raw[split]
+        blank = [
+            i
+            for i, c, q in zip(ds["id"], ds["context"], ds["question"])
+            if not c.strip() or not q.strip()
+        ]
+        lengths = [
+            len(x)
+            for x in tokenizer([q.lstrip() for q in ds["question"]], add_special_tokens=False)[
+                "input_ids"
+            ]
+        ]
+        over = [(i, n) for i, n in zip(ds["id"], lengths) if n > room]
+        if blank or over:
+            what = (
+                f"{len(blank)} example(s) with a blank context or question (first: {blank[:3]})"
+                if blank
+                else f"{len(over)} question(s) longer than {room} tokens, what a window of {max_len} with "
+                f"train.doc_stride {cfg.train.doc_stride} leaves (first: {over[:3]})"
+            )
+            raise RankError(
+                f"the {split} split has {what}",
+                "drop those examples, or raise train.max_seq_length / lower train.doc_stride",
+            )
+
+
+def _check_lengths(cfg, tokenizer, max_len: int, model_path: str, kwargs: dict) -> None:
+    """The usable sequence length against the model's positions, the padding multiple and the stride."""
+    _check_positions(model_path, kwargs, max_len)
     tc, dc = cfg.train, cfg.data
     limit, multiple = getattr(tokenizer, "model_max_length", None), dc.pad_to_multiple_of
     if (

@@ -1,0 +1,182 @@
+"""The model against the job, on the submit host before anything is queued: its files read, never its weights (no
+torch, no transformers; the `tokenizers` library for a fast tokenizer's file). What the ranks would otherwise find
+after the queue wait, as a raw exception or a COMPLETED job that learned nothing:
+
+- no tokenizer files in the model's folder (transformers builds a 5-token tokenizer on the fly);
+- train.max_seq_length past the model's position embeddings (a tensor-size error at the first step);
+- a question too long for a window of max_seq_length with doc_stride tokens of overlap (the tokenizer panics);
+- a data sample mostly made of the tokenizer's unknown token (a vocabulary that does not cover the language).
+
+The rules are hpcqa.core.modelfacts'; the ranks apply the same ones to what transformers built. What cannot be
+known from the files (whether a SentencePiece or vocab-file tokenizer has a fast version) is said as a prediction.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from hpcqa.core import modelfacts
+from hpcqa.core.config import Config
+from hpcqa.errors import ConfigError
+from hpcqa.record.jsonfiles import load_json
+
+SAMPLE = 200  # examples of each data file whose tokens are counted
+CONTEXT_CHARS = 4000  # of each sampled context
+SHOW = 3
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """What a model folder says of itself: config.json, tokenizer_config.json, its file names."""
+
+    folder: Path
+    config: dict
+    tokenizer_config: dict = field(default_factory=dict)
+    names: frozenset[str] = frozenset()
+
+
+def read(folder: Path, key: str, source: str) -> ModelFiles:
+    """The folder's config.json (bounded, regular file) and file names; ConfigError when config.json is damaged."""
+    config, why = load_json(folder / "config.json")
+    if config is None:
+        raise ConfigError(
+            key,
+            f"{folder}/config.json: {why or 'not there'}",
+            "point it at a folder written by save_pretrained",
+            source,
+        )
+    tok, _ = load_json(folder / "tokenizer_config.json")
+    try:
+        names = frozenset(os.listdir(folder))
+    except OSError:
+        names = frozenset()
+    return ModelFiles(folder, config, tok or {}, names)
+
+
+def check(cfg: Config, folder: Path, rows: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """ConfigError on the first problem; -> notes (what was predicted rather than seen). rows: a sample of each
+    local data file, by its key."""
+    src = cfg.source
+    mf = read(folder, "model.name_or_path", src)
+    notes: list[str] = []
+    kind, which = modelfacts.tokenizer_kind(mf.names)
+    if kind == "none":
+        raise ConfigError(
+            "model.name_or_path",
+            f"{folder} has no tokenizer files (tokenizer.json, vocab.txt, vocab.json + merges.txt or a "
+            "SentencePiece model): transformers would build a 5-token tokenizer on the fly, and the job would "
+            "learn nothing",
+            "save the tokenizer into that folder too (tokenizer.save_pretrained), or use a folder that has one",
+            src,
+        )
+    if kind != "fast":
+        notes.append(
+            f"{folder}: no tokenizer.json, only {which}: predicted that transformers makes a fast tokenizer of "
+            "it; the ranks check (" + modelfacts.RUN_QA_SAYS + ")"
+        )
+    length = _usable_length(cfg, mf)
+    limit, why = modelfacts.position_limit(mf.config)
+    if limit is not None and length > limit:
+        raise ConfigError(
+            "train.max_seq_length",
+            f"{length} tokens, more than the {mf.config.get('model_type', '?')} model's positions take "
+            f"({limit}: {why})",
+            f"set train.max_seq_length to at most {limit}",
+            src,
+        )
+    if kind == "fast":
+        notes += _sample_checks(cfg, mf, length, rows)
+    return notes
+
+
+def _usable_length(cfg: Config, mf: ModelFiles) -> int:
+    """max_seq_length as the ranks use it: capped at the tokenizer's model_max_length, as run_qa.py caps it."""
+    most = mf.tokenizer_config.get("model_max_length")
+    wanted = cfg.train.max_seq_length
+    if isinstance(most, int) and not isinstance(most, bool) and 0 < most < wanted:
+        return most
+    return wanted
+
+
+def _sample_checks(
+    cfg: Config, mf: ModelFiles, length: int, rows: dict[str, list[dict[str, Any]]]
+) -> list[str]:
+    """Questions too long for a window (every question), and the share of unknown tokens (a sample), of each local
+    data file."""
+    try:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(mf.folder / modelfacts.FAST_FILE))
+    except Exception as e:  # the file is the user's: any failure to read it is one line
+        raise ConfigError(
+            "model.name_or_path",
+            f"{mf.folder}/{modelfacts.FAST_FILE} is not a tokenizer the tokenizers library reads "
+            f"({type(e).__name__}: {str(e)[:120]})",
+            "save the tokenizer again with save_pretrained",
+            cfg.source,
+        ) from None
+    notes = []
+    for key, sample in rows.items():
+        if not sample:
+            continue
+        long_questions(cfg, tok, key, sample, length)
+        notes += unknown_tokens(cfg, mf, tok, key, sample)
+    return notes
+
+
+def long_questions(cfg: Config, tok: Any, key: str, rows: Sequence[dict], length: int) -> None:
+    """A question whose tokens leave no more than doc_stride tokens of context in a window: the tokenizer panics on
+    it (run_qa.py's too). Every question of the file is counted, not a sample."""
+    room = length - tok.num_special_tokens_to_add(True) - cfg.train.doc_stride - 1
+    lengths = [
+        len(e.ids)
+        for e in tok.encode_batch([r["question"].lstrip() for r in rows], add_special_tokens=False)
+    ]
+    over = [(r["id"], n) for r, n in zip(rows, lengths) if n > room]
+    if over:
+        first = ", ".join(f"{i!r} ({n} tokens)" for i, n in over[:SHOW])
+        raise ConfigError(
+            key,
+            f"{len(over)} question(s) longer than a window of train.max_seq_length = {length} takes with "
+            f"train.doc_stride = {cfg.train.doc_stride} ({room} tokens at most; first: {first})",
+            "raise train.max_seq_length, lower train.doc_stride, or drop those questions",
+            cfg.source,
+        )
+
+
+def unknown_tokens(
+    cfg: Config, mf: ModelFiles, tok: Any, key: str, sample: Sequence[dict]
+) -> list[str]:
+    """The share of unknown tokens on the first SAMPLE examples (questions and contexts) against
+    data.max_unknown_token_share."""
+    unk = mf.tokenizer_config.get("unk_token")
+    unk = unk.get("content") if isinstance(unk, dict) else unk
+    unk_id = tok.token_to_id(unk) if isinstance(unk, str) else None
+    if unk_id is None:
+        unk_id = getattr(tok.model, "unk_token", None) and tok.token_to_id(tok.model.unk_token)
+    head = sample[:SAMPLE]
+    texts = [r["question"] for r in head] + [r["context"][:CONTEXT_CHARS] for r in head]
+    ids = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+    share, counted = modelfacts.unknown_share(ids, unk_id)
+    if not counted and any(t.strip() for t in texts):
+        raise ConfigError(
+            "model.name_or_path",
+            f"{mf.folder}/{modelfacts.FAST_FILE} makes no tokens of the text of {key}: a tokenizer without a "
+            "vocabulary (the job would learn nothing)",
+            "save the tokenizer the model was trained with (tokenizer.save_pretrained) into that folder",
+            cfg.source,
+        )
+    allowed = cfg.data.max_unknown_token_share
+    if counted and share > allowed:
+        raise ConfigError(
+            key,
+            f"{100 * share:.0f} % of the tokens of its first {len(head)} examples are unknown to the model's "
+            f"tokenizer ({unk}): the vocabulary does not cover this text, and the job would learn little",
+            "use a model (or a tokenizer) whose vocabulary covers the data's language, or raise "
+            f"data.max_unknown_token_share (now {allowed:g}) to train anyway",
+            cfg.source,
+        )
+    return []
