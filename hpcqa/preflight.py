@@ -161,15 +161,10 @@ def data_file(cfg: Config, key: str, path: str) -> tuple[list[str], list[dict[st
         raise ConfigError(
             key,
             f"{path!r} not found" + (" (a directory)" if os.path.isdir(path) else ""),
-            f"point {key} at a SQuAD JSON or JSON-lines file",
+            f"point {key} at a SQuAD JSON, JSON-lines or CSV file",
             src,
         )
-    try:
-        fmt, examples, facts = squadfile.read_with_facts(path)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ConfigError(
-            key, f"{path}: not SQuAD JSON or JSON lines: {e}", "fix the file at that line", src
-        ) from None
+    fmt, examples, facts = _read_rows(cfg, key, path)
     if not examples:
         raise ConfigError(
             key, f"{path}: no examples ({fmt})", "point it at a file with questions", src
@@ -210,6 +205,27 @@ def data_file(cfg: Config, key: str, path: str) -> tuple[list[str], list[dict[st
         if bad
         else []
     ), examples
+
+
+def _read_rows(
+    cfg: Config, key: str, path: str
+) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    """squadfile.read_with_facts, its refusals as a ConfigError naming the key: the columns, or the line."""
+    try:
+        return squadfile.read_with_facts(path, squadfile.column_map(cfg.data))
+    except (ValueError, UnicodeDecodeError) as e:
+        if str(e).startswith("no column"):
+            raise ConfigError(
+                key,
+                f"{path}: {e}",
+                "name your columns: data.question_column, data.context_column, data.answer_column "
+                "(run_qa.py's --question_column_name, ...)",
+                cfg.source,
+            ) from None
+        kind = "CSV" if path.lower().endswith(".csv") else "SQuAD JSON or JSON lines"
+        raise ConfigError(
+            key, f"{path}: not {kind}: {e}", "fix the file at that line", cfg.source
+        ) from None
 
 
 # ------------------------------------------------------------------------------------ model

@@ -230,3 +230,47 @@ def test_a_roberta_of_the_users_own_trains_and_its_model_loads_back(cli, tmp_pat
     tok = AutoTokenizer.from_pretrained(res["model_dir"])
     assert type(model).__name__ == "RobertaForQuestionAnswering" and tok.is_fast
     assert len(tok) == len(AutoTokenizer.from_pretrained(str(models["roberta"])))
+
+
+def _rows(n: int = 40) -> list[dict]:
+    from hpcqa.core import squadfile
+
+    _, raw = squadfile.parse(json.dumps(synth.squad_json(n, 5)))
+    return [squadfile.normalise(r) for r in raw]
+
+
+def test_csv_with_its_own_column_names_is_mapped_and_trains(cli, tmp_path, models):
+    """A CSV of query/passage/answer_text (no offsets: found in the passage), as users keep data in a spreadsheet:
+    refused naming the columns found and the keys to map them; mapped, it trains and scores."""
+    import csv
+
+    def write(path: Path, rows: list[dict]) -> Path:
+        with path.open("w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["id", "query", "passage", "answer_text"])
+            for r in rows:
+                w.writerow([r["id"], r["question"], r["context"], r["answers"]["text"][0]])
+        return path
+
+    rows = _rows(60)
+    train, dev = write(tmp_path / "train.csv", rows[:40]), write(tmp_path / "dev.csv", rows[40:])
+    text = refused(
+        submit(cli, tmp_path, models["bert"], train=train),
+        "data.train_file",
+        "no column 'question', 'context'",
+        "found id, query, passage, answer_text",
+        "data.question_column",
+    )
+    assert "Expecting value" not in text
+    mapped = [
+        "data.question_column=query",
+        "data.context_column=passage",
+        "data.answer_column=answer_text",
+        f"data.validation_file={json.dumps(str(dev))}",
+        "train.max_steps=2",
+    ]
+    r = submit(cli, tmp_path, models["bert"], *mapped, train=train)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    (job,) = job_dirs(tmp_path / "out")
+    res = json.loads((job / "results.json").read_text())
+    assert res["train_examples"] == 40 and res["eval_examples"] == 20 and res["count"] == 20

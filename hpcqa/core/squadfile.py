@@ -16,11 +16,13 @@ The whole text is parsed as one JSON document first; only when that fails is it 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 from typing import Any, Iterator
 
-READER_VERSION = "3"  # part of the feature-cache key: bump when rows would come out differently
+READER_VERSION = "4"  # part of the feature-cache key: bump when rows would come out differently
 
 
 def parse(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -104,27 +106,96 @@ def _int(x: Any) -> int:
         return -1
 
 
-def normalise(row: dict[str, Any]) -> dict[str, Any]:
+# run_qa.py's --question_column_name, --context_column_name, --answer_column_name, with its defaults
+DEFAULT_COLUMNS = (("question", "question"), ("context", "context"), ("answers", "answers"))
+
+
+def column_map(data: Any) -> tuple[tuple[str, str], ...]:
+    """A DataConfig's mapping: (hpcqa's name, the data's name) for question, context and answers."""
+    return (
+        ("question", data.question_column),
+        ("context", data.context_column),
+        ("answers", data.answer_column),
+    )
+
+
+def answers_of(value: Any, row: dict[str, Any], context: str) -> dict[str, list]:
+    """The answer column's value -> columnar answers. Besides SQuAD's forms, a plain text (a CSV cell, a column
+    such as answer_text) is one answer, at the row's `answer_start` when it has one, else where the text first
+    occurs in the context; a cell holding JSON (a CSV of HF's columnar answers) is read as JSON."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith(("{", "[")):
+            try:
+                return columnar(json.loads(text))
+            except ValueError:
+                pass
+        if not value:
+            return {"text": [], "answer_start": []}
+        start = _int(row["answer_start"]) if "answer_start" in row else context.find(value)
+        return {"text": [value], "answer_start": [start]}
+    return columnar(value)
+
+
+def normalise(row: dict[str, Any], columns: Any = DEFAULT_COLUMNS) -> dict[str, Any]:
+    """A raw record -> hpcqa's row; `columns`: (hpcqa's name, the data's name) pairs for question, context and
+    answers (data.question_column, ...)."""
+    names = dict(columns)
+    context = str(row.get(names["context"]) or "")
     return {
         "id": "" if row.get("id") is None else str(row["id"]),
         "title": str(row.get("title") or ""),
-        "context": str(row.get("context") or ""),
-        "question": str(row.get("question") or ""),
-        "answers": columnar(row.get("answers")),
+        "context": context,
+        "question": str(row.get(names["question"]) or ""),
+        "answers": answers_of(row.get(names["answers"]), row, context),
         "first_fact": str(row.get("first_fact") or ""),
     }
 
 
-def read(path: str | Path) -> tuple[str, list[dict[str, Any]]]:
+def columns_problem(raw: list[dict[str, Any]], columns: Any = DEFAULT_COLUMNS) -> str | None:
+    """The first record lacks a column the mapping names (None: it has them all): which are expected, which
+    found."""
+    if not raw:
+        return None
+    names = dict(columns)
+    found = list(raw[0])
+    missing = [f"{names[k]!r}" for k in ("question", "context") if names[k] not in raw[0]]
+    if not missing:
+        return None
+    return (
+        f"no column {', '.join(missing)} (expected id, {names['question']}, {names['context']}, "
+        f"{names['answers']}; found {', '.join(found[:12]) or 'none'})"
+    )
+
+
+def _csv_rows(text: str) -> list[dict[str, Any]]:
+    """A CSV file with a header row, as datasets' csv loader reads one: every cell text."""
+    try:
+        return [dict(r) for r in csv.DictReader(io.StringIO(text, newline=""))]
+    except csv.Error as e:
+        raise ValueError(f"not CSV: {e}") from None
+
+
+def read(path: str | Path, columns: Any = DEFAULT_COLUMNS) -> tuple[str, list[dict[str, Any]]]:
     """-> (format, normalised rows). OSError, UnicodeDecodeError or ValueError (with the line)."""
-    fmt, rows, _ = read_with_facts(path)
+    fmt, rows, _ = read_with_facts(path, columns)
     return fmt, rows
 
 
-def read_with_facts(path: str | Path) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
-    """-> (format, normalised rows, facts: what the file says of its SQuAD version)."""
-    fmt, raw, declared = _parse(Path(path).read_text(encoding="utf-8"))
-    rows = [normalise(r) for r in raw]
+def read_with_facts(
+    path: str | Path, columns: Any = DEFAULT_COLUMNS
+) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    """-> (format, normalised rows, facts: what the file says of its SQuAD version). A `.csv` file is read as CSV
+    (a header row, then one example a row), anything else as JSON or JSON lines."""
+    text = Path(path).read_text(encoding="utf-8")
+    if str(path).lower().endswith(".csv"):
+        fmt, raw, declared = "csv", _csv_rows(text), None
+    else:
+        fmt, raw, declared = _parse(text)
+    problem = columns_problem(raw, columns)
+    if problem:
+        raise ValueError(problem)
+    rows = [normalise(r, columns) for r in raw]
     return fmt, rows, facts(rows, declared, raw)
 
 

@@ -52,30 +52,32 @@ def _features():
     )
 
 
-def load_file(path: str, split: str):
-    """One local SQuAD-format file -> Dataset. Its fingerprint is the file's content digest (and the
-    reader's version), so the feature cache follows the data, not the path or the day."""
+def load_file(path: str, split: str, columns=squadfile.DEFAULT_COLUMNS):
+    """One local SQuAD-format file -> Dataset. Its fingerprint is the file's content digest (with the reader's
+    version and the column mapping), so the feature cache follows the data, not the path or the day."""
 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"data file for {split} not found: {path}")
     try:
-        fmt, rows = squadfile.read(path)
+        fmt, rows = squadfile.read(path, columns)
     except ValueError as e:
-        raise ValueError(f"{path}: not SQuAD JSON or JSON lines: {e}") from None
+        raise ValueError(f"{path}: not a data file hpcqa reads: {e}") from None
     bad = squadfile.problems(rows)
     if bad:
         raise ValueError(f"{path} ({fmt}): {'; '.join(bad)}")
     ds = Dataset.from_list(rows, features=_features(), split=split)
     identity = hashlib.sha256(
-        f"{file_sha256(path)}/{squadfile.READER_VERSION}".encode()
+        f"{file_sha256(path)}/{squadfile.READER_VERSION}/{json.dumps(columns)}".encode()
     ).hexdigest()[:32]
     return Dataset(ds.data, info=ds.info, split=ds.split, fingerprint=identity)
 
 
-def load_local(files: dict[str, str], cache_dir: str | None = None):
+def load_local(
+    files: dict[str, str], cache_dir: str | None = None, columns=squadfile.DEFAULT_COLUMNS
+):
     """{split: path} -> DatasetDict. (cache_dir is unused: local files are read whole, not cached.)"""
 
-    return DatasetDict({split: load_file(path, split) for split, path in files.items()})
+    return DatasetDict({split: load_file(path, split, columns) for split, path in files.items()})
 
 
 def _hub_columns(row: dict) -> dict:
@@ -103,6 +105,7 @@ def load_raw(data_cfg: "DataConfig", seed: int, caches: Caches, allow_download: 
             os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
         ds = load_dataset(name, data_cfg.dataset_config_name or None, cache_dir=cache_dir)
         for split in list(ds):
+            ds[split] = _mapped(ds[split], squadfile.column_map(data_cfg), f"{name} ({split})")
             missing = {"title", "first_fact"} - set(ds[split].column_names)
             if missing:
                 ds[split] = ds[split].map(_hub_columns, desc=f"columns {split}")
@@ -112,7 +115,27 @@ def load_raw(data_cfg: "DataConfig", seed: int, caches: Caches, allow_download: 
         for k, v in zip(SPLITS, (data_cfg.train_file, data_cfg.validation_file, data_cfg.test_file))
         if v
     }
-    return load_local(files)
+    return load_local(files, columns=squadfile.column_map(data_cfg))
+
+
+def _mapped(ds, columns, where: str):
+    """A hub dataset's columns renamed to hpcqa's (data.question_column, ...); RankError naming the columns found
+    when one is missing."""
+    have = set(ds.column_names)
+    for ours, theirs in columns:
+        if theirs == ours:
+            continue
+        if ours in have:
+            ds = ds.remove_columns(ours)
+        if theirs in ds.column_names:
+            ds = ds.rename_column(theirs, ours)
+    missing = [theirs for ours, theirs in columns if ours not in ds.column_names]
+    if missing:
+        raise RankError(
+            f"{where} has no column {', '.join(map(repr, missing))} (found {', '.join(ds.column_names)})",
+            "name your columns: data.question_column, data.context_column, data.answer_column",
+        )
+    return ds
 
 
 def _tokenize(batch: dict[str, list], tokenizer, max_len: int, stride: int, pad: bool = True):
