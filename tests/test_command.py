@@ -116,6 +116,7 @@ def test_a_programs_loss_sorts_low_first_its_accuracy_high_first():
             nodes=1,
             world_size=2,
             results={"loss": loss, "accuracy": acc},
+            outputs=[],
         )
         for i, (loss, acc) in enumerate([(0.9, 0.7), (0.2, 0.9), (0.5, 0.8)])
     ]
