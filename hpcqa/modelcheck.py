@@ -14,6 +14,7 @@ known from the files (whether a SentencePiece or vocab-file tokenizer has a fast
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -38,9 +39,55 @@ class ModelFiles:
     names: frozenset[str] = frozenset()
 
 
+def hub_cache_dirs(cfg: Config) -> list[Path]:
+    env = os.environ
+    dirs = [cfg.model.cache_dir] if cfg.model.cache_dir else []
+    dirs += [
+        env.get("HF_HUB_CACHE", ""),
+        os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else "",
+        os.path.join(os.path.expanduser("~"), ".cache", "huggingface", "hub"),
+    ]
+    return [Path(d) for d in dirs if d]
+
+
+def model_folder(cfg: Config) -> Path | None:
+    """The folder of the model's files here: a local directory, or a hub id's snapshot in the cache (the revision
+    refs/main names, else the newest); None for the built-ins and what is not here (rank 0 downloads it)."""
+    name = cfg.model.name_or_path
+    if name.startswith("builtin:"):
+        return None
+    if os.path.isdir(name):
+        return Path(name)
+    repo = "models--" + name.replace("/", "--")
+    for d in hub_cache_dirs(cfg):
+        snapshots = d / repo / "snapshots"
+        try:
+            ref = (d / repo / "refs" / "main").read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            ref = ""
+        if ref and re.fullmatch(r"[0-9a-f]{40}", ref) and (snapshots / ref).is_dir():
+            return snapshots / ref
+        try:
+            found = sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime)
+        except OSError:
+            continue
+        if found:
+            return found[-1]
+    return None
+
+
+def _target(path: Path) -> Path:
+    """Where a link leads (the hub cache's snapshots are links to blobs); the path itself when it is none."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path
+
+
 def read(folder: Path, key: str, source: str) -> ModelFiles:
     """The folder's config.json (bounded, regular file) and file names; ConfigError when config.json is damaged."""
-    config, why = load_json(folder / "config.json")
+    # a hub cache's snapshot files are links to its blobs: followed here, the target read as a regular file
+    config, why = load_json(_target(folder / "config.json"))
     if config is None:
         raise ConfigError(
             key,
@@ -48,7 +95,7 @@ def read(folder: Path, key: str, source: str) -> ModelFiles:
             "point it at a folder written by save_pretrained",
             source,
         )
-    tok, _ = load_json(folder / "tokenizer_config.json")
+    tok, _ = load_json(_target(folder / "tokenizer_config.json"))
     try:
         names = frozenset(os.listdir(folder))
     except OSError:
@@ -77,6 +124,7 @@ def check(cfg: Config, folder: Path, rows: dict[str, list[dict[str, Any]]]) -> l
             f"{folder}: no tokenizer.json, only {which}: predicted that transformers makes a fast tokenizer of "
             "it; the ranks check (" + modelfacts.RUN_QA_SAYS + ")"
         )
+    attention_check(cfg, mf.config.get("model_type"))
     length = _usable_length(cfg, mf)
     limit, why = modelfacts.position_limit(mf.config)
     if limit is not None and length > limit:
@@ -180,3 +228,27 @@ def unknown_tokens(
             cfg.source,
         )
     return []
+
+
+def model_type(cfg: Config) -> str | None:
+    """The model's type as its config.json says (the built-ins are BERTs), or None where it is not here to read."""
+    name = cfg.model.name_or_path
+    if name in modelfacts.BUILTIN_TYPES:
+        return modelfacts.BUILTIN_TYPES[name]
+    folder = model_folder(cfg)
+    config, _ = load_json(_target(folder / "config.json")) if folder is not None else (None, None)
+    kind = (config or {}).get("model_type")
+    return kind if isinstance(kind, str) else None
+
+
+def attention_check(cfg: Config, kind: Any) -> None:
+    """model.attention that the model cannot run (hpcqa's or SDPA for a model with its own attention): refused."""
+    setting = cfg.model.attention
+    if kind in modelfacts.OWN_ATTENTION and setting in ("hpcqa", "sdpa"):
+        raise ConfigError(
+            "model.attention",
+            f'"{setting}", but the {kind} model runs its own attention '
+            f"({modelfacts.OWN_ATTENTION[kind]}) and takes no other",
+            'set model.attention = "auto" (the model\'s own)',
+            cfg.source,
+        )

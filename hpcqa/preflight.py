@@ -30,48 +30,18 @@ def check(cfg: Config) -> list[str]:
     output_writable(cfg)
     notes: list[str] = []
     rows: dict[str, list[dict[str, Any]]] = {}
-    d = cfg.data
-    if not d.dataset:
-        for key, path in (
-            ("data.train_file", d.train_file),
-            ("data.validation_file", d.validation_file),
-            ("data.test_file", d.test_file),
-        ):
-            if path:
-                got, rows[key] = data_file(cfg, key, path)
-                notes += got
+    for key, path, split in data_sources(cfg):
+        got, rows[f"{key} ({split})" if key == "data.dataset" else key] = data_file(
+            cfg, key, path, split
+        )
+        notes += got
+    hub_dataset(cfg)
     model(cfg)
-    folder = model_folder(cfg)
+    folder = modelcheck.model_folder(cfg)
     if folder is not None:
         notes += modelcheck.check(cfg, folder, rows)
     resume_from(cfg)
     return notes
-
-
-def model_folder(cfg: Config) -> Path | None:
-    """The folder of the model's files here: a local directory, or a hub id's snapshot in the cache (the revision
-    refs/main names, else the newest); None for the built-ins and what is not here (rank 0 downloads it)."""
-    name = cfg.model.name_or_path
-    if name.startswith("builtin:"):
-        return None
-    if os.path.isdir(name):
-        return Path(name)
-    repo = "models--" + name.replace("/", "--")
-    for d in hub_cache_dirs(cfg):
-        snapshots = d / repo / "snapshots"
-        try:
-            ref = (d / repo / "refs" / "main").read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError):
-            ref = ""
-        if ref and re.fullmatch(r"[0-9a-f]{40}", ref) and (snapshots / ref).is_dir():
-            return snapshots / ref
-        try:
-            found = sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime)
-        except OSError:
-            continue
-        if found:
-            return found[-1]
-    return None
 
 
 def resume_from(cfg: Config) -> None:
@@ -154,17 +124,67 @@ def misaligned(examples: list[dict[str, Any]]) -> tuple[int, int, list[str]]:
     return total, bad, first
 
 
-def data_file(cfg: Config, key: str, path: str) -> tuple[list[str], list[dict[str, Any]]]:
-    """A local data file checked. -> (notes, its rows)"""
+def data_sources(cfg: Config) -> list[tuple[str, str, str]]:
+    """The local data the ranks will read: (key, path, split) of each file, or each split of a save_to_disk folder
+    given as data.dataset (a Dataset is the train split)."""
+    d = cfg.data
+    if d.dataset and os.path.isdir(d.dataset):
+        return [
+            ("data.dataset", d.dataset, split) for split in squadfile.saved_splits(Path(d.dataset))
+        ]
+    if d.dataset:
+        return []
+    return [
+        (key, path, key.removeprefix("data.").removesuffix("_file"))
+        for key, path in (
+            ("data.train_file", d.train_file),
+            ("data.validation_file", d.validation_file),
+            ("data.test_file", d.test_file),
+        )
+        if path
+    ]
+
+
+def hub_dataset(cfg: Config) -> None:
+    """A hub dataset name must be in a cache here when the ranks may not download it (offline: they would fail with
+    OfflineModeIsEnabled after the queue wait): the datasets cache or the hub's."""
+    name, d = cfg.data.dataset, cfg.data
+    if not name or name.startswith("builtin:") or os.path.isdir(name) or cfg.model.allow_download:
+        return
+    env = os.environ
+    datasets_dirs = [
+        d.cache_dir,
+        env.get("HF_DATASETS_CACHE", ""),
+        os.path.join(env["HF_HOME"], "datasets") if env.get("HF_HOME") else "",
+        os.path.join(os.path.expanduser("~"), ".cache", "huggingface", "datasets"),
+    ]
+    names = [Path(x) / name.replace("/", "___") for x in datasets_dirs if x]
+    names += [h / ("datasets--" + name.replace("/", "--")) for h in modelcheck.hub_cache_dirs(cfg)]
+    if any(p.is_dir() for p in names):
+        return
+    raise ConfigError(
+        "data.dataset",
+        f"{name!r} is in no cache here ({', '.join(str(p.parent) for p in names)}), and the ranks may not "
+        "download it (model.allow_download = false)",
+        "`hpcqa stage CONFIG` on a machine with network fills data.cache_dir; or give local files "
+        "(data.train_file, a save_to_disk folder); or set model.allow_download = true",
+        cfg.source,
+    )
+
+
+def data_file(
+    cfg: Config, key: str, path: str, split: str = "train"
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """A local data file (or save_to_disk folder) checked. -> (notes, its rows)"""
     src = cfg.source
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ConfigError(
             key,
-            f"{path!r} not found" + (" (a directory)" if os.path.isdir(path) else ""),
-            f"point {key} at a SQuAD JSON, JSON-lines or CSV file",
+            f"{path!r} not found",
+            f"point {key} at a SQuAD JSON, JSON-lines or CSV file, or a save_to_disk folder",
             src,
         )
-    fmt, examples, facts = _read_rows(cfg, key, path)
+    fmt, examples, facts = _read_rows(cfg, key, path, split)
     if not examples:
         raise ConfigError(
             key, f"{path}: no examples ({fmt})", "point it at a file with questions", src
@@ -177,7 +197,7 @@ def data_file(cfg: Config, key: str, path: str) -> tuple[list[str], list[dict[st
             "every example needs a unique id, a context and a question",
             src,
         )
-    if key == "data.test_file":
+    if split == "test":
         return [], examples  # predictions only: answers, if any, are not used
     mismatch, version_notes = squadfile.version_check(facts, cfg.data.version_2_with_negative, path)
     if mismatch:
@@ -208,11 +228,11 @@ def data_file(cfg: Config, key: str, path: str) -> tuple[list[str], list[dict[st
 
 
 def _read_rows(
-    cfg: Config, key: str, path: str
+    cfg: Config, key: str, path: str, split: str
 ) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
     """squadfile.read_with_facts, its refusals as a ConfigError naming the key: the columns, or the line."""
     try:
-        return squadfile.read_with_facts(path, squadfile.column_map(cfg.data))
+        return squadfile.read_with_facts(path, squadfile.column_map(cfg.data), split)
     except (ValueError, UnicodeDecodeError) as e:
         if str(e).startswith("no column"):
             raise ConfigError(
@@ -222,24 +242,19 @@ def _read_rows(
                 "(run_qa.py's --question_column_name, ...)",
                 cfg.source,
             ) from None
-        kind = "CSV" if path.lower().endswith(".csv") else "SQuAD JSON or JSON lines"
+        kind = (
+            "a save_to_disk folder hpcqa reads"
+            if os.path.isdir(path)
+            else "CSV"
+            if path.lower().endswith(".csv")
+            else "SQuAD JSON or JSON lines"
+        )
         raise ConfigError(
             key, f"{path}: not {kind}: {e}", "fix the file at that line", cfg.source
         ) from None
 
 
 # ------------------------------------------------------------------------------------ model
-
-
-def hub_cache_dirs(cfg: Config) -> list[Path]:
-    env = os.environ
-    dirs = [cfg.model.cache_dir] if cfg.model.cache_dir else []
-    dirs += [
-        env.get("HF_HUB_CACHE", ""),
-        os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else "",
-        os.path.join(os.path.expanduser("~"), ".cache", "huggingface", "hub"),
-    ]
-    return [Path(d) for d in dirs if d]
 
 
 def model(cfg: Config) -> str:
@@ -288,9 +303,9 @@ def model(cfg: Config) -> str:
     if cfg.model.allow_download:
         return "hub id (rank 0 may download it)"
     repo = "models--" + name.replace("/", "--")
-    if any((d / repo / "snapshots").is_dir() for d in hub_cache_dirs(cfg)):
+    if any((d / repo / "snapshots").is_dir() for d in modelcheck.hub_cache_dirs(cfg)):
         return "hub id in the cache"
-    where = ", ".join(str(d) for d in hub_cache_dirs(cfg))
+    where = ", ".join(str(d) for d in modelcheck.hub_cache_dirs(cfg))
     raise ConfigError(
         key,
         f"{name!r} is neither a local directory, a built-in, nor a hub id in the cache ({where})",

@@ -53,6 +53,7 @@ HEAVY = {
     "oneccl_bindings_for_pytorch",
     "intel_extension_for_pytorch",
     "safetensors",
+    "pyarrow",
 }
 # start-up time: `hpcqa --help` and the package's lazy API import nothing they don't need
 LAZY_MODULES = {

@@ -87,6 +87,179 @@ def _roberta(folder: Path, positions: int) -> Path:
     return folder
 
 
+def _template(inner, cls: str, sep: str, pair_sep: str | None = None):
+    from tokenizers import processors
+
+    mid = f"{pair_sep or sep}:1 " if pair_sep else ""
+    inner.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} {mid}$B:1 {sep}:1",
+        special_tokens=[(t, inner.token_to_id(t)) for t in {cls, sep, pair_sep or sep}],
+    )
+    return inner
+
+
+def _deberta_v2(folder: Path) -> Path:
+    """DeBERTa-v2 (relative positions only, its own attention) with a SentencePiece Unigram tokenizer trained here."""
+    from tokenizers import SentencePieceUnigramTokenizer
+    from transformers import DebertaV2Config, DebertaV2ForQuestionAnswering, DebertaV2TokenizerFast
+
+    uni = SentencePieceUnigramTokenizer()
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    uni.train_from_iterator(
+        synth.corpus(200), vocab_size=600, special_tokens=specials, unk_token="[UNK]"
+    )
+    tok = DebertaV2TokenizerFast(
+        tokenizer_object=_template(uni._tokenizer, "[CLS]", "[SEP]"),
+        bos_token="[CLS]",
+        eos_token="[SEP]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+    )
+    cfg = DebertaV2Config(
+        vocab_size=len(tok),
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=512,
+        relative_attention=True,
+        position_biased_input=False,
+        pos_att_type=["p2c", "c2p"],
+        pad_token_id=tok.pad_token_id,
+    )
+    DebertaV2ForQuestionAnswering(cfg).save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    return folder
+
+
+def _bpe(specials: list[str]):
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer(trim_offsets=True)
+    bpe.train_from_iterator(synth.corpus(200), vocab_size=600, special_tokens=specials)
+    return bpe._tokenizer
+
+
+def _modernbert(folder: Path) -> Path:
+    """ModernBERT (rotary positions, global and local attention) with a byte-level BPE tokenizer."""
+    from transformers import (
+        ModernBertConfig,
+        ModernBertForQuestionAnswering,
+        PreTrainedTokenizerFast,
+    )
+
+    inner = _template(_bpe(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]), "[CLS]", "[SEP]")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=inner,
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+    )
+    ids = {
+        k: tok.convert_tokens_to_ids(t)
+        for k, t in (("pad", "[PAD]"), ("cls", "[CLS]"), ("sep", "[SEP]"))
+    }
+    cfg = ModernBertConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=512,
+        local_attention=32,
+        pad_token_id=ids["pad"],
+        cls_token_id=ids["cls"],
+        sep_token_id=ids["sep"],
+        bos_token_id=ids["cls"],
+        eos_token_id=ids["sep"],
+    )
+    ModernBertForQuestionAnswering(cfg).save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    return folder
+
+
+def _longformer(folder: Path) -> Path:
+    """Longformer (sliding-window attention, its own; RoBERTa's positions) with RoBERTa's BPE template."""
+    from tokenizers import processors
+    from transformers import LongformerConfig, LongformerForQuestionAnswering, RobertaTokenizerFast
+
+    inner = _bpe(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    inner.post_processor = processors.RobertaProcessing(
+        ("</s>", inner.token_to_id("</s>")), ("<s>", inner.token_to_id("<s>")), trim_offsets=True
+    )
+    tok = RobertaTokenizerFast(
+        tokenizer_object=inner,
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+    )
+    cfg = LongformerConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=130,
+        attention_window=[32],
+        pad_token_id=tok.pad_token_id,
+        sep_token_id=tok.sep_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    LongformerForQuestionAnswering(cfg).save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    return folder
+
+
+def _big_bird(folder: Path) -> Path:
+    """BigBird in block-sparse attention, blocks of 16: a 128-token window is within its (5 + 2 x 2) x 16 = 144
+    tokens, so the model switches to full attention at the first step (recorded by the job)."""
+    from tokenizers import SentencePieceUnigramTokenizer
+    from transformers import BigBirdConfig, BigBirdForQuestionAnswering, BigBirdTokenizerFast
+
+    uni = SentencePieceUnigramTokenizer()
+    specials = ["<pad>", "[CLS]", "[SEP]", "<unk>", "[MASK]"]
+    uni.train_from_iterator(
+        synth.corpus(200), vocab_size=600, special_tokens=specials, unk_token="<unk>"
+    )
+    tok = BigBirdTokenizerFast(
+        tokenizer_object=_template(uni._tokenizer, "[CLS]", "[SEP]"),
+        bos_token="[CLS]",
+        eos_token="[SEP]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="[MASK]",
+    )
+    cfg = BigBirdConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=512,
+        attention_type="block_sparse",
+        block_size=16,
+        num_random_blocks=2,
+        pad_token_id=tok.pad_token_id,
+        sep_token_id=tok.sep_token_id,
+    )
+    BigBirdForQuestionAnswering(cfg).save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    return folder
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("user-models")
@@ -94,6 +267,10 @@ def models(tmp_path_factory):
         "bert": _bert(root / "bert"),
         "bert64": _bert(root / "bert64", positions=64),
         "roberta": _roberta(root / "roberta", positions=130),
+        "deberta-v2": _deberta_v2(root / "deberta-v2"),
+        "modernbert": _modernbert(root / "modernbert"),
+        "longformer": _longformer(root / "longformer"),
+        "big_bird": _big_bird(root / "big_bird"),
     }
 
 
@@ -274,3 +451,114 @@ def test_csv_with_its_own_column_names_is_mapped_and_trains(cli, tmp_path, model
     (job,) = job_dirs(tmp_path / "out")
     res = json.loads((job / "results.json").read_text())
     assert res["train_examples"] == 40 and res["eval_examples"] == 20 and res["count"] == 20
+
+
+@pytest.mark.parametrize(
+    "arch, attention",
+    [
+        ("deberta-v2", "deberta-v2's own"),
+        ("modernbert", "hpcqa"),
+        ("longformer", "longformer's own"),
+        ("big_bird", "big_bird's own"),
+    ],
+)
+def test_other_architectures_train_say_their_attention_and_load_back(
+    cli, tmp_path, models, arch, attention
+):
+    """DeBERTa-v2 (Unigram tokenizer), ModernBERT and Longformer (byte-level BPE), tiny and random, as users save
+    them: the dry run predicts the attention from the model's type, the job records the one that ran, and the
+    model it keeps loads back with the Auto classes."""
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    dry = submit(cli, tmp_path, models[arch], dry=True)
+    assert dry.returncode == 0 and "would refuse" not in dry.stderr, dry.stderr
+    said = " ".join(dry.stdout.split())
+    assert f"attention {'hpcqa' if attention == 'hpcqa' else ''}" in said, said
+    if attention != "hpcqa":
+        assert "takes no attention function" in said and "attention hpcqa" not in said, said
+        refused(
+            submit(cli, tmp_path, models[arch], "model.attention=hpcqa"),
+            "model.attention",
+            "runs its own attention",
+            'model.attention = "auto"',
+        )
+    r = submit(cli, tmp_path, models[arch], "train.max_steps=3")
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    (job,) = job_dirs(tmp_path / "out")
+    res = json.loads((job / "results.json").read_text())
+    assert res["step_recipe"]["attention"].startswith(attention), res["step_recipe"]
+    assert f"attention {res['step_recipe']['attention']}" in " ".join(r.stdout.split())
+    assert 0 <= res["f1"] <= 100 and res["count"] == 20
+    if arch == "big_bird":  # block-sparse at load, full attention once it met a 128-token window
+        assert res["step_recipe"]["attention_type"] == "block_sparse", res["step_recipe"]
+        assert res["step_recipe"]["attention_switched"].startswith("block_sparse -> original_full")
+        assert "attention switched: block_sparse -> original_full" in " ".join(r.stdout.split())
+    model = AutoModelForQuestionAnswering.from_pretrained(res["model_dir"])
+    assert (
+        model.config.model_type == arch and AutoTokenizer.from_pretrained(res["model_dir"]).is_fast
+    )
+
+
+def test_the_attention_table_is_the_installed_transformers(models):
+    """modelfacts' tables of which QA classes take an attention function hold for the transformers installed."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES
+
+    from hpcqa.core import modelfacts
+
+    for kind in modelfacts.TAKES_ATTENTION_FUNCTION | set(modelfacts.OWN_ATTENTION):
+        cls = getattr(transformers, MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES[kind])
+        takes = bool(getattr(cls, "_supports_attention_backend", False))
+        assert takes == (kind in modelfacts.TAKES_ATTENTION_FUNCTION), kind
+
+
+def test_save_to_disk_folders_are_data_wherever_a_dataset_is(cli, tmp_path, models):
+    """A DatasetDict saved with `datasets`' save_to_disk as data.dataset trains and scores; a Dataset folder is a
+    train_file; a folder that is neither is refused naming what it lacks."""
+    from datasets import Dataset, DatasetDict
+
+    rows = _rows(60)
+    for r in rows:
+        r["query"] = r.pop("question")  # their own column name, mapped below
+    train, dev = Dataset.from_list(rows[:40]), Dataset.from_list(rows[40:])
+    DatasetDict({"train": train, "validation": dev}).save_to_disk(str(tmp_path / "dd"))
+    train.save_to_disk(str(tmp_path / "one"))
+    r = submit(
+        cli,
+        tmp_path,
+        models["bert"],
+        f"data.dataset={json.dumps(str(tmp_path / 'dd'))}",
+        "data.question_column=query",
+        "train.max_steps=2",
+    )
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    (job,) = job_dirs(tmp_path / "out")
+    res = json.loads((job / "results.json").read_text())
+    assert res["train_examples"] == 40 and res["count"] == 20
+    ok = submit(
+        cli,
+        tmp_path,
+        models["bert"],
+        "data.question_column=query",
+        f"data.validation_file={json.dumps(str(tmp_path / 'dd'))}",  # a DatasetDict's validation split
+        train=tmp_path / "one",  # a Dataset folder
+        dry=True,
+    )
+    assert ok.returncode == 0 and "would refuse" not in ok.stderr, ok.stderr
+    (tmp_path / "empty").mkdir()
+    refused(
+        submit(cli, tmp_path, models["bert"], train=tmp_path / "empty"),
+        "data.train_file",
+        "not one written by datasets' save_to_disk",
+    )
+
+
+def test_a_hub_dataset_in_no_cache_is_refused_before_queueing(cli, tmp_path, models):
+    empty = {"HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_CACHE": str(tmp_path / "ds")}
+    text = refused(
+        submit(cli, tmp_path, models["bert"], "data.dataset=someone/squad-like", env=empty),
+        "data.dataset",
+        "'someone/squad-like' is in no cache here",
+        "hpcqa stage CONFIG",
+    )
+    assert "OfflineModeIsEnabled" not in text

@@ -175,6 +175,7 @@ def summary_lines(results: dict) -> list[str]:
             f"{results.get('threads_per_rank')} thread(s) each; {results.get('train_runtime_s', 0):.0f} s"
         )
         lines.append(f"backend {results.get('backend')}; bf16 {results.get('bf16')}")
+        lines += attention_lines(results.get("step_recipe"))
     eff = results.get("efficiency") or {}
     lines += mfu_lines(eff)
     if results.get("eval_samples_per_second"):
@@ -194,4 +195,18 @@ def summary_lines(results: dict) -> list[str]:
             )
     if results.get("tensorboard"):
         lines.append(f"TensorBoard: tensorboard --logdir {results['tensorboard']}")
+    return lines
+
+
+def attention_lines(recipe: Any) -> list[str]:
+    """Which attention ran and why (the rank's record), and a switch the model made during training."""
+    if not isinstance(recipe, dict) or not isinstance(recipe.get("attention"), str):
+        return []
+    lines = [
+        textwrap.shorten(
+            f"attention {recipe['attention']} ({recipe.get('attention_reason', '')})", 76
+        )
+    ]
+    if isinstance(recipe.get("attention_switched"), str):
+        lines.append(textwrap.shorten(f"attention switched: {recipe['attention_switched']}", 76))
     return lines

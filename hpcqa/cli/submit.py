@@ -16,10 +16,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from hpcqa import api
+from hpcqa import api, modelcheck
 from hpcqa.cli import report
 from hpcqa.cli.say import say, stop_like_ctrl_c, warn
-from hpcqa.core import command, sweep
+from hpcqa.core import command, modelfacts, sweep
 from hpcqa.core.topology import cpu_list
 from hpcqa.errors import UsageError
 from hpcqa.record import manifest, registry
@@ -192,22 +192,17 @@ def program_env(lp: Any, job: str) -> str:
 def step_lines(cfg: Any, world: int) -> list[str]:
     """How the training step computes: attention, dropout, and what the config changes beyond run_qa.py's step."""
     tc, mc = cfg.train, cfg.model
-    attn = {
-        "auto": "hpcqa",
-        "hpcqa": "hpcqa",
-        "sdpa": "torch's SDPA",
-        "eager": "transformers' eager",
-    }[mc.attention]
+    attn, why, certain = modelfacts.attention_prediction(modelcheck.model_type(cfg), mc.attention)
     masks = "bulk-drawn" if mc.dropout in ("auto", "bulk") else "bernoulli_"
     drops = [
         f"{kind} {getattr(mc, kind + '_dropout')}"
         for kind in ("attention", "hidden")
         if getattr(mc, kind + "_dropout") != "model"
     ]
-    # auto: a model that takes no attention function keeps its own, checked at the rank (results: step_recipe)
+    # predicted from the model's type; the rank records what ran (results: step_recipe)
     out = [
-        f"attention {attn}, {masks} dropout masks (model.attention = {mc.attention}, model.dropout = "
-        f"{mc.dropout})"
+        f"attention {attn} ({why}{'' if certain else ', predicted'}; model.attention = {mc.attention})",
+        f"{masks} dropout masks (model.dropout = {mc.dropout})",
     ]
     if drops:
         out.append("dropout " + ", ".join(drops) + ": a different recipe from the model's")

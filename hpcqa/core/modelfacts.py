@@ -9,7 +9,9 @@ with the objects transformers built. Pure: no file is read here, nothing is impo
   one by transformers; no tokenizer file at all gave a 5-token tokenizer built on the fly (a COMPLETED job that
   learned nothing);
 - unknown tokens: the share of a sample's tokens that are the tokenizer's unknown token (a Chinese or Arabic data
-  set under an English vocabulary was 83-100 % [UNK]: nothing to learn from).
+  set under an English vocabulary was 83-100 % [UNK]: nothing to learn from);
+- attention: which attention a model type runs under model.attention (hpcqa's is plugged in only where the QA
+  class calls transformers' attention interface; DeBERTa, Longformer, BigBird run their own).
 """
 
 from __future__ import annotations
@@ -92,3 +94,56 @@ def unknown_share(
             total += 1
             unknown += t == unk_id
     return (unknown / total if total else 0.0), total
+
+
+# The QA classes that call transformers' attention interface (`_supports_attention_backend`) in the pinned
+# transformers: hpcqa's attention (model.attention = "auto" or "hpcqa") plugs in there. tests/test_user_models.py
+# holds this table to the installed transformers; a type in neither table is decided at the rank.
+TAKES_ATTENTION_FUNCTION = frozenset(
+    {
+        "bert",
+        "roberta",
+        "distilbert",
+        "modernbert",
+        "electra",
+        "albert",
+        "xlm-roberta",
+        "camembert",
+        "mobilebert",
+        "ernie",
+    }
+)
+OWN_ATTENTION = {
+    "deberta": "DeBERTa's disentangled attention, eager",
+    "deberta-v2": "DeBERTa's disentangled attention, eager",
+    "longformer": "Longformer's sliding-window attention, eager",
+    "big_bird": "BigBird's block-sparse attention, eager (full attention where a sequence is too short for its "
+    "blocks)",
+    "mpnet": "MPNet's own attention, eager",
+}
+BUILTIN_TYPES = {"builtin:minilm": "bert", "builtin:tiny-bert": "bert"}
+
+
+def attention_prediction(model_type: str | None, setting: str) -> tuple[str, str, bool]:
+    """model.attention for a model type -> (what runs, why, certain?). setting "hpcqa" for a type that runs its own
+    attention is the caller's to refuse (certain and not hpcqa's)."""
+    if model_type in OWN_ATTENTION:
+        return (
+            OWN_ATTENTION[model_type],
+            f"the {model_type} model takes no attention function",
+            True,
+        )
+    takes = model_type in TAKES_ATTENTION_FUNCTION
+    if setting in ("sdpa", "eager"):
+        return (
+            "torch's SDPA" if setting == "sdpa" else "transformers' eager",
+            f"model.attention = {setting}",
+            takes,
+        )
+    if takes:
+        return "hpcqa", f"the {model_type} model takes an attention function", True
+    return (
+        "hpcqa where the model takes an attention function, else its own",
+        f"a {model_type or 'model of unknown type'}: decided at the rank",
+        False,
+    )

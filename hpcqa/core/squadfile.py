@@ -1,4 +1,5 @@
-"""SQuAD-format files, read by parsing (never by sniffing bytes). Standard library only.
+"""SQuAD-format files, read by parsing (never by sniffing bytes). Standard library only (pyarrow for a folder written
+by `datasets`' save_to_disk).
 
 One reader for the submit host's checks (preflight) and the ranks' loader (train/data.py). A file is:
 - `squad`: the official nested JSON, {"version"?, "data": [{"title"?, "paragraphs": [{"context", "qas": [...]}]}]};
@@ -168,6 +169,59 @@ def columns_problem(raw: list[dict[str, Any]], columns: Any = DEFAULT_COLUMNS) -
     )
 
 
+def saved_dataset(folder: Path, split: str) -> Path:
+    """The Dataset folder of a save_to_disk folder: the folder itself (a Dataset), or its `split` (a DatasetDict).
+    ValueError naming what the folder is and holds."""
+    if (folder / "state.json").is_file() and (folder / "dataset_info.json").is_file():
+        return folder
+    if (folder / "dataset_dict.json").is_file():
+        doc = json.loads((folder / "dataset_dict.json").read_text(encoding="utf-8"))
+        splits = [
+            x
+            for x in (doc.get("splits") if isinstance(doc, dict) else None) or []
+            if isinstance(x, str)
+        ]
+        if split in splits and (folder / split / "state.json").is_file():
+            return folder / split
+        raise ValueError(
+            f"a DatasetDict saved with save_to_disk without a {split!r} split (splits: {', '.join(splits) or 'none'})"
+        )
+    raise ValueError(
+        "a folder, but not one written by datasets' save_to_disk (no state.json or dataset_dict.json)"
+    )
+
+
+def saved_splits(folder: Path) -> list[str]:
+    """The splits of a save_to_disk folder: a DatasetDict's (those of hpcqa's three it has), or ["train"] for a
+    Dataset; [] when it is neither."""
+    if (folder / "state.json").is_file():
+        return ["train"]
+    have = []
+    for split in ("train", "validation", "test"):
+        try:
+            saved_dataset(folder, split)
+        except (ValueError, OSError):
+            continue
+        have.append(split)
+    return have
+
+
+def saved_rows(folder: Path, split: str) -> list[dict[str, Any]]:
+    """The records of a save_to_disk folder's Dataset (its Arrow files, in order), read with pyarrow."""
+    import pyarrow as pa  # heavy (0.3 s): only for a save_to_disk folder
+
+    ds = saved_dataset(folder, split)
+    state = json.loads((ds / "state.json").read_text(encoding="utf-8"))
+    files = [f.get("filename") for f in state.get("_data_files") or [] if isinstance(f, dict)]
+    rows: list[dict[str, Any]] = []
+    for name in files:
+        if not isinstance(name, str) or "/" in name or name.startswith("."):
+            raise ValueError(f"{ds}/state.json names a data file {name!r} outside the folder")
+        with pa.memory_map(str(ds / name)) as source:
+            rows += pa.ipc.open_stream(source).read_all().to_pylist()
+    return rows
+
+
 def _csv_rows(text: str) -> list[dict[str, Any]]:
     """A CSV file with a header row, as datasets' csv loader reads one: every cell text."""
     try:
@@ -176,22 +230,26 @@ def _csv_rows(text: str) -> list[dict[str, Any]]:
         raise ValueError(f"not CSV: {e}") from None
 
 
-def read(path: str | Path, columns: Any = DEFAULT_COLUMNS) -> tuple[str, list[dict[str, Any]]]:
+def read(
+    path: str | Path, columns: Any = DEFAULT_COLUMNS, split: str = "train"
+) -> tuple[str, list[dict[str, Any]]]:
     """-> (format, normalised rows). OSError, UnicodeDecodeError or ValueError (with the line)."""
-    fmt, rows, _ = read_with_facts(path, columns)
+    fmt, rows, _ = read_with_facts(path, columns, split)
     return fmt, rows
 
 
 def read_with_facts(
-    path: str | Path, columns: Any = DEFAULT_COLUMNS
+    path: str | Path, columns: Any = DEFAULT_COLUMNS, split: str = "train"
 ) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
     """-> (format, normalised rows, facts: what the file says of its SQuAD version). A `.csv` file is read as CSV
-    (a header row, then one example a row), anything else as JSON or JSON lines."""
-    text = Path(path).read_text(encoding="utf-8")
-    if str(path).lower().endswith(".csv"):
-        fmt, raw, declared = "csv", _csv_rows(text), None
+    (a header row, then one example a row); a folder written by `datasets`' save_to_disk as its Dataset, or as the
+    `split` of its DatasetDict; anything else as JSON or JSON lines."""
+    if Path(path).is_dir():
+        fmt, raw, declared = "save_to_disk", saved_rows(Path(path), split), None
+    elif str(path).lower().endswith(".csv"):
+        fmt, raw, declared = "csv", _csv_rows(Path(path).read_text(encoding="utf-8")), None
     else:
-        fmt, raw, declared = _parse(text)
+        fmt, raw, declared = _parse(Path(path).read_text(encoding="utf-8"))
     problem = columns_problem(raw, columns)
     if problem:
         raise ValueError(problem)

@@ -234,5 +234,30 @@ def load_qa_model(model_path: str, kwargs: dict, mc: Any) -> tuple[nn.Module, di
     facts["bulk_dropout_modules"] = use_bulk_dropout(model) if bulk else 0
     for module in model.modules():
         module.hpcqa_bulk_dropout = bulk
-    facts["attention"] = getattr(model.config, "_attn_implementation", None) or "default"
+    impl = getattr(model.config, "_attn_implementation", None) or "default"
+    # a model that takes no attention function runs its own whatever the implementation's name says
+    facts["attention"] = impl if takes else f"{config.model_type}'s own ({impl})"
+    facts["attention_type"] = attention_type(model)
     return model, facts
+
+
+def attention_type(model: Any) -> str | None:
+    """BigBird's attention type as the model holds it now: it switches from block_sparse to original_full (for
+    good) at the first sequence too short for its blocks. None for models without one."""
+    inner = getattr(model, "module", model)
+    for module in inner.modules():
+        kind = getattr(module, "attention_type", None)
+        if isinstance(kind, str):
+            return kind
+    return None
+
+
+def switched(model: Any, recipe: dict) -> dict:
+    """The recipe with what the model switched to during training (BigBird: block-sparse to full attention)."""
+    now = attention_type(model)
+    if recipe.get("attention_type") and now != recipe["attention_type"]:
+        return {
+            **recipe,
+            "attention_switched": f"{recipe['attention_type']} -> {now} (sequences too short for its blocks)",
+        }
+    return recipe

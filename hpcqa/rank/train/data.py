@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datasets import Dataset, DatasetDict, Features, Sequence, Value, load_dataset
@@ -56,10 +57,10 @@ def load_file(path: str, split: str, columns=squadfile.DEFAULT_COLUMNS):
     """One local SQuAD-format file -> Dataset. Its fingerprint is the file's content digest (with the reader's
     version and the column mapping), so the feature cache follows the data, not the path or the day."""
 
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise FileNotFoundError(f"data file for {split} not found: {path}")
     try:
-        fmt, rows = squadfile.read(path, columns)
+        fmt, rows = squadfile.read(path, columns, split)
     except ValueError as e:
         raise ValueError(f"{path}: not a data file hpcqa reads: {e}") from None
     bad = squadfile.problems(rows)
@@ -67,9 +68,17 @@ def load_file(path: str, split: str, columns=squadfile.DEFAULT_COLUMNS):
         raise ValueError(f"{path} ({fmt}): {'; '.join(bad)}")
     ds = Dataset.from_list(rows, features=_features(), split=split)
     identity = hashlib.sha256(
-        f"{file_sha256(path)}/{squadfile.READER_VERSION}/{json.dumps(columns)}".encode()
+        f"{_content_id(path, split)}/{squadfile.READER_VERSION}/{json.dumps(columns)}".encode()
     ).hexdigest()[:32]
     return Dataset(ds.data, info=ds.info, split=ds.split, fingerprint=identity)
+
+
+def _content_id(path: str, split: str) -> str:
+    """What names a data file's content: its digest; a save_to_disk folder's, its Arrow files' digests."""
+    if not os.path.isdir(path):
+        return file_sha256(path)
+    folder = squadfile.saved_dataset(Path(path), split)
+    return "+".join(file_sha256(p) for p in sorted(folder.glob("*.arrow")))
 
 
 def load_local(
@@ -100,10 +109,24 @@ def load_raw(data_cfg: "DataConfig", seed: int, caches: Caches, allow_download: 
             path = caches.synthetic_data(neg, split, n, s, data_cfg.synthetic_shape)
             files[split] = str(synth.write(path, n, s, neg, data_cfg.synthetic_shape))
         return load_local(files)
+    saved = squadfile.saved_splits(Path(name)) if name and os.path.isdir(name) else []
+    if saved:  # save_to_disk: read as local files are, split by split
+        return load_local({split: name for split in saved}, columns=squadfile.column_map(data_cfg))
     if name:
         if not allow_download:
             os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-        ds = load_dataset(name, data_cfg.dataset_config_name or None, cache_dir=cache_dir)
+        try:
+            ds = load_dataset(name, data_cfg.dataset_config_name or None, cache_dir=cache_dir)
+        except (
+            ConnectionError,
+            FileNotFoundError,
+            OSError,
+        ) as e:  # offline: huggingface_hub's are OSErrors
+            raise RankError(
+                f"dataset {name!r} could not be loaded here ({type(e).__name__}: {str(e)[:200]})",
+                "`hpcqa stage CONFIG` on a machine with network fills data.cache_dir; or set "
+                "model.allow_download = true",
+            ) from None
         for split in list(ds):
             ds[split] = _mapped(ds[split], squadfile.column_map(data_cfg), f"{name} ({split})")
             missing = {"title", "first_fact"} - set(ds[split].column_names)
@@ -391,6 +414,25 @@ def _check_questions(cfg, tokenizer, raw, max_len: int) -> None:
                 f"the {split} split has {what}",
                 "drop those examples, or raise train.max_seq_length / lower train.doc_stride",
             )
+    if "train" in raw:
+        _check_unknown(cfg, tokenizer, raw["train"])
+
+
+def _check_unknown(cfg, tokenizer, ds) -> None:
+    """The share of unknown tokens on the first 200 examples, as submit checks local files (a hub dataset is read
+    only here)."""
+    head = ds.select(range(min(200, len(ds))))
+    texts = list(head["question"]) + [c[:4000] for c in head["context"]]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    share, counted = modelfacts.unknown_share(ids, tokenizer.unk_token_id)
+    allowed = cfg.data.max_unknown_token_share
+    if counted and share > allowed:
+        raise RankError(
+            f"{100 * share:.0f} % of the tokens of the first {len(head)} training examples are unknown to the "
+            f"model's tokenizer ({tokenizer.unk_token}): its vocabulary does not cover this text",
+            "use a model whose vocabulary covers the data's language, or raise "
+            f"data.max_unknown_token_share (now {allowed:g})",
+        )
 
 
 def _check_lengths(cfg, tokenizer, max_len: int, model_path: str, kwargs: dict) -> None:

@@ -141,6 +141,8 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
         best_metric=trainer.state.best_metric,
     )
     trained = trainer.model
+    if r.report.get("step_recipe"):
+        r.report["step_recipe"] = attention.switched(trained, r.report["step_recipe"])
     digest = weights_digest(getattr(trained, "module", trained))  # DDP's wrapper holds the model
     r.save_report(weights_digest=digest, finished=time.time(), status="trained")
     model_dir = keep_model(r, trained, data["tokenizer"])
