@@ -1,14 +1,16 @@
-"""The model against the job, on the submit host before anything is queued: its files read, never its weights (no
-torch, no transformers; the `tokenizers` library for a fast tokenizer's file). What the ranks would otherwise find
-after the queue wait, as a raw exception or a COMPLETED job that learned nothing:
+"""The model against the job, on the submit host before anything is queued: its files read, never its weights
+(the `tokenizers` library for tokenizer.json; transformers only for a folder without one). What the ranks would
+otherwise find after the queue wait, as a raw exception or a COMPLETED job that learned nothing:
 
 - no tokenizer files in the model's folder (transformers builds a 5-token tokenizer on the fly);
+- a slow (Python-only) tokenizer, which run_qa.py refuses too (observed: transformers builds it from the folder
+  when there is no tokenizer.json, as the ranks will);
 - train.max_seq_length past the model's position embeddings (a tensor-size error at the first step);
+- an attention the model cannot run (model.attention);
 - a question too long for a window of max_seq_length with doc_stride tokens of overlap (the tokenizer panics);
 - a data sample mostly made of the tokenizer's unknown token (a vocabulary that does not cover the language).
 
-The rules are hpcqa.core.modelfacts'; the ranks apply the same ones to what transformers built. What cannot be
-known from the files (whether a SentencePiece or vocab-file tokenizer has a fast version) is said as a prediction.
+The rules are hpcqa.core.modelfacts'; the ranks apply the same ones to what transformers built.
 """
 
 from __future__ import annotations
@@ -109,21 +111,7 @@ def check(cfg: Config, folder: Path, rows: dict[str, list[dict[str, Any]]]) -> l
     src = cfg.source
     mf = read(folder, "model.name_or_path", src)
     notes: list[str] = []
-    kind, which = modelfacts.tokenizer_kind(mf.names)
-    if kind == "none":
-        raise ConfigError(
-            "model.name_or_path",
-            f"{folder} has no tokenizer files (tokenizer.json, vocab.txt, vocab.json + merges.txt or a "
-            "SentencePiece model): transformers would build a 5-token tokenizer on the fly, and the job would "
-            "learn nothing",
-            "save the tokenizer into that folder too (tokenizer.save_pretrained), or use a folder that has one",
-            src,
-        )
-    if kind != "fast":
-        notes.append(
-            f"{folder}: no tokenizer.json, only {which}: predicted that transformers makes a fast tokenizer of "
-            "it; the ranks check (" + modelfacts.RUN_QA_SAYS + ")"
-        )
+    tok = _tokenizer(cfg, mf)
     attention_check(cfg, mf.config.get("model_type"))
     length = _usable_length(cfg, mf)
     limit, why = modelfacts.position_limit(mf.config)
@@ -135,9 +123,50 @@ def check(cfg: Config, folder: Path, rows: dict[str, list[dict[str, Any]]]) -> l
             f"set train.max_seq_length to at most {limit}",
             src,
         )
-    if kind == "fast":
-        notes += _sample_checks(cfg, mf, length, rows)
+    notes += _sample_checks(cfg, mf, tok, length, rows)
     return notes
+
+
+def _tokenizer(cfg: Config, mf: ModelFiles) -> Any:
+    """The model's fast tokenizer as the `tokenizers` library's object: read from tokenizer.json; without one, what
+    transformers builds from the folder (observed, not predicted: vocab files may or may not make a fast one).
+    ConfigError for a folder without a tokenizer and for a slow (Python-only) one, as run_qa.py refuses it."""
+    kind, _ = modelfacts.tokenizer_kind(mf.names)
+    named = isinstance(mf.tokenizer_config.get("tokenizer_class"), str)
+    if kind == "none" and not named:
+        raise ConfigError(
+            "model.name_or_path",
+            f"{mf.folder} has no tokenizer files (tokenizer.json, vocab.txt, vocab.json + merges.txt or a "
+            "SentencePiece model): transformers would build a 5-token tokenizer on the fly, and the job would "
+            "learn nothing",
+            "save the tokenizer into that folder too (tokenizer.save_pretrained), or use a folder that has one",
+            cfg.source,
+        )
+    try:
+        if kind == "fast":
+            from tokenizers import Tokenizer
+
+            return Tokenizer.from_file(str(mf.folder / modelfacts.FAST_FILE))
+        # heavy (transformers imports torch, 5-8 s): only for a folder without tokenizer.json
+        from transformers import AutoTokenizer
+
+        built = AutoTokenizer.from_pretrained(str(mf.folder), local_files_only=True)
+    except Exception as e:  # the files are the user's: any failure to read them is one line
+        raise ConfigError(
+            "model.name_or_path",
+            f"{mf.folder}: its tokenizer does not load ({type(e).__name__}: {str(e)[:160]})",
+            "save the tokenizer again with save_pretrained",
+            cfg.source,
+        ) from None
+    if not getattr(built, "is_fast", False):
+        raise ConfigError(
+            "model.name_or_path",
+            f"{mf.folder}: its tokenizer is a {type(built).__name__}, a slow (Python-only) one: "
+            + modelfacts.RUN_QA_SAYS,
+            "use a model whose tokenizer has a fast version (a tokenizer.json, saved with save_pretrained)",
+            cfg.source,
+        )
+    return built.backend_tokenizer
 
 
 def _usable_length(cfg: Config, mf: ModelFiles) -> int:
@@ -150,22 +179,10 @@ def _usable_length(cfg: Config, mf: ModelFiles) -> int:
 
 
 def _sample_checks(
-    cfg: Config, mf: ModelFiles, length: int, rows: dict[str, list[dict[str, Any]]]
+    cfg: Config, mf: ModelFiles, tok: Any, length: int, rows: dict[str, list[dict[str, Any]]]
 ) -> list[str]:
     """Questions too long for a window (every question), and the share of unknown tokens (a sample), of each local
-    data file."""
-    try:
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_file(str(mf.folder / modelfacts.FAST_FILE))
-    except Exception as e:  # the file is the user's: any failure to read it is one line
-        raise ConfigError(
-            "model.name_or_path",
-            f"{mf.folder}/{modelfacts.FAST_FILE} is not a tokenizer the tokenizers library reads "
-            f"({type(e).__name__}: {str(e)[:120]})",
-            "save the tokenizer again with save_pretrained",
-            cfg.source,
-        ) from None
+    data file, with the model's tokenizer (`tokenizers`' object)."""
     notes = []
     for key, sample in rows.items():
         if not sample:

@@ -38,10 +38,7 @@ def _bert(folder: Path, positions: int = 512) -> Path:
     tok = tiny_tokenizer()
     cfg = BertConfig(
         vocab_size=len(tok),
-        hidden_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=128,
+        **SIZE,
         max_position_embeddings=positions,
     )
     BertForQuestionAnswering(cfg).save_pretrained(str(folder))
@@ -49,20 +46,16 @@ def _bert(folder: Path, positions: int = 512) -> Path:
     return folder
 
 
-def _roberta(folder: Path, positions: int) -> Path:
-    """A byte-level BPE trained here, with RoBERTa's <s> A </s></s> B </s> (a tokenizer built from vocab.json and
-    merges.txt alone came out empty under transformers 5: every text 0 tokens, which submit refuses too)."""
-    from tokenizers import ByteLevelBPETokenizer, processors
-    from transformers import RobertaConfig, RobertaForQuestionAnswering, RobertaTokenizerFast
+def _roberta_tokenizer():
+    """A byte-level BPE trained here, with RoBERTa's <s> A </s></s> B </s>."""
+    from tokenizers import processors
+    from transformers import RobertaTokenizerFast
 
-    bpe = ByteLevelBPETokenizer(trim_offsets=True)
-    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    bpe.train_from_iterator(synth.corpus(200), vocab_size=600, special_tokens=specials)
-    inner = bpe._tokenizer
+    inner = _bpe(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
     inner.post_processor = processors.RobertaProcessing(
         ("</s>", inner.token_to_id("</s>")), ("<s>", inner.token_to_id("<s>")), trim_offsets=True
     )
-    tok = RobertaTokenizerFast(
+    return RobertaTokenizerFast(
         tokenizer_object=inner,
         bos_token="<s>",
         eos_token="</s>",
@@ -72,12 +65,17 @@ def _roberta(folder: Path, positions: int) -> Path:
         pad_token="<pad>",
         mask_token="<mask>",
     )
+
+
+def _roberta(folder: Path, positions: int) -> Path:
+    """A byte-level BPE trained here, with RoBERTa's <s> A </s></s> B </s> (a tokenizer built from vocab.json and
+    merges.txt alone came out empty under transformers 5: every text 0 tokens, which submit refuses too)."""
+    from transformers import RobertaConfig, RobertaForQuestionAnswering
+
+    tok = _roberta_tokenizer()
     cfg = RobertaConfig(
         vocab_size=len(tok),
-        hidden_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=128,
+        **SIZE,
         max_position_embeddings=positions,
         pad_token_id=tok.pad_token_id,
     )
@@ -99,32 +97,43 @@ def _template(inner, cls: str, sep: str, pair_sep: str | None = None):
     return inner
 
 
-def _deberta_v2(folder: Path) -> Path:
-    """DeBERTa-v2 (relative positions only, its own attention) with a SentencePiece Unigram tokenizer trained here."""
+SIZE = {
+    "hidden_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 128,
+}
+
+
+def _unigram(cls, pad: str, unk: str):
+    """A SentencePiece Unigram tokenizer trained here, [CLS] A [SEP] B [SEP], as the fast class `cls`."""
     from tokenizers import SentencePieceUnigramTokenizer
-    from transformers import DebertaV2Config, DebertaV2ForQuestionAnswering, DebertaV2TokenizerFast
 
     uni = SentencePieceUnigramTokenizer()
-    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    specials = [pad, "[CLS]", "[SEP]", unk, "[MASK]"]
     uni.train_from_iterator(
-        synth.corpus(200), vocab_size=600, special_tokens=specials, unk_token="[UNK]"
+        synth.corpus(200), vocab_size=600, special_tokens=specials, unk_token=unk
     )
-    tok = DebertaV2TokenizerFast(
+    return cls(
         tokenizer_object=_template(uni._tokenizer, "[CLS]", "[SEP]"),
         bos_token="[CLS]",
         eos_token="[SEP]",
         cls_token="[CLS]",
         sep_token="[SEP]",
-        unk_token="[UNK]",
-        pad_token="[PAD]",
+        unk_token=unk,
+        pad_token=pad,
         mask_token="[MASK]",
     )
+
+
+def _deberta_v2(folder: Path) -> Path:
+    """DeBERTa-v2 (relative positions only, its own attention) with a SentencePiece Unigram tokenizer trained here."""
+    from transformers import DebertaV2Config, DebertaV2ForQuestionAnswering, DebertaV2TokenizerFast
+
+    tok = _unigram(DebertaV2TokenizerFast, pad="[PAD]", unk="[UNK]")
     cfg = DebertaV2Config(
         vocab_size=len(tok),
-        hidden_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=128,
+        **SIZE,
         max_position_embeddings=512,
         relative_attention=True,
         position_biased_input=False,
@@ -186,29 +195,12 @@ def _modernbert(folder: Path) -> Path:
 
 def _longformer(folder: Path) -> Path:
     """Longformer (sliding-window attention, its own; RoBERTa's positions) with RoBERTa's BPE template."""
-    from tokenizers import processors
-    from transformers import LongformerConfig, LongformerForQuestionAnswering, RobertaTokenizerFast
+    from transformers import LongformerConfig, LongformerForQuestionAnswering
 
-    inner = _bpe(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
-    inner.post_processor = processors.RobertaProcessing(
-        ("</s>", inner.token_to_id("</s>")), ("<s>", inner.token_to_id("<s>")), trim_offsets=True
-    )
-    tok = RobertaTokenizerFast(
-        tokenizer_object=inner,
-        bos_token="<s>",
-        eos_token="</s>",
-        sep_token="</s>",
-        cls_token="<s>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        mask_token="<mask>",
-    )
+    tok = _roberta_tokenizer()
     cfg = LongformerConfig(
         vocab_size=len(tok),
-        hidden_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=128,
+        **SIZE,
         max_position_embeddings=130,
         attention_window=[32],
         pad_token_id=tok.pad_token_id,
@@ -224,30 +216,12 @@ def _longformer(folder: Path) -> Path:
 def _big_bird(folder: Path) -> Path:
     """BigBird in block-sparse attention, blocks of 16: a 128-token window is within its (5 + 2 x 2) x 16 = 144
     tokens, so the model switches to full attention at the first step (recorded by the job)."""
-    from tokenizers import SentencePieceUnigramTokenizer
     from transformers import BigBirdConfig, BigBirdForQuestionAnswering, BigBirdTokenizerFast
 
-    uni = SentencePieceUnigramTokenizer()
-    specials = ["<pad>", "[CLS]", "[SEP]", "<unk>", "[MASK]"]
-    uni.train_from_iterator(
-        synth.corpus(200), vocab_size=600, special_tokens=specials, unk_token="<unk>"
-    )
-    tok = BigBirdTokenizerFast(
-        tokenizer_object=_template(uni._tokenizer, "[CLS]", "[SEP]"),
-        bos_token="[CLS]",
-        eos_token="[SEP]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        mask_token="[MASK]",
-    )
+    tok = _unigram(BigBirdTokenizerFast, pad="<pad>", unk="<unk>")
     cfg = BigBirdConfig(
         vocab_size=len(tok),
-        hidden_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=128,
+        **SIZE,
         max_position_embeddings=512,
         attention_type="block_sparse",
         block_size=16,
@@ -562,3 +536,30 @@ def test_a_hub_dataset_in_no_cache_is_refused_before_queueing(cli, tmp_path, mod
         "hpcqa stage CONFIG",
     )
     assert "OfflineModeIsEnabled" not in text
+
+
+def test_a_slow_tokenizer_is_refused_before_queueing(cli, tmp_path, models):
+    """A model folder whose tokenizer is Python-only (ByT5's: no fast version) is refused on the submit host with
+    run_qa.py's reason; a folder with only vocab.txt (a WordPiece transformers makes fast) is not."""
+    from transformers import ByT5Tokenizer
+
+    slow = tmp_path / "slow"
+    shutil.copytree(models["bert"], slow)
+    for f in slow.iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "special_tokens")):
+            f.unlink()
+    ByT5Tokenizer().save_pretrained(str(slow))
+    refused(
+        submit(cli, tmp_path, slow),
+        "model.name_or_path",
+        "ByT5Tokenizer, a slow (Python-only) one",
+        "only with a fast tokenizer",
+    )
+    vocab = tmp_path / "vocab-only"
+    shutil.copytree(models["bert"], vocab)
+    tok = json.loads((vocab / "tokenizer.json").read_text())
+    words = sorted(tok["model"]["vocab"], key=tok["model"]["vocab"].get)
+    (vocab / "vocab.txt").write_text("\n".join(words) + "\n")
+    (vocab / "tokenizer.json").unlink()
+    ok = submit(cli, tmp_path, vocab, dry=True)
+    assert ok.returncode == 0 and "would refuse" not in ok.stderr, ok.stderr
