@@ -35,8 +35,8 @@ def check(cfg: Config) -> list[str]:
             cfg, key, path, split
         )
         notes += got
-    hub_dataset(cfg)
     model(cfg)
+    hub_dataset(cfg)
     folder = modelcheck.model_folder(cfg)
     if folder is not None:
         notes += modelcheck.check(cfg, folder, rows)
@@ -164,8 +164,8 @@ def hub_dataset(cfg: Config) -> None:
         return
     raise ConfigError(
         "data.dataset",
-        f"{name!r} is in no cache here ({', '.join(str(p.parent) for p in names)}), and the ranks may not "
-        "download it (model.allow_download = false)",
+        f"{name!r} is in no cache here ({names[0].parent} nor the hub's), and the ranks may not download "
+        "it (model.allow_download = false)",
         "`hpcqa stage CONFIG` on a machine with network fills data.cache_dir; or give local files "
         "(data.train_file, a save_to_disk folder); or set model.allow_download = true",
         cfg.source,

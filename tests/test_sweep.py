@@ -1,6 +1,7 @@
 """Sweeps, pure parts: expansion and validation, grouping into arrays, MaxArraySize, results tables."""
 
 import json
+import re
 import time
 
 import pytest
@@ -235,3 +236,38 @@ def test_wrapper_picks_the_array_tasks_plan(tmp_path, monkeypatch):
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["23001", quick_plan("launch.master_port=23001").digest]
+
+
+def test_a_v2_sweep_shows_answerable_and_unanswerable_f1_and_each_model(tmp_path, monkeypatch):
+    """hpcqa results of a SQuAD v2 sweep: the split by the official v2 script's names, each variant's job id and
+    trained model, the best marked, every line within 80 columns."""
+    import io
+
+    from rich.console import Console
+
+    from hpcqa.cli import jobs as jobsview
+
+    v2 = {"HasAns_f1": 80.0, "NoAns_f1": 40.0, "HasAns_exact": 75.0, "NoAns_exact": 40.0}
+    vs = [
+        view(
+            0, {"train.learning_rate": 1e-5}, "COMPLETED", {"f1": 60.0, "exact_match": 57.5, **v2}
+        ),
+        view(
+            1, {"train.learning_rate": 3e-5}, "COMPLETED", {"f1": 70.0, "exact_match": 65.0, **v2}
+        ),
+    ]
+    for v in vs:
+        v.outputs = [("trained model", str(tmp_path / f"9_{v.task_index}-abc123" / "model"))]
+    table = results.rows(vs, "f1")
+    monkeypatch.chdir(tmp_path)  # asked from the output folder: the models' paths relative to it
+    con = Console(file=io.StringIO(), width=80)
+    con.print(jobsview._variants_table("9", "f1", table, ["train.learning_rate"]))
+    for line in jobsview._model_lines(table):
+        con.print(line, highlight=False, markup=False, soft_wrap=True)
+    text = con.file.getvalue()
+    assert "F1 has" in text and "F1 no" in text and "COMPLETED" in text, text
+    assert re.search(r"\*9_1\s+3e-05\s+COMPLETED\s+65\.0\s+70\.0\s+80\.0\s+40\.0", text), text
+    assert max(len(x) for x in text.splitlines()) <= 80, text
+    assert re.search(r"best\s+job 9_1\s+9_1-abc123/model$", text, re.M), text
+    assert re.search(r"^\s+job 9_0\s+9_0-abc123/model$", text, re.M), text
+    assert "HasAns_f1" in results.to_csv(table, ["train.learning_rate"], "f1").splitlines()[0]

@@ -124,7 +124,8 @@ def test_three_variants_one_array_throttled_to_two(slurm, tmp_path):
             text,
             re.M,
         ), text
-        assert re.search(rf"│\s*{r['task']}\s*│\s*{re.escape(r['id'])}\s*│", text), text
+        mark = r"\*" if r["best"] else " "
+        assert re.search(rf"^\s*{mark}{re.escape(r['id'])}\s.*\sCOMPLETED\s", text, re.M), text
     assert sweep_id in run_cli("status", env=slurm).stdout  # the sweep is one row of the overview
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -250,21 +251,36 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def _variants_table(sweep_id: str, metric: str, table: list[dict], keys: list[str]) -> Table:
-    t = Table(title=f"sweep {sweep_id}: {len(table)} variants, sorted by {metric}")
+    """One row a variant, best first: its job id (an array's task is in it), the values swept, state and scores.
+    Borderless and the numbers unwrapped, so that 80 columns show them whole (the swept values give way first)."""
+    t = Table(
+        title=f"sweep {sweep_id}: {len(table)} variants, sorted by {metric} (* best)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     own = [] if metric in results.NUMERIC else [metric]  # a program's own metric (HPCQA_RESULTS)
-    for col in ["", "task", "job", *keys, "state", *own, "EM", "F1", "train samples/s", "wall s"]:
-        t.add_column(col)
-    f = lambda x, d=2: "-" if not isinstance(x, (int, float)) else f"{x:.{d}f}"  # noqa: E731
+    # SQuAD v2 data: F1 on the answerable and on the unanswerable questions apart (the official script's split)
+    v2 = [k for k in ("HasAns_f1", "NoAns_f1") if any(k in r for r in table)]
+    heads = {"HasAns_f1": "F1 has", "NoAns_f1": "F1 no"}  # HasAns_f1, NoAns_f1
+    t.add_column("job", no_wrap=True)
+    for k in (
+        keys
+    ):  # headed by the key's last part (train.learning_rate: learning_rate); --json has them whole
+        shown = max((len(repr(r["params"].get(k))) for r in table), default=6)
+        t.add_column(k.rsplit(".", 1)[-1], overflow="fold", min_width=min(max(shown, 6), 12))
+    t.add_column("state", no_wrap=True)
+    for col in [*own, "EM", "F1", *(heads[k] for k in v2), "samp/s", "wall s"]:
+        t.add_column(col, no_wrap=True, justify="right")
+    f = lambda x, d=1: "-" if not isinstance(x, (int, float)) else f"{x:.{d}f}"  # noqa: E731
     for r in table:
         t.add_row(
-            "[bold green]best[/]" if r["best"] else "",
-            str(r["task"]),
-            escape(values.shown(str(r["id"]))),
-            *[repr(r["params"].get(k)) for k in keys],
+            ("[bold green]*[/]" if r["best"] else " ") + escape(values.shown(str(r["id"]))),
+            *[escape(repr(r["params"].get(k))) for k in keys],
             r["state"],
             *[f"{r.get(m):.4g}" if isinstance(r.get(m), (int, float)) else "-" for m in own],
             f(r["exact_match"]),
             f(r["f1"]),
+            *(f(r.get(k)) for k in v2),
             f(r["train_samples_per_second"]),
             f(r["wall_time_s"], 0),
         )

@@ -192,7 +192,7 @@ def program_env(lp: Any, job: str) -> str:
 def step_lines(cfg: Any, world: int) -> list[str]:
     """How the training step computes: attention, dropout, and what the config changes beyond run_qa.py's step."""
     tc, mc = cfg.train, cfg.model
-    attn, why, certain = modelfacts.attention_prediction(modelcheck.model_type(cfg), mc.attention)
+    attn, why, _ = modelfacts.attention_prediction(modelcheck.model_type(cfg), mc.attention)
     masks = "bulk-drawn" if mc.dropout in ("auto", "bulk") else "bernoulli_"
     drops = [
         f"{kind} {getattr(mc, kind + '_dropout')}"
@@ -201,8 +201,8 @@ def step_lines(cfg: Any, world: int) -> list[str]:
     ]
     # predicted from the model's type; the rank records what ran (results: step_recipe)
     out = [
-        f"attention {attn} ({why}{'' if certain else ', predicted'}; model.attention = {mc.attention})",
-        f"{masks} dropout masks (model.dropout = {mc.dropout})",
+        f"attention {attn} ({why}; model.attention = {mc.attention}), {masks} dropout masks "
+        f"(model.dropout = {mc.dropout})"
     ]
     if drops:
         out.append("dropout " + ", ".join(drops) + ": a different recipe from the model's")

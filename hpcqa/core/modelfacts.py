@@ -143,7 +143,7 @@ def attention_prediction(model_type: str | None, setting: str) -> tuple[str, str
     if takes:
         return "hpcqa", f"the {model_type} model takes an attention function", True
     return (
-        "hpcqa where the model takes an attention function, else its own",
-        f"a {model_type or 'model of unknown type'}: decided at the rank",
+        "hpcqa or the model's own",
+        f"{model_type or 'type unknown here'}: the rank decides",
         False,
     )

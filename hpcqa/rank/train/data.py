@@ -152,7 +152,9 @@ def _mapped(ds, columns, where: str):
             ds = ds.remove_columns(ours)
         if theirs in ds.column_names:
             ds = ds.rename_column(theirs, ours)
-    missing = [theirs for ours, theirs in columns if ours not in ds.column_names]
+    missing = [
+        theirs for ours, theirs in columns if ours not in ds.column_names and ours != "answers"
+    ]
     if missing:
         raise RankError(
             f"{where} has no column {', '.join(map(repr, missing))} (found {', '.join(ds.column_names)})",
