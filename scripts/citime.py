@@ -18,9 +18,10 @@ import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-# the test passes took 1,750-1,900 s in the CI runs of 2026-11-27/28 (3 workers, 2 cores): a quarter of headroom,
-# so a suite that grows by a quarter is red the day it does, not when it reaches CI's 90 minutes
-DEFAULT_BUDGET_S = 2400
+# the test passes took 1,750-1,900 s in the CI runs of 2026-11-27/28 (3 workers, 2 cores), and 2,696 s on
+# 2026-12-02 (1,609 tests, with the users' models of issue 70, on a slower machine): 3,300 s leaves a fifth of
+# headroom over that, so a suite that grows is red the day it does, well before CI's 90 minutes
+DEFAULT_BUDGET_S = 3300
 
 
 @dataclass

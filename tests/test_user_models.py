@@ -27,6 +27,8 @@ SMALL = [
     "train.max_seq_length=128",
     "--set",
     "train.doc_stride=32",
+    "--set",
+    "launch.ranks_per_socket=1",  # one rank of two threads: what is tested here is the model and the data
 ]
 
 
