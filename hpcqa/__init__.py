@@ -5,7 +5,7 @@ Importing this package is cheap: torch and transformers are only imported by ``h
 The Python API (hpcqa.api): ``load_config(path, overrides)``, ``plan(cfg)``, ``submit(cfg) -> Job | Sweep``.
 
 Four layers, one folder each, in this order: core < record < rank < executors; the front modules (the CLI, the
-API, the checks) above them, the base modules (errors, fsutil, version, resources) below. The map (docs/architecture.md's layout is
+API, the checks) above them, the base modules (errors, fsutil, text, resources) below. The map (docs/architecture.md's layout is
 generated from it and from each folder's own):
 
     cli/          the command line: the only package that prints tables or turns errors into exit codes
@@ -17,8 +17,8 @@ generated from it and from each folder's own):
     docs.py       `python -m hpcqa.docs`: the docs' config reference and layout, generated
     errors.py     HpcqaError > ConfigError(key, hint), PlanError, RankError, ...; messages for a terminal
     fsutil.py     atomic writes (write aside, then rename), digests, the owner's umask
-    version.py    the version (the package metadata says the same)
-    resources.py  the templates and example configs: package data of an installed copy, else the source tree's
+    text.py       control characters in text from outside found and spelled out; one-line cuts
+    resources.py  the templates and example configs (package data of an installed copy, else the source tree's); the version
     __main__.py   `python -m hpcqa`: the CLI, in this checkout's venv when run from the checkout
     core/         the pure core: config -> plan
     record/       the job record: what a job left behind and what the scheduler says of it
@@ -26,7 +26,7 @@ generated from it and from each folder's own):
     executors/    a plan -> a Request -> a submitted job; one module per executor, one table
 """
 
-from hpcqa.version import __version__  # noqa: F401  (hpcqa.__version__)
+from hpcqa.resources import __version__  # noqa: F401  (hpcqa.__version__)
 
 _API = ("load_config", "plan", "submit", "submission", "Job", "Sweep")
 

@@ -11,7 +11,7 @@ import sys
 import textwrap
 from typing import TextIO
 
-from hpcqa.core.values import shown
+from hpcqa.text import shown
 
 
 class HpcqaError(Exception):

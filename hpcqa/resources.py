@@ -1,6 +1,6 @@
 """What hpcqa reads at run time besides its code: the script templates (sbatch_templates/: srun and mpirun job
 scripts, the Kubernetes pod's entry point), the example configs (configs/) and the example programs (examples/:
-a torchrun-style loop, an HF Trainer QA script and its data). Standard library only.
+a torchrun-style loop, an HF Trainer QA script and its data), and its version. Standard library only.
 
 An installed hpcqa (a wheel: `pip install .`, `pip install git+...`, a site's environment, an image) carries them
 as package data under hpcqa/_data/ (setup.py copies the top-level folders there when it builds), found through
@@ -16,6 +16,8 @@ from importlib.metadata import version as dist_version
 from pathlib import Path
 
 from hpcqa.errors import UsageError
+
+__version__ = "0.1.0"  # pyproject.toml says the same (a test holds them together)
 
 FOLDERS = ("sbatch_templates", "configs", "examples")
 

@@ -382,22 +382,25 @@ def test_the_folders_show_the_layers():
 
 
 # Who may import whom: each layer imports only its own and the ones below it. The base modules (errors, fsutil,
-# version) are below every layer; the front modules (cli, api, stage, doctor, ...) above every layer.
+# text, resources) are below every layer and import only each other; the front modules (cli, api, stage, doctor,
+# ...) and the package's own __init__ (its version, its lazy API) are above every layer.
 LAYER_ORDER = {"core": 0, "record": 1, "rank": 2, "executors": 3}
-BASE = {"errors", "fsutil", "version", "resources"}
+BASE = {"errors", "fsutil", "text", "resources"}
 
 
 def layer_of(module: str) -> int:
     parts = module.split(".")
-    if len(parts) < 2 or parts[1] in BASE:
+    if len(parts) < 2:
+        return len(LAYER_ORDER)
+    if parts[1] in BASE:
         return -1
     return LAYER_ORDER.get(parts[1], len(LAYER_ORDER))
 
 
 def upward_imports(name: str, tree: ast.AST, known: set[str]) -> list[str]:
-    """Imports of a layer above this module's own (an arrow pointing up)."""
+    """Imports of a layer above this module's own (an arrow pointing up); a base module's of anything not base."""
     mine = layer_of(name)
-    if mine < 0 or mine == len(LAYER_ORDER):
+    if mine == len(LAYER_ORDER):
         return []
     return sorted(f"{name} -> {m}" for m in imports_of(name, tree, known) if layer_of(m) > mine)
 
@@ -409,6 +412,15 @@ def test_no_layer_imports_a_layer_above_it():
         "imports that point up (core < record < rank < executors < the front):\n"
         + "\n".join(offenders)
     )
+
+
+def test_the_version_is_said_once_in_the_package_and_once_in_pyproject():
+    import tomllib
+
+    import hpcqa
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["version"] == hpcqa.__version__
 
 
 def test_every_structure_rule_catches_a_planted_offender():
@@ -485,6 +497,13 @@ def test_every_structure_rule_catches_a_planted_offender():
         == []
     )
     assert upward_imports("hpcqa.cli", ast.parse("from hpcqa.executors import table"), known) == []
+    # a base module is held too: errors may use text, not the core
+    known |= {"hpcqa.text", "hpcqa.core.values"}
+    assert upward_imports(
+        "hpcqa.errors",
+        ast.parse("from hpcqa.core.values import shown\nfrom hpcqa import text"),
+        known,
+    ) == ["hpcqa.errors -> hpcqa.core.values"]
 
 
 @pytest.mark.process

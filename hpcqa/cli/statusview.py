@@ -18,6 +18,7 @@ from hpcqa.core.states import State
 from hpcqa.core.topology import cpu_list
 from hpcqa.record import failures, phases, status
 from hpcqa.record.status import JobView
+from hpcqa.text import one_line
 
 COLOUR = {
     "ok": "green",
@@ -185,18 +186,13 @@ def print_list(
     con.print(job_table(views, expand, wide, con.width))
     if not source.answered:
         con.print(
-            f"[yellow]warning:[/] Slurm could not be asked ({_one_line(source.error)}); states are the last known, "
+            f"[yellow]warning:[/] Slurm could not be asked ({one_line(source.error)}); states are the last known, "
             "or what the jobs' own files say. Fix: hpcqa doctor",
             highlight=False,
         )
     for v in views:
         if v.notes:
             con.print(f"[bold]{v.id}[/]: " + "; ".join(v.notes), highlight=False)
-
-
-def _one_line(text: str, limit: int = 120) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _bar(p: dict, width: int = 30) -> str:
@@ -383,7 +379,7 @@ def checked_detail_lines(v: JobView) -> list[tuple[str, str]]:
             (
                 "damaged",
                 f"a file in the job folder holds a value of the wrong type ({type(e).__name__}: "
-                f"{_one_line(str(e))[:160]}); read the files in the job folder, or "
+                f"{one_line(str(e))[:160]}); read the files in the job folder, or "
                 "hpcqa status --json",
             ),
         ] + _damaged_rows(v)
@@ -409,7 +405,7 @@ def print_detail(con, views: Sequence[JobView], source: states.Answer) -> None:
             )
     if not source.answered:
         con.print(
-            f"[yellow]warning:[/] Slurm could not be asked ({escape(_one_line(source.error))}). Fix: hpcqa doctor",
+            f"[yellow]warning:[/] Slurm could not be asked ({escape(one_line(source.error))}). Fix: hpcqa doctor",
             highlight=False,
         )
 

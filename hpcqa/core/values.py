@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import re
 
-# C0 (NUL, tab, newline, CR, ESC ...), DEL, C1 (NEL U+0085 among them) and Unicode's line and paragraph
-# separators (U+2028, U+2029): YAML readers (PyYAML, libyaml, go-yaml) break lines at NEL, LS and PS as at "\n",
-# so in a pod script's block scalar any of them would start a new line of the script.
-# C0, DEL, C1, the line/paragraph separators, and the bidirectional overrides and isolates (U+202A-U+202E,
-# U+2066-U+2069), which reorder what a terminal shows after them
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+from hpcqa.text import CONTROL, control_char, shown  # noqa: F401  (the checks here use them; others import them from here too)
 
 # Credential shapes: what providers issue (prefixes documented by Hugging Face, GitHub, AWS, Slack, GitLab,
 # OpenAI), private-key blocks, and URLs with a password in them.
@@ -85,18 +80,6 @@ MANAGED_ENV = re.compile(
     r"|HPCQA_[A-Za-z0-9_]*|SUBMITIT_[A-Za-z0-9_]*",
     re.I,
 )
-
-
-def control_char(text: str) -> str | None:
-    """The first control character of `text`, spelled so that a terminal shows it ('\\n'), or None."""
-    m = CONTROL.search(text)
-    return None if m is None else repr(m.group(0))[1:-1] + f" at position {m.start()}"
-
-
-def shown(text: str) -> str:
-    """`text` with every control character spelled as its escape ('\\n', '\\x85', '\\u2028'): for a comment line
-    of a script (a config's file name, which no check refuses), where a raw one would start a new line."""
-    return CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
 
 
 def secret_shape(text: str) -> str | None:

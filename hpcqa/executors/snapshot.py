@@ -24,7 +24,7 @@ from hpcqa import fsutil
 from hpcqa.errors import SubmitError
 from hpcqa.executors import snapcheck
 from hpcqa.record.jobdir import JobRoot, write_json
-from hpcqa.version import __version__
+from hpcqa.resources import __version__
 
 PACKAGE = Path(__file__).resolve().parent.parent  # the hpcqa package this process runs
 

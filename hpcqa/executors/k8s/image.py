@@ -11,7 +11,7 @@ from hpcqa.core.config import Config
 from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.plan import HostProbe
 from hpcqa.core.targets import DDPBackend
-from hpcqa.version import __version__
+from hpcqa.resources import __version__
 
 TORCH = "torch==2.13.0"  # the CPU build (the default index's torch is the multi-GB CUDA one)
 
