@@ -31,7 +31,7 @@ from hpcqa.executors import cancel as canceller
 from hpcqa.executors import hostprobe, jobs, table
 from hpcqa.executors.interface import Executor, Request, Say, Submitted, silent
 from hpcqa.executors.slurmcli import Slurm
-from hpcqa.record import manifest, registry, scalingruns
+from hpcqa.record import logtail, manifest, registry, scalingruns
 from hpcqa.record.jobdir import JobDir
 
 
@@ -195,9 +195,9 @@ class Job:
             if not wait and not states.is_final(state):
                 return None
             failed = JobDir(Path(v.folder)).failed_ranks()
-            first = f": rank {failed[0]['rank']}: {failed[0]['error']}" if failed else ""
+            first = f": rank {failed[0].rank}: {failed[0].error}" if failed else ""
             raise JobFailed(f"job {self.id} ended {state}{first}", f"hpcqa logs {self.id}")
-        return v.results
+        return v.results.to_json()
 
     def model_path(self) -> Path | None:
         """The trained model's folder (train.save_model) once the job has written it whole, else None: what
@@ -208,10 +208,22 @@ class Job:
         reg = registry.Registry(self.registry, create=False)
         return canceller.cancel(canceller.targets(reg, [self.id], None), False, Slurm())
 
-    def logs(self, rank: int = 0, stream: str = "err") -> str:
-        """A rank's log ("err": stderr, where hpcqa and the Trainer write; "out": stdout)."""
+    def logs(
+        self, rank: int = 0, stream: str = "err", lines: int = 0, all_attempts: bool = True
+    ) -> str:
+        """A rank's log ("err": stderr, where hpcqa and the Trainer write; "out": stdout), read as `hpcqa logs`
+        reads it: its last `lines` lines (0: all), every attempt or the current one, at most 64 MiB from its end.
+        UsageError when the file there is not the regular file a job writes (a FIFO, a link)."""
         path = JobDir(self.folder).log(rank, stream)
-        return path.read_text(errors="replace") if path else ""
+        if path is None:
+            return ""
+        try:
+            return logtail.text(path, lines, all_attempts)
+        except OSError as e:
+            raise UsageError(
+                f"rank {rank}'s log {path} cannot be read: {e.strerror}",
+                "hpcqa reads only the regular files a job writes; look at the folder by hand",
+            ) from None
 
 
 class Sweep:

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from hpcqa.core import modelfacts
 from hpcqa.core.config import Config
 from hpcqa.errors import ConfigError
-from hpcqa.record.jsonfiles import load_json
+from hpcqa.record.jobfiles.reader import load_json
 
 SAMPLE = 200  # examples of each data file whose tokens are counted
 CONTEXT_CHARS = 4000  # of each sampled context

@@ -456,3 +456,29 @@ def pytest_runtest_protocol(item, nextitem):
         f.write(
             f"{cpu() - before:.1f} {time.monotonic() - t:.1f} {start:.1f} {worker} {item.nodeid}\n"
         )
+
+
+def typed_view(**kw):
+    """A JobView from plain dicts, each job file's dict read through its schema as the job folder's reader does: a
+    dict that breaks its schema is left out (a rank's record) or None (results, progress), as status shows it."""
+    from hpcqa.record.jobfiles import failure, fields, phase, progress, report, results
+    from hpcqa.record.jobfiles.parts import Notice
+    from hpcqa.record.status import JobView
+
+    def ok(x):
+        return None if isinstance(x, fields.Damaged) else x
+
+    one = {"results": results.parse, "progress": progress.parse}
+    many = {"ranks": report.parse, "failed": failure.parse, "phases": phase.parse}
+    for k, parse in one.items():
+        if isinstance(kw.get(k), dict):
+            kw[k] = ok(parse(kw[k]))
+    for k, parse in many.items():
+        if kw.get(k):
+            got = [ok(parse(x)) if isinstance(x, dict) else x for x in kw[k]]
+            kw[k] = [x for x in got if x is not None]
+    if kw.get("notices"):
+        kw["notices"] = [
+            fields.build(Notice, x) if isinstance(x, dict) else x for x in kw["notices"]
+        ]
+    return JobView(**kw)

@@ -215,7 +215,7 @@ def test_a_node_waiting_for_the_first_hosts_address_records_when_it_gives_up(tmp
     waiting = Phases(jd, 2)
     assert rank.enter_first_phase(waiting, p, {"NODE_RANK": "1"}) is True
     (rec,) = jd.read_phases(3)  # rank 2's, the one written
-    assert (rec["phase"], rec["detail"], rec["timeout_s"]) == ("address", "of ib0", 40), rec
+    assert (rec.phase, rec.detail, rec.timeout_s) == ("address", "of ib0", 40), rec
     for plan_, env in ((p, {"NODE_RANK": "0"}), (quick_plan(), {"NODE_RANK": "1"})):
         first = Phases(None, 0)
         assert rank.enter_first_phase(first, plan_, env) is False
@@ -522,16 +522,18 @@ def test_rank_0_requeues_only_once_every_rank_of_this_attempt_has_saved(tmp_path
 
     jd = JobDir(tmp_path)
     jd.ranks.mkdir()
-    write_json(jd.rank_report(0), {"notice": {"attempt": 1}})
+    write_json(jd.rank_report(0), {"rank": 0, "notice": {"attempt": 1}})
     assert not all_ranks_stopped(jd, 2, 1)  # rank 1 has not reported
-    write_json(jd.rank_report(1), {"notice": {"attempt": 0}})
+    write_json(jd.rank_report(1), {"rank": 1, "notice": {"attempt": 0}})
     assert not all_ranks_stopped(jd, 2, 1)  # its report is the attempt before's
     jd.rank_report(1).write_text("[1, 2]")
     assert not all_ranks_stopped(jd, 2, 1)  # damaged
     for planted in (True, 1.0, "1"):  # equal to 1 to Python, not an attempt a rank writes
-        write_json(jd.rank_report(1), {"notice": {"attempt": planted}})
+        write_json(jd.rank_report(1), {"rank": 1, "notice": {"attempt": planted}})
         assert not all_ranks_stopped(jd, 2, 1), planted
-    write_json(jd.rank_report(1), {"notice": {"attempt": 1}})
+    write_json(jd.rank_report(1), {"rank": 0, "notice": {"attempt": 1}})
+    assert not all_ranks_stopped(jd, 2, 1)  # rank 0's report where rank 1's goes: not rank 1's
+    write_json(jd.rank_report(1), {"rank": 1, "notice": {"attempt": 1}})
     assert all_ranks_stopped(jd, 2, 1)
 
 

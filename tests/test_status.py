@@ -190,7 +190,7 @@ def test_local_job_states(tmp_path):
 
 
 def test_progress_text_while_running():
-    v = status.JobView(
+    v = status.typed_view(
         id="1",
         name="n",
         target="slurm",

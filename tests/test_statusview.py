@@ -13,7 +13,10 @@ from hpcqa.executors import jobs, slurmcli
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.record import registry, status
 from hpcqa.record.jobdir import write_json
-from hpcqa.record.status import JobView
+from hpcqa.record.jobfiles import failure, progress, results
+from hpcqa.record.jobfiles import report as report_schema
+from hpcqa.record.jobfiles.fields import Damaged
+from tests.conftest import typed_view
 from tests.test_status import ALL_STATES, FakeRunner, _reg
 
 LONG = "an-uncommonly-long-job-name-for-the-quickstart-sweep-of-learning-rates"
@@ -30,7 +33,7 @@ def render(
 def views():
     out = []
     for i, state in enumerate(ALL_STATES):
-        v = JobView(
+        v = typed_view(
             id=str(1000 + i),
             name=LONG if i % 2 else "quickstart",
             target="slurm" if i % 3 else "local",
@@ -42,9 +45,11 @@ def views():
         if state == "PENDING":
             v.reason = "QOSMaxJobsPerUserLimit"
         if state == "RUNNING":
-            v.progress = {"step": 120, "total_steps": 400, "loss": 1.23456, "eta_s": 3600}
+            v.progress = progress.parse(
+                {"step": 120, "total_steps": 400, "loss": 1.23456, "eta_s": 3600}
+            )
         if state == "COMPLETED":
-            v.results = {"exact_match": 71.25, "f1": 80.5}
+            v.results = results.parse({"exact_match": 71.25, "f1": 80.5})
         out.append(v)
     return out
 
@@ -69,7 +74,7 @@ def test_fits_80_columns_and_never_splits_a_word():
 
 
 def test_empty_columns_are_hidden_and_wide_shows_everything():
-    v = JobView(id="7", name=LONG, target="local", state="FAILED", nodes=1, world_size=2)
+    v = typed_view(id="7", name=LONG, target="local", state="FAILED", nodes=1, world_size=2)
     narrow = render([v])
     assert "exit" not in narrow and "elapsed" not in narrow and "1 job(s): 1 local" in narrow
     wide = render([v], width=200, wide=True)
@@ -83,7 +88,7 @@ def test_an_unreachable_controller_is_one_line_with_the_fix():
         "sacct: error: Sending PersistInit msg: Connection refused\nsacct: error: ..."
     )
     text = render(
-        [JobView(id="7", name="q", target="slurm", state="RUNNING", nodes=1, world_size=2)],
+        [typed_view(id="7", name="q", target="slurm", state="RUNNING", nodes=1, world_size=2)],
         source=states.Answer.failed(slurmcli.first_line(error)),
     )
     warning = [
@@ -195,15 +200,17 @@ def test_local_usage_from_the_ranks_own_measurements(tmp_path):
 
 def test_a_cancelled_jobs_interrupted_ranks_are_not_its_failure():
     """Cancelling a local job interrupts its ranks (KeyboardInterrupt); that is the cancel, not a failure."""
-    v = JobView(id="7", name="q", target="local", state="CANCELLED", nodes=1, world_size=2)
+    v = typed_view(id="7", name="q", target="local", state="CANCELLED", nodes=1, world_size=2)
     v.failed = [
-        {"rank": 1, "host": "vm", "error": "KeyboardInterrupt: "},
-        {"rank": 0, "host": "vm", "error": "rank process killed by SIGKILL"},
+        failure.parse({"rank": 1, "host": "vm", "error": "KeyboardInterrupt: "}),
+        failure.parse({"rank": 0, "host": "vm", "error": "rank process killed by SIGKILL"}),
     ]
     rows = dict(statusview.detail_lines(v))
     assert "first failure" not in rows and rows["stopped"] == "2 rank(s) stopped by the cancel"
     # a real failure before the cancel still shows; and a FAILED job's interrupt is shown as it is
-    v.failed = [{"rank": 1, "host": "vm", "error": "ValueError: bad data"}] + v.failed
+    v.failed = [
+        failure.parse({"rank": 1, "host": "vm", "error": "ValueError: bad data"})
+    ] + v.failed
     assert dict(statusview.detail_lines(v))["first failure"] == "rank 1 on vm: ValueError: bad data"
     v.state, v.failed = "FAILED", v.failed[1:]
     assert "KeyboardInterrupt" in dict(statusview.detail_lines(v))["first failure"]
@@ -226,7 +233,7 @@ def test_the_step_split_and_the_all_reduce_lines():
             "exposed_s": 0.15,
         },
     }
-    v = JobView(
+    v = typed_view(
         id="1", name="n", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=res
     )
     rows = dict(statusview._efficiency_rows(v))
@@ -237,14 +244,14 @@ def test_the_step_split_and_the_all_reduce_lines():
         "(25 % hidden behind the backward)"
     )
     sent = {**res, "comm": {**res["comm"], "compress": "fp16", "wire_bucket_bytes": [1_174_532]}}
-    v = JobView(
+    v = typed_view(
         id="1", name="n", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=sent
     )
     assert dict(statusview._efficiency_rows(v))["all-reduce"].startswith(
         "2.3 MB of gradients per step in 1 bucket(s), sent in fp16 (1.2 MB); 0.200 s alone"
     )
     link = {"link": {"bandwidth_Bps": 95e6 / 8, "latency_s": 2e-4, "nodes": 2}, "backend": "gloo"}
-    v = JobView(
+    v = typed_view(
         id="2",
         name="n-comm",
         target="slurm",
@@ -364,7 +371,7 @@ def test_only_an_error_that_names_a_lost_peer_counts_as_one(tmp_path, line, peer
         f'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n[rank1]: {line}\n'
     )
     assert failures.lost_peer_in_log(log) is peer
-    assert failures.consequence({"error": line}) == (2 if peer else 1)
+    assert failures.consequence(line) == (2 if peer else 1)
 
 
 def test_job_files_that_are_not_what_hpcqa_writes_are_passed_over(tmp_path):
@@ -373,7 +380,8 @@ def test_job_files_that_are_not_what_hpcqa_writes_are_passed_over(tmp_path):
     import os
     import signal
 
-    from hpcqa.record import jobdir, jsonfiles
+    from hpcqa.record import jobdir
+    from hpcqa.record.jobfiles import reader as jsonfiles
 
     d = tmp_path / "job"
     (d / "ranks").mkdir(parents=True)
@@ -451,7 +459,8 @@ def test_progress_numbers_out_of_range_are_a_damaged_file_not_a_bar(tmp_path, fi
         "attempt": 0,
     }
     write_json(d / "progress.json", good)
-    assert jobdir.JobDir(d).read_progress() == good and jobdir.JobDir(d).damaged(1) == []
+    got = jobdir.JobDir(d).read_progress()
+    assert got is not None and got.to_json() == good and jobdir.JobDir(d).damaged(1) == []
     write_json(d / "progress.json", {**good, field: value})
     reg = _reg(tmp_path, ["7"], folder_of=lambda i: str(d))
     f = FakeRunner({"sacct": (0, "7|RUNNING|0:0|00:01:00|1|vm\n", ""), "squeue": (0, "", "")})
@@ -497,7 +506,7 @@ def test_rank_reports_with_usage_of_the_wrong_types_are_left_out_of_the_usage(tm
         {"rank": 0, "usage": {**good["usage"], "cpu_s": float("inf")}},
         {"rank": 0, "usage": {**good["usage"], "wall_s": -1.0}},
     ):
-        v = JobView(
+        v = typed_view(
             id="5",
             name="n",
             target="local",
@@ -511,9 +520,9 @@ def test_rank_reports_with_usage_of_the_wrong_types_are_left_out_of_the_usage(tm
 
 
 def test_escape_sequences_in_a_rank_report_are_spelled_out_in_the_detail_view(tmp_path):
-    """A rank report's host and error hold OSC 8 (a hyperlink) and a clear-screen, another's rank number OSC 52 (a
-    clipboard write, in the row's label): shown as text, not sent."""
-    v = JobView(
+    """A rank report's host and error hold OSC 8 (a hyperlink) and a clear-screen: shown as text, not sent. Another's
+    rank "number" is OSC 52 (a clipboard write, once in the row's label): that report is damaged and not shown."""
+    v = typed_view(
         id="5",
         name="n",
         target="local",
@@ -538,7 +547,9 @@ def test_escape_sequences_in_a_rank_report_are_spelled_out_in_the_detail_view(tm
     text = out.getvalue()
     assert "\x1b" not in text and "\x07" not in text, repr(text)
     assert "\\x1b]8;;http://evil\\x07link" in text and "\\x1b[2J" in text
-    assert "rank \\x1b]52;c;aGk=\\x07[bold]" in text, text
+    # a rank that is not a whole number breaks the report's schema: not used, so no label can carry it
+    assert "aGk=" not in text and "rank 0" in text, text
+    assert "rank" in str(report_schema.parse({"rank": "\x1b]52;c;aGk=\x07[bold]"}))
 
 
 def test_a_log_that_is_a_link_or_a_folder_is_refused_not_read(tmp_path):
@@ -574,21 +585,28 @@ def test_a_log_that_is_a_link_or_a_folder_is_refused_not_read(tmp_path):
 def test_a_programs_folder_record_that_is_not_an_object_is_passed_over():
     """A user command's job: results.json and the rank report both may hold "work" (where the program ran), and the
     program may have written either. A "work" that is not an object is not read as one: the view shows the command
-    and the next record that is an object (an AttributeError before)."""
+    and the next record that is an object (an AttributeError before). A record whose "work" is not an object breaks
+    its schema and is not used at all (the reader names it as damaged)."""
     ran = {"dir": "/home/u/prog", "snapshot": "abc123"}
-    for results, report, where in (
-        (None, {"work": "x"}, "in the image default folder"),
+    assert isinstance(report_schema.parse({"rank": 0, "work": "x"}), Damaged)
+    assert "work" in str(results.parse({"work": [1]}))
+    for res, report, where in (
+        (None, {}, "in the image default folder"),
         ({"work": [1]}, {"work": ran}, "in a copy of /home/u/prog (snapshot abc123, verified)"),
-        ({"work": ran}, {"work": 7}, "in a copy of /home/u/prog (snapshot abc123, verified)"),
+        (
+            {"work": ran, "command": ["python", "a.py"]},
+            {"work": 7},
+            "in a copy of /home/u/prog (snapshot abc123, verified)",
+        ),
     ):
-        v = JobView(
+        v = typed_view(
             id="7",
             name="q",
             target="local",
             state="COMPLETED",
             nodes=1,
             world_size=1,
-            results=results,
+            results=res,
             ranks=[{"rank": 0, "command": ["python", "a.py"], **report}],
         )
         text = " ".join(t for _, t in statusview.detail_lines(v))
@@ -646,5 +664,6 @@ def test_a_finished_jobs_records_with_fields_of_the_wrong_type_still_show(
     assert "7" in text and "COMPLETED" in text, text
     if field == "requeues":
         assert "requeued" not in text, text  # a count that is not a whole number is not a count
-    if field == "resumed_from_step":
-        assert "requeued 1x" in text and "resumed from step" not in text, text
+    if field == "resumed_from_step":  # the file breaks its schema: not used, and said so by field
+        assert "resumed from step" not in text, text
+        assert "results.json: resumed_from_step" in text, text

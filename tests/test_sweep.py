@@ -9,8 +9,8 @@ import pytest
 from hpcqa.core import config, plan, sweep
 from hpcqa.errors import ConfigError
 from hpcqa.executors.slurmcli import parse_max_array_size
-from hpcqa.record import results, status
-from tests.conftest import ROOT, SLURM_HERE
+from hpcqa.record import results
+from tests.conftest import ROOT, SLURM_HERE, typed_view
 
 HOST = plan.HostProbe(schedulers=SLURM_HERE, python="python3")
 
@@ -131,7 +131,7 @@ def test_max_array_size_from_scontrol():
 
 
 def view(task, params, state, res=None):
-    return status.JobView(
+    return typed_view(
         id=f"9_{task}",
         name="n",
         target="slurm",

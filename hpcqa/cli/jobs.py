@@ -103,11 +103,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     rank = args.rank
     if rank is None:
         failed = jd.failed_ranks()
-        rank = int(failed[0]["rank"]) if failed else 0
+        rank = failed[0].rank if failed else 0
         if failed:
             print(
                 errors.for_terminal(
-                    f"first failure: rank {rank} on {failed[0].get('host')}: {failed[0].get('error')}"
+                    f"first failure: rank {rank} on {failed[0].host}: {failed[0].error}"
                 ),
                 file=sys.stderr,
             )

@@ -16,6 +16,9 @@ from hpcqa.core import eta, states
 from hpcqa.errors import JobFailed
 from hpcqa.record import failures, status
 from hpcqa.record.jobdir import JobDir
+from hpcqa.record.jobfiles.parts import Recipe
+from hpcqa.record.jobfiles.progress import Progress as ProgressFile
+from hpcqa.record.jobfiles.results import Efficiency, Results
 
 STDERR_LINES = 8  # of a failed program's stderr, error first, in submit's report
 
@@ -29,7 +32,7 @@ class CountedBar(BarColumn):
 
 
 @contextlib.contextmanager
-def progress_bar(title: str) -> Iterator[Callable[[dict], None]]:
+def progress_bar(title: str) -> Iterator[Callable[[ProgressFile], None]]:
     """A rich progress bar on stderr (only on a terminal); yields the callback an executor's wait feeds. The texts
     are data, not rich markup: "[command]" is a phase shown as it is. Its ETA is the one `status` shows (the rank's
     estimate, hpcqa.core.eta), not one of rich's own from how often the bar was fed."""
@@ -46,18 +49,18 @@ def progress_bar(title: str) -> Iterator[Callable[[dict], None]]:
         yield lambda p: bar.update(task, **bar_fields(title, p, time.time()))
 
 
-def bar_fields(title: str, p: dict, now: float) -> dict[str, Any]:
+def bar_fields(title: str, p: ProgressFile, now: float) -> dict[str, Any]:
     """What the bar shows of one progress reading at `now`."""
-    step, total = p.get("step"), p.get("total_steps")
-    counted = isinstance(step, int) and isinstance(total, int) and total > 0
-    steps = f"{step}/{total} steps" if counted else f"step {step}" if isinstance(step, int) else ""
-    phase = str(p.get("phase") or "")[:20]
+    step, total = p.step, p.total_steps
+    counted = step is not None and bool(total)
+    steps = f"{step}/{total} steps" if counted else f"step {step}" if step is not None else ""
+    phase = (p.phase or "")[:20]
     return {
         "completed": step if counted else 0,
         "total": total if counted else None,
         "steps": steps,
-        "loss": f"loss {p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else "",
-        "eta": eta.eta_text(p, now),
+        "loss": f"loss {p.loss:.3f}" if p.loss is not None else "",
+        "eta": eta.eta_text(p.eta_s, p.updated, now),
         "description": f"{title} [{phase}]" if phase else title,
     }
 
@@ -89,13 +92,13 @@ def report(job_id: str, jd: JobDir, state: str, plan: Any) -> int:
     lines = [f"job {job_id} {'FAILED' if states.succeeded(state) else state}"]
     for i, f in enumerate(failed):
         lines.append(
-            f"rank {f['rank']} on {f['host']}: {f['error']}"
+            f"rank {f.rank} on {f.host or '?'}: {f.error}"
             + ("  <- first failure" if i == 0 and len(failed) > 1 else "")
         )
-        if i == 0 and isinstance(f.get("stderr_tail"), list):  # a program's: its own error, first
+        if i == 0 and f.stderr_tail:  # a program's: its own error, first
             lines += [
                 "    " + line[:200]
-                for line in failures.error_first(f["stderr_tail"])[:STDERR_LINES]
+                for line in failures.error_first(list(f.stderr_tail))[:STDERR_LINES]
             ]
     if not failed:
         for r in range(plan.world_size):
@@ -107,106 +110,97 @@ def report(job_id: str, jd: JobDir, state: str, plan: Any) -> int:
     )
 
 
-def mfu_lines(eff: dict) -> list[str]:
+def mfu_lines(eff: Efficiency | None) -> list[str]:
     """MFU on the tokens that carry text and on all tokens, against the measured peak (80 columns); an unreliable
     peak (the run beat it) is said as such, with the fix, never as an MFU over 100 %."""
-    if eff.get("mfu_unreliable"):
-        bad = eff["mfu_unreliable"]
+    if eff is None:
+        return []
+    if eff.mfu_unreliable:
+        bad = eff.mfu_unreliable
         # printed indented by 2: each line within 76 columns here
         return [
-            *textwrap.wrap(f"MFU not given: {bad['why']}", 76, subsequent_indent="  "),
-            *textwrap.wrap(f"  fix: {bad['fix']}", 76, subsequent_indent="       "),
+            *textwrap.wrap(f"MFU not given: {bad.why}", 76, subsequent_indent="  "),
+            *textwrap.wrap(f"  fix: {bad.fix}", 76, subsequent_indent="       "),
         ]
-    if eff.get("mfu") is None:
+    if eff.mfu is None or eff.achieved_flops is None or eff.peak_flops is None:
         return []
-    line = f"MFU {100 * eff['mfu']:.1f} % on text tokens"
-    if eff.get("mfu_all_tokens") is not None:
-        padding = (eff.get("tokens") or {}).get("padding_share")
-        line += f", {100 * eff['mfu_all_tokens']:.1f} % on all tokens" + (
+    line = f"MFU {100 * eff.mfu:.1f} % on text tokens"
+    if eff.mfu_all_tokens is not None:
+        padding = eff.tokens.padding_share if eff.tokens else None
+        line += f", {100 * eff.mfu_all_tokens:.1f} % on all tokens" + (
             f" ({100 * padding:.0f} % padding)" if padding is not None else ""
         )
     return [
         line,
-        f"achieved {eff['achieved_flops'] / 1e9:.2f} GFLOP/s of {eff['peak_flops'] / 1e9:.1f}, the measured "
-        f"{eff['precision']} matmul peak",
+        f"achieved {eff.achieved_flops / 1e9:.2f} GFLOP/s of {eff.peak_flops / 1e9:.1f}, the measured "
+        f"{eff.precision} matmul peak",
     ]
 
 
-def command_lines(results: dict) -> list[str]:
+def command_lines(results: Results) -> list[str]:
     """A user command's job: that it ended well on every rank, and the metrics its rank 0 wrote (HPCQA_RESULTS)."""
-    wall = results.get("wall_time_s")
+    wall = results.wall_time_s
     lines = [
-        f"the command ended with 0 on {results.get('world_size')} rank(s)"
-        + (f"; rank 0 ran {wall:.0f} s" if isinstance(wall, (int, float)) else "")
+        f"the command ended with 0 on {results.world_size} rank(s)"
+        + (f"; rank 0 ran {wall:.0f} s" if wall is not None else "")
     ]
-    metrics = results.get("metrics")
-    if isinstance(metrics, dict) and metrics:
-        lines.append(
-            "metrics: "
-            + ", ".join(
-                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                for k, v in list(metrics.items())[:8]
-            )
-        )
-    elif results.get("metrics_error"):
-        lines.append(str(results["metrics_error"]))
+    if results.metrics:
+        lines.append("metrics: " + metrics_text(results.metrics, 8))
+    elif results.metrics_error:
+        lines.append(results.metrics_error)
     return lines
 
 
-def summary_lines(results: dict) -> list[str]:
-    if isinstance(results.get("command"), list):
-        return command_lines(results)
+def metrics_text(metrics: dict[str, Any], most: int) -> str:
+    """A user program's metrics (HPCQA_RESULTS): "name value" each, floats to 4 digits, the first `most`."""
+    return ", ".join(
+        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in list(metrics.items())[:most]
+    )
+
+
+def summary_lines(results: Results) -> list[str]:
+    r = results
+    if r.command is not None:
+        return command_lines(r)
     lines = []
-    if "exact_match" in results:
-        lines.append(
-            f"EM {results['exact_match']:.2f}  F1 {results['f1']:.2f}  ({results.get('eval_examples')} "
-            "questions)"
-        )
-        lines += status.v2_lines(results)
-        if results.get("baseline"):  # one line each: an 80-column terminal shows them whole
-            b = results["baseline"]
+    if r.exact_match is not None and r.f1 is not None:
+        lines.append(f"EM {r.exact_match:.2f}  F1 {r.f1:.2f}  ({r.eval_examples} questions)")
+        lines += status.v2_lines(r)
+        b = r.baseline
+        if b and b.exact_match is not None and b.f1 is not None:  # one line each: 80 columns
             lines.append(
-                f"baseline '{b['name'].split(' ')[0]}': EM {b['exact_match']:.2f}  F1 {b['f1']:.2f}"
+                f"baseline '{b.name.split(' ')[0]}': EM {b.exact_match:.2f}  F1 {b.f1:.2f}"
             )
-    tps = results.get("train_samples_per_second")
-    if tps:
+    if r.train_samples_per_second:
         lines.append(
-            f"train {tps:.2f} samples/s over {results.get('world_size')} rank(s), "
-            f"{results.get('threads_per_rank')} thread(s) each; {results.get('train_runtime_s', 0):.0f} s"
+            f"train {r.train_samples_per_second:.2f} samples/s over {r.world_size} rank(s), "
+            f"{r.threads_per_rank} thread(s) each; {r.train_runtime_s or 0:.0f} s"
         )
-        lines.append(f"backend {results.get('backend')}; bf16 {results.get('bf16')}")
-        lines += attention_lines(results.get("step_recipe"))
-    eff = results.get("efficiency") or {}
-    lines += mfu_lines(eff)
-    if results.get("eval_samples_per_second"):
+        lines.append(f"backend {r.backend}; bf16 {r.bf16}")
+        lines += attention_lines(r.step_recipe)
+    lines += mfu_lines(r.efficiency)
+    if r.eval_samples_per_second:
         lines.append(
-            f"eval {results['eval_samples_per_second']:.1f} features/s; wall time "
-            f"{results.get('wall_time_s', 0):.0f} s"
+            f"eval {r.eval_samples_per_second:.1f} features/s; wall time {r.wall_time_s or 0:.0f} s"
         )
-    if results.get("best_checkpoint"):
-        lines.append(f"best checkpoint {results['best_checkpoint']} ({results.get('best_metric')})")
-    for stage in ("files", "predict"):
-        files = (
-            (results.get(stage) or {}).get("files") if stage == "predict" else results.get("files")
-        )
+    if r.best_checkpoint:
+        lines.append(f"best checkpoint {r.best_checkpoint} ({r.best_metric})")
+    for stage, files in (("eval", r.files), ("test", r.predict.files if r.predict else {})):
         if files:
-            lines.append(
-                f"{'test' if stage == 'predict' else 'eval'} predictions: {files.get('predictions')}"
-            )
-    if results.get("tensorboard"):
-        lines.append(f"TensorBoard: tensorboard --logdir {results['tensorboard']}")
+            lines.append(f"{stage} predictions: {files.get('predictions')}")
+    if r.tensorboard:
+        lines.append(f"TensorBoard: tensorboard --logdir {r.tensorboard}")
     return lines
 
 
-def attention_lines(recipe: Any) -> list[str]:
+def attention_lines(recipe: Recipe | None) -> list[str]:
     """Which attention ran and why (the rank's record), and a switch the model made during training."""
-    if not isinstance(recipe, dict) or not isinstance(recipe.get("attention"), str):
+    if recipe is None or recipe.attention is None:
         return []
     lines = [
-        textwrap.shorten(
-            f"attention {recipe['attention']} ({recipe.get('attention_reason', '')})", 76
-        )
+        textwrap.shorten(f"attention {recipe.attention} ({recipe.attention_reason or ''})", 76)
     ]
-    if isinstance(recipe.get("attention_switched"), str):
-        lines.append(textwrap.shorten(f"attention switched: {recipe['attention_switched']}", 76))
+    if recipe.attention_switched is not None:
+        lines.append(textwrap.shorten(f"attention switched: {recipe.attention_switched}", 76))
     return lines

@@ -13,10 +13,14 @@ from rich.markup import render as markup
 from rich.panel import Panel
 from rich.table import Table
 
+from hpcqa.cli import report
 from hpcqa.core import command, eta, states, values
 from hpcqa.core.states import State
 from hpcqa.core.topology import cpu_list
 from hpcqa.record import failures, phases, status
+from hpcqa.record.jobfiles.failure import Failure
+from hpcqa.record.jobfiles.progress import Progress as ProgressFile
+from hpcqa.record.jobfiles.results import Results
 from hpcqa.record.status import JobView
 from hpcqa.text import one_line
 
@@ -195,8 +199,8 @@ def print_list(
             con.print(f"[bold]{v.id}[/]: " + "; ".join(v.notes), highlight=False)
 
 
-def _bar(p: dict, width: int = 30) -> str:
-    total, step = p.get("total_steps") or 0, p.get("step", 0)
+def _bar(p: ProgressFile, width: int = 30) -> str:
+    total, step = p.total_steps or 0, p.step or 0
     if not total:
         return f"step {step}"
     done = min(int(width * step / total), width)
@@ -230,8 +234,8 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
             "elapsed",
             v.elapsed
             or (
-                eta.clock((v.results or {})["wall_time_s"]) + " (the ranks' wall time)"
-                if (v.results or {}).get("wall_time_s")
+                eta.clock(v.results.wall_time_s) + " (the ranks' wall time)"
+                if v.results and v.results.wall_time_s
                 else "-"
             ),
         ),
@@ -241,15 +245,15 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
     if len(attempts) > 1 or again:
         rows.append(("attempts", f"{max(len(attempts), 1)}" + (f" ({again})" if again else "")))
     rows += _progress_rows(v, now)
-    code = (v.results or {}).get("code") or next(
-        (rep.get("code") for rep in v.ranks if rep.get("code")), None
+    code = (v.results.code if v.results else None) or next(
+        (rep.code for rep in v.ranks if rep.code), None
     )
     if code:
         rows.append(
             (
                 "code",
-                ("snapshot " + str(code.get("digest", "?")) + ", " if code.get("snapshot") else "")
-                + f"hpcqa {code.get('version', '?')}, {code.get('describe', '?')}",
+                (f"snapshot {code.digest or '?'}, " if code.snapshot else "")
+                + f"hpcqa {code.version or '?'}, {code.describe or '?'}",
             )
         )
     rows += _command_rows(v)
@@ -274,24 +278,25 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
 
 def _score_rows(v: JobView) -> list[tuple[str, str]]:
     """EM/F1, and for SQuAD v2 data the answerable and unanswerable questions apart."""
-    if not v.results or "f1" not in v.results:
+    got = status.scores(v.results)
+    if not got or not v.results:
         return []
-    rows = [("results", f"EM {v.results['exact_match']:.2f}  F1 {v.results['f1']:.2f}")]
+    rows = [("results", f"EM {got[0]:.2f}  F1 {got[1]:.2f}")]
     return rows + [("", line) for line in status.v2_lines(v.results)]
 
 
 def _progress_rows(v: JobView, now: float) -> list[tuple[str, str]]:
     """A job still training: its bar, last loss, ETA and how fresh that is."""
-    p = v.progress or {}
+    p = v.progress
     if not p or v.results:
         return []
     text = _bar(p)
-    if isinstance(p.get("loss"), (int, float)):
-        text += f", last loss {p['loss']:.4f}"
-    if v.state == State.RUNNING and (left := eta.eta_text(p, now)):
+    if p.loss is not None:
+        text += f", last loss {p.loss:.4f}"
+    if v.state == State.RUNNING and (left := eta.eta_text(p.eta_s, p.updated, now)):
         text += f", {left}"
-    if p.get("updated"):
-        text += f" (updated {int(now - p['updated'])} s ago)"
+    if p.updated:
+        text += f" (updated {int(now - p.updated)} s ago)"
     return [("progress", text)]
 
 
@@ -304,14 +309,11 @@ def _stop_rows(v: JobView) -> list[tuple[str, str]]:
     rows = [
         (
             "stopped",
-            f"{last['signal']} at step {last['step']} (attempt {last['attempt']}): checkpoint "
-            f"{last['checkpoint']}",
+            f"{last.signal} at step {last.step} (attempt {last.attempt}): checkpoint {last.checkpoint}",
         )
     ]
-    if states.is_final(v.state):
-        rows.append(
-            ("continue", f"hpcqa submit CONFIG --set train.resume_from={last['checkpoint']}")
-        )
+    if states.is_final(v.state) and last.checkpoint:
+        rows.append(("continue", f"hpcqa submit CONFIG --set train.resume_from={last.checkpoint}"))
     return rows
 
 
@@ -323,15 +325,15 @@ def _damaged_rows(v: JobView) -> list[tuple[str, str]]:
 def _rank_rows(v: JobView, now: float) -> list[tuple[str, str]]:
     """A row per rank: its host and CPUs (its report), its resource use (finished), and while the job runs where it
     is and for how long (its phase file: a rank writes one before it has a report)."""
-    reports = {rep.get("rank"): rep for rep in v.ranks}
-    where = {ph.get("rank"): ph for ph in v.phases}
+    reports = {rep.rank: rep for rep in v.ranks}
+    where = {ph.rank: ph for ph in v.phases}
     rows = []
-    for k in sorted(set(reports) | set(where), key=lambda k: k if isinstance(k, int) else -1):
-        rep, ph = reports.get(k) or {}, where.get(k)
+    for k in sorted(set(reports) | set(where)):
+        rep, ph = reports.get(k), where.get(k)
         u = ((v.usage or {}).get("per_rank") or {}).get(k, {})
-        parts = [str(rep.get("host") or (ph or {}).get("host") or "?")]
+        parts = [(rep.host if rep else None) or (ph.host if ph else None) or "?"]
         if rep:
-            parts.append(f"CPUs {cpu_list(rep.get('cpus') or []) or '-'}")
+            parts.append(f"CPUs {cpu_list(list(rep.cpus)) or '-'}")
         if u:
             parts.append(
                 f"CPU efficiency {_eff(u.get('cpu_efficiency'))}, peak {_mb(u.get('max_rss_bytes'))}"
@@ -366,31 +368,12 @@ def _usage_rows(v: JobView) -> list[tuple[str, str]]:
     ]
 
 
-def checked_detail_lines(v: JobView) -> list[tuple[str, str]]:
-    """detail_lines, or, when a file the ranks wrote has a value of the wrong type (a hand-edited or damaged
-    results.json, progress.json or report), what is certain without it and one row that says which file to read."""
-    try:
-        return detail_lines(v)
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
-        return [
-            ("state", v.state),
-            ("job", f"{v.name} ({v.target})"),
-            ("folder", v.folder or "-"),
-            (
-                "damaged",
-                f"a file in the job folder holds a value of the wrong type ({type(e).__name__}: "
-                f"{one_line(str(e))[:160]}); read the files in the job folder, or "
-                "hpcqa status --json",
-            ),
-        ] + _damaged_rows(v)
-
-
 def print_detail(con, views: Sequence[JobView], source: states.Answer) -> None:
     for v in views:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(no_wrap=True)
         grid.add_column(overflow="fold")
-        for label, text in checked_detail_lines(v):
+        for label, text in detail_lines(v):
             # labels too: a rank's number comes from its report ("rank 0"), which the program can rewrite
             grid.add_row(escape(_printable(label)), escape(_printable(text)))
         con.print(Panel(grid, title=f"job {v.id}", expand=False))
@@ -416,9 +399,9 @@ def _printable(text: str) -> str:
     return "\n".join(values.shown(line) for line in str(text).split("\n"))
 
 
-def _by_the_cancel(record: dict) -> bool:
+def _by_the_cancel(record: Failure) -> bool:
     """A rank's end that a cancel causes: Ctrl-C / SIGINT (KeyboardInterrupt), or killed by SIGINT/TERM/KILL."""
-    error = str(record.get("error", ""))
+    error = record.error
     return error.startswith("KeyboardInterrupt") or any(
         f"killed by {s}" in error for s in ("SIGINT", "SIGTERM", "SIGKILL")
     )
@@ -428,12 +411,12 @@ def _preload_rows(v: JobView) -> list[tuple[str, str]]:
     """What each node's ranks preloaded, found there (not on the submit host): one line per distinct answer."""
     seen: dict[str, list[str]] = {}
     for rep in v.ranks:
-        found = rep.get("preload") or {}
-        if found:
+        if rep.preload:
             text = "; ".join(
-                f"{name} {path}" if path else f"{name} not found" for name, path in found.items()
+                f"{name} {path}" if path else f"{name} not found"
+                for name, path in rep.preload.items()
             )
-            seen.setdefault(text, []).append(str(rep.get("host", "?")))
+            seen.setdefault(text, []).append(rep.host or "?")
     return [
         ("preloaded", f"{text} (on {', '.join(sorted(set(hosts)))})")
         for text, hosts in seen.items()
@@ -452,8 +435,8 @@ def _failure_rows(v: JobView) -> list[tuple[str, str]]:
             rows.append(("stopped", f"{len(stopped)} rank(s) stopped by the cancel"))
     if failed:
         f = failed[0]
-        rows.append(("first failure", f"rank {f['rank']} on {f.get('host', '?')}: {f['error']}"))
-        tail = failures.error_first(f.get("stderr_tail") or [])[:8]
+        rows.append(("first failure", f"rank {f.rank} on {f.host or '?'}: {f.error}"))
+        tail = failures.error_first(list(f.stderr_tail))[:8]
         if tail:
             rows.append(("its stderr", "\n".join(line[:200] for line in tail)))
     return rows
@@ -461,113 +444,104 @@ def _failure_rows(v: JobView) -> list[tuple[str, str]]:
 
 def _command_rows(v: JobView) -> list[tuple[str, str]]:
     """A user command's job: what ran, where, as submitted; the metrics it wrote to HPCQA_RESULTS."""
-    rep = next((r for r in v.ranks if isinstance(r.get("command"), list)), None)
-    res = v.results or {}
-    argv = (
-        res.get("command") if isinstance(res.get("command"), list) else (rep or {}).get("command")
-    )
+    rep = next((r for r in v.ranks if r.command is not None), None)
+    res = v.results
+    argv = (res.command if res else None) or (rep.command if rep else None)
     if not argv:
         return []
-    # results first, then the rank's report; either may hold anything (the job folder is the program's too)
-    work = next((w for w in (res.get("work"), (rep or {}).get("work")) if isinstance(w, dict)), {})
+    work = (res.work if res else None) or (rep.work if rep else None)
     where = (
-        f"in a copy of {work.get('dir')} (snapshot {work.get('snapshot')}, verified)"
-        if work.get("snapshot")
-        else f"in {work.get('run_in') or 'the image default folder'}"
+        f"in a copy of {work.dir} (snapshot {work.snapshot}, verified)"
+        if work and work.snapshot
+        else f"in {(work.run_in if work else None) or 'the image default folder'}"
     )
-    rows = [("command", command.display([str(a) for a in argv])[:400] + "\n" + where)]
-    metrics = res.get("metrics")
-    if isinstance(metrics, dict) and metrics:
-        rows.append(
-            (
-                "metrics",
-                ", ".join(
-                    f"{k} {val:.4g}" if isinstance(val, float) else f"{k} {val}"
-                    for k, val in list(metrics.items())[:12]
-                )[:400],
-            )
-        )
-    if res.get("metrics_error"):
-        rows.append(("metrics", str(res["metrics_error"])[:200]))
+    rows = [("command", command.display(list(argv))[:400] + "\n" + where)]
+    if res and res.metrics:
+        rows.append(("metrics", report.metrics_text(res.metrics, 12)[:400]))
+    if res and res.metrics_error:
+        rows.append(("metrics", res.metrics_error[:200]))
     return rows
 
 
-def _comm_rows(res: dict) -> list[tuple[str, str]]:
+def _comm_rows(res: Results) -> list[tuple[str, str]]:
     """What DDP all-reduced per step and how much the backward hid; for a `tune --comm` job, the link."""
-    link = res.get("link") or {}
-    if link.get("bandwidth_Bps"):
+    link = res.link
+    if link and link.bandwidth_Bps:
         return [
             (
                 "link",
-                f"{8 * link['bandwidth_Bps'] / 1e6:.1f} Mbit/s, latency {1e6 * link['latency_s']:.0f} us "
-                f"({res.get('backend')}, all-reduce among {link.get('nodes')} nodes)",
+                f"{8 * link.bandwidth_Bps / 1e6:.1f} Mbit/s, latency {1e6 * (link.latency_s or 0):.0f} us "
+                f"({res.backend}, all-reduce among {link.nodes} nodes)",
             )
         ]
-    comm = res.get("comm") or {}
-    if not comm.get("bucket_bytes"):
+    comm = res.comm
+    if not comm or not comm.bucket_bytes:
         return []
     text = (
-        f"{comm['grad_bytes'] / 1e6:.1f} MB of gradients per step in {len(comm['bucket_bytes'])} bucket(s)"
-        + (" (as DDP would build them: one rank)" if comm.get("planned") else "")
+        f"{(comm.grad_bytes or 0) / 1e6:.1f} MB of gradients per step in {len(comm.bucket_bytes)} bucket(s)"
+        + (" (as DDP would build them: one rank)" if comm.planned else "")
         + (
-            f", sent in {comm['compress']} ({sum(comm.get('wire_bucket_bytes') or []) / 1e6:.1f} MB)"
-            if comm.get("compress") in ("fp16", "bf16")
+            f", sent in {comm.compress} ({sum(comm.wire_bucket_bytes) / 1e6:.1f} MB)"
+            if comm.compress in ("fp16", "bf16")
             else ""
         )
     )
-    if comm.get("allreduce_s"):
-        hidden = max(1 - (comm.get("exposed_s") or 0) / comm["allreduce_s"], 0)
+    if comm.allreduce_s:
+        exposed = comm.exposed_s or 0
+        hidden = max(1 - exposed / comm.allreduce_s, 0)
         text += (
-            f"; {comm['allreduce_s']:.3f} s alone, {comm.get('exposed_s', 0):.3f} s exposed "
+            f"; {comm.allreduce_s:.3f} s alone, {exposed:.3f} s exposed "
             f"({100 * hidden:.0f} % hidden behind the backward)"
         )
     return [("all-reduce", text)]
 
 
-def _recipe_rows(res: dict) -> list[tuple[str, str]]:
+def _recipe_rows(res: Results) -> list[tuple[str, str]]:
     """The attention and dropout the step ran with (model.attention, model.dropout, model.*_dropout)."""
-    rec = res.get("step_recipe")
-    if not isinstance(rec, dict) or not isinstance(rec.get("attention"), str):
+    rec = res.step_recipe
+    if rec is None or rec.attention is None:
         return []
 
-    def rate(key: str) -> str:
-        x = rec.get(key)
-        return f"{x:g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "none"
+    def rate(x: float | None) -> str:
+        return "none" if x is None else f"{x:g}"
 
-    alloc = res.get("allocator")
     return [
         (
             "recipe",
-            f"attention {rec['attention'][:40]}, {str(rec.get('dropout_masks'))[:10]} dropout masks; "
-            f"dropout {rate('attention_dropout')} on attention, {rate('hidden_dropout')} on hidden "
-            "states" + (f"; allocator {alloc[:20]}" if isinstance(alloc, str) else ""),
+            f"attention {rec.attention[:40]}, {str(rec.dropout_masks)[:10]} dropout masks; "
+            f"dropout {rate(rec.attention_dropout)} on attention, {rate(rec.hidden_dropout)} on hidden "
+            "states" + (f"; allocator {res.allocator[:20]}" if res.allocator else ""),
         )
     ]
 
 
+STEP_PARTS = {  # the step's split (results.json step_split_s): forward+backward split into its compute and the
+    # all-reduce it did not hide when "compute" is there
+    True: {
+        "compute": "compute",
+        "allreduce_exposed": "exposed all-reduce",
+        "optimizer": "optimizer",
+        "other": "scheduler etc.",
+        "data_wait": "waiting for data",
+    },
+    False: {
+        "forward_backward": "forward+backward (with the all-reduce)",
+        "optimizer": "optimizer",
+        "other": "scheduler etc.",
+        "data_wait": "waiting for data",
+    },
+}
+
+
 def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
+    res = v.results
+    if res is None:
+        return []
     rows = []
-    split = (v.results or {}).get("step_split_s") or {}
-    known = {k: x for k, x in split.items() if isinstance(x, (int, float))}
-    if known:
-        if (
-            "compute" in known
-        ):  # forward+backward split into its compute and the all-reduce it did not hide
-            names = {
-                "compute": "compute",
-                "allreduce_exposed": "exposed all-reduce",
-                "optimizer": "optimizer",
-                "other": "scheduler etc.",
-                "data_wait": "waiting for data",
-            }
-        else:
-            names = {
-                "forward_backward": "forward+backward (with the all-reduce)",
-                "optimizer": "optimizer",
-                "other": "scheduler etc.",
-                "data_wait": "waiting for data",
-            }
-        total = sum(known[k] for k in names if k in known)
+    known = {k: x for k, x in res.step_split_s.items() if x is not None}
+    names = STEP_PARTS["compute" in known]
+    total = sum(known[k] for k in names if k in known)
+    if known and total > 0:
         rows.append(
             (
                 "step",
@@ -577,28 +551,27 @@ def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
                 ),
             )
         )
-    rows += _recipe_rows(v.results or {})
-    rows += _comm_rows(v.results or {})
-    eff = (v.results or {}).get("efficiency") or {}
-    if eff.get("mfu_unreliable"):
-        bad = eff["mfu_unreliable"]
-        return rows + [("efficiency", f"MFU not given: {bad['why']}; {bad['fix']}")]
-    if eff.get("mfu") is None:
+    rows += _recipe_rows(res) + _comm_rows(res)
+    eff = res.efficiency
+    if eff and eff.mfu_unreliable:
+        bad = eff.mfu_unreliable
+        return rows + [("efficiency", f"MFU not given: {bad.why}; {bad.fix}")]
+    if eff is None or eff.mfu is None or eff.achieved_flops is None or eff.peak_flops is None:
         return rows
-    tokens = eff.get("tokens") or {}
+    tokens = eff.tokens
     all_tokens = (
-        f"; on all tokens {100 * eff['mfu_all_tokens']:.1f} % ({100 * tokens['padding_share']:.0f} % "
-        f"padding, {tokens['text_per_sample']:.0f} of {tokens['all_per_sample']:.0f} tokens per sample "
+        f"; on all tokens {100 * eff.mfu_all_tokens:.1f} % ({100 * tokens.padding_share:.0f} % "
+        f"padding, {tokens.text_per_sample:.0f} of {tokens.all_per_sample:.0f} tokens per sample "
         "carry text)"
-        if eff.get("mfu_all_tokens") is not None and tokens
+        if eff.mfu_all_tokens is not None and tokens
         else ""
     )
     return rows + [
         (
             "efficiency",
-            f"MFU on text tokens {100 * eff['mfu']:.1f} %: {eff['achieved_flops'] / 1e9:.2f} "
-            f"of {eff['peak_flops'] / 1e9:.1f} GFLOP/s ({eff['precision']} matmul peak measured on "
-            f"{len(eff['peak_flops_per_rank'])} rank(s), {eff['peak_source']}); "
-            f"{eff['model_flops_per_sample'] / 1e9:.2f} GFLOP per sample{all_tokens}",
+            f"MFU on text tokens {100 * eff.mfu:.1f} %: {eff.achieved_flops / 1e9:.2f} "
+            f"of {eff.peak_flops / 1e9:.1f} GFLOP/s ({eff.precision} matmul peak measured on "
+            f"{len(eff.peak_flops_per_rank)} rank(s), {eff.peak_source}); "
+            f"{(eff.model_flops_per_sample or 0) / 1e9:.2f} GFLOP per sample{all_tokens}",
         )
     ]

@@ -9,9 +9,7 @@ it was written, so two views of the same file at the same moment agree.
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from typing import Mapping
 
 WINDOW_S = 60.0  # the rate is taken over about the last minute of steps
 
@@ -44,25 +42,18 @@ class StepRate:
         return max(0.0, (total - s1) * (t1 - t0) / (s1 - s0) - max(0.0, now - t1))
 
 
-def _seconds(x: object) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+def eta_at(eta_s: float | None, updated: float | None, now: float) -> float | None:
+    """The ETA a progress reading gives at `now`: the estimate written (eta_s), less the time since it was written
+    (updated); None without one (or once it has run out: a stale reading claims nothing)."""
+    if eta_s is None or eta_s < 0:
         return None
-    return float(x)
-
-
-def eta_at(progress: Mapping, now: float) -> float | None:
-    """The ETA a progress.json reading gives at `now`: the estimate written, less the time since it was written;
-    None without one (or once it has run out: a stale reading claims nothing)."""
-    eta, updated = _seconds(progress.get("eta_s")), _seconds(progress.get("updated"))
-    if eta is None or eta < 0:
-        return None
-    left = eta - max(0.0, now - updated) if updated is not None else eta
+    left = eta_s - max(0.0, now - updated) if updated is not None else eta_s
     return left if left >= 1.0 else None
 
 
-def eta_text(progress: Mapping, now: float) -> str:
+def eta_text(eta_s: float | None, updated: float | None, now: float) -> str:
     """'ETA 4:05' (or 'ETA 1:02:03'), or '' without an ETA at `now`."""
-    left = eta_at(progress, now)
+    left = eta_at(eta_s, updated, now)
     return "" if left is None else f"ETA {clock(left)}"
 
 

@@ -21,6 +21,7 @@ from hpcqa.core.sweep import SweepPlan
 from hpcqa.core.targets import Requeue, Target
 from hpcqa.errors import UsageError
 from hpcqa.executors.snapshot import Snapshot
+from hpcqa.record.jobfiles.progress import Progress as ProgressFile
 from hpcqa.record.registry import JobRow
 from hpcqa.record.status import JobView
 from hpcqa.record.worktree import WorkTree
@@ -29,7 +30,7 @@ Say = Callable[
     [str], None
 ]  # where an executor reports what it is doing (the CLI: stderr; the API: nowhere)
 Progress = Callable[
-    [dict], None
+    [ProgressFile], None
 ]  # rank 0's progress (progress.json) each time it is read while a job is followed
 
 

@@ -14,7 +14,7 @@ from hpcqa.executors import table
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.record import phases
 from hpcqa.record.jobdir import JobDir
-from hpcqa.record.jsonfiles import list_at, usage_numbers
+from hpcqa.record.jobfiles.report import Report
 from hpcqa.record.status import LIST_PHASES, JobView
 
 
@@ -92,12 +92,7 @@ def _read_folder(v: JobView, jd: JobDir, detail: bool) -> None:
         v.logs = [p for k in range(v.world_size) if (p := jd.log(k)) is not None]
         v.damaged = jd.damaged(v.world_size)
         v.notes += list(
-            dict.fromkeys(
-                w
-                for rep in v.ranks
-                for w in list_at(rep, "warnings")
-                if isinstance(w, str) and w.startswith("checkpoint ")
-            )
+            dict.fromkeys(w for rep in v.ranks for w in rep.warnings if w.startswith("checkpoint "))
         )
 
 
@@ -124,17 +119,14 @@ BUSY_NODE = (
 )
 
 
-USAGE_QUEUED = ("run_delay_s", "wall_s", "cpus")
-
-
-def run_queue_share(ranks: Sequence[dict]) -> float | None:
+def run_queue_share(ranks: Sequence[Report]) -> float | None:
     """The largest share of a rank's core time (wall x CPUs) that it spent ready to run but waiting for a CPU, from
     the ranks' own reports (schedstat); None when no report says."""
-    shares = []
-    for rep in ranks:
-        u = usage_numbers(rep.get("usage") if isinstance(rep, dict) else None, USAGE_QUEUED)
-        if u and u["wall_s"] and u["cpus"]:
-            shares.append(u["run_delay_s"] / (u["wall_s"] * u["cpus"]))
+    shares = [
+        u.run_delay_s / (u.wall_s * u.cpus)
+        for rep in ranks
+        if (u := rep.usage) and u.run_delay_s is not None and u.wall_s and u.cpus
+    ]
     return max(shares) if shares else None
 
 

@@ -31,8 +31,9 @@ from hpcqa.errors import HpcqaError, PlanError
 from hpcqa.executors import common, snapshot
 from hpcqa.executors.interface import Live, Outcome, Progress, Request, Say, Submitted, silent
 from hpcqa.rank.job import RankJob
-from hpcqa.record.jobdir import JobDir, JobRoot, read_json, write_json
-from hpcqa.record.jsonfiles import usage_numbers
+from hpcqa.record.jobdir import JobDir, JobRoot, write_json
+from hpcqa.record.jobfiles import controller
+from hpcqa.record.jobfiles.controller import Controller
 from hpcqa.record.registry import Registry
 
 
@@ -130,10 +131,10 @@ class Local:
                 return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=130)
             if not states.succeeded(end.state) or not jd.read_results():
                 failed += 1
-                first = (jd.failed_ranks() or [{}])[0]
+                first = next(iter(jd.failed_ranks()), None)
                 say(
                     f"variant {p.variant_index}: job {job.job_id} {end.state}"
-                    + (f": rank {first['rank']}: {first.get('error')}" if first else "")
+                    + (f": rank {first.rank}: {first.error}" if first else "")
                     + f" (hpcqa logs {job.job_id})"
                 )
         say(
@@ -345,9 +346,9 @@ def controller_alive(pid: int, jd: JobDir) -> bool:
     """The job's own controller still runs under `pid`: the identity recorded at submit matches, and the process
     is the controller of this folder (controls). A folder without the record (a job from before it was kept, or a
     damaged file): the process must at least be its controller."""
-    record = read_json(jd.controller_record)
-    if isinstance(record, dict) and record.get("pid") == pid and record.get("identity"):
-        return identity(pid) == record["identity"] and controls(pid, jd.path)
+    record = controller.read(jd.controller_record)
+    if isinstance(record, Controller) and record.pid == pid:
+        return identity(pid) == record.identity and controls(pid, jd.path)
     return controls(pid, jd.path)
 
 
@@ -429,9 +430,7 @@ def busy_cpus(reg, pid_alive: Callable[[int], bool] | None = None) -> dict[str, 
         jd = JobDir(Path(row.folder))
         if not (pid_alive or (lambda pid: controller_alive(pid, jd)))(int(row.id)):
             continue
-        cpus = {
-            c for r in range(row.world_size) for c in ((jd.read_report(r) or {}).get("cpus") or [])
-        }
+        cpus = {c for r in range(row.world_size) if (rep := jd.read_report(r)) for c in rep.cpus}
         if cpus:
             out[row.id] = cpus
     return out
@@ -473,9 +472,6 @@ def choose_cpus(
     )
 
 
-USAGE = ("cpu_s", "wall_s", "cpus", "max_rss_bytes")  # what a local job's rank reports measure
-
-
 class LocalJobs:
     """The job verbs of local jobs: the controller process (the job id is its pid) and the job folder."""
 
@@ -487,22 +483,28 @@ class LocalJobs:
         out = {}
         for v in views:
             per_rank = [
-                (rep["rank"], u)
+                (rep.rank, u)
                 for rep in v.ranks
-                if isinstance(rep.get("rank"), int)
-                and (u := usage_numbers(rep.get("usage"), USAGE)) is not None
+                if (u := rep.usage) is not None and u.max_rss_bytes is not None
             ]
             if per_rank:
                 effs = {
-                    k: u["cpu_s"] / (u["wall_s"] * u["cpus"])
-                    for k, u in per_rank
-                    if u["wall_s"] and u["cpus"]
+                    k: u.cpu_s / (u.wall_s * u.cpus) for k, u in per_rank if u.wall_s and u.cpus
                 }
                 out[v.id] = {
                     "source": "ranks",
-                    "per_rank": {k: {**u, "cpu_efficiency": effs.get(k)} for k, u in per_rank},
+                    "per_rank": {
+                        k: {
+                            "cpu_s": u.cpu_s,
+                            "wall_s": u.wall_s,
+                            "cpus": u.cpus,
+                            "max_rss_bytes": u.max_rss_bytes,
+                            "cpu_efficiency": effs.get(k),
+                        }
+                        for k, u in per_rank
+                    },
                     "cpu_efficiency": min(effs.values()) if effs else None,
-                    "max_rss_bytes": max(u["max_rss_bytes"] for _, u in per_rank),
+                    "max_rss_bytes": max(u.max_rss_bytes or 0 for _, u in per_rank),
                 }
         return out
 
@@ -510,18 +512,14 @@ class LocalJobs:
         out = []
         for row in rows:
             jd = JobDir(Path(row.folder))
-            record = read_json(jd.controller_record)
-            if not (
-                isinstance(record, dict)
-                and record.get("pid") == int(row.id)
-                and record.get("identity")
-            ):
+            record = controller.read(jd.controller_record)
+            if not (isinstance(record, Controller) and record.pid == int(row.id)):
                 out.append(
                     f"job {row.id}: no record of its process in {jd.path}; nothing signalled (pid {row.id} "
                     "may belong to another process now)"
                 )
                 continue
-            if not cancel(int(row.id), record["identity"], jd.path):
+            if not cancel(int(row.id), record.identity, jd.path):
                 out.append(
                     f"job {row.id} is not running (its process is gone; pid {row.id} is not it)"
                 )

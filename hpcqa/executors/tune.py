@@ -21,6 +21,7 @@ from hpcqa.fsutil import owner_umask
 from hpcqa.record import links
 from hpcqa.record import tuned as tune
 from hpcqa.record.jobdir import JobDir
+from hpcqa.record.jobfiles.fields import to_json
 
 
 def run(
@@ -52,8 +53,8 @@ def run(
         job_id, jd, state = _run_one(
             p, f"tune {rps}x{base.cores_per_domain // rps} ({i + 1}/{len(cands)})", say
         )
-        res = jd.read_results() or {}
-        measured[rps] = res.get("steady_samples_per_second") if states.succeeded(state) else None
+        res = jd.read_results()
+        measured[rps] = res.steady_samples_per_second if res and states.succeeded(state) else None
         jobs[rps] = {"id": job_id, "state": state, "folder": str(jd.path)}
         if show:
             show(measured, base.cores_per_domain, i + 1)
@@ -112,17 +113,19 @@ def run_comm(path: str, overrides: Sequence[str], say: Say = silent) -> dict:
     )  # the link, whatever the program
     p = planmod.build_plan(cfg, host, via_submitit=True)
     job_id, jd, state = _run_one(p, f"tune --comm ({nodes} nodes, {p.backend.resolved})", say)
-    link = (jd.read_results() or {}).get("link") or {}
-    if not states.succeeded(state) or not link.get("bandwidth_Bps"):
+    res = jd.read_results()
+    link = res.link if res else None
+    if not states.succeeded(state) or not link or not link.bandwidth_Bps or link.latency_s is None:
+        why = link.extra.get("error") if link else None
         raise JobFailed(
-            f"the link measurement (job {job_id}) ended {state}: {link.get('error', 'no link measured')}",
+            f"the link measurement (job {job_id}) ended {state}: {why or 'no link measured'}",
             f"hpcqa logs {job_id} shows why",
         )
     k = links.key(p.target, cfg.cluster.partition, p.backend.resolved)
     return {
         "key": k,
-        "entry": links.record(k, link, job_id),
-        "link": link,
+        "entry": links.record(k, to_json(link), job_id),
+        "link": to_json(link),
         "job": job_id,
         "folder": str(jd.path),
         "store": str(links.caches.link_store()),

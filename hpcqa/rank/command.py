@@ -48,14 +48,12 @@ from hpcqa.rank.exits import (
 )
 from hpcqa.rank.phase import Phases
 from hpcqa.record import trainerfiles, worktree
-from hpcqa.record.jobdir import (
-    JobDir,
-    attempt_from_env,
-    attempt_notice,
-    attempt_number,
-    read_json,
-    write_json,
-)
+from hpcqa.record.jobdir import JobDir, attempt_from_env, write_json
+from hpcqa.record.jobfiles import failure as failurefile
+from hpcqa.record.jobfiles import progress as progressfile
+from hpcqa.record.jobfiles import report as reportfile
+from hpcqa.record.jobfiles import results as resultsfile
+from hpcqa.record.jobfiles.report import Report
 from hpcqa.record.phases import Phase
 
 TAIL_LINES = 20
@@ -257,7 +255,7 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
     # the notice in the same write as `finished`: rank 0, reading it, sees both or neither
     if notices.kind is not None:
         report.update(_notice(notices.kind, attempt, code, jd))
-    write_json(jd.rank_report(rank), report)
+    reportfile.write(jd.rank_report(rank), report)
     world = int(report.get("world_size") or 1)
     if notices.kind is None and code == 0 and rank == 0 and world > 1:
         notices.kind = _peers_notice(jd, world, attempt, notices.names())
@@ -271,7 +269,7 @@ def run_command(plan: LaunchPlan, jd: JobDir) -> dict:
         phases.enter(Phase.FAILED, f"the command {how}")
         raise CommandFailed(code, f"rank {rank}: the command {how}")
     if rank == 0:
-        write_json(jd.results, _results(plan, jd, report, roots))
+        resultsfile.write(jd.results, _results(plan, jd, report, roots))
     phases.enter(Phase.DONE)
     return {"rank": rank, "exit_code": 0}
 
@@ -285,7 +283,7 @@ def _begin(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int) -> tuple[Phase
     phases = Phases(jd, rank, attempt)
     phases.enter(Phase.STARTING, "checking the command's files")
     report = _report(plan, jd, rank, attempt)
-    write_json(jd.rank_report(rank), report)
+    reportfile.write(jd.rank_report(rank), report)
     bad = verify(plan)
     if bad:
         _failed(
@@ -305,9 +303,9 @@ def _begin(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int) -> tuple[Phase
 def _first_start(jd: JobDir, rank: int) -> float | None:
     """When this job's first attempt started this rank (its report, kept aside by begin_attempt)."""
     for a in jd.attempts():
-        old = read_json(jd.attempt_dir(a) / jd.rank_report(rank).name)
-        if isinstance(old, dict) and isinstance(old.get("started"), (int, float)):
-            return float(old["started"])
+        old = reportfile.read(jd.attempt_dir(a) / jd.rank_report(rank).name)
+        if isinstance(old, Report) and old.started is not None:
+            return float(old.started)
     return None
 
 
@@ -342,7 +340,7 @@ def _set_aside_interrupted(
             line = f"checkpoint {_shown(path, roots)} set aside ({why}): kept as {aside}"
         print(f"hpcqa: WARNING: {line}", file=sys.stderr, flush=True)
         report.setdefault("warnings", []).append(line)
-    write_json(jd.rank_report(rank), report)
+    reportfile.write(jd.rank_report(rank), report)
 
 
 def _shown(path: Path, roots: list[Path]) -> str:
@@ -383,7 +381,7 @@ def _report(plan: LaunchPlan, jd: JobDir, rank: int, attempt: int) -> dict:
 def _failed(
     jd: JobDir, rank: int, attempt: int, error: str, code: int | None, tail: list[str]
 ) -> None:
-    write_json(
+    failurefile.write(
         jd.rank_failed(rank),
         {
             "rank": rank,
@@ -410,7 +408,7 @@ def _after_notice(
     the next attempt resumes from. The requeue signal: hpcqa requeues; SIGTERM: Slurm decides (or, with no Slurm,
     the job ends)."""
     name = signal.Signals(notices.kind).name if notices.kind else "a notice"
-    write_json(jd.rank_report(rank), report)
+    reportfile.write(jd.rank_report(rank), report)
     Phases(jd, rank, attempt).enter(Phase.STOPPING, f"{name}: the command exited with {code}")
     term = notices.kind == signal.SIGTERM
 
@@ -474,17 +472,13 @@ def _peers_notice(
     pending = set(range(1, world))
     while True:
         for k in sorted(pending):
-            got = read_json(jd.rank_report(k))
-            if (
-                not isinstance(got, dict)
-                or attempt_number(got.get("attempt")) != attempt
-                or not isinstance(got.get("finished"), (int, float))
-            ):
+            got = jd.read_report(k)
+            if got is None or got.attempt != attempt or got.finished is None:
                 continue
             pending.discard(k)
-            notice = attempt_notice(got, attempt)
-            if notice and notice.get("signal") in names:
-                return int(getattr(signal, notice["signal"]))
+            notice = got.notice_in(attempt)
+            if notice and notice.signal in names:
+                return int(getattr(signal, notice.signal))
         if not pending or time.monotonic() > end:
             return None
         time.sleep(0.2)
@@ -509,7 +503,7 @@ def _progress(
     if isinstance(step, int):
         rate.add(now, step)
     eta = rate.eta(now, total) if isinstance(total, int) else None
-    write_json(
+    progressfile.write(
         jd.progress,
         {
             "phase": Phase.TRAINING if got else Phase.COMMAND,

@@ -64,7 +64,7 @@ def preempted_to_requeue(job_id: str) -> str | None:
 
 def all_ranks_stopped(jd: JobDir, world: int, attempt: int) -> bool:
     """Every rank of this attempt has written its report with its notice: whatever it saves, it has saved."""
-    return all(attempt_notice(read_json(jd.rank_report(k)), attempt) for k in range(world))
+    return all(attempt_notice(jd.read_report(k), attempt) for k in range(world))
 
 
 def wait_for_slurms_end(

@@ -17,7 +17,8 @@ import sys
 import time
 from typing import Any
 
-from hpcqa.record.jobdir import JobDir, write_json
+from hpcqa.record.jobdir import JobDir
+from hpcqa.record.jobfiles import phase as phasefile
 from hpcqa.record.phases import Phase
 
 THROTTLE_S = 5.0
@@ -66,7 +67,7 @@ class Phases:
             return
         self.last_write = time.time()
         try:
-            write_json(self.jd.rank_phase(self.rank), self.record)
+            phasefile.write(self.jd.rank_phase(self.rank), self.record)
         except OSError as e:
             self.broken = True
             print(

@@ -40,6 +40,9 @@ from hpcqa.rank.exits import ignore_at_exit
 from hpcqa.rank.phase import Phases
 from hpcqa.record import failures, jobdir
 from hpcqa.record.jobdir import TASK_ID, JobDir
+from hpcqa.record.jobfiles import failure
+from hpcqa.record.jobfiles import phase as phasefile
+from hpcqa.record.jobfiles.failure import Failure
 from hpcqa.record.phases import BEFORE_TRAINING, Phase
 
 
@@ -448,7 +451,7 @@ def _record_exit(jd: JobDir, rank: int, pid: int, code: int, env: Mapping[str, s
     """How the rank ended badly, in its exit record: a rank killed by a signal writes nothing itself."""
     how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
     try:
-        jobdir.write_json(
+        failure.write(
             jd.rank_exit(rank),
             {
                 "rank": rank,
@@ -466,10 +469,10 @@ def _record_exit(jd: JobDir, rank: int, pid: int, code: int, env: Mapping[str, s
 
 def _lost_peer(jd: JobDir, rank: int) -> bool:
     """The rank failed because a peer went away: its failure record says so, or, without one, its log's end."""
-    record = jobdir.read_json(jd.rank_failed(rank))
+    record = failure.read(jd.rank_failed(rank))
     return (
         failures.lost_peer(record)
-        or record is None
+        or not isinstance(record, Failure)
         and failures.lost_peer_in_log(jd.script_log(rank))
     )
 
@@ -499,8 +502,8 @@ class _NoticeWatch:
             self.timer.start()
 
     def _check(self) -> None:
-        record = jobdir.read_json(self.jd.rank_phase(self.rank))
-        phase = record.get("phase") if isinstance(record, dict) else None
+        record = phasefile.read(self.jd.rank_phase(self.rank), self.rank)
+        phase = record.phase if record else None
         with self.lock:
             if not self.done and phase in BEFORE_TRAINING:
                 self.phase, self.ended = str(phase), True

@@ -1,7 +1,7 @@
 """The job record: what a job left behind and what the scheduler says of it.
 
 jobdir.py       the job folder's file names (the only owner), atomic reads and writes
-jsonfiles.py    a job folder's JSON read as anything may have left it: regular, bounded, finite, in range
+jobfiles/       the files a job leaves, one frozen value each, read through one bounded reader and field rules
 logtail.py      where `hpcqa logs` starts: the current attempt, the last N lines, found from the end
 failures.py     why a rank failed: its own error, a hard signal, a lost peer
 phases.py       the ranks' phase files read back: a rank's phase, the rendezvous warning

@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from hpcqa.record.jobfiles.failure import Failure
+from hpcqa.record.jobfiles.fields import Damaged
+
 HARD_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE")
 PEER_LOST = (
     "connection closed by peer",
@@ -59,9 +62,9 @@ def names_peer_loss(line: str) -> bool:
     )
 
 
-def lost_peer(record: Any) -> bool:
+def lost_peer(record: Failure | Damaged | None) -> bool:
     """A rank's failure record says it failed because a peer went away (not of its own error)."""
-    return isinstance(record, dict) and consequence(record) == 2
+    return isinstance(record, Failure) and consequence(record.error) == 2
 
 
 def lost_peer_in_log(path: Any, max_bytes: int = 64 << 10) -> bool:
@@ -84,9 +87,9 @@ def lost_peer_in_log(path: Any, max_bytes: int = 64 << 10) -> bool:
     )
 
 
-def consequence(record: dict) -> int:
-    """0: died of a hard signal (the OOM killer, kill -9, a crash); 1: its own error; 2: lost a peer."""
-    error = str(record.get("error", ""))
+def consequence(error: str) -> int:
+    """A rank's error: 0: died of a hard signal (the OOM killer, kill -9, a crash); 1: its own error; 2: lost a
+    peer."""
     if any(f"killed by {s}" in error for s in HARD_SIGNALS):
         return 0
     return 2 if names_peer_loss(error) else 1
@@ -97,19 +100,16 @@ def consequence(record: dict) -> int:
 HARD_SIGNAL_LEAD_S = 1.0
 
 
-def cause_order(record: dict) -> tuple[bool, float, int]:
+def cause_order(record: Failure) -> tuple[bool, float, int]:
     """Sort key of failure records, the likely cause first. A rank that only lost a peer is never the cause. Among
     the rest the earliest is: a hard signal counts from a second before its record (the OOM killer's victim is
     found after its peers' first errors), but a rank SIGKILLed seconds after another rank's own error was killed by
     the teardown that error began (Slurm ends the step: SIGTERM, then SIGKILL after KillWait), not the reverse."""
-    t = record.get("time", 0)
-    t = t if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
-    rank = record.get("rank", 0)
-    kind = consequence(record)
+    kind = consequence(record.error)
     return (
         kind == 2,
-        t - (HARD_SIGNAL_LEAD_S if kind == 0 else 0.0),
-        rank if isinstance(rank, int) else 0,
+        (record.time or 0.0) - (HARD_SIGNAL_LEAD_S if kind == 0 else 0.0),
+        record.rank,
     )
 
 

@@ -37,8 +37,16 @@ from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path  # noqa: F401  (the
 from hpcqa.core.states import State
 from hpcqa.errors import UsageError
 from hpcqa.fsutil import atomic_write_text, file_sha256, own_folder
-from hpcqa.record import failures
-from hpcqa.record.jsonfiles import load_json, progress_problem, read_json, results_problem
+from hpcqa.record import failures, logtail
+from hpcqa.record.jobfiles import controller, failure, phase, progress, report, results
+from hpcqa.record.jobfiles.failure import Failure
+from hpcqa.record.jobfiles.fields import Damaged
+from hpcqa.record.jobfiles.parts import Notice
+from hpcqa.record.jobfiles.phase import PhaseRecord
+from hpcqa.record.jobfiles.progress import Progress
+from hpcqa.record.jobfiles.reader import load_json, read_json  # noqa: F401  (read_json: the job folder's reader)
+from hpcqa.record.jobfiles.report import Report
+from hpcqa.record.jobfiles.results import Results
 
 TASK_ID = "{array_task_id}"  # the rank wrapper's placeholder for SLURM_ARRAY_TASK_ID
 # Per-rank log names that launchers expand themselves: srun --output (%t) and mpirun (%r).
@@ -245,13 +253,10 @@ def attempt_number(value: object) -> int | None:
     return value if type(value) is int and 0 <= value < 10**9 else None
 
 
-def attempt_notice(report: object, attempt: int) -> dict | None:
-    """The notice (SIGTERM, the requeue signal) a rank's report recorded in `attempt`, or None: a report that is not
-    an object, a notice that is not one, or one of another attempt (an int, not a bool or a float) is no notice."""
-    notice = report.get("notice") if isinstance(report, dict) else None
-    if isinstance(notice, dict) and attempt_number(notice.get("attempt")) == attempt:
-        return notice
-    return None
+def attempt_notice(rep: Report | Damaged | None, attempt: int) -> Notice | None:
+    """The notice (SIGTERM, the requeue signal) a rank's report recorded in `attempt`, or None (no report, a
+    damaged one, no notice, or one of another attempt)."""
+    return rep.notice_in(attempt) if isinstance(rep, Report) else None
 
 
 def _exists(p: Path) -> bool:
@@ -321,7 +326,7 @@ class JobDir:
             raise ValueError(f"no prediction file {stage}/{kind}")
         return self.path / f"{stage}_{kind}.json"
 
-    def outputs(self, results: Mapping[str, Any] | None = None) -> list[tuple[str, Path]]:
+    def outputs(self, results: Results | None = None) -> list[tuple[str, Path]]:
         """What a finished (or running) job has written, for `hpcqa status JOB`: label, path (existing ones).
         `results`: its results.json when the caller has read it already."""
         found = [
@@ -337,10 +342,11 @@ class JobDir:
         model = self.saved_model()
         if model is not None:
             found.insert(1, ("trained model", model))
-        best = ((self.read_results() if results is None else results) or {}).get("best_checkpoint")
+        res = self.read_results() if results is None else results
+        best = res.best_checkpoint if res else None
         if (
             isinstance(best, str) and best and "\0" not in best
-        ):  # results.json is the program's to rewrite
+        ):  # a checkpoint's folder (an int is a step)
             found.append(("best checkpoint", Path(best)))
         return [(label, p) for label, p in found if _exists(p)]
 
@@ -484,10 +490,10 @@ class JobDir:
         return self.path / f"rank-{rank}.log"
 
     # ---------------------------------------------------------------- contents
-    def read_results(self) -> dict | None:
-        """results.json when its numbers are numbers (results_problem), else None."""
-        got = read_json(self.results)
-        return got if got is not None and results_problem(got) is None else None
+    def read_results(self) -> Results | None:
+        """results.json when it is one (its schema, record/jobfiles/results.py), else None (damaged() says why)."""
+        got = results.read(self.results)
+        return got if isinstance(got, Results) else None
 
     def completed_before(self, attempt: int) -> int | None:
         """The earlier attempt that finished this job's work (its results.json says so), or None. Slurm 24.11 can
@@ -495,73 +501,53 @@ class JobDir:
         time's end is requeued again when its next attempt completes (seen on 24.11.5, not on 22.05). That start
         has nothing to do; the results stay the completing attempt's."""
         res = self.read_results()
-        if not isinstance(res, dict):
+        if res is None or not res.finished():
             return None
-        done_at = attempt_number(res.get("attempt", res.get("requeues")))
-        finished = res.get("status") == State.COMPLETED or (
-            res.get("task") == "command" and res.get("exit_code") == 0
-        )
-        return done_at if finished and done_at is not None and done_at < attempt else None
+        done_at = res.attempt if res.attempt is not None else res.requeues
+        return done_at if done_at is not None and done_at < attempt else None
 
-    def read_progress(self) -> dict | None:
-        """progress.json when its numbers are ones a rank writes (progress_problem), else None."""
-        got = read_json(self.progress)
-        return got if got is not None and progress_problem(got) is None else None
+    def read_progress(self) -> Progress | None:
+        """progress.json when it is one (record/jobfiles/progress.py), else None."""
+        got = progress.read(self.progress)
+        return got if isinstance(got, Progress) else None
 
     def damaged(self, world_size: int) -> list[str]:
         """The files hpcqa reads back from this folder that are there but cannot be used, each with why: a job's
         program, a hand edit or a dying node can leave anything where hpcqa's own files go."""
         out = []
-        for path in (
-            self.results,
-            self.progress,
-            self.controller_record,
-            *(self.rank_report(k) for k in range(min(world_size, MAX_LISTED_REPORTS))),
+        for path, reader in (
+            (self.results, results.read),
+            (self.progress, progress.read),
+            (self.controller_record, controller.read),
+            *(
+                (self.rank_report(k), report.read)
+                for k in range(min(world_size, MAX_LISTED_REPORTS))
+            ),
         ):
-            got, why = load_json(path)
-            check = {self.progress: progress_problem, self.results: results_problem}.get(path)
-            if why is None and got is not None and check is not None:
-                why = check(got)
-            if why is not None:
-                out.append(f"{path.relative_to(self.path)}: {why}")
+            got = reader(path)
+            if isinstance(got, Damaged):
+                out.append(f"{path.relative_to(self.path)}: {got.why}")
         return out
 
-    def read_report(self, rank: int) -> dict | None:
-        return read_json(self.rank_report(rank))
+    def read_report(self, rank: int) -> Report | None:
+        got = report.read(self.rank_report(rank))
+        return got if isinstance(got, Report) and got.rank == rank else None
 
-    def read_phases(self, world_size: int) -> list[dict]:
-        """The ranks' phase files that can be read and are what they claim (a dict naming its rank)."""
-        out = []
-        for k in range(world_size):
-            d = read_json(self.rank_phase(k))
-            if isinstance(d, dict) and d.get("rank") == k and isinstance(d.get("phase"), str):
-                out.append(d)
-        return out
+    def read_phases(self, world_size: int) -> list[PhaseRecord]:
+        """The ranks' phase files that can be read and are what they claim (a record naming its rank)."""
+        return [got for k in range(world_size) if (got := phase.read(self.rank_phase(k), k))]
 
-    def failed_ranks(self) -> list[dict]:
+    def failed_ranks(self) -> list[Failure]:
         """The ranks that failed, earliest first: the first is the cause, the others usually lost their peer."""
         if not self.ranks.is_dir():
             return []
-        by_rank: dict[int, dict] = {}
+        by_rank: dict[int, Failure] = {}
         for p in sorted(self.ranks.glob("rank-*.exit")) + sorted(self.ranks.glob("rank-*.failed")):
-            d = read_json(p)
-            if not d:
-                continue
-            seen = by_rank.get(d.get("rank", -1))
-            merged = {
-                **(seen or {}),
-                **d,
-                "time": min(d.get("time", 0), (seen or d).get("time", 0)),
-            }
-            if seen and "killed by" in str(
-                seen.get("error", "")
-            ):  # a signal outranks what the rank wrote
-                merged["error"] = seen["error"]
-            by_rank[d.get("rank", -1)] = merged
-        return sorted(
-            by_rank.values(),
-            key=failures.cause_order,
-        )
+            got = failure.read(p)
+            if isinstance(got, Failure):
+                seen = by_rank.get(got.rank)
+                by_rank[got.rank] = seen.merged(got) if seen else got
+        return sorted(by_rank.values(), key=failures.cause_order)
 
     def has_started(self) -> bool:
         return self.ranks.is_dir() or self.progress.exists()
@@ -593,8 +579,8 @@ class JobDir:
     def begin_attempt(self, rank: int, attempt: int) -> None:
         """A (re)started rank moves its files of an earlier attempt aside (each rank its own: no race),
         so markers of an attempt that was preempted or lost a node never speak for this one."""
-        old = read_json(self.rank_report(rank))
-        previous = attempt_number(old.get("attempt", 0)) if isinstance(old, dict) else None
+        old = report.read(self.rank_report(rank))
+        previous = (old.attempt or 0) if isinstance(old, Report) else None
         if previous is None or previous >= attempt:
             return  # none, this attempt's, or not what a rank writes: the new report replaces it
         keep = self.attempt_dir(previous)
@@ -615,25 +601,17 @@ class JobDir:
                 found.append(int(n.group(1)))
         return sorted(found)
 
-    def notices(self, rank: int = 0) -> list[dict]:
+    def notices(self, rank: int = 0) -> list[Notice]:
         """The stops on a notice (SIGTERM, the requeue signal) of every attempt, oldest first, from `rank`'s reports:
         which signal, at which step, which checkpoint it saved."""
-        reports = [
-            read_json(self.attempt_dir(a) / self.rank_report(rank).name) for a in self.attempts()
-        ]
-        reports.append(read_json(self.rank_report(rank)))
-        return [
-            rep["notice"]
-            for rep in reports
-            if isinstance(rep, dict) and isinstance(rep.get("notice"), dict)
-        ]
+        paths = [self.attempt_dir(a) / self.rank_report(rank).name for a in self.attempts()]
+        reports = [report.read(p) for p in [*paths, self.rank_report(rank)]]
+        return [rep.notice for rep in reports if isinstance(rep, Report) and rep.notice]
 
     def mark_cancelled(self, why: str) -> None:
         atomic_write_text(self.cancel_marker, why + "\n")
 
     def tail(self, rank: int, n: int = 15) -> list[str]:
+        """The last `n` lines of the rank's log, read from its end in bounded memory (record/logtail.py)."""
         path = self.log(rank)
-        try:
-            return path.read_text(errors="replace").splitlines()[-n:] if path else []
-        except OSError:
-            return []
+        return logtail.last_lines(path, n) if path else []

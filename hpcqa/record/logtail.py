@@ -153,6 +153,36 @@ def open_log(path: Path) -> BinaryIO:
         raise
 
 
+MAX_TEXT = (
+    64 << 20
+)  # what text() returns at most: the log's end, the rest left to `hpcqa logs` and the file
+
+
+def text(path: Path, lines: int = 0, all_attempts: bool = True, limit: int = MAX_TEXT) -> str:
+    """A rank's log as text, read as `hpcqa logs` reads it (open_log, start_offset): its last `lines` lines (0: all),
+    of every attempt or the current one; at most `limit` bytes from its end, the cut said in the first line. OSError
+    naming why for a file that is not the regular one a job writes (a FIFO, a link, a folder)."""
+    with open_log(path) as f:
+        start = start_offset(f, lines, all_attempts)
+        end = f.seek(0, 2)
+        cut = max(start, end - limit)
+        f.seek(cut)
+        body = f.read(end - cut)
+    if cut > start:  # from the first whole line after the cut
+        body = body[body.find(b"\n") + 1 :]
+        head = f"[hpcqa: the log's first {end - len(body) - start} bytes left out; the whole log: {path}]\n"
+        return head + body.decode("utf-8", errors="replace")
+    return body.decode("utf-8", errors="replace")
+
+
+def last_lines(path: Path, n: int) -> list[str]:
+    """The log's last `n` lines ([] when it cannot be read: a FIFO, a link, gone)."""
+    try:
+        return text(path, n, limit=1 << 20).splitlines()[-n:]
+    except OSError:
+        return []
+
+
 # What a log may send a terminal: the line ends and tabs, a progress bar's \r, colours and what progress bars draw
 # with -- cursor moves (CSI n A-H) and erasing the rest of a line or of the screen below (CSI K, CSI J). Anything else
 # a program printed -- OSC (8: links, 52: the clipboard, 0/2: the title), DCS, device queries (CSI 6n makes the

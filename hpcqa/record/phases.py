@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hpcqa.record.jobfiles.phase import PhaseRecord
 
 
 class Phase(StrEnum):
@@ -46,38 +50,34 @@ BEFORE_TRAINING = (Phase.STARTING, Phase.ADDRESS, Phase.RENDEZVOUS, Phase.LOADIN
 WAITING = (Phase.RENDEZVOUS, Phase.ADDRESS)  # for a peer: the rendezvous warning
 
 
-def text(record: dict, now: float | None = None) -> str:
-    """ "training step 12/40, for 1:05" -- one rank's phase, for status. The file is read back: any field may be
-    missing or of the wrong type, and the text is cut to one line."""
+def text(record: PhaseRecord, now: float | None = None) -> str:
+    """ "training step 12/40, for 1:05" -- one rank's phase, for status, cut to one line."""
     now = now or time.time()
-    phase = str(record.get("phase", "?"))
-    out = NAMES.get(phase, phase[:40])
-    step, total = record.get("step"), record.get("total_steps")
-    if phase == Phase.TRAINING and isinstance(step, int):
-        out += f" step {step}/{total if isinstance(total, int) and total > 0 else '?'}"
-    detail = " ".join(str(record.get("detail") or "").split())
+    out = NAMES.get(record.phase, record.phase[:40])
+    if record.phase == Phase.TRAINING and record.step is not None:
+        out += f" step {record.step}/{record.total_steps or '?'}"
+    detail = " ".join((record.detail or "").split())
     if detail:
         out += f" ({detail[:160]})"
-    since = record.get("since")
-    if isinstance(since, (int, float)) and phase not in (Phase.DONE, Phase.FAILED):
-        out += f", for {duration(now - since)}"
+    if record.since is not None and record.phase not in (Phase.DONE, Phase.FAILED):
+        out += f", for {duration(now - record.since)}"
     return out
 
 
 ORDER = list(NAMES)
 
 
-def summary(records: list[dict], world_size: int, now: float | None = None) -> str:
+def summary(records: list[PhaseRecord], world_size: int, now: float | None = None) -> str:
     """The list view's progress of a job with no progress file yet: the least advanced rank's phase and for how
     long ("waiting at the rendezvous 3:05, 2/4 ranks")."""
-    known = [r for r in records if r.get("phase") in NAMES]
+    known = [r for r in records if r.phase in NAMES]
     if not known:
         return ""
     now = now or time.time()
-    first = min(known, key=lambda r: ORDER.index(r["phase"]))
-    same = [r for r in known if r["phase"] == first["phase"]]
-    since = [r["since"] for r in same if isinstance(r.get("since"), (int, float))]
-    out = NAMES[first["phase"]].split(" (")[0]
+    first = min(known, key=lambda r: ORDER.index(r.phase))
+    same = [r for r in known if r.phase == first.phase]
+    since = [r.since for r in same if r.since is not None]
+    out = NAMES[first.phase].split(" (")[0]
     if since:
         out += f" {duration(now - min(since))}"
     if len(same) < world_size:
@@ -98,23 +98,21 @@ RENDEZVOUS_WARN_S = 60.0
 TIMEOUT_MAX_S = 7 * 86400  # train.ddp_timeout_s's own bound
 
 
-def _timeout_s(record: dict) -> float | None:
+def _timeout_s(record: PhaseRecord) -> float | None:
     """The rendezvous timeout a rank wrote into its phase record (train.ddp_timeout_s), if it is one the config
     allows (a phase file is anyone's to damage: 1e308 would print as 300 digits)."""
-    t = record.get("timeout_s")
-    if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= TIMEOUT_MAX_S:
-        return float(t)
-    return None
+    t = record.timeout_s
+    return float(t) if t is not None and 0 < t <= TIMEOUT_MAX_S else None
 
 
-def warn_after(record: dict) -> float:
+def warn_after(record: PhaseRecord) -> float:
     """How long a rank may wait at the rendezvous before status warns: a minute, or half the rank's own timeout
     where that is shorter (with train.ddp_timeout_s = 60 a minute's warning would come as the rank fails)."""
     t = _timeout_s(record)
     return min(RENDEZVOUS_WARN_S, t / 2) if t is not None else RENDEZVOUS_WARN_S
 
 
-def stuck_at_rendezvous(records: list[dict], now: float | None = None) -> str | None:
+def stuck_at_rendezvous(records: list[PhaseRecord], now: float | None = None) -> str | None:
     """The one line status prints when ranks have waited at the rendezvous (or for the first host's address) for
     longer than a minute (or half their timeout, if shorter): which ranks, how long, for which address, what to
     check and when they give up. None otherwise."""
@@ -122,15 +120,13 @@ def stuck_at_rendezvous(records: list[dict], now: float | None = None) -> str | 
     waiting = [
         r
         for r in records
-        if r.get("phase") in WAITING
-        and isinstance(r.get("since"), (int, float))
-        and now - r["since"] > warn_after(r)
+        if r.phase in WAITING and r.since is not None and now - r.since > warn_after(r)
     ]
     if not waiting:
         return None
-    ranks = ", ".join(str(r.get("rank")) for r in sorted(waiting, key=lambda r: r.get("rank", 0)))
-    longest = max(now - r["since"] for r in waiting)
-    where = sorted({" ".join(str(r.get("detail") or "?").split())[:80] for r in waiting})
+    ranks = ", ".join(str(r.rank) for r in sorted(waiting, key=lambda r: r.rank))
+    longest = max(now - (r.since or now) for r in waiting)
+    where = sorted({" ".join((r.detail or "?").split())[:80] for r in waiting})
     arrived = [r for r in records if r not in waiting]
     limits = {_timeout_s(r) for r in waiting}
     limit = next(iter(limits)) if len(limits) == 1 else None

@@ -7,16 +7,15 @@ import io
 import math
 from typing import Any, Sequence
 
-NUMERIC = ("exact_match", "f1", "train_samples_per_second", "wall_time_s", "train_runtime_s")
-# SQuAD v2 data: the answerable and unanswerable questions apart (the official v2.0 script's names)
-V2_SPLITS = ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_f1", "best_f1_thresh")
+from hpcqa.record.jobfiles.results import SCORES as NUMERIC
+from hpcqa.record.jobfiles.results import V2_SPLITS, Results
 
 
 def rows(views: Sequence[Any], metric: str) -> list[dict[str, Any]]:
     """One row per task: index, params, state, metrics; sorted by metric (best first, failed last)."""
     out = []
     for v in views:
-        r = v.results or {}
+        r: Results = v.results or Results()
         row = {
             "task": v.task_index,
             "id": v.id,
@@ -26,14 +25,14 @@ def rows(views: Sequence[Any], metric: str) -> list[dict[str, Any]]:
             "world_size": v.world_size,
         }
         for k in NUMERIC:
-            row[k] = r.get(k)
+            row[k] = r.number(k)
         for k in V2_SPLITS:
-            if k in r:
-                row[k] = r.get(k)
+            if r.number(k) is not None:
+                row[k] = r.number(k)
         row["model"] = dict(v.outputs).get(
             "trained model"
         )  # the folder as found, not as results.json says
-        row[metric] = r.get(metric)
+        row[metric] = r.number(metric)
         out.append(row)
     good = [x for x in out if isinstance(x.get(metric), (int, float))]
     lower_is_better = lower_better(metric)

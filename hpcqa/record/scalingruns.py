@@ -15,7 +15,7 @@ from hpcqa.core.states import State
 from hpcqa.errors import UsageError
 from hpcqa.record import links, tuned
 from hpcqa.record.jobdir import JobDir
-from hpcqa.record.jsonfiles import number
+from hpcqa.record.jobfiles.results import Results
 
 RECENT = 200  # registry rows searched for a run of the same shape (newest first)
 
@@ -54,8 +54,9 @@ def parse_duration(text: str) -> float:
     return total
 
 
-def results_of(row: Any) -> dict:
-    return JobDir(Path(row.folder)).read_results() or {}
+def results_of(row: Any) -> Results:
+    """A run's results.json (an empty one when there is none that can be used)."""
+    return JobDir(Path(row.folder)).read_results() or Results()
 
 
 def link_for(
@@ -96,17 +97,17 @@ def link_of_run(
     return link_for(
         row.target,
         (row.config.get("cluster") or {}).get("partition", ""),
-        results_of(row).get("backend") or "gloo",
+        results_of(row).backend or "gloo",
         bandwidth,
         latency_us,
     )
 
 
-def model_for(res: dict, cfg: configmod.Config, link: scaling.Link) -> scaling.Model:
+def model_for(res: Results, cfg: configmod.Config, link: scaling.Link) -> scaling.Model:
     try:
         t = cfg.train
         prof = scaling.profile_from_results(
-            res, t.num_train_epochs if t.max_steps < 0 else 0.0, max(t.max_steps, 0)
+            res.to_json(), t.num_train_epochs if t.max_steps < 0 else 0.0, max(t.max_steps, 0)
         )
     except ValueError as e:
         raise UsageError(
@@ -135,7 +136,7 @@ def measured_layouts(cfg: configmod.Config, prof: scaling.Profile) -> dict[int, 
 def predict_job(row: Any, nodes: Sequence[int], link: scaling.Link) -> dict:
     """The prediction from one finished run: per node count, and the best measured layout at each."""
     res, cfg = results_of(row), job_config(row)
-    if res.get("task") == "comm":
+    if res.task == "comm":
         raise UsageError(
             f"job {row.id} measured a link; it trained nothing to predict from",
             "give the id of a finished training run",
@@ -154,10 +155,9 @@ def predict_job(row: Any, nodes: Sequence[int], link: scaling.Link) -> dict:
     }
 
 
-def _rate(res: dict) -> float | None:
-    """A run's samples/s (steady, else the Trainer's): a positive number, or None (results.json is read back)."""
-    for key in ("steady_samples_per_second", "train_samples_per_second"):
-        v = number(res.get(key))
+def _rate(res: Results) -> float | None:
+    """A run's samples/s (steady, else the Trainer's): a positive number, or None."""
+    for v in (res.steady_samples_per_second, res.train_samples_per_second):
         if v is not None and v > 0:
             return float(v)
     return None
@@ -170,18 +170,17 @@ def study(rows: Sequence[Any], link: scaling.Link | None) -> list[dict]:
     done = [(r, res) for r, res in done if _rate(res) is not None]
     if not done:
         return []
-    done.sort(key=lambda x: x[1].get("nodes") or x[0].nodes)
+    done.sort(key=lambda x: x[1].nodes or x[0].nodes)
     base_row, base_res = done[0]
     pred = {}
     if link is not None:
         model = model_for(base_res, job_config(base_row), link)
         pred = {
-            p.nodes: p
-            for p in model.predict(sorted({res.get("nodes") or r.nodes for r, res in done}))
+            p.nodes: p for p in model.predict(sorted({res.nodes or r.nodes for r, res in done}))
         }
     out = []
     for r, res in done:
-        n = res.get("nodes") or r.nodes
+        n = res.nodes or r.nodes
         measured = _rate(res) or 0.0
         p = pred.get(n)
         out.append(
@@ -213,12 +212,8 @@ def same_shape_run(reg: Any, cfg: configmod.Config) -> Any | None:
         except Exception:  # a config an older hpcqa wrote: not comparable
             continue
         res = results_of(row)
-        if (
-            res.get("status") == State.COMPLETED
-            and (res.get("comm") or {}).get("bucket_bytes")
-            and res.get("step_time_s")
-        ):
-            if (res.get("nodes") or row.nodes) == 1:
+        if res.status == State.COMPLETED and res.comm and res.comm.bucket_bytes and res.step_time_s:
+            if (res.nodes or row.nodes) == 1:
                 return row
             fallback = fallback or row
     return fallback

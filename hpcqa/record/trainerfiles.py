@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcqa.record.jobdir import read_json
-from hpcqa.record.jsonfiles import number
+from hpcqa.record.jobfiles.fields import number
 
 STATE = "trainer_state.json"
 RESULTS = (

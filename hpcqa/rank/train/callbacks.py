@@ -16,6 +16,7 @@ from hpcqa.rank.train.facts import Rank, thread_census
 from hpcqa.rank.train.resume import barrier
 from hpcqa.rank.train.stop import STOP, StopNotice, attempt
 from hpcqa.record.jobdir import write_json
+from hpcqa.record.jobfiles import progress as progressfile
 from hpcqa.record.phases import Phase
 
 
@@ -114,7 +115,7 @@ class ProgressCallback(TrainerCallback):
             return
         self.last_write = now
         eta = self.rate.eta(now, total)
-        write_json(
+        progressfile.write(
             self.path,
             {
                 "phase": phase,

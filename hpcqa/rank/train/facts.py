@@ -24,7 +24,8 @@ from hpcqa.errors import RankError
 from hpcqa.rank import binding, preload
 from hpcqa.rank.exits import code_provenance
 from hpcqa.rank.phase import Phases
-from hpcqa.record.jobdir import JobDir, write_json
+from hpcqa.record.jobdir import JobDir
+from hpcqa.record.jobfiles import report as reportfile
 
 
 @dataclass
@@ -48,7 +49,7 @@ class Rank:
 
     def save_report(self, **update: Any) -> None:
         self.report.update(update)
-        write_json(self.jd.rank_report(self.rank), self.report)
+        reportfile.write(self.jd.rank_report(self.rank), self.report)
 
 
 def cpu_flags() -> set[str]:

@@ -62,7 +62,8 @@ from hpcqa.rank.train.stop import (
 )
 from hpcqa.rank.train.trainer import build_trainer
 from hpcqa.record.caches import Caches
-from hpcqa.record.jobdir import JobDir, write_json
+from hpcqa.record.jobdir import JobDir
+from hpcqa.record.jobfiles import failure, results
 from hpcqa.record.phases import Phase
 
 
@@ -91,13 +92,10 @@ def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
 
 
 def write_failed(jd: JobDir, rank: int, e: BaseException | None) -> None:
-    error = (
-        f"{type(e).__name__}: {e.message} (fix: {e.hint})"
-        if isinstance(e, HpcqaError) and e.hint
-        else f"{type(e).__name__}: {e}"
-    )
+    said = f"{e.message} (fix: {e.hint})" if isinstance(e, HpcqaError) and e.hint else f"{e}"
+    error = f"{type(e).__name__}: {said}"
     Phases(jd, rank, attempt()).enter(Phase.FAILED, error[:200])
-    write_json(
+    failure.write(
         jd.rank_failed(rank),
         {
             "rank": rank,
@@ -549,7 +547,7 @@ def run_link(r: Rank) -> dict:
     link = commbench.measure_link(int(r.report.get("node_rank") or 0))
     r.save_report(link=link, finished=time.time(), status="measured")
     if r.rank == 0:
-        write_json(
+        results.write(
             r.jd.results,
             {
                 "status": State.COMPLETED,
@@ -640,7 +638,7 @@ def write_results(
         step_recipe=rep.get("step_recipe"),
         allocator=rep.get("allocator"),
     )
-    write_json(r.jd.results, result)
+    results.write(r.jd.results, result)
     board_efficiency(
         r, result.get("efficiency") or {}, result.get("step_split_s") or {}, train_out.global_step
     )

@@ -1,0 +1,100 @@
+"""The one reader of a job folder's JSON, as a careless program or a dying node may have left it: regular files
+only (opened without following a link, without blocking), a size cap, numbers that are finite, nesting that
+cannot exhaust the stack, an object at the top. A file that fails is damaged, with one line saying why; it is
+never a traceback or a hang. The schemas (progress.py, results.py, ...) read what this gives; hpcqa.record.jobdir
+names the files."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from hpcqa.fsutil import open_regular
+from hpcqa.record.jobfiles.fields import Damaged
+
+T = TypeVar("T")
+
+MAX_JSON_BYTES = (
+    64 << 20
+)  # hpcqa's own files are kilobytes; a worktree manifest of 100,000 files a few MB
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _finite(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise _NotFinite(f"{text} is not a finite number")
+    return x
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotFinite(f"{name} is not JSON's")
+
+
+def read_json(path: Path | str) -> dict | None:
+    """The file's JSON object, or None when it is missing, half-written, not JSON, or not what hpcqa writes there:
+    every reader of a job folder goes through this, and a job's program or a dying node can leave anything there.
+    Only a regular file is read (opened without following a link and without blocking, then checked: a FIFO named
+    results.json would hang `status`), at most MAX_JSON_BYTES of it; numbers must be finite; the top level must be
+    an object."""
+    return load_json(path)[0]
+
+
+def load_json(path: Path | str) -> tuple[dict | None, str | None]:
+    """read_json, with why a file that is there was not read: (object, None), (None, None) when there is no file,
+    (None, reason) when there is one that is damaged."""
+    try:
+        fd = open_regular(path)
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        if e.errno == errno.EINVAL and e.strerror == "not a regular file":
+            return None, "not a regular file"
+        return None, "a link, or not readable" if e.errno in (
+            errno.ELOOP,
+            errno.EACCES,
+            errno.EPERM,
+        ) else f"not readable ({os.strerror(e.errno or 0)})"
+    except ValueError:
+        return None, "not a path"
+    try:
+        st = os.fstat(fd)
+        if st.st_size > MAX_JSON_BYTES:
+            return None, f"larger than {MAX_JSON_BYTES >> 20} MiB"
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+        if len(data) > MAX_JSON_BYTES:
+            return None, f"larger than {MAX_JSON_BYTES >> 20} MiB"
+        if not data.strip():
+            return None, "empty (being written, or cut short)"
+        got = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
+    except OSError as e:
+        return None, f"not readable ({os.strerror(e.errno or 0)})"
+    except _NotFinite:
+        return None, "a number that is not finite (NaN, Infinity or 1e999)"
+    except (ValueError, RecursionError):
+        return None, "not JSON (cut short, or not hpcqa's)"
+    finally:
+        os.close(fd)
+    return (
+        (got, None)
+        if isinstance(got, dict)
+        else (None, f"JSON, but a {type(got).__name__}, not an object")
+    )
+
+
+def read_as(path: Path | str, parse: Callable[[object, str], T | Damaged]) -> T | Damaged | None:
+    """The file at `path` read and parsed by its schema: the value, Damaged (why, with the file's name), or None
+    when there is no file."""
+    got, why = load_json(path)
+    name = Path(path).name
+    if why is not None:
+        return Damaged(name, why)
+    return None if got is None else parse(got, name)

@@ -1,0 +1,65 @@
+"""ranks/rank-N.json: a rank's report -- where it ran (host, CPUs), what it preloaded, the code and command, its
+resource use, its warnings, the notice it stopped on. The rank writes it at start and updates it as it goes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcqa.fsutil import atomic_write_text
+from hpcqa.record.jobfiles import fields, reader
+from hpcqa.record.jobfiles.fields import Amount, Count, Damaged, Seconds
+from hpcqa.record.jobfiles.parts import Code, Notice, Work
+
+
+@dataclass(frozen=True)
+class RankUsage:
+    """What the rank measured of itself: CPU and wall seconds, its CPUs, peak memory, time ready but off-CPU."""
+
+    cpu_s: Amount
+    wall_s: Amount
+    cpus: Amount
+    max_rss_bytes: Amount | None = None
+    run_delay_s: Amount | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Report:
+    rank: int
+    host: str | None = None
+    cpus: tuple[int, ...] = ()
+    attempt: Count | None = None
+    world_size: Count | None = None
+    started: Seconds | None = None
+    finished: Seconds | None = None
+    run_s: Amount | None = None
+    usage: RankUsage | None = None
+    preload: dict[str, str | None] = field(default_factory=dict)
+    code: Code | None = None
+    command: tuple[str, ...] | None = None
+    work: Work | None = None
+    warnings: tuple[str, ...] = ()
+    notice: Notice | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return fields.to_json(self)
+
+    def notice_in(self, attempt: int) -> Notice | None:
+        """The notice this rank stopped on in `attempt`, or None."""
+        return self.notice if self.notice and self.notice.attempt == attempt else None
+
+
+def parse(obj: object, file: str = "rank report") -> Report | Damaged:
+    return fields.parse(Report, obj, file)
+
+
+def read(path: Path) -> Report | Damaged | None:
+    return reader.read_as(path, parse)
+
+
+def write(path: Path, obj: object) -> Path:
+    """Write `obj` (this file's fields, as a dict) atomically, after holding it to the schema (ValueError if not)."""
+    return atomic_write_text(path, fields.checked_text(Report, obj, path.name))

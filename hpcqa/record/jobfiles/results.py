@@ -1,0 +1,167 @@
+"""results.json: what a finished job measured -- EM/F1 (SQuAD v2's splits), throughput, times, the step's split
+and efficiency, the all-reduce, the link a `tune --comm` job measured, a user command's metrics, the requeues and
+the checkpoints. Rank 0 writes it once, at the end; status, results, the scaling model and the API read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcqa.core.states import State
+from hpcqa.fsutil import atomic_write_text
+from hpcqa.record.jobfiles import fields, reader
+from hpcqa.record.jobfiles.fields import JSON, Amount, Count, Damaged
+from hpcqa.record.jobfiles.parts import Code, Comm, Notice, Recipe, Work
+
+
+@dataclass(frozen=True)
+class MeasuredLink:
+    """A `tune --comm` job's measured link."""
+
+    bandwidth_Bps: Amount | None = None
+    latency_s: Amount | None = None
+    nodes: Count | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Unreliable:
+    why: str = ""
+    fix: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    padding_share: Amount
+    text_per_sample: Amount
+    all_per_sample: Amount
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """MFU on text tokens and on all tokens, and what it was computed from."""
+
+    mfu: Amount | None = None
+    mfu_all_tokens: Amount | None = None
+    mfu_unreliable: Unreliable | None = None
+    tokens: Tokens | None = None
+    achieved_flops: Amount | None = None
+    peak_flops: Amount | None = None
+    peak_flops_per_rank: tuple[Amount, ...] = ()
+    peak_source: str | None = None
+    precision: str | None = None
+    model_flops_per_sample: Amount | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The untrained model's scores on the same questions (train.baseline)."""
+
+    name: str = ""
+    exact_match: float | None = None
+    f1: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Predict:
+    """The test set's predictions (data.test_file)."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# the numbers a sweep's table and CSV carry, by name (sweep.metric may name any of results.json's numbers)
+SCORES = ("exact_match", "f1", "train_samples_per_second", "wall_time_s", "train_runtime_s")
+V2_SPLITS = ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_f1", "best_f1_thresh")
+
+
+@dataclass(frozen=True)
+class Results:
+    status: str | None = None
+    task: str | None = None
+    exit_code: int | None = None
+    exact_match: float | None = None
+    f1: float | None = None
+    HasAns_exact: float | None = None
+    HasAns_f1: float | None = None
+    HasAns_total: Count | None = None
+    NoAns_exact: float | None = None
+    NoAns_f1: float | None = None
+    NoAns_total: Count | None = None
+    best_f1: float | None = None
+    best_f1_thresh: float | None = None
+    best_metric: float | None = None
+    train_samples_per_second: float | None = None
+    eval_samples_per_second: float | None = None
+    steady_samples_per_second: float | None = None
+    wall_time_s: float | None = None
+    train_runtime_s: float | None = None
+    step_time_s: float | None = None
+    nodes: Count | None = None
+    world_size: Count | None = None
+    threads_per_rank: Count | None = None
+    eval_examples: Count | None = None
+    bf16: bool | None = None
+    baseline: Baseline | None = None
+    files: dict[str, str] = field(default_factory=dict)
+    predict: Predict | None = None
+    tensorboard: str | None = None
+    backend: str | None = None
+    allocator: str | None = None
+    attempt: Count | None = None
+    requeues: Count | None = None
+    resumed_from_step: Count | None = None
+    notices: tuple[Notice, ...] = ()
+    best_checkpoint: str | int | None = None
+    model_dir: str | None = None
+    code: Code | None = None
+    command: tuple[str, ...] | None = None
+    work: Work | None = None
+    metrics: dict[str, JSON] | None = None
+    metrics_error: str | None = None
+    link: MeasuredLink | None = None
+    comm: Comm | None = None
+    step_recipe: Recipe | None = None
+    step_split_s: dict[str, float | None] = field(default_factory=dict)
+    efficiency: Efficiency | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return fields.to_json(self)
+
+    def scores(self) -> tuple[float, float] | None:
+        """(EM, F1) when both are there."""
+        if self.exact_match is None or self.f1 is None:
+            return None
+        return self.exact_match, self.f1
+
+    def number(self, name: str) -> float | None:
+        """The number results.json holds under `name` (a field, or one of its other keys), else None: what a
+        sweep's metric, CSV and plot read."""
+        v = getattr(self, name, None) if name in _FIELDS else self.extra.get(name)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def finished(self) -> bool:
+        """The job's work is done: a training run COMPLETED, or a user command that exited 0."""
+        return self.status == State.COMPLETED or (self.task == "command" and self.exit_code == 0)
+
+
+_FIELDS = set(Results.__dataclass_fields__) - {"extra"}
+
+
+def parse(obj: object, file: str = "results file") -> Results | Damaged:
+    return fields.parse(Results, obj, file)
+
+
+def read(path: Path) -> Results | Damaged | None:
+    return reader.read_as(path, parse)
+
+
+def write(path: Path, obj: object) -> Path:
+    """Write `obj` (this file's fields, as a dict) atomically, after holding it to the schema (ValueError if not)."""
+    return atomic_write_text(path, fields.checked_text(Results, obj, path.name))
