@@ -92,7 +92,7 @@ def test_a_full_disk_during_a_save_fails_with_one_line_and_keeps_the_earlier_che
         )
         (job,) = job_dirs(disk)
         failed = JobDir(job).failed_ranks()
-        assert failed and "disk full while saving" in failed[0]["error"], r.stderr[
+        assert failed and "disk full while saving" in failed[0].error, r.stderr[
             -3000:
         ]  # the first failure
         first = [line for line in r.stderr.splitlines() if "disk full while saving" in line]

@@ -106,6 +106,7 @@ def test_a_programs_loss_sorts_low_first_its_accuracy_high_first():
     from types import SimpleNamespace
 
     from hpcqa.record import results
+    from hpcqa.record.jobfiles import results as schema
 
     views = [
         SimpleNamespace(
@@ -115,7 +116,7 @@ def test_a_programs_loss_sorts_low_first_its_accuracy_high_first():
             variant={"train.seed": i},
             nodes=1,
             world_size=2,
-            results={"loss": loss, "accuracy": acc},
+            results=schema.parse({"loss": loss, "accuracy": acc}),  # as the job folder gives it
             outputs=[],
         )
         for i, (loss, acc) in enumerate([(0.9, 0.7), (0.2, 0.9), (0.5, 0.8)])

@@ -5,6 +5,7 @@ of parsed code, and each is shown to catch a planted offender."""
 
 import ast
 import functools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -832,3 +833,47 @@ def test_the_scheduler_keeps_a_module_that_shares_a_fixture_on_one_worker(tmp_pa
         "import pytest\n\n@pytest.fixture\ndef f():\n    return 1\n"
     )
     assert shared_fixture_modules(tmp_path) == {f"{tmp_path.name}/test_m.py"}
+
+
+# The files a job leaves that have a schema (hpcqa/record/jobfiles): their paths, as JobDir names them
+SCHEMA_FILES = re.compile(
+    r"\.(results|progress|controller_record)\b|\.rank_(report|phase|failed|exit)\("
+)
+RAW_IO = {"read_json", "load_json", "write_json", "read_text", "write_text", "open", "loads"}
+
+
+def raw_job_file_io(path: str, tree: ast.AST) -> list[str]:
+    """Calls that read or write a schema'd job file another way than through its module in record/jobfiles: a raw
+    reader or writer (read_json, write_json, read_text, open ...) given one of those paths."""
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        said = ast.unparse(node)
+        target = ast.unparse(f.value) if isinstance(f, ast.Attribute) else ""
+        if name in RAW_IO and SCHEMA_FILES.search(
+            " ".join(ast.unparse(a) for a in node.args) + " " + target
+        ):
+            out.append(f"{path}:{node.lineno}: {said[:100]}")
+    return out
+
+
+def test_job_files_with_a_schema_are_read_and_written_only_through_it():
+    """results.json, progress.json, the rank reports, phase and failure files and the controller record go through
+    record/jobfiles (one bounded reader, one schema per file, writers held to it); no module reads or writes them
+    another way."""
+    offenders = [
+        x
+        for path, tree in modules()
+        if "jobfiles" not in path.parts
+        for x in raw_job_file_io(str(path.relative_to(ROOT)), tree)
+    ]
+    assert not offenders, "read or write them through hpcqa/record/jobfiles:\n" + "\n".join(
+        offenders
+    )
+    planted = ast.parse(
+        "got = read_json(jd.results)\njd.rank_report(3).write_text('x')\nok(jd.results)"
+    )
+    assert len(raw_job_file_io("x.py", planted)) == 2

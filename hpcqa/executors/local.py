@@ -31,7 +31,7 @@ from hpcqa.errors import HpcqaError, PlanError
 from hpcqa.executors import common, snapshot
 from hpcqa.executors.interface import Live, Outcome, Progress, Request, Say, Submitted, silent
 from hpcqa.rank.job import RankJob
-from hpcqa.record.jobdir import JobDir, JobRoot, write_json
+from hpcqa.record.jobdir import JobDir, JobRoot
 from hpcqa.record.jobfiles import controller
 from hpcqa.record.jobfiles.controller import Controller
 from hpcqa.record.registry import Registry
@@ -179,9 +179,11 @@ def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None, code=
         os.environ.update(saved)
     jd = JobDir(Path(job.paths.folder))
     jd.path.mkdir(parents=True, exist_ok=True)
-    write_json(
-        jd.controller_record, {"pid": int(job.job_id), "identity": identity(int(job.job_id))}
-    )
+    ident = identity(int(job.job_id))
+    if (
+        ident
+    ):  # none: the controller is gone already; status then asks the folder, cancel signals nothing
+        controller.write(jd.controller_record, {"pid": int(job.job_id), "identity": ident})
     os.replace(log, jd.controller_log)  # the controller keeps writing through its open descriptor
     root.tidy(submission)
     return job, jd

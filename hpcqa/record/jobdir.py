@@ -580,7 +580,7 @@ class JobDir:
         """A (re)started rank moves its files of an earlier attempt aside (each rank its own: no race),
         so markers of an attempt that was preempted or lost a node never speak for this one."""
         old = report.read(self.rank_report(rank))
-        previous = (old.attempt or 0) if isinstance(old, Report) else None
+        previous = old.attempt if isinstance(old, Report) else None
         if previous is None or previous >= attempt:
             return  # none, this attempt's, or not what a rank writes: the new report replaces it
         keep = self.attempt_dir(previous)

@@ -3,8 +3,9 @@ so that status and cancel act on that process only, never on whatever holds a re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hpcqa.fsutil import atomic_write_text
 from hpcqa.record.jobfiles import fields, reader
@@ -15,6 +16,7 @@ from hpcqa.record.jobfiles.fields import Damaged
 class Controller:
     pid: int
     identity: str
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return fields.to_json(self)

@@ -102,6 +102,8 @@ def value(tp: Any, v: object, at: str) -> Any:
             raise Bad(f"{at} {shown(v)} is not {rule.what}")
         return got
     if origin in (typing.Union, types.UnionType):
+        if v is None and type(None) in args:
+            return None
         wrong = None
         for member in (a for a in args if a is not type(None)):
             try:
@@ -153,12 +155,13 @@ def _kind(v: object) -> str:
 
 
 def to_json(x: Any) -> Any:
-    """A schema value as JSON again: its fields that are set (None is left out), then its `extra` keys."""
+    """A schema value as JSON again: its fields that are set (None and a default are left out), then its `extra`
+    keys."""
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         out: dict[str, Any] = {}
         for f in dataclasses.fields(x):
             v = getattr(x, f.name)
-            if f.name != "extra" and v is not None:
+            if f.name != "extra" and v is not None and not _is_default(f, v):
                 out[f.metadata.get("key", f.name)] = to_json(v)
         out.update(getattr(x, "extra", {}) or {})
         return out
@@ -167,6 +170,12 @@ def to_json(x: Any) -> Any:
     if isinstance(x, dict):
         return {k: to_json(v) for k, v in x.items()}
     return x
+
+
+def _is_default(f: dataclasses.Field, v: object) -> bool:
+    if f.default_factory is not dataclasses.MISSING:
+        return v == f.default_factory()
+    return f.default is not dataclasses.MISSING and v == f.default and type(v) is type(f.default)
 
 
 def parse(cls: type[T], obj: object, file: str) -> T | Damaged:
