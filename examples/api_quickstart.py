@@ -29,10 +29,10 @@ print("submitted", job.id, "folder", job.folder)
 
 # 4. Watch it: state, progress, pending reason.
 while not job.done():
-    v = job.view()
-    p = v.progress or {}
+    v = job.view()  # progress and results are typed values (hpcqa.record.jobfiles), None until written
+    p = v.progress
     print(
-        f"  {v.state:<10} step {p.get('step', 0)}/{p.get('total_steps') or '?'}"
+        f"  {v.state:<10} step {p.step if p else 0}/{(p and p.total_steps) or '?'}"
         + (f"  waiting: {v.reason}" if v.reason else "")
     )
     time.sleep(5)
