@@ -29,7 +29,8 @@ print("submitted", job.id, "folder", job.folder)
 
 # 4. Watch it: state, progress, pending reason.
 while not job.done():
-    v = job.view()  # progress and results are typed values (hpcqa.record.jobfiles), None until written
+    # the view's progress and results are typed values (hpcqa.record.jobfiles), None until written
+    v = job.view()
     p = v.progress
     print(
         f"  {v.state:<10} step {p.step if p else 0}/{(p and p.total_steps) or '?'}"

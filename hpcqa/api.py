@@ -206,7 +206,7 @@ class Job:
 
     def cancel(self) -> list[str]:
         reg = registry.Registry(self.registry, create=False)
-        return canceller.cancel(canceller.targets(reg, [self.id], None), False, Slurm())
+        return canceller.cancel(canceller.chosen(reg, [self.id], None), False, Slurm())
 
     def logs(
         self, rank: int = 0, stream: str = "err", lines: int = 0, all_attempts: bool = True

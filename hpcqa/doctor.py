@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 from hpcqa import api
 from hpcqa.core import plan, sweep, topology
-from hpcqa.core.targets import DDPBackend
+from hpcqa.core.kinds import DDPBackend
 from hpcqa.executors import hostprobe, table, torchbuild
 from hpcqa.executors.slurmcli import Slurm, first_line
 from hpcqa.rank import preload
@@ -116,9 +116,9 @@ def run_checks(cfg=None, slurm: Slurm | None = None) -> list[Check]:
             Check(
                 "executor",
                 "ok",
-                f"{ex.target.name} (this machine): Slurm is not needed for this config",
+                f"{ex.kind.name} (this machine): Slurm is not needed for this config",
                 ""
-                if cfg.cluster.executor == ex.target.name
+                if cfg.cluster.executor == ex.kind.name
                 else 'cluster.executor = "auto" and no sbatch here',
             )
         )

@@ -18,7 +18,7 @@ from hpcqa.record import registry, registryfix
 from tests.conftest import ROOT
 
 OK_ROW = dict(
-    id="7", name="n", target="local", folder="/x", config={}, source="s", nodes=1, world_size=2
+    id="7", name="n", executor="local", folder="/x", config={}, source="s", nodes=1, world_size=2
 )
 
 
@@ -416,7 +416,7 @@ def test_a_misspelt_command_gets_did_you_mean(cli):
 
 def test_kubernetes_as_an_executor_points_to_render(cli):
     r = cli("validate", "configs/quickstart.toml", "--set", "cluster.executor=kubernetes")
-    assert r.returncode == 2 and "render CONFIG --target pytorchjob" in r.stderr
+    assert r.returncode == 2 and "render CONFIG --kind pytorchjob" in r.stderr
 
 
 def test_a_toml_syntax_error_shows_the_line(cli, tmp_path):
@@ -436,7 +436,7 @@ def test_render_writes_python3_unless_told_and_yaml_is_not_executable(cli, tmp_p
         and sys.executable not in r.stdout
     )
     out = tmp_path / "job.yaml"
-    r = cli("render", "configs/squad_spr.toml", "--target", "pytorchjob", "-o", str(out))
+    r = cli("render", "configs/squad_spr.toml", "--kind", "pytorchjob", "-o", str(out))
     assert r.returncode == 0 and not out.stat().st_mode & 0o111, r.stderr
     script = tmp_path / "job.sbatch"
     assert cli("render", "configs/squad_spr.toml", "-o", str(script)).returncode == 0
@@ -650,12 +650,33 @@ def test_a_registry_of_schema_1_is_migrated_in_place(tmp_path):
     path = tmp_path / "v1.sqlite"
     _schema_1_registry(path)
     reg = registry.Registry(path)
-    assert [(r.id, r.target) for r in reg.jobs()] == [("5", "slurm")]
+    assert [(r.id, r.executor) for r in reg.jobs()] == [("5", "slurm")]
     cols = [r[1] for r in reg.db.execute("PRAGMA table_info(jobs)")]
-    assert "target" in cols and "executor" not in cols
+    assert "executor" in cols and "target" not in cols
     assert reg.db.execute("PRAGMA user_version").fetchone()[0] == registry.SCHEMA_VERSION
     reg.add_many([{**OK_ROW, "id": "6", "folder": "/g/6"}])
     assert sorted(r.id for r in reg.jobs()) == ["5", "6"]
+
+
+def test_a_registry_of_schema_2_gets_its_column_executor_back(tmp_path):
+    """Schema version 2 named the column "target"; the word users write is cluster.executor, and version 3 says it
+    again: the rows are kept, the column renamed in place, a row added after reads back."""
+    path = tmp_path / "v2.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(registry.SCHEMA.replace("    executor      ", "    target        "))
+    db.execute(f"PRAGMA application_id = {registry.APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 2")
+    db.execute(
+        "INSERT INTO jobs (id, name, target, folder, config, source, submitted_at, nodes, world_size) "
+        "VALUES ('8', 'q', 'local', '/f/8', '{}', 'x.toml', 1.0, 1, 2)"
+    )
+    db.commit()
+    db.close()
+    reg = registry.Registry(path)
+    assert [(r.id, r.executor) for r in reg.jobs()] == [("8", "local")]
+    cols = [r[1] for r in reg.db.execute("PRAGMA table_info(jobs)")]
+    assert "executor" in cols and "target" not in cols
+    assert reg.db.execute("PRAGMA user_version").fetchone()[0] == 3 == registry.SCHEMA_VERSION
 
 
 def test_a_job_whose_folder_was_deleted_is_said_alike_by_status_and_logs(cli, tmp_path):
@@ -805,7 +826,7 @@ def test_the_first_rounds_leftovers_are_one_line_at_submit_and_in_the_dry_run(cl
         r = cli(
             "render",
             "configs/squad_spr.toml",
-            "--target",
+            "--kind",
             "trainjob",
             "--set",
             "k8s.image=r/x:1",
@@ -819,7 +840,7 @@ def test_the_first_rounds_leftovers_are_one_line_at_submit_and_in_the_dry_run(cl
     ok = cli(
         "render",
         "configs/squad_spr.toml",
-        "--target",
+        "--kind",
         "trainjob",
         "--set",
         "k8s.image=r/x:1",

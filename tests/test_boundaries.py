@@ -244,7 +244,7 @@ def test_a_job_root_owned_by_someone_else_is_refused(tmp_path):
 
 class Row:
     def __init__(self, job_id, folder):
-        self.id, self.folder, self.final, self.target = str(job_id), str(folder), False, "local"
+        self.id, self.folder, self.final, self.executor = str(job_id), str(folder), False, "local"
 
 
 @pytest.mark.process

@@ -330,7 +330,7 @@ def test_a_pytorchjob_carries_the_command_in_its_plan_and_runs_it_in_the_image(t
         "k8s.image=reg.example.com/hpcqa:1",
         "--set",
         "k8s.memory=8Gi",
-        "--target",
+        "--kind",
         "pytorchjob",
         "-o",
         str(tmp_path / "job.yaml"),
@@ -916,7 +916,7 @@ def test_a_program_that_is_not_there_is_a_warning_at_render_and_refused_at_rende
     pod = run_cli(
         "render",
         QUICK,
-        "--target",
+        "--kind",
         "pytorchjob",
         "--set",
         "k8s.image=registry.example.com/hpcqa:1",

@@ -130,7 +130,7 @@ def test_render_prints_the_plans_warnings(cli):
     )
 
 
-def _sweep_registry(tmp_path, target="local"):
+def _sweep_registry(tmp_path, executor="local"):
     from hpcqa.record import registry
 
     reg = registry.Registry(tmp_path / "r.sqlite")
@@ -138,7 +138,7 @@ def _sweep_registry(tmp_path, target="local"):
         dict(
             id=f"900_{i}",
             name="sw",
-            target=target,
+            executor=executor,
             folder=str(tmp_path / f"t{i}"),
             config={},
             source="x",
@@ -153,7 +153,7 @@ def _sweep_registry(tmp_path, target="local"):
     reg.add(
         id="42",
         name="single",
-        target=target,
+        executor=executor,
         folder=str(tmp_path / "j42"),
         config={},
         source="x",
@@ -192,7 +192,7 @@ def test_no_such_job_is_said_alike(tmp_path, cli):
 
 
 def test_watch_says_when_and_that_slurm_is_not_answering(tmp_path):
-    path = _sweep_registry(tmp_path, target="slurm")
+    path = _sweep_registry(tmp_path, executor="slurm")
     broken = tmp_path / "slurm.conf"
     broken.write_text("")
     code, out = pty_term.hpcqa(
@@ -265,7 +265,7 @@ def test_every_help_and_the_usual_messages_fit_80_columns(tmp_path):
         [
             "render",
             "configs/squad_spr.toml",
-            "--target",
+            "--kind",
             "pytorchjob",
             "-o",
             str(tmp_path / "job.yaml"),

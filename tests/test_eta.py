@@ -84,7 +84,13 @@ def test_status_its_detail_and_the_bar_show_one_eta_at_one_moment():
     now = 10_040.0
     reading = progress.parse(reading)
     v = typed_view(
-        id="7", name="qa", target="local", state="RUNNING", nodes=1, world_size=2, progress=reading
+        id="7",
+        name="qa",
+        executor="local",
+        state="RUNNING",
+        nodes=1,
+        world_size=2,
+        progress=reading,
     )
     listed = status.progress_text(v, now=now)
     detail = dict(statusview._progress_rows(v, now))["progress"]
@@ -95,6 +101,12 @@ def test_status_its_detail_and_the_bar_show_one_eta_at_one_moment():
 def test_no_eta_once_the_job_is_not_running():
     reading = progress.parse({"step": 120, "total_steps": 400, "eta_s": 360.0, "updated": 10_000.0})
     v = typed_view(
-        id="7", name="qa", target="local", state="PENDING", nodes=1, world_size=2, progress=reading
+        id="7",
+        name="qa",
+        executor="local",
+        state="PENDING",
+        nodes=1,
+        world_size=2,
+        progress=reading,
     )
     assert "ETA" not in status.progress_text(v, now=10_000.0)

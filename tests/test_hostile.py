@@ -451,7 +451,7 @@ def test_a_config_file_named_with_a_unicode_line_break_runs_nothing_in_the_pod(t
                 "hpcqa",
                 "render",
                 str(path),
-                "--target",
+                "--kind",
                 target,
                 "--set",
                 "k8s.image=registry.example.com/hpcqa:1",

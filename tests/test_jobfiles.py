@@ -186,7 +186,7 @@ def test_the_api_and_the_cli_read_logs_and_records_through_the_same_code(tmp_pat
             dict(
                 id="7",
                 name="n",
-                target="local",
+                executor="local",
                 folder=str(job),
                 config={},
                 source="x",

@@ -1,4 +1,4 @@
-"""`hpcqa render --target pytorchjob|dockerfile`: the PyTorchJob is built with the Kubernetes/Kubeflow client
+"""`hpcqa render --kind pytorchjob|dockerfile`: the PyTorchJob is built with the Kubernetes/Kubeflow client
 models, survives their deserialiser, and its pod script trains when run the way the operator runs it."""
 
 import contextlib
@@ -33,7 +33,7 @@ def cli():
 
 
 def render(cli, *args, config="configs/squad_spr.toml"):
-    r = cli("render", config, "--target", "pytorchjob", *args)
+    r = cli("render", config, "--kind", "pytorchjob", *args)
     assert r.returncode == 0, r.stderr
     (job,) = yaml.safe_load_all(
         r.stdout
@@ -99,7 +99,7 @@ def test_pytorchjob_for_squad_spr(cli):
         and pod["securityContext"]["runAsUser"] == 1000
     )
     plan = LaunchPlan.loads(cm["data"]["plan.json"])
-    assert plan.world_size == 8 and plan.ranks_per_node == 2 and plan.target == "k8s"
+    assert plan.world_size == 8 and plan.ranks_per_node == 2 and plan.executor == "k8s"
     assert (
         plan.config.job.output_dir == "/mnt/hpcqa/output"
         and plan.config.model.cache_dir == "/mnt/hpcqa/hub"
@@ -110,7 +110,7 @@ def test_pytorchjob_for_squad_spr(cli):
 
 
 def test_render_says_what_the_pods_get(cli):
-    r = cli("render", "configs/squad_spr.toml", "--target", "pytorchjob")
+    r = cli("render", "configs/squad_spr.toml", "--kind", "pytorchjob")
     assert r.returncode == 0, r.stderr
     assert (
         "4 Worker pod(s) x 2 rank(s), 220 CPUs (224 of the declared node less k8s.reserved_cores = 1 per "
@@ -120,7 +120,7 @@ def test_render_says_what_the_pods_get(cli):
     r = cli(
         "render",
         "configs/squad_spr.toml",
-        "--target",
+        "--kind",
         "pytorchjob",
         "--set",
         "k8s.cpus=224",
@@ -131,7 +131,7 @@ def test_render_says_what_the_pods_get(cli):
         "all 224 CPUs of the declared node" in r.stderr
         and "not admitted in a restricted" in r.stderr
     )
-    r = cli("render", "configs/squad_spr.toml", "--target", "pytorchjob", "--set", "k8s.cpus=221")
+    r = cli("render", "configs/squad_spr.toml", "--kind", "pytorchjob", "--set", "k8s.cpus=221")
     assert "not a whole number of cores" in r.stderr
 
 
@@ -312,7 +312,7 @@ def test_names_are_valid_kubernetes_names(cli, name):
 
 
 def test_a_name_with_nothing_usable_is_refused(cli):
-    r = cli("render", "configs/squad_spr.toml", "--target", "pytorchjob", "--set", "job.name=___")
+    r = cli("render", "configs/squad_spr.toml", "--kind", "pytorchjob", "--set", "job.name=___")
     assert r.returncode == 2 and "job.name" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
@@ -376,7 +376,7 @@ def test_bad_k8s_keys_are_named(cli, tmp_path, override, key):
     r = cli(
         "render",
         "configs/quickstart.toml",
-        "--target",
+        "--kind",
         "pytorchjob",
         "--set",
         "k8s.memory=4Gi",
@@ -386,12 +386,12 @@ def test_bad_k8s_keys_are_named(cli, tmp_path, override, key):
 
 
 def test_memory_is_required_for_guaranteed_pods(cli):
-    r = cli("render", "configs/quickstart.toml", "--target", "pytorchjob", *IMAGE)
+    r = cli("render", "configs/quickstart.toml", "--kind", "pytorchjob", *IMAGE)
     assert r.returncode == 2 and "k8s.memory" in r.stderr and "Guaranteed" in r.stderr
 
 
 def test_dockerfile(cli):
-    r = cli("render", "configs/squad_spr.toml", "--target", "dockerfile")
+    r = cli("render", "configs/squad_spr.toml", "--kind", "dockerfile")
     assert r.returncode == 0, r.stderr
     text = r.stdout
     assert "torch==2.13.0" in text and "download.pytorch.org/whl/cpu" in text

@@ -60,7 +60,7 @@ def run(tmp: Path, lag: float, stage_result: str = "Complete", timeout: float = 
                 "hpcqa",
                 "render",
                 "configs/squad_spr.toml",
-                "--target",
+                "--kind",
                 "trainjob",
                 "--set",
                 "k8s.image=registry.example.com/hpcqa:1",

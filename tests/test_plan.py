@@ -120,7 +120,7 @@ def test_executor_auto_and_local_limits():
     lp = spr(
         "cluster.executor=auto", "cluster.nodes=1", host=plan.HostProbe(schedulers=frozenset())
     )
-    assert lp.target == "local" and lp.deferred_env["MASTER_ADDR"] == "127.0.0.1"
+    assert lp.executor == "local" and lp.deferred_env["MASTER_ADDR"] == "127.0.0.1"
 
 
 def test_slurm_parameters():
@@ -186,36 +186,35 @@ def test_library_dirs_follow_the_loaders_configuration(tmp_path):
     assert dirs[:4] == ["/x", "/y", "/conda/lib", "/venv/lib"]
 
 
-def test_targets_are_one_vocabulary_from_the_config_to_the_registry(tmp_path):
-    """cluster.executor's choices are the targets that may be named plus "auto"; "auto" takes the highest affinity
-    on the submitting host (submitit's AutoExecutor); a plan or registry row naming an unknown target is refused."""
+def test_executor_kinds_are_one_vocabulary_from_the_config_to_the_registry(tmp_path):
+    """cluster.executor's choices are the executor kinds that may be named plus "auto"; "auto" takes the highest affinity
+    on the submitting host (submitit's AutoExecutor); a plan or registry row naming an unknown executor is refused."""
     import typing
 
-    from hpcqa.core import targets
+    from hpcqa.core import kinds
     from hpcqa.errors import PlanError
 
     assert set(typing.get_args(typing.get_type_hints(config.ClusterConfig)["executor"])) == set(
-        targets.CONFIG_CHOICES
+        kinds.CONFIG_CHOICES
     )
-    assert targets.resolve("auto", plan.HostProbe(schedulers=SLURM_HERE)) is targets.SlurmTarget
-    assert targets.resolve("auto", plan.HostProbe(schedulers=frozenset())) is targets.LocalTarget
+    assert kinds.resolve("auto", plan.HostProbe(schedulers=SLURM_HERE)) is kinds.SlurmKind
+    assert kinds.resolve("auto", plan.HostProbe(schedulers=frozenset())) is kinds.LocalKind
     assert (
-        targets.resolve("local", plan.HostProbe(schedulers=SLURM_HERE), "pytorchjob")
-        is targets.K8sTarget
+        kinds.resolve("local", plan.HostProbe(schedulers=SLURM_HERE), "pytorchjob") is kinds.K8sKind
     )
-    assert targets.resolve("slurm", plan.HostProbe(schedulers=frozenset())) is targets.SlurmTarget
+    assert kinds.resolve("slurm", plan.HostProbe(schedulers=frozenset())) is kinds.SlurmKind
     with pytest.raises(PlanError, match="unknown executor 'slurm-script'"):
-        targets.named("slurm-script")
+        kinds.named("slurm-script")
     lp = spr("cluster.executor=slurm", host=plan.HostProbe(schedulers=frozenset()))
     again = plan.LaunchPlan.loads(lp.dumps())
     assert (
         again == lp
-        and again.launcher is targets.Launcher.SRUN
-        and again.requeue is targets.Requeue.NONE
+        and again.launcher is kinds.Launcher.SRUN
+        and again.requeue is kinds.Requeue.NONE
     )
     assert (
-        plan.LaunchPlan.loads(lp.with_requeue(targets.Requeue.POD).dumps()).requeue
-        is targets.Requeue.POD
+        plan.LaunchPlan.loads(lp.with_requeue(kinds.Requeue.POD).dumps()).requeue
+        is kinds.Requeue.POD
     )
     damaged = tmp_path / "plan.json"
     damaged.write_text(lp.dumps().replace('"requeue": "none"', '"requeue": "sometimes"'))

@@ -340,7 +340,7 @@ def test_a_pod_rank_that_lost_its_peer_without_a_record_is_retryable_by_its_log(
     error keeps its code (the job fails)."""
     import sys
 
-    from hpcqa.core.targets import PodExit, Requeue
+    from hpcqa.core.kinds import PodExit, Requeue
     from hpcqa.rank.wrapper import supervise
     from hpcqa.record.jobdir import JobDir
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcqa.core import config, plan, sweep
-from hpcqa.core.targets import Requeue
+from hpcqa.core.kinds import Requeue
 from hpcqa.errors import ConfigError
 from hpcqa.executors import common, render, table
 from tests.conftest import ROOT, SLURM_HERE
@@ -338,7 +338,7 @@ def test_every_executor_hands_its_ranks_a_plan_that_says_who_requeues(key, monke
             None if target == table.K8S else launcher,
             hosts,
         )
-    assert (lp.target, lp.launcher) == (target, launcher) and ex.target.name == target
+    assert (lp.executor, lp.launcher) == (target, launcher) and ex.target.name == target
     request = ex.dry_run(sweep.single(lp))
     (handed,) = request.sweep.plans
     assert handed.requeue is ex.requeue and request.target == target

@@ -178,7 +178,7 @@ def _job(tmp_path, reg, jid, res, nodes=1, task="train", state=None, sweep=None)
     reg.add(
         id=jid,
         name="q",
-        target="slurm",
+        executor="slurm",
         folder=str(folder),
         config=cfg,
         source="configs/quickstart.toml",

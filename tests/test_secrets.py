@@ -99,7 +99,7 @@ def test_a_sentinel_secret_reaches_the_ranks_and_nothing_written_or_printed(
         cli(
             "render",
             *common,
-            "--target",
+            "--kind",
             "pytorchjob",
             "--set",
             "k8s.image=r/hpcqa:1",

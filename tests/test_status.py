@@ -122,7 +122,7 @@ def _reg(tmp_path, ids, folder_of=lambda i: "/nonexistent"):
         dict(
             id=i,
             name="n",
-            target="slurm",
+            executor="slurm",
             folder=folder_of(i),
             config={},
             source="x",
@@ -193,7 +193,7 @@ def test_progress_text_while_running():
     v = typed_view(
         id="1",
         name="n",
-        target="slurm",
+        executor="slurm",
         state="RUNNING",
         nodes=1,
         world_size=2,
@@ -545,7 +545,7 @@ def test_a_results_file_with_values_of_the_wrong_type_is_one_row_not_a_traceback
             dict(
                 id="7",
                 name="n",
-                target="local",
+                executor="local",
                 folder=str(job),
                 config={},
                 source="x",

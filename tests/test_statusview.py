@@ -36,7 +36,7 @@ def views():
         v = typed_view(
             id=str(1000 + i),
             name=LONG if i % 2 else "quickstart",
-            target="slurm" if i % 3 else "local",
+            executor="slurm" if i % 3 else "local",
             state=state,
             nodes=2,
             world_size=4,
@@ -74,7 +74,7 @@ def test_fits_80_columns_and_never_splits_a_word():
 
 
 def test_empty_columns_are_hidden_and_wide_shows_everything():
-    v = typed_view(id="7", name=LONG, target="local", state="FAILED", nodes=1, world_size=2)
+    v = typed_view(id="7", name=LONG, executor="local", state="FAILED", nodes=1, world_size=2)
     narrow = render([v])
     assert "exit" not in narrow and "elapsed" not in narrow and "1 job(s): 1 local" in narrow
     wide = render([v], width=200, wide=True)
@@ -88,7 +88,7 @@ def test_an_unreachable_controller_is_one_line_with_the_fix():
         "sacct: error: Sending PersistInit msg: Connection refused\nsacct: error: ..."
     )
     text = render(
-        [typed_view(id="7", name="q", target="slurm", state="RUNNING", nodes=1, world_size=2)],
+        [typed_view(id="7", name="q", executor="slurm", state="RUNNING", nodes=1, world_size=2)],
         source=states.Answer.failed(slurmcli.first_line(error)),
     )
     warning = [
@@ -173,7 +173,7 @@ def test_local_usage_from_the_ranks_own_measurements(tmp_path):
             dict(
                 id="4",
                 name="n",
-                target="local",
+                executor="local",
                 folder=str(folder),
                 config={},
                 source="x",
@@ -200,7 +200,7 @@ def test_local_usage_from_the_ranks_own_measurements(tmp_path):
 
 def test_a_cancelled_jobs_interrupted_ranks_are_not_its_failure():
     """Cancelling a local job interrupts its ranks (KeyboardInterrupt); that is the cancel, not a failure."""
-    v = typed_view(id="7", name="q", target="local", state="CANCELLED", nodes=1, world_size=2)
+    v = typed_view(id="7", name="q", executor="local", state="CANCELLED", nodes=1, world_size=2)
     v.failed = [
         failure.parse({"rank": 1, "host": "vm", "error": "KeyboardInterrupt: "}),
         failure.parse({"rank": 0, "host": "vm", "error": "rank process killed by SIGKILL"}),
@@ -234,7 +234,7 @@ def test_the_step_split_and_the_all_reduce_lines():
         },
     }
     v = typed_view(
-        id="1", name="n", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=res
+        id="1", name="n", executor="slurm", state="COMPLETED", nodes=2, world_size=2, results=res
     )
     rows = dict(statusview._efficiency_rows(v))
     # forward+backward is not counted twice: its compute and exposed all-reduce stand in for it
@@ -245,7 +245,7 @@ def test_the_step_split_and_the_all_reduce_lines():
     )
     sent = {**res, "comm": {**res["comm"], "compress": "fp16", "wire_bucket_bytes": [1_174_532]}}
     v = typed_view(
-        id="1", name="n", target="slurm", state="COMPLETED", nodes=2, world_size=2, results=sent
+        id="1", name="n", executor="slurm", state="COMPLETED", nodes=2, world_size=2, results=sent
     )
     assert dict(statusview._efficiency_rows(v))["all-reduce"].startswith(
         "2.3 MB of gradients per step in 1 bucket(s), sent in fp16 (1.2 MB); 0.200 s alone"
@@ -254,7 +254,7 @@ def test_the_step_split_and_the_all_reduce_lines():
     v = typed_view(
         id="2",
         name="n-comm",
-        target="slurm",
+        executor="slurm",
         state="COMPLETED",
         nodes=2,
         world_size=2,
@@ -509,7 +509,7 @@ def test_rank_reports_with_usage_of_the_wrong_types_are_left_out_of_the_usage(tm
         v = typed_view(
             id="5",
             name="n",
-            target="local",
+            executor="local",
             state="COMPLETED",
             nodes=1,
             world_size=2,
@@ -525,7 +525,7 @@ def test_escape_sequences_in_a_rank_report_are_spelled_out_in_the_detail_view(tm
     v = typed_view(
         id="5",
         name="n",
-        target="local",
+        executor="local",
         state="FAILED",
         nodes=1,
         world_size=1,
@@ -602,7 +602,7 @@ def test_a_programs_folder_record_that_is_not_an_object_is_passed_over():
         v = typed_view(
             id="7",
             name="q",
-            target="local",
+            executor="local",
             state="COMPLETED",
             nodes=1,
             world_size=1,

@@ -64,7 +64,7 @@ LAZY_MODULES = {
 }  # runs in front of every rank: submitit only where its pickle is loaded
 # where a target (executor), launcher, requeue, scheduler-answer or job-state name may be compared with a literal:
 # the tables that own them
-NAME_OWNERS = {"hpcqa/executors/table.py", "hpcqa/core/targets.py", "hpcqa/core/states.py"}
+NAME_OWNERS = {"hpcqa/executors/table.py", "hpcqa/core/kinds.py", "hpcqa/core/states.py"}
 LAYERS = {
     "core": "the pure core",
     "record": "the job record",
@@ -295,14 +295,14 @@ def lazy_imports(rel: str, tree: ast.AST, heavy: set[str]) -> list[str]:
 def vocabulary() -> frozenset[str]:
     """The names that only their tables may compare: targets (executors), launchers, DDP backends, requeue modes,
     scheduler answers, job states."""
-    from hpcqa.core import states, targets
+    from hpcqa.core import kinds, states
 
     return frozenset(
         {
-            *(t.name for t in targets.TARGETS),
-            *targets.Launcher,
-            *(b for b in targets.DDPBackend if b is not targets.DDPBackend.AUTO),
-            *(r for r in targets.Requeue if r is not targets.Requeue.NONE),
+            *(t.name for t in kinds.KINDS),
+            *kinds.Launcher,
+            *(b for b in kinds.DDPBackend if b is not kinds.DDPBackend.AUTO),
+            *(r for r in kinds.Requeue if r is not kinds.Requeue.NONE),
             states.Source.SACCT,
             states.Source.SQUEUE,
             *states.State,
@@ -357,7 +357,7 @@ def test_executor_launcher_requeue_answer_and_state_names_are_compared_only_in_t
         x for path, tree in modules() for x in name_comparisons(str(path.relative_to(ROOT)), tree)
     ]
     assert not offenders, (
-        "compare with the members of core/targets.py and core/states.py, or choose through "
+        "compare with the members of core/kinds.py and core/states.py, or choose through "
         "hpcqa/executors/table.py:\n" + "\n".join(offenders)
     )
 
@@ -458,7 +458,7 @@ def test_every_structure_rule_catches_a_planted_offender():
         {"hpcqa.rank.train.data"},
     ) == ["hpcqa/x.py:2: hpcqa.rank.train.data, hpcqa.rank.train.metrics"]
     cmp = ast.parse(
-        'if p.target == "slurm": pass\nif launcher in ("srun", "mpirun"): pass\nif a == "pieces": pass\n'
+        'if p.executor == "slurm": pass\nif launcher in ("srun", "mpirun"): pass\nif a == "pieces": pass\n'
         'if env.get("HPCQA_REQUEUE") == "pod": pass\nif v.state != "RUNNING": pass\n'
         'if state == State.RUNNING: pass\nif answer == "sacct": pass'
     )

@@ -134,7 +134,7 @@ def view(task, params, state, res=None):
     return typed_view(
         id=f"9_{task}",
         name="n",
-        target="slurm",
+        executor="slurm",
         state=state,
         nodes=params.get("cluster.nodes", 1),
         world_size=2,

@@ -1,4 +1,4 @@
-"""`hpcqa render --target trainjob|stage-job`: the TrainingRuntime and TrainJob against Kubeflow Trainer v2.3's CRDs
+"""`hpcqa render --kind trainjob|stage-job`: the TrainingRuntime and TrainJob against Kubeflow Trainer v2.3's CRDs
 and the rules of Trainer, JobSet v0.12 and Kubernetes Jobs (tests/trainer_rules.py, transcribed from their source),
 and the pods they make, run as JobSet runs them."""
 
@@ -31,7 +31,7 @@ def render(cli, *args, config="configs/squad_spr.toml"):
     """[TrainingRuntime, TrainJob], each from its own render target (each its own file: applied apart)."""
     docs = []
     for target, kind in (("trainingruntime", "TrainingRuntime"), ("trainjob", "TrainJob")):
-        r = cli("render", config, "--target", target, *args)
+        r = cli("render", config, "--kind", target, *args)
         assert r.returncode == 0, r.stderr
         (doc,) = yaml.safe_load_all(r.stdout)
         assert doc["kind"] == kind
@@ -158,7 +158,7 @@ def test_pods_and_staging_job_valid_for_kubernetes(cli, kube):
             "k8s.workload_priority_class=low",
         ],
     ):
-        r = cli("render", "configs/squad_spr.toml", "--target", "stage-job", *IMAGE, *extra)
+        r = cli("render", "configs/squad_spr.toml", "--kind", "stage-job", *IMAGE, *extra)
         assert r.returncode == 0, r.stderr
         (stage,) = yaml.safe_load_all(r.stdout)
         kubernetes_validate.validate(stage, kube, strict=True)
@@ -280,7 +280,7 @@ def test_kueue_priority_tolerations_deadline_namespace(cli):
     ]
     plain = trainer_rules.pods(trainer_rules.jobset(rt, trainer_rules.kueue_admit(job, {}, [])))[0]
     assert len(plain["spec"]["tolerations"]) == 2  # a flavour without tolerations keeps them
-    warned = cli("render", "configs/squad_spr.toml", "--target", "trainjob", *args).stderr
+    warned = cli("render", "configs/squad_spr.toml", "--kind", "trainjob", *args).stderr
     assert (
         "replaces the pods' list" in " ".join(warned.split())
         and "ResourceFlavor's spec.tolerations" in warned
@@ -290,7 +290,7 @@ def test_kueue_priority_tolerations_deadline_namespace(cli):
         not in cli(
             "render",
             "configs/squad_spr.toml",
-            "--target",
+            "--kind",
             "trainjob",
             *IMAGE,
             "--set",
@@ -298,7 +298,7 @@ def test_kueue_priority_tolerations_deadline_namespace(cli):
         ).stderr
     )
     # the PyTorchJob of a v1 operator gets the same
-    r = cli("render", "configs/squad_spr.toml", "--target", "pytorchjob", *args)
+    r = cli("render", "configs/squad_spr.toml", "--kind", "pytorchjob", *args)
     (pj,) = yaml.safe_load_all(r.stdout)
     assert pj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
     assert (
@@ -324,7 +324,7 @@ def test_kueue_priority_tolerations_deadline_namespace(cli):
 )
 @pytest.mark.parametrize("target", ["trainjob", "pytorchjob", "stage-job"])
 def test_refused_with_the_key_and_the_fix(cli, args, key, target):
-    r = cli("render", "configs/squad_spr.toml", "--target", target, *args)
+    r = cli("render", "configs/squad_spr.toml", "--kind", target, *args)
     assert (
         r.returncode == 2 and key in r.stderr and "fix:" in r.stderr and "Traceback" not in r.stderr
     ), r.stderr
@@ -348,7 +348,7 @@ def test_pass_env_from_a_secret_is_taken_from_the_secret(cli):
     r = cli(
         "render",
         "configs/squad_spr.toml",
-        "--target",
+        "--kind",
         "trainjob",
         *IMAGE,
         "--set",
@@ -367,7 +367,7 @@ def test_pinned_images_pass(cli):
             cli(
                 "render",
                 "configs/squad_spr.toml",
-                "--target",
+                "--kind",
                 "trainjob",
                 "--set",
                 f"k8s.image={image}",
@@ -401,7 +401,7 @@ def test_values_that_yaml_readers_retype_stay_strings(cli):
         r = cli(
             "render",
             "configs/squad_spr.toml",
-            "--target",
+            "--kind",
             target,
             *IMAGE,
             "--set",
@@ -438,7 +438,7 @@ def test_values_that_yaml_readers_retype_stay_strings(cli):
         r = cli(
             "render",
             "configs/squad_spr.toml",
-            "--target",
+            "--kind",
             "trainjob",
             *IMAGE,
             "--set",
@@ -473,11 +473,11 @@ def test_runtime_is_named_by_its_content(cli):
 def test_size_stays_small(cli):
     """The plan travels in the TrainJob: it stays far under etcd's object limit and kubectl's 256 KiB
     last-applied annotation, and does not grow with nodes (the plan keeps one node's ranks)."""
-    small = cli("render", "configs/squad_spr.toml", "--target", "trainjob", *IMAGE).stdout
+    small = cli("render", "configs/squad_spr.toml", "--kind", "trainjob", *IMAGE).stdout
     large = cli(
         "render",
         "configs/squad_spr.toml",
-        "--target",
+        "--kind",
         "trainjob",
         *IMAGE,
         "--set",
@@ -676,7 +676,7 @@ def test_staging_job_fills_the_volume_the_pods_read(cli, tmp_path):
         "--set",
         "model.name_or_path=builtin:tiny-bert",
     ]
-    r = cli("render", "configs/quickstart.toml", "--target", "stage-job", *args)
+    r = cli("render", "configs/quickstart.toml", "--kind", "stage-job", *args)
     assert r.returncode == 0, r.stderr
     (stage,) = yaml.safe_load_all(r.stdout)
     (c,) = stage["spec"]["template"]["spec"]["containers"]
@@ -738,7 +738,7 @@ def test_a_fresh_shared_volume_is_checked_as_the_pods_uid_and_the_fix_named(cli)
             "k8s.supplemental_groups=[2000]",
         ]
         (stage,) = yaml.safe_load_all(
-            cli("render", "configs/quickstart.toml", "--target", "stage-job", *IMAGE, *args).stdout
+            cli("render", "configs/quickstart.toml", "--kind", "stage-job", *IMAGE, *args).stdout
         )
         security = stage["spec"]["template"]["spec"]["securityContext"]
         assert security["runAsUser"] == 1000 and security["supplementalGroups"] == [2000]
@@ -801,7 +801,7 @@ def test_a_fresh_shared_volume_is_checked_as_the_pods_uid_and_the_fix_named(cli)
         fresh.mkdir(mode=0o755)
         args = [*TINY, "--set", f"k8s.mount_path={fresh}", "--set", "k8s.prepare_volume=true"]
         (stage,) = yaml.safe_load_all(
-            cli("render", "configs/quickstart.toml", "--target", "stage-job", *IMAGE, *args).stdout
+            cli("render", "configs/quickstart.toml", "--kind", "stage-job", *IMAGE, *args).stdout
         )
         (init,) = stage["spec"]["template"]["spec"]["initContainers"]
         assert init["securityContext"]["capabilities"] == {"add": ["CHOWN"], "drop": ["ALL"]}
@@ -843,7 +843,7 @@ def test_a_fresh_shared_volume_is_checked_as_the_pods_uid_and_the_fix_named(cli)
         (owned / "hub").symlink_to(outside)
         args = [*TINY, "--set", f"k8s.mount_path={owned}", "--set", "k8s.prepare_volume=true"]
         (stage,) = yaml.safe_load_all(
-            cli("render", "configs/quickstart.toml", "--target", "stage-job", *IMAGE, *args).stdout
+            cli("render", "configs/quickstart.toml", "--kind", "stage-job", *IMAGE, *args).stdout
         )
         (init,) = stage["spec"]["template"]["spec"]["initContainers"]
         as_init = [
@@ -1155,7 +1155,7 @@ def test_a_plan_over_the_kernels_variable_limit_is_refused_at_render(cli, tmp_pa
     r = cli(
         "render",
         "configs/quickstart.toml",
-        "--target",
+        "--kind",
         "trainjob",
         *IMAGE,
         *TINY,
@@ -1174,7 +1174,7 @@ def test_a_plan_over_the_kernels_variable_limit_is_refused_at_render(cli, tmp_pa
     ok = cli(
         "render",
         "configs/quickstart.toml",
-        "--target",
+        "--kind",
         "trainjob",
         *IMAGE,
         *TINY,
@@ -1191,7 +1191,7 @@ def test_kueues_pods_ready_timeout_and_the_ranks_wait_are_kept_apart(cli):
     DefaultWaitForPodsReadyTimeout, recoveryTimeout the same). train.ddp_timeout_s's default stays clear of it (Kueue's
     requeue comes first); the render says so when the two are within 10 minutes and the job goes through a Kueue
     queue, and is quiet when the two are apart or there is no queue."""
-    args = ("render", "configs/squad_spr.toml", "--target", "trainjob", *IMAGE)
+    args = ("render", "configs/squad_spr.toml", "--kind", "trainjob", *IMAGE)
     tie = cli(*args, "--set", "k8s.queue=team", "--set", "train.ddp_timeout_s=1800")
     assert tie.returncode == 0 and "Kueue's waitForPodsReady" in " ".join(tie.stderr.split()), (
         tie.stderr
@@ -1211,7 +1211,7 @@ def test_the_stage_job_advice_is_the_docs_wait(cli, tmp_path):
     r = cli(
         "render",
         "configs/squad_spr.toml",
-        "--target",
+        "--kind",
         "stage-job",
         *IMAGE,
         "-o",

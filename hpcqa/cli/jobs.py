@@ -22,7 +22,7 @@ from hpcqa.core import states, values
 from hpcqa.core.states import State
 from hpcqa.errors import HpcqaError, RegistryError, UsageError
 from hpcqa.executors import cancel, jobs
-from hpcqa.executors.cancel import targets
+from hpcqa.executors.cancel import chosen
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.record import logtail, registry, registryfix, results, scalingruns
 from hpcqa.record.jobdir import JobDir
@@ -89,7 +89,7 @@ def print_status(
 
 def find_job(reg_path, job_id: str):
     reg = registry.Registry(reg_path, create=False)
-    return reg, targets(reg, [job_id], None)[0]
+    return reg, chosen(reg, [job_id], None)[0]
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -174,9 +174,7 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     reg = registry.Registry(args.registry, create=False)
-    for line in cancel.cancel(
-        cancel.targets(reg, args.jobs, args.task), args.task is None, Slurm()
-    ):
+    for line in cancel.cancel(cancel.chosen(reg, args.jobs, args.task), args.task is None, Slurm()):
         print(line)
     return 0
 

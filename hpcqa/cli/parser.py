@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hpcqa.core import targets
+from hpcqa.core import kinds
 
 EPILOG = """examples (`hpcqa init NAME` writes each config and program named here into this
 folder; a checkout also has them in configs/ and examples/):
@@ -280,16 +280,19 @@ def _add_render(sub) -> None:
     add_config(p)
     p.add_argument("-o", "--output", help="write the script here (default: stdout)")
     p.add_argument(
-        "--target",
-        choices=targets.RENDER_TARGETS,
-        default=targets.RENDER_SCRIPT,
-        help="script (default): sbatch/mpirun; trainjob: a Kubeflow Trainer v2 TrainJob (YAML, "
+        "--target", dest="old_kind", choices=kinds.RENDER_KINDS, help=argparse.SUPPRESS
+    )  # before 0.2: what --kind says now
+    p.add_argument(
+        "--kind",
+        choices=kinds.RENDER_KINDS,
+        default=kinds.RENDER_SCRIPT,
+        help="what to write. script (default): sbatch/mpirun; trainjob: a Kubeflow Trainer v2 TrainJob (YAML, "
         "kubectl apply -f); trainingruntime: the TrainingRuntime it names (apply it first); "
         "pytorchjob: a training-operator v1 PyTorchJob; "
         "stage-job: a Job that stages the model and data into the PVC; dockerfile: "
         "the image those pods run",
     )
-    p.add_argument("--launcher", choices=targets.SCRIPT_LAUNCHERS, help="default: launch.launcher")
+    p.add_argument("--launcher", choices=kinds.SCRIPT_LAUNCHERS, help="default: launch.launcher")
     p.add_argument(
         "--python",
         default=None,

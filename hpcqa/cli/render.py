@@ -19,18 +19,21 @@ from hpcqa.executors.k8s import image, manifest, trainjob
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    if args.old_kind:  # the option's name before 0.2: it chose a file kind, not where the job runs
+        print(f"hpcqa: render --kind is now --kind (--kind {args.old_kind})", file=sys.stderr)
+        args.kind = args.old_kind
     raw = table.render_config(config.load_raw(args.config, args.overrides))
     cfg = config.validate(raw, args.config, args.overrides)
-    if args.target != table.RENDER_SCRIPT:
+    if args.kind != table.RENDER_SCRIPT:
         _no_script_options(args)
-    if args.target == table.RENDER_DOCKERFILE:
+    if args.kind == table.RENDER_DOCKERFILE:
         return _write_rendered(
             args,
             image.dockerfile(cfg),
             "Dockerfile",
             f"docker build -f {args.output} -t <registry>/hpcqa:<tag> <hpcqa checkout>",
         )
-    if args.target == table.RENDER_STAGE_JOB:
+    if args.kind == table.RENDER_STAGE_JOB:
         return _write_rendered(
             args,
             manifest.to_yaml([trainjob.stage_job(cfg)]),
@@ -40,28 +43,26 @@ def cmd_render(args: argparse.Namespace) -> int:
             "a failed Job)",
             executable=False,
         )
-    if args.target == table.RENDER_TRAININGRUNTIME:
-        ex, lp = table.render(cfg, hostprobe.probe_host(), args.target)
+    if args.kind == table.RENDER_TRAININGRUNTIME:
+        ex, lp = table.render(cfg, hostprobe.probe_host(), args.kind)
         return _render_request(
             args,
             ex,
             lp,
-            f"kubectl apply -f {args.output}, then the TrainJob (render --target "
+            f"kubectl apply -f {args.output}, then the TrainJob (render --kind "
             "trainjob) once the Trainer admits it: docs/kubernetes.md",
             which=1,
         )
-    if args.target in table.RENDER_K8S:
-        ex, lp = table.render(cfg, hostprobe.probe_host(), args.target)
+    if args.kind in table.RENDER_K8S:
+        ex, lp = table.render(cfg, hostprobe.probe_host(), args.kind)
         first = (
-            " after its TrainingRuntime (render --target trainingruntime): docs/kubernetes.md"
-            if args.target == table.RENDER_TRAINJOB
+            " after its TrainingRuntime (render --kind trainingruntime): docs/kubernetes.md"
+            if args.kind == table.RENDER_TRAINJOB
             else ""
         )
         return _render_request(args, ex, lp, f"kubectl apply -f {args.output}{first}")
     hosts = _render_hosts(args, cfg, args.launcher or cfg.launch.launcher)
-    ex, lp = table.render(
-        cfg, hostprobe.probe_host(), args.target, args.launcher, hosts, args.python
-    )
+    ex, lp = table.render(cfg, hostprobe.probe_host(), args.kind, args.launcher, hosts, args.python)
     how = (
         f"run it on {hosts[0]}: bash {args.output}"
         if hosts
@@ -73,7 +74,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 def _no_script_options(args: argparse.Namespace) -> None:
     if args.submit or args.hosts or args.hostfile or args.launcher:
         raise UsageError(
-            f"--target {args.target} takes none of --submit, --hosts, --hostfile, --launcher",
+            f"--kind {args.kind} takes none of --submit, --hosts, --hostfile, --launcher",
             "apply the YAML with kubectl apply -f; drop those options",
         )
 
@@ -107,7 +108,7 @@ def _missing_program(lp: Any, submitting: bool) -> tuple[str, ...]:
     """A script runs the command in job.workdir when the job starts: a program named by a relative path that is not
     there now is a warning (it may be put there before then); queued at once (--submit), it is refused, as submit
     refuses it."""
-    if not lp.command or not lp.target_type.sees_submit_files or not lp.work.get("dir"):
+    if not lp.command or not lp.executor_kind.sees_submit_files or not lp.work.get("dir"):
         return ()  # a pod runs its command in its image, not in this folder
     missing = command.missing_program(lp.command, lp.python, lp.work["dir"])
     if not missing:

@@ -66,7 +66,7 @@ def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
                 [
                     f"[bold]{_cell(v.sweep_id)}[/]",
                     _cell(f"{v.name} (sweep of {len(tasks)})"),
-                    _cell(v.target),
+                    _cell(v.executor),
                     _cell(", ".join(f"{n} {s}" for s, n in sorted(counts.items()))),
                     "",
                     "",
@@ -80,7 +80,7 @@ def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
                     [
                         _cell(f" {x.id}"),
                         _cell(f" variant {x.task_index}"),
-                        _cell(x.target),
+                        _cell(x.executor),
                         _state(x),
                         _cell(x.nodes),
                         _cell(x.world_size),
@@ -95,7 +95,7 @@ def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
             [
                 _cell(v.id),
                 _cell(v.name),
-                _cell(v.target),
+                _cell(v.executor),
                 _state(v),
                 _cell(v.nodes),
                 _cell(v.world_size),
@@ -227,7 +227,7 @@ def detail_lines(v: JobView, now: float | None = None) -> list[tuple[str, str]]:
         ),
         (
             "job",
-            f"{v.name} ({v.target}), {v.world_size} rank(s) on {v.nodes} node(s)"
+            f"{v.name} ({v.executor}), {v.world_size} rank(s) on {v.nodes} node(s)"
             + (f": {v.nodelist}" if v.nodelist else ""),
         ),
         (

@@ -276,8 +276,8 @@ def plan_table(ex: Any, request: Any) -> Any:
     res.add_row("config", lp.config.source)
     res.add_row(
         "executor",
-        f"{lp.target}"
-        + (f" (cluster.executor = {c.executor})" if c.executor != lp.target else "")
+        f"{lp.executor}"
+        + (f" (cluster.executor = {c.executor})" if c.executor != lp.executor else "")
         + f"; submitted by {request.via}",
     )
     dom = lp.config.launch.rank_domain

@@ -17,7 +17,7 @@ from hpcqa.core.states import State
 from hpcqa.errors import UsageError
 from hpcqa.executors import hostprobe, jobs
 from hpcqa.executors import tune as tuner
-from hpcqa.executors.cancel import targets
+from hpcqa.executors.cancel import chosen
 from hpcqa.executors.slurmcli import Slurm
 from hpcqa.record import registry, scalingruns
 from hpcqa.record import tuned as tune
@@ -100,11 +100,11 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     if args.id.endswith(".toml") or Path(args.id).is_file():
         return _scaling_from_reference(args, nodes)
     reg = registry.Registry(args.registry, create=False)
-    targets(reg, [args.id], None)  # an unknown id: the usual message
+    chosen(reg, [args.id], None)  # an unknown id: the usual message
     jobs.collect(
         reg, Slurm(), [args.id]
     )  # states as the scheduler sees them now (the registry follows)
-    rows = targets(reg, [args.id], None)
+    rows = chosen(reg, [args.id], None)
     if len(rows) > 1 or rows[0].sweep_id == args.id:
         return _scaling_study(args, rows)
     if not args.predict:
@@ -145,7 +145,7 @@ def _scaling_from_reference(args: argparse.Namespace, nodes: list[int]) -> int:
         scaling.on_the_wire(buckets["bucket_bytes"], cfg.train.ddp_compress),
     )
     link = scalingruns.link_for(
-        lp.target, cfg.cluster.partition, lp.backend.resolved, args.bandwidth, args.latency_us
+        lp.executor, cfg.cluster.partition, lp.backend.resolved, args.bandwidth, args.latency_us
     )
     model = scaling.Model(prof, link)
     preds = model.predict(nodes)

@@ -8,7 +8,7 @@ import sys
 
 from hpcqa import errors
 from hpcqa.cli.say import plural, warn
-from hpcqa.core import config, plan, sweep, targets
+from hpcqa.core import config, kinds, plan, sweep
 from hpcqa.errors import HpcqaError
 from hpcqa.executors import hostprobe
 
@@ -19,7 +19,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for path in args.configs:  # every file is checked: one line each, exit 2 if any is bad
         try:
             raw = config.load_raw(path, args.overrides)
-            host = plan.HostProbe(schedulers=frozenset({targets.SlurmTarget.name}))
+            host = plan.HostProbe(schedulers=frozenset({kinds.SlurmKind.name}))
             if sweep.has_sweep(raw):
                 # every variant of a [sweep] is validated as submit would, swept keys included
                 sp = sweep.build(

@@ -11,7 +11,7 @@ topology.py     sockets / NUMA / cores / CPU ids -> per-rank CPU pools (the Inte
 threadenv.py    a CPU pool -> OMP/KMP/CCL/I_MPI variables (the one rule; the rank applies it too)
 distenv.py      launcher variables (torchrun, Intel MPI, Open MPI, Slurm, submitit) -> RANK/WORLD_SIZE/...;
                 nodelists; ports
-targets.py      where a plan runs (local, slurm, k8s): affinity, launchers, run-time env; Launcher, Requeue
+kinds.py        the executor kinds (local, slurm, k8s): affinity, launchers, run-time env; Launcher, Requeue
 plan.py         build_plan(config, host) -> LaunchPlan: what every rank gets (deep-frozen, digest, JSON)
 ranklayout.py   how many ranks a node runs and on which CPUs: declared, tuned or heuristic; on the node
 folders.py      the placeholders a plan names its job folder with (%j, the submission token)

@@ -26,8 +26,8 @@ from hpcqa.core import values as valuecheck
 from hpcqa.core.command import program_name
 from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.k8sconfig import K8sConfig
+from hpcqa.core.kinds import CONFIG_CHOICES, DDP_BACKENDS, SCRIPT_LAUNCHERS
 from hpcqa.core.options import opt
-from hpcqa.core.targets import CONFIG_CHOICES, DDP_BACKENDS, SCRIPT_LAUNCHERS
 from hpcqa.core.tomlfile import read_toml
 from hpcqa.errors import ConfigError, UsageError
 
@@ -62,7 +62,7 @@ class JobConfig:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    # Literal of a tuple built from the target table (core/targets.py): one source for the choices, read back with
+    # Literal of a tuple built from the executor-kind table (core/kinds.py): one source for the choices, read back with
     # typing.get_args; a type checker wants literals written out, so it is told this is meant
     executor: Literal[CONFIG_CHOICES] = opt(  # type: ignore[valid-type]
         "auto", "auto: Slurm when `sbatch` is on PATH, else the local executor.")
@@ -385,7 +385,7 @@ def _type_name(tp: Any) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
 
 
-K8S_HINT = ("Kubernetes is a render target, not an executor: hpcqa render CONFIG --target pytorchjob (and --target "
+K8S_HINT = ("Kubernetes is rendered, not submitted to: hpcqa render CONFIG --kind pytorchjob (and --kind "
             "dockerfile for the image), then kubectl apply")
 CHOICE_HINTS = {("cluster.executor", v): K8S_HINT for v in ("kubernetes", "k8s", "pytorchjob", "kubeflow")}
 

@@ -10,7 +10,7 @@ import re
 import shlex
 from typing import Any
 
-from hpcqa.core import command, targets
+from hpcqa.core import command, kinds
 from hpcqa.core import values as valuecheck
 from hpcqa.errors import ConfigError
 
@@ -26,7 +26,7 @@ def check(cfg: Any) -> None:
             "lower train.doc_stride (128 for 384 is usual)",
             src,
         )
-    most = targets.max_nodes(c.executor)
+    most = kinds.max_nodes(c.executor)
     if most is not None and c.nodes > most:
         raise ConfigError(
             "cluster.nodes",

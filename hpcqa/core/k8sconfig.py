@@ -1,4 +1,4 @@
-"""The [k8s] section: how `hpcqa render --target trainjob|pytorchjob|stage-job` shapes the Kubernetes objects."""
+"""The [k8s] section: how `hpcqa render --kind trainjob|pytorchjob|stage-job` shapes the Kubernetes objects."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ class K8sConfig:
     )
     image: str = opt(
         "",
-        "Container image with hpcqa installed (build it from `hpcqa render CONFIG --target "
+        "Container image with hpcqa installed (build it from `hpcqa render CONFIG --kind "
         "dockerfile`), pinned: a tag other than latest, or a digest (@sha256:...). Needed by the "
-        "Kubernetes targets.",
+        "Kubernetes kinds.",
         pattern=r"[A-Za-z0-9._/:@-]*",
     )
     pvc: str = opt(
@@ -163,7 +163,7 @@ class K8sConfig:
     )
     runtime: str = opt(
         "hpcqa-torch",
-        "Name prefix of the TrainingRuntime that `render --target trainingruntime` "
+        "Name prefix of the TrainingRuntime that `render --kind trainingruntime` "
         "writes for the TrainJob: <runtime>-<digest of its spec>, so jobs of one shape "
         "share it and a changed shape never rewrites the runtime of a queued job.",
         pattern=DNS_LABEL,

@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from hpcqa.core import command, ranklayout, targets, threadenv, topology
+from hpcqa.core import command, kinds, ranklayout, threadenv, topology
 from hpcqa.core.config import Config, from_dict
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path
 from hpcqa.core.frozen import FrozenDict, freeze
-from hpcqa.core.targets import DDPBackend, Launcher, Requeue
+from hpcqa.core.kinds import DDPBackend, Launcher, Requeue
 from hpcqa.errors import ConfigError, PlanError
 
 
@@ -78,7 +78,7 @@ class HostProbe:
 
     schedulers: frozenset[str] = (
         frozenset()
-    )  # targets whose scheduler is reachable here: {"slurm"} with sbatch
+    )  # executor kinds whose scheduler is reachable here: {"slurm"} with sbatch
     ccl_bindings: bool = False
     ipex: bool = False  # intel_extension_for_pytorch importable
     libraries: Mapping[str, str] = field(
@@ -123,7 +123,7 @@ class Backend:
 @dataclass(frozen=True)
 class LaunchPlan:
     config: Config
-    target: str  # a target's name (core/targets.py): slurm | local | k8s ("executor" in JSON)
+    executor: str  # the executor kind's name (core/kinds.py): slurm | local | k8s
     launcher: Launcher
     backend: Backend
     nodes: int
@@ -197,7 +197,7 @@ class LaunchPlan:
             "world_size": self.world_size,
             "nodes": self.nodes,
             "ranks_per_node": self.ranks_per_node,
-            "executor": self.target,  # the name users and scripts read (submit --dry-run --json)
+            "executor": self.executor,  # the name users and scripts read (submit --dry-run --json)
             "launcher": self.launcher,
             "backend": asdict(self.backend),
             "cpus_per_task": self.cpus_per_task,
@@ -245,7 +245,7 @@ class LaunchPlan:
         """The typed plan back from `to_json()` output (the config is validated again on the way)."""
         return cls(
             config=from_dict(d["config"], source=d.get("source", "")),
-            target=targets.named(d["executor"]).name,
+            executor=kinds.named(d["executor"]).name,
             launcher=Launcher(d["launcher"]),
             backend=Backend(
                 DDPBackend(d["backend"]["requested"]),
@@ -316,13 +316,8 @@ class LaunchPlan:
         return pool_variables(self.backend.resolved, self.launcher)
 
     @property
-    def target_type(self) -> type[targets.Target]:
-        return targets.named(self.target)
-
-    @property
-    def executor(self) -> str:
-        """The Python API's name for `target` before 0.2 (scripts read plan.executor), kept for them."""
-        return self.target
+    def executor_kind(self) -> type[kinds.ExecutorKind]:
+        return kinds.named(self.executor)
 
 
 def resolve_backend(requested: str, ccl_bindings: bool) -> Backend:
@@ -383,16 +378,16 @@ def build_plan(
     """The frozen plan. `launcher`: a rendered script's (default: launch.launcher); `via_submitit`: submitit
     starts the ranks (a sweep's arrays, or any srun job of `submit`), which under Slurm means srun."""
     c, la = cfg.cluster, cfg.launch
-    target = targets.resolve(c.executor, host, launcher)
-    if target.max_nodes == 1 and c.nodes > 1:
+    kind = kinds.resolve(c.executor, host, launcher)
+    if kind.max_nodes == 1 and c.nodes > 1:
         raise ConfigError(
             "cluster.nodes",
-            f"the {target.name} executor runs on one node, not {c.nodes}",
+            f"the {kind.name} executor runs on one node, not {c.nodes}",
             "set cluster.nodes = 1 for a local run, or run where Slurm is installed",
             cfg.source,
         )
     launcher = (
-        Launcher(launcher) if launcher else target.launcher(Launcher(la.launcher), via_submitit)
+        Launcher(launcher) if launcher else kind.launcher(Launcher(la.launcher), via_submitit)
     )
     backend = resolve_backend(cfg.train.ddp_backend, host.ccl_bindings)
     rpd, layout_source = ranklayout.ranks_per_domain(cfg, {} if cfg.job.command else host.tuned)
@@ -411,7 +406,7 @@ def build_plan(
     )
     return LaunchPlan(
         config=cfg,
-        target=target.name,
+        executor=kind.name,
         launcher=launcher,
         backend=backend,
         nodes=c.nodes,
@@ -420,19 +415,19 @@ def build_plan(
         cpus_per_task=cfg.cores_per_domain // rpd * c.threads_per_core,
         local_ranks=local_ranks,
         ranks=_global_ranks(c.nodes, local_ranks),
-        deferred_env=FrozenDict(_deferred_env(target, la.master_port, inherited(target, host))),
+        deferred_env=FrozenDict(_deferred_env(kind, la.master_port, inherited(kind, host))),
         job_dir_pattern=os.path.join(
             root_path(cfg.job.output_dir, cfg.job.name), f"{JOB_ID}-{SUBMISSION}"
         ),
         warnings=(
             _warnings(cfg, host, backend, pools)
-            + _inherited_warning(target, host)
-            + _launcher_warning(target, launcher, Launcher(la.launcher), via_submitit)
+            + _inherited_warning(kind, host)
+            + _launcher_warning(kind, launcher, Launcher(la.launcher), via_submitit)
         ),
         python=c.python or host.python,
         ranks_per_domain=rpd,
         layout_source=layout_source,
-        **_command(cfg, target, c.python or host.python),
+        **_command(cfg, kind, c.python or host.python),
     )
 
 
@@ -460,14 +455,12 @@ def _ccl_workers(cfg: Config, backend: Backend, rpd: int) -> int:
     return workers
 
 
-def _command(cfg: Config, target: type[targets.Target], python: str) -> dict[str, Any]:
+def _command(cfg: Config, kind: type[kinds.ExecutorKind], python: str) -> dict[str, Any]:
     """job.command as the ranks run it, and the folder it runs in (a pod's: the image's, unless job.workdir says)."""
     if not cfg.job.command:
         return {}
     argv = command.resolve(cfg.job.command, cfg.to_dict(), python, cfg.source)
-    folder = (
-        os.path.abspath(cfg.job.workdir or ".") if target.sees_submit_files else cfg.job.workdir
-    )
+    folder = os.path.abspath(cfg.job.workdir or ".") if kind.sees_submit_files else cfg.job.workdir
     return {
         "command": argv,
         "work": FrozenDict(
@@ -513,13 +506,13 @@ def _global_ranks(nodes: int, local_ranks: tuple[LocalRankPlan, ...]) -> tuple[R
     return tuple(ranks)
 
 
-def inherited(target: type[targets.Target], host: HostProbe) -> dict[str, str]:
+def inherited(kind: type[kinds.ExecutorKind], host: HostProbe) -> dict[str, str]:
     """The rendezvous variables the ranks will inherit from the submitting environment (local and Slurm jobs)."""
-    return dict(host.inherited) if target.inherits_submitting_env else {}
+    return dict(host.inherited) if kind.inherits_submitting_env else {}
 
 
-def _inherited_warning(target: type[targets.Target], host: HostProbe) -> tuple[str, ...]:
-    got = inherited(target, host)
+def _inherited_warning(kind: type[kinds.ExecutorKind], host: HostProbe) -> tuple[str, ...]:
+    got = inherited(kind, host)
     if not got:
         return ()
     text = " and ".join(f"{k}={v}" for k, v in sorted(got.items()))
@@ -530,20 +523,20 @@ def _inherited_warning(target: type[targets.Target], host: HostProbe) -> tuple[s
 
 
 def _deferred_env(
-    target: type[targets.Target], fixed_port: int, given: Mapping[str, str] | None = None
+    kind: type[kinds.ExecutorKind], fixed_port: int, given: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """What is decided at run time, and by what. `given`: values the ranks inherit from the submitting
     environment, which win."""
-    out = target.derived_env(fixed_port)
+    out = kind.derived_env(fixed_port)
     for name, value in (given or {}).items():
         out[name] = f"{value} (from the submitting environment)"
     return out
 
 
 def _launcher_warning(
-    target: type[targets.Target], launcher: Launcher, asked: Launcher, via_submitit: bool
+    kind: type[kinds.ExecutorKind], launcher: Launcher, asked: Launcher, via_submitit: bool
 ) -> tuple[str, ...]:
-    if via_submitit and asked in target.launchers and launcher is not asked:
+    if via_submitit and asked in kind.launchers and launcher is not asked:
         return (
             f'launch.launcher = "{asked}": a sweep\'s arrays start their ranks through submitit with {launcher} '
             "(hydra's own srun, nested in a step that already holds every CPU, would wait for CPUs that never "

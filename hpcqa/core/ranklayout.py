@@ -11,7 +11,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from hpcqa.core import topology
 from hpcqa.core.config import Config
-from hpcqa.core.targets import DDPBackend
+from hpcqa.core.kinds import DDPBackend
 from hpcqa.errors import HpcqaError
 
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
 from hpcqa.core.frozen import freeze
-from hpcqa.core.targets import Requeue
+from hpcqa.core.kinds import Requeue
 from hpcqa.errors import ConfigError
 
 RESERVED = {"parallelism", "variants"}
@@ -209,7 +209,7 @@ class SweepPlan:
     arrays: tuple[ArrayPlan, ...]
     parallelism: int
     max_array_size: int
-    target: str  # the plans' target's name ("executor" in JSON)
+    executor: str  # the plans' executor kind (local, slurm, k8s)
     is_sweep: bool = True
     max_array_size_known: str = (
         ""  # how max_array_size is known: "scontrol show config", or "assumed: <why>"
@@ -236,7 +236,7 @@ class SweepPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "executor": self.target,
+            "executor": self.executor,
             "parallelism": self.parallelism,
             "max_array_size": self.max_array_size,
             "max_array_size_known": self.max_array_size_known,
@@ -269,7 +269,7 @@ def single(plan: planmod.LaunchPlan) -> SweepPlan:
         (ArrayPlan((v,), slurm_key(plan)),),
         0,
         DEFAULT_MAX_ARRAY_SIZE,
-        plan.target,
+        plan.executor,
         is_sweep=False,
     )
 
@@ -299,6 +299,6 @@ def build(
         tuple(arrays),
         par,
         mas,
-        plans[0].target,
+        plans[0].executor,
         max_array_size_known=known,
     )

@@ -3,7 +3,7 @@
 table.py. The CLI, the API, sweeps and `tune` all go through the table.
 
     interface.py    Request, Submitted, the Executor and JobVerbs protocols
-    table.py        (target, launcher, mode) -> executor; a registry row's target -> job verbs
+    table.py        (executor kind, launcher, mode) -> executor; a registry row's executor -> job verbs
     local.py        this machine (submitit's LocalExecutor), its job verbs, free-core choice
     slurm.py        Slurm: hpcqa's sbatch text + submitit's task runtime (arrays for sweeps); Slurm job verbs
     script.py       Slurm: a rendered srun/mpirun script under sbatch (launcher mpirun, render --submit)
@@ -16,7 +16,7 @@ table.py. The CLI, the API, sweeps and `tune` all go through the table.
     hostprobe.py    what the submit host has (sbatch, oneCCL bindings, libraries, tuned layouts) -> HostProbe
     torchbuild.py   which torch build is installed (CPU or CUDA, read without importing it) and its CUDA libraries
     common.py       plan files, the rank wrapper's command, registry rows, watching and reporting a job
-    jobs.py         the job list: registry rows + each target's live states + job files -> job views
+    jobs.py         the job list: registry rows + each executor's live states + job files -> job views
     cancel.py       which registry rows a list of ids means, and stopping them
     tune.py         `hpcqa tune`: candidate layouts as ordinary jobs through the table
 """

@@ -15,7 +15,7 @@ from hpcqa.executors.slurmcli import Slurm
 from hpcqa.record import registry
 
 
-def targets(reg, ids: Sequence[str], task: int | None) -> list:
+def chosen(reg, ids: Sequence[str], task: int | None) -> list:
     """Registry rows for job ids and sweep ids (a sweep: all its tasks, or only `task`)."""
     rows = []
     for job_id in ids:
@@ -39,6 +39,6 @@ def targets(reg, ids: Sequence[str], task: int | None) -> list:
 def cancel(rows: Sequence, whole_sweeps: bool, slurm: Slurm) -> list[str]:
     """Stop every row that can still run, through its executor's verbs; -> one message per job."""
     messages = [f"job {r.id} already ended ({r.state})" for r in rows if r.final]
-    for name, live in table.by_target([r for r in rows if not r.final]).items():
+    for name, live in table.by_executor([r for r in rows if not r.final]).items():
         messages += table.verbs(name, slurm).cancel(live, whole_sweeps)
     return messages

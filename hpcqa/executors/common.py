@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from hpcqa.core import command, sweep, targets
+from hpcqa.core import command, kinds, sweep
 from hpcqa.core.config import Config
 from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.errors import UsageError
@@ -24,7 +24,7 @@ from hpcqa.record.registry import Registry
 def script_config(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
     """A rendered script's config and host: a Slurm-shaped plan (whatever executor the config names), and the
     interpreter the script runs where it is taken -- cluster.python, else python3 (not this host's own path)."""
-    return replace(cfg, cluster=replace(cfg.cluster, executor=targets.SlurmTarget.name)), replace(
+    return replace(cfg, cluster=replace(cfg.cluster, executor=kinds.SlurmKind.name)), replace(
         host, python="python3"
     )
 
@@ -34,7 +34,7 @@ def with_work(sp: sweep.SweepPlan, copy: bool) -> tuple[sweep.SweepPlan, worktre
     or with `copy` off the folder itself) and the digests of the files the command names outside it. Pods see
     neither: their command runs in their image."""
     p0 = sp.plans[0]
-    if not p0.command or not p0.target_type.sees_submit_files:
+    if not p0.command or not p0.executor_kind.sees_submit_files:
         return sp, None
     folder = p0.work["dir"]
     root = job_root(p0).path
@@ -186,7 +186,7 @@ def registry_row(
     row = dict(
         id=str(job_id),
         name=plan.config.job.name,
-        target=plan.target,
+        executor=plan.executor,
         folder=str(folder),
         config=plan.config.to_dict(),
         source=plan.config.source,

@@ -11,8 +11,8 @@ import shutil
 import sys
 
 from hpcqa.core.frozen import FrozenDict, freeze
+from hpcqa.core.kinds import SlurmKind
 from hpcqa.core.plan import HostProbe
-from hpcqa.core.targets import SlurmTarget
 from hpcqa.rank import preload
 from hpcqa.record import tuned as tune
 
@@ -30,7 +30,7 @@ def probe_host() -> HostProbe:
     libs = preload.available()  # the dry run's prediction; each rank looks again on its node
     ext = extensions()
     return HostProbe(
-        schedulers=frozenset({SlurmTarget.name}) if shutil.which("sbatch") else frozenset(),
+        schedulers=frozenset({SlurmKind.name}) if shutil.which("sbatch") else frozenset(),
         ccl_bindings=ext.ccl_bindings,
         ipex=ext.ipex,
         libraries=FrozenDict(libs),

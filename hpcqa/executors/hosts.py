@@ -3,10 +3,10 @@ the request is the script; the user runs it on the first host (`bash job.sh`).""
 
 from __future__ import annotations
 
-from hpcqa.core import sweep, targets
+from hpcqa.core import kinds, sweep
 from hpcqa.core.config import Config
+from hpcqa.core.kinds import Requeue
 from hpcqa.core.plan import HostProbe
-from hpcqa.core.targets import Requeue
 from hpcqa.errors import PlanError
 from hpcqa.executors import common, render
 from hpcqa.executors.interface import RenderOnly, Request
@@ -14,8 +14,8 @@ from hpcqa.record.jobdir import JobRoot
 
 
 class Hosts(RenderOnly):
-    target = (
-        targets.SlurmTarget
+    kind = (
+        kinds.SlurmKind
     )  # a Slurm-shaped plan (nodes x tasks, mpirun), started on hosts named by hand
     requeue = Requeue.NONE
     via = "mpirun over ssh on plain machines"
@@ -41,7 +41,7 @@ class Hosts(RenderOnly):
             plan, plan.launcher, python=self.python or plan.python, hosts=self.hosts
         )
         return Request(
-            self.target.name,
+            self.kind.name,
             self.via,
             sp,
             JobRoot.new_submission(),

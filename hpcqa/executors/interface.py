@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from hpcqa.core.config import Config
+from hpcqa.core.kinds import ExecutorKind, Requeue
 from hpcqa.core.plan import HostProbe
 from hpcqa.core.states import Answer
 from hpcqa.core.sweep import SweepPlan
-from hpcqa.core.targets import Requeue, Target
 from hpcqa.errors import UsageError
 from hpcqa.executors.snapshot import Snapshot
 from hpcqa.record.jobfiles.progress import Progress as ProgressFile
@@ -52,7 +52,7 @@ class File:
 class Request:
     """Everything `submit` will do, computed by `dry_run`. Printed as it is by `submit --dry-run`."""
 
-    target: str  # the target's name (core/targets.py): local, slurm, k8s
+    executor: str  # the executor kind's name (core/kinds.py): local, slurm, k8s
     via: str  # how the executor that made it submits ("submitit", ...)
     sweep: SweepPlan
     submission: str  # the token that names this submission's job folders
@@ -85,7 +85,7 @@ class Request:
             0o640 if self.sweep.plans[0].config.job.group_readable else 0o600
         )  # submit's owner umask
         return {
-            "executor": self.target,
+            "executor": self.executor,
             "via": self.via,
             "submission": self.submission,
             "files": [
@@ -138,11 +138,11 @@ class Outcome:
 
 
 class Executor(Protocol):
-    """One way of running a plan. Who it is, it says itself: the target it serves (its name, when it applies, its
-    launchers and run-time environment: core/targets.py), who requeues its stopped ranks (stamped on the plans
+    """One way of running a plan. Who it is, it says itself: the executor kind it serves (its name, when it applies, its
+    launchers and run-time environment: core/kinds.py), who requeues its stopped ranks (stamped on the plans
     it hands them), how it submits, and what it makes of a config it renders."""
 
-    target: type[Target]  # where its plans run: the name of the plan, the registry and `status`
+    kind: type[ExecutorKind]  # where its plans run: the name of the plan, the registry and `status`
     requeue: Requeue  # who brings a rank back after a checkpoint on a signal (the plan's field)
     via: str  # how it submits, for people: "submitit", "a rendered script under sbatch" ...
     runs_here: bool  # the ranks run on this machine (its cores and registry decide where)

@@ -25,7 +25,7 @@ def collect(
     every Slurm job). -> (views, where Slurm's states came from: sacct, squeue, none, or the error)"""
     rows = reg.jobs(ids=ids, limit=None if (ids or all_jobs) else limit)
     live, source = {}, states.NOBODY
-    for name, group in table.by_target([r for r in rows if not r.final]).items():
+    for name, group in table.by_executor([r for r in rows if not r.final]).items():
         got, said = table.verbs(name, slurm).states(group)
         live.update(got)
         source = said if said.source is not states.Source.NOBODY else source
@@ -45,7 +45,7 @@ def collect(
         v = JobView(
             id=r.id,
             name=r.name,
-            target=r.target,
+            executor=r.executor,
             state=state,
             nodes=r.nodes,
             world_size=r.world_size,
@@ -105,7 +105,7 @@ def add_usage(views: Sequence[JobView], slurm: Slurm) -> None:
     """Finished jobs: CPU efficiency and peak memory, from their executor (Slurm: one batched sacct call, seff's
     numbers: TotalCPU / (Elapsed x AllocCPUS), the largest step MaxRSS; local jobs: their ranks' measurements)."""
     done = [v for v in views if states.is_final(v.state)]
-    for name, group in table.by_target(done).items():
+    for name, group in table.by_executor(done).items():
         for job_id, usage in table.verbs(name, slurm).usage(group).items():
             next(v for v in group if v.id == job_id).usage = usage
     for v in done:

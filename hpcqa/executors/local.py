@@ -22,11 +22,11 @@ from typing import Callable
 
 import submitit
 
-from hpcqa.core import states, sweep, targets, topology
+from hpcqa.core import kinds, states, sweep, topology
+from hpcqa.core.kinds import Requeue
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.ranklayout import node_layout as plan_node_layout
 from hpcqa.core.states import State
-from hpcqa.core.targets import Requeue
 from hpcqa.errors import HpcqaError, PlanError
 from hpcqa.executors import common, snapshot
 from hpcqa.executors.interface import Live, Outcome, Progress, Request, Say, Submitted, silent
@@ -42,7 +42,7 @@ class Local:
     job id); the registry's running local jobs decide which cores are free. A sweep's variants run one after
     another, so `submit` of a sweep returns when the last has ended."""
 
-    target = targets.LocalTarget
+    kind = kinds.LocalKind
     requeue = Requeue.SUBMITIT
     via = "submitit's local controller"
     runs_here = True
@@ -71,7 +71,7 @@ class Local:
         where = "local, one after another" if sp.is_sweep else "local"
         code = snapshot.plan(root) if self.snapshot else None
         return Request(
-            self.target.name,
+            self.kind.name,
             self.via,
             sp,
             submission,
@@ -427,7 +427,7 @@ def busy_cpus(reg, pid_alive: Callable[[int], bool] | None = None) -> dict[str, 
     """CPUs that running local jobs of the registry have pinned ranks on: job id -> CPUs."""
     out: dict[str, set[int]] = {}
     for row in reg.jobs() if reg.db is not None else []:
-        if row.target != Local.target.name or row.final or not row.id.isdigit():
+        if row.executor != Local.kind.name or row.final or not row.id.isdigit():
             continue
         jd = JobDir(Path(row.folder))
         if not (pid_alive or (lambda pid: controller_alive(pid, jd)))(int(row.id)):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from hpcqa import resources
 from hpcqa.core import values as valuecheck
+from hpcqa.core.kinds import Launcher, Requeue
 from hpcqa.core.plan import LaunchPlan
-from hpcqa.core.targets import Launcher, Requeue
 from hpcqa.record import jobdir
 
 # Not I_MPI_PIN_DOMAIN: seen with Intel MPI 2021.18 under Slurm, hydra pins every rank to an explicit

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpcqa.core import sweep, targets
+from hpcqa.core import kinds, sweep
 from hpcqa.core.config import Config
+from hpcqa.core.kinds import Requeue
 from hpcqa.core.plan import HostProbe
-from hpcqa.core.targets import Requeue
 from hpcqa.errors import PlanError
 from hpcqa.executors import common, render, snapshot
 from hpcqa.executors.interface import File, Outcome, Progress, Request, Say, Submitted, silent
@@ -24,7 +24,7 @@ from hpcqa.record.jobdir import JobDir, JobRoot
 
 
 class ScriptSlurm:
-    target = targets.SlurmTarget
+    kind = kinds.SlurmKind
     requeue = Requeue.SCRIPT
     via = "a rendered script under sbatch"
     runs_here = False
@@ -64,7 +64,7 @@ class ScriptSlurm:
             *common.work_facts(sp, work),
         )
         return Request(
-            self.target.name,
+            self.kind.name,
             self.via,
             sp,
             JobRoot.new_submission(),

@@ -20,9 +20,9 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from hpcqa.core import states, sweep, targets
+from hpcqa.core import kinds, states, sweep
+from hpcqa.core.kinds import Requeue
 from hpcqa.core.states import State
-from hpcqa.core.targets import Requeue
 from hpcqa.errors import SubmitError
 from hpcqa.executors import common, render, snapshot
 from hpcqa.executors.interface import File, Live, Outcome, Progress, Request, Say, Submitted, silent
@@ -34,7 +34,7 @@ PREVIOUS = "<previous array's job id>"  # the only part of a request not known b
 
 
 class SubmititSlurm:
-    target = targets.SlurmTarget
+    kind = kinds.SlurmKind
     requeue = Requeue.SUBMITIT
     via = "submitit"
     runs_here = False
@@ -94,7 +94,7 @@ class SubmititSlurm:
             *common.work_facts(sp, work),
         )
         return Request(
-            self.target.name,
+            self.kind.name,
             self.via,
             sp,
             submission,

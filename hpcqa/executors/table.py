@@ -1,17 +1,17 @@
 """The one table that says which executor runs a plan, and which job verbs a registry row gets.
 
-    plan.target  plan.launcher  mode      executor (module)
+    plan.executor  plan.launcher  mode      executor (module)
     local        local          submit    Local           (local.py)     submitit's LocalExecutor on this machine
     slurm        srun           submit    SubmititSlurm   (slurm.py)     sbatch of hpcqa's text, submitit's runtime
     slurm        mpirun         submit    ScriptSlurm     (script.py)    the rendered mpirun script under sbatch
     slurm        srun|mpirun    script    ScriptSlurm     (script.py)    `render` (and `render --submit`)
     slurm        mpirun         hosts     Hosts           (hosts.py)     `render --hosts`: plain machines, render only
-    k8s          trainjob       script    TrainJobRender (k8s/trainjob.py) `render --target trainjob`, render only
-    k8s          pytorchjob     script    PyTorchJobRender (k8s/pytorchjob.py) `render --target pytorchjob`, render only
+    k8s          trainjob       script    TrainJobRender (k8s/trainjob.py) `render --kind trainjob`, render only
+    k8s          pytorchjob     script    PyTorchJobRender (k8s/pytorchjob.py) `render --kind pytorchjob`, render only
 
-The targets (their names, when each applies, their launchers: core/targets.py) are the vocabulary; each executor
-class says which target it serves, who requeues its stopped ranks and what it makes of a config it renders.
-Job verbs by the registry row's target: local -> LocalJobs, slurm -> SlurmJobs (submitit and script jobs alike).
+The executor kinds (their names, when each applies, their launchers: core/kinds.py) are the vocabulary; each executor
+class says which executor kind it serves, who requeues its stopped ranks and what it makes of a config it renders.
+Job verbs by the registry row's executor: local -> LocalJobs, slurm -> SlurmJobs (submitit and script jobs alike).
 Everything that needs an executor asks here: the CLI, the API, sweeps, `tune`, `doctor`, `status`, `cancel`.
 """
 
@@ -21,12 +21,12 @@ import dataclasses
 import importlib
 from typing import Any, Mapping, Protocol, Sequence, TypeVar
 
+from hpcqa.core import kinds
 from hpcqa.core import plan as planmod
-from hpcqa.core import targets
 from hpcqa.core.config import Config
+from hpcqa.core.kinds import Launcher
 from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.core.sweep import SweepPlan
-from hpcqa.core.targets import Launcher
 from hpcqa.errors import PlanError
 from hpcqa.executors.interface import Executor, JobVerbs, Renders
 from hpcqa.executors.slurmcli import Slurm
@@ -37,21 +37,21 @@ SUBMIT, SCRIPT, HOSTS = (
     "hosts",
 )  # how a plan is handed on: submitted, rendered, for plain hosts
 MODES = (SUBMIT, SCRIPT, HOSTS)
-LOCAL, SLURM, K8S = targets.LocalTarget.name, targets.SlurmTarget.name, targets.K8sTarget.name
+LOCAL, SLURM, K8S = kinds.LocalKind.name, kinds.SlurmKind.name, kinds.K8sKind.name
 RENDER_SCRIPT, RENDER_PYTORCHJOB, RENDER_DOCKERFILE = (
-    targets.RENDER_SCRIPT,
-    targets.RENDER_PYTORCHJOB,
-    targets.RENDER_DOCKERFILE,
+    kinds.RENDER_SCRIPT,
+    kinds.RENDER_PYTORCHJOB,
+    kinds.RENDER_DOCKERFILE,
 )
-RENDER_TRAINJOB, RENDER_STAGE_JOB = targets.RENDER_TRAINJOB, targets.RENDER_STAGE_JOB
-RENDER_TRAININGRUNTIME = targets.RENDER_TRAININGRUNTIME
+RENDER_TRAINJOB, RENDER_STAGE_JOB = kinds.RENDER_TRAINJOB, kinds.RENDER_STAGE_JOB
+RENDER_TRAININGRUNTIME = kinds.RENDER_TRAININGRUNTIME
 RENDER_K8S = {
     RENDER_TRAINJOB: Launcher.TRAINJOB,
     RENDER_TRAININGRUNTIME: Launcher.TRAINJOB,
     RENDER_PYTORCHJOB: Launcher.PYTORCHJOB,
 }
 
-# (target, launcher, mode) -> ("module:Class" under hpcqa/executors, the options its constructor takes, in order).
+# (executor, launcher, mode) -> ("module:Class" under hpcqa/executors, the options its constructor takes, in order).
 # Named, not imported: a verb imports only the executor it uses (`status` of a local job never loads submitit's
 # Slurm executor or the Kubernetes models).
 EXECUTORS: Mapping[tuple[str, Launcher, str], tuple[str, tuple[str, ...]]] = {
@@ -66,7 +66,7 @@ EXECUTORS: Mapping[tuple[str, Launcher, str], tuple[str, tuple[str, ...]]] = {
 }
 DEFAULTS: Mapping[str, Any] = {"snapshot": True, "slurm": None, "python": None, "hosts": ()}
 
-# a registry row's target -> its job verbs ("module:Class", constructed with the Slurm runner or nothing)
+# a registry row's executor -> its job verbs ("module:Class", constructed with the Slurm runner or nothing)
 VERBS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     LOCAL: ("local:LocalJobs", ()),
     SLURM: ("slurm:SlurmJobs", ("slurm",)),
@@ -88,7 +88,7 @@ def choose(plan: LaunchPlan, mode: str = SUBMIT, **options: Any) -> Executor:
     """The executor for this plan: `mode` is submit (hpcqa submit, the API, sweeps, tune), script (render) or
     hosts (render --hosts); options: python (the nodes' interpreter for scripts), hosts, slurm (a Slurm), snapshot
     (submit: the ranks import a snapshot of hpcqa, not the live tree; default True)."""
-    return choose_for(plan.target, plan.launcher, mode, **options)
+    return choose_for(plan.executor, plan.launcher, mode, **options)
 
 
 def for_sweep(sp: SweepPlan, mode: str = SUBMIT, **options: Any) -> Executor:
@@ -104,7 +104,7 @@ def render_config(raw: dict[str, Any]) -> dict[str, Any]:
     """A config as `render` reads it: a rendered script or PyTorchJob is not run by the local executor, whatever
     the config names (a local config with cluster.nodes > 1 is a valid thing to render)."""
     cluster = raw.get("cluster")
-    if isinstance(cluster, dict) and cluster.get("executor") in targets.CONFIG_CHOICES:
+    if isinstance(cluster, dict) and cluster.get("executor") in kinds.CONFIG_CHOICES:
         cluster["executor"] = SLURM
     return raw
 
@@ -112,22 +112,22 @@ def render_config(raw: dict[str, Any]) -> dict[str, Any]:
 def render(
     cfg: Config,
     host: HostProbe,
-    target: str,
+    kind: str,
     launcher: str | None = None,
     hosts: tuple[str, ...] = (),
     python: str | None = None,
 ) -> tuple[Renders, LaunchPlan]:
-    """`hpcqa render --target TARGET`: the executor that renders, and the plan it renders -- the config and host
+    """`hpcqa render --kind KIND`: the executor that renders, and the plan it renders -- the config and host
     as that executor prepares them (a script's interpreter, a pod's image)."""
-    if target in RENDER_K8S:
-        launcher = RENDER_K8S[target]
+    if kind in RENDER_K8S:
+        launcher = RENDER_K8S[kind]
         ex = choose_for(K8S, launcher, SCRIPT)
     else:
         launcher = Launcher(launcher or cfg.launch.launcher)
         ex = choose_for(SLURM, launcher, HOSTS if hosts else SCRIPT, hosts=hosts, python=python)
     if not isinstance(ex, Renders):  # every SCRIPT/HOSTS entry of EXECUTORS renders
         raise PlanError(
-            f"the executor for {target} ({launcher}) does not render", "render another --target"
+            f"the executor for {kind} ({launcher}) does not render", "render another --kind"
         )
     cfg, host = ex.prepare_render(cfg, host)
     if python:  # --python is the ranks' interpreter: a command's leading `python` means it too
@@ -135,38 +135,38 @@ def render(
     return ex, planmod.build_plan(cfg, host, launcher=launcher)
 
 
-def choose_for(target: str, launcher: Launcher, mode: str, **options: Any) -> Executor:
-    if (target, launcher, mode) not in EXECUTORS:
+def choose_for(executor: str, launcher: Launcher, mode: str, **options: Any) -> Executor:
+    if (executor, launcher, mode) not in EXECUTORS:
         raise PlanError(
-            f"no executor runs a {target} plan with launcher {launcher} ({mode})",
+            f"no executor runs a {executor} plan with launcher {launcher} ({mode})",
             "render it (hpcqa render) or change cluster.executor / launch.launcher",
         )
-    return _construct(EXECUTORS[target, launcher, mode], options)
+    return _construct(EXECUTORS[executor, launcher, mode], options)
 
 
-def verbs(target: str, slurm_: Slurm | None = None) -> JobVerbs:
-    """The job verbs of a registry row's target."""
-    if target not in VERBS:
+def verbs(executor: str, slurm_: Slurm | None = None) -> JobVerbs:
+    """The job verbs of a registry row's executor."""
+    if executor not in VERBS:
         raise PlanError(
-            f"the registry names an executor this hpcqa does not know: {target!r}",
+            f"the registry names an executor this hpcqa does not know: {executor!r}",
             "use the hpcqa version that submitted the job",
         )
-    return _construct(VERBS[target], {"slurm": slurm_})
+    return _construct(VERBS[executor], {"slurm": slurm_})
 
 
-class _Targeted(Protocol):
+class _Run(Protocol):
     @property
-    def target(self) -> str: ...
+    def executor(self) -> str: ...
 
 
-R = TypeVar("R", bound=_Targeted)
+R = TypeVar("R", bound=_Run)
 
 
-def by_target(rows: Sequence[R]) -> dict[str, list[R]]:
+def by_executor(rows: Sequence[R]) -> dict[str, list[R]]:
     """Registry rows or status views, by the executor that ran them."""
     out: dict[str, list[R]] = {}
     for r in rows:
-        out.setdefault(r.target, []).append(r)
+        out.setdefault(r.executor, []).append(r)
     return out
 
 

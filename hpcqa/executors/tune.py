@@ -91,7 +91,7 @@ def run_comm(path: str, overrides: Sequence[str], say: Say = silent) -> dict:
     -> {"key", "entry", "link", "job"}; raises JobFailed when the job did not measure."""
     base = config.load(path, list(overrides))
     host = hostprobe.probe_host()
-    most = planmod.build_plan(base, host).target_type.max_nodes
+    most = planmod.build_plan(base, host).executor_kind.max_nodes
     if most is not None and most < 2:
         raise ConfigError(
             "cluster.executor",
@@ -121,7 +121,7 @@ def run_comm(path: str, overrides: Sequence[str], say: Say = silent) -> dict:
             f"the link measurement (job {job_id}) ended {state}: {why or 'no link measured'}",
             f"hpcqa logs {job_id} shows why",
         )
-    k = links.key(p.target, cfg.cluster.partition, p.backend.resolved)
+    k = links.key(p.executor, cfg.cluster.partition, p.backend.resolved)
     return {
         "key": k,
         "entry": links.record(k, to_json(link), job_id),

@@ -35,8 +35,8 @@ from typing import Any
 
 from hpcqa.core import command as commandmod
 from hpcqa.core.eta import StepRate
+from hpcqa.core.kinds import PodExit, Requeue
 from hpcqa.core.plan import LaunchPlan
-from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.errors import RankError
 from hpcqa.fsutil import own_folder
 from hpcqa.rank.child import die_with

@@ -31,8 +31,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from hpcqa.core import distenv, ranklayout, threadenv, topology
 from hpcqa.core import plan as planmod
+from hpcqa.core.kinds import PodExit, Requeue
 from hpcqa.core.plan import LaunchPlan
-from hpcqa.core.targets import PodExit, Requeue
 from hpcqa.errors import HpcqaError
 from hpcqa.rank import netif, picklecheck, preload
 from hpcqa.rank.child import die_with

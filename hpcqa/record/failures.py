@@ -2,7 +2,7 @@
 program's stderr tail with its error first.
 
 A rank that lost a peer fails too, often within the same millisecond: causes sort before consequences, and a
-PyTorchJob's rank that only lost a peer exits with a retryable code (core/targets.py, PodExit).
+PyTorchJob's rank that only lost a peer exits with a retryable code (core/kinds.py, PodExit).
 """
 
 from __future__ import annotations

@@ -27,14 +27,16 @@ from hpcqa.errors import HpcqaError, RegistryError, UsageError
 # submitted from a script's own folder was then invisible from anywhere else. The default is now the user's.
 LEGACY_PATH = os.path.join("logs", "registry.sqlite")
 APPLICATION_ID = 0x68717267  # "hqrg" in the SQLite header (PRAGMA application_id): this file is an hpcqa registry
-SCHEMA_VERSION = 2  # PRAGMA user_version; 2: the column "executor" is named "target"
+SCHEMA_VERSION = (
+    3  # PRAGMA user_version; 2: the column "executor" was named "target"; 3: "executor" again
+)
 # A job is (id, folder): ids repeat (a reset controller starts again at 1, several clusters share a filesystem), the
 # folder -- which carries the submission's own token -- does not. A reused id adds a row; it never replaces one.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id            TEXT NOT NULL,        -- Slurm job id (array: "<array id>_<task>") or local controller pid
     name          TEXT NOT NULL,
-    target        TEXT NOT NULL,        -- slurm | local (the column was "executor" before schema version 2)
+    executor      TEXT NOT NULL,        -- slurm | local (named "target" in schema version 2)
     folder        TEXT NOT NULL,
     config        TEXT NOT NULL,        -- JSON snapshot of the validated config
     source        TEXT NOT NULL,
@@ -62,7 +64,7 @@ CREATE INDEX IF NOT EXISTS jobs_sweep ON jobs(sweep_id);
 class JobRow:
     id: str
     name: str
-    target: str
+    executor: str
     folder: str
     config: dict
     source: str
@@ -163,12 +165,12 @@ def not_found(ids: Iterable[str], path: Path, what: str = "job") -> UsageError:
 def check_creatable(path: str | Path | None = None) -> None:
     """A registry that does not exist yet can be made where it is to be (RegistryError, with the fix, if not): a
     file is made and removed in the nearest folder that exists. An existing one is opened as status opens it."""
-    target = resolve_path(str(path) if path else None)
-    _closed_folder(target)
-    if target.exists():
-        Registry(target, create=False)
+    where = resolve_path(str(path) if path else None)
+    _closed_folder(where)
+    if where.exists():
+        Registry(where, create=False)
         return
-    folder = next((p for p in target.parents if p.exists()), Path("/"))
+    folder = next((p for p in where.parents if p.exists()), Path("/"))
     try:
         if not folder.is_dir():
             raise NotADirectoryError(20, "Not a directory", str(folder))
@@ -177,7 +179,7 @@ def check_creatable(path: str | Path | None = None) -> None:
         os.unlink(probe)
     except OSError as e:
         raise RegistryError(
-            f"cannot create the job registry {target}: {folder}: {e.strerror or e}",
+            f"cannot create the job registry {where}: {folder}: {e.strerror or e}",
             "make its folder writable, or set job.registry / $HPCQA_REGISTRY",
         ) from None
 
@@ -345,7 +347,7 @@ class Registry:
         *,
         id: str,
         name: str,
-        target: str,
+        executor: str,
         folder: str,
         config: dict,
         source: str,
@@ -361,7 +363,7 @@ class Registry:
                 dict(
                     id=id,
                     name=name,
-                    target=target,
+                    executor=executor,
                     folder=folder,
                     config=config,
                     source=source,
@@ -381,7 +383,7 @@ class Registry:
             (
                 r["id"],
                 r["name"],
-                r["target"],
+                r["executor"],
                 r["folder"],
                 json.dumps(r["config"]),
                 r["source"],
@@ -399,7 +401,7 @@ class Registry:
             db.execute("BEGIN IMMEDIATE")
             # the same job (id and folder) registered again replaces its row; a reused id adds one
             db.executemany(
-                "INSERT OR REPLACE INTO jobs (id, name, target, folder, config, source, submitted_at, nodes, "
+                "INSERT OR REPLACE INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, "
                 "world_size, array_size, sweep_id, task_index, variant) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 data,
             )
@@ -485,7 +487,7 @@ class Registry:
             json.loads(d["config"]),
             json.loads(d["variant"]) if d["variant"] else None,
         )
-        texts = ("id", "name", "target", "folder", "source", "state")
+        texts = ("id", "name", "executor", "folder", "source", "state")
         if (
             not all(isinstance(d[k], str) and d[k] for k in texts)
             or not isinstance(config, dict)
@@ -500,7 +502,7 @@ class Registry:
         return JobRow(
             id=d["id"],
             name=d["name"],
-            target=d["target"],
+            executor=d["executor"],
             folder=d["folder"],
             config=config,
             source=d["source"],
@@ -521,7 +523,7 @@ class Registry:
 COLUMNS = (
     "id",
     "name",
-    "target",
+    "executor",
     "folder",
     "config",
     "source",
@@ -538,7 +540,7 @@ COLUMNS = (
     "elapsed",
     "updated_at",
 )
-COLUMNS_V1 = tuple("executor" if c == "target" else c for c in COLUMNS)  # before schema version 2
+COLUMNS_V2 = tuple("target" if c == "executor" else c for c in COLUMNS)  # schema version 2 only
 
 
 def _own_or_refuse(db: sqlite3.Connection, path: Path) -> None:
@@ -554,7 +556,7 @@ def _own_or_refuse(db: sqlite3.Connection, path: Path) -> None:
         )
     )
     cols = [r[1] for r in db.execute("PRAGMA table_info(jobs)")] if tables == ["jobs"] else []
-    if app != 0 or tables != ["jobs"] or tuple(cols) not in (COLUMNS, COLUMNS_V1):
+    if app != 0 or tables != ["jobs"] or tuple(cols) not in (COLUMNS, COLUMNS_V2):
         what = (
             f"application id {app:#x}"
             if app
@@ -574,8 +576,8 @@ def _current(db: sqlite3.Connection) -> bool:
 
 
 def _migrate(db: sqlite3.Connection) -> None:
-    """In place, in one transaction (a concurrent hpcqa waits for it): the column "executor" is renamed "target"
-    (schema version 2); a registry from before ids could repeat (id PRIMARY KEY) gets the (id, folder) key; every
+    """In place, in one transaction (a concurrent hpcqa waits for it): the column "target" (schema version 2) is
+    named "executor" again, the word users write (cluster.executor); a registry from before ids could repeat (id PRIMARY KEY) gets the (id, folder) key; every
     one gets its application id."""
     if _current(db):
         return
@@ -586,8 +588,8 @@ def _migrate(db: sqlite3.Connection) -> None:
 
 
 def _migrate_now(db: sqlite3.Connection) -> None:
-    if "executor" in [r[1] for r in db.execute("PRAGMA table_info(jobs)")]:
-        db.execute("ALTER TABLE jobs RENAME COLUMN executor TO target")
+    if "target" in [r[1] for r in db.execute("PRAGMA table_info(jobs)")]:
+        db.execute("ALTER TABLE jobs RENAME COLUMN target TO executor")
     if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
         keyed_by_id = any(r[1] == "id" and r[5] for r in db.execute("PRAGMA table_info(jobs)"))
         if keyed_by_id:

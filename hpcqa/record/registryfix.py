@@ -13,7 +13,7 @@ from hpcqa.errors import RegistryError
 from hpcqa.record import sqlitescan
 from hpcqa.record.registry import (
     COLUMNS,
-    COLUMNS_V1,
+    COLUMNS_V2,
     LEGACY_PATH,
     Registry,
     _read_only,
@@ -38,7 +38,7 @@ def adopt_legacy(folder: str | Path = ".") -> tuple[Path | None, int, str]:
     try:
         with _read_only(old) as src:
             cols = [r[1] for r in src.execute("PRAGMA table_info(jobs)")]
-            if tuple(cols) not in (COLUMNS, COLUMNS_V1):
+            if tuple(cols) not in (COLUMNS, COLUMNS_V2):
                 return (
                     old,
                     0,
@@ -54,7 +54,7 @@ def adopt_legacy(folder: str | Path = ".") -> tuple[Path | None, int, str]:
         )
     good = []
     for r in rows:
-        d = dict(zip(COLUMNS, r))  # COLUMNS_V1 differs only in the name of the third column
+        d = dict(zip(COLUMNS, r))  # COLUMNS_V2 differs only in the name of the third column
         try:
             Registry._row(d)
         except (TypeError, ValueError, KeyError, RecursionError):
@@ -140,7 +140,7 @@ def _salvage(path: Path, give_up_after: int = 1000) -> list[dict]:
                 row = None
             misses = 0 if row else misses + 1
             if row:
-                found[rowid] = dict(zip(["target" if c == "executor" else c for c in cols], row))
+                found[rowid] = dict(zip(["executor" if c == "target" else c for c in cols], row))
     except sqlite3.DatabaseError:
         pass
     try:

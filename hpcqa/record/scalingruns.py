@@ -95,7 +95,7 @@ def link_of_run(
 ) -> scaling.Link:
     """link_for the executor, partition and backend a recorded run had."""
     return link_for(
-        row.target,
+        row.executor,
         (row.config.get("cluster") or {}).get("partition", ""),
         results_of(row).backend or "gloo",
         bandwidth,
@@ -225,7 +225,7 @@ def warnings_for(plan: planmod.LaunchPlan, reg: Any) -> list[str]:
     if plan.nodes < 2 or plan.config.job.task != "train":
         return []
     stored = links.lookup(
-        links.key(plan.target, plan.config.cluster.partition, plan.backend.resolved)
+        links.key(plan.executor, plan.config.cluster.partition, plan.backend.resolved)
     )
     if not stored:
         return []

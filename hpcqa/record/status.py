@@ -33,7 +33,7 @@ LIST_PHASES = (
 class JobView:
     id: str
     name: str
-    target: str  # where it runs: local | slurm ("executor" in --json and the list)
+    executor: str  # where it ran: local | slurm
     state: str
     nodes: int
     world_size: int
@@ -71,9 +71,8 @@ class JobView:
     )  # detail view: job files there but unusable, with why
 
     def to_json(self) -> dict:
-        # "executor": the --json field users read, the target's name
         out = {
-            k: getattr(self, "target" if k == "executor" else k)
+            k: getattr(self, k)
             for k in (
                 "id",
                 "name",

@@ -15,8 +15,8 @@ from typing import Any, Callable
 from hpcqa import fsutil
 from hpcqa.core import values as valuecheck
 from hpcqa.core.config import Config
+from hpcqa.core.kinds import Launcher, PodExit
 from hpcqa.core.plan import LaunchPlan
-from hpcqa.core.targets import Launcher, PodExit
 from hpcqa.errors import ConfigError, UsageError
 from hpcqa.executors import render
 from hpcqa.executors.k8s import image
@@ -124,7 +124,7 @@ def check(cfg: Config, pinned_only: bool = False) -> None:
         raise ConfigError(
             "k8s.image",
             "no container image",
-            "build one from `hpcqa render CONFIG --target "
+            "build one from `hpcqa render CONFIG --kind "
             'dockerfile` and set k8s.image = "registry.example.com/hpcqa:1"',
             cfg.source,
         )

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcqa.core import targets
+from hpcqa.core import kinds
 from hpcqa.core.config import Config
+from hpcqa.core.kinds import Requeue
 from hpcqa.core.plan import HostProbe, LaunchPlan
-from hpcqa.core.targets import Requeue
 from hpcqa.errors import UsageError
 from hpcqa.executors import common
 from hpcqa.executors.interface import RenderOnly, Request
@@ -174,7 +174,7 @@ class PyTorchJobRender(RenderOnly):
     """Kubernetes: render only. The request is the PyTorchJob (YAML); `kubectl apply -f` submits
     it, and the training operator runs it -- no API server can be reached from here."""
 
-    target = targets.K8sTarget
+    kind = kinds.K8sKind
     requeue = Requeue.POD
     via = "a PyTorchJob for the training operator"
     no_scheduler = "Kubernetes: no API server is asked (kubectl apply --dry-run=server would)"
@@ -199,7 +199,7 @@ class PyTorchJobRender(RenderOnly):
         check_names(docs, plan.config, worker_names)
         facts = pod_facts(plan, docs[0]) + common.work_facts(sp, None)
         return Request(
-            self.target.name,
+            self.kind.name,
             self.via,
             sp,
             JobRoot.new_submission(),

@@ -26,10 +26,10 @@ import json
 import shlex
 
 from hpcqa.core import config as configmod
-from hpcqa.core import targets
+from hpcqa.core import kinds
 from hpcqa.core.config import Config
+from hpcqa.core.kinds import Requeue
 from hpcqa.core.plan import LaunchPlan
-from hpcqa.core.targets import Requeue
 from hpcqa.errors import UsageError
 from hpcqa.executors import common
 from hpcqa.executors.interface import RenderOnly, Request
@@ -195,7 +195,7 @@ def trainjob(plan: LaunchPlan, name: str, runtime_name: str) -> dict:
 
 def objects(plan: LaunchPlan) -> list[dict]:
     """[TrainingRuntime, TrainJob]: the runtime first (the TrainJob webhook refuses a job whose runtime it cannot
-    find), rendered into two files by the render targets."""
+    find), rendered into two files by the render kinds."""
     plan = plan.with_requeue(Requeue.POD)
     pods.check(plan.config)
     name = pods.job_name(plan, MAX_NAME)
@@ -287,12 +287,12 @@ def node_pod_names(d: dict) -> list[str]:
 
 class TrainJobRender(RenderOnly):
     """Kubernetes with Kubeflow Trainer v2: render only. The request's two scripts are the TrainJob and its
-    TrainingRuntime, written apart (`render --target trainjob`, `--target trainingruntime`): the TrainJob webhook
+    TrainingRuntime, written apart (`render --kind trainjob`, `--kind trainingruntime`): the TrainJob webhook
     looks the runtime up in the controller's cache, so a job applied with its runtime in one file is refused
     until the cache has caught up, and `kubectl delete -f` of one job must not delete a runtime that other jobs of
     its shape name. `kubectl apply -f` submits them, the runtime first; the Trainer runs them through JobSet."""
 
-    target = targets.K8sTarget
+    kind = kinds.K8sKind
     requeue = Requeue.POD
     via = "a TrainJob for Kubeflow Trainer v2"
     no_scheduler = "Kubernetes: no API server is asked (kubectl apply --dry-run=server would)"
@@ -314,7 +314,7 @@ class TrainJobRender(RenderOnly):
         rt, job = docs
         name = job["metadata"]["name"]
         return Request(
-            self.target.name,
+            self.kind.name,
             self.via,
             sp,
             JobRoot.new_submission(),

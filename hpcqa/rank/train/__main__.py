@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from hpcqa.core import plan as planmod
-from hpcqa.core.targets import PodExit, Requeue
+from hpcqa.core.kinds import PodExit, Requeue
 from hpcqa.errors import HpcqaError
 from hpcqa.rank.command import CommandFailed, run_command
 from hpcqa.rank.exits import exit_without_teardown, ignore_at_exit

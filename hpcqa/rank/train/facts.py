@@ -18,8 +18,8 @@ import torch
 import transformers
 
 from hpcqa.core import topology
+from hpcqa.core.kinds import DDPBackend
 from hpcqa.core.plan import GLIBC_HEAP_ENV, Backend, LaunchPlan
-from hpcqa.core.targets import DDPBackend
 from hpcqa.errors import RankError
 from hpcqa.rank import binding, preload
 from hpcqa.rank.exits import code_provenance

@@ -30,9 +30,9 @@ from transformers.training_args import ParallelMode
 
 from hpcqa.core import scaling, topology
 from hpcqa.core.config import TrainConfig
+from hpcqa.core.kinds import Requeue
 from hpcqa.core.plan import LaunchPlan, bf16_choice
 from hpcqa.core.states import State
-from hpcqa.core.targets import Requeue
 from hpcqa.errors import HpcqaError, RankError
 from hpcqa.rank.binding import widen_main_thread
 from hpcqa.rank.phase import Phases

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hpcqa.core.targets import Requeue
+from hpcqa.core.kinds import Requeue
 from hpcqa.rank.exits import all_ranks_stopped, requeue_through_submitit, wait_for_slurms_end
 from hpcqa.rank.train.facts import Rank
 from hpcqa.record.jobdir import attempt_from_env, write_json

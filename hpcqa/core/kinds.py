@@ -1,4 +1,4 @@
-"""Where a plan runs: each kind of target's identity, in one vocabulary from the config to the registry.
+"""Where a plan runs: each executor kind's identity, in one vocabulary from the config to the registry.
 
     name    cluster.executor   applies (affinity)            launchers         MASTER_ADDR / MASTER_PORT
     local   local, auto        always (1)                    local             127.0.0.1 / from the job id
@@ -6,10 +6,10 @@
     k8s     (render only)      never chosen by "auto"        trainjob,         the DNS name of pod 0 / 29500 (TrainJob),
                                                              pytorchjob        23456 (PyTorchJob)
 
-`cluster.executor = "auto"` takes the target of highest affinity on the submitting host, as submitit's
+`cluster.executor = "auto"` takes the executor kind of highest affinity on the submitting host, as submitit's
 AutoExecutor does. The name is what the plan, the registry, `status` and the dry run say; the executors'
-table (executors/table.py) maps (target, launcher, mode) to the class that submits or renders, and each of
-those classes says which target it serves. Who brings a rank back after it checkpointed on a signal is the
+table (executors/table.py) maps (executor, launcher, mode) to the class that submits or renders, and each of
+those classes says which executor kind it serves. Who brings a rank back after it checkpointed on a signal is the
 plan's `requeue` (a `Requeue`), stamped by the executor that makes the request: the rank reads it from its plan.
 Pure: no I/O.
 """
@@ -27,11 +27,11 @@ class SubmitHost(Protocol):
 
     @property
     def schedulers(self) -> frozenset[str]:
-        """The targets whose scheduler can be asked from here (its submit command found)."""
+        """The executor kinds whose scheduler can be asked from here (its submit command found)."""
         ...
 
 
-AUTO = "auto"  # cluster.executor: the target of highest affinity here
+AUTO = "auto"  # cluster.executor: the executor kind of highest affinity here
 
 
 class Launcher(StrEnum):
@@ -49,13 +49,13 @@ class Launcher(StrEnum):
         return self is Launcher.MPIRUN
 
 
-# `hpcqa render --target`: what render writes
+# `hpcqa render --kind`: what render writes
 RENDER_SCRIPT, RENDER_TRAINJOB, RENDER_PYTORCHJOB = "script", "trainjob", "pytorchjob"
 RENDER_TRAININGRUNTIME = (
     "trainingruntime"  # the TrainJob's runtime: applied (and admitted) before the job
 )
 RENDER_STAGE_JOB, RENDER_DOCKERFILE = "stage-job", "dockerfile"
-RENDER_TARGETS = (
+RENDER_KINDS = (
     RENDER_SCRIPT,
     RENDER_TRAINJOB,
     RENDER_TRAININGRUNTIME,
@@ -106,7 +106,7 @@ class PodExit(IntEnum):
     RESTARTS_SPENT = 3  # the pod script: k8s.max_restarts job restarts used up
 
 
-class Target:
+class ExecutorKind:
     """One kind of place a plan runs. Subclasses are used as values (never instantiated)."""
 
     name: ClassVar[str]
@@ -122,12 +122,12 @@ class Target:
 
     @classmethod
     def affinity(cls, host: SubmitHost) -> int:
-        """How well this target fits the submitting host for cluster.executor = "auto" (-1: not at all)."""
+        """How well this executor kind fits the submitting host for cluster.executor = "auto" (-1: not at all)."""
         raise NotImplementedError
 
     @classmethod
     def launcher(cls, requested: Launcher, via_submitit: bool) -> Launcher:
-        """The launcher this target uses when the config asks for `requested`."""
+        """The launcher this executor kind uses when the config asks for `requested`."""
         return requested if requested in cls.launchers else cls.launchers[0]
 
     @classmethod
@@ -136,7 +136,7 @@ class Target:
         raise NotImplementedError
 
 
-class LocalTarget(Target):
+class LocalKind(ExecutorKind):
     name = "local"
     launchers = (Launcher.LOCAL,)
     max_nodes = 1
@@ -155,7 +155,7 @@ class LocalTarget(Target):
         }
 
 
-class SlurmTarget(Target):
+class SlurmKind(ExecutorKind):
     name = "slurm"
     launchers = (Launcher.SRUN, Launcher.MPIRUN)
 
@@ -178,11 +178,11 @@ class SlurmTarget(Target):
         }
 
 
-class K8sTarget(Target):
+class K8sKind(ExecutorKind):
     name = "k8s"
     launchers = (Launcher.TRAINJOB, Launcher.PYTORCHJOB)
     configurable = (
-        False  # `hpcqa render --target trainjob|pytorchjob`, whatever cluster.executor says
+        False  # `hpcqa render --kind trainjob|pytorchjob`, whatever cluster.executor says
     )
     inherits_submitting_env = False
     sees_submit_files = False  # pods see their image and the volume
@@ -200,30 +200,30 @@ class K8sTarget(Target):
         }
 
 
-TARGETS: tuple[type[Target], ...] = (LocalTarget, SlurmTarget, K8sTarget)
-CONFIG_CHOICES = (AUTO, *(t.name for t in TARGETS if t.configurable))
+KINDS: tuple[type[ExecutorKind], ...] = (LocalKind, SlurmKind, K8sKind)
+CONFIG_CHOICES = (AUTO, *(t.name for t in KINDS if t.configurable))
 
 
-def named(name: str) -> type[Target]:
-    """The target a plan or a registry row names."""
-    for t in TARGETS:
+def named(name: str) -> type[ExecutorKind]:
+    """The executor kind a plan or a registry row names."""
+    for t in KINDS:
         if t.name == name:
             return t
     raise PlanError(
-        f"unknown executor {name!r} (this hpcqa knows {', '.join(t.name for t in TARGETS)})",
+        f"unknown executor {name!r} (this hpcqa knows {', '.join(t.name for t in KINDS)})",
         "use the hpcqa version that wrote it",
     )
 
 
-def resolve(choice: str, host: SubmitHost, launcher: str | None = None) -> type[Target]:
-    """cluster.executor (or a render's launcher) -> the target. A launcher only one target has picks it
+def resolve(choice: str, host: SubmitHost, launcher: str | None = None) -> type[ExecutorKind]:
+    """cluster.executor (or a render's launcher) -> the executor kind. A launcher only one kind has picks it
     (pytorchjob: Kubernetes); "auto" takes the highest affinity here."""
     if launcher:
-        owners = [t for t in TARGETS if launcher in t.launchers]
+        owners = [t for t in KINDS if launcher in t.launchers]
         if len(owners) == 1 and not owners[0].configurable:
             return owners[0]
     if choice == AUTO:
-        return max((t for t in TARGETS if t.configurable), key=lambda t: t.affinity(host))
+        return max((t for t in KINDS if t.configurable), key=lambda t: t.affinity(host))
     return named(choice)
 
 
