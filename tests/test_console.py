@@ -325,7 +325,7 @@ def test_the_bar_gets_the_last_word_of_a_job_that_ends_between_two_polls(tmp_pat
         return True  # the job wrote its last line and ended before the next poll
 
     common.watch(jd, is_done, seen.append, poll_s=0.01)
-    assert [p["step"] for p in seen] == [10, 12], seen
+    assert [p.step for p in seen] == [10, 12], seen
 
 
 @pytest.mark.slow
