@@ -1,4 +1,5 @@
-"""`python -m hpcqa.docs`: rewrite the documentation's generated parts (docs/configuration.md, docs/architecture.md)
+"""`python -m hpcqa.docs`: rewrite the documentation's generated parts (docs/configuration.md, docs/architecture.md,
+the test commands' timing table in README.md and docs/development.md)
 -- the config reference from the schema in
 config.py, the layout from the maps in the packages' docstrings (each folder's __init__.py names its modules: a
 structure test holds every module to it) -- so neither can drift from the code."""
@@ -6,6 +7,7 @@ structure test holds every module to it) -- so neither can drift from the code."
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from hpcqa.errors import UsageError
 
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 LAYOUT_START, LAYOUT_END = "<!-- layout:start -->", "<!-- layout:end -->"
+TIMINGS_START, TIMINGS_END = "<!-- timings:start -->", "<!-- timings:end -->"
 PACKAGE = Path(__file__).resolve().parent
 ROOT = PACKAGE.parent
 # "name.py   what it is" in a folder's docstring, at the map's indent (`ruff format` dedents a docstring's body:
@@ -109,6 +112,20 @@ def layout(root: Path = ROOT) -> str:
     return "\n".join(lines)
 
 
+def timings(root: Path = ROOT) -> str:
+    """The test commands' table (what each runs, how long it took, where and when), from docs/timings.json: one
+    source for the README and docs/development.md, so the two cannot say different things."""
+    data = json.loads((root / "docs" / "timings.json").read_text())
+    lines = [
+        f"Measured on {data['machine']}, {data['date']} (docs/timings.json):",
+        "",
+        "| command | what | time |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{r['command']}` | {r['what']} | {r['time']} |" for r in data["rows"]]
+    return "\n".join(lines)
+
+
 def _replace(text: str, start: str, end: str, body: str, readme: str) -> str:
     if start not in text or end not in text:
         raise UsageError(
@@ -128,6 +145,8 @@ def main(docs: str = "docs") -> int:
     for page, start, end, body in (
         (Path(docs) / "configuration.md", START, END, table()),
         (Path(docs) / "architecture.md", LAYOUT_START, LAYOUT_END, f"```\n{layout()}\n```"),
+        (Path(docs) / "development.md", TIMINGS_START, TIMINGS_END, timings()),
+        (Path(docs).parent / "README.md", TIMINGS_START, TIMINGS_END, timings()),
     ):
         page.write_text(_replace(page.read_text(), start, end, body, str(page)))
     return 0

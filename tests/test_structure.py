@@ -877,3 +877,12 @@ def test_job_files_with_a_schema_are_read_and_written_only_through_it():
         "got = read_json(jd.results)\njd.rank_report(3).write_text('x')\nok(jd.results)"
     )
     assert len(raw_job_file_io("x.py", planted)) == 2
+
+
+def test_the_timing_tables_are_the_generated_one():
+    """README.md and docs/development.md show one table of the test commands' times, from docs/timings.json."""
+    for page in (ROOT / "README.md", ROOT / "docs" / "development.md"):
+        text = page.read_text()
+        block = text.split(docs.TIMINGS_START, 1)[1].split(docs.TIMINGS_END, 1)[0].strip()
+        assert block == docs.timings().strip(), f"{page.name}: stale; run python -m hpcqa.docs"
+    assert "| command | what | time here |" not in (ROOT / "README.md").read_text()
