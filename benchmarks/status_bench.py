@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hpcqa.executors import jobs
-from hpcqa.executors.slurmcli import Slurm, run_command  # noqa: E402
+from hpcqa.executors.slurm.cli import Slurm, run_command  # noqa: E402
 from hpcqa.record import registry
 
 

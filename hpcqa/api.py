@@ -30,7 +30,7 @@ from hpcqa.errors import ConfigError, HpcqaError, JobFailed, UsageError
 from hpcqa.executors import cancel as canceller
 from hpcqa.executors import hostprobe, jobs, table
 from hpcqa.executors.interface import Executor, Request, Say, Submitted, silent
-from hpcqa.executors.slurmcli import Slurm
+from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import logtail, manifest, registry, scalingruns
 from hpcqa.record.jobdir import JobDir
 

@@ -16,7 +16,7 @@ from hpcqa import api
 from hpcqa.core import plan, sweep, topology
 from hpcqa.core.kinds import DDPBackend
 from hpcqa.executors import hostprobe, table, torchbuild
-from hpcqa.executors.slurmcli import Slurm, first_line
+from hpcqa.executors.slurm.cli import Slurm, first_line
 from hpcqa.rank import preload
 from hpcqa.rank import wrapper as rank
 from hpcqa.record import manifest

@@ -146,7 +146,7 @@ def log_jobs_cpu(d) -> None:
     path = os.environ.get("HPCQA_TEST_CPU_LOG")
     if not path:
         return
-    from hpcqa.executors.slurmcli import duration_s
+    from hpcqa.executors.slurm.cli import duration_s
 
     try:
         r = subprocess.run(
@@ -179,7 +179,7 @@ def job_states(env: dict, *ids: str) -> dict[str, dict]:
     second: a CLI process per ask cost ~0.3 s of CPU (a third of a core for as long as a test waits, on a machine
     the test workers share). What a test asserts about status it still asks the CLI."""
     from hpcqa.executors import jobs
-    from hpcqa.executors.slurmcli import Slurm
+    from hpcqa.executors.slurm.cli import Slurm
     from hpcqa.record import registry
 
     with environment(env):

@@ -463,8 +463,8 @@ def test_stage_of_a_built_in_model_does_not_crash(cli, tmp_path):
 def test_submit_check_with_no_controller_says_so_not_that_the_request_is_bad(tmp_path):
     """`scontrol ping` as Slurm answers with its controller down (a fake runner: a unit test of the verdict)."""
     from hpcqa.errors import SchedulerUnreachable
-    from hpcqa.executors.slurm import test_only
-    from hpcqa.executors.slurmcli import Slurm
+    from hpcqa.executors.slurm.cli import Slurm
+    from hpcqa.executors.slurm.executor import test_only
 
     def runner(argv):
         out = "Slurmctld(primary) at c1 is DOWN\n" if "ping" in argv else ""

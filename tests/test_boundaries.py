@@ -15,8 +15,9 @@ import pytest
 
 from hpcqa.core import config, plan, sweep
 from hpcqa.errors import ConfigError, SubmitError, UsageError
-from hpcqa.executors import common, local, snapshot
-from hpcqa.executors.slurm import SubmititSlurm
+from hpcqa.executors import common, snapshot
+from hpcqa.executors.local import executor as local
+from hpcqa.executors.slurm.executor import SubmititSlurm
 from hpcqa.fsutil import owner_umask
 from hpcqa.rank import picklecheck
 from hpcqa.record.jobdir import JobDir, JobRoot

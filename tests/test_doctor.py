@@ -2,7 +2,7 @@ import json
 
 from hpcqa import doctor
 from hpcqa.core import config
-from hpcqa.executors.slurmcli import parse_nodes
+from hpcqa.executors.slurm.cli import parse_nodes
 from tests.conftest import ROOT
 
 # recorded `scontrol show node -o` (Slurm 22.05.8), trimmed

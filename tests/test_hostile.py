@@ -21,7 +21,7 @@ from hpcqa.errors import ConfigError
 from hpcqa.executors import render
 from hpcqa.executors.k8s import image as k8s_image
 from hpcqa.executors.k8s import manifest, pods, pytorchjob, trainjob
-from hpcqa.executors.slurm import SubmititSlurm
+from hpcqa.executors.slurm.executor import SubmititSlurm
 from tests.conftest import ROOT, SLURM_HERE
 
 HOST = plan.HostProbe(schedulers=SLURM_HERE, ccl_bindings=False, libraries={}, python="python3")

@@ -490,7 +490,7 @@ def test_a_rank_requeues_a_preemption_only_when_slurm_would(
 ):
     """preempted_to_requeue reads what Slurm shows (the real preemptions, REQUEUE and CANCEL, are in
     tests/test_slurm_preempt.py): a PreemptTime, Requeue=1, partition_prio and the job's partition's mode."""
-    from hpcqa.rank import exits
+    from hpcqa.executors.slurm import node as slurm_node
 
     asked = []
 
@@ -505,15 +505,15 @@ def test_a_rank_requeues_a_preemption_only_when_slurm_would(
             return PARTITION.format(mode=mode)
         raise AssertionError(argv)
 
-    monkeypatch.setattr(exits, "_slurm_words", answer)
-    why = exits.preempted_to_requeue("77")
+    monkeypatch.setattr(slurm_node, "_slurm_words", answer)
+    why = slurm_node.preempted_to_requeue("77")
     assert bool(why) == requeues, (why, asked)
     if requeues:
         assert why.startswith(f"preempted at {preempt}, partition low: PreemptMode={mode}")
     monkeypatch.setattr(
-        exits, "_slurm_words", lambda argv: None
+        slurm_node, "_slurm_words", lambda argv: None
     )  # Slurm not answering: wait as before
-    assert exits.preempted_to_requeue("77") is None
+    assert slurm_node.preempted_to_requeue("77") is None
 
 
 def test_rank_0_requeues_only_once_every_rank_of_this_attempt_has_saved(tmp_path):

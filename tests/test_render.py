@@ -259,7 +259,7 @@ def test_cluster_python_is_the_ranks_interpreter_quoted(tmp_path):
 
 
 def test_plain_machine_script_and_its_errors(tmp_path):
-    from hpcqa.executors.slurmcli import parse_sbatch_parsable
+    from hpcqa.executors.slurm.cli import parse_sbatch_parsable
     from tests.conftest import run_cli
 
     q = ["--set", "cluster.executor=slurm", "--set", "cluster.nodes=2"]

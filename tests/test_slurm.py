@@ -154,7 +154,7 @@ def test_status_of_1000_jobs_makes_one_sacct_call(slurm, tmp_path):
 import os, sys, time
 from hpcqa.record import registry
 from hpcqa.executors import jobs
-from hpcqa.executors.slurmcli import Slurm, run_command
+from hpcqa.executors.slurm.cli import Slurm, run_command
 reg = registry.Registry({str(tmp_path / "r.sqlite")!r})
 reg.add_many(dict(id=str(500000 + i), name='n', target='slurm', folder='/nonexistent', config={{}},
                   source='x', nodes=1, world_size=2) for i in range(1000))

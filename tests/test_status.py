@@ -7,8 +7,10 @@ import sys
 import pytest
 
 from hpcqa.core import states
-from hpcqa.executors import jobs, local, slurmcli
-from hpcqa.executors.slurmcli import Slurm
+from hpcqa.executors import jobs
+from hpcqa.executors.local import executor as local
+from hpcqa.executors.slurm import cli as slurmcli
+from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import registry, status
 from hpcqa.record.jobdir import JobDir
 from tests.conftest import ROOT, typed_view
@@ -504,7 +506,7 @@ def test_squeue_asks_only_for_hpcqas_jobs_and_none_left_is_not_an_error():
     of only vanished jobs with "Invalid job id specified" and exit 1: no records, not a failure."""
     import subprocess
 
-    from hpcqa.executors.slurmcli import Slurm, squeue_argv
+    from hpcqa.executors.slurm.cli import Slurm, squeue_argv
 
     assert squeue_argv(["12", "13_4", "12"])[-2:] == ["-j", "12,13_4"]
     calls = []

@@ -9,8 +9,9 @@ from rich.console import Console
 
 from hpcqa.cli import statusview
 from hpcqa.core import states
-from hpcqa.executors import jobs, slurmcli
-from hpcqa.executors.slurmcli import Slurm
+from hpcqa.executors import jobs
+from hpcqa.executors.slurm import cli as slurmcli
+from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import registry, status
 from hpcqa.record.jobdir import write_json
 from hpcqa.record.jobfiles import failure, progress, results
@@ -495,7 +496,7 @@ def test_results_whose_scores_are_not_numbers_are_a_damaged_file(tmp_path):
 
 
 def test_rank_reports_with_usage_of_the_wrong_types_are_left_out_of_the_usage(tmp_path):
-    from hpcqa.executors import local
+    from hpcqa.executors.local import executor as local
 
     good = {"rank": 1, "usage": {"cpu_s": 5.0, "wall_s": 10.0, "cpus": 1, "max_rss_bytes": 100}}
     for junk in (

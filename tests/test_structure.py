@@ -35,7 +35,7 @@ JOB_FOLDER_DIRS = {
 }  # as whole strings (they are also English words)
 # slurmcli.py: every scheduler command of the front and the executors; exits.py: the rank's questions after its
 # SIGTERM checkpoint (squeue; scontrol for a preemption it may requeue) -- the rank side may not import the executors
-SUBPROCESS_OWNERS = {"slurmcli.py", "exits.py"}
+SUBPROCESS_OWNERS: set[str] = set()  # none: only the executors (their folders, executors/*/) run commands
 # Heavy at import (seconds, or optional): only these may be imported inside a function, to keep the light paths light.
 HEAVY = {
     "torch",
@@ -121,7 +121,7 @@ def test_job_folder_names_are_spelled_only_in_jobdir():
 def test_only_the_scheduler_module_and_the_executors_import_subprocess():
     offenders = []
     for path, tree in modules():
-        allowed = path.name in SUBPROCESS_OWNERS or path.parent.name == "executors"
+        allowed = path.name in SUBPROCESS_OWNERS or "executors" in path.relative_to(ROOT).parts
         for node in ast.walk(tree):
             names = (
                 [a.name for a in node.names]
@@ -395,6 +395,10 @@ def layer_of(module: str) -> int:
         return len(LAYER_ORDER)
     if parts[1] in BASE:
         return -1
+    if (
+        parts[1] == "executors" and parts[-1] == "node"
+    ):  # an executor's node side: what the rank asks it
+        return LAYER_ORDER["rank"]
     return LAYER_ORDER.get(parts[1], len(LAYER_ORDER))
 
 
@@ -886,3 +890,51 @@ def test_the_timing_tables_are_the_generated_one():
         block = text.split(docs.TIMINGS_START, 1)[1].split(docs.TIMINGS_END, 1)[0].strip()
         assert block == docs.timings().strip(), f"{page.name}: stale; run python -m hpcqa.docs"
     assert "| command | what | time here |" not in (ROOT / "README.md").read_text()
+
+
+EXECUTOR_FOLDERS = ("local", "slurm", "hosts", "k8s")
+# the commands of a scheduler: an argv naming one is that executor's code, and lives in its folder
+SCHEDULER_COMMANDS = {
+    "slurm": {"sbatch", "squeue", "scontrol", "sacct", "scancel", "sinfo", "srun", "sstat"},
+    "k8s": {"kubectl"},
+}
+
+
+def scheduler_argvs(tree: ast.AST) -> set[str]:
+    """The schedulers whose commands a module spells as an argv (a list or tuple literal starting with one)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+            first = node.elts[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                found |= {k for k, cmds in SCHEDULER_COMMANDS.items() if first.value in cmds}
+    return found
+
+
+def test_each_executor_is_one_folder_and_one_line_of_the_table():
+    """An executor's code is in its folder (executors/<kind>/): a scheduler's commands are spelled as an argv only
+    there, and every entry of the executors' table names a class in the folder of the kind it serves (plain hosts
+    still serve Slurm's kind: their folder is hosts/). Adding one is a folder and a line of the table."""
+    from hpcqa.executors import table
+
+    outside = sorted(
+        f"{path.relative_to(ROOT)}: {kind}"
+        for path, tree in modules()
+        for kind in scheduler_argvs(tree)
+        if not str(path.relative_to(PACKAGE)).startswith(f"executors/{kind}/")
+    )
+    assert not outside, "a scheduler's commands outside its executor's folder:\n" + "\n".join(
+        outside
+    )
+    for (kind, _, mode), (ref, _) in table.EXECUTORS.items():
+        folder = "hosts" if mode == table.HOSTS else kind
+        assert ref.startswith(f"{folder}."), (kind, mode, ref)
+        assert table.load(ref) is not None
+    for kind, (ref, _) in table.VERBS.items():
+        assert ref.startswith(f"{kind}."), (kind, ref)
+    for folder in EXECUTOR_FOLDERS:
+        assert (PACKAGE / "executors" / folder / "__init__.py").exists(), folder
+    flat = {p.stem for p in (PACKAGE / "executors").glob("*.py")}
+    assert not flat & set(EXECUTOR_FOLDERS) and "slurmcli" not in flat, flat
+    planted = ast.parse("subprocess.run(['squeue', '-h'])\nx = ('kubectl', 'apply')")
+    assert scheduler_argvs(planted) == {"slurm", "k8s"}

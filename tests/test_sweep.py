@@ -8,7 +8,7 @@ import pytest
 
 from hpcqa.core import config, plan, sweep
 from hpcqa.errors import ConfigError
-from hpcqa.executors.slurmcli import parse_max_array_size
+from hpcqa.executors.slurm.cli import parse_max_array_size
 from hpcqa.record import results
 from tests.conftest import ROOT, SLURM_HERE, typed_view
 

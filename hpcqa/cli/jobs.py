@@ -23,7 +23,7 @@ from hpcqa.core.states import State
 from hpcqa.errors import HpcqaError, RegistryError, UsageError
 from hpcqa.executors import cancel, jobs
 from hpcqa.executors.cancel import chosen
-from hpcqa.executors.slurmcli import Slurm
+from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import logtail, registry, registryfix, results, scalingruns
 from hpcqa.record.jobdir import JobDir
 

@@ -18,7 +18,7 @@ from hpcqa.errors import UsageError
 from hpcqa.executors import hostprobe, jobs
 from hpcqa.executors import tune as tuner
 from hpcqa.executors.cancel import chosen
-from hpcqa.executors.slurmcli import Slurm
+from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import registry, scalingruns
 from hpcqa.record import tuned as tune
 

@@ -19,7 +19,6 @@ command.py      job.command: placeholders filled, the interpreter, the files it 
 sweep.py        [sweep] -> validated variants -> Slurm arrays (SweepPlan; a plain job is a sweep of one)
 scaling.py      what more nodes would buy: a data-parallel step modelled from one run and one link
 states.py       the one table of job states (State) and of a scheduler's answers (Source, Answer)
-slurmtext.py    Slurm's `scontrol show` text, parsed: -o lines' KEY=VALUE fields, config values
 eta.py          how long a training has left: the recent step rate, read the same by every view
 squadfile.py    SQuAD-format data files, parsed (nested, flat, JSON lines)
 modelfacts.py   a model's files as rules: its positions, its tokenizer's kind, the share of unknown tokens

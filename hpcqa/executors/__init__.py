@@ -1,18 +1,16 @@
-"""Executors: each is one module that turns a sweep plan into a Request (`dry_run`) and submits that Request
+"""Executors: each is one folder (its kind's executor, its job verbs, its node side) that turns a sweep plan into a Request (`dry_run`) and submits that Request
 (`submit`), plus the job verbs of where its jobs run. The protocol is interface.py; which executor runs a plan is
 table.py. The CLI, the API, sweeps and `tune` all go through the table.
 
     interface.py    Request, Submitted, the Executor and JobVerbs protocols
     table.py        (executor kind, launcher, mode) -> executor; a registry row's executor -> job verbs
-    local.py        this machine (submitit's LocalExecutor), its job verbs, free-core choice
-    slurm.py        Slurm: hpcqa's sbatch text + submitit's task runtime (arrays for sweeps); Slurm job verbs
-    script.py       Slurm: a rendered srun/mpirun script under sbatch (launcher mpirun, render --submit)
-    hosts.py        plain machines: an mpirun-over-ssh script (render only)
+    local/          this machine (submitit's LocalExecutor), its job verbs, free-core choice
+    slurm/          Slurm: submitit's runtime, rendered scripts, its commands, and what a rank asks it
+    hosts/          plain machines: an mpirun-over-ssh script (render only)
     k8s/            Kubernetes (render only): the pods, the TrainJob, the PyTorchJob, the image
     render.py       plan -> script text (templates in sbatch_templates/, every value shlex-quoted)
     snapshot.py     the code snapshot a job imports (content-addressed, with a manifest)
     snapcheck.py    its checker: standard library only, run by the job script with python -I
-    slurmcli.py     the one door to Slurm's commands: argv builders, parsers, Slurm(runner)
     hostprobe.py    what the submit host has (sbatch, oneCCL bindings, libraries, tuned layouts) -> HostProbe
     torchbuild.py   which torch build is installed (CPU or CUDA, read without importing it) and its CUDA libraries
     common.py       plan files, the rank wrapper's command, registry rows, watching and reporting a job

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from hpcqa.errors import UsageError
 from hpcqa.executors import table
-from hpcqa.executors.slurmcli import Slurm
+from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import registry
 
 

@@ -11,7 +11,7 @@ from typing import Sequence
 from hpcqa.core import states
 from hpcqa.core.states import State
 from hpcqa.executors import table
-from hpcqa.executors.slurmcli import Slurm
+from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import phases
 from hpcqa.record.jobdir import JobDir
 from hpcqa.record.jobfiles.report import Report

@@ -29,7 +29,7 @@ from hpcqa.core.plan import HostProbe, LaunchPlan
 from hpcqa.core.sweep import SweepPlan
 from hpcqa.errors import PlanError
 from hpcqa.executors.interface import Executor, JobVerbs, Renders
-from hpcqa.executors.slurmcli import Slurm
+from hpcqa.executors.slurm.cli import Slurm
 
 SUBMIT, SCRIPT, HOSTS = (
     "submit",
@@ -55,12 +55,12 @@ RENDER_K8S = {
 # Named, not imported: a verb imports only the executor it uses (`status` of a local job never loads submitit's
 # Slurm executor or the Kubernetes models).
 EXECUTORS: Mapping[tuple[str, Launcher, str], tuple[str, tuple[str, ...]]] = {
-    (LOCAL, Launcher.LOCAL, SUBMIT): ("local:Local", ("snapshot",)),
-    (SLURM, Launcher.SRUN, SUBMIT): ("slurm:SubmititSlurm", ("slurm", "snapshot")),
-    (SLURM, Launcher.MPIRUN, SUBMIT): ("script:ScriptSlurm", ("python", "slurm", "snapshot")),
-    (SLURM, Launcher.SRUN, SCRIPT): ("script:ScriptSlurm", ("python", "slurm")),
-    (SLURM, Launcher.MPIRUN, SCRIPT): ("script:ScriptSlurm", ("python", "slurm")),
-    (SLURM, Launcher.MPIRUN, HOSTS): ("hosts:Hosts", ("hosts", "python")),
+    (LOCAL, Launcher.LOCAL, SUBMIT): ("local.executor:Local", ("snapshot",)),
+    (SLURM, Launcher.SRUN, SUBMIT): ("slurm.executor:SubmititSlurm", ("slurm", "snapshot")),
+    (SLURM, Launcher.MPIRUN, SUBMIT): ("slurm.script:ScriptSlurm", ("python", "slurm", "snapshot")),
+    (SLURM, Launcher.SRUN, SCRIPT): ("slurm.script:ScriptSlurm", ("python", "slurm")),
+    (SLURM, Launcher.MPIRUN, SCRIPT): ("slurm.script:ScriptSlurm", ("python", "slurm")),
+    (SLURM, Launcher.MPIRUN, HOSTS): ("hosts.executor:Hosts", ("hosts", "python")),
     (K8S, Launcher.PYTORCHJOB, SCRIPT): ("k8s.pytorchjob:PyTorchJobRender", ()),
     (K8S, Launcher.TRAINJOB, SCRIPT): ("k8s.trainjob:TrainJobRender", ()),
 }
@@ -68,8 +68,8 @@ DEFAULTS: Mapping[str, Any] = {"snapshot": True, "slurm": None, "python": None, 
 
 # a registry row's executor -> its job verbs ("module:Class", constructed with the Slurm runner or nothing)
 VERBS: Mapping[str, tuple[str, tuple[str, ...]]] = {
-    LOCAL: ("local:LocalJobs", ()),
-    SLURM: ("slurm:SlurmJobs", ("slurm",)),
+    LOCAL: ("local.executor:LocalJobs", ()),
+    SLURM: ("slurm.executor:SlurmJobs", ("slurm",)),
 }
 
 

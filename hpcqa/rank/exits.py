@@ -6,60 +6,20 @@ from __future__ import annotations
 import atexit
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from hpcqa.core.slurmtext import config_value, show_fields
 from hpcqa.core.states import State
+from hpcqa.executors.slurm import node as slurm
 from hpcqa.record.jobdir import JobDir, JobRoot, attempt_notice, read_json
 
 # After a SIGTERM checkpoint a Slurm rank waits to be killed: Slurm ends the job its own way (the grace time's
 # SIGKILL then a requeue for PreemptMode=REQUEUE; CANCELLED for scancel; TIMEOUT) -- a job that exited by
 # itself during the grace time would count as ended (COMPLETED, measured on 22.05), and a preempted one would not
-# come back. The one exception: a preemption Slurm will requeue anyway (see preempted_to_requeue).
+# come back. The one exception: a preemption Slurm will requeue anyway (see executors/slurm/node.py).
 TERM_WAIT_S = 900
-SQUEUE_TIMEOUT_S = 15.0
-
-
-def slurm_job_state(job_id: str) -> str | None:
-    """What squeue says of the job now (RUNNING, COMPLETING, PENDING ...), or None if it could not tell. The rank
-    side's one question to Slurm (it cannot reach the executors' Slurm object: the layers point down)."""
-    words = (_slurm_words(["squeue", "-h", "-j", job_id, "-o", "%T"]) or "").split()
-    return words[0] if len(words) == 1 else None
-
-
-def _slurm_words(argv: list[str]) -> str | None:
-    """One Slurm command's output, or None if it failed or did not answer in time."""
-    try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout if r.returncode == 0 else None
-
-
-def preempted_to_requeue(job_id: str) -> str | None:
-    """Why Slurm will requeue this job when its grace time ends, or None when it cannot tell that it will.
-
-    `scontrol show job` has a PreemptTime once the job is selected for preemption (never for a scancel, a
-    signal or the time limit); the job must be requeueable (Requeue=1); and the mode that applies must requeue.
-    That mode is read, not assumed: with PreemptType=preempt/partition_prio it is the job's partition's
-    PreemptMode. Under preempt/qos the mode is the preemptor's QOS's, which a rank cannot see: None, and the rank
-    waits for Slurm as before. Any answer missing or unexpected is None too."""
-    job = show_fields(_slurm_words(["scontrol", "show", "job", "-o", job_id]) or "")
-    preempt_time, partition = job.get("PreemptTime"), job.get("Partition")
-    if preempt_time in (None, "", "None", "Unknown") or job.get("Requeue") != "1" or not partition:
-        return None
-    config = _slurm_words(["scontrol", "show", "config"]) or ""
-    if config_value(config, "PreemptType") != "preempt/partition_prio":
-        return None
-    part = _slurm_words(["scontrol", "show", "partition", "-o", partition.split(",")[0]])
-    mode = show_fields(part or "").get("PreemptMode") or ""
-    if "REQUEUE" not in mode.upper().split(","):
-        return None
-    return f"preempted at {preempt_time}, partition {partition.split(',')[0]}: PreemptMode={mode}"
 
 
 def all_ranks_stopped(jd: JobDir, world: int, attempt: int) -> bool:
@@ -80,7 +40,7 @@ def wait_for_slurms_end(
     job, or no answer from squeue, it waits as before. First asked at once: the notice may have been a cancel.
 
     `saved` (global rank 0 only: has every rank saved?): when Slurm is preempting the job and will requeue it
-    anyway (preempted_to_requeue), rank 0 requeues it itself (`scontrol requeue`) once every rank has saved,
+    anyway (slurm.preempted_to_requeue), rank 0 requeues it itself (`scontrol requeue`) once every rank has saved,
     instead of waiting out the grace time -- and Slurm's periodic pass that enforces it, up to 30 s later. The
     preemptor gets the nodes that much sooner, and the job is requeued as Slurm would have (its attempt shows
     REQUEUED rather than PREEMPTED)."""
@@ -95,12 +55,12 @@ def wait_for_slurms_end(
     looked = 0.0  # the ranks' reports are read once a second (a shared file system, many ranks)
     while time.monotonic() < end:
         if saved is not None and not came and why is None:
-            why = preempted_to_requeue(job_id) or ""
+            why = slurm.preempted_to_requeue(job_id) or ""
         if why and saved is not None and time.monotonic() - looked >= 1.0:
             looked = time.monotonic()
             if saved():
                 saved = None  # asked once
-                r = _slurm_words(["scontrol", "requeue", job_id])
+                r = slurm.requeue(job_id)
                 log(
                     f"{why}; every rank has saved: requeued now (scontrol requeue), not at the grace time's "
                     "end"
@@ -109,7 +69,7 @@ def wait_for_slurms_end(
                 )
         if came:
             came.clear()
-            state = slurm_job_state(job_id)
+            state = slurm.job_state(job_id)
             if state is not None and state != State.RUNNING:
                 log(f"Slurm shows the job {state}: this rank leaves now")
                 sys.stdout.flush()

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from hpcqa.core import states
-from hpcqa.core.slurmtext import config_value, show_fields
 from hpcqa.core.states import State
 from hpcqa.errors import SchedulerUnreachable, SubmitError
+from hpcqa.executors.slurm.node import config_value, show_fields
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 

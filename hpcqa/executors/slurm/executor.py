@@ -1,7 +1,7 @@
 """Slurm with submitit's task runtime: srun starts every rank as `<rank wrapper> python -u -m submitit.core._submit
 FOLDER`, which loads the pickled RankJob and runs it (and, on USR2, checkpoints and requeues through submitit).
 
-hpcqa writes the sbatch text itself (render.submitit_batch) and submits it with sbatch: submitit offers no
+hpcqa writes the sbatch text itself (batch.submitit_batch) and submits it with sbatch: submitit offers no
 public way to get the text its executor would submit (the old dry run rebuilt it from private helpers, and its
 array path makes a plain executor of its own), so the request the dry run prints could not otherwise be the one
 submitted. What stays submitit's is the contract with its runtime: the log names, SUBMITIT_EXECUTOR, and the
@@ -24,9 +24,10 @@ from hpcqa.core import kinds, states, sweep
 from hpcqa.core.kinds import Requeue
 from hpcqa.core.states import State
 from hpcqa.errors import SubmitError
-from hpcqa.executors import common, render, snapshot
+from hpcqa.executors import common, snapshot
 from hpcqa.executors.interface import File, Live, Outcome, Progress, Request, Say, Submitted, silent
-from hpcqa.executors.slurmcli import Slurm
+from hpcqa.executors.slurm import batch
+from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.rank import job
 from hpcqa.record.jobdir import JobDir, JobRoot
 
@@ -63,7 +64,7 @@ class SubmititSlurm:
                 f"{common.wrapper_python(plans[0].python, common.plan_argument(paths), folder)} "
                 f"-u -m submitit.core._submit {shlex.quote(folder)}"
             )
-            text = render.submitit_batch(
+            text = batch.submitit_batch(
                 plans[0],
                 folder,
                 command,

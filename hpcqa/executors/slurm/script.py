@@ -18,8 +18,8 @@ from hpcqa.core.plan import HostProbe
 from hpcqa.errors import PlanError
 from hpcqa.executors import common, render, snapshot
 from hpcqa.executors.interface import File, Outcome, Progress, Request, Say, Submitted, silent
-from hpcqa.executors.slurm import follow, test_only
-from hpcqa.executors.slurmcli import Slurm
+from hpcqa.executors.slurm.cli import Slurm
+from hpcqa.executors.slurm.executor import follow, test_only
 from hpcqa.record.jobdir import JobDir, JobRoot
 
 
