@@ -11,7 +11,16 @@ import typing
 
 import pytest
 
-from hpcqa.record.jobfiles import controller, failure, fields, phase, progress, report, results
+from hpcqa.record.jobfiles import (
+    controller,
+    failure,
+    fields,
+    marks,
+    phase,
+    progress,
+    report,
+    results,
+)
 from hpcqa.record.jobfiles.fields import Damaged
 from hpcqa.text import CONTROL
 
@@ -22,6 +31,16 @@ SCHEMAS = {
     "phase": (phase.parse, phase.PhaseRecord, {"rank": 0, "phase": "training"}),
     "failure": (failure.parse, failure.Failure, {"rank": 0}),
     "controller": (controller.parse, controller.Controller, {"pid": 4242, "identity": "boot:1"}),
+    "checkpoint mark": (
+        lambda obj, file="mark": fields.parse(marks.CheckpointMark, obj, file),
+        marks.CheckpointMark,
+        {},
+    ),
+    "master address": (
+        lambda obj, file="address": fields.parse(marks.MasterAddress, obj, file),
+        marks.MasterAddress,
+        {"address": "10.0.0.1"},
+    ),
 }
 
 # every kind of JSON value: null, booleans, whole numbers (negative, huge), floats (huge, tiny), text (markup,

@@ -35,7 +35,9 @@ JOB_FOLDER_DIRS = {
 }  # as whole strings (they are also English words)
 # slurmcli.py: every scheduler command of the front and the executors; exits.py: the rank's questions after its
 # SIGTERM checkpoint (squeue; scontrol for a preemption it may requeue) -- the rank side may not import the executors
-SUBPROCESS_OWNERS: set[str] = set()  # none: only the executors (their folders, executors/*/) run commands
+SUBPROCESS_OWNERS: set[str] = (
+    set()
+)  # none: only the executors (their folders, executors/*/) run commands
 # Heavy at import (seconds, or optional): only these may be imported inside a function, to keep the light paths light.
 HEAVY = {
     "torch",
@@ -842,6 +844,7 @@ def test_the_scheduler_keeps_a_module_that_shares_a_fixture_on_one_worker(tmp_pa
 # The files a job leaves that have a schema (hpcqa/record/jobfiles): their paths, as JobDir names them
 SCHEMA_FILES = re.compile(
     r"\.(results|progress|controller_record)\b|\.rank_(report|phase|failed|exit)\("
+    r"|\.(checkpoint_marker|master_address)\("
 )
 RAW_IO = {"read_json", "load_json", "write_json", "read_text", "write_text", "open", "loads"}
 
@@ -913,8 +916,8 @@ def scheduler_argvs(tree: ast.AST) -> set[str]:
 
 def test_each_executor_is_one_folder_and_one_line_of_the_table():
     """An executor's code is in its folder (executors/<kind>/): a scheduler's commands are spelled as an argv only
-    there, and every entry of the executors' table names a class in the folder of the kind it serves (plain hosts
-    still serve Slurm's kind: their folder is hosts/). Adding one is a folder and a line of the table."""
+    there, and every entry of the executors' table names a class in the folder of the kind it serves, and that class
+    says it serves that kind. Adding one is a folder and a line of the table."""
     from hpcqa.executors import table
 
     outside = sorted(
@@ -927,9 +930,8 @@ def test_each_executor_is_one_folder_and_one_line_of_the_table():
         outside
     )
     for (kind, _, mode), (ref, _) in table.EXECUTORS.items():
-        folder = "hosts" if mode == table.HOSTS else kind
-        assert ref.startswith(f"{folder}."), (kind, mode, ref)
-        assert table.load(ref) is not None
+        assert ref.startswith(f"{kind}."), (kind, mode, ref)
+        assert table.load(ref).kind.name == kind, (kind, ref)
     for kind, (ref, _) in table.VERBS.items():
         assert ref.startswith(f"{kind}."), (kind, ref)
     for folder in EXECUTOR_FOLDERS:

@@ -178,6 +178,27 @@ class SlurmKind(ExecutorKind):
         }
 
 
+class HostsKind(ExecutorKind):
+    """Plain machines named by hand (`render --hosts` / `--hostfile`): mpirun over ssh, no scheduler."""
+
+    name = "hosts"
+    launchers = (Launcher.MPIRUN,)
+    configurable = False  # `hpcqa render --hosts ...`, whatever cluster.executor says
+
+    @classmethod
+    def affinity(cls, host: SubmitHost) -> int:
+        return -1
+
+    @classmethod
+    def derived_env(cls, fixed_port: int) -> dict[str, str]:
+        return {
+            "MASTER_ADDR": "the first host of --hosts / --hostfile",
+            "MASTER_PORT": str(fixed_port)
+            if fixed_port
+            else "derived from the script's process id at start (10000-32767)",
+        }
+
+
 class K8sKind(ExecutorKind):
     name = "k8s"
     launchers = (Launcher.TRAINJOB, Launcher.PYTORCHJOB)
@@ -200,7 +221,7 @@ class K8sKind(ExecutorKind):
         }
 
 
-KINDS: tuple[type[ExecutorKind], ...] = (LocalKind, SlurmKind, K8sKind)
+KINDS: tuple[type[ExecutorKind], ...] = (LocalKind, SlurmKind, HostsKind, K8sKind)
 CONFIG_CHOICES = (AUTO, *(t.name for t in KINDS if t.configurable))
 
 

@@ -38,6 +38,7 @@ SUBMIT, SCRIPT, HOSTS = (
 )  # how a plan is handed on: submitted, rendered, for plain hosts
 MODES = (SUBMIT, SCRIPT, HOSTS)
 LOCAL, SLURM, K8S = kinds.LocalKind.name, kinds.SlurmKind.name, kinds.K8sKind.name
+HOSTS_KIND = kinds.HostsKind.name
 RENDER_SCRIPT, RENDER_PYTORCHJOB, RENDER_DOCKERFILE = (
     kinds.RENDER_SCRIPT,
     kinds.RENDER_PYTORCHJOB,
@@ -60,7 +61,7 @@ EXECUTORS: Mapping[tuple[str, Launcher, str], tuple[str, tuple[str, ...]]] = {
     (SLURM, Launcher.MPIRUN, SUBMIT): ("slurm.script:ScriptSlurm", ("python", "slurm", "snapshot")),
     (SLURM, Launcher.SRUN, SCRIPT): ("slurm.script:ScriptSlurm", ("python", "slurm")),
     (SLURM, Launcher.MPIRUN, SCRIPT): ("slurm.script:ScriptSlurm", ("python", "slurm")),
-    (SLURM, Launcher.MPIRUN, HOSTS): ("hosts.executor:Hosts", ("hosts", "python")),
+    (HOSTS_KIND, Launcher.MPIRUN, HOSTS): ("hosts.executor:Hosts", ("hosts", "python")),
     (K8S, Launcher.PYTORCHJOB, SCRIPT): ("k8s.pytorchjob:PyTorchJobRender", ()),
     (K8S, Launcher.TRAINJOB, SCRIPT): ("k8s.trainjob:TrainJobRender", ()),
 }
@@ -97,7 +98,7 @@ def for_sweep(sp: SweepPlan, mode: str = SUBMIT, **options: Any) -> Executor:
 
 def renders_for_hosts(launcher: str) -> bool:
     """Can a script for plain machines (render --hosts) start ranks with this launcher?"""
-    return (SLURM, launcher, HOSTS) in EXECUTORS
+    return (HOSTS_KIND, launcher, HOSTS) in EXECUTORS
 
 
 def render_config(raw: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +125,11 @@ def render(
         ex = choose_for(K8S, launcher, SCRIPT)
     else:
         launcher = Launcher(launcher or cfg.launch.launcher)
-        ex = choose_for(SLURM, launcher, HOSTS if hosts else SCRIPT, hosts=hosts, python=python)
+        ex = (
+            choose_for(HOSTS_KIND, launcher, HOSTS, hosts=hosts, python=python)
+            if hosts
+            else choose_for(SLURM, launcher, SCRIPT, python=python)
+        )
     if not isinstance(ex, Renders):  # every SCRIPT/HOSTS entry of EXECUTORS renders
         raise PlanError(
             f"the executor for {kind} ({launcher}) does not render", "render another --kind"

@@ -40,7 +40,7 @@ from hpcqa.rank.exits import ignore_at_exit
 from hpcqa.rank.phase import Phases
 from hpcqa.record import failures, jobdir
 from hpcqa.record.jobdir import TASK_ID, JobDir
-from hpcqa.record.jobfiles import failure
+from hpcqa.record.jobfiles import failure, marks
 from hpcqa.record.jobfiles import phase as phasefile
 from hpcqa.record.jobfiles.failure import Failure
 from hpcqa.record.phases import BEFORE_TRAINING, Phase
@@ -369,7 +369,7 @@ def master_address(
     attempt = jobdir.attempt_from_env(env)
     if env.get("NODE_RANK", "0") == "0":
         if env.get("LOCAL_RANK", "0") == "0" and jd is not None:
-            jobdir.write_json(
+            marks.write_address(
                 jd.master_address(attempt), {"address": own, "host": hostname, "interface": iface}
             )
         return own
@@ -381,9 +381,9 @@ def master_address(
         )
     deadline = time.time() + (wait_s if wait_s is not None else plan.config.train.ddp_timeout_s)
     while True:
-        got = jobdir.read_json(jd.master_address(attempt))
-        if isinstance(got, dict) and got.get("address"):
-            return str(got["address"])
+        got = marks.read_address(jd.master_address(attempt))
+        if got is not None:
+            return got.address
         if time.time() > deadline:
             raise HpcqaError(
                 f"the first host did not publish the address of {iface!r} in {jd.path} in time",

@@ -38,7 +38,7 @@ from hpcqa.core.states import State
 from hpcqa.errors import UsageError
 from hpcqa.fsutil import atomic_write_text, file_sha256, own_folder
 from hpcqa.record import failures, logtail
-from hpcqa.record.jobfiles import controller, failure, phase, progress, report, results
+from hpcqa.record.jobfiles import controller, failure, marks, phase, progress, report, results
 from hpcqa.record.jobfiles.failure import Failure
 from hpcqa.record.jobfiles.fields import Damaged
 from hpcqa.record.jobfiles.parts import Notice
@@ -424,22 +424,21 @@ class JobDir:
         """Why a marked checkpoint's files are not the ones its mark lists (a node dying mid-write on a file server,
         a bad disk, a hand edit), or None. Sizes first (cheap), then content. A mark from before marks listed files
         (no "files") is taken as it is."""
-        mark = read_json(JobDir.checkpoint_marker(checkpoint))
-        if not isinstance(mark, dict):
+        mark = marks.read_mark(JobDir.checkpoint_marker(checkpoint))
+        if mark is None or isinstance(mark, Damaged) and not mark.why.startswith("files"):
             return "unreadable completion mark"
-        files = mark.get("files")
-        if files is None:
+        if isinstance(mark, Damaged):
+            return f"damaged completion mark ({mark.why})"
+        if mark.files is None:
             return None
-        if not isinstance(files, dict):
-            return "damaged completion mark"
-        for rel, want in files.items():
+        for rel, want in mark.files.items():
             p = checkpoint / rel
-            if not isinstance(want, dict) or not p.is_file():
+            if not p.is_file():
                 return f"{rel} is missing"
-            if p.stat().st_size != want.get("size"):
-                return f"{rel} has {p.stat().st_size} bytes, {want.get('size')} when it was saved"
-        for rel, want in files.items():
-            if file_sha256(checkpoint / rel) != want.get("sha256"):
+            if p.stat().st_size != want.size:
+                return f"{rel} has {p.stat().st_size} bytes, {want.size} when it was saved"
+        for rel, want in mark.files.items():
+            if file_sha256(checkpoint / rel) != want.sha256:
                 return f"{rel} differs from what was saved (sha256)"
         return None
 

@@ -1,4 +1,4 @@
 """Plain machines: an mpirun-over-ssh script for hosts named on the command line or in a hostfile (render only).
 
-executor.py     the executor that renders the script (it still serves Slurm's kind: see core/kinds.py)
+executor.py     the executor that renders the script (its kind: core/kinds.py's HostsKind)
 """

@@ -14,9 +14,7 @@ from hpcqa.record.jobdir import JobRoot
 
 
 class Hosts(RenderOnly):
-    kind = (
-        kinds.SlurmKind
-    )  # a Slurm-shaped plan (nodes x tasks, mpirun), started on hosts named by hand
+    kind = kinds.HostsKind  # nodes x tasks under mpirun, on hosts named by hand
     requeue = Requeue.NONE
     via = "mpirun over ssh on plain machines"
     no_scheduler = "plain machines: no scheduler to ask"
@@ -30,7 +28,7 @@ class Hosts(RenderOnly):
 
     @staticmethod
     def prepare_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
-        return common.script_config(cfg, host)
+        return common.script_config(cfg, host, kinds.HostsKind.name)
 
     def dry_run(self, sp: sweep.SweepPlan) -> Request:
         if sp.is_sweep:

@@ -15,7 +15,7 @@ from hpcqa.core.eta import StepRate
 from hpcqa.rank.train.facts import Rank, thread_census
 from hpcqa.rank.train.resume import barrier
 from hpcqa.rank.train.stop import STOP, StopNotice, attempt
-from hpcqa.record.jobdir import write_json
+from hpcqa.record.jobfiles import marks
 from hpcqa.record.jobfiles import progress as progressfile
 from hpcqa.record.phases import Phase
 
@@ -260,7 +260,7 @@ class MarkComplete(TrainerCallback):
         if r.rank == 0:
             path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if path.is_dir():
-                write_json(
+                marks.write_mark(
                     r.jd.checkpoint_marker(path),
                     {
                         "step": state.global_step,
