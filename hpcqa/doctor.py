@@ -1,6 +1,6 @@
 """`hpcqa doctor`: what to check before submitting. Each check: ok / warning / error, with the fix.
 
-Scheduler facts come through slurmcli.Slurm (the one door); versions through importlib.metadata, so the
+Scheduler facts come through executors/slurm/cli.Slurm (the one door); versions through importlib.metadata, so the
 doctor doesn't pay torch's import either.
 """
 

@@ -20,7 +20,7 @@ from tests.test_slurm import ONE_PER_NODE, TINY, _start_requeued_now, status, su
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 # the grace time a rank needs here: its SIGTERM checkpoint of the tiny model took ~35 ms on an idle machine, so 5 s
 # leave a wide margin for CI's load (production sites give minutes). With PreemptMode=REQUEUE rank 0 requeues the
-# job once every rank has saved (hpcqa.rank.exits.preempted_to_requeue); with CANCEL the ranks wait out the grace
+# job once every rank has saved (hpcqa.executors.slurm.node.preempted_to_requeue); with CANCEL the ranks wait out the grace
 # time and Slurm's pass that enforces it.
 GRACE_S = 5
 STEPS = 200  # the controller test trains on through the controller's absence

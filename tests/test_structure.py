@@ -33,8 +33,8 @@ JOB_FOLDER_DIRS = {
     "checkpoints",
     "hostfile",
 }  # as whole strings (they are also English words)
-# slurmcli.py: every scheduler command of the front and the executors; exits.py: the rank's questions after its
-# SIGTERM checkpoint (squeue; scontrol for a preemption it may requeue) -- the rank side may not import the executors
+# Only the executors run commands: Slurm's (executors/slurm/cli.py on the submit side, executors/slurm/node.py for
+# the rank's questions after its SIGTERM checkpoint), a script's, a pod's
 SUBPROCESS_OWNERS: set[str] = (
     set()
 )  # none: only the executors (their folders, executors/*/) run commands

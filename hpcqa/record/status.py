@@ -2,7 +2,7 @@
 by executors/jobs.py (registry rows, the live states each row's executor reports, the job folders). Never imports
 torch.
 
-Slurm's states come from ONE batched `sacct` call for all unfinished Slurm jobs (slurmcli.Slurm.query).
+Slurm's states come from ONE batched `sacct` call for all unfinished Slurm jobs (executors/slurm/cli.py, Slurm.query).
 Without accounting they come from ONE `squeue` call plus the jobs' own files: a job squeue no
 longer lists has ended, and its folder says how (jobdir.JobDir.state_from_files).
 """

@@ -2,7 +2,7 @@
 
 Every sacct, squeue, scancel, scontrol and sinfo call of hpcqa goes through a `Slurm` object and
 its runner (`run_command` by default). Tests that count or fake calls pass their own runner; the
-real-cluster tests use the real one. sbatch itself is run by submitit (executors/slurm.py).
+real-cluster tests use the real one. sbatch itself is run by submitit (executors/slurm/executor.py).
 """
 
 from __future__ import annotations
