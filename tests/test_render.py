@@ -316,15 +316,15 @@ def test_every_executor_hands_its_ranks_a_plan_that_says_who_requeues(key, monke
     """Who brings a stopped rank back is the plan's `requeue`, stamped by the executor that makes the request: the
     plan the ranks read (a plan file, or the plan inside a script or a Kubernetes job) says it, and nothing else does."""
     monkeypatch.chdir(ROOT)
-    target, launcher, mode = key
+    kind, launcher, mode = key
     cfg = config.load(
         "configs/squad_spr.toml",
-        ["cluster.nodes=1", "cluster.executor=local"] if target == table.LOCAL else [],
+        ["cluster.nodes=1", "cluster.executor=local"] if kind == table.LOCAL else [],
     )
     if mode == table.SUBMIT:
         lp = plan.build_plan(
             cfg,
-            replace(HOST, schedulers=SLURM_HERE if target == table.SLURM else frozenset()),
+            replace(HOST, schedulers=SLURM_HERE if kind == table.SLURM else frozenset()),
             launcher=launcher,
         )
         ex = table.choose(lp, mode, snapshot=False)
@@ -334,21 +334,21 @@ def test_every_executor_hands_its_ranks_a_plan_that_says_who_requeues(key, monke
         ex, lp = table.render(
             cfg,
             HOST,
-            k8s_target if target == table.K8S else table.RENDER_SCRIPT,
-            None if target == table.K8S else launcher,
+            k8s_target if kind == table.K8S else table.RENDER_SCRIPT,
+            None if kind == table.K8S else launcher,
             hosts,
         )
-    assert (lp.executor, lp.launcher) == (target, launcher) and ex.target.name == target
+    assert (lp.executor, lp.launcher) == (kind, launcher) and ex.kind.name == kind
     request = ex.dry_run(sweep.single(lp))
     (handed,) = request.sweep.plans
-    assert handed.requeue is ex.requeue and request.target == target
+    assert handed.requeue is ex.requeue and request.executor == kind
     assert any(
         handed.dumps() in text for text in (*request.scripts, *(f.text for f in request.files))
     )
     assert not any("HPCQA_REQUEUE" in text for text in request.scripts)
     expected = {
         table.HOSTS: Requeue.NONE,
-        table.SCRIPT: Requeue.POD if target == table.K8S else Requeue.SCRIPT,
+        table.SCRIPT: Requeue.POD if kind == table.K8S else Requeue.SCRIPT,
     }
     assert ex.requeue is expected.get(
         mode, Requeue.SCRIPT if launcher == "mpirun" else Requeue.SUBMITIT

@@ -156,7 +156,7 @@ from hpcqa.record import registry
 from hpcqa.executors import jobs
 from hpcqa.executors.slurm.cli import Slurm, run_command
 reg = registry.Registry({str(tmp_path / "r.sqlite")!r})
-reg.add_many(dict(id=str(500000 + i), name='n', target='slurm', folder='/nonexistent', config={{}},
+reg.add_many(dict(id=str(500000 + i), name='n', executor='slurm', folder='/nonexistent', config={{}},
                   source='x', nodes=1, world_size=2) for i in range(1000))
 calls = []
 t = time.time()

@@ -207,7 +207,7 @@ def test_progress_text_while_running():
 def test_concurrent_submits_all_land(tmp_path):
     code = (
         "import sys; from hpcqa.record import registry; r = registry.Registry(sys.argv[1]); "
-        "[r.add(id=f'{sys.argv[2]}-{i}', name='n', target='local', folder='/x', config={}, source='s', "
+        "[r.add(id=f'{sys.argv[2]}-{i}', name='n', executor='local', folder='/x', config={}, source='s', "
         "nodes=1, world_size=1) for i in range(50)]"
     )
     db = tmp_path / "r.sqlite"

@@ -4,37 +4,26 @@ so that status and cancel act on that process only, never on whatever holds a re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from hpcqa.fsutil import atomic_write_text
-from hpcqa.record.jobfiles import fields, reader
-from hpcqa.record.jobfiles.fields import Damaged
+from hpcqa.record.jobfiles import reader
+from hpcqa.record.jobfiles.fields import Damaged, Record
 
 
 @dataclass(frozen=True)
-class Controller:
+class Controller(Record):
     pid: int
     identity: str
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        return fields.to_json(self)
 
-
-def parse(obj: object, file: str = "controller record") -> Controller | Damaged:
-    got = fields.parse(Controller, obj, file)
-    if isinstance(got, Controller) and got.pid <= 1:
+def _identified(got: Controller, file: str) -> Controller | Damaged:
+    if got.pid <= 1:
         return Damaged(file, f"pid {got.pid} is not a process hpcqa started")
-    if isinstance(got, Controller) and not got.identity:
+    if not got.identity:
         return Damaged(file, "identity is empty")
     return got
 
 
-def read(path: Path) -> Controller | Damaged | None:
-    return reader.read_as(path, parse)
-
-
-def write(path: Path, obj: object) -> Path:
-    """Write `obj` (this file's fields, as a dict) atomically, after holding it to the schema (ValueError if not)."""
-    return atomic_write_text(path, fields.checked_text(Controller, obj, path.name))
+FILE = reader.JobFile(Controller, "controller record", _identified)
+parse, read, write = FILE.parse, FILE.read, FILE.write

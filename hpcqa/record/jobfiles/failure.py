@@ -4,16 +4,14 @@ rank ended by a signal or an exit code its wrapper saw): why a rank failed, merg
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from hpcqa.fsutil import atomic_write_text
-from hpcqa.record.jobfiles import fields, reader
-from hpcqa.record.jobfiles.fields import Count, Damaged, Seconds
+from hpcqa.record.jobfiles import reader
+from hpcqa.record.jobfiles.fields import Count, Record, Seconds
 
 
 @dataclass(frozen=True)
-class Failure:
+class Failure(Record):
     rank: int
     error: str = ""
     host: str | None = None
@@ -25,9 +23,6 @@ class Failure:
     traceback: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        return fields.to_json(self)
-
     def merged(self, later: Failure) -> Failure:
         """One rank's two records (its .exit and its .failed) as one: the later's fields over this one's, the
         earlier time, and a signal that killed it outranking what the rank wrote."""
@@ -38,14 +33,5 @@ class Failure:
         return replace(got, time=min(times) if times else None, error=error)
 
 
-def parse(obj: object, file: str = "rank failure") -> Failure | Damaged:
-    return fields.parse(Failure, obj, file)
-
-
-def read(path: Path) -> Failure | Damaged | None:
-    return reader.read_as(path, parse)
-
-
-def write(path: Path, obj: object) -> Path:
-    """Write `obj` (this file's fields, as a dict) atomically, after holding it to the schema (ValueError if not)."""
-    return atomic_write_text(path, fields.checked_text(Failure, obj, path.name))
+FILE = reader.JobFile(Failure, "rank failure")
+parse, read, write = FILE.parse, FILE.read, FILE.write

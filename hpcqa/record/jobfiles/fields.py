@@ -55,6 +55,13 @@ class Damaged:
         return f"{self.file}: {self.why}"
 
 
+class Record:
+    """A schema's value: `to_json` gives the file's JSON back (fields set, then the keys kept in `extra`)."""
+
+    def to_json(self) -> dict:
+        return to_json(self)
+
+
 class Bad(ValueError):
     """A field that breaks its rule; the message names it (dotted, from the file's top) and the value."""
 

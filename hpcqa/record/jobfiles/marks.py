@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcqa.fsutil import atomic_write_text
-from hpcqa.record.jobfiles import fields, reader
-from hpcqa.record.jobfiles.fields import Count, Damaged
+from hpcqa.record.jobfiles import reader
+from hpcqa.record.jobfiles.fields import Count, Record
 
 
 @dataclass(frozen=True)
@@ -21,40 +20,28 @@ class SavedFile:
 
 
 @dataclass(frozen=True)
-class CheckpointMark:
+class CheckpointMark(Record):
     step: Count | None = None
     attempt: Count | None = None
     files: dict[str, SavedFile] | None = None  # None: a mark from before marks listed files
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        return fields.to_json(self)
-
 
 @dataclass(frozen=True)
-class MasterAddress:
+class MasterAddress(Record):
     address: str
     host: str | None = None
     interface: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        return fields.to_json(self)
 
-
-def read_mark(path: Path) -> CheckpointMark | Damaged | None:
-    return reader.read_as(path, lambda obj, name: fields.parse(CheckpointMark, obj, name))
-
-
-def write_mark(path: Path, obj: object) -> Path:
-    return atomic_write_text(path, fields.checked_text(CheckpointMark, obj, path.name))
+MARK = reader.JobFile(CheckpointMark, "completion mark")
+read_mark, write_mark = MARK.read, MARK.write
+ADDRESS = reader.JobFile(MasterAddress, "master address")
+write_address = ADDRESS.write
 
 
 def read_address(path: Path) -> MasterAddress | None:
     """The published address, or None while there is none (or what is there is not one: it is rewritten whole)."""
-    got = reader.read_as(path, lambda obj, name: fields.parse(MasterAddress, obj, name))
+    got = ADDRESS.read(path)
     return got if isinstance(got, MasterAddress) and got.address else None
-
-
-def write_address(path: Path, obj: object) -> Path:
-    return atomic_write_text(path, fields.checked_text(MasterAddress, obj, path.name))

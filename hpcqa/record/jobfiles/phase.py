@@ -7,13 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcqa.fsutil import atomic_write_text
-from hpcqa.record.jobfiles import fields, reader
-from hpcqa.record.jobfiles.fields import Count, Damaged, Seconds
+from hpcqa.record.jobfiles import reader
+from hpcqa.record.jobfiles.fields import Count, Record, Seconds
 
 
 @dataclass(frozen=True)
-class PhaseRecord:
+class PhaseRecord(Record):
     rank: int
     phase: str
     host: str | None = None
@@ -27,23 +26,15 @@ class PhaseRecord:
     pid: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        return fields.to_json(self)
 
-
-def parse(obj: object, file: str = "rank phase") -> PhaseRecord | Damaged:
-    return fields.parse(PhaseRecord, obj, file)
+FILE = reader.JobFile(PhaseRecord, "rank phase")
+parse, write = FILE.parse, FILE.write
 
 
 def read(path: Path, rank: int | None = None) -> PhaseRecord | None:
     """A rank's phase file when it can be read and is what it claims (it names `rank`), else None: a phase file is
     rewritten often and a half-written one is normal, so a damaged one is passed over, not reported."""
-    got = reader.read_as(path, parse)
+    got = FILE.read(path)
     if isinstance(got, PhaseRecord) and (rank is None or got.rank == rank):
         return got
     return None
-
-
-def write(path: Path, obj: object) -> Path:
-    """Write `obj` (this file's fields, as a dict) atomically, after holding it to the schema (ValueError if not)."""
-    return atomic_write_text(path, fields.checked_text(PhaseRecord, obj, path.name))

@@ -4,16 +4,14 @@ state). The bar, the list's progress column and `wait` read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from hpcqa.fsutil import atomic_write_text
-from hpcqa.record.jobfiles import fields, reader
-from hpcqa.record.jobfiles.fields import Count, Damaged, Seconds
+from hpcqa.record.jobfiles import reader
+from hpcqa.record.jobfiles.fields import Count, Record, Seconds
 
 
 @dataclass(frozen=True)
-class Progress:
+class Progress(Record):
     phase: str | None = None
     step: Count | None = (
         None  # None: a user program's job has no steps until its trainer saves a state
@@ -28,19 +26,6 @@ class Progress:
     source: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        return fields.to_json(self)
 
-
-def parse(obj: object, file: str = "progress file") -> Progress | Damaged:
-    return fields.parse(Progress, obj, file)
-
-
-def read(path: Path) -> Progress | Damaged | None:
-    """The file at `path` (None: there is none)."""
-    return reader.read_as(path, parse)
-
-
-def write(path: Path, obj: object) -> Path:
-    """Write `obj` (this file's fields, as a dict) atomically, after holding it to the schema (ValueError if not)."""
-    return atomic_write_text(path, fields.checked_text(Progress, obj, path.name))
+FILE = reader.JobFile(Progress, "progress file")
+parse, read, write = FILE.parse, FILE.read, FILE.write

@@ -11,9 +11,10 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
-from hpcqa.fsutil import open_regular
+from hpcqa.fsutil import atomic_write_text, open_regular
+from hpcqa.record.jobfiles import fields
 from hpcqa.record.jobfiles.fields import Damaged
 
 T = TypeVar("T")
@@ -98,3 +99,28 @@ def read_as(path: Path | str, parse: Callable[[object, str], T | Damaged]) -> T 
     if why is not None:
         return Damaged(name, why)
     return None if got is None else parse(got, name)
+
+
+class JobFile(Generic[T]):
+    """One kind of job file: its schema (a frozen dataclass), what to call it in a message, and a check beyond the
+    fields' rules if it has one; read through the one reader, written held to the schema."""
+
+    def __init__(
+        self, schema: type[T], what: str, check: Callable[[T, str], T | Damaged] | None = None
+    ) -> None:
+        self.schema, self.what, self.check = schema, what, check
+
+    def parse(self, obj: object, file: str | None = None) -> T | Damaged:
+        got = fields.parse(self.schema, obj, file or self.what)
+        if self.check is not None and not isinstance(got, Damaged):
+            return self.check(got, file or self.what)
+        return got
+
+    def read(self, path: Path) -> T | Damaged | None:
+        """The file at `path`: its value, Damaged (why, with its name), or None when there is none."""
+        return read_as(path, self.parse)
+
+    def write(self, path: Path, obj: object) -> Path:
+        """Write `obj` (the file's fields, as a dict) atomically, after holding it to the schema: ValueError (a bug
+        in hpcqa) naming the field if its readers would refuse it."""
+        return atomic_write_text(path, fields.checked_text(self.schema, obj, path.name))

@@ -4,12 +4,10 @@ resource use, its warnings, the notice it stopped on. The rank writes it at star
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from hpcqa.fsutil import atomic_write_text
-from hpcqa.record.jobfiles import fields, reader
-from hpcqa.record.jobfiles.fields import Amount, Count, Damaged, Seconds
+from hpcqa.record.jobfiles import reader
+from hpcqa.record.jobfiles.fields import Amount, Count, Record, Seconds
 from hpcqa.record.jobfiles.parts import Code, Notice, Work
 
 
@@ -26,7 +24,7 @@ class RankUsage:
 
 
 @dataclass(frozen=True)
-class Report:
+class Report(Record):
     rank: int
     host: str | None = None
     cpus: tuple[int, ...] = ()
@@ -44,22 +42,10 @@ class Report:
     notice: Notice | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        return fields.to_json(self)
-
     def notice_in(self, attempt: int) -> Notice | None:
         """The notice this rank stopped on in `attempt`, or None."""
         return self.notice if self.notice and self.notice.attempt == attempt else None
 
 
-def parse(obj: object, file: str = "rank report") -> Report | Damaged:
-    return fields.parse(Report, obj, file)
-
-
-def read(path: Path) -> Report | Damaged | None:
-    return reader.read_as(path, parse)
-
-
-def write(path: Path, obj: object) -> Path:
-    """Write `obj` (this file's fields, as a dict) atomically, after holding it to the schema (ValueError if not)."""
-    return atomic_write_text(path, fields.checked_text(Report, obj, path.name))
+FILE = reader.JobFile(Report, "rank report")
+parse, read, write = FILE.parse, FILE.read, FILE.write

@@ -5,13 +5,11 @@ the checkpoints. Rank 0 writes it once, at the end; status, results, the scaling
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hpcqa.core.states import State
-from hpcqa.fsutil import atomic_write_text
-from hpcqa.record.jobfiles import fields, reader
-from hpcqa.record.jobfiles.fields import JSON, Amount, Count, Damaged
+from hpcqa.record.jobfiles import reader
+from hpcqa.record.jobfiles.fields import JSON, Amount, Count, Record
 from hpcqa.record.jobfiles.parts import Code, Comm, Notice, Recipe, Work
 
 
@@ -81,7 +79,7 @@ V2_SPLITS = ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_f1", 
 
 
 @dataclass(frozen=True)
-class Results:
+class Results(Record):
     status: str | None = None
     task: str | None = None
     exit_code: int | None = None
@@ -131,9 +129,6 @@ class Results:
     efficiency: Efficiency | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        return fields.to_json(self)
-
     def scores(self) -> tuple[float, float] | None:
         """(EM, F1) when both are there."""
         if self.exact_match is None or self.f1 is None:
@@ -154,14 +149,5 @@ class Results:
 _FIELDS = set(Results.__dataclass_fields__) - {"extra"}
 
 
-def parse(obj: object, file: str = "results file") -> Results | Damaged:
-    return fields.parse(Results, obj, file)
-
-
-def read(path: Path) -> Results | Damaged | None:
-    return reader.read_as(path, parse)
-
-
-def write(path: Path, obj: object) -> Path:
-    """Write `obj` (this file's fields, as a dict) atomically, after holding it to the schema (ValueError if not)."""
-    return atomic_write_text(path, fields.checked_text(Results, obj, path.name))
+FILE = reader.JobFile(Results, "results file")
+parse, read, write = FILE.parse, FILE.read, FILE.write
