@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from hpcqa import fsutil, preflight
+from hpcqa import fsutil, preflight, text
 from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
 from hpcqa.core import states, sweep
@@ -194,9 +194,17 @@ class Job:
         if not states.succeeded(state) or not v.results:
             if not wait and not states.is_final(state):
                 return None
+            damaged = [d for d in v.damaged if d.startswith("results.json:")]
+            if states.succeeded(state) and damaged:
+                raise JobFailed(
+                    f"job {self.id} ended {state}, but its {text.shown(damaged[0])}",
+                    f"hpcqa status {self.id} shows the rest; look at the file by hand",
+                )
             failed = JobDir(Path(v.folder)).failed_ranks()
             first = f": rank {failed[0].rank}: {failed[0].error}" if failed else ""
-            raise JobFailed(f"job {self.id} ended {state}{first}", f"hpcqa logs {self.id}")
+            raise JobFailed(
+                text.shown(f"job {self.id} ended {state}{first}")[:2000], f"hpcqa logs {self.id}"
+            )
         return v.results.to_json()
 
     def model_path(self) -> Path | None:
@@ -214,6 +222,16 @@ class Job:
         """A rank's log ("err": stderr, where hpcqa and the Trainer write; "out": stdout), read as `hpcqa logs`
         reads it: its last `lines` lines (0: all), every attempt or the current one, at most 64 MiB from its end.
         UsageError when the file there is not the regular file a job writes (a FIFO, a link)."""
+        if (
+            isinstance(rank, bool)
+            or not isinstance(rank, int)
+            or rank < 0
+            or stream not in ("err", "out")
+        ):
+            raise UsageError(
+                f"logs(rank={rank!r}, stream={stream!r}): a rank is a whole number >= 0, a stream err or out",
+                "job.logs(0) or job.logs(1, stream='out')",
+            )
         path = JobDir(self.folder).log(rank, stream)
         if path is None:
             return ""

@@ -188,7 +188,7 @@ def test_the_api_and_the_cli_read_logs_and_records_through_the_same_code(tmp_pat
     import signal
 
     from hpcqa import api
-    from hpcqa.errors import UsageError
+    from hpcqa.errors import JobFailed, UsageError
     from hpcqa.record import registry
     from tests.conftest import run_cli
 
@@ -231,6 +231,12 @@ def test_the_api_and_the_cli_read_logs_and_records_through_the_same_code(tmp_pat
         assert v.results is None and v.damaged == [
             'results.json: f1 "\\u001b]0;x\\u0007" is not a number'
         ]
+        for bad in ("*", -1, True, 1.0):  # a rank is a number: "*" was globbed into any rank's log
+            with pytest.raises(UsageError):
+                j.logs(bad)
+        assert j.state() == "COMPLETED"  # its files say so (a results file, no failure)
+        with pytest.raises(JobFailed, match="results.json: f1"):  # named, not "ended COMPLETED"
+            j.results(wait=False)
         cli = run_cli("logs", "7", "--rank", "0", "--registry", str(reg_path))
         assert cli.returncode == 2 and "not a regular file" in cli.stderr, cli.stderr
         cli = run_cli("logs", "7", "--rank", "1", "-n", "1", "--registry", str(reg_path))
@@ -241,3 +247,63 @@ def test_the_api_and_the_cli_read_logs_and_records_through_the_same_code(tmp_pat
         assert 'results.json: f1 "\\u001b]0;x\\u0007" is not a number: not used' in text, text
     finally:
         signal.alarm(0)
+
+
+# ------------------------------------------------------------------------------ a blind re-test's findings
+
+
+def test_what_a_blind_retest_sent_is_a_damaged_file_not_a_crash_a_hang_or_escapes(tmp_path):
+    """Probes a helper that never saw these tests sent at the readers (each was a traceback, a hang or raw escape
+    bytes): an integer past a float's range in a float field, nesting past the reader's depth, text and lists longer
+    than hpcqa writes, an object key carrying escape sequences, scores outside 0-100."""
+    import time
+
+    assert "not a finite number" in str(progress.parse({"loss": 10**309}))
+    assert "not a finite number" in str(report.parse({"rank": 0, "started": 10**309}))
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"metrics": {"a": ' + "[" * 500 + "]" * 500 + "}}")
+    assert "nested deeper than" in str(results.read(deep))
+    t0 = time.process_time()
+    for big in (
+        {"rank": 0, "cpus": [0] * 5_000_000},
+        {"rank": 0, "host": "h" * 3_000_000},
+        {"rank": 0, "preload": {str(i): None for i in range(100_000)}},
+    ):
+        got = report.parse(big)
+        assert isinstance(got, Damaged) and "more than any hpcqa writes" in got.why, got
+    assert time.process_time() - t0 < 5  # refused by size, not checked item by item
+    got = report.parse({"rank": 0, "preload": {"\x1b]0;pwned\x07\x1b[2J": 5}})
+    assert isinstance(got, Damaged) and not CONTROL.search(got.why) and "preload." in got.why
+    for score in (-5, 100.5, 1e308):
+        assert "a score (0-100)" in str(results.parse({"exact_match": score})), score
+    assert results.parse({"exact_match": 100, "f1": 0}).scores() == (100, 0)
+
+
+def test_a_checkpoint_mark_names_files_of_its_checkpoint_only_and_an_address_is_an_address(
+    tmp_path,
+):
+    from hpcqa.fsutil import file_sha256
+    from hpcqa.record.jobdir import JobDir
+
+    p = tmp_path / "checkpoint-3"
+    p.mkdir()
+    (p / "w.bin").write_bytes(b"w")
+    (tmp_path / "elsewhere").write_bytes(b"e")
+    entry = {"size": 1, "sha256": file_sha256(tmp_path / "elsewhere")}
+    for rel in (str(tmp_path / "elsewhere"), "../elsewhere"):
+        JobDir.checkpoint_marker(p).write_text(json.dumps({"files": {rel: entry}}))
+        assert "not a file of the checkpoint" in JobDir.verify_checkpoint(p), rel
+    (p / "link").symlink_to("/dev/zero")  # a hash of it would never end
+    JobDir.checkpoint_marker(p).write_text(json.dumps({"files": {"link": entry}}))
+    assert "not a file of the checkpoint" in JobDir.verify_checkpoint(p)
+    JobDir.checkpoint_marker(p).write_text(
+        json.dumps({"files": {"w.bin": {"size": 1, "sha256": file_sha256(p / "w.bin")}}})
+    )
+    assert JobDir.verify_checkpoint(p) is None
+    a = tmp_path / "address.json"
+    for bad in ("\x1b[2J10.0.0.1", "10.0.0.1 -o x", "", "-oProxyCommand=x"):
+        a.write_text(json.dumps({"address": bad}))
+        assert marks.read_address(a) is None, bad
+    for good in ("10.0.0.1", "fe80::1%ib0", "node-7.cluster"):
+        a.write_text(json.dumps({"address": good}))
+        assert marks.read_address(a).address == good

@@ -668,3 +668,51 @@ def test_a_finished_jobs_records_with_fields_of_the_wrong_type_still_show(
     if field == "resumed_from_step":  # the file breaks its schema: not used, and said so by field
         assert "resumed from step" not in text, text
         assert "results.json: resumed_from_step" in text, text
+
+
+def test_the_lists_notes_quote_job_files_spelled_out_and_usage_that_underflows_is_no_usage():
+    """A blind re-test's findings: the list printed a job's notes raw (a rank's phase detail with OSC 0, a
+    clear-screen and U+202E reached the terminal; rich took "[bold]" as markup), and a rank's usage whose wall x
+    CPUs underflows to 0 was a ZeroDivisionError in `status JOB` (an overflow, an "inf %" and bare Infinity in
+    --json)."""
+    from hpcqa.executors.local import executor as local
+
+    now = __import__("time").time()
+    v = typed_view(
+        id="7",
+        name="n",
+        executor="local",
+        state="RUNNING",
+        nodes=1,
+        world_size=1,
+        phases=[
+            {
+                "rank": 0,
+                "phase": "rendezvous",
+                "since": now - 3600,
+                "detail": "\x1b]0;pwned\x07\x1b[2J[bold]x[/]\u202eevil",
+            }
+        ],
+    )
+    v.notes.append(jobs.phases.stuck_at_rendezvous(v.phases))
+    out = io.StringIO()
+    statusview.print_list(Console(file=out, width=200), [v], states.NOBODY, "r.sqlite")
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, repr(text)
+    assert "[bold]x[/]" in text and "\\x1b]0;pwned" in text, text
+    for usage in (
+        {"cpu_s": 1, "wall_s": 1e-200, "cpus": 1, "max_rss_bytes": 1},
+        {"cpu_s": 1e308, "wall_s": 1e-10, "cpus": 1, "max_rss_bytes": 1},
+    ):
+        w = typed_view(
+            id="5",
+            name="n",
+            executor="local",
+            state="COMPLETED",
+            nodes=1,
+            world_size=1,
+            ranks=[{"rank": 0, "usage": usage}],
+        )
+        got = local.LocalJobs().usage([w])["5"]
+        assert got["cpu_efficiency"] is None or got["cpu_efficiency"] < float("inf"), got
+        json.dumps(got, allow_nan=False)  # valid JSON, as --json prints it

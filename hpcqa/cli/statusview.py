@@ -195,8 +195,11 @@ def print_list(
             highlight=False,
         )
     for v in views:
-        if v.notes:
-            con.print(f"[bold]{v.id}[/]: " + "; ".join(v.notes), highlight=False)
+        if (
+            v.notes
+        ):  # a note can quote a job file (a rank's phase detail): spelled out, never markup
+            said = escape(_printable("; ".join(v.notes)))
+            con.print(f"[bold]{escape(_printable(v.id))}[/]: {said}", highlight=False)
 
 
 def _bar(p: ProgressFile, width: int = 30) -> str:
@@ -296,7 +299,7 @@ def _progress_rows(v: JobView, now: float) -> list[tuple[str, str]]:
     if v.state == State.RUNNING and (left := eta.eta_text(p.eta_s, p.updated, now)):
         text += f", {left}"
     if p.updated:
-        text += f" (updated {int(now - p.updated)} s ago)"
+        text += f" (updated {int(max(now - p.updated, 0))} s ago)"
     return [("progress", text)]
 
 

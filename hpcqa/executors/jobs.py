@@ -5,6 +5,7 @@ views `hpcqa status`, `logs`, `results` and the API's Job read. Never imports to
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -14,7 +15,10 @@ from hpcqa.executors import table
 from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import phases
 from hpcqa.record.jobdir import JobDir
+from hpcqa.record.jobfiles import results
+from hpcqa.record.jobfiles.fields import Damaged
 from hpcqa.record.jobfiles.report import Report
+from hpcqa.record.jobfiles.results import Results
 from hpcqa.record.status import LIST_PHASES, JobView
 
 
@@ -79,7 +83,12 @@ def _read_folder(v: JobView, jd: JobDir, detail: bool) -> None:
     """What a job's folder says into its view: progress, results, and the phases of a job not over (a few ranks'
     in a list); for the job's own view (`detail`) also its ranks, attempts, notices, logs and damaged files."""
     v.progress = jd.read_progress()
-    v.results = jd.read_results()
+    got = results.read(jd.results)
+    v.results = got if isinstance(got, Results) else None
+    if (
+        isinstance(got, Damaged) and not detail
+    ):  # the detail view lists it with the other damaged files
+        v.notes.append(f"{got}: not used (hpcqa status {v.id})")
     if not states.is_final(v.state):
         v.phases = jd.read_phases(v.world_size if detail else min(v.world_size, LIST_PHASES))
         stuck = phases.stuck_at_rendezvous(v.phases) if v.state == State.RUNNING else None
@@ -125,8 +134,9 @@ def run_queue_share(ranks: Sequence[Report]) -> float | None:
     shares = [
         u.run_delay_s / (u.wall_s * u.cpus)
         for rep in ranks
-        if (u := rep.usage) and u.run_delay_s is not None and u.wall_s and u.cpus
+        if (u := rep.usage) and u.run_delay_s is not None and u.wall_s * u.cpus > 0
     ]
+    shares = [x for x in shares if math.isfinite(x)]
     return max(shares) if shares else None
 
 

@@ -433,6 +433,8 @@ class JobDir:
             return None
         for rel, want in mark.files.items():
             p = checkpoint / rel
+            if Path(rel).is_absolute() or ".." in Path(rel).parts or p.is_symlink():
+                return f"damaged completion mark ({rel} is not a file of the checkpoint)"
             if not p.is_file():
                 return f"{rel} is missing"
             if p.stat().st_size != want.size:
@@ -514,18 +516,20 @@ class JobDir:
         """The files hpcqa reads back from this folder that are there but cannot be used, each with why: a job's
         program, a hand edit or a dying node can leave anything where hpcqa's own files go."""
         out = []
-        for path, reader in (
-            (self.results, results.read),
-            (self.progress, progress.read),
-            (self.controller_record, controller.read),
-            *(
-                (self.rank_report(k), report.read)
-                for k in range(min(world_size, MAX_LISTED_REPORTS))
-            ),
+        listed = range(min(world_size, MAX_LISTED_REPORTS))
+        for path, reader, rank in (
+            (self.results, results.read, None),
+            (self.progress, progress.read, None),
+            (self.controller_record, controller.read, None),
+            *((self.rank_report(k), report.read, k) for k in listed),
+            *((self.rank_failed(k), failure.read, k) for k in listed),
+            *((self.rank_exit(k), failure.read, k) for k in listed),
         ):
             got = reader(path)
             if isinstance(got, Damaged):
                 out.append(f"{path.relative_to(self.path)}: {got.why}")
+            elif isinstance(got, (Report, Failure)) and got.rank != rank:
+                out.append(f"{path.relative_to(self.path)}: it says it is rank {got.rank}'s")
         return out
 
     def read_report(self, rank: int) -> Report | None:
@@ -543,7 +547,7 @@ class JobDir:
         by_rank: dict[int, Failure] = {}
         for p in sorted(self.ranks.glob("rank-*.exit")) + sorted(self.ranks.glob("rank-*.failed")):
             got = failure.read(p)
-            if isinstance(got, Failure):
+            if isinstance(got, Failure) and p.name.split(".")[0] == f"rank-{got.rank}":
                 seen = by_rank.get(got.rank)
                 by_rank[got.rank] = seen.merged(got) if seen else got
         return sorted(by_rank.values(), key=failures.cause_order)

@@ -11,6 +11,7 @@ peer; if it doesn't within 10 s, the job is cancelled). A sweep's variants run o
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shlex
 import signal
@@ -491,7 +492,9 @@ class LocalJobs:
             ]
             if per_rank:
                 effs = {
-                    k: u.cpu_s / (u.wall_s * u.cpus) for k, u in per_rank if u.wall_s and u.cpus
+                    k: eff
+                    for k, u in per_rank
+                    if u.wall_s * u.cpus > 0 and math.isfinite(eff := u.cpu_s / (u.wall_s * u.cpus))
                 }
                 out[v.id] = {
                     "source": "ranks",

@@ -17,11 +17,15 @@ import typing
 from functools import cache
 from typing import Annotated, Any, TypeVar
 
+from hpcqa import text
+
 T = TypeVar("T")
 
 MAX_STEPS = 10**12
 MAX_SECONDS = 10**11  # an ETA, a duration or a Unix time: about 3,000 years
 MAX_INT = 2**63
+MAX_TEXT = 1 << 16  # characters: an error message, a host, a path; a rank's stderr comes as lines
+MAX_ITEMS = 1 << 16  # a list's items or an object's keys: CPUs, buckets, a checkpoint's files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +40,7 @@ class Range:
 Count = Annotated[int, Range(0, MAX_STEPS, f"a step count (a whole number 0-{MAX_STEPS:.0e})")]
 Seconds = Annotated[float, Range(0, MAX_SECONDS, "in range (0 to 1e11 seconds)")]
 Amount = Annotated[float, Range(0, float("inf"), "a number >= 0")]
+Score = Annotated[float, Range(0, 100, "a score (0-100)")]  # SQuAD's EM and F1 are percentages
 JSON = Any  # any JSON value, kept as read (the reader has already refused NaN, Infinity and deep nesting)
 
 
@@ -68,8 +73,10 @@ class Bad(ValueError):
 
 def shown(v: object) -> str:
     """A value as the message quotes it: JSON, control characters escaped, at most 24 characters."""
-    text = json.dumps(v, default=str)
-    return text if len(text) <= 24 else text[:23] + "…"
+    if isinstance(v, (list, dict)) and len(v) > 8:
+        return f"[{len(v)} items]" if isinstance(v, list) else f"{{{len(v)} keys}}"
+    said = json.dumps(v, default=str)[:25]
+    return said if len(said) <= 24 else said[:23] + "…"
 
 
 @cache
@@ -123,11 +130,15 @@ def value(tp: Any, v: object, at: str) -> Any:
     if origin is tuple:
         if not isinstance(v, list):
             raise Bad(f"{at} {shown(v)} is not a list")
+        if len(v) > MAX_ITEMS:
+            raise Bad(f"{at} has {len(v)} items, more than any hpcqa writes ({MAX_ITEMS})")
         return tuple(value(args[0], x, f"{at}[{i}]") for i, x in enumerate(v))
     if origin is dict:
         if not isinstance(v, dict):
             raise Bad(f"{at} {shown(v)} is not an object")
-        return {k: value(args[1], x, f"{at}.{k}") for k, x in v.items()}
+        if len(v) > MAX_ITEMS:
+            raise Bad(f"{at} has {len(v)} keys, more than any hpcqa writes ({MAX_ITEMS})")
+        return {k: value(args[1], x, f"{at}.{text.shown(k)[:80]}") for k, x in v.items()}
     if dataclasses.is_dataclass(tp):
         return build(tp, v, at + ".")  # type: ignore[arg-type]
     return _scalar(tp, v, at)
@@ -139,8 +150,10 @@ def _scalar(tp: type, v: object, at: str) -> Any:
             return v
         raise Bad(f"{at} {shown(v)} is not true or false")
     if tp is str:
-        if isinstance(v, str):
+        if isinstance(v, str) and len(v) <= MAX_TEXT:
             return v
+        if isinstance(v, str):
+            raise Bad(f"{at} is {len(v)} characters long, more than any hpcqa writes ({MAX_TEXT})")
         raise Bad(f"{at} {shown(v)} is not text")
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise Bad(f"{at} {shown(v)} is not a number")
@@ -148,9 +161,11 @@ def _scalar(tp: type, v: object, at: str) -> Any:
         if isinstance(v, int) and -MAX_INT < v < MAX_INT:
             return v
         raise Bad(f"{at} {shown(v)} is not a whole number")
-    if tp is float:
-        if math.isfinite(v):
-            return v  # an int stays one: 3 is written back as 3
+    if (
+        tp is float
+    ):  # an int stays one (3 is written back as 3); one past a float's range is not a number here
+        if (abs(v) < 1e308) if isinstance(v, int) else math.isfinite(v):
+            return v
         raise Bad(f"{at} {shown(v)} is not a finite number")
     raise TypeError(f"no rule for {tp!r} ({at})")  # a schema's mistake, not the file's
 

@@ -4,6 +4,7 @@ Trainer's save is whole: every file's size and sha256, checked before a resume),
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,13 @@ ADDRESS = reader.JobFile(MasterAddress, "master address")
 write_address = ADDRESS.write
 
 
+HOST_ADDRESS = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9.:%_-]{0,252}"
+)  # an IPv4/IPv6 address or a host name
+
+
 def read_address(path: Path) -> MasterAddress | None:
     """The published address, or None while there is none (or what is there is not one: it is rewritten whole)."""
     got = ADDRESS.read(path)
-    return got if isinstance(got, MasterAddress) and got.address else None
+    ok = isinstance(got, MasterAddress) and HOST_ADDRESS.fullmatch(got.address)
+    return got if ok else None  # type: ignore[return-value]

@@ -84,11 +84,28 @@ def load_json(path: Path | str) -> tuple[dict | None, str | None]:
         return None, "not JSON (cut short, or not hpcqa's)"
     finally:
         os.close(fd)
-    return (
-        (got, None)
-        if isinstance(got, dict)
-        else (None, f"JSON, but a {type(got).__name__}, not an object")
-    )
+    if not isinstance(got, dict):
+        return None, f"JSON, but a {type(got).__name__}, not an object"
+    if _deeper_than(got, MAX_DEPTH):
+        return None, f"nested deeper than {MAX_DEPTH} levels (hpcqa's files are a few)"
+    return got, None
+
+
+MAX_DEPTH = (
+    32  # levels of objects and lists: hpcqa's files have at most 5; printing deeper ones recurses
+)
+
+
+def _deeper_than(obj: Any, limit: int) -> bool:
+    """Whether the JSON value nests objects or lists more than `limit` deep (iterative: no recursion to run out)."""
+    todo = [(obj, 1)]
+    while todo:
+        x, depth = todo.pop()
+        if depth > limit:
+            return True
+        items = x.values() if isinstance(x, dict) else x if isinstance(x, list) else ()
+        todo.extend((v, depth + 1) for v in items if isinstance(v, (dict, list)))
+    return False
 
 
 def read_as(path: Path | str, parse: Callable[[object, str], T | Damaged]) -> T | Damaged | None:

@@ -17,7 +17,7 @@ class RankUsage:
 
     cpu_s: Amount
     wall_s: Amount
-    cpus: Amount
+    cpus: Count
     max_rss_bytes: Amount | None = None
     run_delay_s: Amount | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -27,7 +27,7 @@ class RankUsage:
 class Report(Record):
     rank: int
     host: str | None = None
-    cpus: tuple[int, ...] = ()
+    cpus: tuple[Count, ...] = ()
     attempt: Count | None = None
     world_size: Count | None = None
     started: Seconds | None = None

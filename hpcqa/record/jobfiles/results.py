@@ -9,7 +9,7 @@ from typing import Any
 
 from hpcqa.core.states import State
 from hpcqa.record.jobfiles import reader
-from hpcqa.record.jobfiles.fields import JSON, Amount, Count, Record
+from hpcqa.record.jobfiles.fields import JSON, Amount, Count, Record, Score
 from hpcqa.record.jobfiles.parts import Code, Comm, Notice, Recipe, Work
 
 
@@ -83,15 +83,15 @@ class Results(Record):
     status: str | None = None
     task: str | None = None
     exit_code: int | None = None
-    exact_match: float | None = None
-    f1: float | None = None
-    HasAns_exact: float | None = None
-    HasAns_f1: float | None = None
+    exact_match: Score | None = None
+    f1: Score | None = None
+    HasAns_exact: Score | None = None
+    HasAns_f1: Score | None = None
     HasAns_total: Count | None = None
-    NoAns_exact: float | None = None
-    NoAns_f1: float | None = None
+    NoAns_exact: Score | None = None
+    NoAns_f1: Score | None = None
     NoAns_total: Count | None = None
-    best_f1: float | None = None
+    best_f1: Score | None = None
     best_f1_thresh: float | None = None
     best_metric: float | None = None
     train_samples_per_second: float | None = None
