@@ -13,6 +13,9 @@ DATA = ("sbatch_templates", "configs", "examples")
 
 class BuildWithData(build_py):
     def run(self) -> None:
+        # a build folder left by an earlier build keeps modules the tree has since moved or deleted, and setuptools
+        # packs them into the wheel: the package is built afresh each time
+        shutil.rmtree(Path(self.build_lib) / "hpcqa", ignore_errors=True)
         super().run()
         for name in DATA:
             src, dst = HERE / name, Path(self.build_lib) / "hpcqa" / "_data" / name

@@ -630,7 +630,7 @@ def write_results(
         attempt=rep["attempt"],
         requeues=rep["attempt"],
         resumed_from_step=int(resumed_from.rsplit("-", 1)[1]) if resumed_from else None,
-        notices=r.jd.notices(),
+        notices=[n.to_json() for n in r.jd.notices()],
         code=rep.get("code"),
         max_seq_length=data["max_seq_length"],
         tensorboard=rep.get("tensorboard"),

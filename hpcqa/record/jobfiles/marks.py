@@ -14,7 +14,7 @@ from hpcqa.record.jobfiles.fields import Count, Record
 
 
 @dataclass(frozen=True)
-class SavedFile:
+class SavedFile(Record):
     size: Count
     sha256: str
     extra: dict[str, Any] = field(default_factory=dict)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcqa.record.jobfiles.fields import Amount, Count, Seconds
+from hpcqa.record.jobfiles.fields import Amount, Count, Record, Seconds
 
 
 @dataclass(frozen=True)
-class Code:
+class Code(Record):
     """Which hpcqa ran: its version, its git description, the snapshot it ran from (verified at the rank)."""
 
     version: str | None = None
@@ -21,7 +21,7 @@ class Code:
 
 
 @dataclass(frozen=True)
-class Work:
+class Work(Record):
     """A user command's folder: the copy it ran in (snapshot) or the folder it was told (run_in)."""
 
     dir: str | None = None
@@ -31,7 +31,7 @@ class Work:
 
 
 @dataclass(frozen=True)
-class Notice:
+class Notice(Record):
     """A stop on a notice (SIGTERM, the requeue signal): which signal, at which step, the checkpoint it saved."""
 
     signal: str | None = None
@@ -44,7 +44,7 @@ class Notice:
 
 
 @dataclass(frozen=True)
-class Comm:
+class Comm(Record):
     """What DDP all-reduced per step, and how much of it the backward hid."""
 
     grad_bytes: Amount | None = None
@@ -58,7 +58,7 @@ class Comm:
 
 
 @dataclass(frozen=True)
-class Recipe:
+class Recipe(Record):
     """The attention and dropout the step ran with."""
 
     attention: str | None = None

@@ -12,7 +12,7 @@ from hpcqa.record.jobfiles.parts import Code, Notice, Work
 
 
 @dataclass(frozen=True)
-class RankUsage:
+class RankUsage(Record):
     """What the rank measured of itself: CPU and wall seconds, its CPUs, peak memory, time ready but off-CPU."""
 
     cpu_s: Amount

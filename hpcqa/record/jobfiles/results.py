@@ -14,7 +14,7 @@ from hpcqa.record.jobfiles.parts import Code, Comm, Notice, Recipe, Work
 
 
 @dataclass(frozen=True)
-class MeasuredLink:
+class MeasuredLink(Record):
     """A `tune --comm` job's measured link."""
 
     bandwidth_Bps: Amount | None = None
@@ -24,14 +24,14 @@ class MeasuredLink:
 
 
 @dataclass(frozen=True)
-class Unreliable:
+class Unreliable(Record):
     why: str = ""
     fix: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class Tokens:
+class Tokens(Record):
     padding_share: Amount
     text_per_sample: Amount
     all_per_sample: Amount
@@ -39,7 +39,7 @@ class Tokens:
 
 
 @dataclass(frozen=True)
-class Efficiency:
+class Efficiency(Record):
     """MFU on text tokens and on all tokens, and what it was computed from."""
 
     mfu: Amount | None = None
@@ -56,7 +56,7 @@ class Efficiency:
 
 
 @dataclass(frozen=True)
-class Baseline:
+class Baseline(Record):
     """The untrained model's scores on the same questions (train.baseline)."""
 
     name: str = ""
@@ -66,7 +66,7 @@ class Baseline:
 
 
 @dataclass(frozen=True)
-class Predict:
+class Predict(Record):
     """The test set's predictions (data.test_file)."""
 
     files: dict[str, str] = field(default_factory=dict)
