@@ -194,7 +194,8 @@ class Job:
         if not states.succeeded(state) or not v.results:
             if not wait and not states.is_final(state):
                 return None
-            damaged = [d for d in v.damaged if d.startswith("results.json:")]
+            name = JobDir(Path(v.folder)).results.name
+            damaged = [d for d in v.damaged if d.startswith(f"{name}:")]
             if states.succeeded(state) and damaged:
                 raise JobFailed(
                     f"job {self.id} ended {state}, but its {text.shown(damaged[0])}",

@@ -162,6 +162,12 @@ def test_a_writer_is_held_to_the_schema_its_readers_use(tmp_path):
     assert not (tmp_path / "q.json").exists()
     with pytest.raises(ValueError, match="rank"):
         report.write(tmp_path / "r.json", {"host": "n1"})
+    # a value read back and written again (a job's notices into its results) is written as its JSON, not as text
+    from hpcqa.record.jobfiles.parts import Notice
+
+    results.write(tmp_path / "res.json", {"notices": [Notice(signal="SIGTERM", step=4)]})
+    got = results.read(tmp_path / "res.json")
+    assert isinstance(got, results.Results) and got.notices[0].step == 4
 
 
 def test_the_reader_names_the_file_and_the_field(tmp_path):

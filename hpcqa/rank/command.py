@@ -546,7 +546,7 @@ def _results(plan: LaunchPlan, jd: JobDir, report: dict, roots: list[Path]) -> d
         "variant": dict(plan.variant),
         "task": "command",
         "requeues": report.get("attempt", 0),
-        "notices": jd.notices(0),
+        "notices": [n.to_json() for n in jd.notices(0)],
     }
     path = jd.command_results
     if path.exists():

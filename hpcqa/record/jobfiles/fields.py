@@ -217,8 +217,14 @@ def number(v: object) -> int | float | None:
 def checked_text(cls: type, obj: Any, file: str) -> str:
     """What a writer is about to write, as the JSON text it becomes, held to the schema its readers use: the text,
     or ValueError (a bug in hpcqa, never the user's) naming the field. Keys the schema does not name pass (extra)."""
-    text = json.dumps(obj, indent=2, sort_keys=True, default=str)
-    got = parse(cls, json.loads(text), file)
+    said = json.dumps(obj, indent=2, sort_keys=True, default=_as_json)
+    got = parse(cls, json.loads(said), file)
     if isinstance(got, Damaged):
         raise ValueError(f"hpcqa would write a {file} its readers refuse: {got.why}")
-    return text
+    return said
+
+
+def _as_json(o: object) -> object:
+    """What json.dumps cannot write itself: a schema's value as its JSON (a notice read back and written again),
+    anything else (a path) as text."""
+    return o.to_json() if isinstance(o, Record) else str(o)
