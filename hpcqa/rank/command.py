@@ -53,6 +53,7 @@ from hpcqa.record.jobfiles import failure as failurefile
 from hpcqa.record.jobfiles import progress as progressfile
 from hpcqa.record.jobfiles import report as reportfile
 from hpcqa.record.jobfiles import results as resultsfile
+from hpcqa.record.jobfiles.fields import MAX_TEXT
 from hpcqa.record.jobfiles.report import Report
 from hpcqa.record.phases import Phase
 
@@ -386,7 +387,7 @@ def _failed(
         {
             "rank": rank,
             "host": socket.gethostname(),
-            "error": error,
+            "error": error[: MAX_TEXT // 2],
             "exit_code": code,
             "stderr_tail": tail,
             "time": time.time(),

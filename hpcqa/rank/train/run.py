@@ -64,6 +64,7 @@ from hpcqa.rank.train.trainer import build_trainer
 from hpcqa.record.caches import Caches
 from hpcqa.record.jobdir import JobDir
 from hpcqa.record.jobfiles import failure, results
+from hpcqa.record.jobfiles.fields import MAX_TEXT
 from hpcqa.record.phases import Phase
 
 
@@ -100,7 +101,7 @@ def write_failed(jd: JobDir, rank: int, e: BaseException | None) -> None:
         {
             "rank": rank,
             "host": socket.gethostname(),
-            "error": error,
+            "error": error[: MAX_TEXT // 2],  # a message as long as any: the record must be written
             "traceback": traceback.format_exc().splitlines()[-30:],
             "time": time.time(),
             "attempt": attempt(),

@@ -24,7 +24,7 @@ T = TypeVar("T")
 MAX_STEPS = 10**12
 MAX_SECONDS = 10**11  # an ETA, a duration or a Unix time: about 3,000 years
 MAX_INT = 2**63
-MAX_TEXT = 1 << 16  # characters: an error message, a host, a path; a rank's stderr comes as lines
+MAX_TEXT = 1 << 18  # characters: an argument (the kernel takes 128 KiB), an error, a host, a path
 MAX_ITEMS = 1 << 16  # a list's items or an object's keys: CPUs, buckets, a checkpoint's files
 
 
