@@ -373,12 +373,17 @@ def rank_static_env(
 
 
 def build_plan(
-    cfg: Config, host: HostProbe, launcher: str | None = None, via_submitit: bool = False
+    cfg: Config,
+    host: HostProbe,
+    launcher: str | None = None,
+    via_submitit: bool = False,
+    executor: str | None = None,
 ) -> LaunchPlan:
     """The frozen plan. `launcher`: a rendered script's (default: launch.launcher); `via_submitit`: submitit
-    starts the ranks (a sweep's arrays, or any srun job of `submit`), which under Slurm means srun."""
+    starts the ranks (a sweep's arrays, or any srun job of `submit`), which under Slurm means srun; `executor`:
+    a kind no config names (plain hosts: `render --hosts`), else cluster.executor's."""
     c, la = cfg.cluster, cfg.launch
-    kind = kinds.resolve(c.executor, host, launcher)
+    kind = kinds.named(executor) if executor else kinds.resolve(c.executor, host, launcher)
     if kind.max_nodes == 1 and c.nodes > 1:
         raise ConfigError(
             "cluster.nodes",

@@ -21,13 +21,10 @@ from hpcqa.record.jobdir import TASK_ID, JobDir, JobRoot, atomic_write_text
 from hpcqa.record.registry import Registry
 
 
-def script_config(
-    cfg: Config, host: HostProbe, kind: str = kinds.SlurmKind.name
-) -> tuple[Config, HostProbe]:
-    """A rendered script's config and host: a plan of the script's executor kind (Slurm's, or plain hosts'),
-    whatever executor the config names, and the interpreter the script runs where it is taken -- cluster.python,
-    else python3 (not this host's own path)."""
-    return replace(cfg, cluster=replace(cfg.cluster, executor=kind)), replace(
+def script_config(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
+    """A rendered script's config and host: a Slurm-shaped plan (whatever executor the config names), and the
+    interpreter the script runs where it is taken -- cluster.python, else python3 (not this host's own path)."""
+    return replace(cfg, cluster=replace(cfg.cluster, executor=kinds.SlurmKind.name)), replace(
         host, python="python3"
     )
 

@@ -137,7 +137,9 @@ def render(
     cfg, host = ex.prepare_render(cfg, host)
     if python:  # --python is the ranks' interpreter: a command's leading `python` means it too
         host = dataclasses.replace(host, python=python)
-    return ex, planmod.build_plan(cfg, host, launcher=launcher)
+    return ex, planmod.build_plan(
+        cfg, host, launcher=launcher, executor=HOSTS_KIND if hosts else None
+    )
 
 
 def choose_for(executor: str, launcher: Launcher, mode: str, **options: Any) -> Executor:

@@ -28,7 +28,9 @@ class Hosts(RenderOnly):
 
     @staticmethod
     def prepare_render(cfg: Config, host: HostProbe) -> tuple[Config, HostProbe]:
-        return common.script_config(cfg, host, kinds.HostsKind.name)
+        return common.script_config(
+            cfg, host
+        )  # Slurm-shaped (nodes x tasks); the plan's kind is hosts
 
     def dry_run(self, sp: sweep.SweepPlan) -> Request:
         if sp.is_sweep:
