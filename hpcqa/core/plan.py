@@ -372,6 +372,17 @@ def rank_static_env(
     return env
 
 
+def _fits(kind: type[kinds.ExecutorKind], cfg: Config) -> None:
+    """ConfigError when the kind runs on fewer nodes than cluster.nodes asks for."""
+    if kind.max_nodes == 1 and cfg.cluster.nodes > 1:
+        raise ConfigError(
+            "cluster.nodes",
+            f"the {kind.name} executor runs on one node, not {cfg.cluster.nodes}",
+            "set cluster.nodes = 1 for a local run, or run where Slurm is installed",
+            cfg.source,
+        )
+
+
 def build_plan(
     cfg: Config,
     host: HostProbe,
@@ -384,13 +395,7 @@ def build_plan(
     a kind no config names (plain hosts: `render --hosts`), else cluster.executor's."""
     c, la = cfg.cluster, cfg.launch
     kind = kinds.named(executor) if executor else kinds.resolve(c.executor, host, launcher)
-    if kind.max_nodes == 1 and c.nodes > 1:
-        raise ConfigError(
-            "cluster.nodes",
-            f"the {kind.name} executor runs on one node, not {c.nodes}",
-            "set cluster.nodes = 1 for a local run, or run where Slurm is installed",
-            cfg.source,
-        )
+    _fits(kind, cfg)
     launcher = (
         Launcher(launcher) if launcher else kind.launcher(Launcher(la.launcher), via_submitit)
     )
