@@ -32,7 +32,7 @@ def main() -> int:
             dict(
                 id=str(900000 + i),
                 name="bench",
-                target="slurm",
+                executor="slurm",
                 folder=f"{tmp}/{i}",
                 config={},
                 source="bench",

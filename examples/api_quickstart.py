@@ -19,7 +19,7 @@ cfg = hpcqa.load_config(
 
 # 2. The plan submit will run: every rank's CPUs and environment (what `submit --dry-run` prints).
 plan = hpcqa.plan(cfg)
-print(f"{plan.world_size} ranks on {plan.nodes} node(s), executor {plan.target}")
+print(f"{plan.world_size} ranks on {plan.nodes} node(s), executor {plan.executor}")
 for r in plan.ranks:
     print(f"  rank {r.rank}: CPUs {list(r.cpus)} OMP_NUM_THREADS={r.env.get('OMP_NUM_THREADS')}")
 
