@@ -353,3 +353,16 @@ def test_every_executor_hands_its_ranks_a_plan_that_says_who_requeues(key, monke
     assert ex.requeue is expected.get(
         mode, Requeue.SCRIPT if launcher == "mpirun" else Requeue.SUBMITIT
     )
+
+
+def test_render_target_is_render_kind_and_says_so_once():
+    """`render --target` (its name before 0.2) still works: the same text as --kind, and one line naming the new
+    option on stderr."""
+    from tests.conftest import run_cli
+
+    old = run_cli("render", "configs/squad_spr.toml", "--target", "script")
+    new = run_cli("render", "configs/squad_spr.toml", "--kind", "script")
+    assert old.returncode == new.returncode == 0, old.stderr
+    assert old.stdout == new.stdout and "#SBATCH" in new.stdout
+    said = [ln for ln in old.stderr.splitlines() if "--target is now --kind" in ln]
+    assert len(said) == 1 and "--target" not in new.stderr, old.stderr

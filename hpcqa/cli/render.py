@@ -20,7 +20,7 @@ from hpcqa.executors.k8s import image, manifest, trainjob
 
 def cmd_render(args: argparse.Namespace) -> int:
     if args.old_kind:  # the option's name before 0.2: it chose a file kind, not where the job runs
-        print(f"hpcqa: render --kind is now --kind (--kind {args.old_kind})", file=sys.stderr)
+        print(f"hpcqa: render --target is now --kind (--kind {args.old_kind})", file=sys.stderr)
         args.kind = args.old_kind
     raw = table.render_config(config.load_raw(args.config, args.overrides))
     cfg = config.validate(raw, args.config, args.overrides)
