@@ -12,6 +12,7 @@ import re
 import sys
 from pathlib import Path
 
+from hpcqa import fsutil
 from hpcqa.core.config import reference_rows
 from hpcqa.errors import UsageError
 
@@ -34,6 +35,11 @@ OTHERS = {
 }
 
 
+def _text(path: Path) -> str:
+    """A file of the checkout (a folder map, timings.json, a docs page), read through the one door."""
+    return fsutil.read_text(path, 16 << 20, follow=True)
+
+
 def table() -> str:
     """One table per config section, each under its own heading (`## [job]` ...: the site's sidebar lists them)."""
     lines: list[str] = []
@@ -54,7 +60,7 @@ def table() -> str:
 
 def folder_map(folder: Path) -> dict[str, list[str]]:
     """A package's map, from its __init__.py docstring: entry name (`x.py`, `sub/`) -> its lines."""
-    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()), clean=False) or ""
+    doc = ast.get_docstring(ast.parse(_text(folder / "__init__.py")), clean=False) or ""
     out: dict[str, list[str]] = {}
     current: list[str] = []
     indent = -1  # the map's, from its first line
@@ -115,7 +121,7 @@ def layout(root: Path = ROOT) -> str:
 def timings(root: Path = ROOT) -> str:
     """The test commands' table (what each runs, how long it took, where and when), from docs/timings.json: one
     source for the README and docs/development.md, so the two cannot say different things."""
-    data = json.loads((root / "docs" / "timings.json").read_text())
+    data = json.loads(_text(root / "docs" / "timings.json"))
     lines = [
         f"Measured on {data['machine']}, {data['date']} (docs/timings.json):",
         "",
@@ -148,7 +154,7 @@ def main(docs: str = "docs") -> int:
         (Path(docs) / "development.md", TIMINGS_START, TIMINGS_END, timings()),
         (Path(docs).parent / "README.md", TIMINGS_START, TIMINGS_END, timings()),
     ):
-        page.write_text(_replace(page.read_text(), start, end, body, str(page)))
+        fsutil.atomic_write_text(page, _replace(_text(page), start, end, body, str(page)))
     return 0
 
 

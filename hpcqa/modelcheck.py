@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from hpcqa import fsutil
 from hpcqa.core import modelfacts
 from hpcqa.core.config import Config
 from hpcqa.errors import ConfigError
@@ -64,7 +65,7 @@ def model_folder(cfg: Config) -> Path | None:
     for d in hub_cache_dirs(cfg):
         snapshots = d / repo / "snapshots"
         try:
-            ref = (d / repo / "refs" / "main").read_text(encoding="ascii").strip()
+            ref = fsutil.read_text(d / repo / "refs" / "main", 4096, follow=True).strip()
         except (OSError, UnicodeDecodeError):
             ref = ""
         if ref and re.fullmatch(r"[0-9a-f]{40}", ref) and (snapshots / ref).is_dir():

@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 from pathlib import Path
 
+from hpcqa import fsutil
 from hpcqa.errors import UsageError
 
 __version__ = "0.1.0"  # pyproject.toml says the same (a test holds them together)
@@ -36,6 +37,14 @@ def folder(name: str) -> Path:
         "without its package data",
         "reinstall it from a wheel or the source tree (pip install .)",
     )
+
+
+PACKAGE_DATA_MAX_BYTES = 4 << 20  # a template, an example config or program: kilobytes
+
+
+def read_text(path: Path) -> str:
+    """A file of the package data (a template, an example), read through the one door (fsutil.read_text)."""
+    return fsutil.read_text(path, PACKAGE_DATA_MAX_BYTES, follow=True)
 
 
 def example_configs() -> dict[str, Path]:

@@ -940,3 +940,67 @@ def test_each_executor_is_one_folder_and_one_line_of_the_table():
     assert not flat & set(EXECUTOR_FOLDERS) and "slurmcli" not in flat, flat
     planted = ast.parse("subprocess.run(['squeue', '-h'])\nx = ('kubectl', 'apply')")
     assert scheduler_argvs(planted) == {"slurm", "k8s"}
+
+
+# The one door for reading files (hpcqa/fsutil.py: a regular file, never blocking, bounded, JSON depth-safe), and
+# the only modules that may open a file another way, with why.
+READ_DOOR_EXCEPTIONS = {
+    "hpcqa/fsutil.py": "the door itself",
+    "hpcqa/executors/snapcheck.py": "runs alone under `python -I` with the standard library, before any hpcqa "
+    "module may be imported: it checks the code snapshot those modules would come from",
+}
+_DOOR_NAMES = {
+    "fsutil",
+    "resources",
+}  # fsutil.read_text, resources.read_text: the door's own functions
+
+
+def _opens_for_writing(call: ast.Call) -> bool:
+    """open(..., "w"/"a"/"x"...) or os.open(..., O_WRONLY | ...): a write, which the read rule does not cover."""
+    words = [ast.unparse(a) for a in call.args[1:]] + [ast.unparse(k.value) for k in call.keywords]
+    return any(re.search(r"['\"][^'\"]*[wax][^'\"]*['\"]|O_WRONLY|O_RDWR", w) for w in words)
+
+
+def raw_reads(rel: str, tree) -> list[str]:
+    """Calls that read a file other than through the door: Path.read_text/read_bytes/open, open(), os.open(),
+    io.open(), json.load() -- reading a FIFO, /dev/zero or a 2 GiB file a user left there would hang or exhaust."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
+        if isinstance(f, ast.Attribute) and f.attr in ("read_text", "read_bytes"):
+            bad = owner not in _DOOR_NAMES
+        elif isinstance(f, ast.Attribute) and f.attr == "load":
+            bad = owner == "json"
+        elif isinstance(f, ast.Attribute) and f.attr == "open":
+            bad = owner not in _DOOR_NAMES and not _opens_for_writing(node)
+        elif isinstance(f, ast.Name) and f.id == "open":
+            bad = not _opens_for_writing(node)
+        else:
+            bad = False
+        if bad:
+            found.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:70]}")
+    return found
+
+
+def test_every_file_is_read_through_the_one_door():
+    """Stores, caches, manifests, hostfiles, configs, plans, job files, logs, kernel files and the package's own
+    data are all read through hpcqa/fsutil.py (or resources.read_text, which uses it): no module reads a file
+    another way, except those READ_DOOR_EXCEPTIONS names with their reason."""
+    offenders = [
+        x
+        for path, tree in modules()
+        if str(path.relative_to(ROOT)) not in READ_DOOR_EXCEPTIONS
+        for x in raw_reads(str(path.relative_to(ROOT)), tree)
+    ]
+    assert not offenders, (
+        "read it with hpcqa.fsutil (read_text, read_bytes, load_json):\n" + "\n".join(offenders)
+    )
+    planted = ast.parse(
+        "a = Path(p).read_text()\nb = json.load(f)\nwith open(p) as f: pass\nfd = os.open(p, os.O_RDONLY)\n"
+        "c = fsutil.read_text(p, 10)\nwith open(p, 'w') as f: pass\nos.open(p, os.O_WRONLY | os.O_CREAT)\n"
+        "d = resources.read_text(p)\ne = q.read_bytes()\nwith p.open('rb') as f: pass\n"
+    )
+    assert sorted(int(x.split(":")[1]) for x in raw_reads("x.py", planted)) == [1, 2, 3, 4, 9, 10]

@@ -14,9 +14,9 @@ import json
 import os
 import sys
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, Mapping
 
+from hpcqa import fsutil
 from hpcqa.core import command, kinds, ranklayout, threadenv, topology
 from hpcqa.core.config import Config, from_dict
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path
@@ -595,11 +595,14 @@ def _warnings(
     return tuple(out)
 
 
+MAX_PLAN_BYTES = 16 << 20  # a plan of 65,536 ranks is a few MB
+
+
 def load(path: str | os.PathLike) -> LaunchPlan:
     """A plan file written by an executor (a request's files) or a rendered script, typed and checked."""
 
     try:
-        text = Path(path).read_text()
+        text = fsutil.read_text(path, MAX_PLAN_BYTES, follow=True)
     except OSError as e:
         raise PlanError(
             f"cannot read plan {str(path)!r}: {e.strerror or e}",

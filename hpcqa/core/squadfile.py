@@ -23,7 +23,20 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+from hpcqa import fsutil
+
 READER_VERSION = "4"  # part of the feature-cache key: bump when rows would come out differently
+
+
+DATA_MAX_BYTES = (
+    16 << 30
+)  # SQuAD v2's train set is 40 MB; a data file is read whole, so a larger one is a mistake
+
+
+def _data_text(path: str | Path) -> str:
+    """A data file's text, through the one door: a regular file (a link to one is followed: data is linked), never
+    a FIFO or a device, at most DATA_MAX_BYTES, UTF-8."""
+    return fsutil.read_text(path, DATA_MAX_BYTES, follow=True)
 
 
 def parse(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -175,7 +188,7 @@ def saved_dataset(folder: Path, split: str) -> Path:
     if (folder / "state.json").is_file() and (folder / "dataset_info.json").is_file():
         return folder
     if (folder / "dataset_dict.json").is_file():
-        doc = json.loads((folder / "dataset_dict.json").read_text(encoding="utf-8"))
+        doc = json.loads(fsutil.read_text(folder / "dataset_dict.json", 1 << 20, follow=True))
         splits = [
             x
             for x in (doc.get("splits") if isinstance(doc, dict) else None) or []
@@ -211,7 +224,7 @@ def saved_rows(folder: Path, split: str) -> list[dict[str, Any]]:
     import pyarrow as pa  # heavy (0.3 s): only for a save_to_disk folder
 
     ds = saved_dataset(folder, split)
-    state = json.loads((ds / "state.json").read_text(encoding="utf-8"))
+    state = json.loads(fsutil.read_text(ds / "state.json", 16 << 20, follow=True))
     files = [f.get("filename") for f in state.get("_data_files") or [] if isinstance(f, dict)]
     rows: list[dict[str, Any]] = []
     for name in files:
@@ -247,9 +260,9 @@ def read_with_facts(
     if Path(path).is_dir():
         fmt, raw, declared = "save_to_disk", saved_rows(Path(path), split), None
     elif str(path).lower().endswith(".csv"):
-        fmt, raw, declared = "csv", _csv_rows(Path(path).read_text(encoding="utf-8")), None
+        fmt, raw, declared = "csv", _csv_rows(_data_text(path)), None
     else:
-        fmt, raw, declared = _parse(Path(path).read_text(encoding="utf-8"))
+        fmt, raw, declared = _parse(_data_text(path))
     problem = columns_problem(raw, columns)
     if problem:
         raise ValueError(problem)

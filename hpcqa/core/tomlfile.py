@@ -4,13 +4,13 @@ traceback."""
 
 from __future__ import annotations
 
-import os
+import errno
 import re
-import stat
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from hpcqa import fsutil
 from hpcqa.errors import ConfigError, UsageError
 
 # a config is a page of TOML; /dev/zero or a log named by mistake is not read whole
@@ -22,25 +22,21 @@ class _Unreadable(Exception):
 
 
 def _read_config_text(p: Path) -> str:
-    """The config file's text: a regular file (a link to one is followed: configs are linked), opened without
-    blocking (a FIFO would wait for a writer for ever), at most CONFIG_MAX_BYTES, UTF-8; _Unreadable otherwise."""
-    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    """The config file's text, through the one door (fsutil.read_text): a regular file (a link to one is followed:
+    configs are linked), never blocking (a FIFO would wait for a writer for ever), at most CONFIG_MAX_BYTES,
+    UTF-8; _Unreadable otherwise."""
+    if p.is_dir():
+        raise _Unreadable("a folder, not a file")
     try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise _Unreadable("a folder, not a file")
-        if not stat.S_ISREG(st.st_mode):
-            raise _Unreadable("not a regular file (a FIFO, a device or a socket)")
-        data = os.read(fd, CONFIG_MAX_BYTES + 1)
-        while len(data) <= CONFIG_MAX_BYTES and (
-            more := os.read(fd, CONFIG_MAX_BYTES + 1 - len(data))
-        ):
-            data += more
-    finally:
-        os.close(fd)
-    if len(data) > CONFIG_MAX_BYTES:
-        raise _Unreadable(f"larger than {CONFIG_MAX_BYTES >> 20} MiB, which no config is")
-    return data.decode("utf-8")
+        return fsutil.read_text(p, CONFIG_MAX_BYTES, follow=True)
+    except OSError as e:
+        if e.errno == errno.EINVAL and e.strerror == "not a regular file":
+            raise _Unreadable("not a regular file (a FIFO, a device or a socket)") from None
+        if e.errno == errno.EFBIG:
+            raise _Unreadable(
+                f"larger than {CONFIG_MAX_BYTES >> 20} MiB, which no config is"
+            ) from None
+        raise
 
 
 def _toml(text: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from hpcqa import fsutil
 from hpcqa.errors import PlanError
 
 ISA_FLAGS = ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8")
@@ -134,7 +135,7 @@ def parse_cpu_list(text: str) -> list[int]:
 
 def _read(path: Path) -> str | None:
     try:
-        return path.read_text().strip()
+        return fsutil.read_kernel(path).strip()
     except OSError:
         return None
 

@@ -113,7 +113,7 @@ def standalone(
         )
     if hosts and len(hosts) != plan.nodes:
         raise ValueError(f"{len(hosts)} hosts for a plan of {plan.nodes} nodes")
-    template = (template_dir() / TEMPLATES[launcher, bool(hosts)]).read_text()
+    template = resources.read_text(template_dir() / TEMPLATES[launcher, bool(hosts)])
     # the batch scripts requeue a rank that checkpointed on the signal (scontrol requeue after the step); the
     # plain-machine script has no scheduler to do it
     plan = plan.with_requeue(Requeue.NONE if hosts else Requeue.SCRIPT)

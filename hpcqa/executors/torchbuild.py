@@ -10,6 +10,8 @@ import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcqa import fsutil
+
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own index of CPU-only builds
 
 
@@ -26,7 +28,7 @@ class Build:
 def read_version_py(path: Path) -> tuple[str | None, str | None, str]:
     """(__version__, cuda, problem) from torch/version.py, parsed as data (never run)."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        tree = ast.parse(fsutil.read_text(path, 1 << 20, follow=True, errors="replace"))
     except (OSError, SyntaxError, ValueError) as e:
         return None, None, f"{path}: {e.__class__.__name__}"
     found: dict[str, object] = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hpcqa import fsutil
 from hpcqa.core import topology
 
 WIDENED: str | None = None  # what widen_main_thread did, once per process
@@ -46,7 +47,7 @@ def run_delay_s() -> float | None:
     total, seen = 0, False
     for stat in Path("/proc/self/task").glob("*/schedstat"):
         try:
-            total += int(stat.read_text().split()[1])
+            total += int(fsutil.read_kernel(stat).split()[1])
             seen = True
         except (OSError, IndexError, ValueError):
             continue

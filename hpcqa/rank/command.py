@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpcqa import fsutil
 from hpcqa.core import command as commandmod
 from hpcqa.core.eta import StepRate
 from hpcqa.core.kinds import PodExit, Requeue
@@ -552,16 +553,18 @@ def _results(plan: LaunchPlan, jd: JobDir, report: dict, roots: list[Path]) -> d
     path = jd.command_results
     if path.exists():
         try:
-            if path.stat().st_size > MAX_RESULTS_BYTES:
-                raise ValueError(f"larger than {MAX_RESULTS_BYTES >> 20} MiB")
-            metrics = json.loads(path.read_text())
+            metrics = json.loads(fsutil.read_bytes(path, MAX_RESULTS_BYTES))
             if not isinstance(metrics, dict):
                 raise ValueError("not a JSON object")
+            if fsutil.deeper_than(metrics, fsutil.MAX_DEPTH):
+                raise ValueError(f"nested deeper than {fsutil.MAX_DEPTH} levels")
             out["metrics"] = metrics
             for k, v in metrics.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in out:
                     out[k] = v
-        except (OSError, ValueError) as e:
+        except OSError as e:
+            out["metrics_error"] = f"HPCQA_RESULTS ({path}): {e.strerror or e}"
+        except (ValueError, RecursionError) as e:
             out["metrics_error"] = f"HPCQA_RESULTS ({path}): {e}"
     saved = trainerfiles.metrics(roots) if "metrics" not in out else None
     if saved:

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from hpcqa import fsutil
+
 ALLOWED = {("submitit.core.utils", "DelayedSubmission"), ("hpcqa.rank.job", "RankJob")}
 # Opcodes that build plain data or call one of ALLOWED's constructors; REDUCE, GET/BINGET (a memo could
 # carry another global), INST, OBJ, NEWOBJ_EX, EXT*, PERSID and the rest are refused.
@@ -62,6 +64,8 @@ SAFE_OPS = {
     "BINFLOAT",
     "FLOAT",
 }
+
+MAX_PICKLE_BYTES = 1 << 20  # a job's pickle names its plan file: a few hundred bytes
 
 
 def problems(data: bytes, plan_path: str, plan_digest: str) -> str | None:
@@ -120,7 +124,7 @@ def check(
         time.sleep(0.2)
     try:
         bad = owner_only(path)
-        data = path.read_bytes()
+        data = fsutil.read_bytes(path, MAX_PICKLE_BYTES)
     except OSError as e:
         return f"it cannot be read ({e.strerror or e})"
     if bad or data in allowed():

@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Mapping
 
+from hpcqa import fsutil
+
 LIBRARIES = {
     "tcmalloc": ("libtcmalloc.so", "libtcmalloc.so.4", "libtcmalloc_minimal.so.4"),
     "jemalloc": ("libjemalloc.so", "libjemalloc.so.2"),
@@ -48,8 +50,8 @@ def find_library(names: tuple[str, ...], dirs: list[str], exists=os.path.exists)
 def ld_so_conf_dirs(path: str = "/etc/ld.so.conf", depth: int = 0) -> list[str]:
     """The folders /etc/ld.so.conf names (following `include` globs): what ldconfig caches."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = [line.split("#", 1)[0].strip() for line in f]
+        text = fsutil.read_text(path, 1 << 20, follow=True, errors="replace")
+        lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
     except OSError:
         return []
     out = []

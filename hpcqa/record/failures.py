@@ -7,9 +7,11 @@ PyTorchJob's rank that only lost a peer exits with a retryable code (core/kinds.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
+from hpcqa import fsutil
 from hpcqa.record.jobfiles.failure import Failure
 from hpcqa.record.jobfiles.fields import Damaged
 
@@ -72,7 +74,7 @@ def lost_peer_in_log(path: Any, max_bytes: int = 64 << 10) -> bool:
     at import, in a library's own exit) but whose log ends in an error that names a peer going away. The error
     line read is the last one that names an exception (error_first), in the log's last `max_bytes`."""
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(fsutil.open_regular(path), "rb") as f:
             f.seek(0, 2)
             f.seek(max(0, f.tell() - max_bytes))
             tail = [

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from hpcqa import fsutil
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path  # noqa: F401  (the folder's names, with the rest)
 from hpcqa.core.states import State
 from hpcqa.errors import UsageError
@@ -116,7 +117,7 @@ def plan_problem(plan_path: str | Path, digest: str) -> str | None:
     if group == digest:
         return None
     try:
-        index = p.with_name("index.json").read_text().split(",")
+        index = fsutil.read_text(p.with_name("index.json"), 16 << 20).split(",")
     except OSError:
         return f"{p} has digest {digest}, not {group} (its folder's name)"
     if plan_group_digest(index) != group:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from hpcqa import fsutil
+
 LEAF_TABLE = 0x0D
 WAL_HEADER, WAL_FRAME_HEADER = 32, 24
 MAX_BYTES = (
@@ -112,8 +114,7 @@ def _payload(page: bytes, i: int, size: int, usable: int, pages: dict[int, bytes
 
 def _pages(path: Path) -> tuple[dict[int, bytes], int]:
     """Every whole page of the file, then the newer copies in its write-ahead log (-wal), by page number."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_BYTES)
+    data = fsutil.read_head(path, MAX_BYTES, follow=True)
     if len(data) < 100 or not data.startswith(b"SQLite format 3\x00"):
         return {}, 0
     size = int.from_bytes(data[16:18], "big")
@@ -124,8 +125,7 @@ def _pages(path: Path) -> tuple[dict[int, bytes], int]:
     pages = {n + 1: data[n * size : (n + 1) * size] for n in range(len(data) // size)}
     wal = Path(f"{path}-wal")
     if wal.is_file():
-        with open(wal, "rb") as f:
-            w = f.read(MAX_BYTES)
+        w = fsutil.read_head(wal, MAX_BYTES)
         at = WAL_HEADER
         while at + WAL_FRAME_HEADER + size <= len(w):
             number = int.from_bytes(w[at : at + 4], "big")

@@ -12,7 +12,7 @@ import re
 import shlex
 from typing import Any, Callable
 
-from hpcqa import fsutil
+from hpcqa import fsutil, resources
 from hpcqa.core import values as valuecheck
 from hpcqa.core.config import Config
 from hpcqa.core.kinds import Launcher, PodExit
@@ -328,7 +328,7 @@ def node_script(plan: LaunchPlan, name: str, kind: str = "PyTorchJob") -> str:
         "MASTER_WAIT_S": str(cfg.train.ddp_timeout_s),
         "KILL_WAIT_S": "10",
     }
-    return render.fill((render.template_dir() / "pytorchjob-node.sh").read_text(), values)
+    return render.fill(resources.read_text(render.template_dir() / "pytorchjob-node.sh"), values)
 
 
 def pod_env(

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 import torch
 import transformers
 
+from hpcqa import fsutil
 from hpcqa.core import topology
 from hpcqa.core.kinds import DDPBackend
 from hpcqa.core.plan import GLIBC_HEAP_ENV, Backend, LaunchPlan
@@ -54,7 +55,7 @@ class Rank:
 
 def cpu_flags() -> set[str]:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in fsutil.read_kernel(Path("/proc/cpuinfo")).splitlines():
             if line.startswith("flags"):
                 return set(line.split(":", 1)[1].split())
     except OSError:
@@ -139,7 +140,7 @@ def allocator(env: Mapping[str, str]) -> str:
 def _mapped(ld_preload: str) -> list[str]:
     """The LD_PRELOAD libraries the dynamic loader really mapped into this process (/proc/self/maps)."""
     try:
-        maps = Path("/proc/self/maps").read_text()
+        maps = fsutil.read_kernel(Path("/proc/self/maps"))
     except OSError:
         return []
     return [p for p in ld_preload.split(":") if p and (p in maps or os.path.realpath(p) in maps)]
@@ -224,7 +225,9 @@ def threads_outside(cpus: set[int]) -> list[str]:
     for status in Path("/proc/self/task").glob("*/status"):
         try:
             line = next(
-                x for x in status.read_text().splitlines() if x.startswith("Cpus_allowed_list:")
+                x
+                for x in fsutil.read_kernel(status).splitlines()
+                if x.startswith("Cpus_allowed_list:")
             )
         except (OSError, StopIteration):
             continue
@@ -236,8 +239,8 @@ def threads_outside(cpus: set[int]) -> list[str]:
 def process_age_s() -> float | None:
     """Seconds since this process started (/proc/self/stat's starttime against /proc/uptime)."""
     try:
-        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        start_ticks = int(fsutil.read_kernel(Path("/proc/self/stat")).rsplit(")", 1)[1].split()[19])
+        uptime = float(fsutil.read_kernel(Path("/proc/uptime")).split()[0])
         return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 1e-3)
     except (OSError, ValueError, IndexError):
         return None
@@ -260,10 +263,10 @@ def thread_census(pid: int | None = None) -> list[dict]:
             try:
                 mask = next(
                     x.split()[1]
-                    for x in (task / "status").read_text().splitlines()
+                    for x in fsutil.read_kernel(task / "status").splitlines()
                     if x.startswith("Cpus_allowed_list")
                 )
-                name = (task / "comm").read_text().strip()
+                name = fsutil.read_kernel(task / "comm").strip()
             except (OSError, StopIteration):
                 continue
             out.append(
@@ -280,6 +283,6 @@ def thread_census(pid: int | None = None) -> list[dict]:
 
 def _ppid(proc: Path) -> int:
     try:
-        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        return int(fsutil.read_kernel(proc / "stat").rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return -1
