@@ -14,9 +14,12 @@ store (`hpcqa tune`) is per user, not per data set: $HPCQA_TUNE_STORE, else $HPC
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+
+from hpcqa import fsutil, text
 
 SYNTH_SHAPE_VERSION = (
     "1"  # bumped when the "squad" shape's generator changes: a new cache file, never a stale one
@@ -77,3 +80,25 @@ def link_store(env: Mapping[str, str] | None = None) -> Path:
     if env.get("HPCQA_LINK_STORE"):
         return Path(env["HPCQA_LINK_STORE"])
     return _home_cache(env) / "links.json"
+
+
+_said: set[str] = set()
+
+
+def read_store(path: Path, what: str, fix: str) -> dict:
+    """A per-user store (tuned layouts, measured links, a staging manifest, measured peaks) read through the one
+    reader (fsutil.load_json: a regular file, never a link or a FIFO, bounded, depth-safe). A store only ever saves
+    work, so a damaged one counts as missing: said once per process on stderr, naming it and the fix."""
+    data, why = fsutil.load_json(path)
+    if why is not None:
+        read_store_damaged(path, what, why, fix)
+    return data or {}
+
+
+def read_store_damaged(path: Path, what: str, why: str, fix: str) -> None:
+    """Say once per process that a store is damaged and not used."""
+    if str(path) not in _said:
+        _said.add(str(path))
+        sys.stderr.write(
+            f"hpcqa: {what} {text.shown(str(path))} is damaged ({why}): not used; {fix}\n"
+        )

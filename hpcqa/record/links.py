@@ -18,11 +18,11 @@ def key(executor: str, partition: str, backend: str) -> str:
 
 
 def load(path: Path | None = None) -> dict[str, Any]:
-    try:
-        data = json.loads((path or caches.link_store()).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return caches.read_store(
+        path or caches.link_store(),
+        "the link store",
+        "remove it; `hpcqa tune --comm` measures again",
+    )
 
 
 def record(k: str, link: Mapping[str, Any], job_id: str, path: Path | None = None) -> dict:

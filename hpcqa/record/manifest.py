@@ -14,7 +14,7 @@ from typing import Any
 
 from hpcqa.core.config import Config
 from hpcqa.errors import HpcqaError
-from hpcqa.record.caches import Caches
+from hpcqa.record.caches import Caches, read_store, read_store_damaged
 
 MANIFEST_VERSION = 1
 
@@ -52,7 +52,7 @@ def manifest_path(cfg: Config) -> Path:
 def _missing(files: list[dict[str, Any]]) -> list[str]:
     bad = []
     for f in files:
-        p = Path(f["path"])
+        p = Path(str(f["path"]))
         try:
             size = p.stat().st_size  # follows the hub cache's symlinks to their blobs
         except OSError:
@@ -65,11 +65,18 @@ def _missing(files: list[dict[str, Any]]) -> list[str]:
 
 def check(cfg: Config) -> dict[str, Any]:
     """-> {"manifest": path or None, "items": {model|data|features: (state, detail)}, "problems": [...]}.
-    States: staged, missing (the manifest lists a file that is gone or changed), not staged."""
+    States: staged, missing (the manifest lists a file that is gone or changed), not staged. The manifest is read
+    through the one reader (caches.read_store); one that is damaged, or not of the shape `stage` writes, counts as
+    no manifest, said once."""
     path = manifest_path(cfg)
+    fix = f"run `hpcqa stage {cfg.source or 'CONFIG'}` again"
+    manifest = read_store(path, "the staging manifest", fix)
     try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError):
+        got = _items(manifest) if manifest else None
+    except (KeyError, TypeError, ValueError, AttributeError):
+        read_store_damaged(path, "the staging manifest", "not what `hpcqa stage` writes", fix)
+        got = None
+    if got is None:
         return {
             "manifest": None,
             "problems": [],
@@ -78,6 +85,11 @@ def check(cfg: Config) -> dict[str, Any]:
                 for k in ("model", "data", "features")
             },
         }
+    items, problems = got
+    return {"manifest": str(path), "items": items, "problems": problems}
+
+
+def _items(manifest: dict[str, Any]) -> tuple[dict[str, tuple[str, str]], list[str]]:
     model = manifest["model"]
     splits = manifest["dataset"]["splits"]
     groups = {
@@ -104,7 +116,7 @@ def check(cfg: Config) -> dict[str, Any]:
             else ("staged", detail)
         )
         problems += [f"{key}: {b}" for b in bad]
-    return {"manifest": str(path), "items": items, "problems": problems}
+    return items, problems
 
 
 def require(cfg: Config) -> None:

@@ -24,12 +24,10 @@ def store_path() -> Path:
 
 
 def load_store(path: Path | None = None) -> dict[str, Any]:
-    """The stored results; an unreadable store counts as empty (it only ever speeds things up)."""
-    try:
-        data = json.loads((path or store_path()).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """The stored results; a damaged store counts as empty, said once (it only ever speeds things up)."""
+    return caches.read_store(
+        path or store_path(), "the tuned-layout store", "remove it; `hpcqa tune` measures again"
+    )
 
 
 def record(

@@ -30,7 +30,9 @@ from typing import Any, Callable
 
 import torch
 
+from hpcqa import fsutil
 from hpcqa.fsutil import atomic_write_text
+from hpcqa.record import caches
 
 PEAK_SIZE = 1024  # matmul n: big enough to be compute-bound, small enough for a 1-core node
 PEAK_SECONDS = 0.6
@@ -98,7 +100,7 @@ def per_sample(flops: dict, counts: dict | None, which: str) -> float:
 def _cpuinfo() -> dict[str, str]:
     """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
     try:
-        first = Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0]
+        first = fsutil.read_kernel(Path("/proc/cpuinfo")).split("\n\n", 1)[0]
     except OSError:
         return {}
     return {
@@ -194,11 +196,7 @@ def peak(
     taken on busy cores would make every later MFU of the shape too high. An entry from before the quiet check (a
     bare number) is not trusted and is measured again."""
     key = shape_key(cpus, threads, precision)
-    try:
-        known = json.loads(store.read_text())
-        known = known if isinstance(known, dict) else {}
-    except (OSError, ValueError):
-        known = {}
+    known = caches.read_store(store, "the peak store", "remove it; the next job measures again")
     entry = known.get(key)
     if (
         isinstance(entry, dict)
