@@ -8,7 +8,7 @@ version, the git commit and whether the tree was dirty when run from a checkout,
 
 from __future__ import annotations
 
-import hashlib
+import errno
 import os
 import shlex
 import shutil
@@ -81,7 +81,8 @@ def files(package: Path = PACKAGE) -> list[Path]:
 
 def content_digest(package: Path = PACKAGE) -> str:
     return snapcheck.digest_of(
-        (str(p.relative_to(package)), p.read_bytes()) for p in files(package)
+        (str(p.relative_to(package)), fsutil.read_bytes(p, fsutil.MAX_JSON_BYTES, follow=True))
+        for p in files(package)
     )
 
 
@@ -171,23 +172,44 @@ def write(snap: Snapshot, say: Callable[[str], None] = lambda line: None) -> Pat
         aside = snap.path.with_name(f"{snap.digest}.damaged-{int(time.time())}")
         os.replace(snap.path, aside)
         say(f"warning: the existing snapshot did not verify ({bad}); kept as {aside}, made again")
+    try:
+        return _publish(snap)
+    except (
+        OSError
+    ) as e:  # a full disk, a quota, a file-size limit, a read-only mount: nothing half-made is left
+        raise SubmitError(
+            f"the code snapshot was not written: {fsutil.write_failure(e)}; nothing was queued",
+            f"free space in {snap.path.parent} (or set job.root elsewhere), or submit with --no-snapshot",
+        ) from None
+
+
+def _publish(snap: Snapshot) -> Path:
+    """The copy built in a temporary folder beside its place, then renamed into it; removed on any failure."""
     snap.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{snap.digest}-", dir=snap.path.parent))
-    manifest = {}
-    for src in files(snap.source):
-        rel = src.relative_to(snap.source)
-        dst = tmp / "hpcqa" / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
-        manifest[str(rel)] = hashlib.sha256(dst.read_bytes()).hexdigest()
-    write_json(tmp / snapcheck.MANIFEST, manifest)
-    shutil.copyfile(snapcheck.__file__, tmp / snapcheck.CHECKER)
-    write_json(JobRoot.code_provenance(tmp), dict(snap.provenance))
-    os.chmod(tmp, 0o777 & ~_umask())
     try:
+        manifest = {}
+        for src in files(snap.source):
+            rel = src.relative_to(snap.source)
+            dst = tmp / "hpcqa" / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+            manifest[str(rel)] = fsutil.file_sha256(dst, follow=False)
+        write_json(tmp / snapcheck.MANIFEST, manifest)
+        shutil.copyfile(snapcheck.__file__, tmp / snapcheck.CHECKER)
+        write_json(JobRoot.code_provenance(tmp), dict(snap.provenance))
+        os.chmod(tmp, 0o777 & ~_umask())
         os.rename(tmp, snap.path)
-    except OSError:  # another submission published the same digest first
+    except FileExistsError:  # another submission published the same digest first
         shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno in (errno.EEXIST, errno.ENOTEMPTY) and snap.path.exists():
+            return snap.path  # rename onto a folder another submission made
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return snap.path
 
 
