@@ -133,9 +133,9 @@ def submit_request(ex: Executor, request: Request, say: Say = silent, warn=None)
     before_queueing(request.sweep.plans, warn)
     job = request.sweep.plans[0].config.job
     with fsutil.owner_umask(job.group_readable):
-        # before anything is queued: a registry that cannot be created would otherwise be found out after sbatch,
-        # with the job queued and unrecorded (a probe file, removed: nothing is left if the submit is refused)
-        registry.check_creatable(job.registry or None)
+        # before anything is queued: a registry that cannot be created or written would otherwise be found out
+        # after sbatch, with the job queued and unrecorded
+        registry.check_writable(job.registry or None, job.group_readable)
         return ex.submit(request, say)
 
 

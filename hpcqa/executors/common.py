@@ -3,17 +3,21 @@ registry rows, and watching a job folder (what is shown of it is the CLI's)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
+import sqlite3
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from hpcqa.core import command, kinds, sweep
 from hpcqa.core.config import Config
 from hpcqa.core.plan import HostProbe, LaunchPlan
-from hpcqa.errors import UsageError
+from hpcqa.errors import HpcqaError, SubmitError, UsageError
 from hpcqa.executors import snapshot
 from hpcqa.executors.interface import File, Progress
 from hpcqa.record import jobdir, worktree
@@ -207,6 +211,40 @@ def register(plan: LaunchPlan, rows: list[dict]) -> None:
     Registry(
         plan.config.job.registry or None, group_readable=plan.config.job.group_readable
     ).add_many(rows)
+
+
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP held (blocked, so pending) while a job is handed to the scheduler and recorded:
+    a Ctrl-C, a runner's SIGTERM or a closed terminal that lands between the scheduler's answer and the registry's
+    commit is delivered after the commit -- the job is then queued and recorded, never queued and lost. A child
+    started meanwhile inherits the mask (sbatch finishes its answer); a job's processes are started by Slurm's
+    daemons, not by it. Nothing is held outside the main thread (the mask is per thread; signals go to the main one)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def record_queued(plan: LaunchPlan, rows: list[dict], queued: Sequence[str], stop: str) -> None:
+    """register(), for jobs the scheduler has already taken: when the registry still refuses the rows (checked
+    writable before the scheduler was asked; a disk can fill in between), the jobs are named with the exact command
+    that stops them, in one line, instead of being left running unknown to status."""
+    try:
+        register(plan, rows)
+    except (HpcqaError, OSError, sqlite3.Error) as e:
+        why = e.message if isinstance(e, HpcqaError) else str(e)
+        raise SubmitError(
+            f"job {', '.join(queued)} is queued but was not recorded in the job registry ({why})",
+            f"stop it with `{stop}`, or let it run: its folder is {rows[0]['folder']}",
+        ) from None
 
 
 def watch(

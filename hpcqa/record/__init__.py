@@ -9,7 +9,8 @@ caches.py       the cache layout: model, data and feature caches, stage manifest
 manifest.py     the staging manifest read back: what `hpcqa stage` staged, and whether it is still there
 tuned.py        `hpcqa tune` results: the candidates, the store of measured layouts
 links.py        the links `hpcqa tune --comm` measured, per cluster, partition and backend
-registry.py     the job registry (SQLite, WAL): where it lives, its file and rows checked
+registry.py     the job registry (SQLite, WAL): its file and rows checked, a write tried before a submit
+registrypath.py  where the registry is: the state folder, the default, what chose it
 registryfix.py  an older hpcqa's per-folder registry adopted; a damaged one recovered (rows salvaged)
 sqlitescan.py   rows read straight from an SQLite file's pages (recover, when SQLite cannot read it)
 status.py       the job view (state, progress, results) and its texts

@@ -14,14 +14,15 @@ import socket
 import sqlite3
 import stat
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from hpcqa import fsutil
 from hpcqa.core import values as valuecheck
 from hpcqa.errors import HpcqaError, RegistryError, UsageError
+from hpcqa.record.registrypath import _same, chosen_by, default_path, resolve_path, state_dir  # noqa: F401  (where the registry is: asked of this module too)
 
 # Before, the default was a registry per folder (logs/registry.sqlite under the folder submit ran in): a job
 # submitted from a script's own folder was then invisible from anywhere else. The default is now the user's.
@@ -81,44 +82,6 @@ class JobRow:
     elapsed: str | None
 
 
-def state_dir() -> Path:
-    """The user's own state folder for hpcqa, the platform's place for it: $XDG_STATE_HOME/hpcqa, else
-    ~/.local/state/hpcqa (the XDG base directory default, Linux and other Unix); ~/Library/Application
-    Support/hpcqa on macOS."""
-    xdg = os.environ.get("XDG_STATE_HOME", "")
-    if os.path.isabs(xdg):  # the spec: a relative value is invalid and is ignored
-        return Path(xdg) / "hpcqa"
-    home = Path.home()
-    if sys.platform == "darwin":
-        return home / "Library" / "Application Support" / "hpcqa"
-    return home / ".local" / "state" / "hpcqa"
-
-
-def default_path() -> Path:
-    """The registry every hpcqa of this user finds from any folder, unless job.registry or $HPCQA_REGISTRY names
-    another."""
-    return state_dir() / "registry.sqlite"
-
-
-def resolve_path(path: str | None = None) -> Path:
-    return Path(path or os.environ.get("HPCQA_REGISTRY") or default_path())
-
-
-def chosen_by(path: str | Path | None) -> tuple[Path, str]:
-    """(the registry `path` resolves to, what chose it: "job.registry", "$HPCQA_REGISTRY" or "your default")."""
-    where = resolve_path(str(path) if path else None)
-    if _same(where, default_path()):
-        return where, "your default"
-    return where, "job.registry" if path else "$HPCQA_REGISTRY"
-
-
-def _same(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve()
-    except OSError:
-        return a.absolute() == b.absolute()
-
-
 @contextlib.contextmanager
 def _read_only(path: Path) -> Iterator[sqlite3.Connection]:
     """Another registry file, opened read-only (never migrated or written) and always closed."""
@@ -162,26 +125,29 @@ def not_found(ids: Iterable[str], path: Path, what: str = "job") -> UsageError:
     )
 
 
-def check_creatable(path: str | Path | None = None) -> None:
-    """A registry that does not exist yet can be made where it is to be (RegistryError, with the fix, if not): a
-    file is made and removed in the nearest folder that exists. An existing one is opened as status opens it."""
+def check_writable(path: str | Path | None = None, group_readable: bool = False) -> None:
+    """Before anything is queued, the registry takes a real write (a missing one is tried as a trial copy beside
+    it, then removed: a refused submit leaves nothing): a full disk, a quota, a read-only mount or damage is found
+    with nothing queued (RegistryError naming the path and the fix)."""
     where = resolve_path(str(path) if path else None)
-    _closed_folder(where)
-    if where.exists():
-        Registry(where, create=False)
-        return
-    folder = next((p for p in where.parents if p.exists()), Path("/"))
+    trial = not _checked_file(where)
+    if trial:
+        _closed_folder(where)
+        where = where.with_name(f".{where.name}.trial-{socket.gethostname()}-{os.getpid()}")
     try:
-        if not folder.is_dir():
-            raise NotADirectoryError(20, "Not a directory", str(folder))
-        fd, probe = tempfile.mkstemp(prefix=".hpcqa-probe-", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise RegistryError(
-            f"cannot create the job registry {where}: {folder}: {e.strerror or e}",
-            "make its folder writable, or set job.registry / $HPCQA_REGISTRY",
-        ) from None
+        reg = Registry(where, create=True, group_readable=group_readable)
+        try:
+            reg.write_test()
+        finally:
+            reg.writable().close()
+    except RegistryError as e:  # said of the registry, not of its trial copy
+        real = str(resolve_path(str(path) if path else None))
+        raise RegistryError(e.message.replace(str(where), real), e.hint) from None
+    finally:
+        if trial:
+            for leftover in (where, Path(f"{where}-wal"), Path(f"{where}-shm")):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
 
 
 def _closed_folder(path: Path) -> None:
@@ -217,6 +183,31 @@ def _closed_folder(path: Path) -> None:
         "anyone could replace the registry",
         f"chmod o-w {folder}, or set job.registry / $HPCQA_REGISTRY to a path in a folder of yours",
     )
+
+
+_ELSEWHERE = (
+    "free space (or quota) where it is, or set job.registry / $HPCQA_REGISTRY to a writable place"
+)
+
+
+def _cannot_write(e: sqlite3.DatabaseError) -> bool:
+    """SQLite's words for a file it cannot write to that is not damaged."""
+    said = str(e).lower()
+    return any(
+        w in said for w in ("disk is full", "readonly", "read-only", "disk i/o", "unable to open")
+    )
+
+
+def _no_room(path: Path) -> str | None:
+    """Why the registry's folder takes no write (its file system full or read-only), or None."""
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return None
+    if st.f_flag & os.ST_RDONLY:
+        return "its file system is mounted read-only (EROFS)"
+    free = (st.f_bfree if os.getuid() == 0 else st.f_bavail) * st.f_frsize
+    return "its file system is full (ENOSPC)" if free < 64 << 10 else None
 
 
 def _damaged(path: Path, what: str) -> RegistryError:
@@ -305,6 +296,12 @@ class Registry:
         try:
             self.db = _open(self.path)
         except sqlite3.DatabaseError as e:
+            if _cannot_write(e) and (
+                full := _no_room(self.path)
+            ):  # its -wal/-shm cannot be made: not damage
+                raise RegistryError(
+                    f"cannot open the job registry {self.path}: {full}", _ELSEWHERE
+                ) from None
             raise _damaged(self.path, f"not a readable job registry ({e})") from None
         except OSError as e:
             raise RegistryError(
@@ -428,7 +425,8 @@ class Registry:
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction; a page SQLite cannot read or write is the registry's one-line error."""
+        """A write transaction; a page SQLite cannot read or write is the registry's one-line error: a full disk or
+        a read-only mount said as such (the file is fine), anything else as damage (recover)."""
         db = self.writable()
         try:
             with db:
@@ -436,7 +434,25 @@ class Registry:
         except sqlite3.DatabaseError as e:
             if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
                 raise
+            if _cannot_write(e):
+                raise RegistryError(
+                    f"cannot write the job registry {self.path}: {e}", _ELSEWHERE
+                ) from None
             raise _damaged(self.path, f"SQLite cannot write it ({e})") from None
+        except OSError as e:
+            raise RegistryError(fsutil.write_failure(e, self.path), _ELSEWHERE) from None
+
+    def write_test(self) -> None:
+        """A committed write the size of a job's row, with nothing left of it (check_writable)."""
+        probe = ("hpcqa-write-test", f"{socket.gethostname()}-{os.getpid()}")
+        with self._writing() as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(
+                "INSERT INTO jobs (id, name, executor, folder, config, source, submitted_at, nodes, "
+                "world_size) VALUES (?,?,?,?,?,?,?,?,?)",
+                (probe[0], "", "", probe[1], "0" * 8192, "", time.time(), 0, 0),
+            )
+            db.execute("DELETE FROM jobs WHERE id = ? AND folder = ?", probe)
 
     def jobs(
         self, ids: Iterable[str] = (), limit: int | None = None, sweep_id: str | None = None
@@ -615,16 +631,21 @@ def _create(path: Path, mode: int = 0o600) -> None:
     registry another process published first (so nobody ever sees a half-made, 0-byte file)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o750 if mode & 0o040 else 0o700)
     tmp = path.with_name(f".{path.name}.new-{socket.gethostname()}-{os.getpid()}")
-    db = sqlite3.connect(str(tmp))
-    db.executescript(SCHEMA)
-    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    db.commit()
-    db.close()
-    os.chmod(tmp, mode)  # SQLite gives its -wal and -shm files the database's mode
     try:
+        db = sqlite3.connect(str(tmp))
+        try:
+            db.executescript(SCHEMA)
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.commit()
+        finally:
+            db.close()
+        os.chmod(tmp, mode)  # SQLite gives its -wal and -shm files the database's mode
         os.link(tmp, path)
     except FileExistsError:
         pass
-    finally:
-        tmp.unlink()
+    finally:  # published, refused, or cut short (a full disk, a signal): the part-made file goes
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        with contextlib.suppress(OSError):
+            Path(f"{tmp}-journal").unlink()

@@ -9,6 +9,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from hpcqa import fsutil
 from hpcqa.errors import RegistryError
 from hpcqa.record import sqlitescan
 from hpcqa.record.registry import (
@@ -91,6 +92,13 @@ def recover(path: str | Path | None = None) -> tuple[Path, Path, int, int]:
     if not src.is_file():
         raise RegistryError(
             f"{src} is not a registry file", "name the registry file with --registry"
+        )
+    if why := fsutil.unwritable(
+        src.parent
+    ):  # a read-only mount, a folder of another's: nothing is moved
+        raise RegistryError(
+            f"cannot recover {src} where it is: {why}",
+            "copy it somewhere writable and recover the copy: hpcqa registry recover --registry COPY",
         )
     rows, bad = [], 0
     for r in _salvage(

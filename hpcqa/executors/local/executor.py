@@ -19,10 +19,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import submitit
 
+from hpcqa import fsutil
 from hpcqa.core import kinds, states, sweep, topology
 from hpcqa.core.kinds import Requeue
 from hpcqa.core.plan import LaunchPlan
@@ -101,7 +102,7 @@ class Local:
             return self._run_sweep(request, say)
         plan = sp.plans[0]
         job, jd = start(plan, request.submission, cpus_for(plan, say=say), request.code)
-        common.register(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)])
+        record(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)], job, jd)
         say(f"local job {job.job_id}: {plan.world_size} ranks, folder {jd.path}")
         for r, lr in zip(range(plan.world_size), plan.local_ranks):
             say(
@@ -122,7 +123,7 @@ class Local:
             sweep_id = sweep_id or f"local-{job.job_id}"
             ids.append(str(job.job_id))
             folders.append(str(jd.path))
-            common.register(p, [common.registry_row(sp, p, job.job_id, jd.path, sweep_id)])
+            record(p, [common.registry_row(sp, p, job.job_id, jd.path, sweep_id)], job, jd)
             say(
                 f"sweep {sweep_id}: variant {p.variant_index} {dict(p.variant)} -> local job {job.job_id}"
             )
@@ -145,6 +146,21 @@ class Local:
         return Submitted(
             request, tuple(ids), sweep_id, tuple(folders), exit_code=1 if failed else 0
         )
+
+
+def record(plan: LaunchPlan, rows: list[dict], job: Any, jd: JobDir) -> None:
+    """The started job's row, with signals held until it is written; a registry that refuses it (a disk filled
+    since the check) stops the job it would have lost: all or nothing."""
+    with common.signals_held():
+        try:
+            common.record_queued(plan, rows, [str(job.job_id)], f"hpcqa cancel {job.job_id}")
+        except HpcqaError as e:
+            pid = int(job.job_id)
+            cancel(pid, identity(pid) or "", jd.path)
+            raise PlanError(
+                f"{e.message}: the job was stopped",
+                "free space where the registry is, or set $HPCQA_REGISTRY, then submit again",
+            ) from None
 
 
 def start(plan: LaunchPlan, submission: str, cpus: set[int] | None = None, code=None):
@@ -318,8 +334,8 @@ def identity(pid: int) -> str | None:
     """Which process holds `pid`: this boot's id, the process's start time (clock ticks since boot, field 22 of
     /proc/PID/stat) and its owner. A recycled pid has another start time; None when no process holds it."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        fields = fsutil.read_kernel(Path(f"/proc/{pid}/stat")).rsplit(")", 1)[1].split()
+        boot = fsutil.read_kernel(Path("/proc/sys/kernel/random/boot_id")).strip()
         if fields[0] in (
             "Z",
             "X",
@@ -336,7 +352,11 @@ def controls(pid: int, folder: Path) -> bool:
     in the job's folder, where the job's program -- or anything of the user's -- can write the identity of another
     process that took a dead controller's pid; its command line is the kernel's."""
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        argv = (
+            fsutil.read_bytes(f"/proc/{pid}/cmdline", fsutil.KERNEL_MAX_BYTES, follow=True)
+            .rstrip(b"\0")
+            .split(b"\0")
+        )
     except OSError:
         return False
     if argv[-3:-1] != [b"-m", b"submitit.local._local"]:
@@ -360,7 +380,9 @@ def _descendants(pid: int) -> list[tuple[int, str | None]]:
     parent_of = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            parent_of[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            parent_of[int(stat.parent.name)] = int(
+                fsutil.read_kernel(stat).rsplit(")", 1)[1].split()[1]
+            )
         except (OSError, ValueError, IndexError):
             continue
     out, frontier = [], [pid]

@@ -20,6 +20,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
+from hpcqa import fsutil
 from hpcqa.core import kinds, states, sweep
 from hpcqa.core.kinds import Requeue
 from hpcqa.core.states import State
@@ -27,7 +28,7 @@ from hpcqa.errors import SubmitError
 from hpcqa.executors import common, snapshot
 from hpcqa.executors.interface import File, Live, Outcome, Progress, Request, Say, Submitted, silent
 from hpcqa.executors.slurm import batch
-from hpcqa.executors.slurm.cli import Slurm
+from hpcqa.executors.slurm.cli import Slurm, scancel_argv
 from hpcqa.rank import job
 from hpcqa.record.jobdir import JobDir, JobRoot
 
@@ -118,30 +119,31 @@ class SubmititSlurm:
         if request.code:
             snapshot.write(request.code, say)
         common.write_work(request)
-        ids, folders, sweep_id, previous = [], [], None, None
+        ids, folders, sweep_id, previous, arrays = [], [], None, None, []
         for n, (array, command) in enumerate(zip(sp.arrays, request.commands)):
             plans = sp.plans_of(array)
             argv = [a.replace(PREVIOUS, previous or "") for a in command]
             try:
-                array_id, _ = self.slurm.sbatch(argv)
-            except SubmitError as e:
-                what = f"sweep array {n}" if sp.is_sweep else "the job"
-                raise SubmitError(f"sbatch refused {what}: {e.message}", e.hint) from None
-            tasks = [f"{array_id}_{i}" for i in range(len(plans))] if len(plans) > 1 else [array_id]
-            paths = common.plan_paths(plans)
-            jds = [
-                self._hand_over(request, p, path, job_id)
-                for p, path, job_id in zip(plans, paths, tasks)
-            ]
-            jds[0].submission_file(array_id).symlink_to(command[-1])
-            sweep_id, previous = sweep_id or array_id, array_id
-            common.register(
-                plans[0],
-                [
-                    common.registry_row(sp, p, j, jd.path, sweep_id)
-                    for j, jd, p in zip(tasks, jds, plans)
-                ],
-            )
+                with common.signals_held():  # queued and recorded, or neither
+                    array_id, jds, tasks = self._queue(request, n, plans, argv, command[-1])
+                    arrays.append(array_id)
+                    sweep_id, previous = sweep_id or array_id, array_id
+                    common.record_queued(
+                        plans[0],
+                        [
+                            common.registry_row(sp, p, j, jd.path, sweep_id)
+                            for j, jd, p in zip(tasks, jds, plans)
+                        ],
+                        arrays,
+                        shlex.join(scancel_argv(arrays)),
+                    )
+            except KeyboardInterrupt:
+                if arrays:
+                    say(
+                        f"interrupted: job {', '.join(arrays)} is queued and recorded; "
+                        f"`hpcqa cancel {sweep_id}` stops it"
+                    )
+                raise
             ids += tasks
             folders += [str(jd.path) for jd in jds]
             if sp.is_sweep:
@@ -161,6 +163,39 @@ class SubmititSlurm:
             )
             say(f"  logs: {jd.submitit_log(ids[0], '<rank>', 'out|err')}")
         return Submitted(request, tuple(ids), sweep_id if sp.is_sweep else None, tuple(folders))
+
+    def _queue(
+        self, request: Request, n: int, plans: list, argv: list[str], script: str
+    ) -> tuple[str, list[JobDir], list[str]]:
+        """sbatch one array (or the job), then its folders and pickles: -> (array id, folders, task ids)."""
+        sp = request.sweep
+        try:
+            array_id, _ = self.slurm.sbatch(argv)
+        except SubmitError as e:
+            what = f"sweep array {n}" if sp.is_sweep else "the job"
+            raise SubmitError(f"sbatch refused {what}: {e.message}", e.hint) from None
+        tasks = [f"{array_id}_{i}" for i in range(len(plans))] if len(plans) > 1 else [array_id]
+        paths = common.plan_paths(plans)
+        try:
+            jds = [
+                self._hand_over(request, p, path, job_id)
+                for p, path, job_id in zip(plans, paths, tasks)
+            ]
+            jds[0].submission_file(array_id).symlink_to(script)
+        except (
+            OSError
+        ) as e:  # a full disk after sbatch: the job could never start (no pickle): taken back
+            gone = self.slurm.cancel([array_id]).returncode == 0
+            raise SubmitError(
+                f"job {array_id} was queued, but its folder could not be written: {fsutil.write_failure(e)}; "
+                + (
+                    "it was cancelled"
+                    if gone
+                    else f"cancelling it failed: stop it with `scancel {array_id}`"
+                ),
+                "free space in the job root (job.root), then submit again",
+            ) from None
+        return array_id, jds, tasks
 
     @staticmethod
     def _hand_over(request: Request, plan, path: Path, job_id: str) -> JobDir:
