@@ -860,7 +860,7 @@ def test_init_writes_a_new_or_regular_file_whole_or_nothing(cli, tmp_path):
     for name, kind in (
         ("fifo.toml", "a FIFO"),
         ("link.toml", "a link"),
-        ("/dev/null", "not a file"),
+        ("/dev/null", "not a regular file (a device or a socket)"),
     ):
         r = cli("init", "-o", str(tmp_path / name), "--force")
         assert r.returncode == 2 and f"is {kind}: nothing was written" in r.stderr, r.stderr
@@ -907,7 +907,7 @@ def test_render_writes_only_over_a_regular_file(cli, tmp_path):
     for name, kind in (
         ("fifo.sbatch", "a FIFO"),
         ("link.sbatch", "a link"),
-        ("folder", "not a file"),
+        ("folder", "a folder"),
     ):
         r = cli("render", "configs/squad_spr.toml", "-o", str(tmp_path / name))
         assert r.returncode == 2 and f"is {kind}: nothing was written" in r.stderr, r.stderr

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from hpcqa import errors
 from hpcqa.cli import statusview
+from hpcqa.cli.outfile import PLOT_SUFFIXES, output_target
 from hpcqa.cli.say import warn
 from hpcqa.core import states, values
 from hpcqa.core.states import State
@@ -209,6 +210,7 @@ def cmd_registry(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
+    output_target(args.plot, (registry.resolve_path(args.registry),), PLOT_SUFFIXES, "--plot")
     reg = registry.Registry(args.registry, create=False)
     if not reg.exists or not reg.jobs(sweep_id=args.sweep):
         raise registry.not_found([args.sweep], reg.path, "sweep")
@@ -226,8 +228,8 @@ def cmd_results(args: argparse.Namespace) -> int:
         )
     sc = results.scaling(table)
     if args.plot:
-        results.plot(table, keys, args.metric, args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
+        results.plot(table, keys, args.metric, str(args.plot))
+        print(errors.for_terminal(f"wrote {args.plot}"), file=sys.stderr)
     if args.json:
         print(
             json.dumps(

@@ -1,4 +1,5 @@
-"""A file the user names with -o: written whole or not at all, and never in place of anything but a regular file."""
+"""A file the user names (render -o, init -o, results --plot): one target check, then written whole or not at all,
+and never in place of anything but a regular file."""
 
 from __future__ import annotations
 
@@ -7,7 +8,74 @@ import stat
 import tempfile
 from pathlib import Path
 
+from hpcqa import text
 from hpcqa.errors import UsageError
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+INPUT_SUFFIXES = (".toml", ".py", ".sqlite")  # what hpcqa reads: a config, a program, a registry
+
+
+def output_target(
+    out: str | os.PathLike | None,
+    inputs: tuple[str | os.PathLike, ...] = (),
+    suffixes: tuple[str, ...] = (),
+    option: str = "-o",
+) -> Path | None:
+    """The one check of a file the user asks hpcqa to write, before anything is read or rendered: None for stdout
+    (no path, or "-"); else a path whose folder exists, that is new or a regular file (never a link, a FIFO, a
+    folder or a device), that is none of `inputs` (the config being rendered), and whose suffix is one of
+    `suffixes` when given (else not one of the files hpcqa reads: INPUT_SUFFIXES). UsageError naming the fix."""
+    if out is None or str(out) in ("", "-"):
+        return None
+    p = Path(out)
+    shown = text.shown(str(p))
+    fix = f"pass {option} with the path of a new or regular file in an existing folder"
+    folder = p.parent
+    if not folder.is_dir():
+        raise UsageError(
+            f"{option} {shown}: its folder {text.shown(str(folder))} does not exist",
+            f"mkdir -p it first, or {fix[0].lower() + fix[1:]}",
+        )
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise UsageError(f"{option} {shown}: {e.strerror or e}", fix) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{option} {shown} is {_kind(st.st_mode)}: nothing was written", fix)
+    for given in inputs:
+        try:
+            same = os.path.samefile(p, given)
+        except OSError:
+            same = False
+        if same:
+            raise UsageError(
+                f"{option} {shown} is the config being read: writing there would replace it",
+                "name another file for the output",
+            )
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise UsageError(
+            f"{option} {shown}: the file's suffix says its format; one of {', '.join(suffixes)} is needed",
+            f"e.g. {option} {text.shown(p.stem or 'out')}{suffixes[0]}",
+        )
+    if not suffixes and p.suffix.lower() in INPUT_SUFFIXES:
+        raise UsageError(
+            f"{option} {shown}: a {p.suffix} file is something hpcqa reads (a config, a program, a registry), "
+            "not what it writes here: nothing was written",
+            "name the output .sh, .sbatch, .yaml or without a suffix",
+        )
+    return p
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file (a device or a socket)"
 
 
 def write_whole(out: Path, text: str, force: bool, mode: int = 0o644) -> None:

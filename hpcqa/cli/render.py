@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from hpcqa import api, errors
-from hpcqa.cli.outfile import write_whole
+from hpcqa import api, errors, fsutil
+from hpcqa.cli.outfile import output_target, write_whole
 from hpcqa.cli.say import say, warn
 from hpcqa.core import command, config, distenv, sweep
 from hpcqa.errors import UsageError
@@ -22,8 +23,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.old_kind:  # the option's name before 0.2: it chose a file kind, not where the job runs
         print(f"hpcqa: render --target is now --kind (--kind {args.old_kind})", file=sys.stderr)
         args.kind = args.old_kind
-    raw = table.render_config(config.load_raw(args.config, args.overrides))
-    cfg = config.validate(raw, args.config, args.overrides)
+    output_target(args.output, (args.config,))
+    cfg = _render_config(args)
     if args.kind != table.RENDER_SCRIPT:
         _no_script_options(args)
     if args.kind == table.RENDER_DOCKERFILE:
@@ -69,6 +70,19 @@ def cmd_render(args: argparse.Namespace) -> int:
         else f"submit with: sbatch {args.output}"
     )
     return _render_request(args, ex, lp, how)
+
+
+def _render_config(args: argparse.Namespace) -> Any:
+    """The config as render uses it; --python, the ranks' interpreter, held to cluster.python's rules."""
+    if args.python:
+        args.overrides = [*args.overrides, "cluster.python=" + json.dumps(args.python)]
+    try:
+        raw = table.render_config(config.load_raw(args.config, args.overrides))
+        return config.validate(raw, args.config, args.overrides)
+    except errors.ConfigError as e:  # said of --python, which the user typed
+        if e.key == "cluster.python" and args.python and e.source.startswith("--set"):
+            raise errors.ConfigError(e.key, e.detail, e.hint, "--python") from None
+        raise
 
 
 def _no_script_options(args: argparse.Namespace) -> None:
@@ -135,6 +149,9 @@ def _write_rendered(
     return 0
 
 
+HOSTFILE_MAX_BYTES = 4 << 20  # a million hosts of a few characters; /dev/zero is not read whole
+
+
 def _render_hosts(args: argparse.Namespace, cfg: Any, launcher: str) -> tuple[str, ...]:
     """--hosts / --hostfile -> the hosts of a plain-machine script (checked against the config)."""
     if not (args.hosts or args.hostfile):
@@ -146,15 +163,20 @@ def _render_hosts(args: argparse.Namespace, cfg: Any, launcher: str) -> tuple[st
         )
     try:
         if args.hostfile:
-            with open(args.hostfile, encoding="utf-8") as f:
-                hosts = tuple(
-                    h.split()[0].split(":")[0]
-                    for h in f
-                    if h.strip() and not h.lstrip().startswith("#")
-                )
+            lines = fsutil.read_text(args.hostfile, HOSTFILE_MAX_BYTES, follow=True).splitlines()
+            hosts = tuple(
+                h.split()[0].split(":")[0]
+                for h in lines
+                if h.strip() and not h.lstrip().startswith("#")
+            )
         else:
             hosts = tuple(distenv.expand_nodelist(args.hosts))
-    except (OSError, ValueError) as e:
+    except OSError as e:
+        raise UsageError(
+            f"can't read the hostfile {args.hostfile}: {e.strerror or e}",
+            "give a regular file with one host per line (or --hosts 'n[1-2]')",
+        ) from None
+    except ValueError as e:
         raise UsageError(
             f"can't read the hosts: {e}",
             "give --hosts 'n[1-2]' or a hostfile with one host per line",

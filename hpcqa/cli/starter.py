@@ -7,14 +7,14 @@ import ast
 from pathlib import Path
 
 from hpcqa import resources
-from hpcqa.cli.outfile import write_whole
+from hpcqa.cli.outfile import output_target, write_whole
 from hpcqa.errors import UsageError
 
 
 def summary(path: Path, width: int = 58) -> str:
     """What the example is: the first sentence of its leading comment (a config) or docstring (a program), cut at a
     word to fit a line."""
-    text = path.read_text(encoding="utf-8")
+    text = resources.read_text(path)
     if path.suffix == ".py":
         try:
             words = (ast.get_docstring(ast.parse(text)) or "").split()
@@ -48,9 +48,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     src = configs.get(name) or programs[name]
     file_name = src.name
     out = Path(args.output or file_name)
-    if out.is_dir():
+    if out.is_dir() and not out.is_symlink():
         out = out / file_name
-    write_whole(out, src.read_text(encoding="utf-8"), args.force)
+    output_target(out, suffixes=(src.suffix,))
+    write_whole(out, resources.read_text(src), args.force)
     print(f"wrote {out} (the example {name!r}: {summary(src)})")
     if name in configs:
         print(f"next: hpcqa submit {out} --dry-run     (then without --dry-run to run it)")

@@ -78,7 +78,7 @@ class DistEnv:
 
 # ---------------------------------------------------------------------------------------- nodelist
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"^(\d{1,18})(?:-(\d{1,18}))?$")  # 18 digits: no host index is longer
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
@@ -89,12 +89,12 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
         if ch == "[":
             depth += 1
             if depth > 1:
-                raise DistEnvError(f"nodelist {text!r}: nested '['", "check SLURM_JOB_NODELIST")
+                raise DistEnvError(f"nodelist {_cut(text)}: nested '['", "check SLURM_JOB_NODELIST")
         elif ch == "]":
             depth -= 1
             if depth < 0:
                 raise DistEnvError(
-                    f"nodelist {text!r}: ']' without '['", "check SLURM_JOB_NODELIST"
+                    f"nodelist {_cut(text)}: ']' without '['", "check SLURM_JOB_NODELIST"
                 )
         if ch == sep and depth == 0:
             parts.append("".join(cur))
@@ -102,9 +102,14 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
         else:
             cur.append(ch)
     if depth != 0:
-        raise DistEnvError(f"nodelist {text!r}: unclosed '['", "check SLURM_JOB_NODELIST")
+        raise DistEnvError(f"nodelist {_cut(text)}: unclosed '['", "check SLURM_JOB_NODELIST")
     parts.append("".join(cur))
     return parts
+
+
+def _cut(nodelist: str) -> str:
+    """A nodelist as a message quotes it: at most 80 characters (a 5,000-digit range is named, not printed)."""
+    return repr(nodelist if len(nodelist) <= 80 else nodelist[:77] + "...")
 
 
 def _expand_bracket(body: str, whole: str) -> list[str]:
@@ -113,22 +118,25 @@ def _expand_bracket(body: str, whole: str) -> list[str]:
         m = _RANGE.match(item.strip())
         if not m:
             raise DistEnvError(
-                f"nodelist {whole!r}: bad range {item!r} in brackets",
+                f"nodelist {_cut(whole)}: bad range {_cut(item)} in brackets",
                 "ranges look like 1-4 or 01-10, separated by commas",
             )
         lo_s, hi_s = m.group(1), m.group(2)
         lo, hi = int(lo_s), int(hi_s) if hi_s is not None else int(lo_s)
         if hi < lo:
             raise DistEnvError(
-                f"nodelist {whole!r}: range {item!r} runs backwards", "write the lower bound first"
+                f"nodelist {_cut(whole)}: range {_cut(item)} runs backwards",
+                "write the lower bound first",
             )
         width = len(lo_s)  # Slurm pads to the width of the lower bound: a[08-10] -> a08 a09 a10
-        out.extend(str(i).zfill(width) for i in range(lo, hi + 1))
-        if len(out) > MAX_HOSTS:
+        if (
+            len(out) + hi - lo + 1 > MAX_HOSTS
+        ):  # counted before any name is made: n[0-99999999] is 10^8
             raise DistEnvError(
-                f"nodelist {whole!r} expands to more than {MAX_HOSTS} hosts",
+                f"nodelist {_cut(whole)} expands to more than {MAX_HOSTS} hosts",
                 "check SLURM_JOB_NODELIST",
             )
+        out.extend(str(i).zfill(width) for i in range(lo, hi + 1))
     return out
 
 
@@ -141,11 +149,11 @@ def expand_nodelist(text: str) -> list[str]:
     for group in _split_top(text):
         if not group:
             raise DistEnvError(
-                f"nodelist {text!r}: empty host name (stray comma?)", "check SLURM_JOB_NODELIST"
+                f"nodelist {_cut(text)}: empty host name (stray comma?)", "check SLURM_JOB_NODELIST"
             )
         if re.search(r"\s", group):
             raise DistEnvError(
-                f"nodelist {text!r}: whitespace in {group!r}", "check SLURM_JOB_NODELIST"
+                f"nodelist {_cut(text)}: whitespace in {_cut(group)}", "check SLURM_JOB_NODELIST"
             )
         # literal / [bracket] pieces; several bracket groups expand as a product
         pieces = re.split(r"(\[[^\]]*\])", group)
@@ -156,15 +164,15 @@ def expand_nodelist(text: str) -> list[str]:
             else:
                 if "[" in piece or "]" in piece:
                     raise DistEnvError(
-                        f"nodelist {text!r}: unbalanced brackets", "check the nodelist"
+                        f"nodelist {_cut(text)}: unbalanced brackets", "check the nodelist"
                     )
                 options = [piece]
-            names = [n + o for n in names for o in options]
-            if len(names) > MAX_HOSTS:
+            if len(hosts) + len(names) * len(options) > MAX_HOSTS:
                 raise DistEnvError(
-                    f"nodelist {text!r} expands to more than {MAX_HOSTS} hosts",
+                    f"nodelist {_cut(text)} expands to more than {MAX_HOSTS} hosts",
                     "check SLURM_JOB_NODELIST",
                 )
+            names = [n + o for n in names for o in options]
         hosts.extend(names)
     return hosts
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
+from hpcqa.fsutil import atomic_write_bytes
 from hpcqa.record.jobfiles.results import SCORES as NUMERIC
 from hpcqa.record.jobfiles.results import V2_SPLITS, Results
 
@@ -124,8 +126,12 @@ def plot(table: list[dict[str, Any]], keys: list[str], metric: str, path: str) -
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    buf = (
+        io.BytesIO()
+    )  # drawn in memory, then written whole (its suffix, checked by the CLI, is the format)
+    fig.savefig(buf, format=Path(path).suffix.lstrip(".").lower() or "png")
     plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def _plot_variants(ax: Any, table: list[dict[str, Any]], keys: list[str], metric: str) -> None:
