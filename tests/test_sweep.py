@@ -271,3 +271,103 @@ def test_a_v2_sweep_shows_answerable_and_unanswerable_f1_and_each_model(tmp_path
     assert re.search(r"best\s+job 9_1\s+9_1-abc123/model$", text, re.M), text
     assert re.search(r"^\s+job 9_0\s+9_0-abc123/model$", text, re.M), text
     assert "HasAns_f1" in results.to_csv(table, ["train.learning_rate"], "f1").splitlines()[0]
+
+
+# ---------------------------------------------------------------- what a sweep may not do (issue 72)
+
+
+@pytest.mark.parametrize(
+    "table,key,said",
+    [
+        ({"train": {"learning_rate": [3e-5, 3e-5]}}, "sweep.train.learning_rate", "(entry 1)"),
+        ({"train": {"learning_rate": [3e-5, 0.00003]}}, "sweep.train.learning_rate", "(entry 1)"),
+        (
+            {"train": {"num_train_epochs": [2, 2.0]}},
+            "sweep.train.num_train_epochs",
+            "2.0 (entry 1)",
+        ),
+        (  # on the second axis: variants 0 and 2 (seed 1, then 1 again)
+            {"train": {"learning_rate": [1e-5, 2e-5], "seed": [1, 2, 1]}},
+            "sweep.train.seed",
+            "1 (entry 0) and 1 (entry 2) are equal as train.seed, so variants 0 and 2",
+        ),
+        (
+            {
+                "variants": [
+                    {"train": {"learning_rate": 1e-4}},
+                    {"train": {"learning_rate": 0.0001}},
+                ]
+            },
+            "sweep.variants[1]",
+            "the same run as [[sweep.variants]] entry 0",
+        ),
+        (
+            {
+                "train": {"learning_rate": [1e-5, 2e-5]},
+                "variants": [{"train": {"learning_rate": 2e-5}}],
+            },
+            "sweep.variants[0]",
+            "the same run as the grid's variant 1",
+        ),
+        (  # an empty variant is the base config: quickstart's learning rate is 1e-4
+            {"train": {"learning_rate": [1e-4, 2e-4]}, "variants": [{}]},
+            "sweep.variants[0]",
+            "sets nothing (the base config): the same run as the grid's variant 0",
+        ),
+    ],
+)
+def test_a_run_listed_twice_is_refused_naming_its_key(table, key, said):
+    """Two variants equal as the config holds them (3e-5 and 0.00003, 2 and 2.0) were queued twice, silently.
+    Refused, not merged (task indices and array sizes stay what the sweep lists), naming the key and the values."""
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw(table))
+    assert e.value.key == key and said in e.value.message, e.value.render()
+    assert "queued twice" in e.value.message and "remove the duplicate" in e.value.hint
+
+
+def test_values_that_only_look_alike_are_not_a_repeat():
+    vs, _ = sweep.expand(
+        raw(
+            {
+                "train": {"learning_rate": [3e-5, 3e-6], "seed": [1, 2]},
+                "variants": [
+                    {"train": {"learning_rate": 3e-5, "num_train_epochs": 3.0}},
+                    {"train": {"learning_rate": 3e-5, "seed": 3}},
+                ],
+            }
+        )
+    )
+    assert len(vs) == 6
+
+
+def test_a_key_given_twice_in_one_sweep_table_is_refused():
+    """TOML holds both a quoted "train.seed" and train.seed; one replaced the other, silently."""
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw({"train.seed": [1, 2], "train": {"seed": [3, 4]}}))
+    assert e.value.key == "sweep.train.seed" and "given twice" in e.value.message
+
+
+def sweep_file(tmp_path, text: str, base="configs/quickstart.toml"):
+    path = tmp_path / "sweep.toml"
+    path.write_text((ROOT / base).read_text() + "\n[sweep]\n" + text + "\n")
+    return path
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(
+    "text,key",
+    [
+        ("train.learning_rate = [3e-5, 0.00003]", "sweep.train.learning_rate"),
+    ],
+)
+def test_the_sweep_refusals_are_one_line_before_anything_is_written(cli, tmp_path, text, key):
+    """Through the real command, as a user meets them: validate and submit --dry-run exit 2, one error line naming
+    the sweep key and a fix line, no traceback, nothing written."""
+    path, out = sweep_file(tmp_path, text), tmp_path / "out"
+    for verb in (("validate",), ("submit", "--dry-run")):
+        r = cli(*verb, str(path), "--set", f"job.output_dir={json.dumps(str(out))}")
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert lines[0].startswith(f"error: {path}: {key}: ") and len(lines) == 2, r.stderr
+        assert lines[1].startswith("  fix: "), r.stderr
+    assert not out.exists()
