@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from hpcqa.core import config, plan, sweep
+from hpcqa.core import config, plan, sweep, sweepcheck
 from hpcqa.errors import ConfigError
 from hpcqa.executors.slurm.cli import parse_max_array_size
 from hpcqa.record import results
@@ -340,6 +340,48 @@ def test_values_that_only_look_alike_are_not_a_repeat():
     assert len(vs) == 6
 
 
+@pytest.mark.parametrize(
+    "key,values",
+    [
+        ("cluster.executor", ["local", "slurm"]),
+        ("launch.launcher", ["srun", "mpirun"]),
+        ("job.name", ["a", "b"]),
+        ("job.output_dir", ["/tmp/a", "/tmp/b"]),
+        ("job.registry", ["/tmp/a.sqlite", "/tmp/b.sqlite"]),
+        ("job.group_readable", [False, True]),
+        ("job.workdir", ["/tmp", "/"]),
+    ],
+)
+def test_what_every_task_shares_is_no_sweep_axis(key, values):
+    """The executor, the job root, the registry and the program's copy are the first variant's for the whole sweep
+    (one executor submits it, into one folder and one registry): an axis over them is refused naming sweep.<key>
+    and why -- as a grid axis, and set by a listed variant."""
+    section, name = key.split(".")
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw({section: {name: values}}))
+    assert e.value.key == f"sweep.{key}" and f"{key} cannot vary in a sweep: " in e.value.message
+    assert e.value.detail == f"{key} cannot vary in a sweep: {sweepcheck.SHARED[key]}"
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw({"train": {"seed": [1, 2]}, "variants": [{section: {name: values[1]}}]}))
+    assert e.value.key == f"sweep.{key}"
+
+
+def test_a_shared_key_may_not_vary_through_a_table_or_what_it_derives_from():
+    """A [job] table swept whole, or job.command swept where job.name follows the program (a.py -> a, b.py -> b):
+    the tasks would write into two job roots, the array's logs and pickles in the first. Refused naming the swept
+    key; the same sweep with one job.name passes."""
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw({"job": [{"name": "a"}, {"name": "b"}]}))
+    assert e.value.key == "sweep.job" and "differ in job.name ('a', 'b')" in e.value.message
+    r = raw({"job": {"command": [["python", "a.py"], ["python", "b.py"]]}})
+    del r["job"]["name"]
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(r)
+    assert e.value.key == "sweep.job.command" and "job.name ('a', 'b')" in e.value.message
+    r["job"]["name"] = "mine"
+    assert [v.config.job.name for v in sweep.expand(r)[0]] == ["mine", "mine"]
+
+
 def test_a_key_given_twice_in_one_sweep_table_is_refused():
     """TOML holds both a quoted "train.seed" and train.seed; one replaced the other, silently."""
     with pytest.raises(ConfigError) as e:
@@ -358,6 +400,7 @@ def sweep_file(tmp_path, text: str, base="configs/quickstart.toml"):
     "text,key",
     [
         ("train.learning_rate = [3e-5, 0.00003]", "sweep.train.learning_rate"),
+        ('cluster.executor = ["local", "slurm"]', "sweep.cluster.executor"),
     ],
 )
 def test_the_sweep_refusals_are_one_line_before_anything_is_written(cli, tmp_path, text, key):

@@ -1,5 +1,9 @@
-"""What a sweep's variants may not do, each refused naming its sweep key before anything is queued. Pure.
+"""What a sweep's variants may not do, each refused naming its sweep key before anything is queued: vary what every
+task of a sweep shares, or repeat a run. Pure.
 
+- Shared: one executor submits a sweep, into one job root and one registry (SHARED, with why). An axis over such a
+  key is refused outright; a table swept whole, or a key derived from a swept one (job.name from job.command), is
+  refused when the variants' values differ.
 - Repeated: two variants whose values are equal as the validated config holds them (3e-5 and 0.00003, 2 and 2.0)
   are one run queued twice. Refused, not merged: task indices and array sizes stay what the sweep lists.
 """
@@ -11,6 +15,19 @@ import math
 from typing import Any, Mapping, Sequence
 
 from hpcqa.errors import ConfigError
+
+ROOT = "the tasks share one job root (<job.output_dir>/<job.name>), where submit writes their plans, logs and code"
+# Keys every task of a sweep has in common: submit takes them from the first variant (the executor and its table
+# entry, the job root, the registry rows of every array, the copy of the program's folder), whatever the others say.
+SHARED: Mapping[str, str] = {
+    "cluster.executor": "one executor submits the whole sweep (the first variant's)",
+    "launch.launcher": "it chooses the executor, and one executor submits the whole sweep (the first variant's)",
+    "job.name": ROOT,
+    "job.output_dir": ROOT,
+    "job.registry": "a sweep is recorded in one registry (hpcqa status SWEEP reads one)",
+    "job.group_readable": "the job root and the registry are made once, for the whole sweep",
+    "job.workdir": "the program's folder is copied once, at submit, for every variant",
+}
 
 
 def canonical(value: Any) -> Any:
@@ -43,6 +60,42 @@ def _shown(value: Any, limit: int = 60) -> str:
 
 def _where(params: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={_shown(v)}" for k, v in params.items()) or "nothing (the base config)"
+
+
+def check_keys(keys: Sequence[str], source: str = "") -> None:
+    """Before anything is expanded: no swept key (of the grid or of a listed variant) is one that every task shares,
+    or inside one."""
+    for key in keys:
+        shared = next((s for s in SHARED if key == s or key.startswith(s + ".")), None)
+        if shared:
+            raise ConfigError(
+                f"sweep.{key}",
+                f"{shared} cannot vary in a sweep: {SHARED[shared]}",
+                f"set {shared} outside [sweep]; for several values, a sweep (a config, or --set "
+                f"{shared}=...) per value",
+                source,
+            )
+
+
+def check_shared(variants: Sequence[Any], keys: Sequence[str], source: str = "") -> None:
+    """What every task shares is the same in every variant (a table swept whole, a name derived from the command)."""
+    for shared, why in SHARED.items():
+        first = canonical(held(variants[0].config, shared))
+        other = next((v for v in variants[1:] if canonical(held(v.config, shared)) != first), None)
+        if other is None:
+            continue
+        a, b = held(variants[0].config, shared), held(other.config, shared)
+        swept = next((k for k in keys if shared.startswith(k + ".")), None)
+        if swept is None:  # derived from what is swept
+            swept = next(
+                (k for k in keys if other.params.get(k) != variants[0].params.get(k)), keys[0]
+            )
+        raise ConfigError(
+            f"sweep.{swept}",
+            f"variants 0 and {other.index} would differ in {shared} ({_shown(a)}, {_shown(b)}): {why}",
+            f"give {shared} one value for every variant (set it outside [sweep])",
+            source,
+        )
 
 
 def check_repeats(
