@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from hpcqa.core import config, plan, sweep, sweepcheck
+from hpcqa.core import command, config, plan, sweep, sweepcheck
 from hpcqa.errors import ConfigError
 from hpcqa.executors.slurm.cli import parse_max_array_size
 from hpcqa.record import results
@@ -382,6 +382,34 @@ def test_a_shared_key_may_not_vary_through_a_table_or_what_it_derives_from():
     assert [v.config.job.name for v in sweep.expand(r)[0]] == ["mine", "mine"]
 
 
+def test_two_keys_that_make_one_variable_are_refused_naming_both():
+    """Each swept key reaches a user command as HPCQA_SWEEP_<KEY>: launch.env.x and launch.env.X make one name,
+    and the program would see one of the two values. Refused naming both keys; x and Y pass."""
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw({"launch": {"env": {"x": ["1", "2"], "X": ["3", "4"]}}}))
+    said = e.value.message
+    assert "sweep.launch.env.x" in said and "sweep.launch.env.X" in said, said
+    assert "HPCQA_SWEEP_LAUNCH_ENV_X" in said and e.value.key in (
+        "sweep.launch.env.x",
+        "sweep.launch.env.X",
+    )
+    with pytest.raises(ConfigError) as e:  # one on the grid, one in a listed variant
+        sweep.expand(
+            raw(
+                {
+                    "launch": {"env": {"x": ["1", "2"]}},
+                    "variants": [{"launch": {"env": {"X": "3"}}}],
+                }
+            )
+        )
+    assert e.value.key == "sweep.launch.env.X"
+    vs, _ = sweep.expand(raw({"launch": {"env": {"x": ["1", "2"], "Y": ["3", "4"]}}}))
+    assert {command.sweep_variable(k) for k in vs[0].params} == {
+        "HPCQA_SWEEP_LAUNCH_ENV_X",
+        "HPCQA_SWEEP_LAUNCH_ENV_Y",
+    }
+
+
 def test_a_key_given_twice_in_one_sweep_table_is_refused():
     """TOML holds both a quoted "train.seed" and train.seed; one replaced the other, silently."""
     with pytest.raises(ConfigError) as e:
@@ -401,6 +429,7 @@ def sweep_file(tmp_path, text: str, base="configs/quickstart.toml"):
     [
         ("train.learning_rate = [3e-5, 0.00003]", "sweep.train.learning_rate"),
         ('cluster.executor = ["local", "slurm"]', "sweep.cluster.executor"),
+        ('launch.env.x = ["1", "2"]\nlaunch.env.X = ["3", "4"]', "sweep.launch.env.X"),
     ],
 )
 def test_the_sweep_refusals_are_one_line_before_anything_is_written(cli, tmp_path, text, key):

@@ -11,8 +11,8 @@
 
 Variants = the grid's product (in key order, last key fastest), then the explicit variants; each
 is the base config with its values applied and is validated like a config before anything is
-submitted; sweepcheck.py refuses variants that repeat a run or vary what every task shares (the executor, the job root,
-the registry). A Slurm array has one resource
+submitted; sweepcheck.py refuses variants that repeat a run, vary what every task shares (the executor, the job root,
+the registry) or reach the program under one variable name. A Slurm array has one resource
 request, so variants are grouped by what sbatch is asked for (nodes, time, partition, ...) -- a
 scaling study over cluster.nodes becomes one array per node count -- and a group larger than
 MaxArraySize is cut into ceil(n / MaxArraySize) arrays. All arrays of a sweep share one sweep id in
@@ -181,6 +181,7 @@ def expand(raw: Mapping[str, Any], source: str = "") -> tuple[list[Variant], int
             ) from None
         variants.append(Variant(index=i, params=freeze(params), config=cfg))
     keys = swept_keys(variants)
+    sweepcheck.check_variables(keys, source)
     sweepcheck.check_shared(variants, keys, source)
     sweepcheck.check_repeats(variants, grid, keys, source)
     return variants, par

@@ -1,11 +1,13 @@
 """What a sweep's variants may not do, each refused naming its sweep key before anything is queued: vary what every
-task of a sweep shares, or repeat a run. Pure.
+task of a sweep shares, repeat a run, or reach the program under one variable name. Pure.
 
 - Shared: one executor submits a sweep, into one job root and one registry (SHARED, with why). An axis over such a
   key is refused outright; a table swept whole, or a key derived from a swept one (job.name from job.command), is
   refused when the variants' values differ.
 - Repeated: two variants whose values are equal as the validated config holds them (3e-5 and 0.00003, 2 and 2.0)
   are one run queued twice. Refused, not merged: task indices and array sizes stay what the sweep lists.
+- Variables: each swept key reaches a user command as HPCQA_SWEEP_<KEY> (command.sweep_variable); two keys that
+  make one name (launch.env.x and launch.env.X) would leave the program one of the two values.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import dataclasses
 import math
 from typing import Any, Mapping, Sequence
 
+from hpcqa.core import command
 from hpcqa.errors import ConfigError
 
 ROOT = "the tasks share one job root (<job.output_dir>/<job.name>), where submit writes their plans, logs and code"
@@ -75,6 +78,22 @@ def check_keys(keys: Sequence[str], source: str = "") -> None:
                 f"{shared}=...) per value",
                 source,
             )
+
+
+def check_variables(keys: Sequence[str], source: str = "") -> None:
+    """No two swept keys reach a user command under one variable name."""
+    by_name: dict[str, str] = {}
+    for key in keys:
+        name = command.sweep_variable(key)
+        if name in by_name:
+            raise ConfigError(
+                f"sweep.{key}",
+                f"sweep.{by_name[name]} and sweep.{key} would both reach the program as {name} (a sweep "
+                "variable is its key upper-cased, every character but a letter or a digit made '_')",
+                "rename one of the two, or sweep only one of them",
+                source,
+            )
+        by_name[name] = key
 
 
 def check_shared(variants: Sequence[Any], keys: Sequence[str], source: str = "") -> None:
