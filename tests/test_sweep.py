@@ -382,6 +382,27 @@ def test_a_shared_key_may_not_vary_through_a_table_or_what_it_derives_from():
     assert [v.config.job.name for v in sweep.expand(r)[0]] == ["mine", "mine"]
 
 
+def test_the_interpreter_and_the_requeue_signal_split_arrays():
+    """An array's script names one interpreter and sends one --signal: variants that differ in them go to arrays of
+    their own (they went into one array, every task run by the first's python and sent the first's signal)."""
+    sp = sweep.build(
+        raw(
+            {
+                "launch": {"requeue_signal": ["USR1", "USR2"]},
+                "cluster": {"python": ["/opt/a/bin/python", "/opt/b/bin/python"]},
+                "train": {"seed": [1, 2]},
+            }
+        ),
+        "x",
+        HOST,
+        lambda p: (1001, "scontrol show config"),
+    )
+    assert [len(a.variants) for a in sp.arrays] == [2, 2, 2, 2]
+    for a in sp.arrays:
+        plans = sp.plans_of(a)
+        assert len({(p.python, p.config.launch.requeue_signal) for p in plans}) == 1
+
+
 def test_two_keys_that_make_one_variable_are_refused_naming_both():
     """Each swept key reaches a user command as HPCQA_SWEEP_<KEY>: launch.env.x and launch.env.X make one name,
     and the program would see one of the two values. Refused naming both keys; x and Y pass."""

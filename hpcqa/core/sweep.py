@@ -11,13 +11,14 @@
 
 Variants = the grid's product (in key order, last key fastest), then the explicit variants; each
 is the base config with its values applied and is validated like a config before anything is
-submitted; sweepcheck.py refuses variants that repeat a run, vary what every task shares (the executor, the job root,
-the registry) or reach the program under one variable name. A Slurm array has one resource
-request, so variants are grouped by what sbatch is asked for (nodes, time, partition, ...) -- a
-scaling study over cluster.nodes becomes one array per node count -- and a group larger than
-MaxArraySize is cut into ceil(n / MaxArraySize) arrays. All arrays of a sweep share one sweep id in
-the registry; the throttle holds across them because each array after the first starts only when
-the previous one has ended (--dependency=afterany).
+submitted; sweepcheck.py refuses variants that repeat a run, vary what every task shares (the
+executor, the job root, the registry) or reach the program under one variable name. A Slurm array
+has one resource request and one script, so variants are grouped by what sbatch is asked for (nodes,
+time, partition, ...) and by the script's interpreter and requeue signal -- a scaling study over
+cluster.nodes becomes one array per node count -- and a group larger than MaxArraySize is cut into
+ceil(n / MaxArraySize) arrays. All arrays of a sweep share one sweep id in the registry; the
+throttle holds across them because each array after the first starts only when the previous one
+has ended (--dependency=afterany).
 """
 
 from __future__ import annotations
@@ -188,8 +189,11 @@ def expand(raw: Mapping[str, Any], source: str = "") -> tuple[list[Variant], int
 
 
 def slurm_key(plan) -> str:
+    """What an array's tasks share: what sbatch is asked for, the interpreter the array's command line names and
+    the signal its --signal sends (the rank waits for its own)."""
     p = plan.slurm_parameters()
     p.pop("job_name", None)
+    p.update(python=plan.python, requeue_signal=plan.config.launch.requeue_signal)
     return json.dumps(p, sort_keys=True, default=str)
 
 
