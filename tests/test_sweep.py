@@ -464,3 +464,25 @@ def test_the_sweep_refusals_are_one_line_before_anything_is_written(cli, tmp_pat
         assert lines[0].startswith(f"error: {path}: {key}: ") and len(lines) == 2, r.stderr
         assert lines[1].startswith("  fix: "), r.stderr
     assert not out.exists()
+
+
+@pytest.mark.process
+def test_a_sweep_next_to_the_refused_ones_passes_and_checks_every_variants_pass_env(cli, tmp_path):
+    """The neighbours of the refused sweeps: distinct values, another variable name, the requeue signal swept (two
+    arrays) -- a dry run that shows them. A variable only the second variant passes by name is checked too (the
+    check read the first variant's launch.pass_env only)."""
+    text = (
+        'train.learning_rate = [3e-5, 3e-6]\nlaunch.env.x = ["1", "2"]\n'
+        'launch.requeue_signal = ["USR1", "USR2"]\n'
+        '[[sweep.variants]]\nlaunch.pass_env = ["ISSUE72_NOT_SET_HERE"]'
+    )
+    path = sweep_file(tmp_path, text)
+    args = ("--set", f"job.output_dir={json.dumps(str(tmp_path / 'out'))}")
+    r = cli("submit", str(path), "--dry-run", "--json", "--set", "cluster.executor=slurm", *args)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert len(d["sweep"]["variants"]) == 9  # the listed variant keeps the base's USR2
+    assert [a["variants"] for a in d["sweep"]["arrays"]] == [[0, 2, 4, 6], [1, 3, 5, 7, 8]]
+    assert "ISSUE72_NOT_SET_HERE" in d["would_refuse"]["error"], d["would_refuse"]
+    r = cli("validate", str(path), *args)
+    assert r.returncode == 0 and "9 variants" in r.stdout, r.stderr
