@@ -91,7 +91,9 @@ def before_queueing(plans: Sequence[Any], warn=None) -> None:
         if warn:
             warn(note)
     registry.Registry(plans[0].config.job.registry or None, create=False)
-    missing = [n for n in plans[0].config.launch.pass_env if n not in os.environ]
+    # every variant's: a sweep may pass more in some of them
+    passed = dict.fromkeys(n for p in plans for n in p.config.launch.pass_env)
+    missing = [n for n in passed if n not in os.environ]
     if missing:
         raise ConfigError(
             "launch.pass_env",

@@ -1105,3 +1105,43 @@ def test_an_error_in_the_program_after_dashes_is_said_of_it(cli):
     )
     r = cli("submit", "configs/quickstart.toml", "--dry-run", "--set", 'cluster.setup=["a\\nb"]')
     assert r.returncode == 2 and "several lines, several entries" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- launch.env and the kernel's exec (issue 72)
+
+
+def test_a_launch_env_value_past_the_kernels_limit_is_one_line(cli, tmp_path):
+    """A 200 KiB launch.env value passed every check and every rank exited 127 with an empty log (the kernel refuses
+    the exec: E2BIG). validate and the dry run refuse it, naming the key, its size and the limit; nothing is written.
+    The same config with a value at the limit passes."""
+    out = tmp_path / "out"
+    text = (ROOT / "configs/quickstart.toml").read_text()
+    big = tmp_path / "big.toml"
+    big.write_text(text + f'\n[launch.env]\nBIG = "{"a" * (200 << 10)}"\n')
+    for verb in (("validate",), ("submit", "--dry-run")):
+        r = cli(*verb, str(big), "--set", f"job.output_dir={json.dumps(str(out))}")
+        assert_clean_error(r, "launch.env.BIG", "204,805 bytes", "131,072", "through a file")
+        assert r.stderr.startswith(f"error: {big}: launch.env.BIG: "), r.stderr
+    assert not out.exists()
+    fits = tmp_path / "fits.toml"
+    fits.write_text(text + f'\n[launch.env]\nBIG = "{"a" * (131072 - len("BIG=") - 1)}"\n')
+    r = cli("validate", str(fits))
+    assert r.returncode == 0 and r.stdout.startswith("ok  "), r.stderr
+
+
+def test_the_launch_env_limit_is_the_kernels():
+    """The cap is where Linux's is: a variable of MAX_ENV_ENTRY bytes ("NAME=value" and its NUL) is exec'd, one of a
+    byte more is not -- on a 4 KiB-page kernel, where MAX_ARG_STRLEN is 32 pages; on larger pages the cap is below."""
+    import errno
+
+    from hpcqa.core import configcheck
+
+    kernel = 32 * os.sysconf("SC_PAGE_SIZE")  # MAX_ARG_STRLEN (include/uapi/linux/binfmts.h)
+    assert configcheck.MAX_ENV_ENTRY <= kernel
+    at_cap = "a" * (configcheck.MAX_ENV_ENTRY - len("X=") - 1)
+    subprocess.run(["true"], env={"X": at_cap}, check=True)
+    with pytest.raises(OSError) as e:
+        subprocess.run(["true"], env={"X": "a" * (kernel - len("X=") - 1 + 1)})
+    assert e.value.errno == errno.E2BIG
+    with pytest.raises(ConfigError):
+        config.load(ROOT / "configs/quickstart.toml", [f'launch.env.X="{at_cap}a"'])

@@ -216,3 +216,27 @@ def test_kubernetes_names_are_held_to_what_the_api_server_takes():
         with pytest.raises(ConfigError) as e:
             config.load(quick, [f'k8s.{key}="{"a" * (most + 1)}"'])
         assert e.value.key == f"k8s.{key}" and f"at most {most}" in e.value.message
+
+
+def test_launch_env_is_held_to_what_the_kernel_execs():
+    """A launch.env variable over MAX_ARG_STRLEN (its "NAME=value" with the NUL: 131072 bytes) made every rank exit
+    127 with an empty log; refused naming its key, its size and the limit. One at the limit passes; several that
+    each pass but add up past the budget are refused naming the largest."""
+    from hpcqa.core import configcheck
+
+    quick = ROOT / "configs" / "quickstart.toml"
+    at_limit = "a" * (configcheck.MAX_ENV_ENTRY - len("BIG=") - 1)
+    assert config.load(quick, [f'launch.env.BIG="{at_limit}"']).launch.env["BIG"] == at_limit
+    with pytest.raises(ConfigError) as e:
+        config.load(quick, [f'launch.env.BIG="{at_limit}é"'])  # one character, two bytes over
+    assert e.value.key == "launch.env.BIG" and "131,074 bytes" in e.value.message
+    assert "131,072" in e.value.message and "file" in e.value.hint
+    third = "b" * (configcheck.MAX_ENV_ENTRY // 3)
+    # five thirds of one variable's limit: under the budget
+    fine = [f'launch.env.A{i}="{third}"' for i in range(5)]
+    assert len(config.load(quick, fine).launch.env) == 5
+    with pytest.raises(ConfigError) as e:
+        config.load(
+            quick, [*fine, f'launch.env.LARGEST="{third}c"', f'launch.env.SMALL="{third[:-5]}"']
+        )
+    assert e.value.key == "launch.env.LARGEST" and "262,144" in e.value.message

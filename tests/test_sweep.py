@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from hpcqa.core import config, plan, sweep
+from hpcqa.core import command, config, plan, sweep, sweepcheck
 from hpcqa.errors import ConfigError
 from hpcqa.executors.slurm.cli import parse_max_array_size
 from hpcqa.record import results
@@ -271,3 +271,218 @@ def test_a_v2_sweep_shows_answerable_and_unanswerable_f1_and_each_model(tmp_path
     assert re.search(r"best\s+job 9_1\s+9_1-abc123/model$", text, re.M), text
     assert re.search(r"^\s+job 9_0\s+9_0-abc123/model$", text, re.M), text
     assert "HasAns_f1" in results.to_csv(table, ["train.learning_rate"], "f1").splitlines()[0]
+
+
+# ---------------------------------------------------------------- what a sweep may not do (issue 72)
+
+
+@pytest.mark.parametrize(
+    "table,key,said",
+    [
+        ({"train": {"learning_rate": [3e-5, 3e-5]}}, "sweep.train.learning_rate", "(entry 1)"),
+        ({"train": {"learning_rate": [3e-5, 0.00003]}}, "sweep.train.learning_rate", "(entry 1)"),
+        (
+            {"train": {"num_train_epochs": [2, 2.0]}},
+            "sweep.train.num_train_epochs",
+            "2.0 (entry 1)",
+        ),
+        (  # on the second axis: variants 0 and 2 (seed 1, then 1 again)
+            {"train": {"learning_rate": [1e-5, 2e-5], "seed": [1, 2, 1]}},
+            "sweep.train.seed",
+            "1 (entry 0) and 1 (entry 2) are equal as train.seed, so variants 0 and 2",
+        ),
+        (
+            {
+                "variants": [
+                    {"train": {"learning_rate": 1e-4}},
+                    {"train": {"learning_rate": 0.0001}},
+                ]
+            },
+            "sweep.variants[1]",
+            "the same run as [[sweep.variants]] entry 0",
+        ),
+        (
+            {
+                "train": {"learning_rate": [1e-5, 2e-5]},
+                "variants": [{"train": {"learning_rate": 2e-5}}],
+            },
+            "sweep.variants[0]",
+            "the same run as the grid's variant 1",
+        ),
+        (  # an empty variant is the base config: quickstart's learning rate is 1e-4
+            {"train": {"learning_rate": [1e-4, 2e-4]}, "variants": [{}]},
+            "sweep.variants[0]",
+            "sets nothing (the base config): the same run as the grid's variant 0",
+        ),
+    ],
+)
+def test_a_run_listed_twice_is_refused_naming_its_key(table, key, said):
+    """Two variants equal as the config holds them (3e-5 and 0.00003, 2 and 2.0) were queued twice, silently.
+    Refused, not merged (task indices and array sizes stay what the sweep lists), naming the key and the values."""
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw(table))
+    assert e.value.key == key and said in e.value.message, e.value.render()
+    assert "queued twice" in e.value.message and "remove the duplicate" in e.value.hint
+
+
+def test_values_that_only_look_alike_are_not_a_repeat():
+    vs, _ = sweep.expand(
+        raw(
+            {
+                "train": {"learning_rate": [3e-5, 3e-6], "seed": [1, 2]},
+                "variants": [
+                    {"train": {"learning_rate": 3e-5, "num_train_epochs": 3.0}},
+                    {"train": {"learning_rate": 3e-5, "seed": 3}},
+                ],
+            }
+        )
+    )
+    assert len(vs) == 6
+
+
+@pytest.mark.parametrize(
+    "key,values",
+    [
+        ("cluster.executor", ["local", "slurm"]),
+        ("launch.launcher", ["srun", "mpirun"]),
+        ("job.name", ["a", "b"]),
+        ("job.output_dir", ["/tmp/a", "/tmp/b"]),
+        ("job.registry", ["/tmp/a.sqlite", "/tmp/b.sqlite"]),
+        ("job.group_readable", [False, True]),
+        ("job.workdir", ["/tmp", "/"]),
+    ],
+)
+def test_what_every_task_shares_is_no_sweep_axis(key, values):
+    """The executor, the job root, the registry and the program's copy are the first variant's for the whole sweep
+    (one executor submits it, into one folder and one registry): an axis over them is refused naming sweep.<key>
+    and why -- as a grid axis, and set by a listed variant."""
+    section, name = key.split(".")
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw({section: {name: values}}))
+    assert e.value.key == f"sweep.{key}" and f"{key} cannot vary in a sweep: " in e.value.message
+    assert e.value.detail == f"{key} cannot vary in a sweep: {sweepcheck.SHARED[key]}"
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw({"train": {"seed": [1, 2]}, "variants": [{section: {name: values[1]}}]}))
+    assert e.value.key == f"sweep.{key}"
+
+
+def test_a_shared_key_may_not_vary_through_a_table_or_what_it_derives_from():
+    """A [job] table swept whole, or job.command swept where job.name follows the program (a.py -> a, b.py -> b):
+    the tasks would write into two job roots, the array's logs and pickles in the first. Refused naming the swept
+    key; the same sweep with one job.name passes."""
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw({"job": [{"name": "a"}, {"name": "b"}]}))
+    assert e.value.key == "sweep.job" and "differ in job.name ('a', 'b')" in e.value.message
+    r = raw({"job": {"command": [["python", "a.py"], ["python", "b.py"]]}})
+    del r["job"]["name"]
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(r)
+    assert e.value.key == "sweep.job.command" and "job.name ('a', 'b')" in e.value.message
+    r["job"]["name"] = "mine"
+    assert [v.config.job.name for v in sweep.expand(r)[0]] == ["mine", "mine"]
+
+
+def test_the_interpreter_and_the_requeue_signal_split_arrays():
+    """An array's script names one interpreter and sends one --signal: variants that differ in them go to arrays of
+    their own (they went into one array, every task run by the first's python and sent the first's signal)."""
+    sp = sweep.build(
+        raw(
+            {
+                "launch": {"requeue_signal": ["USR1", "USR2"]},
+                "cluster": {"python": ["/opt/a/bin/python", "/opt/b/bin/python"]},
+                "train": {"seed": [1, 2]},
+            }
+        ),
+        "x",
+        HOST,
+        lambda p: (1001, "scontrol show config"),
+    )
+    assert [len(a.variants) for a in sp.arrays] == [2, 2, 2, 2]
+    for a in sp.arrays:
+        plans = sp.plans_of(a)
+        assert len({(p.python, p.config.launch.requeue_signal) for p in plans}) == 1
+
+
+def test_two_keys_that_make_one_variable_are_refused_naming_both():
+    """Each swept key reaches a user command as HPCQA_SWEEP_<KEY>: launch.env.x and launch.env.X make one name,
+    and the program would see one of the two values. Refused naming both keys; x and Y pass."""
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw({"launch": {"env": {"x": ["1", "2"], "X": ["3", "4"]}}}))
+    said = e.value.message
+    assert "sweep.launch.env.x" in said and "sweep.launch.env.X" in said, said
+    assert "HPCQA_SWEEP_LAUNCH_ENV_X" in said and e.value.key in (
+        "sweep.launch.env.x",
+        "sweep.launch.env.X",
+    )
+    with pytest.raises(ConfigError) as e:  # one on the grid, one in a listed variant
+        sweep.expand(
+            raw(
+                {
+                    "launch": {"env": {"x": ["1", "2"]}},
+                    "variants": [{"launch": {"env": {"X": "3"}}}],
+                }
+            )
+        )
+    assert e.value.key == "sweep.launch.env.X"
+    vs, _ = sweep.expand(raw({"launch": {"env": {"x": ["1", "2"], "Y": ["3", "4"]}}}))
+    assert {command.sweep_variable(k) for k in vs[0].params} == {
+        "HPCQA_SWEEP_LAUNCH_ENV_X",
+        "HPCQA_SWEEP_LAUNCH_ENV_Y",
+    }
+
+
+def test_a_key_given_twice_in_one_sweep_table_is_refused():
+    """TOML holds both a quoted "train.seed" and train.seed; one replaced the other, silently."""
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw({"train.seed": [1, 2], "train": {"seed": [3, 4]}}))
+    assert e.value.key == "sweep.train.seed" and "given twice" in e.value.message
+
+
+def sweep_file(tmp_path, text: str, base="configs/quickstart.toml"):
+    path = tmp_path / "sweep.toml"
+    path.write_text((ROOT / base).read_text() + "\n[sweep]\n" + text + "\n")
+    return path
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(
+    "text,key",
+    [
+        ("train.learning_rate = [3e-5, 0.00003]", "sweep.train.learning_rate"),
+        ('cluster.executor = ["local", "slurm"]', "sweep.cluster.executor"),
+        ('launch.env.x = ["1", "2"]\nlaunch.env.X = ["3", "4"]', "sweep.launch.env.X"),
+    ],
+)
+def test_the_sweep_refusals_are_one_line_before_anything_is_written(cli, tmp_path, text, key):
+    """Through the real command, as a user meets them: validate and submit --dry-run exit 2, one error line naming
+    the sweep key and a fix line, no traceback, nothing written."""
+    path, out = sweep_file(tmp_path, text), tmp_path / "out"
+    for verb in (("validate",), ("submit", "--dry-run")):
+        r = cli(*verb, str(path), "--set", f"job.output_dir={json.dumps(str(out))}")
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert lines[0].startswith(f"error: {path}: {key}: ") and len(lines) == 2, r.stderr
+        assert lines[1].startswith("  fix: "), r.stderr
+    assert not out.exists()
+
+
+@pytest.mark.process
+def test_a_sweep_next_to_the_refused_ones_passes_and_checks_every_variants_pass_env(cli, tmp_path):
+    """The neighbours of the refused sweeps: distinct values, another variable name, the requeue signal swept (two
+    arrays) -- a dry run that shows them. A variable only the second variant passes by name is checked too (the
+    check read the first variant's launch.pass_env only)."""
+    text = (
+        'train.learning_rate = [3e-5, 3e-6]\nlaunch.env.x = ["1", "2"]\n'
+        'launch.requeue_signal = ["USR1", "USR2"]\n'
+        '[[sweep.variants]]\nlaunch.pass_env = ["ISSUE72_NOT_SET_HERE"]'
+    )
+    path = sweep_file(tmp_path, text)
+    args = ("--set", f"job.output_dir={json.dumps(str(tmp_path / 'out'))}")
+    r = cli("submit", str(path), "--dry-run", "--json", "--set", "cluster.executor=slurm", *args)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert len(d["sweep"]["variants"]) == 9  # the listed variant keeps the base's USR2
+    assert [a["variants"] for a in d["sweep"]["arrays"]] == [[0, 2, 4, 6], [1, 3, 5, 7, 8]]
+    assert "ISSUE72_NOT_SET_HERE" in d["would_refuse"]["error"], d["would_refuse"]
+    r = cli("validate", str(path), *args)
+    assert r.returncode == 0 and "9 variants" in r.stdout, r.stderr

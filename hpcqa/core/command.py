@@ -154,12 +154,14 @@ def check(command: Sequence[str], values: Mapping[str, Any], source: str = "") -
         fill(a, values, f"job.command[{i}]", source, later=names_job_path(a))
 
 
+def sweep_variable(key: str) -> str:
+    """The variable a swept key reaches the program as: train.learning_rate -> HPCQA_SWEEP_TRAIN_LEARNING_RATE."""
+    return "HPCQA_SWEEP_" + re.sub(r"[^A-Za-z0-9]", "_", key).upper()
+
+
 def sweep_env(variant: Mapping[str, Any]) -> dict[str, str]:
-    """A sweep variant's values as environment variables: train.learning_rate -> HPCQA_SWEEP_TRAIN_LEARNING_RATE."""
-    return {
-        "HPCQA_SWEEP_" + re.sub(r"[^A-Za-z0-9]", "_", k).upper(): _text(v)
-        for k, v in sorted(variant.items())
-    }
+    """A sweep variant's values as environment variables (sweep_variable names them)."""
+    return {sweep_variable(k): _text(v) for k, v in sorted(variant.items())}
 
 
 def named_files(argv: Sequence[str], cwd: str) -> list[str]:

@@ -238,6 +238,49 @@ def _check_sizes(cfg: Any) -> None:
             "use fewer nodes, or fewer ranks per node (launch.ranks_per_socket)",
             src,
         )
+    _check_env_sizes(cfg)
+
+
+# Every rank is exec'd with launch.env in its environment. Linux refuses the exec (E2BIG: the rank exits 127 before
+# it can log a line) when one "NAME=value" string, NUL included, is over MAX_ARG_STRLEN (32 pages: 131072 bytes), and
+# when the arguments and the environment together pass ARG_MAX (2 MiB on most Linux, a quarter of an 8 MiB stack).
+# launch.env as a whole is held to an eighth of ARG_MAX: job.command may take 1 MiB, and Slurm's, the launcher's,
+# the Intel knobs' and the user's own exported variables need the rest.
+MAX_ENV_ENTRY = 128 << 10
+MAX_ENV_TOTAL = 256 << 10
+
+
+def _check_env_sizes(cfg: Any) -> None:
+    """Each launch.env entry within MAX_ARG_STRLEN, all of them within MAX_ENV_TOTAL."""
+    sizes = {
+        name: len(f"{name}={value}".encode("utf-8", "surrogatepass")) + 1
+        for name, value in cfg.launch.env.items()
+    }
+    fix = (
+        "pass a large value through a file: write it where the ranks can read it and set the variable to "
+        "the file's path"
+    )
+    for name, size in sizes.items():
+        if size > MAX_ENV_ENTRY:
+            raise ConfigError(
+                f"launch.env.{name}",
+                f"{name}=<value> is {size:,} bytes (its NUL included); Linux execs no program whose "
+                f"variable is over {MAX_ENV_ENTRY:,} bytes (MAX_ARG_STRLEN): every rank would exit 127 "
+                "before logging a line",
+                fix,
+                cfg.source,
+            )
+    total = sum(sizes.values())
+    if total > MAX_ENV_TOTAL:
+        largest = max(sizes, key=lambda n: sizes[n])
+        raise ConfigError(
+            f"launch.env.{largest}",
+            f"launch.env's {len(sizes)} variables add up to {total:,} bytes, {largest} the largest "
+            f"({sizes[largest]:,}); hpcqa allows {MAX_ENV_TOTAL:,} (the kernel's ARG_MAX, 2 MiB on most "
+            "Linux, holds the arguments and every variable of a rank together)",
+            fix,
+            cfg.source,
+        )
 
 
 def _check_paths(cfg: Any) -> None:

@@ -11,11 +11,14 @@
 
 Variants = the grid's product (in key order, last key fastest), then the explicit variants; each
 is the base config with its values applied and is validated like a config before anything is
-submitted. A Slurm array has one resource request, so variants are grouped by what sbatch is asked
-for (nodes, time, partition, ...) -- a scaling study over cluster.nodes becomes one array per node
-count -- and a group larger than MaxArraySize is cut into ceil(n / MaxArraySize) arrays. All arrays
-of a sweep share one sweep id in the registry; the throttle holds across them because each array
-after the first starts only when the previous one has ended (--dependency=afterany).
+submitted; sweepcheck.py refuses variants that repeat a run, vary what every task shares (the
+executor, the job root, the registry) or reach the program under one variable name. A Slurm array
+has one resource request and one script, so variants are grouped by what sbatch is asked for (nodes,
+time, partition, ...) and by the script's interpreter and requeue signal -- a scaling study over
+cluster.nodes becomes one array per node count -- and a group larger than MaxArraySize is cut into
+ceil(n / MaxArraySize) arrays. All arrays of a sweep share one sweep id in the registry; the
+throttle holds across them because each array after the first starts only when the previous one
+has ended (--dependency=afterany).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any, Callable, Mapping
 
 from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
+from hpcqa.core import sweepcheck
 from hpcqa.core.frozen import freeze
 from hpcqa.core.kinds import Requeue
 from hpcqa.errors import ConfigError
@@ -49,12 +53,23 @@ class ArrayPlan:
     slurm_key: str  # what sbatch is asked for, shared by the array's tasks
 
 
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
+def _flatten(
+    d: Mapping[str, Any], where: str, source: str, prefix: str = "", out: dict | None = None
+) -> dict[str, Any]:
+    """Dotted keys -> values. A key given both as a quoted dotted name and as a table's key is refused (TOML holds
+    both, and one would silently replace the other)."""
+    out = {} if out is None else out
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
+            _flatten(v, where, source, key + ".", out)
+        elif key in out:
+            raise ConfigError(
+                f"{where}.{key}",
+                "is given twice: once as a quoted dotted name, once as a table's key",
+                "keep one of the two",
+                source,
+            )
         else:
             out[key] = v
     return out
@@ -101,7 +116,7 @@ def parse(
             "set sweep.parallelism to how many variants may run at once (0: no limit)",
             source,
         )
-    grid = _flatten({k: v for k, v in sw.items() if k not in RESERVED})
+    grid = _flatten({k: v for k, v in sw.items() if k not in RESERVED}, "sweep", source)
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(
@@ -125,6 +140,8 @@ def parse(
             "write each variant as a [[sweep.variants]] table of config keys",
             source,
         )
+    listed = [_flatten(v, f"sweep.variants[{i}]", source) for i, v in enumerate(explicit)]
+    sweepcheck.check_keys(list(dict.fromkeys([*grid, *(k for v in listed for k in v)])), source)
     size = math.prod(len(v) for v in grid.values()) if grid else 0
     if size + len(explicit) > MAX_VARIANTS:  # counted before anything is expanded
         raise ConfigError(
@@ -136,7 +153,7 @@ def parse(
             "validated, planned and registered, and every array task is a Slurm job)",
             source,
         )
-    return grid, [_flatten(v) for v in explicit], par
+    return grid, listed, par
 
 
 def expand(raw: Mapping[str, Any], source: str = "") -> tuple[list[Variant], int]:
@@ -164,12 +181,19 @@ def expand(raw: Mapping[str, Any], source: str = "") -> tuple[list[Variant], int
                 e.key, f"in sweep variant {i} ({where}): {e.detail}", e.hint, source
             ) from None
         variants.append(Variant(index=i, params=freeze(params), config=cfg))
+    keys = swept_keys(variants)
+    sweepcheck.check_variables(keys, source)
+    sweepcheck.check_shared(variants, keys, source)
+    sweepcheck.check_repeats(variants, grid, keys, source)
     return variants, par
 
 
 def slurm_key(plan) -> str:
+    """What an array's tasks share: what sbatch is asked for, the interpreter the array's command line names and
+    the signal its --signal sends (the rank waits for its own)."""
     p = plan.slurm_parameters()
     p.pop("job_name", None)
+    p.update(python=plan.python, requeue_signal=plan.config.launch.requeue_signal)
     return json.dumps(p, sort_keys=True, default=str)
 
 
