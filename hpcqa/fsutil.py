@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import os
+import resource
 import socket
 import stat
 from pathlib import Path
@@ -193,10 +194,30 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -
     return p
 
 
+def no_room(folder: str | os.PathLike) -> str | None:
+    """Why a write in `folder` fails though nothing is damaged -- its file system full or mounted read-only, or this
+    process's file-size limit -- as a reason to print, or None. For libraries (SQLite) whose own words ("disk I/O
+    error") hide the errno."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    if st.f_flag & os.ST_RDONLY:
+        return "its file system is mounted read-only (EROFS)"
+    free = (st.f_bfree if os.getuid() == 0 else st.f_bavail) * st.f_frsize
+    if free < 64 << 10:
+        return "its file system is full (ENOSPC)"
+    cap = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if cap != resource.RLIM_INFINITY:
+        return f"this process may write files of at most {cap:,} bytes (ulimit -f; EFBIG)"
+    return None
+
+
 def write_failure(e: OSError, path: str | Path | None = None) -> str:
-    """One line for a write that failed: the path, what the system said, and its errno's name (ENOSPC, EFBIG,
-    EROFS, EDQUOT ...), which is what an administrator searches for."""
-    where = e.filename or path or "a file"
+    """One line for a write that failed: the path (`path` when given: the error's own may name the source of a
+    copy), what the system said, and its errno's name (ENOSPC, EFBIG, EROFS, EDQUOT ...), which is what an
+    administrator searches for."""
+    where = path or e.filename or "a file"
     name = errno.errorcode.get(e.errno or 0, "")
     return f"cannot write {where}: {e.strerror or e}" + (f" ({name})" if name else "")
 

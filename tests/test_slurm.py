@@ -840,3 +840,62 @@ def test_a_queued_job_runs_only_what_was_submitted(slurm, tmp_path, tamper):
     assert j["state"] == "FAILED" and not pwned.exists()
     logs = "".join(p.read_text() for p in folder.glob("*_log.err"))
     assert named in logs and "refusing" in logs and "Traceback" not in logs, logs
+
+
+def _sbatch_then(tmp_path, then: str) -> dict:
+    """PATH with an `sbatch` that runs the real one, then `then` (shell, with $PPID: the hpcqa that called it),
+    then answers as the real one did: the fault lands after Slurm has queued the job and before hpcqa has read its
+    answer -- the moment where a job used to be queued and never recorded."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = shutil.which("sbatch")
+    wrapper = bin_dir / "sbatch"
+    wrapper.write_text(
+        f'#!/bin/sh\nout=$({shlex.quote(real)} "$@"); rc=$?\n{then}\nprintf "%s\\n" "$out"\nexit $rc\n'
+    )
+    wrapper.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("sig", ["INT", "TERM"])
+def test_a_signal_between_sbatch_and_the_registry_never_loses_the_job(slurm, tmp_path, sig):
+    """Ctrl-C or a runner's SIGTERM delivered by the real signal while sbatch answers: held until the registry's
+    commit, then acted on -- the job is queued AND recorded (status knows it), the user is told how to stop it."""
+    env = {**slurm, **_sbatch_then(tmp_path, f"kill -{sig} $PPID")}
+    before = set(_queued(slurm))
+    r = submit(env, tmp_path, wait=False)
+    new = sorted(set(_queued(slurm)) - before)
+    try:
+        assert r.returncode == 130 and len(new) == 1, (r.returncode, new, r.stderr)
+        assert "Traceback" not in r.stderr
+        assert f"job {new[0]} is queued and recorded; `hpcqa cancel {new[0]}` stops it" in r.stderr
+        assert new[0] in status(slurm, new[0])
+    finally:
+        subprocess.run(["scancel", *new], env={**os.environ, **slurm}, check=False)
+
+
+def test_a_registry_that_fills_after_sbatch_names_the_job_and_its_cancel(slurm, tmp_path):
+    """The registry's file system fills between the write test and the commit (the wrapper fills a real tmpfs
+    right after sbatch queued the job): one line naming the queued job and the exact scancel that stops it."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "hpcqa-t", str(disk)], check=True)
+    try:
+        fill = f"dd if=/dev/zero of={shlex.quote(str(disk / 'filler'))} bs=64k 2>/dev/null"
+        env = {
+            **slurm,
+            **_sbatch_then(tmp_path, fill),
+            "HPCQA_REGISTRY": str(disk / "registry.sqlite"),
+        }
+        before = set(_queued(slurm))
+        r = submit(env, tmp_path, wait=False)
+        new = sorted(set(_queued(slurm)) - before)
+        try:
+            assert r.returncode == 1 and len(new) == 1, (r.returncode, new, r.stderr)
+            assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 2, r.stderr
+            assert f"job {new[0]} is queued but was not recorded in the job registry" in r.stderr
+            assert f"stop it with `scancel {new[0]}`" in r.stderr
+        finally:
+            subprocess.run(["scancel", *new], env={**os.environ, **slurm}, check=False)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -210,7 +210,12 @@ def cmd_registry(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    output_target(args.plot, (registry.resolve_path(args.registry),), PLOT_SUFFIXES, "--plot")
+    output_target(
+        args.plot,
+        ((registry.resolve_path(args.registry), "the job registry"),),
+        PLOT_SUFFIXES,
+        "--plot",
+    )
     reg = registry.Registry(args.registry, create=False)
     if not reg.exists or not reg.jobs(sweep_id=args.sweep):
         raise registry.not_found([args.sweep], reg.path, "sweep")

@@ -17,13 +17,13 @@ INPUT_SUFFIXES = (".toml", ".py", ".sqlite")  # what hpcqa reads: a config, a pr
 
 def output_target(
     out: str | os.PathLike | None,
-    inputs: tuple[str | os.PathLike, ...] = (),
+    inputs: tuple[tuple[str | os.PathLike, str], ...] = (),
     suffixes: tuple[str, ...] = (),
     option: str = "-o",
 ) -> Path | None:
     """The one check of a file the user asks hpcqa to write, before anything is read or rendered: None for stdout
     (no path, or "-"); else a path whose folder exists, that is new or a regular file (never a link, a FIFO, a
-    folder or a device), that is none of `inputs` (the config being rendered), and whose suffix is one of
+    folder or a device), that is none of `inputs` ((path, what it is): the config being rendered), and whose suffix is one of
     `suffixes` when given (else not one of the files hpcqa reads: INPUT_SUFFIXES). UsageError naming the fix."""
     if out is None or str(out) in ("", "-"):
         return None
@@ -44,14 +44,14 @@ def output_target(
         raise UsageError(f"{option} {shown}: {e.strerror or e}", fix) from None
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise UsageError(f"{option} {shown} is {_kind(st.st_mode)}: nothing was written", fix)
-    for given in inputs:
+    for given, what in inputs:
         try:
             same = os.path.samefile(p, given)
         except OSError:
             same = False
         if same:
             raise UsageError(
-                f"{option} {shown} is the config being read: writing there would replace it",
+                f"{option} {shown} is {what}: writing there would replace it",
                 "name another file for the output",
             )
     if suffixes and p.suffix.lower() not in suffixes:

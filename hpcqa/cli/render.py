@@ -23,7 +23,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.old_kind:  # the option's name before 0.2: it chose a file kind, not where the job runs
         print(f"hpcqa: render --target is now --kind (--kind {args.old_kind})", file=sys.stderr)
         args.kind = args.old_kind
-    output_target(args.output, (args.config,))
+    output_target(args.output, ((args.config, "the config being read"),))
     cfg = _render_config(args)
     if args.kind != table.RENDER_SCRIPT:
         _no_script_options(args)

@@ -178,7 +178,8 @@ def write(snap: Snapshot, say: Callable[[str], None] = lambda line: None) -> Pat
         OSError
     ) as e:  # a full disk, a quota, a file-size limit, a read-only mount: nothing half-made is left
         raise SubmitError(
-            f"the code snapshot was not written: {fsutil.write_failure(e)}; nothing was queued",
+            f"the code snapshot was not written: {fsutil.write_failure(e, snap.path.parent)}; nothing was "
+            "queued",
             f"free space in {snap.path.parent} (or set job.root elsewhere), or submit with --no-snapshot",
         ) from None
 

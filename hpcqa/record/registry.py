@@ -198,18 +198,6 @@ def _cannot_write(e: sqlite3.DatabaseError) -> bool:
     )
 
 
-def _no_room(path: Path) -> str | None:
-    """Why the registry's folder takes no write (its file system full or read-only), or None."""
-    try:
-        st = os.statvfs(path.parent)
-    except OSError:
-        return None
-    if st.f_flag & os.ST_RDONLY:
-        return "its file system is mounted read-only (EROFS)"
-    free = (st.f_bfree if os.getuid() == 0 else st.f_bavail) * st.f_frsize
-    return "its file system is full (ENOSPC)" if free < 64 << 10 else None
-
-
 def _damaged(path: Path, what: str) -> RegistryError:
     return RegistryError(
         f"job registry {path}: {what}",
@@ -287,17 +275,17 @@ class Registry:
             except (
                 OSError,
                 sqlite3.DatabaseError,
-            ) as e:  # sqlite: "unable to open database file" in a folder it
+            ) as e:  # "unable to open database file": a folder it cannot write
+                why = fsutil.no_room(self.path.parent) or getattr(e, "strerror", None) or e
                 raise RegistryError(
-                    f"cannot create the job registry {self.path}: "  # cannot write
-                    f"{getattr(e, 'strerror', None) or e}",
+                    f"cannot create the job registry {self.path}: {why}",
                     "make its folder writable, or set job.registry / $HPCQA_REGISTRY",
                 ) from None
         try:
             self.db = _open(self.path)
         except sqlite3.DatabaseError as e:
             if _cannot_write(e) and (
-                full := _no_room(self.path)
+                full := fsutil.no_room(self.path.parent)
             ):  # its -wal/-shm cannot be made: not damage
                 raise RegistryError(
                     f"cannot open the job registry {self.path}: {full}", _ELSEWHERE
