@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hpcqa import modelcheck
+from hpcqa import fsutil, modelcheck
 from hpcqa.core import squadfile
 from hpcqa.core.config import Config
 from hpcqa.errors import ConfigError
@@ -91,12 +91,8 @@ def _unwritable_root(root: Path) -> str:
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{existing} is not writable"
     if existing == root:
-        probe = root / f".hpcqa-write-test-{os.getpid()}"
-        try:
-            probe.write_text("")
-            probe.unlink()
-        except OSError as e:
-            return f"{root}: {e.strerror or e}"
+        if why := fsutil.unwritable(root):
+            return why
     return ""
 
 

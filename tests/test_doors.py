@@ -286,3 +286,20 @@ def test_a_first_submit_interrupted_at_any_moment_leaves_no_registry_a_verb_refu
             assert reg.stat().st_size > 0
         r = run_cli("status", env={"HPCQA_REGISTRY": str(reg)})
         assert r.returncode == 0, (i, r.stderr)
+
+
+def test_a_full_disk_while_a_programs_folder_is_copied_leaves_nothing(tmp_path):
+    """job.workdir's copy (a user command's folder) on a real tmpfs that fills half-way: one line naming the folder
+    and ENOSPC, and no half-made copy beside the others."""
+    from hpcqa.record import worktree
+
+    folder = tmp_path / "prog"
+    folder.mkdir()
+    (folder / "train.py").write_text("print('hi')\n")
+    (folder / "weights.bin").write_bytes(os.urandom(600 << 10))
+    tree = worktree.scan(str(folder))
+    with tmpfs(tmp_path / "disk", "512k") as disk:
+        with pytest.raises(worktree.WorkError) as e:
+            worktree.write(tree, disk / "code")
+        assert "ENOSPC" in e.value.message and str(disk / "code") in e.value.message
+        assert list((disk / "code").iterdir()) == []

@@ -1004,3 +1004,29 @@ def test_every_file_is_read_through_the_one_door():
         "d = resources.read_text(p)\ne = q.read_bytes()\nwith p.open('rb') as f: pass\n"
     )
     assert sorted(int(x.split(":")[1]) for x in raw_reads("x.py", planted)) == [1, 2, 3, 4, 9, 10]
+
+
+def raw_writes(rel: str, tree) -> list[str]:
+    """Path.write_text/write_bytes outside the door: a write straight into place, which a full disk, a file-size
+    limit or a signal cuts short and leaves half-made (fsutil.atomic_write_* write aside, then rename)."""
+    return [
+        f"{rel}:{node.lineno}: {ast.unparse(node)[:70]}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("write_text", "write_bytes")
+    ]
+
+
+def test_every_file_hpcqa_makes_is_written_aside_then_renamed():
+    offenders = [
+        x
+        for path, tree in modules()
+        if str(path.relative_to(ROOT)) != "hpcqa/fsutil.py"
+        for x in raw_writes(str(path.relative_to(ROOT)), tree)
+    ]
+    assert not offenders, "write it with hpcqa.fsutil.atomic_write_text/bytes:\n" + "\n".join(
+        offenders
+    )
+    planted = ast.parse("p.write_text('x')\nfsutil.atomic_write_text(p, 'x')\nq.write_bytes(b'')\n")
+    assert sorted(int(x.split(":")[1]) for x in raw_writes("x.py", planted)) == [1, 3]

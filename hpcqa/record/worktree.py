@@ -16,6 +16,7 @@ the job's earlier attempts wrote there (`--output_dir out` resumes its own check
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hpcqa.errors import HpcqaError
-from hpcqa.fsutil import file_sha256, real_folders
+from hpcqa.fsutil import file_sha256, real_folders, write_failure
 from hpcqa.record.jobdir import read_json, write_json
 
 MANIFEST = "MANIFEST.json"
@@ -144,13 +145,32 @@ def write(tree: WorkTree, code_root: Path) -> Path:
         os.replace(dest, dest.with_name(f"{dest.name}.damaged-{int(time.time())}"))
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".work-{tree.digest}-", dir=dest.parent))
+    try:
+        _build(tree, tmp)
+        os.rename(tmp, dest)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (
+            e.errno in (errno.EEXIST, errno.ENOTEMPTY) and dest.exists()
+        ):  # else: published first by another
+            raise WorkError(
+                f"the copy of job.workdir was not written: {write_failure(e, dest.parent)}; nothing was queued",
+                f"free space in {dest.parent} (or set job.output_dir elsewhere), or submit --no-snapshot",
+            ) from None
+    except BaseException:  # a signal, a file that changed: nothing half-copied is left
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest / TREE
+
+
+def _build(tree: WorkTree, tmp: Path) -> None:
+    """The copy, its manifest and provenance, in the temporary folder `tmp`."""
     (tmp / TREE).mkdir()
     for rel, sha in tree.files.items():
         target = tmp / TREE / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(os.path.join(tree.source, rel), target)
         if file_sha256(target) != sha:
-            shutil.rmtree(tmp, ignore_errors=True)
             raise WorkError(
                 f"{os.path.join(tree.source, rel)} changed while it was copied",
                 "submit again once nothing writes into the folder",
@@ -167,11 +187,6 @@ def write(tree: WorkTree, code_root: Path) -> Path:
             **tree.provenance,
         },
     )
-    try:
-        os.rename(tmp, dest)
-    except OSError:  # another submission published the same digest first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest / TREE
 
 
 def problem(folder: str, digest: str) -> str | None:

@@ -15,7 +15,6 @@ one thing not known before submission).
 
 from __future__ import annotations
 
-import os
 import shlex
 import tempfile
 from pathlib import Path
@@ -204,9 +203,10 @@ class SubmititSlurm:
         jd = JobDir(Path(str(root.folder_pattern(request.submission)).replace("%j", job_id)))
         jd.path.mkdir(parents=True, exist_ok=True)
         c = plan.config.cluster
-        tmp = jd.path / f".{job_id}.pkl.tmp"
-        tmp.write_bytes(job.pickled(str(path), plan.digest, c.time_limit_min, c.max_requeues))
-        os.replace(tmp, jd.submitted_pickle(job_id))
+        fsutil.atomic_write_bytes(
+            jd.submitted_pickle(job_id),
+            job.pickled(str(path), plan.digest, c.time_limit_min, c.max_requeues),
+        )
         return jd
 
     def wait(self, submitted: Submitted, progress: Progress | None = None) -> Outcome:
