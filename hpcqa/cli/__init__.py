@@ -15,6 +15,7 @@
     staging.py      stage
     starter.py      init (an example config the package carries, written here to edit)
     outfile.py      a file named with -o (init, render): written whole, only over a regular file
+    output.py       stdout and stderr guarded: a failed write is one line and exit 1, a closed pipe is quiet
 
 A verb's module is imported when that verb runs (VERBS), and imports what it needs at its top: `hpcqa --help`
 loads the grammar alone. Heavy modules (torch, transformers, datasets) are imported only by the verbs that need
@@ -31,6 +32,7 @@ import sys
 from typing import Callable, Sequence
 
 from hpcqa import errors
+from hpcqa.cli import output
 from hpcqa.cli.parser import build_parser
 from hpcqa.errors import HpcqaError
 
@@ -61,6 +63,12 @@ def verb(name: str) -> Callable[..., int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`hpcqa ARGV...` (the console script's entry): its exit code. Every verb's output is guarded: a write to stdout
+    or stderr that fails is one line and exit 1, a closed pipe ends it quietly (cli/output.py)."""
+    return output.guarded(lambda: run(argv))
+
+
+def run(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if argv and not argv[0].startswith("-") and argv[0] not in VERBS:
@@ -102,8 +110,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `hpcqa ... | head`
-        return 0
 
 
 def _from_the_program(e: HpcqaError) -> HpcqaError:

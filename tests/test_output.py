@@ -1,0 +1,121 @@
+"""What the CLI writes, wherever it goes: a write that fails (stdout on /dev/full) is one line and exit 1 for every
+verb, a reader that left (a closed pipe) ends the run quietly."""
+
+import errno
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hpcqa.cli import VERBS, main
+from tests.conftest import ROOT, cli_env
+
+NO_SPACE = "hpcqa: cannot write the output: No space left on device (errno 28)"
+# each verb with arguments that make it print to stdout without running a job (None: an error on stderr, exit 2)
+PRINTING = {
+    "submit": ["configs/quickstart.toml", "--dry-run"],
+    "render": ["configs/quickstart.toml"],
+    "stage": ["--help"],
+    "env": [],
+    "topology": [],
+    "hosts": ["n[1-3]"],
+    "tune": ["--help"],
+    "scaling": ["--help"],
+    "validate": ["configs/quickstart.toml"],
+    "doctor": [],
+    "status": [],
+    "logs": None,
+    "cancel": None,
+    "registry": ["check"],
+    "results": ["--help"],
+    "init": ["--list"],
+}
+
+
+def hpcqa(args: list[str], tmp_path, **streams) -> subprocess.CompletedProcess:
+    """`python -m hpcqa ARGS` in a fresh interpreter with the given stdout/stderr, a registry of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "hpcqa", *args],
+        env=cli_env({"HPCQA_REGISTRY": str(tmp_path / "r.sqlite")}),
+        cwd=ROOT,
+        timeout=300,
+        **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **streams},
+    )
+
+
+def test_every_verb_is_tried():
+    assert set(PRINTING) == set(VERBS)
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("verb", ["--help", *PRINTING])
+def test_a_failed_write_to_stdout_is_one_line_and_exit_1(verb, tmp_path):
+    """stdout on /dev/full: every verb (and --help, whose failure argparse used to swallow with exit 0) says one
+    line and exits 1 -- or, asked of a job that does not exist, says so and exits 2 -- never a traceback, nor
+    Python's "Exception ignored" when it flushes at exit."""
+    asks_a_job = PRINTING.get(verb, []) is None
+    args = [verb, "nosuchjob"] if asks_a_job else [verb, *PRINTING.get(verb, [])]
+    with open("/dev/full", "w") as full:
+        r = hpcqa(args, tmp_path, stdout=full)
+    err = r.stderr.decode()
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    if asks_a_job:
+        assert r.returncode == 2 and err.startswith("error: no job nosuchjob"), err
+    else:
+        assert r.returncode == 1 and err.splitlines()[-1] == NO_SPACE, (r.returncode, err)
+        assert err.count(NO_SPACE) == 1, err
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(
+    "args", [["render", "configs/quickstart.toml"], ["--help"], ["status", "--all"]]
+)
+def test_a_closed_pipe_ends_the_run_quietly(args, tmp_path):
+    """`hpcqa ... | head -c1` after head is gone: exit 0, nothing on stderr (no BrokenPipeError, no "Exception
+    ignored" at exit). The pipe's reading end is closed before hpcqa starts, so its first write meets it."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        r = hpcqa(args, tmp_path, stdout=write)
+    finally:
+        os.close(write)
+    assert r.returncode == 0 and r.stderr == b"", r.stderr.decode()
+
+
+@pytest.mark.process
+def test_when_stderr_fails_too_the_exit_is_1_and_silent(tmp_path):
+    with open("/dev/full", "w") as full:
+        both = hpcqa(["validate", "configs/quickstart.toml"], tmp_path, stdout=full, stderr=full)
+        err_only = hpcqa(["logs", "nosuchjob"], tmp_path, stderr=full)
+    assert both.returncode == 1 and err_only.returncode == 1 and err_only.stdout == b""
+
+
+class Failing(io.StringIO):
+    def __init__(self, error: OSError) -> None:
+        super().__init__()
+        self.error = error
+
+    def write(self, text: str) -> int:
+        raise self.error
+
+
+def test_the_guard_in_process(monkeypatch, capsys):
+    """main() itself: a stdout that refuses is one line on stderr and 1; a closed pipe 0 and nothing; a stderr that
+    refuses 1 and nothing; the streams are given back as they were."""
+    monkeypatch.setattr(sys, "stdout", Failing(OSError(errno.EIO, "Input/output error")))
+    assert main(["hosts", "n1"]) == 1
+    said = capsys.readouterr().err
+    assert said == "hpcqa: cannot write the output: Input/output error (errno 5)\n", said
+    monkeypatch.setattr(sys, "stdout", Failing(BrokenPipeError(errno.EPIPE, "Broken pipe")))
+    assert main(["hosts", "n1"]) == 0 and capsys.readouterr().err == ""
+    full = Failing(OSError(errno.ENOSPC, "No space left on device"))
+    monkeypatch.setattr(sys, "stderr", full)
+    assert main(["logs", "x", "--registry", "/nonexistent/r.sqlite"]) == 1
+    assert sys.stderr is full
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    with pytest.raises(SystemExit):  # argparse's own exits pass through, their output written
+        main(["--version"])
+    assert out.getvalue().startswith("hpcqa ") and sys.stdout is out
