@@ -1,8 +1,11 @@
 """What the CLI writes, wherever it goes: a write that fails (stdout on /dev/full) is one line and exit 1 for every
-verb, a reader that left (a closed pipe) ends the run quietly."""
+verb, a reader that left (a closed pipe) ends the run quietly; `results --csv` writes what a spreadsheet would
+evaluate as text."""
 
+import csv
 import errno
 import io
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +13,10 @@ import sys
 import pytest
 
 from hpcqa.cli import VERBS, main
+from hpcqa.record import registry, results
 from tests.conftest import ROOT, cli_env
+
+JOB_ROW = dict(name="n", executor="local", config={}, source="s.toml", nodes=1, world_size=2)
 
 NO_SPACE = "hpcqa: cannot write the output: No space left on device (errno 28)"
 # each verb with arguments that make it print to stdout without running a job (None: an error on stderr, exit 2)
@@ -119,3 +125,41 @@ def test_the_guard_in_process(monkeypatch, capsys):
     with pytest.raises(SystemExit):  # argparse's own exits pass through, their output written
         main(["--version"])
     assert out.getvalue().startswith("hpcqa ") and sys.stdout is out
+
+
+# ------------------------------------------------------------------ results --csv: what a spreadsheet opens
+
+
+def test_a_csv_cell_a_spreadsheet_would_evaluate_is_text():
+    for formula in ("=1+1", "+1", "-1", "@SUM(A1)", "\tx", "\rx"):
+        assert results.as_text(formula) == "'" + formula
+    for kept in ("plain", "", "a=b", -0.5, 3, 1e-5, True, None):
+        assert results.as_text(kept) == kept
+
+
+@pytest.mark.process
+def test_results_csv_writes_formulas_as_text_and_numbers_as_numbers(cli, tmp_path):
+    """A sweep whose swept value is a formula (=HYPERLINK(...), @SUM(...)): `results --csv` writes it with a leading
+    quote (OWASP's rule), and the numbers -- a swept -0.5 included -- as they were."""
+    link = '=HYPERLINK("http://example.invalid/?x","click")'
+    variants = [(link, -0.5, 70.0), ("@SUM(1+1)", 0.1, 60.0), ("plain", 0.0, 50.0)]
+    reg = registry.Registry(tmp_path / "r.sqlite")
+    for task, (name, decay, f1) in enumerate(variants):
+        folder = tmp_path / f"80_{task}"
+        folder.mkdir()
+        (folder / "results.json").write_text(
+            json.dumps({"status": "COMPLETED", "exact_match": f1 - 5, "f1": f1})
+        )
+        reg.add(
+            **{**JOB_ROW, "id": f"80_{task}", "folder": str(folder)},
+            sweep_id="80",
+            task_index=task,
+            variant={"job.name": name, "train.weight_decay": decay},
+        )
+        reg.update_states([(f"80_{task}", "COMPLETED", True, 0, 10.0)])
+    r = cli("results", "80", "--csv", env={"HPCQA_REGISTRY": str(tmp_path / "r.sqlite")})
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [x["job.name"] for x in rows] == ["'" + link, "'@SUM(1+1)", "plain"], r.stdout
+    assert [x["train.weight_decay"] for x in rows] == ["-0.5", "0.1", "0.0"], r.stdout
+    assert [x["f1"] for x in rows] == ["70.0", "60.0", "50.0"] and rows[0]["best"] == "True"
