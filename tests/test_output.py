@@ -7,12 +7,17 @@ import errno
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
 
 from hpcqa.cli import VERBS, main
+from hpcqa.cli.console import Console
 from hpcqa.record import registry, results
 from tests.conftest import ROOT, cli_env
 
@@ -163,3 +168,31 @@ def test_results_csv_writes_formulas_as_text_and_numbers_as_numbers(cli, tmp_pat
     assert [x["job.name"] for x in rows] == ["'" + link, "'@SUM(1+1)", "plain"], r.stdout
     assert [x["train.weight_decay"] for x in rows] == ["-0.5", "0.1", "0.0"], r.stdout
     assert [x["f1"] for x in rows] == ["70.0", "60.0", "50.0"] and rows[0]["best"] == "True"
+
+
+# ------------------------------------------------------------------ names a user gave, as the terminal gets them
+
+# OSC 0 sets the terminal's title, BEL ends it, U+202E reverses what follows, a line break would start a line
+HOSTILE = "a\x1b]0;x\x07\u202eb\nc"
+SPELLED = "a\\x1b]0;x\\x07\\u202eb\\nc"  # as text.shown spells it: the rule of the registry's rows
+RAW = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)  # CONTROL, line break aside
+
+
+def test_every_rich_text_is_spelled_out_and_a_path_keeps_its_columns():
+    """The CLI's Console: a str is spelled out before rich measures it (the table keeps its columns); a Text object
+    or a panel's title, which rich renders as they are, is spelled out on its way to the terminal. Line breaks stay:
+    a single name is spelled out whole where it enters a line (text.shown)."""
+    one_line, spelled = HOSTILE.replace("\n", ""), SPELLED.replace("\\n", "")
+    con = Console(file=io.StringIO(), width=60, force_terminal=True, color_system=None)
+    t = Table(title=one_line)
+    t.add_column("path")
+    t.add_row(f"/tmp/{one_line}.toml")
+    con.print(Panel(t, title=Text("t\x9b2J")))
+    con.print(Text("osc 52 \x1b]52;c;x"), f"[red]{one_line}[/]\nnext line")
+    text = con.file.getvalue()
+    assert not RAW.search(text), ascii(text)
+    assert "t\\x9b2J" in text and "osc 52 \\x1b]52;c;x" in text, text
+    assert f"│ /tmp/{spelled}.toml │" in text, text
+    assert text.endswith(f"{spelled}\nnext line\n"), text

@@ -2,6 +2,7 @@
 
     parser.py       the grammar (every verb, option and help)
     say.py          progress lines and warnings on stderr
+    console.py      the rich Console the verbs print with: what it renders is spelled out
     submit.py       submit: the dry run and the submission
     report.py       what submit prints while a job runs and when it ends
     render.py       render: standalone scripts, the Kubernetes objects, their image's Dockerfile

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from hpcqa import errors
 from hpcqa.cli import statusview
+from hpcqa.cli.console import Console
 from hpcqa.cli.say import warn
 from hpcqa.core import states, values
 from hpcqa.core.states import State

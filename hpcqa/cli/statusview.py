@@ -22,7 +22,7 @@ from hpcqa.record.jobfiles.failure import Failure
 from hpcqa.record.jobfiles.progress import Progress as ProgressFile
 from hpcqa.record.jobfiles.results import Results
 from hpcqa.record.status import JobView
-from hpcqa.text import one_line
+from hpcqa.text import one_line, shown_lines
 
 COLOUR = {
     "ok": "green",
@@ -399,7 +399,7 @@ def print_detail(con, views: Sequence[JobView], source: states.Answer) -> None:
 def _printable(text: str) -> str:
     """A detail line as a terminal should get it: what the job folder's files held (a rank's host, its error, a
     warning) can carry escape sequences; each control character but the line break is spelled out, not sent."""
-    return "\n".join(values.shown(line) for line in str(text).split("\n"))
+    return shown_lines(str(text))
 
 
 def _by_the_cancel(record: Failure) -> bool:

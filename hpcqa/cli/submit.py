@@ -10,7 +10,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
@@ -18,6 +17,7 @@ from rich.text import Text
 
 from hpcqa import api, modelcheck
 from hpcqa.cli import report
+from hpcqa.cli.console import Console
 from hpcqa.cli.say import say, stop_like_ctrl_c, warn
 from hpcqa.core import command, modelfacts, sweep
 from hpcqa.core.topology import cpu_list

@@ -8,9 +8,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
+from hpcqa.cli.console import Console
 from hpcqa.cli.say import say
 from hpcqa.core import config, plan, scaling
 from hpcqa.core.states import State
