@@ -180,6 +180,42 @@ RAW = re.compile(
 )  # CONTROL, line break aside
 
 
+@pytest.mark.process
+def test_a_name_the_user_gave_reaches_the_terminal_spelled_out(cli, tmp_path):
+    """A config, an -o path and a registry named with ESC, BEL, U+202E and a line break: every command that names
+    them (validate, the dry run's panel, a config error, render -o, init -o, status, registry, results) prints
+    them spelled out, on one line, never raw -- a file name is the one text no check refuses. A name holding rich's
+    markup is shown as it is."""
+    good, bad = tmp_path / f"{HOSTILE}.toml", tmp_path / f"{HOSTILE}-bad.toml"
+    good.write_text((ROOT / "configs" / "quickstart.toml").read_text())
+    bad.write_text("[train]\nlearnig_rate = 1\n")
+    script = str(tmp_path / f"{HOSTILE}.sh")
+    env = {"HPCQA_REGISTRY": str(tmp_path / f"{HOSTILE}.sqlite"), "COLUMNS": "400"}
+    runs = {
+        "validate": ["validate", str(good), str(bad)],
+        "dry run": ["submit", str(good), "--dry-run"],
+        "config error": ["submit", str(bad), "--dry-run"],
+        "render -o": ["render", str(good), "-o", script],
+        "init -o": ["init", "-o", script],  # the script is there: refused, naming it
+        "status": ["status"],
+        "registry": ["registry", "check"],
+        "results": ["results", "7"],
+    }
+    for what, args in runs.items():
+        r = cli(*args, env=env)
+        said = r.stdout + r.stderr
+        assert "Traceback" not in said and not RAW.search(said), (what, ascii(said))
+        assert SPELLED in said, (what, said)
+    script_out = cli("render", str(good), env=env).stdout  # the script: its comment spells it
+    assert f"from {tmp_path}/{SPELLED}.toml" in script_out and not RAW.search(script_out)
+    # ".../[/]x.toml" holds rich's closing tag: the panel's config row was a MarkupError
+    markup = tmp_path / "[" / "]x.toml"
+    markup.parent.mkdir()
+    markup.write_text(good.read_text())
+    r = cli("submit", str(markup), "--dry-run", env=env)
+    assert r.returncode == 0 and f"{tmp_path}/[/]x.toml" in r.stdout, r.stdout + r.stderr
+
+
 def test_every_rich_text_is_spelled_out_and_a_path_keeps_its_columns():
     """The CLI's Console: a str is spelled out before rich measures it (the table keeps its columns); a Text object
     or a panel's title, which rich renders as they are, is spelled out on its way to the terminal. Line breaks stay:

@@ -1,7 +1,7 @@
 """hpcqa command line: the only package that prints tables or turns errors into exit codes. Split by verb group:
 
     parser.py       the grammar (every verb, option and help)
-    say.py          progress lines and warnings on stderr
+    say.py          progress lines and warnings on stderr, lines of text on stdout
     console.py      the rich Console the verbs print with: what it renders is spelled out
     submit.py       submit: the dry run and the submission
     report.py       what submit prints while a job runs and when it ends

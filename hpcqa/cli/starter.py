@@ -8,7 +8,9 @@ from pathlib import Path
 
 from hpcqa import resources
 from hpcqa.cli.outfile import write_whole
+from hpcqa.cli.say import tell
 from hpcqa.errors import UsageError
+from hpcqa.text import shown
 
 
 def summary(path: Path, width: int = 58) -> str:
@@ -37,7 +39,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     configs, programs = resources.example_configs(), resources.example_programs()
     if args.list:
         for name, path in {**configs, **programs}.items():
-            print(f"{name:18} {summary(path)}")
+            tell(f"{name:18} {summary(path)}")
         return 0
     name = args.example
     if name not in configs and name not in programs:
@@ -51,10 +53,11 @@ def cmd_init(args: argparse.Namespace) -> int:
     if out.is_dir():
         out = out / file_name
     write_whole(out, src.read_text(encoding="utf-8"), args.force)
-    print(f"wrote {out} (the example {name!r}: {summary(src)})")
+    named = shown(out)  # the path given with -o, spelled out whole
+    tell(f"wrote {named} (the example {name!r}: {summary(src)})")
     if name in configs:
-        print(f"next: hpcqa submit {out} --dry-run     (then without --dry-run to run it)")
+        tell(f"next: hpcqa submit {named} --dry-run     (then without --dry-run to run it)")
     else:
-        print(f"next: hpcqa submit quickstart.toml -- python {out}")
-        print("  (the config: hpcqa init quickstart; the program's arguments: its docstring)")
+        tell(f"next: hpcqa submit quickstart.toml -- python {named}")
+        tell("  (the config: hpcqa init quickstart; the program's arguments: its docstring)")
     return 0

@@ -46,7 +46,7 @@ def _progress(v: JobView) -> str:
 def _cell(text: object) -> str:
     """A table cell from what files and schedulers said (the registry, results.json, squeue): control characters
     spelled out, rich's markup brackets escaped ("[/]" in a results.json was a MarkupError)."""
-    return escape(values.shown(str(text)))
+    return escape(values.shown(text))
 
 
 def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
@@ -185,7 +185,7 @@ def print_list(
     wide: bool = False,
 ) -> None:
     if not views:
-        con.print(f"no jobs in {path}", highlight=False)
+        con.print(f"no jobs in {_cell(path)}", highlight=False)
         return
     con.print(job_table(views, expand, wide, con.width))
     if not source.answered:

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Iterator
 
 from hpcqa.core import values as valuecheck
 from hpcqa.errors import HpcqaError, RegistryError, UsageError
+from hpcqa.text import shown
 
 # Before, the default was a registry per folder (logs/registry.sqlite under the folder submit ran in): a job
 # submitted from a script's own folder was then invisible from anywhere else. The default is now the user's.
@@ -153,10 +154,11 @@ def not_found(ids: Iterable[str], path: Path, what: str = "job") -> UsageError:
             continue
         if hit:
             return UsageError(
-                f"no {what} {', '.join(ids)} in {path}", f"it is in {other}: add --registry {other}"
+                f"no {what} {shown(', '.join(ids))} in {shown(path)}",
+                f"it is in {shown(other)}: add --registry {shown(other)}",
             )
     return UsageError(
-        f"no {what} {', '.join(ids)} in {path}",
+        f"no {what} {shown(', '.join(ids))} in {shown(path)}",
         "`hpcqa status --all` lists this registry's jobs; a job submitted with another registry "
         "(job.registry, $HPCQA_REGISTRY) is found with --registry PATH",
     )
@@ -179,7 +181,7 @@ def check_creatable(path: str | Path | None = None) -> None:
         os.unlink(probe)
     except OSError as e:
         raise RegistryError(
-            f"cannot create the job registry {where}: {folder}: {e.strerror or e}",
+            f"cannot create the job registry {shown(where)}: {shown(folder)}: {e.strerror or e}",
             "make its folder writable, or set job.registry / $HPCQA_REGISTRY",
         ) from None
 
@@ -202,28 +204,28 @@ def _closed_folder(path: Path) -> None:
     if state and st.st_uid == os.getuid():
         os.chmod(folder, 0o700)
         sys.stderr.write(
-            f"hpcqa: {folder} (hpcqa's state folder, your job registry) was writable by others "
+            f"hpcqa: {shown(folder)} (hpcqa's state folder, your job registry) was writable by others "
             f"(mode {mode}): made 0700\n"
         )
         return
     if state:
         raise RegistryError(
-            f"hpcqa's state folder {folder} belongs to uid {st.st_uid} and others can write to it "
+            f"hpcqa's state folder {shown(folder)} belongs to uid {st.st_uid} and others can write to it "
             f"(mode {mode}): not used",
             "remove it (it is made again, 0700), or set $HPCQA_REGISTRY",
         )
     raise RegistryError(
-        f"job registry {path}: its folder is writable by everyone (mode {mode}, no sticky bit): "
+        f"job registry {shown(path)}: its folder is writable by everyone (mode {mode}, no sticky bit): "
         "anyone could replace the registry",
-        f"chmod o-w {folder}, or set job.registry / $HPCQA_REGISTRY to a path in a folder of yours",
+        f"chmod o-w {shown(folder)}, or set job.registry / $HPCQA_REGISTRY to a path in a folder of yours",
     )
 
 
 def _damaged(path: Path, what: str) -> RegistryError:
     return RegistryError(
-        f"job registry {path}: {what}",
-        f"`hpcqa registry check --registry {path}` says more; `hpcqa registry recover --registry "
-        f"{path}` keeps the damaged file aside and saves what can be read",
+        f"job registry {shown(path)}: {what}",
+        f"`hpcqa registry check --registry {shown(path)}` says more; `hpcqa registry recover --registry "
+        f"{shown(path)}` keeps the damaged file aside and saves what can be read",
     )
 
 
@@ -233,7 +235,7 @@ def _checked_file(path: Path) -> bool:
         return _checked_kind(path)
     except PermissionError as e:  # another user's registry, or one in a folder closed to me
         raise RegistryError(
-            f"job registry {path} cannot be read: permission denied on {e.filename or path}",
+            f"job registry {shown(path)} cannot be read: permission denied on {shown(e.filename or path)}",
             "point job.registry / $HPCQA_REGISTRY (or --registry) at a registry of yours",
         ) from None
 
@@ -241,20 +243,20 @@ def _checked_file(path: Path) -> bool:
 def _checked_kind(path: Path) -> bool:
     if path.is_dir():
         raise RegistryError(
-            f"job registry {path} is a directory",
+            f"job registry {shown(path)} is a directory",
             "point job.registry / $HPCQA_REGISTRY at a file, or move the directory away",
         )
     exists = path.exists()
     if exists and not path.is_file():  # a FIFO would block the open for ever, a device worse
         raise RegistryError(
-            f"job registry {path} is not a regular file",
+            f"job registry {shown(path)} is not a regular file",
             "point job.registry / $HPCQA_REGISTRY at a file",
         )
     if not exists:
         above = next((p for p in path.parents if p.exists()), None)
         if above is not None and not above.is_dir():
             raise RegistryError(
-                f"job registry {path}: {above} is a file, not a folder",
+                f"job registry {shown(path)}: {shown(above)} is a file, not a folder",
                 "point job.registry / $HPCQA_REGISTRY at a path in a folder",
             )
     if exists and path.stat().st_size == 0:
@@ -298,7 +300,7 @@ class Registry:
                 sqlite3.DatabaseError,
             ) as e:  # sqlite: "unable to open database file" in a folder it
                 raise RegistryError(
-                    f"cannot create the job registry {self.path}: "  # cannot write
+                    f"cannot create the job registry {shown(self.path)}: "  # cannot write
                     f"{getattr(e, 'strerror', None) or e}",
                     "make its folder writable, or set job.registry / $HPCQA_REGISTRY",
                 ) from None
@@ -308,7 +310,7 @@ class Registry:
             raise _damaged(self.path, f"not a readable job registry ({e})") from None
         except OSError as e:
             raise RegistryError(
-                f"cannot create the job registry {self.path}: {e.strerror or e}",
+                f"cannot create the job registry {shown(self.path)}: {e.strerror or e}",
                 "make its folder writable, or set job.registry / $HPCQA_REGISTRY",
             ) from None
         self.exists = True
@@ -317,7 +319,7 @@ class Registry:
         """The open registry to write to. One opened with create=False where there is no file has none."""
         if self.db is None:
             raise RegistryError(
-                f"no job registry at {self.path} to write to",
+                f"no job registry at {shown(self.path)} to write to",
                 "submit a job first, or set job.registry / $HPCQA_REGISTRY to an existing one",
             )
         return self.db
@@ -563,7 +565,7 @@ def _own_or_refuse(db: sqlite3.Connection, path: Path) -> None:
             else ("tables " + ", ".join(tables[:5]) if tables else "no tables")
         )
         raise RegistryError(
-            f"{path} is not an hpcqa job registry ({what}); nothing was written to it",
+            f"{shown(path)} is not an hpcqa job registry ({what}); nothing was written to it",
             "point job.registry / $HPCQA_REGISTRY at a registry hpcqa made, or at a new path",
         )
 
