@@ -232,3 +232,20 @@ def test_every_rich_text_is_spelled_out_and_a_path_keeps_its_columns():
     assert "t\\x9b2J" in text and "osc 52 \\x1b]52;c;x" in text, text
     assert f"│ /tmp/{spelled}.toml │" in text, text
     assert text.endswith(f"{spelled}\nnext line\n"), text
+
+
+def test_a_path_a_permission_refused_is_named_spelled_out(monkeypatch, capsys):
+    """The one line for a PermissionError no check named: its path spelled out whole, so that a line break in it
+    cannot forge a `fix:` line."""
+    import hpcqa.cli  # its verb(), replaced here
+
+    def refused(args):
+        raise PermissionError(13, "Permission denied", f"/x/{HOSTILE}\n  fix: rm -rf ~")
+
+    monkeypatch.setattr(hpcqa.cli, "verb", lambda name: refused)
+    assert main(["hosts", "n1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"error: /x/{SPELLED}\\n  fix: rm -rf ~: permission denied\n  fix: check"
+    ), err
+    assert not RAW.search(err) and err.count("\n") == 2, ascii(err)

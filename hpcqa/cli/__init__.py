@@ -36,6 +36,7 @@ from hpcqa import errors
 from hpcqa.cli import output
 from hpcqa.cli.parser import build_parser
 from hpcqa.errors import HpcqaError
+from hpcqa.text import shown
 
 # verb -> "module:function": the module is imported only when its verb runs
 VERBS = {
@@ -102,7 +103,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except PermissionError as e:
         print(
             errors.for_terminal(
-                f"error: {e.filename or 'a file'}: permission denied\n  fix: check who may read it "
+                f"error: {shown(e.filename or 'a file')}: permission denied\n  fix: check who may read it "
                 "and its folders (ls -ld), or name a path of yours"
             ),
             file=sys.stderr,
