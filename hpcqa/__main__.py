@@ -21,10 +21,14 @@ if __name__ == "__main__":
     other = _venv_python()
     if other:
         # two short lines: the path whole on its own line, never broken mid-word by an 80-column terminal
-        print(
-            f"hpcqa: using this checkout's venv, where scripts/install.sh put hpcqa:\n  {other}",
-            file=sys.stderr,
-        )
+        try:
+            print(
+                f"hpcqa: using this checkout's venv, where scripts/install.sh put hpcqa:\n  {other}",
+                file=sys.stderr,
+                flush=True,
+            )
+        except OSError:  # stderr closed or full: the note is not worth stopping for
+            pass
         os.execv(other, [other, "-m", "hpcqa", *sys.argv[1:]])
     from hpcqa.cli import main
 

@@ -41,7 +41,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     raw = configmod.load_raw(path, list(overrides))
     if sweep.has_sweep(raw):
         raise UsageError(
-            f"{path} has a [sweep]: it is several configs, not one",
+            f"{text.shown(path)} has a [sweep]: it is several configs, not one",
             f"hpcqa.submit({str(path)!r}) submits every variant; hpcqa.api.submission(path) plans them",
         )
     return configmod.validate(raw, path, list(overrides))

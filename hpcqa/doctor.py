@@ -20,6 +20,7 @@ from hpcqa.executors.slurm.cli import Slurm, first_line
 from hpcqa.rank import preload
 from hpcqa.rank import wrapper as rank
 from hpcqa.record import manifest
+from hpcqa.text import shown
 
 
 @dataclass
@@ -269,15 +270,15 @@ def staged_checks(cfg) -> list[Check]:
                 "staged",
                 "warning",
                 f"nothing staged for this config (no {manifest.manifest_path(cfg)})",
-                f"compute nodes without network: `hpcqa stage {cfg.source}` on a machine with network",
+                f"compute nodes without network: `hpcqa stage {shown(cfg.source)}` on a machine with network",
             )
         ]
     out = []
     for item, (state, detail) in got["items"].items():
         level = {"staged": "ok", "missing": "error"}.get(state, "warning")
-        fix = {"staged": "", "missing": f"run `hpcqa stage {cfg.source}` again"}.get(
+        fix = {"staged": "", "missing": f"run `hpcqa stage {shown(cfg.source)}` again"}.get(
             state,
-            f"compute nodes without network: `hpcqa stage {cfg.source}` on a machine with network",
+            f"compute nodes without network: `hpcqa stage {shown(cfg.source)}` on a machine with network",
         )
         out.append(Check(f"staged {item}", level, f"{state}: {detail}", fix))
     return out

@@ -37,7 +37,8 @@ class ConfigError(HpcqaError):
     exit_code = 2
 
     def __init__(self, key: str, message: str, hint: str = "", source: str = "") -> None:
-        where = ": ".join(p for p in (source, key) if p)
+        # the source is a file name no check refuses: spelled out whole, a line break in it too
+        where = ": ".join(p for p in (shown(source), key) if p)
         super().__init__(f"{where}: {message}" if where else message, hint)
         self.key = key
         self.source = source

@@ -213,13 +213,18 @@ def no_room(folder: str | os.PathLike) -> str | None:
     return None
 
 
-def write_failure(e: OSError, path: str | Path | None = None) -> str:
+def write_failure(e: OSError, path: str | os.PathLike | None = None) -> str:
     """One line for a write that failed: the path (`path` when given: the error's own may name the source of a
     copy), what the system said, and its errno's name (ENOSPC, EFBIG, EROFS, EDQUOT ...), which is what an
     administrator searches for."""
+    return "cannot write " + failure(e, path)
+
+
+def failure(e: OSError, path: str | os.PathLike | None = None) -> str:
+    """`path: what the system said (ERRNO)`, for an OSError met where no check named it."""
     where = path or e.filename or "a file"
     name = errno.errorcode.get(e.errno or 0, "")
-    return f"cannot write {where}: {e.strerror or e}" + (f" ({name})" if name else "")
+    return f"{where}: {e.strerror or e}" + (f" ({name})" if name else "")
 
 
 @contextlib.contextmanager

@@ -20,10 +20,17 @@ def control_char(text: str) -> str | None:
     return None if m is None else repr(m.group(0))[1:-1] + f" at position {m.start()}"
 
 
-def shown(text: str) -> str:
-    """`text` with every control character spelled as its escape ('\\n', '\\x85', '\\u2028'): for a comment line
-    of a script (a config's file name, which no check refuses), where a raw one would start a new line."""
-    return CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
+def shown(text: object) -> str:
+    """`text` (a path: its str) with every control character spelled as its escape ('\\n', '\\x85', '\\u2028'):
+    for a comment line of a script or a line on the terminal (a config's file name, which no check refuses), where a
+    raw one would start a new line or be obeyed as a command."""
+    return CONTROL.sub(lambda m: repr(m.group(0))[1:-1], str(text))
+
+
+def shown_lines(text: str) -> str:
+    """`text` with every control character spelled out but the line breaks, which stay: for output of several
+    lines (a table, a detail view) whose single names were spelled out whole with shown()."""
+    return "\n".join(shown(line) for line in text.split("\n"))
 
 
 def one_line(text: str, limit: int = 120) -> str:

@@ -1,7 +1,8 @@
 """hpcqa command line: the only package that prints tables or turns errors into exit codes. Split by verb group:
 
     parser.py       the grammar (every verb, option and help)
-    say.py          progress lines and warnings on stderr
+    say.py          progress lines and warnings on stderr, lines of text on stdout
+    console.py      the rich Console the verbs print with: what it renders is spelled out
     submit.py       submit: the dry run and the submission
     report.py       what submit prints while a job runs and when it ends
     render.py       render: standalone scripts, the Kubernetes objects, their image's Dockerfile
@@ -15,6 +16,7 @@
     staging.py      stage
     starter.py      init (an example config the package carries, written here to edit)
     outfile.py      a file named with -o (init, render): written whole, only over a regular file
+    output.py       stdout and stderr guarded: a failed write is one line and exit 1, a closed pipe is quiet
 
 A verb's module is imported when that verb runs (VERBS), and imports what it needs at its top: `hpcqa --help`
 loads the grammar alone. Heavy modules (torch, transformers, datasets) are imported only by the verbs that need
@@ -30,9 +32,11 @@ import json
 import sys
 from typing import Callable, Sequence
 
-from hpcqa import errors
+from hpcqa import errors, fsutil
+from hpcqa.cli import output
 from hpcqa.cli.parser import build_parser
 from hpcqa.errors import HpcqaError
+from hpcqa.text import shown
 
 # verb -> "module:function": the module is imported only when its verb runs
 VERBS = {
@@ -61,6 +65,12 @@ def verb(name: str) -> Callable[..., int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`hpcqa ARGV...` (the console script's entry): its exit code. Every verb's output is guarded: a write to stdout
+    or stderr that fails is one line and exit 1, a closed pipe ends it quietly (cli/output.py)."""
+    return output.guarded(lambda: run(argv))
+
+
+def run(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if argv and not argv[0].startswith("-") and argv[0] not in VERBS:
@@ -93,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PermissionError as e:
         print(
             errors.for_terminal(
-                f"error: {e.filename or 'a file'}: permission denied\n  fix: check who may read it "
+                f"error: {shown(e.filename or 'a file')}: permission denied\n  fix: check who may read it "
                 "and its folders (ls -ld), or name a path of yours"
             ),
             file=sys.stderr,
@@ -102,8 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `hpcqa ... | head`
-        return 0
+    # a full disk, a quota, a file-size limit or a read-only mount met where no check named it: one line, exit 1
+    except OSError as e:
+        print(errors.for_terminal(f"error: {fsutil.failure(e)}"), file=sys.stderr)
+        return 1
 
 
 def _from_the_program(e: HpcqaError) -> HpcqaError:

@@ -6,11 +6,11 @@ import argparse
 import json
 from typing import Any, Sequence
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from hpcqa import doctor
+from hpcqa.cli.console import Console
 from hpcqa.core import config
 
 

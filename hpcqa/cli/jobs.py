@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from hpcqa import errors
 from hpcqa.cli import statusview
+from hpcqa.cli.console import Console
 from hpcqa.cli.outfile import PLOT_SUFFIXES, output_target
-from hpcqa.cli.say import warn
+from hpcqa.cli.say import say, tell, warn
 from hpcqa.core import states, values
 from hpcqa.core.states import State
 from hpcqa.errors import HpcqaError, RegistryError, UsageError
@@ -51,7 +51,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             print_status(views, source, reg.path, args.jobs, wide=args.wide)
         if reg.damaged:
             warn(
-                f"{len(reg.damaged)} damaged row(s) in {reg.path} skipped (hpcqa registry check names them; "
+                f"{len(reg.damaged)} damaged row(s) in {values.shown(reg.path)} skipped (hpcqa registry check names them; "
                 "hpcqa registry recover keeps the rest)"
             )
         if not args.watch or all(states.is_final(v.state) for v in views):
@@ -176,7 +176,7 @@ def _follow(reg: Any, row: Any, jd: Any, rank: int, stream: str, args: argparse.
 def cmd_cancel(args: argparse.Namespace) -> int:
     reg = registry.Registry(args.registry, create=False)
     for line in cancel.cancel(cancel.chosen(reg, args.jobs, args.task), args.task is None, Slurm()):
-        print(line)
+        tell(line)
     return 0
 
 
@@ -186,26 +186,26 @@ def cmd_registry(args: argparse.Namespace) -> int:
         try:
             jobs, verdict = registry.Registry(path, create=False).check()
             if verdict in ("ok", "no registry yet"):
-                print(f"{path}: readable, {jobs} job(s), nothing to recover")
+                tell(f"{values.shown(path)}: readable, {jobs} job(s), nothing to recover")
                 return 0
         except HpcqaError as e:
             if "is not an hpcqa job registry" in e.message:
                 raise
         new, aside, n, bad = registryfix.recover(path)
-        print(
-            f"{new}: fresh registry with {n} job(s) read back"
+        tell(
+            f"{values.shown(new)}: fresh registry with {n} job(s) read back"
             + (f", {bad} damaged row(s) left out" if bad else "")
-            + f"; the damaged file is kept as {aside}"
+            + f"; the damaged file is kept as {values.shown(aside)}"
         )
         return 0
     reg = registry.Registry(args.registry, create=False)
     jobs, verdict = reg.check()
     if verdict not in ("ok", "no registry yet"):
         raise RegistryError(
-            f"job registry {reg.path}: SQLite integrity check: {verdict}",
-            f"hpcqa registry recover --registry {reg.path}",
+            f"job registry {values.shown(reg.path)}: SQLite integrity check: {verdict}",
+            f"hpcqa registry recover --registry {values.shown(reg.path)}",
         )
-    print(f"{reg.path}: {verdict}, {jobs} job(s)")
+    tell(f"{values.shown(reg.path)}: {verdict}, {jobs} job(s)")
     return 0
 
 
@@ -234,7 +234,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     sc = results.scaling(table)
     if args.plot:
         results.plot(table, keys, args.metric, str(args.plot))
-        print(errors.for_terminal(f"wrote {args.plot}"), file=sys.stderr)
+        say(f"wrote {values.shown(args.plot)}")
     if args.json:
         print(
             json.dumps(
@@ -279,7 +279,7 @@ def _variants_table(sweep_id: str, metric: str, table: list[dict], keys: list[st
     f = lambda x, d=1: "-" if not isinstance(x, (int, float)) else f"{x:.{d}f}"  # noqa: E731
     for r in table:
         t.add_row(
-            ("[bold green]*[/]" if r["best"] else " ") + escape(values.shown(str(r["id"]))),
+            ("[bold green]*[/]" if r["best"] else " ") + escape(values.shown(r["id"])),
             *[escape(repr(r["params"].get(k))) for k in keys],
             r["state"],
             *[f"{r.get(m):.4g}" if isinstance(r.get(m), (int, float)) else "-" for m in own],
@@ -303,7 +303,7 @@ def _model_lines(table: list[dict]) -> list[str]:
     for r in kept:
         mark = "best" if r["best"] else ""
         lines.append(
-            f"  {mark:4}  job {values.shown(str(r['id'])):{width}}  {values.shown(short_path(r['model']))}"
+            f"  {mark:4}  job {values.shown(r['id']):{width}}  {values.shown(short_path(r['model']))}"
         )
     return lines
 

@@ -10,9 +10,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from hpcqa.cli.console import Console
 from hpcqa.cli.submit import ranges_in
 from hpcqa.core import config, distenv, plan, topology
 from hpcqa.core.topology import cpu_list

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hpcqa import text
 from hpcqa.errors import UsageError
+from hpcqa.text import shown
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 INPUT_SUFFIXES = (".toml", ".py", ".sqlite")  # what hpcqa reads: a config, a program, a registry
@@ -83,17 +84,18 @@ def write_whole(out: Path, text: str, force: bool, mode: int = 0o644) -> None:
     place, a link would be written through to its target, a FIFO would block, a device would take anything; replaced
     by a rename, as here, each would be swapped for a file: `render -o /dev/full` as root replaced the device node);
     a full disk leaves nothing. `init` and `render -o` write with it."""
+    name = shown(out)  # as the messages name it: its control characters spelled out
     try:
         st = os.lstat(out)
     except FileNotFoundError:
         st = None
     except OSError as e:
         raise UsageError(
-            f"cannot write {out}: {e.strerror or e}", "pass -o with a writable path"
+            f"cannot write {name}: {e.strerror or e}", "pass -o with a writable path"
         ) from None
     if st is not None and not force:
         raise UsageError(
-            f"{out} exists: nothing was written",
+            f"{name} exists: nothing was written",
             "edit it, pass -o OTHER.toml, or --force to replace it",
         )
     if st is not None and not stat.S_ISREG(st.st_mode):
@@ -105,7 +107,7 @@ def write_whole(out: Path, text: str, force: bool, mode: int = 0o644) -> None:
             else "not a file"
         )
         raise UsageError(
-            f"{out} is {kind}: nothing was written",
+            f"{name} is {kind}: nothing was written",
             "pass -o with the path of a new or regular file",
         )
     tmp = None
@@ -123,5 +125,5 @@ def write_whole(out: Path, text: str, force: bool, mode: int = 0o644) -> None:
             except OSError:
                 pass
         raise UsageError(
-            f"cannot write {out}: {e.strerror or e}", "pass -o with a writable path"
+            f"cannot write {name}: {e.strerror or e}", "pass -o with a writable path"
         ) from None

@@ -17,6 +17,7 @@ from hpcqa.errors import UsageError
 from hpcqa.executors import hostprobe, table
 from hpcqa.executors.interface import RenderOnly
 from hpcqa.executors.k8s import image, manifest, trainjob
+from hpcqa.text import shown
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -24,6 +25,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         print(f"hpcqa: render --target is now --kind (--kind {args.old_kind})", file=sys.stderr)
         args.kind = args.old_kind
     output_target(args.output, ((args.config, "the config being read"),))
+    named = shown(args.output)  # the -o path as the lines below name it, spelled out whole
     cfg = _render_config(args)
     if args.kind != table.RENDER_SCRIPT:
         _no_script_options(args)
@@ -32,14 +34,14 @@ def cmd_render(args: argparse.Namespace) -> int:
             args,
             image.dockerfile(cfg),
             "Dockerfile",
-            f"docker build -f {args.output} -t <registry>/hpcqa:<tag> <hpcqa checkout>",
+            f"docker build -f {named} -t <registry>/hpcqa:<tag> <hpcqa checkout>",
         )
     if args.kind == table.RENDER_STAGE_JOB:
         return _write_rendered(
             args,
             manifest.to_yaml([trainjob.stage_job(cfg)]),
             "the staging Job",
-            f"kubectl apply -f {args.output}, then wait until it is Complete or Failed "
+            f"kubectl apply -f {named}, then wait until it is Complete or Failed "
             "(docs/kubernetes.md: `kubectl wait --for=condition=complete` sits out its timeout on "
             "a failed Job)",
             executable=False,
@@ -50,7 +52,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             args,
             ex,
             lp,
-            f"kubectl apply -f {args.output}, then the TrainJob (render --kind "
+            f"kubectl apply -f {named}, then the TrainJob (render --kind "
             "trainjob) once the Trainer admits it: docs/kubernetes.md",
             which=1,
         )
@@ -61,14 +63,10 @@ def cmd_render(args: argparse.Namespace) -> int:
             if args.kind == table.RENDER_TRAINJOB
             else ""
         )
-        return _render_request(args, ex, lp, f"kubectl apply -f {args.output}{first}")
+        return _render_request(args, ex, lp, f"kubectl apply -f {named}{first}")
     hosts = _render_hosts(args, cfg, args.launcher or cfg.launch.launcher)
     ex, lp = table.render(cfg, hostprobe.probe_host(), args.kind, args.launcher, hosts, args.python)
-    how = (
-        f"run it on {hosts[0]}: bash {args.output}"
-        if hosts
-        else f"submit with: sbatch {args.output}"
-    )
+    how = f"run it on {hosts[0]}: bash {named}" if hosts else f"submit with: sbatch {named}"
     return _render_request(args, ex, lp, how)
 
 
@@ -145,7 +143,7 @@ def _write_rendered(
         sys.stdout.write(text)
         return 0
     write_whole(Path(args.output), text, force=True, mode=0o755 if executable else 0o644)
-    print(errors.for_terminal(f"wrote {args.output} ({what}); {how}"), file=sys.stderr)
+    print(errors.for_terminal(f"wrote {shown(args.output)} ({what}); {how}"), file=sys.stderr)
     return 0
 
 

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from hpcqa.cli.say import tell
 from hpcqa.core import eta, states
 from hpcqa.errors import JobFailed
 from hpcqa.record import failures, status
@@ -82,12 +83,12 @@ def report(job_id: str, jd: JobDir, state: str, plan: Any) -> int:
     results = jd.read_results()
     failed = jd.failed_ranks()
     if results and not failed and states.succeeded(state):
-        print(f"job {job_id} COMPLETED  ({jd.path})")
+        tell(f"job {job_id} COMPLETED  ({jd.path})")
         for line in summary_lines(results):
-            print("  " + line)
+            tell("  " + line)
         model = jd.saved_model()
         if model is not None:  # the folder itself, not what results.json says of it
-            print(f"  trained model (from_pretrained): {model}")
+            tell(f"  trained model (from_pretrained): {model}")
         return 0
     lines = [f"job {job_id} {'FAILED' if states.succeeded(state) else state}"]
     for i, f in enumerate(failed):

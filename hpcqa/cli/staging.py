@@ -8,6 +8,7 @@ import json
 import sys
 
 from hpcqa import errors
+from hpcqa.cli.say import tell
 from hpcqa.core import config
 from hpcqa.executors.k8s import pods
 
@@ -27,7 +28,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
         return 0
     model = manifest["model"]
     cols = errors.terminal_width(sys.stdout)
-    print(
+    tell(
         errors.fit(
             f"{model['name']} ({model['kind']}"
             + (f", revision {model['revision']}" if model.get("revision") else "")
@@ -39,7 +40,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
         )
     )
     for s in manifest["dataset"]["splits"]:
-        print(
+        tell(
             errors.fit(
                 f"{s['split']}: {s['rows']} examples; features: {s['features']['rows']} "
                 f"({sum(f['size'] for f in s['features']['files']) / 1e6:.1f} MB)",
@@ -48,7 +49,5 @@ def cmd_stage(args: argparse.Namespace) -> int:
                 cols,
             )
         )
-    print(
-        errors.fit(f"{manifest['path']}  ({manifest['seconds']} s)", "manifest  ", " " * 10, cols)
-    )
+    tell(errors.fit(f"{manifest['path']}  ({manifest['seconds']} s)", "manifest  ", " " * 10, cols))
     return 0

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import sys
 from pathlib import Path
 
 from hpcqa import resources
 from hpcqa.cli.outfile import output_target, write_whole
+from hpcqa.cli.say import tell
 from hpcqa.errors import UsageError
+from hpcqa.text import shown
 
 
 def summary(path: Path, width: int = 58) -> str:
@@ -37,7 +40,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     configs, programs = resources.example_configs(), resources.example_programs()
     if args.list:
         for name, path in {**configs, **programs}.items():
-            print(f"{name:18} {summary(path)}")
+            tell(f"{name:18} {summary(path)}")
         return 0
     name = args.example
     if name not in configs and name not in programs:
@@ -47,15 +50,19 @@ def cmd_init(args: argparse.Namespace) -> int:
         )
     src = configs.get(name) or programs[name]
     file_name = src.name
+    if args.output == "-":  # as render: "-" is stdout, never a file named "-"
+        sys.stdout.write(resources.read_text(src))
+        return 0
     out = Path(args.output or file_name)
     if out.is_dir() and not out.is_symlink():
         out = out / file_name
     output_target(out, suffixes=(src.suffix,))
     write_whole(out, resources.read_text(src), args.force)
-    print(f"wrote {out} (the example {name!r}: {summary(src)})")
+    named = shown(out)  # the path given with -o, spelled out whole
+    tell(f"wrote {named} (the example {name!r}: {summary(src)})")
     if name in configs:
-        print(f"next: hpcqa submit {out} --dry-run     (then without --dry-run to run it)")
+        tell(f"next: hpcqa submit {named} --dry-run     (then without --dry-run to run it)")
     else:
-        print(f"next: hpcqa submit quickstart.toml -- python {out}")
-        print("  (the config: hpcqa init quickstart; the program's arguments: its docstring)")
+        tell(f"next: hpcqa submit quickstart.toml -- python {named}")
+        tell("  (the config: hpcqa init quickstart; the program's arguments: its docstring)")
     return 0

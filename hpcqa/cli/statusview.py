@@ -22,7 +22,7 @@ from hpcqa.record.jobfiles.failure import Failure
 from hpcqa.record.jobfiles.progress import Progress as ProgressFile
 from hpcqa.record.jobfiles.results import Results
 from hpcqa.record.status import JobView
-from hpcqa.text import one_line
+from hpcqa.text import one_line, shown_lines
 
 COLOUR = {
     "ok": "green",
@@ -46,7 +46,7 @@ def _progress(v: JobView) -> str:
 def _cell(text: object) -> str:
     """A table cell from what files and schedulers said (the registry, results.json, squeue): control characters
     spelled out, rich's markup brackets escaped ("[/]" in a results.json was a MarkupError)."""
-    return escape(values.shown(str(text)))
+    return escape(values.shown(text))
 
 
 def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
@@ -185,7 +185,7 @@ def print_list(
     wide: bool = False,
 ) -> None:
     if not views:
-        con.print(f"no jobs in {path}", highlight=False)
+        con.print(f"no jobs in {_cell(path)}", highlight=False)
         return
     con.print(job_table(views, expand, wide, con.width))
     if not source.answered:
@@ -399,7 +399,7 @@ def print_detail(con, views: Sequence[JobView], source: states.Answer) -> None:
 def _printable(text: str) -> str:
     """A detail line as a terminal should get it: what the job folder's files held (a rank's host, its error, a
     warning) can carry escape sequences; each control character but the line break is spelled out, not sent."""
-    return "\n".join(values.shown(line) for line in str(text).split("\n"))
+    return shown_lines(str(text))
 
 
 def _by_the_cancel(record: Failure) -> bool:

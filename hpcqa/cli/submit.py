@@ -10,7 +10,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
@@ -18,12 +17,14 @@ from rich.text import Text
 
 from hpcqa import api, modelcheck
 from hpcqa.cli import report
+from hpcqa.cli.console import Console
 from hpcqa.cli.say import say, stop_like_ctrl_c, warn
 from hpcqa.core import command, modelfacts, sweep
 from hpcqa.core.topology import cpu_list
 from hpcqa.errors import UsageError
 from hpcqa.record import manifest, registry
 from hpcqa.record.jobdir import SUBMISSION, JobDir
+from hpcqa.text import shown
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -64,11 +65,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     reg, how = registry.chosen_by(request.sweep.plans[0].config.job.registry)
     if how != "your default":
         say(
-            f"  registry {reg} ({how}; not your default: status, logs and cancel need "
+            f"  registry {shown(reg)} ({how}; not your default: status, logs and cancel need "
             + (
                 "the same $HPCQA_REGISTRY)"
                 if how[0] == "$"
-                else f"--registry {shlex.quote(str(reg))})"
+                else f"--registry {shown(shlex.quote(str(reg)))})"
             )
         )
     if done.sweep_id:
@@ -273,7 +274,7 @@ def plan_table(ex: Any, request: Any) -> Any:
     res.add_column(
         overflow="fold"
     )  # paths are folded, never cut: the dry run shows what will happen
-    res.add_row("config", lp.config.source)
+    res.add_row("config", escape(shown(lp.config.source)))  # a file name no check refuses
     res.add_row(
         "executor",
         f"{lp.executor}"
@@ -312,7 +313,7 @@ def plan_table(ex: Any, request: Any) -> Any:
     folder = lp.job_dir_pattern.replace(SUBMISSION, request.submission)
     res.add_row("job folder", folder + "  (%j = job id; the rest: this submission's token)")
     reg, how = registry.chosen_by(lp.config.job.registry)
-    res.add_row("registry", escape(f"{reg}  ({how})"))
+    res.add_row("registry", escape(f"{shown(reg)}  ({how})"))
     if lp.command:
         res.add_row("program env", escape(program_env(lp, folder)))
     else:

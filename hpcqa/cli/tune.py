@@ -8,10 +8,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
-from hpcqa.cli.say import say
+from hpcqa.cli.console import Console
+from hpcqa.cli.say import say, tell
 from hpcqa.core import config, plan, scaling
 from hpcqa.core.states import State
 from hpcqa.errors import UsageError
@@ -21,6 +21,7 @@ from hpcqa.executors.cancel import chosen
 from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import registry, scalingruns
 from hpcqa.record import tuned as tune
+from hpcqa.text import shown
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -65,8 +66,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     for row in tune.table_rows(out["measured"], out["cores_per_domain"]):
         t.add_row(*row)
     Console().print(t)
-    print(
-        f'stored in {out["store"]}: launch.ranks_per_socket = "auto" now uses '
+    tell(
+        f'stored in {shown(out["store"])}: launch.ranks_per_socket = "auto" now uses '
         f"{out['entry']['ranks_per_socket']} for this model, data shape, batch and node shape"
     )
     return 0
@@ -78,14 +79,14 @@ def _tune_comm(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2, default=str))
         return 0
     link = out["link"]
-    print(
+    tell(
         f"link: {scaling.human_rate(link['bandwidth_Bps'])}, latency {1e6 * link['latency_s']:.0f} us "
         f"(job {out['job']}: all-reduce among {link['nodes']} nodes)"
     )
     for size, t in link["points"]:
-        print(f"  {int(size):>10} bytes  {1e3 * t:9.3f} ms")
-    print(
-        f"stored in {out['store']} for {out['key']}: `hpcqa scaling --predict JOB` and multi-node submits use it"
+        tell(f"  {int(size):>10} bytes  {1e3 * t:9.3f} ms")
+    tell(
+        f"stored in {shown(out['store'])} for {out['key']}: `hpcqa scaling --predict JOB` and multi-node submits use it"
     )
     return 0
 

@@ -23,6 +23,7 @@ from hpcqa import fsutil
 from hpcqa.core import values as valuecheck
 from hpcqa.errors import HpcqaError, RegistryError, UsageError
 from hpcqa.record.registrypath import _same, chosen_by, default_path, resolve_path, state_dir  # noqa: F401  (where the registry is: asked of this module too)
+from hpcqa.text import shown
 
 # Before, the default was a registry per folder (logs/registry.sqlite under the folder submit ran in): a job
 # submitted from a script's own folder was then invisible from anywhere else. The default is now the user's.
@@ -116,10 +117,11 @@ def not_found(ids: Iterable[str], path: Path, what: str = "job") -> UsageError:
             continue
         if hit:
             return UsageError(
-                f"no {what} {', '.join(ids)} in {path}", f"it is in {other}: add --registry {other}"
+                f"no {what} {shown(', '.join(ids))} in {shown(path)}",
+                f"it is in {shown(other)}: add --registry {shown(other)}",
             )
     return UsageError(
-        f"no {what} {', '.join(ids)} in {path}",
+        f"no {what} {shown(', '.join(ids))} in {shown(path)}",
         "`hpcqa status --all` lists this registry's jobs; a job submitted with another registry "
         "(job.registry, $HPCQA_REGISTRY) is found with --registry PATH",
     )
@@ -142,7 +144,7 @@ def check_writable(path: str | Path | None = None, group_readable: bool = False)
             reg.writable().close()
     except RegistryError as e:  # said of the registry, not of its trial copy
         real = str(resolve_path(str(path) if path else None))
-        raise RegistryError(e.message.replace(str(where), real), e.hint) from None
+        raise RegistryError(e.message.replace(shown(where), shown(real)), e.hint) from None
     finally:
         if trial:
             for leftover in (where, Path(f"{where}-wal"), Path(f"{where}-shm")):
@@ -168,20 +170,20 @@ def _closed_folder(path: Path) -> None:
     if state and st.st_uid == os.getuid():
         os.chmod(folder, 0o700)
         sys.stderr.write(
-            f"hpcqa: {folder} (hpcqa's state folder, your job registry) was writable by others "
+            f"hpcqa: {shown(folder)} (hpcqa's state folder, your job registry) was writable by others "
             f"(mode {mode}): made 0700\n"
         )
         return
     if state:
         raise RegistryError(
-            f"hpcqa's state folder {folder} belongs to uid {st.st_uid} and others can write to it "
+            f"hpcqa's state folder {shown(folder)} belongs to uid {st.st_uid} and others can write to it "
             f"(mode {mode}): not used",
             "remove it (it is made again, 0700), or set $HPCQA_REGISTRY",
         )
     raise RegistryError(
-        f"job registry {path}: its folder is writable by everyone (mode {mode}, no sticky bit): "
+        f"job registry {shown(path)}: its folder is writable by everyone (mode {mode}, no sticky bit): "
         "anyone could replace the registry",
-        f"chmod o-w {folder}, or set job.registry / $HPCQA_REGISTRY to a path in a folder of yours",
+        f"chmod o-w {shown(folder)}, or set job.registry / $HPCQA_REGISTRY to a path in a folder of yours",
     )
 
 
@@ -200,9 +202,9 @@ def _cannot_write(e: sqlite3.DatabaseError) -> bool:
 
 def _damaged(path: Path, what: str) -> RegistryError:
     return RegistryError(
-        f"job registry {path}: {what}",
-        f"`hpcqa registry check --registry {path}` says more; `hpcqa registry recover --registry "
-        f"{path}` keeps the damaged file aside and saves what can be read",
+        f"job registry {shown(path)}: {what}",
+        f"`hpcqa registry check --registry {shown(path)}` says more; `hpcqa registry recover --registry "
+        f"{shown(path)}` keeps the damaged file aside and saves what can be read",
     )
 
 
@@ -212,7 +214,7 @@ def _checked_file(path: Path) -> bool:
         return _checked_kind(path)
     except PermissionError as e:  # another user's registry, or one in a folder closed to me
         raise RegistryError(
-            f"job registry {path} cannot be read: permission denied on {e.filename or path}",
+            f"job registry {shown(path)} cannot be read: permission denied on {shown(e.filename or path)}",
             "point job.registry / $HPCQA_REGISTRY (or --registry) at a registry of yours",
         ) from None
 
@@ -220,20 +222,20 @@ def _checked_file(path: Path) -> bool:
 def _checked_kind(path: Path) -> bool:
     if path.is_dir():
         raise RegistryError(
-            f"job registry {path} is a directory",
+            f"job registry {shown(path)} is a directory",
             "point job.registry / $HPCQA_REGISTRY at a file, or move the directory away",
         )
     exists = path.exists()
     if exists and not path.is_file():  # a FIFO would block the open for ever, a device worse
         raise RegistryError(
-            f"job registry {path} is not a regular file",
+            f"job registry {shown(path)} is not a regular file",
             "point job.registry / $HPCQA_REGISTRY at a file",
         )
     if not exists:
         above = next((p for p in path.parents if p.exists()), None)
         if above is not None and not above.is_dir():
             raise RegistryError(
-                f"job registry {path}: {above} is a file, not a folder",
+                f"job registry {shown(path)}: {shown(above)} is a file, not a folder",
                 "point job.registry / $HPCQA_REGISTRY at a path in a folder",
             )
     if exists and path.stat().st_size == 0:
@@ -278,7 +280,7 @@ class Registry:
             ) as e:  # "unable to open database file": a folder it cannot write
                 why = fsutil.no_room(self.path.parent) or getattr(e, "strerror", None) or e
                 raise RegistryError(
-                    f"cannot create the job registry {self.path}: {why}",
+                    f"cannot create the job registry {shown(self.path)}: {why}",
                     "make its folder writable, or set job.registry / $HPCQA_REGISTRY",
                 ) from None
         try:
@@ -288,12 +290,12 @@ class Registry:
                 full := fsutil.no_room(self.path.parent)
             ):  # its -wal/-shm cannot be made: not damage
                 raise RegistryError(
-                    f"cannot open the job registry {self.path}: {full}", _ELSEWHERE
+                    f"cannot open the job registry {shown(self.path)}: {full}", _ELSEWHERE
                 ) from None
             raise _damaged(self.path, f"not a readable job registry ({e})") from None
         except OSError as e:
             raise RegistryError(
-                f"cannot create the job registry {self.path}: {e.strerror or e}",
+                f"cannot create the job registry {shown(self.path)}: {e.strerror or e}",
                 "make its folder writable, or set job.registry / $HPCQA_REGISTRY",
             ) from None
         self.exists = True
@@ -302,7 +304,7 @@ class Registry:
         """The open registry to write to. One opened with create=False where there is no file has none."""
         if self.db is None:
             raise RegistryError(
-                f"no job registry at {self.path} to write to",
+                f"no job registry at {shown(self.path)} to write to",
                 "submit a job first, or set job.registry / $HPCQA_REGISTRY to an existing one",
             )
         return self.db
@@ -424,11 +426,11 @@ class Registry:
                 raise
             if _cannot_write(e):
                 raise RegistryError(
-                    f"cannot write the job registry {self.path}: {e}", _ELSEWHERE
+                    f"cannot write the job registry {shown(self.path)}: {e}", _ELSEWHERE
                 ) from None
             raise _damaged(self.path, f"SQLite cannot write it ({e})") from None
         except OSError as e:
-            raise RegistryError(fsutil.write_failure(e, self.path), _ELSEWHERE) from None
+            raise RegistryError(fsutil.write_failure(e, shown(self.path)), _ELSEWHERE) from None
 
     def write_test(self) -> None:
         """A committed write the size of a job's row, with nothing left of it (check_writable)."""
@@ -567,7 +569,7 @@ def _own_or_refuse(db: sqlite3.Connection, path: Path) -> None:
             else ("tables " + ", ".join(tables[:5]) if tables else "no tables")
         )
         raise RegistryError(
-            f"{path} is not an hpcqa job registry ({what}); nothing was written to it",
+            f"{shown(path)} is not an hpcqa job registry ({what}); nothing was written to it",
             "point job.registry / $HPCQA_REGISTRY at a registry hpcqa made, or at a new path",
         )
 

@@ -81,7 +81,18 @@ def scaling(table: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     return out
 
 
+# OWASP's rule against CSV injection: a text cell starting with one of these is a formula to a spreadsheet
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def as_text(cell: Any) -> Any:
+    """A cell a spreadsheet would evaluate (a swept value `=HYPERLINK(...)`, a path starting with `-`) as text, with a
+    leading single quote; numbers stay numbers (-0.5 is a number, not a formula)."""
+    return "'" + cell if isinstance(cell, str) and cell.startswith(FORMULA_START) else cell
+
+
 def to_csv(table: list[dict[str, Any]], keys: list[str], metric: str) -> str:
+    """The variants as CSV, one row each; a text cell a spreadsheet would evaluate is written as text (as_text)."""
     buf = io.StringIO()
     w = csv.writer(buf)
     cols = [
@@ -99,9 +110,9 @@ def to_csv(table: list[dict[str, Any]], keys: list[str], metric: str) -> str:
     ]
     if metric not in cols:
         cols.insert(-1, metric)
-    w.writerow(cols)
+    w.writerow([as_text(c) for c in cols])
     for r in table:
-        w.writerow([r["params"].get(c) if c in keys else r.get(c) for c in cols])
+        w.writerow([as_text(r["params"].get(c) if c in keys else r.get(c)) for c in cols])
     return buf.getvalue()
 
 
