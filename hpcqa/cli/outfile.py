@@ -8,7 +8,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from hpcqa import text
+from hpcqa import fsutil, text
 from hpcqa.errors import UsageError
 from hpcqa.text import shown
 
@@ -45,6 +45,11 @@ def output_target(
         raise UsageError(f"{option} {shown}: {e.strerror or e}", fix) from None
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise UsageError(f"{option} {shown} is {_kind(st.st_mode)}: nothing was written", fix)
+    if (st is not None or p.name.endswith(SQLITE_SIDE)) and (database := _database(p)):
+        raise UsageError(
+            f"{option} {shown} is {database}: writing there would replace it, nothing was written",
+            "name another file for the output",
+        )
     for given, what in inputs:
         try:
             same = os.path.samefile(p, given)
@@ -67,6 +72,25 @@ def output_target(
             "name the output .sh, .sbatch, .yaml or without a suffix",
         )
     return p
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+WAL_MAGIC = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
+SQLITE_SIDE = ("-wal", "-shm", "-journal")
+
+
+def _database(p: Path) -> str | None:
+    """What an existing file is, when it is an SQLite database (a job registry, whatever its name) or one of its
+    side files (its write-ahead log, shared memory, journal): None for anything else."""
+    if p.name.endswith(SQLITE_SIDE):
+        return "an SQLite side file (a registry's log or shared memory)"
+    try:
+        head = fsutil.read_head(p, 16)
+    except OSError:
+        return None
+    if head.startswith(SQLITE_MAGIC):
+        return "an SQLite database (a job registry?)"
+    return "an SQLite write-ahead log" if head[:4] in WAL_MAGIC else None
 
 
 def _kind(mode: int) -> str:

@@ -221,11 +221,17 @@ def step_lines(cfg: Any, world: int) -> list[str]:
     return out
 
 
+def _cell(value: Any) -> str:
+    """A value from a config, a store or a path, as a panel cell shows it: control characters spelled out, rich's
+    markup escaped (a `[/]` in a path or a store's summary is text, never markup)."""
+    return escape(shown(str(value)))
+
+
 def builtin_rows(res: Any, lp: Any) -> None:
     """The built-in trainer's rows: model and data, batching, what is staged."""
     m = lp.config.model.name_or_path
     d = lp.config.data.dataset or lp.config.data.train_file
-    res.add_row("job", f"{m} on {d}")
+    res.add_row("job", _cell(f"{m} on {d}"))
     res.add_row("batches", batches_line(lp.config))
     res.add_row("step", "\n".join(step_lines(lp.config, lp.world_size)))
     staged = manifest.check(lp.config)
@@ -233,14 +239,14 @@ def builtin_rows(res: Any, lp: Any) -> None:
         res.add_row(
             "staged",
             "\n".join(
-                f"{k}: {state} ({escape(detail)})" for k, (state, detail) in staged["items"].items()
+                f"{k}: {state} ({_cell(detail)})" for k, (state, detail) in staged["items"].items()
             )
             + "\nchecked again by submit before queueing",
         )
     else:
         res.add_row(
             "staged",
-            f"nothing: no manifest {escape(str(manifest.manifest_path(lp.config)))} (`hpcqa stage CONFIG` "
+            f"nothing: no manifest {_cell(manifest.manifest_path(lp.config))} (`hpcqa stage CONFIG` "
             "puts model, data and features in the shared caches for offline nodes)",
         )
 
@@ -287,14 +293,14 @@ def plan_table(ex: Any, request: Any) -> Any:
         f"{lp.world_size} = {lp.nodes} node(s) x {lp.config.domains_per_node} {dom}(s) x "
         f"{lp.ranks_per_domain} rank(s) per {dom}",
     )
-    res.add_row("layout", lp.layout_source)
+    res.add_row("layout", _cell(lp.layout_source))
     res.add_row(
         "per rank",
         f"{lp.cpus_per_task} CPUs allocated, {len(lp.local_ranks[0].compute)} compute "
         f"cores, {len(lp.local_ranks[0].ccl)} CCL cores",
     )
-    res.add_row("ddp backend", f"{lp.backend.resolved} ({lp.backend.reason})")
-    res.add_row("python", escape(lp.python))
+    res.add_row("ddp backend", _cell(f"{lp.backend.resolved} ({lp.backend.reason})"))
+    res.add_row("python", _cell(lp.python))
     if c.setup:
         res.add_row(
             "setup",
@@ -309,9 +315,9 @@ def plan_table(ex: Any, request: Any) -> Any:
     for k, v in request.facts:
         res.add_row(k, escape(v))
     for k, v in lp.deferred_env.items():
-        res.add_row(k, v)
+        res.add_row(_cell(k), _cell(v))
     folder = lp.job_dir_pattern.replace(SUBMISSION, request.submission)
-    res.add_row("job folder", folder + "  (%j = job id; the rest: this submission's token)")
+    res.add_row("job folder", _cell(folder) + "  (%j = job id; the rest: this submission's token)")
     reg, how = registry.chosen_by(lp.config.job.registry)
     res.add_row("registry", escape(f"{shown(reg)}  ({how})"))
     if lp.command:

@@ -78,7 +78,7 @@ class DistEnv:
 
 # ---------------------------------------------------------------------------------------- nodelist
 
-_RANGE = re.compile(r"^(\d{1,18})(?:-(\d{1,18}))?$")  # 18 digits: no host index is longer
+_RANGE = re.compile(r"^([0-9]{1,18})(?:-([0-9]{1,18}))?$")  # 18 digits: no host index is longer
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
@@ -166,6 +166,14 @@ def expand_nodelist(text: str) -> list[str]:
                     raise DistEnvError(
                         f"nodelist {_cut(text)}: unbalanced brackets", "check the nodelist"
                     )
+                if not re.fullmatch(
+                    r"[A-Za-z0-9._-]*", piece
+                ):  # what a host name may hold, never ESC or U+202E
+                    raise DistEnvError(
+                        f"nodelist {_cut(text)}: {_cut(piece)} is not part of a host name "
+                        "(letters, digits, '.', '_', '-')",
+                        "check SLURM_JOB_NODELIST",
+                    )
                 options = [piece]
             if len(hosts) + len(names) * len(options) > MAX_HOSTS:
                 raise DistEnvError(
@@ -181,16 +189,21 @@ def parse_tasks_per_node(text: str, nnodes: int | None = None) -> list[int]:
     """SLURM_TASKS_PER_NODE `2(x3),1` -> [2, 2, 2, 1]."""
     out: list[int] = []
     for part in text.strip().split(","):
-        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        m = re.fullmatch(r"([0-9]{1,9})(?:\(x([0-9]{1,9})\))?", part.strip())
+        if m and len(out) + int(m.group(2) or 1) > MAX_HOSTS:
+            raise DistEnvError(
+                f"SLURM_TASKS_PER_NODE {_cut(text)} describes more than {MAX_HOSTS} nodes",
+                "the allocation's variables are not Slurm's; re-run inside srun",
+            )
         if not m:
             raise DistEnvError(
-                f"SLURM_TASKS_PER_NODE {text!r}: cannot read {part!r}",
+                f"SLURM_TASKS_PER_NODE {_cut(text)}: cannot read {_cut(part)}",
                 "expected a form like 2(x3),1",
             )
         out.extend([int(m.group(1))] * int(m.group(2) or 1))
     if nnodes is not None and len(out) != nnodes:
         raise DistEnvError(
-            f"SLURM_TASKS_PER_NODE {text!r} describes {len(out)} nodes, the nodelist has {nnodes}",
+            f"SLURM_TASKS_PER_NODE {_cut(text)} describes {len(out)} nodes, the nodelist has {nnodes}",
             "the allocation's variables disagree; re-run inside srun",
         )
     return out

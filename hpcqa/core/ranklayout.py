@@ -13,6 +13,7 @@ from hpcqa.core import topology
 from hpcqa.core.config import Config
 from hpcqa.core.kinds import DDPBackend
 from hpcqa.errors import HpcqaError
+from hpcqa.text import shown
 
 
 class PlannedShape(Protocol):
@@ -108,8 +109,16 @@ def ranks_per_domain(cfg: Config, tuned: Mapping[str, Any]) -> tuple[int, str]:
     if value != "auto":
         return value, f"launch.ranks_per_socket = {value}"
     hit = tuned.get(shape_key(cfg))
-    if hit and hit.get("ranks_per_socket", 0) <= cfg.cores_per_domain:
-        return hit["ranks_per_socket"], f"auto: `hpcqa tune` ({hit.get('summary', 'measured')})"
+    n = hit.get("ranks_per_socket") if isinstance(hit, Mapping) else None
+    if (  # what `hpcqa tune` writes; a store edited by hand or damaged is passed over
+        isinstance(n, int)
+        and not isinstance(n, bool)
+        and 1 <= n <= cfg.cores_per_domain
+        and cfg.cores_per_domain % n == 0
+    ):
+        summary = hit.get("summary")
+        said = shown(summary) if isinstance(summary, str) else "measured"
+        return n, f"auto: `hpcqa tune` ({said[:200]})"
     n = heuristic_ranks_per_domain(cfg.cores_per_domain)
     return n, (
         f"auto: not tuned for this shape; heuristic: one rank per "

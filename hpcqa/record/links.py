@@ -4,6 +4,7 @@ partition's nodes share an interconnect; another partition may not): one JSON fi
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -43,4 +44,12 @@ def record(k: str, link: Mapping[str, Any], job_id: str, path: Path | None = Non
 
 def lookup(k: str, path: Path | None = None) -> dict | None:
     entry = load(path).get(k)
-    return entry if isinstance(entry, dict) and entry.get("bandwidth_Bps") else None
+    if not isinstance(entry, dict):
+        return None
+    numbers = [entry.get("bandwidth_Bps"), entry.get("latency_s")]
+    if not all(  # what `hpcqa tune --comm` writes: a hand-edited or damaged entry is passed over
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+        for x in numbers
+    ):
+        return None
+    return {**entry, "job": str(entry.get("job"))[:64]}
