@@ -14,6 +14,7 @@ import os
 import resource
 import socket
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ def open_regular(path: str | os.PathLike, follow: bool = False) -> int:
     fd = os.open(path, flags | (0 if follow else os.O_NOFOLLOW))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
     except BaseException:
         os.close(fd)
         raise
@@ -181,7 +182,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -
     """atomic_write_text's bytes: written aside, then renamed; nothing is left behind when it fails."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    tmp = p.with_name(f".{p.name}.tmp-{socket.gethostname()}-{os.getpid()}-{threading.get_ident()}")
     try:
         tmp.write_bytes(data)
         if mode is not None:

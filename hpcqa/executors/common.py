@@ -233,6 +233,29 @@ def signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP noted, not acted on, while a local job is started and recorded, then raised once
+    both are done (its handler of before acts: a KeyboardInterrupt for the CLI). A handler, not a blocked mask:
+    the job's processes started meanwhile must not inherit blocked signals (exec resets a handler to the
+    default, never a mask). An ignored signal stays ignored (nohup)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    heard: list[int] = []
+    before = {s: signal.getsignal(s) for s in HELD}
+    for s, handler in before.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(s, lambda signum, frame: heard.append(signum))
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        if heard:
+            signal.raise_signal(heard[0])
+
+
 def record_queued(plan: LaunchPlan, rows: list[dict], queued: Sequence[str], stop: str) -> None:
     """register(), for jobs the scheduler has already taken: when the registry still refuses the rows (checked
     writable before the scheduler was asked; a disk can fill in between), the jobs are named with the exact command

@@ -101,13 +101,27 @@ class Local:
         if sp.is_sweep:
             return self._run_sweep(request, say)
         plan = sp.plans[0]
-        job, jd = start(plan, request.submission, cpus_for(plan, say=say), request.code)
-        record(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)], job, jd)
-        say(f"local job {job.job_id}: {plan.world_size} ranks, folder {jd.path}")
-        for r, lr in zip(range(plan.world_size), plan.local_ranks):
-            say(
-                f"  rank {r}: CPUs {','.join(map(str, lr.cpus)) or 'unbound'}  log {jd.submitit_log(job.job_id, r)}"
-            )
+        started: list = []
+        try:
+            with common.signals_deferred():  # started and recorded, or an interrupt waits for both
+                job, jd = start(plan, request.submission, cpus_for(plan, say=say), request.code)
+                started += [job, jd]
+                record(plan, [common.registry_row(sp, plan, job.job_id, jd.path, None)], job, jd)
+            say(f"local job {job.job_id}: {plan.world_size} ranks, folder {jd.path}")
+            for r, lr in zip(range(plan.world_size), plan.local_ranks):
+                say(
+                    f"  rank {r}: CPUs {','.join(map(str, lr.cpus)) or 'unbound'}  log {jd.submitit_log(job.job_id, r)}"
+                )
+        except (
+            KeyboardInterrupt
+        ):  # Ctrl-C, or SIGTERM/SIGHUP as the CLI hears them, while submitting: all or nothing
+            if started:
+                pid = int(started[0].job_id)
+                cancel(pid, identity(pid) or "", started[1].path)
+                say(
+                    f"interrupted: local job {pid} was stopped (its folder {started[1].path} is kept)"
+                )
+            raise
         return Submitted(request, (str(job.job_id),), None, (str(jd.path),), handles=(job,))
 
     def wait(self, submitted: Submitted, progress: Progress | None = None) -> Outcome:
@@ -119,11 +133,20 @@ class Local:
         sp = request.sweep
         sweep_id, failed, ids, folders = None, 0, [], []
         for p in sp.plans:
-            job, jd = start(p, JobRoot.new_submission(), cpus_for(p, say=say), request.code)
-            sweep_id = sweep_id or f"local-{job.job_id}"
-            ids.append(str(job.job_id))
-            folders.append(str(jd.path))
-            record(p, [common.registry_row(sp, p, job.job_id, jd.path, sweep_id)], job, jd)
+            try:
+                with (
+                    common.signals_deferred()
+                ):  # an interrupt now waits until the variant is recorded
+                    job, jd = start(p, JobRoot.new_submission(), cpus_for(p, say=say), request.code)
+                    sweep_id = sweep_id or f"local-{job.job_id}"
+                    ids.append(str(job.job_id))
+                    folders.append(str(jd.path))
+                    record(p, [common.registry_row(sp, p, job.job_id, jd.path, sweep_id)], job, jd)
+            except KeyboardInterrupt:
+                if len(ids) > len(folders) - 1 and ids:
+                    cancel(int(ids[-1]), identity(int(ids[-1])) or "", Path(folders[-1]))
+                say(f"interrupted: sweep {sweep_id} stopped at variant {p.variant_index}")
+                return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=130)
             say(
                 f"sweep {sweep_id}: variant {p.variant_index} {dict(p.variant)} -> local job {job.job_id}"
             )
