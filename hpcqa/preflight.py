@@ -229,6 +229,18 @@ def _read_rows(
     """squadfile.read_with_facts, its refusals as a ConfigError naming the key: the columns, or the line."""
     try:
         return squadfile.read_with_facts(path, squadfile.column_map(cfg.data), split)
+    except (OSError, MemoryError) as e:  # a FIFO, a device, a file too large to hold
+        why = (
+            fsutil.failure(e, path)
+            if isinstance(e, OSError)
+            else f"{path}: too large to read in memory"
+        )
+        raise ConfigError(
+            key,
+            f"cannot read {why}",
+            "name a regular SQuAD JSON, JSON lines or CSV file (or a save_to_disk folder)",
+            cfg.source,
+        ) from None
     except (ValueError, UnicodeDecodeError) as e:
         if str(e).startswith("no column"):
             raise ConfigError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from hpcqa.core import kinds
@@ -30,6 +31,28 @@ SET_HELP = (
     "(repeatable): --set train.learning_rate=5e-5"
 )
 SET_HELP_SHORT = "override a config key, e.g. --set train.max_steps=20 (repeatable)"
+
+
+def _count(text: str) -> int:
+    """A whole number >= 0 (`logs -n -5` printed the whole log)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return n
+
+
+def _positive(text: str) -> float:
+    """A finite number > 0 (a latency of inf or 0 divided by zero)."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0")
+    return x
 
 
 def add_config(p: argparse.ArgumentParser) -> None:
@@ -110,7 +133,7 @@ def _add_scaling(sub: Any) -> None:
     )
     p.add_argument(
         "--latency-us",
-        type=float,
+        type=_positive,
         metavar="US",
         help="with --bandwidth: the link's latency (default: the measured one, else 50)",
     )
@@ -358,7 +381,7 @@ def _add_job_verbs(sub) -> None:
         "--rank", type=int, default=None, help="default: the first rank that failed, else 0"
     )
     p.add_argument("--stdout", action="store_true", help="the rank's stdout instead of its stderr")
-    p.add_argument("-n", "--lines", type=int, default=0, help="only the last N lines")
+    p.add_argument("-n", "--lines", type=_count, default=0, help="only the last N lines")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.add_argument(
         "--all-attempts", action="store_true", help="the whole log, not only the current attempt's"

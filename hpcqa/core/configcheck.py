@@ -407,6 +407,17 @@ def _check_sbatch_flag(key: str, flag: str, src: str) -> None:
 HEX_KEY = re.compile(r"[0-9a-fA-F]{40}")
 
 
+def _not_a_rank_variable(name: str, src: str) -> None:
+    if valuecheck.RANK_ENV.fullmatch(name):
+        raise ConfigError(
+            f"launch.env.{name}",
+            "each rank's identity and rendezvous are set per rank from the scheduler's variables: one "
+            "value for every rank would be shown by the dry run and then replaced (or break the job)",
+            "remove it (cluster.nodes, launch.ranks_per_socket and launch.master_port decide them)",
+            src,
+        )
+
+
 def _check_env(cfg: Any) -> None:
     la, src = cfg.launch, cfg.source
     for name in la.env:
@@ -419,6 +430,7 @@ def _check_env(cfg: Any) -> None:
                 "activate an environment)",
                 src,
             )
+        _not_a_rank_variable(name, src)
         if valuecheck.credential_name(name):
             raise ConfigError(
                 f"launch.env.{name}",

@@ -82,6 +82,13 @@ MANAGED_ENV = re.compile(
 )
 
 
+# each rank's identity and rendezvous, which hpcqa sets per rank from the scheduler's variables
+RANK_ENV = re.compile(
+    r"RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|NODE_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT"
+    r"|SLURM_[A-Z0-9_]+|PMI_[A-Z0-9_]+|OMPI_COMM_WORLD_[A-Z_]+"
+)
+
+
 def secret_shape(text: str) -> str | None:
     """What kind of credential `text` contains, or None."""
     for what, pattern in SECRET_SHAPES:

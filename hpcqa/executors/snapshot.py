@@ -180,7 +180,7 @@ def write(snap: Snapshot, say: Callable[[str], None] = lambda line: None) -> Pat
         raise SubmitError(
             f"the code snapshot was not written: {fsutil.write_failure(e, snap.path.parent)}; nothing was "
             "queued",
-            f"free space in {snap.path.parent} (or set job.root elsewhere), or submit with --no-snapshot",
+            f"free space in {snap.path.parent} (or set job.output_dir elsewhere), or submit with --no-snapshot",
         ) from None
 
 

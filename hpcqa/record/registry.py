@@ -15,6 +15,7 @@ import sqlite3
 import stat
 import sys
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -86,7 +87,7 @@ class JobRow:
 @contextlib.contextmanager
 def _read_only(path: Path) -> Iterator[sqlite3.Connection]:
     """Another registry file, opened read-only (never migrated or written) and always closed."""
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    db = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True, timeout=5.0)
     try:
         yield db
     finally:

@@ -7,6 +7,7 @@ import os
 import shutil
 import sqlite3
 import time
+import urllib.parse
 from pathlib import Path
 
 from hpcqa import fsutil
@@ -80,9 +81,28 @@ def _mine(path: Path) -> bool:
     link: a link planted there by someone else is not my registry)."""
     uid = os.getuid()
     try:
-        return all(os.lstat(p).st_uid == uid for p in (path, path.parent, path.parent.parent))
+        return os.stat(
+            path
+        ).st_uid == uid and all(  # what a link leads to, and the link and its folders
+            os.lstat(p).st_uid == uid for p in (path, path.parent, path.parent.parent)
+        )
     except OSError:
         return False
+
+
+NOT_A_REGISTRY = (
+    ".toml",
+    ".py",
+    ".json",
+    ".jsonl",
+    ".yaml",
+    ".yml",
+    ".sh",
+    ".sbatch",
+    ".csv",
+    ".txt",
+    ".md",
+)
 
 
 def recover(path: str | Path | None = None) -> tuple[Path, Path, int, int]:
@@ -92,6 +112,14 @@ def recover(path: str | Path | None = None) -> tuple[Path, Path, int, int]:
     if not src.is_file():
         raise RegistryError(
             f"{src} is not a registry file", "name the registry file with --registry"
+        )
+    if src.suffix.lower() in NOT_A_REGISTRY and not fsutil.read_head(src, 16).startswith(
+        b"SQLite format 3"
+    ):
+        raise RegistryError(  # `--registry quickstart.toml`: recover would put a registry in the config's place
+            f"{src} is not an SQLite file and its name says it is something else ({src.suffix}): not recovered, "
+            "nothing moved",
+            "name the registry file with --registry (status and the dry run say which one is in use)",
         )
     if why := fsutil.unwritable(
         src.parent
@@ -133,7 +161,7 @@ def _salvage(path: Path, give_up_after: int = 1000) -> list[dict]:
     lead to its rows, not only the rows on the pages it lost)."""
     found: dict[int, dict] = {}
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True)
         cols = [r[1] for r in db.execute("PRAGMA table_info(jobs)")]
         try:
             top = db.execute("SELECT max(rowid) FROM jobs").fetchone()[0] or 0

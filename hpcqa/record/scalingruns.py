@@ -4,6 +4,7 @@ the warning a multi-node submission gets when that model says more nodes would b
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -32,9 +33,12 @@ def parse_rate(text: str) -> float:
     ):
         if t.endswith(unit):
             try:
-                return float(t[: -len(unit)]) * mult
+                rate = float(t[: -len(unit)]) * mult
             except ValueError:
                 break
+            if math.isfinite(rate) and rate > 0:  # 0gbit, nangbit, -1gbit: no link
+                return rate
+            break
     raise UsageError(
         f"--bandwidth {text!r}: not a link speed", "write it as 10gbit, 100mbit or 117MB/s"
     )
