@@ -108,8 +108,9 @@ def ranks_per_domain(cfg: Config, tuned: Mapping[str, Any]) -> tuple[int, str]:
     value = cfg.launch.ranks_per_socket
     if value != "auto":
         return value, f"launch.ranks_per_socket = {value}"
-    hit = tuned.get(shape_key(cfg))
-    n = hit.get("ranks_per_socket") if isinstance(hit, Mapping) else None
+    found = tuned.get(shape_key(cfg))
+    hit: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    n = hit.get("ranks_per_socket")
     if (  # what `hpcqa tune` writes; a store edited by hand or damaged is passed over
         isinstance(n, int)
         and not isinstance(n, bool)
