@@ -44,16 +44,17 @@ def cli_env(env: dict | None = None) -> dict[str, str]:
 
 
 def run_cli(
-    *args: str, env: dict | None = None, cwd: str | Path | None = None
+    *args: str, env: dict | None = None, cwd: str | Path | None = None, **popen
 ) -> subprocess.CompletedProcess:
-    """Run `python -m hpcqa ...` as a user would, in a fresh interpreter."""
+    """Run `python -m hpcqa ...` as a user would, in a fresh interpreter (`popen`: e.g. a preexec_fn that sets a
+    limit, a shorter timeout)."""
     return subprocess.run(
         [sys.executable, "-m", "hpcqa", *args],
         capture_output=True,
         text=True,
         env=cli_env(env),
         cwd=cwd or ROOT,
-        timeout=600,
+        **{"timeout": 600, **popen},
     )
 
 

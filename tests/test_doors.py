@@ -162,25 +162,11 @@ def test_render_python_is_held_to_cluster_pythons_rules():
 
 def _submit_into(tmp_path: Path, root: Path, **popen) -> subprocess.CompletedProcess:
     """A local submit whose job root (job.output_dir) is `root`; the registry in tmp_path."""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hpcqa",
-            "submit",
-            "configs/quickstart.toml",
-            *TINY,
-            "--set",
-            f"job.output_dir={json.dumps(str(root))}",
-            "--no-wait",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=cli_env({"HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}),
-        timeout=300,
-        **popen,
-    )
+    return run_cli(
+        "submit", "configs/quickstart.toml", *TINY,
+        "--set", f"job.output_dir={json.dumps(str(root))}", "--no-wait",
+        env={"HPCQA_REGISTRY": str(tmp_path / "reg.sqlite")}, timeout=300, **popen,
+    )  # fmt: skip
 
 
 def test_a_full_disk_during_the_code_snapshot_is_one_line_and_leaves_nothing(tmp_path):
@@ -230,15 +216,11 @@ def test_a_registry_on_a_full_disk_stops_submit_before_anything_runs(tmp_path):
 
         registry.Registry(disk / "reg.sqlite").writable().close()
         fill(disk)
-        r = subprocess.run(
-            [sys.executable, "-m", "hpcqa", "submit", "configs/quickstart.toml", *TINY]
-            + ["--set", f"job.output_dir={json.dumps(str(tmp_path / 'jobs'))}", "--no-wait"],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=cli_env(env),
-            timeout=300,
-        )
+        r = run_cli(
+            "submit", "configs/quickstart.toml", *TINY,
+            "--set", f"job.output_dir={json.dumps(str(tmp_path / 'jobs'))}", "--no-wait",
+            env=env, timeout=300,
+        )  # fmt: skip
         assert r.returncode == 2 and f"job registry {disk / 'reg.sqlite'}" in r.stderr, r.stderr
         assert "ENOSPC" in r.stderr and "recover" not in r.stderr
         no_traceback(r)
