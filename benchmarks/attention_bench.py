@@ -9,7 +9,8 @@ same initial weights; their steps are interleaved A B A B and timed in thread CP
 VM moves 2-5x between identical steps). The loss column trains each variant --loss-steps steps on the same batches
 from the same seed: it shows the recipe is the same (dropout draws differ, so losses agree within noise, not bits).
 The table's last columns are text-token MFU against the measured matmul peak of the step's precision (one thread),
-and --profile adds the step's time split (matmul / attention / dropout / optimizer / other) from torch.profiler.
+and --profile adds the step's split per variant: thread CPU time per aten op by the module it ran for, forward
+and backward (benchmarks/opsplit.py), with its top ops.
 
 --model distilbert is the recipe's model size (6 x 768, 12 heads) with random weights from a config: no hub.
 """
@@ -109,39 +110,18 @@ def peak(bf16: bool, n: int = 1024) -> float:
     return 2 * n**3 / best
 
 
-CATEGORIES = [
-    ("dropout", ("bernoulli", "dropout", "random_", "_bulkdropout", "masked_fill", "ge")),
-    (
-        "attention",
-        (
-            "softmax",
-            "scaled_dot_product",
-            "bmm",
-            "baddbmm",
-            "_efficient_attention",
-            "flash_attention",
-        ),
-    ),
-    ("matmul", ("addmm", "aten::mm", "linear", "matmul")),
-    ("optimizer", ("adam", "optimizer")),
-    ("all-reduce", ("allreduce", "all_reduce")),
-]
+def profile_split(runner: Runner, batch: dict, plain_s: float | None = None) -> str:
+    """One step under benchmarks/opsplit.py: thread CPU time per aten op by context (the module it ran for, the
+    forward or the backward), as a markdown table, with the step's thread CPU time measured around it."""
+    from opsplit import OpSplit
 
-
-def profile_split(runner: Runner, batch: dict) -> dict[str, float]:
-    """One step under torch.profiler: self CPU time by category, as shares."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    split = OpSplit(runner.model)
+    t = time.thread_time_ns()
+    with split:
         runner.step(batch)
-    split: dict[str, float] = {name: 0.0 for name, _ in CATEGORIES}
-    split["other"] = 0.0
-    for ev in prof.key_averages():
-        name = ev.key.lower()
-        cat = next((c for c, keys in CATEGORIES if any(k in name for k in keys)), "other")
-        split[cat] += ev.self_cpu_time_total
-    total = sum(split.values()) or 1.0
-    return {k: v / total for k, v in split.items()}
+    step_ns = time.thread_time_ns() - t
+    plain = f"; the same step unprofiled: {plain_s * 1e3:.0f} ms (median)" if plain_s else ""
+    return split.table(step_ns) + f"\n\nstep under the profile: {step_ns / 1e6:.0f} ms{plain}"
 
 
 def main(argv: list[str]) -> int:
@@ -235,8 +215,9 @@ def main(argv: list[str]) -> int:
         print("| " + " | ".join(cells) + " |" if a.markdown else "  ".join(cells))
     if a.profile:
         for n in chosen:
-            split = profile_split(runners[n], data[1])
-            print(f"split, {n}: " + ", ".join(f"{k} {v:.0%}" for k, v in split.items()))
+            print(
+                f"\nsplit, {n}:\n" + profile_split(runners[n], data[1], statistics.median(times[n]))
+            )
     return 0
 
 
