@@ -11,7 +11,8 @@ How an op finds its context:
 - Forward: a stack of module kinds, pushed and popped by global module forward hooks (modules made inside a
   forward, such as the loss, included). A module's kind is what it is (Linear, LayerNorm, Embedding, Dropout, an
   activation, a loss, the model's attention class as transformers names it in `_can_record_outputs`); a container
-  of no kind takes its parent's. So every op inside the attention module's forward, the attention function and any
+  of no kind takes its parent's (below the QA model itself: "other", so residual adds and the padding mask's
+  making are "other"). So every op inside the attention module's forward, the attention function and any
   custom op or autograd Function it calls (whatever its name), is "attention".
 - Dropout inside the attention: hpcqa's bulk mask (`attention.keep_mask`) and torch's functional dropout are
   regions of their own while the profile runs; a random draw inside the attention (SDPA's math path draws its
@@ -22,6 +23,12 @@ How an op finds its context:
   taken in (a node is numbered just before its op is dispatched, a custom Function's when it is applied).
   Gradient accumulation into a parameter goes to the parameter's module.
 - The optimizer step: global optimizer step hooks. Collectives (the c10d namespace): all-reduce.
+
+What stays where it ran: the attention's q/k/v and output projections are Linear layers ("dense"); the 1/keep
+scale hpcqa folds into V (an S x D product, not S x S) is the attention's; the QA model's own ops (its Linear head,
+the logits' split, the loss) are "loss / QA head". A fused attention kernel with its dropout inside is one op: all
+"attention". Time between ops (Python, the autograd engine, this profiler's own) is a row of its own, so the shares
+sum to the step measured around it.
 """
 
 from __future__ import annotations
@@ -75,7 +82,7 @@ def module_kind(m: nn.Module, parent: str, root_child: bool, attn: tuple[type, .
     """A module's context, given its parent's (`root_child`: the QA model's own Linear is its head)."""
     if isinstance(m, nn.modules.loss._Loss):
         return "loss / QA head"
-    if isinstance(m, nn.Dropout):
+    if isinstance(m, nn.modules.dropout._DropoutNd):  # nn.Dropout, hpcqa's BulkDropout
         return ATTENTION_DROPOUT if parent == ATTENTION else HIDDEN_DROPOUT
     if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
         return "layernorm"
@@ -83,10 +90,10 @@ def module_kind(m: nn.Module, parent: str, root_child: bool, attn: tuple[type, .
         return "embeddings"
     if isinstance(m, nn.Linear):
         return "loss / QA head" if root_child else "dense (Linear)"
+    if isinstance(m, (nn.MultiheadAttention, *attn)):
+        return ATTENTION
     if type(m).__module__ in _ACTIVATION_MODULES:
         return "activation (GELU)"
-    if attn and isinstance(m, attn):
-        return ATTENTION
     return parent
 
 
