@@ -505,28 +505,32 @@ def test_model_flops_count_from_the_models_shapes(tmp_path):
     store = tmp_path / "peaks.json"
     quiet = lambda precision: {**peak, "flops": 5e10, "quiet": True}  # noqa: E731
     busy = lambda precision: {**peak, "flops": 1e9, "quiet": False, "cpu_share": 0.5}  # noqa: E731
-    first = efficiency.peak(store, 1, torch.get_num_threads(), "fp32", measure=busy)
+    threads = torch.get_num_threads()
+    first = efficiency.peak(store, 1, threads, "fp32", measure=busy)
     assert (
-        first[0] == 1e9
-        and "busy cores" in first[1]
-        and "not cached" in first[1]
-        and not store.exists()
+        first["flops"] == 1e9
+        and "busy cores" in first["source"]
+        and "not cached" in first["source"]
     )
-    assert efficiency.peak(store, 1, torch.get_num_threads(), "fp32", measure=quiet) == (
-        5e10,
-        "measured",
+    assert not efficiency.remember(store, 1, first, {"flops": 1e9}) and not store.exists()
+    measured = efficiency.peak(store, 1, threads, "fp32", measure=quiet)
+    # how it was taken; kept only once the end of training found it where it was
+    assert (measured["flops"], measured["source"], measured["quiet"]) == (5e10, "measured", True)
+    assert (
+        measured["size"] == 256 and measured["threads"] == threads and measured["runs"] == len(runs)
     )
-    assert efficiency.peak(store, 1, torch.get_num_threads(), "fp32", measure=busy) == (
-        5e10,
-        "cached",
-    )
+    assert not store.exists()
+    assert not efficiency.remember(store, 1, measured, {"flops": 2e10})  # moved during the job
+    assert not store.exists()
+    assert efficiency.remember(store, 1, {**measured, "measured_on": "node7"}, {"flops": 4.6e10})
+    cached = efficiency.peak(store, 1, threads, "fp32", measure=busy)
+    assert (cached["flops"], cached["source"], cached["measured_on"]) == (5e10, "cached", "node7")
+    assert cached["measured_at"] == measured["measured_at"] and cached["size"] == 256
     # an entry from before the quiet check (a bare number) is measured again
     key = efficiency.shape_key(1, torch.get_num_threads(), "fp32")
     store.write_text(json.dumps({key: 8.8e9}))
-    assert efficiency.peak(store, 1, torch.get_num_threads(), "fp32", measure=quiet) == (
-        5e10,
-        "measured",
-    )
+    again = efficiency.peak(store, 1, threads, "fp32", measure=quiet)
+    assert (again["flops"], again["source"]) == (5e10, "measured")
     assert "flags" in key and "family" in key  # the silicon, not only its marketing name
 
 

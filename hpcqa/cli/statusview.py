@@ -556,11 +556,12 @@ def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
         )
     rows += _recipe_rows(res) + _comm_rows(res)
     eff = res.efficiency
+    peak = [("peak", eff.peak_taken)] if eff and eff.peak_taken else []
     if eff and eff.mfu_unreliable:
         bad = eff.mfu_unreliable
-        return rows + [("efficiency", f"MFU not given: {bad.why}; {bad.fix}")]
+        return rows + [("efficiency", f"MFU not given: {bad.why}; {bad.fix}"), *peak]
     if eff is None or eff.mfu is None or eff.achieved_flops is None or eff.peak_flops is None:
-        return rows
+        return rows + peak
     tokens = eff.tokens
     all_tokens = (
         f"; on all tokens {100 * eff.mfu_all_tokens:.1f} % ({100 * tokens.padding_share:.0f} % "
@@ -576,5 +577,6 @@ def _efficiency_rows(v: JobView) -> list[tuple[str, str]]:
             f"of {eff.peak_flops / 1e9:.1f} GFLOP/s ({eff.precision} matmul peak measured on "
             f"{len(eff.peak_flops_per_rank)} rank(s), {eff.peak_source}); "
             f"{(eff.model_flops_per_sample or 0) / 1e9:.2f} GFLOP per sample{all_tokens}",
-        )
+        ),
+        *peak,
     ]

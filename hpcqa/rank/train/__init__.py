@@ -19,6 +19,7 @@ tiny_vocab.py   the tiny test model's WordPiece vocabulary, trained once (data: 
 batching.py     the lockstep length-grouped order of the features (pure)
 postprocess.py  start/end logits -> answers, n-best lists and null odds (numpy)
 metrics.py      SQuAD exact match and F1 by the official scripts' rules (pure Python)
-efficiency.py   model FLOPs per sample, each rank's matmul peak, MFU
+efficiency.py   model FLOPs per sample, each rank's matmul peak (before and after training), MFU
+peakcheck.py    whether the peak held during the job, how it was taken, whether to cache it (pure)
 commbench.py    what communication costs: the all-reduce the backward did not hide, the link between nodes
 """

@@ -24,15 +24,21 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import socket
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+import torch.distributed as dist
 
 from hpcqa import fsutil
 from hpcqa.fsutil import atomic_write_text
+from hpcqa.rank.train import peakcheck
 from hpcqa.record import caches
+
+if TYPE_CHECKING:
+    from hpcqa.rank.train.facts import Rank
 
 PEAK_SIZE = 1024  # matmul n: big enough to be compute-bound, small enough for a 1-core node
 PEAK_SECONDS = 0.6
@@ -140,8 +146,11 @@ QUIET_SPREAD = (
 )
 
 
-def measure_peak(precision: str, size: int = PEAK_SIZE, seconds: float = PEAK_SECONDS) -> dict:
-    """Square matmuls on this process's threads and CPUs at the run's precision, in PEAK_RUNS short runs. Each run
+def measure_peak(
+    precision: str, size: int = PEAK_SIZE, seconds: float = PEAK_SECONDS, runs: int = PEAK_RUNS
+) -> dict:
+    """Square matmuls on this process's threads and CPUs at the run's precision, in `runs` short runs (PEAK_RUNS
+    before training; the end-of-training check takes fewer, peakcheck.END_RUNS). Each run
     records its FLOP/s and the CPU time the process got (all its threads) against wall time x threads: on cores
     another process shares, the rank gets less CPU than it asked for and its runs spread. -> {"flops": the best
     run, "cpu_share", "spread", "quiet", "runs"}. Quiet: every run got QUIET_CPU_SHARE of its cores and the runs
@@ -157,30 +166,32 @@ def measure_peak(precision: str, size: int = PEAK_SIZE, seconds: float = PEAK_SE
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randn(size, size, generator=g, dtype=dtype) for _ in range(2))
     torch.matmul(a, b)  # warm-up: first call picks kernels and touches memory
-    runs = []
-    for _ in range(PEAK_RUNS):
+    done = []
+    for _ in range(runs):
         n, t0, c0 = 0, time.perf_counter(), time.process_time()
         while True:
             torch.matmul(a, b)
             n += 1
             wall = time.perf_counter() - t0
-            if wall >= seconds / PEAK_RUNS and n >= 2:
+            if wall >= seconds / runs and n >= 2:
                 break
         share = (time.process_time() - c0) / (wall * threads)
-        runs.append({"flops": 2 * size**3 * n / wall, "cpu_share": round(min(share, 1.0), 3)})
+        done.append({"flops": 2 * size**3 * n / wall, "cpu_share": round(min(share, 1.0), 3)})
         if share < QUIET_CPU_SHARE:
             break  # busy cores: not quiet whatever the other runs show
-    rates = [r["flops"] for r in runs]
+    rates = [r["flops"] for r in done]
     best, worst = max(rates), min(rates)
-    share = min(r["cpu_share"] for r in runs)
+    share = min(r["cpu_share"] for r in done)
     spread = (best - worst) / best
     return {
         "flops": best,
         "cpu_share": share,
         "spread": round(spread, 3),
         "threads": threads,
+        "size": size,
+        "precision": precision,
         "quiet": share >= QUIET_CPU_SHARE and spread <= QUIET_SPREAD,
-        "runs": runs,
+        "runs": done,
     }
 
 
@@ -190,11 +201,12 @@ def peak(
     threads: int,
     precision: str,
     measure: Callable[[str], dict] = measure_peak,
-) -> tuple[float, str]:
-    """(FLOP/s, where it came from): "cached" when a quiet measurement of this shape is in the store; else measured
-    now -- and stored (written whole, so concurrent ranks never read half a file) only when it was quiet: a peak
-    taken on busy cores would make every later MFU of the shape too high. An entry from before the quiet check (a
-    bare number) is not trusted and is measured again."""
+) -> dict:
+    """This rank's peak before training and how it was taken: {"flops", "source", "quiet", "size", "precision",
+    "threads", "runs", "spread", "cpu_share", "measured_at", "measured_on"}. "cached" when a quiet measurement of
+    this shape is in the store (its date and host are the cache's); else measured now. Nothing is stored here: a
+    quiet measurement is kept only once the end of training found it where it was (remember). An entry from
+    before the quiet check (a bare number) is not trusted and is measured again."""
     key = shape_key(cpus, threads, precision)
     known = caches.read_store(store, "the peak store", "remove it; the next job measures again")
     entry = known.get(key)
@@ -204,32 +216,73 @@ def peak(
         and isinstance(entry.get("flops"), (int, float))
         and entry["flops"] > 0
     ):
-        return float(entry["flops"]), "cached"
+        return {
+            "size": PEAK_SIZE,
+            "precision": precision,
+            "threads": threads,
+            "runs": PEAK_RUNS,
+            **{k: entry.get(k) for k in ("size", "runs", "spread", "cpu_share", "measured_at")},
+            "measured_on": entry.get("host"),
+            "flops": float(entry["flops"]),
+            "quiet": True,
+            "source": "cached",
+        }
     m = measure(precision)
-    if not m["quiet"]:
-        return m["flops"], (
-            f"measured on busy cores (CPU share {m['cpu_share']:.2f}, spread {m['spread']:.2f}): "
-            "not cached"
-        )
+    source = (
+        "measured"
+        if m["quiet"]
+        else f"measured on busy cores (CPU share {m['cpu_share']:.2f}, spread {m['spread']:.2f}): not cached"
+    )
+    return {
+        "size": m.get("size", PEAK_SIZE),
+        "precision": precision,
+        "threads": m.get("threads", threads),
+        "runs": len(m.get("runs") or []),
+        "spread": m["spread"],
+        "cpu_share": m["cpu_share"],
+        "measured_at": time.time(),
+        "measured_on": platform.node(),
+        "flops": m["flops"],
+        "quiet": bool(m["quiet"]),
+        "source": source,
+    }
+
+
+def end_peak(precision: str, measure: Callable[..., dict] = measure_peak) -> dict:
+    """The short re-measure at the end of training (peakcheck.END_RUNS runs in END_SECONDS) -> {"flops", "quiet",
+    "cpu_share", "spread", "runs", "seconds"}."""
+    t0 = time.perf_counter()
+    m = measure(precision, runs=peakcheck.END_RUNS, seconds=peakcheck.END_SECONDS)
+    return {
+        "flops": m["flops"],
+        "quiet": bool(m["quiet"]),
+        "cpu_share": m["cpu_share"],
+        "spread": m["spread"],
+        "runs": len(m.get("runs") or []),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def remember(store: Path, cpus: int, start: dict, end: dict | None) -> bool:
+    """Cache this rank's start peak for its node shape (written whole, so concurrent ranks never read half a file)
+    when peakcheck.keepable: measured this job on quiet cores and still there at the end of training -- a peak
+    taken on busy cores, or one that moved, would make every later MFU of the shape wrong. -> whether it was."""
+    if not peakcheck.keepable(start, end):
+        return False
+    key = shape_key(cpus, start["threads"], start["precision"])
+    known = caches.read_store(store, "the peak store", "remove it; the next job measures again")
+    entry = {
+        k: start[k]
+        for k in ("flops", "quiet", "cpu_share", "spread", "measured_at", "size", "runs")
+    }
     store.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(
         store,
         json.dumps(
-            {
-                **known,
-                key: {
-                    "flops": m["flops"],
-                    "quiet": True,
-                    "cpu_share": m["cpu_share"],
-                    "spread": m["spread"],
-                    "measured_at": time.time(),
-                },
-            },
-            indent=1,
-            sort_keys=True,
+            {**known, key: {**entry, "host": start.get("measured_on")}}, indent=1, sort_keys=True
         ),
     )
-    return m["flops"], "measured"
+    return True
 
 
 PEAK_METHOD = f"measured: {PEAK_SIZE}x{PEAK_SIZE} matmuls at the run's precision on each rank's cores and threads"
@@ -243,6 +296,7 @@ def summary(
     peak_source: str,
     counts: dict | None = None,
     store: str = "",
+    provenance: list[dict] | None = None,
 ) -> dict:
     """results.json's "efficiency": achieved model FLOP/s and MFU against the ranks' summed measured peaks, on the
     tokens that carry text and on all tokens (padding included). An MFU over 100 % says the peak is wrong (measured
@@ -285,4 +339,56 @@ def summary(
             "all_per_sample": counts["all"] / counts["samples"],
             "padding_share": 1 - counts["text"] / counts["all"] if counts["all"] else 0.0,
         }
-    return out
+    return peakcheck.flag(out, provenance) if provenance else out
+
+
+def rank_peak(r: Rank, bf16: bool) -> dict:
+    """This rank's matmul peak at the run's precision on its own cores before training, and how it was taken
+    (peak: cached per node shape, or measured now), with the rank, its host and its CPUs."""
+    store = caches.Caches.for_data_cache(r.plan.config.data.cache_dir).peak_store()
+    cpus = list(r.report.get("cpus") or [])
+    start = peak(store, len(cpus) or 1, torch.get_num_threads(), "bf16" if bf16 else "fp32")
+    start.update(rank=r.rank, host=socket.gethostname(), cpus=cpus)
+    r.save_report(peak_flops=start["flops"], peak_source=start["source"], peak=start)
+    return start
+
+
+def run_efficiency(
+    r: Rank,
+    model: torch.nn.Module,
+    data: dict,
+    timing: dict,
+    start: dict,
+    bf16: bool,
+    counts: dict | None = None,
+) -> dict:
+    """The peak measured again, short, at the end of training on each rank (and the start one cached if it held);
+    every rank's peaks and token counts (gathered); the model's FLOPs per sample, the run's achieved FLOP/s and MFU
+    on text tokens and on all tokens -- withheld when a rank's peak moved during the job (peakcheck)."""
+    store = caches.Caches.for_data_cache(r.plan.config.data.cache_dir).peak_store()
+    start = {**start, "end": end_peak(start["precision"])}
+    kept = remember(store, len(start["cpus"]) or 1, start, start["end"])
+    r.save_report(peak_end=start["end"], peak_cached=kept)
+    r.log(
+        f"peak {start['flops'] / 1e9:.1f} GFLOP/s ({start['source']}), at the end of training "
+        f"{start['end']['flops'] / 1e9:.1f} ({'moved' if peakcheck.moved(start['flops'], start['end']['flops']) else 'held'})"
+    )
+    mine = (start, counts or new_counts())
+    gathered: list = [mine]
+    if dist.is_available() and dist.is_initialized():
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, mine)
+    provenance = [p for p, _ in gathered]
+    inner = model.module if hasattr(model, "module") else model
+    rate = timing.get("steady_samples_per_second") or timing.get("train_samples_per_second")
+    sources = {p["source"] for p in provenance}
+    return summary(
+        model_flops(inner, data["max_seq_length"]),
+        rate,
+        [p["flops"] for p in provenance],
+        start["precision"],
+        sources.pop() if len(sources) == 1 else "mixed",
+        add_counts([c for _, c in gathered]),
+        store=str(store),
+        provenance=provenance,
+    )

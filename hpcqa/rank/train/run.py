@@ -119,7 +119,7 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
         data = load_data(r)
     model, ipex_used, optimizers = build_model(r, data["model_path"], data["model_kwargs"], bf16)
     trainer = build_trainer(r, args, model, data, optimizers)
-    own_peak = rank_peak(r, bf16)
+    own_peak = efficiency.rank_peak(r, bf16)
     train_out, resumed_from, train_time = train(r, trainer, jd)
     if STOP.agreed_at is not None:
         return stop_after_checkpoint(r, trainer.state.global_step)
@@ -127,7 +127,7 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     timing = trainer.hpcqa_timer.summary(
         cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * r.world
     )
-    timing["efficiency"] = run_efficiency(
+    timing["efficiency"] = efficiency.run_efficiency(
         r, model, data, timing, own_peak, bf16, trainer.hpcqa_counts
     )
     timing["comm"] = comm_probe(r, trainer, timing["step_split_s"])
@@ -449,52 +449,6 @@ def build_model(
         model, optimizer=opt, dtype=torch.bfloat16 if bf16 else torch.float32
     )
     return model, ipex.__version__, (opt, None)
-
-
-def rank_peak(r: Rank, bf16: bool) -> tuple[float, str]:
-    """This rank's matmul peak at the run's precision on its own cores (cached per node shape)."""
-    store = Caches.for_data_cache(r.plan.config.data.cache_dir).peak_store()
-    value, source = efficiency.peak(
-        store,
-        len(r.report.get("cpus") or []) or 1,
-        torch.get_num_threads(),
-        "bf16" if bf16 else "fp32",
-    )
-    r.save_report(peak_flops=value, peak_source=source)
-    return value, source
-
-
-def run_efficiency(
-    r: Rank,
-    model: torch.nn.Module,
-    data: dict,
-    timing: dict,
-    own_peak: tuple[float, str],
-    bf16: bool,
-    counts: dict | None = None,
-) -> dict:
-    """Every rank's peak and token counts (gathered), the model's FLOPs per sample, the run's achieved FLOP/s and
-    MFU on text tokens and on all tokens."""
-    mine = (own_peak, counts or efficiency.new_counts())
-    gathered: list = [mine]
-    if dist.is_available() and dist.is_initialized():
-        gathered = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, mine)
-    peaks = [p for p, _ in gathered]
-    inner = model.module if hasattr(model, "module") else model
-    flops = efficiency.model_flops(inner, data["max_seq_length"])
-    rate = timing.get("steady_samples_per_second") or timing.get("train_samples_per_second")
-    sources = {s for _, s in peaks}
-    store = Caches.for_data_cache(r.plan.config.data.cache_dir).peak_store()
-    return efficiency.summary(
-        flops,
-        rate,
-        [p for p, _ in peaks],
-        "bf16" if bf16 else "fp32",
-        sources.pop() if len(sources) == 1 else "mixed",
-        efficiency.add_counts([c for _, c in gathered]),
-        store=str(store),
-    )
 
 
 def optimizer_facts(trainer: Trainer) -> dict:

@@ -39,8 +39,25 @@ class Tokens(Record):
 
 
 @dataclass(frozen=True)
+class PeakMoved(Record):
+    """A rank whose peak, measured again at the end of training, was more than `threshold` away from the one its MFU
+    divided by (hpcqa.rank.train.peakcheck): the MFU is withheld as unreliable."""
+
+    start: Amount
+    end: Amount
+    ratio: Amount
+    rank: Count = 0
+    host: str | None = None
+    start_source: str | None = None
+    cached_at: Amount | None = None
+    threshold: Amount | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Efficiency(Record):
-    """MFU on text tokens and on all tokens, and what it was computed from."""
+    """MFU on text tokens and on all tokens, and what it was computed from: the peak, how and when it was taken
+    (peak_taken; every rank's in peak_provenance, kept in extra) and whether it moved during the job."""
 
     mfu: Amount | None = None
     mfu_all_tokens: Amount | None = None
@@ -50,6 +67,8 @@ class Efficiency(Record):
     peak_flops: Amount | None = None
     peak_flops_per_rank: tuple[Amount, ...] = ()
     peak_source: str | None = None
+    peak_taken: str | None = None
+    peak_moved: PeakMoved | None = None
     precision: str | None = None
     model_flops_per_sample: Amount | None = None
     extra: dict[str, Any] = field(default_factory=dict)
