@@ -16,7 +16,9 @@ ranks) / the sum of the ranks' peaks:
   this one high and the first one low).
 The peak is measured, not the CPU's specification: square matmuls at the run's precision on each rank's own
 cores and threads (measure_peak), once per node shape (the silicon, not its marketing name), then cached -- only
-when it was measured on quiet cores. An MFU over 100 % is reported as an unreliable peak, never as a figure.
+when it was measured on quiet cores and a short re-measure at the end of training found it where it was
+(peakcheck: a peak that moved during the job withholds the MFU). How it was taken travels with it into
+results.json. An MFU over 100 % is reported as an unreliable peak, never as a figure.
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ def measure_peak(
     records its FLOP/s and the CPU time the process got (all its threads) against wall time x threads: on cores
     another process shares, the rank gets less CPU than it asked for and its runs spread. -> {"flops": the best
     run, "cpu_share", "spread", "quiet", "runs"}. Quiet: every run got QUIET_CPU_SHARE of its cores and the runs
-    agree within QUIET_SPREAD; only a quiet peak is cached (peak()). The first run that was not quiet ends the
+    agree within QUIET_SPREAD; only a quiet peak is cached (remember()). The first run that was not quiet ends the
     measurement: it can no longer be quiet, and on a busy node (a shared one, a CI machine) the other runs would
     cost their wall time at every rank start for a number reported as unreliable either way. Its operands come from
     a generator of its own: measured after the seed is set, it must not move the global one (the first run on a
