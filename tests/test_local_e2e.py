@@ -95,7 +95,16 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
     assert res["allocator"] == "glibc-heap"  # launch.malloc's default, as the rank's process got it
     eff = res["efficiency"]
     assert len(eff["peak_flops_per_rank"]) == 2 and all(p > 1e8 for p in eff["peak_flops_per_rank"])
-    assert 0 < eff["mfu"] < 1 and eff["precision"] == "fp32"
+    # this machine is shared: another user's load may move the peak during the job, and then the MFU is withheld
+    moved = "peak_moved" in eff
+    assert (
+        eff["mfu"] is None and "moved from" in eff["mfu_unreliable"]["why"]
+        if moved
+        else 0 < eff["mfu"] < 1
+    ) and eff["precision"] == "fp32"
+    assert len(eff["peak_provenance"]) == 2 and all(
+        p["end"]["flops"] > 0 for p in eff["peak_provenance"]
+    )
     split = res["step_split_s"]
     assert set(split) == {
         "forward_backward",
@@ -133,31 +142,39 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
         < 1e-6 * eff["achieved_flops"]
     )
     assert re.search(
-        r"MFU on text tokens \d+\.\d %: [\d.]+ of [\d.]+ GFLOP/s \(fp32 matmul peak measured on 2 "
+        r"MFU not given: the peak moved from"
+        if moved
+        else r"MFU on text tokens \d+\.\d %: [\d.]+ of [\d.]+ GFLOP/s \(fp32 matmul peak measured on 2 "
         r"rank\(s\)",
         " ".join(status.stdout.split()),
     ), status.stdout
+    assert re.search(r"peak\s+1024x1024 fp32 matmuls", status.stdout), status.stdout
     # dynamic padding, length-grouped: the MFU on all tokens counts the little padding left, the counts add up
     tokens = eff["tokens"]
     assert (
         0 <= tokens["padding_share"] < 0.15
         and tokens["text_per_sample"] <= tokens["all_per_sample"]
     )
-    assert eff["mfu"] <= eff["mfu_all_tokens"] and "measured" in eff["peak_method"]
-    assert re.search(
-        r"MFU \d+\.\d % on text tokens, \d+\.\d % on all tokens \(\d+ % padding\)", r.stdout
-    ), r.stdout
-    assert re.search(
-        r"achieved [\d.]+ GFLOP/s of [\d.]+, the measured fp32 matmul peak", r.stdout
-    ), r.stdout
+    assert "measured" in eff["peak_method"]
+    if moved:
+        assert "MFU not given: the peak moved from" in " ".join(r.stdout.split()), r.stdout
+    else:
+        assert eff["mfu"] <= eff["mfu_all_tokens"]
+        assert re.search(
+            r"MFU \d+\.\d % on text tokens, \d+\.\d % on all tokens \(\d+ % padding\)", r.stdout
+        ), r.stdout
+        assert re.search(
+            r"achieved [\d.]+ GFLOP/s of [\d.]+, the measured fp32 matmul peak", r.stdout
+        ), r.stdout
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     board = EventAccumulator(str(job / "tensorboard"))
     board.Reload()
-    assert {"hpcqa/mfu", "hpcqa/step_s/compute", "hpcqa/step_s/allreduce_exposed"} <= set(
-        board.Tags()["scalars"]
-    )
-    assert abs(board.Scalars("hpcqa/mfu")[-1].value - eff["mfu"]) < 1e-6
+    assert {"hpcqa/step_s/compute", "hpcqa/step_s/allreduce_exposed"} | (
+        set() if moved else {"hpcqa/mfu"}
+    ) <= set(board.Tags()["scalars"])
+    if not moved:  # a withheld MFU is not written as a curve either
+        assert abs(board.Scalars("hpcqa/mfu")[-1].value - eff["mfu"]) < 1e-6
     # `hpcqa topology` shows what the ranks really bound (the same function, on the same node)
     topo = cli("topology", "configs/quickstart.toml", "--json")
     assert topo.returncode == 0, topo.stderr

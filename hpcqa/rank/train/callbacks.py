@@ -60,19 +60,20 @@ def tensorboard_callback(r: Rank) -> Board | None:
 
 def board_efficiency(r: Rank, eff: dict, split: dict, step: int) -> None:
     """MFU, achieved FLOP/s and the step's split into the run's TensorBoard event file, next to its curves
-    (rank 0)."""
-    if r.plan.config.train.report_to != "tensorboard" or not eff.get("mfu"):
+    (rank 0); an MFU withheld (an unreliable peak: it moved, or the run beat it) is not written, the split is."""
+    if r.plan.config.train.report_to != "tensorboard" or not (eff.get("mfu") or split):
         return
     try:
         from torch.utils.tensorboard import SummaryWriter  # tensorboard is optional at run time
     except ImportError:
         return
     with SummaryWriter(log_dir=str(r.jd.tensorboard)) as board:
-        board.add_scalar("hpcqa/mfu", eff["mfu"], step)
-        board.add_scalar("hpcqa/achieved_gflops", eff["achieved_flops"] / 1e9, step)
-        if eff.get("mfu_all_tokens") is not None:
-            board.add_scalar("hpcqa/mfu_all_tokens", eff["mfu_all_tokens"], step)
-        board.add_scalar("hpcqa/peak_gflops", eff["peak_flops"] / 1e9, step)
+        if eff.get("mfu"):
+            board.add_scalar("hpcqa/mfu", eff["mfu"], step)
+            board.add_scalar("hpcqa/achieved_gflops", eff["achieved_flops"] / 1e9, step)
+            if eff.get("mfu_all_tokens") is not None:
+                board.add_scalar("hpcqa/mfu_all_tokens", eff["mfu_all_tokens"], step)
+            board.add_scalar("hpcqa/peak_gflops", eff["peak_flops"] / 1e9, step)
         for part, seconds in split.items():
             if isinstance(seconds, (int, float)):
                 board.add_scalar(f"hpcqa/step_s/{part}", seconds, step)
