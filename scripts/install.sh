@@ -75,6 +75,10 @@ if [ -z "${HPCQA_INSTALL_DRY:-}" ]; then
     # an editable install leaves hpcqa's own modules uncompiled: where PYTHONDONTWRITEBYTECODE is set, every hpcqa
     # command would compile them again (`hpcqa status`: 0.37 -> 0.22 s of CPU once they are compiled)
     "$PY" -m compileall -q hpcqa >&2
+    # the fused attention kernel, compiled for this machine into the per-user cache ahead of the first job (a node
+    # of another CPU kind, or one without a compiler, builds its own or uses hpcqa's unfused attention: said)
+    echo "hpcqa: building the fused attention kernel for this CPU (once: ~20 s)" >&2
+    "$PY" -m hpcqa.rank.train.fused >&2 || echo "  jobs here use hpcqa's unfused attention" >&2
     # which torch build that was, and what the environment weighs (hpcqa doctor says the same)
     "$PY" - "$(dirname "$(dirname "$PY")")" <<'PYEOF' >&2 || true
 import subprocess, sys

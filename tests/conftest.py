@@ -29,6 +29,11 @@ os.environ["HPCQA_TUNE_STORE"] = os.path.join(_STORES, "tuned.json")
 os.environ["HPCQA_LINK_STORE"] = os.path.join(_STORES, "links.json")
 # and the user's own registry (the default, in the XDG state folder): one for the session, never the user's
 os.environ["XDG_STATE_HOME"] = os.path.join(_STORES, "state")
+# the fused attention kernel, compiled once per machine (scripts/install.sh builds it): tests that give their jobs a
+# cache of their own (HPCQA_CACHE) would each compile it again
+os.environ.setdefault(
+    "HPCQA_KERNEL_DIR", os.path.join(os.path.expanduser("~"), ".cache", "hpcqa", "kernels")
+)
 
 
 def cli_env(env: dict | None = None) -> dict[str, str]:
@@ -280,7 +285,7 @@ STARTS_PROCESSES = {
 # Modules whose import loads torch (and transformers): seconds before the first test, so not quick; `pytest -m
 # quick` does not even import them (pytest_ignore_collect), which kept the quick tier ~7 s longer. Nor does a run
 # that can select only cluster tests (scripts/test.sh's `alone` and other-release passes: 7 s of CPU each).
-IMPORTS_TORCH = {"test_attention", "test_data", "test_stage", "test_opsplit"}
+IMPORTS_TORCH = {"test_attention", "test_data", "test_stage", "test_opsplit", "test_fused"}
 CLUSTER_MARKS = (
     "slurm",
     "alone",

@@ -259,7 +259,7 @@ def test_a_bert_model_trains_with_hpcqa_attention_and_evaluates_like_sdpa(tmp_pa
     """auto on a BERT: hpcqa attention and bulk masks; in eval mode its logits are SDPA's; in training its loss
     is finite and its gradients reach every layer."""
     path = _tiny_bert(tmp_path)
-    model, facts = attention.load_qa_model(path, {}, _mc())
+    model, facts = attention.load_qa_model(path, {}, _mc(attention="hpcqa"))
     assert (
         facts["attention"] == "hpcqa"
         and facts["dropout_masks"] == "bulk"
@@ -302,3 +302,39 @@ def test_dropout_zero_and_torch_masks_are_recorded(tmp_path):
     )
     assert facts["attention_dropout"] == 0.0 and model.config.attention_probs_dropout_prob == 0.0
     assert not any(isinstance(m, attention.BulkDropout) for m in model.modules())
+
+
+def test_auto_trains_with_the_fused_kernel_and_falls_back_said(tmp_path, monkeypatch):
+    """auto on a BERT: the fused kernel where it loads (this machine has a compiler), its gradients reaching every
+    layer; with the kernel refused (HPCQA_FUSED=0), hpcqa's attention and the reason in the recipe; asked for by
+    name, a refused kernel is an error naming the key."""
+    from hpcqa.rank.train import fused
+
+    path = _tiny_bert(tmp_path)
+    model, facts = attention.load_qa_model(path, {}, _mc())
+    assert facts["attention"] == "fused" and "fused kernel" in facts["attention_kernel"]
+    ids = torch.randint(5, 200, (3, 20))
+    am = torch.ones(3, 20, dtype=torch.long)
+    am[2, 12:] = 0
+    model.train()
+    out = model(
+        input_ids=ids,
+        attention_mask=am,
+        start_positions=torch.tensor([1, 2, 3]),
+        end_positions=torch.tensor([2, 3, 4]),
+    )
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    assert all(
+        p.grad is not None and p.grad.abs().sum() > 0
+        for n, p in model.named_parameters()
+        if "encoder" in n and "weight" in n
+    )
+    monkeypatch.setenv("HPCQA_FUSED", "0")
+    monkeypatch.setattr(fused, "_state", {})
+    _, facts = attention.load_qa_model(path, {}, _mc())
+    assert facts["attention"] == "hpcqa" and facts["attention_fallback"] == "HPCQA_FUSED=0"
+    assert "fused kernel is not used: HPCQA_FUSED=0" in facts["attention_reason"]
+    monkeypatch.setattr(fused, "_state", {})
+    with pytest.raises(RankError, match='model.attention = "fused"'):
+        attention.load_qa_model(path, {}, _mc(attention="fused"))

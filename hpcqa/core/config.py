@@ -163,12 +163,12 @@ class ModelConfig:
         "a hub id resolved through the shared cache (offline unless allow_download).")
     cache_dir: str = opt("", "Shared model cache (HF_HUB_CACHE). Empty: the HF default.")
     allow_download: bool = opt(False, "Let rank 0 download a hub model into cache_dir.")
-    attention: Literal["auto", "hpcqa", "sdpa", "eager"] = opt(
-        "auto", "Attention kernel in training: hpcqa = in the step's precision (bf16 stays bf16), dropout on the "
-                "probabilities from bulk-drawn masks, SDPA's fused kernel when there is no dropout (evaluation); "
-                "sdpa = torch's (with dropout on CPU: its math path, bf16 upcast to fp32); eager = transformers' "
-                "own. auto: hpcqa for models that take an attention function (BERT, DistilBERT, RoBERTa...), else "
-                "the model's default. The same recipe either way (docs/performance.md).")
+    attention: Literal["auto", "fused", "hpcqa", "sdpa", "eager"] = opt(
+        "auto", "Attention kernel in training: fused = scale, padding mask, softmax and dropout in one C++ pass per "
+                "row, the dropout mask drawn again in the backward (compiled on first use into the per-user cache); "
+                "hpcqa = in the step's precision, dropout from bulk-drawn masks; sdpa = torch's (with dropout on CPU: "
+                "its math path); eager = transformers' own. auto: fused for models that take an attention function, "
+                "hpcqa where it cannot be built (said and recorded); else the model's default (docs/performance.md).")
     dropout: Literal["auto", "bulk", "torch"] = opt(
         "auto", "How dropout masks are drawn: bulk = four per 64-bit random word (keep probability the model's to "
                 "within 2^-17, scaled exactly); torch = bernoulli_, one random number per element. auto: bulk.")

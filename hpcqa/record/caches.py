@@ -73,6 +73,16 @@ def tune_store(env: Mapping[str, str] | None = None) -> Path:
     return _home_cache(env) / "tuned.json"
 
 
+def kernel_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Compiled kernels (the fused attention), per user like the tuned layouts: $HPCQA_KERNEL_DIR, else
+    $HPCQA_CACHE/kernels, else ~/.cache/hpcqa/kernels. Code this process loads: never a group's shared data
+    cache."""
+    env = os.environ if env is None else env
+    if env.get("HPCQA_KERNEL_DIR"):
+        return Path(env["HPCQA_KERNEL_DIR"])
+    return _home_cache(env) / "kernels"
+
+
 def link_store(env: Mapping[str, str] | None = None) -> Path:
     """The links `hpcqa tune --comm` measured (per user, like the tuned layouts): $HPCQA_LINK_STORE, else
     $HPCQA_CACHE/links.json, else ~/.cache/hpcqa/links.json."""

@@ -7,6 +7,7 @@ facts.py        what a rank is and finds out about itself (Rank), its checks of 
 trainer.py      the HF Trainer as a rank runs it: lockstep length-grouped batches, token counts, EM/F1 in
                 evaluations
 attention.py    the step's attention and dropout: bf16 stays bf16, masks drawn in bulk (model.attention)
+fused.py        the fused CPU attention (csrc/fused_attention.cpp): built on first use, cached, verified, loaded
 callbacks.py    the Trainer callbacks: progress, step timer, stop on a notice, final save, checkpoint mark
 evaluate.py     predictions post-processed and scored, run_qa.py's files written
 finalmodel.py   the trained model and its tokenizer saved in the job folder (train.save_model)

@@ -28,6 +28,8 @@ from transformers.modeling_utils import AttentionInterface
 from transformers.models.auto.modeling_auto import MODEL_FOR_QUESTION_ANSWERING_MAPPING
 
 from hpcqa.errors import RankError
+from hpcqa.rank.train import fused
+from hpcqa.rank.train.facts import cpu_flags
 
 NAME = "hpcqa"
 LEVELS = 1 << 16  # the resolution of a bulk-drawn uniform
@@ -136,6 +138,9 @@ def attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=0.0, **kwargs
         )
     scale = query.size(-1) ** -0.5 if scaling is None else scaling
+    if getattr(module, "hpcqa_fused", False) and fused.covers(query, key, value, attention_mask):
+        out = fused.fused_attention(query, key, value, attention_mask, scale, dropout)
+        return out.transpose(1, 2).contiguous(), None
     scores = torch.matmul(
         query * scale, key.transpose(-1, -2)
     )  # scaled on q: S x D multiplies, not S x S
@@ -202,30 +207,45 @@ def takes_attention_function(config: Any) -> bool:
     return bool(getattr(cls, "_supports_attention_backend", False))
 
 
+def fused_or_why(setting: str, facts: dict) -> bool:
+    """Load the fused kernel (built on first use). -> whether it runs; facts say which kernel or why not. Asked for
+    by name (model.attention = "fused"), a kernel that cannot load is an error; under auto, hpcqa's runs."""
+    ok, what = fused.load(cpu_flags())
+    facts["attention_kernel" if ok else "attention_fallback"] = what
+    if not ok:
+        facts["attention_reason"] += f"; hpcqa's, the fused kernel is not used: {what}"
+    if not ok and setting == "fused":
+        raise RankError(
+            f'model.attention = "fused": the fused kernel cannot be used on this node: {what}',
+            'install a C++ compiler and ninja on the node (pip install ninja), or set model.attention = "auto"',
+        )
+    return ok
+
+
 def load_qa_model(model_path: str, kwargs: dict, mc: Any) -> tuple[nn.Module, dict]:
     """The QA model with the step's attention and dropout (model.attention, model.dropout, model.*_dropout).
     -> (model, what was chosen and why, for the rank's report and results)."""
     config = AutoConfig.from_pretrained(model_path, **kwargs)
     facts: dict[str, Any] = apply_dropouts(config, mc)
     takes = takes_attention_function(config)
-    attn = mc.attention
+    attn, facts["attention_reason"] = mc.attention, f"model.attention = {mc.attention}"
     if attn == "auto":
-        attn = NAME if takes else None
+        attn = "fused" if takes else None
         facts["attention_reason"] = (
             "auto: the model takes an attention function"
             if takes
             else f"auto: the {config.model_type} model takes no attention function: its default"
         )
-    else:
-        facts["attention_reason"] = f"model.attention = {attn}"
-    if attn == NAME:
+    if attn in (NAME, "fused"):
         if not takes:
             raise RankError(
-                f'model.attention = "{NAME}": the {config.model_type} model takes no attention '
+                f'model.attention = "{attn}": the {config.model_type} model takes no attention '
                 "function",
                 'set model.attention = "auto" (the model\'s default)',
             )
         register()
+    use_fused = attn == "fused" and fused_or_why(mc.attention, facts)
+    attn = NAME if attn == "fused" else attn
     model = AutoModelForQuestionAnswering.from_pretrained(
         model_path, config=config, **({"attn_implementation": attn} if attn else {}), **kwargs
     )
@@ -234,7 +254,9 @@ def load_qa_model(model_path: str, kwargs: dict, mc: Any) -> tuple[nn.Module, di
     facts["bulk_dropout_modules"] = use_bulk_dropout(model) if bulk else 0
     for module in model.modules():
         module.hpcqa_bulk_dropout = bulk
+        module.hpcqa_fused = use_fused
     impl = getattr(model.config, "_attn_implementation", None) or "default"
+    impl = "fused" if use_fused else impl
     # a model that takes no attention function runs its own whatever the implementation's name says
     facts["attention"] = impl if takes else f"{config.model_type}'s own ({impl})"
     facts["attention_type"] = attention_type(model)

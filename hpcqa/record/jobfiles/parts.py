@@ -65,6 +65,8 @@ class Recipe(Record):
     attention_type: str | None = None
     attention_reason: str | None = None
     attention_switched: str | None = None
+    attention_kernel: str | None = None
+    attention_fallback: str | None = None
     dropout_masks: str | None = None
     attention_dropout: float | None = None
     hidden_dropout: float | None = None

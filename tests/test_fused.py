@@ -1,0 +1,220 @@
+"""The fused CPU attention (hpcqa.rank.train.fused and csrc/fused_attention.cpp): checked against the unfused
+reference (values without dropout, gradients against autograd and by finite differences, with and without dropout),
+its dropout masks' statistics, and how it is built, cached, verified and refused (in processes of their own: a
+library of ops loads once per process)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hpcqa.rank.train import fused
+from hpcqa.rank.train.facts import cpu_flags
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel():
+    loaded, what = fused.load(cpu_flags())
+    assert loaded, (
+        what
+    )  # this machine has a compiler (CI installs build-essential): the kernel must build
+
+
+def _inputs(b, h, s, d, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, s, d, generator=g).to(dtype).requires_grad_() for _ in range(3))
+    lens = torch.randint(1, s + 1, (b,), generator=g)
+    lens[0] = s
+    mask = (torch.arange(s)[None, :] < lens[:, None])[:, None, None, :].expand(b, 1, s, s)
+    return q, k, v, mask
+
+
+def _reference(q, k, v, mask, scale):
+    """The unfused attention in fp32: masked_fill with the dtype's lowest, softmax, product."""
+    s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    s = s.masked_fill(~mask, torch.finfo(torch.float32).min)
+    return torch.softmax(s, -1) @ v.float()
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-6), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("s,d", [(1, 32), (7, 32), (33, 64), (130, 64)])
+def test_without_dropout_it_is_the_reference_forward_and_backward(dtype, tol, s, d):
+    """Odd lengths, padding (one sequence full, the others cut), heads of 32 and 64: the output and the three
+    gradients are the fp32 reference's (to bf16's rounding in bf16)."""
+    q, k, v, mask = _inputs(3, 2, s, d, dtype)
+    out = fused.fused_attention(q, k, v, mask, d**-0.5, 0.0)
+    assert out.dtype == dtype
+    qq, kk, vv = (t.detach().float().requires_grad_() for t in (q, k, v))
+    ref = _reference(qq, kk, vv, mask, d**-0.5)
+    grad = torch.randn_like(ref)
+    out.backward(grad.to(dtype))
+    ref.backward(grad)
+    for got, want in ((out, ref), (q.grad, qq.grad), (k.grad, kk.grad), (v.grad, vv.grad)):
+        err = (got.float() - want).abs().max() / want.abs().max().clamp_min(1e-6)
+        assert err < tol
+
+
+def test_a_general_mask_is_honoured():
+    """A causal mask (any bool mask broadcastable to [b, h, q, k]), not only padding."""
+    q, k, v, _ = _inputs(2, 3, 9, 32, torch.float32)
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()[None, None]
+    out = fused.fused_attention(q, k, v, causal, 0.3, 0.0)
+    assert torch.allclose(out, _reference(q, k, v, causal, 0.3), atol=1e-5)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5])
+def test_gradients_are_the_finite_differences_of_the_same_draw(p):
+    """With dropout the mask follows torch's generator: two forwards after the same manual_seed are the same draw,
+    so central differences of the loss along a random direction must equal the gradient's projection -- which
+    checks that the backward regenerated the forward's mask."""
+    q, k, v, mask = _inputs(2, 2, 11, 32, torch.float32, seed=3)
+    w = torch.randn(2, 2, 11, 32, generator=torch.Generator().manual_seed(9))
+
+    def loss(q, k, v):
+        torch.manual_seed(1234)
+        return (fused.fused_attention(q, k, v, mask, 0.2, p) * w).sum()
+
+    loss(q, k, v).backward()
+    h = 1e-2
+    for t in (q, k, v):
+        direction = torch.randn_like(t)
+        with torch.no_grad():
+            plus = loss(*[x + h * direction if x is t else x for x in (q, k, v)])
+            minus = loss(*[x - h * direction if x is t else x for x in (q, k, v)])
+        numeric = (plus - minus) / (2 * h)
+        analytic = (t.grad * direction).sum()
+        assert abs(numeric - analytic) <= 2e-2 * max(1.0, abs(analytic))
+
+
+def test_the_draw_follows_torchs_generator():
+    q, k, v, mask = _inputs(1, 2, 16, 32, torch.float32)
+    with torch.no_grad():
+        outs = []
+        for seed in (5, 5, 6):
+            torch.manual_seed(seed)
+            outs.append(fused.fused_attention(q, k, v, mask, 0.2, 0.3))
+    assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
+
+
+@pytest.mark.parametrize("p", [0.1, 0.25, 0.5])
+def test_dropout_keeps_the_models_share_and_the_expected_value(p):
+    """Over 4.7 M elements the kept share is 1 - p to 5 standard deviations; a kept value is probs / keep exactly;
+    the four 16-bit lanes of one hash (adjacent columns) are uncorrelated; and averaged over 200 draws the dropped
+    probabilities are the probabilities (dropout's expected value is its input)."""
+    scores = torch.randn(4, 4, 384, 384)
+    probs = scores.clone()
+    with torch.no_grad():
+        dropped = torch.ops.hpcqa_fused.softmax_dropout_fwd(probs, None, 1.0, p, 77)
+    kept = dropped != 0
+    n = kept.numel()
+    share = kept.float().mean().item()
+    assert abs(share - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
+    keep = (65536 - round(p * 65536)) / 65536
+    assert torch.allclose(dropped[kept], probs[kept] / keep, rtol=1e-6)
+    lanes = kept.view(-1, 4).float()
+    corr = torch.corrcoef(lanes.T)
+    assert (corr - torch.eye(4)).abs().max() < 0.01
+    small = torch.randn(1, 2, 8, 24)
+    acc = torch.zeros_like(small)
+    for seed in range(200):
+        pr = small.clone()
+        acc += torch.ops.hpcqa_fused.softmax_dropout_fwd(pr, None, 1.0, p, seed)
+    assert torch.allclose(acc / 200, pr, atol=6 * (p / (1 - p) / 200) ** 0.5 * pr.max().item())
+
+
+def test_dropout_one_drops_everything_and_zero_drops_nothing():
+    q, k, v, mask = _inputs(1, 1, 8, 32, torch.float32)
+    with torch.no_grad():
+        assert fused.fused_attention(q, k, v, mask, 0.2, 1.0).abs().sum() == 0
+        assert torch.allclose(
+            fused.fused_attention(q, k, v, mask, 0.2, 0.0),
+            _reference(q, k, v, mask, 0.2),
+            atol=1e-5,
+        )
+
+
+def test_what_it_does_not_cover_is_left_to_the_unfused_path():
+    q = torch.randn(1, 4, 8, 32)
+    kv = torch.randn(1, 2, 8, 32)  # grouped queries
+    assert fused.covers(q, q, q, None)
+    assert not fused.covers(q, kv, kv, None)
+    assert not fused.covers(q.half(), q.half(), q.half(), None)
+    assert not fused.covers(q, q, q, torch.zeros(1, 1, 8, 8))  # an additive float mask
+
+
+def _fused_cli(kernel_dir: Path, **env) -> subprocess.CompletedProcess:
+    e = {**os.environ, "HPCQA_KERNEL_DIR": str(kernel_dir), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "hpcqa.rank.train.fused"],
+        cwd=ROOT,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def _built_copy(tmp_path: Path) -> Path:
+    """A copy of the kernel folder the module fixture built, in a kernel dir of the test's own."""
+    import shutil
+
+    src = fused.kernel_folder(cpu_flags())[2]
+    dst = tmp_path / "kernels" / src.name
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.process
+def test_a_cached_kernel_loads_without_a_compiler_and_a_tampered_one_is_refused(tmp_path):
+    folder = _built_copy(tmp_path)
+    no_cc = {"PATH": "/nonexistent", "CXX": "/nonexistent/c++"}
+    r = _fused_cli(folder.parent, **no_cc)
+    assert r.returncode == 0 and "ready: the fused kernel" in r.stdout, r.stderr
+    lib = folder / fused.LIB
+    data = bytearray(lib.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    lib.write_bytes(bytes(data))
+    r = _fused_cli(folder.parent, **no_cc)
+    assert r.returncode == 1 and "SHA-256 differs" in r.stdout
+    assert "the fused attention is not used" in r.stderr  # said, on stderr, once
+    assert r.stderr.count("the fused attention is not used") == 1
+
+
+@pytest.mark.process
+def test_a_kernel_others_may_write_is_not_loaded(tmp_path):
+    folder = _built_copy(tmp_path)
+    os.chmod(folder / fused.LIB, 0o775)
+    r = _fused_cli(folder.parent, PATH="/nonexistent", CXX="/nonexistent/c++")
+    assert r.returncode == 1 and "is not this user's alone" in r.stdout
+
+
+@pytest.mark.process
+def test_without_a_compiler_or_a_cached_kernel_it_says_so(tmp_path):
+    r = _fused_cli(tmp_path / "empty", PATH="/nonexistent", CXX="/nonexistent/c++")
+    assert r.returncode == 1 and "no C++ compiler on this node" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_ranks_starting_together_build_it_once(tmp_path):
+    """Two processes on an empty kernel dir: one compiles (under the lock), the other waits and loads its build;
+    nothing half-made is left beside the kernel."""
+    e = {**os.environ, "HPCQA_KERNEL_DIR": str(tmp_path / "k")}
+    cmd = [sys.executable, "-m", "hpcqa.rank.train.fused"]
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, env=e, stdout=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert sum("built into" in o for o in outs) == 1
+    entries = sorted(p.name for p in (tmp_path / "k").iterdir())
+    assert len(entries) == 2 and entries[0].startswith(".fused-") and entries[0].endswith(".lock")
+    assert sorted(p.name for p in (tmp_path / "k" / entries[1]).iterdir()) == [
+        fused.LIB,
+        fused.LIB + ".sha256",
+    ]
