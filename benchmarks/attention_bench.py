@@ -29,15 +29,16 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from hpcqa.core.plan import bf16_choice  # noqa: E402
-from hpcqa.rank.train import attention  # noqa: E402
+from hpcqa.rank.train import attention, fused  # noqa: E402
 from hpcqa.rank.train.facts import cpu_flags  # noqa: E402
 
 VARIANTS = {  # name -> (attn_implementation, bulk dropout masks)
     "sdpa + torch dropout (before)": ("sdpa", False),
-    "hpcqa attention + bulk masks (default)": ("hpcqa", True),
+    "hpcqa attention + bulk masks (fallback)": ("hpcqa", True),
     "hpcqa attention, torch dropout": ("hpcqa", False),
     "sdpa + bulk masks (hidden only)": ("sdpa", True),
     "eager + torch dropout": ("eager", False),
+    "fused attention + bulk masks (default)": ("fused", True),
 }
 
 
@@ -45,6 +46,11 @@ def build(model: str, attn: str, bulk: bool, seed: int = 0) -> torch.nn.Module:
     from transformers import AutoConfig, AutoModelForQuestionAnswering, BertConfig, DistilBertConfig
 
     attention.register()
+    fuse = attn == "fused"
+    if fuse:
+        loaded, what = fused.load(cpu_flags())
+        assert loaded, what
+        attn = "hpcqa"
     torch.manual_seed(seed)
     if model == "distilbert":
         cfg = DistilBertConfig(vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072)
@@ -62,6 +68,7 @@ def build(model: str, attn: str, bulk: bool, seed: int = 0) -> torch.nn.Module:
         attention.use_bulk_dropout(m)
     for mod in m.modules():
         mod.hpcqa_bulk_dropout = bulk
+        mod.hpcqa_fused = fuse
     return m.train()
 
 
