@@ -39,6 +39,7 @@ VARIANTS = {  # name -> (attn_implementation, bulk dropout masks)
     "sdpa + bulk masks (hidden only)": ("sdpa", True),
     "eager + torch dropout": ("eager", False),
     "fused attention + bulk masks (default)": ("fused", True),
+    "fused attention, hidden bulk masks unfused": ("fused-attention-only", True),
 }
 
 
@@ -46,7 +47,7 @@ def build(model: str, attn: str, bulk: bool, seed: int = 0) -> torch.nn.Module:
     from transformers import AutoConfig, AutoModelForQuestionAnswering, BertConfig, DistilBertConfig
 
     attention.register()
-    fuse = attn == "fused"
+    fuse, attention_only = attn.startswith("fused"), attn == "fused-attention-only"
     if fuse:
         loaded, what = fused.load(cpu_flags())
         assert loaded, what
@@ -68,7 +69,7 @@ def build(model: str, attn: str, bulk: bool, seed: int = 0) -> torch.nn.Module:
         attention.use_bulk_dropout(m)
     for mod in m.modules():
         mod.hpcqa_bulk_dropout = bulk
-        mod.hpcqa_fused = fuse
+        mod.hpcqa_fused = fuse and not (attention_only and isinstance(mod, torch.nn.Dropout))
     return m.train()
 
 

@@ -18,10 +18,11 @@ from _submit import recipe_shape, submit
 
 VARIANTS = [
     ("sdpa + bernoulli_ masks (before)", ["model.attention=sdpa", "model.dropout=torch"]),
-    ("hpcqa attention + bulk masks (default)", []),
+    ("hpcqa attention + bulk masks (fallback)", ["model.attention=hpcqa"]),
     ("hpcqa, attention dropout 0", ["model.attention_dropout=0"]),
     ("hpcqa, all dropout 0", ["model.attention_dropout=0", "model.hidden_dropout=0"]),
     ("eager + bernoulli_ masks", ["model.attention=eager", "model.dropout=torch"]),
+    ("fused attention + bulk masks (default)", []),
 ]
 
 

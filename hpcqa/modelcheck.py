@@ -262,7 +262,7 @@ def model_type(cfg: Config) -> str | None:
 def attention_check(cfg: Config, kind: Any) -> None:
     """model.attention that the model cannot run (hpcqa's or SDPA for a model with its own attention): refused."""
     setting = cfg.model.attention
-    if kind in modelfacts.OWN_ATTENTION and setting in ("hpcqa", "sdpa"):
+    if kind in modelfacts.OWN_ATTENTION and setting in ("fused", "hpcqa", "sdpa"):
         raise ConfigError(
             "model.attention",
             f'"{setting}", but the {kind} model runs its own attention '

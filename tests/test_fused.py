@@ -218,3 +218,41 @@ def test_ranks_starting_together_build_it_once(tmp_path):
         fused.LIB,
         fused.LIB + ".sha256",
     ]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_the_hidden_dropout_is_one_draw_forward_and_backward(dtype, p):
+    """The fused hidden dropout: the kept share is 1 - p (5 standard deviations over 1.2 M elements, odd size),
+    kept values are x / keep (the kernel's fp32 factor) (to bf16's rounding), and the backward zeroes and scales exactly the
+    elements the forward dropped: the gradient of sum(y * w) is w where kept, 0 where dropped."""
+    x = torch.randn(3, 401, 997).to(dtype).requires_grad_()
+    w = torch.randn(3, 401, 997).to(dtype)
+    torch.manual_seed(11)
+    y = fused.fused_dropout(x, p)
+    (y.float() * w.float()).sum().backward()
+    kept = y != 0
+    n = kept.numel()
+    assert abs(kept.float().mean().item() - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
+    inv_keep = torch.tensor(
+        65536 / (65536 - round(p * 65536)), dtype=torch.float32
+    )  # the kernel's factor
+    want = (x.detach().float() * inv_keep).to(dtype)
+    assert torch.equal(y[kept], want[kept])
+    assert torch.equal(x.grad == 0, ~kept | (w == 0))
+    assert torch.equal(x.grad[kept], (w.float() * inv_keep).to(dtype)[kept])
+
+
+def test_bulk_dropout_modules_use_it_when_the_model_is_fused():
+    from hpcqa.rank.train import attention
+
+    m = attention.BulkDropout(0.25)
+    x = torch.ones(64, 64)
+    m.hpcqa_fused = True
+    torch.manual_seed(3)
+    a = m(x)
+    torch.manual_seed(3)
+    b = fused.fused_dropout(x, 0.25)
+    assert torch.equal(a, b)
+    m.eval()
+    assert torch.equal(m(x), x)

@@ -433,7 +433,7 @@ def test_csv_with_its_own_column_names_is_mapped_and_trains(cli, tmp_path, model
     "arch, attention",
     [
         ("deberta-v2", "deberta-v2's own"),
-        ("modernbert", "hpcqa"),
+        ("modernbert", "fused"),
         ("longformer", "longformer's own"),
         ("big_bird", "big_bird's own"),
     ],
@@ -449,9 +449,9 @@ def test_other_architectures_train_say_their_attention_and_load_back(
     dry = submit(cli, tmp_path, models[arch], dry=True)
     assert dry.returncode == 0 and "would refuse" not in dry.stderr, dry.stderr
     said = " ".join(dry.stdout.split())
-    assert f"attention {'hpcqa' if attention == 'hpcqa' else ''}" in said, said
-    if attention != "hpcqa":
-        assert "takes no attention function" in said and "attention hpcqa" not in said, said
+    assert f"attention {'fused' if attention == 'fused' else ''}" in said, said
+    if attention != "fused":
+        assert "takes no attention function" in said and "attention fused" not in said, said
         refused(
             submit(cli, tmp_path, models[arch], "model.attention=hpcqa"),
             "model.attention",

@@ -140,8 +140,14 @@ def attention_prediction(model_type: str | None, setting: str) -> tuple[str, str
             f"model.attention = {setting}",
             takes,
         )
+    if takes and setting == "hpcqa":
+        return "hpcqa", "model.attention = hpcqa", True
     if takes:
-        return "hpcqa", f"the {model_type} model takes an attention function", True
+        return (
+            "fused (compiled on the node at first use; hpcqa's where it cannot be built)",
+            f"the {model_type} model takes an attention function",
+            True,
+        )
     return (
         "hpcqa or the model's own",
         f"{model_type or 'type unknown here'}: the rank decides",

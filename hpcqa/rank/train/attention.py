@@ -89,6 +89,13 @@ class BulkDropout(nn.Dropout):
     """nn.Dropout with the same p, its mask drawn in bulk (a drop-in: state dicts and repr unchanged)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (
+            getattr(self, "hpcqa_fused", False)
+            and self.training
+            and 0.0 < self.p < 1.0
+            and x.dtype in (torch.float32, torch.bfloat16)
+        ):
+            return fused.fused_dropout(x, self.p)  # the same draw, no mask kept
         return bulk_dropout(x, self.p, self.training)
 
 

@@ -231,6 +231,25 @@ class FusedAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
+class FusedDropout(torch.autograd.Function):
+    """x * keep / keep_probability, the mask a hash of (seed, index): drawn again in the backward, never stored."""
+
+    @staticmethod
+    def forward(ctx: Any, x, p: float):  # type: ignore[override]
+        ctx.seed = int(torch.randint(-(2**63), 2**63 - 1, (1,), dtype=torch.int64).item())
+        ctx.p = p
+        return torch.ops.hpcqa_fused.dropout(x.contiguous(), p, ctx.seed)
+
+    @staticmethod
+    def backward(ctx: Any, grad):  # type: ignore[override]
+        return torch.ops.hpcqa_fused.dropout(grad.contiguous(), ctx.p, ctx.seed), None
+
+
+def fused_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """The hidden dropout in one pass each way (load() must have succeeded; float32 or bfloat16 on the CPU)."""
+    return FusedDropout.apply(x, p)
+
+
 def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> bool:
     """Can the fused kernel take these (else hpcqa's unfused attention runs)? Same heads for q, k, v (no grouped
     queries), float32 or bfloat16 on the CPU, a bool mask or none."""

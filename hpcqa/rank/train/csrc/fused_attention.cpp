@@ -13,6 +13,8 @@
 // values are divided by it, so the expected output is the input, as with torch's dropout.
 // Math is fp32 whatever the tensors' dtype (float or bfloat16, bf16 rounded to nearest even on the way out).
 // Rows are independent: they are split over the rank's threads (at::parallel_for).
+// The hidden dropout (dropout) is the same draw over a tensor's flat index: one pass forward, one backward, no mask
+// kept.
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
@@ -205,6 +207,29 @@ void softmax_dropout_bwd_impl(at::Tensor& grad, const at::Tensor& probs, double 
   });
 }
 
+// hidden dropout: out[i] = keep(i) ? x[i] / keep_probability : 0, keep(i) from the same hash over the flat index
+// (one 64-bit hash per four elements). Its backward is the same op on the gradient with the same seed.
+template <typename T>
+void dropout_impl(const T* x, T* out, int64_t n, const Dropout& d, uint64_t seed) {
+  constexpr int64_t BLOCK = 1024;  // elements per hash batch (a multiple of 4)
+  const int64_t blocks = (n + BLOCK - 1) / BLOCK;
+  const uint16_t thr = static_cast<uint16_t>(std::min<int64_t>(d.threshold, LEVELS - 1));
+  const bool all_dropped = d.threshold >= LEVELS;
+  at::parallel_for(0, blocks, 16, [&](int64_t begin, int64_t end) {
+    uint64_t words[BLOCK / 4];
+    const uint16_t* u = reinterpret_cast<const uint16_t*>(words);
+    for (int64_t blk = begin; blk < end; ++blk) {
+      const int64_t start = blk * BLOCK, len = std::min(BLOCK, n - start);
+      const uint64_t base = seed + static_cast<uint64_t>(start / 4) * 0x9E3779B97F4A7C15ULL;
+      for (int64_t g = 0; g < (len + 3) / 4; ++g) words[g] = mix(base + static_cast<uint64_t>(g) * 0x9E3779B97F4A7C15ULL);
+      const T* xs = x + start;
+      T* os = out + start;
+      for (int64_t j = 0; j < len; ++j)
+        store(os + j, (!all_dropped && u[j] >= thr) ? to_float(xs[j]) * d.inv_keep : 0.f);
+    }
+  });
+}
+
 void check(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu(), "hpcqa fused attention: ", name, " must be on the CPU");
   TORCH_CHECK(t.dim() == 4, "hpcqa fused attention: ", name, " must be [batch, heads, q, k]");
@@ -245,14 +270,30 @@ void softmax_dropout_bwd(at::Tensor grad, const at::Tensor& probs, double scale,
     softmax_dropout_bwd_impl<c10::BFloat16>(grad, probs, scale, d, static_cast<uint64_t>(seed));
 }
 
+at::Tensor dropout(const at::Tensor& x, double p, int64_t seed) {
+  TORCH_CHECK(x.device().is_cpu() && x.is_contiguous(), "hpcqa fused dropout: x must be contiguous on the CPU");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16,
+              "hpcqa fused dropout: x must be float32 or bfloat16");
+  at::Tensor out = at::empty_like(x);
+  const Dropout d(p);
+  if (x.scalar_type() == at::kFloat)
+    dropout_impl<float>(x.data_ptr<float>(), out.data_ptr<float>(), x.numel(), d, static_cast<uint64_t>(seed));
+  else
+    dropout_impl<c10::BFloat16>(x.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(), x.numel(), d,
+                                static_cast<uint64_t>(seed));
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(hpcqa_fused, m) {
   m.def("softmax_dropout_fwd(Tensor(a!) scores, Tensor? mask, float scale, float p, int seed) -> Tensor");
   m.def("softmax_dropout_bwd(Tensor(a!) grad, Tensor probs, float scale, float p, int seed) -> ()");
+  m.def("dropout(Tensor x, float p, int seed) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(hpcqa_fused, CPU, m) {
   m.impl("softmax_dropout_fwd", &softmax_dropout_fwd);
   m.impl("softmax_dropout_bwd", &softmax_dropout_bwd);
+  m.impl("dropout", &dropout);
 }
