@@ -58,7 +58,8 @@ def test_a_fresh_snapshot_verifies_with_the_scripts_own_command(tmp_path):
     snap = _snap(tmp_path)
     r = _verify(snap)
     assert r.returncode == 0, r.stderr
-    assert json.loads((snap.path / "MANIFEST.json").read_text())["rank/__init__.py"]
+    manifest = json.loads((snap.path / "MANIFEST.json").read_text())
+    assert manifest["rank/__init__.py"] and manifest["rank/train/csrc/fused_attention.cpp"]
 
 
 @pytest.mark.parametrize(
@@ -72,6 +73,11 @@ def test_a_fresh_snapshot_verifies_with_the_scripts_own_command(tmp_path):
         (lambda p: (p / "hpcqa/rank/evil.py").write_text(""), "hpcqa/rank/evil.py"),
         (lambda p: (p / "hpcqa/rank/__pycache__").mkdir(), "__pycache__"),
         (lambda p: (p / "snapcheck.py").write_text("pass\n"), "snapcheck.py changed"),
+        (  # the kernel the ranks compile is part of what was submitted
+            lambda p: (p / "hpcqa/rank/train/csrc/fused_attention.cpp").write_text("int x;\n"),
+            "hpcqa/rank/train/csrc/fused_attention.cpp",
+        ),
+        (lambda p: (p / "hpcqa/rank/evil.so").write_text(""), "hpcqa/rank/evil.so"),
     ],
 )
 @pytest.mark.process

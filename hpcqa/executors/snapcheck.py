@@ -12,10 +12,12 @@ import sys
 MANIFEST = "MANIFEST.json"
 PROVENANCE = "provenance.json"
 CHECKER = "snapcheck.py"
+SOURCES = (".py", ".cpp")  # what a snapshot holds: hpcqa's modules and the kernel the ranks compile
 
 
 def digest_of(files):
-    """The snapshot digest over (relative path, bytes) of the package's .py files, sorted by path."""
+    """The snapshot digest over (relative path, bytes) of the package's source files (.py, and the .cpp the ranks
+    compile), sorted by path."""
     h = hashlib.sha256()
     for rel, data in sorted(files):
         h.update(rel.encode() + b"\0" + data + b"\0")
@@ -40,7 +42,7 @@ def problems(folder, digest):
             if (
                 os.path.islink(path)
                 or name == "__pycache__"
-                or (name in names and not name.endswith(".py"))
+                or (name in names and not name.endswith(SOURCES))
             ):
                 extra.append(os.path.join("hpcqa", rel))
             elif name in names:

@@ -76,7 +76,11 @@ def fact(snap: Snapshot | None) -> tuple[str, str]:
 
 
 def files(package: Path = PACKAGE) -> list[Path]:
-    return sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+    return sorted(
+        p
+        for p in package.rglob("*")
+        if p.suffix in snapcheck.SOURCES and p.is_file() and "__pycache__" not in p.parts
+    )
 
 
 def content_digest(package: Path = PACKAGE) -> str:
