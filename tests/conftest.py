@@ -285,7 +285,14 @@ STARTS_PROCESSES = {
 # Modules whose import loads torch (and transformers): seconds before the first test, so not quick; `pytest -m
 # quick` does not even import them (pytest_ignore_collect), which kept the quick tier ~7 s longer. Nor does a run
 # that can select only cluster tests (scripts/test.sh's `alone` and other-release passes: 7 s of CPU each).
-IMPORTS_TORCH = {"test_attention", "test_data", "test_stage", "test_opsplit", "test_fused"}
+IMPORTS_TORCH = {
+    "test_attention",
+    "test_data",
+    "test_stage",
+    "test_opsplit",
+    "test_fused",
+    "test_master",
+}
 CLUSTER_MARKS = (
     "slurm",
     "alone",

@@ -11,6 +11,7 @@ fused.py        the fused CPU attention (csrc/fused_attention.cpp): built on fir
 callbacks.py    the Trainer callbacks: progress, step timer, stop on a notice, final save, checkpoint mark
 evaluate.py     predictions post-processed and scored, run_qa.py's files written
 finalmodel.py   the trained model and its tokenizer saved in the job folder (train.save_model)
+master.py       bf16 weights with fp32 master weights: the optimizer over the masters, the final save
 stop.py         the stop protocol: a notice, the agreement across ranks, the checkpoint, the requeue
 resume.py       checkpoints read back: where to resume, the training call around it
 data.py         SQuAD-format data -> model features, as run_qa.py does it (ranks and `hpcqa stage`)
