@@ -36,7 +36,7 @@ from hpcqa.core.states import State
 from hpcqa.errors import HpcqaError, RankError
 from hpcqa.rank.binding import widen_main_thread
 from hpcqa.rank.phase import Phases
-from hpcqa.rank.train import attention, commbench, efficiency, finalmodel
+from hpcqa.rank.train import attention, commbench, efficiency, finalmodel, master
 from hpcqa.rank.train import data as qa_data
 from hpcqa.rank.train.callbacks import board_efficiency
 from hpcqa.rank.train.evaluate import evaluate, predict
@@ -144,7 +144,7 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
         r.report["step_recipe"] = attention.switched(trained, r.report["step_recipe"])
     digest = weights_digest(getattr(trained, "module", trained))  # DDP's wrapper holds the model
     r.save_report(weights_digest=digest, finished=time.time(), status="trained")
-    model_dir = keep_model(r, trained, data["tokenizer"])
+    model_dir = keep_model(r, trainer, data["tokenizer"])
     try:
         result = (
             evaluate(r, trainer, data) if data["eval_features"] is not None and cfg.do_eval else {}
@@ -167,12 +167,16 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
     }
 
 
-def keep_model(r: Rank, model: Any, tokenizer: Any) -> str | None:
-    """train.save_model: rank 0 saves the trained model and its tokenizer in the job folder. -> its path, or None."""
+def keep_model(r: Rank, trainer: Trainer, tokenizer: Any) -> str | None:
+    """train.save_model: rank 0 saves the trained model and its tokenizer in the job folder (bf16 weights with
+    master copies: the fp32 masters, in the model's own dtype). -> its path, or None."""
     if r.rank != 0 or not r.plan.config.train.save_model:
         return None
     t0 = time.time()
-    path = finalmodel.save(r.jd, model, tokenizer)
+    best = trainer.state.best_model_checkpoint
+    with master.full_precision(trainer.model, trainer.optimizer, best) as weights:
+        path = finalmodel.save(r.jd, trainer.model, tokenizer)
+    r.report["bf16_weights"]["saved"] = weights
     r.log(f"model saved in {time.time() - t0:.1f} s: {path}")
     return str(path)
 
@@ -225,8 +229,7 @@ def training_arguments(r: Rank) -> tuple[TrainingArguments, bool]:
 
     tc = r.plan.config.train
     backend = r.plan.backend.resolved
-    bf16, bf16_reason = bf16_choice(tc.bf16, cpu_flags())
-    r.report["bf16_reason"] = bf16_reason
+    bf16 = precision(r)
     ddp_backend, guard = _process_group(r, backend, tc.ddp_timeout_s)
     # transformers 5 folded warmup_ratio into warmup_steps (a float < 1 is a ratio)
     warmup: dict[str, Any] = (
@@ -243,7 +246,7 @@ def training_arguments(r: Rank) -> tuple[TrainingArguments, bool]:
             output_dir=str(r.jd.checkpoints),
             use_cpu=True,
             ddp_backend=ddp_backend,
-            bf16=bf16,
+            bf16=bf16 and r.report["bf16_weights"]["mode"] == "autocast",  # master: no autocast
             **_eval_arguments(tc),
             learning_rate=tc.learning_rate,
             num_train_epochs=tc.num_train_epochs,
@@ -278,6 +281,15 @@ def training_arguments(r: Rank) -> tuple[TrainingArguments, bool]:
         )
     r.phases.enter(Phase.LOADING, "rank 0 first" if r.world > 1 else "")
     return args, bf16
+
+
+def precision(r: Rank) -> bool:
+    """train.bf16 and train.bf16_weights on this CPU, recorded in the rank's report. -> bf16 on?"""
+    tc = r.plan.config.train
+    bf16, r.report["bf16_reason"] = bf16_choice(tc.bf16, cpu_flags())
+    mode, why = master.weights_choice(tc.bf16_weights, bf16, tc.ipex)
+    r.report["bf16_weights"] = {"mode": mode, "reason": why}
+    return bf16
 
 
 def _process_group(
@@ -458,6 +470,7 @@ def optimizer_facts(trainer: Trainer) -> dict:
     return {
         "class": f"{type(opt).__module__}.{type(opt).__name__}",
         "fused": bool(defaults.get("fused")),
+        "master_weights": master.master_of(opt) is not None,
         "setting": trainer.args.optim
         if isinstance(trainer.args.optim, str)
         else trainer.args.optim.value,
@@ -470,6 +483,8 @@ def comm_probe(r: Rank, trainer: Trainer, split: dict) -> dict:
     inner = trainer.model
     steps = r.plan.config.train.comm_probe_steps
     compress = r.plan.config.train.ddp_compress
+    if r.report["bf16_weights"]["mode"] == "master":
+        compress = "none"  # no hook (trainer.ddp_hooks): the bf16 gradients are sent as they are
     if r.world > 1 and steps:
         comm = commbench.exposed_allreduce(trainer, steps, compress)
     else:
@@ -591,6 +606,7 @@ def write_results(
         tensorboard=rep.get("tensorboard"),
         warnings=rep["warnings"],
         step_recipe=rep.get("step_recipe"),
+        bf16_weights=rep.get("bf16_weights"),
         allocator=rep.get("allocator"),
     )
     results.write(r.jd.results, result)

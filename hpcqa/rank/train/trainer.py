@@ -12,7 +12,7 @@ from torch.utils.data import Sampler
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, default_data_collator
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from hpcqa.rank.train import batching, efficiency
+from hpcqa.rank.train import batching, efficiency, master
 from hpcqa.rank.train.callbacks import (
     FailAt,
     FinalSave,
@@ -79,6 +79,17 @@ class CountingTrainer(Trainer):
             self.hpcqa_rank.world,
             self.args.seed,
         )
+
+    def create_optimizer(self, model=None):
+        """The Trainer's optimizer (its weight-decay groups, fused or not); with bf16 weights (train.bf16_weights
+        = "master") the same over fp32 master copies (master.MasterAdamW), taken from the fp32 weights before
+        the model is cast to bf16 (here: before DDP wraps it)."""
+        opt = super().create_optimizer(model)
+        weights = self.hpcqa_rank.report.get("bf16_weights") or {}
+        if weights.get("mode") == "master" and master.master_of(opt) is None:
+            self.optimizer = opt = master.MasterAdamW.wrap(opt)
+            weights["logits"] = master.to_bf16(self.model if model is None else model)
+        return opt
 
     def training_step(self, model, inputs, *args, **kwargs):
         if "input_ids" in inputs:
@@ -157,17 +168,30 @@ def build_trainer(
         **extra,
     )
     if getattr(trainer.accelerator, "ddp_handler", None) is not None:
-        # the Trainer passes no gradient_as_bucket_view to accelerate; DDP is built from this handler at train()
-        trainer.accelerator.ddp_handler.gradient_as_bucket_view = tc.ddp_bucket_view
-        if (
-            tc.ddp_compress == "fp16"
-        ):  # nor a comm hook: accelerate registers this one when it wraps the model
-            from accelerate.utils import DDPCommunicationHookType
-
-            trainer.accelerator.ddp_handler.comm_hook = DDPCommunicationHookType(tc.ddp_compress)
-        elif tc.ddp_compress == "bf16":
-            register_own_hook(trainer.accelerator.ddp_handler, cpu_bf16_hook)
+        ddp_hooks(r, trainer.accelerator.ddp_handler)
     return trainer
+
+
+def ddp_hooks(r: Rank, handler: Any) -> None:
+    """DDP's settings the Trainer passes no argument for: gradients as bucket views, train.ddp_compress's hook.
+    With bf16 weights (train.bf16_weights = "master") the gradients are bf16: DDP sends them as they are (half of
+    fp32's bytes) and no compression hook is registered (fp16 would narrow their range for no fewer bytes)."""
+    tc = r.plan.config.train
+    # the Trainer passes no gradient_as_bucket_view to accelerate; DDP is built from this handler at train()
+    handler.gradient_as_bucket_view = tc.ddp_bucket_view
+    if (r.report.get("bf16_weights") or {}).get("mode") == "master":
+        if tc.ddp_compress != "none":
+            note = f"train.ddp_compress = {tc.ddp_compress} not applied: with bf16 weights the gradients are bf16"
+            r.report["warnings"].append(note + " already, all-reduced as they are")
+        return
+    if (
+        tc.ddp_compress == "fp16"
+    ):  # nor a comm hook: accelerate registers this one when it wraps the model
+        from accelerate.utils import DDPCommunicationHookType
+
+        handler.comm_hook = DDPCommunicationHookType(tc.ddp_compress)
+    elif tc.ddp_compress == "bf16":
+        register_own_hook(handler, cpu_bf16_hook)
 
 
 def cpu_bf16_hook(process_group, bucket):  # noqa: ANN001 -- DDP refuses a hook annotated otherwise
