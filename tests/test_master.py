@@ -189,6 +189,10 @@ def test_weights_choice():
     assert master.weights_choice("auto", True, False)[0] == "master"
     assert master.weights_choice("master", True, True)[0] == "autocast"  # IPEX keeps its own
     assert master.weights_choice("autocast", True, False)[0] == "autocast"
+    # accumulated micro-batches would sum in bf16: auto keeps autocast, master asked for by name is honoured
+    mode, why = master.weights_choice("auto", True, False, 4)
+    assert mode == "autocast" and "gradient_accumulation_steps = 4" in why
+    assert master.weights_choice("master", True, False, 4)[0] == "master"
 
 
 # ---------------------------------------------------------------------------------- real tiny runs

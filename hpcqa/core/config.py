@@ -256,7 +256,7 @@ class TrainConfig:
     bf16: Literal["auto", "true", "false"] | bool = opt(
         "auto", "bf16 training (how: bf16_weights): auto = on when the CPU has AMX or avx512_bf16; true; false.")
     bf16_weights: Literal["auto", "master", "autocast"] = opt("auto", "With bf16 on: master = bf16 weights and activations, the optimizer's fp32 master copy (no per-step weight casts; the saved model is the fp32 masters); "
-                                                                "autocast = fp32 weights under bf16 autocast (IPEX: always); auto = master (BENCHMARKS.md, issue 73).")
+                                                                "autocast = fp32 weights under bf16 autocast (IPEX: always); auto = master, autocast with gradient accumulation (bf16 sums).")
     ipex: bool = opt(False, "Apply intel_extension_for_pytorch.optimize when it is installed.")
     compile: bool = opt(False, "torch.compile the model with Inductor (C++ kernels on CPU: needs a C++ compiler on "
                                "the nodes, which the rendered Dockerfile's image lacks; a rank without one stops "

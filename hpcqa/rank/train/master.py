@@ -23,14 +23,21 @@ import torch
 MASTERS_KEY = "hpcqa_masters"
 
 
-def weights_choice(setting: str, bf16: bool, ipex: bool) -> tuple[str, str]:
-    """train.bf16_weights for a run whose bf16 choice is `bf16` -> (mode: "fp32" | "autocast" | "master", why)."""
+def weights_choice(setting: str, bf16: bool, ipex: bool, accumulation: int = 1) -> tuple[str, str]:
+    """train.bf16_weights for a run whose bf16 choice is `bf16` -> (mode: "fp32" | "autocast" | "master", why).
+    Under auto, gradient accumulation keeps autocast: master mode would sum the micro-batches' grads in bf16."""
     if not bf16:
         return "fp32", "bf16 is off: fp32 weights and activations"
     if ipex:
         return (
             "autocast",
             "train.ipex: IPEX's optimize keeps its own bf16 weights and fp32 master copy",
+        )
+    if setting == "auto" and accumulation > 1:
+        return (
+            "autocast",
+            f"train.gradient_accumulation_steps = {accumulation}: autocast, whose fp32 weights sum the "
+            "micro-batches' grads in fp32 (bf16 weights would sum them in bf16)",
         )
     if setting == "autocast":
         return (

@@ -287,7 +287,9 @@ def precision(r: Rank) -> bool:
     """train.bf16 and train.bf16_weights on this CPU, recorded in the rank's report. -> bf16 on?"""
     tc = r.plan.config.train
     bf16, r.report["bf16_reason"] = bf16_choice(tc.bf16, cpu_flags())
-    mode, why = master.weights_choice(tc.bf16_weights, bf16, tc.ipex)
+    mode, why = master.weights_choice(
+        tc.bf16_weights, bf16, tc.ipex, tc.gradient_accumulation_steps
+    )
     r.report["bf16_weights"] = {"mode": mode, "reason": why}
     return bf16
 
