@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hpcqa.rank.train import master
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port
 
 TINY = [
     "model.name_or_path=builtin:tiny-bert",
@@ -205,7 +205,13 @@ def run_rank(tmp_path, job, *sets: str) -> subprocess.CompletedProcess:
 
     cfg = config.load(
         ROOT / "configs/quickstart.toml",
-        TINY + [f"job.output_dir={json.dumps(str(tmp_path))}", *sets],
+        # a port of its own: the port derived from the job id is the same for every test's folder named "job"
+        TINY
+        + [
+            f"job.output_dir={json.dumps(str(tmp_path))}",
+            f"launch.master_port={free_port()}",
+            *sets,
+        ],
     )
     p = tmp_path / f"plan-{job.name}.json"
     p.write_text(plan.build_plan(cfg, hostprobe.probe_host()).dumps())
