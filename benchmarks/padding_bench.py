@@ -1,6 +1,7 @@
 """hpcqa's default against run_qa.py's defaults on SQuAD-shaped data, side by side in one run.
 
-    python benchmarks/padding_bench.py [--markdown] [--epochs 2] [--examples 1200] [--seeds 42]
+    python benchmarks/padding_bench.py [--markdown] [--epochs 2] [--examples 1200] [--seeds 42] [--rows 1,2,3]
+        [--precision false|true|auto]
 
 Both rows are a real `hpcqa submit configs/quickstart.toml` on the local executor at the same pinned layout
 (2 ranks x 1 core), the same model (all-MiniLM-L6-v2), precision (fp32), data (builtin:synthetic-squad with
@@ -13,6 +14,10 @@ per-device batch 12, the same seed and epochs:
   `--group_by_length` (transformers' LengthGroupedSampler, its batches dealt to the ranks round-robin);
 - hpcqa's default: length-grouped batches in lockstep across the ranks, padded per batch to a multiple of
   data.pad_to_multiple_of, gradients as bucket views.
+
+Both run_qa.py rows train with transformers' own step (SDPA attention, torch's dropout masks, autocast over fp32
+weights under bf16), as run_qa.py does; hpcqa's row with its defaults (the fused attention, bulk masks, bf16 master
+weights). The first row chosen (--rows) is the one the others are compared with.
 
 Reported per row: steady train samples/s, the time to train the epochs (the Trainer's train runtime), EM/F1 on the
 held-out questions, and MFU on text tokens and on all tokens. With several --seeds, each row runs once per seed
@@ -27,7 +32,10 @@ import sys
 
 from _submit import submit
 
-RUN_QA = [
+# run_qa.py's step is transformers' own: SDPA attention, torch's dropout masks, the Trainer's autocast over fp32
+# weights (`--bf16`): neither peer row gets hpcqa's fused attention, bulk masks or bf16 master weights
+STOCK_STEP = ["model.attention=sdpa", "model.dropout=torch", "train.bf16_weights=autocast"]
+RUN_QA = STOCK_STEP + [
     "data.pad_to_max_length=true",
     "data.group_by_length=false",
     "train.ddp_bucket_view=false",
@@ -35,7 +43,7 @@ RUN_QA = [
 # the skilled peer: run_qa.py --pad_to_max_length False --group_by_length (transformers 5:
 # --train_sampling_strategy group_by_length): each batch padded to its longest (no multiple on CPU), transformers'
 # own LengthGroupedSampler dealt round-robin by accelerate
-PEER = [
+PEER = STOCK_STEP + [
     "data.pad_to_max_length=false",
     "data.group_by_length=true",
     "data.length_sampler=stock",
@@ -50,14 +58,18 @@ def main(argv: list[str]) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument(
+        "--precision", choices=["auto", "true", "false"], default="false", help="train.bf16"
+    )
     ap.add_argument("--examples", type=int, default=1200)
     ap.add_argument("--seeds", default="42", help="comma-separated train.seed values")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--rows", default="1,2,3", help="which rows, 1-based (1: run_qa.py's defaults)")
     a = ap.parse_args(argv)
     common = [
         "cluster.executor=local",
         "launch.ranks_per_socket=2",
-        "train.bf16=false",
+        f"train.bf16={a.precision}",
         "model.name_or_path=builtin:minilm",
         "data.dataset=builtin:synthetic-squad",
         "data.synthetic_shape=squad",
@@ -76,8 +88,11 @@ def main(argv: list[str]) -> int:
         "run_qa.py, skilled (dynamic padding, stock group_by_length)": [],
         "hpcqa default (length-grouped in lockstep, padded per batch)": [],
     }
+    keep = [int(i) - 1 for i in a.rows.split(",")]
+    extras = [e for i, e in enumerate((RUN_QA, PEER, HPCQA)) if i in keep]
+    rows = {k: v for i, (k, v) in enumerate(rows.items()) if i in keep}
     for seed in seeds:
-        for (name, runs), extra in zip(rows.items(), (RUN_QA, PEER, HPCQA)):
+        for (name, runs), extra in zip(rows.items(), extras):
             res = submit("configs/quickstart.toml", common + extra + [f"train.seed={seed}"])
             runs.append(res)
             print(
