@@ -126,6 +126,8 @@ def test_the_wheel_carries_the_templates_and_the_example_configs(installed):
                 continue
             assert f"hpcqa/_data/{folder}/{f.name}" in names, (folder, f.name, sorted(names)[:20])
     assert not any(n.startswith(("tests/", "examples/", "logs/")) for n in names)
+    # the fused attention's source: the ranks compile it on the node (or load what a node of its kind built)
+    assert "hpcqa/rank/train/csrc/fused_attention.cpp" in names
 
 
 def test_installed_from_the_wheel_it_runs_from_any_folder(installed, tmp_path):
@@ -237,8 +239,11 @@ def test_installed_from_the_wheel_the_quickstart_runs_in_an_empty_folder(install
     assert "COMPLETED" in run.stdout, run.stdout
     (job,) = json.loads(_run(bin_dir, scratch, "hpcqa", "status", "--json").stdout)
     assert job["state"] == "COMPLETED" and job["results"]["f1"] is not None, job
-    code = json.loads((Path(job["folder"]) / "results.json").read_text()).get("code") or {}
+    results = json.loads((Path(job["folder"]) / "results.json").read_text())
+    code = results.get("code") or {}
     assert str(ROOT) not in json.dumps(code), code  # the ranks ran the installed copy's snapshot
+    # the wheel's kernel source, from the snapshot, is the checkout's: the kernel built for this machine loads
+    assert results["step_recipe"]["attention"] == "fused", results["step_recipe"]
     logs = _run(bin_dir, scratch, "hpcqa", "logs", job["id"])
     assert logs.returncode == 0 and logs.stdout, logs.stderr
     assert sorted(p.name for p in scratch.iterdir() if not p.name.startswith(".")) == [
