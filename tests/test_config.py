@@ -240,3 +240,13 @@ def test_launch_env_is_held_to_what_the_kernel_execs():
             quick, [*fine, f'launch.env.LARGEST="{third}c"', f'launch.env.SMALL="{third[:-5]}"']
         )
     assert e.value.key == "launch.env.LARGEST" and "262,144" in e.value.message
+
+
+def test_the_fused_attention_under_torch_compile_is_refused_naming_the_key():
+    """Inductor cannot trace the fused kernel: asked for together, the config is refused before anything runs
+    (auto picks hpcqa's attention under train.compile instead)."""
+    with pytest.raises(ConfigError) as e:
+        config.from_dict({"model": {"attention": "fused"}, "train": {"compile": True}})
+    assert e.value.key == "model.attention" and "train.compile" in e.value.render()
+    config.from_dict({"model": {"attention": "auto"}, "train": {"compile": True}})
+    config.from_dict({"model": {"attention": "fused"}})

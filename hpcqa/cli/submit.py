@@ -193,7 +193,9 @@ def program_env(lp: Any, job: str) -> str:
 def step_lines(cfg: Any, world: int) -> list[str]:
     """How the training step computes: attention, dropout, and what the config changes beyond run_qa.py's step."""
     tc, mc = cfg.train, cfg.model
-    attn, why, _ = modelfacts.attention_prediction(modelcheck.model_type(cfg), mc.attention)
+    attn, why, _ = modelfacts.attention_prediction(
+        modelcheck.model_type(cfg), mc.attention, tc.compile
+    )
     masks = "bulk-drawn" if mc.dropout in ("auto", "bulk") else "bernoulli_"
     drops = [
         f"{kind} {getattr(mc, kind + '_dropout')}"

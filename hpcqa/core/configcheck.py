@@ -114,6 +114,13 @@ def _check_steps(cfg: Any) -> None:
             "set a positive number of epochs, or train.max_steps",
             src,
         )
+    if t.compile and cfg.model.attention == "fused":
+        raise ConfigError(
+            "model.attention",
+            '"fused" with train.compile = true: Inductor cannot trace the fused kernel',
+            'set model.attention = "auto" (hpcqa\'s attention, which it traces) or train.compile = false',
+            src,
+        )
 
 
 ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"

@@ -124,7 +124,9 @@ OWN_ATTENTION = {
 BUILTIN_TYPES = {"builtin:minilm": "bert", "builtin:tiny-bert": "bert"}
 
 
-def attention_prediction(model_type: str | None, setting: str) -> tuple[str, str, bool]:
+def attention_prediction(
+    model_type: str | None, setting: str, compiled: bool = False
+) -> tuple[str, str, bool]:
     """model.attention for a model type -> (what runs, why, certain?). setting "hpcqa" for a type that runs its own
     attention is the caller's to refuse (certain and not hpcqa's)."""
     if model_type in OWN_ATTENTION:
@@ -142,6 +144,8 @@ def attention_prediction(model_type: str | None, setting: str) -> tuple[str, str
         )
     if takes and setting == "hpcqa":
         return "hpcqa", "model.attention = hpcqa", True
+    if takes and compiled:
+        return "hpcqa", "train.compile: hpcqa's, which Inductor traces", True
     if takes:
         return (
             "fused (compiled on the node at first use; hpcqa's where it cannot be built)",

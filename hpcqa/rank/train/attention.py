@@ -229,7 +229,9 @@ def fused_or_why(setting: str, facts: dict) -> bool:
     return ok
 
 
-def load_qa_model(model_path: str, kwargs: dict, mc: Any) -> tuple[nn.Module, dict]:
+def load_qa_model(
+    model_path: str, kwargs: dict, mc: Any, compiled: bool = False
+) -> tuple[nn.Module, dict]:
     """The QA model with the step's attention and dropout (model.attention, model.dropout, model.*_dropout).
     -> (model, what was chosen and why, for the rank's report and results)."""
     config = AutoConfig.from_pretrained(model_path, **kwargs)
@@ -237,9 +239,10 @@ def load_qa_model(model_path: str, kwargs: dict, mc: Any) -> tuple[nn.Module, di
     takes = takes_attention_function(config)
     attn, facts["attention_reason"] = mc.attention, f"model.attention = {mc.attention}"
     if attn == "auto":
-        attn = "fused" if takes else None
+        attn = ("hpcqa" if compiled else "fused") if takes else None
         facts["attention_reason"] = (
             "auto: the model takes an attention function"
+            + ("; train.compile: hpcqa's, which Inductor traces" if compiled else "")
             if takes
             else f"auto: the {config.model_type} model takes no attention function: its default"
         )

@@ -441,7 +441,7 @@ def build_model(
     tc = r.plan.config.train
     set_seed(tc.seed)  # before the model: the new QA head's initial weights follow train.seed
     model, r.report["step_recipe"] = attention.load_qa_model(
-        model_path, kwargs, r.plan.config.model
+        model_path, kwargs, r.plan.config.model, compiled=tc.compile
     )
     r.log(
         "step: attention {attention} ({attention_reason}), dropout masks {dropout_masks}, dropout "
