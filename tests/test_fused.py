@@ -256,3 +256,46 @@ def test_bulk_dropout_modules_use_it_when_the_model_is_fused():
     assert torch.equal(a, b)
     m.eval()
     assert torch.equal(m(x), x)
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("case", ["a file", "others may write it", "a library that does not load"])
+def test_a_kernel_cache_it_cannot_use_is_one_line_and_the_unfused_path(tmp_path, case):
+    """The blind re-test's faults: a kernel dir that is a file, a folder others can write (someone could swap the
+    library between its check and its load), a library whose digest matches but which does not load (another
+    glibc): each is one line and exit 1 from the loader -- no traceback, no abort."""
+    if case == "a file":
+        kdir = tmp_path / "kfile"
+        kdir.write_text("x")
+    elif case == "others may write it":
+        folder = _built_copy(tmp_path)
+        os.chmod(folder, 0o777)
+        kdir = folder.parent
+    else:
+        import hashlib
+
+        folder = _built_copy(tmp_path)
+        data = Path("/bin/ls").read_bytes()
+        (folder / fused.LIB).write_bytes(data)
+        (folder / (fused.LIB + ".sha256")).write_text(hashlib.sha256(data).hexdigest() + "\n")
+        kdir = folder.parent
+    r = _fused_cli(kdir, PATH="/nonexistent", CXX="/nonexistent/c++")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("the fused attention is not used") == 1
+    said = {"a file": "Not a directory", "others may write it": "not this user's alone"}
+    assert said.get(case, "does not load") in r.stdout, r.stdout
+
+
+def test_its_backward_is_not_differentiated_again_and_bad_probabilities_are_refused():
+    q, k, v, mask = _inputs(1, 1, 5, 8, torch.float32)
+    out = fused.fused_attention(q, k, v, mask, 0.3, 0.0)
+    (gq,) = torch.autograd.grad(out.sum(), q, create_graph=True)
+    with pytest.raises(
+        RuntimeError
+    ):  # once_differentiable: an error, never a wrong second derivative
+        gq.sum().backward()
+    for p in (float("nan"), -0.5, 1.5):
+        with pytest.raises(ValueError, match="between 0 and 1"):
+            fused.fused_attention(q, k, v, mask, 0.3, p)
+        with pytest.raises(ValueError, match="between 0 and 1"):
+            fused.fused_dropout(q, p)

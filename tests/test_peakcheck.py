@@ -141,3 +141,8 @@ def test_what_status_and_submit_show_of_a_moved_peak():
         {"efficiency": {**efficiency(), "achieved_flops": 24 * G, "precision": "fp32"}}
     )
     assert not any(ln.startswith("peak:") for ln in mfu_lines(held.efficiency))
+
+
+def test_a_peak_cached_without_its_provenance_says_so_not_none():
+    said = peakcheck.taken([{"flops": 5e10, "precision": "fp32", "source": "cached"}])
+    assert "None" not in said and "not recorded" in said, said

@@ -224,7 +224,9 @@ def fused_or_why(setting: str, facts: dict) -> bool:
     if not ok and setting == "fused":
         raise RankError(
             f'model.attention = "fused": the fused kernel cannot be used on this node: {what}',
-            'install a C++ compiler and ninja on the node (pip install ninja), or set model.attention = "auto"',
+            'unset HPCQA_FUSED, or set model.attention = "auto"'
+            if what == "HPCQA_FUSED=0"
+            else 'fix what it says (a C++ compiler and ninja build it), or set model.attention = "auto"',
         )
     return ok
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from hpcqa import fsutil
 
@@ -91,19 +92,44 @@ def _trusted(path: Path) -> str | None:
     return None
 
 
+def _private(folder: Path) -> str | None:
+    """None when nobody but this user can write into `folder` (so the library checked is the one loaded)."""
+    try:
+        st = os.stat(folder)
+    except OSError as e:
+        return fsutil.failure(e, folder)
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        return f"{folder} is not this user's alone (owner {st.st_uid}, mode {stat.filemode(st.st_mode)})"
+    return None
+
+
 def _verified(folder: Path) -> str | None:
-    """None when folder's library is the one its build recorded, else why not."""
+    """None when folder's library is the one its build recorded, in folders only this user writes, else why not."""
     lib, digest = folder / LIB, folder / (LIB + ".sha256")
-    for p in (folder, lib, digest):
-        why = _trusted(p) if p != folder else None
-        if why:
-            return why
+    why = _private(folder.parent) or _private(folder) or _trusted(lib) or _trusted(digest)
+    if why:
+        return why
     try:
         want = fsutil.read_text(digest, 200).strip()
         got = hashlib.sha256(fsutil.read_bytes(lib, MAX_LIB)).hexdigest()
     except OSError as e:
         return fsutil.failure(e)
-    return None if got == want else f"{lib} is not what was built (SHA-256 differs): damaged"
+    if got != want:
+        return f"{lib} is not what was built (SHA-256 differs): damaged; remove {folder} to build it again"
+    return None
+
+
+def _load_verified(folder: Path, isa_name: str) -> tuple[bool, str]:
+    why = _verified(folder)
+    if why:
+        return False, why
+    try:
+        torch.ops.load_library(str(folder / LIB))
+    except (OSError, RuntimeError) as e:  # built against another glibc/libstdc++, or not a library
+        return False, f"{folder / LIB} does not load ({e}); remove {folder} to build it again"
+    if not registered():
+        return False, f"{folder / LIB} loaded but defines no fused attention; remove {folder}"
+    return True, f"the fused kernel ({isa_name}, {folder})"
 
 
 def _build(folder: Path, cflags: list[str], name: str) -> None:
@@ -164,16 +190,16 @@ def _load(flags: set[str], env: Mapping[str, str] | None) -> tuple[bool, str]:
         return False, f"its source: {fsutil.failure(e)}"
     key = folder.name.removeprefix("fused-")
     if (folder / LIB).exists() or compiler is None:
-        why = _verified(folder)
-        if why is None:
-            torch.ops.load_library(str(folder / LIB))
-            return True, f"the fused kernel ({isa_name}, {folder})"
-        if compiler is None:
+        ok, why = _load_verified(folder, isa_name)
+        if not ok and compiler is None:
             return False, f"no C++ compiler on this node to build it ({why})"
-        return False, why
+        return ok, why
     if ninja is None:
         return False, "ninja is not installed to build it (pip install ninja)"
     folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    unsafe = _private(folder.parent)
+    if unsafe:
+        return False, f"not built into a folder others can write: {unsafe}"
     with open(folder.parent / f".fused-{key}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not folder.exists():
@@ -182,11 +208,7 @@ def _load(flags: set[str], env: Mapping[str, str] | None) -> tuple[bool, str]:
             except Exception as e:  # a compiler error, a full disk: the unfused path runs
                 return False, f"building it failed: {_first_error(e)}"
             return True, f"the fused kernel ({isa_name}, built into {folder})"
-    why = _verified(folder)  # another rank built it meanwhile
-    if why:
-        return False, why
-    torch.ops.load_library(str(folder / LIB))
-    return True, f"the fused kernel ({isa_name}, {folder})"
+    return _load_verified(folder, isa_name)  # another rank built it meanwhile
 
 
 def registered() -> bool:
@@ -201,7 +223,10 @@ def registered() -> bool:
 def load(flags: set[str], env: Mapping[str, str] | None = None) -> tuple[bool, str]:
     """Build (once) and load the kernel. -> (loaded, what ran or why not). Said once per process."""
     if "result" not in _state:
-        _state["result"] = _load(flags, env)
+        try:
+            _state["result"] = _load(flags, env)
+        except OSError as e:  # the cache folder is a file, unwritable, full: the unfused path runs
+            _state["result"] = (False, f"its cache: {fsutil.failure(e)}")
         if not _state["result"][0]:
             sys.stderr.write(f"hpcqa: the fused attention is not used: {_state['result'][1]}\n")
     return _state["result"]
@@ -220,6 +245,7 @@ class FusedAttention(torch.autograd.Function):
         return torch.matmul(dropped, v)
 
     @staticmethod
+    @once_differentiable  # the backward's own backward is not written: an error, never wrong numbers
     def backward(ctx: Any, grad):  # type: ignore[override]
         q, k, v, probs, dropped = ctx.saved_tensors
         grad = grad.contiguous()
@@ -241,26 +267,47 @@ class FusedDropout(torch.autograd.Function):
         return torch.ops.hpcqa_fused.dropout(x.contiguous(), p, ctx.seed)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx: Any, grad):  # type: ignore[override]
         return torch.ops.hpcqa_fused.dropout(grad.contiguous(), ctx.p, ctx.seed), None
 
 
 def fused_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """The hidden dropout in one pass each way (load() must have succeeded; float32 or bfloat16 on the CPU)."""
+    _probability(p)
     return FusedDropout.apply(x, p)
 
 
+def _probability(p: float) -> None:
+    if not 0.0 <= p <= 1.0:  # NaN too, as torch's dropout
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
+def uncovered(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+) -> str | None:
+    """Why the fused kernel cannot take these (hpcqa's unfused attention runs them), or None when it can."""
+    if q.dim() != 4 or not q.shape[:2] == k.shape[:2] == v.shape[:2]:
+        return "q, k and v differ in batch or heads (grouped queries)"
+    if not q.dtype == k.dtype == v.dtype or q.dtype not in (torch.float32, torch.bfloat16):
+        return f"dtype {q.dtype} (float32 and bfloat16 only)"
+    if q.device.type != "cpu":
+        return f"device {q.device}"
+    if mask is not None and (mask.dtype != torch.bool or mask.dim() != 4):
+        return f"a {mask.dim()}-d {mask.dtype} mask (a 4-d bool one only)"
+    return None
+
+
 def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> bool:
-    """Can the fused kernel take these (else hpcqa's unfused attention runs)? Same heads for q, k, v (no grouped
-    queries), float32 or bfloat16 on the CPU, a bool mask or none."""
-    return (
-        q.dim() == 4
-        and q.shape[:2] == k.shape[:2] == v.shape[:2]
-        and q.dtype == k.dtype == v.dtype
-        and q.dtype in (torch.float32, torch.bfloat16)
-        and q.device.type == "cpu"
-        and (mask is None or (mask.dtype == torch.bool and mask.dim() == 4))
-    )
+    """Can the fused kernel take these? When it cannot, says why once per process (results.json still names the
+    fused attention: these calls run hpcqa's)."""
+    why = uncovered(q, k, v, mask)
+    if why is not None and why not in _state.setdefault("uncovered", set()):
+        _state["uncovered"].add(why)
+        sys.stderr.write(
+            f"hpcqa: the fused attention does not cover {why}: hpcqa's attention runs those calls\n"
+        )
+    return why is None
 
 
 def fused_attention(q, k, v, mask, scale: float, p: float) -> torch.Tensor:
@@ -268,6 +315,7 @@ def fused_attention(q, k, v, mask, scale: float, p: float) -> torch.Tensor:
     [batch, heads, q, k], or None."""
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError("fused attention takes a bool mask")
+    _probability(p)
     return FusedAttention.apply(q, k, v, mask, scale, p)
 
 

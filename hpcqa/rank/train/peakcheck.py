@@ -94,12 +94,17 @@ def taken(per_rank: list[dict]) -> str:
         return ""
     p = per_rank[0]
     cpus = p.get("cpus") or []
-    how = (
-        f"{p.get('size')}x{p.get('size')} {p.get('precision')} matmuls, {p.get('threads')} thread(s) on the "
-        f"rank's own CPUs {','.join(str(c) for c in cpus) or '?'}, best of {p.get('runs')} run(s) (spread "
-        f"{100 * (p.get('spread') or 0):.0f} %, CPU share {p.get('cpu_share') or 0:.2f}), {_when(p)}, "
-        f"{'quiet' if p.get('quiet') else 'not quiet'}"
-    )
+    if (
+        p.get("size") is None or p.get("runs") is None
+    ):  # a peak cached before its provenance was recorded
+        how = f"{p.get('precision') or '?'} matmuls (how: not recorded with this cached peak), {_when(p)}"
+    else:
+        how = (
+            f"{p.get('size')}x{p.get('size')} {p.get('precision')} matmuls, {p.get('threads')} thread(s) on "
+            f"the rank's own CPUs {','.join(str(c) for c in cpus) or '?'}, best of {p.get('runs')} run(s) "
+            f"(spread {100 * (p.get('spread') or 0):.0f} %, CPU share {p.get('cpu_share') or 0:.2f}), "
+            f"{_when(p)}, {'quiet' if p.get('quiet') else 'not quiet'}"
+        )
     end = p.get("end") or {}
     if end.get("flops"):
         verdict = (
