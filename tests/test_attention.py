@@ -330,7 +330,9 @@ def test_auto_trains_with_the_fused_kernel_and_falls_back_said(tmp_path, monkeyp
         for n, p in model.named_parameters()
         if "encoder" in n and "weight" in n
     )
-    _, facts = attention.load_qa_model(path, {}, _mc(), compiled=True)  # train.compile: what Inductor traces
+    _, facts = attention.load_qa_model(
+        path, {}, _mc(), compiled=True
+    )  # train.compile: what Inductor traces
     assert facts["attention"] == "hpcqa" and "train.compile" in facts["attention_reason"]
     monkeypatch.setenv("HPCQA_FUSED", "0")
     monkeypatch.setattr(fused, "_state", {})

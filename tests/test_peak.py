@@ -215,7 +215,13 @@ def test_a_job_records_how_its_peak_was_taken_and_the_end_re_measure(tmp_path, j
     end = p["end"]
     assert end["flops"] > 0 and 1 <= end["runs"] <= 3 and end["seconds"] < 1.5, end
     assert "re-measured at the end of training" in eff["peak_taken"]
-    assert "peak: 1024x1024 fp32 matmuls" in " ".join(out.split())  # what submit printed
+    # what submit printed: the MFU against the peak, or (moved) why none
+    said = " ".join(out.split())
+    assert (
+        "MFU not given: the peak moved" in said
+        if "peak_moved" in eff
+        else "the measured fp32 matmul peak" in said
+    ), said
     cached = list((tmp_path / "cache").rglob("peaks.json"))
     if (
         "peak_moved" in eff

@@ -112,26 +112,21 @@ def report(job_id: str, jd: JobDir, state: str, plan: Any) -> int:
 
 
 def mfu_lines(eff: Efficiency | None) -> list[str]:
-    """MFU on the tokens that carry text and on all tokens, against the measured peak (80 columns), then how the
-    peak was taken; an unreliable peak (the run beat it, or it moved during the job) is said as such, with the fix,
-    never as an MFU."""
+    """MFU on the tokens that carry text and on all tokens, against the measured peak (80 columns; how the peak was
+    taken: `hpcqa status JOB`); an unreliable peak (the run beat it, or it moved during the job) is said as such,
+    with the fix, never as an MFU."""
     if eff is None:
         return []
-    # printed indented by 2: each line within 76 columns here
-    peak = (
-        textwrap.wrap(f"peak: {eff.peak_taken}", 76, subsequent_indent="  ")
-        if eff.peak_taken
-        else []
-    )
+    # printed indented by 2, each line within 76 columns, two lines in all: the summary's end (the state, EM/F1)
+    # stays on a small terminal's screen; `hpcqa status JOB` says the why, the fix and how the peak was taken whole
     if eff.mfu_unreliable:
         bad = eff.mfu_unreliable
         return [
-            *textwrap.wrap(f"MFU not given: {bad.why}", 76, subsequent_indent="  "),
-            *textwrap.wrap(f"  fix: {bad.fix}", 76, subsequent_indent="       "),
-            *peak,
+            textwrap.shorten(f"MFU not given: {bad.why}", 76, placeholder=" [...]"),
+            textwrap.shorten(f"  fix: {bad.fix}", 76, placeholder=" [...]"),
         ]
     if eff.mfu is None or eff.achieved_flops is None or eff.peak_flops is None:
-        return peak
+        return []
     line = f"MFU {100 * eff.mfu:.1f} % on text tokens"
     if eff.mfu_all_tokens is not None:
         padding = eff.tokens.padding_share if eff.tokens else None
@@ -142,7 +137,6 @@ def mfu_lines(eff: Efficiency | None) -> list[str]:
         line,
         f"achieved {eff.achieved_flops / 1e9:.2f} GFLOP/s of {eff.peak_flops / 1e9:.1f}, the measured "
         f"{eff.precision} matmul peak",
-        *peak,
     ]
 
 
