@@ -250,6 +250,27 @@ def _tiny_bert(tmp_path):
     return str(tmp_path)
 
 
+def _batch():
+    """Three sequences of 20 tokens, the last padded from 12 on."""
+    ids = torch.randint(5, 200, (3, 20))
+    am = torch.ones(3, 20, dtype=torch.long)
+    am[2, 12:] = 0
+    return ids, am
+
+
+def _train_step(model, ids, am):
+    """One training forward and backward on (ids, am) with fixed answer spans -> the model's output."""
+    model.train()
+    out = model(
+        input_ids=ids,
+        attention_mask=am,
+        start_positions=torch.tensor([1, 2, 3]),
+        end_positions=torch.tensor([2, 3, 4]),
+    )
+    out.loss.backward()
+    return out
+
+
 def _mc(**kw):
     base = dict(attention="auto", dropout="auto", attention_dropout="model", hidden_dropout="model")
     return SimpleNamespace(**{**base, **kw})
@@ -267,21 +288,12 @@ def test_a_bert_model_trains_with_hpcqa_attention_and_evaluates_like_sdpa(tmp_pa
     )
     assert facts["attention_dropout"] == facts["hidden_dropout"] == 0.1
     ref, _ = attention.load_qa_model(path, {}, _mc(attention="sdpa", dropout="torch"))
-    ids = torch.randint(5, 200, (3, 20))
-    am = torch.ones(3, 20, dtype=torch.long)
-    am[2, 12:] = 0
+    ids, am = _batch()
     model.eval(), ref.eval()
     with torch.no_grad():
         a, b = model(input_ids=ids, attention_mask=am), ref(input_ids=ids, attention_mask=am)
     assert torch.allclose(a.start_logits, b.start_logits, atol=1e-5)
-    model.train()
-    out = model(
-        input_ids=ids,
-        attention_mask=am,
-        start_positions=torch.tensor([1, 2, 3]),
-        end_positions=torch.tensor([2, 3, 4]),
-    )
-    out.loss.backward()
+    out = _train_step(model, ids, am)
     assert torch.isfinite(out.loss)
     assert all(
         p.grad is not None and torch.isfinite(p.grad).all()
@@ -313,17 +325,7 @@ def test_auto_trains_with_the_fused_kernel_and_falls_back_said(tmp_path, monkeyp
     path = _tiny_bert(tmp_path)
     model, facts = attention.load_qa_model(path, {}, _mc())
     assert facts["attention"] == "fused" and "fused kernel" in facts["attention_kernel"]
-    ids = torch.randint(5, 200, (3, 20))
-    am = torch.ones(3, 20, dtype=torch.long)
-    am[2, 12:] = 0
-    model.train()
-    out = model(
-        input_ids=ids,
-        attention_mask=am,
-        start_positions=torch.tensor([1, 2, 3]),
-        end_positions=torch.tensor([2, 3, 4]),
-    )
-    out.loss.backward()
+    out = _train_step(model, *_batch())
     assert torch.isfinite(out.loss)
     assert all(
         p.grad is not None and p.grad.abs().sum() > 0
