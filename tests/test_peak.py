@@ -103,6 +103,7 @@ def spin_on(cpus) -> subprocess.Popen:
     )
 
 
+@pytest.mark.alone
 def test_a_neighbour_between_the_start_and_end_peaks_flags_the_run(one_core, tmp_path):
     """The start peak measured as a rank measures it, then a real busy loop on the same core, then the end
     re-measure as the rank takes it: the measured peak moves, the run is flagged, nothing is cached."""
@@ -233,6 +234,7 @@ def test_a_job_records_how_its_peak_was_taken_and_the_end_re_measure(tmp_path, j
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_neighbour_that_arrives_during_the_job_flags_its_mfu(tmp_path, job_env):
     """A real busy loop on the rank's own core, started once the rank has taken its start peak (its report says
     so) and running to the job's end: the end re-measure sees the core shared, results.json and status say the
