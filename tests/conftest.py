@@ -193,6 +193,33 @@ def tiny_model(tmp_path_factory) -> Path:
     )
 
 
+def tiny_bert_config(vocab: int = 100, hidden: int = 32, layers: int = 1, heads: int = 2, **more):
+    """A BertConfig a step runs in milliseconds on: `hidden` wide, its feed-forward twice that, `more` on top."""
+    from transformers import BertConfig
+
+    return BertConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        **more,
+    )
+
+
+def tiny_bert(attn: str | None = None, seed: int = 0, **config):
+    """A random BertForQuestionAnswering of tiny_bert_config(**config), its weights drawn from `seed`; `attn` its
+    attention implementation (transformers' name, or hpcqa's once registered), else the model's default."""
+    import torch
+    from transformers import BertForQuestionAnswering
+
+    cfg = tiny_bert_config(**config)
+    torch.manual_seed(seed)
+    if attn is None:
+        return BertForQuestionAnswering(cfg)
+    return BertForQuestionAnswering._from_config(cfg, attn_implementation=attn)
+
+
 def run_qa_like(tmp_path: Path, tmp_path_factory) -> tuple[Path, list[str]]:
     """tests/data/run_qa_like (a run_qa.py-shaped HF Trainer script: load_dataset("json", field="data"), a
     relative --output_dir whose last checkpoint it resumes, the Trainer's own files) in a folder of its own, and

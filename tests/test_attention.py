@@ -10,6 +10,7 @@ from torch import nn
 
 from hpcqa.errors import RankError
 from hpcqa.rank.train import attention
+from tests.conftest import tiny_bert
 
 
 @pytest.mark.parametrize("p", [0.1, 0.25, 0.5, 0.0, 1e-6])
@@ -233,20 +234,7 @@ def test_dropout_settings_reach_the_config_or_are_refused():
 
 
 def _tiny_bert(tmp_path):
-    from transformers import BertConfig
-
-    cfg = BertConfig(
-        vocab_size=200,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    from transformers import BertForQuestionAnswering
-
-    torch.manual_seed(0)
-    BertForQuestionAnswering(cfg).save_pretrained(tmp_path)
+    tiny_bert(vocab=200, layers=2, heads=4, max_position_embeddings=64).save_pretrained(tmp_path)
     return str(tmp_path)
 
 

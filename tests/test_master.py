@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hpcqa.rank.train import master
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, tiny_bert
 
 TINY = [
     "model.name_or_path=builtin:tiny-bert",
@@ -150,17 +150,7 @@ def test_clipping_the_bf16_grads_clips_what_the_masters_get():
 
 
 def test_to_bf16_upcasts_the_qa_logits_and_full_precision_saves_the_masters():
-    from transformers import BertConfig, BertForQuestionAnswering
-
-    cfg = BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-    )
-    torch.manual_seed(0)
-    model = BertForQuestionAnswering(cfg)
+    model = tiny_bert(vocab=50, hidden=16)
     opt = master.MasterAdamW.wrap(torch.optim.AdamW(model.parameters(), lr=1e-2))
     assert master.to_bf16(model).startswith("fp32")
     ids = torch.randint(0, 50, (2, 7))

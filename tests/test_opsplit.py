@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from hpcqa.rank.train import attention
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tiny_bert
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import opsplit  # noqa: E402
@@ -19,27 +19,15 @@ ATTN, ATTN_DROP, HIDDEN_DROP = opsplit.ATTENTION, opsplit.ATTENTION_DROPOUT, ops
 
 def tiny_step(attn: str, bulk: bool, distil: bool = False) -> opsplit.OpSplit:
     """One training step (forward, backward, fused AdamW) of a 1-layer BERT/DistilBERT with padding, split."""
-    from transformers import (
-        BertConfig,
-        BertForQuestionAnswering,
-        DistilBertConfig,
-        DistilBertForQuestionAnswering,
-    )
+    from transformers import DistilBertConfig, DistilBertForQuestionAnswering
 
     attention.register()
-    torch.manual_seed(0)
     if distil:
+        torch.manual_seed(0)
         cfg = DistilBertConfig(vocab_size=100, dim=32, n_layers=1, n_heads=2, hidden_dim=64)
         model = DistilBertForQuestionAnswering._from_config(cfg, attn_implementation=attn)
     else:
-        cfg = BertConfig(
-            vocab_size=100,
-            hidden_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=64,
-        )
-        model = BertForQuestionAnswering._from_config(cfg, attn_implementation=attn)
+        model = tiny_bert(attn)
     if bulk:
         attention.use_bulk_dropout(model)
     for m in model.modules():

@@ -2,6 +2,7 @@
 measurement must see it (a CPU share well under 1), the store must not keep it, and an MFU computed against it is
 reported as an unreliable peak, never as a figure over 100 %."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -11,6 +12,15 @@ import time
 import pytest
 
 pytestmark = pytest.mark.process
+# a model's FLOP count as efficiency.model_flops gives it: 1 GFLOP a sample
+FLOPS = {
+    "per_sample": 1e9,
+    "dense_weights": 10**6,
+    "layers": 2,
+    "hidden": 64,
+    "seq_len": 128,
+    "method": "m",
+}
 
 
 @pytest.fixture
@@ -33,22 +43,12 @@ def test_a_peak_measured_on_a_shared_core_is_neither_cached_nor_an_mfu_over_100(
     from hpcqa.rank.train import efficiency
 
     quiet = efficiency.measure_peak("fp32", size=256, seconds=0.5)
-    hog = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import os; os.sched_setaffinity(0, {{{one_core}}})\nwhile True: pass",
-        ]
-    )
-    try:
+    with busy_loop({one_core}):
         time.sleep(0.3)  # the hog is running on our core
         store = tmp_path / "peaks.json"
         busy = efficiency.measure_peak("fp32", size=256, seconds=0.5)
         taken = efficiency.peak(store, 1, torch.get_num_threads(), "fp32")
         value, source = taken["flops"], taken["source"]
-    finally:
-        hog.kill()
-        hog.wait()
     assert not busy["quiet"] and busy["cpu_share"] < 0.8, busy  # the contention is seen
     # and ends the measurement: the runs before the first busy one were quiet, none came after it
     *before, last = busy["runs"]
@@ -64,18 +64,10 @@ def test_a_peak_measured_on_a_shared_core_is_neither_cached_nor_an_mfu_over_100(
     # "quiet" one got a third of the core too (0.326 against 0.327), and said so (quiet False)
     assert not quiet["quiet"] or quiet["cpu_share"] > busy["cpu_share"], (quiet, busy)
     # an MFU against a peak this low would exceed 100 %: it is not given as a figure
-    flops = {
-        "per_sample": 1e9,
-        "dense_weights": 10**6,
-        "layers": 2,
-        "hidden": 64,
-        "seq_len": 128,
-        "method": "m",
-    }
     rate = (
         1.5 * value / 1e9
     )  # samples/s of 1 GFLOP each: 1.5x the busy peak, which a quiet core gives
-    eff = efficiency.summary(flops, rate, [value], "fp32", source, store=str(store))
+    eff = efficiency.summary(FLOPS, rate, [value], "fp32", source, store=str(store))
     assert (
         eff["mfu"] is None
         and eff["mfu_unreliable"]["mfu"] > 1
@@ -90,6 +82,17 @@ def test_a_peak_measured_on_a_shared_core_is_neither_cached_nor_an_mfu_over_100(
     assert said[0].startswith("MFU not given: ") and all(
         len("  " + ln) <= 80 or str(store) in ln for ln in said
     ), said
+
+
+@contextlib.contextmanager
+def busy_loop(cpus):
+    """spin_on(cpus) for the block: killed and reaped when it ends, however it ends."""
+    hog = spin_on(cpus)
+    try:
+        yield hog
+    finally:
+        hog.kill()
+        hog.wait()
 
 
 def spin_on(cpus) -> subprocess.Popen:
@@ -117,29 +120,17 @@ def test_a_neighbour_between_the_start_and_end_peaks_flags_the_run(one_core, tmp
     start = efficiency.peak(store, 1, torch.get_num_threads(), "fp32")
     start.update(rank=0, host="here", cpus=[one_core])
     quiet_end = efficiency.end_peak("fp32")  # no neighbour yet: the short re-measure alone
-    hog = spin_on({one_core})
-    try:
+    with busy_loop({one_core}):
         time.sleep(0.3)  # the neighbour is running on our core
         end = efficiency.end_peak("fp32")
-    finally:
-        hog.kill()
-        hog.wait()
     seen = (start["flops"] / 1e9, start["cpu_share"], quiet_end, end)
     assert end["cpu_share"] < 0.8 and end["seconds"] < 1.0, (
         seen
     )  # real contention, cheaply measured
     assert peakcheck.moved(start["flops"], end["flops"]), seen
     assert not efficiency.remember(store, 1, start, end) and not store.exists()
-    flops = {
-        "per_sample": 1e9,
-        "dense_weights": 10**6,
-        "layers": 2,
-        "hidden": 64,
-        "seq_len": 128,
-        "method": "m",
-    }
     eff = efficiency.summary(
-        flops,
+        FLOPS,
         0.2 * start["flops"] / 1e9,
         [start["flops"]],
         "fp32",
