@@ -99,6 +99,67 @@ def test_an_unreachable_controller_is_one_line_with_the_fix():
     assert "slurm_persist_conn_open" not in text  # one line: the first error, not all four
 
 
+RECIPE = {
+    "attention": "fused",
+    "attention_reason": "auto: the model takes an attention function",
+    "attention_kernel": "the fused kernel (avx512, /k/fused-abc)",
+    "dropout_masks": "bulk",
+    "attention_dropout": 0.1,
+    "hidden_dropout": 0.1,
+}
+
+
+@pytest.mark.parametrize(
+    "weights,attention,said",
+    [
+        (
+            "master",
+            {},
+            "attention fused, bulk dropout masks; dropout 0.1 on attention, 0.1 on hidden "
+            "states; bf16 weights, fp32 masters; allocator tcmalloc",
+        ),
+        ("autocast", {}, "; fp32 weights, bf16 autocast; allocator"),
+        (
+            "fp32",
+            {"attention": "hpcqa", "attention_fallback": "HPCQA_FUSED=0"},
+            "attention hpcqa (not the fused kernel: HPCQA_FUSED=0), bulk dropout masks; dropout 0.1 on "
+            "attention, 0.1 on hidden states; fp32 weights; allocator",
+        ),
+    ],
+)
+def test_status_says_the_weights_precision_and_the_attention_kernel_that_ran(
+    tmp_path, weights, attention, said
+):
+    """A finished job's results.json (as the rank writes it: bf16_weights beside step_recipe): `status JOB`'s
+    recipe row names the weights' precision that ran and, where the fused kernel was not used, why."""
+    d = tmp_path / "job"
+    write_json(
+        d / "results.json",
+        {
+            "exact_match": 50.0,
+            "f1": 60.0,
+            "allocator": "tcmalloc",
+            "step_recipe": {**RECIPE, **attention},
+            "bf16_weights": {
+                "mode": weights,
+                "reason": "train.bf16_weights = auto",
+                "logits": "fp32",
+            },
+        },
+    )
+    reg = _reg(tmp_path, ["7"], folder_of=lambda i: str(d))
+    # its final state known: sacct is asked for its usage only
+    reg.update_states([("7", "COMPLETED", True, "0:0", "00:01:00")])
+    f = FakeRunner({"sacct": (0, "7|00:00:30|00:01:00|2|150M\n", "")})
+    (v,), source = jobs.collect(reg, Slurm(f), ids=["7"])
+    out = io.StringIO()
+    statusview.print_detail(Console(file=out, width=300, color_system=None), [v], source)
+    (line,) = [ln for ln in out.getvalue().splitlines() if "recipe" in ln]
+    assert said in line, line
+    assert v.results.bf16_weights.mode == weights and not v.damaged
+    assert results.parse(v.results.to_json()).bf16_weights.logits == "fp32"  # it round-trips
+
+
 def test_the_jobs_own_files_decide_when_the_scheduler_cannot_be_asked(tmp_path):
     done, failed = tmp_path / "done", tmp_path / "failed"
     write_json(done / "results.json", {"exact_match": 50.0, "f1": 60.0})

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -499,23 +500,37 @@ def _comm_rows(res: Results) -> list[tuple[str, str]]:
     return [("all-reduce", text)]
 
 
+WEIGHTS = {  # results.json bf16_weights.mode (train.bf16_weights): the weights' precision, as the recipe row says it
+    "master": "bf16 weights, fp32 masters",
+    "autocast": "fp32 weights, bf16 autocast",
+    "fp32": "fp32 weights",
+}
+
+
 def _recipe_rows(res: Results) -> list[tuple[str, str]]:
-    """The attention and dropout the step ran with (model.attention, model.dropout, model.*_dropout)."""
-    rec = res.step_recipe
-    if rec is None or rec.attention is None:
-        return []
+    """The step's recipe: the attention (the fused kernel, or why not), the dropout (model.attention, model.dropout,
+    model.*_dropout), the weights' precision (train.bf16_weights) and the allocator."""
+    rec, weights = res.step_recipe, res.bf16_weights
 
     def rate(x: float | None) -> str:
         return "none" if x is None else f"{x:g}"
 
-    return [
-        (
-            "recipe",
-            f"attention {rec.attention[:40]}, {str(rec.dropout_masks)[:10]} dropout masks; "
-            f"dropout {rate(rec.attention_dropout)} on attention, {rate(rec.hidden_dropout)} on hidden "
-            "states" + (f"; allocator {res.allocator[:20]}" if res.allocator else ""),
-        )
-    ]
+    parts = []
+    if rec is not None and rec.attention is not None:
+        fallback = rec.attention_fallback
+        parts += [
+            f"attention {rec.attention[:40]}"
+            + (f" (not the fused kernel: {textwrap.shorten(fallback, 60)})" if fallback else "")
+            + f", {str(rec.dropout_masks)[:10]} dropout masks",
+            f"dropout {rate(rec.attention_dropout)} on attention, {rate(rec.hidden_dropout)} on hidden states",
+        ]
+    if weights is not None and weights.mode is not None:
+        parts.append(WEIGHTS.get(weights.mode, f"weights {weights.mode[:20]}"))
+    if not parts:
+        return []
+    if res.allocator:
+        parts.append(f"allocator {res.allocator[:20]}")
+    return [("recipe", "; ".join(parts))]
 
 
 STEP_PARTS = {  # the step's split (results.json step_split_s): forward+backward split into its compute and the

@@ -1,5 +1,5 @@
 """The objects that appear in more than one job file: the code that ran, a user command's folder, a stop on a
-notice, the all-reduce's measurements, the step's recipe."""
+notice, the all-reduce's measurements, the step's recipe, its weights' precision."""
 
 from __future__ import annotations
 
@@ -70,4 +70,16 @@ class Recipe(Record):
     dropout_masks: str | None = None
     attention_dropout: float | None = None
     hidden_dropout: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Weights(Record):
+    """The weights' precision with bf16 on or off (train.bf16_weights): fp32, autocast or master, why, the logits'
+    dtype and what the saved model is."""
+
+    mode: str | None = None
+    reason: str | None = None
+    logits: str | None = None
+    saved: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

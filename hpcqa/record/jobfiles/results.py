@@ -10,7 +10,7 @@ from typing import Any
 from hpcqa.core.states import State
 from hpcqa.record.jobfiles import reader
 from hpcqa.record.jobfiles.fields import JSON, Amount, Count, Record, Score
-from hpcqa.record.jobfiles.parts import Code, Comm, Notice, Recipe, Work
+from hpcqa.record.jobfiles.parts import Code, Comm, Notice, Recipe, Weights, Work
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,7 @@ class Results(Record):
     link: MeasuredLink | None = None
     comm: Comm | None = None
     step_recipe: Recipe | None = None
+    bf16_weights: Weights | None = None
     step_split_s: dict[str, float | None] = field(default_factory=dict)
     efficiency: Efficiency | None = None
     extra: dict[str, Any] = field(default_factory=dict)
