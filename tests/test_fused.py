@@ -3,9 +3,13 @@ reference (values without dropout, gradients against autograd and by finite diff
 its dropout masks' statistics, and how it is built, cached, verified and refused (in processes of their own: a
 library of ops loads once per process)."""
 
+import json
+import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ import torch
 
 from hpcqa.rank.train import fused
 from hpcqa.rank.train.facts import cpu_flags
+from tests.conftest import tiny_bert
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,10 +152,11 @@ def test_what_it_does_not_cover_is_left_to_the_unfused_path():
     assert not fused.covers(q, q, q, torch.zeros(1, 1, 8, 8))  # an additive float mask
 
 
-def _fused_cli(kernel_dir: Path, **env) -> subprocess.CompletedProcess:
+def _fused_cli(kernel_dir: Path, *argv: str, **env) -> subprocess.CompletedProcess:
+    """`python -m hpcqa.rank.train.fused` (or python `argv`) with this kernel dir and `env`."""
     e = {**os.environ, "HPCQA_KERNEL_DIR": str(kernel_dir), **env}
     return subprocess.run(
-        [sys.executable, "-m", "hpcqa.rank.train.fused"],
+        [sys.executable, *(argv or ("-m", "hpcqa.rank.train.fused"))],
         cwd=ROOT,
         env=e,
         capture_output=True,
@@ -166,6 +172,7 @@ def _built_copy(tmp_path: Path) -> Path:
     src = fused.kernel_folder(cpu_flags())[2]
     dst = tmp_path / "kernels" / src.name
     shutil.copytree(src, dst)
+    os.chmod(dst.parent, 0o700)  # whatever the umask: this user's alone, as the cache is made
     return dst
 
 
@@ -218,6 +225,161 @@ def test_ranks_starting_together_build_it_once(tmp_path):
         fused.LIB,
         fused.LIB + ".sha256",
     ]
+
+
+def _damage(folder: Path, how: str) -> None:
+    if how == "bytes changed":
+        lib = folder / fused.LIB
+        data = bytearray(lib.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        lib.write_bytes(bytes(data))
+    else:
+        (folder / (fused.LIB + ".sha256")).unlink()
+
+
+# a tiny BERT as a rank loads it (model.attention = "auto"), one training step: what ran, as JSON
+TRAIN_ONE_STEP = """
+import json, sys
+from hpcqa.rank.train import attention
+from tests.test_attention import _batch, _mc, _train_step
+model, facts = attention.load_qa_model(sys.argv[1], {}, _mc())
+loss = _train_step(model, *_batch()).loss.item()
+grads = [p.grad is not None and p.grad.abs().sum().item() > 0
+         for n, p in model.named_parameters() if "encoder" in n and "weight" in n]
+print(json.dumps({**facts, "loss": loss, "grads": grads}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.process
+@pytest.mark.parametrize("how", ["bytes changed", "digest missing"])
+def test_a_damaged_kernel_of_ours_is_built_again_and_trains(tmp_path, how):
+    """A cached library whose bytes changed, or whose digest is gone, in a cache only this user writes, with a
+    compiler on the node: the next load builds it again (under the lock, in place) and the model trains with it --
+    no fallback to the unfused path, nothing temporary left beside it."""
+    folder = _built_copy(tmp_path)
+    _damage(folder, how)
+    damaged = (folder / fused.LIB).read_bytes()
+    tiny_bert(vocab=200, layers=2, heads=4).save_pretrained(tmp_path / "model")
+    r = _fused_cli(folder.parent, "-c", TRAIN_ONE_STEP, str(tmp_path / "model"))
+    assert r.returncode == 0 and "the fused attention is not used" not in r.stderr, r.stderr[-3000:]
+    ran = json.loads(r.stdout.splitlines()[-1])
+    assert ran["attention"] == "fused" and f"rebuilt into {folder}" in ran["attention_kernel"], ran
+    said = "SHA-256 differs" if how == "bytes changed" else ".sha256"
+    assert said in ran["attention_kernel"], ran
+    assert math.isfinite(ran["loss"]) and ran["grads"] and all(ran["grads"]), ran
+    assert fused._verified(folder) is None and (folder / fused.LIB).read_bytes() != damaged
+    assert sorted(p.name for p in folder.iterdir()) == [fused.LIB, fused.LIB + ".sha256"]
+    assert sorted(p.name for p in folder.parent.iterdir()) == [
+        f".{folder.name}.lock",
+        folder.name,
+    ]
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("unsafe", ["the build's folder", "the cache folder"])
+def test_a_damaged_kernel_in_a_folder_others_may_write_is_never_built_into(tmp_path, unsafe):
+    """With a compiler at hand, a damaged build in a folder others may write (its own, or the cache's) is refused as
+    before -- one line, the unfused path -- and left as it was: nothing is built into it."""
+    folder = _built_copy(tmp_path)
+    _damage(folder, "bytes changed")
+    damaged = (folder / fused.LIB).read_bytes()
+    os.chmod(folder if unsafe == "the build's folder" else folder.parent, 0o777)
+    r = _fused_cli(folder.parent)
+    assert r.returncode == 1 and "not this user's alone" in r.stdout, (r.stdout, r.stderr[-2000:])
+    assert r.stderr.count("the fused attention is not used") == 1 and "built" not in r.stdout
+    assert (folder / fused.LIB).read_bytes() == damaged
+    # no lock taken, no build begun
+    assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]
+
+
+@pytest.mark.process
+def test_a_rebuild_that_fails_falls_back_and_leaves_the_damaged_build_as_it_was(tmp_path):
+    """A damaged build of ours and a compiler that fails (CXX=/bin/false): one line saying the build failed and
+    why it was built again, the unfused path; the damaged build is not removed for nothing, no temporary folder."""
+    folder = _built_copy(tmp_path)
+    _damage(folder, "bytes changed")
+    damaged = (folder / fused.LIB).read_bytes()
+    r = _fused_cli(folder.parent, CXX="/bin/false")
+    assert r.returncode == 1 and "building it failed" in r.stdout, (r.stdout, r.stderr[-2000:])
+    assert "SHA-256 differs" in r.stdout and r.stderr.count("the fused attention is not used") == 1
+    assert (folder / fused.LIB).read_bytes() == damaged
+    assert sorted(p.name for p in folder.parent.iterdir()) == [
+        f".{folder.name}.lock",
+        folder.name,
+    ]
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+@pytest.mark.process
+def test_only_stale_temporary_folders_are_cleared(tmp_path):
+    """Under the lock, a build clears the temporary folders of its own build key whose maker is gone and which are
+    older than the lock; a live process's, a newer one, another key's and the build itself are kept."""
+    import socket
+
+    here = socket.gethostname()
+    folder = tmp_path / "fused-abc"
+    folder.mkdir()
+    made = {
+        "dead": f".fused-abc.build-{_dead_pid()}@{here}.x1y2z3",
+        "set aside": f".fused-abc.build-{_dead_pid()}@{here}.old",
+        "other host": ".fused-abc.build-1@elsewhere.example.q9",
+        "alive": f".fused-abc.build-{os.getpid()}@{here}.k8",
+        "other key": f".fused-def.build-{_dead_pid()}@{here}.k8",
+    }
+    for name in made.values():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "build.ninja").write_text("x")
+    locked_at = time.time() + 1
+    newer = tmp_path / f".fused-abc.build-{_dead_pid()}@{here}.n3w"
+    newer.mkdir()
+    os.utime(newer, (locked_at + 5, locked_at + 5))
+    removed = fused._clear_stale(folder, locked_at)
+    assert sorted(removed) == sorted(made[k] for k in ("dead", "set aside", "other host"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [folder.name, newer.name, made["alive"], made["other key"]]
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_a_build_killed_mid_way_leaves_nothing_the_next_build_keeps(tmp_path):
+    """kill -9 of a build (its compiler too, as a job's end kills its process group) once it compiles: its
+    temporary folder stays behind; the next build clears it, builds, and leaves only the lock and the build."""
+    kdir = tmp_path / "k"
+    build = subprocess.Popen(
+        [sys.executable, "-m", "hpcqa.rank.train.fused"],
+        cwd=ROOT,
+        env={**os.environ, "HPCQA_KERNEL_DIR": str(kdir)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: ninja and the compiler with it
+    )
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and build.poll() is None:
+            if list(kdir.glob(".fused-*.build-*/build.ninja")):
+                time.sleep(1.0)  # the compiler is running
+                break
+            time.sleep(0.05)
+        assert build.poll() is None, "the build ended before it could be killed mid-way"
+    finally:
+        if build.poll() is None:
+            os.killpg(build.pid, signal.SIGKILL)  # the group of the process started here
+        build.wait()
+    (left,) = kdir.glob(".fused-*.build-*")
+    assert not list(kdir.glob("fused-*")), "the killed build finished"
+    r = _fused_cli(kdir)
+    assert r.returncode == 0 and "built into" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert not left.exists()
+    (folder,) = kdir.glob("fused-*")
+    assert sorted(p.name for p in kdir.iterdir()) == [f".{folder.name}.lock", folder.name]
+    assert fused._verified(folder) is None
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -7,10 +7,12 @@ Shipping: the kernel is compiled on the node that first uses it (scripts/install
 extension builder (ninja and a C++ compiler), for the node's vector ISA (AVX-512, AVX2 or plain), into the per-user
 cache (caches.kernel_dir), once per source, torch version, ISA and Python: a node without a compiler loads what a
 node of its kind built. Concurrent ranks take a lock (flock: released by the kernel when a holder dies) and one
-builds, in a temporary folder renamed into place whole. A cached library is loaded only when it is a regular file of
-this user's, writable by nobody else, whose SHA-256 is the one its build recorded. Where it cannot be built or
-loaded (no compiler, a damaged cache), `load` says why, once, and the caller runs hpcqa's unfused attention
-(recorded in results.json).
+builds, in a temporary folder renamed into place whole; the temporary folders of a build killed mid-way are cleared by
+the next. A cached library is loaded only when it is a regular file of this user's, writable by nobody else, whose
+SHA-256 is the one its build recorded. A damaged build (the digest differs or is missing) in folders only this user
+writes is built again where a compiler is; a foreign or unsafe one is never built into. Where it cannot be built or
+loaded (no compiler, an unsafe cache, a failed build), `load` says why, once, and the caller runs hpcqa's unfused
+attention (recorded in results.json).
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import fcntl
 import hashlib
 import os
 import shutil
+import socket
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -115,8 +119,58 @@ def _verified(folder: Path) -> str | None:
     except OSError as e:
         return fsutil.failure(e)
     if got != want:
-        return f"{lib} is not what was built (SHA-256 differs): damaged; remove {folder} to build it again"
+        return f"{lib} is not what was built (SHA-256 differs): damaged"
     return None
+
+
+def _rebuildable(folder: Path) -> bool:
+    """May a damaged `folder` be built again in place? Only a real folder of this user's that nobody else may write,
+    in a cache folder the same, whose library and digest are each missing or this user's alone: a foreign or unsafe
+    entry is refused as it is, never built into (what others could write, they could swap after the check)."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or _private(folder.parent) or _private(folder):
+        return False
+    files = (folder / LIB, folder / (LIB + ".sha256"))
+    return all(not os.path.lexists(p) or _trusted(p) is None for p in files)
+
+
+def _temp_prefix(folder: Path) -> str:
+    """A build's temporary folders beside `folder` (its build, a damaged build set aside): named by their maker."""
+    return f".{folder.name}.build-{os.getpid()}@{socket.gethostname()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _clear_stale(folder: Path, locked_at: float) -> list[str]:
+    """Under the build lock: remove the temporary folders earlier builds of `folder` left behind (a build killed
+    mid-way, SIGKILL, runs no clean-up) -- this user's, made before the lock was taken, by a process that is gone
+    (of this host: not running; of another: it holds no lock, so builds nothing). -> the names removed."""
+    head, here = f".{folder.name}.build-", socket.gethostname()
+    removed: list[str] = []
+    for p in sorted(folder.parent.glob(f"{head}*")):
+        pid, _, host = p.name[len(head) :].rsplit(".", 1)[0].partition("@")
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mtime >= locked_at:
+            continue
+        if host == here and (not pid.isdigit() or _alive(int(pid))):
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p.name)
+    return removed
 
 
 def _load_verified(folder: Path, isa_name: str) -> tuple[bool, str]:
@@ -133,11 +187,12 @@ def _load_verified(folder: Path, isa_name: str) -> tuple[bool, str]:
 
 
 def _build(folder: Path, cflags: list[str], name: str) -> None:
-    """Compile the kernel into `folder` (made whole: built aside, renamed)."""
+    """Compile the kernel into `folder` (made whole: built aside, renamed; a damaged build there set aside first)."""
     from torch.utils import cpp_extension
 
     folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(folder), dir=folder.parent))
+    old: Path | None = None
     path = os.environ.get("PATH", "")
     try:
         os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path]) if ninja else path
@@ -156,10 +211,15 @@ def _build(folder: Path, cflags: list[str], name: str) -> None:
             if p.name not in (LIB, LIB + ".sha256"):
                 (shutil.rmtree if p.is_dir() else os.unlink)(p)
         os.chmod(tmp, 0o700)
+        if os.path.lexists(folder):  # a damaged build (_rebuildable): set aside, removed below
+            old = Path(tempfile.mkdtemp(prefix=_temp_prefix(folder), dir=folder.parent))
+            os.rename(folder, old)
         os.rename(tmp, folder)
     finally:
         os.environ["PATH"] = path
-        shutil.rmtree(tmp, ignore_errors=True)
+        for left in (tmp, old):
+            if left is not None:
+                shutil.rmtree(left, ignore_errors=True)
 
 
 def _first_error(e: Exception) -> str:
@@ -188,27 +248,41 @@ def _load(flags: set[str], env: Mapping[str, str] | None) -> tuple[bool, str]:
         isa_name, cflags, folder = kernel_folder(flags, env)
     except OSError as e:
         return False, f"its source: {fsutil.failure(e)}"
-    key = folder.name.removeprefix("fused-")
-    if (folder / LIB).exists() or compiler is None:
-        ok, why = _load_verified(folder, isa_name)
+    damage = _verified(folder) if os.path.lexists(folder) or compiler is None else None
+    if compiler is None or (os.path.lexists(folder) and not (damage and _rebuildable(folder))):
+        ok, why = _load_verified(folder, isa_name)  # a build to load, or what is wrong with it
         if not ok and compiler is None:
             return False, f"no C++ compiler on this node to build it ({why})"
         return ok, why
     if ninja is None:
-        return False, "ninja is not installed to build it (pip install ninja)"
+        return False, "ninja is not installed to build it (pip install ninja)" + (
+            f"; {damage}" if damage else ""
+        )
     folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     unsafe = _private(folder.parent)
     if unsafe:
         return False, f"not built into a folder others can write: {unsafe}"
+    return _build_locked(folder, isa_name, cflags)
+
+
+def _build_locked(folder: Path, isa_name: str, cflags: list[str]) -> tuple[bool, str]:
+    """Build `folder` under its lock, once: ranks that start together wait for the one building and load its build.
+    A damaged build of ours there is built again; the temporary folders of a build killed mid-way are cleared."""
+    key = folder.name.removeprefix("fused-")
     with open(folder.parent / f".fused-{key}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not folder.exists():
-            try:
-                _build(folder, cflags, f"hpcqa_fused_{key}")  # the build loads what it built
-            except Exception as e:  # a compiler error, a full disk: the unfused path runs
-                return False, f"building it failed: {_first_error(e)}"
-            return True, f"the fused kernel ({isa_name}, built into {folder})"
-    return _load_verified(folder, isa_name)  # another rank built it meanwhile
+        _clear_stale(folder, time.time())
+        damage = _verified(folder) if os.path.lexists(folder) else None
+        if os.path.lexists(folder) and not (damage and _rebuildable(folder)):
+            return _load_verified(folder, isa_name)  # another rank built (or rebuilt) it meanwhile
+        try:
+            _build(folder, cflags, f"hpcqa_fused_{key}")  # the build loads what it built
+        except Exception as e:  # a compiler error, a full disk: the unfused path runs
+            return False, f"building it failed: {_first_error(e)}" + (
+                f" (building it again: {damage})" if damage else ""
+            )
+    what = f"rebuilt into {folder}: {damage}" if damage else f"built into {folder}"
+    return True, f"the fused kernel ({isa_name}, {what})"
 
 
 def registered() -> bool:
