@@ -48,6 +48,7 @@ HEAVY = {
     "kubernetes",
     "kubeflow",
     "yaml",
+    "optuna",
     "tensorboard",
     "huggingface_hub",
     "numpy",

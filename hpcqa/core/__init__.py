@@ -18,6 +18,7 @@ folders.py      the placeholders a plan names its job folder with (%j, the submi
 command.py      job.command: placeholders filled, the interpreter, the files it names, sweep variables
 sweep.py        [sweep] -> validated variants -> Slurm arrays (SweepPlan; a plain job is a sweep of one)
 sweepcheck.py   what a sweep's variants may not do: repeat a run, vary what its tasks share, share a variable
+search.py       a [sweep] that searches: strategy, trials, metric, pruner, storage, the space, checked
 scaling.py      what more nodes would buy: a data-parallel step modelled from one run and one link
 states.py       the one table of job states (State) and of a scheduler's answers (Source, Answer)
 eta.py          how long a training has left: the recent step rate, read the same by every view

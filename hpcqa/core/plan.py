@@ -22,6 +22,7 @@ from hpcqa.core.config import Config, from_dict
 from hpcqa.core.folders import JOB_ID, SUBMISSION, root_path
 from hpcqa.core.frozen import FrozenDict, freeze
 from hpcqa.core.kinds import DDPBackend, Launcher, Requeue
+from hpcqa.core.search import TrialRef
 from hpcqa.errors import ConfigError, PlanError
 
 
@@ -151,6 +152,7 @@ class LaunchPlan:
     work: Mapping[str, Any] = field(
         default_factory=FrozenDict
     )  # the command's folder: dir, run_in, snapshot, named
+    trial: TrialRef | None = None  # a search's trial: its number, study and pruner
 
     def slurm_parameters(self) -> dict[str, Any]:
         """The Slurm request, in submitit's parameter names: hpcqa's one writer of #SBATCH lines
@@ -236,6 +238,8 @@ class LaunchPlan:
             "command": list(self.command),
             "work": dict(self.work),
         }
+        if self.trial is not None:  # absent otherwise: a plan of today keeps its digest
+            d["trial"] = self.trial.to_json()
         if not ranks:
             del d["ranks"]
         return d
@@ -278,6 +282,7 @@ class LaunchPlan:
             requeue=Requeue(d.get("requeue", Requeue.NONE)),
             command=tuple(d.get("command") or ()),
             work=freeze(d.get("work") or {}),
+            trial=TrialRef.from_json(d.get("trial")),
         ).with_global_ranks()
 
     @classmethod
@@ -301,6 +306,9 @@ class LaunchPlan:
 
     def with_variant(self, index: int, params: Mapping[str, Any]) -> "LaunchPlan":
         return replace(self, variant=freeze(dict(params)), variant_index=index)
+
+    def with_trial(self, trial: TrialRef) -> "LaunchPlan":
+        return replace(self, trial=trial)
 
     def with_work(self, **work: Any) -> "LaunchPlan":
         """The plan with what the executor decided about the command's folder (its snapshot, the files named)."""

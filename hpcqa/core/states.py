@@ -39,6 +39,7 @@ class State(StrEnum):
     REVOKED = "REVOKED"
     CANCELLED = "CANCELLED"
     UNKNOWN = "UNKNOWN"  # not Slurm's: a state nobody could tell (never final)
+    PRUNED = "PRUNED"  # not Slurm's: a search's trial its pruner stopped (the job itself COMPLETED)
 
 
 # state -> (finished?, outcome). Outcome groups: pending, running, ok, failed, cancelled.
@@ -76,6 +77,7 @@ STATES: Mapping[str, tuple[bool, str]] = {
     **{s: (True, "failed") for s in _FAILED},
     State.REVOKED: (True, "cancelled"),
     State.CANCELLED: (True, "cancelled"),
+    State.PRUNED: (True, "pruned"),
 }
 # NODE_FAIL and PREEMPTED are final only when Slurm no longer has the job: Slurm may requeue the job under
 # the same id (requeue allowed), so a query replaces them with squeue's live state while it does.

@@ -31,12 +31,12 @@ from typing import Any, Callable, Mapping
 
 from hpcqa.core import config as configmod
 from hpcqa.core import plan as planmod
-from hpcqa.core import sweepcheck
+from hpcqa.core import search, sweepcheck
 from hpcqa.core.frozen import freeze
 from hpcqa.core.kinds import Requeue
 from hpcqa.errors import ConfigError
 
-RESERVED = {"parallelism", "variants"}
+RESERVED = {"parallelism", "variants", *search.SETTINGS}
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default
 
 
@@ -61,7 +61,7 @@ def _flatten(
     out = {} if out is None else out
     for k, v in d.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict):
+        if isinstance(v, dict) and not search.is_range(v):
             _flatten(v, where, source, key + ".", out)
         elif key in out:
             raise ConfigError(
@@ -92,6 +92,42 @@ def has_sweep(raw: Mapping[str, Any]) -> bool:
     return isinstance(raw.get("sweep"), dict) and bool(set(raw["sweep"]) - {"parallelism"})
 
 
+def _parallelism(sw: Mapping[str, Any], source: str) -> int:
+    par = sw.get("parallelism", 0)
+    if isinstance(par, bool) or not isinstance(par, int) or par < 0:
+        raise ConfigError(
+            "sweep.parallelism",
+            f"expected an integer >= 0, got {par!r}",
+            "set sweep.parallelism to how many variants may run at once (0: no limit)",
+            source,
+        )
+    return par
+
+
+def searched(raw: Mapping[str, Any], source: str = "") -> search.Search | None:
+    """The [sweep]'s search (strategy random or tpe), checked; None for a grid (or no sweep)."""
+    sw = raw.get("sweep")
+    if not isinstance(sw, dict):
+        return None
+    keys = _flatten({k: v for k, v in sw.items() if k not in RESERVED}, "sweep", source)
+    spec = search.parse(sw, keys, _parallelism(sw, source), source)
+    if spec is not None:
+        for key in keys:
+            _config_key(key, source)
+        sweepcheck.check_keys(list(keys), source)
+    return spec
+
+
+def _config_key(key: str, source: str) -> None:
+    if key.split(".")[0] not in configmod.SECTIONS:
+        raise ConfigError(
+            f"sweep.{key}",
+            f"{key!r} is not a config key",
+            "sweep keys are config keys such as train.learning_rate",
+            source,
+        )
+
+
 # Every variant is validated, planned, written and registered at submit: 10,000 take about as many seconds as a user
 # waits for a dry run, and ten times Slurm's default MaxArraySize (1001).
 MAX_VARIANTS = 10_000
@@ -108,15 +144,14 @@ def parse(
         raise ConfigError(
             "sweep", "expected a table [sweep]", "write it as a [sweep] section", source
         )
-    par = sw.get("parallelism", 0)
-    if isinstance(par, bool) or not isinstance(par, int) or par < 0:
-        raise ConfigError(
-            "sweep.parallelism",
-            f"expected an integer >= 0, got {par!r}",
-            "set sweep.parallelism to how many variants may run at once (0: no limit)",
-            source,
-        )
+    par = _parallelism(sw, source)
     grid = _flatten({k: v for k, v in sw.items() if k not in RESERVED}, "sweep", source)
+    if (
+        search.parse(sw, grid, par, source) is not None
+    ):  # a grid given a range or a search setting: refused there
+        raise ConfigError(
+            "sweep.strategy", "is a search, not a grid", "plan it with sweep.build", source
+        )
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(
@@ -125,13 +160,7 @@ def parse(
                 f"write sweep.{key} = [value1, value2, ...]",
                 source,
             )
-        if key.split(".")[0] not in configmod.SECTIONS:
-            raise ConfigError(
-                f"sweep.{key}",
-                f"{key!r} is not a config key",
-                "sweep keys are config keys such as train.learning_rate",
-                source,
-            )
+        _config_key(key, source)
     explicit = sw.get("variants", [])
     if not isinstance(explicit, list) or not all(isinstance(v, dict) for v in explicit):
         raise ConfigError(
@@ -167,8 +196,23 @@ def expand(raw: Mapping[str, Any], source: str = "") -> tuple[list[Variant], int
     combos += explicit
     if not combos:
         combos = [{}]
+    variants = _variants(base, list(enumerate(combos)), source)
+    keys = swept_keys(variants)
+    sweepcheck.check_variables(keys, source)
+    sweepcheck.check_shared(variants, keys, source)
+    sweepcheck.check_repeats(variants, grid, keys, source)
+    return variants, par
+
+
+def _variants(
+    base: Mapping[str, Any],
+    combos: list[tuple[int, dict[str, Any]]],
+    source: str,
+    what: str = "sweep variant",
+) -> list[Variant]:
+    """The base config with each (index, params) applied, each validated like a config (errors name the variant)."""
     variants = []
-    for i, params in enumerate(combos):
+    for i, params in combos:
         r = _copy(base)
         for k, v in params.items():
             configmod.check_text(k, v, source)  # before any message quotes the value
@@ -178,14 +222,10 @@ def expand(raw: Mapping[str, Any], source: str = "") -> tuple[list[Variant], int
         except ConfigError as e:
             where = ", ".join(f"{k}={v!r}" for k, v in params.items())
             raise ConfigError(
-                e.key, f"in sweep variant {i} ({where}): {e.detail}", e.hint, source
+                e.key, f"in {what} {i} ({where}): {e.detail}", e.hint, source
             ) from None
         variants.append(Variant(index=i, params=freeze(params), config=cfg))
-    keys = swept_keys(variants)
-    sweepcheck.check_variables(keys, source)
-    sweepcheck.check_shared(variants, keys, source)
-    sweepcheck.check_repeats(variants, grid, keys, source)
-    return variants, par
+    return variants
 
 
 def slurm_key(plan) -> str:
@@ -238,6 +278,10 @@ class SweepPlan:
     max_array_size_known: str = (
         ""  # how max_array_size is known: "scontrol show config", or "assumed: <why>"
     )
+    search: search.Search | None = None  # a search's settings (its variants: this batch's trials)
+    search_config: str = ""  # a search's config as read, JSON: its next batches are planned from it
+    source: str = ""  # ... and where it was read from
+    resumed: int = 0  # a search's trials in its study before this batch
 
     def with_requeue(self, requeue: Requeue) -> "SweepPlan":
         """Every plan as the executor that submits them hands them to the ranks."""
@@ -259,6 +303,12 @@ class SweepPlan:
         ]
 
     def to_json(self) -> dict[str, Any]:
+        out = self._json()
+        if self.search is not None:
+            out["search"] = self.search.to_json()
+        return out
+
+    def _json(self) -> dict[str, Any]:
         return {
             "executor": self.executor,
             "parallelism": self.parallelism,
@@ -295,6 +345,62 @@ def single(plan: planmod.LaunchPlan) -> SweepPlan:
         DEFAULT_MAX_ARRAY_SIZE,
         plan.executor,
         is_sweep=False,
+    )
+
+
+def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -> None:
+    """Every value a trial may be given is valid: each choice and both ends of each range, applied alone to the
+    base config and validated like a config (a trial never fails on its config after the wait in the queue); and a
+    pruner has evaluations to judge."""
+    base = {k: v for k, v in raw.items() if k != "sweep"}
+    edges = [(0, {d.key: v}) for d in spec.space for v in d.edges()]
+    checked = _variants(base, edges, source, "the searched values")
+    keys = [d.key for d in spec.space]
+    sweepcheck.check_variables(keys, source)
+    sweepcheck.check_shared(checked, keys, source)
+    if spec.pruner != "none" and checked[0].config.train.eval_strategy == "no":
+        raise ConfigError(
+            "sweep.pruner",
+            f'{spec.pruner!r} stops trials by their evaluations, and train.eval_strategy is "no"',
+            'set train.eval_strategy = "steps" with train.eval_steps, or sweep.pruner = "none"',
+            source,
+        )
+
+
+def build_search(
+    raw: Mapping[str, Any],
+    source: str,
+    host: planmod.HostProbe,
+    spec: search.Search,
+    batch: list[tuple[int, dict[str, Any]]],
+    trial: Callable[[int], search.TrialRef],
+    max_array_size: Callable[[planmod.LaunchPlan], tuple[int, str]] | None = None,
+) -> SweepPlan:
+    """One batch of a search's trials -> validated plans (each carrying its trial), as one sweep: (number, params)
+    as the study gave them; trial(number) says where the study is."""
+    check_space(raw, spec, source)
+    base = {k: v for k, v in raw.items() if k != "sweep"}
+    variants = _variants(base, batch, source, "trial")
+    plans = [
+        planmod.build_plan(v.config, host, via_submitit=True)
+        .with_variant(v.index, v.params)
+        .with_trial(trial(v.index))
+        for v in variants
+    ]
+    mas, known = (
+        max_array_size(plans[0])
+        if max_array_size
+        else (DEFAULT_MAX_ARRAY_SIZE, "assumed: not asked")
+    )
+    return SweepPlan(
+        tuple(variants),
+        tuple(plans),
+        tuple(group(list(zip(variants, plans)), mas)),
+        spec.parallelism,
+        mas,
+        plans[0].executor,
+        max_array_size_known=known,
+        search=spec,
     )
 
 

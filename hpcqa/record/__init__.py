@@ -16,6 +16,7 @@ sqlitescan.py   rows read straight from an SQLite file's pages (recover, when SQ
 status.py       the job view (state, progress, results) and its texts
 trainerfiles.py  what an HF Trainer program leaves (trainer_state.json, *_results.json), read back
 results.py      a sweep's variants with their metrics, CSV, the plot
+study.py        a search's study (Optuna): opened, checked, asked, told, reported to
 scalingruns.py  the scaling model fed with what was recorded: a finished run, a sweep over nodes
 worktree.py     a user command's folder: listed, copied content-addressed, verified at the rank
 """

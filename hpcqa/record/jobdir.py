@@ -139,7 +139,7 @@ class JobRoot:
         return cls(Path(root_path(output_dir, name)).absolute())
 
     # what hpcqa writes into directly under the root; a symlink there would send its writes elsewhere
-    OWN_FOLDERS = ("plans", "code", "scripts")
+    OWN_FOLDERS = ("plans", "code", "scripts", "search")
 
     def ensure(self, group_readable: bool = False) -> None:
         """Create the job root: its owner's, and its group's to read where asked; nobody else enters it, and nothing
@@ -193,6 +193,10 @@ class JobRoot:
 
     def job(self, job_id: str) -> "JobDir":
         return JobDir(self.path / str(job_id))
+
+    def search_journal(self) -> Path:
+        """A search's study when sweep.storage names none: Optuna's journal file, on the job root's filesystem."""
+        return self.path / "search" / "study.journal"
 
     def rendered_script(self, digest: str, launcher: str) -> Path:
         """Where `render --submit` keeps the script it submitted (content-addressed, like the plans)."""

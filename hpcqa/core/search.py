@@ -1,0 +1,338 @@
+"""A [sweep] that searches: its strategy, trials, metric, pruner, storage and search space, read and checked. Pure.
+
+    [sweep]
+    strategy = "tpe"            # grid (the default: a sweep of today) | random | tpe
+    trials = 12                 # trials in all
+    parallelism = 3             # trials per batch: one job array each (the local executor runs them in turn)
+    metric = "f1"               # f1 | exact_match (the evaluation's, on the validation split)
+    direction = "maximize"      # the default
+    seed = 0                    # the sampler's seed
+    pruner = "median"           # none | median | halving (needs train.eval_strategy: the trials' evaluations)
+    storage = ""                # "": a journal file in the search's folder; or a database URL (sqlite:///...)
+    train.learning_rate = {low = 1e-5, high = 1e-4, log = true}   # a range: floats
+    train.gradient_accumulation_steps = {low = 1, high = 4}     # both bounds integers: integers
+    train.num_train_epochs = [1, 2]                             # a list: one of these
+
+Trials are proposed by Optuna (record/study.py); what is here decides nothing but what the config says, refused
+naming the sweep key before anything is queued. A search is identified by its digest (strategy, metric, direction,
+pruner, seed and space): the study of another search at the same storage is refused; trials and parallelism may
+change between submissions (a search submitted again with more trials goes on).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from hpcqa.errors import ConfigError
+
+STRATEGIES = ("grid", "random", "tpe")
+PRUNERS = ("none", "median", "halving")
+METRICS = {
+    "f1": "maximize",
+    "exact_match": "maximize",
+}  # the evaluation's, as the Trainer reports them
+SETTINGS = ("strategy", "trials", "metric", "direction", "seed", "pruner", "storage")
+RANGE_KEYS = {"low", "high", "log", "step"}
+MAX_TRIALS = 10_000  # as many as a grid may have variants
+STORAGE_SCHEMES = ("sqlite", "postgresql", "mysql")
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One searched key: a list of choices, or a float/int range (log: sampled on a log scale; step: a grid on it)."""
+
+    key: str
+    kind: str  # choice | float | int
+    choices: tuple = ()
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+    step: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.kind == "choice":
+            return {"key": self.key, "kind": "choice", "choices": list(self.choices)}
+        return {
+            "key": self.key,
+            "kind": self.kind,
+            "low": self.low,
+            "high": self.high,
+            "log": self.log,
+            "step": self.step,
+        }
+
+    def shown(self) -> str:
+        if self.kind == "choice":
+            return " | ".join(json.dumps(c) for c in self.choices)
+        scale = ", log" if self.log else (f", step {self.step:g}" if self.step else "")
+        return f"{self.kind} {self.low:g} .. {self.high:g}{scale}"
+
+    def edges(self) -> list[Any]:
+        """The values every trial's config must accept: each choice, or both bounds."""
+        if self.kind == "choice":
+            return list(self.choices)
+        if self.kind == "int":
+            return [int(self.low), int(self.high)]
+        return [self.low, self.high]
+
+
+@dataclass(frozen=True)
+class Search:
+    strategy: str  # random | tpe
+    trials: int
+    parallelism: int
+    metric: str
+    direction: str  # maximize | minimize
+    seed: int
+    pruner: str
+    storage: str  # "": the journal file in the search's folder
+    space: tuple[Dim, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "trials": self.trials,
+            "parallelism": self.parallelism,
+            "metric": self.metric,
+            "direction": self.direction,
+            "seed": self.seed,
+            "pruner": self.pruner,
+            "storage": self.storage,
+            "space": [d.to_json() for d in self.space],
+            "digest": self.digest,
+        }
+
+    @property
+    def digest(self) -> str:
+        """What makes a study this search's: the space and how it is searched (not trials or parallelism)."""
+        what = [self.strategy, self.metric, self.direction, self.seed, self.pruner]
+        what.append([d.to_json() for d in self.space])
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+    def batch_size(self, asked: int) -> int:
+        """How many trials the next batch asks for, `asked` trials being in the study already."""
+        return max(0, min(self.parallelism or 1, self.trials - asked))
+
+
+@dataclass(frozen=True)
+class TrialRef:
+    """What a trial's ranks need of its search (in the plan): its number, where the study is, and how it prunes."""
+
+    number: int
+    study: str  # the study's name (the search's digest)
+    storage: str  # a journal file's path or a database URL
+    metric: str
+    direction: str
+    pruner: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, d: Any) -> "TrialRef | None":
+        """The plan's trial back (None: no trial). Wrong types raise ValueError: a plan file is read back."""
+        if not d:
+            return None
+        if not isinstance(d, Mapping) or set(d) != set(cls.__dataclass_fields__):
+            raise ValueError(
+                f"a plan's trial has keys {sorted(d) if isinstance(d, Mapping) else d!r}"
+            )
+        n = d["number"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"a plan's trial number is {n!r}")
+        texts = [d[k] for k in ("study", "storage", "metric", "direction", "pruner")]
+        if not all(isinstance(t, str) and t for t in texts):
+            raise ValueError(
+                "a plan's trial names its study, storage, metric, direction and pruner as text"
+            )
+        if d["metric"] not in METRICS or d["pruner"] not in PRUNERS:
+            raise ValueError(
+                f"a plan's trial has metric {d['metric']!r} and pruner {d['pruner']!r}"
+            )
+        return cls(**d)
+
+
+def is_range(value: Any) -> bool:
+    """A search range table {low, high[, log, step]} (and not a config table swept whole)."""
+    return isinstance(value, Mapping) and {"low", "high"} <= set(value) <= RANGE_KEYS
+
+
+def _err(key: str, message: str, fix: str, source: str) -> ConfigError:
+    return ConfigError(f"sweep.{key}", message, fix, source)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def dim(key: str, value: Any, source: str) -> Dim:
+    """One searched key's space, checked."""
+    if isinstance(value, list):
+        return _choices(key, value, source)
+    if not is_range(value):
+        raise _err(
+            key,
+            f"expected a list of values or a range {{low, high, log}}, got {value!r}",
+            f"write sweep.{key} = [1, 2] or sweep.{key} = {{low = 1e-5, high = 1e-3, log = true}}",
+            source,
+        )
+    return _range(key, value, source)
+
+
+def _choices(key: str, value: list, source: str) -> Dim:
+    if not value:
+        raise _err(key, "an empty list", f"write sweep.{key} = [value1, value2, ...]", source)
+    if not all(v is None or isinstance(v, (bool, int, float, str)) for v in value):
+        raise _err(
+            key,
+            f"a searched list holds numbers, text or booleans, got {value!r}",
+            "search a table-valued key as a [[sweep.variants]] list with strategy grid",
+            source,
+        )
+    return Dim(key, "choice", tuple(value))
+
+
+def _range(key: str, value: Mapping[str, Any], source: str) -> Dim:
+    low, high, log, step = value["low"], value["high"], value.get("log", False), value.get("step")
+    if not (_number(low) and _number(high)):
+        raise _err(
+            key,
+            f"low and high must be numbers, got {low!r} and {high!r}",
+            "give both bounds as numbers",
+            source,
+        )
+    if low > high:
+        raise _err(
+            key,
+            f"low {low!r} is above high {high!r}",
+            f"swap them: low = {high!r}, high = {low!r}",
+            source,
+        )
+    if not isinstance(log, bool):
+        raise _err(
+            key,
+            f"log must be true or false, got {log!r}",
+            "write log = true or leave it out",
+            source,
+        )
+    if log and low <= 0:
+        raise _err(
+            key,
+            f"a log range needs low > 0, got {low!r}",
+            "give a positive low (1e-6) or set log = false",
+            source,
+        )
+    if step is not None and (not _number(step) or step <= 0 or log):
+        raise _err(
+            key,
+            f"step must be a positive number, without log, got {step!r}",
+            "drop step, or drop log",
+            source,
+        )
+    whole = (
+        isinstance(low, int) and isinstance(high, int) and (step is None or isinstance(step, int))
+    )
+    kind = "int" if whole else "float"
+    return Dim(key, kind, (), float(low), float(high), log, None if step is None else float(step))
+
+
+def _setting(sw: Mapping[str, Any], key: str, default: Any, source: str) -> Any:
+    v = sw.get(key, default)
+    if key in ("trials", "seed"):
+        low = 1 if key == "trials" else 0
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int)
+            or not low <= v <= (MAX_TRIALS if key == "trials" else 2**32 - 1)
+        ):
+            raise _err(
+                key,
+                f"expected an integer >= {low}, got {v!r}",
+                f"set sweep.{key} = {max(low, 8)}",
+                source,
+            )
+        return v
+    if not isinstance(v, str):
+        raise _err(key, f"expected text, got {v!r}", f"set sweep.{key} as a quoted string", source)
+    allowed = {
+        "strategy": STRATEGIES,
+        "pruner": PRUNERS,
+        "metric": tuple(METRICS),
+        "direction": ("maximize", "minimize"),
+    }
+    if key in allowed and v not in allowed[key]:
+        raise _err(key, f"unknown {key} {v!r}", f"one of {', '.join(allowed[key])}", source)
+    return v
+
+
+def storage_problem(url: str) -> str | None:
+    """Why a sweep.storage value is not a study storage hpcqa opens (None: it may be)."""
+    if not url:
+        return None
+    scheme = url.split(":", 1)[0].split("+", 1)[0]
+    if "://" not in url or scheme not in STORAGE_SCHEMES:
+        return f"{url!r} is not a database URL ({', '.join(s + '://' for s in STORAGE_SCHEMES)})"
+    return None
+
+
+def parse(
+    sw: Mapping[str, Any], space: Mapping[str, Any], parallelism: int, source: str = ""
+) -> Search | None:
+    """The [sweep] table's search settings and its (flattened) keys -> a Search, or None for a grid. A grid given
+    a search setting or a range is refused naming the key."""
+    strategy = _setting(sw, "strategy", "grid", source)
+    if strategy == "grid":
+        given = [k for k in SETTINGS if k in sw and k != "strategy"]
+        ranged = [k for k, v in space.items() if is_range(v)]
+        if given or ranged:
+            key = (given or ranged)[0]
+            raise _err(
+                key,
+                "is for a search; this sweep's strategy is grid (every combination of the lists)",
+                'set sweep.strategy = "random" or "tpe" to search (Optuna proposes the trials)',
+                source,
+            )
+        return None
+    if "variants" in sw:
+        raise _err(
+            "variants",
+            f"lists variants, which a {strategy} search does not run",
+            'drop [[sweep.variants]], or use strategy = "grid"',
+            source,
+        )
+    if not space:
+        raise _err(
+            "strategy",
+            "a search with no key to search",
+            "add a key: sweep.train.learning_rate = {low = 1e-5, high = 1e-4, log = true}",
+            source,
+        )
+    if "trials" not in sw:
+        raise _err(
+            "trials", "is missing: how many trials the search runs", "set sweep.trials = 12", source
+        )
+    metric = _setting(sw, "metric", "f1", source)
+    storage = _setting(sw, "storage", "", source)
+    bad = storage_problem(storage)
+    if bad:
+        raise _err(
+            "storage",
+            bad,
+            "leave sweep.storage out (a journal file in the search's folder) or give sqlite:///path",
+            source,
+        )
+    return Search(
+        strategy,
+        _setting(sw, "trials", 0, source),
+        parallelism,
+        metric,
+        _setting(sw, "direction", METRICS[metric], source),
+        _setting(sw, "seed", 0, source),
+        _setting(sw, "pruner", "median", source),
+        storage,
+        tuple(dim(k, v, source) for k, v in space.items()),
+    )

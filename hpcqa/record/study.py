@@ -1,0 +1,283 @@
+"""A search's study (Optuna): opened, checked, asked, told and reported to. The one reader and writer of a study.
+
+Where: sweep.storage (a database URL) or, by default, Optuna's journal file in the job root (JobRoot.search_journal:
+appends under a lock file, which Optuna documents as safe for processes on several NFS clients). The study is named
+after job.name and carries its search's digest (core/search.py): a study of another search under that name is
+refused, naming the storage; the same search submitted again goes on where it stopped.
+
+Trials are asked in batches: the batch's sampler is seeded with sweep.seed + the trials the study holds, so the dry
+run, asking an in-memory copy, predicts what submit asks; submit then enqueues exactly those values (what the dry run
+showed is what runs). A trial's ranks report its metric at each evaluation (rank 0) and ask the pruner; whoever runs
+the batch tells the study how each trial ended (COMPLETE with its metric, PRUNED, FAIL).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hpcqa.core.search import Dim, Search, TrialRef
+from hpcqa.errors import ConfigError, HpcqaError
+
+EXTRA = "pip install 'hpcqa[search]'"
+MEDIAN_STARTUP = 2  # the median pruner judges a trial once this many trials have completed
+
+
+def optuna() -> Any:
+    """Optuna, or an error naming the extra (sweep.strategy is what needs it)."""
+    try:
+        import optuna  # optional: the [search] extra
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        return optuna
+    except ImportError:
+        raise ConfigError(
+            "sweep.strategy",
+            "a search needs Optuna, which is not installed here",
+            f'{EXTRA} (or strategy = "grid")',
+        ) from None
+
+
+def storage_url(spec: Search, journal: Path) -> str:
+    """Where the study is: sweep.storage, or the journal file's path."""
+    return spec.storage or str(journal)
+
+
+def _storage(url: str) -> Any:
+    op = optuna()
+    if "://" in url:
+        try:
+            return op.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        except Exception as e:  # noqa: BLE001 -- any driver's error: the storage cannot be used
+            raise ConfigError(
+                "sweep.storage",
+                f"cannot open the study storage {url.split('@')[-1]}: {str(e).splitlines()[0][:200]}",
+                "check the URL and that the database answers, or leave sweep.storage out (a journal file)",
+            ) from None
+    from optuna.storages.journal import JournalFileBackend
+
+    Path(url).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        return op.storages.JournalStorage(JournalFileBackend(url))
+    except Exception as e:  # noqa: BLE001 -- a damaged journal (a writer killed mid-line is Optuna's to skip)
+        raise ConfigError(
+            "sweep.storage",
+            f"cannot read the study journal {url}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+            "remove it to start the search over, or set job.name for a new search",
+        ) from None
+
+
+def sampler(spec: Search, asked: int) -> Any:
+    op = optuna()
+    seed = (spec.seed + asked) % 2**32
+    if spec.strategy == "random":
+        return op.samplers.RandomSampler(seed=seed)
+    # TPE: random for its first trials (Optuna's 10, fewer for a small search), then the model of what scored
+    return op.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, spec.trials // 3)))
+
+
+def pruner(name: str) -> Any:
+    op = optuna()
+    if name == "median":
+        return op.pruners.MedianPruner(n_startup_trials=MEDIAN_STARTUP, n_warmup_steps=0)
+    if name == "halving":
+        return op.pruners.SuccessiveHalvingPruner()
+    return op.pruners.NopPruner()
+
+
+def distribution(d: Dim) -> Any:
+    op = optuna().distributions
+    if d.kind == "choice":
+        return op.CategoricalDistribution(list(d.choices))
+    if d.kind == "int":
+        step = int(d.step) if d.step else 1
+        return op.IntDistribution(int(d.low), int(d.high), log=d.log, step=step)
+    return op.FloatDistribution(d.low, d.high, log=d.log, step=d.step)
+
+
+def _mark(spec: Search) -> dict[str, Any]:
+    j = spec.to_json()
+    return {
+        k: j[k] for k in ("strategy", "metric", "direction", "seed", "pruner", "space", "digest")
+    }
+
+
+def open_study(spec: Search, name: str, url: str, create: bool = True) -> Any:
+    """The search's study, made when missing (create) -- or ConfigError naming sweep.storage when the study there
+    is another search's, or the storage cannot be read."""
+    op, storage = optuna(), _storage(url)
+    try:
+        study = (
+            op.create_study(
+                study_name=name,
+                storage=storage,
+                direction=spec.direction,
+                sampler=sampler(spec, 0),
+                pruner=pruner(spec.pruner),
+                load_if_exists=True,
+            )
+            if create
+            else op.load_study(study_name=name, storage=storage, pruner=pruner(spec.pruner))
+        )
+        mark = study.user_attrs.get("hpcqa_search")
+    except (HpcqaError, KeyError):
+        raise
+    except Exception as e:  # noqa: BLE001 -- a damaged journal or database: one line, the fix
+        raise ConfigError(
+            "sweep.storage",
+            f"cannot read the study {name!r} at {url}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+            "remove it to start the search over, or set job.name for a new search",
+        ) from None
+    if mark is None and create:
+        study.set_user_attr("hpcqa_search", _mark(spec))
+    elif mark is not None and mark.get("digest") != spec.digest:
+        raise ConfigError(
+            "sweep",
+            f"the study {name!r} at {url} is another search's (its space or settings differ: "
+            f"{_difference(mark, _mark(spec))})",
+            "set another job.name (a new search), or remove the study to start over",
+        )
+    return study
+
+
+def _difference(theirs: dict, ours: dict) -> str:
+    for k in ("strategy", "metric", "direction", "seed", "pruner", "space"):
+        if theirs.get(k) != ours.get(k):
+            return f"{k} was {theirs.get(k)!r}"[:160]
+    return "digest"
+
+
+def peek(spec: Search, name: str, url: str) -> tuple[list[tuple[int, dict[str, Any]]], list[Any]]:
+    """What submit would run next, asked of an in-memory copy (nothing written): (stale trials to run again, as
+    they were -- RUNNING ones left by a submit that died) + the next batch, as (number, params); and the study's
+    trials so far. An absent study is a new one."""
+    op = optuna()
+    url_exists = "://" in url or Path(url).exists()
+    trials = (
+        open_study(spec, name, url, create=False).trials if url_exists and _has(name, url) else []
+    )
+    waiting = (op.trial.TrialState.RUNNING, op.trial.TrialState.WAITING)
+    stale = [(t.number, dict(t.params)) for t in trials if t.state in waiting]
+    memory = op.create_study(direction=spec.direction, sampler=sampler(spec, len(trials)))
+    memory.add_trials([t for t in trials if t.state.is_finished()])
+    fresh = []
+    for i in range(spec.batch_size(len(trials))):
+        t = memory.ask({d.key: distribution(d) for d in spec.space})
+        fresh.append((len(trials) + i, dict(t.params)))
+    return stale + fresh, trials
+
+
+def _has(name: str, url: str) -> bool:
+    try:
+        return name in [s.study_name for s in optuna().get_all_study_summaries(_storage(url))]
+    except HpcqaError:
+        raise
+    except Exception:  # noqa: BLE001 -- an unreadable storage: open_study says why
+        return True
+
+
+def claim(spec: Search, name: str, url: str, batch: list[tuple[int, dict[str, Any]]]) -> None:
+    """Write the batch the dry run predicted into the study (stale trials are already there): each new trial
+    enqueued with exactly its values and asked. A study that moved since (another submit of this search) is
+    refused: the numbers would no longer be the plans'."""
+    study = open_study(spec, name, url)
+    have = len(study.trials)
+    fresh = [(n, p) for n, p in batch if n >= have]
+    if fresh and fresh[0][0] != have:
+        raise ConfigError(
+            "sweep",
+            f"the study {name!r} changed while this batch was planned (it holds {have} trials)",
+            "is another submit of this search running? (hpcqa status) submit again once it has ended",
+        )
+    for number, params in fresh:
+        study.enqueue_trial(params)
+        t = study.ask({d.key: distribution(d) for d in spec.space})
+        if t.number != number:
+            raise ConfigError(
+                "sweep",
+                f"the study gave trial {t.number} where {number} was planned",
+                "submit again",
+            )
+
+
+def tell(spec: Search, name: str, url: str, number: int, pruned: bool, value: float | None) -> str:
+    """How a trial ended: PRUNED (its last report stands), COMPLETE with its metric, or FAIL (no metric). Returns
+    the state told (a trial told already is left as it is)."""
+    ts = optuna().trial.TrialState
+    study = open_study(spec, name, url)
+    t = study.trials[number]
+    if t.state.is_finished():
+        return t.state.name  # told already (a batch re-run, a second look)
+    state = ts.PRUNED if pruned else (ts.COMPLETE if value is not None else ts.FAIL)
+    study.tell(number, value if state == ts.COMPLETE else None, state=state)
+    return state.name
+
+
+def reporter(ref: TrialRef) -> Any:
+    """The running trial, as its rank 0 reports to it (Optuna's Trial of ref.number in its study)."""
+    op = optuna()
+    storage = _storage(ref.storage)
+    study = op.load_study(study_name=ref.study, storage=storage, pruner=pruner(ref.pruner))
+    trial_id = storage.get_trial_id_from_study_id_trial_number(
+        storage.get_study_id_from_name(ref.study), ref.number
+    )
+    return op.trial.Trial(study, trial_id)
+
+
+def summary(spec: Search, name: str, url: str) -> str:
+    """One line: how many trials completed, were pruned, failed; the best."""
+    s = open_study(spec, name, url)
+    ts = optuna().trial.TrialState
+    ended = [t.state for t in s.trials]
+    line = ", ".join(
+        f"{ended.count(k)} {k.name.lower()}"
+        for k in (ts.COMPLETE, ts.PRUNED, ts.FAIL)
+        if k in ended
+    )
+    done = [t for t in s.trials if t.state == ts.COMPLETE and t.value is not None]
+    if done:
+        best = s.best_trial
+        line += f"; best {spec.metric} {best.value:.2f} (trial {best.number}: {best.params})"
+    return line or "no trial ended"
+
+
+def dump(name: str, url: str) -> dict[str, Any]:
+    """The study as `hpcqa results --json` carries it: every trial's number, state, value, params and reports."""
+    op = optuna()
+    try:
+        s = op.load_study(study_name=name, storage=_storage(url))
+    except HpcqaError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- gone or damaged: said in the JSON, the table still stands
+        return {"name": name, "storage": url, "error": f"{type(e).__name__}: {str(e)[:200]}"}
+    trials = [
+        {
+            "number": t.number,
+            "state": t.state.name,
+            "value": t.value,
+            "params": t.params,
+            "reports": {str(k): v for k, v in sorted(t.intermediate_values.items())},
+        }
+        for t in s.trials
+    ]
+    done = [t for t in s.trials if t.state == op.trial.TrialState.COMPLETE]
+    best = s.best_trial.number if done else None
+    return {
+        "name": name,
+        "storage": url,
+        "direction": s.direction.name.lower(),
+        "best_trial": best,
+        "trials": trials,
+    }
+
+
+def sweep_id(spec: Search, name: str, url: str, new: str | None = None) -> str | None:
+    """The sweep id the search's trials are registered under (its first job's): read, or kept when first known, so
+    a search submitted again adds its trials to the same sweep (hpcqa results SWEEP shows them all)."""
+    s = open_study(spec, name, url)
+    had = s.user_attrs.get("hpcqa_sweep_id")
+    if isinstance(had, str) and had:
+        return had
+    if new:
+        s.set_user_attr("hpcqa_sweep_id", new)
+    return new

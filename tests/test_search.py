@@ -1,0 +1,318 @@
+"""A [sweep] that searches, in-process: the settings and the space read and refused, and the study (real Optuna, a
+journal file in tmp_path) asked, claimed, told, resumed and refused. The runs themselves: tests/test_search_local.py."""
+
+import json
+
+import pytest
+
+from hpcqa.core import config, plan, search, sweep
+from hpcqa.core.search import Dim, Search, TrialRef
+from hpcqa.errors import ConfigError
+from hpcqa.record import study
+from tests.conftest import ROOT
+
+HOST = plan.HostProbe(schedulers=(), python="python3")
+SPACE = {
+    "train": {
+        "learning_rate": {"low": 1e-5, "high": 1e-3, "log": True},
+        "warmup_ratio": {"low": 0.0, "high": 0.2},
+        "gradient_accumulation_steps": {"low": 1, "high": 4},
+        "num_train_epochs": [1.0, 2.0],
+    }
+}
+
+
+def raw(sweep_table: dict, tmp_path=None) -> dict:
+    r = config.read_toml(ROOT / "configs/quickstart.toml")
+    r["train"].update(eval_strategy="steps", eval_steps=10)
+    if tmp_path is not None:
+        r["job"]["output_dir"] = str(tmp_path / "out")
+    r["sweep"] = sweep_table
+    return r
+
+
+def tpe(**over) -> dict:
+    return {
+        "strategy": "tpe",
+        "trials": 6,
+        "parallelism": 2,
+        **json.loads(json.dumps(SPACE)),
+        **over,
+    }
+
+
+def test_a_search_reads_its_settings_and_space():
+    spec = sweep.searched(raw(tpe(seed=3, pruner="halving")))
+    assert (spec.strategy, spec.trials, spec.parallelism, spec.seed, spec.pruner) == (
+        "tpe",
+        6,
+        2,
+        3,
+        "halving",
+    )
+    assert (spec.metric, spec.direction, spec.storage) == ("f1", "maximize", "")
+    dims = {d.key: d for d in spec.space}
+    assert dims["train.learning_rate"] == Dim(
+        "train.learning_rate", "float", (), 1e-5, 1e-3, True, None
+    )
+    assert dims["train.gradient_accumulation_steps"].kind == "int"
+    assert dims["train.num_train_epochs"].choices == (1.0, 2.0)
+    assert spec.batch_size(0) == 2 and spec.batch_size(5) == 1 and spec.batch_size(6) == 0
+    # trials and parallelism may change between submissions: the same study; the space may not
+    same = sweep.searched(raw(tpe(seed=3, pruner="halving", trials=20, parallelism=4)))
+    other = sweep.searched(
+        raw({**tpe(seed=3, pruner="halving"), "train": {"learning_rate": [1e-4]}})
+    )
+    assert same.digest == spec.digest != other.digest
+
+
+def test_a_grid_of_today_is_not_a_search():
+    r = config.read_toml(ROOT / "configs/sweep_quickstart.toml")
+    assert sweep.searched(r) is None
+    assert len(sweep.expand(r)[0]) == 5
+
+
+@pytest.mark.parametrize(
+    "table,key,words",
+    [
+        ({"strategy": "bayes"}, "sweep.strategy", "unknown strategy 'bayes'"),
+        ({"pruner": "hyperband"}, "sweep.pruner", "unknown pruner"),
+        ({"metric": "accuracy"}, "sweep.metric", "unknown metric"),
+        ({"direction": "up"}, "sweep.direction", "unknown direction"),
+        ({"trials": 0}, "sweep.trials", "integer >= 1"),
+        ({"trials": True}, "sweep.trials", "integer >= 1"),
+        ({"seed": -1}, "sweep.seed", "integer >= 0"),
+        ({"storage": "redis://x"}, "sweep.storage", "not a database URL"),
+        ({"storage": "/some/file.db"}, "sweep.storage", "not a database URL"),
+        (
+            {"train": {"learning_rate": {"low": 1e-3, "high": 1e-5}}},
+            "sweep.train.learning_rate",
+            "is above high",
+        ),
+        (
+            {"train": {"learning_rate": {"low": -1.0, "high": 1e-3, "log": True}}},
+            "sweep.train.learning_rate",
+            "log range needs low > 0",
+        ),
+        (
+            {"train": {"learning_rate": {"low": 0.0, "high": 1e-3, "log": "yes"}}},
+            "sweep.train.learning_rate",
+            "log must be true or false",
+        ),
+        (
+            {"train": {"learning_rate": {"low": "a", "high": 1e-3}}},
+            "sweep.train.learning_rate",
+            "must be numbers",
+        ),
+        (
+            {"train": {"warmup_ratio": {"low": 0.01, "high": 0.2, "step": 0.1, "log": True}}},
+            "sweep.train.warmup_ratio",
+            "step must be",
+        ),
+        ({"train": {"learning_rate": []}}, "sweep.train.learning_rate", "an empty list"),
+        (
+            {"train": {"learning_rate": 1e-4}},
+            "sweep.train.learning_rate",
+            "expected a list of values or a range",
+        ),
+        ({"nosuch": {"x": [1]}}, "sweep.nosuch.x", "is not a config key"),
+        ({"variants": [{"train": {"seed": 1}}]}, "sweep.variants", "does not run"),
+    ],
+)
+def test_bad_searches_are_refused_naming_the_key(table, key, words):
+    with pytest.raises(ConfigError) as e:
+        sweep.searched(raw({**tpe(), **table}))
+    assert e.value.key == key and words in e.value.render(), e.value.render()
+
+
+def test_a_grid_given_a_range_or_a_search_setting_is_refused():
+    for table, key in (
+        ({"train": {"learning_rate": {"low": 1e-5, "high": 1e-3}}}, "sweep.train.learning_rate"),
+        ({"trials": 4, "train": {"learning_rate": [1e-4]}}, "sweep.trials"),
+    ):
+        with pytest.raises(ConfigError) as e:
+            sweep.expand(raw(table))
+        assert e.value.key == key and 'strategy = "random" or "tpe"' in e.value.render()
+
+
+def test_a_search_without_trials_or_keys_is_refused():
+    with pytest.raises(ConfigError) as e:
+        sweep.searched(raw({"strategy": "random", **SPACE}))
+    assert e.value.key == "sweep.trials"
+    with pytest.raises(ConfigError) as e:
+        sweep.searched(raw({"strategy": "random", "trials": 3}))
+    assert e.value.key == "sweep.strategy" and "no key to search" in e.value.render()
+
+
+def test_every_value_a_trial_may_get_is_validated_before_anything_runs():
+    spec = sweep.searched(raw(tpe(train={"learning_rate": {"low": -1e-3, "high": 1e-3}})))
+    with pytest.raises(ConfigError) as e:
+        sweep.check_space(raw(tpe()), spec)
+    assert e.value.key == "train.learning_rate" and "the searched values" in e.value.render()
+    # a pruner needs evaluations to judge
+    r = raw(tpe())
+    r["train"]["eval_strategy"] = "no"
+    with pytest.raises(ConfigError) as e:
+        sweep.check_space(r, sweep.searched(r))
+    assert e.value.key == "sweep.pruner" and "train.eval_strategy" in e.value.render()
+    r["sweep"]["pruner"] = "none"
+    sweep.check_space(r, sweep.searched(r))
+    # what every task shares may not be searched
+    with pytest.raises(ConfigError) as e:
+        sweep.check_space(
+            raw(tpe(job={"name": ["a", "b"]})), sweep.searched(raw(tpe(job={"name": ["a", "b"]})))
+        )
+    assert e.value.key.startswith("sweep.job.name") or "job.name" in e.value.render()
+
+
+def test_a_trial_read_back_from_a_plan_is_checked():
+    good = {
+        "number": 3,
+        "study": "s",
+        "storage": "/x/study.journal",
+        "metric": "f1",
+        "direction": "maximize",
+        "pruner": "median",
+    }
+    assert TrialRef.from_json(good) == TrialRef(**good)
+    assert TrialRef.from_json(None) is None
+    for bad in (
+        {**good, "number": -1},
+        {**good, "number": True},
+        {**good, "metric": "os.system"},
+        {**good, "x": 1},
+        {**good, "study": ""},
+    ):
+        with pytest.raises(ValueError):
+            TrialRef.from_json(bad)
+
+
+def spec_of(**over) -> Search:
+    return sweep.searched(raw(tpe(**over)))
+
+
+def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
+    spec, url = spec_of(), str(tmp_path / "search" / "study.journal")
+    predicted, before = study.peek(spec, "job", url)
+    assert (
+        before == [] and [n for n, _ in predicted] == [0, 1] and not (tmp_path / "search").exists()
+    )
+    again, _ = study.peek(spec, "job", url)
+    assert again == predicted  # seeded: the same prediction every time
+    study.claim(spec, "job", url, predicted)
+    s = study.open_study(spec, "job", url)
+    assert [(t.number, t.params, t.state.name) for t in s.trials] == [
+        (n, p, "RUNNING") for n, p in predicted
+    ]
+    for n, p in predicted:
+        lr = p["train.learning_rate"]
+        assert 1e-5 <= lr <= 1e-3 and p["train.gradient_accumulation_steps"] in (1, 2, 3, 4)
+    # the two RUNNING trials, unfinished (a submit that died): the next peek runs them again first, as they were
+    stale, _ = study.peek(spec, "job", url)
+    assert stale[:2] == predicted and [n for n, _ in stale[2:]] == [2, 3]
+    assert study.tell(spec, "job", url, 0, False, 55.0) == "COMPLETE"
+    assert study.tell(spec, "job", url, 1, True, None) == "PRUNED"
+    assert study.tell(spec, "job", url, 1, False, 99.0) == "PRUNED"  # told already: as it was
+    nxt, trials = study.peek(spec, "job", url)
+    assert [n for n, _ in nxt] == [2, 3] and [t.state.name for t in trials] == [
+        "COMPLETE",
+        "PRUNED",
+    ]
+    assert "1 complete, 1 pruned; best f1 55.00 (trial 0" in study.summary(spec, "job", url)
+    dumped = study.dump("job", url)
+    assert dumped["best_trial"] == 0 and [t["state"] for t in dumped["trials"]] == [
+        "COMPLETE",
+        "PRUNED",
+    ]
+
+
+def test_a_study_that_moved_since_the_dry_run_is_refused(tmp_path):
+    spec, url = spec_of(), str(tmp_path / "study.journal")
+    predicted, _ = study.peek(spec, "job", url)
+    study.claim(spec, "job", url, predicted)
+    with pytest.raises(ConfigError) as e:
+        study.claim(
+            spec,
+            "job",
+            url,
+            [(0, predicted[0][1])] + [(1, predicted[1][1])] + [(5, predicted[0][1])],
+        )
+    assert "changed while this batch was planned" in e.value.render()
+
+
+def test_the_study_of_another_search_at_the_same_place_is_refused(tmp_path):
+    url = str(tmp_path / "study.journal")
+    study.claim(spec_of(), "job", url, study.peek(spec_of(), "job", url)[0])
+    other = spec_of(train={"learning_rate": [1e-4, 2e-4]})
+    for call in (
+        lambda: study.peek(other, "job", url),
+        lambda: study.open_study(other, "job", url),
+    ):
+        with pytest.raises(ConfigError) as e:
+            call()
+        assert (
+            e.value.key == "sweep"
+            and "another search's" in e.value.render()
+            and url in e.value.render()
+        )
+
+
+def test_a_damaged_journal_is_one_line_naming_the_storage(tmp_path):
+    url = tmp_path / "study.journal"
+    url.write_bytes(b'{"op_code": 0, "worker_id": "x"\n\x00\xffgarbage\n')
+    with pytest.raises(ConfigError) as e:
+        study.peek(spec_of(), "job", str(url))
+    assert (
+        e.value.key == "sweep.storage"
+        and str(url) in e.value.render()
+        and "\n" not in e.value.message
+    )
+
+
+def test_a_database_that_cannot_be_reached_is_refused(tmp_path):
+    for url in ("sqlite:////nonexistent/dir/x.db", "postgresql://nobody@127.0.0.1:1/none"):
+        with pytest.raises(ConfigError) as e:
+            study.peek(spec_of(storage=url), "job", url)
+        assert e.value.key == "sweep.storage" and "\n" not in e.value.message, e.value.render()
+
+
+def test_a_database_url_works_as_the_journal_does(tmp_path):
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    spec = spec_of(storage=url)
+    batch, _ = study.peek(spec, "job", url)
+    study.claim(spec, "job", url, batch)
+    assert [t.number for t in study.open_study(spec, "job", url).trials] == [0, 1]
+
+
+def test_a_random_search_plans_its_batch_as_validated_plans(tmp_path):
+    r = raw(tpe(strategy="random"), tmp_path)
+    r["cluster"]["executor"] = "local"
+    spec = sweep.searched(r)
+    batch = [
+        (
+            0,
+            {
+                "train.learning_rate": 1e-4,
+                "train.warmup_ratio": 0.1,
+                "train.gradient_accumulation_steps": 2,
+                "train.num_train_epochs": 2.0,
+            },
+        )
+    ]
+
+    def ref(n):
+        return TrialRef(n, "job", "/j", "f1", "maximize", "median")
+
+    sp = sweep.build_search(r, "x.toml", HOST, spec, batch, ref)
+    (p,) = sp.plans
+    assert (
+        p.trial == ref(0) and p.config.train.gradient_accumulation_steps == 2 and sp.search == spec
+    )
+    back = plan.LaunchPlan.loads(p.dumps())
+    assert back.trial == p.trial and back.digest == p.digest
+    assert sp.to_json()["search"]["digest"] == spec.digest
+    # a plan of today has no trial in its JSON: its digest is what it was
+    assert "trial" not in json.loads(
+        sweep.single(plan.build_plan(config.from_dict(r), HOST)).plans[0].dumps()
+    )
+    assert search.storage_problem("sqlite:///x.db") is None
