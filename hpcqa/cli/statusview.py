@@ -80,7 +80,11 @@ def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
                 rows += [
                     [
                         _cell(f" {x.id}"),
-                        _cell(f" variant {x.task_index}"),
+                        _cell(
+                            f" trial {x.results.trial.number}"
+                            if x.results and x.results.trial
+                            else f" variant {x.task_index}"
+                        ),
                         _cell(x.executor),
                         _state(x),
                         _cell(x.nodes),

@@ -127,8 +127,9 @@ def print_sweep(ex: Any, request: Any) -> None:
         if ex.runs_here
         else f"{len(sp.arrays)} array(s) ({limit}; parallelism {sp.parallelism or 'unlimited'})"
     )
-    t = Table(title=f"sweep: {len(sp.variants)} variants, {shape} -- dry run, nothing submitted")
-    t.add_column("#", no_wrap=True)
+    what = "trials of the next batch" if sp.search else "variants"
+    t = Table(title=f"sweep: {len(sp.variants)} {what}, {shape} -- dry run, nothing submitted")
+    t.add_column("trial" if sp.search else "#", no_wrap=True)
     for key in keys:  # the whole key, wrapped at its dots and underscores rather than cut
         t.add_column(key.replace(".", ".\n"), overflow="fold")
     t.add_column("ranks", no_wrap=True)
@@ -148,11 +149,20 @@ def print_sweep(ex: Any, request: Any) -> None:
             str(p.world_size),
             *([str(array_of[v.index])] if several else []),
         )
+    if sp.search:
+        search_lines(con, sp)
     con.print(t)
     if len(sp.variants) > 50:
         con.print(f"... and {len(sp.variants) - 50} more variants (--json lists them all)")
     if ex.runs_here:
-        con.print(f"local executor: the {len(sp.variants)} variants run one after another")
+        con.print(
+            f"local executor: the {len(sp.variants)} {what} run one after another"
+            + (
+                "; then the next batch is asked of the study, until all trials have run"
+                if sp.search
+                else ""
+            )
+        )
         return
     if assumed:
         con.print(f"MaxArraySize {known}", style="dim", highlight=False)
@@ -162,6 +172,20 @@ def print_sweep(ex: Any, request: Any) -> None:
         )
     if request.scripts:
         print_script(con, request.scripts[0], "sbatch script of array 0 (as it will be submitted)")
+
+
+def search_lines(con: Any, sp: Any) -> None:
+    """What a search will do: how it searches, where its study is, what the study holds already."""
+    spec, ref = sp.search, sp.plans[0].trial
+    con.print(
+        f"search {ref.study}: {spec.strategy}, {spec.trials} trials in batches of {spec.parallelism or 1}, "
+        f"{spec.direction} {spec.metric}, pruner {spec.pruner}, seed {spec.seed}",
+        highlight=False,
+    )
+    for d in spec.space:
+        con.print(f"  {d.key}: {d.shown()}", highlight=False)
+    had = f"resumes it: {sp.resumed} trial(s) asked before" if sp.resumed else "a new study"
+    con.print(f"  study {ref.storage} ({had})", highlight=False)
 
 
 def batches_line(cfg: Any) -> str:

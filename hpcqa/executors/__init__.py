@@ -17,4 +17,5 @@ table.py. The CLI, the API, sweeps and `tune` all go through the table.
     jobs.py         the job list: registry rows + each executor's live states + job files -> job views
     cancel.py       which registry rows a list of ids means, and stopping them
     tune.py         `hpcqa tune`: candidate layouts as ordinary jobs through the table
+    searching.py    a search's next batch: the study asked, its trials planned like a grid's tasks
 """

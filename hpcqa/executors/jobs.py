@@ -85,6 +85,9 @@ def _read_folder(v: JobView, jd: JobDir, detail: bool) -> None:
     v.progress = jd.read_progress()
     got = results.read(jd.results)
     v.results = got if isinstance(got, Results) else None
+    trial = v.results.trial if v.results else None
+    if trial is not None and trial.state == State.PRUNED and states.succeeded(v.state):
+        v.state = State.PRUNED  # the job ran to its end: its search's pruner stopped its training
     if (
         isinstance(got, Damaged) and not detail
     ):  # the detail view lists it with the other damaged files

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from hpcqa.core.states import State
 from hpcqa.fsutil import atomic_write_bytes
 from hpcqa.record.jobfiles.results import SCORES as NUMERIC
 from hpcqa.record.jobfiles.results import V2_SPLITS, Results
@@ -35,10 +36,19 @@ def rows(views: Sequence[Any], metric: str) -> list[dict[str, Any]]:
             "trained model"
         )  # the folder as found, not as results.json says
         row[metric] = r.number(metric)
+        if r.trial is not None:  # a search's trial: its number, how far it trained, what it cost
+            row.update(
+                trial=r.trial.number, steps=r.extra.get("global_steps"), node_hours=node_hours(v, r)
+            )
         out.append(row)
-    good = [x for x in out if isinstance(x.get(metric), (int, float))]
+    # a pruned trial is never the best: its pruner judged it behind (Optuna's best is among the completed)
+    good = [
+        x for x in out if isinstance(x.get(metric), (int, float)) and x["state"] != State.PRUNED
+    ]
     lower_is_better = lower_better(metric)
-    best = (min if lower_is_better else max)(good, key=lambda x: x[metric]) if good else None
+    # ties: the earliest task (Optuna's best too is the first to reach it)
+    sign = 1 if lower_is_better else -1
+    best = min(good, key=lambda x: (sign * x[metric], x["task"] or 0)) if good else None
     for x in out:
         x["best"] = x is best
     key = lambda x: (
@@ -47,6 +57,11 @@ def rows(views: Sequence[Any], metric: str) -> list[dict[str, Any]]:
         x["task"] or 0,
     )
     return sorted(out, key=key)
+
+
+def node_hours(v: Any, r: Results) -> float | None:
+    """Nodes x the job's wall time, in hours (what a search is measured in)."""
+    return v.nodes * r.wall_time_s / 3600 if r.wall_time_s is not None and v.nodes else None
 
 
 def lower_better(metric: str) -> bool:
@@ -131,6 +146,10 @@ def plot(table: list[dict[str, Any]], keys: list[str], metric: str, path: str) -
         ax.set_xlabel("nodes")
         ax.set_ylabel("speedup vs 1 node (train samples/s)")
         ax.set_title("scaling")
+    elif any(r.get("trial") is not None for r in table):
+        plt.close(fig)
+        fig = _plot_trials(plt, table, keys, metric)
+        ax = fig.axes[0]
     else:
         _plot_variants(ax, table, keys, metric)
     ax.grid(alpha=0.3)
@@ -143,6 +162,52 @@ def plot(table: list[dict[str, Any]], keys: list[str], metric: str, path: str) -
     fig.savefig(buf, format=Path(path).suffix.lstrip(".").lower() or "png")
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def _plot_trials(plt: Any, table: list[dict[str, Any]], keys: list[str], metric: str) -> Any:
+    """A search: the optimisation history (each trial's metric by trial number, pruned ones hollow, the best so far
+    as a step line), then the metric against each searched key."""
+    fig, axes = plt.subplots(
+        1, 1 + len(keys), figsize=(4.2 * (1 + len(keys)), 3.8), dpi=110, squeeze=False
+    )
+    axes = axes[0]
+    trials = sorted((r for r in table if r.get("trial") is not None), key=lambda r: r["trial"])
+    scored = [r for r in trials if isinstance(r.get(metric), (int, float))]
+    for pruned, style in ((False, "o"), (True, "o")):
+        rs = [r for r in scored if (r["state"] == State.PRUNED) == pruned]
+        axes[0].plot(
+            [r["trial"] for r in rs],
+            [r[metric] for r in rs],
+            style,
+            mfc="none" if pruned else None,
+            label="pruned" if pruned else "completed",
+        )
+    best_so_far, line = None, []
+    pick = min if lower_better(metric) else max
+    for r in scored:
+        if r["state"] != State.PRUNED:
+            best_so_far = r[metric] if best_so_far is None else pick(best_so_far, r[metric])
+        line.append((r["trial"], best_so_far))
+    kept = [(n, b) for n, b in line if b is not None]
+    if kept:
+        axes[0].step(
+            [n for n, _ in kept],
+            [b for _, b in kept],
+            where="post",
+            color="grey",
+            label="best so far",
+        )
+    axes[0].set_xlabel("trial")
+    axes[0].set_ylabel(metric)
+    axes[0].set_title("optimisation history")
+    for ax, key in zip(axes[1:], keys):
+        ax.plot([_num(r["params"].get(key)) for r in scored], [r[metric] for r in scored], "o")
+        ax.set_xlabel(key)
+        xs = [_num(r["params"].get(key)) for r in scored]
+        if xs and all(x > 0 for x in xs) and max(xs) / min(xs) >= 10:
+            ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    return fig
 
 
 def _plot_variants(ax: Any, table: list[dict[str, Any]], keys: list[str], metric: str) -> None:

@@ -2,4 +2,5 @@
 LocalExecutor as the controller).
 
 executor.py     the executor (dry run, submit, the free-core choice) and its job verbs (states, usage, cancel)
+searchloop.py   a search: batch after batch of trials, the study told how each ended
 """

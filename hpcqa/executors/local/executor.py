@@ -32,6 +32,7 @@ from hpcqa.core.states import State
 from hpcqa.errors import HpcqaError, PlanError
 from hpcqa.executors import common, snapshot
 from hpcqa.executors.interface import Live, Outcome, Progress, Request, Say, Submitted, silent
+from hpcqa.executors.local import searchloop
 from hpcqa.rank.job import RankJob
 from hpcqa.record.jobdir import JobDir, JobRoot
 from hpcqa.record.jobfiles import controller
@@ -98,6 +99,8 @@ class Local:
             snapshot.write(request.code, say)
         common.write_work(request)
         sp = request.sweep
+        if sp.search:
+            return searchloop.run(self, request, say)
         if sp.is_sweep:
             return self._run_sweep(request, say)
         plan = sp.plans[0]
@@ -128,10 +131,19 @@ class Local:
         (job,), (folder,) = submitted.handles, submitted.folders
         return finish(job, JobDir(Path(folder)), submitted.request.sweep.plans[0], progress)
 
-    def _run_sweep(self, request: Request, say: Say) -> Submitted:
-        """Variants one after another on this machine (each uses every core the plan gives it)."""
+    def _run_sweep(
+        self,
+        request: Request,
+        say: Say,
+        sweep_id: str | None = None,
+        ended: Callable[[LaunchPlan, JobDir, str], bool] | None = None,
+    ) -> Submitted:
+        """Variants one after another on this machine (each uses every core the plan gives it); ended(plan, folder,
+        state) after each (a search tells its study; True: stop here). The sweep id: the first job's, or the one
+        given (a search's next batch)."""
         sp = request.sweep
-        sweep_id, failed, ids, folders = None, 0, [], []
+        failed, ids, folders = 0, [], []
+        what = "trial" if sp.search else "variant"
         for p in sp.plans:
             try:
                 with (
@@ -145,27 +157,30 @@ class Local:
             except KeyboardInterrupt:
                 if len(ids) > len(folders) - 1 and ids:
                     cancel(int(ids[-1]), identity(int(ids[-1])) or "", Path(folders[-1]))
-                say(f"interrupted: sweep {sweep_id} stopped at variant {p.variant_index}")
+                say(f"interrupted: sweep {sweep_id} stopped at {what} {p.variant_index}")
                 return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=130)
             say(
-                f"sweep {sweep_id}: variant {p.variant_index} {dict(p.variant)} -> local job {job.job_id}"
+                f"sweep {sweep_id}: {what} {p.variant_index} {dict(p.variant)} -> local job {job.job_id}"
             )
             end = finish(job, jd, p)
             if end.interrupted:
-                say(f"interrupted: sweep {sweep_id} stopped at variant {p.variant_index}")
+                say(f"interrupted: sweep {sweep_id} stopped at {what} {p.variant_index}")
                 return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=130)
+            if ended and ended(p, jd, end.state):
+                return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=1)
             if not states.succeeded(end.state) or not jd.read_results():
                 failed += 1
                 first = next(iter(jd.failed_ranks()), None)
                 say(
-                    f"variant {p.variant_index}: job {job.job_id} {end.state}"
+                    f"{what} {p.variant_index}: job {job.job_id} {end.state}"
                     + (f": rank {first.rank}: {first.error}" if first else "")
                     + f" (hpcqa logs {job.job_id})"
                 )
-        say(
-            f"sweep {sweep_id}: {len(sp.variants) - failed} of {len(sp.variants)} variants completed; "
-            f"hpcqa results {sweep_id}"
-        )
+        if not sp.search:
+            say(
+                f"sweep {sweep_id}: {len(sp.variants) - failed} of {len(sp.variants)} variants completed; "
+                f"hpcqa results {sweep_id}"
+            )
         return Submitted(
             request, tuple(ids), sweep_id, tuple(folders), exit_code=1 if failed else 0
         )

@@ -23,5 +23,6 @@ postprocess.py  start/end logits -> answers, n-best lists and null odds (numpy)
 metrics.py      SQuAD exact match and F1 by the official scripts' rules (pure Python)
 efficiency.py   model FLOPs per sample, each rank's matmul peak (before and after training), MFU
 peakcheck.py    whether the peak held during the job, how it was taken, whether to cache it (pure)
+pruning.py      a search's trial: its metric reported at each evaluation, stopped when pruned
 commbench.py    what communication costs: the all-reduce the backward did not hide, the link between nodes
 """

@@ -139,6 +139,8 @@ def _run(plan: LaunchPlan, jd: JobDir) -> dict:
         best_checkpoint=trainer.state.best_model_checkpoint,
         best_metric=trainer.state.best_metric,
     )
+    if trainer.hpcqa_prune is not None:
+        timing["trial"] = trainer.hpcqa_prune.outcome()
     trained = trainer.model
     if r.report.get("step_recipe"):
         r.report["step_recipe"] = attention.switched(trained, r.report["step_recipe"])

@@ -24,6 +24,7 @@ from hpcqa.rank.train.callbacks import (
 )
 from hpcqa.rank.train.evaluate import score
 from hpcqa.rank.train.facts import Rank
+from hpcqa.rank.train.pruning import Prune
 
 
 class LockstepLengthSampler(Sampler):
@@ -60,6 +61,7 @@ class CountingTrainer(Trainer):
         self.hpcqa_rank = hpcqa_rank
         self.hpcqa_timer = timer
         self.hpcqa_counts = efficiency.new_counts()
+        self.hpcqa_prune: Prune | None = None  # a search's trial: its pruning callback
 
     def _get_train_sampler(self, train_dataset=None):
         dc = self.hpcqa_rank.plan.config.data
@@ -167,6 +169,12 @@ def build_trainer(
         timer=timer,
         **extra,
     )
+    trainer.hpcqa_prune = None
+    if (
+        r.plan.trial is not None and evaluates
+    ):  # a search's trial: report each evaluation, stop when pruned
+        trainer.hpcqa_prune = Prune(r, r.plan.trial)
+        trainer.add_callback(trainer.hpcqa_prune)
     if getattr(trainer.accelerator, "ddp_handler", None) is not None:
         ddp_hooks(r, trainer.accelerator.ddp_handler)
     return trainer

@@ -92,6 +92,22 @@ class Predict(Record):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TrialEnd(Record):
+    """A search's trial: its number, how it ended (COMPLETED, or PRUNED by the pruner at `step`), the metric it was
+    judged by and its value then (the last evaluation's), and how many evaluations it reported."""
+
+    number: Count
+    state: str
+    metric: str = ""
+    value: float | None = None
+    step: Count | None = None
+    reports: Count = 0
+    study: str = ""  # the study's name and storage (a journal file or a database URL)
+    storage: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
 # the numbers a sweep's table and CSV carry, by name (sweep.metric may name any of results.json's numbers)
 SCORES = ("exact_match", "f1", "train_samples_per_second", "wall_time_s", "train_runtime_s")
 V2_SPLITS = ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_f1", "best_f1_thresh")
@@ -147,6 +163,7 @@ class Results(Record):
     bf16_weights: Weights | None = None
     step_split_s: dict[str, float | None] = field(default_factory=dict)
     efficiency: Efficiency | None = None
+    trial: TrialEnd | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def scores(self) -> tuple[float, float] | None:
