@@ -84,6 +84,26 @@ def test_a_grid_of_today_is_not_a_search():
         ({"seed": -1}, "sweep.seed", "integer >= 0"),
         ({"storage": "redis://x"}, "sweep.storage", "not a database URL"),
         ({"storage": "/some/file.db"}, "sweep.storage", "not a database URL"),
+        ({"storage": "sqlite:///relative.db"}, "sweep.storage", "absolute path"),
+        ({"storage": "sqlite:///:memory:"}, "sweep.storage", "absolute path"),
+        ({"storage": "sqlite://"}, "sweep.storage", "absolute path"),
+        ({"storage": "postgresql://alice:S3cretPW@db/x"}, "sweep.storage", "a password in the URL"),
+        (
+            {"train": {"gradient_accumulation_steps": {"low": 1, "high": 4, "step": 10}}},
+            "sweep.train.gradient_accumulation_steps",
+            "not a multiple of step",
+        ),
+        (
+            {"train": {"learning_rate": {"low": 1e-5, "high": 1e-4, "lgo": True}}},
+            "sweep.train.learning_rate",
+            "a range takes low and high",
+        ),
+        (
+            {"train": {"learning_rate": {"low": 1e-5}}},
+            "sweep.train.learning_rate",
+            "a range takes low and high",
+        ),
+        ({"bogus": 1}, "sweep.bogus", "is not a config key"),
         (
             {"train": {"learning_rate": {"low": 1e-3, "high": 1e-5}}},
             "sweep.train.learning_rate",
@@ -123,6 +143,7 @@ def test_bad_searches_are_refused_naming_the_key(table, key, words):
     with pytest.raises(ConfigError) as e:
         sweep.searched(raw({**tpe(), **table}))
     assert e.value.key == key and words in e.value.render(), e.value.render()
+    assert "S3cretPW" not in e.value.render()  # a password is never echoed
 
 
 def test_a_grid_given_a_range_or_a_search_setting_is_refused():
@@ -157,6 +178,11 @@ def test_every_value_a_trial_may_get_is_validated_before_anything_runs():
     assert e.value.key == "sweep.pruner" and "train.eval_strategy" in e.value.render()
     r["sweep"]["pruner"] = "none"
     sweep.check_space(r, sweep.searched(r))
+    # a program of your own reports no EM/F1 to judge trials by
+    r["job"]["command"] = ["python", "train.py"]
+    with pytest.raises(ConfigError) as e:
+        sweep.check_space(r, sweep.searched(r))
+    assert e.value.key == "sweep.strategy" and "job.command" in e.value.render()
     # what every task shares may not be searched
     with pytest.raises(ConfigError) as e:
         sweep.check_space(
@@ -199,7 +225,7 @@ def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
     )
     again, _ = study.peek(spec, "job", url)
     assert again == predicted  # seeded: the same prediction every time
-    study.claim(spec, "job", url, predicted)
+    study.claim(spec, "job", url, predicted, 0)
     s = study.open_study(spec, "job", url)
     assert [(t.number, t.params, t.state.name) for t in s.trials] == [
         (n, p, "RUNNING") for n, p in predicted
@@ -209,7 +235,9 @@ def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
         assert 1e-5 <= lr <= 1e-3 and p["train.gradient_accumulation_steps"] in (1, 2, 3, 4)
     # the two RUNNING trials, unfinished (a submit that died): the next peek runs them again first, as they were
     stale, _ = study.peek(spec, "job", url)
-    assert stale[:2] == predicted and [n for n, _ in stale[2:]] == [2, 3]
+    assert (
+        stale == predicted
+    )  # ... and they fill the batch: a batch is at most `parallelism` trials
     assert study.tell(spec, "job", url, 0, False, 55.0) == "COMPLETE"
     assert study.tell(spec, "job", url, 1, True, None) == "PRUNED"
     assert study.tell(spec, "job", url, 1, False, 99.0) == "PRUNED"  # told already: as it was
@@ -229,20 +257,17 @@ def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
 def test_a_study_that_moved_since_the_dry_run_is_refused(tmp_path):
     spec, url = spec_of(), str(tmp_path / "study.journal")
     predicted, _ = study.peek(spec, "job", url)
-    study.claim(spec, "job", url, predicted)
+    study.claim(spec, "job", url, predicted, 0)
+    # a second submit planned the same batch from the empty study: its trials 0 and 1 are the first submit's now
     with pytest.raises(ConfigError) as e:
-        study.claim(
-            spec,
-            "job",
-            url,
-            [(0, predicted[0][1])] + [(1, predicted[1][1])] + [(5, predicted[0][1])],
-        )
+        study.claim(spec, "job", url, predicted, 0)
     assert "changed while this batch was planned" in e.value.render()
+    assert len(study.open_study(spec, "job", url).trials) == 2
 
 
 def test_the_study_of_another_search_at_the_same_place_is_refused(tmp_path):
     url = str(tmp_path / "study.journal")
-    study.claim(spec_of(), "job", url, study.peek(spec_of(), "job", url)[0])
+    study.claim(spec_of(), "job", url, study.peek(spec_of(), "job", url)[0], 0)
     other = spec_of(train={"learning_rate": [1e-4, 2e-4]})
     for call in (
         lambda: study.peek(other, "job", url),
@@ -280,7 +305,7 @@ def test_a_database_url_works_as_the_journal_does(tmp_path):
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     spec = spec_of(storage=url)
     batch, _ = study.peek(spec, "job", url)
-    study.claim(spec, "job", url, batch)
+    study.claim(spec, "job", url, batch, 0)
     assert [t.number for t in study.open_study(spec, "job", url).trials] == [0, 1]
 
 
@@ -315,4 +340,4 @@ def test_a_random_search_plans_its_batch_as_validated_plans(tmp_path):
     assert "trial" not in json.loads(
         sweep.single(plan.build_plan(config.from_dict(r), HOST)).plans[0].dumps()
     )
-    assert search.storage_problem("sqlite:///x.db") is None
+    assert search.storage_problem("sqlite:////abs/x.db") is None

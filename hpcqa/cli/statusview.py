@@ -409,10 +409,7 @@ def _printable(text: str) -> str:
 
 def _by_the_cancel(record: Failure) -> bool:
     """A rank's end that a cancel causes: Ctrl-C / SIGINT (KeyboardInterrupt), or killed by SIGINT/TERM/KILL."""
-    error = record.error
-    return error.startswith("KeyboardInterrupt") or any(
-        f"killed by {s}" in error for s in ("SIGINT", "SIGTERM", "SIGKILL")
-    )
+    return failures.by_an_interrupt(record.error)
 
 
 def _preload_rows(v: JobView) -> list[tuple[str, str]]:

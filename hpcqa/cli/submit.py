@@ -170,6 +170,12 @@ def print_sweep(ex: Any, request: Any) -> None:
         con.print(
             f"array {i}: {len(a.variants)} task(s), {line}: {' '.join(argv)}", highlight=False
         )
+    if sp.search:
+        con.print(
+            "then a follow-up job (1 CPU, --dependency=afterany on the batch's arrays) tells the study how each "
+            "trial ended and submits the next batch (its log: <job root>/search/follow-up.log)",
+            highlight=False,
+        )
     if request.scripts:
         print_script(con, request.scripts[0], "sbatch script of array 0 (as it will be submitted)")
 

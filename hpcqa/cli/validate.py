@@ -21,7 +21,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             raw = config.load_raw(path, args.overrides)
             host = plan.HostProbe(schedulers=frozenset({kinds.SlurmKind.name}))
-            if sweep.has_sweep(raw):
+            spec = sweep.searched(raw, str(path)) if sweep.has_sweep(raw) else None
+            if (
+                spec is not None
+            ):  # a search: every value a trial may get, validated; no study is asked
+                sweep.check_space(raw, spec, str(path))
+                base = {k: v for k, v in raw.items() if k != "sweep"}
+                lp = plan.build_plan(config.from_dict(base, source=str(path)), host)
+                what = f"a {spec.strategy} search of {spec.trials} trials over {len(spec.space)} key(s), the base: "
+            elif sweep.has_sweep(raw):
                 # every variant of a [sweep] is validated as submit would, swept keys included
                 sp = sweep.build(
                     raw,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -114,7 +115,7 @@ class Search:
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
     def batch_size(self, asked: int) -> int:
-        """How many trials the next batch asks for, `asked` trials being in the study already."""
+        """How many trials the next batch holds at most, `asked` trials being in the study already."""
         return max(0, min(self.parallelism or 1, self.trials - asked))
 
 
@@ -161,6 +162,11 @@ def is_range(value: Any) -> bool:
     return isinstance(value, Mapping) and {"low", "high"} <= set(value) <= RANGE_KEYS
 
 
+def meant_as_range(value: Any) -> bool:
+    """A table with low or high in it: a range, maybe mistyped (read as one, so its error names the key)."""
+    return isinstance(value, Mapping) and bool({"low", "high"} & set(value))
+
+
 def _err(key: str, message: str, fix: str, source: str) -> ConfigError:
     return ConfigError(f"sweep.{key}", message, fix, source)
 
@@ -173,6 +179,13 @@ def dim(key: str, value: Any, source: str) -> Dim:
     """One searched key's space, checked."""
     if isinstance(value, list):
         return _choices(key, value, source)
+    if meant_as_range(value) and not is_range(value):
+        raise _err(
+            key,
+            f"a range takes low and high (both), log and step; got {', '.join(sorted(value))}",
+            f"write sweep.{key} = {{low = 1e-5, high = 1e-3, log = true}}",
+            source,
+        )
     if not is_range(value):
         raise _err(
             key,
@@ -233,6 +246,13 @@ def _range(key: str, value: Mapping[str, Any], source: str) -> Dim:
             "drop step, or drop log",
             source,
         )
+    if step is not None and abs((high - low) / step - round((high - low) / step)) > 1e-9:
+        raise _err(
+            key,
+            f"high - low ({high - low:g}) is not a multiple of step {step:g}",
+            f"make it one (high = {low + step * max(1, int((high - low) // step)):g}), or drop step",
+            source,
+        )
     whole = (
         isinstance(low, int) and isinstance(high, int) and (step is None or isinstance(step, int))
     )
@@ -269,13 +289,30 @@ def _setting(sw: Mapping[str, Any], key: str, default: Any, source: str) -> Any:
     return v
 
 
+def redacted(url: str) -> str:
+    """A URL as messages show it: a password in it (user:password@, ?password=) replaced by ***."""
+    out = re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", url)
+    return re.sub(r"(?i)(password=)[^&]*", r"\1***", out)
+
+
 def storage_problem(url: str) -> str | None:
     """Why a sweep.storage value is not a study storage hpcqa opens (None: it may be)."""
     if not url:
         return None
     scheme = url.split(":", 1)[0].split("+", 1)[0]
     if "://" not in url or scheme not in STORAGE_SCHEMES:
-        return f"{url!r} is not a database URL ({', '.join(s + '://' for s in STORAGE_SCHEMES)})"
+        return f"{redacted(url)!r} is not a database URL ({', '.join(s + '://' for s in STORAGE_SCHEMES)})"
+    if scheme == "sqlite":
+        rest = url.split("://", 1)[
+            1
+        ]  # sqlite:////abs/path.db: "//abs/path.db"; sqlite:///rel.db: "/rel.db"
+        if not rest.startswith("//") or ":memory:" in rest:
+            return (
+                f"{redacted(url)!r}: an SQLite study must be a file at an absolute path (sqlite:////abs/path.db: "
+                "four slashes), the same from every node and every folder you submit from"
+            )
+    if re.search(r"://[^/@]*:[^/@]*@", url) or re.search(r"(?i)password=", url):
+        return "a password in the URL would be written to the plans and the registry"
     return None
 
 
@@ -322,7 +359,8 @@ def parse(
         raise _err(
             "storage",
             bad,
-            "leave sweep.storage out (a journal file in the search's folder) or give sqlite:///path",
+            "leave sweep.storage out (a journal file in the job root), or give sqlite:////abs/path.db; a "
+            "server's password goes in ~/.pgpass or the driver's environment, never in the config",
             source,
         )
     return Search(

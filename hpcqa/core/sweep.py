@@ -61,7 +61,7 @@ def _flatten(
     out = {} if out is None else out
     for k, v in d.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict) and not search.is_range(v):
+        if isinstance(v, dict) and not search.meant_as_range(v):
             _flatten(v, where, source, key + ".", out)
         elif key in out:
             raise ConfigError(
@@ -110,10 +110,13 @@ def searched(raw: Mapping[str, Any], source: str = "") -> search.Search | None:
     if not isinstance(sw, dict):
         return None
     keys = _flatten({k: v for k, v in sw.items() if k not in RESERVED}, "sweep", source)
+    if sw.get("strategy", "grid") != "grid":
+        for key in (
+            keys
+        ):  # a misspelt setting is not a config key: said before its value is read as a space
+            _config_key(key, source)
     spec = search.parse(sw, keys, _parallelism(sw, source), source)
     if spec is not None:
-        for key in keys:
-            _config_key(key, source)
         sweepcheck.check_keys(list(keys), source)
     return spec
 
@@ -358,6 +361,13 @@ def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -
     keys = [d.key for d in spec.space]
     sweepcheck.check_variables(keys, source)
     sweepcheck.check_shared(checked, keys, source)
+    if checked[0].config.job.command:
+        raise ConfigError(
+            "sweep.strategy",
+            "a search judges its trials by hpcqa's evaluations (EM/F1), and job.command runs a program of your own",
+            'sweep your program with strategy = "grid" (its metrics: hpcqa results --metric)',
+            source,
+        )
     if spec.pruner != "none" and checked[0].config.train.eval_strategy == "no":
         raise ConfigError(
             "sweep.pruner",

@@ -1,7 +1,7 @@
 """A search's next batch, planned: the study asked (record/study.py: an in-memory copy, nothing written) and its
 trials turned into validated, digest-checked plans like a grid's tasks (core/sweep.py). The dry run prints the first
-batch; submit claims it in the study and runs it; the local executor plans each next batch here as the previous one
-ends."""
+batch; submit claims it in the study and runs it; the local executor and the Slurm follow-up job plan each next
+batch here as the previous one ends, and tell the study how each trial ended."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from hpcqa.core import config as configmod
-from hpcqa.core import kinds, sweep
+from hpcqa.core import sweep
 from hpcqa.core.search import Search, TrialRef
-from hpcqa.errors import ConfigError, UsageError
+from hpcqa.core.states import State
+from hpcqa.errors import UsageError
 from hpcqa.executors import hostprobe, table
-from hpcqa.record import study
-from hpcqa.record.jobdir import JobRoot
+from hpcqa.record import failures, study
+from hpcqa.record.jobdir import JobDir, JobRoot
 
 
 class SearchDone(UsageError):
@@ -48,13 +49,6 @@ def plan_batch(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.Sweep
     sp = sweep.build_search(
         raw, source, hostprobe.probe_host(), spec, batch, ref, table.max_array_size
     )
-    if sp.executor != kinds.LocalKind.name:
-        raise ConfigError(
-            "sweep.strategy",
-            f"a {spec.strategy} search runs on the local executor in this version, not {sp.executor}",
-            'set cluster.executor = "local", or strategy = "grid" to sweep on Slurm',
-            source,
-        )
     return replace(
         sp, search_config=json.dumps(raw, sort_keys=True), source=source, resumed=len(trials)
     )
@@ -63,7 +57,33 @@ def plan_batch(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.Sweep
 def next_batch(sp: sweep.SweepPlan) -> sweep.SweepPlan | None:
     """After a batch has ended: the next one, or None when the search has asked all its trials."""
     assert sp.search is not None
+    return next_or_none(json.loads(sp.search_config), sp.source, sp.search)
+
+
+def next_or_none(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.SweepPlan | None:
     try:
-        return plan_batch(json.loads(sp.search_config), sp.source, sp.search)
+        return plan_batch(raw, source, spec)
     except SearchDone:
         return None
+
+
+def stopped(jd: JobDir) -> bool:
+    """Was this trial stopped by its user (hpcqa cancel, Ctrl-C, a signal) rather than ended? Such a trial is not
+    told: it stays RUNNING in the study and runs again, as it was, when the search is submitted again."""
+    if jd.cancel_marker.exists():
+        return True
+    if jd.read_results() is not None:
+        return False
+    gone = jd.failed_ranks()
+    return bool(gone) and all(failures.by_an_interrupt(f.error) for f in gone)
+
+
+def tell(spec: Search, name: str, url: str, number: int, jd: JobDir) -> str:
+    """Tell the study how a trial ended, from what its job folder holds: PRUNED (its rank 0 said so), COMPLETE with
+    the metric its results hold (the final evaluation's), or FAIL. -> what was told, for a line."""
+    res = jd.read_results()
+    value = res.number(spec.metric) if res is not None and res.finished() else None
+    pruned = res is not None and res.trial is not None and res.trial.state == State.PRUNED
+    told = study.tell(spec, name, url, number, pruned, value)
+    at = f" at step {res.trial.step}" if pruned and res and res.trial else ""
+    return told + at + (f" {spec.metric} {value:.2f}" if value is not None else "")

@@ -89,6 +89,14 @@ def lost_peer_in_log(path: Any, max_bytes: int = 64 << 10) -> bool:
     )
 
 
+def by_an_interrupt(error: str) -> bool:
+    """A rank's end that a cancel or an interrupt causes: Ctrl-C / SIGINT (KeyboardInterrupt), or killed by
+    SIGINT/TERM/KILL."""
+    return error.startswith("KeyboardInterrupt") or any(
+        f"killed by {s}" in error for s in ("SIGINT", "SIGTERM", "SIGKILL")
+    )
+
+
 def consequence(error: str) -> int:
     """A rank's error: 0: died of a hard signal (the OOM killer, kill -9, a crash); 1: its own error; 2: lost a
     peer."""

@@ -198,6 +198,14 @@ class JobRoot:
         """A search's study when sweep.storage names none: Optuna's journal file, on the job root's filesystem."""
         return self.path / "search" / "study.journal"
 
+    def search_state(self, submission: str) -> Path:
+        """What a Slurm search's follow-up job reads (its batch's trials, where they ran); its script beside it."""
+        return self.path / "search" / f"next-{submission}.json"
+
+    def search_log(self) -> Path:
+        """The follow-up jobs' output, one file (appended to): what each told the study and submitted."""
+        return self.path / "search" / "follow-up.log"
+
     def rendered_script(self, digest: str, launcher: str) -> Path:
         """Where `render --submit` keeps the script it submitted (content-addressed, like the plans)."""
         return self.path / "scripts" / f"{digest}.{launcher}.sbatch"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hpcqa.core.search import Dim, Search, TrialRef
+from hpcqa.core.search import Dim, Search, TrialRef, redacted
 from hpcqa.errors import ConfigError, HpcqaError
 
 EXTRA = "pip install 'hpcqa[search]'"
@@ -51,8 +51,9 @@ def _storage(url: str) -> Any:
         except Exception as e:  # noqa: BLE001 -- any driver's error: the storage cannot be used
             raise ConfigError(
                 "sweep.storage",
-                f"cannot open the study storage {url.split('@')[-1]}: {str(e).splitlines()[0][:200]}",
-                "check the URL and that the database answers, or leave sweep.storage out (a journal file)",
+                f"cannot open the study storage {redacted(url)}: {type(e).__name__}: "
+                f"{redacted(str(e).splitlines()[0][:200]) if str(e) else ''}",
+                _storage_fix(e),
             ) from None
     from optuna.storages.journal import JournalFileBackend
 
@@ -65,6 +66,15 @@ def _storage(url: str) -> Any:
             f"cannot read the study journal {url}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
             "remove it to start the search over, or set job.name for a new search",
         ) from None
+
+
+def _storage_fix(e: Exception) -> str:
+    """The fix for a storage that did not open: the driver to install, or the server to check."""
+    if isinstance(e, ImportError) or "import DB access module" in str(e):
+        return "install the database's Python driver (psycopg2-binary for postgresql://, pymysql for mysql://)"
+    return (
+        "check the URL and that the database answers, or leave sweep.storage out (a journal file)"
+    )
 
 
 def sampler(spec: Search, asked: int) -> Any:
@@ -125,7 +135,7 @@ def open_study(spec: Search, name: str, url: str, create: bool = True) -> Any:
     except Exception as e:  # noqa: BLE001 -- a damaged journal or database: one line, the fix
         raise ConfigError(
             "sweep.storage",
-            f"cannot read the study {name!r} at {url}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+            f"cannot read the study {name!r} at {redacted(url)}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
             "remove it to start the search over, or set job.name for a new search",
         ) from None
     if mark is None and create:
@@ -133,7 +143,7 @@ def open_study(spec: Search, name: str, url: str, create: bool = True) -> Any:
     elif mark is not None and mark.get("digest") != spec.digest:
         raise ConfigError(
             "sweep",
-            f"the study {name!r} at {url} is another search's (its space or settings differ: "
+            f"the study {name!r} at {redacted(url)} is another search's (its space or settings differ: "
             f"{_difference(mark, _mark(spec))})",
             "set another job.name (a new search), or remove the study to start over",
         )
@@ -161,7 +171,9 @@ def peek(spec: Search, name: str, url: str) -> tuple[list[tuple[int, dict[str, A
     memory = op.create_study(direction=spec.direction, sampler=sampler(spec, len(trials)))
     memory.add_trials([t for t in trials if t.state.is_finished()])
     fresh = []
-    for i in range(spec.batch_size(len(trials))):
+    for i in range(
+        max(0, spec.batch_size(len(trials)) - len(stale))
+    ):  # a batch is at most parallelism trials
         t = memory.ask({d.key: distribution(d) for d in spec.space})
         fresh.append((len(trials) + i, dict(t.params)))
     return stale + fresh, trials
@@ -176,14 +188,16 @@ def _has(name: str, url: str) -> bool:
         return True
 
 
-def claim(spec: Search, name: str, url: str, batch: list[tuple[int, dict[str, Any]]]) -> None:
+def claim(
+    spec: Search, name: str, url: str, batch: list[tuple[int, dict[str, Any]]], held: int
+) -> None:
     """Write the batch the dry run predicted into the study (stale trials are already there): each new trial
-    enqueued with exactly its values and asked. A study that moved since (another submit of this search) is
-    refused: the numbers would no longer be the plans'."""
+    enqueued with exactly its values and asked. A study that moved since it held `held` trials (another submit of
+    this search) is refused: the numbers would no longer be the plans'."""
     study = open_study(spec, name, url)
     have = len(study.trials)
-    fresh = [(n, p) for n, p in batch if n >= have]
-    if fresh and fresh[0][0] != have:
+    fresh = [(n, p) for n, p in batch if n >= held]
+    if have != held:
         raise ConfigError(
             "sweep",
             f"the study {name!r} changed while this batch was planned (it holds {have} trials)",
@@ -281,3 +295,14 @@ def sweep_id(spec: Search, name: str, url: str, new: str | None = None) -> str |
     if new:
         s.set_user_attr("hpcqa_sweep_id", new)
     return new
+
+
+def runner(spec: Search, name: str, url: str, new: str | None = None) -> str | None:
+    """Who runs the search's next batch: the Slurm follow-up job queued last ("slurm:<job id>"), or the local submit
+    process ("local:<pid>:<identity>"); or set it."""
+    s = open_study(spec, name, url)
+    if new:
+        s.set_user_attr("hpcqa_runner", new)
+        return new
+    had = s.user_attrs.get("hpcqa_runner")
+    return had if isinstance(had, str) and had else None

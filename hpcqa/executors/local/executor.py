@@ -57,7 +57,14 @@ class Local:
     def max_array_size(self) -> tuple[int, str]:
         return sweep.DEFAULT_MAX_ARRAY_SIZE, "local: variants run one after another"
 
+    @staticmethod
+    def identity(pid: int) -> str | None:
+        return identity(pid)
+
     def dry_run(self, sp: sweep.SweepPlan) -> Request:
+        ref = sp.plans[0].trial
+        if sp.search and ref:  # a search another submit here runs is not run twice
+            searchloop.check_not_running(sp.search, ref.study, ref.storage, identity)
         sp, work = common.with_work(sp.with_requeue(self.requeue), self.snapshot)
         plans = list(sp.plans)
         root = common.job_root(plans[0])

@@ -5,15 +5,34 @@ config again runs it again, then goes on."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Callable
 
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.search import Search
 from hpcqa.core.states import State
+from hpcqa.errors import UsageError
 from hpcqa.executors import common, searching, snapshot
 from hpcqa.executors.interface import Request, Say, Submitted
 from hpcqa.record import study
 from hpcqa.record.jobdir import JobDir
+
+
+def check_not_running(
+    spec: Search, name: str, url: str, identity: Callable[[int], str | None]
+) -> None:
+    """A search another live submit on this machine runs is not run twice (its RUNNING trials are live, not
+    stale): refused naming that process."""
+    who = study.runner(spec, name, url) or ""
+    kind, _, rest = who.partition(":")
+    pid_text, _, ident = rest.partition(":")
+    if kind != "local" or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return
+    if identity(int(pid_text)) == ident:
+        raise UsageError(
+            f"the search {name!r} is running: `hpcqa submit` process {pid_text} runs its trials",
+            "let it finish, or stop it (Ctrl-C there, or hpcqa cancel SWEEP), then submit again to go on",
+        )
 
 
 def run(ex: Any, request: Request, say: Say) -> Submitted:
@@ -29,15 +48,15 @@ def run(ex: Any, request: Request, say: Say) -> Submitted:
         f"search {ref.study}: {asked}, {spec.strategy}, batches of {spec.parallelism or 1}, pruner {spec.pruner} "
         f"(study {ref.storage})"
     )
+    study.runner(spec, ref.study, ref.storage, f"local:{os.getpid()}:{ex.identity(os.getpid())}")
     teller = Teller(spec, say)
     ids, folders, code = [], [], 0
     sweep_id = study.sweep_id(
         spec, ref.study, ref.storage
     )  # a search submitted again: the same sweep
     while True:
-        study.claim(
-            spec, ref.study, ref.storage, [(p.variant_index, dict(p.variant)) for p in sp.plans]
-        )
+        batch = [(p.variant_index, dict(p.variant)) for p in sp.plans]
+        study.claim(spec, ref.study, ref.storage, batch, sp.resumed)
         done = ex._run_sweep(request, say, sweep_id, ended=teller.tell)
         sweep_id = study.sweep_id(spec, ref.study, ref.storage, done.sweep_id)
         ids += done.ids
@@ -75,18 +94,13 @@ class Teller:
         A cancelled trial stops the search, the study untold: True."""
         spec, ref = self.spec, plan.trial
         assert ref is not None
-        if state_now == State.CANCELLED:
+        if state_now == State.CANCELLED or searching.stopped(jd):
             self.cancelled = ref.number
             self.say(
-                f"search {ref.study} stopped: trial {ref.number} was cancelled; submit the config again to go on "
+                f"search {ref.study} stopped: trial {ref.number} was stopped; submit the config again to go on "
                 f"(trial {ref.number} runs again)"
             )
             return True
-        res = jd.read_results()
-        value = res.number(spec.metric) if res is not None and res.finished() else None
-        pruned = res is not None and res.trial is not None and res.trial.state == State.PRUNED
-        state = study.tell(spec, ref.study, ref.storage, ref.number, pruned, value)
-        shown = f" {spec.metric} {value:.2f}" if value is not None else ""
-        at = f" at step {res.trial.step}" if pruned and res and res.trial else ""
-        self.say(f"trial {ref.number}: {state}{at}{shown}")
+        told = searching.tell(spec, ref.study, ref.storage, ref.number, jd)
+        self.say(f"trial {ref.number}: {told}")
         return False

@@ -26,7 +26,7 @@ from hpcqa.core.states import State
 from hpcqa.errors import SubmitError
 from hpcqa.executors import common, snapshot
 from hpcqa.executors.interface import File, Live, Outcome, Progress, Request, Say, Submitted, silent
-from hpcqa.executors.slurm import batch
+from hpcqa.executors.slurm import batch, searchnext
 from hpcqa.executors.slurm.cli import Slurm, scancel_argv
 from hpcqa.rank import job
 from hpcqa.record.jobdir import JobDir, JobRoot
@@ -49,6 +49,11 @@ class SubmititSlurm:
         return self.slurm.max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE)
 
     def dry_run(self, sp: sweep.SweepPlan) -> Request:
+        ref = sp.plans[0].trial
+        if (
+            sp.search and ref
+        ):  # a search still running (its follow-up queued) is not submitted twice
+            searchnext.check_not_running(sp.search, ref.study, ref.storage, self.slurm)
         sp, work = common.with_work(sp.with_requeue(self.requeue), self.snapshot)
         plans0 = sp.plans[0]
         root = common.job_root(plans0)
@@ -112,13 +117,22 @@ class SubmititSlurm:
         return test_only(self.slurm, request.scripts[0])
 
     def submit(self, request: Request, say: Say = silent) -> Submitted:
+        if (
+            request.sweep.search
+        ):  # a batch of a search: its arrays, then the follow-up that asks for the next
+            return searchnext.submit(self, request, say)
+        return self.queue(request, say)
+
+    def queue(self, request: Request, say: Say = silent, sweep_id: str | None = None) -> Submitted:
+        """sbatch every array of the request (each after the previous one), registered under sweep_id (default:
+        the first array's id)."""
         sp = request.sweep
         self.slurm.require_controller()
         common.write_files(request)
         if request.code:
             snapshot.write(request.code, say)
         common.write_work(request)
-        ids, folders, sweep_id, previous, arrays = [], [], None, None, []
+        ids, folders, previous, arrays = [], [], None, []
         for n, (array, command) in enumerate(zip(sp.arrays, request.commands)):
             plans = sp.plans_of(array)
             argv = [a.replace(PREVIOUS, previous or "") for a in command]
