@@ -6,6 +6,7 @@ configcheck.py  the rules across keys (cores, stride, nodes, paths, setup, sbatc
 options.py      a field's default, help and bounds, read by the validator and the config reference
 values.py       what a config string may hold: no control characters, no credential shapes or names
 k8sconfig.py    the [k8s] section: how the Kubernetes objects are shaped
+tracking.py     train.report_to and the [tracking] section: where runs go (TensorBoard, MLflow), the URI as data
 frozen.py       read-only containers for values that cross process boundaries
 topology.py     sockets / NUMA / cores / CPU ids -> per-rank CPU pools (the Intel affinity formula)
 threadenv.py    a CPU pool -> OMP/KMP/CCL/I_MPI variables (the one rule; the rank applies it too)

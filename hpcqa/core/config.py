@@ -11,7 +11,6 @@ import collections.abc
 import dataclasses
 import difflib
 import functools
-import json
 import math
 import re
 import tomllib
@@ -21,14 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from hpcqa.core import configcheck
+from hpcqa.core import configcheck, tracking
 from hpcqa.core import values as valuecheck
 from hpcqa.core.command import program_name
 from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.k8sconfig import K8sConfig
 from hpcqa.core.kinds import CONFIG_CHOICES, DDP_BACKENDS, SCRIPT_LAUNCHERS
 from hpcqa.core.options import opt
-from hpcqa.core.tomlfile import read_toml
+from hpcqa.core.tomlfile import read_toml, to_toml, toml_value  # noqa: F401  (to_toml: config.to_toml, as before)
+from hpcqa.core.tracking import TrackingConfig, reporters
 from hpcqa.errors import ConfigError, UsageError
 
 # Values that end up on "#SBATCH" lines are not shell-parsed, so they cannot be quoted: restrict them.
@@ -285,8 +285,10 @@ class TrainConfig:
                                               "with it (needs eval_strategy; save_steps a multiple of eval_steps).")
     metric_for_best_model: Literal["f1", "exact_match"] = opt("f1", "What load_best_model_at_end compares "
                                                                     "(higher is better).")
-    report_to: Literal["tensorboard", "none"] = opt(
-        "tensorboard", "Training curves: TensorBoard event files in the job folder's tensorboard/ (rank 0).")
+    report_to: tuple[str, ...] = opt(
+        ("tensorboard",), "Where rank 0 sends the run: \"tensorboard\" (event files in the job folder's tensorboard/), "
+                          "\"mlflow\" (params, curves, EM/F1, throughput, MFU: [tracking]); a list of them, [] or "
+                          "\"none\" for neither. A string is a list of one (\"tensorboard\").")
     logging_steps: int = opt(10, "Log loss every N steps.", min=1)
     save_steps: int = opt(200, "Checkpoint every N steps (resume picks up the last one).", min=1)
     save_total_limit: int = opt(2, "Checkpoints kept.", min=1)
@@ -329,6 +331,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     k8s: K8sConfig = field(default_factory=K8sConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
     source: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -352,6 +355,7 @@ class Config:
 SECTIONS: dict[str, type] = {
     "job": JobConfig, "cluster": ClusterConfig, "launch": LaunchConfig,
     "model": ModelConfig, "data": DataConfig, "train": TrainConfig, "k8s": K8sConfig,
+    "tracking": TrackingConfig,
 }
 
 
@@ -461,8 +465,9 @@ def check_text(key: str, value: Any, source: str) -> None:
     secret = valuecheck.secret_shape(value)
     if secret:
         raise ConfigError(key, f"looks like {secret}: config values are written to the plan, the registry, the dry "
-                               "run and the job folder", "remove it; pass a secret by name from your environment "
-                               "(launch.pass_env = [\"NAME\"]) or from a Kubernetes Secret (k8s.secret_env)", source)
+                               "run and the job folder", tracking.SECRET_HINTS.get(key, "remove it; pass a secret by "
+                               "name from your environment (launch.pass_env = [\"NAME\"]) or from a Kubernetes "
+                               "Secret (k8s.secret_env)"), source)
     if any("\ud800" <= ch <= "\udfff" for ch in value):
         raise ConfigError(key, "the value is not valid UTF-8 text (bytes passed on as they were)",
                           f"give {key} as UTF-8 text", source)
@@ -514,6 +519,8 @@ def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) ->
                               f"rename it to {name}.{close}" if close else
                               f"remove it or use one of: {', '.join(fields)}", source)
         check_text(key, v, source)
+        if key == "train.report_to":
+            v = reporters(v, source)
         value = _coerce(key, v, hints[k], source)
         _check_bounds(key, value, fields[k].metadata, source)
         values[k] = value
@@ -535,6 +542,7 @@ def from_dict(raw: Mapping[str, Any], source: str = "") -> Config:
         sections[name] = _build_section(name, SECTIONS[name], value, source)
     cfg = Config(**sections, source=source)
     configcheck.check(cfg)
+    tracking.check(cfg)
     return cfg
 
 
@@ -613,37 +621,6 @@ def reference_rows() -> list[tuple[str, str, str, str]]:
         hints = _hints(cls)
         for f in dataclasses.fields(cls):
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            rows.append((f"{name}.{f.name}", _type_name(hints[f.name]), _toml_value(default),
+            rows.append((f"{name}.{f.name}", _type_name(hints[f.name]), toml_value(default),
                          f.metadata["help"]))
     return rows
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # a JSON string is a valid TOML basic string
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    return repr(v)
-
-
-def to_toml(cfg: Config) -> str:
-    """Serialise a Config back to TOML (config snapshots in job folders)."""
-    lines = []
-    for name, section in cfg.to_dict().items():
-        lines.append(f"[{name}]")
-        for k, v in section.items():
-            if isinstance(v, dict):
-                inner = ", ".join(f"{_toml_key(a)} = {_toml_value(b)}" for a, b in v.items())
-                lines.append(f"{k} = {{{inner}}}")
-            else:
-                lines.append(f"{k} = {_toml_value(v)}")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _toml_key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml_value(k)

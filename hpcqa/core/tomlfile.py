@@ -1,10 +1,11 @@
 """A config file read as TOML: only a regular file of a config's size is read, and what tomllib raises on hostile
 text besides its own error (a recursion, a number Python will not convert) is said as a syntax error, never a
-traceback."""
+traceback. And a config written back as TOML (to_toml: the config a pod is given, a snapshot)."""
 
 from __future__ import annotations
 
 import errno
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -81,3 +82,34 @@ def read_toml(path: str | Path) -> dict[str, Any]:
             "fix that line (strings need quotes, tables [section])",
             str(p),
         ) from None
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + "}"
+    return repr(v)
+
+
+def to_toml(cfg: Any) -> str:
+    """Serialise a Config back to TOML (config snapshots in job folders)."""
+    lines = []
+    for name, section in cfg.to_dict().items():
+        lines.append(f"[{name}]")
+        for k, v in section.items():
+            if isinstance(v, dict):
+                inner = ", ".join(f"{_toml_key(a)} = {toml_value(b)}" for a, b in v.items())
+                lines.append(f"{k} = {{{inner}}}")
+            else:
+                lines.append(f"{k} = {toml_value(v)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else toml_value(k)
