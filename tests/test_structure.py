@@ -58,6 +58,7 @@ HEAVY = {
     "intel_extension_for_pytorch",
     "safetensors",
     "pyarrow",
+    "mlflow",
 }
 # start-up time: `hpcqa --help` and the package's lazy API import nothing they don't need
 LAZY_MODULES = {

@@ -2,6 +2,7 @@
 
     <job.output_dir>/<job.name>/                 JobRoot
         plans/<digest>/task-<i>.json             the launch plans, content-addressed (one per array task)
+        mlflow.db                                the MLflow store when no tracking URI is given
         <job id>-<submission>/                   JobDir (submitit's; a rendered script's: <cluster>-<job id>)
             <job id>_<rank>_log.out|err          per-rank logs (submitit)
             rank-<rank>.log                      per-rank logs (rendered srun/mpirun scripts)
@@ -12,6 +13,7 @@
             eval_predictions.json, eval_nbest_predictions.json, eval_null_odds.json
             predict_predictions.json, ...        rank 0's post-processed answers (run_qa.py's names)
             tensorboard/, checkpoints/           training curves (rank 0), the Trainer's checkpoints
+            tracking.json                        the MLflow run rank 0 sends to (train.report_to)
             model/                               the trained model and its tokenizer (train.save_model)
             cancelled                            written by `hpcqa cancel`
             attempts/node-<n>.<attempt>          a PyTorchJob pod's starts (k8s-<namespace>-<job> folders)
@@ -222,6 +224,11 @@ class JobRoot:
         """A rendered script's job folder: <cluster>-<job id> (the script computes the same)."""
         return JobDir(self.path / f"{cluster}-{job_id}")
 
+    @property
+    def tracking_store(self) -> Path:
+        """The SQLite file MLflow runs go to when neither tracking.uri nor $MLFLOW_TRACKING_URI names a store."""
+        return self.path / "mlflow.db"
+
     def code(self, digest: str) -> Path:
         """A snapshot of the hpcqa package a submission ran with (content-addressed: a sweep's tasks share it)."""
         return self.path / "code" / digest
@@ -371,6 +378,14 @@ class JobDir:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    @property
+    def tracking(self) -> Path:
+        """The MLflow run rank 0 sends to (record/jobfiles/marks.py: TrackingRun)."""
+        return self.path / "tracking.json"
+
+    def read_tracking(self) -> marks.TrackingRun | None:
+        return marks.read_tracking(self.tracking)
 
     @property
     def model(self) -> Path:

@@ -9,6 +9,8 @@ trainer.py      the HF Trainer as a rank runs it: lockstep length-grouped batche
 attention.py    the step's attention and dropout: bf16 stays bf16, masks drawn in bulk (model.attention)
 fused.py        the fused CPU attention (csrc/fused_attention.cpp): built on first use, cached, verified, loaded
 callbacks.py    the Trainer callbacks: progress, step timer, stop on a notice, final save, checkpoint mark
+tracking.py     rank 0's MLflow run: params, curves, EM/F1, throughput, MFU, tags; sent from a thread, never failing
+                the training; continued by a requeued attempt
 evaluate.py     predictions post-processed and scored, run_qa.py's files written
 finalmodel.py   the trained model and its tokenizer saved in the job folder (train.save_model)
 master.py       bf16 weights with fp32 master weights: the optimizer over the masters, the final save

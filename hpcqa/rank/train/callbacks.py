@@ -44,7 +44,7 @@ class Board(TensorBoardCallback):
 def tensorboard_callback(r: Rank) -> Board | None:
     """Rank 0's TensorBoard writer into the job folder. None (with a warning) when train.report_to = "none" or
     tensorboard is missing."""
-    if r.plan.config.train.report_to != "tensorboard":
+    if "tensorboard" not in r.plan.config.train.report_to:
         return None
     try:
         from torch.utils.tensorboard import SummaryWriter  # tensorboard is optional at run time
@@ -61,7 +61,7 @@ def tensorboard_callback(r: Rank) -> Board | None:
 def board_efficiency(r: Rank, eff: dict, split: dict, step: int) -> None:
     """MFU, achieved FLOP/s and the step's split into the run's TensorBoard event file, next to its curves
     (rank 0); an MFU withheld (an unreliable peak: it moved, or the run beat it) is not written, the split is."""
-    if r.plan.config.train.report_to != "tensorboard" or not (eff.get("mfu") or split):
+    if "tensorboard" not in r.plan.config.train.report_to or not (eff.get("mfu") or split):
         return
     try:
         from torch.utils.tensorboard import SummaryWriter  # tensorboard is optional at run time

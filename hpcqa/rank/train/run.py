@@ -36,7 +36,7 @@ from hpcqa.core.states import State
 from hpcqa.errors import HpcqaError, RankError
 from hpcqa.rank.binding import widen_main_thread
 from hpcqa.rank.phase import Phases
-from hpcqa.rank.train import attention, commbench, efficiency, finalmodel, master
+from hpcqa.rank.train import attention, commbench, efficiency, finalmodel, master, tracking
 from hpcqa.rank.train import data as qa_data
 from hpcqa.rank.train.callbacks import board_efficiency
 from hpcqa.rank.train.evaluate import evaluate, predict
@@ -93,6 +93,7 @@ def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
 
 
 def write_failed(jd: JobDir, rank: int, e: BaseException | None) -> None:
+    tracking.abandon("FAILED")
     said = f"{e.message} (fix: {e.hint})" if isinstance(e, HpcqaError) and e.hint else f"{e}"
     error = f"{type(e).__name__}: {said}"
     Phases(jd, rank, attempt()).enter(Phase.FAILED, error[:200])
@@ -613,6 +614,8 @@ def write_results(
         bf16_weights=rep.get("bf16_weights"),
         allocator=rep.get("allocator"),
     )
+    # the MLflow run's end first: where it went and a warning of the store's go into results.json
+    tracking.finish(result, train_out.global_step)
     results.write(r.jd.results, result)
     board_efficiency(
         r, result.get("efficiency") or {}, result.get("step_split_s") or {}, train_out.global_step

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from hpcqa.core.kinds import Requeue
 from hpcqa.rank.exits import all_ranks_stopped, requeue_through_submitit, wait_for_slurms_end
+from hpcqa.rank.train import tracking
 from hpcqa.rank.train.facts import Rank
 from hpcqa.record.jobdir import attempt_from_env, write_json
 from hpcqa.record.phases import Phase
@@ -92,6 +93,7 @@ STOP = _Stop()
 def stop_after_checkpoint(r: Rank, step: int) -> dict:
     """The checkpoint of `step` is saved on every rank. A requeue signal: hpcqa requeues (submitit's handler:
     global rank 0 requeues; a rendered script or a pod: the script / the operator). SIGTERM: Slurm decides."""
+    tracking.abandon("KILLED")  # rank 0's MLflow run; a requeued attempt sets it RUNNING again
     notice = {
         "signal": STOP.name,
         "step": step,

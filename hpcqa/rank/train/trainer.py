@@ -12,7 +12,7 @@ from torch.utils.data import Sampler
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, default_data_collator
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from hpcqa.rank.train import batching, efficiency, master
+from hpcqa.rank.train import batching, efficiency, master, tracking
 from hpcqa.rank.train.callbacks import (
     FailAt,
     FinalSave,
@@ -140,9 +140,7 @@ def build_trainer(
     callbacks = [timer, FinalSave(tc.save_final_checkpoint), StopOnSignal(r), MarkComplete(r)]
     if r.rank == 0:
         callbacks.append(ProgressCallback(r.jd.progress, r.t_start))
-        board = tensorboard_callback(r)
-        if board is not None:
-            callbacks.append(board)
+        callbacks += [c for c in (tensorboard_callback(r), tracking.tracker(r)) if c is not None]
     if tc.fail_at_step:
         callbacks.append(FailAt(tc.fail_at_step, r.rank == r.world - 1))
     dc = r.plan.config.data

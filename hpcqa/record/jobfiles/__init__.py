@@ -10,5 +10,6 @@ report.py      ranks/rank-N.json: a rank's host, CPUs, preloads, code, usage, wa
 phase.py       ranks/rank-N.phase.json: where a rank is and since when
 failure.py     ranks/rank-N.failed and .exit: why a rank failed
 controller.py  controller.json: a local job's controller process and its identity
-marks.py       a checkpoint's completion mark (files, sizes, digests); the first host's published address
+marks.py       a checkpoint's completion mark (files, sizes, digests); the first host's published address; the
+               MLflow run a job sends to
 """

@@ -1,6 +1,7 @@
-"""Two small files the ranks leave for each other: a checkpoint's completion mark (rank 0 writes it once the
-Trainer's save is whole: every file's size and sha256, checked before a resume), and the first host's address
-(launch.master_interface: its local rank 0 publishes it per attempt for the other nodes)."""
+"""Small files the ranks leave for each other: a checkpoint's completion mark (rank 0 writes it once the
+Trainer's save is whole: every file's size and sha256, checked before a resume), the first host's address
+(launch.master_interface: its local rank 0 publishes it per attempt for the other nodes), and the MLflow run rank 0
+sends to (a requeued attempt continues it; `status` says where it went)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,26 @@ class MasterAddress(Record):
     host: str | None = None
     interface: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrackingRun(Record):
+    """The MLflow run of a job (train.report_to with "mlflow"): its id, where it is (the URI without credentials)."""
+
+    run_id: str
+    uri: str
+    experiment_id: str | None = None
+    parent_run_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+TRACKING = reader.JobFile(TrackingRun, "tracking run")
+write_tracking = TRACKING.write
+
+
+def read_tracking(path: Path) -> TrackingRun | None:
+    got = TRACKING.read(path)
+    return got if isinstance(got, TrackingRun) else None
 
 
 MARK = reader.JobFile(CheckpointMark, "completion mark")
