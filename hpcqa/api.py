@@ -28,7 +28,7 @@ from hpcqa.core import states, sweep
 from hpcqa.core.config import Config
 from hpcqa.errors import ConfigError, HpcqaError, JobFailed, UsageError
 from hpcqa.executors import cancel as canceller
-from hpcqa.executors import hostprobe, jobs, searching, table
+from hpcqa.executors import hostprobe, jobs, searching, table, tracking
 from hpcqa.executors.interface import Executor, Request, Say, Submitted, silent
 from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import logtail, manifest, registry, scalingruns
@@ -68,6 +68,9 @@ def submission(path: str | Path, overrides: Sequence[str] = ()) -> sweep.SweepPl
 def dry_run(sp: sweep.SweepPlan, snapshot: bool = True) -> tuple[Executor, Request]:
     """The executor that runs this sweep plan, and the request it would submit (nothing is written). snapshot: the
     ranks import a copy of hpcqa made at submit (False: the live tree)."""
+    tracking.check(
+        sp.plans
+    )  # said by the dry run too: a run sent nowhere is found out now, not at the end
     ex = table.for_sweep(sp, snapshot=snapshot)
     return ex, ex.dry_run(sp)
 
@@ -94,6 +97,7 @@ def before_queueing(plans: Sequence[Any], warn=None) -> None:
         if warn:
             warn(note)
     registry.Registry(plans[0].config.job.registry or None, create=False)
+    tracking.check(plans)
     # every variant's: a sweep may pass more in some of them
     passed = dict.fromkeys(n for p in plans for n in p.config.launch.pass_env)
     missing = [n for n in passed if n not in os.environ]
@@ -141,7 +145,13 @@ def submit_request(ex: Executor, request: Request, say: Say = silent, warn=None)
         # before anything is queued: a registry that cannot be created or written would otherwise be found out
         # after sbatch, with the job queued and unrecorded
         registry.check_writable(job.registry or None, job.group_readable)
-        return ex.submit(request, say)
+        plans = request.sweep.plans
+        with tracking.sweep_parent(plans, request.sweep.is_sweep, ex.runs_here) as parent:
+            if parent:
+                say(
+                    f"  MLflow: the sweep's parent run {parent}; each variant's run is nested under it"
+                )
+            return ex.submit(request, say)
 
 
 def submit(config: Config | str | Path, overrides: Sequence[str] = ()) -> "Job | Sweep":

@@ -22,6 +22,7 @@ from hpcqa.cli.say import say, stop_like_ctrl_c, warn
 from hpcqa.core import command, modelfacts, sweep
 from hpcqa.core.topology import cpu_list
 from hpcqa.errors import UsageError
+from hpcqa.executors import tracking
 from hpcqa.record import manifest, registry
 from hpcqa.record.jobdir import SUBMISSION, JobDir
 from hpcqa.text import shown
@@ -154,6 +155,8 @@ def print_sweep(ex: Any, request: Any) -> None:
     con.print(t)
     if len(sp.variants) > 50:
         con.print(f"... and {len(sp.variants) - 50} more variants (--json lists them all)")
+    if sent := tracking.describe(sp.plans[0], sweep=True):
+        con.print(f"tracking: {shown(sent)}", highlight=False, markup=False)
     if ex.runs_here:
         con.print(
             f"local executor: the {len(sp.variants)} {what} run one after another"
@@ -352,6 +355,8 @@ def plan_table(ex: Any, request: Any) -> Any:
     res.add_row("job folder", _cell(folder) + "  (%j = job id; the rest: this submission's token)")
     reg, how = registry.chosen_by(lp.config.job.registry)
     res.add_row("registry", escape(f"{shown(reg)}  ({how})"))
+    if sent := tracking.describe(lp):
+        res.add_row("tracking", _cell(sent))
     if lp.command:
         res.add_row("program env", escape(program_env(lp, folder)))
     else:

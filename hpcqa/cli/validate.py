@@ -10,7 +10,7 @@ from hpcqa import errors
 from hpcqa.cli.say import plural, tell, warn
 from hpcqa.core import config, kinds, plan, sweep
 from hpcqa.errors import HpcqaError
-from hpcqa.executors import hostprobe
+from hpcqa.executors import hostprobe, tracking
 from hpcqa.text import shown
 
 
@@ -37,9 +37,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     host,
                     lambda p: (sweep.DEFAULT_MAX_ARRAY_SIZE, "assumed: validate asks no scheduler"),
                 )
-                lp, what = sp.plans[0], f"{len(sp.variants)} variants, the first: "
+                lp, what, plans = sp.plans[0], f"{len(sp.variants)} variants, the first: ", sp.plans
             else:
                 lp, what = plan.build_plan(config.validate(raw, path, args.overrides), host), ""
+                plans = (lp,)
+            tracking.check(plans)  # mlflow installed here, a tracking server that answers
         except HpcqaError as e:
             print(errors.for_terminal(e.render()), file=sys.stderr)
             bad += 1

@@ -11,6 +11,7 @@ table.py. The CLI, the API, sweeps and `tune` all go through the table.
     render.py       plan -> script text (templates in sbatch_templates/, every value shlex-quoted)
     snapshot.py     the code snapshot a job imports (content-addressed, with a manifest)
     snapcheck.py    its checker: standard library only, run by the job script with python -I
+    tracking.py     MLflow on the submit side: checks before queueing, where the runs go, a sweep's parent run
     hostprobe.py    what the submit host has (sbatch, oneCCL bindings, libraries, tuned layouts) -> HostProbe
     torchbuild.py   which torch build is installed (CPU or CUDA, read without importing it) and its CUDA libraries
     common.py       plan files, the rank wrapper's command, registry rows, watching and reporting a job

@@ -103,6 +103,10 @@ def _read_folder(v: JobView, jd: JobDir, detail: bool) -> None:
         v.attempts, v.notices, v.failed = jd.attempts(), jd.notices(), jd.failed_ranks()
         v.logs = [p for k in range(v.world_size) if (p := jd.log(k)) is not None]
         v.damaged = jd.damaged(v.world_size)
+        run = jd.read_tracking()  # train.report_to with "mlflow": where the run went
+        if run is not None:
+            nested = f", nested under {run.parent_run_id}" if run.parent_run_id else ""
+            v.outputs.append(("MLflow run", f"{run.run_id} at {run.uri}{nested}"))
         v.notes += list(
             dict.fromkeys(w for rep in v.ranks for w in rep.warnings if w.startswith("checkpoint "))
         )

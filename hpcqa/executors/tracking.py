@@ -1,0 +1,149 @@
+"""The submit side of MLflow tracking (train.report_to with "mlflow"): what is checked before anything is queued
+(mlflow installed here, a tracking server that answers), where the dry run says the runs go, and a sweep's parent
+run, made at submit, whose id the ranks inherit (tracking.PARENT_ENV) to nest their runs under it."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from hpcqa.core import tracking
+from hpcqa.core.plan import LaunchPlan
+from hpcqa.errors import ConfigError
+from hpcqa.record.jobdir import JobRoot
+
+ANSWER_S = 5.0  # how long a tracking server has to answer the check before queueing
+EXTRA = "pip install 'hpcqa[mlflow]'"
+
+
+def destination(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(URI, what chose it) the plan's rank 0 will send to (its environment is this one, inherited)."""
+    store = JobRoot.of(plan.config.job.output_dir, plan.config.job.name).tracking_store
+    return tracking.destination(plan.config, os.environ if env is None else env, str(store))
+
+
+def describe(plan: LaunchPlan, sweep: bool = False) -> str | None:
+    """The dry run's line: where the runs go (None: not sent to MLflow)."""
+    if not tracking.sends_to_mlflow(plan.config):
+        return None
+    uri, how = destination(plan)
+    nested = (
+        "; a parent run for the sweep (made at submit), each variant's run nested" if sweep else ""
+    )
+    return (
+        f"MLflow {tracking.shown_uri(uri)} ({how}), experiment "
+        f"{tracking.experiment(plan.config)!r}{nested}; rank 0 sends"
+    )
+
+
+def check(plans: Sequence[LaunchPlan], answers=urllib.request.urlopen) -> None:
+    """Before anything is queued: mlflow imports here, a tracking server answers. ConfigError naming the key."""
+    sending = [p for p in plans if tracking.sends_to_mlflow(p.config)]
+    if not sending:
+        return
+    p0 = sending[0]
+    if not installed():
+        raise ConfigError(
+            "train.report_to",
+            '"mlflow" is asked for, but mlflow is not installed where you submit',
+            f'{EXTRA} (here and where the ranks run), or drop "mlflow" from train.report_to',
+            p0.config.source,
+        )
+    for uri, how in dict.fromkeys(destination(p) for p in sending):
+        if tracking.scheme(uri) in tracking.SERVER_SCHEMES:
+            why = unanswered(uri, answers)
+            if why:
+                raise ConfigError(
+                    "tracking.uri",
+                    f"the tracking server {tracking.shown_uri(uri)} ({how}) does not answer: {why}",
+                    "start it (mlflow server --host HOST --port PORT), correct the URI, or leave "
+                    "tracking.uri empty (and unset $MLFLOW_TRACKING_URI) for the job root's store",
+                    p0.config.source,
+                )
+
+
+def installed() -> bool:
+    """mlflow importable here (found, not imported: that takes seconds)."""
+    return importlib.util.find_spec("mlflow") is not None
+
+
+def unanswered(uri: str, answers=urllib.request.urlopen) -> str | None:
+    """Why nothing answers at `uri` (its /health), or None when something does (an HTTP error is an answer)."""
+    try:
+        with answers(uri.rstrip("/") + "/health", timeout=ANSWER_S):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        return str(reason)[:200] or type(e).__name__
+
+
+@contextlib.contextmanager
+def sweep_parent(
+    plans: Sequence[LaunchPlan], is_sweep: bool, ends_here: bool
+) -> Iterator[str | None]:
+    """A sweep sent to MLflow: its parent run, made now, its id in this process's environment while the executor
+    submits (local ranks and sbatch inherit it) -> the id (None: no parent). `ends_here`: the executor runs the
+    sweep to its end before returning (local): the parent is then FINISHED; a queued sweep's stays RUNNING."""
+    p0 = plans[0]
+    if not is_sweep or not tracking.sends_to_mlflow(p0.config):
+        yield None
+        return
+    client, run_id = _parent(p0, len(plans))
+    saved = os.environ.get(tracking.PARENT_ENV)
+    os.environ[tracking.PARENT_ENV] = run_id
+    try:
+        yield run_id
+    finally:
+        if saved is None:
+            os.environ.pop(tracking.PARENT_ENV, None)
+        else:
+            os.environ[tracking.PARENT_ENV] = saved
+        if ends_here:
+            with _store_lock(destination(p0)[0]):
+                client.set_terminated(run_id, "FINISHED")
+
+
+def _parent(plan: LaunchPlan, variants: int) -> tuple[Any, str]:
+    from mlflow.tracking import MlflowClient
+
+    uri = destination(plan)[0]
+    os.environ.setdefault(
+        "MLFLOW_SQLALCHEMYSTORE_POOLCLASS", "NullPool"
+    )  # as the ranks: see rank/train/tracking
+    with _store_lock(uri):
+        client = MlflowClient(tracking_uri=uri)
+        name = tracking.experiment(plan.config)
+        found = client.get_experiment_by_name(name)
+        exp = found.experiment_id if found is not None else client.create_experiment(name)
+        run = client.create_run(
+            exp,
+            run_name=f"{plan.config.job.name}-sweep",
+            tags={
+                "hpcqa.sweep": "parent",
+                "hpcqa.variants": str(variants),
+                "hpcqa.executor": plan.executor,
+                "mlflow.source.name": "hpcqa",
+            },
+        )
+    return client, run.info.run_id
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """The lock the ranks take around their writes to a SQLite store (a file beside it)."""
+    if tracking.scheme(uri) != "sqlite":
+        yield
+        return
+    path = Path(uri.removeprefix("sqlite:///") + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
