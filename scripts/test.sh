@@ -88,8 +88,11 @@ if [ "${sel[*]}" = tests ] || [[ "${sel[*]}" == *test_wheel.py* ]]; then
     wheel_pid=$!
     export HPCQA_TEST_WHEEL=$wheel_dir
 fi
-# Intel MPI's runtime (mpirun / hydra) from PyPI: the mpirun launch path is tested for real, not stubbed
-"$PY" -m pip install -q --disable-pip-version-check impi-rt
+# Intel MPI's runtime (mpirun / hydra) from PyPI: the mpirun launch path is tested for real, not stubbed; and
+# the [mlflow] extra at its pinned versions, with what `mlflow server` needs beyond it: a real server receives the
+# tests' runs (test_tracking_e2e.py). Not in install.sh: command 1 works without them
+"$PY" -m pip install -q --disable-pip-version-check -c constraints.txt impi-rt -e ".[mlflow]" \
+    Flask-CORS graphene huey aiohttp
 if [ -n "$apt_pid" ] && ! wait "$apt_pid"; then
     cat "$times/apt.log" >&2
     echo "hpcqa: installing Debian's packages (Slurm, MariaDB, OpenSSH, g++) failed: the log above" >&2
