@@ -154,3 +154,35 @@ def test_the_parent_variable_is_hpcqas_own():
     with pytest.raises(ConfigError):
         cfg(launch={"env": {tracking.PARENT_ENV: "x"}})
     assert json.dumps(tracking.PARENT_ENV).startswith('"HPCQA_')
+
+
+@pytest.mark.process
+def test_the_dry_run_says_where_runs_go_and_json_carries_it(cli, tmp_path):
+    sets = [
+        "--set",
+        f"job.output_dir={json.dumps(str(tmp_path))}",
+        "--set",
+        'train.report_to="mlflow"',
+    ]
+    r = cli("submit", "configs/quickstart.toml", "--dry-run", *sets, env={"COLUMNS": "300"})
+    assert r.returncode == 0, r.stderr
+    assert f"MLflow sqlite:///{tmp_path}/quickstart/mlflow.db (the job root's store)" in r.stdout
+    r = cli("submit", "configs/quickstart.toml", "--dry-run", "--json", *sets)
+    assert json.loads(r.stdout)["tracking"] == {
+        "uri": f"sqlite:///{tmp_path}/quickstart/mlflow.db",
+        "chosen_by": "the job root's store",
+        "experiment": "quickstart",
+    }
+    port = free_port()
+    r = cli(
+        "submit",
+        "configs/quickstart.toml",
+        "--dry-run",
+        *sets,
+        "--set",
+        f'tracking.uri="http://127.0.0.1:{port}"',
+    )
+    assert r.returncode == 2 and "tracking.uri" in r.stderr and "Traceback" not in r.stderr, (
+        r.stderr
+    )
+    assert not (tmp_path / "quickstart").exists()  # nothing written, nothing queued

@@ -104,6 +104,7 @@ def print_request(ex: Any, request: Any, as_json: bool, refusal: Any = None) -> 
         out["submission"] = request.submission
         reg, how = registry.chosen_by(sp.plans[0].config.job.registry)
         out["registry"] = {"path": str(reg), "chosen_by": how}
+        out["tracking"] = tracking.where(sp.plans[0])
         if sp.is_sweep:
             out["sweep"] = sp.to_json()
         print(json.dumps(out, indent=2, sort_keys=True))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
+import logging
 import os
 import urllib.error
 import urllib.request
@@ -40,6 +41,18 @@ def describe(plan: LaunchPlan, sweep: bool = False) -> str | None:
         f"MLflow {tracking.shown_uri(uri)} ({how}), experiment "
         f"{tracking.experiment(plan.config)!r}{nested}; rank 0 sends"
     )
+
+
+def where(plan: LaunchPlan) -> dict[str, str] | None:
+    """The dry run's JSON: where the runs go and what chose it (None: not sent to MLflow)."""
+    if not tracking.sends_to_mlflow(plan.config):
+        return None
+    uri, how = destination(plan)
+    return {
+        "uri": tracking.shown_uri(uri),
+        "chosen_by": how,
+        "experiment": tracking.experiment(plan.config),
+    }
 
 
 def check(plans: Sequence[LaunchPlan], answers=urllib.request.urlopen) -> None:
@@ -114,6 +127,9 @@ def sweep_parent(
 def _parent(plan: LaunchPlan, variants: int) -> tuple[Any, str]:
     from mlflow.tracking import MlflowClient
 
+    logging.getLogger("mlflow").setLevel(
+        logging.WARNING
+    )  # its INFO lines (engines, migrations) are not submit's
     uri = destination(plan)[0]
     os.environ.setdefault(
         "MLFLOW_SQLALCHEMYSTORE_POOLCLASS", "NullPool"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import math
 import os
 import queue
@@ -173,6 +174,9 @@ class Tracker(TrainerCallback):
 
         for k, v in CLIENT_ENV.items():
             os.environ.setdefault(k, v)
+        logging.getLogger("mlflow").setLevel(
+            logging.WARNING
+        )  # its INFO lines (engines, migrations)
         self.client = MlflowClient(tracking_uri=self.uri)
         before = self.r.jd.read_tracking()
         if before is not None and before.uri == tracking.shown_uri(self.uri):
