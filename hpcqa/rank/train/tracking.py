@@ -103,7 +103,7 @@ def tags(r: Rank, env: Mapping[str, str]) -> dict[str, str]:
 def final_metrics(result: Mapping[str, Any]) -> dict[str, float]:
     """EM/F1, throughput, times and MFU of results.json; an MFU withheld as unreliable is not sent."""
     eff = result.get("efficiency") or {}
-    found = {
+    found: dict[str, Any] = {
         **{k: result.get(k) for k in ("exact_match", "f1", "best_f1", "train_loss")},
         **{k: result.get(k) for k in ("train_samples_per_second", "steady_samples_per_second")},
         **{k: result.get(k) for k in ("wall_time_s", "train_runtime_s", "step_time_s")},
