@@ -198,3 +198,45 @@ def test_a_server_gone_during_the_job_is_a_warning_not_a_failure(cli, tmp_path, 
     assert len(warned) == 1 and "training goes on" in warned[0], res["warnings"]
     log = (job / f"{job_id}_0_log.err").read_text()
     assert "WARNING: MLflow" in log and res["f1"] is not None
+
+
+def test_a_restarted_rank_continues_its_run(tmp_path, cache_env):
+    """A rank started again in the same job folder (what a requeue does) goes on with the run tracking.json names:
+    one run, RUNNING again then FINISHED, its curve with both attempts' points."""
+    from hpcqa.core import config, plan
+    from hpcqa.executors import hostprobe
+    from tests.conftest import ROOT
+
+    cfg = config.load(
+        ROOT / "configs/quickstart.toml",
+        [a for a in TINY if a != "--set"]
+        + [
+            f"job.output_dir={json.dumps(str(tmp_path))}",
+            "cluster.sockets_per_node=1",
+            "launch.ranks_per_socket=1",
+            "train.max_steps=6",
+            "train.save_steps=3",
+            "train.do_eval=false",
+            'train.report_to=["mlflow"]',
+        ],
+    )
+    lp = plan.build_plan(cfg, hostprobe.probe_host())
+    p = tmp_path / "plan.json"
+    p.write_text(lp.dumps())
+    job = tmp_path / "job"  # its job root is tmp_path: the store is tmp_path/mlflow.db
+    env = {**os.environ, **cache_env, "HPCQA_JOB_DIR": str(job)}
+    cmd = [sys.executable, "-m", "hpcqa.rank", "--plan", str(p), "--"]
+    cmd += [sys.executable, "-m", "hpcqa.rank.train", "--plan", str(p)]
+    for attempt in (1, 2):
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-3000:]
+        res = json.loads((job / "results.json").read_text())
+        if attempt == 1:
+            first = res["tracking"]["run_id"]
+    assert res["resumed_from"].endswith("checkpoint-6") and res["tracking"]["run_id"] == first
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = only_run(client, "quickstart")
+    assert run.info.run_id == first and run.info.status == "FINISHED"
+    assert (
+        len(client.get_metric_history(first, "wall_time_s")) == 2
+    )  # each attempt's end, in the one run
