@@ -186,3 +186,31 @@ def test_the_dry_run_says_where_runs_go_and_json_carries_it(cli, tmp_path):
         r.stderr
     )
     assert not (tmp_path / "quickstart").exists()  # nothing written, nothing queued
+
+
+@pytest.mark.torch
+def test_the_final_metrics_leave_out_a_withheld_mfu():
+    from hpcqa.rank.train.tracking import final_metrics
+
+    res = {"exact_match": 70.0, "f1": 72.5, "train_samples_per_second": 13.0, "wall_time_s": 200}
+    res["efficiency"] = {"mfu": None, "mfu_all_tokens": 0.6, "achieved_flops": 6e10}
+    res["best_f1"] = None
+    assert final_metrics(res) == {
+        "exact_match": 70.0,
+        "f1": 72.5,
+        "train_samples_per_second": 13.0,
+        "wall_time_s": 200.0,
+    }
+    res["efficiency"]["mfu"] = 0.58
+    got = final_metrics(res)
+    assert got["mfu"] == 0.58 and got["mfu_all_tokens"] == 0.6 and got["achieved_gflops"] == 60.0
+
+
+@pytest.mark.torch
+def test_the_job_id_is_the_schedulers_or_the_folders():
+    from hpcqa.rank.train.tracking import job_id
+
+    assert job_id("4242-ab12cd", {}) == "4242"
+    assert job_id("x", {"SLURM_JOB_ID": "17"}) == "17"
+    array = {"SLURM_JOB_ID": "18", "SLURM_ARRAY_JOB_ID": "17", "SLURM_ARRAY_TASK_ID": "1"}
+    assert job_id("x", array) == "17_1"
