@@ -214,3 +214,15 @@ def test_the_job_id_is_the_schedulers_or_the_folders():
     assert job_id("x", {"SLURM_JOB_ID": "17"}) == "17"
     array = {"SLURM_JOB_ID": "18", "SLURM_ARRAY_JOB_ID": "17", "SLURM_ARRAY_TASK_ID": "1"}
     assert job_id("x", array) == "17_1"
+
+
+def test_a_parent_named_in_the_environment_is_kept_not_made(tmp_path, monkeypatch):
+    """A search submits its batches under the study's one parent: HPCQA_TRACKING_PARENT set, no new parent."""
+    monkeypatch.setenv(tracking.PARENT_ENV, "0123abcd")
+    p = plan_of(train={"report_to": ["mlflow"]}, job={"output_dir": str(tmp_path), "name": "qa"})
+    with submitside.sweep_parent([p, p], is_sweep=True, ends_here=True) as parent:
+        assert parent == "0123abcd"
+    assert not (tmp_path / "qa").exists()  # no store made, nothing written
+    monkeypatch.delenv(tracking.PARENT_ENV)
+    with submitside.sweep_parent([p], is_sweep=False, ends_here=True) as parent:
+        assert parent is None  # a plain job has no parent

@@ -104,12 +104,14 @@ def sweep_parent(
 ) -> Iterator[str | None]:
     """A sweep sent to MLflow: its parent run, made now, its id in this process's environment while the executor
     submits (local ranks and sbatch inherit it) -> the id (None: no parent). `ends_here`: the executor runs the
-    sweep to its end before returning (local): the parent is then FINISHED; a queued sweep's stays RUNNING."""
+    sweep to its end before returning (local): the parent is then FINISHED; a queued sweep's stays RUNNING.
+    A parent named already in this environment (a search's batches: the study's one parent) is kept, not made."""
     p0 = plans[0]
-    if not is_sweep or not tracking.sends_to_mlflow(p0.config):
-        yield None
+    given = os.environ.get(tracking.PARENT_ENV)
+    if given or not is_sweep or not tracking.sends_to_mlflow(p0.config):
+        yield given or None
         return
-    client, run_id = _parent(p0, len(plans))
+    client, run_id = parent_run(p0, len(plans))
     saved = os.environ.get(tracking.PARENT_ENV)
     os.environ[tracking.PARENT_ENV] = run_id
     try:
@@ -124,7 +126,9 @@ def sweep_parent(
                 client.set_terminated(run_id, "FINISHED")
 
 
-def _parent(plan: LaunchPlan, variants: int) -> tuple[Any, str]:
+def parent_run(plan: LaunchPlan, variants: int) -> tuple[Any, str]:
+    """A sweep's parent run in the plan's experiment -> (MlflowClient, its id). A search makes one per study, keeps
+    its id with the study, and sets tracking.PARENT_ENV to it for every batch it submits."""
     from mlflow.tracking import MlflowClient
 
     logging.getLogger("mlflow").setLevel(
