@@ -89,10 +89,9 @@ def tags(r: Rank, env: Mapping[str, str]) -> dict[str, str]:
         out["hpcqa.array_task_id"] = env["SLURM_ARRAY_TASK_ID"]
     if plan.variant:
         out["hpcqa.variant"] = str(plan.variant_index)
-    # a searching sweep's trial, when its plans carry the number
-    trial = getattr(plan, "trial", None)
-    if trial is not None:
-        out["hpcqa.trial"] = str(trial)
+    if plan.trial is not None:  # a search's trial: its number and study
+        out["hpcqa.trial"] = str(plan.trial.number)
+        out["hpcqa.study"] = plan.trial.study
     if env.get(tracking.PARENT_ENV):
         out["mlflow.parentRunId"] = env[
             tracking.PARENT_ENV
