@@ -10,6 +10,7 @@
     statusview.py   status on a terminal: the job list (80 columns, --wide) and the detail view
     node.py         topology, env
     hosts.py        hosts (light: the mpirun job script runs it on the first node)
+    followup.py     a search's follow-up job on Slurm (python -m hpcqa.cli.followup STATE)
     tune.py         tune, scaling
     checks.py       doctor
     validate.py     validate (no rich: it runs wherever the config model imports)

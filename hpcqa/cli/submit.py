@@ -152,20 +152,16 @@ def print_sweep(ex: Any, request: Any) -> None:
             *([str(array_of[v.index])] if several else []),
         )
     if sp.search:
-        search_lines(con, sp)
+        search_lines(con, sp, ex.runs_here)
     con.print(t)
     if len(sp.variants) > 50:
         con.print(f"... and {len(sp.variants) - 50} more variants (--json lists them all)")
     if sent := tracking.describe(sp.plans[0], sweep=True):
         con.print(f"tracking: {shown(sent)}", highlight=False, markup=False)
     if ex.runs_here:
+        then = "; then the next batch is asked of the study, until all trials have run"
         con.print(
-            f"local executor: the {len(sp.variants)} {what} run one after another"
-            + (
-                "; then the next batch is asked of the study, until all trials have run"
-                if sp.search
-                else ""
-            )
+            f"local executor: the {len(sp.variants)} {what} run one after another{then * bool(sp.search)}"
         )
         return
     if assumed:
@@ -174,17 +170,11 @@ def print_sweep(ex: Any, request: Any) -> None:
         con.print(
             f"array {i}: {len(a.variants)} task(s), {line}: {' '.join(argv)}", highlight=False
         )
-    if sp.search:
-        con.print(
-            "then a follow-up job (1 CPU, --dependency=afterany on the batch's arrays) tells the study how each "
-            "trial ended and submits the next batch (its log: <job root>/search/follow-up.log)",
-            highlight=False,
-        )
     if request.scripts:
         print_script(con, request.scripts[0], "sbatch script of array 0 (as it will be submitted)")
 
 
-def search_lines(con: Any, sp: Any) -> None:
+def search_lines(con: Any, sp: Any, runs_here: bool) -> None:
     """What a search will do: how it searches, where its study is, what the study holds already."""
     spec, ref = sp.search, sp.plans[0].trial
     con.print(
@@ -196,6 +186,12 @@ def search_lines(con: Any, sp: Any) -> None:
         con.print(f"  {d.key}: {d.shown()}", highlight=False)
     had = f"resumes it: {sp.resumed} trial(s) asked before" if sp.resumed else "a new study"
     con.print(f"  study {ref.storage} ({had})", highlight=False)
+    if not runs_here:
+        con.print(
+            "  after each batch a follow-up job (1 CPU, --dependency=afterany on the batch's arrays) tells the "
+            "study how each trial ended and submits the next batch (its log: <job root>/search/follow-up.log)",
+            highlight=False,
+        )
 
 
 def batches_line(cfg: Any) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
+from hpcqa.core import kinds
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.search import Search
 from hpcqa.core.states import State
@@ -26,7 +27,7 @@ def check_not_running(
     who = study.runner(spec, name, url) or ""
     kind, _, rest = who.partition(":")
     pid_text, _, ident = rest.partition(":")
-    if kind != "local" or not pid_text.isdigit() or int(pid_text) == os.getpid():
+    if kind != kinds.LocalKind.name or not pid_text.isdigit() or int(pid_text) == os.getpid():
         return
     if identity(int(pid_text)) == ident:
         raise UsageError(
@@ -48,7 +49,12 @@ def run(ex: Any, request: Request, say: Say) -> Submitted:
         f"search {ref.study}: {asked}, {spec.strategy}, batches of {spec.parallelism or 1}, pruner {spec.pruner} "
         f"(study {ref.storage})"
     )
-    study.runner(spec, ref.study, ref.storage, f"local:{os.getpid()}:{ex.identity(os.getpid())}")
+    study.runner(
+        spec,
+        ref.study,
+        ref.storage,
+        f"{kinds.LocalKind.name}:{os.getpid()}:{ex.identity(os.getpid())}",
+    )
     teller = Teller(spec, say)
     ids, folders, code = [], [], 0
     sweep_id = study.sweep_id(

@@ -5,5 +5,7 @@ executor.py     submitit's task runtime under hpcqa's sbatch text (arrays for sw
 batch.py        that sbatch text: one step of every rank under srun, submitit's log names
 script.py       a rendered srun/mpirun script under sbatch (launcher mpirun, render --submit)
 cli.py          the one door to Slurm's commands on the submit side: argv builders, parsers, Slurm(runner)
+searchnext.py   a search's batch: its arrays, then a follow-up job (afterany) that asks for the next
+followup.py     that follow-up job's work on a node: tell the study, submit the next batch
 node.py         what a rank asks Slurm and how it reads the answers: scontrol show, squeue, the requeue
 """

@@ -49,11 +49,7 @@ class SubmititSlurm:
         return self.slurm.max_array_size(sweep.DEFAULT_MAX_ARRAY_SIZE)
 
     def dry_run(self, sp: sweep.SweepPlan) -> Request:
-        ref = sp.plans[0].trial
-        if (
-            sp.search and ref
-        ):  # a search still running (its follow-up queued) is not submitted twice
-            searchnext.check_not_running(sp.search, ref.study, ref.storage, self.slurm)
+        searchnext.check_not_running(sp, self.slurm)  # a running search: not twice
         sp, work = common.with_work(sp.with_requeue(self.requeue), self.snapshot)
         plans0 = sp.plans[0]
         root = common.job_root(plans0)
@@ -90,11 +86,9 @@ class SubmititSlurm:
             )
             placement.update({v.index: f"array {n}: {line}" for v in array.variants})
         c = plans0.config.cluster
+        mem = f"{c.mem_gb} GB" if c.mem_gb else "default"
         facts = (
-            (
-                "time / mem",
-                f"{c.time_limit_min} min / " + (f"{c.mem_gb} GB" if c.mem_gb else "default"),
-            ),
+            ("time / mem", f"{c.time_limit_min} min / {mem}"),
             ("hosts", "unknown until Slurm allocates the job"),
             snapshot.fact(code),
             *common.work_facts(sp, work),

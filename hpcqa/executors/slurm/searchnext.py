@@ -7,7 +7,7 @@ job and folder, the registry, the sweep id), read back through one checked reade
 cancelled (hpcqa cancel SWEEP) stops the search there: the study is left as it is, so that trial runs again, with
 its number and values, when the config is submitted again.
 
-    python -m hpcqa.executors.slurm.searchnext STATE.json     (the follow-up job's command)
+    python -m hpcqa.cli.followup STATE.json     (the follow-up job's command; followup.py beside this does its work)
 """
 
 from __future__ import annotations
@@ -15,20 +15,17 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 from hpcqa import fsutil
-from hpcqa.core import states, sweep
-from hpcqa.core.states import State
-from hpcqa.errors import HpcqaError, UsageError
-from hpcqa.executors import common, searching
+from hpcqa.core import states
+from hpcqa.errors import UsageError
+from hpcqa.executors import common
 from hpcqa.executors.interface import Request, Say, Submitted
 from hpcqa.executors.render import directive
 from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import registry, study
-from hpcqa.record.jobdir import JobDir
 
 FOLLOW_UP_MINUTES = (
     15  # asking, planning and sbatch take seconds; the time limit only bounds a stuck one
@@ -70,10 +67,14 @@ def submit(ex: Any, request: Request, say: Say) -> Submitted:
     return Submitted(request, done.ids, sweep_id, done.folders)
 
 
-def check_not_running(spec: Any, name: str, url: str, slurm: Slurm | None = None) -> None:
+def check_not_running(sp: Any, slurm: Slurm | None = None) -> None:
     """A search whose follow-up job is still queued or running is running: submitting it again would start a second
     chain of batches on the same study. Refused, naming the job (its own follow-up asks freely)."""
-    who = study.runner(spec, name, url) or ""
+    ref = sp.plans[0].trial
+    if sp.search is None or ref is None:
+        return
+    name = ref.study
+    who = study.runner(sp.search, name, ref.storage) or ""
     job = who.split(":", 1)[1] if who.startswith("slurm:") else ""
     if not job or job == os.environ.get("SLURM_JOB_ID"):
         return
@@ -109,10 +110,7 @@ def queue_follow_up(ex: Any, request: Request, state: dict, arrays: list[str]) -
     lines += list(request.code.shell_lines(py)) if request.code else []
     lines.append(f"export HPCQA_REGISTRY={shlex.quote(state['registry'])}")
     lines.append(
-        " ".join(
-            shlex.quote(a)
-            for a in ["exec", py, "-m", "hpcqa.executors.slurm.searchnext", str(path)]
-        )
+        " ".join(shlex.quote(a) for a in ["exec", py, "-m", "hpcqa.cli.followup", str(path)])
     )
     script = path.with_suffix(".sbatch")
     fsutil.atomic_write_text(script, "\n".join(lines) + "\n")
@@ -143,53 +141,3 @@ def read_state(path: str) -> dict:
     if not good:
         raise ValueError(f"{path}: trials must map trial numbers to their job and folder")
     return data
-
-
-def next_batch(path: str, say: Say) -> int:
-    """The follow-up job: tell the study, then submit the next batch (and its follow-up), or end the search."""
-    from hpcqa.executors.slurm.executor import SubmititSlurm  # the executor imports this module
-
-    state = read_state(path)
-    os.environ["HPCQA_REGISTRY"] = state["registry"]
-    raw = json.loads(state["config"])
-    spec = sweep.searched(raw, state["source"])
-    if spec is None or spec.digest != state["digest"]:
-        raise ValueError(f"{path}: its config is not the search it was written for")
-    name, url = searching.where(raw, spec, state["source"])
-    slurm = Slurm()
-    live, _ = slurm.query([t["job"] for t in state["trials"].values()])
-    for number, t in sorted(state["trials"].items(), key=lambda kv: int(kv[0])):
-        rec = live.get(t["job"])
-        by_user = searching.stopped(
-            JobDir(Path(t["folder"]))
-        )  # hpcqa cancel's mark, a signal, or Slurm
-        if by_user or (rec is not None and rec.state == State.CANCELLED):
-            say(
-                f"search {name} stopped: trial {number} (job {t['job']}) was cancelled; submit the config again to go on"
-            )
-            return 0
-    for number, t in sorted(state["trials"].items(), key=lambda kv: int(kv[0])):
-        told = searching.tell(spec, name, url, int(number), JobDir(Path(t["folder"])))
-        say(f"trial {number} (job {t['job']}): {told}")
-    sp = searching.next_or_none(raw, state["source"], spec)
-    if sp is None:
-        say(f"search {name}: {study.summary(spec, name, url)}; hpcqa results {state['sweep_id']}")
-        return 0
-    ex = SubmititSlurm(slurm, snapshot=state["snapshot"])
-    ex.submit(ex.dry_run(sp), say)
-    return 0
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m hpcqa.executors.slurm.searchnext STATE.json", file=sys.stderr)
-        return 2
-    try:
-        return next_batch(argv[0], lambda m: print(m, flush=True))
-    except (HpcqaError, ValueError, OSError) as e:
-        print(f"hpcqa search follow-up: {getattr(e, 'message', e)}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
