@@ -300,9 +300,10 @@ def sweep_id(spec: Search, name: str, url: str, new: str | None = None) -> str |
 def runner(spec: Search, name: str, url: str, new: str | None = None) -> str | None:
     """Who runs the search's next batch: the Slurm follow-up job queued last ("slurm:<job id>"), or the local submit
     process ("local:<pid>:<identity>"); or set it."""
-    s = open_study(spec, name, url)
     if new:
-        s.set_user_attr("hpcqa_runner", new)
+        open_study(spec, name, url).set_user_attr("hpcqa_runner", new)
         return new
-    had = s.user_attrs.get("hpcqa_runner")
+    if not ("://" in url or Path(url).exists()) or not _has(name, url):
+        return None  # no study yet: nobody runs it (and a dry run writes nothing)
+    had = open_study(spec, name, url, create=False).user_attrs.get("hpcqa_runner")
     return had if isinstance(had, str) and had else None
