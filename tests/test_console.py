@@ -382,12 +382,9 @@ def test_the_bar_of_a_program_shows_its_phase_or_the_trainers_steps_never_none(
 def test_validate_and_the_dry_runs_tokens_fit_80_columns():
     """validate's lines fit (a long one goes on under its path); the dry run keeps a value whole on a line of its
     own (KMP_AFFINITY's proclist), and a warning wraps under its own text, as render's do."""
-    code, out = pty_term.hpcqa(
-        "validate",
-        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").glob("*.toml")),
-        cwd=ROOT,
-    )
-    assert code == 0 and not _too_wide(out) and out.count("ok  configs/") == 4, out
+    configs = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").glob("*.toml"))
+    code, out = pty_term.hpcqa("validate", *configs, cwd=ROOT)
+    assert code == 0 and not _too_wide(out) and out.count("ok  configs/") == len(configs) >= 5, out
     code, out = pty_term.hpcqa("submit", "configs/squad_spr.toml", "--dry-run", cwd=ROOT)
     assert code == 0, out
     assert (

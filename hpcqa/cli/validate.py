@@ -28,7 +28,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 sweep.check_space(raw, spec, str(path))
                 base = {k: v for k, v in raw.items() if k != "sweep"}
                 lp = plan.build_plan(config.from_dict(base, source=str(path)), host)
-                what = f"a {spec.strategy} search of {spec.trials} trials over {len(spec.space)} key(s), the base: "
+                what = f"a {spec.strategy} search, {spec.trials} trials, the base: "
             elif sweep.has_sweep(raw):
                 # every variant of a [sweep] is validated as submit would, swept keys included
                 sp = sweep.build(
