@@ -408,27 +408,25 @@ def test_failing_rank_fails_the_job(cli, tmp_path, cache_env):
     assert (saved / "trainer_state.json").is_file() and (saved / "hpcqa-complete.json").is_file()
 
 
+def one_rank_plan(tmp_path: Path, *extra: str) -> Path:
+    """One rank of the tiny quickstart, 6 steps, a checkpoint every 3, its output in tmp_path, plus `extra`
+    overrides: its plan written to tmp_path/plan.json (the file a rendered script's ranks read)."""
+    from hpcqa.core import config, plan
+
+    sets = [a for a in TINY if a != "--set"] + [f"job.output_dir={json.dumps(str(tmp_path))}"]
+    sets += ["cluster.sockets_per_node=1", "launch.ranks_per_socket=1", "train.max_steps=6"]
+    cfg = config.load(ROOT / "configs/quickstart.toml", [*sets, "train.save_steps=3", *extra])
+    p = tmp_path / "plan.json"
+    p.write_text(plan.build_plan(cfg, hostprobe.probe_host()).dumps())
+    return p
+
+
 def test_restart_resumes_from_checkpoint(tmp_path, cache_env):
     """A rank restarted in the same job folder picks up the last checkpoint (what a requeue does)."""
     import subprocess
     import sys
 
-    from hpcqa.core import config, plan
-
-    cfg = config.load(
-        ROOT / "configs/quickstart.toml",
-        [a for a in TINY if a != "--set"]
-        + [
-            f"job.output_dir={json.dumps(str(tmp_path))}",
-            "cluster.sockets_per_node=1",
-            "launch.ranks_per_socket=1",
-            "train.max_steps=6",
-            "train.save_steps=3",
-        ],
-    )
-    lp = plan.build_plan(cfg, hostprobe.probe_host())
-    p = tmp_path / "plan.json"  # the file a rendered script's ranks read
-    p.write_text(lp.dumps())
+    p = one_rank_plan(tmp_path)
     job = tmp_path / "job"
     env = {**os.environ, **cache_env, "HPCQA_JOB_DIR": str(job)}
     cmd = [

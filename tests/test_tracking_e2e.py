@@ -79,6 +79,15 @@ def server(tmp_path):
     stop_server(proc)
 
 
+def submit(cli, out: Path, *sets: str, env: dict, wait: bool = True):
+    """`hpcqa submit` of the tiny quickstart with MLflow on, into `out`, with `sets` as --set overrides."""
+    args = ["submit", "configs/quickstart.toml", *(() if wait else ("--no-wait",))]
+    args += ["--set", f"job.output_dir={json.dumps(str(out))}", *TINY, *MLFLOW_ON]
+    for s in sets:
+        args += ["--set", s]
+    return cli(*args, env=env)
+
+
 def only_run(client: MlflowClient, experiment: str):
     exp = client.get_experiment_by_name(experiment)
     assert exp is not None, experiment
@@ -87,17 +96,7 @@ def only_run(client: MlflowClient, experiment: str):
 
 def test_a_jobs_run_reaches_the_server_from_rank_0_only(cli, tmp_path, cache_env, server):
     out = tmp_path / "out"
-    r = cli(
-        "submit",
-        "configs/quickstart.toml",
-        "--set",
-        f"job.output_dir={json.dumps(str(out))}",
-        *TINY,
-        *MLFLOW_ON,
-        "--set",
-        f"tracking.uri={json.dumps(server)}",
-        env=cache_env,
-    )
+    r = submit(cli, out, f"tracking.uri={json.dumps(server)}", env=cache_env)
     assert r.returncode == 0, r.stdout + r.stderr
     (job,) = job_dirs(out)
     res = json.loads((job / "results.json").read_text())
@@ -139,16 +138,10 @@ def test_a_jobs_run_reaches_the_server_from_rank_0_only(cli, tmp_path, cache_env
 def test_a_sweep_is_a_parent_run_with_its_variants_nested_in_the_job_roots_store(
     cli, tmp_path, cache_env
 ):
-    r = cli(
-        "submit",
-        "configs/quickstart.toml",
-        "--set",
-        f"job.output_dir={json.dumps(str(tmp_path))}",
-        *TINY,
-        *MLFLOW_ON,
-        "--set",
+    r = submit(
+        cli,
+        tmp_path,
         "sweep.train.learning_rate=[1e-4, 2e-4]",
-        "--set",
         "train.do_eval=false",
         env=cache_env,
     )
@@ -171,17 +164,8 @@ def test_a_sweep_is_a_parent_run_with_its_variants_nested_in_the_job_roots_store
 def test_a_server_gone_during_the_job_is_a_warning_not_a_failure(cli, tmp_path, cache_env):
     proc, uri = start_server(tmp_path / "server")
     try:
-        r = cli(
-            "submit",
-            "configs/quickstart.toml",
-            "--no-wait",
-            "--set",
-            f"job.output_dir={json.dumps(str(tmp_path / 'out'))}",
-            *TINY,
-            *MLFLOW_ON,
-            "--set",
-            f"tracking.uri={json.dumps(uri)}",
-            env=cache_env,
+        r = submit(
+            cli, tmp_path / "out", f"tracking.uri={json.dumps(uri)}", env=cache_env, wait=False
         )
         assert r.returncode == 0, r.stdout + r.stderr
     finally:
@@ -203,26 +187,10 @@ def test_a_server_gone_during_the_job_is_a_warning_not_a_failure(cli, tmp_path, 
 def test_a_restarted_rank_continues_its_run(tmp_path, cache_env):
     """A rank started again in the same job folder (what a requeue does) goes on with the run tracking.json names:
     one run, RUNNING again then FINISHED, its curve with both attempts' points."""
-    from hpcqa.core import config, plan
-    from hpcqa.executors import hostprobe
     from tests.conftest import ROOT
+    from tests.test_local_e2e import one_rank_plan
 
-    cfg = config.load(
-        ROOT / "configs/quickstart.toml",
-        [a for a in TINY if a != "--set"]
-        + [
-            f"job.output_dir={json.dumps(str(tmp_path))}",
-            "cluster.sockets_per_node=1",
-            "launch.ranks_per_socket=1",
-            "train.max_steps=6",
-            "train.save_steps=3",
-            "train.do_eval=false",
-            'train.report_to=["mlflow"]',
-        ],
-    )
-    lp = plan.build_plan(cfg, hostprobe.probe_host())
-    p = tmp_path / "plan.json"
-    p.write_text(lp.dumps())
+    p = one_rank_plan(tmp_path, "train.do_eval=false", 'train.report_to=["mlflow"]')
     job = tmp_path / "job"  # its job root is tmp_path: the store is tmp_path/mlflow.db
     env = {**os.environ, **cache_env, "HPCQA_JOB_DIR": str(job)}
     cmd = [sys.executable, "-m", "hpcqa.rank", "--plan", str(p), "--"]
