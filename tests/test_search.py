@@ -178,6 +178,13 @@ def test_every_value_a_trial_may_get_is_validated_before_anything_runs():
     assert e.value.key == "sweep.pruner" and "train.eval_strategy" in e.value.render()
     r["sweep"]["pruner"] = "none"
     sweep.check_space(r, sweep.searched(r))
+    # integer bounds over a float key: whole-number trials, refused
+    r2 = raw(tpe(train={"learning_rate": {"low": 0, "high": 1}}))
+    with pytest.raises(ConfigError) as e:
+        sweep.check_space(r2, sweep.searched(r2))
+    assert (
+        e.value.key == "sweep.train.learning_rate" and "low = 0.0, high = 1.0" in e.value.render()
+    )
     # a program of your own reports no EM/F1 to judge trials by
     r["job"]["command"] = ["python", "train.py"]
     with pytest.raises(ConfigError) as e:

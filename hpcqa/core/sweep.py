@@ -361,6 +361,7 @@ def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -
     keys = [d.key for d in spec.space]
     sweepcheck.check_variables(keys, source)
     sweepcheck.check_shared(checked, keys, source)
+    _check_kinds(configmod.from_dict(base, source=source), spec, source)
     if checked[0].config.job.command:
         raise ConfigError(
             "sweep.strategy",
@@ -375,6 +376,20 @@ def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -
             'set train.eval_strategy = "steps" with train.eval_steps, or sweep.pruner = "none"',
             source,
         )
+
+
+def _check_kinds(cfg: configmod.Config, spec: search.Search, source: str) -> None:
+    """A range of integer bounds over a float key would give its trials whole numbers only (learning_rate 0 or 1):
+    refused, naming the bounds to write as floats."""
+    for d in spec.space:
+        if d.kind == "int" and isinstance(sweepcheck.held(cfg, d.key), float):
+            raise ConfigError(
+                f"sweep.{d.key}",
+                f"both bounds are whole numbers ({d.low:g} .. {d.high:g}), so its trials would get whole numbers, "
+                f"and {d.key} is a number with a fraction",
+                f"write the bounds as floats: {{low = {d.low:.1f}, high = {d.high:.1f}}}",
+                source,
+            )
 
 
 def build_search(
