@@ -289,6 +289,22 @@ def test_the_study_of_another_search_at_the_same_place_is_refused(tmp_path):
         )
 
 
+def test_a_symlinked_journal_is_refused_and_a_group_readable_root_is_kept(tmp_path):
+    other = tmp_path / "other.journal"
+    other.write_text("")
+    (tmp_path / "root" / "search").mkdir(parents=True)
+    (tmp_path / "root" / "search" / "study.journal").symlink_to(other)
+    with pytest.raises(ConfigError) as e:
+        study.claim(spec_of(), "job", str(tmp_path / "root" / "search" / "study.journal"), [], 0)
+    assert e.value.key == "sweep.storage" and "is a symlink" in e.value.render()
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o750)
+    shared.chmod(0o750)
+    url = shared / "search" / "study.journal"
+    study.claim(spec_of(), "job", str(url), study.peek(spec_of(), "job", str(url))[0], 0)
+    assert url.parent.stat().st_mode & 0o777 == 0o750
+
+
 def test_a_damaged_journal_is_one_line_naming_the_storage(tmp_path):
     url = tmp_path / "study.journal"
     url.write_bytes(b'{"op_code": 0, "worker_id": "x"\n\x00\xffgarbage\n')

@@ -57,7 +57,21 @@ def _storage(url: str) -> Any:
             ) from None
     from optuna.storages.journal import JournalFileBackend
 
-    Path(url).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    journal = Path(url)
+    linked = [p for p in (journal, journal.parent) if p.is_symlink()]
+    if (
+        linked
+    ):  # a link would send the study's writes elsewhere (another search's file, someone else's)
+        raise ConfigError(
+            "sweep.storage",
+            f"the study journal's path {linked[0]} is a symlink",
+            "remove the link (the study lives in the job root), or give sweep.storage a database URL",
+        )
+    root = journal.parent.parent
+    shared = root.is_dir() and bool(
+        root.stat().st_mode & 0o050
+    )  # job.group_readable: the root is 0750
+    journal.parent.mkdir(parents=True, exist_ok=True, mode=0o750 if shared else 0o700)
     try:
         return op.storages.JournalStorage(JournalFileBackend(url))
     except Exception as e:  # noqa: BLE001 -- a damaged journal (a writer killed mid-line is Optuna's to skip)
