@@ -5,7 +5,7 @@
 A phase is NAME=SECONDS, or NAME=SECONDS:JUNIT_XML for a pytest pass (its --junitxml file: the tests counted and
 each test's time). --beside NAME: that phase ran beside the others (the Slurm 24.11 pass beside the first), so its
 time is shown but not added to the run's. Exit 1, with one line saying so, when the test passes together took longer than the budget
-(--budget-s, default $HPCQA_CI_BUDGET_S, else 2400): growth is seen the day it happens, long before the run reaches
+(--budget-s, default $HPCQA_CI_BUDGET_S, else DEFAULT_BUDGET_S): growth is seen the day it happens, long before the run reaches
 CI's hard limit. The install phase is not counted against the budget (it is the mirror's speed, not the suite's).
 A missing or damaged XML file is one line, and that pass's tests are left out.
 """
@@ -18,10 +18,12 @@ import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-# the test passes took 1,750-1,900 s in the CI runs of 2026-11-27/28 (3 workers, 2 cores), and 2,696 s on
-# 2026-12-02 (1,609 tests, with the users' models of issue 70, on a slower machine): 3,300 s leaves a fifth of
-# headroom over that, so a suite that grows is red the day it does, well before CI's 90 minutes
-DEFAULT_BUDGET_S = 3300
+# the test passes took 1,750-1,900 s in the CI runs of 2026-11-27/28 (3 workers, 2 cores), 2,696 s on 2026-12-02
+# (1,609 tests, with the users' models of issue 70, on a slower machine), and 3,352 s later that day (1,914 tests:
+# issue 74's searches run for real on the local executor and on Slurm, MLflow against a real server, the fused
+# kernel's rebuild tests, master weights' cold compile in the alone pass). Raised on purpose to 3,900 s: a sixth of
+# headroom, the whole run (install included) ~65 minutes, under CI's 90. Making the slowest tests faster is owed.
+DEFAULT_BUDGET_S = 3900
 
 
 @dataclass
