@@ -402,8 +402,8 @@ def build_search(
     max_array_size: Callable[[planmod.LaunchPlan], tuple[int, str]] | None = None,
 ) -> SweepPlan:
     """One batch of a search's trials -> validated plans (each carrying its trial), as one sweep: (number, params)
-    as the study gave them; trial(number) says where the study is."""
-    check_space(raw, spec, source)
+    as the study gave them; trial(number) says where the study is. The caller has checked the space (check_space)
+    before asking the study."""
     base = {k: v for k, v in raw.items() if k != "sweep"}
     variants = _variants(base, batch, source, "trial")
     plans = [
