@@ -37,3 +37,8 @@ def one_line(text: str, limit: int = 120) -> str:
     """`text` on one line (runs of white space made one space), cut to `limit` characters with an ellipsis."""
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 trial', '2 trials'."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -28,6 +28,3 @@ def warn(note: str) -> None:
 def stop_like_ctrl_c(signum, frame) -> None:
     raise KeyboardInterrupt
 
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -7,7 +7,8 @@ import argparse
 import sys
 
 from hpcqa import errors
-from hpcqa.cli.say import plural, tell, warn
+from hpcqa.cli.say import tell, warn
+from hpcqa.text import plural
 from hpcqa.core import config, kinds, plan, sweep
 from hpcqa.errors import HpcqaError
 from hpcqa.executors import hostprobe, tracking
