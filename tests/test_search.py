@@ -169,7 +169,7 @@ def test_every_value_a_trial_may_get_is_validated_before_anything_runs():
     spec = sweep.searched(raw(tpe(train={"learning_rate": {"low": -1e-3, "high": 1e-3}})))
     with pytest.raises(ConfigError) as e:
         sweep.check_space(raw(tpe()), spec)
-    assert e.value.key == "train.learning_rate" and "the searched values" in e.value.render()
+    assert e.value.key == "train.learning_rate" and "in the searched value (" in e.value.render()
     # a pruner needs evaluations to judge
     r = raw(tpe())
     r["train"]["eval_strategy"] = "no"
@@ -226,11 +226,11 @@ def spec_of(**over) -> Search:
 
 def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
     spec, url = spec_of(), str(tmp_path / "search" / "study.journal")
-    predicted, before = study.peek(spec, "job", url)
+    predicted, _r, before = study.peek(spec, "job", url)
     assert (
         before == [] and [n for n, _ in predicted] == [0, 1] and not (tmp_path / "search").exists()
     )
-    again, _ = study.peek(spec, "job", url)
+    again, _r, _ = study.peek(spec, "job", url)
     assert again == predicted  # seeded: the same prediction every time
     study.claim(spec, "job", url, predicted, 0)
     s = study.open_study(spec, "job", url)
@@ -241,14 +241,14 @@ def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
         lr = p["train.learning_rate"]
         assert 1e-5 <= lr <= 1e-3 and p["train.gradient_accumulation_steps"] in (1, 2, 3, 4)
     # the two RUNNING trials, unfinished (a submit that died): the next peek runs them again first, as they were
-    stale, _ = study.peek(spec, "job", url)
+    stale, _r, _ = study.peek(spec, "job", url)
     assert (
         stale == predicted
     )  # ... and they fill the batch: a batch is at most `parallelism` trials
     assert study.tell(spec, "job", url, 0, False, 55.0) == "COMPLETE"
     assert study.tell(spec, "job", url, 1, True, None) == "PRUNED"
     assert study.tell(spec, "job", url, 1, False, 99.0) == "PRUNED"  # told already: as it was
-    nxt, trials = study.peek(spec, "job", url)
+    nxt, _r, trials = study.peek(spec, "job", url)
     assert [n for n, _ in nxt] == [2, 3] and [t.state.name for t in trials] == [
         "COMPLETE",
         "PRUNED",
@@ -263,7 +263,7 @@ def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
 
 def test_a_study_that_moved_since_the_dry_run_is_refused(tmp_path):
     spec, url = spec_of(), str(tmp_path / "study.journal")
-    predicted, _ = study.peek(spec, "job", url)
+    predicted, _r, _ = study.peek(spec, "job", url)
     study.claim(spec, "job", url, predicted, 0)
     # a second submit planned the same batch from the empty study: its trials 0 and 1 are the first submit's now
     with pytest.raises(ConfigError) as e:
@@ -327,7 +327,7 @@ def test_a_database_that_cannot_be_reached_is_refused(tmp_path):
 def test_a_database_url_works_as_the_journal_does(tmp_path):
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     spec = spec_of(storage=url)
-    batch, _ = study.peek(spec, "job", url)
+    batch, _r, _ = study.peek(spec, "job", url)
     study.claim(spec, "job", url, batch, 0)
     assert [t.number for t in study.open_study(spec, "job", url).trials] == [0, 1]
 
@@ -364,3 +364,83 @@ def test_a_random_search_plans_its_batch_as_validated_plans(tmp_path):
         sweep.single(plan.build_plan(config.from_dict(r), HOST)).plans[0].dumps()
     )
     assert search.storage_problem("sqlite:////abs/x.db") is None
+
+
+def jointly(tmp_path, **over) -> dict:
+    """max_seq_length 64 and doc_stride 100 are each valid alone (the base has 128 and 32), not together."""
+    r = raw(
+        {
+            "strategy": "random",
+            "trials": 6,
+            "parallelism": 2,
+            "seed": 1,
+            "train": {"max_seq_length": [64, 128], "doc_stride": [16, 100]},
+            **over,
+        },
+        tmp_path,
+    )
+    r["cluster"]["executor"] = "local"
+    return r
+
+
+def test_values_that_do_not_go_together_are_told_fail_and_the_search_goes_on(tmp_path):
+    from hpcqa.executors import searching
+
+    r = jointly(tmp_path)
+    spec = sweep.searched(r)
+    sweep.check_space(r, spec)  # each value alone is fine
+    sp = searching.plan_batch(r, "s.toml", spec)
+    bad = {"train.max_seq_length": 64, "train.doc_stride": 100}
+    runs = [dict(v.params) for v in sp.variants]
+    assert len(runs) == 2 and bad not in runs  # the batch holds parallelism trials that run
+    assert [n for n, _, _ in sp.refused] == [1]  # seed 1: the second trial asked draws 64 with 100
+    assert all(dict(p) == bad and "doc_stride 100 must be smaller" in why for _, p, why in sp.refused)
+    numbers = sorted([v.index for v in sp.variants] + [n for n, _, _ in sp.refused])
+    assert numbers == list(range(len(numbers)))  # refused trials keep their numbers: nothing skipped
+    assert not (tmp_path / "out").exists()  # planning wrote nothing
+    lines = searching.refused_lines(sp)
+    assert len(lines) == len(sp.refused) and all("told FAIL" in x for x in lines)
+    name, url = searching.where(r, spec, "s.toml")
+    batch = [(v.index, dict(v.params)) for v in sp.variants]
+    study.claim(spec, name, url, batch, 0, sp.refused)
+    dumped = {t["number"]: t for t in study.dump(name, url)["trials"]}
+    for n, _, why in sp.refused:
+        assert dumped[n]["state"] == "FAIL" and dumped[n]["refused"] == why
+    assert [dumped[v.index]["state"] for v in sp.variants] == ["RUNNING", "RUNNING"]
+    assert sp.to_json()["search"]["refused"][0]["why"] == sp.refused[0][2]
+
+
+def test_when_every_trial_left_is_refused_submit_says_so_and_the_follow_up_ends(tmp_path):
+    from hpcqa.executors import searching
+
+    r = jointly(tmp_path, trials=3)
+    r["sweep"]["train"] = {"max_seq_length": [64], "doc_stride": [100]}
+    spec = sweep.searched(r)
+    with pytest.raises(searching.AllRefused) as e:
+        searching.plan_batch(r, "s.toml", spec)
+    assert e.value.exit_code == 2 and "every trial the search has left is refused: trial 0" in e.value.render()
+    assert "(and 2 more)" in e.value.render() and not (tmp_path / "out").exists()
+    # mid-search (the follow-up, the local loop): the study is told, and the search ends
+    assert searching.next_or_none(r, "s.toml", spec) is None
+    name, url = searching.where(r, spec, "s.toml")
+    assert [t["state"] for t in study.dump(name, url)["trials"]] == ["FAIL"] * 3
+
+
+def test_a_search_runs_batches_of_one_unless_told_and_refuses_parallelism_0():
+    spec = sweep.searched(raw({k: v for k, v in tpe().items() if k != "parallelism"}))
+    assert spec.parallelism == 1 and spec.batch_size(0) == 1
+    with pytest.raises(ConfigError) as e:
+        sweep.searched(raw(tpe(parallelism=0)))
+    assert e.value.key == "sweep.parallelism" and "is for a grid" in e.value.render()
+    assert sweep.searched(raw({"train": {"learning_rate": [1e-4, 2e-4]}, "parallelism": 0})) is None
+
+
+def test_a_dry_run_of_an_sqlite_study_makes_no_file(tmp_path):
+    db = tmp_path / "studies.db"
+    url = f"sqlite:///{db}"
+    spec = spec_of(storage=url)
+    batch, _r, trials = study.peek(spec, "job", url)
+    assert len(batch) == 2 and trials == [] and not db.exists()
+    assert study.runner(spec, "job", url) is None and not db.exists()
+    study.claim(spec, "job", url, batch, 0)
+    assert db.exists() and len(study.peek(spec, "job", url).trials) == 2

@@ -22,6 +22,7 @@ from hpcqa.cli.say import say, tell, warn
 from hpcqa.core import states, values
 from hpcqa.core.states import State
 from hpcqa.errors import HpcqaError, RegistryError, UsageError
+from hpcqa.core.search import shown_params
 from hpcqa.executors import cancel, jobs
 from hpcqa.executors.cancel import chosen
 from hpcqa.executors.slurm.cli import Slurm
@@ -254,7 +255,7 @@ def cmd_results(args: argparse.Namespace) -> int:
         return 0
     con = Console()
     con.print(_variants_table(args.sweep, args.metric, table, keys))
-    for line in _model_lines(table):
+    for line in _model_lines(table) + _refused_lines(views):
         con.print(line, highlight=False, markup=False, soft_wrap=True)
     if sc:
         _print_scaling(con, reg, args.sweep, sc)
@@ -269,6 +270,16 @@ def _study_of(views: list) -> dict:
     from hpcqa.record import study  # Optuna: only for a search's results
 
     return {"study": study.dump(trial.study, trial.storage)}
+
+
+def _refused_lines(views: list) -> list[str]:
+    """A search's trials that were asked and not run (their values do not go together): they have no job to list."""
+    trials = _study_of(views).get("study", {}).get("trials", [])
+    return [
+        f"trial {t['number']} not run ({shown_params(t['params'])}): {values.shown(t['refused'])}"
+        for t in trials
+        if t.get("refused")
+    ]
 
 
 def _variants_table(sweep_id: str, metric: str, table: list[dict], keys: list[str]) -> Table:

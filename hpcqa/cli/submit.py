@@ -22,10 +22,10 @@ from hpcqa.cli.say import say, stop_like_ctrl_c, warn
 from hpcqa.core import command, modelfacts, sweep
 from hpcqa.core.topology import cpu_list
 from hpcqa.errors import UsageError
-from hpcqa.executors import tracking
+from hpcqa.executors import searching, tracking
 from hpcqa.record import manifest, registry
 from hpcqa.record.jobdir import SUBMISSION, JobDir
-from hpcqa.text import shown
+from hpcqa.text import plural, shown
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -178,14 +178,16 @@ def search_lines(con: Any, sp: Any, runs_here: bool) -> None:
     """What a search will do: how it searches, where its study is, what the study holds already."""
     spec, ref = sp.search, sp.plans[0].trial
     con.print(
-        f"search {ref.study}: {spec.strategy}, {spec.trials} trials in batches of {spec.parallelism or 1}, "
+        f"search {ref.study}: {spec.strategy}, {plural(spec.trials, 'trial')} in batches of {spec.parallelism}, "
         f"{spec.direction} {spec.metric}, pruner {spec.pruner}, seed {spec.seed}",
         highlight=False,
     )
     for d in spec.space:
         con.print(f"  {d.key}: {d.shown()}", highlight=False)
-    had = f"resumes it: {sp.resumed} trial(s) asked before" if sp.resumed else "a new study"
+    had = f"resumes it: {plural(sp.resumed, 'trial')} asked before" if sp.resumed else "a new study"
     con.print(f"  study {ref.storage} ({had})", highlight=False)
+    for line in searching.refused_lines(sp, dry=True):
+        con.print(f"  {line}", highlight=False, markup=False)
     if not runs_here:
         con.print(
             "  after each batch a follow-up job (1 CPU, --dependency=afterany on the batch's arrays) tells the "

@@ -3,7 +3,7 @@
     [sweep]
     strategy = "tpe"            # grid (the default: a sweep of today) | random | tpe
     trials = 12                 # trials in all
-    parallelism = 3             # trials per batch: one job array each (the local executor runs them in turn)
+    parallelism = 3             # trials per batch (left out: 1): one job array each (locally: one after another)
     metric = "f1"               # f1 | exact_match (the evaluation's, on the validation split)
     direction = "maximize"      # the default
     seed = 0                    # the sampler's seed
@@ -116,7 +116,7 @@ class Search:
 
     def batch_size(self, asked: int) -> int:
         """How many trials the next batch holds at most, `asked` trials being in the study already."""
-        return max(0, min(self.parallelism or 1, self.trials - asked))
+        return max(0, min(self.parallelism, self.trials - asked))
 
 
 @dataclass(frozen=True)
@@ -155,6 +155,13 @@ class TrialRef:
                 f"a plan's trial has metric {d['metric']!r} and pruner {d['pruner']!r}"
             )
         return cls(**d)
+
+
+def shown_params(params: Mapping[str, Any]) -> str:
+    """A trial's values in a line: key=value, floats to 4 significant digits."""
+    return ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={json.dumps(v)}" for k, v in params.items()
+    )
 
 
 def is_range(value: Any) -> bool:
@@ -316,6 +323,20 @@ def storage_problem(url: str) -> str | None:
     return None
 
 
+def _storage_setting(sw: Mapping[str, Any], source: str) -> str:
+    storage = _setting(sw, "storage", "", source)
+    bad = storage_problem(storage)
+    if bad:
+        raise _err(
+            "storage",
+            bad,
+            "leave sweep.storage out (a journal file in the job root), or give sqlite:////abs/path.db; a "
+            "server's password goes in ~/.pgpass or the driver's environment, never in the config",
+            source,
+        )
+    return storage
+
+
 def parse(
     sw: Mapping[str, Any], space: Mapping[str, Any], parallelism: int, source: str = ""
 ) -> Search | None:
@@ -352,21 +373,19 @@ def parse(
         raise _err(
             "trials", "is missing: how many trials the search runs", "set sweep.trials = 12", source
         )
-    metric = _setting(sw, "metric", "f1", source)
-    storage = _setting(sw, "storage", "", source)
-    bad = storage_problem(storage)
-    if bad:
+    if "parallelism" in sw and parallelism == 0:
         raise _err(
-            "storage",
-            bad,
-            "leave sweep.storage out (a journal file in the job root), or give sqlite:////abs/path.db; a "
-            "server's password goes in ~/.pgpass or the driver's environment, never in the config",
+            "parallelism",
+            "0 (no limit) is for a grid; a search asks the study for each batch once the one before has ended",
+            "set sweep.parallelism to how many trials a batch runs at once (1 or more; left out: 1)",
             source,
         )
+    metric = _setting(sw, "metric", "f1", source)
+    storage = _storage_setting(sw, source)
     return Search(
         strategy,
         _setting(sw, "trials", 0, source),
-        parallelism,
+        parallelism or 1,
         metric,
         _setting(sw, "direction", METRICS[metric], source),
         _setting(sw, "seed", 0, source),

@@ -34,7 +34,7 @@ from hpcqa.core import plan as planmod
 from hpcqa.core import search, sweepcheck
 from hpcqa.core.frozen import freeze
 from hpcqa.core.kinds import Requeue
-from hpcqa.errors import ConfigError
+from hpcqa.errors import ConfigError, HpcqaError
 
 RESERVED = {"parallelism", "variants", *search.SETTINGS}
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default
@@ -211,9 +211,10 @@ def _variants(
     base: Mapping[str, Any],
     combos: list[tuple[int, dict[str, Any]]],
     source: str,
-    what: str = "sweep variant",
+    what: str = "sweep variant {i}",
 ) -> list[Variant]:
-    """The base config with each (index, params) applied, each validated like a config (errors name the variant)."""
+    """The base config with each (index, params) applied, each validated like a config (errors name the variant:
+    `what` with its index)."""
     variants = []
     for i, params in combos:
         r = _copy(base)
@@ -225,7 +226,7 @@ def _variants(
         except ConfigError as e:
             where = ", ".join(f"{k}={v!r}" for k, v in params.items())
             raise ConfigError(
-                e.key, f"in {what} {i} ({where}): {e.detail}", e.hint, source
+                e.key, f"in {what.format(i=i)} ({where}): {e.detail}", e.hint, source
             ) from None
         variants.append(Variant(index=i, params=freeze(params), config=cfg))
     return variants
@@ -285,6 +286,7 @@ class SweepPlan:
     search_config: str = ""  # a search's config as read, JSON: its next batches are planned from it
     source: str = ""  # ... and where it was read from
     resumed: int = 0  # a search's trials in its study before this batch
+    refused: tuple = ()  # a search's trials asked with this batch and not run: (number, params, why)
 
     def with_requeue(self, requeue: Requeue) -> "SweepPlan":
         """Every plan as the executor that submits them hands them to the ranks."""
@@ -309,6 +311,9 @@ class SweepPlan:
         out = self._json()
         if self.search is not None:
             out["search"] = self.search.to_json()
+            out["search"]["refused"] = [
+                {"trial": n, "params": dict(p), "why": why} for n, p, why in self.refused
+            ]
         return out
 
     def _json(self) -> dict[str, Any]:
@@ -357,7 +362,7 @@ def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -
     pruner has evaluations to judge."""
     base = {k: v for k, v in raw.items() if k != "sweep"}
     edges = [(0, {d.key: v}) for d in spec.space for v in d.edges()]
-    checked = _variants(base, edges, source, "the searched values")
+    checked = _variants(base, edges, source, "the searched value")
     keys = [d.key for d in spec.space]
     sweepcheck.check_variables(keys, source)
     sweepcheck.check_shared(checked, keys, source)
@@ -392,6 +397,24 @@ def _check_kinds(cfg: configmod.Config, spec: search.Search, source: str) -> Non
             )
 
 
+def trial_problem(
+    raw: Mapping[str, Any], source: str, host: planmod.HostProbe, params: Mapping[str, Any]
+) -> str | None:
+    """Why one trial's values cannot run, or None: each value is valid alone (check_space), but two may not be
+    together (train.max_seq_length 64 with train.doc_stride 100). Its config validated and its plan built."""
+    r = _copy({k: v for k, v in raw.items() if k != "sweep"})
+    try:
+        for k, v in params.items():
+            configmod.check_text(k, v, source)
+            _set(r, k, v)
+        planmod.build_plan(configmod.from_dict(r, source=source), host, via_submitit=True)
+    except ConfigError as e:
+        return f"{e.key}: {e.detail}"
+    except HpcqaError as e:
+        return e.message
+    return None
+
+
 def build_search(
     raw: Mapping[str, Any],
     source: str,
@@ -405,7 +428,7 @@ def build_search(
     as the study gave them; trial(number) says where the study is. The caller has checked the space (check_space)
     before asking the study."""
     base = {k: v for k, v in raw.items() if k != "sweep"}
-    variants = _variants(base, batch, source, "trial")
+    variants = _variants(base, batch, source, "trial {i}")
     plans = [
         planmod.build_plan(v.config, host, via_submitit=True)
         .with_variant(v.index, v.params)

@@ -11,9 +11,11 @@ from typing import Any, Mapping
 
 from hpcqa.core import config as configmod
 from hpcqa.core import sweep
-from hpcqa.core.search import Search, TrialRef
+from hpcqa.core.frozen import freeze
+from hpcqa.core.search import Search, TrialRef, shown_params
 from hpcqa.core.states import State
 from hpcqa.errors import UsageError
+from hpcqa.text import plural
 from hpcqa.executors import hostprobe, table
 from hpcqa.record import failures, study
 from hpcqa.record.jobdir import JobDir, JobRoot
@@ -30,27 +32,47 @@ def where(raw: Mapping[str, Any], spec: Search, source: str) -> tuple[str, str]:
     return base.job.name, study.storage_url(spec, root.search_journal())
 
 
+class AllRefused(UsageError):
+    """Every trial the search has left was refused (its values cannot run together): nothing to run."""
+
+    def __init__(self, refused: list[tuple[int, dict[str, Any], str]], held: int) -> None:
+        n, params, why = refused[0]
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        super().__init__(
+            f"every trial the search has left is refused: trial {n} ({shown_params(params)}): {why}{more}",
+            "narrow the searched ranges so that every combination runs, then submit again",
+        )
+        self.refused, self.held = refused, held
+
+
 def plan_batch(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.SweepPlan:
-    """The search's next batch as a sweep plan (trials a dead submit left RUNNING first, as they were). A search
-    that has asked all its trials is a UsageError saying so (nothing to run)."""
+    """The search's next batch as a sweep plan (trials a dead submit left RUNNING first, as they were). Trials whose
+    values cannot run together are asked, not run (sp.refused: told FAIL at claim). A search that has asked all its
+    trials is a UsageError saying so (nothing to run)."""
     sweep.check_space(raw, spec, source)
     name, url = where(raw, spec, source)
-    batch, trials = study.peek(spec, name, url)
-    if not batch:
-        done = sum(1 for t in trials if t.state.is_finished())
+    host = hostprobe.probe_host()
+    peeked = study.peek(spec, name, url, lambda _n, p: sweep.trial_problem(raw, source, host, p))
+    if not peeked.batch and peeked.refused:
+        raise AllRefused(peeked.refused, len(peeked.trials))
+    if not peeked.batch:
+        done = sum(1 for t in peeked.trials if t.state.is_finished())
         raise SearchDone(
-            f"the search {name!r} has asked all its {spec.trials} trials ({done} ended; study {url})",
+            f"the search {name!r} has asked all its {plural(spec.trials, 'trial')} ({done} ended; study {url})",
             "raise sweep.trials to go on; hpcqa results shows its trials",
         )
 
     def ref(number: int) -> TrialRef:
         return TrialRef(number, name, url, spec.metric, spec.direction, spec.pruner)
 
-    sp = sweep.build_search(
-        raw, source, hostprobe.probe_host(), spec, batch, ref, table.max_array_size
-    )
+    sp = sweep.build_search(raw, source, host, spec, peeked.batch, ref, table.max_array_size)
+    refused = tuple((n, freeze(p), why) for n, p, why in peeked.refused)
     return replace(
-        sp, search_config=json.dumps(raw, sort_keys=True), source=source, resumed=len(trials)
+        sp,
+        search_config=json.dumps(raw, sort_keys=True),
+        source=source,
+        resumed=len(peeked.trials),
+        refused=refused,
     )
 
 
@@ -61,10 +83,25 @@ def next_batch(sp: sweep.SweepPlan) -> sweep.SweepPlan | None:
 
 
 def next_or_none(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.SweepPlan | None:
+    """The next batch, or None when the search is over: all its trials asked, or every one left refused (those are
+    told FAIL here, so that the study shows why)."""
     try:
         return plan_batch(raw, source, spec)
     except SearchDone:
         return None
+    except AllRefused as e:
+        name, url = where(raw, spec, source)
+        study.claim(spec, name, url, [], e.held, e.refused)
+        return None
+
+
+def refused_lines(sp: sweep.SweepPlan, dry: bool = False) -> list[str]:
+    """A line per trial asked with this batch and not run: its values, why, and that the study is told FAIL."""
+    told = "the study will be told FAIL" if dry else "told FAIL"
+    return [
+        f"trial {n} ({shown_params(p)}) is not run, its values do not go together: {why}; {told}"
+        for n, p, why in sp.refused
+    ]
 
 
 def stopped(jd: JobDir) -> bool:

@@ -13,10 +13,11 @@ the batch tells the study how each trial ended (COMPLETE with its metric, PRUNED
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NamedTuple, Sequence
 
-from hpcqa.core.search import Dim, Search, TrialRef, redacted
+from hpcqa.core.search import Dim, Search, TrialRef, redacted, shown_params
 from hpcqa.errors import ConfigError, HpcqaError
 
 EXTRA = "pip install 'hpcqa[search]'"
@@ -171,26 +172,57 @@ def _difference(theirs: dict, ours: dict) -> str:
     return "digest"
 
 
-def peek(spec: Search, name: str, url: str) -> tuple[list[tuple[int, dict[str, Any]]], list[Any]]:
-    """What submit would run next, asked of an in-memory copy (nothing written): (stale trials to run again, as
-    they were -- RUNNING ones left by a submit that died) + the next batch, as (number, params); and the study's
-    trials so far. An absent study is a new one."""
+class Peeked(NamedTuple):
+    """What submit would run next: batch, (number, params) to run; refused, (number, params, why) asked but not run
+    (their values cannot run together: told FAIL at claim); trials, the study's trials so far."""
+
+    batch: list[tuple[int, dict[str, Any]]]
+    refused: list[tuple[int, dict[str, Any], str]]
+    trials: list[Any]
+
+
+Refuse = Callable[[int, dict[str, Any]], "str | None"]
+
+
+def peek(spec: Search, name: str, url: str, refuse: Refuse | None = None) -> Peeked:
+    """What submit would run next, asked of an in-memory copy (nothing written): stale trials to run again, as they
+    were (RUNNING ones left by a submit that died), then fresh ones up to the batch's size. A fresh trial that
+    refuse(number, params) finds wrong (values valid alone, not together) is told FAIL in the copy and the next one is
+    asked, within sweep.trials. An absent study is a new one."""
     op = optuna()
-    url_exists = "://" in url or Path(url).exists()
-    trials = (
-        open_study(spec, name, url, create=False).trials if url_exists and _has(name, url) else []
-    )
+    trials = open_study(spec, name, url, create=False).trials if _exists(url) and _has(name, url) else []
     waiting = (op.trial.TrialState.RUNNING, op.trial.TrialState.WAITING)
     stale = [(t.number, dict(t.params)) for t in trials if t.state in waiting]
     memory = op.create_study(direction=spec.direction, sampler=sampler(spec, len(trials)))
     memory.add_trials([t for t in trials if t.state.is_finished()])
-    fresh = []
-    for i in range(
-        max(0, spec.batch_size(len(trials)) - len(stale))
-    ):  # a batch is at most parallelism trials
+    fresh: list[tuple[int, dict[str, Any]]] = []
+    refused: list[tuple[int, dict[str, Any], str]] = []
+    want, number = spec.batch_size(len(trials)) - len(stale), len(trials)
+    while len(fresh) < want and number < spec.trials:  # a batch is at most parallelism trials
         t = memory.ask({d.key: distribution(d) for d in spec.space})
-        fresh.append((len(trials) + i, dict(t.params)))
-    return stale + fresh, trials
+        why = refuse(number, dict(t.params)) if refuse else None
+        if why:
+            memory.tell(t, state=op.trial.TrialState.FAIL)
+            refused.append((number, dict(t.params), why))
+        else:
+            fresh.append((number, dict(t.params)))
+        number += 1
+    return Peeked(stale + fresh, refused, trials)
+
+
+def _exists(url: str) -> bool:
+    """Is there a storage to read (nothing is made to find out: a dry run writes nothing)? A journal file, an SQLite
+    database file, or a server's URL (asked)."""
+    if url.startswith("sqlite:"):
+        db = Path(url.split("://", 1)[1][1:].split("?", 1)[0])  # sqlite:////abs/path.db -> /abs/path.db
+        if not db.exists() and not os.access(db.parent, os.W_OK | os.X_OK):
+            raise ConfigError(
+                "sweep.storage",
+                f"the SQLite study {db} cannot be made: its folder {db.parent} is missing or not writable",
+                "make the folder (shared by every node), or leave sweep.storage out (a journal in the job root)",
+            )
+        return db.exists()
+    return "://" in url or Path(url).exists()
 
 
 def _has(name: str, url: str) -> bool:
@@ -203,14 +235,21 @@ def _has(name: str, url: str) -> bool:
 
 
 def claim(
-    spec: Search, name: str, url: str, batch: list[tuple[int, dict[str, Any]]], held: int
+    spec: Search,
+    name: str,
+    url: str,
+    batch: list[tuple[int, dict[str, Any]]],
+    held: int,
+    refused: Sequence[tuple[int, Any, str]] = (),
 ) -> None:
     """Write the batch the dry run predicted into the study (stale trials are already there): each new trial
-    enqueued with exactly its values and asked. A study that moved since it held `held` trials (another submit of
-    this search) is refused: the numbers would no longer be the plans'."""
+    enqueued with exactly its values and asked; a refused one told FAIL at once, with why (user attr hpcqa_refused).
+    A study that moved since it held `held` trials (another submit of this search) is refused: the numbers would no
+    longer be the plans'."""
     study = open_study(spec, name, url)
     have = len(study.trials)
-    fresh = [(n, p) for n, p in batch if n >= held]
+    why = {n: w for n, _, w in refused}
+    fresh = sorted([(n, dict(p)) for n, p in batch if n >= held] + [(n, dict(p)) for n, p, _ in refused])
     if have != held:
         raise ConfigError(
             "sweep",
@@ -226,6 +265,9 @@ def claim(
                 f"the study gave trial {t.number} where {number} was planned",
                 "submit again",
             )
+        if number in why:
+            t.set_user_attr("hpcqa_refused", why[number])
+            study.tell(t, state=optuna().trial.TrialState.FAIL)
 
 
 def tell(spec: Search, name: str, url: str, number: int, pruned: bool, value: float | None) -> str:
@@ -265,7 +307,7 @@ def summary(spec: Search, name: str, url: str) -> str:
     done = [t for t in s.trials if t.state == ts.COMPLETE and t.value is not None]
     if done:
         best = s.best_trial
-        line += f"; best {spec.metric} {best.value:.2f} (trial {best.number}: {best.params})"
+        line += f"; best {spec.metric} {best.value:.2f} (trial {best.number}: {shown_params(best.params)})"
     return line or "no trial ended"
 
 
@@ -285,6 +327,7 @@ def dump(name: str, url: str) -> dict[str, Any]:
             "value": t.value,
             "params": t.params,
             "reports": {str(k): v for k, v in sorted(t.intermediate_values.items())},
+            **({"refused": t.user_attrs["hpcqa_refused"]} if "hpcqa_refused" in t.user_attrs else {}),
         }
         for t in s.trials
     ]
@@ -317,7 +360,7 @@ def runner(spec: Search, name: str, url: str, new: str | None = None) -> str | N
     if new:
         open_study(spec, name, url).set_user_attr("hpcqa_runner", new)
         return new
-    if not ("://" in url or Path(url).exists()) or not _has(name, url):
+    if not _exists(url) or not _has(name, url):
         return None  # no study yet: nobody runs it (and a dry run writes nothing)
     had = open_study(spec, name, url, create=False).user_attrs.get("hpcqa_runner")
     return had if isinstance(had, str) and had else None

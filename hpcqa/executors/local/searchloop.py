@@ -17,6 +17,7 @@ from hpcqa.executors import common, searching, snapshot
 from hpcqa.executors.interface import Request, Say, Submitted
 from hpcqa.record import study
 from hpcqa.record.jobdir import JobDir
+from hpcqa.text import plural
 
 
 def check_not_running(
@@ -41,12 +42,12 @@ def run(ex: Any, request: Request, say: Say) -> Submitted:
     spec, ref = sp.search, sp.plans[0].trial
     assert spec is not None and ref is not None
     asked = (
-        f"resuming its study, {sp.resumed} of {spec.trials} trials asked"
+        f"resuming its study, {sp.resumed} of {plural(spec.trials, 'trial')} asked"
         if sp.resumed
-        else f"{spec.trials} trials"
+        else plural(spec.trials, "trial")
     )
     say(
-        f"search {ref.study}: {asked}, {spec.strategy}, batches of {spec.parallelism or 1}, pruner {spec.pruner} "
+        f"search {ref.study}: {asked}, {spec.strategy}, batches of {spec.parallelism}, pruner {spec.pruner} "
         f"(study {ref.storage})"
     )
     study.runner(
@@ -62,7 +63,9 @@ def run(ex: Any, request: Request, say: Say) -> Submitted:
     )  # a search submitted again: the same sweep
     while True:
         batch = [(p.variant_index, dict(p.variant)) for p in sp.plans]
-        study.claim(spec, ref.study, ref.storage, batch, sp.resumed)
+        study.claim(spec, ref.study, ref.storage, batch, sp.resumed, sp.refused)
+        for line in searching.refused_lines(sp):
+            say(line)
         done = ex._run_sweep(request, say, sweep_id, ended=teller.tell)
         sweep_id = study.sweep_id(spec, ref.study, ref.storage, done.sweep_id)
         ids += done.ids

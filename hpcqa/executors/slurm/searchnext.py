@@ -21,7 +21,7 @@ from typing import Any
 from hpcqa import fsutil
 from hpcqa.core import states
 from hpcqa.errors import UsageError
-from hpcqa.executors import common
+from hpcqa.executors import common, searching
 from hpcqa.executors.interface import Request, Say, Submitted
 from hpcqa.executors.render import directive
 from hpcqa.executors.slurm.cli import Slurm
@@ -41,7 +41,9 @@ def submit(ex: Any, request: Request, say: Say) -> Submitted:
     ex.slurm.require_controller()  # before the study holds the batch's trials
     sweep_id = study.sweep_id(spec, ref.study, ref.storage)
     batch = [(p.variant_index, dict(p.variant)) for p in sp.plans]
-    study.claim(spec, ref.study, ref.storage, batch, sp.resumed)
+    study.claim(spec, ref.study, ref.storage, batch, sp.resumed, sp.refused)
+    for line in searching.refused_lines(sp):
+        say(line)
     done = ex.queue(request, say, sweep_id)
     sweep_id = study.sweep_id(spec, ref.study, ref.storage, done.sweep_id)
     trials = {
