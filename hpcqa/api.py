@@ -16,6 +16,7 @@ pre-queue checks with these same functions. Nothing here imports torch: the rank
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -75,9 +76,10 @@ def dry_run(sp: sweep.SweepPlan, snapshot: bool = True) -> tuple[Executor, Reque
     return ex, ex.dry_run(sp)
 
 
-def before_queueing(plans: Sequence[Any], warn=None) -> None:
+def before_queueing(plans: Sequence[Any], warn=None, space: Sequence[Config] = ()) -> None:
     """What every rank would otherwise find after the queue wait: staged items gone (stage.require), bad data
-    or output (preflight), a damaged registry. Raises before anything is queued or started."""
+    or output (preflight), a damaged registry. Raises before anything is queued or started. space: a search's
+    configs with each searched value alone (sweep.edge_configs): later batches' trials are checked now too."""
     if warn:  # what the dry run warned of, said again when it is for real
         for note in dict.fromkeys(w for p in plans for w in p.warnings):
             warn(note)
@@ -93,6 +95,12 @@ def before_queueing(plans: Sequence[Any], warn=None) -> None:
             for note in preflight.check(p.config):
                 if warn:
                     warn(note)
+    checked = {(p.config.data, p.config.model) for p in plans}
+    for cfg in space:  # a model or data only a later batch's trials name; their train values are validated
+        if (cfg.data, cfg.model) not in checked:
+            checked.add((cfg.data, cfg.model))
+            manifest.require(cfg)
+            preflight.check(cfg)
     for note in scaling_notes(plans):
         if warn:
             warn(note)
@@ -111,14 +119,21 @@ def before_queueing(plans: Sequence[Any], warn=None) -> None:
         )
 
 
-def would_refuse(plans: Sequence[Any]) -> HpcqaError | None:
+def would_refuse(sp: sweep.SweepPlan) -> HpcqaError | None:
     """What `submit` would refuse this request for on this machine (before_queueing's checks, which read only), or
     None: the dry run says it instead of showing a plan that would never be queued."""
     try:
-        before_queueing(plans)
+        before_queueing(sp.plans, space=_space(sp))
     except HpcqaError as e:
         return e
     return None
+
+
+def _space(sp: sweep.SweepPlan) -> list[Config]:
+    """A search's configs with each searched value alone (checked before its first batch is queued); [] else."""
+    if sp.search is None:
+        return []
+    return sweep.edge_configs(json.loads(sp.search_config), sp.search, sp.source)
 
 
 def scaling_notes(plans: Sequence[Any]) -> list[str]:
@@ -139,7 +154,7 @@ def scaling_notes(plans: Sequence[Any]) -> list[str]:
 
 def submit_request(ex: Executor, request: Request, say: Say = silent, warn=None) -> Submitted:
     """The checks before queueing, then `ex.submit(request)`: the very request the dry run showed."""
-    before_queueing(request.sweep.plans, warn)
+    before_queueing(request.sweep.plans, warn, _space(request.sweep))
     job = request.sweep.plans[0].config.job
     with fsutil.owner_umask(job.group_readable):
         # before anything is queued: a registry that cannot be created or written would otherwise be found out

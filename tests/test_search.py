@@ -444,3 +444,22 @@ def test_a_dry_run_of_an_sqlite_study_makes_no_file(tmp_path):
     assert study.runner(spec, "job", url) is None and not db.exists()
     study.claim(spec, "job", url, batch, 0)
     assert db.exists() and len(study.peek(spec, "job", url).trials) == 2
+
+
+def test_a_model_only_a_later_batch_names_is_checked_before_the_first_is_queued(tmp_path):
+    from hpcqa import api
+    from hpcqa.executors import searching
+
+    r = jointly(tmp_path, trials=4, parallelism=1, seed=0)
+    missing = str(tmp_path / "no-such-model")
+    r["sweep"]["train"] = {"learning_rate": [1e-4, 2e-4]}
+    r["sweep"]["model"] = {"name_or_path": [r["model"]["name_or_path"], missing]}
+    spec = sweep.searched(r)
+    sp = searching.plan_batch(r, "s.toml", spec)
+    first = {dict(v.params)["model.name_or_path"] for v in sp.variants}
+    assert missing not in first  # the first batch runs the model that is there
+    refusal = api.would_refuse(sp)
+    assert refusal is not None and missing in refusal.render(), (first, refusal)
+    assert "model.name_or_path" in refusal.render()
+    r["sweep"]["model"] = {"name_or_path": [r["model"]["name_or_path"]]}
+    assert api.would_refuse(searching.plan_batch(r, "s.toml", sweep.searched(r))) is None

@@ -57,7 +57,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"{ex.scheduler} would accept it: {answer}" if ex.scheduler else answer)
         return 0
     if args.dry_run:
-        refusal = api.would_refuse(request.sweep.plans)
+        refusal = api.would_refuse(request.sweep)
         print_request(ex, request, args.json, refusal)
         if refusal and not args.json:  # the message; submit itself gives the fix, --json has both
             warn(f"submit here would refuse it: {refusal.message}")

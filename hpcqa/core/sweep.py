@@ -356,17 +356,27 @@ def single(plan: planmod.LaunchPlan) -> SweepPlan:
     )
 
 
+def _edges(raw: Mapping[str, Any], spec: search.Search, source: str) -> list[Variant]:
+    base = {k: v for k, v in raw.items() if k != "sweep"}
+    edges = [(0, {d.key: v}) for d in spec.space for v in d.edges()]
+    return _variants(base, edges, source, "the searched value")
+
+
+def edge_configs(raw: Mapping[str, Any], spec: search.Search, source: str = "") -> list[configmod.Config]:
+    """The base config with each value a trial may get applied alone (each choice, both ends of each range): what
+    is checked before queueing for every trial of every batch (a model or data file only a later batch names)."""
+    return [v.config for v in _edges(raw, spec, source)]
+
+
 def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -> None:
     """Every value a trial may be given is valid: each choice and both ends of each range, applied alone to the
     base config and validated like a config (a trial never fails on its config after the wait in the queue); and a
     pruner has evaluations to judge."""
-    base = {k: v for k, v in raw.items() if k != "sweep"}
-    edges = [(0, {d.key: v}) for d in spec.space for v in d.edges()]
-    checked = _variants(base, edges, source, "the searched value")
+    checked = _edges(raw, spec, source)
     keys = [d.key for d in spec.space]
     sweepcheck.check_variables(keys, source)
     sweepcheck.check_shared(checked, keys, source)
-    _check_kinds(configmod.from_dict(base, source=source), spec, source)
+    _check_kinds(configmod.from_dict({k: v for k, v in raw.items() if k != "sweep"}, source=source), spec, source)
     if checked[0].config.job.command:
         raise ConfigError(
             "sweep.strategy",
