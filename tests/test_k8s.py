@@ -411,6 +411,11 @@ def test_dockerfile(cli):
     (user,) = re.findall(r"^USER (\S+)$", text, re.M)
     assert user == "1000:1000" and config.K8sConfig().run_as_user == 1000
     assert text.index("USER") > text.rindex("RUN pip install")
+    # a job that reports to MLflow: the image carries the [mlflow] extra (its pins in constraints.txt)
+    r = cli(
+        "render", "configs/squad_spr.toml", "--kind", "dockerfile", "--set", 'train.report_to=["mlflow"]'
+    )
+    assert r.returncode == 0 and "hpcqa[k8s,mlflow]" in r.stdout, r.stderr
 
 
 def test_constraints_pin_every_run_time_package_as_installed():
