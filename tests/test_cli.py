@@ -125,6 +125,9 @@ def test_validate_all_configs(cli):
         "validate", *[str(p.relative_to(ROOT)) for p in sorted((ROOT / "configs").glob("*.toml"))]
     )
     assert r.returncode == 0, r.stderr
+    # a search alone too: a file's checks may not lean on what the file before it left (a search's did)
+    r = cli("validate", "configs/search_quickstart.toml")
+    assert r.returncode == 0 and "a tpe search, 8 trials" in r.stdout, r.stderr
 
 
 def test_small_edges(cli, tmp_path):

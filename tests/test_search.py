@@ -79,9 +79,9 @@ def test_a_grid_of_today_is_not_a_search():
         ({"pruner": "hyperband"}, "sweep.pruner", "unknown pruner"),
         ({"metric": "accuracy"}, "sweep.metric", "unknown metric"),
         ({"direction": "up"}, "sweep.direction", "unknown direction"),
-        ({"trials": 0}, "sweep.trials", "integer >= 1"),
-        ({"trials": True}, "sweep.trials", "integer >= 1"),
-        ({"seed": -1}, "sweep.seed", "integer >= 0"),
+        ({"trials": 0}, "sweep.trials", "integer from 1 to"),
+        ({"trials": True}, "sweep.trials", "integer from 1 to"),
+        ({"seed": -1}, "sweep.seed", "integer from 0 to"),
         ({"storage": "redis://x"}, "sweep.storage", "not a database URL"),
         ({"storage": "/some/file.db"}, "sweep.storage", "not a database URL"),
         ({"storage": "sqlite:///relative.db"}, "sweep.storage", "absolute path"),
@@ -463,3 +463,79 @@ def test_a_model_only_a_later_batch_names_is_checked_before_the_first_is_queued(
     assert "model.name_or_path" in refusal.render()
     r["sweep"]["model"] = {"name_or_path": [r["model"]["name_or_path"]]}
     assert api.would_refuse(searching.plan_batch(r, "s.toml", sweep.searched(r))) is None
+
+
+def test_storage_that_is_not_a_study_is_refused_and_never_written(tmp_path):
+    import sqlite3
+
+    other = tmp_path / "app.db"
+    with sqlite3.connect(other) as c:
+        c.execute("CREATE TABLE users (name TEXT)")
+    before = other.read_bytes()
+    url = f"sqlite:///{other}"
+    for call in (
+        lambda: study.peek(spec_of(storage=url), "job", url),
+        lambda: study.claim(spec_of(storage=url), "job", url, [], 0),
+    ):
+        with pytest.raises(ConfigError) as e:
+            call()
+        assert e.value.key == "sweep.storage" and "not a study database" in e.value.render()
+    assert other.read_bytes() == before
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    batch, _r, trials = study.peek(spec_of(storage=f"sqlite:///{empty}"), "job", f"sqlite:///{empty}")
+    assert trials == [] and empty.stat().st_size == 0  # an empty file: a new study, nothing written yet
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "search").write_text("a file where the folder goes")
+    with pytest.raises(ConfigError) as e:
+        study.peek(spec_of(), "job", str(tmp_path / "root" / "search" / "study.journal"))
+    assert e.value.key == "sweep.storage" and "is a file" in e.value.render()
+
+
+def test_a_study_hpcqa_did_not_make_is_refused(tmp_path):
+    import optuna
+
+    url = str(tmp_path / "study.journal")
+    from optuna.storages.journal import JournalFileBackend
+
+    theirs = optuna.create_study(
+        study_name="job",
+        direction="minimize",
+        storage=optuna.storages.JournalStorage(JournalFileBackend(url)),
+    )
+    theirs.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    for call in (
+        lambda: study.peek(spec_of(), "job", url),
+        lambda: study.claim(spec_of(), "job", url, [], 0),
+    ):
+        with pytest.raises(ConfigError) as e:
+            call()
+        assert e.value.key == "sweep" and "not made by an hpcqa search (2 trials, minimize)" in e.value.render()
+
+
+def test_a_search_of_comm_tasks_is_refused():
+    for r in (raw(tpe()), raw({**tpe(), "job": {"task": ["train", "comm"]}})):
+        if "job" not in r["sweep"]:
+            r["job"]["task"] = "comm"
+        with pytest.raises(ConfigError) as e:
+            sweep.check_space(r, sweep.searched(r))
+        assert e.value.key == "job.task" and "measures the link only" in e.value.render()
+
+
+def test_limits_are_said_as_they_are_and_a_value_listed_twice_is_refused():
+    for key, value, said in (
+        ("trials", 100_000, "from 1 to 10000"),
+        ("seed", 2**32, "from 0 to 4294967295"),
+        ("train", {"num_train_epochs": [2, 2.0]}, "lists a value twice"),
+        ("train", {"learning_rate": [3e-5, 3e-5]}, "lists a value twice"),
+    ):
+        with pytest.raises(ConfigError) as e:
+            sweep.searched(raw(tpe(**{key: value})))
+        assert said in e.value.render(), e.value.render()
+
+
+def test_a_storage_with_a_line_break_is_refused_and_shown_escaped():
+    with pytest.raises(ConfigError) as e:
+        sweep.searched(raw(tpe(storage="sqlite:////tmp/a" + chr(10) + "b.db")))
+    assert e.value.key == "sweep.storage" and "control character" in e.value.render()
+    assert chr(10) not in e.value.message and "pgpass" not in e.value.render()

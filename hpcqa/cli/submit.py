@@ -129,8 +129,9 @@ def print_sweep(ex: Any, request: Any) -> None:
         if ex.runs_here
         else f"{len(sp.arrays)} array(s) ({limit}; parallelism {sp.parallelism or 'unlimited'})"
     )
-    what = "trials of the next batch" if sp.search else "variants"
-    t = Table(title=f"sweep: {len(sp.variants)} {what}, {shape} -- dry run, nothing submitted")
+    what = "trial" if sp.search else "variant"
+    n = plural(len(sp.variants), what) + (" of the next batch" if sp.search else "")
+    t = Table()
     t.add_column("trial" if sp.search else "#", no_wrap=True)
     for key in keys:  # the whole key, wrapped at its dots and underscores rather than cut
         t.add_column(key.replace(".", ".\n"), overflow="fold")
@@ -140,28 +141,28 @@ def print_sweep(ex: Any, request: Any) -> None:
         t.add_column("array", no_wrap=True)
     array_of = {v.index: n for n, a in enumerate(sp.arrays) for v in a.variants}
 
-    def value(cfg, key):
-        section, _, name = key.partition(".")
-        return cfg.to_dict().get(section, {}).get(name, "-")
-
     for v, p in list(zip(sp.variants, sp.plans))[:50]:
         t.add_row(
             str(v.index),
-            *[repr(value(v.config, k)) for k in keys],
+            *[swept_value(v.config, k, bool(sp.search)) for k in keys],
             str(p.world_size),
             *([str(array_of[v.index])] if several else []),
         )
     if sp.search:
         search_lines(con, sp, ex.runs_here)
+    # the title as a line of its own: rich would wrap it to the table's width, centred
+    con.print(f"sweep: {n}, {shape} -- dry run, nothing submitted", highlight=False, markup=False)
     con.print(t)
     if len(sp.variants) > 50:
-        con.print(f"... and {len(sp.variants) - 50} more variants (--json lists them all)")
+        con.print(f"... and {len(sp.variants) - 50} more {what}s (--json lists them all)")
     if sent := tracking.describe(sp.plans[0], sweep=True):
         con.print(f"tracking: {shown(sent)}", highlight=False, markup=False)
     if ex.runs_here:
         then = "; then the next batch is asked of the study, until all trials have run"
         con.print(
-            f"local executor: the {len(sp.variants)} {what} run one after another{then * bool(sp.search)}"
+            f"local executor: the {n} run{' one after another' * (len(sp.variants) > 1)}{then * bool(sp.search)}"
+            if len(sp.variants) > 1
+            else f"local executor: the {what} runs here{then * bool(sp.search)}"
         )
         return
     if assumed:
@@ -172,6 +173,18 @@ def print_sweep(ex: Any, request: Any) -> None:
         )
     if request.scripts:
         print_script(con, request.scripts[0], "sbatch script of array 0 (as it will be submitted)")
+
+
+def swept_value(cfg: Any, key: str, drawn: bool) -> str:
+    """A swept key's value as the dry run's table shows it, read from the variant's config (a nested key such as
+    launch.env.NAME too): text and booleans as TOML writes them, a float a search drew to 4 significant digits
+    (--json has it whole)."""
+    v: Any = cfg.to_dict()
+    for part in key.split("."):
+        v = v.get(part, "-") if isinstance(v, dict) else "-"
+    if isinstance(v, float) and drawn and len(repr(v)) > 8:
+        return f"{v:.4g}"
+    return shown(json.dumps(v) if isinstance(v, (str, bool)) or v is None else repr(v))
 
 
 def search_lines(con: Any, sp: Any, runs_here: bool) -> None:

@@ -29,7 +29,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 sweep.check_space(raw, spec, str(path))
                 base = {k: v for k, v in raw.items() if k != "sweep"}
                 lp = plan.build_plan(config.from_dict(base, source=str(path)), host)
-                what = f"a {spec.strategy} search, {spec.trials} trials, the base: "
+                what = f"a {spec.strategy} search, {plural(spec.trials, 'trial')}, the base: "
+                plans = (lp,)
             elif sweep.has_sweep(raw):
                 # every variant of a [sweep] is validated as submit would, swept keys included
                 sp = sweep.build(

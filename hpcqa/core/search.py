@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from hpcqa.errors import ConfigError
+from hpcqa.text import CONTROL, shown
 
 STRATEGIES = ("grid", "random", "tpe")
 PRUNERS = ("none", "median", "halving")
@@ -213,6 +214,14 @@ def _choices(key: str, value: list, source: str) -> Dim:
             "search a table-valued key as a [[sweep.variants]] list with strategy grid",
             source,
         )
+    same = {json.dumps(float(v) if _number(v) else v) for v in value}
+    if len(same) < len(value):
+        raise _err(
+            key,
+            f"lists a value twice ({', '.join(json.dumps(v) for v in value)}): its trials would be the same",
+            "list each value once",
+            source,
+        )
     return Dim(key, "choice", tuple(value))
 
 
@@ -270,15 +279,11 @@ def _range(key: str, value: Mapping[str, Any], source: str) -> Dim:
 def _setting(sw: Mapping[str, Any], key: str, default: Any, source: str) -> Any:
     v = sw.get(key, default)
     if key in ("trials", "seed"):
-        low = 1 if key == "trials" else 0
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, int)
-            or not low <= v <= (MAX_TRIALS if key == "trials" else 2**32 - 1)
-        ):
+        low, high = (1, MAX_TRIALS) if key == "trials" else (0, 2**32 - 1)
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
             raise _err(
                 key,
-                f"expected an integer >= {low}, got {v!r}",
+                f"expected an integer from {low} to {high}, got {v!r}",
                 f"set sweep.{key} = {max(low, 8)}",
                 source,
             )
@@ -306,6 +311,8 @@ def storage_problem(url: str) -> str | None:
     """Why a sweep.storage value is not a study storage hpcqa opens (None: it may be)."""
     if not url:
         return None
+    if CONTROL.search(url):
+        return f"{shown(redacted(url))} holds a control character (a line break, an escape)"
     scheme = url.split(":", 1)[0].split("+", 1)[0]
     if "://" not in url or scheme not in STORAGE_SCHEMES:
         return f"{redacted(url)!r} is not a database URL ({', '.join(s + '://' for s in STORAGE_SCHEMES)})"
@@ -327,13 +334,10 @@ def _storage_setting(sw: Mapping[str, Any], source: str) -> str:
     storage = _setting(sw, "storage", "", source)
     bad = storage_problem(storage)
     if bad:
-        raise _err(
-            "storage",
-            bad,
-            "leave sweep.storage out (a journal file in the job root), or give sqlite:////abs/path.db; a "
-            "server's password goes in ~/.pgpass or the driver's environment, never in the config",
-            source,
-        )
+        fix = "leave sweep.storage out (a journal file in the job root), or give sqlite:////abs/path.db"
+        if "password" in bad:
+            fix = "a server's password goes in ~/.pgpass or the driver's environment, never in the config"
+        raise _err("storage", bad, fix, source)
     return storage
 
 

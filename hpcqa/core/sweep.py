@@ -98,7 +98,8 @@ def _parallelism(sw: Mapping[str, Any], source: str) -> int:
         raise ConfigError(
             "sweep.parallelism",
             f"expected an integer >= 0, got {par!r}",
-            "set sweep.parallelism to how many variants may run at once (0: no limit)",
+            "set sweep.parallelism to how many variants may run at once (a grid's 0: no limit; a search's "
+            "batches: 1 or more)",
             source,
         )
     return par
@@ -382,6 +383,13 @@ def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -
             "sweep.strategy",
             "a search judges its trials by hpcqa's evaluations (EM/F1), and job.command runs a program of your own",
             'sweep your program with strategy = "grid" (its metrics: hpcqa results --metric)',
+            source,
+        )
+    if any(v.config.job.task != "train" for v in checked):
+        raise ConfigError(
+            "job.task",
+            'a search judges its trials by their evaluations, and job.task = "comm" measures the link only',
+            'leave job.task = "train" (and out of the searched keys); hpcqa tune --comm measures the link',
             source,
         )
     if spec.pruner != "none" and checked[0].config.train.eval_strategy == "no":

@@ -13,8 +13,11 @@ the batch tells the study how each trial ended (COMPLETE with its metric, PRUNED
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 from typing import Any, Callable, NamedTuple, Sequence
 
 from hpcqa.core.search import Dim, Search, TrialRef, redacted, shown_params
@@ -46,6 +49,7 @@ def storage_url(spec: Search, journal: Path) -> str:
 
 def _storage(url: str) -> Any:
     op = optuna()
+    _exists(url)  # a path that could never hold a study (another program's SQLite file) is refused first
     if "://" in url:
         try:
             return op.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
@@ -153,7 +157,14 @@ def open_study(spec: Search, name: str, url: str, create: bool = True) -> Any:
             f"cannot read the study {name!r} at {redacted(url)}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
             "remove it to start the search over, or set job.name for a new search",
         ) from None
-    if mark is None and create:
+    if mark is None and (study.trials or study.direction.name.lower() != spec.direction):
+        raise ConfigError(
+            "sweep",
+            f"the study {name!r} at {redacted(url)} was not made by an hpcqa search ({len(study.trials)} trials, "
+            f"{study.direction.name.lower()})",
+            "set another job.name (a new search), or give sweep.storage a storage of its own",
+        )
+    if mark is None and create:  # made just now (or by a submit killed right after making it: empty)
         study.set_user_attr("hpcqa_search", _mark(spec))
     elif mark is not None and mark.get("digest") != spec.digest:
         raise ConfigError(
@@ -211,8 +222,9 @@ def peek(spec: Search, name: str, url: str, refuse: Refuse | None = None) -> Pee
 
 
 def _exists(url: str) -> bool:
-    """Is there a storage to read (nothing is made to find out: a dry run writes nothing)? A journal file, an SQLite
-    database file, or a server's URL (asked)."""
+    """Is there a study storage to read (nothing is made or written to find out: a dry run writes nothing)? A
+    journal file, an SQLite file of Optuna's, or a server's URL (asked). A path that could never hold a study is
+    refused naming sweep.storage."""
     if url.startswith("sqlite:"):
         db = Path(url.split("://", 1)[1][1:].split("?", 1)[0])  # sqlite:////abs/path.db -> /abs/path.db
         if not db.exists() and not os.access(db.parent, os.W_OK | os.X_OK):
@@ -221,8 +233,36 @@ def _exists(url: str) -> bool:
                 f"the SQLite study {db} cannot be made: its folder {db.parent} is missing or not writable",
                 "make the folder (shared by every node), or leave sweep.storage out (a journal in the job root)",
             )
-        return db.exists()
-    return "://" in url or Path(url).exists()
+        return db.exists() and db.stat().st_size > 0 and _optuna_sqlite(db)
+    if "://" in url:
+        return True
+    journal = Path(url)
+    if journal.parent.exists() and not journal.parent.is_dir():
+        raise ConfigError(
+            "sweep.storage",
+            f"the study journal's folder {journal.parent} is a file",
+            "move that file away (the job root's search/ folder holds the study)",
+        )
+    return journal.exists()
+
+
+def _optuna_sqlite(db: Path) -> bool:
+    """An SQLite file with Optuna's tables: True. Another program's database (or not SQLite at all) is refused: the
+    study's tables would be written into it."""
+    tables: set[str] = set()
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True)) as c:
+            tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error:
+        tables = set()
+    if not {"studies", "trials", "version_info"} <= tables:
+        raise ConfigError(
+            "sweep.storage",
+            f"{db} is not a study database (an SQLite file of something else, or not SQLite): the study's tables "
+            "would be written into it",
+            "give sweep.storage a path of its own (a new file), or leave it out (a journal in the job root)",
+        )
+    return True
 
 
 def _has(name: str, url: str) -> bool:
