@@ -1,7 +1,7 @@
 """A search against the grid of the same space: the node-hours each needs to reach the grid's best F1.
 
     python benchmarks/search_bench.py [--markdown] [--strategy tpe] [--pruner median] [--trials N] [--examples 600]
-        [--model builtin:minilm] [--seed 0]
+        [--model builtin:minilm] [--seed 0] [--rows]
 
 Both are real `hpcqa submit`s of configs/search_quickstart.toml's job on the local executor (2 ranks x 1 core,
 SQuAD-shaped generated data): first the grid of the space below (every combination, `strategy = "grid"`), then the
@@ -65,6 +65,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--model", default="builtin:minilm")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument(
+        "--rows", action="store_true", help="also every trial: values, state, F1, wall time"
+    )
     a = ap.parse_args(argv)
     grid_size = 1
     for values in SPACE.values():
@@ -102,6 +105,15 @@ def main(argv: list[str]) -> int:
         search_said, search_wall = run(["submit", str(search_cfg), *sets], env)
         search = trials_of(search_said, env)
     report(a, grid, grid_wall, search, search_wall, search_said)
+    if a.rows:
+        for name, rows in (("grid", grid), ("search", search)):
+            for r in rows:
+                values = ", ".join(f"{k.split('.')[-1]}={v:.3g}" for k, v in r["params"].items())
+                f1 = f"{r['f1']:.2f}" if r.get("f1") is not None else "-"
+                print(
+                    f"{name} {r.get('trial', r.get('task'))}: {values}  {r['state']}  F1 {f1}  "
+                    f"{r.get('steps') or '-'} steps  {r.get('wall_time_s') or 0:.0f} s"
+                )
     return 0
 
 
