@@ -96,7 +96,9 @@ def before_queueing(plans: Sequence[Any], warn=None, space: Sequence[Config] = (
                 if warn:
                     warn(note)
     checked = {(p.config.data, p.config.model) for p in plans}
-    for cfg in space:  # a model or data only a later batch's trials name; their train values are validated
+    for cfg in (
+        space
+    ):  # a model or data only a later batch's trials name; their train values are validated
         if (cfg.data, cfg.model) not in checked:
             checked.add((cfg.data, cfg.model))
             manifest.require(cfg)

@@ -413,7 +413,12 @@ def test_dockerfile(cli):
     assert text.index("USER") > text.rindex("RUN pip install")
     # a job that reports to MLflow: the image carries the [mlflow] extra (its pins in constraints.txt)
     r = cli(
-        "render", "configs/squad_spr.toml", "--kind", "dockerfile", "--set", 'train.report_to=["mlflow"]'
+        "render",
+        "configs/squad_spr.toml",
+        "--kind",
+        "dockerfile",
+        "--set",
+        'train.report_to=["mlflow"]',
     )
     assert r.returncode == 0 and "hpcqa[k8s,mlflow]" in r.stdout, r.stderr
 

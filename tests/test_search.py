@@ -394,9 +394,13 @@ def test_values_that_do_not_go_together_are_told_fail_and_the_search_goes_on(tmp
     runs = [dict(v.params) for v in sp.variants]
     assert len(runs) == 2 and bad not in runs  # the batch holds parallelism trials that run
     assert [n for n, _, _ in sp.refused] == [1]  # seed 1: the second trial asked draws 64 with 100
-    assert all(dict(p) == bad and "doc_stride 100 must be smaller" in why for _, p, why in sp.refused)
+    assert all(
+        dict(p) == bad and "doc_stride 100 must be smaller" in why for _, p, why in sp.refused
+    )
     numbers = sorted([v.index for v in sp.variants] + [n for n, _, _ in sp.refused])
-    assert numbers == list(range(len(numbers)))  # refused trials keep their numbers: nothing skipped
+    assert numbers == list(
+        range(len(numbers))
+    )  # refused trials keep their numbers: nothing skipped
     assert not (tmp_path / "out").exists()  # planning wrote nothing
     lines = searching.refused_lines(sp)
     assert len(lines) == len(sp.refused) and all("told FAIL" in x for x in lines)
@@ -418,7 +422,10 @@ def test_when_every_trial_left_is_refused_submit_says_so_and_the_follow_up_ends(
     spec = sweep.searched(r)
     with pytest.raises(searching.AllRefused) as e:
         searching.plan_batch(r, "s.toml", spec)
-    assert e.value.exit_code == 2 and "every trial the search has left is refused: trial 0" in e.value.render()
+    assert (
+        e.value.exit_code == 2
+        and "every trial the search has left is refused: trial 0" in e.value.render()
+    )
     assert "(and 2 more)" in e.value.render() and not (tmp_path / "out").exists()
     # mid-search (the follow-up, the local loop): the study is told, and the search ends
     assert searching.next_or_none(r, "s.toml", spec) is None
@@ -483,8 +490,12 @@ def test_storage_that_is_not_a_study_is_refused_and_never_written(tmp_path):
     assert other.read_bytes() == before
     empty = tmp_path / "empty.db"
     empty.write_bytes(b"")
-    batch, _r, trials = study.peek(spec_of(storage=f"sqlite:///{empty}"), "job", f"sqlite:///{empty}")
-    assert trials == [] and empty.stat().st_size == 0  # an empty file: a new study, nothing written yet
+    batch, _r, trials = study.peek(
+        spec_of(storage=f"sqlite:///{empty}"), "job", f"sqlite:///{empty}"
+    )
+    assert (
+        trials == [] and empty.stat().st_size == 0
+    )  # an empty file: a new study, nothing written yet
     (tmp_path / "root").mkdir()
     (tmp_path / "root" / "search").write_text("a file where the folder goes")
     with pytest.raises(ConfigError) as e:
@@ -510,7 +521,10 @@ def test_a_study_hpcqa_did_not_make_is_refused(tmp_path):
     ):
         with pytest.raises(ConfigError) as e:
             call()
-        assert e.value.key == "sweep" and "not made by an hpcqa search (2 trials, minimize)" in e.value.render()
+        assert (
+            e.value.key == "sweep"
+            and "not made by an hpcqa search (2 trials, minimize)" in e.value.render()
+        )
 
 
 def test_a_search_of_comm_tasks_is_refused():

@@ -20,9 +20,9 @@ from hpcqa.cli.console import Console
 from hpcqa.cli.outfile import PLOT_SUFFIXES, output_target
 from hpcqa.cli.say import say, tell, warn
 from hpcqa.core import states, values
+from hpcqa.core.search import shown_params
 from hpcqa.core.states import State
 from hpcqa.errors import HpcqaError, RegistryError, UsageError
-from hpcqa.core.search import shown_params
 from hpcqa.executors import cancel, jobs
 from hpcqa.executors.cancel import chosen
 from hpcqa.executors.slurm.cli import Slurm

@@ -27,4 +27,3 @@ def warn(note: str) -> None:
 
 def stop_like_ctrl_c(signum, frame) -> None:
     raise KeyboardInterrupt
-

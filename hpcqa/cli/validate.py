@@ -8,11 +8,10 @@ import sys
 
 from hpcqa import errors
 from hpcqa.cli.say import tell, warn
-from hpcqa.text import plural
 from hpcqa.core import config, kinds, plan, sweep
 from hpcqa.errors import HpcqaError
 from hpcqa.executors import hostprobe, tracking
-from hpcqa.text import shown
+from hpcqa.text import plural, shown
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

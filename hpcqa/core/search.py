@@ -161,7 +161,8 @@ class TrialRef:
 def shown_params(params: Mapping[str, Any]) -> str:
     """A trial's values in a line: key=value, floats to 4 significant digits."""
     return ", ".join(
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={json.dumps(v)}" for k, v in params.items()
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={json.dumps(v)}"
+        for k, v in params.items()
     )
 
 

@@ -363,7 +363,9 @@ def _edges(raw: Mapping[str, Any], spec: search.Search, source: str) -> list[Var
     return _variants(base, edges, source, "the searched value")
 
 
-def edge_configs(raw: Mapping[str, Any], spec: search.Search, source: str = "") -> list[configmod.Config]:
+def edge_configs(
+    raw: Mapping[str, Any], spec: search.Search, source: str = ""
+) -> list[configmod.Config]:
     """The base config with each value a trial may get applied alone (each choice, both ends of each range): what
     is checked before queueing for every trial of every batch (a model or data file only a later batch names)."""
     return [v.config for v in _edges(raw, spec, source)]
@@ -377,7 +379,11 @@ def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -
     keys = [d.key for d in spec.space]
     sweepcheck.check_variables(keys, source)
     sweepcheck.check_shared(checked, keys, source)
-    _check_kinds(configmod.from_dict({k: v for k, v in raw.items() if k != "sweep"}, source=source), spec, source)
+    _check_kinds(
+        configmod.from_dict({k: v for k, v in raw.items() if k != "sweep"}, source=source),
+        spec,
+        source,
+    )
     if checked[0].config.job.command:
         raise ConfigError(
             "sweep.strategy",

@@ -15,10 +15,10 @@ from hpcqa.core.frozen import freeze
 from hpcqa.core.search import Search, TrialRef, shown_params
 from hpcqa.core.states import State
 from hpcqa.errors import UsageError
-from hpcqa.text import plural
 from hpcqa.executors import hostprobe, table
 from hpcqa.record import failures, study
 from hpcqa.record.jobdir import JobDir, JobRoot
+from hpcqa.text import plural
 
 
 class SearchDone(UsageError):

@@ -17,8 +17,8 @@ import contextlib
 import os
 import sqlite3
 from pathlib import Path
-from urllib.parse import quote
 from typing import Any, Callable, NamedTuple, Sequence
+from urllib.parse import quote
 
 from hpcqa.core.search import Dim, Search, TrialRef, redacted, shown_params
 from hpcqa.errors import ConfigError, HpcqaError
@@ -49,7 +49,9 @@ def storage_url(spec: Search, journal: Path) -> str:
 
 def _storage(url: str) -> Any:
     op = optuna()
-    _exists(url)  # a path that could never hold a study (another program's SQLite file) is refused first
+    _exists(
+        url
+    )  # a path that could never hold a study (another program's SQLite file) is refused first
     if "://" in url:
         try:
             return op.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
@@ -164,7 +166,9 @@ def open_study(spec: Search, name: str, url: str, create: bool = True) -> Any:
             f"{study.direction.name.lower()})",
             "set another job.name (a new search), or give sweep.storage a storage of its own",
         )
-    if mark is None and create:  # made just now (or by a submit killed right after making it: empty)
+    if (
+        mark is None and create
+    ):  # made just now (or by a submit killed right after making it: empty)
         study.set_user_attr("hpcqa_search", _mark(spec))
     elif mark is not None and mark.get("digest") != spec.digest:
         raise ConfigError(
@@ -201,7 +205,9 @@ def peek(spec: Search, name: str, url: str, refuse: Refuse | None = None) -> Pee
     refuse(number, params) finds wrong (values valid alone, not together) is told FAIL in the copy and the next one is
     asked, within sweep.trials. An absent study is a new one."""
     op = optuna()
-    trials = open_study(spec, name, url, create=False).trials if _exists(url) and _has(name, url) else []
+    trials = (
+        open_study(spec, name, url, create=False).trials if _exists(url) and _has(name, url) else []
+    )
     waiting = (op.trial.TrialState.RUNNING, op.trial.TrialState.WAITING)
     stale = [(t.number, dict(t.params)) for t in trials if t.state in waiting]
     memory = op.create_study(direction=spec.direction, sampler=sampler(spec, len(trials)))
@@ -226,7 +232,9 @@ def _exists(url: str) -> bool:
     journal file, an SQLite file of Optuna's, or a server's URL (asked). A path that could never hold a study is
     refused naming sweep.storage."""
     if url.startswith("sqlite:"):
-        db = Path(url.split("://", 1)[1][1:].split("?", 1)[0])  # sqlite:////abs/path.db -> /abs/path.db
+        db = Path(
+            url.split("://", 1)[1][1:].split("?", 1)[0]
+        )  # sqlite:////abs/path.db -> /abs/path.db
         if not db.exists() and not os.access(db.parent, os.W_OK | os.X_OK):
             raise ConfigError(
                 "sweep.storage",
@@ -252,7 +260,9 @@ def _optuna_sqlite(db: Path) -> bool:
     tables: set[str] = set()
     try:
         with contextlib.closing(sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True)) as c:
-            tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            tables = {
+                r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
     except sqlite3.Error:
         tables = set()
     if not {"studies", "trials", "version_info"} <= tables:
@@ -289,7 +299,9 @@ def claim(
     study = open_study(spec, name, url)
     have = len(study.trials)
     why = {n: w for n, _, w in refused}
-    fresh = sorted([(n, dict(p)) for n, p in batch if n >= held] + [(n, dict(p)) for n, p, _ in refused])
+    fresh = sorted(
+        [(n, dict(p)) for n, p in batch if n >= held] + [(n, dict(p)) for n, p, _ in refused]
+    )
     if have != held:
         raise ConfigError(
             "sweep",
@@ -367,7 +379,11 @@ def dump(name: str, url: str) -> dict[str, Any]:
             "value": t.value,
             "params": t.params,
             "reports": {str(k): v for k, v in sorted(t.intermediate_values.items())},
-            **({"refused": t.user_attrs["hpcqa_refused"]} if "hpcqa_refused" in t.user_attrs else {}),
+            **(
+                {"refused": t.user_attrs["hpcqa_refused"]}
+                if "hpcqa_refused" in t.user_attrs
+                else {}
+            ),
         }
         for t in s.trials
     ]
