@@ -21,6 +21,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             raw = config.load_raw(path, args.overrides)
             host = plan.HostProbe(schedulers=frozenset({kinds.SlurmKind.name}))
+            plans: tuple[plan.LaunchPlan, ...]
             spec = sweep.searched(raw, str(path)) if sweep.has_sweep(raw) else None
             if (
                 spec is not None
