@@ -1,22 +1,23 @@
 """The submit side of MLflow tracking (train.report_to with "mlflow"): what is checked before anything is queued
 (mlflow installed here, a tracking server that answers), where the dry run says the runs go, and a sweep's parent
-run, made at submit, whose id the ranks inherit (tracking.PARENT_ENV) to nest their runs under it."""
+run, made at submit, whose id the ranks inherit (tracking.PARENT_ENV) to nest their runs under it, tagged with who
+ends it (rank/runends.py): submit (local), the last variant to end (a grid on Slurm), the follow-up (a search on
+Slurm), which ends it through end_search when it finds no next batch."""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib.util
 import logging
 import os
 import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from hpcqa.core import tracking
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.errors import ConfigError
+from hpcqa.rank import runends
 from hpcqa.record.jobdir import JobRoot
 
 ANSWER_S = 5.0  # how long a tracking server has to answer the check before queueing
@@ -104,14 +105,19 @@ def sweep_parent(
 ) -> Iterator[str | None]:
     """A sweep sent to MLflow: its parent run, made now, its id in this process's environment while the executor
     submits (local ranks and sbatch inherit it) -> the id (None: no parent). `ends_here`: the executor runs the
-    sweep to its end before returning (local): the parent is then FINISHED; a queued sweep's stays RUNNING.
+    sweep to its end before returning (local): the parent is then FINISHED; a queued grid's is ended by its last
+    variant to end, a queued search's by the follow-up job that finds no next batch (rank/runends.py).
     A parent named already in this environment (a search's batches: the study's one parent) is kept, not made."""
     p0 = plans[0]
     given = os.environ.get(tracking.PARENT_ENV)
     if given or not is_sweep or not tracking.sends_to_mlflow(p0.config):
         yield given or None
         return
-    client, run_id = parent_run(p0, len(plans))
+    if ends_here:
+        ends = runends.BY_SUBMIT
+    else:
+        ends = runends.BY_FOLLOW_UP if p0.trial is not None else runends.BY_LAST_CHILD
+    client, run_id = parent_run(p0, len(plans), ends)
     saved = os.environ.get(tracking.PARENT_ENV)
     os.environ[tracking.PARENT_ENV] = run_id
     try:
@@ -122,11 +128,11 @@ def sweep_parent(
         else:
             os.environ[tracking.PARENT_ENV] = saved
         if ends_here:
-            with _store_lock(destination(p0)[0]):
-                client.set_terminated(run_id, "FINISHED")
+            with runends.store_lock(destination(p0)[0]):
+                client.set_terminated(run_id, runends.FINISHED)
 
 
-def parent_run(plan: LaunchPlan, variants: int) -> tuple[Any, str]:
+def parent_run(plan: LaunchPlan, variants: int, ends: str = runends.BY_SUBMIT) -> tuple[Any, str]:
     """A sweep's parent run in the plan's experiment -> (MlflowClient, its id). A search makes one per study, keeps
     its id with the study, and sets tracking.PARENT_ENV to it for every batch it submits."""
     from mlflow.tracking import MlflowClient
@@ -138,7 +144,7 @@ def parent_run(plan: LaunchPlan, variants: int) -> tuple[Any, str]:
     os.environ.setdefault(
         "MLFLOW_SQLALCHEMYSTORE_POOLCLASS", "NullPool"
     )  # as the ranks: see rank/train/tracking
-    with _store_lock(uri):
+    with runends.store_lock(uri):
         client = MlflowClient(tracking_uri=uri)
         name = tracking.experiment(plan.config)
         found = client.get_experiment_by_name(name)
@@ -148,7 +154,8 @@ def parent_run(plan: LaunchPlan, variants: int) -> tuple[Any, str]:
             run_name=f"{plan.config.job.name}-sweep",
             tags={
                 "hpcqa.sweep": "parent",
-                "hpcqa.variants": str(variants),
+                runends.VARIANTS: str(variants),
+                runends.PARENT_ENDS: ends,
                 "hpcqa.executor": plan.executor,
                 "mlflow.source.name": "hpcqa",
             },
@@ -156,14 +163,13 @@ def parent_run(plan: LaunchPlan, variants: int) -> tuple[Any, str]:
     return client, run.info.run_id
 
 
-@contextlib.contextmanager
-def _store_lock(uri: str) -> Iterator[None]:
-    """The lock the ranks take around their writes to a SQLite store (a file beside it)."""
-    if tracking.scheme(uri) != "sqlite":
-        yield
-        return
-    path = Path(uri.removeprefix("sqlite:///") + ".lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        yield
+def end_search(cfg: Any, cancelled: bool, wait_s: float = 30.0) -> tuple[str | None, str | None]:
+    """A search on Slurm is over (its follow-up found no next batch) or stopped (a trial cancelled): its parent run,
+    named in this environment (tracking.PARENT_ENV, exported by sbatch), ends -> (the status set or None, a warning
+    or None). `cfg`: the search's config without its [sweep]."""
+    parent = os.environ.get(tracking.PARENT_ENV)
+    if not parent or not tracking.sends_to_mlflow(cfg):
+        return None, None
+    store = JobRoot.of(cfg.job.output_dir, cfg.job.name).tracking_store
+    uri = tracking.destination(cfg, os.environ, str(store))[0]
+    return runends.call(uri, lambda client: runends.end_search(client, parent, cancelled), wait_s)

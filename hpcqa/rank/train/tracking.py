@@ -6,7 +6,8 @@ variables (MLFLOW_RUN_ID, MLFLOW_NESTED_RUN, MLFLOW_TAGS), logs the ~150 Trainin
 ends its run at the end of train() (before EM/F1, which hpcqa scores after it), and lets a store's error through
 into the training loop. Here every call to MLflow runs on one worker thread: training never waits on the store,
 and a store that fails (a server down mid-run) is one warning in the rank's log and in results.json -- training
-goes on, the run stops being sent. A requeued attempt continues the run its job folder names (tracking.json).
+goes on, the run stops being sent. A requeued attempt continues the run its job folder names (tracking.json); its
+end ends a Slurm grid sweep's parent when it is the last variant to end (rank/runends.py).
 
 A SQLite store (the job root's, by default) may be written by several jobs at once -- a sweep's array tasks on
 several nodes, over NFS, where SQLite's own locks are not to be trusted: each batch of writes holds an flock on a
@@ -16,8 +17,6 @@ reads what the last writer wrote (close-to-open consistency).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import math
@@ -25,13 +24,13 @@ import os
 import queue
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from transformers import TrainerCallback
 
 from hpcqa.core import tracking
 from hpcqa.core.config import Config
+from hpcqa.rank import runends
 from hpcqa.rank.train.facts import Rank
 from hpcqa.record.jobdir import JobRoot
 from hpcqa.record.jobfiles import marks
@@ -39,11 +38,7 @@ from hpcqa.resources import __version__
 
 # a store that does not answer: MLflow's client retries 7 times with a growing backoff (minutes); the worker thread
 # waits instead of the training, but the job's end would wait as long. A SQLite store: a connection per session.
-CLIENT_ENV = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
-    "MLFLOW_SQLALCHEMYSTORE_POOLCLASS": "NullPool",
-}
+CLIENT_ENV = runends.CLIENT_ENV
 SECTIONS = ("train", "model", "data")
 ACTIVE: list[
     "Tracker"
@@ -123,9 +118,8 @@ class Tracker(TrainerCallback):
     def __init__(self, r: Rank, uri: str) -> None:
         self.r, self.uri = r, uri
         self.client: Any = None
-        sqlite = tracking.scheme(uri) == "sqlite"
-        self.lock = Path(uri.removeprefix("sqlite:///") + ".lock") if sqlite else None
         self.run_id: str | None = None
+        self.parent_id: str | None = None
         self.failed: str | None = None
         self.jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self.thread = threading.Thread(target=self._work, name="hpcqa-mlflow", daemon=True)
@@ -136,21 +130,12 @@ class Tracker(TrainerCallback):
         while (job := self.jobs.get()) is not None:
             if self.failed is None:
                 try:
-                    with self._locked():
+                    with runends.store_lock(self.uri):
                         job()
                 except Exception as e:  # the store's errors are many (HTTP, SQL, MLflow's own): all are the same here
                     self._fail(
                         f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
                     )
-
-    @contextlib.contextmanager
-    def _locked(self):
-        if self.lock is None:
-            yield
-            return
-        with open(self.lock, "a") as held:
-            fcntl.flock(held, fcntl.LOCK_EX)
-            yield
 
     def _fail(self, why: str) -> None:
         """Said in the log now; into the rank's warnings by finish(), on the main thread (which writes the report)."""
@@ -179,14 +164,13 @@ class Tracker(TrainerCallback):
         self.client = MlflowClient(tracking_uri=self.uri)
         before = self.r.jd.read_tracking()
         if before is not None and before.uri == tracking.shown_uri(self.uri):
-            self.run_id = before.run_id  # a requeued attempt: the same run goes on
-            self.client.update_run(self.run_id, status="RUNNING")
-            self.r.log(f"MLflow: run {self.run_id} continues ({tracking.shown_uri(self.uri)})")
+            self._resume(before.run_id, before.parent_run_id)
             return
         exp = self._experiment(tracking.experiment(self.r.plan.config))
         all_tags = tags(self.r, os.environ)
         run = self.client.create_run(exp, run_name=self._name(all_tags), tags=all_tags)
         self.run_id = run.info.run_id
+        self.parent_id = all_tags.get("mlflow.parentRunId")
         given = list(params(self.r.plan.config, self.r.world, self.r.plan).items())
         for i in range(0, len(given), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in given[i : i + 100]])
@@ -202,6 +186,15 @@ class Tracker(TrainerCallback):
         self.r.log(
             f"MLflow: run {self.run_id} in experiment {exp} ({tracking.shown_uri(self.uri)})"
         )
+
+    def _resume(self, run_id: str, parent_id: str | None) -> None:
+        """A requeued or restarted attempt: the same run goes on, RUNNING again (its parent too, if a sibling ended
+        it meanwhile)."""
+        self.run_id, self.parent_id = run_id, parent_id
+        self.client.update_run(run_id, status=runends.RUNNING)
+        if parent_id:
+            runends.reopen(self.client, parent_id)
+        self.r.log(f"MLflow: run {run_id} continues ({tracking.shown_uri(self.uri)})")
 
     def _name(self, all_tags: Mapping[str, str]) -> str:
         name = f"{self.r.plan.config.job.name}-{all_tags['hpcqa.job_id']}"
@@ -236,6 +229,8 @@ class Tracker(TrainerCallback):
         if values:
             self._metrics(values, step, int(time.time() * 1000))
         self.client.set_terminated(self.run_id, status)
+        if self.parent_id:  # a Slurm grid sweep's last variant to end ends the parent
+            runends.end_if_last(self.client, self.parent_id)
 
     def finish(
         self,
