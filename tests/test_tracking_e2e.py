@@ -186,7 +186,7 @@ def test_a_server_gone_during_the_job_is_a_warning_not_a_failure(cli, tmp_path, 
 
 def test_a_restarted_rank_continues_its_run(tmp_path, cache_env):
     """A rank started again in the same job folder (what a requeue does) goes on with the run tracking.json names:
-    one run, RUNNING again then FINISHED, its curve with both attempts' points."""
+    one run, RUNNING again then FINISHED, its end values from both attempts, its curves without a step twice."""
     from tests.conftest import ROOT
     from tests.test_local_e2e import one_rank_plan
 
@@ -208,3 +208,6 @@ def test_a_restarted_rank_continues_its_run(tmp_path, cache_env):
     assert (
         len(client.get_metric_history(first, "wall_time_s")) == 2
     )  # each attempt's end, in the one run
+    # the second attempt's steps are not logged twice
+    loss = client.get_metric_history(first, "loss")
+    assert loss and len({m.step for m in loss}) == len(loss), [m.step for m in loss]

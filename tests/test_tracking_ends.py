@@ -1,15 +1,20 @@
 """How MLflow runs end when no submit process waits for them (rank/runends.py), against a real SQLite store read back
 through MLflow's own client: a Slurm grid sweep's parent ended by its last variant (race-free, reopened by a resumed
-variant), a Slurm search's parent by its follow-up."""
+variant), a Slurm search's parent by its follow-up, and a resumed run's curves not logged twice at the steps it
+redoes."""
 
 import os
+import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from hpcqa.core import tracking
 from hpcqa.executors import tracking as submitside
 from hpcqa.rank import runends
+from hpcqa.record.jobdir import JobDir
+from hpcqa.record.jobfiles import marks
 from tests.test_tracking import plan_of
 
 pytest.importorskip("mlflow")
@@ -130,3 +135,60 @@ def test_no_parent_nothing_to_end(tmp_path, monkeypatch):
     monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
     assert submitside.end_search(mlflow_plan(tmp_path).config, False) == (None, None)
     assert not (tmp_path / "qa").exists()  # no store opened
+
+
+def job_with_run(tmp_path: Path, run_status: str):
+    """A job folder naming its run (tracking.json), the run ended as given (or RUNNING)."""
+    p = mlflow_plan(tmp_path)
+    client, parent = submitside.parent_run(p, 1, runends.BY_LAST_CHILD)
+    run_id = child(client, parent, "job")
+    if run_status != "RUNNING":
+        client.set_terminated(run_id, run_status)
+    jd = JobDir(tmp_path / "qa" / f"17-{uuid.uuid4().hex[:8]}")
+    jd.path.mkdir(parents=True)
+    body = {"run_id": run_id, "uri": store(tmp_path), "parent_run_id": parent}
+    marks.write_tracking(jd.tracking, body)
+    return p, jd, client, run_id, parent
+
+
+def test_a_resumed_run_logs_only_the_steps_it_has_not(root):
+    client, parent = submitside.parent_run(mlflow_plan(root), 1)
+    from mlflow.entities import Metric
+
+    metrics = [Metric("loss", 1.0 / s, 0, s) for s in (2, 4, 6)] + [Metric("eval_f1", 50.0, 0, 4)]
+    client.log_batch(parent, metrics=metrics)
+    logged = runends.last_steps(client, parent)
+    assert logged == {"loss": 6, "eval_f1": 4}
+    assert runends.fresh({"loss": 0.1, "eval_f1": 60.0}, 4, logged) == {}  # redone: left out
+    # each metric by its own last step: loss had step 6, eval_f1 did not
+    assert runends.fresh({"loss": 0.1, "eval_f1": 60.0}, 6, logged) == {"eval_f1": 60.0}
+    assert runends.fresh({"loss": 0.1, "eval_f1": 60.0}, 8, logged) == {
+        "loss": 0.1,
+        "eval_f1": 60.0,
+    }
+    assert runends.fresh({"loss": 0.1}, 2, {}) == {"loss": 0.1}  # a new run: everything
+
+
+@pytest.mark.torch
+def test_a_resumed_tracker_does_not_log_a_curve_twice(root):
+    """A requeued attempt resumes from its checkpoint at step 4 after logging to step 6: steps 5-6 are redone but
+    logged once; the end's values (a new attempt's EM/F1) are sent; the run and its parent end FINISHED."""
+    from hpcqa.rank.train import tracking as ranktracking
+
+    p, jd, client, run_id, parent = job_with_run(root, "KILLED")
+    from mlflow.entities import Metric
+
+    client.log_batch(run_id, metrics=[Metric("loss", 1.0 / s, 0, s) for s in (2, 4, 6)])
+    client.set_terminated(parent, "KILLED")  # the sibling-less parent ended when the run was KILLED
+    said: list[str] = []
+    r = SimpleNamespace(jd=jd, plan=p, rank=0, world=1, log=said.append, report={"warnings": []})
+    t = ranktracking.Tracker(r, store(root))
+    t.on_train_begin(None, None, None)
+    for step in (6, 8):
+        t.on_log(None, SimpleNamespace(global_step=step), None, logs={"loss": 0.5})
+    t.finish("FINISHED", {"f1": 80.0}, 8)
+    assert r.report["warnings"] == [] and any("not logged again" in s for s in said), said
+    steps = [m.step for m in client.get_metric_history(run_id, "loss")]
+    assert sorted(steps) == [2, 4, 6, 8]
+    assert client.get_run(run_id).data.metrics["f1"] == 80.0
+    assert status(client, run_id) == "FINISHED" and status(client, parent) == "FINISHED"

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from hpcqa.core import tracking
 
@@ -104,6 +104,23 @@ def end_search(client: Any, parent_id: str, cancelled: bool) -> str | None:
     status = search_status((k.info.status for k in children(client, parent)), cancelled)
     client.set_terminated(parent_id, status)
     return status
+
+
+def fresh(values: Mapping[str, float], step: int, logged: dict[str, int]) -> dict[str, float]:
+    """The values of a step a resumed run has not logged yet: a metric at a step after its last logged one."""
+    return {k: v for k, v in values.items() if step > logged.get(k, -1)}
+
+
+def last_steps(client: Any, run_id: str) -> dict[str, int]:
+    """Each metric's last logged step in a run (read once when an attempt resumes it): a resumed attempt redoes
+    the steps after its checkpoint, and does not log a metric again at a step it already has."""
+    run = client.get_run(run_id)
+    out: dict[str, int] = {}
+    for key in run.data.metrics:
+        steps = [m.step for m in client.get_metric_history(run_id, key)]
+        if steps:
+            out[key] = max(steps)
+    return out
 
 
 # a store that does not answer: MLflow's client retries 7 times with a growing backoff (minutes); held to this

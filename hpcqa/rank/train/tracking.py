@@ -6,8 +6,9 @@ variables (MLFLOW_RUN_ID, MLFLOW_NESTED_RUN, MLFLOW_TAGS), logs the ~150 Trainin
 ends its run at the end of train() (before EM/F1, which hpcqa scores after it), and lets a store's error through
 into the training loop. Here every call to MLflow runs on one worker thread: training never waits on the store,
 and a store that fails (a server down mid-run) is one warning in the rank's log and in results.json -- training
-goes on, the run stops being sent. A requeued attempt continues the run its job folder names (tracking.json); its
-end ends a Slurm grid sweep's parent when it is the last variant to end (rank/runends.py).
+goes on, the run stops being sent. A requeued attempt continues the run its job folder names (tracking.json),
+without logging again the steps it redoes after its checkpoint; its end ends a Slurm grid sweep's parent when it is
+the last variant to end (rank/runends.py).
 
 A SQLite store (the job root's, by default) may be written by several jobs at once -- a sweep's array tasks on
 several nodes, over NFS, where SQLite's own locks are not to be trusted: each batch of writes holds an flock on a
@@ -120,6 +121,7 @@ class Tracker(TrainerCallback):
         self.client: Any = None
         self.run_id: str | None = None
         self.parent_id: str | None = None
+        self.logged: dict[str, int] = {}  # resumed: each metric's last step before
         self.failed: str | None = None
         self.jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self.thread = threading.Thread(target=self._work, name="hpcqa-mlflow", daemon=True)
@@ -189,12 +191,17 @@ class Tracker(TrainerCallback):
 
     def _resume(self, run_id: str, parent_id: str | None) -> None:
         """A requeued or restarted attempt: the same run goes on, RUNNING again (its parent too, if a sibling ended
-        it meanwhile)."""
+        it meanwhile); the steps it redoes after its checkpoint are not logged again."""
         self.run_id, self.parent_id = run_id, parent_id
         self.client.update_run(run_id, status=runends.RUNNING)
+        self.logged = runends.last_steps(self.client, run_id)
         if parent_id:
             runends.reopen(self.client, parent_id)
-        self.r.log(f"MLflow: run {run_id} continues ({tracking.shown_uri(self.uri)})")
+        last = max(self.logged.values(), default=None)
+        self.r.log(
+            f"MLflow: run {run_id} continues ({tracking.shown_uri(self.uri)})"
+            + (f"; curves already logged to step {last} are not logged again" if last else "")
+        )
 
     def _name(self, all_tags: Mapping[str, str]) -> str:
         name = f"{self.r.plan.config.job.name}-{all_tags['hpcqa.job_id']}"
@@ -215,19 +222,23 @@ class Tracker(TrainerCallback):
                 raise
             return again.experiment_id
 
-    def _metrics(self, values: Mapping[str, float], step: int, ms: int) -> None:
+    def _metrics(
+        self, values: Mapping[str, float], step: int, ms: int, again: bool = False
+    ) -> None:
+        """A step's values; a resumed run's curves skip the steps it has (`again`: the end's, sent each attempt)."""
         from mlflow.entities import Metric
 
-        if self.run_id is not None:
+        fresh = values if again else runends.fresh(values, step, self.logged)
+        if self.run_id is not None and fresh:
             self.client.log_batch(
-                self.run_id, metrics=[Metric(k, v, ms, step) for k, v in values.items()]
+                self.run_id, metrics=[Metric(k, v, ms, step) for k, v in fresh.items()]
             )
 
     def _end(self, status: str, values: Mapping[str, float] | None, step: int) -> None:
         if self.run_id is None:
             return
         if values:
-            self._metrics(values, step, int(time.time() * 1000))
+            self._metrics(values, step, int(time.time() * 1000), again=True)
         self.client.set_terminated(self.run_id, status)
         if self.parent_id:  # a Slurm grid sweep's last variant to end ends the parent
             runends.end_if_last(self.client, self.parent_id)
