@@ -1,7 +1,7 @@
 """End to end: train.report_to = ["mlflow"] through `hpcqa submit` on the local executor with two real ranks; the runs
 read back through MLflow's own client. A real `mlflow server` (SQLite backend) started here receives a job's run;
 a sweep of two variants goes to the job root's SQLite store (no URI: the default) as a parent with two nested runs;
-a server stopped while the job runs costs a warning, not the job."""
+a server stopped while the job runs costs a warning, not the job; a job whose rank 1 fails leaves its run FAILED."""
 
 import json
 import os
@@ -182,6 +182,18 @@ def test_a_server_gone_during_the_job_is_a_warning_not_a_failure(cli, tmp_path, 
     assert len(warned) == 1 and "training goes on" in warned[0], res["warnings"]
     log = (job / f"{job_id}_0_log.err").read_text()
     assert "WARNING: MLflow" in log and res["f1"] is not None
+
+
+def test_a_job_whose_other_rank_fails_ends_its_run_failed(cli, tmp_path, cache_env):
+    """train.fail_at_step: the last rank (1) raises at step 2; rank 0 is blocked in a collective, then stopped by
+    the local controller. Rank 1's failure path and the executor's end both end rank 0's run: FAILED."""
+    r = submit(cli, tmp_path, "train.fail_at_step=2", "train.do_eval=false", env=cache_env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    (job,) = job_dirs(tmp_path)
+    run = json.loads((job / "tracking.json").read_text())
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/quickstart/mlflow.db")
+    assert client.get_run(run["run_id"]).info.status == "FAILED"
+    assert "WARNING: MLflow" not in r.stderr and "did not answer" not in r.stderr, r.stderr
 
 
 def test_a_restarted_rank_continues_its_run(tmp_path, cache_env):

@@ -1,9 +1,11 @@
 """How MLflow runs end when no submit process waits for them (rank/runends.py), against a real SQLite store read back
 through MLflow's own client: a Slurm grid sweep's parent ended by its last variant (race-free, reopened by a resumed
-variant), a Slurm search's parent by its follow-up, and a resumed run's curves not logged twice at the steps it
-redoes."""
+variant), a Slurm search's parent by its follow-up, a failed job's run FAILED by the executor or by a failing rank
+other than 0, and a resumed run's curves not logged twice at the steps it redoes."""
 
+import json
 import os
+import time
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,10 +13,12 @@ from types import SimpleNamespace
 import pytest
 
 from hpcqa.core import tracking
+from hpcqa.core.states import State
 from hpcqa.executors import tracking as submitside
 from hpcqa.rank import runends
 from hpcqa.record.jobdir import JobDir
 from hpcqa.record.jobfiles import marks
+from tests.conftest import free_port
 from tests.test_tracking import plan_of
 
 pytest.importorskip("mlflow")
@@ -151,6 +155,44 @@ def job_with_run(tmp_path: Path, run_status: str):
     return p, jd, client, run_id, parent
 
 
+@pytest.mark.parametrize(
+    "before, after",
+    [("RUNNING", "FAILED"), ("KILLED", "FAILED"), ("FINISHED", "FINISHED"), ("FAILED", "FAILED")],
+)
+def test_a_failed_jobs_run_ends_failed_on_the_executor_side(root, before, after):
+    """Rank 0 killed (or stopped KILLED by the notice that ended the others) while another rank failed: the run the
+    job folder names ends FAILED; one that had ended FINISHED or FAILED is left. Its parent, of one variant, ends."""
+    p, jd, client, run_id, parent = job_with_run(root, before)
+    assert submitside.end_failed(p, jd) is None
+    assert status(client, run_id) == after
+    # the parent's last child: ended by whoever ended the run (here, only when end_failed did)
+    assert status(client, parent) == ("FAILED" if before in ("RUNNING", "KILLED") else "RUNNING")
+
+
+def test_the_local_executor_ends_a_failed_jobs_run(root, monkeypatch):
+    from hpcqa.executors.local import executor as local
+
+    p, jd, client, run_id, _ = job_with_run(root, "RUNNING")
+    jd.ranks.mkdir()
+    (jd.rank_failed(1)).write_text(json.dumps({"rank": 1, "error": "RuntimeError: boom"}))
+    monkeypatch.setattr(local.common, "watch", lambda *a, **k: None)  # the job has ended
+    job = SimpleNamespace(job_id=17, state="FAILED", done=lambda: True, cancel=lambda: None)
+    out = local.finish(job, jd, p)
+    assert out.state == State.FAILED and out.warnings == ()
+    assert status(client, run_id) == "FAILED"
+
+
+def test_a_store_that_does_not_answer_is_a_warning_not_an_error(root):
+    p, jd, *_ = job_with_run(root, "RUNNING")
+    dead = f"http://127.0.0.1:{free_port()}"
+    p = mlflow_plan(root, tracking={"uri": dead})
+    marks.write_tracking(jd.tracking, {"run_id": "0" * 32, "uri": dead})
+    t0 = time.monotonic()
+    said = submitside.end_failed(p, jd, wait_s=2.0)
+    assert said and time.monotonic() - t0 < 10  # said, within its bound
+    assert runends.call(dead, lambda c: 1 / 0, 2.0)[1]  # any error: one line
+
+
 def test_a_resumed_run_logs_only_the_steps_it_has_not(root):
     client, parent = submitside.parent_run(mlflow_plan(root), 1)
     from mlflow.entities import Metric
@@ -192,3 +234,13 @@ def test_a_resumed_tracker_does_not_log_a_curve_twice(root):
     assert sorted(steps) == [2, 4, 6, 8]
     assert client.get_run(run_id).data.metrics["f1"] == 80.0
     assert status(client, run_id) == "FINISHED" and status(client, parent) == "FINISHED"
+
+
+@pytest.mark.torch
+def test_a_failing_rank_other_than_0_ends_rank_0s_run_failed(root):
+    from hpcqa.rank.train import tracking as ranktracking
+
+    p, jd, client, run_id, parent = job_with_run(root, "RUNNING")
+    assert ranktracking.fail_job_run(p, jd, 0) is None and status(client, run_id) == "RUNNING"
+    assert ranktracking.fail_job_run(p, jd, 1) is None
+    assert status(client, run_id) == "FAILED" and status(client, parent) == "FAILED"

@@ -68,6 +68,8 @@ def bar_fields(title: str, p: ProgressFile, now: float) -> dict[str, Any]:
 
 def finish(outcome: Any, plan: Any, say: Callable[[str], None]) -> int:
     """The exit code of a followed job, after saying how it ended: 130 when the following was interrupted."""
+    for warning in getattr(outcome, "warnings", ()):
+        say(f"WARNING: {warning}")
     if outcome.interrupted:
         say(
             f"\nstopped watching; job {outcome.job_id} keeps running (hpcqa cancel {outcome.job_id})"

@@ -135,6 +135,8 @@ class Outcome:
     folder: str
     interrupted: bool = False
     keeps_running: bool = False
+    # said before the outcome: a tracking store that did not take the failed run's end
+    warnings: tuple[str, ...] = ()
 
 
 class Executor(Protocol):

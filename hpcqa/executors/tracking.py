@@ -2,7 +2,8 @@
 (mlflow installed here, a tracking server that answers), where the dry run says the runs go, and a sweep's parent
 run, made at submit, whose id the ranks inherit (tracking.PARENT_ENV) to nest their runs under it, tagged with who
 ends it (rank/runends.py): submit (local), the last variant to end (a grid on Slurm), the follow-up (a search on
-Slurm), which ends it through end_search when it finds no next batch."""
+Slurm). And the runs the executors end: a failed local job's, a search's parent when its follow-up finds no next
+batch."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from hpcqa.core import tracking
 from hpcqa.core.plan import LaunchPlan
 from hpcqa.errors import ConfigError
 from hpcqa.rank import runends
-from hpcqa.record.jobdir import JobRoot
+from hpcqa.record.jobdir import JobDir, JobRoot
 
 ANSWER_S = 5.0  # how long a tracking server has to answer the check before queueing
 EXTRA = "pip install 'hpcqa[mlflow]'"
@@ -161,6 +162,23 @@ def parent_run(plan: LaunchPlan, variants: int, ends: str = runends.BY_SUBMIT) -
             },
         )
     return client, run.info.run_id
+
+
+def end_failed(plan: LaunchPlan, jd: JobDir, wait_s: float = 10.0) -> str | None:
+    """A job the executor found FAILED: its run (tracking.json) ends FAILED unless it has ended FINISHED or FAILED
+    (rank 0 killed when another rank failed, or stopped KILLED by the notice that ended the job) -> a warning."""
+    run = jd.read_tracking()
+    if run is None or not tracking.sends_to_mlflow(plan.config):
+        return None
+    uri = destination(plan)[0]
+    if tracking.shown_uri(uri) != run.uri:
+        return None
+
+    def end(client: Any) -> None:
+        if runends.fail_if_running(client, run.run_id) and run.parent_run_id:
+            runends.end_if_last(client, run.parent_run_id)
+
+    return runends.call(uri, end, wait_s)[1]
 
 
 def end_search(cfg: Any, cancelled: bool, wait_s: float = 30.0) -> tuple[str | None, str | None]:

@@ -12,6 +12,6 @@ binding.py      the main thread given its whole pool back after OpenMP bound it,
 phase.py        a rank's phase file (starting, at the rendezvous, training step N, ...)
 preload.py      the preloadable libraries this machine has (tcmalloc, jemalloc, libiomp5)
 netif.py        a network interface's address (launch.master_interface)
-runends.py      how MLflow runs end with no submit waiting: a sweep's parent run; a resumed run's curves
+runends.py      how MLflow runs end with no submit waiting: a sweep's parent, a failed job's run, resumed curves
 train/          the trainer: QA data pipeline, model, Trainer, post-processing and metrics (imports torch)
 """

@@ -13,7 +13,7 @@ MLflow's set_terminated only overwrites the status and end time). A child that r
 KILLED meanwhile) sets the parent RUNNING again if a sibling had ended it, and the last to end ends it again.
 
 The functions below take an MlflowClient and let the store's errors through; `call` runs them from a process that
-holds no client (a search's follow-up): on a thread, waited for a
+holds no client (a failed job's other rank, the local executor, a search's follow-up): on a thread, waited for a
 bounded time, under the SQLite store's lock, any error returned as one line (a warning, never a failure).
 """
 
@@ -104,6 +104,16 @@ def end_search(client: Any, parent_id: str, cancelled: bool) -> str | None:
     status = search_status((k.info.status for k in children(client, parent)), cancelled)
     client.set_terminated(parent_id, status)
     return status
+
+
+def fail_if_running(client: Any, run_id: str) -> bool:
+    """The job failed, its run may not know (rank 0 killed, or stopped by the notice that ended the job's other
+    ranks: KILLED): FAILED unless it has ended FINISHED or FAILED already -> whether it was set."""
+    run = client.get_run(run_id)
+    if run.info.status in (FINISHED, FAILED):
+        return False
+    client.set_terminated(run_id, FAILED)
+    return True
 
 
 def fresh(values: Mapping[str, float], step: int, logged: dict[str, int]) -> dict[str, float]:

@@ -30,7 +30,7 @@ from hpcqa.core.plan import LaunchPlan
 from hpcqa.core.ranklayout import node_layout as plan_node_layout
 from hpcqa.core.states import State
 from hpcqa.errors import HpcqaError, PlanError
-from hpcqa.executors import common, snapshot
+from hpcqa.executors import common, snapshot, tracking
 from hpcqa.executors.interface import Live, Outcome, Progress, Request, Say, Submitted, silent
 from hpcqa.executors.local import searchloop
 from hpcqa.rank.job import RankJob
@@ -353,7 +353,9 @@ def finish(job, jd: JobDir, plan: LaunchPlan, progress: Progress | None = None) 
             plan
         ).tidy_all()  # after the last poll: submitit re-creates its '%j-...' folder
     state = State.FAILED if jd.failed_ranks() else states.from_submitit_local(job.state)
-    return Outcome(str(job.job_id), state, str(jd.path))
+    # rank 0 may have been killed before its run ended: the run FAILED here
+    said = tracking.end_failed(plan, jd) if state == State.FAILED else None
+    return Outcome(str(job.job_id), state, str(jd.path), warnings=(said,) if said else ())
 
 
 # ------------------------------------------------------------------------------------ state and cancel

@@ -85,14 +85,18 @@ def run_rank(plan: LaunchPlan, jd: JobDir) -> dict:
     except SystemExit:
         if STOP.agreed_at is not None:  # submitit's requeue exits this process: not a failure
             raise
-        write_failed(jd, rank, sys.exc_info()[1])
+        write_failed(jd, rank, sys.exc_info()[1], plan)
         raise
     except BaseException as e:
-        write_failed(jd, rank, e)
+        write_failed(jd, rank, e, plan)
         raise
 
 
-def write_failed(jd: JobDir, rank: int, e: BaseException | None) -> None:
+def write_failed(
+    jd: JobDir, rank: int, e: BaseException | None, plan: LaunchPlan | None = None
+) -> None:
+    """The rank's failure recorded; its MLflow run FAILED (rank 0's own, or, from another rank, rank 0's: the job
+    fails, and rank 0 may be killed before it says so)."""
     tracking.abandon("FAILED")
     said = f"{e.message} (fix: {e.hint})" if isinstance(e, HpcqaError) and e.hint else f"{e}"
     error = f"{type(e).__name__}: {said}"
@@ -108,6 +112,8 @@ def write_failed(jd: JobDir, rank: int, e: BaseException | None) -> None:
             "attempt": attempt(),
         },
     )
+    if warning := tracking.fail_job_run(plan, jd, rank):
+        print(f"hpcqa rank {rank}: WARNING: {warning}", file=sys.stderr)
 
 
 def _run(plan: LaunchPlan, jd: JobDir) -> dict:

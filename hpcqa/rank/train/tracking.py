@@ -8,7 +8,7 @@ into the training loop. Here every call to MLflow runs on one worker thread: tra
 and a store that fails (a server down mid-run) is one warning in the rank's log and in results.json -- training
 goes on, the run stops being sent. A requeued attempt continues the run its job folder names (tracking.json),
 without logging again the steps it redoes after its checkpoint; its end ends a Slurm grid sweep's parent when it is
-the last variant to end (rank/runends.py).
+the last variant to end (rank/runends.py). A rank other than 0 that fails ends rank 0's run FAILED.
 
 A SQLite store (the job root's, by default) may be written by several jobs at once -- a sweep's array tasks on
 several nodes, over NFS, where SQLite's own locks are not to be trusted: each batch of writes holds an flock on a
@@ -291,3 +291,24 @@ def abandon(status: str) -> None:
     waiting a little: the rank is on its way out."""
     for t in ACTIVE[:]:
         t.finish(status, wait_s=10.0)
+
+
+def fail_job_run(plan: Any, jd: Any, rank: int, wait_s: float = 10.0) -> str | None:
+    """A rank other than 0 failed, so the job fails: rank 0's run (named in the job folder) ends FAILED now, as rank
+    0 may be killed, or blocked on its lost peer, before its own failure path runs. -> a warning, or None."""
+    if rank == 0 or plan is None or not tracking.sends_to_mlflow(plan.config):
+        return None
+    before = jd.read_tracking()
+    if before is None:  # rank 0 had not started its run: it fails on its own (its peer is gone)
+        return None
+    store = JobRoot(jd.path.parent).tracking_store
+    uri, _ = tracking.destination(plan.config, os.environ, str(store))
+    if tracking.shown_uri(uri) != before.uri:
+        return None
+
+    def end(client: Any) -> None:
+        if runends.fail_if_running(client, before.run_id) and before.parent_run_id:
+            runends.end_if_last(client, before.parent_run_id)
+
+    _, why = runends.call(uri, end, wait_s)
+    return f"rank 0's MLflow run was not ended FAILED: {why}" if why else None
