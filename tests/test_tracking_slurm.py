@@ -80,6 +80,7 @@ def test_a_searchs_parent_is_ended_by_its_last_follow_up(slurm, tmp_path):
         "sweep.trials=2",
         "sweep.parallelism=1",
         "sweep.seed=6",
+        'sweep.pruner="none"',  # this job does not evaluate on the way: nothing to prune by
         "sweep.train.learning_rate=[1e-4, 1e-3]",
     )
     for s in sets:
