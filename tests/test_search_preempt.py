@@ -121,11 +121,11 @@ def test_a_preempted_trial_is_requeued_and_continues_its_trial(slurm, tmp_path):
     job = _trial_job(slurm, sid)
     folder = Path(wait_state(slurm, job, {"RUNNING"}, timeout=240)["folder"])
     journal = tmp_path / "quickstart" / "search" / "study.journal"
-    assert _first_report(
-        journal, 0
-    )  # trial 0 has evaluated (and told its study) before the preemption
+    # trial 0 has evaluated (and told its study) before the preemption
+    assert _first_report(journal, 0)
     _preemptor(slurm)
-    # Slurm requeues the trial's task (PENDING, BeginTime); once the node is idle it is started now, not in ~2 min
+    # Slurm requeues the trial's job (PENDING, BeginTime); once the node is idle it is started now, not at its
+    # begin time (as tests/test_slurm_preempt.py does)
     _start_requeued_now(slurm, job, timeout=240)
     # the requeued trial runs again: the batch's follow-up still waits for it (afterany did not fire on the requeue)
     waits = _ask(slurm, "squeue", "-h", "-j", follow_id, "-o", "%T %r").split()
