@@ -553,3 +553,20 @@ def test_a_storage_with_a_line_break_is_refused_and_shown_escaped():
         sweep.searched(raw(tpe(storage="sqlite:////tmp/a" + chr(10) + "b.db")))
     assert e.value.key == "sweep.storage" and "control character" in e.value.render()
     assert chr(10) not in e.value.message and "pgpass" not in e.value.render()
+
+
+def test_validate_tries_every_combination_of_a_space_of_lists(tmp_path):
+    r = jointly(tmp_path)
+    spec = sweep.searched(r)
+    n, bad = sweep.clashes(r, spec, HOST)
+    assert n == 4 and [p for p, _ in bad] == [{"train.max_seq_length": 64, "train.doc_stride": 100}]
+    r["sweep"]["train"] = {"max_seq_length": [64], "doc_stride": [100]}
+    with pytest.raises(ConfigError) as e:
+        sweep.clashes(r, sweep.searched(r), HOST)
+    assert (
+        e.value.key == "sweep"
+        and "no combination of the searched lists goes together" in e.value.render()
+    )
+    assert (
+        sweep.clashes(raw(tpe()), spec_of(), HOST) is None
+    )  # a range: trials find them as they are asked

@@ -127,7 +127,7 @@ def print_sweep(ex: Any, request: Any) -> None:
     shape = (
         "one after another, on this machine"
         if ex.runs_here
-        else f"{len(sp.arrays)} array(s) ({limit}; parallelism {sp.parallelism or 'unlimited'})"
+        else f"{plural(len(sp.arrays), 'array')} ({limit}; parallelism {sp.parallelism or 'unlimited'})"
     )
     what = "trial" if sp.search else "variant"
     n = plural(len(sp.variants), what) + (" of the next batch" if sp.search else "")
@@ -169,7 +169,8 @@ def print_sweep(ex: Any, request: Any) -> None:
         con.print(f"MaxArraySize {known}", style="dim", highlight=False)
     for i, (a, argv, line) in enumerate(zip(sp.arrays, request.commands, sp.array_lines())):
         con.print(
-            f"array {i}: {len(a.variants)} task(s), {line}: {' '.join(argv)}", highlight=False
+            f"array {i}: {plural(len(a.variants), 'task')}, {line}: {' '.join(argv)}",
+            highlight=False,
         )
     if request.scripts:
         print_script(con, request.scripts[0], "sbatch script of array 0 (as it will be submitted)")

@@ -9,6 +9,7 @@ import sys
 from hpcqa import errors
 from hpcqa.cli.say import tell, warn
 from hpcqa.core import config, kinds, plan, sweep
+from hpcqa.core.search import shown_params
 from hpcqa.errors import HpcqaError
 from hpcqa.executors import hostprobe, tracking
 from hpcqa.text import plural, shown
@@ -27,6 +28,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 spec is not None
             ):  # a search: every value a trial may get, validated; no study is asked
                 sweep.check_space(raw, spec, str(path))
+                clash = sweep.clashes(raw, spec, host, str(path))
+                if clash and clash[1]:
+                    params, why = clash[1][0]
+                    warn(
+                        f"{shown(path)}: {len(clash[1])} of {plural(clash[0], 'combination')} of the searched "
+                        f"lists do not go together (a trial drawing one is told FAIL), e.g. "
+                        f"{shown_params(params)}: {why}"
+                    )
                 base = {k: v for k, v in raw.items() if k != "sweep"}
                 lp = plan.build_plan(config.from_dict(base, source=str(path)), host)
                 what = f"a {spec.strategy} search, {plural(spec.trials, 'trial')}, the base: "

@@ -439,6 +439,37 @@ def trial_problem(
     return None
 
 
+def clashes(
+    raw: Mapping[str, Any],
+    spec: search.Search,
+    host: planmod.HostProbe,
+    source: str = "",
+    limit: int = 1000,
+) -> tuple[int, list[tuple[dict[str, Any], str]]] | None:
+    """A space of lists only (at most `limit` combinations): (the combinations, those whose values do not go
+    together, with why: a trial drawing one is told FAIL). Every combination clashing is a ConfigError naming one.
+    None: a range in the space, or too many combinations to try (submit finds them as trials are asked)."""
+    if any(d.kind != "choice" for d in spec.space):
+        return None
+    keys = [d.key for d in spec.space]
+    combos = list(itertools.islice(itertools.product(*[d.choices for d in spec.space]), limit + 1))
+    if len(combos) > limit:
+        return None
+    bad = []
+    for values in combos:
+        params = dict(zip(keys, values))
+        if why := trial_problem(raw, source, host, params):
+            bad.append((params, why))
+    if bad and len(bad) == len(combos):
+        raise ConfigError(
+            "sweep",
+            f"no combination of the searched lists goes together: {search.shown_params(bad[0][0])}: {bad[0][1]}",
+            "change the lists so that some combination runs",
+            source,
+        )
+    return len(combos), bad
+
+
 def build_search(
     raw: Mapping[str, Any],
     source: str,
