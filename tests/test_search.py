@@ -570,3 +570,29 @@ def test_validate_tries_every_combination_of_a_space_of_lists(tmp_path):
     assert (
         sweep.clashes(raw(tpe()), spec_of(), HOST) is None
     )  # a range: trials find them as they are asked
+
+
+def test_a_pruner_warm_up_reaches_the_pruner_and_the_trials_plans(tmp_path):
+    plain = spec_of()
+    warm = spec_of(pruner_warmup_steps=20)
+    assert plain.pruner_warmup == 0 and warm.pruner_warmup == 20
+    assert warm.digest != plain.digest and spec_of(pruner_warmup_steps=0).digest == plain.digest
+    # a plan of before the setting (no "warmup" in its trial) reads back; one with it keeps it
+    ref = TrialRef(3, "job", "/j", "f1", "maximize", "median")
+    assert "warmup" not in ref.to_json() and TrialRef.from_json(ref.to_json()) == ref
+    warm_ref = TrialRef(3, "job", "/j", "f1", "maximize", "median", 20)
+    assert TrialRef.from_json(warm_ref.to_json()) == warm_ref
+    for bad in (-1, True, "20"):
+        with pytest.raises(ValueError):
+            TrialRef.from_json({**warm_ref.to_json(), "warmup": bad})
+    assert study.pruner("median", 20)._n_warmup_steps == 20
+    assert study.pruner("halving", 20)._min_resource == 20
+    with pytest.raises(ConfigError) as e:
+        spec_of(pruner="none", pruner_warmup_steps=5)
+    assert e.value.key == "sweep.pruner_warmup_steps"
+    # a study made before the setting is this search's still; the warm-up is another search
+    url = str(tmp_path / "study.journal")
+    study.claim(plain, "job", url, study.peek(plain, "job", url).batch, 0)
+    with pytest.raises(ConfigError) as e:
+        study.peek(warm, "job", url)
+    assert "pruner_warmup_steps was 0" in e.value.render()

@@ -193,7 +193,8 @@ def search_lines(con: Any, sp: Any, runs_here: bool) -> None:
     spec, ref = sp.search, sp.plans[0].trial
     con.print(
         f"search {ref.study}: {spec.strategy}, {plural(spec.trials, 'trial')} in batches of {spec.parallelism}, "
-        f"{spec.direction} {spec.metric}, pruner {spec.pruner}, seed {spec.seed}",
+        f"{spec.direction} {spec.metric}, pruner {spec.pruner}"
+        f"{f' from step {spec.pruner_warmup}' if spec.pruner_warmup else ''}, seed {spec.seed}",
         highlight=False,
     )
     for d in spec.space:

@@ -8,6 +8,7 @@
     direction = "maximize"      # the default
     seed = 0                    # the sampler's seed
     pruner = "median"           # none | median | halving (needs train.eval_strategy: the trials' evaluations)
+    pruner_warmup_steps = 0     # no trial is pruned before this training step (its evaluations before it: noise)
     storage = ""                # "": a journal file in the search's folder; or a database URL (sqlite:///...)
     train.learning_rate = {low = 1e-5, high = 1e-4, log = true}   # a range: floats
     train.gradient_accumulation_steps = {low = 1, high = 4}     # both bounds integers: integers
@@ -37,7 +38,17 @@ METRICS = {
     "f1": "maximize",
     "exact_match": "maximize",
 }  # the evaluation's, as the Trainer reports them
-SETTINGS = ("strategy", "trials", "metric", "direction", "seed", "pruner", "storage")
+SETTINGS = (
+    "strategy",
+    "trials",
+    "metric",
+    "direction",
+    "seed",
+    "pruner",
+    "pruner_warmup_steps",
+    "storage",
+)
+MAX_WARMUP = 10_000_000  # steps
 RANGE_KEYS = {"low", "high", "log", "step"}
 MAX_TRIALS = 10_000  # as many as a grid may have variants
 STORAGE_SCHEMES = ("sqlite", "postgresql", "mysql")
@@ -93,6 +104,7 @@ class Search:
     pruner: str
     storage: str  # "": the journal file in the search's folder
     space: tuple[Dim, ...]
+    pruner_warmup: int = 0  # sweep.pruner_warmup_steps: no trial is pruned before this step
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,6 +115,7 @@ class Search:
             "direction": self.direction,
             "seed": self.seed,
             "pruner": self.pruner,
+            "pruner_warmup_steps": self.pruner_warmup,
             "storage": self.storage,
             "space": [d.to_json() for d in self.space],
             "digest": self.digest,
@@ -113,6 +126,10 @@ class Search:
         """What makes a study this search's: the space and how it is searched (not trials or parallelism)."""
         what = [self.strategy, self.metric, self.direction, self.seed, self.pruner]
         what.append([d.to_json() for d in self.space])
+        if (
+            self.pruner_warmup
+        ):  # absent at 0: a search of before it keeps its digest (and its study)
+            what.append(self.pruner_warmup)
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
     def batch_size(self, asked: int) -> int:
@@ -130,16 +147,21 @@ class TrialRef:
     metric: str
     direction: str
     pruner: str
+    warmup: int = 0  # no pruning before this step (sweep.pruner_warmup_steps)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        if not self.warmup:  # absent at 0: a plan of before it keeps its digest
+            del d["warmup"]
+        return d
 
     @classmethod
     def from_json(cls, d: Any) -> "TrialRef | None":
         """The plan's trial back (None: no trial). Wrong types raise ValueError: a plan file is read back."""
         if not d:
             return None
-        if not isinstance(d, Mapping) or set(d) != set(cls.__dataclass_fields__):
+        fields = set(cls.__dataclass_fields__)
+        if not isinstance(d, Mapping) or set(d) not in (fields, fields - {"warmup"}):
             raise ValueError(
                 f"a plan's trial has keys {sorted(d) if isinstance(d, Mapping) else d!r}"
             )
@@ -155,6 +177,9 @@ class TrialRef:
             raise ValueError(
                 f"a plan's trial has metric {d['metric']!r} and pruner {d['pruner']!r}"
             )
+        w = d.get("warmup", 0)
+        if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= MAX_WARMUP:
+            raise ValueError(f"a plan's trial has pruner warm-up {w!r}")
         return cls(**d)
 
 
@@ -279,8 +304,8 @@ def _range(key: str, value: Mapping[str, Any], source: str) -> Dim:
 
 def _setting(sw: Mapping[str, Any], key: str, default: Any, source: str) -> Any:
     v = sw.get(key, default)
-    if key in ("trials", "seed"):
-        low, high = (1, MAX_TRIALS) if key == "trials" else (0, 2**32 - 1)
+    if key in ("trials", "seed", "pruner_warmup_steps"):
+        low, high = {"trials": (1, MAX_TRIALS), "seed": (0, 2**32 - 1)}.get(key, (0, MAX_WARMUP))
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
             raise _err(
                 key,
@@ -387,7 +412,7 @@ def parse(
         )
     metric = _setting(sw, "metric", "f1", source)
     storage = _storage_setting(sw, source)
-    return Search(
+    spec = Search(
         strategy,
         _setting(sw, "trials", 0, source),
         parallelism or 1,
@@ -397,4 +422,13 @@ def parse(
         _setting(sw, "pruner", "median", source),
         storage,
         tuple(dim(k, v, source) for k, v in space.items()),
+        _setting(sw, "pruner_warmup_steps", 0, source),
     )
+    if spec.pruner_warmup and spec.pruner == "none":
+        raise _err(
+            "pruner_warmup_steps",
+            'is a pruner\'s, and sweep.pruner is "none"',
+            'set sweep.pruner = "median" (or "halving"), or leave pruner_warmup_steps out',
+            source,
+        )
+    return spec

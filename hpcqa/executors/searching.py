@@ -63,7 +63,9 @@ def plan_batch(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.Sweep
         )
 
     def ref(number: int) -> TrialRef:
-        return TrialRef(number, name, url, spec.metric, spec.direction, spec.pruner)
+        return TrialRef(
+            number, name, url, spec.metric, spec.direction, spec.pruner, spec.pruner_warmup
+        )
 
     sp = sweep.build_search(raw, source, host, spec, peeked.batch, ref, table.max_array_size)
     refused = tuple((n, freeze(p), why) for n, p, why in peeked.refused)

@@ -107,12 +107,14 @@ def sampler(spec: Search, asked: int) -> Any:
     return op.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, spec.trials // 3)))
 
 
-def pruner(name: str) -> Any:
+def pruner(name: str, warmup: int = 0) -> Any:
+    """Optuna's pruner; warmup: no trial is pruned before that step (the median's n_warmup_steps, successive
+    halving's min_resource)."""
     op = optuna()
     if name == "median":
-        return op.pruners.MedianPruner(n_startup_trials=MEDIAN_STARTUP, n_warmup_steps=0)
+        return op.pruners.MedianPruner(n_startup_trials=MEDIAN_STARTUP, n_warmup_steps=warmup)
     if name == "halving":
-        return op.pruners.SuccessiveHalvingPruner()
+        return op.pruners.SuccessiveHalvingPruner(min_resource=warmup or "auto")
     return op.pruners.NopPruner()
 
 
@@ -129,7 +131,17 @@ def distribution(d: Dim) -> Any:
 def _mark(spec: Search) -> dict[str, Any]:
     j = spec.to_json()
     return {
-        k: j[k] for k in ("strategy", "metric", "direction", "seed", "pruner", "space", "digest")
+        k: j[k]
+        for k in (
+            "strategy",
+            "metric",
+            "direction",
+            "seed",
+            "pruner",
+            "pruner_warmup_steps",
+            "space",
+            "digest",
+        )
     }
 
 
@@ -144,11 +156,13 @@ def open_study(spec: Search, name: str, url: str, create: bool = True) -> Any:
                 storage=storage,
                 direction=spec.direction,
                 sampler=sampler(spec, 0),
-                pruner=pruner(spec.pruner),
+                pruner=pruner(spec.pruner, spec.pruner_warmup),
                 load_if_exists=True,
             )
             if create
-            else op.load_study(study_name=name, storage=storage, pruner=pruner(spec.pruner))
+            else op.load_study(
+                study_name=name, storage=storage, pruner=pruner(spec.pruner, spec.pruner_warmup)
+            )
         )
         mark = study.user_attrs.get("hpcqa_search")
     except (HpcqaError, KeyError):
@@ -181,8 +195,8 @@ def open_study(spec: Search, name: str, url: str, create: bool = True) -> Any:
 
 
 def _difference(theirs: dict, ours: dict) -> str:
-    for k in ("strategy", "metric", "direction", "seed", "pruner", "space"):
-        if theirs.get(k) != ours.get(k):
+    for k in ("strategy", "metric", "direction", "seed", "pruner", "pruner_warmup_steps", "space"):
+        if theirs.get(k, 0 if k == "pruner_warmup_steps" else None) != ours.get(k):
             return f"{k} was {theirs.get(k)!r}"[:160]
     return "digest"
 
@@ -339,7 +353,9 @@ def reporter(ref: TrialRef) -> Any:
     """The running trial, as its rank 0 reports to it (Optuna's Trial of ref.number in its study)."""
     op = optuna()
     storage = _storage(ref.storage)
-    study = op.load_study(study_name=ref.study, storage=storage, pruner=pruner(ref.pruner))
+    study = op.load_study(
+        study_name=ref.study, storage=storage, pruner=pruner(ref.pruner, ref.warmup)
+    )
     trial_id = storage.get_trial_id_from_study_id_trial_number(
         storage.get_study_id_from_name(ref.study), ref.number
     )
