@@ -1,7 +1,7 @@
 """A search against the grid of the same space: the node-hours each needs to reach the grid's best F1.
 
     python benchmarks/search_bench.py [--markdown] [--strategy tpe] [--pruner median] [--trials N] [--examples 600]
-        [--model builtin:minilm] [--seed 0] [--rows]
+        [--model builtin:minilm] [--seed 0] [--pruner-warmup 0] [--rows]
 
 Both are real `hpcqa submit`s of configs/search_quickstart.toml's job on the local executor (2 ranks x 1 core,
 SQuAD-shaped generated data): first the grid of the space below (every combination, `strategy = "grid"`), then the
@@ -62,6 +62,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--trials", type=int, default=0, help="0: as many as the grid's combinations")
     ap.add_argument("--examples", type=int, default=600)
     ap.add_argument("--eval-steps", type=int, default=10)
+    ap.add_argument("--pruner-warmup", type=int, default=0, help="sweep.pruner_warmup_steps")
     ap.add_argument("--model", default="builtin:minilm")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--markdown", action="store_true")
@@ -97,6 +98,7 @@ def main(argv: list[str]) -> int:
             + "[sweep]\n"
             + f'strategy = "{a.strategy}"\npruner = "{a.pruner}"\ntrials = {a.trials or grid_size}\n'
             + f"parallelism = 2\nseed = {a.seed}\n"
+            + (f"pruner_warmup_steps = {a.pruner_warmup}\n" if a.pruner_warmup else "")
             + space
         )
         sets = [x for o in common for x in ("--set", o)]
@@ -138,7 +140,16 @@ def report(
     pruned = sum(1 for r in search if r["state"] == "PRUNED")
     rows = [
         ("grid (every combination)", len(grid), 0, best_grid, grid_nh, grid_nh, None),
-        (f"{a.strategy} + {a.pruner} pruner", len(search), pruned, best, spent, reached, overhead),
+        (
+            f"{a.strategy} + {a.pruner} pruner"
+            + (f" from step {a.pruner_warmup}" if a.pruner_warmup else ""),
+            len(search),
+            pruned,
+            best,
+            spent,
+            reached,
+            overhead,
+        ),
     ]
     if a.markdown:
         print(
