@@ -596,3 +596,15 @@ def test_a_pruner_warm_up_reaches_the_pruner_and_the_trials_plans(tmp_path):
     with pytest.raises(ConfigError) as e:
         study.peek(warm, "job", url)
     assert "pruner_warmup_steps was 0" in e.value.render()
+
+
+def test_a_range_with_a_fraction_over_a_whole_number_key_names_its_bounds():
+    for rng in ({"low": 1, "high": 4, "step": 1.0}, {"low": 1, "high": 4.5}):
+        r = raw(tpe(train={"gradient_accumulation_steps": rng}))
+        with pytest.raises(ConfigError) as e:
+            sweep.check_space(r, sweep.searched(r))
+        said = e.value.render()
+        assert (
+            e.value.key == "sweep.train.gradient_accumulation_steps" and "is a whole number" in said
+        )
+        assert "{low = 1, high = 4}" in said and "=1.0" not in said, said

@@ -375,15 +375,15 @@ def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -
     """Every value a trial may be given is valid: each choice and both ends of each range, applied alone to the
     base config and validated like a config (a trial never fails on its config after the wait in the queue); and a
     pruner has evaluations to judge."""
-    checked = _edges(raw, spec, source)
-    keys = [d.key for d in spec.space]
-    sweepcheck.check_variables(keys, source)
-    sweepcheck.check_shared(checked, keys, source)
     _check_kinds(
         configmod.from_dict({k: v for k, v in raw.items() if k != "sweep"}, source=source),
         spec,
         source,
-    )
+    )  # before the edges are validated: a float bound over an integer key is said as written
+    checked = _edges(raw, spec, source)
+    keys = [d.key for d in spec.space]
+    sweepcheck.check_variables(keys, source)
+    sweepcheck.check_shared(checked, keys, source)
     if checked[0].config.job.command:
         raise ConfigError(
             "sweep.strategy",
@@ -408,8 +408,8 @@ def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -
 
 
 def _check_kinds(cfg: configmod.Config, spec: search.Search, source: str) -> None:
-    """A range of integer bounds over a float key would give its trials whole numbers only (learning_rate 0 or 1):
-    refused, naming the bounds to write as floats."""
+    """A range of integer bounds over a float key would give its trials whole numbers only (learning_rate 0 or 1),
+    and a range with a fraction over an integer key values it cannot take: refused, naming the bounds to write."""
     for d in spec.space:
         if d.kind == "int" and isinstance(sweepcheck.held(cfg, d.key), float):
             raise ConfigError(
@@ -417,6 +417,17 @@ def _check_kinds(cfg: configmod.Config, spec: search.Search, source: str) -> Non
                 f"both bounds are whole numbers ({d.low:g} .. {d.high:g}), so its trials would get whole numbers, "
                 f"and {d.key} is a number with a fraction",
                 f"write the bounds as floats: {{low = {d.low:.1f}, high = {d.high:.1f}}}",
+                source,
+            )
+        now = sweepcheck.held(cfg, d.key)
+        if d.kind == "float" and isinstance(now, int) and not isinstance(now, bool):
+            step = f", step {d.step:g}" if d.step else ""
+            raise ConfigError(
+                f"sweep.{d.key}",
+                f"{d.key} is a whole number, and this range is of numbers with a fraction "
+                f"({d.low:g} .. {d.high:g}{step}: a bound or the step written with a decimal point)",
+                f"write the bounds{' and step' * bool(d.step)} as whole numbers: "
+                f"{{low = {int(d.low)}, high = {max(int(d.low), int(d.high))}}}",
                 source,
             )
 
