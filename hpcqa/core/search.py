@@ -367,24 +367,10 @@ def _storage_setting(sw: Mapping[str, Any], source: str) -> str:
     return storage
 
 
-def parse(
-    sw: Mapping[str, Any], space: Mapping[str, Any], parallelism: int, source: str = ""
-) -> Search | None:
-    """The [sweep] table's search settings and its (flattened) keys -> a Search, or None for a grid. A grid given
-    a search setting or a range is refused naming the key."""
-    strategy = _setting(sw, "strategy", "grid", source)
-    if strategy == "grid":
-        given = [k for k in SETTINGS if k in sw and k != "strategy"]
-        ranged = [k for k, v in space.items() if is_range(v)]
-        if given or ranged:
-            key = (given or ranged)[0]
-            raise _err(
-                key,
-                "is for a search; this sweep's strategy is grid (every combination of the lists)",
-                'set sweep.strategy = "random" or "tpe" to search (Optuna proposes the trials)',
-                source,
-            )
-        return None
+def _search_shape(
+    sw: Mapping[str, Any], space: Mapping[str, Any], strategy: str, parallelism: int, source: str
+) -> None:
+    """What a search needs that a grid does not: keys to search, trials; no variants list, no parallelism 0."""
     if "variants" in sw:
         raise _err(
             "variants",
@@ -410,6 +396,27 @@ def parse(
             "set sweep.parallelism to how many trials a batch runs at once (1 or more; left out: 1)",
             source,
         )
+
+
+def parse(
+    sw: Mapping[str, Any], space: Mapping[str, Any], parallelism: int, source: str = ""
+) -> Search | None:
+    """The [sweep] table's search settings and its (flattened) keys -> a Search, or None for a grid. A grid given
+    a search setting or a range is refused naming the key."""
+    strategy = _setting(sw, "strategy", "grid", source)
+    if strategy == "grid":
+        given = [k for k in SETTINGS if k in sw and k != "strategy"]
+        ranged = [k for k, v in space.items() if is_range(v)]
+        if given or ranged:
+            key = (given or ranged)[0]
+            raise _err(
+                key,
+                "is for a search; this sweep's strategy is grid (every combination of the lists)",
+                'set sweep.strategy = "random" or "tpe" to search (Optuna proposes the trials)',
+                source,
+            )
+        return None
+    _search_shape(sw, space, strategy, parallelism, source)
     metric = _setting(sw, "metric", "f1", source)
     storage = _storage_setting(sw, source)
     spec = Search(
