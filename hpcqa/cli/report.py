@@ -68,7 +68,7 @@ def bar_fields(title: str, p: ProgressFile, now: float) -> dict[str, Any]:
 
 def finish(outcome: Any, plan: Any, say: Callable[[str], None]) -> int:
     """The exit code of a followed job, after saying how it ended: 130 when the following was interrupted."""
-    for warning in getattr(outcome, "warnings", ()):
+    for warning in outcome.warnings:
         say(f"WARNING: {warning}")
     if outcome.interrupted:
         say(

@@ -173,12 +173,7 @@ def end_failed(plan: LaunchPlan, jd: JobDir, wait_s: float = 10.0) -> str | None
     uri = destination(plan)[0]
     if tracking.shown_uri(uri) != run.uri:
         return None
-
-    def end(client: Any) -> None:
-        if runends.fail_if_running(client, run.run_id) and run.parent_run_id:
-            runends.end_if_last(client, run.parent_run_id)
-
-    return runends.call(uri, end, wait_s)[1]
+    return runends.fail_job(uri, run.run_id, run.parent_run_id, wait_s)
 
 
 def end_search(cfg: Any, cancelled: bool, wait_s: float = 30.0) -> tuple[str | None, str | None]:

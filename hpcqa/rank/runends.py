@@ -116,6 +116,17 @@ def fail_if_running(client: Any, run_id: str) -> bool:
     return True
 
 
+def fail_job(uri: str, run_id: str, parent_id: str | None, wait_s: float) -> str | None:
+    """A failed job's run ends FAILED (unless ended FINISHED or FAILED already), and a grid's parent with it when
+    that was the last variant to end; from a process that holds no client (`call`) -> a warning, or None."""
+
+    def end(client: Any) -> None:
+        if fail_if_running(client, run_id) and parent_id:
+            end_if_last(client, parent_id)
+
+    return call(uri, end, wait_s)[1]
+
+
 def fresh(values: Mapping[str, float], step: int, logged: dict[str, int]) -> dict[str, float]:
     """The values of a step a resumed run has not logged yet: a metric at a step after its last logged one."""
     return {k: v for k, v in values.items() if step > logged.get(k, -1)}

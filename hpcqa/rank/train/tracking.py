@@ -305,10 +305,5 @@ def fail_job_run(plan: Any, jd: Any, rank: int, wait_s: float = 10.0) -> str | N
     uri, _ = tracking.destination(plan.config, os.environ, str(store))
     if tracking.shown_uri(uri) != before.uri:
         return None
-
-    def end(client: Any) -> None:
-        if runends.fail_if_running(client, before.run_id) and before.parent_run_id:
-            runends.end_if_last(client, before.parent_run_id)
-
-    _, why = runends.call(uri, end, wait_s)
+    why = runends.fail_job(uri, before.run_id, before.parent_run_id, wait_s)
     return f"rank 0's MLflow run was not ended FAILED: {why}" if why else None
