@@ -85,6 +85,10 @@ def test_unknown_section_suggests_near_miss():
         ({"job": {"name": "x'; rm -rf /"}}, "job.name", "not a safe name"),
         ({"cluster": {"sbatch_extra": ["-p x"]}}, "cluster.sbatch_extra[0]", "long sbatch option"),
         ({"launch": {"env": {"1BAD": "x"}}}, "launch.env.1BAD", "environment variable"),
+        ({"job": {"output_dir": "~/runs"}}, "job.output_dir", "starts with ~, which only a shell"),
+        ({"cluster": {"python": "~alice/v/bin/python"}}, "cluster.python", "starts with ~"),
+        ({"model": {"name_or_path": "$WORK/m"}}, "model.name_or_path", "$VARIABLE"),
+        ({"data": {"cache_dir": "/x/${USER}/c"}}, "data.cache_dir", "$VARIABLE"),
         ({"data": {"dataset": ""}}, "data.dataset", "no data"),
         (
             {"data": {"dataset": "", "train_file": "t.json"}, "train": {"eval_strategy": "steps"}},
@@ -250,3 +254,15 @@ def test_the_fused_attention_under_torch_compile_is_refused_naming_the_key():
     assert e.value.key == "model.attention" and "train.compile" in e.value.render()
     config.from_dict({"model": {"attention": "auto"}, "train": {"compile": True}})
     config.from_dict({"model": {"attention": "fused"}})
+
+
+def test_a_path_a_shell_would_expand_is_refused_with_the_path_it_means_here(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/alice")
+    monkeypatch.setenv("SCRATCH", "/scratch/alice")
+    for value, meant in (("~/runs", "/home/alice/runs"), ("$SCRATCH/runs", "/scratch/alice/runs")):
+        with pytest.raises(ConfigError) as e:
+            config.from_dict({"job": {"output_dir": value}})
+        assert f'job.output_dir = "{meant}"' in e.value.hint
+    # a ~ or $ that no shell would expand is a name like any other
+    for fine in ("/data/run~1", "runs/~old", "/data/cost$", "/data/a$1"):
+        assert config.from_dict({"job": {"output_dir": fine}}).job.output_dir == fine

@@ -6,6 +6,7 @@ the fix. Pure.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from typing import Any
@@ -293,9 +294,21 @@ def _check_env_sizes(cfg: Any) -> None:
 def _check_paths(cfg: Any) -> None:
     """Paths the kernel must accept (a name of at most 255 bytes, a path of at most 4095) and, for the job folders,
     that Slurm's log-name patterns (%j, %t ...) cannot rewrite."""
-    for key in PATH_KEYS:
+    for key in PATH_KEYS + ("model.name_or_path",):
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
+        if why := valuecheck.shell_syntax(value):
+            here = os.path.expandvars(
+                os.path.expanduser(value)
+            )  # the fix's example: what it is on this host
+            raise ConfigError(
+                key,
+                f"{value!r} {why}; hpcqa passes paths on as written",
+                f'write the path itself: {key} = "{here}"'
+                if valuecheck.shell_syntax(here) is None
+                else "write the path itself (absolute)",
+                cfg.source,
+            )
         raw = value.encode("utf-8", "surrogateescape")
         if len(raw) > 4095 or any(len(part) > 255 for part in raw.split(b"/")):
             raise ConfigError(

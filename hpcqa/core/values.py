@@ -120,3 +120,15 @@ def assigned_credentials(line: str) -> list[str]:
         for name, first, second in ASSIGNMENT.findall(line)
         if credential_name(name) and first and first != "$" and (first, second) != ('"', "$")
     ]
+
+
+SHELL_VARIABLE = re.compile(r"\$(\{|[A-Za-z_])")
+
+
+def shell_syntax(path: str) -> str | None:
+    """Why a path value holds what only a shell expands (None: it holds none): a leading ~ or a $VARIABLE. A config
+    value reaches the ranks quoted, as written -- `~/runs` would be a folder named "~" in the current directory, and
+    `$SCRATCH` a folder of that name (or another node's $TMPDIR had it been expanded here)."""
+    if path.startswith("~"):
+        return "starts with ~, which only a shell expands (to a home folder)"
+    return "holds a $VARIABLE, which only a shell expands" if SHELL_VARIABLE.search(path) else None
