@@ -69,6 +69,15 @@ def read_head(path: str | os.PathLike, limit: int, follow: bool = False) -> byte
         return f.read(limit)
 
 
+def read_tail(path: str | os.PathLike, limit: int, follow: bool = False) -> tuple[int, bytes]:
+    """The size of the regular file at `path` (open_regular) and its last `limit` bytes: for readers that look at
+    a file's end (has an append-only journal's last write ended its line?)."""
+    with os.fdopen(open_regular(path, follow), "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        f.seek(max(0, size - limit))
+        return size, f.read(limit)
+
+
 KERNEL_MAX_BYTES = 16 << 20  # /proc/self/maps of a process with many libraries: a few hundred KiB
 
 

@@ -61,7 +61,7 @@ def test_a_search_reads_its_settings_and_space():
     # trials and parallelism may change between submissions: the same study; the space may not
     same = sweep.searched(raw(tpe(seed=3, pruner="halving", trials=20, parallelism=4)))
     other = sweep.searched(
-        raw({**tpe(seed=3, pruner="halving"), "train": {"learning_rate": [1e-4]}})
+        raw({**tpe(seed=3, pruner="halving"), "train": {"learning_rate": [1e-4, 2e-4]}})
     )
     assert same.digest == spec.digest != other.digest
 
@@ -88,6 +88,8 @@ def test_a_grid_of_today_is_not_a_search():
         ({"storage": "sqlite:///:memory:"}, "sweep.storage", "absolute path"),
         ({"storage": "sqlite://"}, "sweep.storage", "absolute path"),
         ({"storage": "postgresql://alice:S3cretPW@db/x"}, "sweep.storage", "a password in the URL"),
+        ({"storage": "sqlite:////abs/x.db?mode=ro"}, "sweep.storage", "read-only"),
+        ({"storage": "sqlite:////abs/x.db?uri=true&immutable=1"}, "sweep.storage", "read-only"),
         (
             {"train": {"gradient_accumulation_steps": {"low": 1, "high": 4, "step": 10}}},
             "sweep.train.gradient_accumulation_steps",
@@ -317,6 +319,27 @@ def test_a_damaged_journal_is_one_line_naming_the_storage(tmp_path):
     )
 
 
+def test_a_journal_cut_mid_line_is_refused_and_the_fix_it_names_keeps_the_study(tmp_path):
+    url = tmp_path / "study.journal"
+    study.claim(spec_of(), "job", str(url), study.peek(spec_of(), "job", str(url))[0], 0)
+    whole = url.read_bytes()
+    with url.open("ab") as f:  # a writer killed in the middle of its line
+        f.write(b'{"op_code": 5, "worker_id": "x", "tri')
+    for ask in (study.peek, study.claim):
+        with pytest.raises(ConfigError) as e:
+            ask(spec_of(), "job", str(url), *(([(9, {})], 0) if ask is study.claim else ()))
+        assert e.value.key == "sweep.storage" and "cut line" in e.value.message
+    assert url.read_bytes().startswith(whole)  # nothing was written after the cut line
+    size = int(e.value.hint.split("truncate -s ")[1].split()[0])
+    assert size == len(whole)
+    url.write_bytes(url.read_bytes()[:size])  # the fix
+    assert len(study.peek(spec_of(), "job", str(url)).trials) == 2
+    url.write_bytes(b"not a journal at all")
+    with pytest.raises(ConfigError) as e:
+        study.peek(spec_of(), "job", str(url))
+    assert "cut line" in e.value.message and "remove it" in e.value.hint
+
+
 def test_a_database_that_cannot_be_reached_is_refused(tmp_path):
     for url in ("sqlite:////nonexistent/dir/x.db", "postgresql://nobody@127.0.0.1:1/none"):
         with pytest.raises(ConfigError) as e:
@@ -418,7 +441,7 @@ def test_when_every_trial_left_is_refused_submit_says_so_and_the_follow_up_ends(
     from hpcqa.executors import searching
 
     r = jointly(tmp_path, trials=3)
-    r["sweep"]["train"] = {"max_seq_length": [64], "doc_stride": [100]}
+    r["sweep"]["train"] = {"max_seq_length": [64], "doc_stride": [100, 120]}
     spec = sweep.searched(r)
     with pytest.raises(searching.AllRefused) as e:
         searching.plan_batch(r, "s.toml", spec)
@@ -560,7 +583,7 @@ def test_validate_tries_every_combination_of_a_space_of_lists(tmp_path):
     spec = sweep.searched(r)
     n, bad = sweep.clashes(r, spec, HOST)
     assert n == 4 and [p for p, _ in bad] == [{"train.max_seq_length": 64, "train.doc_stride": 100}]
-    r["sweep"]["train"] = {"max_seq_length": [64], "doc_stride": [100]}
+    r["sweep"]["train"] = {"max_seq_length": [64], "doc_stride": [100, 120]}
     with pytest.raises(ConfigError) as e:
         sweep.clashes(r, sweep.searched(r), HOST)
     assert (
@@ -608,3 +631,28 @@ def test_a_range_with_a_fraction_over_a_whole_number_key_names_its_bounds():
             e.value.key == "sweep.train.gradient_accumulation_steps" and "is a whole number" in said
         )
         assert "{low = 1, high = 4}" in said and "=1.0" not in said, said
+
+
+def test_a_key_of_one_value_is_warned_and_a_space_of_one_point_refused():
+    one = {"learning_rate": [1e-4], "warmup_ratio": {"low": 0.1, "high": 0.1}}
+    spec = spec_of(train={**one, "num_train_epochs": [1.0, 2.0]})
+    lines = search.one_value_lines(spec)
+    assert len(lines) == 2 and all("[train]" in w for w in lines)
+    assert "sweep.train.learning_rate has one value" in lines[0]
+    assert search.one_value_lines(spec_of()) == []
+    with pytest.raises(ConfigError) as e:
+        spec_of(train=one)
+    assert e.value.key == "sweep.trials" and "all be the same run" in e.value.message
+    assert spec_of(train=one, trials=1).trials == 1  # one trial of one point: asked for
+
+
+def test_a_list_valued_setting_is_said_to_be_unsearchable_with_the_grid_as_the_fix():
+    with pytest.raises(ConfigError) as e:
+        spec_of(train={**SPACE["train"], "report_to": [["mlflow"], ["tensorboard"]]})
+    assert e.value.key == "sweep.train.report_to" and "[[sweep.variants]]" in e.value.hint
+    r = raw(tpe(cluster={"sbatch_extra": ["--exclusive", "--mem=0"]}))
+    with pytest.raises(ConfigError) as e:
+        sweep.check_space(r, sweep.searched(r))
+    assert e.value.key == "sweep.cluster.sbatch_extra"
+    assert "takes a list, and a search draws one value" in e.value.message
+    assert 'strategy = "grid"' in e.value.hint

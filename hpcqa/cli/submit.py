@@ -19,7 +19,7 @@ from hpcqa import api, modelcheck
 from hpcqa.cli import report
 from hpcqa.cli.console import Console
 from hpcqa.cli.say import say, stop_like_ctrl_c, warn
-from hpcqa.core import command, modelfacts, sweep
+from hpcqa.core import command, modelfacts, search, sweep
 from hpcqa.core.topology import cpu_list
 from hpcqa.errors import UsageError
 from hpcqa.executors import searching, tracking
@@ -45,6 +45,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         [f"job.registry={json.dumps(args.registry)}"] if args.registry else []
     )
     sp = api.submission(args.config, overrides)
+    for w in search.one_value_lines(sp.search) if sp.search else []:
+        warn(w)
     ex, request = api.dry_run(sp, snapshot=not args.no_snapshot)
     if args.check:
         ok, answer = ex.check(request)
@@ -63,16 +65,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             warn(f"submit here would refuse it: {refusal.message}")
         return 0
     done = api.submit_request(ex, request, say=say, warn=warn)
-    reg, how = registry.chosen_by(request.sweep.plans[0].config.job.registry)
-    if how != "your default":
-        say(
-            f"  registry {shown(reg)} ({how}; not your default: status, logs and cancel need "
-            + (
-                "the same $HPCQA_REGISTRY)"
-                if how[0] == "$"
-                else f"--registry {shown(shlex.quote(str(reg)))})"
-            )
-        )
+    registry_note(request.sweep.plans[0].config.job.registry)
     if done.sweep_id:
         if not ex.runs_here:
             print(done.sweep_id)
@@ -88,6 +81,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with report.progress_bar(f"job {done.ids[0]}") as show:
         outcome = ex.wait(done, show)
     return report.finish(outcome, done.request.sweep.plans[0], say)
+
+
+def registry_note(chosen: str) -> None:
+    """A registry that is not the user's default is said, with what status, logs and cancel need to find it."""
+    reg, how = registry.chosen_by(chosen)
+    if how != "your default":
+        say(
+            f"  registry {shown(reg)} ({how}; not your default: status, logs and cancel need "
+            + (
+                "the same $HPCQA_REGISTRY)"
+                if how[0] == "$"
+                else f"--registry {shown(shlex.quote(str(reg)))})"
+            )
+        )
 
 
 def print_request(ex: Any, request: Any, as_json: bool, refusal: Any = None) -> None:

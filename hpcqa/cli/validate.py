@@ -9,7 +9,7 @@ import sys
 from hpcqa import errors
 from hpcqa.cli.say import tell, warn
 from hpcqa.core import config, kinds, plan, sweep
-from hpcqa.core.search import shown_params
+from hpcqa.core.search import one_value_lines, shown_params
 from hpcqa.errors import HpcqaError
 from hpcqa.executors import hostprobe, tracking
 from hpcqa.text import plural, shown
@@ -28,6 +28,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 spec is not None
             ):  # a search: every value a trial may get, validated; no study is asked
                 sweep.check_space(raw, spec, str(path))
+                for w in one_value_lines(spec):
+                    warn(f"{shown(path)}: {w}")
                 clash = sweep.clashes(raw, spec, host, str(path))
                 if clash and clash[1]:
                     params, why = clash[1][0]

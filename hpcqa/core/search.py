@@ -78,6 +78,10 @@ class Dim:
             "step": self.step,
         }
 
+    def single(self) -> bool:
+        """One value only (a list of one, or low = high): every trial gets it."""
+        return len(self.choices) == 1 if self.kind == "choice" else self.low == self.high
+
     def shown(self) -> str:
         if self.kind == "choice":
             return " | ".join(json.dumps(c) for c in self.choices)
@@ -236,8 +240,9 @@ def _choices(key: str, value: list, source: str) -> Dim:
     if not all(v is None or isinstance(v, (bool, int, float, str)) for v in value):
         raise _err(
             key,
-            f"a searched list holds numbers, text or booleans, got {value!r}",
-            "search a table-valued key as a [[sweep.variants]] list with strategy grid",
+            f"a searched list holds numbers, text or booleans (a search draws one of them), got {value!r}",
+            'sweep lists or tables (a whole report_to, sbatch_extra) with strategy = "grid" as [[sweep.variants]], '
+            "or set the key in its table",
             source,
         )
     same = {json.dumps(float(v) if _number(v) else v) for v in value}
@@ -353,6 +358,8 @@ def storage_problem(url: str) -> str | None:
             )
     if re.search(r"://[^/@]*:[^/@]*@", url) or re.search(r"(?i)password=", url):
         return "a password in the URL would be written to the plans and the registry"
+    if re.search(r"(?i)[?&](mode=ro|immutable=1|readonly=(1|true|on))(&|$)", url):
+        return f"{redacted(url)!r} opens the database read-only: every trial and the follow-up write to the study"
     return None
 
 
@@ -363,6 +370,8 @@ def _storage_setting(sw: Mapping[str, Any], source: str) -> str:
         fix = "leave sweep.storage out (a journal file in the job root), or give sqlite:////abs/path.db"
         if "password" in bad:
             fix = "a server's password goes in ~/.pgpass or the driver's environment, never in the config"
+        elif "read-only" in bad:
+            fix = "drop the read-only option from the URL (a search's study is written to)"
         raise _err("storage", bad, fix, source)
     return storage
 
@@ -438,4 +447,27 @@ def parse(
             'set sweep.pruner = "median" (or "halving"), or leave pruner_warmup_steps out',
             source,
         )
+    _spread(spec, source)
     return spec
+
+
+def _spread(spec: Search, source: str) -> None:
+    """A space of one point with more than one trial is refused: every trial would be the same run."""
+    if spec.trials > 1 and all(d.single() for d in spec.space):
+        raise _err(
+            "trials",
+            f"{spec.trials} trials of a space of one point (every searched key has one value): they would all "
+            "be the same run",
+            "give a key two values or a range {low, high}, or set sweep.trials = 1",
+            source,
+        )
+
+
+def one_value_lines(spec: Search) -> list[str]:
+    """A warning per searched key of one value (a list of one, low = high): it is not searched."""
+    return [
+        f"sweep.{d.key} has one value ({d.shown()}): every trial gets it -- widen it, or set it in "
+        f"[{d.key.rsplit('.', 1)[0]}] instead"
+        for d in spec.space
+        if d.single()
+    ]

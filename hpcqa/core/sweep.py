@@ -375,12 +375,24 @@ def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -
     """Every value a trial may be given is valid: each choice and both ends of each range, applied alone to the
     base config and validated like a config (a trial never fails on its config after the wait in the queue); and a
     pruner has evaluations to judge."""
+    base = configmod.from_dict({k: v for k, v in raw.items() if k != "sweep"}, source=source)
     _check_kinds(
-        configmod.from_dict({k: v for k, v in raw.items() if k != "sweep"}, source=source),
-        spec,
-        source,
-    )  # before the edges are validated: a float bound over an integer key is said as written
-    checked = _edges(raw, spec, source)
+        base, spec, source
+    )  # before the edges: a float bound over an integer key said as written
+    try:
+        checked = _edges(raw, spec, source)
+    except ConfigError as e:
+        listed = [
+            d.key for d in spec.space if isinstance(sweepcheck.held(base, d.key), (list, tuple))
+        ]
+        if e.key not in listed:
+            raise
+        raise ConfigError(
+            f"sweep.{e.key}",
+            f"{e.detail} -- {e.key} takes a list, and a search draws one value for it",
+            f'set {e.key} in its table, or sweep whole lists with strategy = "grid" ([[sweep.variants]])',
+            source,
+        ) from None
     keys = [d.key for d in spec.space]
     sweepcheck.check_variables(keys, source)
     sweepcheck.check_shared(checked, keys, source)

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 from urllib.parse import quote
 
+from hpcqa import fsutil
 from hpcqa.core.search import Dim, Search, TrialRef, redacted, shown_params
 from hpcqa.errors import ConfigError, HpcqaError
 
@@ -265,7 +268,42 @@ def _exists(url: str) -> bool:
             f"the study journal's folder {journal.parent} is a file",
             "move that file away (the job root's search/ folder holds the study)",
         )
-    return journal.exists()
+    if journal.exists():
+        _whole_lines(journal)
+        return True
+    return False
+
+
+def _whole_lines(journal: Path) -> None:
+    """A journal whose last line is cut (a writer killed mid-write, or not a journal) is refused: Optuna reads past
+    a cut last line (a write in progress) but its next write would be glued to it and the study unreadable. The fix
+    names the length of the whole lines. A link or a folder is left to _storage's checks."""
+    try:
+        size, tail = fsutil.read_tail(journal, 1 << 20)
+        if not size or tail.endswith(b"\n"):
+            return
+        time.sleep(
+            0.5
+        )  # a writer in the middle of its line (another submit of this search) ends it now
+        size, tail = fsutil.read_tail(journal, 1 << 20)
+    except OSError:
+        return
+    if not size or tail.endswith(b"\n"):
+        return
+    cut = tail.rfind(b"\n")
+    whole = size - len(tail) + cut + 1 if cut >= 0 or size <= len(tail) else None
+    raise ConfigError(
+        "sweep.storage",
+        f"the study journal {journal} ends in a cut line ({size - whole} bytes with no newline: a write that was "
+        "killed, or not a journal)"
+        if whole is not None
+        else f"the study journal {journal} ends in more than 1 MiB with no newline: not a journal",
+        (
+            f"if no search is running on it, drop the cut line: truncate -s {whole} {shlex.quote(str(journal))}"
+            if whole
+            else "remove it to start the search over, or set job.name for a new search"
+        ),
+    )
 
 
 def _optuna_sqlite(db: Path) -> bool:
