@@ -51,10 +51,14 @@ def storage_url(spec: Search, journal: Path) -> str:
 
 
 def _storage(url: str) -> Any:
+    """The storage at url, opened after _exists's check (a path that could never hold a study -- another program's
+    SQLite file, a cut journal -- is refused first)."""
+    _exists(url)
+    return _open_storage(url)
+
+
+def _open_storage(url: str) -> Any:
     op = optuna()
-    _exists(
-        url
-    )  # a path that could never hold a study (another program's SQLite file) is refused first
     if "://" in url:
         try:
             return op.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
@@ -148,10 +152,10 @@ def _mark(spec: Search) -> dict[str, Any]:
     }
 
 
-def open_study(spec: Search, name: str, url: str, create: bool = True) -> Any:
+def open_study(spec: Search, name: str, url: str, create: bool = True, storage: Any = None) -> Any:
     """The search's study, made when missing (create) -- or ConfigError naming sweep.storage when the study there
-    is another search's, or the storage cannot be read."""
-    op, storage = optuna(), _storage(url)
+    is another search's, or the storage cannot be read. storage: the one at url, opened already."""
+    op, storage = optuna(), storage or _storage(url)
     try:
         study = (
             op.create_study(
@@ -222,9 +226,8 @@ def peek(spec: Search, name: str, url: str, refuse: Refuse | None = None) -> Pee
     refuse(number, params) finds wrong (values valid alone, not together) is told FAIL in the copy and the next one is
     asked, within sweep.trials. An absent study is a new one."""
     op = optuna()
-    trials = (
-        open_study(spec, name, url, create=False).trials if _exists(url) and _has(name, url) else []
-    )
+    found = _existing(spec, name, url)
+    trials = found.trials if found is not None else []
     waiting = (op.trial.TrialState.RUNNING, op.trial.TrialState.WAITING)
     stale = [(t.number, dict(t.params)) for t in trials if t.state in waiting]
     memory = op.create_study(direction=spec.direction, sampler=sampler(spec, len(trials)))
@@ -327,13 +330,19 @@ def _optuna_sqlite(db: Path) -> bool:
     return True
 
 
-def _has(name: str, url: str) -> bool:
+def _existing(spec: Search, name: str, url: str) -> Any:
+    """The study if its storage and the study in it exist (nothing is made or written: a dry run writes nothing),
+    else None; the storage is checked and opened once."""
+    if not _exists(url):
+        return None
+    storage = _open_storage(url)
     try:
-        return name in [s.study_name for s in optuna().get_all_study_summaries(_storage(url))]
+        names = [s.study_name for s in optuna().get_all_study_summaries(storage)]
     except HpcqaError:
         raise
     except Exception:  # noqa: BLE001 -- an unreadable storage: open_study says why
-        return True
+        names = [name]
+    return open_study(spec, name, url, create=False, storage=storage) if name in names else None
 
 
 def claim(
@@ -470,7 +479,8 @@ def runner(spec: Search, name: str, url: str, new: str | None = None) -> str | N
     if new:
         open_study(spec, name, url).set_user_attr("hpcqa_runner", new)
         return new
-    if not _exists(url) or not _has(name, url):
+    found = _existing(spec, name, url)
+    if found is None:
         return None  # no study yet: nobody runs it (and a dry run writes nothing)
-    had = open_study(spec, name, url, create=False).user_attrs.get("hpcqa_runner")
+    had = found.user_attrs.get("hpcqa_runner")
     return had if isinstance(had, str) and had else None
