@@ -273,6 +273,40 @@ def test_a_v2_sweep_shows_answerable_and_unanswerable_f1_and_each_model(tmp_path
     assert "HasAns_f1" in results.to_csv(table, ["train.learning_rate"], "f1").splitlines()[0]
 
 
+def test_a_search_table_on_80_columns_shows_every_searched_value_and_numbers_a_running_trial():
+    """Rich squeezes a folding column to nothing when the unwrapped ones fill the width: a search's table (trial,
+    steps, node-h besides) lost its searched values on 80 columns. They stay; samp/s, wall s, EM give way, said."""
+    import io
+
+    from rich.console import Console
+
+    from hpcqa.cli import jobs as jobsview
+
+    keys = ["train.learning_rate", "train.num_train_epochs", "train.warmup_ratio"]
+
+    def trial(n, lr, state, f1=None):
+        params = dict(zip(keys, (lr, 2.0, 0.1)))
+        res = {
+            "f1": f1,
+            "exact_match": f1,
+            "train_samples_per_second": 22.4,
+            "wall_time_s": 82.0,
+            "trial": {"number": n, "state": "COMPLETED", "metric": "f1", "value": f1},
+        }
+        return view(n, params, state, res if f1 is not None else None)
+
+    table = results.rows([trial(0, 1.5e-4, "COMPLETED", 47.7), trial(7, 4e-4, "RUNNING")], "f1")
+    assert [r["trial"] for r in table] == [0, 7]  # the running one by its task index: its number
+    for width, left_out in ((80, "samp/s, wall s, EM left out at 80"), (160, None)):
+        con = Console(file=io.StringIO(), width=width)
+        con.print(jobsview._fitted_table(con, "9", "f1", table, keys))
+        text = con.file.getvalue()
+        assert max(len(x) for x in text.splitlines()) <= width, text
+        assert re.search(r"\*9_0\s+0\s+0\.00015\s+2\s+0\.1\s+COMPLETED", text), text
+        assert re.search(r"9_7\s+7\s+0\.0004\s+2\s+0\.1\s+RUNNING", text), text
+        assert "node-h" in text and (left_out in text if left_out else "left out" not in text), text
+
+
 # ---------------------------------------------------------------- what a sweep may not do (issue 72)
 
 

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from hpcqa import errors
 from hpcqa.cli import statusview
@@ -254,7 +256,7 @@ def cmd_results(args: argparse.Namespace) -> int:
         sys.stdout.write(results.to_csv(table, keys, args.metric))
         return 0
     con = Console()
-    con.print(_variants_table(args.sweep, args.metric, table, keys))
+    con.print(_fitted_table(con, args.sweep, args.metric, table, keys))
     for line in _model_lines(table) + _refused_lines(views):
         con.print(line, highlight=False, markup=False, soft_wrap=True)
     if sc:
@@ -282,7 +284,41 @@ def _refused_lines(views: list) -> list[str]:
     ]
 
 
-def _variants_table(sweep_id: str, metric: str, table: list[dict], keys: list[str]) -> Table:
+LEFT_OUT_FIRST = ("samp/s", "wall s", "EM")  # what gives way when the swept values would not fit
+
+
+def _fitted_table(con: Any, sweep_id: str, metric: str, table: list[dict], keys: list[str]) -> Any:
+    """The variants' table at the console's width: columns that rich would squeeze to nothing (the swept values,
+    on 80 columns with a search's extra columns) make room by leaving out samp/s, wall s and EM in that order, said
+    under the table (--json has them)."""
+    for n in range(len(LEFT_OUT_FIRST) + 1):
+        t = _variants_table(sweep_id, metric, table, keys, LEFT_OUT_FIRST[:n])
+        if _least_width(t) <= con.width:
+            break
+    if not n:
+        return t
+    note = f"({', '.join(LEFT_OUT_FIRST[:n])} left out at {con.width} columns: --json has them)"
+    return Group(t, Text(note))
+
+
+def _least_width(t: Table) -> int:
+    """The width the table needs with every column shown: its unwrapped columns whole, the others (the swept values)
+    at their minimum width; between two columns a padding each side of the box's blank rule, and the box's edges.
+    Rich would rather squeeze a column to nothing."""
+
+    def whole(c: Any) -> int:
+        return Text.from_markup(c).cell_len if isinstance(c, str) else 1
+
+    widths = [
+        max([whole(col.header), *map(whole, col.cells)]) if col.no_wrap else col.min_width or 1
+        for col in t.columns
+    ]
+    return sum(widths) + 3 * (len(widths) - 1) + 2
+
+
+def _variants_table(
+    sweep_id: str, metric: str, table: list[dict], keys: list[str], left_out: tuple = ()
+) -> Table:
     """One row a variant, best first: its job id (an array's task is in it), the values swept, state and scores.
     Borderless and the numbers unwrapped, so that 80 columns show them whole (the swept values give way first)."""
     search = any(r.get("trial") is not None for r in table)
@@ -306,8 +342,10 @@ def _variants_table(sweep_id: str, metric: str, table: list[dict], keys: list[st
         t.add_column(k.rsplit(".", 1)[-1], overflow="fold", min_width=min(max(shown, 6), 12))
     t.add_column("state", no_wrap=True)
     trial_cols = ["steps", "node-h"] if search else []
-    for col in [*own, "EM", "F1", *(heads[k] for k in v2), "samp/s", "wall s", *trial_cols]:
-        t.add_column(col, no_wrap=True, justify="right")
+    numbers = [*own, "EM", "F1", *(heads[k] for k in v2), "samp/s", "wall s", *trial_cols]
+    for col in numbers:
+        if col not in left_out:
+            t.add_column(col, no_wrap=True, justify="right")
     f = lambda x, d=1: "-" if not isinstance(x, (int, float)) else f"{x:.{d}f}"  # noqa: E731
     for r in table:
         t.add_row(
@@ -315,13 +353,25 @@ def _variants_table(sweep_id: str, metric: str, table: list[dict], keys: list[st
             *([f(r.get("trial"), 0)] if search else []),
             *[escape(_param(r["params"].get(k))) for k in keys],
             r["state"],
-            *[f"{r.get(m):.4g}" if isinstance(r.get(m), (int, float)) else "-" for m in own],
-            f(r["exact_match"]),
-            f(r["f1"]),
-            *(f(r.get(k)) for k in v2),
-            f(r["train_samples_per_second"]),
-            f(r["wall_time_s"], 0),
-            *([f(r.get("steps"), 0), f(r.get("node_hours"), 3)] if search else []),
+            *[
+                cell
+                for col, cell in zip(
+                    numbers,
+                    [
+                        *[
+                            f"{r.get(m):.4g}" if isinstance(r.get(m), (int, float)) else "-"
+                            for m in own
+                        ],
+                        f(r["exact_match"]),
+                        f(r["f1"]),
+                        *(f(r.get(k)) for k in v2),
+                        f(r["train_samples_per_second"]),
+                        f(r["wall_time_s"], 0),
+                        *([f(r.get("steps"), 0), f(r.get("node_hours"), 3)] if search else []),
+                    ],
+                )
+                if col not in left_out
+            ],
         )
     return t
 

@@ -41,6 +41,13 @@ def rows(views: Sequence[Any], metric: str) -> list[dict[str, Any]]:
                 trial=r.trial.number, steps=r.extra.get("global_steps"), node_hours=node_hours(v, r)
             )
         out.append(row)
+    if any(
+        "trial" in x for x in out
+    ):  # a search: a trial with no results yet is numbered by its task index
+        for x in out:
+            x.setdefault("trial", x["task"])
+            x.setdefault("steps", None)
+            x.setdefault("node_hours", None)
     # a pruned trial is never the best: its pruner judged it behind (Optuna's best is among the completed)
     good = [
         x for x in out if isinstance(x.get(metric), (int, float)) and x["state"] != State.PRUNED
