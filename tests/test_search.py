@@ -228,11 +228,11 @@ def spec_of(**over) -> Search:
 
 def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
     spec, url = spec_of(), str(tmp_path / "search" / "study.journal")
-    predicted, _r, before = study.peek(spec, "job", url)
+    predicted, _r, before, _rep = study.peek(spec, "job", url)
     assert (
         before == [] and [n for n, _ in predicted] == [0, 1] and not (tmp_path / "search").exists()
     )
-    again, _r, _ = study.peek(spec, "job", url)
+    again, _r, _, _rep = study.peek(spec, "job", url)
     assert again == predicted  # seeded: the same prediction every time
     study.claim(spec, "job", url, predicted, 0)
     s = study.open_study(spec, "job", url)
@@ -243,14 +243,14 @@ def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
         lr = p["train.learning_rate"]
         assert 1e-5 <= lr <= 1e-3 and p["train.gradient_accumulation_steps"] in (1, 2, 3, 4)
     # the two RUNNING trials, unfinished (a submit that died): the next peek runs them again first, as they were
-    stale, _r, _ = study.peek(spec, "job", url)
+    stale, _r, _, _rep = study.peek(spec, "job", url)
     assert (
         stale == predicted
     )  # ... and they fill the batch: a batch is at most `parallelism` trials
     assert study.tell(spec, "job", url, 0, False, 55.0) == "COMPLETE"
     assert study.tell(spec, "job", url, 1, True, None) == "PRUNED"
     assert study.tell(spec, "job", url, 1, False, 99.0) == "PRUNED"  # told already: as it was
-    nxt, _r, trials = study.peek(spec, "job", url)
+    nxt, _r, trials, _rep = study.peek(spec, "job", url)
     assert [n for n, _ in nxt] == [2, 3] and [t.state.name for t in trials] == [
         "COMPLETE",
         "PRUNED",
@@ -265,7 +265,7 @@ def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
 
 def test_a_study_that_moved_since_the_dry_run_is_refused(tmp_path):
     spec, url = spec_of(), str(tmp_path / "study.journal")
-    predicted, _r, _ = study.peek(spec, "job", url)
+    predicted, _r, _, _rep = study.peek(spec, "job", url)
     study.claim(spec, "job", url, predicted, 0)
     # a second submit planned the same batch from the empty study: its trials 0 and 1 are the first submit's now
     with pytest.raises(ConfigError) as e:
@@ -350,7 +350,7 @@ def test_a_database_that_cannot_be_reached_is_refused(tmp_path):
 def test_a_database_url_works_as_the_journal_does(tmp_path):
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     spec = spec_of(storage=url)
-    batch, _r, _ = study.peek(spec, "job", url)
+    batch, _r, _, _rep = study.peek(spec, "job", url)
     study.claim(spec, "job", url, batch, 0)
     assert [t.number for t in study.open_study(spec, "job", url).trials] == [0, 1]
 
@@ -469,7 +469,7 @@ def test_a_dry_run_of_an_sqlite_study_makes_no_file(tmp_path):
     db = tmp_path / "studies.db"
     url = f"sqlite:///{db}"
     spec = spec_of(storage=url)
-    batch, _r, trials = study.peek(spec, "job", url)
+    batch, _r, trials, _rep = study.peek(spec, "job", url)
     assert len(batch) == 2 and trials == [] and not db.exists()
     assert study.runner(spec, "job", url) is None and not db.exists()
     study.claim(spec, "job", url, batch, 0)
@@ -513,7 +513,7 @@ def test_storage_that_is_not_a_study_is_refused_and_never_written(tmp_path):
     assert other.read_bytes() == before
     empty = tmp_path / "empty.db"
     empty.write_bytes(b"")
-    batch, _r, trials = study.peek(
+    batch, _r, trials, _rep = study.peek(
         spec_of(storage=f"sqlite:///{empty}"), "job", f"sqlite:///{empty}"
     )
     assert (
@@ -656,3 +656,61 @@ def test_a_list_valued_setting_is_said_to_be_unsearchable_with_the_grid_as_the_f
     assert e.value.key == "sweep.cluster.sbatch_extra"
     assert "takes a list, and a search draws one value" in e.value.message
     assert 'strategy = "grid"' in e.value.hint
+
+
+def test_a_trial_with_an_ended_trials_values_is_told_its_outcome_not_run(tmp_path):
+    """Two points, random sampling: once both have ended, every trial asked repeats one. A repeat costs nothing: the
+    study is told the earlier trial's outcome (COMPLETE with its value, or PRUNED), and the next trial is asked."""
+    from hpcqa.executors import searching
+
+    two = {"warmup_ratio": [0.0, 0.1]}
+    r = raw(tpe(strategy="random", trials=6, train=two), tmp_path)
+    spec = sweep.searched(r)
+    name, url = searching.where(r, spec, "s.toml")
+    ended: dict[float, tuple[bool, float | None]] = {0.0: (False, 61.5), 0.1: (True, None)}
+    held = 0
+    while True:
+        got = study.peek(spec, name, url)
+        for (
+            n,
+            p,
+            of,
+        ) in got.repeats:  # the values of a trial that ended, and never of one still to run
+            assert dict(p) == got.trials[of].params and got.trials[of].state.is_finished()
+        study.claim(spec, name, url, got.batch, held, got.refused, got.repeats)
+        for n, p in got.batch:
+            study.tell(spec, name, url, n, *ended[p["train.warmup_ratio"]])
+        held = len(got.batch) + len(got.repeats) + held
+        if not got.batch:
+            break
+    dumped = study.dump(name, url)
+    trials = dumped["trials"]
+    assert len(trials) == 6 and dumped["best_trial"] is not None
+    copies = [t for t in trials if "repeat_of" in t]
+    runs = [t for t in trials if "repeat_of" not in t]
+    # each point ran once; every other trial is a copy of the one with its values, told that trial's outcome
+    assert sorted(t["params"]["train.warmup_ratio"] for t in runs) == [0.0, 0.1]
+    assert len(copies) == 4
+    for t in copies:
+        was = trials[t["repeat_of"]]
+        assert (
+            t["params"] == was["params"]
+            and t["state"] == was["state"]
+            and t["value"] == was["value"]
+        )
+    assert "(4 of them repeats, not run)" in study.summary(spec, name, url)
+    # all that is left repeats: the search says so in one line, and the follow-up tells the study
+    r["sweep"]["trials"] = 8
+    more = sweep.searched(r)
+    with pytest.raises(searching.AllRefused) as e:
+        searching.plan_batch(r, "s.toml", more)
+    assert (
+        "repeats the values of one that ended" in e.value.message and "sweep.trials" in e.value.hint
+    )
+    assert (
+        searching.next_or_none(r, "s.toml", more) is None
+    )  # mid-search: told, and the search ends
+    assert [t.get("repeat_of") is not None for t in study.dump(name, url)["trials"][6:]] == [
+        True,
+        True,
+    ]

@@ -275,13 +275,23 @@ def _study_of(views: list) -> dict:
 
 
 def _refused_lines(views: list) -> list[str]:
-    """A search's trials that were asked and not run (their values do not go together): they have no job to list."""
+    """A search's trials that were asked and not run (their values do not go together, or are an ended trial's):
+    they have no job to list."""
     trials = _study_of(views).get("study", {}).get("trials", [])
     return [
         f"trial {t['number']} not run ({shown_params(t['params'])}): {values.shown(t['refused'])}"
         for t in trials
         if t.get("refused")
+    ] + [
+        f"trial {t['number']} not run: the values of trial {t['repeat_of']}, whose outcome it was told "
+        f"({t['state']}{_value(t.get('value'))})"
+        for t in trials
+        if t.get("repeat_of") is not None
     ]
+
+
+def _value(v: object) -> str:
+    return f" {v:.2f}" if isinstance(v, (int, float)) else ""
 
 
 LEFT_OUT_FIRST = ("samp/s", "wall s", "EM")  # what gives way when the swept values would not fit

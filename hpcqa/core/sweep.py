@@ -288,6 +288,7 @@ class SweepPlan:
     source: str = ""  # ... and where it was read from
     resumed: int = 0  # a search's trials in its study before this batch
     refused: tuple = ()  # a search's trials asked with this batch and not run: (number, params, why)
+    repeats: tuple = ()  # ... asked with the values of a trial that ended: (number, params, that trial's number)
 
     def with_requeue(self, requeue: Requeue) -> "SweepPlan":
         """Every plan as the executor that submits them hands them to the ranks."""
@@ -314,6 +315,9 @@ class SweepPlan:
             out["search"] = self.search.to_json()
             out["search"]["refused"] = [
                 {"trial": n, "params": dict(p), "why": why} for n, p, why in self.refused
+            ]
+            out["search"]["repeats"] = [
+                {"trial": n, "params": dict(p), "repeats": of} for n, p, of in self.repeats
             ]
         return out
 

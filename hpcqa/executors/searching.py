@@ -33,16 +33,32 @@ def where(raw: Mapping[str, Any], spec: Search, source: str) -> tuple[str, str]:
 
 
 class AllRefused(UsageError):
-    """Every trial the search has left was refused (its values cannot run together): nothing to run."""
+    """Every trial the search has left was refused (its values cannot run together) or repeats one that ended (the
+    same values): nothing to run."""
 
-    def __init__(self, refused: list[tuple[int, dict[str, Any], str]], held: int) -> None:
-        n, params, why = refused[0]
-        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
-        super().__init__(
-            f"every trial the search has left is refused: trial {n} ({shown_params(params)}): {why}{more}",
-            "narrow the searched ranges so that every combination runs, then submit again",
-        )
-        self.refused, self.held = refused, held
+    def __init__(
+        self,
+        refused: list[tuple[int, dict[str, Any], str]],
+        held: int,
+        repeats: list[tuple[int, dict[str, Any], int]] = [],  # noqa: B006 -- read only
+    ) -> None:
+        if refused:
+            n, params, why = refused[0]
+            more = (
+                f" (and {len(refused) + len(repeats) - 1} more)"
+                if len(refused) + len(repeats) > 1
+                else ""
+            )
+            said = f"every trial the search has left is refused: trial {n} ({shown_params(params)}): {why}{more}"
+            fix = "narrow the searched ranges so that every combination runs, then submit again"
+        else:
+            said = (
+                f"every trial the search has left repeats the values of one that ended: trial "
+                f"{repeats[0][0]} is trial {repeats[0][2]}'s ({shown_params(repeats[0][1])}), nothing new to run"
+            )
+            fix = "raise sweep.trials (the sampler asks again), or widen the searched space"
+        super().__init__(said, fix)
+        self.refused, self.held, self.repeats = refused, held, repeats
 
 
 def plan_batch(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.SweepPlan:
@@ -53,8 +69,8 @@ def plan_batch(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.Sweep
     name, url = where(raw, spec, source)
     host = hostprobe.probe_host()
     peeked = study.peek(spec, name, url, lambda _n, p: sweep.trial_problem(raw, source, host, p))
-    if not peeked.batch and peeked.refused:
-        raise AllRefused(peeked.refused, len(peeked.trials))
+    if not peeked.batch and (peeked.refused or peeked.repeats):
+        raise AllRefused(peeked.refused, len(peeked.trials), peeked.repeats)
     if not peeked.batch:
         done = sum(1 for t in peeked.trials if t.state.is_finished())
         raise SearchDone(
@@ -75,6 +91,7 @@ def plan_batch(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.Sweep
         source=source,
         resumed=len(peeked.trials),
         refused=refused,
+        repeats=tuple((n, freeze(p), of) for n, p, of in peeked.repeats),
     )
 
 
@@ -93,16 +110,21 @@ def next_or_none(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.Swe
         return None
     except AllRefused as e:
         name, url = where(raw, spec, source)
-        study.claim(spec, name, url, [], e.held, e.refused)
+        study.claim(spec, name, url, [], e.held, e.refused, e.repeats)
         return None
 
 
 def refused_lines(sp: sweep.SweepPlan, dry: bool = False) -> list[str]:
-    """A line per trial asked with this batch and not run: its values, why, and that the study is told FAIL."""
-    told = "the study will be told FAIL" if dry else "told FAIL"
+    """A line per trial asked with this batch and not run: its values and why; told FAIL, or (a repeat) the outcome
+    of the trial whose values it has."""
+    told = "the study will be told" if dry else "told"
     return [
-        f"trial {n} ({shown_params(p)}) is not run, its values do not go together: {why}; {told}"
+        f"trial {n} ({shown_params(p)}) is not run, its values do not go together: {why}; {told} FAIL"
         for n, p, why in sp.refused
+    ] + [
+        f"trial {n} is not run, it has the values of trial {of} (the same values and seed train the same model); "
+        f"{told} trial {of}'s outcome"
+        for n, _p, of in sp.repeats
     ]
 
 

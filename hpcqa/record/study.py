@@ -14,6 +14,7 @@ the batch tells the study how each trial ended (COMPLETE with its metric, PRUNED
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import sqlite3
@@ -210,11 +211,13 @@ def _difference(theirs: dict, ours: dict) -> str:
 
 class Peeked(NamedTuple):
     """What submit would run next: batch, (number, params) to run; refused, (number, params, why) asked but not run
-    (their values cannot run together: told FAIL at claim); trials, the study's trials so far."""
+    (their values cannot run together: told FAIL at claim); trials, the study's trials so far; repeats, (number,
+    params, earlier) asked with the values of a trial that ended (told its outcome at claim, not run again)."""
 
     batch: list[tuple[int, dict[str, Any]]]
     refused: list[tuple[int, dict[str, Any], str]]
     trials: list[Any]
+    repeats: list[tuple[int, dict[str, Any], int]] = []
 
 
 Refuse = Callable[[int, dict[str, Any]], "str | None"]
@@ -224,27 +227,57 @@ def peek(spec: Search, name: str, url: str, refuse: Refuse | None = None) -> Pee
     """What submit would run next, asked of an in-memory copy (nothing written): stale trials to run again, as they
     were (RUNNING ones left by a submit that died), then fresh ones up to the batch's size. A fresh trial that
     refuse(number, params) finds wrong (values valid alone, not together) is told FAIL in the copy and the next one is
-    asked, within sweep.trials. An absent study is a new one."""
+    asked, within sweep.trials; so is one with the values of a trial that completed or was pruned (a repeat: the
+    same values and seed train the same model -- it is told that trial's outcome, not run). An absent study is a
+    new one."""
     op = optuna()
     found = _existing(spec, name, url)
     trials = found.trials if found is not None else []
     waiting = (op.trial.TrialState.RUNNING, op.trial.TrialState.WAITING)
     stale = [(t.number, dict(t.params)) for t in trials if t.state in waiting]
+    ended = {_point(t.params): t for t in trials if t.state in _outcomes()}
     memory = op.create_study(direction=spec.direction, sampler=sampler(spec, len(trials)))
     memory.add_trials([t for t in trials if t.state.is_finished()])
     fresh: list[tuple[int, dict[str, Any]]] = []
     refused: list[tuple[int, dict[str, Any], str]] = []
+    repeats: list[tuple[int, dict[str, Any], int]] = []
     want, number = spec.batch_size(len(trials)) - len(stale), len(trials)
     while len(fresh) < want and number < spec.trials:  # a batch is at most parallelism trials
         t = memory.ask({d.key: distribution(d) for d in spec.space})
-        why = refuse(number, dict(t.params)) if refuse else None
-        if why:
+        earlier = ended.get(_point(t.params))
+        why = None if earlier is not None or not refuse else refuse(number, dict(t.params))
+        if earlier is not None:
+            memory.tell(t, _copied(earlier), state=earlier.state)
+            repeats.append((number, dict(t.params), earlier.number))
+        elif why:
             memory.tell(t, state=op.trial.TrialState.FAIL)
             refused.append((number, dict(t.params), why))
         else:
             fresh.append((number, dict(t.params)))
         number += 1
-    return Peeked(stale + fresh, refused, trials)
+    return Peeked(stale + fresh, refused, trials, repeats)
+
+
+def _outcomes() -> tuple:
+    """The states a repeat copies: a completed trial's value, a pruned one's stop (a failed one runs again)."""
+    ts = optuna().trial.TrialState
+    return (ts.COMPLETE, ts.PRUNED)
+
+
+def _copied(earlier: Any) -> float | None:
+    """The value a repeat is told: the completed trial's (a pruned one's stop carries none)."""
+    return earlier.value if earlier.state == optuna().trial.TrialState.COMPLETE else None
+
+
+def _point(params: dict[str, Any]) -> str:
+    """A trial's values as one comparable text (its keys sorted; 1 and 1.0 the same number)."""
+    return json.dumps(
+        {
+            k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+            for k, v in params.items()
+        },
+        sort_keys=True,
+    )
 
 
 def _exists(url: str) -> bool:
@@ -352,23 +385,27 @@ def claim(
     batch: list[tuple[int, dict[str, Any]]],
     held: int,
     refused: Sequence[tuple[int, Any, str]] = (),
+    repeats: Sequence[tuple[int, Any, int]] = (),
 ) -> None:
     """Write the batch the dry run predicted into the study (stale trials are already there): each new trial
-    enqueued with exactly its values and asked; a refused one told FAIL at once, with why (user attr hpcqa_refused).
-    A study that moved since it held `held` trials (another submit of this search) is refused: the numbers would no
-    longer be the plans'."""
+    enqueued with exactly its values and asked; a refused one told FAIL at once, with why (user attr hpcqa_refused);
+    a repeat told the outcome of the trial it repeats (user attr hpcqa_repeat_of). A study that moved since it held
+    `held` trials (another submit of this search) is refused: the numbers would no longer be the plans'."""
     study = open_study(spec, name, url)
-    have = len(study.trials)
+    before = study.trials
     why = {n: w for n, _, w in refused}
     fresh = sorted(
-        [(n, dict(p)) for n, p in batch if n >= held] + [(n, dict(p)) for n, p, _ in refused]
+        [(n, dict(p)) for n, p in batch if n >= held]
+        + [(n, dict(p)) for n, p, _ in refused]
+        + [(n, dict(p)) for n, p, _ in repeats]
     )
-    if have != held:
+    if len(before) != held:
         raise ConfigError(
             "sweep",
-            f"the study {name!r} changed while this batch was planned (it holds {have} trials)",
+            f"the study {name!r} changed while this batch was planned (it holds {len(before)} trials)",
             "is another submit of this search running? (hpcqa status) submit again once it has ended",
         )
+    copy = {n: before[of] for n, _, of in repeats}
     for number, params in fresh:
         study.enqueue_trial(params)
         t = study.ask({d.key: distribution(d) for d in spec.space})
@@ -381,6 +418,9 @@ def claim(
         if number in why:
             t.set_user_attr("hpcqa_refused", why[number])
             study.tell(t, state=optuna().trial.TrialState.FAIL)
+        elif number in copy:
+            t.set_user_attr("hpcqa_repeat_of", copy[number].number)
+            study.tell(t, _copied(copy[number]), state=copy[number].state)
 
 
 def tell(spec: Search, name: str, url: str, number: int, pruned: bool, value: float | None) -> str:
@@ -419,6 +459,8 @@ def summary(spec: Search, name: str, url: str) -> str:
         for k in (ts.COMPLETE, ts.PRUNED, ts.FAIL)
         if k in ended
     )
+    if copies := sum(1 for t in s.trials if "hpcqa_repeat_of" in t.user_attrs):
+        line += f" ({copies} of them repeats, not run)"
     done = [t for t in s.trials if t.state == ts.COMPLETE and t.value is not None]
     if done:
         best = s.best_trial
@@ -445,6 +487,11 @@ def dump(name: str, url: str) -> dict[str, Any]:
             **(
                 {"refused": t.user_attrs["hpcqa_refused"]}
                 if "hpcqa_refused" in t.user_attrs
+                else {}
+            ),
+            **(
+                {"repeat_of": t.user_attrs["hpcqa_repeat_of"]}
+                if "hpcqa_repeat_of" in t.user_attrs
                 else {}
             ),
         }
