@@ -1,7 +1,7 @@
 """A search against the grid of the same space: the node-hours each needs to reach the grid's best F1.
 
     python benchmarks/search_bench.py [--markdown] [--strategy tpe] [--pruner median] [--trials N] [--examples 600]
-        [--model builtin:minilm] [--seed 0] [--pruner-warmup 0] [--rows]
+        [--model builtin:minilm] [--seed 0] [--pruner-warmup 0] [--rows] [--spaces points,ranges] [--grid small]
 
 Both are real `hpcqa submit`s of configs/search_quickstart.toml's job on the local executor (2 ranks x 1 core,
 SQuAD-shaped generated data): first the grid of the space below (every combination, `strategy = "grid"`), then the
@@ -10,6 +10,10 @@ search (default: TPE + the median pruner, as many trials as the grid has combina
 the search's "to reach" is the node-hours up to the first completed trial whose F1 is at least the grid's best
 (or "not reached"). The search's own overhead per batch: the submit's wall time minus its trials' wall times, over
 its batches (asking the study, planning and starting each trial's processes).
+
+`--spaces` names the searches run against the one grid: "points" searches the grid's own values (lists), "ranges"
+the same box as ranges (learning rate log-uniform between the grid's lowest and highest, warm-up uniform; epochs
+stay a choice), which a grid cannot cover.
 """
 
 from __future__ import annotations
@@ -25,11 +29,36 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SPACE = {
-    "train.learning_rate": [5e-5, 1.5e-4, 4e-4],
-    "train.num_train_epochs": [1.0, 2.0],
-    "train.warmup_ratio": [0.0, 0.1],
+SPACES = {  # --grid: the grid's space; "issue" is issue 74's 4 x 3 x 3 (36 full fine-tunes)
+    "small": {
+        "train.learning_rate": [5e-5, 1.5e-4, 4e-4],
+        "train.num_train_epochs": [1.0, 2.0],
+        "train.warmup_ratio": [0.0, 0.1],
+    },
+    "issue": {
+        "train.learning_rate": [5e-5, 1e-4, 2e-4, 4e-4],
+        "train.num_train_epochs": [1.0, 2.0, 3.0],
+        "train.warmup_ratio": [0.0, 0.1, 0.2],
+    },
 }
+
+
+def ranges_of(space: dict) -> dict:
+    """The grid's box as ranges: every key but the epochs becomes {low, high} (log when low > 0)."""
+    out: dict = {}
+    for key, values in space.items():
+        if key == "train.num_train_epochs":
+            out[key] = values
+        else:
+            lo, hi = min(values), max(values)
+            out[key] = {"low": lo, "high": hi, **({"log": True} if lo > 0 else {})}
+    return out
+
+
+def toml_value(v) -> str:
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + "}"
+    return "true" if v is True else json.dumps(v)
 
 
 def run(args: list[str], env: dict) -> tuple[str, float]:
@@ -67,9 +96,16 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument(
+        "--grid", default="small", choices=sorted(SPACES), help="the space (see SPACES)"
+    )
+    ap.add_argument(
+        "--spaces", default="points", help="comma-separated searches: points (lists), ranges"
+    )
+    ap.add_argument(
         "--rows", action="store_true", help="also every trial: values, state, F1, wall time"
     )
     a = ap.parse_args(argv)
+    SPACE = SPACES[a.grid]
     grid_size = 1
     for values in SPACE.values():
         grid_size *= len(values)
@@ -88,27 +124,32 @@ def main(argv: list[str]) -> int:
             "train.save_model=false",
         ]
         base = (ROOT / "configs/search_quickstart.toml").read_text().split("[sweep]")[0]
-        space = "".join(f"{k} = {json.dumps(v)}\n" for k, v in SPACE.items())
-        grid_cfg, search_cfg = Path(tmp, "grid.toml"), Path(tmp, "search.toml")
+        grid_cfg = Path(tmp, "grid.toml")
         grid_cfg.write_text(
-            base.replace('name = "search-quickstart"', 'name = "grid"') + "[sweep]\n" + space
-        )
-        search_cfg.write_text(
-            base
+            base.replace('name = "search-quickstart"', 'name = "grid"')
             + "[sweep]\n"
-            + f'strategy = "{a.strategy}"\npruner = "{a.pruner}"\ntrials = {a.trials or grid_size}\n'
-            + f"parallelism = 2\nseed = {a.seed}\n"
-            + (f"pruner_warmup_steps = {a.pruner_warmup}\n" if a.pruner_warmup else "")
-            + space
+            + space_toml(SPACE)
         )
         sets = [x for o in common for x in ("--set", o)]
         grid_said, grid_wall = run(["submit", str(grid_cfg), *sets], env)
         grid = trials_of(grid_said, env)
-        search_said, search_wall = run(["submit", str(search_cfg), *sets], env)
-        search = trials_of(search_said, env)
-    report(a, grid, grid_wall, search, search_wall, search_said)
+        searches = []
+        for kind in a.spaces.split(","):
+            space = SPACE if kind == "points" else ranges_of(SPACE)
+            cfg = Path(tmp, f"search-{kind}.toml")
+            cfg.write_text(
+                base.replace('name = "search-quickstart"', f'name = "search-{kind}"')
+                + "[sweep]\n"
+                + f'strategy = "{a.strategy}"\npruner = "{a.pruner}"\ntrials = {a.trials or grid_size}\n'
+                + f"parallelism = 2\nseed = {a.seed}\n"
+                + (f"pruner_warmup_steps = {a.pruner_warmup}\n" if a.pruner_warmup else "")
+                + space_toml(space)
+            )
+            said, wall = run(["submit", str(cfg), *sets], env)
+            searches.append((kind, trials_of(said, env), wall, said))
+    report(a, grid, searches)
     if a.rows:
-        for name, rows in (("grid", grid), ("search", search)):
+        for name, rows in [("grid", grid)] + [(k, r) for k, r, _, _ in searches]:
             for r in rows:
                 values = ", ".join(f"{k.split('.')[-1]}={v:.3g}" for k, v in r["params"].items())
                 f1 = f"{r['f1']:.2f}" if r.get("f1") is not None else "-"
@@ -119,38 +160,16 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def report(
-    a, grid: list[dict], grid_wall: float, search: list[dict], search_wall: float, said: str
-) -> None:
+def space_toml(space: dict) -> str:
+    return "".join(f"{k} = {toml_value(v)}\n" for k, v in space.items())
+
+
+def report(a, grid: list[dict], searches: list[tuple[str, list[dict], float, str]]) -> None:
     best_grid = max((r["f1"] for r in grid if r.get("f1") is not None), default=None)
     grid_nh = sum(node_hours(r) for r in grid)
-    spent, reached, best = 0.0, None, None
-    for r in search:
-        spent += node_hours(r)
-        if r["state"] == "COMPLETED" and r.get("f1") is not None:
-            best = r["f1"] if best is None else max(best, r["f1"])
-            if reached is None and best_grid is not None and r["f1"] >= best_grid:
-                reached = spent
-    batches = max(
-        1,
-        len(re.findall(r"trial \d+ \{", said))
-        // max(1, int(re.search(r"batches of (\d+)", said).group(1))),
-    )
-    overhead = (search_wall - sum(r.get("wall_time_s") or 0 for r in search)) / batches
-    pruned = sum(1 for r in search if r["state"] == "PRUNED")
-    rows = [
-        ("grid (every combination)", len(grid), 0, best_grid, grid_nh, grid_nh, None),
-        (
-            f"{a.strategy} + {a.pruner} pruner"
-            + (f" from step {a.pruner_warmup}" if a.pruner_warmup else ""),
-            len(search),
-            pruned,
-            best,
-            spent,
-            reached,
-            overhead,
-        ),
-    ]
+    rows = [("grid (every combination)", len(grid), 0, best_grid, grid_nh, grid_nh, None)]
+    for kind, search, search_wall, said in searches:
+        rows.append(search_row(a, kind, best_grid, search, search_wall, said))
     if a.markdown:
         print(
             "| run | trials | pruned | best F1 | node-hours in all | node-hours to the grid's best F1 | vs grid | overhead per batch |"
@@ -168,6 +187,27 @@ def report(
             f"{over:.1f} s" if over is not None else "-",
         ]
         print("| " + " | ".join(cells) + " |" if a.markdown else "  ".join(cells))
+
+
+def search_row(a, kind: str, best_grid, search: list[dict], search_wall: float, said: str) -> tuple:
+    spent, reached, best = 0.0, None, None
+    for r in search:
+        spent += node_hours(r)
+        if r["state"] == "COMPLETED" and r.get("f1") is not None:
+            best = r["f1"] if best is None else max(best, r["f1"])
+            if reached is None and best_grid is not None and r["f1"] >= best_grid:
+                reached = spent
+    batches = max(
+        1,
+        len(re.findall(r"trial \d+ \{", said))
+        // max(1, int(re.search(r"batches of (\d+)", said).group(1))),
+    )
+    overhead = (search_wall - sum(r.get("wall_time_s") or 0 for r in search)) / batches
+    pruned = sum(1 for r in search if r["state"] == "PRUNED")
+    name = f"{a.strategy} over {kind} + {a.pruner} pruner" + (
+        f" from step {a.pruner_warmup}" if a.pruner_warmup else ""
+    )
+    return (name, len(search), pruned, best, spent, reached, overhead)
 
 
 if __name__ == "__main__":
