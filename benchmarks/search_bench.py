@@ -105,9 +105,9 @@ def main(argv: list[str]) -> int:
         "--rows", action="store_true", help="also every trial: values, state, F1, wall time"
     )
     a = ap.parse_args(argv)
-    SPACE = SPACES[a.grid]
+    grid_space = SPACES[a.grid]
     grid_size = 1
-    for values in SPACE.values():
+    for values in grid_space.values():
         grid_size *= len(values)
     with tempfile.TemporaryDirectory() as tmp:
         env = {
@@ -128,14 +128,14 @@ def main(argv: list[str]) -> int:
         grid_cfg.write_text(
             base.replace('name = "search-quickstart"', 'name = "grid"')
             + "[sweep]\n"
-            + space_toml(SPACE)
+            + space_toml(grid_space)
         )
         sets = [x for o in common for x in ("--set", o)]
         grid_said, grid_wall = run(["submit", str(grid_cfg), *sets], env)
         grid = trials_of(grid_said, env)
         searches = []
         for kind in a.spaces.split(","):
-            space = SPACE if kind == "points" else ranges_of(SPACE)
+            space = grid_space if kind == "points" else ranges_of(grid_space)
             cfg = Path(tmp, f"search-{kind}.toml")
             cfg.write_text(
                 base.replace('name = "search-quickstart"', f'name = "search-{kind}"')
