@@ -113,6 +113,10 @@ def check(cfg: Config, folder: Path, rows: dict[str, list[dict[str, Any]]]) -> l
     mf = read(folder, "model.name_or_path", src)
     notes: list[str] = []
     tok = _tokenizer(cfg, mf)
+    # a tokenizer.json may keep the padding and truncation it was saved with (all-MiniLM-L6-v2's: pad to 128):
+    # the checks count a text's own tokens, as the ranks' tokenizer calls do (they set both per call)
+    tok.no_padding()
+    tok.no_truncation()
     attention_check(cfg, mf.config.get("model_type"))
     length = _usable_length(cfg, mf)
     limit, why = modelfacts.position_limit(mf.config)

@@ -63,6 +63,32 @@ def test_nested_json_and_jsonl_load_the_same_rows(tmp_path):
     assert list(a["answers"]) == list(b["answers"]) and list(a["context"]) == list(b["context"])
 
 
+def test_files_saved_with_a_byte_order_mark_read_as_without(tmp_path):
+    """Excel's "CSV UTF-8" and Windows editors start a file with U+FEFF: the CSV's first column was named
+    "\ufeffid" (every example "without an id"), the JSON reader stopped at it."""
+    rows = [
+        {"id": f"q{i}", "context": "Киев -- столица.", "question": "Что?", "answers": "Киев"}
+        for i in range(3)
+    ]
+    csv_text = "id,context,question,answers\n" + "".join(
+        f"{r['id']},{r['context']},{r['question']},{r['answers']}\n" for r in rows
+    )
+    jsonl = "\n".join(json.dumps(r, ensure_ascii=False) for r in rows)
+    for name, text in (("d.csv", csv_text), ("d.jsonl", jsonl)):
+        plain, marked = tmp_path / f"plain-{name}", tmp_path / f"bom-{name}"
+        plain.write_text(text, encoding="utf-8")
+        marked.write_text(text, encoding="utf-8-sig")
+        assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+        assert squadfile.read(marked, squadfile.DEFAULT_COLUMNS, "train") == squadfile.read(
+            plain, squadfile.DEFAULT_COLUMNS, "train"
+        )
+        assert [r["id"] for r in squadfile.read(marked, squadfile.DEFAULT_COLUMNS, "train")[1]] == [
+            "q0",
+            "q1",
+            "q2",
+        ]
+
+
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.json"):
         data.load_local({"train": str(tmp_path / "nope.json")}, None)

@@ -371,6 +371,44 @@ def test_data_in_a_script_the_vocabulary_lacks_is_refused_unless_allowed(cli, tm
     assert ok.returncode == 0 and "would refuse" not in ok.stderr, ok.stderr
 
 
+def test_a_tokenizer_saved_with_padding_is_checked_on_the_texts_own_tokens(cli, tmp_path, models):
+    """A tokenizer.json may keep the padding and truncation it was saved with (all-MiniLM-L6-v2's pads to 128): the
+    checks counted every question as 128 tokens (a short one refused as too long) and the padding as known tokens
+    (Chinese text on an English vocabulary passed). They count the text's own tokens, as the ranks do."""
+    padded = tmp_path / "padded"
+    shutil.copytree(models["bert"], padded)
+    tj = json.loads((padded / "tokenizer.json").read_text())
+    tj["padding"] = {
+        "strategy": {"Fixed": 128},
+        "direction": "Right",
+        "pad_to_multiple_of": None,
+        "pad_id": 0,
+        "pad_type_id": 0,
+        "pad_token": "[PAD]",
+    }
+    tj["truncation"] = {
+        "direction": "Right",
+        "max_length": 128,
+        "strategy": "LongestFirst",
+        "stride": 0,
+    }
+    (padded / "tokenizer.json").write_text(json.dumps(tj))
+    ok = submit(cli, tmp_path, padded, "train.max_seq_length=96", dry=True)
+    assert ok.returncode == 0 and "would refuse" not in ok.stderr, ok.stderr
+
+    def chinese(paragraphs):
+        for p in paragraphs:
+            p["context"] = "北京是中国的首都。" * 3
+            for q in p["qas"]:
+                q["question"], q["answers"] = (
+                    "中国的首都是哪里？",
+                    [{"text": "北京", "answer_start": 0}],
+                )
+
+    train = _data(tmp_path / "zh.json", edit=chinese)
+    refused(submit(cli, tmp_path, padded, train=train), "data.train_file", "are unknown")
+
+
 def test_a_roberta_of_the_users_own_trains_and_its_model_loads_back(cli, tmp_path, models):
     """A byte-level BPE RoBERTa, through `hpcqa submit` on the local executor, to a model that loads back."""
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer

@@ -36,8 +36,9 @@ DATA_MAX_BYTES = (
 
 def _data_text(path: str | Path) -> str:
     """A data file's text, through the one door: a regular file (a link to one is followed: data is linked), never
-    a FIFO or a device, at most DATA_MAX_BYTES, UTF-8."""
-    return fsutil.read_text(path, DATA_MAX_BYTES, follow=True)
+    a FIFO or a device, at most DATA_MAX_BYTES, UTF-8 -- a byte-order mark before it dropped (Excel's "CSV UTF-8",
+    Windows editors): it would be part of the first column's name, or stop the JSON reader."""
+    return fsutil.read_text(path, DATA_MAX_BYTES, follow=True).removeprefix("\ufeff")
 
 
 def parse(text: str) -> tuple[str, list[dict[str, Any]]]:
