@@ -714,3 +714,17 @@ def test_a_trial_with_an_ended_trials_values_is_told_its_outcome_not_run(tmp_pat
         True,
         True,
     ]
+
+
+def test_a_search_whose_trials_would_have_no_evaluation_is_refused(tmp_path):
+    r = raw(tpe(pruner="none"), tmp_path)
+    r["train"]["do_eval"] = False
+    with pytest.raises(ConfigError) as e:
+        sweep.check_space(r, sweep.searched(r))
+    assert e.value.key == "train.do_eval" and "no trial would have one" in e.value.message
+    r = raw(tpe(pruner="none"), tmp_path)
+    r["train"]["eval_strategy"] = "no"
+    r["data"] = {"dataset": "", "train_file": str(tmp_path / "t.json")}
+    with pytest.raises(ConfigError) as e:
+        sweep.check_space(r, sweep.searched(r))
+    assert e.value.key == "data.validation_file" and "no validation data" in e.value.message

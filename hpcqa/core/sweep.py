@@ -414,6 +414,19 @@ def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -
             'leave job.task = "train" (and out of the searched keys); hpcqa tune --comm measures the link',
             source,
         )
+    blind = [v.config for v in checked if not v.config.train.do_eval]
+    unseen = [c for c in (v.config for v in checked) if not (c.data.dataset or c.data.validation_file)]
+    if blind or unseen:
+        raise ConfigError(
+            "train.do_eval" if blind else "data.validation_file",
+            f"a search judges each trial by its final evaluation's {spec.metric}, and "
+            + ("train.do_eval is false" if blind else "there is no validation data")
+            + ": no trial would have one (each would be told FAIL)",
+            "set train.do_eval = true (and leave it out of the searched keys)"
+            if blind
+            else "set data.validation_file (questions kept apart from the training data)",
+            source,
+        )
     if spec.pruner != "none" and checked[0].config.train.eval_strategy == "no":
         raise ConfigError(
             "sweep.pruner",
