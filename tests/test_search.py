@@ -89,6 +89,15 @@ def test_a_grid_of_today_is_not_a_search():
         ({"storage": "sqlite://"}, "sweep.storage", "absolute path"),
         ({"storage": "postgresql://alice:S3cretPW@db/x"}, "sweep.storage", "a password in the URL"),
         ({"storage": "sqlite:////abs/x.db?mode=ro"}, "sweep.storage", "read-only"),
+        ({"storage": "sqlite:////abs/x.db?immutable=true&uri=true"}, "sweep.storage", "read-only"),
+        ({"storage": "mysql+mysqldb://u@h/db?passwd=hunter2"}, "sweep.storage", "a password"),
+        (
+            {"storage": "mysql+pymysql://u@h/db?charset=utf8&pwd=hunter2"},
+            "sweep.storage",
+            "a password",
+        ),
+        ({"storage": "sqlite:////abs/folder/"}, "sweep.storage", "end in a file name"),
+        ({"storage": "sqlite:////abs/" + "a" * 300 + ".db"}, "sweep.storage", "at most 255 bytes"),
         ({"storage": "sqlite:////abs/x.db?uri=true&immutable=1"}, "sweep.storage", "read-only"),
         (
             {"train": {"gradient_accumulation_steps": {"low": 1, "high": 4, "step": 10}}},
@@ -145,7 +154,7 @@ def test_bad_searches_are_refused_naming_the_key(table, key, words):
     with pytest.raises(ConfigError) as e:
         sweep.searched(raw({**tpe(), **table}))
     assert e.value.key == key and words in e.value.render(), e.value.render()
-    assert "S3cretPW" not in e.value.render()  # a password is never echoed
+    assert "S3cretPW" not in e.value.render() and "hunter2" not in e.value.render()  # never echoed
 
 
 def test_a_grid_given_a_range_or_a_search_setting_is_refused():
@@ -728,3 +737,41 @@ def test_a_search_whose_trials_would_have_no_evaluation_is_refused(tmp_path):
     with pytest.raises(ConfigError) as e:
         sweep.check_space(r, sweep.searched(r))
     assert e.value.key == "data.validation_file" and "no validation data" in e.value.message
+
+
+def test_a_journal_that_is_a_fifo_a_dangling_link_or_another_programs_file_is_refused(tmp_path):
+    import os
+
+    cases = {}
+    fifo = tmp_path / "fifo" / "study.journal"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)  # a reader would wait forever for a writer
+    cases[fifo] = "not a regular file"
+    dangling = tmp_path / "dangling" / "study.journal"
+    dangling.parent.mkdir()
+    dangling.symlink_to(tmp_path / "nowhere.journal")
+    cases[dangling] = "is a symlink"
+    other = tmp_path / "other" / "study.journal"
+    other.parent.mkdir()
+    other.write_text('{"some": "log"}\n')
+    cases[other] = "is not a study journal hpcqa can read"
+    for url, words in cases.items():
+        with pytest.raises(ConfigError) as e:
+            study.peek(spec_of(), "job", str(url))
+        assert e.value.key == "sweep.storage" and words in e.value.message, e.value.render()
+    assert not (tmp_path / "nowhere.journal").exists()
+
+
+def test_a_journal_missing_only_its_last_newline_keeps_its_record(tmp_path):
+    url = tmp_path / "study.journal"
+    study.claim(spec_of(), "job", str(url), study.peek(spec_of(), "job", str(url))[0], 0)
+    url.write_bytes(url.read_bytes()[:-1])  # the last record whole, its newline lost
+    with pytest.raises(ConfigError) as e:
+        study.peek(spec_of(), "job", str(url))
+    assert (
+        "without a newline after its last record" in e.value.message
+        and "printf '\\n' >>" in e.value.hint
+    )
+    with url.open("ab") as f:  # the fix
+        f.write(b"\n")
+    assert len(study.peek(spec_of(), "job", str(url)).trials) == 2

@@ -335,7 +335,7 @@ def _setting(sw: Mapping[str, Any], key: str, default: Any, source: str) -> Any:
 def redacted(url: str) -> str:
     """A URL as messages show it: a password in it (user:password@, ?password=) replaced by ***."""
     out = re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", url)
-    return re.sub(r"(?i)(password=)[^&]*", r"\1***", out)
+    return re.sub(r"(?i)([?&](?:password|passwd|pwd)=)[^&]*", r"\1***", out)
 
 
 def storage_problem(url: str) -> str | None:
@@ -356,9 +356,12 @@ def storage_problem(url: str) -> str | None:
                 f"{redacted(url)!r}: an SQLite study must be a file at an absolute path (sqlite:////abs/path.db: "
                 "four slashes), the same from every node and every folder you submit from"
             )
-    if re.search(r"://[^/@]*:[^/@]*@", url) or re.search(r"(?i)password=", url):
+        path = rest[1:].split("?", 1)[0]
+        if path.endswith("/") or any(len(part.encode()) > 255 for part in path.split("/")):
+            return f"{redacted(url)!r}: an SQLite study's path must end in a file name of at most 255 bytes"
+    if re.search(r"://[^/@]*:[^/@]*@", url) or re.search(r"(?i)[?&](password|passwd|pwd)=", url):
         return "a password in the URL would be written to the plans and the registry"
-    if re.search(r"(?i)[?&](mode=ro|immutable=1|readonly=(1|true|on))(&|$)", url):
+    if re.search(r"(?i)[?&](mode=ro|(immutable|readonly)=(1|true|on|yes))(&|$)", url):
         return f"{redacted(url)!r} opens the database read-only: every trial and the follow-up write to the study"
     return None
 

@@ -72,16 +72,7 @@ def _open_storage(url: str) -> Any:
             ) from None
     from optuna.storages.journal import JournalFileBackend
 
-    journal = Path(url)
-    linked = [p for p in (journal, journal.parent) if p.is_symlink()]
-    if (
-        linked
-    ):  # a link would send the study's writes elsewhere (another search's file, someone else's)
-        raise ConfigError(
-            "sweep.storage",
-            f"the study journal's path {linked[0]} is a symlink",
-            "remove the link (the study lives in the job root), or give sweep.storage a database URL",
-        )
+    journal = Path(url)  # _exists refused a link, a FIFO, a folder and a cut last line
     root = journal.parent.parent
     shared = root.is_dir() and bool(
         root.stat().st_mode & 0o050
@@ -92,8 +83,9 @@ def _open_storage(url: str) -> Any:
     except Exception as e:  # noqa: BLE001 -- a damaged journal (a writer killed mid-line is Optuna's to skip)
         raise ConfigError(
             "sweep.storage",
-            f"cannot read the study journal {url}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
-            "remove it to start the search over, or set job.name for a new search",
+            f"{url} is not a study journal hpcqa can read (Optuna's journal: one JSON operation a line; "
+            f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})",
+            "move it away to start the search over, or set job.name for a new search",
         ) from None
 
 
@@ -304,6 +296,21 @@ def _exists(url: str) -> bool:
             f"the study journal's folder {journal.parent} is a file",
             "move that file away (the job root's search/ folder holds the study)",
         )
+    linked = [p for p in (journal, journal.parent) if p.is_symlink()]
+    if (
+        linked
+    ):  # a link (even a dangling one) would send the study's writes elsewhere: someone else's file
+        raise ConfigError(
+            "sweep.storage",
+            f"the study journal's path {linked[0]} is a symlink",
+            "remove the link (the study lives in the job root), or give sweep.storage a database URL",
+        )
+    if journal.exists() and not journal.is_file():  # a FIFO would hang the reader; a folder
+        raise ConfigError(
+            "sweep.storage",
+            f"the study journal {journal} is not a regular file (a folder, a FIFO or a device)",
+            "move it away (the job root's search/ folder holds the study's journal file)",
+        )
     if journal.exists():
         _whole_lines(journal)
         return True
@@ -328,6 +335,12 @@ def _whole_lines(journal: Path) -> None:
         return
     cut = tail.rfind(b"\n")
     whole = size - len(tail) + cut + 1 if cut >= 0 or size <= len(tail) else None
+    if _one_record(tail[cut + 1 :]):  # the last record whole, only its newline missing: keep it
+        raise ConfigError(
+            "sweep.storage",
+            f"the study journal {journal} ends without a newline after its last record",
+            f"if no search is running on it, end that line: printf '\\n' >> {shlex.quote(str(journal))}",
+        )
     raise ConfigError(
         "sweep.storage",
         f"the study journal {journal} ends in a cut line ({size - whole} bytes with no newline: a write that was "
@@ -340,6 +353,15 @@ def _whole_lines(journal: Path) -> None:
             else "remove it to start the search over, or set job.name for a new search"
         ),
     )
+
+
+def _one_record(line: bytes) -> bool:
+    """Is this one whole journal record (a JSON object with an op_code)?"""
+    try:
+        record = json.loads(line)
+    except ValueError:  # JSONDecodeError, or not UTF-8
+        return False
+    return isinstance(record, dict) and "op_code" in record
 
 
 def _optuna_sqlite(db: Path) -> bool:
