@@ -418,14 +418,14 @@ def jointly(tmp_path, **over) -> dict:
 def test_values_that_do_not_go_together_are_told_fail_and_the_search_goes_on(tmp_path):
     from hpcqa.executors import searching
 
-    r = jointly(tmp_path)
+    r = jointly(tmp_path, seed=21)
     spec = sweep.searched(r)
     sweep.check_space(r, spec)  # each value alone is fine
     sp = searching.plan_batch(r, "s.toml", spec)
     bad = {"train.max_seq_length": 64, "train.doc_stride": 100}
     runs = [dict(v.params) for v in sp.variants]
     assert len(runs) == 2 and bad not in runs  # the batch holds parallelism trials that run
-    assert [n for n, _, _ in sp.refused] == [1]  # seed 1: the second trial asked draws 64 with 100
+    assert [n for n, _, _ in sp.refused] == [1]  # seed 21: the second trial asked draws 64 with 100
     assert all(
         dict(p) == bad and "doc_stride 100 must be smaller" in why for _, p, why in sp.refused
     )
@@ -775,3 +775,14 @@ def test_a_journal_missing_only_its_last_newline_keeps_its_record(tmp_path):
     with url.open("ab") as f:  # the fix
         f.write(b"\n")
     assert len(study.peek(spec_of(), "job", str(url)).trials) == 2
+
+
+def test_a_batch_never_runs_the_same_values_twice(tmp_path):
+    """Four trials at once from a space of two points: the batch stops at the first point it holds already (the
+    sampler is asked again once the batch has ended, and then that point is a repeat, told for free)."""
+    two = {"warmup_ratio": [0.0, 0.1]}
+    spec = spec_of(strategy="random", trials=6, parallelism=4, train=two)
+    url = str(tmp_path / "study.journal")
+    batch = study.peek(spec, "job", url).batch
+    points = [p["train.warmup_ratio"] for _, p in batch]
+    assert 1 <= len(batch) <= 2 and len(set(points)) == len(points)

@@ -48,9 +48,9 @@ save_steps = 3
 strategy = "random"
 trials = 3
 parallelism = 1
-seed = 10
+seed = 3
 pruner = "median"
-train.learning_rate = [1e-3, 1e-12]
+train.learning_rate = [1e-3, 2e-3, 1.5e-3, 1e-12]  # distinct points: a repeat is not run
 """
 
 
@@ -76,7 +76,7 @@ def test_a_search_prunes_a_trial_for_real_and_goes_on_when_submitted_again(searc
     assert dry.returncode == 0, dry.stderr
     predicted = [v["params"] for v in json.loads(dry.stdout)["sweep"]["variants"]]
     assert (
-        predicted == [{"train.learning_rate": 1e-3}]
+        predicted == [{"train.learning_rate": 2e-3}]
         and not (tmp_path / "out" / "search" / "search").exists()
     )
     run = run_cli("submit", str(cfg), env=env, timeout=900)
@@ -87,11 +87,7 @@ def test_a_search_prunes_a_trial_for_real_and_goes_on_when_submitted_again(searc
     sid = sweep_id(said)
     res = json.loads(run_cli("results", sid, "--json", env=env).stdout)
     by_trial = {v["trial"]: v for v in res["variants"]}
-    assert [by_trial[n]["params"] for n in range(3)] == [
-        predicted[0],
-        predicted[0],
-        {"train.learning_rate": 1e-12},
-    ]
+    assert [by_trial[n]["params"]["train.learning_rate"] for n in range(3)] == [2e-3, 1.5e-3, 1e-12]
     pruned, full = by_trial[2], by_trial[0]
     assert (
         pruned["state"] == "PRUNED" and not pruned["best"] and pruned["steps"] == 3 < full["steps"]

@@ -27,9 +27,9 @@ SETS = (
     'sweep.strategy="random"',
     "sweep.trials=4",
     "sweep.parallelism=2",
-    "sweep.seed=6",
+    "sweep.seed=25",
     'sweep.pruner="median"',
-    "sweep.train.learning_rate=[1e-3, 1e-12]",
+    "sweep.train.learning_rate=[1e-3, 2e-3, 1.5e-3, 1e-12]",  # distinct points: a repeat is not run
 )
 
 
@@ -76,8 +76,9 @@ def test_a_search_runs_in_batches_of_arrays_and_prunes_a_trial(slurm, tmp_path):
     dry = run_cli(*args(tmp_path), "--dry-run", "--json", env=slurm)
     assert dry.returncode == 0, dry.stderr
     assert [v["params"] for v in json.loads(dry.stdout)["sweep"]["variants"]] == [
-        {"train.learning_rate": 1e-3}
-    ] * 2
+        {"train.learning_rate": 1e-3},
+        {"train.learning_rate": 1.5e-3},
+    ]
     got = run_cli(*args(tmp_path), env=slurm)
     assert got.returncode == 0, got.stderr
     sid = got.stdout.strip()
@@ -87,7 +88,7 @@ def test_a_search_runs_in_batches_of_arrays_and_prunes_a_trial(slurm, tmp_path):
     assert again.returncode == 2 and "is running: its follow-up job" in again.stderr, again.stderr
     rows = wait_trials(slurm, sid, 4)
     by = {r["trial"]: r for r in rows}
-    assert [by[n]["params"]["train.learning_rate"] for n in range(4)] == [1e-3, 1e-3, 1e-12, 1e-3]
+    assert [by[n]["params"]["train.learning_rate"] for n in range(4)] == [1e-3, 1.5e-3, 1e-12, 2e-3]
     assert by[2]["state"] == "PRUNED" and by[2]["steps"] == 3 and not by[2]["best"], by[2]
     assert all(by[n]["state"] == "COMPLETED" for n in (0, 1, 3))
     # two arrays, one per batch, registered under one sweep id

@@ -220,8 +220,8 @@ def peek(spec: Search, name: str, url: str, refuse: Refuse | None = None) -> Pee
     were (RUNNING ones left by a submit that died), then fresh ones up to the batch's size. A fresh trial that
     refuse(number, params) finds wrong (values valid alone, not together) is told FAIL in the copy and the next one is
     asked, within sweep.trials; so is one with the values of a trial that completed or was pruned (a repeat: the
-    same values and seed train the same model -- it is told that trial's outcome, not run). An absent study is a
-    new one."""
+    same values and seed train the same model -- it is told that trial's outcome, not run). A point the batch
+    holds already ends the batch there. An absent study is a new one."""
     op = optuna()
     found = _existing(spec, name, url)
     trials = found.trials if found is not None else []
@@ -236,6 +236,8 @@ def peek(spec: Search, name: str, url: str, refuse: Refuse | None = None) -> Pee
     want, number = spec.batch_size(len(trials)) - len(stale), len(trials)
     while len(fresh) < want and number < spec.trials:  # a batch is at most parallelism trials
         t = memory.ask({d.key: distribution(d) for d in spec.space})
+        if _point(t.params) in {_point(p) for _, p in stale + fresh}:
+            break  # a point this batch runs already: the batch ends here (asked again once it has ended)
         earlier = ended.get(_point(t.params))
         why = None if earlier is not None or not refuse else refuse(number, dict(t.params))
         if earlier is not None:
