@@ -256,7 +256,7 @@ def test_the_fused_attention_under_torch_compile_is_refused_naming_the_key():
     config.from_dict({"model": {"attention": "fused"}})
 
 
-def test_a_path_a_shell_would_expand_is_refused_with_the_path_it_means_here(monkeypatch):
+def test_a_path_a_shell_would_expand_is_refused_with_the_path_it_means_here(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", "/home/alice")
     monkeypatch.setenv("SCRATCH", "/scratch/alice")
     for value, meant in (("~/runs", "/home/alice/runs"), ("$SCRATCH/runs", "/scratch/alice/runs")):
@@ -266,3 +266,11 @@ def test_a_path_a_shell_would_expand_is_refused_with_the_path_it_means_here(monk
     # a ~ or $ that no shell would expand is a name like any other
     for fine in ("/data/run~1", "runs/~old", "/data/cost$", "/data/a$1"):
         assert config.from_dict({"job": {"output_dir": fine}}).job.output_dir == fine
+    # a file whose name holds a $ and no such variable is set: that file; with the variable set, refused
+    literal = tmp_path / "a$b"
+    literal.mkdir()
+    monkeypatch.delenv("b", raising=False)
+    assert config.from_dict({"job": {"output_dir": str(literal)}}).job.output_dir == str(literal)
+    monkeypatch.setenv("b", "x")
+    with pytest.raises(ConfigError):
+        config.from_dict({"job": {"output_dir": str(literal)}})

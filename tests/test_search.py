@@ -97,6 +97,8 @@ def test_a_grid_of_today_is_not_a_search():
             "a password",
         ),
         ({"storage": "sqlite:////abs/folder/"}, "sweep.storage", "end in a file name"),
+        ({"train": {"learning_rate": {}}}, "sweep.train.learning_rate", "an empty table"),
+        ({"seed": -1}, "sweep.seed", "set sweep.seed = 0"),
         ({"storage": "sqlite:////abs/" + "a" * 300 + ".db"}, "sweep.storage", "at most 255 bytes"),
         ({"storage": "sqlite:////abs/x.db?uri=true&immutable=1"}, "sweep.storage", "read-only"),
         (
@@ -298,6 +300,14 @@ def test_the_study_of_another_search_at_the_same_place_is_refused(tmp_path):
             and "another search's" in e.value.render()
             and url in e.value.render()
         )
+        # the first key that differs, both ways, as a config writes it
+        assert (
+            "sweep.train.learning_rate was 1e-05 .. 0.001, log, now [0.0001, 0.0002]"
+            in e.value.message
+        )
+    with pytest.raises(ConfigError) as e:
+        study.peek(spec_of(seed=5), "job", url)
+    assert "sweep.seed was 0" in e.value.message
 
 
 def test_a_symlinked_journal_is_refused_and_a_group_readable_root_is_kept(tmp_path):

@@ -490,7 +490,7 @@ def _check_bounds(key: str, value: Any, meta: Mapping[str, Any], source: str) ->
                               f"set {key} to a value <= {hi!r}", source)
     if key == "job.name" and isinstance(value, str) and not re.fullmatch(str(pattern), value):
         raise ConfigError(key, f"{value[:80]!r} is not a safe name (it names folders, Slurm jobs and registry rows)",
-                          "use 1-64 letters, digits, '-', '_' and '.', not starting with '.'", source)
+                          "use 1-64 ASCII letters (a-z, A-Z), digits, '-', '_' and '.', not starting with '.'", source)
     if pattern and isinstance(value, str) and not re.fullmatch(pattern, value):
         raise ConfigError(key, f"{value!r} has characters Slurm or a shell would misread "
                                f"(allowed: {pattern})",

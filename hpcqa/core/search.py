@@ -290,7 +290,9 @@ def _range(key: str, value: Mapping[str, Any], source: str) -> Dim:
         raise _err(
             key,
             f"step must be a positive number, without log, got {step!r}",
-            "drop step, or drop log",
+            "drop step, or drop log"
+            if log
+            else "give step a positive number (a multiple of high - low), or drop it",
             source,
         )
     if step is not None and abs((high - low) / step - round((high - low) / step)) > 1e-9:
@@ -315,7 +317,7 @@ def _setting(sw: Mapping[str, Any], key: str, default: Any, source: str) -> Any:
             raise _err(
                 key,
                 f"expected an integer from {low} to {high}, got {v!r}",
-                f"set sweep.{key} = {max(low, 8)}",
+                f"set sweep.{key} = {8 if key == 'trials' else low}",
                 source,
             )
         return v

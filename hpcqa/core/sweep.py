@@ -61,6 +61,13 @@ def _flatten(
     out = {} if out is None else out
     for k, v in d.items():
         key = f"{prefix}{k}"
+        if isinstance(v, dict) and not v:
+            raise ConfigError(
+                f"{where}.{key}",
+                "an empty table: nothing to sweep",
+                "give a key its values ([value1, value2], or a range {low = ..., high = ...}), or remove it",
+                source,
+            )
         if isinstance(v, dict) and not search.meant_as_range(v):
             _flatten(v, where, source, key + ".", out)
         elif key in out:
@@ -415,7 +422,9 @@ def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -
             source,
         )
     blind = [v.config for v in checked if not v.config.train.do_eval]
-    unseen = [c for c in (v.config for v in checked) if not (c.data.dataset or c.data.validation_file)]
+    unseen = [
+        c for c in (v.config for v in checked) if not (c.data.dataset or c.data.validation_file)
+    ]
     if blind or unseen:
         raise ConfigError(
             "train.do_eval" if blind else "data.validation_file",

@@ -1,4 +1,5 @@
-"""What a config string may hold, wherever it goes: pure checks shared by validation and the emitters.
+"""What a config string may hold, wherever it goes: checks shared by validation and the emitters (pure, but for
+shell_syntax, which asks this host whether a path with a $ in it exists as written).
 
 A value is data: it may not carry a line break or any other control character (a `#SBATCH` line, a heredoc, a
 YAML scalar or a log line cannot hold one safely), and it may not be a credential -- the whole config is written
@@ -8,6 +9,7 @@ name of the variable that carries it.
 
 from __future__ import annotations
 
+import os
 import re
 
 from hpcqa.text import CONTROL, control_char, shown  # noqa: F401  (the checks here use them; others import them from here too)
@@ -128,7 +130,13 @@ SHELL_VARIABLE = re.compile(r"\$(\{|[A-Za-z_])")
 def shell_syntax(path: str) -> str | None:
     """Why a path value holds what only a shell expands (None: it holds none): a leading ~ or a $VARIABLE. A config
     value reaches the ranks quoted, as written -- `~/runs` would be a folder named "~" in the current directory, and
-    `$SCRATCH` a folder of that name (or another node's $TMPDIR had it been expanded here)."""
+    `$SCRATCH` a folder of that name (or another node's $TMPDIR had it been expanded here). A path that exists as
+    written, naming no variable set here, is a file whose name holds a $, and passes."""
     if path.startswith("~"):
         return "starts with ~, which only a shell expands (to a home folder)"
-    return "holds a $VARIABLE, which only a shell expands" if SHELL_VARIABLE.search(path) else None
+    names = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", path)
+    if not names:
+        return None
+    if os.path.lexists(path) and not any(n in os.environ for n in names):
+        return None  # a file whose name holds a $ (no such variable here): that very file is meant
+    return "holds a $VARIABLE, which only a shell expands"

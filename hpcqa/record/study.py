@@ -195,10 +195,35 @@ def open_study(spec: Search, name: str, url: str, create: bool = True, storage: 
 
 
 def _difference(theirs: dict, ours: dict) -> str:
-    for k in ("strategy", "metric", "direction", "seed", "pruner", "pruner_warmup_steps", "space"):
+    for k in ("strategy", "metric", "direction", "seed", "pruner", "pruner_warmup_steps"):
         if theirs.get(k, 0 if k == "pruner_warmup_steps" else None) != ours.get(k):
-            return f"{k} was {theirs.get(k)!r}"[:160]
+            return f"sweep.{k} was {theirs.get(k)!r}"[:160]
+    if theirs.get("space") != ours.get("space"):
+        return _space_difference(theirs.get("space"), ours.get("space") or [])
     return "digest"
+
+
+def _space_difference(theirs: Any, ours: list[dict]) -> str:
+    """The first searched key whose values differ, both ways shown as a config writes them."""
+    was = (
+        {d.get("key"): d for d in theirs if isinstance(d, dict)} if isinstance(theirs, list) else {}
+    )
+    now = {d["key"]: d for d in ours}
+    for key in [*now, *(k for k in was if k not in now)]:
+        if was.get(key) != now.get(key):
+            return (f"sweep.{key} was {_shown_dim(was.get(key))}, now {_shown_dim(now.get(key))}")[
+                :200
+            ]
+    return "the order of the searched keys"
+
+
+def _shown_dim(d: dict | None) -> str:
+    if d is None:
+        return "not searched"
+    if d.get("kind") == "choice":
+        return "[" + ", ".join(json.dumps(c) for c in d.get("choices", [])) + "]"
+    extra = ", log" if d.get("log") else (f", step {d['step']:g}" if d.get("step") else "")
+    return f"{d.get('low'):g} .. {d.get('high'):g}{extra}"
 
 
 class Peeked(NamedTuple):
