@@ -407,6 +407,12 @@ def check_space(raw: Mapping[str, Any], spec: search.Search, source: str = "") -
     keys = [d.key for d in spec.space]
     sweepcheck.check_variables(keys, source)
     sweepcheck.check_shared(checked, keys, source)
+    _check_judged(checked, spec, source)
+
+
+def _check_judged(checked: list[Variant], spec: search.Search, source: str) -> None:
+    """Every trial has what the study judges it by: hpcqa's own training, a final evaluation on validation data,
+    and (for a pruner) evaluations on the way."""
     if checked[0].config.job.command:
         raise ConfigError(
             "sweep.strategy",
