@@ -292,7 +292,18 @@ def model(cfg: Config) -> str:
                 src,
             )
         return "local directory"
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+    pathlike = name.startswith((".", "/", "~")) or name.count("/") > 1
+    if pathlike and os.path.lexists(
+        name
+    ):  # a file (weights, a data file named by mistake), a dangling link
+        raise ConfigError(
+            key,
+            f"{name!r} is not a folder: a model is the folder save_pretrained wrote (config.json, the weights, "
+            "the tokenizer)",
+            f"point it at the folder ({os.path.dirname(name) or '.'} if that is the one)",
+            src,
+        )
+    if pathlike:
         raise ConfigError(
             key,
             f"model directory {name!r} not found",

@@ -284,6 +284,16 @@ def test_directory_without_a_model_is_refused(cli, tmp_path):
         f"model.name_or_path={json.dumps(str(tmp_path / 'm'))}",
     )
     assert_clean_error(r, "without config.json")
+    weights = tmp_path / "m" / "model.safetensors"  # the weights file named instead of its folder
+    weights.write_bytes(b"")
+    r, _ = submit_files(
+        cli,
+        tmp_path,
+        squad(tmp_path, "ok.json", [good_qa()]),
+        "--set",
+        f"model.name_or_path={json.dumps(str(weights))}",
+    )
+    assert_clean_error(r, "is not a folder")
 
 
 def test_output_folder_not_writable(cli, tmp_path):
