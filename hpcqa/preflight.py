@@ -265,6 +265,24 @@ def _read_rows(
 # ------------------------------------------------------------------------------------ model
 
 
+def _missing_model_folder(name: str, key: str, src: str) -> None:
+    """A path-like model name that is not a folder: a file named instead of its folder, or nothing there."""
+    if os.path.lexists(name):  # a file (weights, a data file named by mistake), a dangling link
+        raise ConfigError(
+            key,
+            f"{name!r} is not a folder: a model is the folder save_pretrained wrote (config.json, the weights, "
+            "the tokenizer)",
+            f"point it at the folder ({os.path.dirname(name) or '.'} if that is the one)",
+            src,
+        )
+    raise ConfigError(
+        key,
+        f"model directory {name!r} not found",
+        "check the path (relative to where you submit)",
+        src,
+    )
+
+
 def model(cfg: Config) -> str:
     """-> which kind of name it is; ConfigError when the ranks could not load it."""
     name, src, key = cfg.model.name_or_path, cfg.source, "model.name_or_path"
@@ -292,24 +310,8 @@ def model(cfg: Config) -> str:
                 src,
             )
         return "local directory"
-    pathlike = name.startswith((".", "/", "~")) or name.count("/") > 1
-    if pathlike and os.path.lexists(
-        name
-    ):  # a file (weights, a data file named by mistake), a dangling link
-        raise ConfigError(
-            key,
-            f"{name!r} is not a folder: a model is the folder save_pretrained wrote (config.json, the weights, "
-            "the tokenizer)",
-            f"point it at the folder ({os.path.dirname(name) or '.'} if that is the one)",
-            src,
-        )
-    if pathlike:
-        raise ConfigError(
-            key,
-            f"model directory {name!r} not found",
-            "check the path (relative to where you submit)",
-            src,
-        )
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        _missing_model_folder(name, key, src)
     if not HUB_ID.fullmatch(name) or "--" in name or ".." in name or name.endswith(".git"):
         raise ConfigError(
             key,
