@@ -255,6 +255,18 @@ def test_a_few_misaligned_answers_pass_within_the_tolerance(tmp_path):
     assert len(notes) == 1 and "1 of 100 answers misaligned" in notes[0]
 
 
+def submit_model(cli, tmp_path, name: str):
+    """submit with good data and model.name_or_path = name."""
+    r, _ = submit_files(
+        cli,
+        tmp_path,
+        squad(tmp_path, "ok.json", [good_qa()]),
+        "--set",
+        f"model.name_or_path={json.dumps(name)}",
+    )
+    return r
+
+
 @pytest.mark.parametrize(
     "name,needles",
     [
@@ -264,36 +276,15 @@ def test_a_few_misaligned_answers_pass_within_the_tolerance(tmp_path):
     ],
 )
 def test_unloadable_model_is_refused(cli, tmp_path, name, needles):
-    r, out = submit_files(
-        cli,
-        tmp_path,
-        squad(tmp_path, "ok.json", [good_qa()]),
-        "--set",
-        f"model.name_or_path={json.dumps(name)}",
-    )
-    assert_clean_error(r, "model.name_or_path", *needles)
+    assert_clean_error(submit_model(cli, tmp_path, name), "model.name_or_path", *needles)
 
 
 def test_directory_without_a_model_is_refused(cli, tmp_path):
     (tmp_path / "m").mkdir()
-    r, _ = submit_files(
-        cli,
-        tmp_path,
-        squad(tmp_path, "ok.json", [good_qa()]),
-        "--set",
-        f"model.name_or_path={json.dumps(str(tmp_path / 'm'))}",
-    )
-    assert_clean_error(r, "without config.json")
+    assert_clean_error(submit_model(cli, tmp_path, str(tmp_path / "m")), "without config.json")
     weights = tmp_path / "m" / "model.safetensors"  # the weights file named instead of its folder
     weights.write_bytes(b"")
-    r, _ = submit_files(
-        cli,
-        tmp_path,
-        squad(tmp_path, "ok.json", [good_qa()]),
-        "--set",
-        f"model.name_or_path={json.dumps(str(weights))}",
-    )
-    assert_clean_error(r, "is not a folder")
+    assert_clean_error(submit_model(cli, tmp_path, str(weights)), "is not a folder")
 
 
 def test_output_folder_not_writable(cli, tmp_path):
