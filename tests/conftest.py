@@ -319,6 +319,7 @@ IMPORTS_TORCH = {
     "test_opsplit",
     "test_fused",
     "test_master",
+    "test_pruning",
 }
 CLUSTER_MARKS = (
     "slurm",

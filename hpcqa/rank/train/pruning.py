@@ -5,7 +5,9 @@ Every rank scores each evaluation (trainer.QATrainer); rank 0 reports the plan's
 ranks disagree would hang). A pruned trial stops training like the end of its steps: its checkpoints and final model
 are kept, the final evaluation runs, and results.json says trial.state PRUNED with the step and value. A study that
 cannot be reached mid-run (a database gone) is said once and the trial trains on unpruned: losing a trial's
-training to the tracker of its search would be worse than not pruning it.
+training to the tracker of its search would be worse than not pruning it. The last evaluation (at the trial's last
+step) is reported, not judged: its training is paid for in full, and a trial stopped there would end PRUNED with
+a final metric that TPE then ranks below every completed trial (benchmarks/search_replay.py measured it).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ class Prune(TrainerCallback):
             self.reports += 1
             self.last = (state.global_step, float(value))
             if self.r.rank == 0:
-                decision = [self._ask(state.global_step, float(value))]
+                last = bool(state.max_steps) and state.global_step >= state.max_steps
+                decision = [self._ask(state.global_step, float(value), judge=not last)]
         decision = agree(self.r, decision)
         if decision[0]:
             self.pruned_at = state.global_step
@@ -47,13 +50,13 @@ class Prune(TrainerCallback):
             control.should_training_stop = True
         return control
 
-    def _ask(self, step: int, value: float) -> bool:
+    def _ask(self, step: int, value: float, judge: bool = True) -> bool:
         if self.broken:
             return False
         try:
             self.trial = self.trial or study.reporter(self.ref)
             self.trial.report(value, step)
-            return bool(self.trial.should_prune())
+            return judge and bool(self.trial.should_prune())
         except Exception as e:  # noqa: BLE001 -- the study is gone or damaged: train on, unpruned
             self.broken = True
             why = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
