@@ -3,10 +3,11 @@
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
-from hpcqa.core import states
+from hpcqa.core import eta, states
 from hpcqa.executors import jobs
 from hpcqa.executors.local import executor as local
 from hpcqa.executors.slurm import cli as slurmcli
@@ -641,3 +642,34 @@ def test_run_delay_counts_the_time_another_process_had_the_core():
         hog.wait()
     assert r.returncode == 0, r.stderr
     assert float(r.stdout) >= 0.3, r.stdout
+
+
+def test_a_local_job_is_timed_from_its_files(tmp_path, fake, monkeypatch):
+    """A local job has no scheduler to time it: status (its table and --json) says its ranks' wall time once it has
+    results, the time since its ranks started while it runs, as sacct says a Slurm job's."""
+    assert eta.sacct_clock(77.9) == "00:01:17" and eta.sacct_clock(90061) == "1-01:01:01"
+    done, running = tmp_path / "101", tmp_path / "102"
+    for d in (done, running):
+        (d / "ranks").mkdir(parents=True)
+    (done / "results.json").write_text(json.dumps({"status": "COMPLETED", "wall_time_s": 77.9}))
+    started = time.time() - 65
+    (running / "progress.json").write_text(json.dumps({"started": started, "step": 3}))
+    reg = registry.Registry(tmp_path / "r.sqlite")
+    reg.add_many(
+        dict(
+            id=d.name,
+            name="n",
+            executor="local",
+            folder=str(d),
+            config={},
+            source="x",
+            nodes=1,
+            world_size=2,
+        )
+        for d in (done, running)
+    )
+    monkeypatch.setattr(local, "controller_alive", lambda pid, jd: pid == 102)
+    views, _ = jobs.collect(reg, Slurm(fake({})), all_jobs=True)
+    got = {v.id: (v.state, v.elapsed) for v in views}
+    assert got["101"] == ("COMPLETED", "00:01:17"), got
+    assert got["102"][0] == "RUNNING" and got["102"][1] in ("00:01:05", "00:01:06"), got

@@ -63,3 +63,11 @@ def clock(seconds: float) -> str:
     return (
         f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
     )
+
+
+def sacct_clock(seconds: float) -> str:
+    """Seconds as sacct's Elapsed says a Slurm job's: HH:MM:SS, D-HH:MM:SS from a day."""
+    s = max(0, int(seconds))
+    days, s = divmod(s, 86400)
+    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{days}-{text}" if days else text

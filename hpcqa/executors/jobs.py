@@ -6,10 +6,11 @@ views `hpcqa status`, `logs`, `results` and the API's Job read. Never imports to
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Sequence
 
-from hpcqa.core import states
+from hpcqa.core import eta, states
 from hpcqa.core.states import State
 from hpcqa.executors import table
 from hpcqa.executors.slurm.cli import Slurm
@@ -79,6 +80,17 @@ def collect(
     return views, source
 
 
+def _elapsed_from_files(v: JobView) -> None:
+    """A job no scheduler times (a local one): its ranks' wall time once it has results, else the time since its
+    ranks started, as sacct would say it."""
+    if v.elapsed:
+        return
+    if v.results is not None and v.results.wall_time_s:
+        v.elapsed = eta.sacct_clock(v.results.wall_time_s)
+    elif v.state == State.RUNNING and v.progress is not None and v.progress.started:
+        v.elapsed = eta.sacct_clock(time.time() - v.progress.started)
+
+
 def _read_folder(v: JobView, jd: JobDir, detail: bool) -> None:
     """What a job's folder says into its view: progress, results, and the phases of a job not over (a few ranks'
     in a list); for the job's own view (`detail`) also its ranks, attempts, notices, logs and damaged files."""
@@ -88,6 +100,7 @@ def _read_folder(v: JobView, jd: JobDir, detail: bool) -> None:
     trial = v.results.trial if v.results else None
     if trial is not None and trial.state == State.PRUNED and states.succeeded(v.state):
         v.state = State.PRUNED  # the job ran to its end: its search's pruner stopped its training
+    _elapsed_from_files(v)
     if (
         isinstance(got, Damaged) and not detail
     ):  # the detail view lists it with the other damaged files
