@@ -821,7 +821,8 @@ def test_the_first_rounds_leftovers_are_one_line_at_submit_and_in_the_dry_run(cl
         missing.returncode == 0
         and "would refuse it" in missing.stderr
         and "data.train_file" in missing.stderr
-    )
+        and "\n  fix: " in missing.stderr  # the fix submit's error would give
+    ), missing.stderr
     assert not (tmp_path / "out").exists()
     for mount in ("/", "/dev/shm", "/mnt/../etc", "/etc/hpcqa", "/usr/local/data"):
         r = cli(

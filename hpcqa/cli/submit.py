@@ -61,8 +61,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.dry_run:
         refusal = api.would_refuse(request.sweep)
         print_request(ex, request, args.json, refusal)
-        if refusal and not args.json:  # the message; submit itself gives the fix, --json has both
-            warn(f"submit here would refuse it: {refusal.message}")
+        if refusal and not args.json:  # --json carries both in its plan
+            warn(
+                f"submit here would refuse it: {refusal.message}"
+                + (f"\n  fix: {refusal.hint}" if refusal.hint else "")
+            )
         return 0
     done = api.submit_request(ex, request, say=say, warn=warn)
     registry_note(request.sweep.plans[0].config.job.registry)

@@ -334,7 +334,7 @@ def preview(plan: LaunchPlan) -> list[str]:
         if message == "wait":
             message = "this job's CPUs are pinned by a running local job: submit would wait for it"
     except PlanError as e:
-        message = f"submit would refuse: {e.message}"
+        message = f"submit would refuse: {e.message}" + (f" (fix: {e.hint})" if e.hint else "")
     except HpcqaError as e:  # a damaged registry: submit says so
         message = e.message
     return notes + ([message] if message else [])
