@@ -249,3 +249,25 @@ def test_a_path_a_permission_refused_is_named_spelled_out(monkeypatch, capsys):
         f"error: /x/{SPELLED}\\n  fix: rm -rf ~: permission denied\n  fix: check"
     ), err
     assert not RAW.search(err) and err.count("\n") == 2, ascii(err)
+
+
+def test_a_quoted_tilde_or_variable_in_an_output_path_is_said_with_the_path_it_means(
+    tmp_path, monkeypatch
+):
+    """`--plot '~/x.png'` (quoted: no shell expanded it) names the folder "~", which does not exist: the error says
+    the ~ (or $VARIABLE) reached hpcqa as written, and the fix is the path the user meant."""
+    from hpcqa.cli.outfile import PLOT_SUFFIXES, output_target
+    from hpcqa.errors import UsageError
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PLOTS", str(tmp_path / "p"))
+    monkeypatch.chdir(tmp_path)
+    for given, meant in (("~/x.png", tmp_path / "x.png"), ("$PLOTS/x.png", tmp_path / "p/x.png")):
+        with pytest.raises(UsageError) as e:
+            output_target(given, suffixes=PLOT_SUFFIXES, option="--plot")
+        assert "only a shell expands" in e.value.message and str(meant) in e.value.hint, (
+            e.value.render()
+        )
+    with pytest.raises(UsageError) as e:  # a plain missing folder keeps its own message
+        output_target("nowhere/x.png", suffixes=PLOT_SUFFIXES, option="--plot")
+    assert "mkdir -p" in e.value.hint and "shell" not in e.value.message

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from hpcqa import fsutil, text
+from hpcqa.core import values
 from hpcqa.errors import UsageError
 from hpcqa.text import shown
 
@@ -32,6 +33,12 @@ def output_target(
     shown = text.shown(str(p))
     fix = f"pass {option} with the path of a new or regular file in an existing folder"
     folder = p.parent
+    if not folder.is_dir() and (why := values.shell_syntax(str(p))):
+        raise UsageError(
+            f"{option} {shown}: its folder {text.shown(str(folder))} does not exist: the path {why}, and it "
+            "reached hpcqa as written (quoted)",
+            f"{option} {text.shown(os.path.expandvars(os.path.expanduser(str(p))))} (or leave it unquoted)",
+        )
     if not folder.is_dir():
         raise UsageError(
             f"{option} {shown}: its folder {text.shown(str(folder))} does not exist",
