@@ -32,18 +32,7 @@ def output_target(
     p = Path(out)
     shown = text.shown(str(p))
     fix = f"pass {option} with the path of a new or regular file in an existing folder"
-    folder = p.parent
-    if not folder.is_dir() and (why := values.shell_syntax(str(p))):
-        raise UsageError(
-            f"{option} {shown}: its folder {text.shown(str(folder))} does not exist: the path {why}, and it "
-            "reached hpcqa as written (quoted)",
-            f"{option} {text.shown(os.path.expandvars(os.path.expanduser(str(p))))} (or leave it unquoted)",
-        )
-    if not folder.is_dir():
-        raise UsageError(
-            f"{option} {shown}: its folder {text.shown(str(folder))} does not exist",
-            f"mkdir -p it first, or {fix[0].lower() + fix[1:]}",
-        )
+    _check_folder(p, option, fix)
     try:
         st = os.lstat(p)
     except FileNotFoundError:
@@ -79,6 +68,23 @@ def output_target(
             "name the output .sh, .sbatch, .yaml or without a suffix",
         )
     return p
+
+
+def _check_folder(p: Path, option: str, fix: str) -> None:
+    """The output's folder exists; a missing one whose path holds what only a shell expands says so."""
+    folder = p.parent
+    shown = text.shown(str(p))
+    if not folder.is_dir() and (why := values.shell_syntax(str(p))):
+        raise UsageError(
+            f"{option} {shown}: its folder {text.shown(str(folder))} does not exist: the path {why}, and it "
+            "reached hpcqa as written (quoted)",
+            f"{option} {text.shown(os.path.expandvars(os.path.expanduser(str(p))))} (or leave it unquoted)",
+        )
+    if not folder.is_dir():
+        raise UsageError(
+            f"{option} {shown}: its folder {text.shown(str(folder))} does not exist",
+            f"mkdir -p it first, or {fix[0].lower() + fix[1:]}",
+        )
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
