@@ -13,7 +13,8 @@ its batches (asking the study, planning and starting each trial's processes).
 
 `--spaces` names the searches run against the one grid: "points" searches the grid's own values (lists), "ranges"
 the same box as ranges (learning rate log-uniform between the grid's lowest and highest, warm-up uniform; epochs
-stay a choice), which a grid cannot cover.
+stay a choice), which a grid cannot cover; "none" runs the grid alone (with --keep: the curves search_replay.py
+replays); --grid-from DIR reads such a kept grid's results instead of running the grid again.
 """
 
 from __future__ import annotations
@@ -78,6 +79,26 @@ def trials_of(said: str, env: dict) -> list[dict]:
     return sorted(rows, key=lambda r: r.get("trial") if r.get("trial") is not None else r["task"])
 
 
+def kept_grid(folder: Path) -> list[dict]:
+    """The rows of a grid run before with --keep, from its tasks' results.json, in the order they finished."""
+    rows = []
+    for res_path in sorted(folder.glob("grid/*/results.json"), key=lambda p: p.stat().st_mtime):
+        res = json.loads(res_path.read_text())
+        rows.append(
+            {
+                "task": len(rows),
+                "params": res["variant"],
+                "state": res["status"],
+                "f1": res.get("f1"),
+                "nodes": res.get("nodes"),
+                "wall_time_s": res.get("wall_time_s"),
+            }
+        )
+    if not rows:
+        sys.exit(f"no grid results under {folder}/grid")
+    return rows
+
+
 def node_hours(row: dict) -> float:
     return (row.get("nodes") or 1) * (row.get("wall_time_s") or 0) / 3600
 
@@ -104,12 +125,19 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--rows", action="store_true", help="also every trial: values, state, F1, wall time"
     )
+    ap.add_argument(
+        "--keep",
+        default="",
+        help="run in this folder and keep it (the trials' checkpoints: search_replay.py)",
+    )
     a = ap.parse_args(argv)
     grid_space = SPACES[a.grid]
     grid_size = 1
     for values in grid_space.values():
         grid_size *= len(values)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = a.keep or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
             "HPCQA_REGISTRY": f"{tmp}/reg.sqlite",
@@ -131,10 +159,13 @@ def main(argv: list[str]) -> int:
             + space_toml(grid_space)
         )
         sets = [x for o in common for x in ("--set", o)]
-        grid_said, grid_wall = run(["submit", str(grid_cfg), *sets], env)
-        grid = trials_of(grid_said, env)
+        if a.grid_from:
+            grid = kept_grid(Path(a.grid_from))
+        else:
+            grid_said, grid_wall = run(["submit", str(grid_cfg), *sets], env)
+            grid = trials_of(grid_said, env)
         searches = []
-        for kind in a.spaces.split(","):
+        for kind in [k for k in a.spaces.split(",") if k != "none"]:
             space = grid_space if kind == "points" else ranges_of(grid_space)
             cfg = Path(tmp, f"search-{kind}.toml")
             cfg.write_text(
