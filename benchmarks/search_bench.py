@@ -130,6 +130,11 @@ def main(argv: list[str]) -> int:
         default="",
         help="run in this folder and keep it (the trials' checkpoints: search_replay.py)",
     )
+    ap.add_argument(
+        "--grid-from",
+        default="",
+        help="a grid run before with --keep (its results, in the order it ran): the grid is not run again",
+    )
     a = ap.parse_args(argv)
     grid_space = SPACES[a.grid]
     grid_size = 1
