@@ -17,8 +17,8 @@ its point's time per step up to the step it was stopped at. Node-hours add up in
 as in search_bench.py.
 
 A variant is strategy:pruner:warmup[:option...]; options: "lastprune" (the pruner may stop a trial at its last
-evaluation, as before this change), "min=N" (the median pruner judges a step once N completed trials reported
-there), "startup=N" (TPE's random trials before its model), "mv" (multivariate TPE). Each row: how many seeds
+evaluation, as before this change), "min=N" (sweep.pruner_min_trials = N: the median pruner judges a step once N
+completed trials reported there), "startup=N" (TPE's random trials before its model), "mv" (multivariate TPE). Each row: how many seeds
 reached the grid's best F1 at all and within half the grid's node-hours, the median node-hours to it (an
 unreached seed counts its whole spend), the same for an F1 within --within of the best, and the median spend.
 """
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from hpcqa.core import search  # noqa: E402
 from hpcqa.record import study  # noqa: E402
 
-MADE = (study.sampler, study.pruner)  # hpcqa's own: a variant's options wrap these
+MADE = (study.sampler,)  # hpcqa's own: a variant's TPE options wrap it
 
 
 def load_grid(folder: Path) -> dict[str, dict]:
@@ -98,6 +98,8 @@ class Variant:
         sw = {"strategy": self.strategy, "trials": trials, "seed": seed, "pruner": self.pruner}
         if self.warmup:
             sw["pruner_warmup_steps"] = self.warmup
+        if self.min_trials:
+            sw["pruner_min_trials"] = self.min_trials
         spec = search.parse(sw, space, parallelism)
         assert spec is not None
         return spec
@@ -126,7 +128,14 @@ def report_curves(spec, name, url, group, points, v: Variant) -> dict[int, int]:
     trials = {
         n: study.reporter(
             search.TrialRef(
-                n, name, url, spec.metric, spec.direction, spec.pruner, spec.pruner_warmup
+                n,
+                name,
+                url,
+                spec.metric,
+                spec.direction,
+                spec.pruner,
+                spec.pruner_warmup,
+                spec.pruner_min_trials,
             )
         )
         for n, _ in group
@@ -200,20 +209,6 @@ def with_sampler(v: Variant):
     return sampler
 
 
-def with_min_trials(v: Variant):
-    """The median pruner as study.pruner makes it, judging a step only once v.min_trials completed trials
-    reported there (Optuna's n_min_trials)."""
-    made = MADE[1]
-
-    def pruner(name: str, warmup: int = 0):
-        p = made(name, warmup)
-        if v.min_trials and name == "median":
-            p._n_min_trials = v.min_trials
-        return p
-
-    return pruner
-
-
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -283,7 +278,7 @@ def table(a, points, space, best: float, grid_nh: float) -> None:
         print("  ".join(heads))
     for text in a.variants.split(","):
         v = Variant(text)
-        study.pruner, study.sampler = with_min_trials(v), with_sampler(v)
+        study.sampler = with_sampler(v)
         runs = []
         with tempfile.TemporaryDirectory() as tmp:
             for seed in range(a.seeds):

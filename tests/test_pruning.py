@@ -43,3 +43,10 @@ def test_a_trial_is_not_pruned_at_its_last_evaluation(tmp_path):
     assert study.tell(spec, "job", url, 2, False, 5.0) == "COMPLETE"
     t = study.open_study(spec, "job", url).trials[2]
     assert t.intermediate_values == {20: 5.0} and t.value == 5.0
+
+
+def test_a_median_of_too_few_trials_at_a_step_judges_nothing(tmp_path):
+    """sweep.pruner_min_trials = 3: two completed trials at step 10 are not enough to judge trial 2 there."""
+    spec, url, cb = trial_behind(tmp_path)
+    cb.ref = TrialRef(2, "job", url, "f1", "maximize", "median", 0, 3)
+    assert not evaluate(cb, 10, 20, 5.0) and cb.outcome()["state"] == "COMPLETED"

@@ -796,3 +796,36 @@ def test_a_batch_never_runs_the_same_values_twice(tmp_path):
     batch = study.peek(spec, "job", url).batch
     points = [p["train.warmup_ratio"] for _, p in batch]
     assert 1 <= len(batch) <= 2 and len(set(points)) == len(points)
+
+
+def test_a_median_pruner_min_trials_reaches_the_pruner_and_the_trials_plans(tmp_path):
+    """sweep.pruner_min_trials (Optuna's n_min_trials: a step judged once that many completed trials reported
+    there) rides in the digest and the plan only when set; a plan or a study of before it reads back unchanged."""
+    plain, three = spec_of(), spec_of(pruner_min_trials=3)
+    assert plain.pruner_min_trials == 1 and three.pruner_min_trials == 3
+    assert three.digest != plain.digest and spec_of(pruner_min_trials=1).digest == plain.digest
+    assert (
+        study.pruner("median", 0, 3)._n_min_trials == 3
+        and study.pruner("median")._n_min_trials == 1
+    )
+    ref = TrialRef(3, "job", "/j", "f1", "maximize", "median", 20, 3)
+    assert ref.to_json()["min_trials"] == 3 and TrialRef.from_json(ref.to_json()) == ref
+    old = TrialRef(3, "job", "/j", "f1", "maximize", "median")
+    assert "min_trials" not in old.to_json() and TrialRef.from_json(old.to_json()) == old
+    for bad in (0, True, "3", 10**6):
+        with pytest.raises(ValueError):
+            TrialRef.from_json({**ref.to_json(), "min_trials": bad})
+    for bad, words in (
+        ({"pruner": "halving", "pruner_min_trials": 3}, "median pruner's"),
+        ({"pruner_min_trials": 0}, "integer from 1"),
+    ):
+        with pytest.raises(ConfigError) as e:
+            spec_of(**bad)
+        assert e.value.key == "sweep.pruner_min_trials" and words in e.value.render(), (
+            e.value.render()
+        )
+    url = str(tmp_path / "study.journal")  # a study of before the setting is this search's still
+    study.claim(plain, "job", url, study.peek(plain, "job", url).batch, 0)
+    with pytest.raises(ConfigError) as e:
+        study.peek(three, "job", url)
+    assert "pruner_min_trials was 1" in e.value.render()

@@ -204,7 +204,9 @@ def search_lines(con: Any, sp: Any, runs_here: bool) -> None:
     con.print(
         f"search {ref.study}: {spec.strategy}, {plural(spec.trials, 'trial')} in batches of {spec.parallelism}, "
         f"{spec.direction} {spec.metric}, pruner {spec.pruner}"
-        f"{f' from step {spec.pruner_warmup}' if spec.pruner_warmup else ''}, seed {spec.seed}",
+        f"{f' from step {spec.pruner_warmup}' if spec.pruner_warmup else ''}"
+        f"{f' once {spec.pruner_min_trials} completed trials reach a step' if spec.pruner_min_trials != 1 else ''}"
+        f", seed {spec.seed}",
         highlight=False,
     )
     for d in spec.space:

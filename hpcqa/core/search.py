@@ -9,6 +9,7 @@
     seed = 0                    # the sampler's seed
     pruner = "median"           # none | median | halving (needs train.eval_strategy: the trials' evaluations)
     pruner_warmup_steps = 0     # no trial is pruned before this training step (its evaluations before it: noise)
+    pruner_min_trials = 1       # median: a step is judged once this many completed trials reported there
     storage = ""                # "": a journal file in the search's folder; or a database URL (sqlite:///...)
     train.learning_rate = {low = 1e-5, high = 1e-4, log = true}   # a range: floats
     train.gradient_accumulation_steps = {low = 1, high = 4}     # both bounds integers: integers
@@ -46,6 +47,7 @@ SETTINGS = (
     "seed",
     "pruner",
     "pruner_warmup_steps",
+    "pruner_min_trials",
     "storage",
 )
 MAX_WARMUP = 10_000_000  # steps
@@ -109,6 +111,7 @@ class Search:
     storage: str  # "": the journal file in the search's folder
     space: tuple[Dim, ...]
     pruner_warmup: int = 0  # sweep.pruner_warmup_steps: no trial is pruned before this step
+    pruner_min_trials: int = 1  # sweep.pruner_min_trials: the median's n_min_trials
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +123,7 @@ class Search:
             "seed": self.seed,
             "pruner": self.pruner,
             "pruner_warmup_steps": self.pruner_warmup,
+            "pruner_min_trials": self.pruner_min_trials,
             "storage": self.storage,
             "space": [d.to_json() for d in self.space],
             "digest": self.digest,
@@ -134,6 +138,8 @@ class Search:
             self.pruner_warmup
         ):  # absent at 0: a search of before it keeps its digest (and its study)
             what.append(self.pruner_warmup)
+        if self.pruner_min_trials != 1:  # absent at 1, as the warm-up at 0
+            what.append({"pruner_min_trials": self.pruner_min_trials})
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
     def batch_size(self, asked: int) -> int:
@@ -152,11 +158,14 @@ class TrialRef:
     direction: str
     pruner: str
     warmup: int = 0  # no pruning before this step (sweep.pruner_warmup_steps)
+    min_trials: int = 1  # the median judges a step once this many completed trials reported there
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         if not self.warmup:  # absent at 0: a plan of before it keeps its digest
             del d["warmup"]
+        if self.min_trials == 1:  # absent at 1, likewise
+            del d["min_trials"]
         return d
 
     @classmethod
@@ -165,7 +174,8 @@ class TrialRef:
         if not d:
             return None
         fields = set(cls.__dataclass_fields__)
-        if not isinstance(d, Mapping) or set(d) not in (fields, fields - {"warmup"}):
+        optional = {"warmup", "min_trials"}
+        if not isinstance(d, Mapping) or not fields - optional <= set(d) <= fields:
             raise ValueError(
                 f"a plan's trial has keys {sorted(d) if isinstance(d, Mapping) else d!r}"
             )
@@ -184,6 +194,9 @@ class TrialRef:
         w = d.get("warmup", 0)
         if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= MAX_WARMUP:
             raise ValueError(f"a plan's trial has pruner warm-up {w!r}")
+        m = d.get("min_trials", 1)
+        if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_TRIALS:
+            raise ValueError(f"a plan's trial has pruner min trials {m!r}")
         return cls(**d)
 
 
@@ -311,8 +324,12 @@ def _range(key: str, value: Mapping[str, Any], source: str) -> Dim:
 
 def _setting(sw: Mapping[str, Any], key: str, default: Any, source: str) -> Any:
     v = sw.get(key, default)
-    if key in ("trials", "seed", "pruner_warmup_steps"):
-        low, high = {"trials": (1, MAX_TRIALS), "seed": (0, 2**32 - 1)}.get(key, (0, MAX_WARMUP))
+    if key in ("trials", "seed", "pruner_warmup_steps", "pruner_min_trials"):
+        low, high = {
+            "trials": (1, MAX_TRIALS),
+            "seed": (0, 2**32 - 1),
+            "pruner_min_trials": (1, MAX_TRIALS),
+        }.get(key, (0, MAX_WARMUP))
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
             raise _err(
                 key,
@@ -444,12 +461,20 @@ def parse(
         storage,
         tuple(dim(k, v, source) for k, v in space.items()),
         _setting(sw, "pruner_warmup_steps", 0, source),
+        _setting(sw, "pruner_min_trials", 1, source),
     )
     if spec.pruner_warmup and spec.pruner == "none":
         raise _err(
             "pruner_warmup_steps",
             'is a pruner\'s, and sweep.pruner is "none"',
             'set sweep.pruner = "median" (or "halving"), or leave pruner_warmup_steps out',
+            source,
+        )
+    if spec.pruner_min_trials != 1 and spec.pruner != "median":
+        raise _err(
+            "pruner_min_trials",
+            f"is the median pruner's, and sweep.pruner is {spec.pruner!r}",
+            'set sweep.pruner = "median", or leave pruner_min_trials out',
             source,
         )
     _spread(spec, source)

@@ -80,7 +80,14 @@ def plan_batch(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.Sweep
 
     def ref(number: int) -> TrialRef:
         return TrialRef(
-            number, name, url, spec.metric, spec.direction, spec.pruner, spec.pruner_warmup
+            number,
+            name,
+            url,
+            spec.metric,
+            spec.direction,
+            spec.pruner,
+            spec.pruner_warmup,
+            spec.pruner_min_trials,
         )
 
     sp = sweep.build_search(raw, source, host, spec, peeked.batch, ref, table.max_array_size)

@@ -107,12 +107,15 @@ def sampler(spec: Search, asked: int) -> Any:
     return op.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, spec.trials // 3)))
 
 
-def pruner(name: str, warmup: int = 0) -> Any:
+def pruner(name: str, warmup: int = 0, min_trials: int = 1) -> Any:
     """Optuna's pruner; warmup: no trial is pruned before that step (the median's n_warmup_steps, successive
-    halving's min_resource)."""
+    halving's min_resource); min_trials: the median judges a step once that many completed trials reported there
+    (its n_min_trials)."""
     op = optuna()
     if name == "median":
-        return op.pruners.MedianPruner(n_startup_trials=MEDIAN_STARTUP, n_warmup_steps=warmup)
+        return op.pruners.MedianPruner(
+            n_startup_trials=MEDIAN_STARTUP, n_warmup_steps=warmup, n_min_trials=min_trials
+        )
     if name == "halving":
         return op.pruners.SuccessiveHalvingPruner(min_resource=warmup or "auto")
     return op.pruners.NopPruner()
@@ -139,6 +142,7 @@ def _mark(spec: Search) -> dict[str, Any]:
             "seed",
             "pruner",
             "pruner_warmup_steps",
+            "pruner_min_trials",
             "space",
             "digest",
         )
@@ -156,12 +160,14 @@ def open_study(spec: Search, name: str, url: str, create: bool = True, storage: 
                 storage=storage,
                 direction=spec.direction,
                 sampler=sampler(spec, 0),
-                pruner=pruner(spec.pruner, spec.pruner_warmup),
+                pruner=pruner(spec.pruner, spec.pruner_warmup, spec.pruner_min_trials),
                 load_if_exists=True,
             )
             if create
             else op.load_study(
-                study_name=name, storage=storage, pruner=pruner(spec.pruner, spec.pruner_warmup)
+                study_name=name,
+                storage=storage,
+                pruner=pruner(spec.pruner, spec.pruner_warmup, spec.pruner_min_trials),
             )
         )
         mark = study.user_attrs.get("hpcqa_search")
@@ -195,9 +201,10 @@ def open_study(spec: Search, name: str, url: str, create: bool = True, storage: 
 
 
 def _difference(theirs: dict, ours: dict) -> str:
-    for k in ("strategy", "metric", "direction", "seed", "pruner", "pruner_warmup_steps"):
-        if theirs.get(k, 0 if k == "pruner_warmup_steps" else None) != ours.get(k):
-            return f"sweep.{k} was {theirs.get(k)!r}"[:160]
+    absent = {"pruner_warmup_steps": 0, "pruner_min_trials": 1}  # a study made before the setting
+    for k in ("strategy", "metric", "direction", "seed", "pruner", *absent):
+        if theirs.get(k, absent.get(k)) != ours.get(k):
+            return f"sweep.{k} was {theirs.get(k, absent.get(k))!r}"[:160]
     if theirs.get("space") != ours.get("space"):
         return _space_difference(theirs.get("space"), ours.get("space") or [])
     return "digest"
@@ -490,7 +497,7 @@ def reporter(ref: TrialRef) -> Any:
     op = optuna()
     storage = _storage(ref.storage)
     study = op.load_study(
-        study_name=ref.study, storage=storage, pruner=pruner(ref.pruner, ref.warmup)
+        study_name=ref.study, storage=storage, pruner=pruner(ref.pruner, ref.warmup, ref.min_trials)
     )
     trial_id = storage.get_trial_id_from_study_id_trial_number(
         storage.get_study_id_from_name(ref.study), ref.number
