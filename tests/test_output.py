@@ -271,3 +271,13 @@ def test_a_quoted_tilde_or_variable_in_an_output_path_is_said_with_the_path_it_m
     with pytest.raises(UsageError) as e:  # a plain missing folder keeps its own message
         output_target("nowhere/x.png", suffixes=PLOT_SUFFIXES, option="--plot")
     assert "mkdir -p" in e.value.hint and "shell" not in e.value.message
+
+
+def test_a_quoted_variable_not_set_here_is_not_offered_back_as_the_fix(monkeypatch):
+    from hpcqa.cli.outfile import PLOT_SUFFIXES, output_target
+    from hpcqa.errors import UsageError
+
+    monkeypatch.delenv("NOPE_UNSET", raising=False)
+    with pytest.raises(UsageError) as e:
+        output_target("$NOPE_UNSET/x.png", suffixes=PLOT_SUFFIXES, option="--plot")
+    assert "$NOPE_UNSET" not in e.value.hint and "not set here" in e.value.hint, e.value.render()

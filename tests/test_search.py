@@ -829,3 +829,6 @@ def test_a_median_pruner_min_trials_reaches_the_pruner_and_the_trials_plans(tmp_
     with pytest.raises(ConfigError) as e:
         study.peek(three, "job", url)
     assert "pruner_min_trials was 1" in e.value.render()
+    never = search.one_value_lines(spec_of(trials=6, pruner_min_trials=6))
+    assert len(never) == 1 and "no trial can be pruned" in never[0], never
+    assert search.one_value_lines(spec_of(trials=6, pruner_min_trials=5)) == []

@@ -78,13 +78,21 @@ def _check_folder(p: Path, option: str, fix: str) -> None:
         raise UsageError(
             f"{option} {shown}: its folder {text.shown(str(folder))} does not exist: the path {why}, and it "
             "reached hpcqa as written (quoted)",
-            f"{option} {text.shown(os.path.expandvars(os.path.expanduser(str(p))))} (or leave it unquoted)",
+            _expanded_fix(p, option),
         )
     if not folder.is_dir():
         raise UsageError(
             f"{option} {shown}: its folder {text.shown(str(folder))} does not exist",
             f"mkdir -p it first, or {fix[0].lower() + fix[1:]}",
         )
+
+
+def _expanded_fix(p: Path, option: str) -> str:
+    """The path a quoted ~ or $VARIABLE meant here; a variable not set here cannot be expanded: said so."""
+    meant = os.path.expandvars(os.path.expanduser(str(p)))
+    if values.shell_syntax(meant):
+        return f"pass {option} the path itself (a variable it names is not set here)"
+    return f"{option} {text.shown(meant)} (or leave it unquoted)"
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

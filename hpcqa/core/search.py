@@ -494,10 +494,17 @@ def _spread(spec: Search, source: str) -> None:
 
 
 def one_value_lines(spec: Search) -> list[str]:
-    """A warning per searched key of one value (a list of one, low = high): it is not searched."""
-    return [
+    """A warning per searched key of one value (a list of one, low = high): it is not searched; and one for a
+    median that could never judge (pruner_min_trials completed trials, and the one judged, need more than `trials`)."""
+    lines = [
         f"sweep.{d.key} has one value ({d.shown()}): every trial gets it -- widen it, or set it in "
         f"[{d.key.rsplit('.', 1)[0]}] instead"
         for d in spec.space
         if d.single()
     ]
+    if spec.pruner == "median" and spec.pruner_min_trials >= spec.trials:
+        lines.append(
+            f"sweep.pruner_min_trials = {spec.pruner_min_trials} with {spec.trials} trials: no trial can be "
+            f"pruned (the median needs that many completed trials at a step) -- lower it below sweep.trials"
+        )
+    return lines
