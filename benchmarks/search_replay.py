@@ -125,21 +125,7 @@ def run_batch(
 def report_curves(spec, name, url, group, points, v: Variant) -> dict[int, int]:
     """Each trial's recorded evaluations, reported through the Optuna Trial the ranks use (study.reporter) in step
     order; the pruner asked as the rank asks it. -> number: the step a pruned trial stopped at."""
-    trials = {
-        n: study.reporter(
-            search.TrialRef(
-                n,
-                name,
-                url,
-                spec.metric,
-                spec.direction,
-                spec.pruner,
-                spec.pruner_warmup,
-                spec.pruner_min_trials,
-            )
-        )
-        for n, _ in group
-    }
+    trials = {n: study.reporter(spec.trial_ref(n, name, url)) for n, _ in group}
     curves = {n: points[study._point(p)]["curve"] for n, p in group}
     stopped: dict[int, int] = {}
     for i in range(max(len(c) for c in curves.values())):

@@ -119,13 +119,13 @@ def fake():
     return FakeRunner
 
 
-def _reg(tmp_path, ids, folder_of=lambda i: "/nonexistent"):
+def _reg(tmp_path, ids, folder_of=lambda i: "/nonexistent", executor="slurm"):
     reg = registry.Registry(tmp_path / "r.sqlite")
     reg.add_many(
         dict(
             id=i,
             name="n",
-            executor="slurm",
+            executor=executor,
             folder=folder_of(i),
             config={},
             source="x",
@@ -654,20 +654,8 @@ def test_a_local_job_is_timed_from_its_files(tmp_path, fake, monkeypatch):
     (done / "results.json").write_text(json.dumps({"status": "COMPLETED", "wall_time_s": 77.9}))
     started = time.time() - 65
     (running / "progress.json").write_text(json.dumps({"started": started, "step": 3}))
-    reg = registry.Registry(tmp_path / "r.sqlite")
-    reg.add_many(
-        dict(
-            id=d.name,
-            name="n",
-            executor="local",
-            folder=str(d),
-            config={},
-            source="x",
-            nodes=1,
-            world_size=2,
-        )
-        for d in (done, running)
-    )
+    folders = {"101": str(done), "102": str(running)}
+    reg = _reg(tmp_path, list(folders), folders.get, executor="local")
     monkeypatch.setattr(local, "controller_alive", lambda pid, jd: pid == 102)
     views, _ = jobs.collect(reg, Slurm(fake({})), all_jobs=True)
     got = {v.id: (v.state, v.elapsed) for v in views}

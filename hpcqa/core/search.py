@@ -142,6 +142,19 @@ class Search:
             what.append({"pruner_min_trials": self.pruner_min_trials})
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
+    def trial_ref(self, number: int, study: str, storage: str) -> "TrialRef":
+        """What trial `number` of this search's study at `storage` carries in its plan."""
+        return TrialRef(
+            number,
+            study,
+            storage,
+            self.metric,
+            self.direction,
+            self.pruner,
+            self.pruner_warmup,
+            self.pruner_min_trials,
+        )
+
     def batch_size(self, asked: int) -> int:
         """How many trials the next batch holds at most, `asked` trials being in the study already."""
         return max(0, min(self.parallelism, self.trials - asked))

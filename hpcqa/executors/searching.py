@@ -79,16 +79,7 @@ def plan_batch(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.Sweep
         )
 
     def ref(number: int) -> TrialRef:
-        return TrialRef(
-            number,
-            name,
-            url,
-            spec.metric,
-            spec.direction,
-            spec.pruner,
-            spec.pruner_warmup,
-            spec.pruner_min_trials,
-        )
+        return spec.trial_ref(number, name, url)
 
     sp = sweep.build_search(raw, source, host, spec, peeked.batch, ref, table.max_array_size)
     refused = tuple((n, freeze(p), why) for n, p, why in peeked.refused)
