@@ -548,6 +548,24 @@ def test_model_flops_count_from_the_models_shapes(tmp_path):
     assert not store.exists()
     assert not efficiency.remember(store, 1, measured, {"flops": 2e10})  # moved during the job
     assert not store.exists()
+    # quiet and held, but the run beat it: no MFU against it, and not kept either
+    held = {**measured, "measured_on": "node7", "end": {"flops": 4.6e10}}
+    flops = {
+        "method": "x",
+        "dense_weights": 1,
+        "layers": 1,
+        "hidden": 1,
+        "seq_len": 1,
+        "per_sample": 1e9,
+    }
+    fast, slow = (
+        efficiency.summary(flops, rate, [5e10], "fp32", "measured") for rate in (60.0, 40.0)
+    )
+    assert (
+        "mfu_unreliable" in fast and not efficiency.keep(store, held, fast) and not store.exists()
+    )
+    assert "mfu_unreliable" not in slow and efficiency.keep(store, held, slow)
+    store.unlink()
     assert efficiency.remember(store, 1, {**measured, "measured_on": "node7"}, {"flops": 4.6e10})
     cached = efficiency.peak(store, 1, threads, "fp32", measure=busy)
     assert (cached["flops"], cached["source"], cached["measured_on"]) == (5e10, "cached", "node7")

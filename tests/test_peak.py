@@ -207,19 +207,19 @@ def test_a_job_records_how_its_peak_was_taken_and_the_end_re_measure(tmp_path, j
     end = p["end"]
     assert end["flops"] > 0 and 1 <= end["runs"] <= 3 and end["seconds"] < 1.5, end
     assert "re-measured at the end of training" in eff["peak_taken"]
-    # what submit printed: the MFU against the peak, or (moved) why none
+    # what submit printed: the MFU against the peak, or why none -- this machine is shared: a neighbour may have
+    # come or gone during the job (the peak moved), or sat on the core through both measurements but not through
+    # training (a CI run: 36 GFLOP/s at start and end, the run beat it)
     said = " ".join(out.split())
-    assert (
-        "MFU not given: the peak moved" in said
-        if "peak_moved" in eff
-        else "the measured fp32 matmul peak" in said
-    ), said
     cached = list((tmp_path / "cache").rglob("peaks.json"))
-    if (
-        "peak_moved" in eff
-    ):  # this machine is shared: a neighbour may have come or gone during the job
+    if "peak_moved" in eff:
+        assert "MFU not given: the peak moved" in said, said
         assert eff["mfu"] is None and "moved from" in eff["mfu_unreliable"]["why"] and not cached
+    elif "mfu_unreliable" in eff:  # beaten: never kept, however quiet its runs looked
+        assert "MFU not given: the run achieved more than the measured peak" in said, said
+        assert eff["mfu"] is None and eff["mfu_unreliable"]["mfu"] > 1 and not cached, eff
     else:
+        assert "the measured fp32 matmul peak" in said, said
         assert eff["mfu"] and "held" in eff["peak_taken"]
         assert bool(cached) == p["quiet"]  # cached at the end, when quiet and it held
 
