@@ -75,7 +75,33 @@ def test_a_grid_of_today_is_not_a_search():
 @pytest.mark.parametrize(
     "table,key,words",
     [
-        ({"strategy": "bayes"}, "sweep.strategy", "unknown strategy 'bayes'"),
+        ({"strategy": "bayes"}, "sweep.strategy", 'unknown strategy "bayes"'),
+        # the value meant, when it is clear, as TOML writes it
+        ({"strategy": "TPE"}, "sweep.strategy", 'fix: set sweep.strategy = "tpe" (one of "grid",'),
+        ({"pruner": "halvin"}, "sweep.pruner", 'set sweep.pruner = "halving"'),
+        ({"direction": "max"}, "sweep.direction", 'set sweep.direction = "maximize"'),
+        ({"direction": "m"}, "sweep.direction", 'to one of "maximize", "minimize"'),
+        (
+            {"metric": 1},
+            "sweep.metric",
+            'expected text, got 1\n  fix: set sweep.metric to one of "f1"',
+        ),
+        (
+            {"trials": "3"},
+            "sweep.trials",
+            'got "3"\n  fix: set sweep.trials = 3 (an integer: no quotes',
+        ),
+        ({"trials": 2.0}, "sweep.trials", "got 2.0\n  fix: set sweep.trials = 2 (an integer"),
+        ({"trials": 2.5}, "sweep.trials", "got 2.5\n  fix: set sweep.trials = 8"),
+        (
+            {"trials": "30000"},
+            "sweep.trials",
+            "fix: set sweep.trials = 8",
+        ),  # meant, but out of range
+        ({"pruner_min_trials": True}, "sweep.pruner_min_trials", "got true\n"),
+        ({"pruner_min_trial": 3}, "sweep.pruner_min_trial", "did you mean sweep.pruner_min_trials"),
+        ({"paralelism": 2}, "sweep.paralelism", "did you mean sweep.parallelism (a sweep setting)"),
+        ({"trian": {"seed": [1, 2]}}, "sweep.trian.seed", "did you mean sweep.train.seed?"),
         ({"pruner": "hyperband"}, "sweep.pruner", "unknown pruner"),
         ({"metric": "accuracy"}, "sweep.metric", "unknown metric"),
         ({"direction": "up"}, "sweep.direction", "unknown direction"),
@@ -157,6 +183,14 @@ def test_bad_searches_are_refused_naming_the_key(table, key, words):
         sweep.searched(raw({**tpe(), **table}))
     assert e.value.key == key and words in e.value.render(), e.value.render()
     assert "S3cretPW" not in e.value.render() and "hunter2" not in e.value.render()  # never echoed
+
+
+def test_a_grids_misspelt_setting_is_said_as_one_not_as_a_bad_axis():
+    with pytest.raises(ConfigError) as e:
+        sweep.expand(raw({"paralelism": 2, "train": {"learning_rate": [1e-4, 2e-4]}}))
+    assert (
+        e.value.key == "sweep.paralelism" and "did you mean sweep.parallelism" in e.value.render()
+    )
 
 
 def test_a_grid_given_a_range_or_a_search_setting_is_refused():

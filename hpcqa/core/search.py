@@ -23,6 +23,7 @@ change between submissions (a search submitted again with more trials goes on).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -30,6 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from hpcqa.core.tomlfile import toml_value
 from hpcqa.errors import ConfigError
 from hpcqa.text import CONTROL, shown
 
@@ -344,24 +346,49 @@ def _setting(sw: Mapping[str, Any], key: str, default: Any, source: str) -> Any:
             "pruner_min_trials": (1, MAX_TRIALS),
         }.get(key, (0, MAX_WARMUP))
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            meant = _integer_meant(v)
             raise _err(
                 key,
-                f"expected an integer from {low} to {high}, got {v!r}",
-                f"set sweep.{key} = {8 if key == 'trials' else low}",
+                f"expected an integer from {low} to {high}, got {toml_value(v)}",
+                f"set sweep.{key} = {meant} (an integer: no quotes, no decimal point)"
+                if meant is not None and low <= meant <= high
+                else f"set sweep.{key} = {8 if key == 'trials' else low}",
                 source,
             )
         return v
-    if not isinstance(v, str):
-        raise _err(key, f"expected text, got {v!r}", f"set sweep.{key} as a quoted string", source)
     allowed = {
         "strategy": STRATEGIES,
         "pruner": PRUNERS,
         "metric": tuple(METRICS),
         "direction": ("maximize", "minimize"),
-    }
-    if key in allowed and v not in allowed[key]:
-        raise _err(key, f"unknown {key} {v!r}", f"one of {', '.join(allowed[key])}", source)
+    }.get(key)
+    if not isinstance(v, str):
+        fix = _choice_fix(key, "", allowed) if allowed else f"set sweep.{key} as a quoted string"
+        raise _err(key, f"expected text, got {toml_value(v)}", fix, source)
+    if allowed and v not in allowed:
+        raise _err(key, f"unknown {key} {toml_value(v)}", _choice_fix(key, v, allowed), source)
     return v
+
+
+def _choice_fix(key: str, given: str, options: tuple[str, ...]) -> str:
+    """The fix for a setting that takes one of `options`: the one meant when one is clear (the only option that
+    starts with what was given, or the closest spelling), and every option, quoted as TOML writes them."""
+    text = given.strip().lower()
+    starts = [a for a in options if text and a.startswith(text)]
+    meant = starts if len(starts) == 1 else difflib.get_close_matches(text, list(options), n=1)
+    listed = ", ".join(toml_value(a) for a in options)
+    if meant:
+        return f"set sweep.{key} = {toml_value(meant[0])} (one of {listed})"
+    return f"set sweep.{key} to one of {listed}"
+
+
+def _integer_meant(v: Any) -> int | None:
+    """The integer a quoted number ("3") or a whole float (2.0) stands for; None for anything else."""
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        return int(v)
+    if isinstance(v, str) and re.fullmatch(r"\s*[+-]?\d{1,12}\s*", v):
+        return int(v)
+    return None
 
 
 def redacted(url: str) -> str:

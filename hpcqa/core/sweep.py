@@ -23,6 +23,7 @@ has ended (--dependency=afterany).
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import math
@@ -130,13 +131,19 @@ def searched(raw: Mapping[str, Any], source: str = "") -> search.Search | None:
 
 
 def _config_key(key: str, source: str) -> None:
-    if key.split(".")[0] not in configmod.SECTIONS:
-        raise ConfigError(
-            f"sweep.{key}",
-            f"{key!r} is not a config key",
-            "sweep keys are config keys such as train.learning_rate",
-            source,
-        )
+    """A swept key's section must be a config section; a misspelt sweep setting (paralelism) or section (trian)
+    is said with the name meant."""
+    section, dot, rest = key.partition(".")
+    if section in configmod.SECTIONS:
+        return
+    fix = "sweep keys are config keys such as train.learning_rate"
+    if not dot and (close := difflib.get_close_matches(key, sorted(RESERVED), n=1, cutoff=0.75)):
+        fix = f"did you mean sweep.{close[0]} (a sweep setting)? Otherwise {fix}"
+    elif dot and (
+        close := difflib.get_close_matches(section, list(configmod.SECTIONS), n=1, cutoff=0.6)
+    ):
+        fix = f"did you mean sweep.{close[0]}.{rest}? {fix[0].upper()}{fix[1:]}"
+    raise ConfigError(f"sweep.{key}", f"{key!r} is not a config key", fix, source)
 
 
 # Every variant is validated, planned, written and registered at submit: 10,000 take about as many seconds as a user
@@ -164,6 +171,7 @@ def parse(
             "sweep.strategy", "is a search, not a grid", "plan it with sweep.build", source
         )
     for key, values in grid.items():
+        _config_key(key, source)  # first: a misspelt setting is said as one, not as a bad axis
         if not isinstance(values, list) or not values:
             raise ConfigError(
                 f"sweep.{key}",
@@ -171,7 +179,6 @@ def parse(
                 f"write sweep.{key} = [value1, value2, ...]",
                 source,
             )
-        _config_key(key, source)
     explicit = sw.get("variants", [])
     if not isinstance(explicit, list) or not all(isinstance(v, dict) for v in explicit):
         raise ConfigError(
