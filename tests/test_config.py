@@ -73,7 +73,40 @@ def test_unknown_section_suggests_near_miss():
         ({"cluster": {"exclusive": "yes"}}, "cluster.exclusive", "true or false"),
         ({"train": {"learning_rate": "fast"}}, "train.learning_rate", "expected a number"),
         ({"train": {"ddp_backend": "mpi"}}, "train.ddp_backend", "not one of"),
-        ({"cluster": {"executor": "slurn"}}, "cluster.executor", "did you mean 'slurm'"),
+        (
+            {"cluster": {"executor": "slurn"}},
+            "cluster.executor",
+            'fix: set cluster.executor = "slurm" (one of',
+        ),
+        # shown as TOML writes it, and the value meant when it is clear
+        (
+            {"cluster": {"nodes": "2"}},
+            "cluster.nodes",
+            'got "2"\n  fix: set cluster.nodes = 2 (without quotes)',
+        ),
+        ({"cluster": {"nodes": 2.0}}, "cluster.nodes", "got 2.0\n  fix: set cluster.nodes = 2"),
+        ({"cluster": {"nodes": 2.5}}, "cluster.nodes", "fix: set cluster.nodes to an integer"),
+        ({"cluster": {"nodes": True}}, "cluster.nodes", "got true\n"),
+        (
+            {"train": {"learning_rate": "1e-4"}},
+            "train.learning_rate",
+            "set train.learning_rate = 1e-4 (without",
+        ),
+        (
+            {"train": {"learning_rate": "nan"}},
+            "train.learning_rate",
+            "set train.learning_rate to a number",
+        ),
+        (
+            {"train": {"do_eval": "false"}},
+            "train.do_eval",
+            "set train.do_eval = false (without quotes)",
+        ),
+        (
+            {"launch": {"ranks_per_socket": "2"}},
+            "launch.ranks_per_socket",
+            "ranks_per_socket = 2 (without",
+        ),
         (
             {"cluster": {"cores_per_socket": 4}, "launch": {"ccl_workers": 4}},
             "launch.ccl_workers",

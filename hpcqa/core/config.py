@@ -27,7 +27,7 @@ from hpcqa.core.frozen import FrozenDict
 from hpcqa.core.k8sconfig import K8sConfig
 from hpcqa.core.kinds import CONFIG_CHOICES, DDP_BACKENDS, SCRIPT_LAUNCHERS
 from hpcqa.core.options import opt
-from hpcqa.core.tomlfile import read_toml, to_toml, toml_value  # noqa: F401  (to_toml: config.to_toml, as before)
+from hpcqa.core.tomlfile import meant, read_toml, to_toml, toml_value  # noqa: F401  (to_toml: config.to_toml, as before)
 from hpcqa.core.tracking import TrackingConfig, reporters
 from hpcqa.errors import ConfigError, UsageError
 
@@ -381,7 +381,7 @@ def _near(name: str, candidates: list[str]) -> str:
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+        return "one of " + ", ".join(toml_value(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if origin is tuple:
@@ -396,17 +396,30 @@ K8S_HINT = ("Kubernetes is rendered, not submitted to: hpcqa render CONFIG --kin
 CHOICE_HINTS = {("cluster.executor", v): K8S_HINT for v in ("kubernetes", "k8s", "pytorchjob", "kubeflow")}
 
 
+def _bad(key: str, value: Any, tp: Any, source: str) -> ConfigError:
+    """A value of the wrong type, shown as TOML writes it, with the value meant when it is clear ("3" for 3)."""
+    fix = f"set {key} to {_type_name(tp)}"
+    for v, written in meant(value):
+        try:
+            _coerce(key, v, tp, source)
+        except ConfigError:
+            continue
+        fix = f"set {key} = {written} (without quotes)" if isinstance(value, str) else f"set {key} = {written}"
+        break
+    return ConfigError(key, f"expected {_type_name(tp)}, got {toml_value(value)}", fix, source)
+
+
 def _coerce(key: str, value: Any, tp: Any, source: str) -> Any:
     """Check value against tp and return it normalised; raise ConfigError naming key."""
     origin = typing.get_origin(tp)
-    bad = ConfigError(key, f"expected {_type_name(tp)}, got {value!r} ({type(value).__name__})",
-                      f"set {key} to {_type_name(tp)}", source)
     if origin is Literal:
         choices = typing.get_args(tp)
         if value not in choices or isinstance(value, bool):
-            hint = CHOICE_HINTS.get((key, str(value).lower()), f"set {key} to one of {', '.join(map(repr, choices))}")
-            raise ConfigError(key, f"{value!r} is not one of {', '.join(map(repr, choices))}"
-                              + (_near(value, list(choices)) if isinstance(value, str) else ""), hint, source)
+            listed = ", ".join(map(toml_value, choices))
+            close = _closest(value, [c for c in choices if isinstance(c, str)]) if isinstance(value, str) else None
+            hint = CHOICE_HINTS.get((key, str(value).lower()), f"set {key} = {toml_value(close)} (one of {listed})"
+                                    if close else f"set {key} to one of {listed}")
+            raise ConfigError(key, f"{toml_value(value)} is not one of {listed}", hint, source)
         return value
     if origin in (typing.Union, types.UnionType):
         for arm in typing.get_args(tp):
@@ -414,36 +427,36 @@ def _coerce(key: str, value: Any, tp: Any, source: str) -> Any:
                 return _coerce(key, value, arm, source)
             except ConfigError:
                 continue
-        raise bad
+        raise _bad(key, value, tp, source)
     if origin is tuple:
         item = typing.get_args(tp)[0]
         ok = (lambda v: isinstance(v, int) and not isinstance(v, bool)) if item is int else \
             (lambda v: isinstance(v, str))
         if not isinstance(value, (list, tuple)) or not all(ok(v) for v in value):
-            raise bad
+            raise _bad(key, value, tp, source)
         return tuple(value)
     if origin is collections.abc.Mapping:
         if not isinstance(value, dict) or not all(isinstance(v, (str, int, float, bool))
                                                   and not isinstance(v, dict) for v in value.values()):
-            raise bad
+            raise _bad(key, value, tp, source)
         return FrozenDict((str(k), (str(v).lower() if isinstance(v, bool) else str(v))) for k, v in value.items())
     if tp is bool:
         if not isinstance(value, bool):
-            raise bad
+            raise _bad(key, value, tp, source)
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise bad
+            raise _bad(key, value, tp, source)
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad
+            raise _bad(key, value, tp, source)
         if not math.isfinite(value):
             raise ConfigError(key, f"{value!r} is not a finite number", f"set {key} to a number", source)
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise bad
+            raise _bad(key, value, tp, source)
         return value
     raise TypeError(f"unsupported schema type {tp}")  # pragma: no cover
 

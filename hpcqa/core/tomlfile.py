@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -94,6 +95,26 @@ def toml_value(v: Any) -> str:
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + "}"
     return repr(v)
+
+
+_NUMBER = re.compile(r"[+-]?\d+(\.\d+)?([eE][+-]?\d+)?")
+
+
+def meant(value: Any) -> list[tuple[Any, str]]:
+    """What a value of the wrong type was likely meant as, with how TOML writes it: a quoted number ("3", "1e-4")
+    its number, a quoted "true"/"false" its boolean, a whole float (2.0) its integer. [] for anything else."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return [(int(value), str(int(value)))]
+    if not isinstance(value, str):
+        return []
+    text = value.strip()
+    if text.lower() in ("true", "false"):
+        return [(text.lower() == "true", text.lower())]
+    if not _NUMBER.fullmatch(text) or len(text) > 40:
+        return []
+    number = float(text)
+    out: list[tuple[Any, str]] = [(int(text), text)] if text.lstrip("+-").isdigit() else []
+    return [*out, (number, text)] if math.isfinite(number) else out
 
 
 def to_toml(cfg: Any) -> str:
