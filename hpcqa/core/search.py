@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from hpcqa.core import tomlfile
 from hpcqa.core.tomlfile import toml_value
 from hpcqa.errors import ConfigError
 from hpcqa.text import CONTROL, shown
@@ -346,7 +347,7 @@ def _setting(sw: Mapping[str, Any], key: str, default: Any, source: str) -> Any:
             "pruner_min_trials": (1, MAX_TRIALS),
         }.get(key, (0, MAX_WARMUP))
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-            meant = _integer_meant(v)
+            meant = next((m for m, _ in tomlfile.meant(v) if type(m) is int), None)
             raise _err(
                 key,
                 f"expected an integer from {low} to {high}, got {toml_value(v)}",
@@ -380,15 +381,6 @@ def _choice_fix(key: str, given: str, options: tuple[str, ...]) -> str:
     if meant:
         return f"set sweep.{key} = {toml_value(meant[0])} (one of {listed})"
     return f"set sweep.{key} to one of {listed}"
-
-
-def _integer_meant(v: Any) -> int | None:
-    """The integer a quoted number ("3") or a whole float (2.0) stands for; None for anything else."""
-    if isinstance(v, float) and math.isfinite(v) and v == int(v):
-        return int(v)
-    if isinstance(v, str) and re.fullmatch(r"\s*[+-]?\d{1,12}\s*", v):
-        return int(v)
-    return None
 
 
 def redacted(url: str) -> str:
