@@ -200,7 +200,11 @@ def data_file(
         raise ConfigError(
             "data.version_2_with_negative",
             mismatch,
-            "set data.version_2_with_negative = true (or use SQuAD v1.1 data)",
+            "check that data.answer_column names the column with the answers (now "
+            f"{cfg.data.answer_column!r}); if it does, set data.version_2_with_negative = true"
+            if facts["unanswerable"]
+            == facts["rows"]  # none answered: more likely the wrong column than v2
+            else "set data.version_2_with_negative = true (or use SQuAD v1.1 data)",
             src,
         )
     total, bad, first = misaligned(examples)
@@ -209,7 +213,12 @@ def data_file(
         raise ConfigError(
             key,
             f"{path}: {bad} of {total} answers don't sit at their answer_start in the context "
-            f"(first: {', '.join(first)}); training on them teaches nothing",
+            f"(first: {', '.join(first)}); "
+            + (
+                "training on them teaches nothing"
+                if split == "train"
+                else "scores against them are wrong"
+            ),
             f"fix the offsets, or raise data.max_misaligned_answers (now {allowed:g}) to train anyway",
             src,
         )

@@ -622,3 +622,26 @@ def test_mfu_on_text_tokens_and_on_all_tokens_from_the_batches_counted():
     assert (
         low["mfu_unreliable"]["mfu"] > 1 and "/c/hpcqa/peaks.json" in low["mfu_unreliable"]["fix"]
     )
+
+
+def test_no_answer_column_is_named_and_all_unanswerable_is_doubted(tmp_path):
+    """A train/validation file without the answer column is refused naming it (a test split's needs none); data
+    where no question has an answer is doubted whichever rules score it: the likelier cause is the column."""
+    from hpcqa.core import squadfile
+
+    path = tmp_path / "t.csv"
+    path.write_text("id,question,context,answer\n1,Q?,some text,text\n")
+    with pytest.raises(
+        ValueError, match="no column 'answers' .*found id, question, context, answer"
+    ):
+        squadfile.read(path)
+    assert squadfile.read(path, split="test")[1][0]["answers"] == {"text": [], "answer_start": []}
+    cols = (("question", "question"), ("context", "context"), ("answers", "answer"))
+    assert squadfile.read(path, cols)[1][0]["answers"]["text"] == ["text"]
+    none = {"declared": None, "rows": 4, "unanswerable": 4, "impossible_with_answers": []}
+    mismatch, warnings = squadfile.version_check(none, False, "t.csv")
+    assert "4 of 4 questions have no answer" in mismatch and not warnings
+    mismatch, warnings = squadfile.version_check(none, True, "t.csv")
+    assert mismatch is None and "none of its 4 questions has an answer" in warnings[0]
+    some = {**none, "unanswerable": 3}
+    assert squadfile.version_check(some, True, "t.csv") == (None, [])

@@ -460,6 +460,15 @@ def test_csv_with_its_own_column_names_is_mapped_and_trains(cli, tmp_path, model
         f"data.validation_file={json.dumps(str(dev))}",
         "train.max_steps=2",
     ]
+    # the answer column mapped wrong: the column is named, not "SQuAD v2 data" (whose fix trained on no answers
+    # and scored F1 100 in a blind re-test)
+    wrong = refused(
+        submit(cli, tmp_path, models["bert"], *mapped, "data.answer_column=answer", train=train),
+        "data.train_file",
+        "no column 'answer'",
+        "found id, query, passage, answer_text",
+    )
+    assert "version_2" not in wrong, wrong
     r = submit(cli, tmp_path, models["bert"], *mapped, train=train)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     (job,) = job_dirs(tmp_path / "out")

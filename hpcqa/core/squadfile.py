@@ -168,14 +168,18 @@ def normalise(row: dict[str, Any], columns: Any = DEFAULT_COLUMNS) -> dict[str, 
     }
 
 
-def columns_problem(raw: list[dict[str, Any]], columns: Any = DEFAULT_COLUMNS) -> str | None:
+def columns_problem(
+    raw: list[dict[str, Any]], columns: Any = DEFAULT_COLUMNS, answers: bool = True
+) -> str | None:
     """The first record lacks a column the mapping names (None: it has them all): which are expected, which
-    found."""
+    found. answers=False for a test split (predictions only: its answers, if any, are not used); elsewhere a
+    missing answer column is refused here, not read as every question unanswerable (SQuAD v2 data)."""
     if not raw:
         return None
     names = dict(columns)
     found = list(raw[0])
-    missing = [f"{names[k]!r}" for k in ("question", "context") if names[k] not in raw[0]]
+    needed = ("question", "context", "answers") if answers else ("question", "context")
+    missing = [f"{names[k]!r}" for k in needed if names[k] not in raw[0]]
     if not missing:
         return None
     return (
@@ -269,7 +273,7 @@ def read_with_facts(
             fmt, raw, declared = "csv", _csv_rows(_data_text(path)), None
         else:
             fmt, raw, declared = _parse(_data_text(path))
-        problem = columns_problem(raw, columns)
+        problem = columns_problem(raw, columns, answers=split != "test")
         if problem:
             raise ValueError(problem)
         rows = [normalise(r, columns) for r in raw]
@@ -323,6 +327,11 @@ def version_check(facts_: dict[str, Any], v2: bool, where: str) -> tuple[str | N
             "unanswerable question has no gold answer to match, and even perfect predictions would score "
             "far below 100"
         ), warnings
+    if v2 and n and unanswerable == n:
+        warnings.append(
+            f'{where}: none of its {n} questions has an answer: every prediction of "no answer" scores 100; '
+            "check that data.answer_column names the column with the answers"
+        )
     if v2 and not is_v2 and declared.startswith("1"):
         warnings.append(
             f"{where} is SQuAD v{declared} data (no unanswerable question) scored by v2 rules: the "
