@@ -1,6 +1,7 @@
 """A [sweep] that searches, in-process: the settings and the space read and refused, and the study (real Optuna, a
 journal file in tmp_path) asked, claimed, told, resumed and refused. The runs themselves: tests/test_search_local.py."""
 
+import dataclasses
 import json
 
 import pytest
@@ -273,11 +274,11 @@ def spec_of(**over) -> Search:
 
 def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
     spec, url = spec_of(), str(tmp_path / "search" / "study.journal")
-    predicted, _r, before, _rep = study.peek(spec, "job", url)
+    predicted, _r, before, _rep, _set = study.peek(spec, "job", url)
     assert (
         before == [] and [n for n, _ in predicted] == [0, 1] and not (tmp_path / "search").exists()
     )
-    again, _r, _, _rep = study.peek(spec, "job", url)
+    again, _r, _, _rep, _set = study.peek(spec, "job", url)
     assert again == predicted  # seeded: the same prediction every time
     study.claim(spec, "job", url, predicted, 0)
     s = study.open_study(spec, "job", url)
@@ -288,14 +289,14 @@ def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
         lr = p["train.learning_rate"]
         assert 1e-5 <= lr <= 1e-3 and p["train.gradient_accumulation_steps"] in (1, 2, 3, 4)
     # the two RUNNING trials, unfinished (a submit that died): the next peek runs them again first, as they were
-    stale, _r, _, _rep = study.peek(spec, "job", url)
+    stale, _r, _, _rep, _set = study.peek(spec, "job", url)
     assert (
         stale == predicted
     )  # ... and they fill the batch: a batch is at most `parallelism` trials
     assert study.tell(spec, "job", url, 0, False, 55.0) == "COMPLETE"
     assert study.tell(spec, "job", url, 1, True, None) == "PRUNED"
     assert study.tell(spec, "job", url, 1, False, 99.0) == "PRUNED"  # told already: as it was
-    nxt, _r, trials, _rep = study.peek(spec, "job", url)
+    nxt, _r, trials, _rep, _set = study.peek(spec, "job", url)
     assert [n for n, _ in nxt] == [2, 3] and [t.state.name for t in trials] == [
         "COMPLETE",
         "PRUNED",
@@ -310,7 +311,7 @@ def test_the_dry_run_predicts_the_batch_submit_claims(tmp_path):
 
 def test_a_study_that_moved_since_the_dry_run_is_refused(tmp_path):
     spec, url = spec_of(), str(tmp_path / "study.journal")
-    predicted, _r, _, _rep = study.peek(spec, "job", url)
+    predicted, _r, _, _rep, _set = study.peek(spec, "job", url)
     study.claim(spec, "job", url, predicted, 0)
     # a second submit planned the same batch from the empty study: its trials 0 and 1 are the first submit's now
     with pytest.raises(ConfigError) as e:
@@ -403,7 +404,7 @@ def test_a_database_that_cannot_be_reached_is_refused(tmp_path):
 def test_a_database_url_works_as_the_journal_does(tmp_path):
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     spec = spec_of(storage=url)
-    batch, _r, _, _rep = study.peek(spec, "job", url)
+    batch, _r, _, _rep, _set = study.peek(spec, "job", url)
     study.claim(spec, "job", url, batch, 0)
     assert [t.number for t in study.open_study(spec, "job", url).trials] == [0, 1]
 
@@ -522,7 +523,7 @@ def test_a_dry_run_of_an_sqlite_study_makes_no_file(tmp_path):
     db = tmp_path / "studies.db"
     url = f"sqlite:///{db}"
     spec = spec_of(storage=url)
-    batch, _r, trials, _rep = study.peek(spec, "job", url)
+    batch, _r, trials, _rep, _set = study.peek(spec, "job", url)
     assert len(batch) == 2 and trials == [] and not db.exists()
     assert study.runner(spec, "job", url) is None and not db.exists()
     study.claim(spec, "job", url, batch, 0)
@@ -566,7 +567,7 @@ def test_storage_that_is_not_a_study_is_refused_and_never_written(tmp_path):
     assert other.read_bytes() == before
     empty = tmp_path / "empty.db"
     empty.write_bytes(b"")
-    batch, _r, trials, _rep = study.peek(
+    batch, _r, trials, _rep, _set = study.peek(
         spec_of(storage=f"sqlite:///{empty}"), "job", f"sqlite:///{empty}"
     )
     assert (
@@ -865,4 +866,40 @@ def test_a_median_pruner_min_trials_reaches_the_pruner_and_the_trials_plans(tmp_
     assert "pruner_min_trials was 1" in e.value.render()
     never = search.one_value_lines(spec_of(trials=6, pruner_min_trials=6))
     assert len(never) == 1 and "no trial can be pruned" in never[0], never
+    assert "lower sweep.pruner_min_trials below 6" in never[0]
     assert search.one_value_lines(spec_of(trials=6, pruner_min_trials=5)) == []
+    # with 2 trials the median never judges (it waits for 2 completed), whatever min_trials says; the fix can be
+    # followed (a blind re-test was told to lower pruner_min_trials below 1)
+    (two,) = search.one_value_lines(spec_of(trials=2))
+    assert 'raise sweep.trials to 3 or more, or set sweep.pruner = "none"' in two, two
+    assert search.one_value_lines(spec_of(trials=3)) == []
+
+
+def test_a_searchs_setup_is_what_its_trials_share_and_a_change_is_named():
+    from hpcqa.core import sweepcheck
+
+    cfg = config.load(ROOT / "configs/search_quickstart.toml")
+    assert all(
+        sweepcheck.held(cfg, k) is not None or k.startswith("model.") for k in sweepcheck.SETUP
+    )
+    fields = {
+        f"{s}.{f.name}"
+        for s in ("model", "data", "train")
+        for f in dataclasses.fields(getattr(cfg, s))
+    }
+    assert set(sweepcheck.SETUP) <= fields  # no misspelt key (held would give None, never a change)
+    now = sweepcheck.setup(cfg, ["train.learning_rate"])
+    assert "train.learning_rate" not in now and now["train.eval_steps"] == 10
+    was = json.loads(json.dumps(now))  # as the study keeps it
+    assert sweepcheck.setup_change(was, now) is None
+    assert (
+        sweepcheck.setup_change({**was, "train.num_train_epochs": 1}, now) is None
+    )  # 1 and 1.0 are one
+    assert sweepcheck.setup_change({**was, "train.eval_steps": 20}, now) == (
+        "train.eval_steps",
+        20,
+        10,
+    )
+    assert sweepcheck.setup_change(None, now) is None  # a study of before the record: adopted
+    del was["train.max_steps"]  # a key the study did not record (a newer hpcqa's): not compared
+    assert sweepcheck.setup_change(was, {**now, "train.max_steps": 5}) is None

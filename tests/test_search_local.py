@@ -113,6 +113,18 @@ def test_a_search_prunes_a_trial_for_real_and_goes_on_when_submitted_again(searc
         and "has asked all its 3 trials" in again.stderr
         and "Traceback" not in again.stderr
     )
+    # with what its trials trained on changed: refused naming the key, before anything runs
+    moved = run_cli(
+        "submit", str(cfg), "--set", "sweep.trials=4", "--set", "train.max_steps=99", env=env
+    )
+    text = " ".join(moved.stderr.split())
+    assert moved.returncode == 2 and "Traceback" not in text, text
+    assert re.search(
+        r"train\.max_steps: the search '\S+' ran its 3 trials with train\.max_steps = (-?\d+), this config "
+        r"says 99: .* fix: set train\.max_steps = \1 again to go on, or set another job\.name",
+        text,
+    ), text
+    assert len(json.loads(run_cli("results", sid, "--json", env=env).stdout)["variants"]) == 3
     # one more trial: the same study goes on
     more = run_cli("submit", str(cfg), "--set", "sweep.trials=4", env=env, timeout=900)
     said = more.stdout + more.stderr

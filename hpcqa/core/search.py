@@ -55,6 +55,8 @@ SETTINGS = (
 )
 MAX_WARMUP = 10_000_000  # steps
 RANGE_KEYS = {"low", "high", "log", "step"}
+# Optuna's MedianPruner n_startup_trials: the median judges a trial once this many trials have completed
+MEDIAN_STARTUP = 2
 MAX_TRIALS = 10_000  # as many as a grid may have variants
 STORAGE_SCHEMES = ("sqlite", "postgresql", "mysql")
 
@@ -534,9 +536,16 @@ def one_value_lines(spec: Search) -> list[str]:
         for d in spec.space
         if d.single()
     ]
-    if spec.pruner == "median" and spec.pruner_min_trials >= spec.trials:
+    need = max(MEDIAN_STARTUP, spec.pruner_min_trials)
+    if spec.pruner == "median" and spec.trials <= need:
+        fix = (
+            f"lower sweep.pruner_min_trials below {spec.trials}"
+            if spec.trials > MEDIAN_STARTUP
+            else f'raise sweep.trials to {need + 1} or more, or set sweep.pruner = "none"'
+        )
         lines.append(
-            f"sweep.pruner_min_trials = {spec.pruner_min_trials} with {spec.trials} trials: no trial can be "
-            f"pruned (the median needs that many completed trials at a step) -- lower it below sweep.trials"
+            f'sweep.pruner = "median" with {spec.trials} trials: no trial can be pruned (the median judges a '
+            f"trial once {MEDIAN_STARTUP} trials have completed, at a step {spec.pruner_min_trials} completed "
+            f"trial(s) reported at, sweep.pruner_min_trials) -- {fix}"
         )
     return lines

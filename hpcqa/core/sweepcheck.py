@@ -33,6 +33,40 @@ SHARED: Mapping[str, str] = {
 }
 
 
+# What decides a search trial's metric besides its searched keys: a search resumed with one of these changed would
+# compare trials that trained or were scored on different things (the pruner's medians, the sampler's model, the
+# best), so it is refused naming the key (executors/searching.py). Paths compare as written, not by content; where
+# the job runs (nodes, ranks, threads) is left out: a search may move between machines.
+SETUP = tuple(
+    """
+    model.name_or_path model.dropout model.attention_dropout model.hidden_dropout
+    data.dataset data.dataset_config_name data.train_file data.validation_file data.question_column
+    data.context_column data.answer_column data.version_2_with_negative data.synthetic_train_examples
+    data.synthetic_eval_examples data.synthetic_shape data.max_train_samples data.max_eval_samples
+    train.learning_rate train.num_train_epochs train.max_steps train.per_device_train_batch_size
+    train.gradient_accumulation_steps train.weight_decay train.warmup_ratio train.max_seq_length train.doc_stride
+    train.max_answer_length train.n_best_size train.null_score_diff_threshold train.seed train.optim
+    train.eval_strategy train.eval_steps
+    """.split()
+)
+
+
+def setup(cfg: Any, searched: Sequence[str]) -> dict[str, Any]:
+    """A validated config's SETUP values, but for the searched keys (each trial's own)."""
+    return {k: held(cfg, k) for k in SETUP if k not in searched}
+
+
+def setup_change(was: Any, now: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
+    """(key, the study's value, this config's) of the first SETUP key that differs from the study's record; None
+    when none does, or there is no record (a study of before it: adopted at its next claim)."""
+    if not isinstance(was, Mapping):
+        return None
+    for key, value in now.items():
+        if key in was and canonical(was[key]) != canonical(value):
+            return key, was[key], value
+    return None
+
+
 def canonical(value: Any) -> Any:
     """A value as comparable data: numbers as numbers (3e-05 and 0.00003, 2 and 2.0 are one; true is not 1)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

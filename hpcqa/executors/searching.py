@@ -10,11 +10,12 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from hpcqa.core import config as configmod
-from hpcqa.core import sweep
+from hpcqa.core import sweep, sweepcheck
 from hpcqa.core.frozen import freeze
 from hpcqa.core.search import Search, TrialRef, shown_params
 from hpcqa.core.states import State
-from hpcqa.errors import UsageError
+from hpcqa.core.tomlfile import toml_value
+from hpcqa.errors import ConfigError, UsageError
 from hpcqa.executors import hostprobe, table
 from hpcqa.record import failures, study
 from hpcqa.record.jobdir import JobDir, JobRoot
@@ -25,11 +26,39 @@ class SearchDone(UsageError):
     """The search has asked all its trials: nothing to run."""
 
 
+def _base(raw: Mapping[str, Any], source: str) -> configmod.Config:
+    return configmod.from_dict({k: v for k, v in raw.items() if k != "sweep"}, source=source)
+
+
 def where(raw: Mapping[str, Any], spec: Search, source: str) -> tuple[str, str]:
     """(study name, storage) of this search: named after job.name; sweep.storage, or the job root's journal."""
-    base = configmod.from_dict({k: v for k, v in raw.items() if k != "sweep"}, source=source)
+    base = _base(raw, source)
     root = JobRoot.of(base.job.output_dir, base.job.name)
     return base.job.name, study.storage_url(spec, root.search_journal())
+
+
+def setup(sp: sweep.SweepPlan) -> dict[str, Any]:
+    """What a search's trials share (sweepcheck.setup), from the config its batch was planned from: recorded in the
+    study at its first claim."""
+    assert sp.search is not None
+    base = _base(json.loads(sp.search_config), sp.source)
+    return sweepcheck.setup(base, [d.key for d in sp.search.space])
+
+
+def _same_setup(raw: Mapping[str, Any], source: str, spec: Search, name: str, peeked: Any) -> None:
+    """A resumed search whose setup is not its trials' (sweepcheck.SETUP) is refused naming the key."""
+    now = sweepcheck.setup(_base(raw, source), [d.key for d in spec.space])
+    changed = sweepcheck.setup_change(peeked.setup, now) if peeked.trials else None
+    if changed:
+        key, was, given = changed
+        raise ConfigError(
+            key,
+            f"the search {name!r} ran its {plural(len(peeked.trials), 'trial')} with {key} = {toml_value(was)}, "
+            f"this config says {toml_value(given)}: its trials would be compared across two setups (the pruner's "
+            "medians, the sampler, the best)",
+            f"set {key} = {toml_value(was)} again to go on, or set another job.name (a new search)",
+            source,
+        )
 
 
 class AllRefused(UsageError):
@@ -69,6 +98,7 @@ def plan_batch(raw: Mapping[str, Any], source: str, spec: Search) -> sweep.Sweep
     name, url = where(raw, spec, source)
     host = hostprobe.probe_host()
     peeked = study.peek(spec, name, url, lambda _n, p: sweep.trial_problem(raw, source, host, p))
+    _same_setup(raw, source, spec, name, peeked)
     if not peeked.batch and (peeked.refused or peeked.repeats):
         raise AllRefused(peeked.refused, len(peeked.trials), peeked.repeats)
     if not peeked.batch:

@@ -20,15 +20,14 @@ import shlex
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 from urllib.parse import quote
 
 from hpcqa import fsutil
-from hpcqa.core.search import Dim, Search, TrialRef, redacted, shown_params
+from hpcqa.core.search import MEDIAN_STARTUP, Dim, Search, TrialRef, redacted, shown_params
 from hpcqa.errors import ConfigError, HpcqaError
 
 EXTRA = "pip install 'hpcqa[search]'"
-MEDIAN_STARTUP = 2  # the median pruner judges a trial once this many trials have completed
 
 
 def optuna() -> Any:
@@ -242,6 +241,9 @@ class Peeked(NamedTuple):
     refused: list[tuple[int, dict[str, Any], str]]
     trials: list[Any]
     repeats: list[tuple[int, dict[str, Any], int]] = []
+    setup: Any = (
+        None  # the study's record of its trials' setup (user attr hpcqa_setup), None before one
+    )
 
 
 Refuse = Callable[[int, dict[str, Any]], "str | None"]
@@ -281,7 +283,8 @@ def peek(spec: Search, name: str, url: str, refuse: Refuse | None = None) -> Pee
         else:
             fresh.append((number, dict(t.params)))
         number += 1
-    return Peeked(stale + fresh, refused, trials, repeats)
+    setup = found.user_attrs.get("hpcqa_setup") if found is not None else None
+    return Peeked(stale + fresh, refused, trials, repeats, setup)
 
 
 def _outcomes() -> tuple:
@@ -442,12 +445,17 @@ def claim(
     held: int,
     refused: Sequence[tuple[int, Any, str]] = (),
     repeats: Sequence[tuple[int, Any, int]] = (),
+    setup: Mapping[str, Any] | None = None,
 ) -> None:
     """Write the batch the dry run predicted into the study (stale trials are already there): each new trial
     enqueued with exactly its values and asked; a refused one told FAIL at once, with why (user attr hpcqa_refused);
     a repeat told the outcome of the trial it repeats (user attr hpcqa_repeat_of). A study that moved since it held
-    `held` trials (another submit of this search) is refused: the numbers would no longer be the plans'."""
+    `held` trials (another submit of this search) is refused: the numbers would no longer be the plans'. setup: what
+    its trials share (sweepcheck.setup), recorded once (user attr hpcqa_setup) for a resumed search to be checked
+    against."""
     study = open_study(spec, name, url)
+    if setup is not None and "hpcqa_setup" not in study.user_attrs:
+        study.set_user_attr("hpcqa_setup", dict(setup))
     before = study.trials
     why = {n: w for n, _, w in refused}
     fresh = sorted(
