@@ -190,7 +190,7 @@ def data_file(
         raise ConfigError(
             key,
             f"{path} ({fmt}): {'; '.join(bad_rows)}",
-            "every example needs a unique id, a context and a question",
+            "every example needs a unique id (in a column named id), a context and a question",
             src,
         )
     if split == "test":
@@ -251,6 +251,13 @@ def _read_rows(
             cfg.source,
         ) from None
     except (ValueError, UnicodeDecodeError) as e:
+        if "not by commas" in str(e):
+            raise ConfigError(
+                key,
+                f"{path}: {e}",
+                "save it with commas between the columns (CSV as datasets' csv loader reads it, as run_qa.py does)",
+                cfg.source,
+            ) from None
         if str(e).startswith("no column"):
             raise ConfigError(
                 key,

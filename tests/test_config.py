@@ -239,6 +239,11 @@ def test_reference_covers_every_key_and_readme_lists_them():
     reference = (ROOT / "docs" / "configuration.md").read_text()
     missing = [k for k in keys if f"`{k}`" not in reference]
     assert not missing, f"docs/configuration.md lacks {missing}: run python -m hpcqa.docs"
+    # and the [sweep] settings (by hand, after the generated part): every one the sweep reader takes
+    from hpcqa.core import sweep
+
+    absent = [k for k in sorted(sweep.RESERVED) if f"`sweep.{k}`" not in reference]
+    assert not absent, f"docs/configuration.md's [sweep] table lacks {absent}"
 
 
 def test_kubernetes_names_are_held_to_what_the_api_server_takes():

@@ -645,3 +645,21 @@ def test_no_answer_column_is_named_and_all_unanswerable_is_doubted(tmp_path):
     assert mismatch is None and "none of its 4 questions has an answer" in warnings[0]
     some = {**none, "unanswerable": 3}
     assert squadfile.version_check(some, True, "t.csv") == (None, [])
+
+
+def test_a_csv_separated_by_semicolons_is_said_so(tmp_path):
+    """A spreadsheet's export in a locale that separates by ';': not 'no column', with a rename as the fix."""
+    from hpcqa import preflight
+    from hpcqa.core import config
+    from hpcqa.errors import ConfigError
+
+    path = tmp_path / "t.csv"
+    path.write_text("id;question;context;answers\n1;Q?;some text;text\n")
+    cfg = config.load(
+        ROOT / "configs/quickstart.toml",
+        ['data.dataset=""', f"data.train_file={json.dumps(str(path))}"],
+    )
+    with pytest.raises(ConfigError) as e:
+        preflight.data_file(cfg, "data.train_file", str(path))
+    said = e.value.render()
+    assert "separated by ';', not by commas" in said and "save it with commas" in said, said

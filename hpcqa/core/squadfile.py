@@ -182,6 +182,9 @@ def columns_problem(
     missing = [f"{names[k]!r}" for k in needed if names[k] not in raw[0]]
     if not missing:
         return None
+    sep = next((c for c in ";\t|" if len(found) == 1 and c in found[0]), None)
+    if sep:  # a spreadsheet's export in another locale: one column whose name holds them all
+        return f"one column, {found[0][:80]!r}: its header is separated by {sep!r}, not by commas"
     return (
         f"no column {', '.join(missing)} (expected id, {names['question']}, {names['context']}, "
         f"{names['answers']}; found {', '.join(found[:12]) or 'none'})"
