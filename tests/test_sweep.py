@@ -201,6 +201,34 @@ def test_plots_are_png(tmp_path, matplotlib_fonts):
     assert q.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_searchs_plot_keeps_pruned_trials_hollow_and_stars_the_best(matplotlib_fonts):
+    """Each searched key's panel shows pruned trials as the history does (hollow), the best starred; the history's
+    trial axis has whole numbers only (a blind re-test saw 0.5, 1.5)."""
+    import matplotlib.pyplot as plt
+
+    table = [
+        {"trial": n, "state": st, "f1": f, "best": b, "params": {"train.learning_rate": lr}}
+        for n, (st, f, b, lr) in enumerate(
+            [
+                ("COMPLETED", 30.0, False, 1e-4),
+                ("PRUNED", 10.0, False, 2e-4),
+                ("COMPLETED", 40.0, True, 3e-4),
+            ]
+        )
+    ]
+    fig = results._plot_trials(plt, table, ["train.learning_rate"], "f1")
+    history, panel = fig.axes
+    marks = {
+        (tuple(ln.get_xdata()), ln.get_marker(), ln.get_markerfacecolor()) for ln in panel.lines
+    }
+    assert ((2e-4,), "o", "none") in marks and any(
+        m[1] == "*" and m[0] == (3e-4,) for m in marks
+    ), marks
+    fig.canvas.draw()
+    assert all(float(t).is_integer() for t in history.get_xticks()), history.get_xticks()
+    plt.close(fig)
+
+
 @pytest.mark.process
 def test_wrapper_picks_the_array_tasks_plan(tmp_path, monkeypatch):
     import subprocess

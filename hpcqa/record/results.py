@@ -186,6 +186,7 @@ def _plot_trials(plt: Any, table: list[dict[str, Any]], keys: list[str], metric:
             [r["trial"] for r in rs],
             [r[metric] for r in rs],
             style,
+            color="C1" if pruned else "C0",
             mfc="none" if pruned else None,
             label="pruned" if pruned else "completed",
         )
@@ -205,16 +206,42 @@ def _plot_trials(plt: Any, table: list[dict[str, Any]], keys: list[str], metric:
             label="best so far",
         )
     axes[0].set_xlabel("trial")
+    axes[0].xaxis.set_major_locator(plt.MaxNLocator(integer=True))  # trials are whole numbers
     axes[0].set_ylabel(metric)
     axes[0].set_title("optimisation history")
-    for ax, key in zip(axes[1:], keys):
-        ax.plot([_num(r["params"].get(key)) for r in scored], [r[metric] for r in scored], "o")
+    _plot_keys(plt, axes[1:], scored, keys, metric)
+    return fig
+
+
+def _plot_keys(
+    plt: Any, axes: Any, scored: list[dict[str, Any]], keys: list[str], metric: str
+) -> None:
+    """The metric against each searched key: pruned trials hollow (as in the history), the best starred."""
+    for ax, key in zip(axes, keys):
+        for pruned in (False, True):  # as in the history: pruned ones hollow
+            rs = [r for r in scored if (r["state"] == State.PRUNED) == pruned]
+            ax.plot(
+                [_num(r["params"].get(key)) for r in rs],
+                [r[metric] for r in rs],
+                "o",
+                color="C1" if pruned else "C0",
+                mfc="none" if pruned else None,
+            )
+        best = [r for r in scored if r.get("best")]
+        if best:
+            ax.plot(
+                [_num(best[0]["params"].get(key))],
+                [best[0][metric]],
+                "*",
+                markersize=14,
+                color="gold",
+                markeredgecolor="black",
+            )
         ax.set_xlabel(key)
         xs = [_num(r["params"].get(key)) for r in scored]
         if xs and all(x > 0 for x in xs) and max(xs) / min(xs) >= 10:
             ax.set_xscale("log")
         ax.grid(alpha=0.3)
-    return fig
 
 
 def _plot_variants(ax: Any, table: list[dict[str, Any]], keys: list[str], metric: str) -> None:
