@@ -777,3 +777,36 @@ def test_the_lists_notes_quote_job_files_spelled_out_and_usage_that_underflows_i
         got = local.LocalJobs().usage([w])["5"]
         assert got["cpu_efficiency"] is None or got["cpu_efficiency"] < float("inf"), got
         json.dumps(got, allow_nan=False)  # valid JSON, as --json prints it
+
+
+def test_a_searchs_run_without_results_is_named_as_its_trial():
+    """status SWEEP: a search's cancelled run (no results.json) is 'trial N' as its siblings are, not 'variant N'
+    (a blind re-test saw both in one search); a grid's tasks stay variants."""
+
+    def task(i, trial=None, state="COMPLETED"):
+        res = (
+            {"f1": 1.0, "trial": {"number": trial, "state": "COMPLETED", "metric": "f1"}}
+            if trial is not None
+            else None
+        )
+        return typed_view(
+            nodes=1,
+            world_size=1,
+            id=f"9_{i}",
+            name="n",
+            executor="local",
+            state=state,
+            results=res,
+            sweep_id="9",
+            task_index=i,
+            variant={"train.learning_rate": 1e-4},
+        )
+
+    search = [task(0, 0), task(1, state="CANCELLED")]
+    names = [r[1].strip() for r in statusview._rows(search, expand=True)[1:]]
+    assert names == ["trial 0", "trial 1"], names
+    grid = [task(0), task(1, state="CANCELLED")]
+    assert [r[1].strip() for r in statusview._rows(grid, expand=True)[1:]] == [
+        "variant 0",
+        "variant 1",
+    ]

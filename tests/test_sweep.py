@@ -333,6 +333,16 @@ def test_a_search_table_on_80_columns_shows_every_searched_value_and_numbers_a_r
         assert re.search(r"\*9_0\s+0\s+0\.00015\s+2\s+0\.1\s+COMPLETED", text), text
         assert re.search(r"9_7\s+7\s+0\.0004\s+2\s+0\.1\s+RUNNING", text), text
         assert "node-h" in text and (left_out in text if left_out else "left out" not in text), text
+        assert "search 9: 2 trials, sorted by f1" in " ".join(text.split()), text
+    # trial 7 cancelled, then run again (another task of the sweep, the same trial): two runs, one trial
+    again = trial(7, 4e-4, "COMPLETED", 30.0)
+    again.task_index, again.id = 8, "9_8"
+    table = results.rows(
+        [trial(0, 1.5e-4, "COMPLETED", 47.7), trial(7, 4e-4, "CANCELLED"), again], "f1"
+    )
+    con = Console(file=io.StringIO(), width=160)
+    con.print(jobsview._fitted_table(con, "9", "f1", table, keys))
+    assert "search 9: 2 trials (3 runs)" in con.file.getvalue(), con.file.getvalue()
 
 
 # ---------------------------------------------------------------- what a sweep may not do (issue 72)

@@ -30,6 +30,7 @@ from hpcqa.executors.cancel import chosen
 from hpcqa.executors.slurm.cli import Slurm
 from hpcqa.record import logtail, registry, registryfix, results, scalingruns
 from hpcqa.record.jobdir import JobDir
+from hpcqa.text import plural
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -332,9 +333,16 @@ def _variants_table(
     """One row a variant, best first: its job id (an array's task is in it), the values swept, state and scores.
     Borderless and the numbers unwrapped, so that 80 columns show them whole (the swept values give way first)."""
     search = any(r.get("trial") is not None for r in table)
+    trials = len(
+        {r.get("trial") for r in table}
+    )  # a trial stopped and run again is two rows, one trial
+    counted = (
+        f"{plural(trials, 'trial')}" + (f" ({len(table)} runs)" if trials != len(table) else "")
+        if search
+        else plural(len(table), "variant")
+    )
     t = Table(
-        title=f"{'search' if search else 'sweep'} {sweep_id}: {len(table)} {'trials' if search else 'variants'}, "
-        f"sorted by {metric} (* best)",
+        title=f"{'search' if search else 'sweep'} {sweep_id}: {counted}, sorted by {metric} (* best)",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )

@@ -50,6 +50,15 @@ def _cell(text: object) -> str:
     return escape(values.shown(text))
 
 
+def _task_name(x: JobView, tasks: Sequence[JobView]) -> str:
+    """A sweep task's name: its trial in a search (a task is its trial's number: one without results yet, a
+    cancelled run, is named by its index, as results.rows numbers it), else its variant."""
+    if x.results and x.results.trial:
+        return f" trial {x.results.trial.number}"
+    search = any(t.results and t.results.trial for t in tasks)
+    return f" {'trial' if search else 'variant'} {x.task_index}"
+
+
 def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
     """id, name, executor, state, nodes, ranks, elapsed, progress, exit -- sweeps folded into one row."""
     rows, seen = [], set()
@@ -80,11 +89,7 @@ def _rows(views: Sequence[JobView], expand: bool) -> list[list[str]]:
                 rows += [
                     [
                         _cell(f" {x.id}"),
-                        _cell(
-                            f" trial {x.results.trial.number}"
-                            if x.results and x.results.trial
-                            else f" variant {x.task_index}"
-                        ),
+                        _cell(_task_name(x, tasks)),
                         _cell(x.executor),
                         _state(x),
                         _cell(x.nodes),
