@@ -174,6 +174,7 @@ def test_a_stop_ends_the_search_and_submitting_again_runs_that_trial_again(searc
             os.killpg(proc.pid, signal.SIGINT)
             proc.wait(timeout=60)
     assert "trial 0: " not in out and "trial 1" not in out, out  # trial 0 was not told FAIL
+    assert "submit the config again to go on" in " ".join(out.split()), out  # and how it goes on is said
     first = re.search(r"trial 0 (\{.*?\}) -> local job", out).group(1)
     again = run_cli(*again_args, env=env, timeout=900)
     said = again.stdout + again.stderr

@@ -810,3 +810,28 @@ def test_a_searchs_run_without_results_is_named_as_its_trial():
         "variant 0",
         "variant 1",
     ]
+
+
+def test_results_of_a_trials_own_job_id_names_its_sweep(tmp_path):
+    """hpcqa results JOB, where JOB is a task of a sweep (a blind re-test gave a trial's job id): the sweep is
+    named with the command that shows it, not 'no sweep JOB'."""
+    from tests.conftest import run_cli_in_process
+
+    reg = registry.Registry(tmp_path / "r.sqlite")
+    row = dict(
+        name="n",
+        executor="local",
+        folder="/nonexistent",
+        config={},
+        source="x",
+        nodes=1,
+        world_size=1,
+    )
+    reg.add_many([dict(row, id="17382", sweep_id="local-17382"), dict(row, id="17400")])
+    env = {"HPCQA_REGISTRY": str(tmp_path / "r.sqlite")}
+    r = run_cli_in_process("results", "17382", env=env)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "17382 is a job of sweep local-17382, not a sweep" in said, said
+    assert "fix: hpcqa results local-17382" in said, said
+    alone = run_cli_in_process("results", "17400", env=env)
+    assert alone.returncode == 2 and "no sweep 17400" in alone.stderr, alone.stderr

@@ -222,6 +222,12 @@ def cmd_results(args: argparse.Namespace) -> int:
     )
     reg = registry.Registry(args.registry, create=False)
     if not reg.exists or not reg.jobs(sweep_id=args.sweep):
+        task = next((j for j in reg.jobs([args.sweep]) if j.id == args.sweep and j.sweep_id), None)
+        if task is not None:  # a trial's or a variant's own job id: its sweep is what results shows
+            raise UsageError(
+                f"{values.shown(args.sweep)} is a job of sweep {values.shown(task.sweep_id)}, not a sweep",
+                f"hpcqa results {values.shown(task.sweep_id)} (hpcqa status {values.shown(args.sweep)}: the job)",
+            )
         raise registry.not_found([args.sweep], reg.path, "sweep")
     views, _ = jobs.collect(reg, Slurm(), [args.sweep])
     views = [v for v in views if v.sweep_id == args.sweep]

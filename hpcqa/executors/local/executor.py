@@ -164,14 +164,14 @@ class Local:
             except KeyboardInterrupt:
                 if len(ids) > len(folders) - 1 and ids:
                     cancel(int(ids[-1]), identity(int(ids[-1])) or "", Path(folders[-1]))
-                say(f"interrupted: sweep {sweep_id} stopped at {what} {p.variant_index}")
+                say(_stopped(sweep_id, what, p.variant_index, sp.search is not None))
                 return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=130)
             say(
                 f"sweep {sweep_id}: {what} {p.variant_index} {dict(p.variant)} -> local job {job.job_id}"
             )
             end = finish(job, jd, p)
             if end.interrupted:
-                say(f"interrupted: sweep {sweep_id} stopped at {what} {p.variant_index}")
+                say(_stopped(sweep_id, what, p.variant_index, sp.search is not None))
                 return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=130)
             if ended and ended(p, jd, end.state):
                 return Submitted(request, tuple(ids), sweep_id, tuple(folders), exit_code=1)
@@ -604,3 +604,9 @@ class LocalJobs:
             ).tidy_staging()  # a job cancelled before its rank 0 started tidies nothing
             out.append(f"cancelled local job {row.id}")
         return out
+
+
+def _stopped(sweep_id: str, what: str, index: int, search: bool) -> str:
+    """The line an interrupted local sweep ends with; a search's says how it goes on (its study keeps the trial)."""
+    line = f"interrupted: sweep {sweep_id} stopped at {what} {index}"
+    return line + ("; submit the config again to go on (that trial runs again)" if search else "")
