@@ -106,13 +106,13 @@ def test_a_search_prunes_a_trial_for_real_and_goes_on_when_submitted_again(searc
     ), status.stdout
     table = run_cli("results", sid, env=env).stdout
     assert "search " + sid in table and re.search(r"\s2\s+1e-12\s+PRUNED", table), table
-    # submitted again: nothing left to ask, said in one line
-    again = run_cli("submit", str(cfg), env=env)
-    assert (
-        again.returncode == 2
-        and "has asked all its 3 trials" in again.stderr
-        and "Traceback" not in again.stderr
-    )
+    # submitted again: nothing left to ask, said (not an error: exit 0, as the dry run)
+    for dry in ((), ("--dry-run",)):
+        again = run_cli("submit", str(cfg), *dry, env=env)
+        said = " ".join(again.stderr.split())
+        assert again.returncode == 0 and "Traceback" not in said, said
+        assert "has asked all its 3 trials" in said and "nothing to run" in said, said
+        assert "to go on: raise sweep.trials" in said and not again.stdout, again.stdout
     # with what its trials trained on changed: refused naming the key, before anything runs
     moved = run_cli(
         "submit", str(cfg), "--set", "sweep.trials=4", "--set", "train.max_steps=99", env=env
@@ -174,7 +174,9 @@ def test_a_stop_ends_the_search_and_submitting_again_runs_that_trial_again(searc
             os.killpg(proc.pid, signal.SIGINT)
             proc.wait(timeout=60)
     assert "trial 0: " not in out and "trial 1" not in out, out  # trial 0 was not told FAIL
-    assert "submit the config again to go on" in " ".join(out.split()), out  # and how it goes on is said
+    assert "submit the config again to go on" in " ".join(out.split()), (
+        out
+    )  # and how it goes on is said
     first = re.search(r"trial 0 (\{.*?\}) -> local job", out).group(1)
     again = run_cli(*again_args, env=env, timeout=900)
     said = again.stdout + again.stderr

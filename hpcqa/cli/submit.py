@@ -44,7 +44,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
     overrides = args.overrides + (
         [f"job.registry={json.dumps(args.registry)}"] if args.registry else []
     )
-    sp = api.submission(args.config, overrides)
+    try:
+        sp = api.submission(args.config, overrides)
+    except (
+        searching.SearchDone
+    ) as e:  # nothing to run is not bad input: said, exit 0 (as make's "up to date")
+        say(f"{e.message}: nothing to run")
+        say(f"  to go on: {e.hint}")
+        return 0
     for w in search.one_value_lines(sp.search) if sp.search else []:
         warn(w)
     ex, request = api.dry_run(sp, snapshot=not args.no_snapshot)
