@@ -81,6 +81,13 @@ def test_two_rank_local_ddp(cli, tmp_path, cache_env):
     # efficiency in every run: model FLOPs from the model's shapes, each rank's measured peak, MFU -- in
     # results.json, status JOB and the TensorBoard event file
     res = json.loads((job / "results.json").read_text())
+    # the ranks' wall time counts from their processes' start, imports included (a trial's node-hours are all it
+    # cost): past the report's own span, which starts after torch and transformers were imported
+    rep0 = reports[0]
+    assert res["wall_time_s"] >= rep0["finished"] - rep0["started"] + 1.0, (
+        res["wall_time_s"],
+        rep0,
+    )
     # the step's recipe as it ran: the fused attention (this machine has a compiler) and bulk dropout masks, the model's own dropouts
     assert (
         res["step_recipe"]["attention"] == "fused" and res["step_recipe"]["dropout_masks"] == "bulk"

@@ -48,6 +48,11 @@ class Rank:
     def world(self) -> int:
         return self.report["world_size"]
 
+    def wall_s(self) -> float:
+        """results.json's wall_time_s: seconds since this rank's process started, its imports of torch and
+        transformers included (a search's pruned trial of 1.3 s by t_start had run ~7 s; node-hours count it all)."""
+        return process_age_s() or time.time() - self.t_start
+
     def save_report(self, **update: Any) -> None:
         self.report.update(update)
         reportfile.write(self.jd.rank_report(self.rank), self.report)
@@ -209,7 +214,7 @@ def own_usage(r: Rank) -> dict:
     # time must too: timed from start-up instead, a 1-CPU rank once "used" 165 % of its CPU
     return {
         "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
-        "wall_s": process_age_s() or time.time() - r.t_start,
+        "wall_s": r.wall_s(),
         "cpus": len(r.report.get("cpus") or []) or os.cpu_count() or 1,
         "max_rss_bytes": me.ru_maxrss * 1024,
         "threads_outside_cpus": threads_outside(set(r.report.get("cpus") or [])),

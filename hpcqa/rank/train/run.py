@@ -542,7 +542,7 @@ def run_link(r: Rank) -> dict:
                 "job_dir": str(r.jd.path),
                 "plan_digest": r.plan.digest,
                 "finished_at": time.time(),
-                "wall_time_s": time.time() - r.t_start,
+                "wall_time_s": r.wall_s(),
             },
         )
         if "error" in link:
@@ -601,7 +601,7 @@ def write_results(
         train_loss=m.get("train_loss"),
         global_steps=train_out.global_step,
         resumed_from=resumed_from,
-        wall_time_s=time.time() - r.t_start,
+        wall_time_s=r.wall_s(),
         threads_per_rank=rep["torch_threads"],
         versions=rep["versions"],
         weights_digest=digest,
