@@ -195,18 +195,7 @@ def data_file(
         )
     if split == "test":
         return [], examples  # predictions only: answers, if any, are not used
-    mismatch, version_notes = squadfile.version_check(facts, cfg.data.version_2_with_negative, path)
-    if mismatch:
-        raise ConfigError(
-            "data.version_2_with_negative",
-            mismatch,
-            "check that data.answer_column names the column with the answers (now "
-            f"{cfg.data.answer_column!r}); if it does, set data.version_2_with_negative = true"
-            if facts["unanswerable"]
-            == facts["rows"]  # none answered: more likely the wrong column than v2
-            else "set data.version_2_with_negative = true (or use SQuAD v1.1 data)",
-            src,
-        )
+    version_notes = _version(cfg, path, facts)
     total, bad, first = misaligned(examples)
     allowed = cfg.data.max_misaligned_answers
     if bad and bad > allowed * total:
@@ -230,6 +219,24 @@ def data_file(
         if bad
         else []
     ), examples
+
+
+def _version(cfg: Config, path: str, facts: dict[str, Any]) -> list[str]:
+    """squadfile.version_check against data.version_2_with_negative: a mismatch refused (where no question has an
+    answer, the answer column is the likelier cause, named first); -> its notes."""
+    mismatch, notes = squadfile.version_check(facts, cfg.data.version_2_with_negative, path)
+    if mismatch:
+        none_answered = facts["unanswerable"] == facts["rows"]
+        raise ConfigError(
+            "data.version_2_with_negative",
+            mismatch,
+            "check that data.answer_column names the column with the answers (now "
+            f"{cfg.data.answer_column!r}); if it does, set data.version_2_with_negative = true"
+            if none_answered
+            else "set data.version_2_with_negative = true (or use SQuAD v1.1 data)",
+            cfg.source,
+        )
+    return notes
 
 
 def _read_rows(

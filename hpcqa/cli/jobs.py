@@ -333,22 +333,25 @@ def _least_width(t: Table) -> int:
     return sum(widths) + 3 * (len(widths) - 1) + 2
 
 
+def _title(sweep_id: str, metric: str, table: list[dict], search: bool) -> str:
+    """'search 9: 5 trials (6 runs), sorted by f1 (* best)': a trial stopped and run again is two rows, one trial."""
+    trials = len({r.get("trial") for r in table})
+    counted = (
+        plural(trials, "trial") + (f" ({len(table)} runs)" if trials != len(table) else "")
+        if search
+        else plural(len(table), "variant")
+    )
+    return f"{'search' if search else 'sweep'} {sweep_id}: {counted}, sorted by {metric} (* best)"
+
+
 def _variants_table(
     sweep_id: str, metric: str, table: list[dict], keys: list[str], left_out: tuple = ()
 ) -> Table:
     """One row a variant, best first: its job id (an array's task is in it), the values swept, state and scores.
     Borderless and the numbers unwrapped, so that 80 columns show them whole (the swept values give way first)."""
     search = any(r.get("trial") is not None for r in table)
-    trials = len(
-        {r.get("trial") for r in table}
-    )  # a trial stopped and run again is two rows, one trial
-    counted = (
-        f"{plural(trials, 'trial')}" + (f" ({len(table)} runs)" if trials != len(table) else "")
-        if search
-        else plural(len(table), "variant")
-    )
     t = Table(
-        title=f"{'search' if search else 'sweep'} {sweep_id}: {counted}, sorted by {metric} (* best)",
+        title=_title(sweep_id, metric, table, search),
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )

@@ -28,6 +28,17 @@ from hpcqa.record.jobdir import SUBMISSION, JobDir
 from hpcqa.text import plural, shown
 
 
+def _submission(path: str, overrides: list[str]) -> sweep.SweepPlan | None:
+    """api.submission; None for a search that has asked all its trials: nothing to run is not bad input, said
+    with how to go on, exit 0 (as make's "up to date")."""
+    try:
+        return api.submission(path, overrides)
+    except searching.SearchDone as e:
+        say(f"{e.message}: nothing to run")
+        say(f"  to go on: {e.hint}")
+        return None
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
 
     # a closed terminal (SIGHUP) or a runner stopping us (SIGTERM) is a Ctrl-C: a local job stops every rank, a
@@ -44,13 +55,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     overrides = args.overrides + (
         [f"job.registry={json.dumps(args.registry)}"] if args.registry else []
     )
-    try:
-        sp = api.submission(args.config, overrides)
-    except (
-        searching.SearchDone
-    ) as e:  # nothing to run is not bad input: said, exit 0 (as make's "up to date")
-        say(f"{e.message}: nothing to run")
-        say(f"  to go on: {e.hint}")
+    sp = _submission(args.config, overrides)
+    if sp is None:
         return 0
     for w in search.one_value_lines(sp.search) if sp.search else []:
         warn(w)

@@ -37,12 +37,15 @@ def where(raw: Mapping[str, Any], spec: Search, source: str) -> tuple[str, str]:
     return base.job.name, study.storage_url(spec, root.search_journal())
 
 
-def setup(sp: sweep.SweepPlan) -> dict[str, Any]:
-    """What a search's trials share (sweepcheck.setup), from the config its batch was planned from: recorded in the
-    study at its first claim."""
-    assert sp.search is not None
+def claim(sp: sweep.SweepPlan) -> None:
+    """Write this batch, as planned, into its study (study.claim), with what its trials share (sweepcheck.setup,
+    from the config the batch was planned from: recorded at the study's first claim)."""
+    spec, ref = sp.search, sp.plans[0].trial
+    assert spec is not None and ref is not None
     base = _base(json.loads(sp.search_config), sp.source)
-    return sweepcheck.setup(base, [d.key for d in sp.search.space])
+    setup = sweepcheck.setup(base, [d.key for d in spec.space])
+    batch = [(p.variant_index, dict(p.variant)) for p in sp.plans]
+    study.claim(spec, ref.study, ref.storage, batch, sp.resumed, sp.refused, sp.repeats, setup)
 
 
 def _same_setup(raw: Mapping[str, Any], source: str, spec: Search, name: str, peeked: Any) -> None:

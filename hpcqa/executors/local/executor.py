@@ -606,7 +606,7 @@ class LocalJobs:
         return out
 
 
-def _stopped(sweep_id: str, what: str, index: int, search: bool) -> str:
+def _stopped(sweep_id: str | None, what: str, index: int, search: bool) -> str:
     """The line an interrupted local sweep ends with; a search's says how it goes on (its study keeps the trial)."""
     line = f"interrupted: sweep {sweep_id} stopped at {what} {index}"
     return line + ("; submit the config again to go on (that trial runs again)" if search else "")

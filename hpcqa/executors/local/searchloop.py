@@ -62,17 +62,7 @@ def run(ex: Any, request: Request, say: Say) -> Submitted:
         spec, ref.study, ref.storage
     )  # a search submitted again: the same sweep
     while True:
-        batch = [(p.variant_index, dict(p.variant)) for p in sp.plans]
-        study.claim(
-            spec,
-            ref.study,
-            ref.storage,
-            batch,
-            sp.resumed,
-            sp.refused,
-            sp.repeats,
-            searching.setup(sp),
-        )
+        searching.claim(sp)
         for line in searching.refused_lines(sp):
             say(line)
         done = ex._run_sweep(request, say, sweep_id, ended=teller.tell)

@@ -40,10 +40,7 @@ def submit(ex: Any, request: Request, say: Say) -> Submitted:
     assert spec is not None and ref is not None
     ex.slurm.require_controller()  # before the study holds the batch's trials
     sweep_id = study.sweep_id(spec, ref.study, ref.storage)
-    batch = [(p.variant_index, dict(p.variant)) for p in sp.plans]
-    study.claim(
-        spec, ref.study, ref.storage, batch, sp.resumed, sp.refused, sp.repeats, searching.setup(sp)
-    )
+    searching.claim(sp)
     for line in searching.refused_lines(sp):
         say(line)
     done = ex.queue(request, say, sweep_id)
