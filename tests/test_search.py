@@ -903,3 +903,38 @@ def test_a_searchs_setup_is_what_its_trials_share_and_a_change_is_named():
     assert sweepcheck.setup_change(None, now) is None  # a study of before the record: adopted
     del was["train.max_steps"]  # a key the study did not record (a newer hpcqa's): not compared
     assert sweepcheck.setup_change(was, {**now, "train.max_steps": 5}) is None
+
+
+def test_a_changed_setup_is_refused_naming_the_key_and_the_studys_value_bounded():
+    """The study's record is read back from a file on a shared folder: its value is shown cut to one line."""
+    from types import SimpleNamespace
+
+    from hpcqa.core import tomlfile
+    from hpcqa.executors import searching
+
+    raw = tomlfile.read_toml(ROOT / "configs/search_quickstart.toml")
+    spec = sweep.searched(raw, "s.toml")
+    now = sweepcheck_setup(raw, spec)
+    hostile = {**now, "data.train_file": "x\n\x1b[2J" + "y" * 5000}
+    with pytest.raises(ConfigError) as e:
+        searching._same_setup(
+            raw, "s.toml", spec, "job", SimpleNamespace(setup=hostile, trials=[0, 1])
+        )
+    said = e.value.render()
+    assert (
+        e.value.key == "data.train_file" and "ran its 2 trials with data.train_file = " in said
+    ), said
+    assert len(said) < 700 and "\x1b" not in said and said.count("\n") == 1, said
+    searching._same_setup(
+        raw, "s.toml", spec, "job", SimpleNamespace(setup=now, trials=[0])
+    )  # the same: on
+    searching._same_setup(
+        raw, "s.toml", spec, "job", SimpleNamespace(setup=hostile, trials=[])
+    )  # no trial yet
+
+
+def sweepcheck_setup(raw, spec):
+    from hpcqa.core import sweepcheck
+
+    base = config.from_dict({k: v for k, v in raw.items() if k != "sweep"}, source="s.toml")
+    return json.loads(json.dumps(sweepcheck.setup(base, [d.key for d in spec.space])))

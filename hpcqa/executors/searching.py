@@ -19,7 +19,7 @@ from hpcqa.errors import ConfigError, UsageError
 from hpcqa.executors import hostprobe, table
 from hpcqa.record import failures, study
 from hpcqa.record.jobdir import JobDir, JobRoot
-from hpcqa.text import plural
+from hpcqa.text import one_line, plural
 
 
 class SearchDone(UsageError):
@@ -54,12 +54,15 @@ def _same_setup(raw: Mapping[str, Any], source: str, spec: Search, name: str, pe
     changed = sweepcheck.setup_change(peeked.setup, now) if peeked.trials else None
     if changed:
         key, was, given = changed
+        was = one_line(
+            toml_value(was), 120
+        )  # read back from the study, a file on a shared folder: bounded
         raise ConfigError(
             key,
-            f"the search {name!r} ran its {plural(len(peeked.trials), 'trial')} with {key} = {toml_value(was)}, "
+            f"the search {name!r} ran its {plural(len(peeked.trials), 'trial')} with {key} = {was}, "
             f"this config says {toml_value(given)}: its trials would be compared across two setups (the pruner's "
             "medians, the sampler, the best)",
-            f"set {key} = {toml_value(was)} again to go on, or set another job.name (a new search)",
+            f"set {key} = {was} again to go on, or set another job.name (a new search)",
             source,
         )
 
