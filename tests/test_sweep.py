@@ -226,7 +226,24 @@ def test_a_searchs_plot_keeps_pruned_trials_hollow_and_stars_the_best(matplotlib
     ), marks
     fig.canvas.draw()
     assert all(float(t).is_integer() for t in history.get_xticks()), history.get_xticks()
+    assert panel.get_xscale() == "linear"  # 1e-4 .. 3e-4: under 10x, and not said to be a log range
     plt.close(fig)
+    fig = results._plot_trials(plt, table, ["train.learning_rate"], "f1", ["train.learning_rate"])
+    assert fig.axes[1].get_xscale() == "log"  # searched with log = true: drawn so
+    plt.close(fig)
+    # the keys come from the study's mark, read back from a shared folder: any shape gives a list of names
+    from hpcqa.record import study
+
+    mark = {
+        "space": [
+            {"key": "train.learning_rate", "log": True},
+            {"key": "x", "log": False},
+            3,
+            {"log": True},
+        ]
+    }
+    assert study.log_keys(mark) == ["train.learning_rate"]
+    assert study.log_keys(None) == study.log_keys({"space": "x"}) == study.log_keys([1]) == []
 
 
 @pytest.mark.process

@@ -243,7 +243,8 @@ def cmd_results(args: argparse.Namespace) -> int:
         )
     sc = results.scaling(table)
     if args.plot:
-        results.plot(table, keys, args.metric, str(args.plot))
+        logs = _study_of(views).get("study", {}).get("log_keys", [])
+        results.plot(table, keys, args.metric, str(args.plot), log_keys=logs)
         say(f"wrote {values.shown(args.plot)}")
     if args.json:
         print(

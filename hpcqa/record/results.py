@@ -138,7 +138,15 @@ def to_csv(table: list[dict[str, Any]], keys: list[str], metric: str) -> str:
     return buf.getvalue()
 
 
-def plot(table: list[dict[str, Any]], keys: list[str], metric: str, path: str) -> None:
+def plot(
+    table: list[dict[str, Any]],
+    keys: list[str],
+    metric: str,
+    path: str,
+    log_keys: Sequence[str] = (),
+) -> None:
+    """The sweep's figure at `path`: scaling, a search's history and keys (log_keys: searched on a log scale, drawn
+    on one), or a grid's metric per variant."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -155,7 +163,7 @@ def plot(table: list[dict[str, Any]], keys: list[str], metric: str, path: str) -
         ax.set_title("scaling")
     elif any(r.get("trial") is not None for r in table):
         plt.close(fig)
-        fig = _plot_trials(plt, table, keys, metric)
+        fig = _plot_trials(plt, table, keys, metric, log_keys)
         ax = fig.axes[0]
     else:
         _plot_variants(ax, table, keys, metric)
@@ -171,7 +179,13 @@ def plot(table: list[dict[str, Any]], keys: list[str], metric: str, path: str) -
     atomic_write_bytes(path, buf.getvalue())
 
 
-def _plot_trials(plt: Any, table: list[dict[str, Any]], keys: list[str], metric: str) -> Any:
+def _plot_trials(
+    plt: Any,
+    table: list[dict[str, Any]],
+    keys: list[str],
+    metric: str,
+    log_keys: Sequence[str] = (),
+) -> Any:
     """A search: the optimisation history (each trial's metric by trial number, pruned ones hollow, the best so far
     as a step line), then the metric against each searched key."""
     fig, axes = plt.subplots(
@@ -209,12 +223,16 @@ def _plot_trials(plt: Any, table: list[dict[str, Any]], keys: list[str], metric:
     axes[0].xaxis.set_major_locator(plt.MaxNLocator(integer=True))  # trials are whole numbers
     axes[0].set_ylabel(metric)
     axes[0].set_title("optimisation history")
-    _plot_keys(plt, axes[1:], scored, keys, metric)
+    _plot_keys(axes[1:], scored, keys, metric, log_keys)
     return fig
 
 
 def _plot_keys(
-    plt: Any, axes: Any, scored: list[dict[str, Any]], keys: list[str], metric: str
+    axes: Any,
+    scored: list[dict[str, Any]],
+    keys: list[str],
+    metric: str,
+    log_keys: Sequence[str] = (),
 ) -> None:
     """The metric against each searched key: pruned trials hollow (as in the history), the best starred."""
     for ax, key in zip(axes, keys):
@@ -239,8 +257,8 @@ def _plot_keys(
             )
         ax.set_xlabel(key)
         xs = [_num(r["params"].get(key)) for r in scored]
-        if xs and all(x > 0 for x in xs) and max(xs) / min(xs) >= 10:
-            ax.set_xscale("log")
+        if xs and all(x > 0 for x in xs) and (key in log_keys or max(xs) / min(xs) >= 10):
+            _log_axis(ax)  # searched on a log scale, or spanning 10x
         ax.grid(alpha=0.3)
 
 
@@ -280,9 +298,20 @@ def _plot_variants(ax: Any, table: list[dict[str, Any]], keys: list[str], metric
     ):
         vals = [_num(r["params"].get(x_key)) for r in done]
         if max(vals) / min(vals) >= 10:
-            ax.set_xscale("log")
+            _log_axis(ax)
     failed = [r for r in table if r not in done]
     ax.set_title(f"{metric} per variant" + (f" ({len(failed)} without result)" if failed else ""))
+
+
+def _log_axis(ax: Any) -> None:
+    """A log x axis ticked at 1, 2 and 5 of each decade, written as numbers (0.0002, 0.0005, 0.001): matplotlib's
+    own labelled every minor tick of a range within a decade in scientific notation, one over another."""
+    from matplotlib import ticker
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
 
 
 def _num(v: Any) -> float:

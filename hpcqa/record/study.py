@@ -568,8 +568,20 @@ def dump(name: str, url: str) -> dict[str, Any]:
         "storage": url,
         "direction": s.direction.name.lower(),
         "best_trial": best,
+        "log_keys": log_keys(s.user_attrs.get("hpcqa_search")),
         "trials": trials,
     }
+
+
+def log_keys(mark: Any) -> list[str]:
+    """The searched keys of a study's mark (its user attr hpcqa_search, read back from a shared folder: any shape)
+    whose range is searched on a log scale -- the plot's log axes."""
+    space = mark.get("space") if isinstance(mark, dict) else None
+    return [
+        d["key"]
+        for d in (space if isinstance(space, list) else [])
+        if isinstance(d, dict) and isinstance(d.get("key"), str) and d.get("log") is True
+    ]
 
 
 def sweep_id(spec: Search, name: str, url: str, new: str | None = None) -> str | None:
